@@ -1,0 +1,53 @@
+"""One exception base for everything a user can get wrong, with narrow subclasses.
+
+The CLI turns any `ParityError` into a one-line cause and exit code 2; the dashboard
+shows it with the details folded away. Anything else escaping the core is a bug.
+"""
+
+from __future__ import annotations
+
+
+class ParityError(Exception):
+    """A run could not be made. `kind` is the machine-readable category in reports."""
+
+    kind = "error"
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(ParityError):
+    kind = "usage"
+
+
+class ModelLoadError(ParityError):
+    kind = "model_load"
+
+
+class OnnxLoadError(ParityError):
+    kind = "onnx_load"
+
+
+class InputError(ParityError):
+    kind = "inputs"
+
+
+class ModelRunError(ParityError):
+    kind = "model_run"
+
+
+class OnnxRunError(ParityError):
+    kind = "onnx_run"
+
+
+class ExportError(ParityError):
+    kind = "export"
+
+
+class SavedRunError(ParityError):
+    kind = "saved_run"

@@ -1,0 +1,52 @@
+"""Typed description of a model's inputs and outputs, read from the ONNX graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Dim = int | str | None
+"""A dimension: a fixed size, a symbolic name (``"batch"``), or unknown (``None``)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # numpy dtype name: "float32", "float16", "int64", "bool", ...
+    shape: tuple[Dim, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def symbolic_dims(self) -> tuple[str, ...]:
+        return tuple(d for d in self.shape if isinstance(d, str))
+
+    def shape_text(self) -> str:
+        return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+
+@dataclass(frozen=True)
+class OnnxSignature:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    opset: int
+    producer: str
+    ir_version: int
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.outputs)
+
+    @property
+    def symbolic_dims(self) -> tuple[str, ...]:
+        """Every symbolic dim name of the inputs, in first-seen order."""
+        seen: dict[str, None] = {}
+        for spec in self.inputs:
+            for d in spec.symbolic_dims:
+                seen.setdefault(d, None)
+        return tuple(seen)

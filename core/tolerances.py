@@ -1,0 +1,112 @@
+"""Tolerances: a global (atol, rtol) and per-output overrides.
+
+The pass rule, everywhere: an element passes when ``|onnx - ref| <= atol + rtol * |ref|``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from core.errors import UsageError
+
+DEFAULT_ATOL = 1e-5  # Optimum's default
+DEFAULT_RTOL = 0.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+
+    def __post_init__(self) -> None:
+        for label, value in (("atol", self.atol), ("rtol", self.rtol)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise UsageError(f"{label} must be a finite number >= 0, got {value!r}")
+
+    def to_json(self) -> dict[str, float]:
+        return {"atol": float(self.atol), "rtol": float(self.rtol)}
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    default: Tolerance = Tolerance()
+    outputs: Mapping[str, Tolerance] = field(default_factory=dict)
+
+    def for_output(self, name: str) -> Tolerance:
+        return self.outputs.get(name, self.default)
+
+    def with_default(self, tolerance: Tolerance) -> Tolerances:
+        return replace(self, default=tolerance)
+
+    def with_output(self, name: str, tolerance: Tolerance | None) -> Tolerances:
+        outputs = dict(self.outputs)
+        if tolerance is None:
+            outputs.pop(name, None)
+        else:
+            outputs[name] = tolerance
+        return replace(self, outputs=outputs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "default": self.default.to_json(),
+            "outputs": {name: tol.to_json() for name, tol in self.outputs.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, source: str = "tolerances") -> Tolerances:
+        if not isinstance(data, dict):
+            raise UsageError(f"{source}: expected a JSON object with 'default' and 'outputs'")
+        unknown = set(data) - {"default", "outputs"}
+        if unknown:
+            raise UsageError(f"{source}: unknown keys {sorted(unknown)}; expected 'default', 'outputs'")
+        default = _tolerance_from_json(data.get("default", {}), Tolerance(), f"{source}: default")
+        outputs_data = data.get("outputs", {})
+        if not isinstance(outputs_data, dict):
+            raise UsageError(f"{source}: 'outputs' must be an object of NAME: {{atol, rtol}}")
+        outputs = {
+            str(name): _tolerance_from_json(value, default, f"{source}: outputs.{name}")
+            for name, value in outputs_data.items()
+        }
+        return cls(default=default, outputs=outputs)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tolerances:
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise UsageError(f"cannot read tolerances file {path}: {exc.strerror or exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"tolerances file {path} is not valid JSON: {exc}") from exc
+        return cls.from_json(data, source=str(path))
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+def _tolerance_from_json(value: Any, fallback: Tolerance, where: str) -> Tolerance:
+    if not isinstance(value, dict) or set(value) - {"atol", "rtol"}:
+        raise UsageError(f"{where}: expected {{\"atol\": number, \"rtol\": number}}")
+    try:
+        return Tolerance(
+            atol=float(value.get("atol", fallback.atol)), rtol=float(value.get("rtol", fallback.rtol))
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: atol and rtol must be numbers") from exc
+
+
+def parse_tol_arg(text: str, default: Tolerance) -> tuple[str, Tolerance]:
+    """Parse ``NAME=ATOL[:RTOL]`` (the CLI's ``--tol``); rtol falls back to the default's."""
+    name, sep, value = text.rpartition("=")
+    if not sep or not name:
+        raise UsageError(f"--tol {text!r}: expected NAME=ATOL[:RTOL]")
+    atol_text, _, rtol_text = value.partition(":")
+    try:
+        atol = float(atol_text)
+        rtol = float(rtol_text) if rtol_text else default.rtol
+    except ValueError as exc:
+        raise UsageError(f"--tol {text!r}: ATOL and RTOL must be numbers") from exc
+    return name, Tolerance(atol=atol, rtol=rtol)
