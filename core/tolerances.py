@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from core.errors import UsageError
 
@@ -62,7 +63,9 @@ class Tolerances:
             raise UsageError(f"{source}: expected a JSON object with 'default' and 'outputs'")
         unknown = set(data) - {"default", "outputs"}
         if unknown:
-            raise UsageError(f"{source}: unknown keys {sorted(unknown)}; expected 'default', 'outputs'")
+            raise UsageError(
+                f"{source}: unknown keys {sorted(unknown)}; expected 'default', 'outputs'"
+            )
         default = _tolerance_from_json(data.get("default", {}), Tolerance(), f"{source}: default")
         outputs_data = data.get("outputs", {})
         if not isinstance(outputs_data, dict):
@@ -89,10 +92,11 @@ class Tolerances:
 
 def _tolerance_from_json(value: Any, fallback: Tolerance, where: str) -> Tolerance:
     if not isinstance(value, dict) or set(value) - {"atol", "rtol"}:
-        raise UsageError(f"{where}: expected {{\"atol\": number, \"rtol\": number}}")
+        raise UsageError(f'{where}: expected {{"atol": number, "rtol": number}}')
     try:
         return Tolerance(
-            atol=float(value.get("atol", fallback.atol)), rtol=float(value.get("rtol", fallback.rtol))
+            atol=float(value.get("atol", fallback.atol)),
+            rtol=float(value.get("rtol", fallback.rtol)),
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{where}: atol and rtol must be numbers") from exc

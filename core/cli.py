@@ -1,0 +1,317 @@
+"""`parity` — the validation core, headless, for terminals and CI.
+
+Exit codes: 0 every output passes, 1 some output fails, 2 the run could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+from core.errors import ParityError, UsageError
+from core.format import format_run
+from core.results import RunError, ValidationRun
+from core.tolerances import Tolerance, Tolerances, parse_tol_arg
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parity",
+        description="Check, element by element, that an ONNX export gives the numbers of its "
+        "PyTorch model.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    v = sub.add_parser(
+        "validate",
+        help="run torch and ONNX Runtime on the same inputs and compare every output",
+        description="Exit 0: every output passes; 1: some output fails; 2: the run could not "
+        "be made.",
+    )
+    model = v.add_argument_group("model and ONNX file")
+    model.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="demo:NAME | FILE.pt2 | TorchScript file | FILE.py:CALLABLE | package.module:CALLABLE",
+    )
+    model.add_argument("--onnx", metavar="FILE", help="the ONNX file (optional for demo:NAME)")
+    model.add_argument("--weights", metavar="FILE", help="state dict: .safetensors or torch file")
+    model.add_argument(
+        "--reference",
+        metavar="REF.npz",
+        help="stored reference outputs instead of a torch model (needs --inputs)",
+    )
+    inputs = v.add_argument_group("inputs")
+    inputs.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=SIZE",
+        help="size of a symbolic input dim (repeatable)",
+    )
+    inputs.add_argument(
+        "--input-sets",
+        type=int,
+        default=1,
+        metavar="N",
+        help="number of generated input sets; sets after the first grow every "
+        "symbolic dim (default 1)",
+    )
+    inputs.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
+    inputs.add_argument(
+        "--int-range",
+        action="append",
+        default=[],
+        metavar="NAME=LOW:HIGH",
+        help="range [LOW, HIGH) of an integer input (repeatable)",
+    )
+    inputs.add_argument(
+        "--inputs",
+        action="append",
+        default=[],
+        metavar="FILE.npz",
+        help="your own feeds, one input set per file (repeatable)",
+    )
+    runtime = v.add_argument_group("ONNX Runtime")
+    runtime.add_argument(
+        "--provider",
+        default="CPUExecutionProvider",
+        help="execution provider (default CPUExecutionProvider)",
+    )
+    runtime.add_argument(
+        "--ort-opt-level",
+        default="all",
+        choices=["disable", "basic", "extended", "all"],
+        help="graph optimisation level (default all)",
+    )
+    tol = v.add_argument_group("tolerances (element passes when |onnx-ref| <= atol + rtol*|ref|)")
+    tol.add_argument("--atol", type=float, default=None, help="global atol (default 1e-5)")
+    tol.add_argument("--rtol", type=float, default=None, help="global rtol (default 0)")
+    tol.add_argument(
+        "--tol",
+        action="append",
+        default=[],
+        metavar="NAME=ATOL[:RTOL]",
+        help="per-output tolerance (repeatable)",
+    )
+    tol.add_argument(
+        "--tolerances",
+        metavar="FILE",
+        help='JSON: {"default": {"atol":..,"rtol":..}, "outputs": {NAME: {...}}}',
+    )
+    out = v.add_argument_group("reports")
+    out.add_argument("--json", metavar="FILE", help="write the parity.report/1 JSON report")
+    out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    out.add_argument("--save-run", metavar="FILE", help="save the run (reopens without the model)")
+    out.add_argument(
+        "--save-reference",
+        metavar="REF.npz",
+        help="save the torch outputs, for later --reference runs",
+    )
+    v.add_argument("--debug", action="store_true", help="show tracebacks")
+    _add_hf_arguments(v)
+
+    r = sub.add_parser("report", help="re-judge and report a saved run (no model needed)")
+    r.add_argument("run", metavar="RUN", help="a file written by --save-run")
+    r.add_argument("--json", metavar="FILE")
+    r.add_argument("--html", metavar="FILE")
+    r.add_argument("--atol", type=float, default=None)
+    r.add_argument("--rtol", type=float, default=None)
+    r.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL[:RTOL]")
+    r.add_argument("--tolerances", metavar="FILE")
+    r.add_argument("--debug", action="store_true")
+
+    sub.add_parser("demos", help="list the built-in demos")
+    return parser
+
+
+def _add_hf_arguments(parser: argparse.ArgumentParser) -> None:
+    try:
+        from core.hf.cli_args import add_hf_arguments
+    except ImportError:
+        return
+    add_hf_arguments(parser)
+
+
+def _parse_pairs(items: Sequence[str], flag: str, kind: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise UsageError(f"{flag} {item!r}: expected {kind}")
+        pairs[name] = value
+    return pairs
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, int]:
+    dims = {}
+    for name, value in _parse_pairs(items, "--dim", "NAME=SIZE").items():
+        try:
+            dims[name] = int(value)
+        except ValueError as exc:
+            raise UsageError(f"--dim {name}={value}: SIZE must be an integer") from exc
+        if dims[name] < 0:
+            raise UsageError(f"--dim {name}={value}: SIZE must be >= 0")
+    return dims
+
+
+def parse_int_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
+    ranges = {}
+    for name, value in _parse_pairs(items, "--int-range", "NAME=LOW:HIGH").items():
+        low, sep, high = value.partition(":")
+        try:
+            bounds = (int(low), int(high))
+        except ValueError as exc:
+            raise UsageError(f"--int-range {name}={value}: expected integers LOW:HIGH") from exc
+        if not sep or bounds[0] >= bounds[1]:
+            raise UsageError(f"--int-range {name}={value}: expected LOW:HIGH with LOW < HIGH")
+        ranges[name] = bounds
+    return ranges
+
+
+def tolerances_from_args(args: argparse.Namespace, *, base: Tolerances | None = None) -> Tolerances:
+    """--tolerances file (else `base`) first, then --atol/--rtol over its default, then --tol."""
+    tolerances = Tolerances.load(args.tolerances) if args.tolerances else (base or Tolerances())
+    if args.atol is not None or args.rtol is not None:
+        default = tolerances.default
+        tolerances = tolerances.with_default(
+            Tolerance(
+                atol=default.atol if args.atol is None else args.atol,
+                rtol=default.rtol if args.rtol is None else args.rtol,
+            )
+        )
+    for item in args.tol:
+        name, tolerance = parse_tol_arg(item, tolerances.default)
+        tolerances = tolerances.with_output(name, tolerance)
+    return tolerances
+
+
+def _validate(args: argparse.Namespace) -> ValidationRun:
+    from core.validate import RunConfig, run_validation
+
+    tolerances = tolerances_from_args(args)
+    if args.model is not None and args.model.startswith("hf:"):
+        from core.hf.cli_args import run_hf_from_args
+
+        return run_hf_from_args(args, tolerances=tolerances)
+    config = RunConfig(
+        model=args.model,
+        onnx=args.onnx,
+        weights=args.weights,
+        dims=parse_dims(args.dim),
+        n_input_sets=args.input_sets,
+        seed=args.seed,
+        int_ranges=parse_int_ranges(args.int_range),
+        input_files=tuple(args.inputs),
+        provider=args.provider,
+        ort_opt_level=args.ort_opt_level,
+        tolerances=tolerances,
+        reference_file=args.reference,
+    )
+    if config.model is None and config.reference_file is None:
+        raise UsageError("--model SPEC is required (or --reference REF.npz with --inputs)")
+    return run_validation(config, progress=_progress_printer())
+
+
+def _progress_printer():
+    if not sys.stderr.isatty():
+        return None
+
+    def show(event) -> None:
+        print(f"\r\033[K[{event.elapsed:6.1f}s] {event.message}", end="", file=sys.stderr)
+        if event.step == "done":
+            print("\r\033[K", end="", file=sys.stderr)
+
+    return show
+
+
+def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
+    from core.report import report_dict, write_json
+
+    if getattr(args, "save_run", None):
+        from core.saved_run import save_run
+
+        save_run(run, args.save_run)
+    if getattr(args, "save_reference", None):
+        from core.reference import save_reference_outputs
+
+        save_reference_outputs(args.save_reference, run)
+    if args.json:
+        write_json(args.json, report_dict(run))
+    if args.html:
+        from core.html_report import write_html_report
+
+        write_html_report(run, args.html)
+
+
+def _report(args: argparse.Namespace) -> ValidationRun:
+    from core.saved_run import load_run
+
+    run = load_run(args.run)
+    if args.tolerances or args.atol is not None or args.rtol is not None or args.tol:
+        run = run.rejudge(tolerances_from_args(args, base=run.tolerances))
+    return run
+
+
+def _demos() -> int:
+    from core.demos import DEMOS
+
+    for demo in DEMOS.values():
+        print(f"demo:{demo.name:<12} {demo.title}")
+        if demo.tolerances is not None:
+            flags = " ".join(
+                f"--tol {name}={t.atol:g}:{t.rtol:g}" for name, t in demo.tolerances.outputs.items()
+            )
+            print(f"{'':17} passes with: {flags}")
+    return EXIT_PASS
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "demos":
+        return _demos()
+    try:
+        run = _validate(args) if args.command == "validate" else _report(args)
+        print(format_run(run))
+        _write_outputs(run, args)
+    except ParityError as exc:
+        return _fail(args, exc.kind, exc.message, exc)
+    except KeyboardInterrupt:
+        print("parity: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a bug or an error the core did not classify: still one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return _fail(args, "internal", f"{type(exc).__name__}: {first}", exc)
+    return EXIT_PASS if run.verdict == "pass" else EXIT_FAIL
+
+
+def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:
+    if args.debug:
+        traceback.print_exception(exc)
+    hint = "" if args.debug else " (--debug shows the traceback)" if kind == "internal" else ""
+    print(f"parity: error: {message}{hint}", file=sys.stderr)
+    if getattr(args, "json", None):
+        from core.report import error_report_dict, write_json
+
+        try:
+            tolerances = tolerances_from_args(args)
+        except ParityError:
+            tolerances = Tolerances()
+        write_json(
+            args.json,
+            error_report_dict(
+                model=getattr(args, "model", None) or getattr(args, "run", None),
+                onnx=getattr(args, "onnx", None),
+                tolerances=tolerances,
+                error=RunError(kind=kind, message=message),
+            ),
+        )
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Plain-text rendering of a run for terminals: a per-output table and the verdict."""
+
+from __future__ import annotations
+
+from core.results import OutputComparison, Status, ValidationRun
+
+_STATUS_TEXT = {
+    Status.PASS: "pass",
+    Status.FAIL: "FAIL",
+    Status.SHAPE_MISMATCH: "SHAPE",
+    Status.DTYPE_MISMATCH: "DTYPE",
+    Status.MISSING: "MISSING",
+}
+
+
+def fmt_float(value: float | None) -> str:
+    """Short, aligned scientific text; '-' for undefined."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    if value != value:  # NaN
+        return "nan"
+    if value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+def fmt_shape(shape: tuple[int, ...] | None) -> str:
+    return "-" if shape is None else "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _row(c: OutputComparison, multi_set: bool) -> list[str]:
+    shape = fmt_shape(c.ref_shape)
+    if c.onnx_shape != c.ref_shape:
+        shape = f"{fmt_shape(c.ref_shape)} vs {fmt_shape(c.onnx_shape)}"
+    dtype = c.ref_dtype or "-"
+    if c.onnx_dtype != c.ref_dtype:
+        dtype = f"{c.ref_dtype or '-'} vs {c.onnx_dtype or '-'}"
+    s = c.stats
+    nonfinite = "-"
+    if s is not None and (s.n_nan_mismatch or s.n_inf_mismatch):
+        nonfinite = f"{s.n_nan_mismatch}/{s.n_inf_mismatch}"
+    mismatch = "-"
+    if c.n_mismatch is not None:
+        mismatch = f"{c.n_mismatch} ({100 * (c.mismatch_fraction or 0):.3g}%)"
+    row = [
+        c.name,
+        _STATUS_TEXT[c.status],
+        shape,
+        dtype,
+        fmt_float(s.max_abs if s else None),
+        fmt_float(s.max_rel if s else None),
+        mismatch,
+        nonfinite,
+        fmt_float(c.min_atol_to_pass),
+        f"{fmt_float(c.tolerance.atol)}/{fmt_float(c.tolerance.rtol)}",
+    ]
+    return [str(c.input_set), *row] if multi_set else row
+
+
+def format_table(run: ValidationRun) -> str:
+    multi_set = len(run.input_sets) > 1
+    header = [
+        "output",
+        "status",
+        "shape",
+        "dtype",
+        "max abs",
+        "max rel",
+        "mismatched",
+        "nan/inf",
+        "min atol",
+        "atol/rtol",
+    ]
+    if multi_set:
+        header = ["set", *header]
+    rows = [header] + [_row(c, multi_set) for c in run.comparisons]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_verdict(run: ValidationRun) -> str:
+    if run.errors:
+        return "ERROR: " + "; ".join(e.message for e in run.errors)
+    failing = [c for c in run.comparisons if not c.status.passed]
+    total = len(run.comparisons)
+    if not failing:
+        return f"PASS: all {total} outputs within tolerance"
+    names = sorted({c.name for c in failing})
+    where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"FAIL: {len(failing)} of {total} outputs failed: {where}"
+
+
+def format_input_sets(run: ValidationRun) -> str:
+    lines = []
+    for s in run.input_sets:
+        shapes = ", ".join(f"{n}{fmt_shape(tuple(a.shape))}" for n, a in s.feeds.items())
+        lines.append(f"input set {s.index}: {shapes}" + (f"  [{s.label}]" if s.label else ""))
+    return "\n".join(lines)
+
+
+def format_run(run: ValidationRun) -> str:
+    head = f"model {run.model}\nonnx  {run.onnx}"
+    failing_messages = [
+        f"  set {c.input_set} {c.name}: {c.message}"
+        for c in run.comparisons
+        if not c.status.passed and c.message
+    ]
+    parts = [head, format_input_sets(run), "", format_table(run)]
+    if failing_messages:
+        parts += ["", *failing_messages]
+    parts += ["", format_verdict(run)]
+    return "\n".join(parts)

@@ -1,0 +1,131 @@
+"""The JSON report, schema ``parity.report/1``: strict JSON (null, never NaN or Infinity).
+
+Written the same way from a live run and from a saved run, so CI and the dashboard agree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.results import OutputComparison, RunError, ValidationRun
+from core.tolerances import Tolerances
+
+SCHEMA = "parity.report/1"
+
+
+def report_dict(run: ValidationRun) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "verdict": run.verdict,
+        "model": run.model,
+        "onnx": run.onnx,
+        "environment": dict(run.environment),
+        "tolerances": run.tolerances.to_json(),
+        "input_sets": [
+            {"index": s.index, "label": s.label, "inputs": s.describe()} for s in run.input_sets
+        ],
+        "outputs": [output_dict(c) for c in run.comparisons],
+        "errors": [_error_dict(e) for e in run.errors],
+        "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
+    }
+    if run.signature is not None:
+        data["opset"] = run.signature.opset
+        data["producer"] = run.signature.producer
+    if "summary" in run.extra:
+        data["summary"] = run.extra["summary"]
+    return _strict(data)
+
+
+def output_dict(c: OutputComparison) -> dict[str, Any]:
+    s = c.stats
+    return {
+        "input_set": c.input_set,
+        "name": c.name,
+        "status": c.status.value,
+        "ref_shape": _shape(c.ref_shape),
+        "onnx_shape": _shape(c.onnx_shape),
+        "ref_dtype": c.ref_dtype,
+        "onnx_dtype": c.onnx_dtype,
+        "n_elements": c.n_elements,
+        "max_abs": s.max_abs if s else None,
+        "max_rel": s.max_rel if s else None,
+        "mean_abs": s.mean_abs if s else None,
+        "rms": s.rms if s else None,
+        "p99_abs": s.p99_abs if s else None,
+        "n_mismatch": c.n_mismatch,
+        "mismatch_fraction": c.mismatch_fraction,
+        "n_nan_mismatch": s.n_nan_mismatch if s else None,
+        "n_inf_mismatch": s.n_inf_mismatch if s else None,
+        "worst_index": list(s.worst_index) if s and s.worst_index is not None else None,
+        "ref_at_worst": s.ref_at_worst if s else None,
+        "onnx_at_worst": s.onnx_at_worst if s else None,
+        "cosine": s.cosine if s else None,
+        "snr_db": s.snr_db if s else None,
+        "atol": c.tolerance.atol,
+        "rtol": c.tolerance.rtol,
+        "min_atol_to_pass": c.min_atol_to_pass,
+        "message": c.message,
+    }
+
+
+def error_report_dict(
+    *,
+    model: str | None,
+    onnx: str | None,
+    tolerances: Tolerances,
+    error: RunError,
+    environment: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The report of a run that could not be made (verdict "error")."""
+    return _strict(
+        {
+            "schema": SCHEMA,
+            "verdict": "error",
+            "model": model,
+            "onnx": onnx,
+            "environment": environment or {},
+            "tolerances": tolerances.to_json(),
+            "input_sets": [],
+            "outputs": [],
+            "errors": [_error_dict(error)],
+        }
+    )
+
+
+def _error_dict(error: RunError) -> dict[str, str]:
+    return {"kind": error.kind, "message": error.message}
+
+
+def _shape(shape: tuple[int, ...] | None) -> list[int] | None:
+    return None if shape is None else [int(d) for d in shape]
+
+
+def _strict(value: Any) -> Any:
+    """Turn numpy scalars into Python ones and non-finite floats into None, recursively."""
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _strict(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    return value
+
+
+def dumps(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, allow_nan=False)
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> None:
+    Path(path).write_text(dumps(data) + "\n")

@@ -1,0 +1,172 @@
+"""The `parity` command end to end: exit codes, the table, the JSON report, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+from core.report import SCHEMA
+
+REPORT_OUTPUT_KEYS = {
+    "input_set", "name", "status", "ref_shape", "onnx_shape", "ref_dtype", "onnx_dtype",
+    "n_elements", "max_abs", "max_rel", "mean_abs", "rms", "p99_abs", "n_mismatch",
+    "mismatch_fraction", "n_nan_mismatch", "n_inf_mismatch", "worst_index", "ref_at_worst",
+    "onnx_at_worst", "cosine", "snr_db", "atol", "rtol", "min_atol_to_pass", "message",
+}  # fmt: skip
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "core", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_passing_demo_exits_0_and_prints_verdict():
+    result = run_cli("validate", "--model", "demo:cnn", "--input-sets", "2")
+    assert result.returncode == 0, result.stderr
+    assert "PASS" in result.stdout
+    assert "logits" in result.stdout
+
+
+def test_broken_demo_exits_1_and_names_the_failing_output(tmp_path: Path, capsys):
+    report_path = tmp_path / "report.json"
+    code = main(["validate", "--model", "demo:broken", "--json", str(report_path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL" in out
+    report = json.loads(report_path.read_text())
+    failing = {o["name"] for o in report["outputs"] if o["status"] != "pass"}
+    assert failing == {"mask"}
+    assert "mask" in out.splitlines()[-1]
+
+
+def test_corrupt_onnx_exits_2_with_one_line_and_no_traceback(tmp_path: Path):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"\x08\x07garbage that is not a protobuf" * 10)
+    result = run_cli("validate", "--model", "demo:cnn", "--onnx", str(bad))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "model.onnx" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_onnx_file_exits_2_and_error_report_is_written(tmp_path: Path, capsys):
+    report_path = tmp_path / "r.json"
+    code = main(
+        ["validate", "--model", "demo:cnn", "--onnx", str(tmp_path / "nope.onnx"),
+         "--json", str(report_path)]
+    )  # fmt: skip
+    assert code == 2
+    assert "nope.onnx" in capsys.readouterr().err
+    report = json.loads(report_path.read_text())
+    assert report["verdict"] == "error"
+    assert report["errors"][0]["kind"] == "onnx_load"
+
+
+def test_json_report_follows_schema_and_is_strict(tmp_path: Path):
+    report_path = tmp_path / "report.json"
+    code = main(
+        ["validate", "--model", "demo:transformer", "--input-sets", "2",
+         "--json", str(report_path)]
+    )  # fmt: skip
+    text = report_path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    report = json.loads(text)
+    assert report["schema"] == SCHEMA
+    assert report["verdict"] == ("pass" if code == 0 else "fail")
+    assert {"torch", "onnx", "onnxruntime", "provider"} <= set(report["environment"])
+    assert [s["index"] for s in report["input_sets"]] == [0, 1]
+    assert len(report["outputs"]) == 2 * len({o["name"] for o in report["outputs"]})
+    for output in report["outputs"]:
+        assert REPORT_OUTPUT_KEYS <= set(output)
+    shapes = [s["inputs"]["input_ids"]["shape"] for s in report["input_sets"]]
+    assert shapes[0] != shapes[1], "the second input set must exercise other sizes"
+
+
+def test_fp16_demo_fails_by_default_and_passes_at_per_output_tolerances(tmp_path: Path):
+    from core.demos import DEMOS
+
+    assert main(["validate", "--model", "demo:fp16"]) == 1
+    tol_file = tmp_path / "tol.json"
+    tol_file.write_text(DEMOS["fp16"].tolerances.dumps())
+    assert main(["validate", "--model", "demo:fp16", "--tolerances", str(tol_file)]) == 0
+
+
+def test_per_output_tol_flag_overrides_default(tmp_path: Path):
+    report_path = tmp_path / "r.json"
+    code = main(
+        ["validate", "--model", "demo:broken", "--tol", "mask=1e3:0", "--json", str(report_path)]
+    )
+    report = json.loads(report_path.read_text())
+    assert code == 0
+    assert report["tolerances"]["outputs"]["mask"] == {"atol": 1000.0, "rtol": 0.0}
+    mask = next(o for o in report["outputs"] if o["name"] == "mask")
+    assert mask["atol"] == 1000.0 and mask["status"] == "pass"
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--dim", "batch"], "--dim"),
+        (["--dim", "nosuchdim=3"], "nosuchdim"),
+        (["--tol", "mask"], "--tol"),
+        (["--int-range", "x=5:1"], "--int-range"),
+        (["--atol", "-1"], "atol"),
+        (["--model", "demo:nosuchdemo"], "nosuchdemo"),
+        (["--provider", "NoSuchExecutionProvider"], "NoSuchExecutionProvider"),
+    ],
+)
+def test_bad_usage_exits_2_naming_the_problem(args, words, capsys):
+    base = ["validate", "--model", "demo:cnn"]
+    code = main(base + args)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert words in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_tolerances_file_errors_exit_2(tmp_path: Path, capsys):
+    bad = tmp_path / "tol.json"
+    bad.write_text('{"default": {"atol": "x"}}')
+    assert main(["validate", "--model", "demo:cnn", "--tolerances", str(bad)]) == 2
+    assert "tol.json" in capsys.readouterr().err
+
+
+def test_model_that_raises_exits_2(tmp_path: Path, capsys):
+    import torch
+
+    class Doubler(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    onnx_path = tmp_path / "m.onnx"
+    torch.onnx.export(
+        Doubler(), (torch.zeros(2, 3),), str(onnx_path), input_names=["x"],
+        output_names=["y"], dynamo=False,
+    )  # fmt: skip
+    factory = tmp_path / "factory.py"
+    factory.write_text(
+        "import torch\n"
+        "class Bad(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        raise RuntimeError('kaboom in forward')\n"
+        "def make():\n"
+        "    return Bad()\n"
+    )
+    code = main(["validate", "--model", f"{factory}:make", "--onnx", str(onnx_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "kaboom in forward" in err
+
+
+def test_demos_command_lists_every_demo(capsys):
+    assert main(["demos"]) == 0
+    out = capsys.readouterr().out
+    for name in ("cnn", "transformer", "fp16", "broken"):
+        assert f"demo:{name}" in out
