@@ -5,16 +5,22 @@ that agrees (``cnn``), one with attention and layer norm (``transformer``), one 
 disagreement is a precision question answered by per-output tolerances (``fp16``), and one
 with a real bug to find (``broken``). Everything is built in code with fixed seeds, so every
 machine exports the same models; the exports are cached because exporting takes seconds.
+
+Public API: ``Demo``, ``DEMOS`` (cnn, transformer, fp16, broken), ``get_demo(name)``,
+``demo_onnx_path(name)`` (cache under ``$PARITY_CACHE_DIR`` or ``~/.cache/parity/demos``,
+file keyed by demo name, ``DEMO_VERSION``, torch and onnx versions), ``export_demo(demo)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,12 +267,14 @@ class _ExportSpec:
 _IMAGE_DIMS = {0: ("batch", 1, 1024), 2: ("height", 8, 1024), 3: ("width", 8, 1024)}
 _TEXT_DIMS = {0: ("batch", 1, 1024), 1: ("seq", 2, 256)}
 
-# fp16: measured max |error| over batch 2..6, seq 8..64, seeds 0..4 (see tests/test_demos.py):
-# last_hidden_state (LayerNorm output, |ref| up to ~4) ~3e-3, pooled (tanh, |ref| < 1) ~1e-3.
+# fp16, measured against the float32 torch model on onnxruntime 1.32 CPU over batch 1..6,
+# seq 8..64, 5 seeds, padded and unpadded masks: max |error| 2.5e-3 on last_hidden_state
+# (LayerNorm output, |ref| up to ~3.5) and 3.2e-4 on pooled (tanh output, |ref| < 0.6).
+# The tolerances below leave a 4x (last_hidden_state) and 6x (pooled) margin on atol alone.
 FP16_TOLERANCES = Tolerances(
     outputs={
-        "last_hidden_state": Tolerance(atol=2e-2, rtol=1e-2),
-        "pooled": Tolerance(atol=1e-2, rtol=1e-2),
+        "last_hidden_state": Tolerance(atol=1e-2, rtol=1e-2),
+        "pooled": Tolerance(atol=2e-3, rtol=1e-2),
     }
 )
 
@@ -301,8 +309,8 @@ DEMOS: dict[str, Demo] = {
             "The transformer demo's encoder with the same weights, but its ONNX graph computes "
             "in float16 (inputs and outputs stay float32, so only precision differs). It fails "
             "at the default atol 1e-5; look at how the error spreads over every element, then "
-            "apply the demo's per-output tolerances (atol 2e-2 / rtol 1e-2 on "
-            "last_hidden_state, 1e-2 / 1e-2 on pooled) and see it pass."
+            "apply the demo's per-output tolerances (atol 1e-2 / rtol 1e-2 on "
+            "last_hidden_state, atol 2e-3 / rtol 1e-2 on pooled) and see it pass."
         ),
         build=_build_encoder,
         example_inputs=_encoder_inputs,
@@ -378,6 +386,7 @@ def demo_onnx_path(name: str) -> Path:
     os.close(fd)
     try:
         onnx.save(model, tmp_name)
+        os.chmod(tmp_name, 0o644)  # mkstemp makes it private; the cache is meant to be shared
         os.replace(tmp_name, path)  # atomic: a racing process sees no file or a whole one
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
@@ -399,7 +408,7 @@ def export_demo(demo: Demo) -> onnx.ModelProto:
             dim = dims.setdefault(dim_name, torch.export.Dim(dim_name, min=low, max=high))
             dynamic_shapes[input_name][axis] = dim
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_exporter_logs():
             warnings.simplefilter("ignore")
             program = torch.onnx.export(
                 module,
@@ -419,3 +428,15 @@ def export_demo(demo: Demo) -> onnx.ModelProto:
         model = spec.edit(model)
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+@contextlib.contextmanager
+def _quiet_exporter_logs() -> Iterator[None]:
+    """The exporter logs warnings (e.g. "torchvision is not installed") a user can't act on."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

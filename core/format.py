@@ -104,15 +104,24 @@ def format_input_sets(run: ValidationRun) -> str:
     return "\n".join(lines)
 
 
+def format_failure(c: OutputComparison) -> str:
+    """numpy.testing-style lines for one failing output, plus where the worst element sits."""
+    lines = [line.strip() for line in c.message.splitlines() if line.strip()]
+    s = c.stats
+    if s is not None and s.worst_index is not None and c.status is Status.FAIL:
+        lines.append(
+            f"Worst element at index {list(s.worst_index)}: "
+            f"ref {fmt_float(s.ref_at_worst)}, onnx {fmt_float(s.onnx_at_worst)}"
+        )
+    head = f"set {c.input_set} {c.name}: "
+    return head + ("\n" + " " * len(head)).join(lines or [c.status.value])
+
+
 def format_run(run: ValidationRun) -> str:
     head = f"model {run.model}\nonnx  {run.onnx}"
-    failing_messages = [
-        f"  set {c.input_set} {c.name}: {c.message}"
-        for c in run.comparisons
-        if not c.status.passed and c.message
-    ]
+    failures = [format_failure(c) for c in run.comparisons if not c.status.passed]
     parts = [head, format_input_sets(run), "", format_table(run)]
-    if failing_messages:
-        parts += ["", *failing_messages]
+    if failures:
+        parts += ["", *failures]
     parts += ["", format_verdict(run)]
     return "\n".join(parts)

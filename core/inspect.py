@@ -62,7 +62,9 @@ def error_values(ref: np.ndarray, onnx: np.ndarray, kind: ValueKind = "abs") -> 
             np.divide(a, np.abs(r), out=out, where=nz)
             out[nz & ~np.isfinite(r)] = np.where(a[nz & ~np.isfinite(r)] == 0, 0.0, np.inf)
             return out
-    raise ValueError(f"unknown error kind {kind!r}; expected one of {ERROR_KINDS + ('ref', 'onnx')}")
+    raise ValueError(
+        f"unknown error kind {kind!r}; expected one of {ERROR_KINDS + ('ref', 'onnx')}"
+    )
 
 
 # --------------------------------------------------------------------------- slices
@@ -359,10 +361,7 @@ def worst_elements(
     for start, r, o in _flat_chunks(ref, onnx, chunk_elements):
         a = error_values(r, o, "abs")
         n_total += a.size
-        if a.size > k:
-            top = np.argpartition(-a, k - 1)[:k]
-        else:
-            top = np.arange(a.size)
+        top = np.argpartition(-a, k - 1)[:k] if a.size > k else np.arange(a.size)
         cand_idx.append(top + start)
         cand_err.append(a[top])
     if not cand_idx or k <= 0:
@@ -434,10 +433,7 @@ def sample_pairs(
     ov = o[pick].astype(np.float64)
     ok = np.isfinite(rv) & np.isfinite(ov)
     n_bad = int((~ok).sum())
-    if n <= max_points:
-        n_bad_total = n_bad
-    else:
-        n_bad_total = _count_nonfinite_pairs(ref, onnx)
+    n_bad_total = n_bad if n <= max_points else _count_nonfinite_pairs(ref, onnx)
     return ScatterSample(rv[ok], ov[ok], n, n_bad_total)
 
 

@@ -57,6 +57,7 @@ class OutputSet:
 
     arrays: Mapping[str, np.ndarray]
     seconds: float = 0.0
+    notes: tuple[str, ...] = ()  # e.g. "output 'y': bfloat16 compared as float32"
 
 
 @dataclass(frozen=True)

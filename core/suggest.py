@@ -89,10 +89,9 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
         min_atols[name] = worst
         if worst is None:
             continue
-        atol = round_up_125(margin * worst)
-        if atol == 0.0:
-            atol = round_up_125(max(worst, 1e-12)) if worst > 0 else 0.0
         if worst == 0.0:
-            notes[name] = "exact match: atol 0 passes"
+            notes[name] = "exact match: its current tolerance passes"
+            continue
+        atol = round_up_125(margin * worst)
         tolerances = tolerances.with_output(name, Tolerance(atol=atol, rtol=current.rtol))
     return Suggestion(tolerances=tolerances, min_atols=min_atols, notes=notes, margin=margin)

@@ -1,10 +1,368 @@
 """Resolve a model-spec string to a runnable torch model.
 
-STUB — contract:
-Specs: "demo:NAME", "FILE.pt2" (torch.export), TorchScript archive (torch.jit.save),
-"FILE.py:CALLABLE", "package.module:CALLABLE"; optional weights (.safetensors, or a torch
-file loaded with weights_only=True).
+One spec string is shared by the CLI and the dashboard:
+
+- ``demo:NAME``                 a built-in demo (``core.demos.DEMOS``);
+- ``FILE.pt2``                  a ``torch.export.save`` ExportedProgram;
+- any other existing file       a TorchScript archive (``torch.jit.save``), tried as a
+                                 torch.export archive second;
+- ``FILE.py:CALLABLE``          a factory in a Python file (imported by path);
+- ``package.module:CALLABLE``   a factory in an importable module.
+
+A factory is called without arguments and must return an ``nn.Module`` (an ``nn.Module``
+object named directly is used as is). This runs the user's code, which is why it only ever
+comes from a spec the user typed. Weights (``.safetensors``, or a torch file read with
+``weights_only=True``: never unpickled) are loaded strictly. The model is put in eval mode.
+
+Contract:
 @dataclass(frozen=True) class TorchModel: spec: str; kind: str; module: Callable (eval mode);
     parameter_names: tuple[str, ...] (forward()'s parameters, () if unknown); sha256: str
 load_torch_model(spec, *, weights=None) -> TorchModel   raises ModelLoadError / UsageError
 """
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import pickle
+import re
+import sys
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.errors import ModelLoadError, UsageError
+
+KINDS = ("demo", "exported_program", "torchscript", "factory")
+
+_CALLABLE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_MAX_KEYS_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class TorchModel:
+    spec: str
+    kind: str
+    module: Callable[..., Any]
+    parameter_names: tuple[str, ...]
+    sha256: str
+
+
+def load_torch_model(spec: str, *, weights: str | os.PathLike[str] | None = None) -> TorchModel:
+    """Load the model a spec names, apply optional weights, and put it in eval mode."""
+    spec = spec.strip()
+    if not spec:
+        raise UsageError(
+            "empty model spec; give demo:NAME, FILE.pt2, a TorchScript file, "
+            "FILE.py:CALLABLE or package.module:CALLABLE"
+        )
+    digest = hashlib.sha256()
+    if spec.startswith("demo:"):
+        module, kind = _load_demo(spec[len("demo:") :]), "demo"
+        digest.update(spec.encode())
+    elif (factory := _split_factory(spec)) is not None:
+        module, kind = _load_factory(spec, *factory), "factory"
+        digest.update(spec.encode())
+        if factory[0].endswith(".py") and Path(factory[0]).is_file():
+            _hash_file(digest, Path(factory[0]))
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise ModelLoadError(f"cannot load model {spec}: no such file")
+        module, kind = _load_archive(path)
+        _hash_file(digest, path)
+
+    if weights is not None:
+        wpath = Path(weights)
+        _apply_weights(module, wpath)
+        digest.update(b"\0weights\0")
+        _hash_file(digest, wpath)
+    _to_eval(module)
+    return TorchModel(
+        spec=spec,
+        kind=kind,
+        module=module,
+        parameter_names=_parameter_names(module, kind),
+        sha256=digest.hexdigest(),
+    )
+
+
+# --- spec kinds -------------------------------------------------------------------------
+
+
+def _load_demo(name: str) -> nn.Module:
+    from core.demos import DEMOS  # lazy: demos build and export models
+
+    if name not in DEMOS:
+        raise UsageError(f"unknown demo {name!r}; demos: {', '.join(sorted(DEMOS))}")
+    try:
+        module = DEMOS[name].build()
+    except Exception as exc:
+        raise ModelLoadError(
+            f"demo:{name} raised {type(exc).__name__}: {_first_line(exc)}"
+        ) from exc
+    return module
+
+
+def _split_factory(spec: str) -> tuple[str, str] | None:
+    """("FILE.py" or "package.module", "CALLABLE") when the spec names a factory."""
+    if ":" not in spec:
+        return None
+    target, _, attr = spec.rpartition(":")
+    if not target or not _CALLABLE_RE.match(attr):
+        return None
+    if target.endswith(".py") or _CALLABLE_RE.match(target):
+        return target, attr
+    return None
+
+
+def _load_factory(spec: str, target: str, attr: str) -> nn.Module:
+    if target.endswith(".py"):
+        code = _import_file(spec, Path(target))
+    else:
+        try:
+            code = importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            if exc.name and (target == exc.name or target.startswith(exc.name + ".")):
+                raise ModelLoadError(
+                    f"cannot load model {spec}: no module named {exc.name!r}"
+                ) from exc
+            raise _raised(spec, exc) from exc
+        except BaseException as exc:
+            _reraise_interrupt(exc)
+            raise _raised(spec, exc) from exc
+    obj: Any = code
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ModelLoadError(f"cannot load model {spec}: {target} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, nn.Module):
+        if not callable(obj):
+            raise ModelLoadError(f"cannot load model {spec}: {attr} is not callable")
+        try:
+            obj = obj()
+        except BaseException as exc:
+            _reraise_interrupt(exc)
+            raise _raised(spec, exc) from exc
+    if not isinstance(obj, nn.Module):
+        raise ModelLoadError(
+            f"cannot load model {spec}: {attr}() returned {type(obj).__name__}, "
+            "not a torch.nn.Module"
+        )
+    return obj
+
+
+def _import_file(spec: str, path: Path) -> Any:
+    if not path.is_file():
+        raise ModelLoadError(f"cannot load model {spec}: no such file {path}")
+    path = path.resolve()
+    name = "parity_user_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ModelLoadError(f"cannot load model {spec}: not an importable Python file")
+    code = importlib.util.module_from_spec(module_spec)
+    # The file's own directory goes on sys.path so it can import its siblings, now and
+    # lazily later; registering the module lets dataclasses and pickling find it.
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    sys.modules[name] = code
+    try:
+        module_spec.loader.exec_module(code)
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        _reraise_interrupt(exc)
+        raise _raised(spec, exc) from exc
+    return code
+
+
+def _load_archive(path: Path) -> tuple[nn.Module, str]:
+    """A .pt2 ExportedProgram, else a TorchScript archive (then .pt2 as a second guess)."""
+    if path.suffix == ".onnx":
+        raise ModelLoadError(
+            f"cannot load model {path}: this is an ONNX file; give it as --onnx and the "
+            "torch model as --model"
+        )
+    if path.suffix == ".pt2":
+        return _load_exported(path), "exported_program"
+    if not zipfile.is_zipfile(path):
+        raise ModelLoadError(
+            f"cannot load model {path}: not a TorchScript or torch.export archive "
+            "(for a state dict, give the model as FILE.py:CALLABLE and the file as --weights)"
+        )
+    try:
+        with warnings.catch_warnings():  # torch deprecates TorchScript; the user has one
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.jit.load(str(path), map_location="cpu"), "torchscript"
+    except Exception as jit_exc:
+        try:
+            return _load_exported(path), "exported_program"
+        except ModelLoadError:
+            pass
+        raise ModelLoadError(
+            f"cannot load model {path}: not a TorchScript or torch.export archive "
+            f"({_first_line(jit_exc)}; for a state dict, give the model as FILE.py:CALLABLE "
+            "and the file as --weights)"
+        ) from jit_exc
+
+
+def _load_exported(path: Path) -> nn.Module:
+    try:
+        return torch.export.load(str(path)).module()
+    except Exception as exc:
+        raise ModelLoadError(
+            f"cannot load model {path}: torch.export.load failed: {_first_line(exc)}"
+        ) from exc
+
+
+# --- weights ----------------------------------------------------------------------------
+
+
+def _apply_weights(module: nn.Module, path: Path) -> None:
+    if not path.is_file():
+        raise ModelLoadError(f"cannot load weights {path}: no such file")
+    state = _read_state_dict(path)
+    expected = set(module.state_dict())
+    missing = sorted(expected - set(state))
+    unexpected = sorted(set(state) - expected)
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing keys {_few(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys {_few(unexpected)}")
+        raise ModelLoadError(f"weights {path} do not fit the model: {'; '.join(parts)}")
+    try:
+        module.load_state_dict(state, strict=True)
+    except Exception as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()]
+        cause = lines[0] if lines else _first_line(exc)
+        raise ModelLoadError(f"weights {path} do not fit the model: {cause}") from exc
+
+
+def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors.torch import load_file
+
+            return load_file(str(path), device="cpu")
+        except Exception as exc:
+            raise ModelLoadError(
+                f"cannot load weights {path}: not a readable safetensors file ({_first_line(exc)})"
+            ) from exc
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"cannot load weights {path}: refused as unsafe, it needs pickle beyond "
+            "weights_only (save a state_dict, or use .safetensors)"
+        ) from exc
+    except Exception as exc:
+        raise ModelLoadError(
+            f"cannot load weights {path}: not a torch weights file ({_first_line(exc)})"
+        ) from exc
+    # Training checkpoints often wrap the state dict; accept the usual wrappers.
+    if isinstance(state, Mapping):
+        for key in ("state_dict", "model_state_dict", "model"):
+            inner = state.get(key)
+            if (
+                isinstance(inner, Mapping)
+                and inner
+                and all(isinstance(v, torch.Tensor) for v in inner.values())
+            ):
+                state = inner
+                break
+    if not isinstance(state, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise ModelLoadError(
+            f"cannot load weights {path}: expected a state dict (names -> tensors), "
+            f"got {type(state).__name__}"
+        )
+    return state
+
+
+# --- eval mode and parameter names -------------------------------------------------------
+
+
+def _to_eval(module: nn.Module) -> None:
+    try:
+        module.eval()
+    except NotImplementedError:
+        # An ExportedProgram's module refuses eval(); its graph was traced in the mode the
+        # model had at export time, so there is nothing to switch. Dropout/batch-norm
+        # patterns are switched where torch knows how.
+        try:
+            from torch.ao.quantization import move_exported_model_to_eval
+
+            move_exported_model_to_eval(module)  # type: ignore[arg-type]
+        except Exception:
+            pass
+
+
+def _parameter_names(module: nn.Module, kind: str) -> tuple[str, ...]:
+    """Names forward() accepts by keyword; () when inputs must go by position."""
+    if kind == "exported_program":
+        # An ExportedProgram takes by keyword only what was given by keyword at export.
+        in_spec = getattr(module, "_in_spec", None)
+        try:
+            kwargs_spec = (
+                in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
+            )  # type: ignore[union-attr]
+            return tuple(str(k) for k in (kwargs_spec.context or ()))
+        except Exception:
+            return ()
+    if kind == "torchscript":
+        try:
+            args = module.forward.schema.arguments  # type: ignore[union-attr]
+            return tuple(a.name for a in args if a.name != "self")
+        except Exception:
+            return ()
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(
+        p.name
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+    )
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _raised(spec: str, exc: BaseException) -> ModelLoadError:
+    return ModelLoadError(f"{spec} raised {type(exc).__name__}: {_first_line(exc)}")
+
+
+def _reraise_interrupt(exc: BaseException) -> None:
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+
+
+def _few(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_MAX_KEYS_SHOWN])
+    more = len(keys) - _MAX_KEYS_SHOWN
+    return shown + (f" (+{more} more)" if more > 0 else "")
+
+
+def _hash_file(digest: Any, path: Path) -> None:
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+
+
+def _first_line(exc: BaseException) -> str:
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__

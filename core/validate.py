@@ -154,7 +154,7 @@ def run_validation(config: RunConfig, *, progress: ProgressCallback | None = Non
     for i, input_set in enumerate(input_sets):
         report("onnx", f"ONNX Runtime on {_set_name(input_set)}", 0.1 + 0.85 * (i + 0.5) / n)
         t0 = time.perf_counter()
-        onnx_out = run_onnx(session, input_set)
+        onnx_out = run_onnx(session, input_set, signature=signature)
         t_onnx += time.perf_counter() - t0
         onnx_outputs.append(onnx_out)
         report(

@@ -1,0 +1,32 @@
+"""Parity dashboard: `streamlit run app.py` (add `?demo=broken` to the URL to run a demo).
+
+The frame only: page routing and the shared sidebar. Each page lives in `pages/` and reads
+the current run from the session; all the work is done by `core/`.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pages.sidebar import render_sidebar
+
+PAGES = (
+    ("pages/run.py", "Run", ":material/play_arrow:", "run"),
+    ("pages/overview.py", "Overview", ":material/table_chart:", "overview"),
+    ("pages/inspect.py", "Inspect", ":material/grid_on:", "inspect"),
+    ("pages/tolerances.py", "Tolerances", ":material/tune:", "tolerances"),
+)
+
+
+def main() -> None:
+    st.set_page_config(page_title="Parity", page_icon=":material/compare:", layout="wide")
+    pages = [
+        st.Page(path, title=title, icon=icon, url_path=url, default=(url == "run"))
+        for path, title, icon, url in PAGES
+    ]
+    page = st.navigation(pages)
+    page.run()
+    render_sidebar()  # after the page, so a run started on this rerun shows at once
+
+
+main()

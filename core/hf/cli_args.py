@@ -1,0 +1,250 @@
+"""The `hf:DIR` flags of `parity validate`, and the per-step table and summary it prints.
+
+Importing this module never imports transformers, so `parity --help` works without the extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from core.format import fmt_float
+from core.hf.options import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_PROMPT,
+    HfOptions,
+    format_overrides,
+    parse_config_overrides,
+)
+from core.results import OutputComparison, Status, ValidationRun
+from core.tolerances import Tolerances
+
+_STATUS_ORDER = (
+    Status.MISSING,
+    Status.SHAPE_MISMATCH,
+    Status.DTYPE_MISMATCH,
+    Status.FAIL,
+    Status.PASS,
+)
+_STATUS_TEXT = {
+    Status.PASS: "pass",
+    Status.FAIL: "FAIL",
+    Status.SHAPE_MISMATCH: "SHAPE",
+    Status.DTYPE_MISMATCH: "DTYPE",
+    Status.MISSING: "MISSING",
+}
+
+
+def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags that only `--model hf:DIR` uses."""
+    group = parser.add_argument_group(
+        "Hugging Face LLMs (--model hf:DIR: every generate() step is validated)"
+    )
+    group.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help=f"prompt; repeat for a left-padded batch (default {DEFAULT_PROMPT!r})",
+    )
+    group.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        metavar="N",
+        help=f"greedy decode steps after the prefill (default {DEFAULT_MAX_NEW_TOKENS})",
+    )
+    group.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="build the model from its config with random weights (weights are not read)",
+    )
+    group.add_argument(
+        "--config-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change the config before building the model, e.g. num_hidden_layers=1",
+    )
+    group.add_argument(
+        "--export-path",
+        metavar="FILE",
+        default=None,
+        help="where Parity's own export goes when --onnx is not given (default: a temp dir)",
+    )
+
+
+def hf_options_from_args(args: argparse.Namespace) -> HfOptions:
+    """HfOptions from parsed flags; UsageError for a malformed override or count."""
+    prompts = tuple(getattr(args, "prompt", None) or ()) or (DEFAULT_PROMPT,)
+    return HfOptions(
+        prompts=prompts,
+        max_new_tokens=getattr(args, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
+        random_weights=bool(getattr(args, "random_weights", False)),
+        config_overrides=parse_config_overrides(getattr(args, "config_override", None) or ()),
+    )
+
+
+def run_hf_from_args(args: argparse.Namespace, *, tolerances: Tolerances) -> ValidationRun:
+    """What `parity validate --model hf:DIR ...` runs."""
+    from core.hf.validate import run_hf_validation
+
+    return run_hf_validation(
+        args.model,
+        options=hf_options_from_args(args),
+        onnx=getattr(args, "onnx", None),
+        tolerances=tolerances,
+        provider=getattr(args, "provider", "CPUExecutionProvider"),
+        ort_opt_level=getattr(args, "ort_opt_level", "all"),
+        export_path=getattr(args, "export_path", None),
+        seed=getattr(args, "seed", 0),
+        progress=_progress_printer(),
+    )
+
+
+def _progress_printer() -> Any:
+    try:
+        from core.cli import _progress_printer as printer
+    except ImportError:
+        return None
+    return printer()
+
+
+def is_hf_run(run: ValidationRun) -> bool:
+    return isinstance(run.extra.get("summary"), Mapping) and run.extra.get("kind") == "hf_generate"
+
+
+def format_steps_table(run: ValidationRun) -> str:
+    """One row per generate() step, then failing details, then the summary.
+
+    Columns: step, phase, input shapes (ids · mask · past), status, logits max abs/rel,
+    the worst present key/value's max abs/rel and name, and the padding excluded.
+    """
+    steps = run.extra.get("steps") or []
+    masked = run.extra.get("masked_positions") or []
+    header = [
+        "step",
+        "phase",
+        "input shapes (ids · mask · past)",
+        "status",
+        "logits abs",
+        "logits rel",
+        "present abs",
+        "present rel",
+        "worst present",
+        "padding excluded",
+    ]
+    rows = [header]
+    details: list[str] = []
+    for i, input_set in enumerate(run.input_sets):
+        step = steps[i] if i < len(steps) else {"step": i + 1, "phase": "?"}
+        mine = [c for c in run.comparisons if c.input_set == input_set.index]
+        logits = next((c for c in mine if c.name == "logits"), None)
+        presents = [c for c in mine if c.name.startswith("present.")]
+        worst = _worst(presents)
+        pad = [m for m in masked if m.get("input_set") == input_set.index]
+        pad_text = "-"
+        if pad:
+            diffs = [m["max_abs"] for m in pad if m.get("max_abs") is not None]
+            count = sum(int(m["n_masked"]) for m in pad)
+            pad_text = f"{count} (max {fmt_float(max(diffs)) if diffs else 'nan'})"
+        rows.append(
+            [
+                str(step.get("step", i + 1)),
+                str(step.get("phase", "?")),
+                _shapes(input_set.feeds),
+                _STATUS_TEXT[_step_status(mine)],
+                fmt_float(_stat(logits, "max_abs")),
+                fmt_float(_stat(logits, "max_rel")),
+                fmt_float(_stat(worst, "max_abs")),
+                fmt_float(_stat(worst, "max_rel")),
+                worst.name if worst else "-",
+                pad_text,
+            ]
+        )
+        label = input_set.label or f"step {i + 1}"
+        details += [
+            f"  {label}: {c.name} {_STATUS_TEXT[c.status]}: {c.message}"
+            for c in mine
+            if not c.status.passed
+        ]
+    widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    parts = ["\n".join(lines)]
+    if details:
+        parts += ["", *details]
+    parts += ["", format_hf_summary(run)]
+    return "\n".join(parts)
+
+
+def format_hf_summary(run: ValidationRun) -> str:
+    """The seed's summary: model, overrides, weights, prompts, calls, export, steps, time."""
+    s: Mapping[str, Any] = run.extra.get("summary") or {}
+    prompts = s.get("prompts") or []
+    batch = "left-padded batch" if s.get("left_padded") else "batch"
+    export = s.get("export") or {}
+    status = str(export.get("status", "?"))
+    if export.get("seconds") is not None:
+        status += f" ({export['seconds']:.1f} s)"
+    if export.get("path"):
+        status += f" -> {export['path']}"
+    if export.get("cause"):
+        status += f": {export['cause']}"
+    steps = f"{s.get('steps_ok', 0)}/{s.get('steps_total', 0)}"
+    if s.get("failed_steps"):
+        steps += " — failing: " + ", ".join(s["failed_steps"])
+    masked = s.get("masked") or {}
+    times = s.get("timings") or {}
+    time_text = " · ".join(
+        f"{name} {times[name]:.2f} s"
+        for name in ("load", "capture", "export", "onnxruntime", "compare", "total")
+        if times.get(name) is not None
+    )
+    lines = [
+        f"model:     {s.get('model', run.model)} — {s.get('model_type', '?')} "
+        f"({s.get('architecture', '?')}), {s.get('weights', '?')} weights, "
+        f"config overrides: {format_overrides(s.get('config_overrides') or {})}",
+        f"prompts:   {len(prompts)} ({batch}): " + " | ".join(repr(p) for p in prompts),
+        f"calls:     {s.get('n_calls', 0)} captured ({s.get('n_prefill', 0)} prefill + "
+        f"{s.get('n_decode', 0)} decode), max new tokens {s.get('max_new_tokens', '?')}",
+        f"export:    {status}",
+        f"steps OK:  {steps}",
+    ]
+    if masked.get("n_elements"):
+        lines.append(
+            f"padding:   {masked['n_elements']} masked element(s) not judged (never attended); "
+            f"max abs diff there {fmt_float(masked.get('max_abs'))}"
+        )
+    lines.append(f"time:      {time_text}")
+    return "\n".join(lines)
+
+
+def _shapes(feeds: Mapping[str, Any]) -> str:
+    parts = []
+    for name in ("input_ids", "attention_mask", "past_key_values.0.key"):
+        if name in feeds:
+            parts.append("[" + ", ".join(str(d) for d in feeds[name].shape) + "]")
+    return " · ".join(parts)
+
+
+def _worst(comparisons: list[OutputComparison]) -> OutputComparison | None:
+    if not comparisons:
+        return None
+    return min(
+        comparisons,
+        key=lambda c: (_STATUS_ORDER.index(c.status), -(_stat(c, "max_abs") or 0.0)),
+    )
+
+
+def _step_status(comparisons: list[OutputComparison]) -> Status:
+    if not comparisons:
+        return Status.MISSING
+    return min((c.status for c in comparisons), key=_STATUS_ORDER.index)
+
+
+def _stat(c: OutputComparison | None, field: str) -> float | None:
+    if c is None or c.stats is None:
+        return None
+    return getattr(c.stats, field)

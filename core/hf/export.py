@@ -1,0 +1,326 @@
+"""Export a causal LM for one decode step with torch.onnx.export(dynamo=True).
+
+Passing a `DynamicCache` as an export input fails in current versions (unsupported pytree
+type; transformers' own registration fails later with a lifted-constant error). So the
+model is wrapped: the wrapper takes the past keys/values as a flat list of tensors, builds
+the cache inside `forward`, and returns the logits and the present keys/values flat. The
+ONNX names are Optimum's, so Optimum exports and Parity's own go through one mapping.
+
+Dynamic dimensions follow the captured calls, as the seed's input observer does: a
+dimension that varies across calls (sequence length, past length) is dynamic, one that
+does not (batch, within one generate()) stays fixed. torch.export specialises example sizes
+0 and 1, so the example inputs are synthetic, with a distinct size >= 2 per dynamic role.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import ExportError
+from core.hf.capture import CACHE_KEYWORDS, CapturedCall
+from core.hf.feeds import LOGITS, past_name, present_name
+
+EXAMPLE_SEQ = 3  # example sizes of dynamic roles: distinct, >= 2 (no 0/1 specialisation)
+EXAMPLE_PAST = 5
+
+
+@dataclass(frozen=True)
+class DynamicRoles:
+    """Which roles vary across the captured calls."""
+
+    batch: bool
+    sequence: bool
+    past: bool
+
+    @property
+    def total(self) -> bool:
+        return self.sequence or self.past
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    seconds: float
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    dynamic: DynamicRoles
+
+
+def infer_dynamic_roles(calls: Sequence[CapturedCall]) -> DynamicRoles:
+    """A role is dynamic when its size differs between two captured calls."""
+    batches = {c.input_ids.shape[0] for c in calls}
+    seqs = {c.input_ids.shape[1] for c in calls}
+    pasts = {c.past_length for c in calls}
+    return DynamicRoles(batch=len(batches) > 1, sequence=len(seqs) > 1, past=len(pasts) > 1)
+
+
+def export_decoder(
+    model: Any,
+    calls: Sequence[CapturedCall],
+    path: str | Path,
+    *,
+    opset: int | None = None,
+    optimize: bool = False,
+) -> ExportResult:
+    """Export `model` (a transformers causal LM) to `path`; ExportError with the cause.
+
+    `optimize` runs onnxscript's graph optimizer: off by default because it roughly doubles
+    the export time of small models, and ONNX Runtime optimises the graph itself at load.
+    """
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n_layers = len(calls[0].present)
+    wrapper = DecoderStep(model, n_layers=n_layers)
+    roles = infer_dynamic_roles(calls)
+    args, dynamic_shapes = _example_inputs(calls, roles, with_positions=wrapper.takes_positions)
+    input_names = ["input_ids", "attention_mask"]
+    if wrapper.takes_positions:
+        input_names.append("position_ids")
+    for layer in range(n_layers):
+        input_names += [past_name(layer, "key"), past_name(layer, "value")]
+    output_names = [LOGITS]
+    for layer in range(n_layers):
+        output_names += [present_name(layer, "key"), present_name(layer, "value")]
+
+    t0 = time.perf_counter()
+    try:
+        kwargs: dict[str, Any] = {}
+        if opset is not None:
+            kwargs["opset_version"] = opset
+        with torch.inference_mode(False), torch.no_grad():
+            program = torch.onnx.export(
+                wrapper,
+                args,
+                dynamo=True,
+                dynamic_shapes=dynamic_shapes,
+                input_names=input_names,
+                output_names=output_names,
+                verbose=False,
+                optimize=optimize,
+                **kwargs,
+            )
+        if program is None:
+            raise RuntimeError("torch.onnx.export returned no program")
+        _name_dynamic_dims(program, n_layers=n_layers)
+        n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        program.save(str(path), external_data=n_bytes > 1_500_000_000)
+    except Exception as exc:  # the exporter raises many types; all mean "export failed"
+        seconds = time.perf_counter() - t0
+        cause = exporter_cause(exc)
+        error = ExportError(
+            f"export: FAILED after {seconds:.1f} s: {cause}",
+            detail="".join(traceback.format_exception(exc)),
+        )
+        error.seconds = seconds  # type: ignore[attr-defined]
+        error.cause = cause  # type: ignore[attr-defined]
+        raise error from exc
+    return ExportResult(
+        path=path,
+        seconds=time.perf_counter() - t0,
+        input_names=tuple(input_names),
+        output_names=tuple(output_names),
+        dynamic=roles,
+    )
+
+
+class DecoderStep:
+    """Factory for the export wrapper (a torch.nn.Module built lazily: torch imports late)."""
+
+    def __new__(cls, model: Any, *, n_layers: int) -> Any:
+        import torch
+
+        forward_params = inspect.signature(model.forward).parameters
+        cache_kw = next((k for k in CACHE_KEYWORDS if k in forward_params), None)
+        if cache_kw is None:
+            raise ExportError(
+                f"export: FAILED: {type(model).__name__}.forward takes no KV cache "
+                f"(none of {list(CACHE_KEYWORDS)})"
+            )
+        takes_positions = "position_ids" in forward_params
+
+        class _DecoderStep(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+                self.takes_positions = takes_positions
+
+            def step(self, input_ids: Any, attention_mask: Any, past: list[Any], **kw: Any) -> Any:
+                kw[cache_kw] = make_cache(past, model.config)
+                out = self.model(
+                    input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **kw
+                )
+                return (out.logits, *cache_tensors(out.past_key_values))
+
+        class _WithPositions(_DecoderStep):
+            def forward(
+                self, input_ids: Any, attention_mask: Any, position_ids: Any, past: list[Any]
+            ) -> tuple[Any, ...]:
+                return self.step(input_ids, attention_mask, past, position_ids=position_ids)
+
+        class _WithoutPositions(_DecoderStep):
+            def forward(self, input_ids: Any, attention_mask: Any, past: list[Any]) -> Any:
+                return self.step(input_ids, attention_mask, past)
+
+        return _WithPositions() if takes_positions else _WithoutPositions()
+
+
+def make_cache(flat_past: Sequence[Any], config: Any) -> Any:
+    """A DynamicCache from [k0, v0, k1, v1, ...] (the constructor differs across versions)."""
+    from transformers import DynamicCache
+
+    pairs = [(flat_past[2 * i], flat_past[2 * i + 1]) for i in range(len(flat_past) // 2)]
+    try:
+        return DynamicCache(ddp_cache_data=pairs, config=config)
+    except TypeError:
+        cache = DynamicCache()
+        for layer, (k, v) in enumerate(pairs):
+            cache.update(k, v, layer)
+        return cache
+
+
+def cache_tensors(cache: Any) -> list[Any]:
+    if hasattr(cache, "layers"):
+        flat = []
+        for layer in cache.layers:
+            flat += [layer.keys, layer.values]
+        return flat
+    if hasattr(cache, "key_cache"):
+        flat = []
+        for k, v in zip(cache.key_cache, cache.value_cache, strict=True):
+            flat += [k, v]
+        return flat
+    return [t for layer in cache for t in layer[:2]]
+
+
+def _example_inputs(
+    calls: Sequence[CapturedCall], roles: DynamicRoles, *, with_positions: bool
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Synthetic example inputs (sizes >= 2 for dynamic roles) and their dynamic shapes."""
+    import torch
+
+    first = calls[0]
+    batch = first.input_ids.shape[0]
+    if roles.batch:
+        batch = max(2, batch)
+    seq = EXAMPLE_SEQ if roles.sequence else first.input_ids.shape[1]
+    past = EXAMPLE_PAST if roles.past else first.past_length
+    vocab_high = max(2, int(max(c.input_ids.max() for c in calls)) + 1)
+    gen = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, vocab_high, (batch, seq), generator=gen)
+    attention_mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    positions = torch.arange(past, past + seq, dtype=torch.int64).expand(batch, seq).contiguous()
+    flat_past = []
+    for k, v in first.present:
+        for array in (k, v):
+            shape = (batch, array.shape[1], past, array.shape[3])
+            flat_past.append(torch.randn(shape, generator=gen).to(_torch_dtype(array)))
+
+    auto = torch.export.Dim.DYNAMIC
+
+    def dims(**axes: bool) -> dict[int, Any]:
+        return {int(k[1:]): auto for k, on in axes.items() if on}
+
+    args: list[Any] = [input_ids, attention_mask]
+    shapes: list[Any] = [
+        dims(a0=roles.batch, a1=roles.sequence),
+        dims(a0=roles.batch, a1=roles.total),
+    ]
+    if with_positions:
+        args.append(positions)
+        shapes.append(dims(a0=roles.batch, a1=roles.sequence))
+    args.append(flat_past)
+    shapes.append([dims(a0=roles.batch, a2=roles.past) for _ in flat_past])
+    return tuple(args), tuple(shapes)
+
+
+def _torch_dtype(array: Any) -> Any:
+    import torch
+
+    return {"float16": torch.float16, "float64": torch.float64}.get(str(array.dtype), torch.float32)
+
+
+_SYMBOL = re.compile(r"\b(s\d+)\b")
+
+
+def _name_dynamic_dims(program: Any, *, n_layers: int) -> None:
+    """Rename the exporter's symbols (s12, s70, ...) to Optimum's dimension names.
+
+    Cosmetic but useful: the signature then reads batch_size / sequence_length /
+    past_sequence_length / total_sequence_length. Skipped silently if the IR differs.
+    """
+    try:
+        from onnxscript import ir
+    except ImportError:
+        return
+    try:
+        graph = program.model.graph
+        inputs = {v.name: v for v in graph.inputs}
+        names: dict[str, str] = {}
+
+        def claim(value_name: str, axis: int, dim_name: str) -> None:
+            value = inputs.get(value_name)
+            if value is None or value.shape is None or axis >= len(value.shape):
+                return
+            dim = value.shape[axis]
+            if isinstance(dim, ir.SymbolicDim) and dim.value:
+                names.setdefault(str(dim.value), dim_name)
+
+        for name in ("input_ids", "attention_mask", "position_ids"):
+            claim(name, 0, "batch_size")
+        claim("input_ids", 1, "sequence_length")
+        claim("position_ids", 1, "sequence_length")
+        claim("attention_mask", 1, "total_sequence_length")
+        for layer in range(n_layers):
+            for kind in ("key", "value"):
+                claim(past_name(layer, kind), 0, "batch_size")
+                claim(past_name(layer, kind), 2, "past_sequence_length")
+        if not names:
+            return
+
+        def rename(value: Any) -> None:
+            if value.shape is None:
+                return
+            new_dims = []
+            changed = False
+            for dim in value.shape:
+                if isinstance(dim, ir.SymbolicDim) and dim.value:
+                    text = _SYMBOL.sub(lambda m: names.get(m.group(1), m.group(1)), dim.value)
+                    changed |= text != dim.value
+                    new_dims.append(text)
+                else:
+                    new_dims.append(dim)
+            if changed:
+                value.shape = ir.Shape(new_dims)
+
+        for value in list(graph.inputs) + list(graph.outputs):
+            rename(value)
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for value in node.outputs:
+                rename(value)
+    except Exception:  # naming is cosmetic: never fail an export over it
+        return
+
+
+def exporter_cause(exc: BaseException) -> str:
+    """One line that says why the exporter gave up: the innermost cause, not the banner.
+
+    torch.onnx wraps the real error (e.g. a torch.export failure) in a long message that
+    starts with a generic banner; the chain's root usually names the operator or construct.
+    """
+    root = exc
+    seen = {id(root)}
+    while root.__cause__ is not None and id(root.__cause__) not in seen:
+        root = root.__cause__
+        seen.add(id(root))
+    lines = [line.strip() for line in str(root).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return f"{type(root).__name__}: {text}" if text else type(root).__name__

@@ -1,0 +1,81 @@
+"""What an `hf:DIR` run is asked to do: prompts, steps, weights and config overrides.
+
+Kept apart from the loading code so the CLI and the dashboard can build and check options
+without importing transformers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import UsageError
+
+HF_PREFIX = "hf:"
+DEFAULT_PROMPT = "Continue: it rains, what should I do?"
+DEFAULT_MAX_NEW_TOKENS = 3
+INSTALL_HINT = "pip install 'onnx-parity[hf]'"
+
+
+@dataclass(frozen=True)
+class HfOptions:
+    """Options of one Hugging Face run. Several prompts form one left-padded batch."""
+
+    prompts: tuple[str, ...] = (DEFAULT_PROMPT,)
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    random_weights: bool = False
+    config_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.prompts:
+            raise UsageError("hf: give at least one --prompt")
+        if any(not isinstance(p, str) or not p.strip() for p in self.prompts):
+            raise UsageError("hf: every --prompt must be a non-empty text")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens!r}")
+
+
+def is_hf_spec(spec: str | None) -> bool:
+    return bool(spec) and spec.startswith(HF_PREFIX)
+
+
+def hf_directory(spec: str) -> str:
+    """The directory of an `hf:DIR` spec (a bare directory is accepted too)."""
+    directory = spec.removeprefix(HF_PREFIX)
+    if not directory:
+        raise UsageError(f"model spec {spec!r}: expected hf:DIR (a local transformers directory)")
+    return directory
+
+
+def parse_config_override(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` -> (key, value); VALUE is read as JSON when it is (1, 0.5, true, null)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not key.replace("_", "a").replace(".", "a").isalnum():
+        raise UsageError(
+            f"--config-override {text!r}: expected KEY=VALUE, e.g. num_hidden_layers=1"
+        )
+    raw = raw.strip()
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
+def parse_config_overrides(items: Iterable[str]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, value = parse_config_override(item)
+        overrides[key] = value
+    return overrides
+
+
+def format_overrides(overrides: Mapping[str, Any]) -> str:
+    if not overrides:
+        return "none"
+    return ", ".join(
+        f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in overrides.items()
+    )

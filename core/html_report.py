@@ -1,0 +1,379 @@
+"""A self-contained HTML report: one file that opens offline, for people who won't run Python.
+
+Plotly's script is inlined once; every figure is a div that calls it, so the page makes no
+network request. Figures come from core.figures over core.inspect's reduced views (block
+max-pooled heatmaps, numpy-binned histograms), so the file stays a few MB whatever the
+output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing output.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from core import __version__
+from core.errors import UsageError
+from core.results import OutputComparison, Status, ValidationRun
+
+FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
+REPORT_MAX_CELLS = 200  # heatmap side in the report: 200x200 cells, ~0.2 MB each
+WORST_K = 15
+
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+_STATUS_TEXT = {
+    Status.PASS: "pass",
+    Status.FAIL: "FAIL",
+    Status.SHAPE_MISMATCH: "shape mismatch",
+    Status.DTYPE_MISMATCH: "dtype mismatch",
+    Status.MISSING: "missing",
+}
+
+
+def write_html_report(run: ValidationRun, path: str | Path) -> Path:
+    """Write the report for `run` to `path` (UTF-8) and return the path."""
+    path = Path(path)
+    text = render_html_report(run)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write HTML report {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def render_html_report(run: ValidationRun) -> str:
+    """The whole page as one string."""
+    from plotly.offline import get_plotlyjs
+
+    sections = [
+        _header(run),
+        _errors(run),
+        _outputs_table(run),
+        _grid(run),
+        _failing_details(run),
+        _tolerances(run),
+        _environment(run),
+    ]
+    body = "\n".join(s for s in sections if s)
+    title = f"Parity report: {run.verdict} - {Path(run.onnx).name or run.onnx}"
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        # No network, ever: the policy blocks any fetch the page (or a figure) might try.
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
+        "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+        'img-src data: blob:; font-src data:">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f"<script>{get_plotlyjs()}</script></head>\n<body>\n{body}\n"
+        f"<footer>Written by Parity {_e(__version__)} on "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.</footer>\n</body></html>\n"
+    )
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _header(run: ValidationRun) -> str:
+    n_fail = len({c.name for c in run.comparisons if not c.status.passed})
+    n_out = len(run.output_names)
+    n_sets = len(run.input_sets) or len({c.input_set for c in run.comparisons})
+    summary = {
+        "pass": f"all {n_out} outputs pass on {n_sets} input set{_s(n_sets)}",
+        "fail": f"{n_fail} of {n_out} output{_s(n_out)} fail on {n_sets} input set{_s(n_sets)}",
+        "error": "the run could not be completed",
+    }[run.verdict]
+    rows = [("model", run.model), ("ONNX", run.onnx)]
+    saved = run.extra.get("saved_run")
+    identity = saved.get("identity", {}) if isinstance(saved, dict) else {}
+    onnx_hash = identity.get("onnx_sha256") or run.extra.get("onnx_sha256")
+    model_hash = identity.get("model_sha256") or run.extra.get("model_sha256")
+    if onnx_hash:
+        rows.append(("ONNX SHA-256", onnx_hash))
+    if model_hash:
+        rows.append(("model SHA-256", model_hash))
+    if run.signature is not None:
+        rows.append(("opset / producer", f"{run.signature.opset} / {run.signature.producer}"))
+    if isinstance(saved, dict) and saved.get("path"):
+        rows.append(("saved run", saved["path"]))
+    return (
+        f"<header><h1>Parity report</h1>"
+        f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
+        f"<p class='summary'>{_e(summary)}</p>{_kv_table(rows)}</header>"
+    )
+
+
+def _errors(run: ValidationRun) -> str:
+    if not run.errors:
+        return ""
+    items = "".join(
+        f"<li><b>{_e(e.kind)}</b>: {_e(e.message)}"
+        + (
+            f"<details><summary>details</summary><pre>{_e(e.detail)}</pre></details>"
+            if e.detail
+            else ""
+        )
+        + "</li>"
+        for e in run.errors
+    )
+    return f"<section><h2>Errors</h2><ul class='errors'>{items}</ul></section>"
+
+
+def _outputs_table(run: ValidationRun) -> str:
+    head = (
+        "<tr><th>set</th><th>output</th><th>status</th><th>shape ref / onnx</th>"
+        "<th>dtype ref / onnx</th><th>max abs</th><th>max rel</th><th>mismatch</th>"
+        "<th>NaN / Inf</th><th>atol / rtol</th><th>min atol to pass</th><th>message</th></tr>"
+    )
+    rows = []
+    for c in run.comparisons:
+        s = c.stats
+        shape_cls = " class='bad'" if c.status is Status.SHAPE_MISMATCH else ""
+        dtype_cls = " class='bad'" if c.status is Status.DTYPE_MISMATCH else ""
+        frac = c.mismatch_fraction
+        bar = (
+            f"<div class='bar'><span style='width:{min(100.0, 100.0 * frac):.2f}%'></span></div>"
+            f"{c.n_mismatch:,} / {c.n_elements:,} ({100.0 * frac:.3g}%)"
+            if frac is not None and c.n_mismatch is not None
+            else "-"
+        )
+        nan_inf = f"{s.n_nan_mismatch} / {s.n_inf_mismatch}" if s else "-"
+        rows.append(
+            f"<tr class='{'pass' if c.status.passed else 'fail'}'>"
+            f"<td>{c.input_set}</td><td class='name'>{_e(c.name)}</td>"
+            f"<td class='status'>{_e(_STATUS_TEXT[c.status])}</td>"
+            f"<td{shape_cls}>{_shape(c.ref_shape)} / {_shape(c.onnx_shape)}</td>"
+            f"<td{dtype_cls}>{_e(c.ref_dtype or '-')} / {_e(c.onnx_dtype or '-')}</td>"
+            f"<td>{_num(s.max_abs if s else None)}</td><td>{_num(s.max_rel if s else None)}</td>"
+            f"<td>{bar}</td><td>{nan_inf}</td>"
+            f"<td>{_num(c.tolerance.atol)} / {_num(c.tolerance.rtol)}</td>"
+            f"<td>{_num(_min_atol(c))}</td><td>{_e(c.message)}</td></tr>"
+        )
+    n_pass = sum(c.status.passed for c in run.comparisons)
+    caption = f"{n_pass} of {len(run.comparisons)} (input set, output) pairs pass"
+    return (
+        f"<section><h2>Outputs</h2><p>{_e(caption)}.</p>"
+        f"<table class='outputs'>{head}{''.join(rows)}</table></section>"
+    )
+
+
+def _grid(run: ValidationRun) -> str:
+    sets = "".join(
+        f"<tr><td>{s.index}</td><td>{_e(s.label)}</td><td>"
+        + ", ".join(
+            f"{_e(n)}: {_e(d['dtype'])} {_e(str(d['shape']))}" for n, d in s.describe().items()
+        )
+        + "</td></tr>"
+        for s in run.input_sets
+    )
+    parts = ["<section><h2>Input sets</h2>"]
+    if run.comparisons:
+        from core.figures import verdict_grid
+
+        parts.append(_figure_html(verdict_grid(run), "grid"))
+    parts.append(f"<table><tr><th>set</th><th>label</th><th>inputs</th></tr>{sets}</table>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _failing_details(run: ValidationRun) -> str:
+    failing = _failing_outputs(run)
+    if not failing:
+        return ""
+    kept = bool(run.ref_outputs and run.onnx_outputs)
+    parts = ["<section><h2>Failing outputs</h2>"]
+    if not kept:
+        parts.append(
+            "<p class='note'>This run kept no raw outputs, so heatmaps, histograms and worst "
+            "elements are omitted; the statistics above are exact.</p>"
+        )
+    for c in failing:
+        parts.append(_failing_output(run, c, kept=kept))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> str:
+    others = sorted(
+        x.input_set for x in run.comparisons if x.name == c.name and not x.status.passed
+    )
+    where = f"input set {c.input_set}" + (
+        f" (fails on sets {', '.join(map(str, others))})" if len(others) > 1 else ""
+    )
+    head = (
+        f"<article class='failing'><h3>{_e(c.name)} <small>{_e(_STATUS_TEXT[c.status])}, "
+        f"{_e(where)}</small></h3><p>{_e(c.message)}</p>"
+    )
+    arrays = _raw_pair(run, c) if kept else None
+    if arrays is None:
+        reason = (
+            "raw outputs not kept"
+            if not kept
+            else "no element-wise view: the two sides cannot be compared element by element"
+        )
+        return f"{head}<p class='note'>{_e(reason)}.</p></article>"
+    from core import figures, inspect
+
+    ref, onnx = arrays
+    worst = inspect.worst_elements(ref, onnx, k=WORST_K)
+    at = worst.rows[0].index if worst.rows else None
+    view = inspect.slice_view(
+        ref, onnx, inspect.default_slice(ref.shape, at=at), max_cells=REPORT_MAX_CELLS
+    )
+    heatmap = figures.error_heatmap(view, worst=worst, shape=ref.shape, title=f"{c.name} |error|")
+    hist = inspect.error_histogram(ref, onnx)
+    histogram = figures.error_histogram(
+        hist, atol=c.tolerance.atol, worst=worst.rows[0].abs_error if worst.rows else None
+    )
+    return (
+        f"{head}<div class='figs'>{_figure_html(heatmap, 'heatmap')}"
+        f"{_figure_html(histogram, 'histogram')}</div>"
+        f"<h4>Worst elements</h4>{_worst_table(worst)}</article>"
+    )
+
+
+def _tolerances(run: ValidationRun) -> str:
+    d = run.tolerances.default
+    rows = [("default", f"atol {_num(d.atol)}, rtol {_num(d.rtol)}")]
+    rows += [
+        (f"output {n}", f"atol {_num(t.atol)}, rtol {_num(t.rtol)}")
+        for n, t in run.tolerances.outputs.items()
+    ]
+    rule = (
+        "An element passes when |onnx - ref| <= atol + rtol * |ref|; one-sided NaN/Inf never pass."
+    )
+    return f"<section><h2>Tolerances</h2><p>{_e(rule)}</p>{_kv_table(rows)}</section>"
+
+
+def _environment(run: ValidationRun) -> str:
+    rows = list(run.environment.items())
+    rows += [(f"time: {k}", f"{v:.3f} s") for k, v in run.timings.items() if _finite(v)]
+    return f"<section><h2>Environment</h2>{_kv_table(rows)}</section>"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _failing_outputs(run: ValidationRun) -> list[OutputComparison]:
+    """One comparison per failing output name: its worst input set (most mismatches)."""
+    best: dict[str, OutputComparison] = {}
+    for c in run.comparisons:
+        if c.status.passed:
+            continue
+        current = best.get(c.name)
+        if current is None or _badness(c) > _badness(current):
+            best[c.name] = c
+    return list(best.values())
+
+
+def _badness(c: OutputComparison) -> tuple[int, float, float]:
+    elementwise = int(c.status in (Status.FAIL, Status.DTYPE_MISMATCH))
+    frac = c.mismatch_fraction or 0.0
+    max_abs = c.stats.max_abs if c.stats and c.stats.max_abs is not None else 0.0
+    return elementwise, frac, max_abs if not math.isnan(max_abs) else 0.0
+
+
+def _raw_pair(run: ValidationRun, c: OutputComparison) -> tuple[np.ndarray, np.ndarray] | None:
+    """The two raw arrays of comparison `c`, when kept and comparable element-wise."""
+    positions = [s.index for s in run.input_sets]
+    pos = positions.index(c.input_set) if c.input_set in positions else c.input_set
+    if pos >= len(run.ref_outputs) or pos >= len(run.onnx_outputs):
+        return None
+    ref = run.ref_outputs[pos].arrays.get(c.name)
+    onnx = run.onnx_outputs[pos].arrays.get(c.name)
+    if ref is None or onnx is None or np.shape(ref) != np.shape(onnx) or np.size(ref) == 0:
+        return None
+    if not (_numeric(ref) and _numeric(onnx)):
+        return None
+    return np.asarray(ref), np.asarray(onnx)
+
+
+def figure_count(run: ValidationRun) -> int:
+    """How many plotly charts the report draws (for tests and for the size budget)."""
+    kept = bool(run.ref_outputs and run.onnx_outputs)
+    detailed = sum(1 for c in _failing_outputs(run) if kept and _raw_pair(run, c) is not None)
+    return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed
+
+
+def _numeric(a: np.ndarray) -> bool:
+    return np.asarray(a).dtype.kind in "biuf"
+
+
+def _figure_html(fig, kind: str) -> str:
+    div = fig.to_html(full_html=False, include_plotlyjs=False, config=_PLOT_CONFIG)
+    return f"<div class='fig {kind}'>{div}</div>"
+
+
+def _worst_table(worst) -> str:
+    rows = "".join(
+        f"<tr><td>[{', '.join(str(i) for i in w.index)}]</td><td>{_num(w.ref, 8)}</td>"
+        f"<td>{_num(w.onnx, 8)}</td><td>{_num(w.abs_error)}</td><td>{_num(w.rel_error)}</td></tr>"
+        for w in worst.rows
+    )
+    return (
+        "<table class='worst'><tr><th>index</th><th>ref</th><th>onnx</th><th>abs error</th>"
+        f"<th>rel error</th></tr>{rows}</table>"
+    )
+
+
+def _kv_table(rows: Iterable[tuple[str, object]]) -> str:
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(str(v))}</td></tr>" for k, v in rows)
+    return f"<table class='kv'>{body}</table>"
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.{digits}g}"
+
+
+def _min_atol(c: OutputComparison) -> float | None:
+    try:
+        return c.min_atol_to_pass
+    except Exception:  # a profile that cannot answer must not sink the whole report
+        return None
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _shape(shape: Sequence[int] | None) -> str:
+    return "-" if shape is None else _e("[" + ", ".join(str(d) for d in shape) + "]")
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
+max-width:1280px;color:#1f2328;padding:0 16px}
+h1{margin:0 0 8px}h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:32px}
+.verdict{display:inline-block;font-size:28px;font-weight:700;padding:6px 18px;border-radius:6px;
+color:#fff}.verdict.pass{background:#1a7f37}.verdict.fail{background:#cf222e}
+.verdict.error{background:#9a6700}.summary{font-size:18px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}table.kv th{width:180px}
+tr.fail td.status{color:#cf222e;font-weight:700}tr.pass td.status{color:#1a7f37}
+td.bad{background:#ffebe9;color:#cf222e;font-weight:600}td.name{font-family:monospace}
+.bar{width:80px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
+.bar span{display:block;height:8px;background:#cf222e}
+.note{background:#fff8c5;padding:6px 10px;border-radius:4px}
+article.failing{border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:16px 0}
+.figs{display:grid;grid-template-columns:1fr 1fr;gap:8px}
+footer{margin-top:40px;color:#656d76;font-size:12px}
+"""

@@ -1,0 +1,601 @@
+"""Saved runs: one file that reopens a validation without torch, the model or the ONNX file.
+
+Format (``parity.run/1``), conventionally named ``NAME.parity.npz``: an uncompressed zip
+that ``np.load(path, allow_pickle=False)`` can also read, holding
+
+- ``manifest.json`` -- everything scalar: model and ONNX identity (with SHA-256 of the files
+  when they existed at save time), versions, tolerances, signature, input-set metadata,
+  every comparison's status and statistics, errors, timings, and a table of members with the
+  SHA-256, dtype and shape of each;
+- one ``.npy`` member per array: ``inputs/S/K.npy`` (feed K of input set S), ``ref/S/K.npy``
+  and ``onnx/S/K.npy`` (output K of set S on each side), ``profiles/C/KEY.npy`` (the
+  re-judge profile of comparison C). User-chosen names live only in the manifest.
+
+Why this shape: members are written by ``np.lib.format.write_array`` straight into the zip
+(no second copy of a big output), stored uncompressed and 64-byte aligned, so reading maps
+each big member into memory (``np.memmap`` at the member's data offset) instead of copying it.
+Nothing is ever unpickled: object arrays are refused on both sides, and every member's
+hash is checked against the manifest before use, so an altered file is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import struct
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from core import __version__
+from core.errors import SavedRunError
+from core.results import (
+    ErrorStats,
+    InputSet,
+    OutputComparison,
+    OutputSet,
+    RunError,
+    Status,
+    ValidationRun,
+)
+from core.signature import OnnxSignature, TensorSpec
+from core.tolerances import Tolerance, Tolerances
+
+SCHEMA = "parity.run/1"
+SUFFIX = ".parity.npz"
+MANIFEST = "manifest.json"
+
+_ALIGN = 64  # npy data starts 64-byte aligned inside the file, as in a plain .npy
+_ZIP64_EXTRA = 20  # zipfile appends this many bytes of zip64 extra when force_zip64=True
+_PAD_ID = 0xD935  # extra-field id zipalign uses for padding; readers skip unknown ids
+_MAX_MANIFEST = 256 << 20
+_SMALL_MEMBER = 1 << 20  # below this a member is read into memory rather than mapped
+_CHUNK = 4 << 20
+
+
+# ---------------------------------------------------------------------------------------
+# saving
+
+
+def save_run(
+    run: ValidationRun,
+    path: str | Path,
+    *,
+    keep_outputs: bool = True,
+) -> Path:
+    """Write `run` to `path` (atomically: a half-written file never replaces a good one).
+
+    `keep_outputs=False` leaves out the raw outputs (small file; no heatmaps on reopening).
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=".parity-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise SavedRunError(f"cannot write saved run {path}: {exc.strerror or exc}") from exc
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            writer = _MemberWriter(zf)
+            manifest = _manifest(run, writer, keep_outputs=keep_outputs)
+            manifest["members"] = writer.members
+            zf.writestr(MANIFEST, json.dumps(manifest, indent=1, allow_nan=False))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SavedRunError(f"cannot write saved run {path}: {exc.strerror or exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class _HashingWriter:
+    """File-like that hashes what passes through, so hashing costs no second read."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self._raw.write(data)
+
+
+class _MemberWriter:
+    def __init__(self, zf: zipfile.ZipFile) -> None:
+        self._zf = zf
+        self.members: dict[str, dict[str, Any]] = {}
+
+    def add(self, name: str, array: np.ndarray, *, what: str) -> str:
+        array = np.asanyarray(array)
+        if array.dtype.hasobject or not type(array.dtype)._legacy:
+            raise SavedRunError(
+                f"cannot save {what}: dtype {array.dtype} would need pickle; "
+                "saved runs hold plain numeric arrays only"
+            )
+        info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = zipfile.ZIP_STORED
+        info.external_attr = 0o644 << 16
+        info.extra = self._padding(name)
+        with self._zf.open(info, "w", force_zip64=True) as raw:
+            out = _HashingWriter(raw)
+            np.lib.format.write_array(out, array, allow_pickle=False)
+        self.members[name] = {
+            "sha256": out.sha256.hexdigest(),
+            "dtype": np.lib.format.dtype_to_descr(array.dtype),
+            "shape": [int(d) for d in array.shape],
+            "bytes": out.size,
+        }
+        return name
+
+    def _padding(self, name: str) -> bytes:
+        """Extra field that puts the member's first byte on a 64-byte boundary."""
+        start = self._zf.start_dir + 30 + len(name.encode()) + _ZIP64_EXTRA
+        pad = (-(start + 4)) % _ALIGN
+        return struct.pack("<HH", _PAD_ID, pad) + b"\0" * pad
+
+
+def _manifest(run: ValidationRun, writer: _MemberWriter, *, keep_outputs: bool) -> dict[str, Any]:
+    input_sets = []
+    for s, input_set in enumerate(run.input_sets):
+        feeds = []
+        for k, (name, array) in enumerate(input_set.feeds.items()):
+            what = f"input {name!r} of set {input_set.index}"
+            feeds.append(
+                {"name": name, "member": writer.add(f"inputs/{s}/{k}.npy", array, what=what)}
+            )
+        input_sets.append({"index": input_set.index, "label": input_set.label, "feeds": feeds})
+
+    def output_sets(side: str, sets: tuple[OutputSet, ...]) -> list[dict[str, Any]]:
+        result = []
+        for s, output_set in enumerate(sets):
+            arrays = []
+            for k, (name, array) in enumerate(output_set.arrays.items()):
+                what = f"{side} output {name!r} of set {s}"
+                arrays.append(
+                    {"name": name, "member": writer.add(f"{side}/{s}/{k}.npy", array, what=what)}
+                )
+            notes = [str(n) for n in output_set.notes]
+            result.append({"seconds": _num(output_set.seconds), "arrays": arrays, "notes": notes})
+        return result
+
+    comparisons = []
+    for c, comparison in enumerate(run.comparisons):
+        entry = _comparison_json(comparison)
+        if comparison.profile is not None:
+            entry["profile"] = {
+                key: writer.add(
+                    f"profiles/{c}/{i}.npy",
+                    np.asarray(value),
+                    what=f"profile {key!r} of output {comparison.name!r}",
+                )
+                for i, (key, value) in enumerate(comparison.profile.to_arrays().items())
+            }
+        comparisons.append(entry)
+
+    return {
+        "schema": SCHEMA,
+        "saved_by": {
+            "parity": __version__,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+            "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+        "model": run.model,
+        "onnx": run.onnx,
+        "identity": _identity(run),
+        "environment": {str(k): str(v) for k, v in run.environment.items()},
+        "signature": _signature_json(run.signature),
+        "tolerances": run.tolerances.to_json(),
+        "input_sets": input_sets,
+        "comparisons": comparisons,
+        "ref_outputs": output_sets("ref", run.ref_outputs) if keep_outputs else [],
+        "onnx_outputs": output_sets("onnx", run.onnx_outputs) if keep_outputs else [],
+        "outputs_kept": bool(keep_outputs and (run.ref_outputs or run.onnx_outputs)),
+        "errors": [{"kind": e.kind, "message": e.message, "detail": e.detail} for e in run.errors],
+        "timings": {str(k): _num(v) for k, v in run.timings.items()},
+        "extra": _jsonable({k: v for k, v in run.extra.items() if k != "saved_run"}),
+    }
+
+
+def _identity(run: ValidationRun) -> dict[str, Any]:
+    """What the run was made from, with content hashes of the files still on disk."""
+    identity: dict[str, Any] = {"model": run.model, "onnx": run.onnx}
+    onnx_file = Path(run.onnx) if run.onnx else None
+    if onnx_file is not None and onnx_file.is_file():
+        identity["onnx_sha256"] = file_sha256(onnx_file)
+        identity["onnx_bytes"] = onnx_file.stat().st_size
+    model_file = _model_file(run.model)
+    if model_file is not None:
+        identity["model_file"] = str(model_file)
+        identity["model_sha256"] = file_sha256(model_file)
+    for key in ("weights", "reference_file"):
+        value = run.extra.get(key)
+        if isinstance(value, str) and Path(value).is_file():
+            identity[key] = value
+            identity[f"{key}_sha256"] = file_sha256(Path(value))
+    return identity
+
+
+def _model_file(spec: str) -> Path | None:
+    if not spec or spec.startswith("demo:"):
+        return None
+    candidate = Path(spec)
+    if candidate.is_file():
+        return candidate
+    head, sep, _ = spec.rpartition(":")
+    if sep and head.endswith(".py") and Path(head).is_file():
+        return Path(head)
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in chunks (bounded memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _comparison_json(c: OutputComparison) -> dict[str, Any]:
+    return {
+        "input_set": c.input_set,
+        "name": c.name,
+        "status": c.status.value,
+        "tolerance": c.tolerance.to_json(),
+        "ref_shape": _shape(c.ref_shape),
+        "onnx_shape": _shape(c.onnx_shape),
+        "ref_dtype": c.ref_dtype,
+        "onnx_dtype": c.onnx_dtype,
+        "n_elements": int(c.n_elements),
+        "stats": None if c.stats is None else _stats_json(c.stats),
+        "n_mismatch": None if c.n_mismatch is None else int(c.n_mismatch),
+        "message": c.message,
+        "profile": None,
+    }
+
+
+_COUNTS = ("n_nan_mismatch", "n_inf_mismatch")
+
+
+def _stats_json(stats: ErrorStats) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(ErrorStats):
+        value = getattr(stats, f.name)
+        if f.name == "worst_index":
+            out[f.name] = None if value is None else [int(i) for i in value]
+        else:
+            out[f.name] = int(value) if f.name in _COUNTS else _num(value)
+    return out
+
+
+def _stats_from_json(raw: dict[str, Any]) -> ErrorStats:
+    values: dict[str, Any] = {}
+    for f in fields(ErrorStats):
+        value = raw[f.name]
+        if f.name == "worst_index":
+            values[f.name] = None if value is None else tuple(int(i) for i in value)
+        else:
+            values[f.name] = int(value) if f.name in _COUNTS else _unnum(value)
+    return ErrorStats(**values)
+
+
+def _signature_json(signature: OnnxSignature | None) -> dict[str, Any] | None:
+    if signature is None:
+        return None
+
+    def spec(t: TensorSpec) -> dict[str, Any]:
+        return {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
+
+    return {
+        "inputs": [spec(t) for t in signature.inputs],
+        "outputs": [spec(t) for t in signature.outputs],
+        "opset": signature.opset,
+        "producer": signature.producer,
+        "ir_version": signature.ir_version,
+    }
+
+
+def _shape(shape: tuple[int, ...] | None) -> list[int] | None:
+    return None if shape is None else [int(d) for d in shape]
+
+
+def _num(value: Any) -> Any:
+    """A float for strict JSON: non-finite values become the strings 'nan', 'inf', '-inf'."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
+
+
+def _unnum(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _jsonable(value: Any) -> Any:
+    """Free-form `extra` made strict-JSON safe (non-finite -> None, unknown -> str)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, np.ndarray):
+        return f"<array {value.dtype} {list(value.shape)}>"
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------
+# loading
+
+
+@dataclass(frozen=True)
+class _Member:
+    name: str
+    data_start: int  # first byte of the .npy member
+    size: int
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest alone (cheap: no array is read or checked)."""
+    path = Path(path)
+    with _open_zip(path) as zf:
+        return _read_manifest(zf, path)
+
+
+def load_run(path: str | Path, *, verify: bool = True) -> ValidationRun:
+    """Reopen a saved run. Big arrays come back memory-mapped (read-only), not copied.
+
+    Every member's SHA-256 is checked against the manifest first (about 1 s per GB);
+    `verify=False` skips that, for a file this process has just written.
+    """
+    path = Path(path)
+    with _open_zip(path) as zf, open(path, "rb") as fh:
+        manifest = _read_manifest(zf, path)
+        members = _locate_members(zf, fh, manifest, path)
+        if verify:
+            for member in members.values():
+                _verify(fh, member, manifest["members"][member.name]["sha256"], path)
+        try:
+            return _build_run(manifest, lambda name: _read_array(fh, members[name], path), path)
+        except SavedRunError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SavedRunError(f"{path}: malformed saved-run manifest ({exc!r})") from exc
+
+
+def _open_zip(path: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(path)
+    except FileNotFoundError as exc:
+        raise SavedRunError(f"saved run {path} not found") from exc
+    except IsADirectoryError as exc:
+        raise SavedRunError(f"saved run {path} is a directory, not a file") from exc
+    except OSError as exc:
+        raise SavedRunError(f"cannot read saved run {path}: {exc.strerror or exc}") from exc
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError) as exc:
+        raise SavedRunError(
+            f"{path} is not a Parity saved run (not a readable zip: {exc})"
+        ) from exc
+
+
+def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
+    try:
+        info = zf.getinfo(MANIFEST)
+    except KeyError as exc:
+        raise SavedRunError(f"{path} is not a Parity saved run (no {MANIFEST} inside)") from exc
+    if info.file_size > _MAX_MANIFEST:
+        raise SavedRunError(f"{path}: {MANIFEST} is implausibly large ({info.file_size} bytes)")
+    try:
+        manifest = json.loads(zf.read(info).decode("utf-8"))
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise SavedRunError(f"{path}: {MANIFEST} cannot be read ({exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SavedRunError(f"{path}: {MANIFEST} is not valid JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or "schema" not in manifest:
+        raise SavedRunError(f"{path}: {MANIFEST} has no 'schema'; not a Parity saved run")
+    if manifest["schema"] != SCHEMA:
+        raise SavedRunError(
+            f"{path}: saved-run schema {manifest['schema']!r} is not supported "
+            f"(this Parity reads {SCHEMA})"
+        )
+    if not isinstance(manifest.get("members"), dict):
+        raise SavedRunError(f"{path}: {MANIFEST} has no member table")
+    return manifest
+
+
+def _locate_members(
+    zf: zipfile.ZipFile, fh: BinaryIO, manifest: dict[str, Any], path: Path
+) -> dict[str, _Member]:
+    """Find each listed member's bytes in the file; refuse anything we would have to inflate."""
+    file_size = os.fstat(fh.fileno()).st_size
+    located = {}
+    for name, meta in manifest["members"].items():
+        if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
+            raise SavedRunError(f"{path}: member {name!r} has no recorded hash in {MANIFEST}")
+        try:
+            info = zf.getinfo(name)
+        except KeyError as exc:
+            raise SavedRunError(f"{path}: member {name!r} listed in {MANIFEST} is missing") from exc
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            raise SavedRunError(
+                f"{path}: member {name!r} is compressed or encrypted; saved runs store arrays "
+                "uncompressed (was the file re-zipped?)"
+            )
+        fh.seek(info.header_offset)
+        header = fh.read(30)
+        if len(header) != 30 or header[:4] != b"PK\x03\x04":
+            raise SavedRunError(f"{path}: member {name!r} has a damaged zip header")
+        name_len, extra_len = struct.unpack("<HH", header[26:30])
+        start = info.header_offset + 30 + name_len + extra_len
+        if start + info.compress_size > file_size:
+            raise SavedRunError(
+                f"{path}: member {name!r} runs past the end of the file (truncated?)"
+            )
+        located[name] = _Member(name=name, data_start=start, size=info.compress_size)
+    return located
+
+
+def _verify(fh: BinaryIO, member: _Member, expected: str, path: Path) -> None:
+    digest = hashlib.sha256()
+    buffer = bytearray(min(_CHUNK, max(member.size, 1)))
+    view = memoryview(buffer)
+    fh.seek(member.data_start)
+    left = member.size
+    while left:
+        n = fh.readinto(view[: min(left, len(buffer))])
+        if not n:
+            raise SavedRunError(f"{path}: member {member.name!r} is truncated")
+        digest.update(view[:n])
+        left -= n
+    if digest.hexdigest() != expected:
+        raise SavedRunError(
+            f"{path}: member {member.name!r} does not match the hash in its manifest "
+            "(the file was altered or damaged); refusing to open it"
+        )
+
+
+def _read_array(fh: BinaryIO, member: _Member, path: Path) -> np.ndarray:
+    """One .npy member, without pickle: mapped when big, read when small."""
+    fh.seek(member.data_start)
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except ValueError as exc:
+        raise SavedRunError(
+            f"{path}: member {member.name!r} is not a valid .npy array ({exc})"
+        ) from exc
+    if dtype.hasobject:
+        raise SavedRunError(
+            f"{path}: member {member.name!r} holds Python objects ({dtype}) that would need "
+            "pickle to load; refusing it (saved runs hold plain arrays only)"
+        )
+    data_start = fh.tell()
+    n_bytes = math.prod(shape) * dtype.itemsize
+    if data_start + n_bytes != member.data_start + member.size:
+        raise SavedRunError(
+            f"{path}: member {member.name!r} holds {member.size} bytes, "
+            f"but its header describes {dtype} {list(shape)}"
+        )
+    order = "F" if fortran else "C"
+    if n_bytes < _SMALL_MEMBER:
+        data = fh.read(n_bytes)
+        return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape, order=order)
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=data_start, shape=shape, order=order)
+    return np.asarray(mapped)
+
+
+def _build_run(
+    manifest: dict[str, Any], array: Callable[[str], np.ndarray], path: Path
+) -> ValidationRun:
+    input_sets = []
+    for entry in manifest["input_sets"]:
+        feeds = {feed["name"]: array(feed["member"]) for feed in entry["feeds"]}
+        input_sets.append(InputSet(index=int(entry["index"]), feeds=feeds, label=entry["label"]))
+
+    def output_sets(key: str) -> tuple[OutputSet, ...]:
+        return tuple(
+            OutputSet(
+                arrays={a["name"]: array(a["member"]) for a in entry["arrays"]},
+                seconds=_unnum(entry["seconds"]) or 0.0,
+                notes=tuple(str(n) for n in entry.get("notes", ())),
+            )
+            for entry in manifest[key]
+        )
+
+    comparisons = []
+    for entry in manifest["comparisons"]:
+        stats = None if entry["stats"] is None else _stats_from_json(entry["stats"])
+        profile = None
+        if entry["profile"] is not None:
+            from core.compare import ErrorProfile  # imported only when a profile is stored
+
+            profile = ErrorProfile.from_arrays(
+                {key: array(member) for key, member in entry["profile"].items()}
+            )
+        comparisons.append(
+            OutputComparison(
+                input_set=int(entry["input_set"]),
+                name=str(entry["name"]),
+                status=Status(entry["status"]),
+                tolerance=Tolerance(**entry["tolerance"]),
+                ref_shape=_tuple(entry["ref_shape"]),
+                onnx_shape=_tuple(entry["onnx_shape"]),
+                ref_dtype=entry["ref_dtype"],
+                onnx_dtype=entry["onnx_dtype"],
+                n_elements=int(entry["n_elements"]),
+                stats=stats,
+                profile=profile,
+                n_mismatch=None if entry["n_mismatch"] is None else int(entry["n_mismatch"]),
+                message=str(entry["message"]),
+            )
+        )
+
+    extra = dict(manifest.get("extra") or {})
+    extra["saved_run"] = {
+        "path": str(path),
+        "identity": manifest["identity"],
+        "saved_by": manifest["saved_by"],
+        "outputs_kept": bool(manifest["outputs_kept"]),
+    }
+    return ValidationRun(
+        model=str(manifest["model"]),
+        onnx=str(manifest["onnx"]),
+        signature=_signature_from_json(manifest["signature"]),
+        tolerances=Tolerances.from_json(manifest["tolerances"], source=f"{path}: tolerances"),
+        environment=dict(manifest["environment"]),
+        input_sets=tuple(input_sets),
+        comparisons=tuple(comparisons),
+        ref_outputs=output_sets("ref_outputs"),
+        onnx_outputs=output_sets("onnx_outputs"),
+        errors=tuple(RunError(**e) for e in manifest["errors"]),
+        timings={k: _unnum(v) for k, v in manifest["timings"].items()},
+        extra=extra,
+    )
+
+
+def _tuple(shape: list[int] | None) -> tuple[int, ...] | None:
+    return None if shape is None else tuple(int(d) for d in shape)
+
+
+def _signature_from_json(data: dict[str, Any] | None) -> OnnxSignature | None:
+    if data is None:
+        return None
+
+    def spec(t: dict[str, Any]) -> TensorSpec:
+        return TensorSpec(name=t["name"], dtype=t["dtype"], shape=tuple(t["shape"]))
+
+    return OnnxSignature(
+        inputs=tuple(spec(t) for t in data["inputs"]),
+        outputs=tuple(spec(t) for t in data["outputs"]),
+        opset=int(data["opset"]),
+        producer=str(data["producer"]),
+        ir_version=int(data["ir_version"]),
+    )

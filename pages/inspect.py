@@ -1,0 +1,197 @@
+"""Inspect page: one output of one input set, element by element.
+
+Every view comes from core.inspect (pooled slices, binned histograms, samples), so the
+browser never receives a raw tensor; per-output results that do not depend on the widgets
+(worst elements, histogram, sample) are kept per run in the session.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import figures as fg
+from core import inspect as ins
+from core.results import ValidationRun
+from pages import state
+
+KIND_LABELS = {"abs": "|error|", "signed": "signed error", "rel": "relative error"}
+CACHE = "parity_inspect_cache"
+WORST_K = 25
+
+
+def _cached(run: ValidationRun, key: tuple, compute):
+    """Per-run memo of widget-independent views (kept in the session, not pickled)."""
+    box = st.session_state.get(CACHE)
+    if box is None or box["run"] is not run:
+        box = {"run": run, "entries": {}}
+        st.session_state[CACHE] = box
+    if key not in box["entries"]:
+        box["entries"][key] = compute()
+    return box["entries"][key]
+
+
+def _arrays(run: ValidationRun, set_index: int, name: str):
+    pos = next((i for i, s in enumerate(run.input_sets) if s.index == set_index), set_index)
+    ref = run.ref_outputs[pos].arrays.get(name) if pos < len(run.ref_outputs) else None
+    onnx = run.onnx_outputs[pos].arrays.get(name) if pos < len(run.onnx_outputs) else None
+    return ref, onnx
+
+
+def _choose_target(run: ValidationRun) -> tuple[int, str]:
+    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.comparisons})
+    names = list(run.output_names)
+    target = state.target()
+    if target is not None and st.session_state.get("insp_applied") != target:
+        st.session_state["insp_applied"] = target
+        if target[0] in sets:
+            st.session_state["insp_set"] = target[0]
+        if target[1] in names:
+            st.session_state["insp_out"] = target[1]
+    if st.session_state.get("insp_set") not in sets:
+        st.session_state["insp_set"] = sets[0]
+    if st.session_state.get("insp_out") not in names:
+        failing = [c.name for c in run.comparisons if not c.status.passed]
+        st.session_state["insp_out"] = failing[0] if failing else names[0]
+    c1, c2 = st.columns(2)
+    name = c1.selectbox("Output", names, key="insp_out")
+    set_index = c2.selectbox(
+        "Input set", sets, key="insp_set", format_func=lambda i: _set_label(run, i)
+    )
+    return int(set_index), str(name)
+
+
+def _set_label(run: ValidationRun, index: int) -> str:
+    for s in run.input_sets:
+        if s.index == index:
+            return s.label or f"set {index}"
+    return f"set {index}"
+
+
+def _choose_slice(shape: tuple[int, ...], worst_index, key: str) -> ins.SliceSpec:
+    full = ins.as_2d_shape(shape)
+    nd = len(full)
+    default = ins.default_slice(shape, at=worst_index)
+    if nd == 2 and len(shape) == 2:
+        return default
+    if len(shape) < 2:
+        return default
+    c1, c2 = st.columns(2)
+    axes = list(range(nd))
+    label = lambda a: f"axis {a} (size {full[a]})"  # noqa: E731
+    row = c1.selectbox("Rows: axis", axes, index=default.row_axis, key=f"{key}_row",
+                       format_func=label)  # fmt: skip
+    col_options = [a for a in axes if a != row]
+    col_default = default.col_axis if default.col_axis != row else col_options[-1]
+    col = c2.selectbox("Columns: axis", col_options, index=col_options.index(col_default),
+                       key=f"{key}_col", format_func=label)  # fmt: skip
+    others = [a for a in axes if a not in (row, col)]
+    index = list(default.index)
+    if others:
+        st.caption("Index of every other axis (starts at the worst element)")
+        cols = st.columns(min(len(others), 4))
+        for i, ax in enumerate(others):
+            with cols[i % len(cols)]:
+                index[ax] = int(
+                    st.number_input(
+                        f"axis {ax} index (0..{full[ax] - 1})",
+                        min_value=0,
+                        max_value=max(full[ax] - 1, 0),
+                        value=default.index[ax],
+                        key=f"{key}_idx{ax}",
+                    )  # fmt: skip
+                )
+    return ins.check_slice(ins.SliceSpec(row, col, tuple(index)), full)
+
+
+def page() -> None:
+    st.title("Inspect an output")
+    run = state.current_run()
+    if run is None:
+        st.info("No run yet. Start one on the Run page.")
+        st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        return
+    set_index, name = _choose_target(run)
+    comp = run.comparison(set_index, name)
+    ref, onnx = _arrays(run, set_index, name)
+    st.markdown(
+        f"**{comp.status.value.upper()}** · `{name}` in {_set_label(run, set_index)} · "
+        f"torch {comp.ref_shape} {comp.ref_dtype} · ONNX {comp.onnx_shape} {comp.onnx_dtype} · "
+        f"atol {comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}"
+        + (f"  \n{comp.message}" if comp.message else "")
+    )
+    if ref is None or onnx is None:
+        st.warning("This run holds no values for this output on both sides; nothing to draw.")
+        return
+    if ref.shape != onnx.shape:
+        st.error(
+            f"Shapes differ (torch {list(ref.shape)} vs ONNX {list(onnx.shape)}): the outputs "
+            "cannot be compared element by element."
+        )
+        return
+
+    key = f"insp_{set_index}_{name}"
+    worst = _cached(
+        run, (set_index, name, "worst"), lambda: ins.worst_elements(ref, onnx, k=WORST_K)
+    )
+    worst_index = worst.rows[0].index if worst.rows else None
+    spec = _choose_slice(tuple(ref.shape), worst_index, key)
+    c1, c2 = st.columns([3, 1])
+    kind = c1.radio("Show", list(KIND_LABELS), format_func=KIND_LABELS.get, horizontal=True,
+                    key="insp_kind")  # fmt: skip
+    log_color = c2.toggle("Log colour", value=True, key="insp_log", disabled=kind == "signed")
+
+    view, ms = state.timed(ins.slice_view, ref, onnx, spec, kind=kind)
+    left, right = st.columns([3, 2])
+    with left:
+        st.plotly_chart(
+            fg.error_heatmap(view, worst=worst, shape=ref.shape, log_color=log_color),
+            width="stretch",
+            key="insp_heatmap",
+        )
+        st.caption(
+            f"Slice {spec.describe(ref.shape)}: {view.pooling_text()}; computed in {ms:.0f} ms. "
+            "Crosses mark the worst elements in this slice."
+        )
+    with right:
+        st.markdown(f"**Worst {len(worst.rows)} elements** of {worst.n_total:,}")
+        st.dataframe(
+            worst.to_records(),
+            hide_index=True,
+            width="stretch",
+            height=460,
+            column_config={
+                k: st.column_config.NumberColumn(k, format="%.4e")
+                for k in ("ref", "onnx", "abs error", "rel error")
+            },
+        )
+
+    st.subheader("Reference, ONNX and error side by side")
+    panels = [ins.slice_view(ref, onnx, spec, kind=k, max_cells=200) for k in ("ref", "onnx")]
+    err_small = ins.slice_view(ref, onnx, spec, kind=kind, max_cells=200)
+    st.plotly_chart(
+        fg.slice_panels(*panels, err_small, log_color=log_color), width="stretch", key="insp_side"
+    )
+
+    h_col, s_col = st.columns(2)
+    with h_col:
+        hist = _cached(run, (set_index, name, "hist"), lambda: ins.error_histogram(ref, onnx))
+        worst_abs = comp.stats.max_abs if comp.stats else hist.max_abs
+        st.plotly_chart(
+            fg.error_histogram(hist, atol=comp.tolerance.atol, worst=worst_abs),
+            width="stretch",
+            key="insp_hist",
+        )
+    with s_col:
+        sample = _cached(
+            run,
+            (set_index, name, "sample"),
+            lambda: ins.sample_pairs(ref, onnx, include=[w.index for w in worst.rows]),
+        )
+        st.plotly_chart(
+            fg.onnx_vs_ref_scatter(sample, tolerance=comp.tolerance),
+            width="stretch",
+            key="insp_scatter",
+        )
+
+
+page()

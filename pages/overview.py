@@ -1,0 +1,167 @@
+"""Overview page: the verdict, one row per (input set, output), the sets x outputs grid."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from core.figures import verdict_grid
+from core.results import OutputComparison, ValidationRun
+from pages import state
+from pages.sidebar import verdict_badge
+from pages.tables import STATUS_TEXT, status_style
+
+GOTO_INSPECT = "parity_goto_inspect"
+
+
+def _shape(shape: tuple[int, ...] | None) -> str:
+    return "—" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def comparison_rows(run: ValidationRun) -> pd.DataFrame:
+    rows = []
+    for c in run.comparisons:
+        s = c.stats
+        shape_ok = c.ref_shape == c.onnx_shape
+        rows.append(
+            {
+                "status": STATUS_TEXT[c.status],
+                "set": c.input_set,
+                "output": c.name,
+                "torch shape": _shape(c.ref_shape),
+                "onnx shape": _shape(c.onnx_shape) + ("" if shape_ok else "  ≠"),
+                "dtypes": f"{c.ref_dtype or '—'} / {c.onnx_dtype or '—'}"
+                + ("" if c.ref_dtype == c.onnx_dtype else "  ≠"),
+                "max abs": _num(s.max_abs) if s else None,
+                "max rel": _num(s.max_rel) if s else None,
+                "mismatch": c.mismatch_fraction,
+                "mismatched": (
+                    f"{c.n_mismatch:,} / {c.n_elements:,}" if c.n_mismatch is not None else "—"
+                ),
+                "NaN/Inf mism.": (s.n_nan_mismatch + s.n_inf_mismatch) if s else None,
+                "atol / rtol": f"{c.tolerance.atol:g} / {c.tolerance.rtol:g}",
+                "min atol": c.min_atol_to_pass,
+                "message": c.message,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+COLUMN_CONFIG = {
+    "set": st.column_config.NumberColumn("set", width="small"),
+    "max abs": st.column_config.NumberColumn("max abs", format="%.3e"),
+    "max rel": st.column_config.NumberColumn("max rel", format="%.3e"),
+    "min atol": st.column_config.NumberColumn(
+        "min atol", format="%.3e", help="Smallest atol that passes at this output's rtol"
+    ),
+    "mismatch": st.column_config.ProgressColumn(
+        "mismatch fraction", min_value=0.0, max_value=1.0, format="percent"
+    ),
+}
+
+
+def worst_failure(run: ValidationRun) -> OutputComparison | None:
+    """The failing comparison to look at first: most mismatches, then largest max abs."""
+    failing = [c for c in run.comparisons if not c.status.passed]
+    if not failing:
+        return None
+
+    def badness(c: OutputComparison) -> tuple[float, float]:
+        m = c.stats.max_abs if c.stats and c.stats.max_abs is not None else -1.0
+        return (c.mismatch_fraction or 0.0, m if math.isfinite(m) else math.inf)
+
+    return max(failing, key=badness)
+
+
+def _on_table_select() -> None:
+    event = st.session_state.get("overview_table")
+    rows = event.selection.rows if event is not None else []
+    run = state.current_run()
+    if rows and run is not None:
+        c = run.comparisons[rows[0]]
+        state.set_target(c.input_set, c.name)
+        st.session_state[GOTO_INSPECT] = True
+
+
+def _on_grid_select() -> None:
+    event = st.session_state.get("overview_grid")
+    points = event.selection.points if event is not None else []
+    for p in points:
+        data = p.get("customdata")
+        if data:
+            state.set_target(int(data[0]), str(data[1]))
+            st.session_state[GOTO_INSPECT] = True
+            return
+
+
+def verdict_banner(run: ValidationRun) -> None:
+    n = len(run.comparisons)
+    n_fail = sum(not c.status.passed for c in run.comparisons)
+    text = (
+        f"every output passes in all {len(run.input_sets)} input set(s)"
+        if n_fail == 0
+        else f"{n_fail} of {n} comparisons fail"
+    )
+    st.markdown(verdict_badge(run, size="# ") + f" &nbsp; {text}")
+    st.caption(f"model `{run.model}` · ONNX `{run.onnx}`")
+
+
+def page() -> None:
+    st.title("Overview")
+    if st.session_state.pop(GOTO_INSPECT, False):
+        st.switch_page("pages/inspect.py")
+    run = state.current_run()
+    if run is None:
+        st.info("No run yet. Start one on the Run page.")
+        st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        return
+    verdict_banner(run)
+
+    worst = worst_failure(run)
+    if worst is not None:
+        label = f"Inspect the worst failure: `{worst.name}` in set {worst.input_set}"
+        if st.button(label, type="primary", icon=":material/grid_on:", key="inspect_worst"):
+            state.set_target(worst.input_set, worst.name)
+            st.switch_page("pages/inspect.py")
+
+    st.subheader("Outputs")
+    st.caption("Select a row to inspect that output. ≠ marks a mismatch between the two sides.")
+    st.dataframe(
+        status_style(comparison_rows(run)),
+        hide_index=True,
+        width="stretch",
+        column_config=COLUMN_CONFIG,
+        on_select=_on_table_select,
+        selection_mode="single-row",
+        key="overview_table",
+    )
+
+    st.subheader("Input sets × outputs")
+    st.caption("Colour: log10 of max |error|. Click a cell's mark to inspect it.")
+    st.plotly_chart(
+        verdict_grid(run),
+        width="stretch",
+        on_select=_on_grid_select,
+        selection_mode="points",
+        key="overview_grid",
+    )
+
+    st.subheader("Input sets")
+    rows = [
+        {
+            "set": s.index,
+            "label": s.label,
+            **{name: f"{d['dtype']} {d['shape']}" for name, d in s.describe().items()},
+        }
+        for s in run.input_sets
+    ]
+    st.dataframe(rows, hide_index=True, width="stretch")
+
+
+page()

@@ -1,0 +1,291 @@
+"""Run page: choose a model and its ONNX export, set the inputs, run, watch the steps.
+
+A failed run shows one line (details folded away) and the previous run stays current.
+Open with `?demo=NAME` (or set PARITY_DEMO=NAME) to run a demo on first load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import streamlit as st
+
+from core.results import ValidationRun
+from pages import state
+from pages.sidebar import verdict_badge
+
+MODEL_UPLOAD_TYPES = ["pt2", "pt", "pth", "ts", "jit"]
+N_SETS_DEFAULT = 2
+_MASK_RE = re.compile("mask", re.IGNORECASE)
+
+
+# ------------------------------------------------------------------------- running
+
+
+def run_config(**kwargs):
+    from core.validate import RunConfig
+
+    return RunConfig(**kwargs)
+
+
+def demo_config(name: str):
+    return run_config(model=f"demo:{name}", onnx=None, n_input_sets=N_SETS_DEFAULT)
+
+
+def execute(config, *, label: str) -> bool:
+    """Run `config` with live progress; on success it becomes the current run."""
+    from core.validate import run_validation
+
+    with st.status(f"Running {label} ...", expanded=True) as status:
+        bar = st.progress(0.0, text="starting")
+        log = st.empty()
+        lines: list[str] = []
+
+        def on_progress(event) -> None:
+            if event.fraction is not None:
+                bar.progress(min(max(event.fraction, 0.0), 1.0), text=event.message)
+            lines.append(f"{event.elapsed:7.2f}s  {event.step:<8} {event.message}")
+            log.code("\n".join(lines[-14:]), language=None)
+
+        try:
+            run = run_validation(config, progress=on_progress)
+        except Exception as exc:  # a ParityError, or a bug: either way keep the last good run
+            state.set_failure(exc)
+            status.update(label=f"Run of {label} failed", state="error", expanded=False)
+            return False
+        total = sum(run.timings.values())
+        status.update(
+            label=f"{label}: {run.verdict.upper()} in {total:.2f} s",
+            state="complete",
+            expanded=False,
+        )
+    state.set_run(run)
+    return True
+
+
+def autorun_demo() -> None:
+    """`?demo=NAME` in the URL (or PARITY_DEMO) runs that demo once per session."""
+    name = st.query_params.get("demo") or os.environ.get(state.DEMO_ENV)
+    if not name or st.session_state.get("parity_autorun") == name:
+        return
+    st.session_state["parity_autorun"] = name
+    if name not in state.demo_names():
+        st.warning(f"Unknown demo {name!r}; demos: {', '.join(state.demo_names())}")
+        return
+    execute(demo_config(name), label=f"demo:{name}")
+
+
+# ------------------------------------------------------------------------- display
+
+
+def show_failure() -> None:
+    failure = state.last_failure()
+    if failure is None:
+        return
+    st.error(f"**Run failed** ({failure.kind}): {failure.message}", icon=":material/error:")
+    with st.expander("Details"):
+        st.code(failure.detail or failure.message, language=None)
+    if state.raw_run() is not None:
+        st.caption("The previous run is still the current one.")
+
+
+def show_current(run: ValidationRun) -> None:
+    with st.container(border=True):
+        left, right = st.columns([3, 2])
+        with left:
+            st.markdown(verdict_badge(run, size="### ") + f" &nbsp; `{run.model}`")
+            failing = sorted({c.name for c in run.comparisons if not c.status.passed})
+            if failing:
+                st.markdown("Failing outputs: " + ", ".join(f"`{n}`" for n in failing))
+            else:
+                st.markdown(f"All {len(run.output_names)} outputs pass in every input set.")
+            st.page_link(
+                "pages/overview.py", label="Open the overview", icon=":material/table_chart:"
+            )
+        with right:
+            rows = [{"step": k, "seconds": round(v, 3)} for k, v in run.timings.items()]
+            if rows:
+                st.dataframe(rows, hide_index=True, width="stretch")
+
+
+def show_signature(signature) -> None:
+    st.markdown(
+        f"**ONNX signature** — opset {signature.opset}, producer `{signature.producer or '?'}`, "
+        f"IR {signature.ir_version}; symbolic dims: "
+        + (", ".join(f"`{d}`" for d in signature.symbolic_dims) or "none")
+    )
+    rows = [
+        {"role": role, "name": t.name, "dtype": t.dtype, "shape": t.shape_text()}
+        for role, specs in (("input", signature.inputs), ("output", signature.outputs))
+        for t in specs
+    ]
+    st.dataframe(rows, hide_index=True, width="stretch")
+
+
+# ------------------------------------------------------------------------- choosing files
+
+
+def choose_model() -> tuple[str | None, str | None, str | None]:
+    """(model spec, weights path, demo name) from the user's choice."""
+    source = st.radio(
+        "PyTorch model",
+        ["Built-in demo", "Path on this machine", "Upload"],
+        horizontal=True,
+        key="model_source",
+    )
+    weights = None
+    if source == "Built-in demo":
+        name = st.selectbox("Demo", state.demo_names(), key="model_demo")
+        return f"demo:{name}", None, name
+    if source == "Path on this machine":
+        spec = st.text_input(
+            "Model",
+            key="model_path",
+            placeholder="model.pt2 | scripted.pt | my_models.py:build | package.module:build",
+            help="A torch.export .pt2, a TorchScript archive, or FILE.py:CALLABLE / "
+            "package.module:CALLABLE returning an nn.Module (this runs that code).",
+        ).strip()
+        weights = st.text_input(
+            "Weights (optional)", key="weights_path", placeholder="weights.safetensors"
+        ).strip()
+        return spec or None, weights or None, None
+    up = st.file_uploader(
+        "Model file (.pt2 or TorchScript; never a Python file or a pickle)",
+        type=MODEL_UPLOAD_TYPES,
+        key="model_upload",
+    )
+    wup = st.file_uploader("Weights (optional .safetensors)", type=["safetensors"], key="w_up")
+    spec = str(state.save_upload(up.name, up.getvalue())) if up is not None else None
+    if wup is not None:
+        weights = str(state.save_upload(wup.name, wup.getvalue()))
+    return spec, weights, None
+
+
+def choose_onnx(demo: str | None) -> str | None:
+    options = (["The demo's export"] if demo else []) + ["Path on this machine", "Upload"]
+    source = st.radio("ONNX file", options, horizontal=True, key=f"onnx_source_{bool(demo)}")
+    if source == "The demo's export":
+        return state.demo_onnx_path(demo)
+    if source == "Path on this machine":
+        path = st.text_input(
+            "ONNX path", key="onnx_path", placeholder="/path/to/model.onnx",
+            help="External-data files are read from beside it.",
+        ).strip()  # fmt: skip
+        return path or None
+    up = st.file_uploader("ONNX file", type=["onnx"], key="onnx_upload")
+    return str(state.save_upload(up.name, up.getvalue())) if up is not None else None
+
+
+def choose_settings(signature) -> dict:
+    from core.inputs import DEFAULT_INT_RANGE, default_dim_size
+    from core.onnx_model import ORT_OPT_LEVELS
+
+    settings: dict = {}
+    dims = {}
+    sym = signature.symbolic_dims if signature is not None else ()
+    if sym:
+        st.markdown("**Sizes of the symbolic dims** (input set 0; later sets grow each one)")
+        cols = st.columns(min(len(sym), 4))
+        for i, dim in enumerate(sym):
+            with cols[i % len(cols)]:
+                dims[dim] = int(
+                    st.number_input(
+                        dim,
+                        min_value=1,
+                        max_value=1 << 20,
+                        value=default_dim_size(dim),
+                        key=f"dim_{dim}",
+                    )  # fmt: skip
+                )
+    settings["dims"] = dims
+    c1, c2, c3, c4 = st.columns(4)
+    settings["n_input_sets"] = int(
+        c1.number_input("Input sets", 1, 16, N_SETS_DEFAULT, key="n_sets")
+    )
+    settings["seed"] = int(c2.number_input("Seed", 0, 2**31 - 1, 0, key="seed"))
+    providers = state.available_providers()
+    settings["provider"] = c3.selectbox("Execution provider", providers, key="provider")
+    settings["ort_opt_level"] = c4.selectbox(
+        "ORT optimisation", ORT_OPT_LEVELS, index=ORT_OPT_LEVELS.index("all"), key="opt"
+    )
+    int_inputs = [
+        t for t in (signature.inputs if signature is not None else ())
+        if t.dtype.startswith(("int", "uint")) and not _MASK_RE.search(t.name)
+    ]  # fmt: skip
+    ranges = {}
+    if int_inputs:
+        st.markdown("**Integer inputs** — values drawn uniformly from [low, high)")
+        for t in int_inputs:
+            a, b = st.columns(2)
+            lo = a.number_input(f"{t.name} low", value=DEFAULT_INT_RANGE[0], key=f"lo_{t.name}")
+            hi = b.number_input(f"{t.name} high", value=DEFAULT_INT_RANGE[1], key=f"hi_{t.name}")
+            if (int(lo), int(hi)) != DEFAULT_INT_RANGE:
+                ranges[t.name] = (int(lo), int(hi))
+    settings["int_ranges"] = ranges
+    feeds = st.file_uploader(
+        "Your own feeds (optional): one .npz per input set, arrays named by ONNX input",
+        type=["npz"], accept_multiple_files=True, key="feeds_upload",
+    )  # fmt: skip
+    settings["input_files"] = tuple(
+        str(state.save_upload(f.name, f.getvalue())) for f in (feeds or [])
+    )
+    return settings
+
+
+# ------------------------------------------------------------------------- page
+
+
+def page() -> None:
+    st.title("Run a validation")
+    st.caption(
+        "Parity runs your PyTorch model and its ONNX export on the same inputs and shows, "
+        "element by element, where they disagree."
+    )
+    autorun_demo()
+
+    st.subheader("Try a demo")
+    from core.demos import DEMOS
+
+    cols = st.columns(len(DEMOS))
+    for col, (name, demo) in zip(cols, DEMOS.items(), strict=True):
+        with col, st.container(border=True):
+            st.markdown(f"**{demo.title}**")
+            st.button(f"Run demo:{name}", key=f"demo_{name}", type="primary")
+            first = demo.description.split(". ")[0].rstrip(".") + "."
+            st.caption(first, help=demo.description)
+    for name in DEMOS:
+        if st.session_state.get(f"demo_{name}"):
+            execute(demo_config(name), label=f"demo:{name}")
+
+    show_failure()
+    run = state.raw_run()
+    if run is not None:
+        show_current(state.current_run() or run)
+
+    st.subheader("Your model")
+    st.caption(
+        f"Uploads up to {state.upload_limit_mb():,} MB (set in .streamlit/config.toml); "
+        "big files are better given as a path on this machine."
+    )
+    with st.container(border=True):
+        model, weights, demo = choose_model()
+        onnx_path = choose_onnx(demo)
+        signature = None
+        if onnx_path:
+            try:
+                signature = state.load_onnx_cached(onnx_path).signature
+            except Exception as exc:
+                first = (str(exc).splitlines() or [""])[0]
+                st.error(f"Cannot read this ONNX file: {first}")
+            if signature is not None:
+                show_signature(signature)
+        settings = choose_settings(signature)
+        ready = bool(model and onnx_path)
+        if st.button("Run", type="primary", disabled=not ready, key="run_custom"):
+            config = run_config(model=model, onnx=onnx_path, weights=weights, **settings)
+            execute(config, label=model or "model")
+            st.rerun()  # redraw the summary and any failure above with the new state
+
+
+page()

@@ -1,0 +1,57 @@
+"""The sidebar every page shares: what the current run is, its verdict, its tolerances."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.results import ValidationRun
+from pages import state
+
+VERDICT_STYLE = {"pass": ("green", "PASS"), "fail": ("red", "FAIL"), "error": ("orange", "ERROR")}
+
+
+def verdict_badge(run: ValidationRun, *, size: str = "") -> str:
+    """Markdown for a coloured verdict badge (`size` is a heading prefix like '## ')."""
+    color, text = VERDICT_STYLE.get(run.verdict, ("gray", run.verdict.upper()))
+    return f"{size}:{color}-background[**{text}**]"
+
+
+def tolerance_text(run: ValidationRun) -> str:
+    tol = run.tolerances
+    lines = [f"default: atol `{tol.default.atol:g}`, rtol `{tol.default.rtol:g}`"]
+    lines += [f"`{name}`: atol `{t.atol:g}`, rtol `{t.rtol:g}`" for name, t in tol.outputs.items()]
+    return "  \n".join(lines)
+
+
+def open_saved_run_hook() -> None:
+    """Hook for the saved-run feature (issue 4): draw an "Open a saved run" control here.
+
+    It should load a run (e.g. core.saved_run.load_run) and call `pages.state.set_run(run)`,
+    then `st.rerun()`. Left empty until that feature lands.
+    """
+
+
+def render_sidebar() -> None:
+    with st.sidebar:
+        run = state.current_run()
+        st.markdown("#### Current run")
+        if run is None:
+            st.caption("No run yet: start one on the **Run** page (try a demo).")
+        else:
+            n_fail = sum(not c.status.passed for c in run.comparisons)
+            st.markdown(verdict_badge(run, size="### "))
+            st.caption(
+                f"model `{run.model}`  \nONNX `{_short(run.onnx)}`  \n"
+                f"{len(run.input_sets)} input set(s), {len(run.output_names)} output(s), "
+                f"{n_fail} failing comparison(s)"
+            )
+            with st.expander("Tolerances", expanded=False):
+                st.markdown(tolerance_text(run))
+        failure = state.last_failure()
+        if failure is not None:
+            st.caption(f":red[Last run failed:] {failure.message}")
+        open_saved_run_hook()
+
+
+def _short(path: str, keep: int = 42) -> str:
+    return path if len(path) <= keep else "..." + path[-keep:]

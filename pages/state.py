@@ -1,0 +1,175 @@
+"""Session state and cached loaders shared by every page.
+
+The current run lives in `st.session_state` (its arrays are big; Streamlit's caches would
+pickle copies). Loaded ONNX signatures and demo exports live in `st.cache_resource`, keyed by
+strings (a file's path, size and mtime, or a demo's name) — never by arrays, whose cache
+hash Streamlit computes from a sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from core.errors import ParityError
+from core.results import ValidationRun
+from core.tolerances import Tolerances
+
+RUN = "parity_run"
+TOLERANCES = "parity_tolerances"
+RUN_ERROR = "parity_run_error"
+TARGET = "parity_inspect_target"
+DEMO_ENV = "PARITY_DEMO"
+UPLOAD_DIR_NAME = "parity-uploads"
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """The last failed run: one line on screen, the rest folded away."""
+
+    kind: str
+    message: str
+    detail: str
+
+
+# ------------------------------------------------------------------------- the current run
+
+
+def current_run() -> ValidationRun | None:
+    """The run as judged at the session's tolerances (a re-judge: milliseconds)."""
+    run: ValidationRun | None = st.session_state.get(RUN)
+    if run is None:
+        return None
+    tolerances = st.session_state.get(TOLERANCES, run.tolerances)
+    return run if tolerances == run.tolerances else run.rejudge(tolerances)
+
+
+def raw_run() -> ValidationRun | None:
+    return st.session_state.get(RUN)
+
+
+def set_run(run: ValidationRun) -> None:
+    """Make `run` the current run; its own tolerances become the session's."""
+    st.session_state[RUN] = run
+    st.session_state[TOLERANCES] = run.tolerances
+    st.session_state.pop(RUN_ERROR, None)
+    st.session_state.pop(TARGET, None)
+
+
+def tolerances() -> Tolerances:
+    run = raw_run()
+    default = run.tolerances if run is not None else Tolerances()
+    return st.session_state.get(TOLERANCES, default)
+
+
+def set_tolerances(value: Tolerances) -> None:
+    st.session_state[TOLERANCES] = value
+
+
+def set_failure(error: BaseException) -> None:
+    """Remember why the last run failed; the previous good run stays current."""
+    if isinstance(error, ParityError):
+        detail = error.detail or "".join(traceback.format_exception(error)).strip()
+        failure = RunFailure(error.kind, error.message, detail)
+    else:
+        first = (str(error).strip().splitlines() or [""])[0]
+        failure = RunFailure(
+            "internal",
+            f"{type(error).__name__}: {first}",
+            "".join(traceback.format_exception(error)).strip(),
+        )
+    st.session_state[RUN_ERROR] = failure
+
+
+def last_failure() -> RunFailure | None:
+    return st.session_state.get(RUN_ERROR)
+
+
+def set_target(input_set: int, name: str) -> None:
+    """The (input set, output) the Inspect page opens on."""
+    st.session_state[TARGET] = (int(input_set), str(name))
+
+
+def target() -> tuple[int, str] | None:
+    return st.session_state.get(TARGET)
+
+
+# ------------------------------------------------------------------------- files and caches
+
+
+def upload_limit_mb() -> int:
+    return int(st.get_option("server.maxUploadSize"))
+
+
+def save_upload(name: str, data: bytes) -> Path:
+    """Write an uploaded file under a temp dir keyed by its content hash; same bytes, same path.
+
+    The original file name is kept (its suffix tells the loaders what the file is); only the
+    base name is used, so an upload cannot write outside its folder.
+    """
+    digest = hashlib.sha256(data).hexdigest()[:24]
+    folder = Path(tempfile.gettempdir()) / UPLOAD_DIR_NAME / digest
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (Path(name).name or "upload")
+    if not path.is_file() or path.stat().st_size != len(data):
+        tmp = path.with_suffix(path.suffix + ".part")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return path
+
+
+def file_key(path: str) -> str:
+    """Cheap identity of a file on disk for cache keys: path, size and mtime."""
+    stat = Path(path).stat()
+    return f"{Path(path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _load_onnx(path: str, key: str):  # noqa: ARG001 - key is the cache key
+    from core.onnx_model import load_onnx
+
+    return load_onnx(path)
+
+
+def load_onnx_cached(path: str):
+    """`core.onnx_model.load_onnx`, cached per file identity (raises OnnxLoadError)."""
+    from core.errors import OnnxLoadError
+
+    try:
+        key = file_key(path)
+    except OSError as exc:
+        raise OnnxLoadError(f"cannot load ONNX file {path}: {exc.strerror or exc}") from exc
+    return _load_onnx(path, key)
+
+
+@st.cache_resource(show_spinner="Exporting the demo model (first use only)...")
+def demo_onnx_path(name: str) -> str:
+    from core.demos import demo_onnx_path as export
+
+    return str(export(name))
+
+
+def demo_names() -> list[str]:
+    from core.demos import DEMOS
+
+    return list(DEMOS)
+
+
+def available_providers() -> list[str]:
+    import onnxruntime
+
+    return list(onnxruntime.get_available_providers())
+
+
+def timed(fn, *args, **kwargs):
+    """(result, milliseconds)."""
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, (time.perf_counter() - t0) * 1000.0

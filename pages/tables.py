@@ -1,0 +1,27 @@
+"""Table helpers the pages share (status text and its colours)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from core.results import Status
+
+STATUS_TEXT = {
+    Status.PASS: "✓ pass",
+    Status.FAIL: "✗ fail",
+    Status.SHAPE_MISMATCH: "✗ shape mismatch",
+    Status.DTYPE_MISMATCH: "✗ dtype mismatch",
+    Status.MISSING: "✗ missing",
+}
+
+
+def status_style(frame: pd.DataFrame):
+    """Status cells in green or red (a Styler; st.dataframe keeps the column config)."""
+
+    def color(value: object) -> str:
+        text = str(value)
+        if text.startswith("✓"):
+            return "color: #1a7f37; font-weight: 600"
+        return "color: #cf222e; font-weight: 600" if text.startswith("✗") else ""
+
+    return frame.style.map(color, subset=["status"])

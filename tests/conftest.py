@@ -1,0 +1,186 @@
+"""Shared fixtures: tiny real models and their real exports, built once per session in tmp dirs.
+
+The models live in a Python file written to a temp dir, so the same source serves the
+``FILE.py:CALLABLE`` and ``module:CALLABLE`` specs and the exports made from it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+MODELS_MODULE = "parity_test_models"
+
+MODELS_SOURCE = textwrap.dedent(
+    '''
+    """Tiny models for Parity's tests (written to a temp dir by tests/conftest.py)."""
+    import torch
+    from torch import nn
+
+
+    class Tiny(nn.Module):
+        """x [batch, 4] -> [batch, 3]."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+
+    class Tokens(nn.Module):
+        """ids, attention_mask [batch, seq] -> {"logits", "extra": (sum, scaled)}."""
+
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(100, 6)
+            self.fc = nn.Linear(6, 5)
+
+        def forward(self, input_ids, attention_mask):
+            h = self.emb(input_ids) * attention_mask.unsqueeze(-1).to(torch.float32)
+            return {"logits": self.fc(h), "extra": (h.sum(-1), h * 2.0)}
+
+
+    class RaisesOnBigBatch(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            if x.shape[0] > 2:
+                raise RuntimeError("batch too big for this model\\nsecond line")
+            return self.fc(x)
+
+
+    def make_tiny():
+        torch.manual_seed(0)
+        return Tiny()
+
+
+    def make_tokens():
+        torch.manual_seed(0)
+        return Tokens()
+
+
+    def make_raising():
+        torch.manual_seed(0)
+        return RaisesOnBigBatch()
+
+
+    def broken_factory():
+        raise ValueError("bad config: depth must be > 0\\nsecond line")
+
+
+    def not_a_module():
+        return 42
+
+
+    tiny_instance = make_tiny()
+    '''
+)
+
+
+@dataclass(frozen=True)
+class ModelZoo:
+    dir: Path
+    file: Path
+
+    def spec(self, factory: str) -> str:
+        return f"{self.file}:{factory}"
+
+    def build(self, factory: str) -> torch.nn.Module:
+        from core.torch_model import load_torch_model
+
+        return load_torch_model(self.spec(factory)).module  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class TinyArtifacts:
+    """Exports and weight files of ``Tiny`` (x [batch, 4] -> y [batch, 3])."""
+
+    onnx: Path  # dynamo=False, input "x", output "y", dim "batch"
+    pt2: Path
+    torchscript: Path
+    state_pt: Path  # a state dict with weights other than make_tiny()'s
+    state_safetensors: Path  # the same state dict
+    pickled_module: Path  # a whole pickled nn.Module: must be refused as weights
+    state: dict[str, torch.Tensor]
+
+
+@pytest.fixture(scope="session")
+def model_zoo(tmp_path_factory: pytest.TempPathFactory) -> ModelZoo:
+    root = tmp_path_factory.mktemp("zoo")
+    file = root / f"{MODELS_MODULE}.py"
+    file.write_text(MODELS_SOURCE)
+    return ModelZoo(dir=root, file=file)
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts(model_zoo: ModelZoo, tmp_path_factory: pytest.TempPathFactory) -> TinyArtifacts:
+    from safetensors.torch import save_file
+
+    out = tmp_path_factory.mktemp("tiny")
+    model = model_zoo.build("make_tiny")
+    with warnings.catch_warnings():  # the legacy exporter and jit warn they are deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        x = torch.randn(2, 4)
+        onnx_path = out / "tiny.onnx"
+        torch.onnx.export(
+            model,
+            (x,),
+            str(onnx_path),
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        )
+        pt2 = out / "tiny.pt2"
+        batch = torch.export.Dim("batch")
+        torch.export.save(torch.export.export(model, (x,), dynamic_shapes=({0: batch},)), str(pt2))
+        ts = out / "tiny.ts"
+        torch.jit.save(torch.jit.script(model), str(ts))
+        state = {k: v + 1.0 for k, v in model.state_dict().items()}
+        state_pt = out / "tiny_state.pt"
+        torch.save(state, str(state_pt))
+        state_st = out / "tiny_state.safetensors"
+        save_file(state, str(state_st))
+        pickled = out / "tiny_module.pt"
+        torch.save(model, str(pickled))
+    return TinyArtifacts(
+        onnx=onnx_path,
+        pt2=pt2,
+        torchscript=ts,
+        state_pt=state_pt,
+        state_safetensors=state_st,
+        pickled_module=pickled,
+        state=state,
+    )
+
+
+@pytest.fixture(scope="session")
+def tokens_onnx(model_zoo: ModelZoo, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``Tokens`` exported with dynamo=True, symbolic "batch" and "seq"; outputs named
+    "logits", "sum", "scaled" (only "logits" equals a torch leaf path)."""
+    out = tmp_path_factory.mktemp("tokens") / "tokens.onnx"
+    model = model_zoo.build("make_tokens")
+    ids = torch.randint(0, 100, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    with warnings.catch_warnings():  # notes on axis renaming, not problems
+        warnings.simplefilter("ignore", UserWarning)
+        program = torch.onnx.export(
+            model,
+            (ids, mask),
+            dynamo=True,
+            dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+            output_names=["logits", "sum", "scaled"],
+            verbose=False,
+        )
+    program.save(str(out))
+    return out

@@ -1,0 +1,189 @@
+"""The dashboard's pages under Streamlit's AppTest, on the real demos (real torch, real ORT).
+
+AppTest reruns the whole script on every interaction (fragments included); partial reruns
+are checked in a real browser by tests/test_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.tolerances import Tolerances
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+TIMEOUT = 180
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def _run_demo(at: AppTest, name: str) -> AppTest:
+    at.button(key=f"demo_{name}").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["parity_run"].model == f"demo:{name}"
+    return at
+
+
+def _figures(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def _table(at: AppTest, column: str):
+    """The first dataframe on the page that has `column`."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def _markdown(at: AppTest) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+@pytest.fixture(scope="module")
+def broken_app() -> AppTest:
+    return _run_demo(_app(), "broken")
+
+
+def test_first_open_offers_every_demo_and_states_the_upload_limit():
+    at = _app()
+    keys = {b.key for b in at.button}
+    assert {"demo_cnn", "demo_transformer", "demo_fp16", "demo_broken"} <= keys
+    assert any("2,048 MB" in c.value for c in at.caption)
+    # the default demo's ONNX signature is shown before anything runs
+    assert "symbolic dims" in _markdown(at)
+
+
+def test_demo_broken_runs_end_to_end_and_names_the_failing_output(broken_app: AppTest):
+    at = broken_app
+    text = _markdown(at)
+    assert "FAIL" in text and "`mask`" in text
+    run = at.session_state["parity_run"]
+    failing = {c.name for c in run.comparisons if not c.status.passed}
+    assert failing == {"mask"}
+
+
+def test_overview_shows_verdict_table_and_grid(broken_app: AppTest):
+    at = broken_app
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    assert "FAIL" in _markdown(at)
+    table = at.dataframe[0].value
+    mask_rows = table[table["output"] == "mask"]
+    assert (mask_rows["status"] == "❌ fail").any()
+    assert (table[table["output"] == "embedding"]["status"] == "✅ pass").all()
+    assert mask_rows["mismatch"].max() > 0
+    assert set(table["set"]) == {0, 1}
+    (grid,) = _figures(at)
+    assert [t["type"] for t in grid["data"]] == ["heatmap", "scatter"]
+    assert "✗" in grid["data"][1]["text"]
+    assert any(b.key == "inspect_worst" for b in at.button)
+
+
+def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app: AppTest):
+    at = broken_app
+    at.switch_page("pages/overview.py").run()
+    at.button(key="inspect_worst").click().run()
+    assert not at.exception
+    assert at.selectbox(key="insp_out").value == "mask"
+    figs = _figures(at)
+    heat = figs[0]
+    assert [t["type"] for t in heat["data"]][:2] == ["heatmap", "scatter"]
+    assert "every element drawn" in heat["layout"]["title"]["text"]
+    assert [t["type"] for t in figs[1]["data"]] == ["heatmap"] * 3
+    assert figs[2]["data"][0]["type"] == "bar"  # histogram
+    assert figs[3]["data"][0]["name"].startswith("pass band")
+    worst = at.dataframe[0].value
+    assert len(worst) > 0 and worst["abs error"].iloc[0] >= worst["abs error"].iloc[-1]
+    # signed error: centred colour scale (AppTest keeps its own page after st.switch_page)
+    at.switch_page("pages/inspect.py")
+    at.radio(key="insp_kind").set_value("signed").run()
+    heat = _figures(at)[0]
+    assert heat["data"][0]["zmid"] == 0
+
+
+def test_inspect_pools_a_large_output_and_says_by_how_much():
+    from core.compare import compare_outputs
+    from core.results import InputSet, OutputSet, ValidationRun
+    from core.tolerances import Tolerance
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((2, 1200, 900), dtype=np.float32)
+    onnx = ref.copy()
+    onnx[1, 700:720, 100:140] += 0.5
+    comparison = compare_outputs(ref, onnx, name="big", input_set=0, tolerance=Tolerance())
+    run = ValidationRun(
+        model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
+        environment={}, input_sets=(InputSet(0, {"x": np.zeros(1, np.float32)}),),
+        comparisons=(comparison,), ref_outputs=(OutputSet({"big": ref}),),
+        onnx_outputs=(OutputSet({"big": onnx}),),
+    )  # fmt: skip
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = run.tolerances
+    at.switch_page("pages/inspect.py").run()
+    assert not at.exception
+    heat = _figures(at)[0]
+    title = heat["layout"]["title"]["text"]
+    assert "block max-pooled 4x3" in title and "[1, :, :]" in title  # slice through the worst
+    assert heat["data"][0]["z"]["shape"].replace(" ", "") == "300,300"
+    assert len(json.dumps(heat)) < 2 * 1024 * 1024
+
+
+def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json():
+    at = _run_demo(_app(), "fp16")
+    at.switch_page("pages/tolerances.py").run()
+    assert not at.exception
+    assert "FAIL" in _markdown(at)
+    table = _table(at, "min atol to pass")
+    assert (table["status"] == "❌ fail").any()
+    at.select_slider(key="tol_atol").set_value(0.1).run()
+    assert not at.exception
+    assert "PASS" in _markdown(at)
+    assert (_table(at, "min atol to pass")["status"] == "✅ pass").all()
+    assert any("Re-judged 4 outputs in" in c.value for c in at.caption)
+    # back to strict, then let Suggest find per-output tolerances that pass
+    at.select_slider(key="tol_atol").set_value(1e-5).run()
+    assert "FAIL" in _markdown(at)
+    at.button(key="tol_suggest").click().run()
+    assert not at.exception
+    assert "PASS" in _markdown(at)
+    tolerances = at.session_state["parity_tolerances"]
+    assert set(tolerances.outputs) == {"last_hidden_state", "pooled"}
+    again = Tolerances.from_json(json.loads(tolerances.dumps()))
+    assert at.session_state["parity_run"].rejudge(again).verdict == "pass"
+    # the overrides editor now shows the suggestion
+    editor = _table(at, "override")
+    assert editor["override"].all()
+    assert list(editor["atol"]) == [tolerances.outputs[n].atol for n in editor["output"]]
+
+
+def test_a_corrupt_onnx_file_fails_with_one_line_and_keeps_the_last_good_run(tmp_path):
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(b"this is not a protobuf \x00\xff" * 10)
+    at = _run_demo(_app(), "cnn")
+    good = at.session_state["parity_run"]
+    at.radio(key="onnx_source_True").set_value("Path on this machine").run()
+    at.text_input(key="onnx_path").set_value(str(bad)).run()
+    assert any("Cannot read this ONNX file" in e.value for e in at.error)
+    at.button(key="run_custom").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("**Run failed** (onnx_load)") and "corrupt.onnx" in e for e in errors)
+    assert at.session_state["parity_run"] is good
+    assert "PASS" in _markdown(at)  # the previous run's verdict is still on screen
+    assert at.expander[0].label == "Details"
+
+
+def test_pages_without_a_run_point_to_the_run_page():
+    for page in ("pages/overview.py", "pages/inspect.py", "pages/tolerances.py"):
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+        at.switch_page(page).run()
+        assert not at.exception
+        assert any("No run yet" in i.value for i in at.info)

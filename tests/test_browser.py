@@ -1,0 +1,187 @@
+"""The real app in headless Chromium: what a newcomer does in their first minute.
+
+Starts `streamlit run app.py` on a free port, drives it with Playwright (Debian's chromium),
+and saves a screenshot of every page under test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = os.environ.get("PARITY_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+RUN_TIMEOUT_MS = 180_000
+# Streamlit scrolls inside its own container, so a full-page screenshot is the viewport:
+# a tall one shows each page whole.
+VIEWPORT = {"width": 1500, "height": 2400}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip(f"no chromium at {CHROMIUM}")
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", "app.py",
+        "--server.port", str(port), "--server.headless", "true",
+        "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+    ]  # fmt: skip
+    log = (ARTIFACTS / "streamlit.log") if ARTIFACTS.mkdir(exist_ok=True) is None else None
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"streamlit did not start; see {log}")
+                time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def page(app_url: str):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(
+            viewport={"width": 1500, "height": 1000}, accept_downloads=True
+        )
+        pg = context.new_page()
+        pg.set_default_timeout(60_000)
+        pg.goto(app_url)
+        pg.get_by_role("button", name="Run demo:cnn").wait_for()
+        yield pg
+        context.close()
+        browser.close()
+
+
+def _shot(page, name: str) -> None:
+    _settle(page)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def _settle(page) -> None:
+    """Wait until Streamlit is not running a script (its status widget disappears)."""
+    page.wait_for_timeout(300)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
+
+
+def _nav(page, title: str) -> None:
+    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    page.get_by_role("heading", name=re.compile(title)).first.wait_for()
+    _settle(page)
+
+
+def _run_demo(page, name: str) -> None:
+    _nav(page, "Run")
+    page.get_by_role("button", name=f"Run demo:{name}").click()
+    page.get_by_text(re.compile(rf"demo:{name}: (PASS|FAIL) in")).wait_for(timeout=RUN_TIMEOUT_MS)
+    _settle(page)
+
+
+def _text(page, testid: str) -> str:
+    return " ".join(page.locator(f'[data-testid="{testid}"]').all_inner_texts())
+
+
+def test_newcomer_finds_the_broken_output_and_where_it_fails(page):
+    _shot(page, "01-run-first-open")
+    _run_demo(page, "broken")
+    assert "Failing outputs: mask" in page.locator("body").inner_text()
+    _shot(page, "02-run-after-broken")
+
+    _nav(page, "Overview")
+    body = page.locator("body").inner_text()
+    assert "FAIL" in body and "comparisons fail" in body
+    page.locator(".js-plotly-plot").first.wait_for()
+    _shot(page, "03-overview-broken")
+
+    page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
+    page.get_by_role("heading", name="Inspect an output").wait_for()
+    _settle(page)
+    heatmap = page.locator(".js-plotly-plot .heatmaplayer image").first
+    heatmap.wait_for(state="attached")
+    # heatmap, side-by-side panels, histogram, scatter
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4")
+    assert "mask" in page.locator('[data-testid="stSelectbox"]').first.inner_text()
+    assert "Worst" in page.locator("body").inner_text()
+    _shot(page, "04-inspect-broken-mask")
+
+
+def test_a_tolerance_slider_reruns_only_its_fragment_and_fp16_passes(page, tmp_path):
+    _run_demo(page, "fp16")
+    _nav(page, "Tolerances")
+    body = page.locator("body").inner_text()
+    assert "FAIL" in body
+    page_renders = re.search(r"page render #(\d+)", body).group(1)
+    fragment_renders = int(re.search(r"fragment render #(\d+)", body).group(1))
+    _shot(page, "05-tolerances-fp16-fail")
+
+    slider = page.get_by_role("slider").first  # global atol
+    slider.focus()
+    for _ in range(15):  # 1e-5 -> 0.1 on the 1-2-5 ladder, one step per key press
+        page.keyboard.press("ArrowRight")
+    page.get_by_text(re.compile(r"fragment render #" + str(fragment_renders + 1))).wait_for()
+    page.wait_for_function("() => document.body.innerText.includes('PASS')", timeout=30_000)
+    _settle(page)
+    body = page.locator("body").inner_text()
+    assert "PASS" in body and "4 of 4 pass" in body
+    assert re.search(r"Re-judged 4 outputs in [\d.]+ ms", body)
+    # the page outside the fragment did not rerun
+    assert re.search(r"page render #(\d+)", body).group(1) == page_renders
+    assert int(re.search(r"fragment render #(\d+)", body).group(1)) > fragment_renders
+    _shot(page, "06-tolerances-fp16-pass")
+
+    with page.expect_download() as info:
+        page.get_by_role("button", name=re.compile("Download tolerances JSON")).click()
+    saved = tmp_path / "tolerances.json"
+    info.value.save_as(saved)
+    data = json.loads(saved.read_text())
+    assert set(data) == {"default", "outputs"}
+    assert data["default"]["atol"] >= 0.01
+
+    from core.tolerances import Tolerances
+
+    Tolerances.load(saved)  # the file `parity validate --tolerances` reads

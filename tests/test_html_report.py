@@ -1,0 +1,196 @@
+"""The HTML report opens offline in real headless Chromium: charts render, nothing is fetched."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from plotly.offline import get_plotlyjs
+
+from core.compare import compare_outputs
+from core.html_report import FIGURES_PER_FAILING_OUTPUT, figure_count, write_html_report
+from core.results import InputSet, OutputSet, ValidationRun
+from core.saved_run import load_run, save_run
+from core.signature import OnnxSignature, TensorSpec
+from core.tolerances import Tolerance, Tolerances
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+EVIL_NAME = "<img src=http://example.invalid/x.png onerror=alert(1)>"
+
+
+def build_run(pairs: dict[str, tuple[np.ndarray, np.ndarray]], *, n_sets: int = 1):
+    tol = Tolerance(1e-4, 0.0)
+    refs, onnxs, comps, sets = [], [], [], []
+    for s in range(n_sets):
+        sets.append(InputSet(s, {"x": np.zeros((1 + s, 3), np.float32)}, label=f"batch {1 + s}"))
+        refs.append(OutputSet({n: r for n, (r, _) in pairs.items()}))
+        onnxs.append(OutputSet({n: o for n, (_, o) in pairs.items()}))
+        comps += [
+            compare_outputs(r, o, name=n, input_set=s, tolerance=tol) for n, (r, o) in pairs.items()
+        ]
+    sig = OnnxSignature(
+        inputs=(TensorSpec("x", "float32", ("batch", 3)),),
+        outputs=tuple(TensorSpec(n, "float32", tuple(o.shape)) for n, (_, o) in pairs.items()),
+        opset=18, producer="pytorch", ir_version=9,
+    )  # fmt: skip
+    return ValidationRun(
+        model="demo:test", onnx="model.onnx", signature=sig, tolerances=Tolerances(tol),
+        environment={"onnxruntime": "1.32", "provider": "CPUExecutionProvider"},
+        input_sets=tuple(sets), comparisons=tuple(comps), ref_outputs=tuple(refs),
+        onnx_outputs=tuple(onnxs),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def mixed_run() -> ValidationRun:
+    """Two failing outputs (one 2048x2048 with a bad corner), one passing, one shape mismatch."""
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((2048, 2048)).astype(np.float32)
+    big_onnx = big.copy()
+    big_onnx[1500:1600, 100:200] += 0.5  # the region a reader must find on the heatmap
+    small = rng.standard_normal((2, 8, 16)).astype(np.float32)
+    ok = rng.standard_normal((4, 5)).astype(np.float32)
+    return build_run(
+        {
+            "big": (big, big_onnx),
+            EVIL_NAME: (small, small + 1e-2),
+            "ok": (ok, ok + 1e-6),
+            "reshaped": (ok, ok.reshape(5, 4)),
+        },
+        n_sets=2,
+    )
+
+
+def open_in_chromium(path: Path, expected_charts: int) -> dict:
+    """Load the report from disk; return the requests it made and what rendered."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("Debian chromium not installed (apt-get install -y chromium)")
+    requests: list[str] = []
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.add_init_script(
+                "window.__violations = [];"
+                "document.addEventListener('securitypolicyviolation',"
+                " e => window.__violations.push(e.blockedURI));"
+            )
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(path.resolve().as_uri())
+            page.wait_for_function(
+                f"document.querySelectorAll('.js-plotly-plot .main-svg').length"
+                f" >= {expected_charts}",
+                timeout=60_000,
+            )
+            page.wait_for_timeout(300)  # let any late request show up
+            result = {
+                "requests": requests,
+                "errors": errors,
+                "violations": page.evaluate("window.__violations"),
+                "charts": page.locator(".js-plotly-plot").count(),
+                "heatmap_traces": page.locator(".fig.heatmap .hm, .fig.heatmap image").count(),
+                "title": page.title(),
+                "text": page.inner_text("body"),
+            }
+        finally:
+            browser.close()
+    return result
+
+
+@pytest.mark.browser
+def test_report_renders_offline_with_every_failing_outputs_figures(
+    tmp_path: Path, mixed_run: ValidationRun
+) -> None:
+    path = write_html_report(mixed_run, tmp_path / "report.html")
+    n_failing = 2  # "big" and the evil-named one; "reshaped" has no element-wise view
+    expected = 1 + FIGURES_PER_FAILING_OUTPUT * n_failing  # + the input-set grid
+    assert figure_count(mixed_run) == expected
+
+    seen = open_in_chromium(path, expected)
+
+    assert seen["requests"] == [path.resolve().as_uri()], "the report fetched something"
+    assert seen["violations"] == [] and seen["errors"] == []
+    assert seen["charts"] == expected
+    assert seen["heatmap_traces"] >= n_failing
+    assert seen["title"].startswith("Parity report: fail")
+    text = seen["text"]
+    assert EVIL_NAME in text  # shown as text, never as markup
+    assert "FAIL" in text and "shape mismatch" in text
+    assert "block max-pooled" in text  # the big heatmap says it was reduced
+
+
+def test_report_escapes_names_and_summarises_passing_outputs(
+    tmp_path: Path, mixed_run: ValidationRun
+) -> None:
+    text = write_html_report(mixed_run, tmp_path / "r.html").read_text()
+    assert EVIL_NAME not in text
+    assert "&lt;img src=http://example.invalid/x.png" in text
+    assert len(re.findall(r"<tr class='pass'><td>\d</td><td class='name'>ok</td>", text)) == 2
+    failing_headers = re.findall(r"<article class='failing'><h3>([^<]*) <small>", text)
+    assert sorted(failing_headers) == sorted(["big", "&lt;img src=http://example.invalid/x.png "
+                                              "onerror=alert(1)&gt;", "reshaped"])  # fmt: skip
+    assert "ok <small>" not in text
+
+
+def test_report_size_stays_bounded_for_a_big_output(tmp_path: Path, mixed_run: ValidationRun):
+    path = write_html_report(mixed_run, tmp_path / "r.html")
+    figures_bytes = path.stat().st_size - len(get_plotlyjs().encode())
+    assert 0 < figures_bytes < 1_500_000, f"{figures_bytes / 1e6:.2f} MB besides plotly.js"
+    assert len(re.findall(r"Plotly v\d", path.read_text())) <= 2  # plotly.js inlined once
+
+
+def test_worst_elements_table_points_at_the_broken_region(tmp_path: Path, mixed_run):
+    text = write_html_report(mixed_run, tmp_path / "r.html").read_text()
+    big_article = text[text.index("<h3>big <small>") :]
+    big_article = big_article[: big_article.index("</article>")]
+    rows = re.findall(r"<tr><td>\[(\d+), (\d+)\]</td>", big_article)
+    assert rows, "no worst-element rows"
+    for r, c in rows:
+        assert 1500 <= int(r) < 1600 and 100 <= int(c) < 200
+
+
+@pytest.mark.browser
+def test_report_from_a_run_without_raw_outputs_says_heatmaps_are_omitted(
+    tmp_path: Path, mixed_run: ValidationRun
+) -> None:
+    loaded = load_run(save_run(mixed_run, tmp_path / "r.parity.npz", keep_outputs=False))
+    path = write_html_report(loaded, tmp_path / "r.html")
+    assert figure_count(loaded) == 1
+    seen = open_in_chromium(path, 1)
+    assert seen["charts"] == 1
+    assert seen["requests"] == [path.resolve().as_uri()]
+    assert "kept no raw outputs" in seen["text"]
+
+
+def test_report_of_a_passing_run_has_no_failing_section(tmp_path: Path) -> None:
+    a = np.ones((3, 3), np.float32)
+    run = build_run({"y": (a, a)})
+    text = write_html_report(run, tmp_path / "r.html").read_text()
+    assert run.verdict == "pass"
+    assert "Failing outputs" not in text and "all 1 outputs pass" in text
+
+
+def test_report_of_a_saved_run_equals_report_of_the_live_run(tmp_path: Path, mixed_run):
+    loaded = load_run(save_run(mixed_run, tmp_path / "r.parity.npz"))
+    loaded = replace(loaded, extra={})  # the saved-run path is shown in the header; drop it
+    live = write_html_report(mixed_run, tmp_path / "live.html").read_text()
+    again = write_html_report(loaded, tmp_path / "saved.html").read_text()
+
+    def strip(t: str) -> str:  # figure div ids and the footer's time differ per render
+        t = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "ID", t)
+        return re.sub(r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC", "", t)
+
+    assert strip(live) == strip(again)
