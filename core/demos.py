@@ -13,25 +13,23 @@ file keyed by demo name, ``DEMO_VERSION``, torch and onnx versions), ``export_de
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import hashlib
-import logging
 import os
 import tempfile
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from core.errors import ExportError, UsageError
 from core.tolerances import Tolerance, Tolerances
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 # Bump when a demo's model, weights or export changes: it is part of the cache key.
 DEMO_VERSION = "1"
@@ -40,210 +38,12 @@ CACHE_ENV = "PARITY_CACHE_DIR"
 _DEFAULT_CACHE = Path("~/.cache/parity/demos")
 
 
-# --- cnn -----------------------------------------------------------------------------------
-
-
-class DemoConvNet(nn.Module):
-    """conv/bn/relu/pool stem and a linear head: ``image`` -> ``logits``, ``features``."""
-
-    def __init__(self, *, n_classes: int = 10) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1),
-            nn.BatchNorm2d(8),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1),
-            nn.BatchNorm2d(16),
-            nn.ReLU(),
-        )
-        self.head = nn.Linear(16, n_classes)
-
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        features = self.stem(image)
-        logits = self.head(features.mean(dim=(2, 3)))
-        return {"logits": logits, "features": features}
-
-
-def _randomize_batchnorm(model: nn.Module) -> None:
-    """Non-trivial running statistics, so batch norm really does something in eval mode."""
-    for module in model.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            with torch.no_grad():
-                module.running_mean.uniform_(-0.2, 0.2)
-                module.running_var.uniform_(0.5, 1.5)
-                module.weight.uniform_(0.8, 1.2)
-                module.bias.uniform_(-0.1, 0.1)
-
-
-def _build_cnn() -> nn.Module:
-    torch.manual_seed(0)
-    model = DemoConvNet()
-    _randomize_batchnorm(model)
-    return model.eval()
-
-
-def _cnn_inputs() -> tuple[torch.Tensor, ...]:
-    generator = torch.Generator().manual_seed(1)
-    return (torch.randn(2, 3, 32, 32, generator=generator),)
-
-
-# --- transformer / fp16 --------------------------------------------------------------------
-
-
-class _EncoderLayer(nn.Module):
-    """Post-norm encoder layer written out by hand, so every op is visible in the export."""
-
-    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.ff1 = nn.Linear(d_model, d_ff)
-        self.ff2 = nn.Linear(d_ff, d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-
-    def forward(self, x: torch.Tensor, additive_mask: torch.Tensor) -> torch.Tensor:
-        batch, seq, d_model = x.shape
-        head_dim = d_model // self.n_heads
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        q, k, v = (t.reshape(batch, seq, self.n_heads, head_dim).transpose(1, 2) for t in (q, k, v))
-        scores = q @ k.transpose(-1, -2) * head_dim**-0.5 + additive_mask
-        attended = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(batch, seq, d_model)
-        x = self.norm1(x + self.out(attended))
-        return self.norm2(x + self.ff2(F.gelu(self.ff1(x))))
-
-
-class DemoEncoder(nn.Module):
-    """A 2-layer encoder: ``input_ids``, ``attention_mask`` -> ``last_hidden_state``, ``pooled``."""
-
-    def __init__(
-        self,
-        *,
-        vocab_size: int = 128,
-        max_positions: int = 256,
-        d_model: int = 32,
-        n_heads: int = 4,
-        d_ff: int = 64,
-        n_layers: int = 2,
-    ) -> None:
-        super().__init__()
-        self.tokens = nn.Embedding(vocab_size, d_model)
-        self.positions = nn.Embedding(max_positions, d_model)
-        self.norm = nn.LayerNorm(d_model)
-        self.layers = nn.ModuleList(_EncoderLayer(d_model, n_heads, d_ff) for _ in range(n_layers))
-        self.pool = nn.Linear(d_model, d_model)
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        dtype = self.tokens.weight.dtype
-        seq = input_ids.shape[1]
-        positions = torch.arange(seq, device=input_ids.device)
-        x = self.norm(self.tokens(input_ids) + self.positions(positions))
-        mask = attention_mask.to(dtype)
-        # -1e4 rather than finfo.min: it survives the float16 variant without overflowing.
-        additive = ((1.0 - mask) * -1e4)[:, None, None, :]
-        for layer in self.layers:
-            x = layer(x, additive)
-        weights = mask[:, :, None]
-        mean = (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
-        return {"last_hidden_state": x, "pooled": torch.tanh(self.pool(mean))}
-
-
-class Float16Compute(nn.Module):
-    """Runs a copy of ``model`` in float16 while keeping float32 outputs (inputs are ints)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.inner = copy.deepcopy(model).half()
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        outputs = self.inner(input_ids, attention_mask)
-        return {name: value.float() for name, value in outputs.items()}
-
-
-def _build_encoder() -> nn.Module:
-    torch.manual_seed(0)
-    return DemoEncoder().eval()
-
-
-def _encoder_inputs() -> tuple[torch.Tensor, ...]:
-    generator = torch.Generator().manual_seed(1)
-    input_ids = torch.randint(0, 128, (2, 16), generator=generator)
-    attention_mask = torch.ones(2, 16, dtype=torch.int64)
-    attention_mask[1, 12:] = 0  # the second sequence is padded
-    return input_ids, attention_mask
-
-
-# --- broken --------------------------------------------------------------------------------
-
-
-class DemoSegmenter(nn.Module):
-    """A shared stem with two heads: ``mask`` (reflect-padded conv) and ``embedding``."""
-
-    def __init__(self, *, embed_dim: int = 16) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
-        self.mask_head = nn.Conv2d(8, 1, 3)  # padded by hand, with reflect padding
-        self.embed_head = nn.Linear(8, embed_dim)
-
-    def forward(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        features = self.stem(image)
-        mask = self.mask_head(F.pad(features, (1, 1, 1, 1), mode="reflect"))
-        embedding = self.embed_head(features.mean(dim=(2, 3)))
-        return {"mask": mask, "embedding": embedding}
-
-
-def _build_segmenter() -> nn.Module:
-    torch.manual_seed(0)
-    return DemoSegmenter().eval()
-
-
-def _break_reflect_pad(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The demo's bug: the one reflect ``Pad`` becomes ``edge`` (a real exporter-bug class)."""
-    pads = [
-        node
-        for graph in _all_graphs(model)
-        for node in graph.node
-        if node.op_type == "Pad" and _attribute(node, "mode") == b"reflect"
-    ]
-    if len(pads) != 1:
-        raise ExportError(f"demo:broken: expected one reflect Pad in the export, found {len(pads)}")
-    for attribute in pads[0].attribute:
-        if attribute.name == "mode":
-            attribute.s = b"edge"
-    return model
-
-
-def _all_graphs(model: onnx.ModelProto) -> list[onnx.GraphProto]:
-    """The main graph plus the bodies of local functions (the exporter may put ops there)."""
-    graphs: list[onnx.GraphProto] = [model.graph]
-    for function in model.functions:
-        holder = onnx.GraphProto()
-        holder.node.extend(function.node)
-        graphs.append(holder)
-    return graphs
-
-
-def _attribute(node: onnx.NodeProto, name: str) -> Any:
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return onnx.helper.get_attribute_value(attribute)
-    return None
-
-
-# --- the registry --------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Demo:
     """A built-in model: how to build it, an example input, and the tolerances it needs.
 
     ``tolerances`` is None when the default tolerance (atol 1e-5, rtol 0) is the right test.
+    ``build`` and ``example_inputs`` import torch only when called.
     """
 
     name: str
@@ -254,18 +54,27 @@ class Demo:
     tolerances: Tolerances | None = None
 
 
-@dataclass(frozen=True)
-class _ExportSpec:
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
-    # Per input: {axis: (dim name, min, max)}; fed to torch.export.Dim.
-    dynamic: Mapping[str, Mapping[int, tuple[str, int, int]]]
-    wrap: Callable[[nn.Module], nn.Module] | None = None
-    edit: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None
+def _builder(name: str) -> Callable[[], Any]:
+    def build() -> Any:
+        from core import demo_models
+
+        return demo_models.build(name)
+
+    return build
 
 
-_IMAGE_DIMS = {0: ("batch", 1, 1024), 2: ("height", 8, 1024), 3: ("width", 8, 1024)}
-_TEXT_DIMS = {0: ("batch", 1, 1024), 1: ("seq", 2, 256)}
+def _inputs(name: str) -> Callable[[], Any]:
+    def example_inputs() -> Any:
+        from core import demo_models
+
+        return demo_models.example_inputs(name)
+
+    return example_inputs
+
+
+# fp16 and transformer share one encoder (same weights): the same callables.
+_ENCODER_BUILD = _builder("transformer")
+_ENCODER_INPUTS = _inputs("transformer")
 
 # fp16, measured against the float32 torch model on onnxruntime 1.32 CPU over batch 1..6,
 # seq 8..64, 5 seeds, padded and unpadded masks: max |error| 2.5e-3 on last_hidden_state
@@ -287,8 +96,8 @@ DEMOS: dict[str, Demo] = {
             "that maps an image to class logits and a feature map. Its export is faithful: "
             "every output should pass at the default tolerance, at every image size you try."
         ),
-        build=_build_cnn,
-        example_inputs=_cnn_inputs,
+        build=_builder("cnn"),
+        example_inputs=_inputs("cnn"),
     ),
     "transformer": Demo(
         name="transformer",
@@ -299,8 +108,8 @@ DEMOS: dict[str, Demo] = {
             "export agrees to about 1e-6, so both outputs pass at the default tolerance; "
             "compare the error histograms with the fp16 demo's."
         ),
-        build=_build_encoder,
-        example_inputs=_encoder_inputs,
+        build=_ENCODER_BUILD,
+        example_inputs=_ENCODER_INPUTS,
     ),
     "fp16": Demo(
         name="fp16",
@@ -312,8 +121,8 @@ DEMOS: dict[str, Demo] = {
             "apply the demo's per-output tolerances (atol 1e-2 / rtol 1e-2 on "
             "last_hidden_state, atol 2e-3 / rtol 1e-2 on pooled) and see it pass."
         ),
-        build=_build_encoder,
-        example_inputs=_encoder_inputs,
+        build=_ENCODER_BUILD,
+        example_inputs=_ENCODER_INPUTS,
         tolerances=FP16_TOLERANCES,
     ),
     "broken": Demo(
@@ -325,26 +134,8 @@ DEMOS: dict[str, Demo] = {
             "somewhere while the other passes. Find which output, then use the error heatmap "
             "to find where in the tensor the error sits, and guess which op is to blame."
         ),
-        build=_build_segmenter,
-        example_inputs=_cnn_inputs,
-    ),
-}
-
-_EXPORTS: dict[str, _ExportSpec] = {
-    "cnn": _ExportSpec(("image",), ("logits", "features"), {"image": _IMAGE_DIMS}),
-    "transformer": _ExportSpec(
-        ("input_ids", "attention_mask"),
-        ("last_hidden_state", "pooled"),
-        {"input_ids": _TEXT_DIMS, "attention_mask": _TEXT_DIMS},
-    ),
-    "fp16": _ExportSpec(
-        ("input_ids", "attention_mask"),
-        ("last_hidden_state", "pooled"),
-        {"input_ids": _TEXT_DIMS, "attention_mask": _TEXT_DIMS},
-        wrap=Float16Compute,
-    ),
-    "broken": _ExportSpec(
-        ("image",), ("mask", "embedding"), {"image": _IMAGE_DIMS}, edit=_break_reflect_pad
+        build=_builder("broken"),
+        example_inputs=_inputs("broken"),
     ),
 }
 
@@ -366,7 +157,7 @@ def demo_cache_dir() -> Path:
 
 def demo_cache_key(name: str) -> str:
     """Changes when the demo, its version, or the torch/onnx that export it change."""
-    text = "|".join((name, DEMO_VERSION, torch.__version__, onnx.__version__))
+    text = "|".join((name, DEMO_VERSION, metadata.version("torch"), onnx.__version__))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -396,47 +187,6 @@ def demo_onnx_path(name: str) -> Path:
 
 def export_demo(demo: Demo) -> onnx.ModelProto:
     """Export ``demo`` with the dynamo exporter, apply its edit, and check the result."""
-    spec = _EXPORTS[demo.name]
-    module = demo.build()
-    if spec.wrap is not None:
-        module = spec.wrap(module).eval()
-    dims: dict[str, torch.export.Dim] = {}
-    dynamic_shapes: dict[str, dict[int, torch.export.Dim]] = {}
-    for input_name, axes in spec.dynamic.items():
-        dynamic_shapes[input_name] = {}
-        for axis, (dim_name, low, high) in axes.items():
-            dim = dims.setdefault(dim_name, torch.export.Dim(dim_name, min=low, max=high))
-            dynamic_shapes[input_name][axis] = dim
-    try:
-        with warnings.catch_warnings(), _quiet_exporter_logs():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                module,
-                demo.example_inputs(),
-                dynamo=True,
-                input_names=list(spec.input_names),
-                output_names=list(spec.output_names),
-                dynamic_shapes=dynamic_shapes,
-                verbose=False,
-            )
-    except Exception as exc:
-        raise ExportError(f"demo:{demo.name}: export failed: {exc}") from exc
-    if program is None:
-        raise ExportError(f"demo:{demo.name}: the exporter returned no program")
-    model = program.model_proto
-    if spec.edit is not None:
-        model = spec.edit(model)
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    from core import demo_models
 
-
-@contextlib.contextmanager
-def _quiet_exporter_logs() -> Iterator[None]:
-    """The exporter logs warnings (e.g. "torchvision is not installed") a user can't act on."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    return demo_models.export_demo(demo.name)

@@ -315,9 +315,14 @@ def error_histogram(
         margin={"l": 60, "r": 60, "t": 70, "b": 40},
         height=380,
     )
-    fig.update_yaxes(title_text="elements", type="log", secondary_y=False)
+    fig.update_yaxes(title_text="elements", type="log", dtick=1, secondary_y=False)
     fig.update_yaxes(
-        title_text="cumulative fraction", range=[0, 1.05], secondary_y=True, showgrid=False
+        title_text="cumulative fraction",
+        range=[0, 1.05],
+        tickvals=[0, 0.25, 0.5, 0.75, 1.0],
+        tickformat=".0%",
+        secondary_y=True,
+        showgrid=False,
     )
     return fig
 

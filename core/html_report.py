@@ -23,6 +23,8 @@ from core.results import OutputComparison, Status, ValidationRun
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
 REPORT_MAX_CELLS = 200  # heatmap side in the report: 200x200 cells, ~0.2 MB each
 WORST_K = 15
+MAX_DETAILED_OUTPUTS = 24
+"""Failing outputs drawn with figures, worst first; the rest are listed (keeps a few MB)."""
 
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -191,8 +193,14 @@ def _failing_details(run: ValidationRun) -> str:
             "<p class='note'>This run kept no raw outputs, so heatmaps, histograms and worst "
             "elements are omitted; the statistics above are exact.</p>"
         )
-    for c in failing:
+    for c in failing[:MAX_DETAILED_OUTPUTS]:
         parts.append(_failing_output(run, c, kept=kept))
+    if len(failing) > MAX_DETAILED_OUTPUTS:
+        rest = ", ".join(_e(c.name) for c in failing[MAX_DETAILED_OUTPUTS:])
+        parts.append(
+            f"<p class='note'>{len(failing) - MAX_DETAILED_OUTPUTS} more failing outputs are in "
+            f"the table above without figures, to keep this file small: {rest}.</p>"
+        )
     parts.append("</section>")
     return "".join(parts)
 
@@ -259,7 +267,7 @@ def _environment(run: ValidationRun) -> str:
 
 
 def _failing_outputs(run: ValidationRun) -> list[OutputComparison]:
-    """One comparison per failing output name: its worst input set (most mismatches)."""
+    """One comparison per failing output name (its worst input set), worst output first."""
     best: dict[str, OutputComparison] = {}
     for c in run.comparisons:
         if c.status.passed:
@@ -267,7 +275,7 @@ def _failing_outputs(run: ValidationRun) -> list[OutputComparison]:
         current = best.get(c.name)
         if current is None or _badness(c) > _badness(current):
             best[c.name] = c
-    return list(best.values())
+    return sorted(best.values(), key=_badness, reverse=True)
 
 
 def _badness(c: OutputComparison) -> tuple[int, float, float]:
@@ -295,7 +303,8 @@ def _raw_pair(run: ValidationRun, c: OutputComparison) -> tuple[np.ndarray, np.n
 def figure_count(run: ValidationRun) -> int:
     """How many plotly charts the report draws (for tests and for the size budget)."""
     kept = bool(run.ref_outputs and run.onnx_outputs)
-    detailed = sum(1 for c in _failing_outputs(run) if kept and _raw_pair(run, c) is not None)
+    shown = _failing_outputs(run)[:MAX_DETAILED_OUTPUTS]
+    detailed = sum(1 for c in shown if kept and _raw_pair(run, c) is not None)
     return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed
 
 

@@ -117,14 +117,16 @@ class OutputComparison:
         """The same comparison judged at another tolerance, from the profile alone."""
         if self.profile is None or self.status not in (Status.PASS, Status.FAIL):
             return replace(self, tolerance=tolerance)
-        n_mismatch = self.profile.n_mismatch(tolerance)
+        from core.compare import failure_message  # compare imports this module
+
         passed = self.profile.passes(tolerance)
+        n_mismatch = self.profile.n_mismatch(tolerance)
         return replace(
             self,
             tolerance=tolerance,
             n_mismatch=n_mismatch,
             status=Status.PASS if passed else Status.FAIL,
-            message="" if passed else _mismatch_message(n_mismatch, self.n_elements),
+            message="" if passed else failure_message(n_mismatch, self.n_elements, self.stats),
         )
 
 

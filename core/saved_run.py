@@ -25,8 +25,8 @@ import json
 import math
 import os
 import platform
+import secrets
 import struct
-import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -77,15 +77,10 @@ def save_run(
     `keep_outputs=False` leaves out the raw outputs (small file; no heatmaps on reopening).
     """
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
+    # a sibling temp file (same filesystem, so the final rename is atomic; umask respected)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=".parity-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise SavedRunError(f"cannot write saved run {path}: {exc.strerror or exc}") from exc
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        with zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf:
             writer = _MemberWriter(zf)
             manifest = _manifest(run, writer, keep_outputs=keep_outputs)
             manifest["members"] = writer.members
@@ -119,7 +114,7 @@ class _MemberWriter:
 
     def add(self, name: str, array: np.ndarray, *, what: str) -> str:
         array = np.asanyarray(array)
-        if array.dtype.hasobject or not type(array.dtype)._legacy:
+        if array.dtype.hasobject or not getattr(type(array.dtype), "_legacy", True):
             raise SavedRunError(
                 f"cannot save {what}: dtype {array.dtype} would need pickle; "
                 "saved runs hold plain numeric arrays only"
@@ -211,21 +206,35 @@ def _manifest(run: ValidationRun, writer: _MemberWriter, *, keep_outputs: bool) 
 
 def _identity(run: ValidationRun) -> dict[str, Any]:
     """What the run was made from, with content hashes of the files still on disk."""
-    identity: dict[str, Any] = {"model": run.model, "onnx": run.onnx}
+    saved = run.extra.get("saved_run")
+    previous = saved.get("identity") if isinstance(saved, Mapping) else None
+    identity: dict[str, Any] = {}
+    if isinstance(previous, Mapping) and (previous.get("model"), previous.get("onnx")) == (
+        run.model,
+        run.onnx,
+    ):
+        identity.update(previous)  # re-saving a reopened run keeps what was hashed then
+    identity.update(model=run.model, onnx=run.onnx)
     onnx_file = Path(run.onnx) if run.onnx else None
     if onnx_file is not None and onnx_file.is_file():
-        identity["onnx_sha256"] = file_sha256(onnx_file)
+        identity["onnx_sha256"] = _known_hash(run, "onnx_sha256") or file_sha256(onnx_file)
         identity["onnx_bytes"] = onnx_file.stat().st_size
     model_file = _model_file(run.model)
     if model_file is not None:
         identity["model_file"] = str(model_file)
-        identity["model_sha256"] = file_sha256(model_file)
+        identity["model_sha256"] = _known_hash(run, "model_sha256") or file_sha256(model_file)
     for key in ("weights", "reference_file"):
         value = run.extra.get(key)
         if isinstance(value, str) and Path(value).is_file():
             identity[key] = value
             identity[f"{key}_sha256"] = file_sha256(Path(value))
     return identity
+
+
+def _known_hash(run: ValidationRun, key: str) -> str | None:
+    """A hash the run already computed while loading (saves re-reading a big file)."""
+    value = run.extra.get(key)
+    return value if isinstance(value, str) and len(value) == 64 else None
 
 
 def _model_file(spec: str) -> Path | None:

@@ -146,6 +146,7 @@ def page() -> None:
         st.plotly_chart(
             fg.error_heatmap(view, worst=worst, shape=ref.shape, log_color=log_color),
             width="stretch",
+            theme=None,  # keep the figure's own colour scales
             key="insp_heatmap",
         )
         st.caption(
@@ -169,7 +170,10 @@ def page() -> None:
     panels = [ins.slice_view(ref, onnx, spec, kind=k, max_cells=200) for k in ("ref", "onnx")]
     err_small = ins.slice_view(ref, onnx, spec, kind=kind, max_cells=200)
     st.plotly_chart(
-        fg.slice_panels(*panels, err_small, log_color=log_color), width="stretch", key="insp_side"
+        fg.slice_panels(*panels, err_small, log_color=log_color),
+        width="stretch",
+        theme=None,
+        key="insp_side",
     )
 
     h_col, s_col = st.columns(2)

@@ -6,6 +6,8 @@ and their results sit in one `st.fragment`, so moving a slider reruns only that 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -33,11 +35,17 @@ def _fmt(value: float) -> str:
 def _editor_frame(run: ValidationRun, tol: Tolerances) -> pd.DataFrame:
     rows = []
     for name in run.output_names:
-        t = tol.for_output(name)
+        t = tol.outputs.get(name)
         rows.append(
-            {"output": name, "override": name in tol.outputs, "atol": t.atol, "rtol": t.rtol}
+            {
+                "output": name,
+                "override": t is not None,
+                "atol": t.atol if t is not None else None,
+                "rtol": t.rtol if t is not None else None,
+            }
         )
-    return pd.DataFrame(rows, columns=EDITOR_COLUMNS)
+    frame = pd.DataFrame(rows, columns=EDITOR_COLUMNS)
+    return frame.astype({"atol": "float64", "rtol": "float64", "override": "bool"})
 
 
 def _sync_widgets(run: ValidationRun, tol: Tolerances) -> None:
@@ -55,12 +63,13 @@ def _sync_widgets(run: ValidationRun, tol: Tolerances) -> None:
     st.session_state[SYNCED] = (run, tol)
 
 
-def _overrides(edited: pd.DataFrame) -> dict[str, Tolerance]:
+def _overrides(edited: pd.DataFrame, default: Tolerance) -> dict[str, Tolerance]:
+    """Ticked rows become overrides; a blank cell takes the global value."""
     out: dict[str, Tolerance] = {}
     for row in edited.itertuples(index=False):
         if bool(row.override):
-            atol = float(row.atol) if pd.notna(row.atol) and row.atol >= 0 else 0.0
-            rtol = float(row.rtol) if pd.notna(row.rtol) and row.rtol >= 0 else 0.0
+            atol = float(row.atol) if pd.notna(row.atol) and row.atol >= 0 else default.atol
+            rtol = float(row.rtol) if pd.notna(row.rtol) and row.rtol >= 0 else default.rtol
             out[str(row.output)] = Tolerance(atol=atol, rtol=rtol)
     return out
 
@@ -121,6 +130,7 @@ def _suggest(run: ValidationRun, margin: float) -> None:
 
 @st.fragment
 def controls(raw: ValidationRun) -> None:
+    t_start = time.perf_counter()
     st.session_state["tol_fragment_runs"] = st.session_state.get("tol_fragment_runs", 0) + 1
     tol_now = state.tolerances()
     _sync_widgets(raw, tol_now)
@@ -136,7 +146,10 @@ def controls(raw: ValidationRun) -> None:
             "Global rtol", options=with_value(RTOL_LADDER, st.session_state["tol_rtol"]),
             format_func=_fmt, key="tol_rtol",
         )  # fmt: skip
-    st.markdown("**Per-output overrides** — tick *override* to give an output its own tolerance")
+    st.markdown(
+        "**Per-output overrides** — tick *override* to give an output its own tolerance "
+        "(a blank cell takes the global value)"
+    )
     edited = st.data_editor(
         st.session_state[EDITOR_BASE],
         key="tol_editor",
@@ -149,8 +162,8 @@ def controls(raw: ValidationRun) -> None:
             "rtol": st.column_config.NumberColumn("rtol", min_value=0.0, format="%.3g"),
         },
     )
-    new_tol = Tolerances(default=Tolerance(atol=float(atol), rtol=float(rtol)),
-                         outputs=_overrides(edited))  # fmt: skip
+    default = Tolerance(atol=float(atol), rtol=float(rtol))
+    new_tol = Tolerances(default=default, outputs=_overrides(edited, default))
     if new_tol != tol_now:
         state.set_tolerances(new_tol)
         st.session_state[SYNCED] = (raw, new_tol)
@@ -161,10 +174,7 @@ def controls(raw: ValidationRun) -> None:
         verdict_badge(judged, size="## ")
         + f" &nbsp; {len(judged.comparisons) - n_fail} of {len(judged.comparisons)} pass"
     )
-    st.caption(
-        f"Re-judged {len(judged.comparisons)} outputs in {ms:.1f} ms "
-        f"(fragment render #{st.session_state['tol_fragment_runs']})"
-    )
+    timing = st.empty()
     st.dataframe(
         status_style(pass_table(judged)),
         hide_index=True,
@@ -217,6 +227,11 @@ def controls(raw: ValidationRun) -> None:
                                title=f"{name} (rtol {_fmt(t.rtol)})"),
                 width="stretch", key=f"tol_curve_{name}",
             )  # fmt: skip
+    total_ms = (time.perf_counter() - t_start) * 1000
+    timing.caption(
+        f"Re-judged {len(judged.comparisons)} outputs in {ms:.1f} ms; this section redrawn on "
+        f"the server in {total_ms:.0f} ms (fragment render #{st.session_state['tol_fragment_runs']})"
+    )
 
 
 def page() -> None:

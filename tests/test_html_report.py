@@ -194,3 +194,17 @@ def test_report_of_a_saved_run_equals_report_of_the_live_run(tmp_path: Path, mix
         return re.sub(r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC", "", t)
 
     assert strip(live) == strip(again)
+
+
+def test_many_failing_outputs_are_capped_worst_first(tmp_path: Path) -> None:
+    from core.html_report import MAX_DETAILED_OUTPUTS
+
+    a = np.linspace(1, 2, 12, dtype=np.float32).reshape(3, 4)
+    n = MAX_DETAILED_OUTPUTS + 6
+    run = build_run({f"out{i:02d}": (a, a + 1e-3 * (i + 1)) for i in range(n)})
+    text = write_html_report(run, tmp_path / "r.html").read_text()
+    assert figure_count(run) == 1 + FIGURES_PER_FAILING_OUTPUT * MAX_DETAILED_OUTPUTS
+    headers = re.findall(r"<article class='failing'><h3>([^<]*) <small>", text)
+    assert headers[0] == f"out{n - 1:02d}"  # the largest error comes first
+    assert len(headers) == MAX_DETAILED_OUTPUTS
+    assert "6 more failing outputs" in text and "out00" in text.split("more failing outputs")[1]

@@ -181,8 +181,5 @@ def test_reference_only_validation_gives_the_numbers_of_the_live_run(
         )
     )
     assert len(offline.comparisons) == len(live.comparisons) == 2
-    keys = ["status", "max_abs", "max_rel", "mean_abs", "rms", "p99_abs", "n_mismatch"]
-    keys += ["worst_index", "cosine", "snr_db", "min_atol_to_pass", "ref_shape", "onnx_shape"]
-    for a, b in zip(report_dict(live)["outputs"], report_dict(offline)["outputs"], strict=True):
-        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+    assert report_dict(offline)["outputs"] == report_dict(live)["outputs"]  # every number
     assert offline.model.startswith("reference:")

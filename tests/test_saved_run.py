@@ -234,7 +234,7 @@ def test_big_outputs_reopen_memory_mapped_and_aligned(tmp_path: Path) -> None:
 
 
 def test_save_and_load_hold_no_second_copy_of_a_big_output(tmp_path: Path) -> None:
-    big = np.ones((64, 1024, 1024), dtype=np.float32)  # 256 MiB
+    big = np.ones((32, 1024, 1024), dtype=np.float32)  # 128 MiB: a copy would show
     run = make_run({"small": np.full(3, 0.5, np.float32)})
     run = replace(
         run,
@@ -386,28 +386,27 @@ def test_opening_a_saved_run_does_not_import_torch(tmp_path: Path) -> None:
     assert result.stdout.split() == ["error", "1"]
 
 
-DASHBOARD_SCRIPT = '''
+CONTROLS_PAGE = """
+import streamlit as st
+
+from pages import state
+from pages.saved_runs import render_saved_run_controls
+
+with st.sidebar:
+    render_saved_run_controls()
+run = state.current_run()
+st.write(f"current: {run.verdict if run else None}")
+"""
+
+DASHBOARD_SCRIPT = f"""
 import sys
 from streamlit.testing.v1 import AppTest
 
-
-def script():
-    import streamlit as st
-
-    from pages import state
-    from pages.saved_runs import render_saved_run_controls
-
-    with st.sidebar:
-        render_saved_run_controls()
-    run = state.current_run()
-    st.write(f"current: {run.verdict if run else None}")
-
-
-at = AppTest.from_function(script, default_timeout=60).run()
+at = AppTest.from_string({CONTROLS_PAGE!r}, default_timeout=60).run()
 at.sidebar.text_input(key="parity_saved_open_path").input(sys.argv[1])
 at.sidebar.button(key="parity_saved_open").click().run()
 assert not at.exception, at.exception
-print(at.markdown[-1].value if at.markdown else "")
+print(at.main.markdown[-1].value if at.main.markdown else "")
 print([c.value for c in at.sidebar.caption])
 run = at.session_state["parity_run"]
 print(type(run).__name__, len(run.comparisons))
@@ -415,7 +414,7 @@ print("torch loaded:", any(m == "torch" or m.startswith("torch.") for m in sys.m
 at.sidebar.text_input(key="parity_saved_open_path").input(sys.argv[1] + ".missing")
 at.sidebar.button(key="parity_saved_open").click().run()
 print([c.value for c in at.sidebar.caption])
-'''
+"""
 
 
 def test_dashboard_control_opens_a_saved_run_without_torch(tmp_path: Path) -> None:
@@ -434,3 +433,36 @@ def test_dashboard_control_opens_a_saved_run_without_torch(tmp_path: Path) -> No
     assert lines[2] == "ValidationRun 1"
     assert lines[3] == "torch loaded: False"
     assert "Could not open" in lines[4] and "not found" in lines[4]
+
+
+def test_cli_report_from_a_saved_run_writes_the_live_runs_json(
+    tmp_path: Path, model_zoo, tiny_artifacts
+) -> None:
+    from core.cli import main
+
+    run_file, live_json, saved_json = (tmp_path / n for n in ("r.parity.npz", "a.json", "b.json"))
+    args = ["validate", "--model", model_zoo.spec("make_tiny"), "--onnx", str(tiny_artifacts.onnx)]
+    args += ["--input-sets", "2", "--atol", "1e-9", "--save-run", str(run_file)]
+    args += ["--json", str(live_json), "--html", str(tmp_path / "a.html")]
+    live_rc = main(args)
+    saved_rc = main(["report", str(run_file), "--json", str(saved_json)])
+    assert live_rc == saved_rc
+    assert json.loads(saved_json.read_text()) == json.loads(live_json.read_text())
+    assert (tmp_path / "a.html").stat().st_size > 1_000_000  # plotly.js inlined
+    assert main(["report", str(run_file), "--atol", "1"]) == 0  # re-judged from the profile
+
+
+def test_resaving_a_reopened_run_keeps_its_identity_hashes(tmp_path: Path) -> None:
+    onnx_file = tmp_path / "m.onnx"
+    onnx_file.write_bytes(b"bytes standing in for a model")
+    run = replace(make_run({"y": np.ones(3, np.float32)}), onnx=str(onnx_file))
+    first = save_run(run, tmp_path / "a.parity.npz")
+    onnx_file.unlink()  # the model is gone; the saved run must still say what it was
+    second = save_run(load_run(first), tmp_path / "b.parity.npz")
+    a, b = read_manifest(first)["identity"], read_manifest(second)["identity"]
+    assert (
+        b["onnx_sha256"]
+        == a["onnx_sha256"]
+        == hashlib.sha256(b"bytes standing in for a model").hexdigest()
+    )
+    assert_same_comparisons(load_run(second), run)

@@ -15,9 +15,11 @@ does not (batch, within one generate()) stays fixed. torch.export specialises ex
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +81,7 @@ def export_decoder(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     n_layers = len(calls[0].present)
-    wrapper = DecoderStep(model, n_layers=n_layers)
+    wrapper = DecoderStep(model, n_layers=n_layers).eval()
     roles = infer_dynamic_roles(calls)
     args, dynamic_shapes = _example_inputs(calls, roles, with_positions=wrapper.takes_positions)
     input_names = ["input_ids", "attention_mask"]
@@ -96,7 +98,7 @@ def export_decoder(
         kwargs: dict[str, Any] = {}
         if opset is not None:
             kwargs["opset_version"] = opset
-        with torch.inference_mode(False), torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad(), _quiet_exporter():
             program = torch.onnx.export(
                 wrapper,
                 args,
@@ -130,6 +132,22 @@ def export_decoder(
         output_names=tuple(output_names),
         dynamic=roles,
     )
+
+
+class _quiet_exporter:
+    """The exporter warns at length (torchvision ops, deprecations); the cause is kept."""
+
+    def __enter__(self) -> None:
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore")
+        self._logger = logging.getLogger("torch.onnx")
+        self._level = self._logger.level
+        self._logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.setLevel(self._level)
+        self._warnings.__exit__(*exc)
 
 
 class DecoderStep:

@@ -1,0 +1,185 @@
+"""Benchmark: Parity's full comparison against the usual ways of comparing two outputs.
+
+Not a test. On the same float32 arrays (10M and 100M elements by default) it times:
+
+* ``core``       -- ``core.compare.compare_outputs``: every statistic, exact p99, the
+                    re-judge profile, chunked (what ``parity validate`` runs per output);
+* ``bare numpy`` -- ``np.max(np.abs(a - b))``, the floor everything is measured against;
+* ``np.allclose``;
+* ``polygraphy`` -- Polygraphy's comparator (``CompareFunc.simple`` over two
+                    ``IterationResult``\\ s, as ``polygraphy run`` compares runners);
+* ``torch.testing.assert_close`` (its AssertionError, when raised, is part of the time).
+
+Prints the best of ``--repeat`` wall and CPU times (CPU: this process, all threads; torch
+may use several), each one's ratio to the bare numpy line, and the core's peak extra
+memory (tracemalloc: numpy reports every buffer it allocates). The machine's load average
+is printed too: on a shared machine, compare ratios, not seconds.
+
+    python bench/bench_compare.py                 # 10M and 100M elements
+    python bench/bench_compare.py --sizes 1e6 1e7 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import logging
+import os
+import time
+import tracemalloc
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from core.compare import DEFAULT_CHUNK_ELEMENTS, compare_outputs
+from core.tolerances import Tolerance
+
+TOL = Tolerance(atol=1e-5, rtol=0.0)
+
+
+def _arrays(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(n, dtype=np.float32)
+    b = a + rng.standard_normal(n, dtype=np.float32) * np.float32(3e-6)
+    return a, b
+
+
+def _core(a: np.ndarray, b: np.ndarray, chunk: int) -> None:
+    compare_outputs(a, b, name="y", input_set=0, tolerance=TOL, chunk_elements=chunk)
+
+
+def _bare(a: np.ndarray, b: np.ndarray) -> None:
+    np.max(np.abs(a - b))
+
+
+def _allclose(a: np.ndarray, b: np.ndarray) -> None:
+    np.allclose(a, b, rtol=TOL.rtol, atol=TOL.atol)
+
+
+def _polygraphy() -> Callable[[np.ndarray, np.ndarray], None] | None:
+    try:
+        from polygraphy.comparator import CompareFunc
+        from polygraphy.comparator.struct import IterationResult
+        from polygraphy.logger import G_LOGGER
+    except ImportError:
+        return None
+    G_LOGGER.severity = G_LOGGER.CRITICAL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        func = CompareFunc.simple(atol=TOL.atol, rtol=TOL.rtol)
+
+    def run(a: np.ndarray, b: np.ndarray) -> None:
+        with contextlib.redirect_stdout(io.StringIO()):  # its report is printed, not returned
+            func(
+                IterationResult(outputs={"y": a}, runner_name="torch"),
+                IterationResult(outputs={"y": b}, runner_name="onnx"),
+            )
+
+    return run
+
+
+def _torch() -> Callable[[np.ndarray, np.ndarray], None] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    def run(a: np.ndarray, b: np.ndarray) -> None:
+        with contextlib.suppress(AssertionError):
+            torch.testing.assert_close(
+                torch.from_numpy(b), torch.from_numpy(a), rtol=TOL.rtol, atol=TOL.atol
+            )
+
+    return run
+
+
+def _best(fn: Callable[[], None], repeat: int) -> tuple[float, float]:
+    """Best wall time and best CPU time (this process, all threads) over `repeat` runs."""
+    wall = cpu = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        fn()
+        cpu = min(cpu, time.process_time() - start_cpu)
+        wall = min(wall, time.perf_counter() - start)
+    return wall, cpu
+
+
+def _peak_extra_mib(fn: Callable[[], None]) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / 2**20
+
+
+def bench(n: int, repeat: int, chunk: int, skip: set[str]) -> None:
+    a, b = _arrays(n)
+    print(
+        f"\n{n:,} float32 elements per side ({a.nbytes / 2**20:.0f} MiB each), "
+        f"best of {repeat}, load average {os.getloadavg()[0]:.2f}"
+    )
+    rows: list[tuple[str, tuple[float, float] | None, str]] = []
+    bare = _best(lambda: _bare(a, b), repeat)
+    core_mem = _peak_extra_mib(lambda: _core(a, b, chunk))
+    core = _best(lambda: _core(a, b, chunk), repeat)
+    rows.append(("core compare_outputs", core, f"peak extra memory {core_mem:.1f} MiB"))
+    rows.append(("bare np.max(np.abs(a - b))", bare, ""))
+    if "allclose" not in skip:
+        rows.append(("np.allclose", _best(lambda: _allclose(a, b), repeat), ""))
+    others = {"polygraphy": _polygraphy(), "torch": _torch()}
+    labels = {"polygraphy": "polygraphy CompareFunc.simple", "torch": "torch.testing.assert_close"}
+    for key, fn in others.items():
+        if key in skip:
+            continue
+        if fn is None:
+            rows.append((labels[key], None, "not installed"))
+            continue
+        rows.append((labels[key], _best(lambda fn=fn: fn(a, b), repeat), ""))
+    print(f"{'method':<31} {'wall s':>8} {'x bare':>7} {'cpu s':>8} {'x bare':>7}  notes")
+    for label, times, note in rows:
+        if times is None:
+            print(f"{label:<31} {'-':>8} {'-':>7} {'-':>8} {'-':>7}  {note}")
+        else:
+            wall, cpu = times
+            print(
+                f"{label:<31} {wall:8.4f} {wall / bare[0]:7.2f} {cpu:8.4f} {cpu / bare[1]:7.2f}"
+                f"  {note}"
+            )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        type=float,
+        default=[1e7, 1e8],
+        help="element counts (default: 1e7 1e8)",
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs per method (best kept)")
+    parser.add_argument(
+        "--chunk", type=int, default=DEFAULT_CHUNK_ELEMENTS, help="core chunk size in elements"
+    )
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["allclose", "polygraphy", "torch"],
+        help="methods to leave out",
+    )
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    for size in args.sizes:
+        bench(int(size), args.repeat, args.chunk, set(args.skip))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,311 @@
+"""End to end: tiny transformers models (random weights, in-code tokenizers) saved to tmp
+dirs, greedy generate() captured, exported with Parity's own exporter, validated per step.
+
+Exports are the slow part (several seconds each), so every model directory and every run is
+built once per module and shared by the tests that read it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from core.errors import ExportError  # noqa: E402
+from core.hf import HfOptions, run_hf_validation  # noqa: E402
+from core.hf.cli_args import format_steps_table  # noqa: E402
+
+PROMPTS = ("continue : it rains , what should i do ?", "hello world")
+WORDS = tuple(dict.fromkeys(" ".join((*PROMPTS, "the a is sun")).split()))
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def _save(model, directory: Path) -> str:
+    model.save_pretrained(directory)
+    _tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
+SPECIAL = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> str:
+    config = transformers.LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        **SPECIAL,
+    )
+    torch.manual_seed(0)
+    return _save(transformers.LlamaForCausalLM(config), tmp_path_factory.mktemp("llama"))
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory) -> str:
+    config = transformers.GPT2Config(
+        vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64, **SPECIAL
+    )
+    torch.manual_seed(1)
+    return _save(transformers.GPT2LMHeadModel(config), tmp_path_factory.mktemp("gpt2"))
+
+
+@pytest.fixture(scope="module")
+def llama_run(llama_dir, tmp_path_factory):
+    """Two prompts (a left-padded batch), own export, 3 steps: the module's main run."""
+    export = tmp_path_factory.mktemp("llama_export") / "model.onnx"
+    return run_hf_validation(
+        f"hf:{llama_dir}",
+        options=HfOptions(prompts=PROMPTS, max_new_tokens=3),
+        export_path=str(export),
+    )
+
+
+def test_own_export_validates_every_step_of_a_left_padded_batch(llama_run):
+    assert llama_run.verdict == "pass"
+    labels = [s.label for s in llama_run.input_sets]
+    assert labels == ["step 1 · prefill", "step 2 · decode", "step 3 · decode"]
+    summary = llama_run.extra["summary"]
+    assert summary["export"]["status"] == "OK" and summary["export"]["seconds"] > 0
+    assert (summary["steps_ok"], summary["steps_total"]) == (3, 3)
+    assert summary["n_calls"] == 3 and summary["left_padded"] is True
+    assert summary["weights"] == "trained"
+    for phase in ("load", "capture", "export", "onnxruntime", "compare"):
+        assert summary["timings"][phase] is not None
+
+
+def test_each_step_compares_logits_and_every_present_key_value(llama_run):
+    names = set(llama_run.output_names)
+    assert names == {"logits"} | {f"present.{i}.{k}" for i in (0, 1) for k in ("key", "value")}
+    assert len(llama_run.comparisons) == 3 * 5
+    # the cache grows by one position per decode step; the prefill cache is empty
+    past = [s.feeds["past_key_values.0.key"].shape[2] for s in llama_run.input_sets]
+    assert past[0] == 0 and past[2] == past[1] + 1
+    # torch kept only the last logits position: the ONNX logits are compared there
+    logits = llama_run.comparison(0, "logits")
+    assert logits.ref_shape == logits.onnx_shape == (2, 1, 96)
+
+
+def test_own_export_makes_sequence_and_past_dynamic_and_names_them(llama_run):
+    dims = {spec.name: spec.shape for spec in llama_run.signature.inputs}
+    assert dims["input_ids"] == (2, "sequence_length")
+    assert dims["past_key_values.1.value"][2] == "past_sequence_length"
+    assert llama_run.extra["summary"]["export"]["dynamic"] == {
+        "batch": False,
+        "sequence_length": True,
+        "past_sequence_length": True,
+    }
+
+
+def test_left_padding_is_excluded_and_reported_apart(llama_run):
+    masked = llama_run.extra["masked_positions"]
+    assert masked, "a left-padded prefill must report masked positions"
+    assert {m["input_set"] for m in masked} == {0, 1, 2}
+    assert llama_run.extra["summary"]["masked"]["n_elements"] == sum(m["n_masked"] for m in masked)
+    table = format_steps_table(llama_run)
+    assert "padding" in table and "never attended" in table
+
+
+def test_steps_table_has_one_row_per_step_and_the_summary(llama_run):
+    table = format_steps_table(llama_run)
+    rows = [line for line in table.splitlines() if line[:1].isdigit()]
+    assert [r.split()[1] for r in rows] == ["prefill", "decode", "decode"]
+    assert all(" pass " in r for r in rows)
+    assert "export:    OK" in table and "steps OK:  3/3" in table
+
+
+def test_optimum_named_file_given_with_onnx_validates_unseen_steps(llama_run, llama_dir, tmp_path):
+    # An "Optimum" file: Optimum's names, its graph inputs in another order, exported
+    # earlier from other calls; validated on new prompts and more steps than it saw.
+    model = onnx.load(llama_run.onnx)
+    inputs = list(model.graph.input)
+    del model.graph.input[:]
+    model.graph.input.extend(inputs[::-1])
+    path = tmp_path / "optimum.onnx"
+    onnx.save(model, path)
+    run = run_hf_validation(
+        f"hf:{llama_dir}",
+        options=HfOptions(prompts=("the sun is", "it rains , what"), max_new_tokens=4),
+        onnx=str(path),
+    )
+    assert run.verdict == "pass"
+    assert run.extra["summary"]["export"]["status"].startswith("not run")
+    assert len(run.input_sets) == 4
+
+
+def test_decode_only_bug_fails_decode_steps_and_the_run_says_which(llama_run, llama_dir, tmp_path):
+    path = tmp_path / "off_by_one.onnx"
+    _shift_positions_when_cache_is_not_empty(llama_run.onnx, path)
+    run = run_hf_validation(
+        f"hf:{llama_dir}", options=HfOptions(prompts=PROMPTS, max_new_tokens=3), onnx=str(path)
+    )
+    assert run.verdict == "fail"
+    steps = {s["label"]: s["ok"] for s in run.extra["steps"]}
+    assert steps == {"step 1 · prefill": True, "step 2 · decode": False, "step 3 · decode": False}
+    summary = run.extra["summary"]
+    assert summary["failed_steps"] == ["step 2 · decode", "step 3 · decode"]
+    assert not run.comparison(1, "logits").status.passed
+    table = format_steps_table(run)
+    assert "steps OK:  1/3 — failing: step 2 · decode, step 3 · decode" in table
+
+
+def _shift_positions_when_cache_is_not_empty(src: str, dst: Path) -> None:
+    """position_ids + (past length > 0): a bug only the cache path (decode) exercises."""
+    model = onnx.load(src)
+    graph = model.graph
+    for node in graph.node:
+        node.input[:] = ["position_ids_bug" if n == "position_ids" else n for n in node.input]
+    zero = helper.make_tensor("bug_zero", TensorProto.INT64, [1], [0])
+    graph.initializer.append(zero)
+    nodes = [
+        helper.make_node("Shape", ["past_key_values.0.key"], ["bug_past_len"], start=2, end=3),
+        helper.make_node("Greater", ["bug_past_len", "bug_zero"], ["bug_has_past"]),
+        helper.make_node("Cast", ["bug_has_past"], ["bug_shift"], to=TensorProto.INT64),
+        helper.make_node("Add", ["position_ids", "bug_shift"], ["position_ids_bug"]),
+    ]
+    for i, node in enumerate(nodes):
+        graph.node.insert(i, node)
+    onnx.save(model, dst)
+
+
+def test_second_family_gpt2_validates_a_single_prompt(gpt2_dir):
+    run = run_hf_validation(
+        f"hf:{gpt2_dir}", options=HfOptions(prompts=("hello world the",), max_new_tokens=2)
+    )
+    assert run.verdict == "pass"
+    summary = run.extra["summary"]
+    assert summary["model_type"] == "gpt2" and summary["left_padded"] is False
+    assert [s["phase"] for s in run.extra["steps"]] == ["prefill", "decode"]
+    assert run.extra["masked_positions"] == []
+
+
+def test_random_weights_with_one_layer_override(llama_dir):
+    run = run_hf_validation(
+        f"hf:{llama_dir}",
+        options=HfOptions(
+            prompts=PROMPTS[:1],
+            max_new_tokens=2,
+            random_weights=True,
+            config_overrides={"num_hidden_layers": 1},
+        ),
+        seed=3,
+    )
+    assert run.verdict == "pass"
+    assert set(run.output_names) == {"logits", "present.0.key", "present.0.value"}
+    summary = run.extra["summary"]
+    assert summary["weights"] == "random"
+    assert summary["config_overrides"] == {"num_hidden_layers": 1}
+    assert "random weights" in format_steps_table(run)
+
+
+def test_export_that_fails_raises_export_error_with_the_exporters_cause(llama_dir, monkeypatch):
+    # Force it: the MLP gains a term through torch.linalg.svdvals, which runs in eager
+    # torch but has no ONNX translation, so torch.onnx.export really fails.
+    from transformers.models.llama import modeling_llama
+
+    original = modeling_llama.LlamaMLP.forward
+
+    def forward(self, x):
+        y = original(self, x)
+        return y + 0 * torch.linalg.svdvals(y).sum()
+
+    monkeypatch.setattr(modeling_llama.LlamaMLP, "forward", forward)
+    with pytest.raises(ExportError) as info:
+        run_hf_validation(f"hf:{llama_dir}", options=HfOptions(max_new_tokens=1))
+    error = info.value
+    assert str(error).startswith("export: FAILED")
+    assert "svd" in str(error)
+    assert error.summary["export"]["status"] == "FAILED"
+    assert "\n" not in str(error)
+
+
+def test_missing_directory_is_a_one_line_model_load_error(tmp_path):
+    from core.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="no such directory"):
+        run_hf_validation(f"hf:{tmp_path / 'nope'}")
+
+
+def test_unknown_config_override_is_a_usage_error(llama_dir):
+    from core.errors import UsageError
+
+    with pytest.raises(UsageError, match="no attribute 'num_layerz'"):
+        run_hf_validation(f"hf:{llama_dir}", options=HfOptions(config_overrides={"num_layerz": 1}))
+
+
+def test_tokenizer_is_required_for_prompts(llama_dir, tmp_path):
+    from core.errors import ModelLoadError
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(Path(llama_dir) / "config.json", bare / "config.json")
+    with pytest.raises(ModelLoadError, match="tokenizer"):
+        run_hf_validation(f"hf:{bare}", options=HfOptions(random_weights=True))
+
+
+def test_captured_prefill_matches_a_fresh_torch_forward(llama_run, llama_dir):
+    # The cache is copied at capture: later decode steps must not have changed step 1.
+    model = transformers.AutoModelForCausalLM.from_pretrained(llama_dir).eval()
+    feeds = llama_run.input_sets[0].feeds
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.from_numpy(feeds["input_ids"]),
+            attention_mask=torch.from_numpy(feeds["attention_mask"]),
+            position_ids=torch.from_numpy(feeds["position_ids"]),
+            use_cache=True,
+        )
+    fresh = out.past_key_values.layers[1].keys.numpy()
+    np.testing.assert_allclose(llama_run.ref_outputs[0].arrays["present.1.key"], fresh, atol=1e-6)
+    np.testing.assert_allclose(
+        llama_run.ref_outputs[0].arrays["logits"], out.logits[:, -1:].numpy(), atol=1e-6
+    )
+
+
+def test_cli_validates_hf_dir_against_a_given_onnx_and_writes_the_summary(
+    llama_run, llama_dir, tmp_path, capsys
+):
+    import json
+
+    from core.cli import main
+
+    report = tmp_path / "report.json"
+    argv = ["validate", "--model", f"hf:{llama_dir}", "--onnx", llama_run.onnx]
+    argv += ["--prompt", PROMPTS[0], "--prompt", PROMPTS[1], "--max-new-tokens", "2"]
+    assert main([*argv, "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["summary"]["steps_ok"] == data["summary"]["steps_total"] == 2
+    assert [s["label"] for s in data["input_sets"]] == ["step 1 · prefill", "step 2 · decode"]
+
+    bug = tmp_path / "bug.onnx"
+    _shift_positions_when_cache_is_not_empty(llama_run.onnx, bug)
+    argv[4] = str(bug)
+    assert main(argv) == 1
+    assert "step 2 · decode" in capsys.readouterr().out
