@@ -61,7 +61,6 @@ _NBINS = 16385  # bin 0: exact zeros; bins 1..16384: (edge(j-1), edge(j)]
 _TOP = 512  # largest errors kept with their |ref| in the profile
 _SAMPLE = 2048  # random pairs kept for the rtol > 0 count estimate
 _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are not merged
-_TP_EVERY = 8  # chunks between updates of the p99 candidate threshold
 _SEED = 20250101  # fixed: the same tensors always give the same profile
 
 
@@ -336,6 +335,7 @@ class _Pass:
         self.T = np.empty(chunk)
         self.Ix = np.empty(chunk, dtype=np.int64)
         self.M = np.empty(chunk, dtype=bool)
+        self.M2 = np.empty(chunk, dtype=bool)
         # sums and extremes over finite pairs
         self.n_finite = 0
         self.sum_abs = 0.0
@@ -351,17 +351,19 @@ class _Pass:
         self.k_keep = max(n - math.floor(0.99 * (n - 1)) + 2, _TOP) if n else _TOP
         self.tp = -math.inf
         self.top_d: list[np.ndarray] = []
-        self.top_r: list[np.ndarray] = []
+        # the _TOP largest errors with their |ref| (for the profile); t_pairs: their cutoff
+        self.pair_d: list[np.ndarray] = []
+        self.pair_r: list[np.ndarray] = []
+        self.pair_size = 0
+        self.t_pairs = -math.inf
         self.top_size = 0
         self.top_cap = max(2 * self.k_keep, 1 << 16)
         self.tp_ties = -1  # >= 0 once tp is a data value: elements equal to tp, counted
-        self.chunks = 0
         # hull of (r, d) for r > 0, its lookup tables, and the max d where r == 0
         self.hull_r = np.zeros(0)
         self.hull_d = np.zeros(0)
         self.zero_max = -math.inf
         self.lines: list[tuple[float, float]] = []
-        self.S = np.empty(chunk)
         self.k_lo = self.k_hi = 0
         self.TA = self.TB = np.zeros(0)
 
@@ -431,16 +433,21 @@ class _Pass:
         np.right_shift(Ix, _SHIFT, out=Ix)
         self.hist += np.bincount(Ix, minlength=_NBINS)
         # candidates for the exact p99 and the top errors
-        self.chunks += 1
-        if self.tp == -math.inf or self.chunks % _TP_EVERY == 0:
-            self._raise_tp()
+        self._raise_tp()
         if self.tp_ties >= 0 and m >= self.tp:
             self.tp_ties += int(np.count_nonzero(np.equal(D, self.tp, out=M)))
         if m > self.tp:
             idx = np.flatnonzero(np.greater(D, self.tp, out=M))
-            self.top_d.append(D[idx])
-            self.top_r.append(R[idx])
+            cand = D[idx]
+            self.top_d.append(cand)
             self.top_size += idx.size
+            if m > self.t_pairs:  # the profile's largest errors come from these candidates
+                big = cand > self.t_pairs
+                self.pair_d.append(cand[big])
+                self.pair_r.append(R[idx[big]])
+                self.pair_size += int(np.count_nonzero(big))
+                if self.pair_size > 8 * _TOP:
+                    self._compact_pairs()
             if self.top_size > self.top_cap:
                 self._compact_top()
         # candidates for the hull (points that could raise min_atol at some rtol)
@@ -454,9 +461,10 @@ class _Pass:
         Everything the final top k can hold is above it, and an error equal to the edge
         is below at least k others, so nothing equal to tp needs keeping.
         """
-        from_top = np.cumsum(self.hist[::-1])
+        j0 = _bin_of(self.tp) if self.tp > 0 else 0  # tp only rises: look above it
+        from_top = np.cumsum(self.hist[j0:][::-1])
         reach = int(np.searchsorted(from_top, self.k_keep))
-        if reach >= _NBINS:  # fewer than k_keep errors seen so far
+        if reach >= from_top.size:  # fewer than k_keep errors above tp so far
             return
         j = _NBINS - 1 - reach
         edge = float(_edge(j - 1)) if j >= 1 else -math.inf
@@ -472,18 +480,22 @@ class _Pass:
         """
         self._raise_tp()
         d = np.concatenate(self.top_d)
-        r = np.concatenate(self.top_r)
-        keep = d > self.tp
-        d, r = d[keep], r[keep]
+        d = d[d > self.tp]
         if d.size > 2 * self.k_keep:
             v = float(np.partition(d, d.size - self.k_keep)[d.size - self.k_keep])
             ties = int(np.count_nonzero(d == v))
             self.tp_ties = (max(self.tp_ties, 0) if v == self.tp else 0) + ties
             self.tp = v
-            keep = d > v
-            d, r = d[keep], r[keep]
-        self.top_d, self.top_r, self.top_size = [d], [r], d.size
+            d = d[d > v]
+        self.top_d, self.top_size = [d], d.size
         self.top_cap = max(2 * d.size, 2 * self.k_keep, 1 << 16)
+
+    def _compact_pairs(self) -> None:
+        """Keep the _TOP largest errors (ties at the cutoff: any of them; the rest are <= it)."""
+        d, r = self.top_pairs()
+        self.pair_d, self.pair_r, self.pair_size = [d], [r], d.size
+        if d.size == _TOP:
+            self.t_pairs = float(d[-1])
 
     # -- hull ----------------------------------------------------------------------------
 
@@ -492,16 +504,18 @@ class _Pass:
     ) -> None:
         """Find the chunk's points above the hull envelope E (see _rebuild_tables).
 
-        Stage 1 (every element, 4 cheap passes): d above the chord of E from its leftmost
-        vertex to its highest one. Elements E does not cover by that chord -- a new largest
-        error, |ref| left of the leftmost vertex, ref == 0 -- are picked up apart, only in the
-        chunks that have them. Stage 2 checks the few survivors against a chord per |ref| bin.
+        Stage 1 (every element, a few cheap passes): d above the inner polygon of E through
+        its leftmost vertex, its knee and its highest vertex. What that polygon does not cover
+        -- a new largest error, |ref| left of the leftmost vertex, ref == 0 -- is picked up
+        apart, only in chunks that have it. Stage 2 checks the few survivors against a chord
+        of E per |ref| bin; the rest are merged into the hull.
         """
-        picks: list[np.ndarray] = []
         rmin = float(R.min())
-        if rmin == 0.0:  # some ref == 0: their max d, and the smallest positive |ref|
+        rmin_is_zero = rmin == 0.0
+        if rmin_is_zero:  # some ref == 0: their max d, and the smallest positive |ref|
             np.equal(R, 0.0, out=M)
-            zmax = float(D[M].max())
+            np.multiply(D, M, out=T)  # d where ref == 0, else 0 (d >= 0; masked max is slow)
+            zmax = float(T.max())
             if zmax > self.zero_max:
                 self.zero_max = zmax
             U = T.view(np.uint64)
@@ -509,27 +523,38 @@ class _Pass:
             umin = int(U.min())
             rmin = math.inf if umin == 2**64 - 1 else float(np.uint64(umin + 1).view(np.float64))
         if self.hull_r.size == 0:
-            picks.append(np.flatnonzero(R))
-        else:
-            r_left, d_top = float(self.hull_r[0]), float(self.hull_d[-1])
-            (s0, a0), *more = self.lines
-            np.multiply(R, s0, out=T)
-            np.add(T, a0, out=T)
-            if more:  # the inner polygon: the smallest of its chords' lines
-                S = self.S[: R.size]
-                for s1, a1 in more:
-                    np.multiply(R, s1, out=S)
-                    np.add(S, a1, out=S)
-                    np.minimum(T, S, out=T)
-            picks.append(np.flatnonzero(np.greater(D, T, out=M)))
-            if m > d_top:
-                picks.append(np.flatnonzero(np.greater(D, d_top, out=M)))
-            if rmin < r_left:
-                np.less(R, r_left, out=M)
-                picks.append(np.flatnonzero(M))
-        idx = picks[0] if len(picks) == 1 else np.unique(np.concatenate(picks))
-        if idx.size == 0:
+            # Start from the hull of every 61st element: its envelope lies below the full
+            # one, so it is a valid filter, and the first merge stays small.
+            rs, ds = R[::61], D[::61]
+            keep = rs > 0.0
+            if keep.any():
+                self._merge_hull(rs[keep], ds[keep])
+            if self.hull_r.size == 0:
+                if rmin == math.inf:
+                    return  # every ref is zero: nothing for the hull
+                self._merge_hull(R[R > 0.0], D[R > 0.0])
+                return
+        r_left, d_top = float(self.hull_r[0]), float(self.hull_d[-1])
+        M2 = self.M2[: R.size]
+        # above the inner polygon = above at least one of its chords' lines
+        for n_line, (s, a) in enumerate(self.lines):
+            np.multiply(R, s, out=T)
+            np.add(T, a, out=T)
+            np.greater(D, T, out=M2 if n_line else M)
+            if n_line:
+                np.logical_or(M, M2, out=M)
+        if m > d_top:  # a new largest error: the polygon's flat part is not covered above
+            np.greater(D, d_top, out=M2)
+            np.logical_or(M, M2, out=M)
+        if rmin < r_left:  # left of the leftmost vertex every point is a candidate
+            np.less(R, r_left, out=M2)
+            np.logical_or(M, M2, out=M)
+        if rmin_is_zero:  # ref == 0 is handled above, not by the hull
+            np.greater(R, 0.0, out=M2)
+            np.logical_and(M, M2, out=M)
+        if not M.any():
             return
+        idx = np.flatnonzero(M)
         r, d = R[idx], D[idx]
         pos = r > 0.0
         r, d = r[pos], d[pos]
@@ -628,12 +653,11 @@ class _Pass:
         return float(a + diff * gamma)
 
     def top_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self.top_d:
+        """The _TOP largest errors, descending, with their |ref|."""
+        if not self.pair_d:
             return np.zeros(0), np.zeros(0)
-        d = np.concatenate(self.top_d)
-        r = np.concatenate(self.top_r)
-        keep = d > self.tp
-        d, r = d[keep], r[keep]
+        d = np.concatenate(self.pair_d)
+        r = np.concatenate(self.pair_r)
         if d.size > _TOP:
             keep = np.argpartition(-d, _TOP - 1)[:_TOP]
             d, r = d[keep], r[keep]
@@ -663,7 +687,8 @@ def _chunks(ref: np.ndarray, onnx: np.ndarray, n: int, chunk: int):
 def _sample(
     fr: Any, fo: Any, n: int, cutoff: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.unique(rng.integers(0, n, size=min(n, 2 * _SAMPLE)))
+    idx = np.sort(rng.integers(0, n, size=min(n, 2 * _SAMPLE)))
+    idx = idx[np.diff(idx, prepend=-1) != 0]  # distinct positions (np.unique imports lazily)
     rng.shuffle(idx)
     idx = np.sort(idx[:_SAMPLE])
     r = np.asarray(fr[idx], dtype=np.float64)

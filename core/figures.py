@@ -25,6 +25,7 @@ ATOL_COLOR = "#0969da"
 ERROR_SCALE = "Inferno"
 SIGNED_SCALE = "RdBu_r"
 VALUE_SCALE = "Viridis"
+ZERO_COLOR = "#d0d7de"  # background, seen where a log-coloured error is exactly 0
 
 _KIND_LABEL = {
     "signed": "error (onnx - ref)",
@@ -64,13 +65,14 @@ def _color_values(view: SliceView, *, log_color: bool) -> tuple[np.ndarray, dict
     signed = view.kind in ("signed", "ref", "onnx")
     if log_color and not signed:
         pos = v[np.isfinite(v) & (v > 0)]
-        if pos.size:
-            floor = float(pos.min()) / 10
-            top = float(pos.max())
-        else:
-            floor, top = 1e-12, 1e-11
-        z = np.where(np.isfinite(v), v, np.where(np.isnan(v), np.nan, top))
-        z = np.where(z > 0, z, np.where(np.isnan(z), np.nan, floor))
+        top = float(pos.max()) if pos.size else 1.0
+        # exact zeros have no logarithm: drawn as gaps over the grey background, and said
+        z = np.where(np.isinf(v), top, v)
+        z = np.where(z > 0, z, np.nan)
+        if view.kind == "rel" and np.any(np.isnan(v) | (v == 0)):
+            note = "; ".join(filter(None, [note, "grey: equal, or undefined where ref = 0"]))
+        elif np.any(v == 0):
+            note = "; ".join(filter(None, [note, "grey: exactly equal"]))
         z = np.log10(z)
         zr = _finite_range(z) or (0.0, 1.0)
         tickvals, ticktext = _exp_ticks(*zr)
@@ -183,6 +185,7 @@ def error_heatmap(
         margin={"l": 60, "r": 20, "t": 70, "b": 50},
         showlegend=False,
         height=520,
+        plot_bgcolor=ZERO_COLOR,
     )
     return fig
 
@@ -240,6 +243,7 @@ def slice_panels(
         title={"text": f"<sup>{error_view.pooling_text()}{'; ' + note if note else ''}</sup>"},
         margin={"l": 50, "r": 20, "t": 80, "b": 40},
         height=380,
+        plot_bgcolor=ZERO_COLOR,
     )
     fig.update_yaxes(autorange="reversed")
     return fig

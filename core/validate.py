@@ -10,6 +10,7 @@ import platform
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,23 @@ class ProgressEvent:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+
+
+@dataclass(frozen=True)
+class Loaders:
+    """Where a run gets its heavy objects. The dashboard passes versions cached by content
+    identity, so a second run of the same files reuses the loaded model and ONNX session."""
+
+    load_onnx: Callable[[str], Any]
+    make_session: Callable[..., Any]  # (onnx_model, *, provider, opt_level)
+    load_torch_model: Callable[..., Any]  # (spec, *, weights)
+
+
+def default_loaders() -> Loaders:
+    from core.onnx_model import load_onnx, make_session
+    from core.torch_model import load_torch_model
+
+    return Loaders(load_onnx, make_session, load_torch_model)
 
 
 class _Progress:
@@ -101,7 +119,12 @@ def _check_config(config: RunConfig) -> None:
         raise UsageError("--reference needs the feeds it was computed on (--inputs FEEDS.npz)")
 
 
-def run_validation(config: RunConfig, *, progress: ProgressCallback | None = None) -> ValidationRun:
+def run_validation(
+    config: RunConfig,
+    *,
+    progress: ProgressCallback | None = None,
+    loaders: Loaders | None = None,
+) -> ValidationRun:
     """Run torch (or read stored reference outputs) and ONNX Runtime, compare every output.
 
     Raises a `ParityError` subclass when the run cannot be made; a model whose numbers
@@ -109,28 +132,29 @@ def run_validation(config: RunConfig, *, progress: ProgressCallback | None = Non
     """
     from core.compare import compare_outputs
     from core.inputs import load_input_files, make_input_sets
-    from core.onnx_model import load_onnx, make_session
     from core.runner import run_onnx
 
     _check_config(config)
+    if loaders is None:
+        loaders = default_loaders()
     report = _Progress(progress)
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
     onnx_path = _resolve_onnx_path(config)
     report("load", f"loading ONNX {onnx_path}", 0.02)
-    onnx_model = load_onnx(onnx_path)
+    onnx_model = loaders.load_onnx(onnx_path)
     signature = onnx_model.signature
-    session = make_session(onnx_model, provider=config.provider, opt_level=config.ort_opt_level)
+    session = loaders.make_session(
+        onnx_model, provider=config.provider, opt_level=config.ort_opt_level
+    )
     timings["load_onnx"] = time.perf_counter() - t0
 
     torch_model = None
     if config.model is not None:
-        from core.torch_model import load_torch_model
-
         t0 = time.perf_counter()
         report("load", f"loading model {config.model}", 0.05)
-        torch_model = load_torch_model(config.model, weights=config.weights)
+        torch_model = loaders.load_torch_model(config.model, weights=config.weights)
         timings["load_model"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

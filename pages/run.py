@@ -49,7 +49,7 @@ def execute(config, *, label: str) -> bool:
             log.code("\n".join(lines[-14:]), language=None)
 
         try:
-            run = run_validation(config, progress=on_progress)
+            run = run_validation(config, progress=on_progress, loaders=state.cached_loaders())
         except Exception as exc:  # a ParityError, or a bug: either way keep the last good run
             state.set_failure(exc)
             status.update(label=f"Run of {label} failed", state="error", expanded=False)
@@ -127,14 +127,29 @@ def show_signature(signature) -> None:
 
 
 def choose_model() -> tuple[str | None, str | None, str | None]:
-    """(model spec, weights path, demo name) from the user's choice."""
+    """(model spec, weights path, demo name) from the user's choice.
+
+    For "Stored reference outputs" the spec is "reference:PATH" (no torch model runs).
+    """
     source = st.radio(
         "PyTorch model",
-        ["Built-in demo", "Path on this machine", "Upload"],
+        ["Built-in demo", "Path on this machine", "Upload", "Stored reference outputs"],
         horizontal=True,
         key="model_source",
+        help="Stored reference outputs: torch's outputs saved earlier (`parity validate "
+        "--save-reference REF.npz`), for when the model is not at hand. Needs the feeds "
+        "they were computed on (below).",
     )
     weights = None
+    if source == "Stored reference outputs":
+        path = st.text_input(
+            "Reference outputs (.npz path on this machine)", key="ref_path",
+            placeholder="ref.npz",
+        ).strip()  # fmt: skip
+        up = st.file_uploader("...or upload it", type=["npz"], key="ref_upload")
+        if up is not None:
+            path = str(state.save_upload(up.name, up.getvalue()))
+        return (f"reference:{path}" if path else None), None, None
     if source == "Built-in demo":
         name = st.selectbox("Demo", state.demo_names(), key="model_demo")
         return f"demo:{name}", None, name
@@ -205,7 +220,13 @@ def choose_settings(signature) -> dict:
     )
     settings["seed"] = int(c2.number_input("Seed", 0, 2**31 - 1, 0, key="seed"))
     providers = state.available_providers()
-    settings["provider"] = c3.selectbox("Execution provider", providers, key="provider")
+    cpu = "CPUExecutionProvider"
+    settings["provider"] = c3.selectbox(
+        "Execution provider",
+        providers,
+        index=providers.index(cpu) if cpu in providers else 0,
+        key="provider",
+    )
     settings["ort_opt_level"] = c4.selectbox(
         "ORT optimisation", ORT_OPT_LEVELS, index=ORT_OPT_LEVELS.index("all"), key="opt"
     )
@@ -281,10 +302,19 @@ def page() -> None:
             if signature is not None:
                 show_signature(signature)
         settings = choose_settings(signature)
-        ready = bool(model and onnx_path)
+        reference = model.removeprefix("reference:") if model else None
+        if model and model.startswith("reference:"):
+            model = None
+            if not settings["input_files"]:
+                st.info("Reference outputs need the feeds they were computed on: add them above.")
+        else:
+            reference = None
+        ready = bool((model or (reference and settings["input_files"])) and onnx_path)
         if st.button("Run", type="primary", disabled=not ready, key="run_custom"):
-            config = run_config(model=model, onnx=onnx_path, weights=weights, **settings)
-            execute(config, label=model or "model")
+            config = run_config(
+                model=model, onnx=onnx_path, weights=weights, reference_file=reference, **settings
+            )
+            execute(config, label=model or f"reference {reference}")
             st.rerun()  # redraw the summary and any failure above with the new state
 
 

@@ -24,11 +24,10 @@ def tolerance_text(run: ValidationRun) -> str:
 
 
 def open_saved_run_hook() -> None:
-    """Hook for the saved-run feature (issue 4): draw an "Open a saved run" control here.
+    """Open a saved run, save the current one, download its reports (pages.saved_runs)."""
+    from pages.saved_runs import render_saved_run_controls
 
-    It should load a run (e.g. core.saved_run.load_run) and call `pages.state.set_run(run)`,
-    then `st.rerun()`. Left empty until that feature lands.
-    """
+    render_saved_run_controls()
 
 
 def render_sidebar() -> None:
@@ -40,6 +39,7 @@ def render_sidebar() -> None:
         else:
             n_fail = sum(not c.status.passed for c in run.comparisons)
             st.markdown(verdict_badge(run, size="### "))
+            st.caption("At the session's tolerances, as of the last page load.")
             st.caption(
                 f"model `{run.model}`  \nONNX `{_short(run.onnx)}`  \n"
                 f"{len(run.input_sets)} input set(s), {len(run.output_names)} output(s), "

@@ -149,6 +149,45 @@ def load_onnx_cached(path: str):
     return _load_onnx(path, key)
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _session(_model, sha256: str, provider: str, opt_level: str):  # noqa: ARG001 - cache key
+    from core.onnx_model import make_session
+
+    return make_session(_model, provider=provider, opt_level=opt_level)
+
+
+def _session_cached(model, *, provider: str, opt_level: str):
+    """One ONNX Runtime session per (ONNX content hash, provider, optimisation level)."""
+    return _session(model, model.sha256, provider, opt_level)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _torch_model(spec: str, weights: str | None, key: str):  # noqa: ARG001 - key is the cache key
+    from core.torch_model import load_torch_model
+
+    return load_torch_model(spec, weights=weights)
+
+
+def _torch_model_cached(spec: str, *, weights: str | None = None):
+    """The loaded torch model, reused while the files behind `spec` and `weights` are unchanged."""
+    parts = [spec]
+    for path in (spec.rpartition(":")[0] if ".py:" in spec else spec, weights):
+        if path and Path(path).is_file():
+            parts.append(file_key(path))
+    return _torch_model(spec, weights, "|".join(parts))
+
+
+def cached_loaders():
+    """`core.validate.Loaders` backed by this process's caches (shared across sessions)."""
+    from core.validate import Loaders
+
+    return Loaders(
+        load_onnx=load_onnx_cached,
+        make_session=_session_cached,
+        load_torch_model=_torch_model_cached,
+    )
+
+
 @st.cache_resource(show_spinner="Exporting the demo model (first use only)...")
 def demo_onnx_path(name: str) -> str:
     from core.demos import demo_onnx_path as export

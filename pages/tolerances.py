@@ -228,9 +228,10 @@ def controls(raw: ValidationRun) -> None:
                 width="stretch", key=f"tol_curve_{name}",
             )  # fmt: skip
     total_ms = (time.perf_counter() - t_start) * 1000
+    renders = st.session_state["tol_fragment_runs"]
     timing.caption(
         f"Re-judged {len(judged.comparisons)} outputs in {ms:.1f} ms; this section redrawn on "
-        f"the server in {total_ms:.0f} ms (fragment render #{st.session_state['tol_fragment_runs']})"
+        f"the server in {total_ms:.0f} ms (fragment render #{renders})"
     )
 
 

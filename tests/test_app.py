@@ -76,8 +76,8 @@ def test_overview_shows_verdict_table_and_grid(broken_app: AppTest):
     assert "FAIL" in _markdown(at)
     table = at.dataframe[0].value
     mask_rows = table[table["output"] == "mask"]
-    assert (mask_rows["status"] == "❌ fail").any()
-    assert (table[table["output"] == "embedding"]["status"] == "✅ pass").all()
+    assert (mask_rows["status"] == "✗ fail").any()
+    assert (table[table["output"] == "embedding"]["status"] == "✓ pass").all()
     assert mask_rows["mismatch"].max() > 0
     assert set(table["set"]) == {0, 1}
     (grid,) = _figures(at)
@@ -142,11 +142,11 @@ def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json()
     assert not at.exception
     assert "FAIL" in _markdown(at)
     table = _table(at, "min atol to pass")
-    assert (table["status"] == "❌ fail").any()
+    assert (table["status"] == "✗ fail").any()
     at.select_slider(key="tol_atol").set_value(0.1).run()
     assert not at.exception
     assert "PASS" in _markdown(at)
-    assert (_table(at, "min atol to pass")["status"] == "✅ pass").all()
+    assert (_table(at, "min atol to pass")["status"] == "✓ pass").all()
     assert any("Re-judged 4 outputs in" in c.value for c in at.caption)
     # back to strict, then let Suggest find per-output tolerances that pass
     at.select_slider(key="tol_atol").set_value(1e-5).run()
@@ -179,6 +179,18 @@ def test_a_corrupt_onnx_file_fails_with_one_line_and_keeps_the_last_good_run(tmp
     assert at.session_state["parity_run"] is good
     assert "PASS" in _markdown(at)  # the previous run's verdict is still on screen
     assert at.expander[0].label == "Details"
+
+
+def test_demo_query_parameter_runs_that_demo_on_first_open():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["demo"] = "broken"
+    at.run()
+    assert not at.exception
+    assert at.session_state["parity_run"].model == "demo:broken"
+    assert "FAIL" in _markdown(at)
+    run = at.session_state["parity_run"]
+    at.run()  # a rerun in the same session does not run the demo again
+    assert at.session_state["parity_run"] is run
 
 
 def test_pages_without_a_run_point_to_the_run_page():

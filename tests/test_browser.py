@@ -125,6 +125,7 @@ def _text(page, testid: str) -> str:
 
 
 def test_newcomer_finds_the_broken_output_and_where_it_fails(page):
+    page.get_by_text("Execution provider").wait_for()  # the settings below the signature
     _shot(page, "01-run-first-open")
     _run_demo(page, "broken")
     assert "Failing outputs: mask" in page.locator("body").inner_text()
@@ -151,6 +152,7 @@ def test_newcomer_finds_the_broken_output_and_where_it_fails(page):
 def test_a_tolerance_slider_reruns_only_its_fragment_and_fp16_passes(page, tmp_path):
     _run_demo(page, "fp16")
     _nav(page, "Tolerances")
+    page.get_by_text(re.compile(r"fragment render #\d+")).wait_for()
     body = page.locator("body").inner_text()
     assert "FAIL" in body
     page_renders = re.search(r"page render #(\d+)", body).group(1)
@@ -159,11 +161,9 @@ def test_a_tolerance_slider_reruns_only_its_fragment_and_fp16_passes(page, tmp_p
 
     slider = page.get_by_role("slider").first  # global atol
     slider.focus()
-    for _ in range(15):  # 1e-5 -> 0.1 on the 1-2-5 ladder, one step per key press
+    for _ in range(15):  # 1e-5 -> 1 on the 1-2-5 ladder, one step per key press
         page.keyboard.press("ArrowRight")
-    page.wait_for_function(
-        "() => document.body.innerText.includes('4 of 4 pass')", timeout=60_000
-    )
+    page.wait_for_function("() => document.body.innerText.includes('4 of 4 pass')", timeout=60_000)
     _settle(page)
     body = page.locator("body").inner_text()
     assert "PASS" in body and "4 of 4 pass" in body
@@ -184,3 +184,22 @@ def test_a_tolerance_slider_reruns_only_its_fragment_and_fp16_passes(page, tmp_p
     from core.tolerances import Tolerances
 
     Tolerances.load(saved)  # the file `parity validate --tolerances` reads
+
+
+def test_a_corrupt_onnx_upload_shows_one_line_and_keeps_the_last_good_run(page, tmp_path):
+    _run_demo(page, "cnn")
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(b"\x08\x07not an onnx model at all" * 20)
+    onnx_radio = page.locator('[data-testid="stRadio"]').filter(has_text="ONNX file")
+    onnx_radio.get_by_text("Upload").click()
+    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
+    uploader.wait_for()
+    uploader.locator('input[type="file"]').set_input_files(bad)
+    page.get_by_text("Cannot read this ONNX file").wait_for()
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text(re.compile(r"Run failed \(onnx_load\)")).wait_for(timeout=RUN_TIMEOUT_MS)
+    _settle(page)
+    body = page.locator("body").inner_text()
+    assert "The previous run is still the current one." in body
+    assert "PASS" in body and "demo:cnn" in body
+    _shot(page, "07-run-corrupt-upload")

@@ -208,3 +208,13 @@ def test_options_reject_zero_new_tokens_and_empty_prompts():
         HfOptions(max_new_tokens=0)
     with pytest.raises(UsageError, match="prompt"):
         HfOptions(prompts=("  ",))
+
+
+def test_optimum_merged_decoder_gets_use_cache_branch_and_token_type_ids():
+    names = [*OPTIMUM_INPUTS, "use_cache_branch", "token_type_ids"]
+    sig = _signature(names, {"use_cache_branch": "bool"})
+    prefill = onnx_feeds(_call(past=0, seq=4, mask=LEFT_PADDED), sig)
+    decode = onnx_feeds(_call(past=4, seq=1, mask=None), sig)
+    assert prefill["use_cache_branch"].tolist() == [False]
+    assert decode["use_cache_branch"].tolist() == [True]
+    assert (decode["token_type_ids"] == 0).all() and decode["token_type_ids"].shape == (B, 1)

@@ -247,6 +247,49 @@ def test_export_that_fails_raises_export_error_with_the_exporters_cause(llama_di
     assert "\n" not in str(error)
 
 
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    )
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(2)
+    directory = tmp_path_factory.mktemp("bert")
+    transformers.BertModel(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+def test_encoder_feature_extraction_goes_through_the_same_spec(bert_dir):
+    run = run_hf_validation(f"hf:{bert_dir}", options=HfOptions(prompts=PROMPTS))
+    assert run.verdict == "pass"
+    assert [s.label for s in run.input_sets] == ["step 1 · forward"]
+    assert set(run.output_names) == {"last_hidden_state", "pooler_output"}
+    assert "token_type_ids" in run.input_sets[0].feeds
+    summary = run.extra["summary"]
+    assert summary["kind"] == "encoder" and summary["padding"] == "right"
+    # the short prompt's padded rows are reported apart, not judged
+    assert [m["output"] for m in run.extra["masked_positions"]] == ["last_hidden_state"]
+    assert "encoder forward" in format_steps_table(run)
+
+
 def test_missing_directory_is_a_one_line_model_load_error(tmp_path):
     from core.errors import ModelLoadError
 
@@ -273,7 +316,8 @@ def test_tokenizer_is_required_for_prompts(llama_dir, tmp_path):
 
 def test_captured_prefill_matches_a_fresh_torch_forward(llama_run, llama_dir):
     # The cache is copied at capture: later decode steps must not have changed step 1.
-    model = transformers.AutoModelForCausalLM.from_pretrained(llama_dir).eval()
+    auto = transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(llama_dir, use_kernels=False).eval()
     feeds = llama_run.input_sets[0].feeds
     with torch.no_grad():
         out = model(

@@ -13,30 +13,37 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from core.errors import ModelRunError
-from core.hf.loading import LoadedHfModel
+from core.hf.loading import LoadedHfModel, quiet_transformers
 
 CACHE_KEYWORDS = ("past_key_values", "cache")
-TENSOR_INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position")
+TENSOR_INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids")
+ENCODER_OUTPUTS = ("last_hidden_state", "pooler_output")
 
 KeyValue = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
 class CapturedCall:
-    """One forward call of generate(): what went in, and what torch gave back."""
+    """One forward call: what went in, and what torch gave back.
+
+    Decoder calls (generate()) have logits and a KV cache; an encoder's single call has
+    neither, only `outputs` (last_hidden_state, pooler_output).
+    """
 
     index: int
     inputs: Mapping[str, np.ndarray]  # any of TENSOR_INPUTS that the call passed
     past: tuple[KeyValue, ...]  # per layer (key, value); zero-length at prefill
-    logits: np.ndarray  # (batch, positions kept, vocab): often only the last position
+    logits: np.ndarray | None  # (batch, positions kept, vocab): often only the last one
     present: tuple[KeyValue, ...]  # the cache after the call: past + this call's tokens
     seconds: float
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict)  # other named outputs
+    encoder: bool = False
 
     @property
     def past_length(self) -> int:
@@ -44,6 +51,8 @@ class CapturedCall:
 
     @property
     def phase(self) -> str:
+        if self.encoder:
+            return "forward"
         return "prefill" if self.past_length == 0 else "decode"
 
     @property
@@ -118,7 +127,7 @@ def capture_generate(
     ]
     t0 = time.perf_counter()
     try:
-        with torch.inference_mode(), _quiet_transformers():
+        with torch.inference_mode(), quiet_transformers():
             sequences = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -142,6 +151,47 @@ def capture_generate(
     new_tokens = sequences[:, input_ids.shape[1] :]
     generated = tuple(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return Capture(calls=tuple(calls), prompts=tuple(prompts), generated=generated, seconds=seconds)
+
+
+def capture_forward(loaded: LoadedHfModel, *, prompts: Sequence[str]) -> Capture:
+    """An encoder's one forward call on the padded batch of prompts (feature extraction)."""
+    import inspect
+
+    import torch
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    encoded = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    accepted = inspect.signature(model.forward).parameters
+    kwargs = {
+        name: encoded[name]
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+        if name in encoded and name in accepted
+    }
+    t0 = time.perf_counter()
+    try:
+        with torch.inference_mode(), quiet_transformers():
+            output = model(**kwargs)
+    except Exception as exc:
+        raise ModelRunError(f"hf: the model's forward failed: {_first_line(exc)}") from exc
+    seconds = time.perf_counter() - t0
+    outputs = {
+        name: _to_numpy(getattr(output, name))
+        for name in ENCODER_OUTPUTS
+        if isinstance(getattr(output, name, None), torch.Tensor)
+    }
+    if not outputs:
+        raise ModelRunError(f"hf: the model returned none of {list(ENCODER_OUTPUTS)}")
+    call = CapturedCall(
+        index=0,
+        inputs={name: _to_numpy(value) for name, value in kwargs.items()},
+        past=(),
+        logits=None,
+        present=(),
+        seconds=seconds,
+        outputs=outputs,
+        encoder=True,
+    )
+    return Capture(calls=(call,), prompts=tuple(prompts), generated=(), seconds=seconds)
 
 
 def _cache_of(kwargs: Mapping[str, Any]) -> Any:
@@ -198,20 +248,6 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         t = t.float()
     return t.numpy().copy()
-
-
-class _quiet_transformers:
-    """generate() warns about generation-config details that do not matter here."""
-
-    def __enter__(self) -> None:
-        from transformers.utils import logging
-
-        self._logging = logging
-        self._level = logging.get_verbosity()
-        logging.set_verbosity_error()
-
-    def __exit__(self, *exc: object) -> None:
-        self._logging.set_verbosity(self._level)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -123,13 +123,15 @@ def format_steps_table(run: ValidationRun) -> str:
     """
     steps = run.extra.get("steps") or []
     masked = run.extra.get("masked_positions") or []
+    names = run.output_names
+    main = "logits" if "logits" in names or not names else names[0]
     header = [
         "step",
         "phase",
         "input shapes (ids · mask · past)",
         "status",
-        "logits abs",
-        "logits rel",
+        f"{main} abs",
+        f"{main} rel",
         "present abs",
         "present rel",
         "worst present",
@@ -140,7 +142,7 @@ def format_steps_table(run: ValidationRun) -> str:
     for i, input_set in enumerate(run.input_sets):
         step = steps[i] if i < len(steps) else {"step": i + 1, "phase": "?"}
         mine = [c for c in run.comparisons if c.input_set == input_set.index]
-        logits = next((c for c in mine if c.name == "logits"), None)
+        logits = next((c for c in mine if c.name == main), None)
         presents = [c for c in mine if c.name.startswith("present.")]
         worst = _worst(presents)
         pad = [m for m in masked if m.get("input_set") == input_set.index]
@@ -183,7 +185,8 @@ def format_hf_summary(run: ValidationRun) -> str:
     """The seed's summary: model, overrides, weights, prompts, calls, export, steps, time."""
     s: Mapping[str, Any] = run.extra.get("summary") or {}
     prompts = s.get("prompts") or []
-    batch = "left-padded batch" if s.get("left_padded") else "batch"
+    side = s.get("padding", "left" if s.get("left_padded") else "none")
+    batch = f"{side}-padded batch" if side in ("left", "right") else "batch"
     export = s.get("export") or {}
     status = str(export.get("status", "?"))
     if export.get("seconds") is not None:
@@ -207,8 +210,7 @@ def format_hf_summary(run: ValidationRun) -> str:
         f"({s.get('architecture', '?')}), {s.get('weights', '?')} weights, "
         f"config overrides: {format_overrides(s.get('config_overrides') or {})}",
         f"prompts:   {len(prompts)} ({batch}): " + " | ".join(repr(p) for p in prompts),
-        f"calls:     {s.get('n_calls', 0)} captured ({s.get('n_prefill', 0)} prefill + "
-        f"{s.get('n_decode', 0)} decode), max new tokens {s.get('max_new_tokens', '?')}",
+        f"calls:     {_calls_text(s)}",
         f"export:    {status}",
         f"steps OK:  {steps}",
     ]
@@ -219,6 +221,15 @@ def format_hf_summary(run: ValidationRun) -> str:
         )
     lines.append(f"time:      {time_text}")
     return "\n".join(lines)
+
+
+def _calls_text(s: Mapping[str, Any]) -> str:
+    if s.get("kind") == "encoder":
+        return f"{s.get('n_calls', 0)} captured (encoder forward, no generate())"
+    return (
+        f"{s.get('n_calls', 0)} captured ({s.get('n_prefill', 0)} prefill + "
+        f"{s.get('n_decode', 0)} decode), max new tokens {s.get('max_new_tokens', '?')}"
+    )
 
 
 def _shapes(feeds: Mapping[str, Any]) -> str:

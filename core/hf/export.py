@@ -76,8 +76,6 @@ def export_decoder(
     `optimize` runs onnxscript's graph optimizer: off by default because it roughly doubles
     the export time of small models, and ONNX Runtime optimises the graph itself at load.
     """
-    import torch
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     n_layers = len(calls[0].present)
@@ -92,6 +90,91 @@ def export_decoder(
     output_names = [LOGITS]
     for layer in range(n_layers):
         output_names += [present_name(layer, "key"), present_name(layer, "value")]
+
+    seconds = _export(
+        wrapper,
+        args,
+        path,
+        dynamic_shapes=dynamic_shapes,
+        input_names=input_names,
+        output_names=output_names,
+        n_layers=n_layers,
+        opset=opset,
+        optimize=optimize,
+    )
+    return ExportResult(
+        path=path,
+        seconds=seconds,
+        input_names=tuple(input_names),
+        output_names=tuple(output_names),
+        dynamic=roles,
+    )
+
+
+def export_encoder(
+    model: Any,
+    calls: Sequence[CapturedCall],
+    path: str | Path,
+    *,
+    opset: int | None = None,
+    optimize: bool = False,
+) -> ExportResult:
+    """Export an encoder (feature extraction) for its captured call's inputs and outputs.
+
+    One call means no dimension varies, so by the observer's rule the export is static.
+    """
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    call = calls[0]
+    input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in call.inputs]
+    output_names = list(call.outputs)
+
+    class _Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> tuple[Any, ...]:
+            out = self.model(**dict(zip(input_names, args, strict=True)))
+            return tuple(getattr(out, name) for name in output_names)
+
+    args = tuple(torch.from_numpy(call.inputs[name]) for name in input_names)
+    seconds = _export(
+        _Encoder().eval(),
+        args,
+        path,
+        dynamic_shapes=None,
+        input_names=input_names,
+        output_names=output_names,
+        n_layers=0,
+        opset=opset,
+        optimize=optimize,
+    )
+    return ExportResult(
+        path=path,
+        seconds=seconds,
+        input_names=tuple(input_names),
+        output_names=tuple(output_names),
+        dynamic=infer_dynamic_roles(calls),
+    )
+
+
+def _export(
+    wrapper: Any,
+    args: tuple[Any, ...],
+    path: Path,
+    *,
+    dynamic_shapes: Any,
+    input_names: list[str],
+    output_names: list[str],
+    n_layers: int,
+    opset: int | None,
+    optimize: bool,
+) -> float:
+    """torch.onnx.export(dynamo=True) and save; seconds taken, or ExportError with the cause."""
+    import torch
 
     t0 = time.perf_counter()
     try:
@@ -112,8 +195,9 @@ def export_decoder(
             )
         if program is None:
             raise RuntimeError("torch.onnx.export returned no program")
-        _name_dynamic_dims(program, n_layers=n_layers)
-        n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        if n_layers:
+            _name_dynamic_dims(program, n_layers=n_layers)
+        n_bytes = sum(p.numel() * p.element_size() for p in wrapper.parameters())
         program.save(str(path), external_data=n_bytes > 1_500_000_000)
     except Exception as exc:  # the exporter raises many types; all mean "export failed"
         seconds = time.perf_counter() - t0
@@ -125,13 +209,7 @@ def export_decoder(
         error.seconds = seconds  # type: ignore[attr-defined]
         error.cause = cause  # type: ignore[attr-defined]
         raise error from exc
-    return ExportResult(
-        path=path,
-        seconds=time.perf_counter() - t0,
-        input_names=tuple(input_names),
-        output_names=tuple(output_names),
-        dynamic=roles,
-    )
+    return time.perf_counter() - t0
 
 
 class _quiet_exporter:

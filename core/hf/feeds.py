@@ -12,7 +12,6 @@ matching last positions of the ONNX logits.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -23,7 +22,14 @@ from core.signature import OnnxSignature
 PAST_NAME = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 PRESENT_NAME = re.compile(r"^present\.(\d+)\.(key|value)$")
 LOGITS = "logits"
-KNOWN_INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position")
+KNOWN_INPUTS = (
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "cache_position",
+    "token_type_ids",
+    "use_cache_branch",
+)
 
 
 def past_name(layer: int, kind: str) -> str:
@@ -91,7 +97,7 @@ def onnx_feeds(call: CapturedCall, signature: OnnxSignature) -> dict[str, np.nda
 
 
 def captured_names(call: CapturedCall) -> list[str]:
-    names = ["input_ids", "attention_mask", "position_ids", "cache_position"]
+    names = list(KNOWN_INPUTS)
     for layer in range(len(call.past)):
         names += [past_name(layer, "key"), past_name(layer, "value")]
     return names
@@ -106,6 +112,11 @@ def _feed(call: CapturedCall, name: str) -> np.ndarray | None:
         return position_ids(call)
     if name == "cache_position":
         return cache_position(call)
+    if name == "token_type_ids":
+        captured = call.inputs.get("token_type_ids")
+        return captured if captured is not None else np.zeros_like(call.input_ids)
+    if name == "use_cache_branch":  # Optimum's merged decoders: one graph, two branches
+        return np.array([call.past_length > 0])
     match = PAST_NAME.match(name)
     if match:
         layer, kind = int(match.group(1)), match.group(2)
@@ -132,7 +143,10 @@ def reference_outputs(call: CapturedCall, output_names: tuple[str, ...]) -> dict
     """
     ref: dict[str, np.ndarray] = {}
     for name in output_names:
-        if name == LOGITS:
+        if name in call.outputs:
+            ref[name] = call.outputs[name]
+            continue
+        if name == LOGITS and call.logits is not None:
             ref[name] = call.logits
             continue
         match = PRESENT_NAME.match(name)
@@ -158,7 +172,8 @@ def masked_positions(call: CapturedCall, name: str, shape: tuple[int, ...]) -> n
 
     Left-padding positions are never attended, so exports may legitimately differ there.
     present.{i}.* are (batch, heads, past + current, head_dim); logits are
-    (batch, positions, vocab) for the last positions of the current tokens.
+    (batch, positions, vocab) for the last positions of the current tokens; an encoder's
+    last_hidden_state is (batch, sequence, hidden).
     """
     mask = full_attention_mask(call) == 0
     if not mask.any():
@@ -167,14 +182,6 @@ def masked_positions(call: CapturedCall, name: str, shape: tuple[int, ...]) -> n
         return mask[:, None, :, None]
     if name == LOGITS and len(shape) == 3 and shape[1] <= mask.shape[1]:
         return mask[:, -shape[1] :, None]
+    if name == "last_hidden_state" and len(shape) == 3 and shape[1] == mask.shape[1]:
+        return mask[:, :, None]  # an encoder's padded query rows
     return None
-
-
-def step_shapes(feeds: Mapping[str, np.ndarray]) -> str:
-    """Short text of a step's input shapes: input_ids, mask and the first past key."""
-    parts = []
-    for name in ("input_ids", "attention_mask", "position_ids", past_name(0, "key")):
-        if name in feeds:
-            short = "past" if name.startswith("past_key_values") else name.replace("_ids", "")
-            parts.append(f"{short} {list(feeds[name].shape)}")
-    return ", ".join(parts)

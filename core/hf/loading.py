@@ -8,7 +8,6 @@ hub (`local_files_only=True` everywhere, and the directory must exist).
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ class LoadedHfModel:
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     model_type: str
     random_weights: bool
+    encoder: bool  # an encoder (feature extraction: one forward) rather than a causal LM
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -69,37 +69,39 @@ def load_hf_model(
         raise ModelLoadError(f"hf:{directory}: no such directory (hf: takes a local directory)")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"hf:{directory}: no config.json in the directory")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     config = _load_config(transformers, directory, overrides)
-    auto_cls = _auto_class(transformers, config, directory)
-    try:
-        if random_weights:
-            torch.manual_seed(seed)
-            model = auto_cls.from_config(config, dtype=torch.float32)
-        else:
-            model = auto_cls.from_pretrained(
-                directory, config=config, local_files_only=True, dtype=torch.float32
-            )
-    except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError alike
-        raise ModelLoadError(f"hf:{directory}: cannot load the model: {_first_line(exc)}") from exc
+    auto_cls, encoder = _auto_class(transformers, config, directory)
+    with quiet_transformers():
+        try:
+            if random_weights:
+                torch.manual_seed(seed)
+                model = auto_cls.from_config(config, dtype=torch.float32)
+            else:
+                # use_kernels=False: validate the model's own code, never hub kernels (5.25
+                # turns them on by default and then needs the `kernels` package).
+                model = auto_cls.from_pretrained(
+                    directory,
+                    config=config,
+                    local_files_only=True,
+                    dtype=torch.float32,
+                    use_kernels=False,
+                )
+        except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError alike
+            raise ModelLoadError(
+                f"hf:{directory}: cannot load the model: {_first_line(exc)}"
+            ) from exc
     model.eval()
-    tokenizer = _load_tokenizer(transformers, directory)
+    with quiet_transformers():
+        tokenizer = _load_tokenizer(transformers, directory, left_pad=not encoder)
     return LoadedHfModel(
         directory=directory,
         model=model,
         tokenizer=tokenizer,
         model_type=str(getattr(config, "model_type", "?")),
         random_weights=random_weights,
+        encoder=encoder,
         config_overrides=overrides,
-    )
-
-
-def is_causal_lm(model: Any) -> bool:
-    return (
-        hasattr(model, "generate")
-        and hasattr(model, "get_output_embeddings")
-        and (model.get_output_embeddings() is not None)
     )
 
 
@@ -131,25 +133,40 @@ def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, 
     return config
 
 
-def _auto_class(transformers: ModuleType, config: Any, directory: str) -> Any:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+def _auto_class(transformers: ModuleType, config: Any, directory: str) -> tuple[Any, bool]:
+    """(Auto class, is_encoder): causal LMs first, then encoder-only base models."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_MAPPING_NAMES,
+    )
 
-    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return transformers.AutoModelForCausalLM
+    causal_classes = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    architectures = list(getattr(config, "architectures", None) or [])
+    # The saved architecture decides: BERT also has a causal-LM class, but a directory
+    # saved from BertModel is a feature extractor.
+    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and (
+        not architectures or any(a in causal_classes for a in architectures)
+    ):
+        return transformers.AutoModelForCausalLM, False
+    if config.model_type in MODEL_MAPPING_NAMES and not getattr(
+        config, "is_encoder_decoder", False
+    ):
+        return transformers.AutoModel, True
     raise ModelLoadError(
-        f"hf:{directory}: model type {config.model_type!r} is not a causal LM; "
-        "hf: validates decoder LLMs across generate() steps"
+        f"hf:{directory}: model type {config.model_type!r} is neither a causal LM nor an "
+        "encoder model; hf: validates those two kinds"
     )
 
 
-def _load_tokenizer(transformers: ModuleType, directory: str) -> Any:
+def _load_tokenizer(transformers: ModuleType, directory: str, *, left_pad: bool) -> Any:
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except Exception as exc:
         raise ModelLoadError(
             f"hf:{directory}: cannot load the tokenizer (prompts need one): {_first_line(exc)}"
         ) from exc
-    tokenizer.padding_side = "left"  # decoder batches are left-padded for generate()
+    if left_pad:
+        tokenizer.padding_side = "left"  # decoder batches are left-padded for generate()
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ModelLoadError(
@@ -157,6 +174,27 @@ def _load_tokenizer(transformers: ModuleType, directory: str) -> Any:
             )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+class quiet_transformers:
+    """Silence transformers' warnings and progress bars ("Loading weights ...") for a block.
+
+    The CLI's output is the per-step table; loading and generate() chatter would bury it.
+    """
+
+    def __enter__(self) -> None:
+        from transformers.utils import logging
+
+        self._logging = logging
+        self._level = logging.get_verbosity()
+        self._bars = logging.is_progress_bar_enabled()
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+
+    def __exit__(self, *exc: object) -> None:
+        self._logging.set_verbosity(self._level)
+        if self._bars:
+            self._logging.enable_progress_bar()
 
 
 def _first_line(exc: BaseException) -> str:

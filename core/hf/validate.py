@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ExportError, OnnxRunError, ParityError
-from core.hf.capture import Capture, CapturedCall, capture_generate
+from core.hf.capture import Capture, CapturedCall, capture_forward, capture_generate
 from core.hf.feeds import (
     LOGITS,
     align_logits,
@@ -97,20 +97,25 @@ def run_hf_validation(
     )
     timings["load_model"] = time.perf_counter() - t0
 
-    report("capture", f"generate(): {options.max_new_tokens} new token(s)", 0.15)
-    capture = capture_generate(
-        loaded, prompts=options.prompts, max_new_tokens=options.max_new_tokens
-    )
+    if loaded.encoder:
+        report("capture", "forward() on the prompts (encoder)", 0.15)
+        capture = capture_forward(loaded, prompts=options.prompts)
+    else:
+        report("capture", f"generate(): {options.max_new_tokens} new token(s)", 0.15)
+        capture = capture_generate(
+            loaded, prompts=options.prompts, max_new_tokens=options.max_new_tokens
+        )
     timings["capture"] = capture.seconds
     export_info: dict[str, Any] = {"status": "not run (--onnx given)", "seconds": None}
 
     if onnx is None:
         path = Path(export_path) if export_path else _default_export_path()
         report("export", f"exporting with torch.onnx.export(dynamo=True) to {path}", 0.25)
-        from core.hf.export import export_decoder
+        from core.hf.export import export_decoder, export_encoder
 
+        exporter = export_encoder if loaded.encoder else export_decoder
         try:
-            result = export_decoder(loaded.model, capture.calls, path)
+            result = exporter(loaded.model, capture.calls, path)
         except ExportError as exc:
             seconds = getattr(exc, "seconds", None)
             timings["export"] = seconds or 0.0
@@ -321,12 +326,15 @@ def _summary(
         "config_overrides": dict(loaded.config_overrides),
         "weights": "random" if loaded.random_weights else "trained",
         "prompts": list(capture.prompts),
-        "left_padded": bool(first_mask is not None and (first_mask == 0).any()),
+        "left_padded": _padding_side(first_mask) == "left",
+        "padding": _padding_side(first_mask),
         "generated": list(capture.generated),
-        "max_new_tokens": options.max_new_tokens,
+        "kind": "encoder" if loaded.encoder else "causal_lm",
+        "max_new_tokens": None if loaded.encoder else options.max_new_tokens,
         "n_calls": len(calls),
         "n_prefill": sum(c.phase == "prefill" for c in calls),
         "n_decode": sum(c.phase == "decode" for c in calls),
+        "n_forward": sum(c.phase == "forward" for c in calls),
         "export": dict(export_info),
         "steps_ok": len(ok) if comparisons else 0,
         "steps_total": len(calls),
@@ -341,6 +349,12 @@ def _summary(
         },
         "transformers": _transformers_version(),
     }
+
+
+def _padding_side(mask: np.ndarray | None) -> str:
+    if mask is None or not (mask == 0).any():
+        return "none"
+    return "left" if (mask[:, 0] == 0).any() else "right"
 
 
 def _masked_summary(masked: list[MaskedInfo]) -> dict[str, Any]:
