@@ -14,11 +14,14 @@ How the profile stays exact and small:
 * ``min_atol(rtol) = max(|d| - rtol * |ref|)`` is a maximum of linear functions of the
   points ``(|ref|, |d|)``, so only the vertices of their upper-left convex hull matter
   (tens of points). Each chunk finds the few points above the current hull: a cheap
-  test against the hull's inner polygon (three vertices) for every element, then a chord
-  of the hull per |ref| bin for the few survivors, then a merge. Points within
-  ``2**-44 * max_abs`` of the hull are not merged (this keeps data lying exactly on a line,
-  e.g. an all-zero ONNX output, fast), so ``min_atol``/``passes`` are exact up to that
-  relative slack and to float64 rounding.
+  test against an inner polygon of the hull (three vertices) for every element, then the hull
+  itself (np.interp) for the few survivors, then a merge. Points within
+  ``hull_slack`` above the hull are not merged (this keeps data lying exactly on a line,
+  e.g. an all-zero ONNX output, fast), so ``min_atol`` may fall short of the exact value by
+  at most ``hull_slack`` and ``passes`` can only be wrong within that band above the flip
+  point. ``hull_slack`` is ``2**-44 * max_abs`` unless the hull grew past 2048 vertices
+  (errors lying on a concave curve, e.g. proportional to sqrt|ref|): then it is simplified
+  (Douglas-Peucker) to at most 1024 vertices, the slack widening in 4x steps until it fits.
 * The 512 largest errors are kept with their ``|ref|``: any tolerance with atol at or above
   the 512th largest error is counted exactly from them, for every rtol.
 * A histogram of ``|d|`` with 8 bins per octave (float64 exponent + 3 mantissa bits;
@@ -32,8 +35,8 @@ How the profile stays exact and small:
 p99 is exact in one pass: errors above a threshold are kept; the threshold is a histogram
 edge proven to lie below the k-th largest error (k = what np.percentile's linear method
 reads, about 1 % of the elements), or, when errors pile up in a few bins, the k-th largest
-kept value with its ties counted. Extra memory: six chunk buffers (~3 MB at the default
-chunk) plus those kept errors (~1-2 % of the elements, 16 bytes each).
+kept value with its ties counted. Extra memory: seven chunk buffers (~3 MB at the default
+chunk) plus those kept errors (~1-2 % of the elements, 8 bytes each; 58 MiB at 100M).
 
 Cost: about two dozen vectorised float64 passes per chunk (casts, difference, three
 einsum sums, abs, argmax, histogram, candidate tests), each over an L2-sized chunk; see
@@ -61,6 +64,8 @@ _NBINS = 16385  # bin 0: exact zeros; bins 1..16384: (edge(j-1), edge(j)]
 _TOP = 512  # largest errors kept with their |ref| in the profile
 _SAMPLE = 2048  # random pairs kept for the rtol > 0 count estimate
 _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are not merged
+_HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
+_HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
 
 
@@ -93,6 +98,7 @@ class ErrorProfile:
     hull_r: np.ndarray  # upper-left hull vertices of (r, d) over pairs with r > 0, r ascending
     hull_d: np.ndarray
     zero_ref_max: float  # largest d where ref == 0 (0.0 when none)
+    hull_slack: float  # points up to this far above the hull may be missing (see module doc)
     hist_bins: np.ndarray  # non-empty histogram bins (int64), see module docstring
     hist_counts: np.ndarray  # their counts (int64)
     top_d: np.ndarray  # the largest d, descending (all of them when n_finite <= 512)
@@ -233,6 +239,7 @@ class ErrorProfile:
             "hull_r": self.hull_r,
             "hull_d": self.hull_d,
             "zero_ref_max": np.array(self.zero_ref_max, dtype=np.float64),
+            "hull_slack": np.array(self.hull_slack, dtype=np.float64),
             "hist_bins": self.hist_bins,
             "hist_counts": self.hist_counts,
             "top_d": self.top_d,
@@ -256,6 +263,7 @@ class ErrorProfile:
             hull_r=f64("hull_r"),
             hull_d=f64("hull_d"),
             zero_ref_max=float(f64("zero_ref_max")),
+            hull_slack=float(f64("hull_slack")) if "hull_slack" in d else 0.0,
             hist_bins=np.asarray(d["hist_bins"], dtype=np.int64),
             hist_counts=np.asarray(d["hist_counts"], dtype=np.int64),
             top_d=f64("top_d"),
@@ -276,6 +284,7 @@ class ErrorProfile:
             hull_r=z,
             hull_d=z,
             zero_ref_max=0.0,
+            hull_slack=0.0,
             hist_bins=np.zeros(0, dtype=np.int64),
             hist_counts=np.zeros(0, dtype=np.int64),
             top_d=z,
@@ -316,6 +325,31 @@ def _upper_left_hull(r: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarr
         keep[1:-1] = ~drop
         r, d = r[keep], d[keep]
     return r, d
+
+
+def _simplify_hull(r: np.ndarray, d: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """Douglas-Peucker on the hull chain, all segments of a level at once.
+
+    Drops vertices within ``tau`` (vertically) of the polyline through the kept ones. The
+    kept vertices are real points, so the polyline stays below the true envelope, and at
+    most ``tau`` below it.
+    """
+    m = r.size
+    keep = np.zeros(m, dtype=bool)
+    keep[0] = keep[-1] = True
+    every = np.arange(m)
+    while True:
+        ki = np.flatnonzero(keep)
+        seg = np.minimum(np.searchsorted(ki, every, side="right") - 1, ki.size - 2)
+        lo, hi = ki[seg], ki[seg + 1]
+        gap = d - (d[lo] + (d[hi] - d[lo]) * ((r - r[lo]) / (r[hi] - r[lo])))
+        gap[keep] = -math.inf
+        worst = np.maximum.reduceat(gap, ki[:-1])  # segment j: [ki[j], ki[j+1])
+        split = worst > tau
+        if not split.any():
+            return r[keep], d[keep]
+        at = np.flatnonzero((gap == worst[seg]) & split[seg])
+        keep[at[np.diff(seg[at], prepend=-1) != 0]] = True  # the first maximum per segment
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,8 +398,7 @@ class _Pass:
         self.hull_d = np.zeros(0)
         self.zero_max = -math.inf
         self.lines: list[tuple[float, float]] = []
-        self.k_lo = self.k_hi = 0
-        self.TA = self.TB = np.zeros(0)
+        self.slack_rel = _HULL_SLACK
 
     # -- one chunk ---------------------------------------------------------------------
 
@@ -507,8 +540,8 @@ class _Pass:
         Stage 1 (every element, a few cheap passes): d above the inner polygon of E through
         its leftmost vertex, its knee and its highest vertex. What that polygon does not cover
         -- a new largest error, |ref| left of the leftmost vertex, ref == 0 -- is picked up
-        apart, only in chunks that have it. Stage 2 checks the few survivors against a chord
-        of E per |ref| bin; the rest are merged into the hull.
+        apart, only in chunks that have it. Stage 2 checks the few survivors against E itself;
+        the rest are merged into the hull.
         """
         rmin = float(R.min())
         rmin_is_zero = rmin == 0.0
@@ -559,25 +592,28 @@ class _Pass:
         pos = r > 0.0
         r, d = r[pos], d[pos]
         if r.size and self.hull_r.size:
-            above = d > self._table_bound(r)
+            above = d > self._envelope(r)
             r, d = r[above], d[above]
         if r.size:
             self._merge_hull(r, d)
 
-    def _table_bound(self, r: np.ndarray) -> np.ndarray:
-        """A lower bound of the envelope E at each r > 0 (chord per |ref| bin, plus slack)."""
-        k = ((r.view(np.uint64) - np.uint64(1)) >> np.uint64(_SHIFT)).astype(np.int64)
-        bound = np.full(r.shape, -math.inf)
-        bound[k >= self.k_hi] = self.hull_d[-1]
-        mid = (k >= self.k_lo) & (k < self.k_hi)
-        j = k[mid] - self.k_lo
-        bound[mid] = self.TA[j] + self.TB[j] * r[mid]
-        return bound
+    def _envelope(self, r: np.ndarray) -> np.ndarray:
+        """The hull envelope E at each r > 0, plus the slack (stage 2, on few points)."""
+        hr, hd = self.hull_r, self.hull_d
+        slack = self.slack_rel * float(hd[-1])
+        return np.interp(r, hr, hd, left=-math.inf, right=float(hd[-1])) + slack
 
     def _merge_hull(self, r: np.ndarray, d: np.ndarray) -> None:
         hr, hd = _upper_left_hull(
             np.concatenate((self.hull_r, r)), np.concatenate((self.hull_d, d))
         )
+        if hr.size > _HULL_MAX:  # errors on a concave curve: keep the profile small
+            # Simplify to a quarter of the filter's slack, so the next points on the same
+            # curve fall within the slack instead of growing the hull again.
+            hr, hd = _simplify_hull(hr, hd, self.slack_rel * float(hd[-1]) / 4)
+            while hr.size > _HULL_KEEP:  # widen the slack only when the current one is not enough
+                self.slack_rel *= 4.0
+                hr, hd = _simplify_hull(hr, hd, self.slack_rel * float(hd[-1]) / 4)
         if hr.size != self.hull_r.size or not (
             np.array_equal(hr, self.hull_r) and np.array_equal(hd, self.hull_d)
         ):
@@ -585,24 +621,25 @@ class _Pass:
             self._rebuild_tables()
 
     def _rebuild_tables(self) -> None:
-        """Lower bounds of the hull envelope E, used to skip points that cannot matter.
+        """The stage-1 lines: an inner polygon of the hull envelope E, plus the slack.
 
         E(r) (the smallest d with which a new point r > 0 would join the hull) is concave and
         rising: -inf left of the leftmost vertex, the hull's polyline in between, flat at the
-        largest d to the right. A chord of a concave function lies below it, so neither the
-        stage-1 line nor the per-bin chords ever hide a new vertex (beyond the documented
-        slack of 2**-44 * max_abs, which also absorbs their rounding).
+        largest d to the right. Chords of a concave function lie below it, so the polygon
+        never hides a new vertex (beyond the slack, which also absorbs rounding).
         """
         hr, hd = self.hull_r, self.hull_d
         if hr.size == 0:
             return
-        r_left, r_top, d_top = float(hr[0]), float(hr[-1]), float(hd[-1])
-        slack = _HULL_SLACK * d_top
-        # Stage-1 polygon: leftmost vertex, the knee (farthest above the chord), top vertex.
+        r_top, d_top = float(hr[-1]), float(hd[-1])
+        slack = self.slack_rel * d_top
+        # Stage-1 polygon: leftmost vertex, the knee (farthest above their chord), top vertex.
+        # More corners cost a pass each and barely help: points that lie on a curved hull
+        # are above every inner polygon, and stage 2 sorts them out.
         corners = [0, hr.size - 1]
         if hr.size > 2:
-            s = (d_top - hd[0]) / (r_top - r_left)
-            corners.insert(1, int(np.argmax(hd - (hd[0] + s * (hr - r_left)))))
+            gap = hd - np.interp(hr, hr[corners], hd[corners])
+            corners.insert(1, int(np.argmax(gap)))
         eps8 = 8 * np.finfo(np.float64).eps
         self.lines = []
         for i, j in zip(corners[:-1], corners[1:], strict=False):
@@ -612,14 +649,6 @@ class _Pass:
             self.lines.append((s, a + slack - eps8 * (abs(a) + s * r_top)))
         if len(self.lines) == 0:  # a single vertex: the envelope is flat at d_top
             self.lines.append((0.0, d_top + slack))
-        self.k_lo, self.k_hi = _bin_of(r_left), _bin_of(r_top)
-        ks = np.arange(self.k_lo, self.k_hi)
-        lo, hi = _edge(ks), _edge(ks + 1)
-        e_lo = np.interp(lo, hr, hd)
-        e_hi = np.interp(hi, hr, hd)
-        b = (e_hi - e_lo) / (hi - lo)
-        self.TA = e_lo - b * lo + slack
-        self.TB = b
 
     # -- results -------------------------------------------------------------------------
 
@@ -745,7 +774,11 @@ def compare_outputs(
     tolerance: Tolerance,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> OutputComparison:
-    """Compare one output of one input set (ref = torch) and judge it at ``tolerance``."""
+    """Compare one output of one input set (ref = torch) and judge it at ``tolerance``.
+
+    Bool and integer outputs compare as numbers (float64). Other dtypes (strings, complex)
+    are compared for equality only, without statistics or profile.
+    """
 
     def result(status: Status, **kw: Any) -> OutputComparison:
         return OutputComparison(
@@ -878,6 +911,7 @@ def _finish(
         hull_r=hull_r,
         hull_d=hull_d,
         zero_ref_max=zero_max,
+        hull_slack=acc.slack_rel * max(acc.max_abs, 0.0),
         hist_bins=hist_bins,
         hist_counts=acc.hist[hist_bins],
         top_d=top_d,

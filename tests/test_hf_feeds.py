@@ -16,8 +16,14 @@ from core.hf.feeds import (
     position_ids,
     reference_outputs,
 )
-from core.hf.options import HfOptions, parse_config_override, parse_config_overrides
-from core.hf.validate import compare_step_output
+from core.hf.options import (
+    DEFAULT_PROMPT,
+    HfOptions,
+    options_from_text,
+    parse_config_override,
+    parse_config_overrides,
+)
+from core.hf.steps import compare_step_output
 from core.signature import OnnxSignature, TensorSpec
 from core.tolerances import Tolerance
 
@@ -218,3 +224,19 @@ def test_optimum_merged_decoder_gets_use_cache_branch_and_token_type_ids():
     assert prefill["use_cache_branch"].tolist() == [False]
     assert decode["use_cache_branch"].tolist() == [True]
     assert (decode["token_type_ids"] == 0).all() and decode["token_type_ids"].shape == (B, 1)
+
+
+def test_dashboard_form_text_becomes_options():
+    options = options_from_text(
+        prompts="first prompt\n\n second prompt ",
+        max_new_tokens=2,
+        random_weights=True,
+        overrides="num_hidden_layers=1, hidden_size=16\nrope_theta=500.0",
+    )
+    assert options.prompts == ("first prompt", "second prompt")
+    assert options.config_overrides == {
+        "num_hidden_layers": 1,
+        "hidden_size": 16,
+        "rope_theta": 500.0,
+    }
+    assert options_from_text(prompts=" \n", max_new_tokens=1).prompts == (DEFAULT_PROMPT,)

@@ -196,9 +196,11 @@ def _shift_positions_when_cache_is_not_empty(src: str, dst: Path) -> None:
     onnx.save(model, dst)
 
 
-def test_second_family_gpt2_validates_a_single_prompt(gpt2_dir):
+def test_second_family_gpt2_validates_a_single_prompt(gpt2_dir, tmp_path):
     run = run_hf_validation(
-        f"hf:{gpt2_dir}", options=HfOptions(prompts=("hello world the",), max_new_tokens=2)
+        f"hf:{gpt2_dir}",
+        options=HfOptions(prompts=("hello world the",), max_new_tokens=2),
+        export_path=str(tmp_path / "gpt2.onnx"),
     )
     assert run.verdict == "pass"
     summary = run.extra["summary"]
@@ -207,26 +209,28 @@ def test_second_family_gpt2_validates_a_single_prompt(gpt2_dir):
     assert run.extra["masked_positions"] == []
 
 
-def test_random_weights_with_one_layer_override(llama_dir):
-    run = run_hf_validation(
-        f"hf:{llama_dir}",
-        options=HfOptions(
-            prompts=PROMPTS[:1],
-            max_new_tokens=2,
-            random_weights=True,
-            config_overrides={"num_hidden_layers": 1},
-        ),
-        seed=3,
-    )
-    assert run.verdict == "pass"
-    assert set(run.output_names) == {"logits", "present.0.key", "present.0.value"}
-    summary = run.extra["summary"]
+def test_cli_random_weights_with_one_layer_override_exports_and_passes(llama_dir, tmp_path):
+    import json
+
+    from core.cli import main
+
+    export, report = tmp_path / "one_layer.onnx", tmp_path / "report.json"
+    argv = ["validate", "--model", f"hf:{llama_dir}", "--prompt", PROMPTS[0]]
+    argv += ["--max-new-tokens", "2", "--random-weights", "--config-override"]
+    argv += ["num_hidden_layers=1", "--export-path", str(export), "--json", str(report)]
+    assert main(argv) == 0
+    data = json.loads(report.read_text())
+    assert {o["name"] for o in data["outputs"]} == {"logits", "present.0.key", "present.0.value"}
+    summary = data["summary"]
     assert summary["weights"] == "random"
     assert summary["config_overrides"] == {"num_hidden_layers": 1}
-    assert "random weights" in format_steps_table(run)
+    assert summary["export"]["status"] == "OK" and summary["export"]["path"] == str(export)
+    assert export.is_file()
 
 
-def test_export_that_fails_raises_export_error_with_the_exporters_cause(llama_dir, monkeypatch):
+def test_export_that_fails_raises_export_error_with_the_exporters_cause(
+    llama_dir, monkeypatch, tmp_path
+):
     # Force it: the MLP gains a term through torch.linalg.svdvals, which runs in eager
     # torch but has no ONNX translation, so torch.onnx.export really fails.
     from transformers.models.llama import modeling_llama
@@ -239,7 +243,11 @@ def test_export_that_fails_raises_export_error_with_the_exporters_cause(llama_di
 
     monkeypatch.setattr(modeling_llama.LlamaMLP, "forward", forward)
     with pytest.raises(ExportError) as info:
-        run_hf_validation(f"hf:{llama_dir}", options=HfOptions(max_new_tokens=1))
+        run_hf_validation(
+            f"hf:{llama_dir}",
+            options=HfOptions(max_new_tokens=1),
+            export_path=str(tmp_path / "never.onnx"),
+        )
     error = info.value
     assert str(error).startswith("export: FAILED")
     assert "svd" in str(error)
@@ -277,8 +285,10 @@ def bert_dir(tmp_path_factory) -> str:
     return str(directory)
 
 
-def test_encoder_feature_extraction_goes_through_the_same_spec(bert_dir):
-    run = run_hf_validation(f"hf:{bert_dir}", options=HfOptions(prompts=PROMPTS))
+def test_encoder_feature_extraction_goes_through_the_same_spec(bert_dir, tmp_path):
+    run = run_hf_validation(
+        f"hf:{bert_dir}", options=HfOptions(prompts=PROMPTS), export_path=str(tmp_path / "b.onnx")
+    )
     assert run.verdict == "pass"
     assert [s.label for s in run.input_sets] == ["step 1 · forward"]
     assert set(run.output_names) == {"last_hidden_state", "pooler_output"}
@@ -353,3 +363,17 @@ def test_cli_validates_hf_dir_against_a_given_onnx_and_writes_the_summary(
     argv[4] = str(bug)
     assert main(argv) == 1
     assert "step 2 · decode" in capsys.readouterr().out
+
+
+def test_real_optimum_export_validates_when_optimum_is_installed(llama_dir, tmp_path):
+    exporters = pytest.importorskip("optimum.exporters.onnx")
+    out = tmp_path / "optimum"
+    exporters.main_export(llama_dir, output=out, task="text-generation-with-past")
+    run = run_hf_validation(
+        f"hf:{llama_dir}",
+        options=HfOptions(prompts=PROMPTS, max_new_tokens=3),
+        onnx=str(out / "model.onnx"),
+    )
+    assert run.verdict == "pass"
+    assert run.signature.input_names[:3] == ("input_ids", "attention_mask", "position_ids")
+    assert [s["ok"] for s in run.extra["steps"]] == [True, True, True]

@@ -266,3 +266,22 @@ def test_validation_run_rejudge_uses_per_output_tolerances():
     assert again.comparison(0, "y").status is Status.PASS
     assert again.comparison(0, "z").status is Status.FAIL
     assert math.isclose(again.comparison(0, "z").mismatch_fraction, 1.0)
+
+
+def test_errors_on_a_concave_curve_keep_the_profile_small_and_min_atol_within_its_slack():
+    # every point is a vertex of the exact hull: the profile must simplify it, and say by how much
+    rng = np.random.default_rng(15)
+    ref = np.abs(rng.standard_normal(300_000))
+    onnx = ref + np.sqrt(ref) * 1e-3
+    d, r = _direct(ref, onnx)
+    profile = _profile(ref, onnx, chunk=8192)
+    assert profile.hull_r.size <= 2048
+    assert sum(a.nbytes for a in profile.to_arrays().values()) < 96 * 1024
+    assert 0 < profile.hull_slack < 1e-4 * d.max()
+    for rtol in [0.0, 1e-4, 1e-3, 1e-2, 0.1, 1.0]:
+        exact = max(0.0, float(np.max(d - rtol * r)))
+        m = profile.min_atol(rtol)
+        assert exact - profile.hull_slack <= m <= exact, rtol
+        assert profile.passes(Tolerance(exact + profile.hull_slack, rtol))
+        if m > 0:
+            assert not profile.passes(Tolerance(m * (1 - 1e-9), rtol))

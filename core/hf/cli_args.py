@@ -39,7 +39,8 @@ _STATUS_TEXT = {
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the flags that only `--model hf:DIR` uses."""
     group = parser.add_argument_group(
-        "Hugging Face LLMs (--model hf:DIR: every generate() step is validated)"
+        "Hugging Face models (--model hf:DIR): an LLM is validated on every generate() "
+        "step, an encoder on one forward"
     )
     group.add_argument(
         "--prompt",
@@ -53,7 +54,8 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_NEW_TOKENS,
         metavar="N",
-        help=f"greedy decode steps after the prefill (default {DEFAULT_MAX_NEW_TOKENS})",
+        help="tokens generate() adds greedily: N forward calls, 1 prefill + N-1 decode "
+        f"steps (default {DEFAULT_MAX_NEW_TOKENS})",
     )
     group.add_argument(
         "--random-weights",
@@ -165,12 +167,7 @@ def format_steps_table(run: ValidationRun) -> str:
                 pad_text,
             ]
         )
-        label = input_set.label or f"step {i + 1}"
-        details += [
-            f"  {label}: {c.name} {_STATUS_TEXT[c.status]}: {c.message}"
-            for c in mine
-            if not c.status.passed
-        ]
+        details += _failing_details(input_set.label or f"step {i + 1}", mine)
     widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -179,6 +176,19 @@ def format_steps_table(run: ValidationRun) -> str:
         parts += ["", *details]
     parts += ["", format_hf_summary(run)]
     return "\n".join(parts)
+
+
+def _failing_details(label: str, comparisons: list[OutputComparison], limit: int = 5) -> list[str]:
+    """One line per failing output of a step (at most `limit`), message lines joined."""
+    failing = [c for c in comparisons if not c.status.passed]
+    lines = [
+        f"  {label}: {c.name} {_STATUS_TEXT[c.status]}: "
+        + "; ".join(part.strip() for part in c.message.splitlines() if part.strip())
+        for c in failing[:limit]
+    ]
+    if len(failing) > limit:
+        lines.append(f"  {label}: and {len(failing) - limit} more failing output(s)")
+    return lines
 
 
 def format_hf_summary(run: ValidationRun) -> str:

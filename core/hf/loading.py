@@ -8,6 +8,7 @@ hub (`local_files_only=True` everywhere, and the directory must exist).
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,8 +89,11 @@ def load_hf_model(
                     use_kernels=False,
                 )
         except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError alike
+            hint = ""
+            if not random_weights and "no file named" in str(exc):
+                hint = " (--random-weights builds the model from config.json alone)"
             raise ModelLoadError(
-                f"hf:{directory}: cannot load the model: {_first_line(exc)}"
+                f"hf:{directory}: cannot load the model: {_first_line(exc)}{hint}"
             ) from exc
     model.eval()
     with quiet_transformers():
@@ -185,6 +189,9 @@ class quiet_transformers:
     def __enter__(self) -> None:
         from transformers.utils import logging
 
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore")
         self._logging = logging
         self._level = logging.get_verbosity()
         self._bars = logging.is_progress_bar_enabled()
@@ -195,6 +202,7 @@ class quiet_transformers:
         self._logging.set_verbosity(self._level)
         if self._bars:
             self._logging.enable_progress_bar()
+        self._warnings.__exit__(*exc)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -37,6 +37,21 @@ class HfOptions:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens!r}")
 
 
+def options_from_text(
+    *, prompts: str, max_new_tokens: int, random_weights: bool = False, overrides: str = ""
+) -> HfOptions:
+    """HfOptions from form fields (the dashboard): one prompt per line; overrides
+    ``KEY=VALUE`` separated by newlines or commas. Blank lines are ignored."""
+    prompt_list = tuple(line.strip() for line in prompts.splitlines() if line.strip())
+    items = [item.strip() for line in overrides.splitlines() for item in line.split(",")]
+    return HfOptions(
+        prompts=prompt_list or (DEFAULT_PROMPT,),
+        max_new_tokens=max_new_tokens,
+        random_weights=random_weights,
+        config_overrides=parse_config_overrides(item for item in items if item),
+    )
+
+
 def is_hf_spec(spec: str | None) -> bool:
     return bool(spec) and spec.startswith(HF_PREFIX)
 
