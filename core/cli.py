@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demos()
     try:
         run = _validate(args) if args.command == "validate" else _report(args)
-        print(format_run(run))
+        print(_format(run))
         _write_outputs(run, args)
     except ParityError as exc:
         return _fail(args, exc.kind, exc.message, exc)
@@ -287,6 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = (str(exc).strip().splitlines() or [""])[0]
         return _fail(args, "internal", f"{type(exc).__name__}: {first}", exc)
     return EXIT_PASS if run.verdict == "pass" else EXIT_FAIL
+
+
+def _format(run: ValidationRun) -> str:
+    if run.extra.get("kind") == "hf_generate":
+        from core.hf.cli_args import format_steps_table
+
+        return format_steps_table(run)
+    return format_run(run)
 
 
 def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:

@@ -511,7 +511,7 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
         )
     )
     fig.update_layout(
-        title={"text": "input sets × outputs (colour: log10 max |error|)"},
+        title={"text": f"{_rows_name(run)} × outputs (colour: log10 max |error|)"},
         xaxis={"title": "output", "type": "category"},
         yaxis={"title": "", "type": "category", "autorange": "reversed"},
         margin={"l": 80, "r": 20, "t": 50, "b": 50},
@@ -520,8 +520,14 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
     return fig
 
 
+def _rows_name(run: ValidationRun) -> str:
+    return "generate() steps" if run.extra.get("kind") == "hf_generate" else "input sets"
+
+
 def _set_label(run: ValidationRun, index: int) -> str:
     for s in run.input_sets:
+        if s.index == index and run.extra.get("kind") == "hf_generate" and s.label:
+            return s.label  # "step 2 · decode": an LLM run's rows are generate() steps
         if s.index == index:
             shapes = ", ".join("x".join(str(d) for d in shp) for shp in s.shapes().values())
             return f"set {index} ({shapes})" if shapes else f"set {index}"

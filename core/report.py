@@ -36,8 +36,9 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
     if run.signature is not None:
         data["opset"] = run.signature.opset
         data["producer"] = run.signature.producer
-    if "summary" in run.extra:
-        data["summary"] = run.extra["summary"]
+    for key in ("summary", "steps", "masked_positions"):  # LLM runs (core.hf)
+        if key in run.extra:
+            data[key] = run.extra[key]
     return _strict(data)
 
 

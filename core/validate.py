@@ -36,6 +36,7 @@ class RunConfig:
     ort_opt_level: str = "all"
     tolerances: Tolerances = field(default_factory=Tolerances)
     reference_file: str | None = None
+    hf: Any = None  # core.hf.HfOptions for an "hf:DIR" model (prompts, steps, overrides)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ def run_validation(
     from core.runner import run_onnx
 
     _check_config(config)
+    if config.model is not None and config.model.startswith("hf:"):
+        return _run_hf(config, progress)
     if loaders is None:
         loaders = default_loaders()
     report = _Progress(progress)
@@ -215,6 +218,23 @@ def run_validation(
             "ort_opt_level": config.ort_opt_level,
             "seed": config.seed,
         },
+    )
+
+
+def _run_hf(config: RunConfig, progress: ProgressCallback | None) -> ValidationRun:
+    """An LLM is validated on every generate() step it really runs: core.hf does that."""
+    from core.hf import HfOptions
+    from core.hf.validate import run_hf_validation
+
+    return run_hf_validation(
+        config.model,
+        options=config.hf or HfOptions(),
+        onnx=config.onnx,
+        tolerances=config.tolerances,
+        provider=config.provider,
+        ort_opt_level=config.ort_opt_level,
+        seed=config.seed,
+        progress=progress,
     )
 
 

@@ -142,7 +142,18 @@ def page() -> None:
         key="overview_table",
     )
 
-    st.subheader("Input sets × outputs")
+    is_llm = run.extra.get("kind") == "hf_generate"
+    if is_llm:
+        from core.hf.cli_args import format_hf_summary
+
+        st.subheader("Generation summary")
+        st.caption(
+            "Every forward call generate() made (prefill, then each decode step with its "
+            "growing cache) was run on torch and ONNX Runtime. Positions the attention mask "
+            "excludes (padding) are never attended: they are counted apart, not judged."
+        )
+        st.code(format_hf_summary(run), language=None)
+    st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
     st.caption("Colour: log10 of max |error|. Click a cell's mark to inspect it.")
     st.plotly_chart(
         verdict_grid(run),

@@ -11,6 +11,7 @@ import re
 
 import streamlit as st
 
+from core.errors import ParityError
 from core.results import ValidationRun
 from pages import state
 from pages.sidebar import verdict_badge
@@ -133,7 +134,13 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     """
     source = st.radio(
         "PyTorch model",
-        ["Built-in demo", "Path on this machine", "Upload", "Stored reference outputs"],
+        [
+            "Built-in demo",
+            "Path on this machine",
+            "Upload",
+            "Hugging Face directory (LLM)",
+            "Stored reference outputs",
+        ],
         horizontal=True,
         key="model_source",
         help="Stored reference outputs: torch's outputs saved earlier (`parity validate "
@@ -141,6 +148,12 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
         "they were computed on (below).",
     )
     weights = None
+    if source == "Hugging Face directory (LLM)":
+        directory = st.text_input(
+            "Local transformers directory (config, weights, tokenizer; never downloaded)",
+            key="hf_dir", placeholder="/models/my-llm",
+        ).strip()  # fmt: skip
+        return (f"hf:{directory}" if directory else None), None, None
     if source == "Stored reference outputs":
         path = st.text_input(
             "Reference outputs (.npz path on this machine)", key="ref_path",
@@ -177,11 +190,22 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     return spec, weights, None
 
 
-def choose_onnx(demo: str | None) -> str | None:
-    options = (["The demo's export"] if demo else []) + ["Path on this machine", "Upload"]
-    source = st.radio("ONNX file", options, horizontal=True, key=f"onnx_source_{bool(demo)}")
+HF_EXPORT = "hf-export"
+"""choose_onnx's answer when Parity is to export the Hugging Face model itself."""
+
+
+def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
+    options = (["The demo's export"] if demo else []) + (["Let Parity export it"] if hf else [])
+    options += ["Path on this machine", "Upload"]
+    source = st.radio("ONNX file", options, horizontal=True, key=f"onnx_source_{bool(demo)}_{hf}")
     if source == "The demo's export":
         return state.demo_onnx_path(demo)
+    if source == "Let Parity export it":
+        st.caption(
+            "torch.onnx.export (dynamo) with Optimum's input/output names and dynamic dims "
+            "inferred from the captured calls."
+        )
+        return HF_EXPORT
     if source == "Path on this machine":
         path = st.text_input(
             "ONNX path", key="onnx_path", placeholder="/path/to/model.onnx",
@@ -190,6 +214,34 @@ def choose_onnx(demo: str | None) -> str | None:
         return path or None
     up = st.file_uploader("ONNX file", type=["onnx"], key="onnx_upload")
     return str(state.save_upload(up.name, up.getvalue())) if up is not None else None
+
+
+def choose_hf_settings():
+    """Prompts, steps, weights and overrides of an `hf:DIR` run -> core.hf.HfOptions."""
+    from core.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, options_from_text
+
+    prompts = st.text_area(
+        "Prompts (one per line; several form a left-padded batch)", DEFAULT_PROMPT,
+        key="hf_prompts",
+    )  # fmt: skip
+    c1, c2 = st.columns(2)
+    steps = int(
+        c1.number_input(
+            "Max new tokens (1 prefill + N-1 decode steps)",
+            1,
+            64,
+            DEFAULT_MAX_NEW_TOKENS,
+            key="hf_steps",
+        )  # fmt: skip
+    )
+    random_weights = c2.checkbox("Random weights (build from the config only)", key="hf_rand")
+    overrides = st.text_input(
+        "Config overrides (KEY=VALUE, comma-separated)", key="hf_overrides",
+        placeholder="num_hidden_layers=1",
+    )  # fmt: skip
+    return options_from_text(
+        prompts=prompts, max_new_tokens=steps, random_weights=random_weights, overrides=overrides
+    )
 
 
 def choose_settings(signature) -> dict:
@@ -291,9 +343,10 @@ def page() -> None:
     )
     with st.container(border=True):
         model, weights, demo = choose_model()
-        onnx_path = choose_onnx(demo)
+        is_hf = bool(model and model.startswith("hf:"))
+        onnx_path = choose_onnx(demo, hf=is_hf)
         signature = None
-        if onnx_path:
+        if onnx_path and onnx_path != HF_EXPORT:
             try:
                 signature = state.load_onnx_cached(onnx_path).signature
             except Exception as exc:
@@ -301,7 +354,15 @@ def page() -> None:
                 st.error(f"Cannot read this ONNX file: {first}")
             if signature is not None:
                 show_signature(signature)
-        settings = choose_settings(signature)
+        hf_options = None
+        if is_hf:
+            try:
+                hf_options = choose_hf_settings()
+            except ParityError as exc:
+                st.error(exc.message)
+            settings = {}
+        else:
+            settings = choose_settings(signature)
         reference = model.removeprefix("reference:") if model else None
         if model and model.startswith("reference:"):
             model = None
@@ -310,9 +371,15 @@ def page() -> None:
         else:
             reference = None
         ready = bool((model or (reference and settings["input_files"])) and onnx_path)
+        ready = ready and (hf_options is not None or not is_hf)
         if st.button("Run", type="primary", disabled=not ready, key="run_custom"):
             config = run_config(
-                model=model, onnx=onnx_path, weights=weights, reference_file=reference, **settings
+                model=model,
+                onnx=None if onnx_path == HF_EXPORT else onnx_path,
+                weights=weights,
+                reference_file=reference,
+                hf=hf_options,
+                **settings,
             )
             execute(config, label=model or f"reference {reference}")
             st.rerun()  # redraw the summary and any failure above with the new state

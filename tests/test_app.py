@@ -199,3 +199,27 @@ def test_pages_without_a_run_point_to_the_run_page():
         at.switch_page(page).run()
         assert not at.exception
         assert any("No run yet" in i.value for i in at.info)
+
+
+def test_llm_directory_runs_every_generate_step_and_overview_shows_the_steps_grid(tmp_path):
+    pytest.importorskip("transformers")
+    from hf_models import make_llama_dir
+
+    directory = make_llama_dir(tmp_path / "llama")
+    at = _app()
+    at.radio(key="model_source").set_value("Hugging Face directory (LLM)").run()
+    at.text_input(key="hf_dir").input(directory).run()
+    at.number_input(key="hf_steps").set_value(3).run()
+    assert not at.exception, at.exception
+    at.button(key="run_custom").click().run()
+    assert not at.exception, at.exception
+    run = at.session_state["parity_run"]
+    assert run.model == f"hf:{directory}"
+    assert [s.label.split(" · ")[1] for s in run.input_sets] == ["prefill", "decode", "decode"]
+    assert run.verdict == "pass"
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    assert any(h.value == "Steps × outputs" for h in at.subheader)
+    grid = next(f for f in _figures(at) if f["data"][0]["type"] == "heatmap")
+    assert "step 3 · decode" in grid["data"][0]["y"]
+    assert any("steps OK:  3/3" in c.value for c in at.code)

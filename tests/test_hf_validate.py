@@ -18,55 +18,16 @@ from onnx import TensorProto, helper
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from hf_models import PROMPTS, SPECIAL, WORDS, make_llama_dir, save_model  # noqa: E402,F401
+
 from core.errors import ExportError  # noqa: E402
 from core.hf import HfOptions, run_hf_validation  # noqa: E402
 from core.hf.cli_args import format_steps_table  # noqa: E402
 
-PROMPTS = ("continue : it rains , what should i do ?", "hello world")
-WORDS = tuple(dict.fromkeys(" ".join((*PROMPTS, "the a is sun")).split()))
-
-
-def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3}
-    for word in WORDS:
-        vocab.setdefault(word, len(vocab))
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token="<pad>",
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        model_input_names=["input_ids", "attention_mask"],
-    )
-
-
-def _save(model, directory: Path) -> str:
-    model.save_pretrained(directory)
-    _tokenizer().save_pretrained(directory)
-    return str(directory)
-
-
-SPECIAL = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
-
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory) -> str:
-    config = transformers.LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        **SPECIAL,
-    )
-    torch.manual_seed(0)
-    return _save(transformers.LlamaForCausalLM(config), tmp_path_factory.mktemp("llama"))
+    return make_llama_dir(tmp_path_factory.mktemp("llama"))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +36,7 @@ def gpt2_dir(tmp_path_factory) -> str:
         vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64, **SPECIAL
     )
     torch.manual_seed(1)
-    return _save(transformers.GPT2LMHeadModel(config), tmp_path_factory.mktemp("gpt2"))
+    return save_model(transformers.GPT2LMHeadModel(config), tmp_path_factory.mktemp("gpt2"))
 
 
 @pytest.fixture(scope="module")
@@ -365,8 +326,9 @@ def test_cli_validates_hf_dir_against_a_given_onnx_and_writes_the_summary(
     assert "step 2 · decode" in capsys.readouterr().out
 
 
-def test_real_optimum_export_validates_when_optimum_is_installed(llama_dir, tmp_path):
-    exporters = pytest.importorskip("optimum.exporters.onnx")
+def test_real_optimum_export_validates(llama_dir, tmp_path):
+    from optimum.exporters import onnx as exporters  # the dev extra installs optimum-onnx
+
     out = tmp_path / "optimum"
     exporters.main_export(llama_dir, output=out, task="text-generation-with-past")
     run = run_hf_validation(

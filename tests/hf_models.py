@@ -1,0 +1,57 @@
+"""Tiny Hugging Face model directories built in code (random weights, in-code tokenizer).
+
+No hub is reachable here: every test model is made from a config and saved with
+save_pretrained, with a WordLevel tokenizer built in memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PROMPTS = ("continue : it rains , what should i do ?", "hello world")
+WORDS = tuple(dict.fromkeys(" ".join((*PROMPTS, "the a is sun")).split()))
+SPECIAL = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
+
+
+def make_tokenizer():
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def save_model(model, directory: Path) -> str:
+    model.save_pretrained(directory)
+    make_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
+def make_llama_dir(directory: Path) -> str:
+    """A 2-layer Llama (hidden 32, vocab 96) with random weights, saved with its tokenizer."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        **SPECIAL,
+    )
+    torch.manual_seed(0)
+    return save_model(transformers.LlamaForCausalLM(config), directory)
