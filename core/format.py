@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.results import OutputComparison, Status, ValidationRun
 
-_STATUS_TEXT = {
+STATUS_TEXT = {
     Status.PASS: "pass",
     Status.FAIL: "FAIL",
     Status.SHAPE_MISMATCH: "SHAPE",
@@ -46,7 +46,7 @@ def _row(c: OutputComparison, multi_set: bool) -> list[str]:
         mismatch = f"{c.n_mismatch} ({100 * (c.mismatch_fraction or 0):.3g}%)"
     row = [
         c.name,
-        _STATUS_TEXT[c.status],
+        STATUS_TEXT[c.status],
         shape,
         dtype,
         fmt_float(s.max_abs if s else None),

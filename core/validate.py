@@ -69,7 +69,9 @@ def default_loaders() -> Loaders:
     return Loaders(load_onnx, make_session, load_torch_model)
 
 
-class _Progress:
+class ProgressReporter:
+    """Calls `callback` with ProgressEvents timed from construction (None: does nothing)."""
+
     def __init__(self, callback: ProgressCallback | None) -> None:
         self._callback = callback
         self._start = time.perf_counter()
@@ -140,7 +142,7 @@ def run_validation(
         return _run_hf(config, progress)
     if loaders is None:
         loaders = default_loaders()
-    report = _Progress(progress)
+    report = ProgressReporter(progress)
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
@@ -247,7 +249,7 @@ def _reference_outputs(
     torch_model: object,
     input_sets: tuple[InputSet, ...],
     signature: OnnxSignature,
-    report: _Progress,
+    report: ProgressReporter,
 ) -> list[OutputSet]:
     if config.reference_file is not None:
         from core.reference import load_reference_outputs

@@ -202,7 +202,7 @@ def test_pages_without_a_run_point_to_the_run_page():
 
 
 def test_llm_directory_runs_every_generate_step_and_overview_shows_the_steps_grid(tmp_path):
-    pytest.importorskip("transformers")
+
     from hf_models import make_llama_dir
 
     directory = make_llama_dir(tmp_path / "llama")

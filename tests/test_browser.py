@@ -7,9 +7,7 @@ and saves a screenshot of every page under test-artifacts/.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,20 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import launch, require_chromium
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("PARITY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 RUN_TIMEOUT_MS = 180_000
 # Streamlit scrolls inside its own container, so a full-page screenshot is the viewport:
 # a tall one shows each page whole.
@@ -47,8 +37,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
-    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
-        pytest.skip(f"no chromium at {CHROMIUM}")
+    require_chromium()
     port = _free_port()
     cmd = [
         sys.executable, "-m", "streamlit", "run", "app.py",
@@ -83,9 +72,10 @@ def app_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def page(app_url: str):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    from playwright import sync_api
+
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(pw)
         context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
         pg = context.new_page()
         pg.set_default_timeout(60_000)

@@ -13,16 +13,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
+import transformers
+from hf_models import PROMPTS, SPECIAL, WORDS, make_llama_dir, save_model
 from onnx import TensorProto, helper
 
-transformers = pytest.importorskip("transformers")
-torch = pytest.importorskip("torch")
-
-from hf_models import PROMPTS, SPECIAL, WORDS, make_llama_dir, save_model  # noqa: E402,F401
-
-from core.errors import ExportError  # noqa: E402
-from core.hf import HfOptions, run_hf_validation  # noqa: E402
-from core.hf.cli_args import format_steps_table  # noqa: E402
+from core.errors import ExportError
+from core.hf import HfOptions, run_hf_validation
+from core.hf.cli_args import format_steps_table
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from browser import launch
 from plotly.offline import get_plotlyjs
 
 from core.compare import compare_outputs
@@ -17,14 +18,6 @@ from core.saved_run import load_run, save_run
 from core.signature import OnnxSignature, TensorSpec
 from core.tolerances import Tolerance, Tolerances
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 EVIL_NAME = "<img src=http://example.invalid/x.png onerror=alert(1)>"
 
 
@@ -73,13 +66,12 @@ def mixed_run() -> ValidationRun:
 
 def open_in_chromium(path: Path, expected_charts: int) -> dict:
     """Load the report from disk; return the requests it made and what rendered."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path("/usr/bin/chromium").exists():
-        pytest.skip("Debian chromium not installed (apt-get install -y chromium)")
+    from playwright import sync_api
+
     requests: list[str] = []
     errors: list[str] = []
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = launch(p)
         try:
             page = browser.new_page()
             page.add_init_script(

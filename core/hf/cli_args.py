@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from core.format import fmt_float
+from core.format import STATUS_TEXT, fmt_float
 from core.hf.options import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
@@ -27,13 +27,6 @@ _STATUS_ORDER = (
     Status.FAIL,
     Status.PASS,
 )
-_STATUS_TEXT = {
-    Status.PASS: "pass",
-    Status.FAIL: "FAIL",
-    Status.SHAPE_MISMATCH: "SHAPE",
-    Status.DTYPE_MISMATCH: "DTYPE",
-    Status.MISSING: "MISSING",
-}
 
 
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,7 +151,7 @@ def format_steps_table(run: ValidationRun) -> str:
                 str(step.get("step", i + 1)),
                 str(step.get("phase", "?")),
                 _shapes(input_set.feeds),
-                _STATUS_TEXT[_step_status(mine)],
+                STATUS_TEXT[_step_status(mine)],
                 fmt_float(_stat(logits, "max_abs")),
                 fmt_float(_stat(logits, "max_rel")),
                 fmt_float(_stat(worst, "max_abs")),
@@ -182,7 +175,7 @@ def _failing_details(label: str, comparisons: list[OutputComparison], limit: int
     """One line per failing output of a step (at most `limit`), message lines joined."""
     failing = [c for c in comparisons if not c.status.passed]
     lines = [
-        f"  {label}: {c.name} {_STATUS_TEXT[c.status]}: "
+        f"  {label}: {c.name} {STATUS_TEXT[c.status]}: "
         + "; ".join(part.strip() for part in c.message.splitlines() if part.strip())
         for c in failing[:limit]
     ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,7 @@ from core.hf.steps import StepResult, compare_call, step_json
 from core.hf.summary import build_summary, transformers_version
 from core.results import InputSet, OutputSet, ValidationRun
 from core.tolerances import Tolerances
-
-ProgressCallback = Callable[[Any], None]  # receives core.validate.ProgressEvent
+from core.validate import ProgressCallback, ProgressReporter, environment
 
 
 def run_hf_validation(
@@ -52,7 +51,7 @@ def run_hf_validation(
 
     options = options or HfOptions()
     tolerances = tolerances or Tolerances()
-    report = _Progress(progress)
+    report = ProgressReporter(progress)
     timings: dict[str, float] = {}
     t_start = time.perf_counter()
 
@@ -146,7 +145,7 @@ def run_hf_validation(
     )
 
 
-def _capture(loaded: LoadedHfModel, options: HfOptions, report: _Progress) -> Capture:
+def _capture(loaded: LoadedHfModel, options: HfOptions, report: ProgressReporter) -> Capture:
     if loaded.encoder:
         report("capture", "forward() on the prompts (encoder)", 0.15)
         return capture_forward(loaded, prompts=options.prompts)
@@ -161,7 +160,7 @@ def _export(
     capture: Capture,
     export_path: str | None,
     timings: dict[str, float],
-    report: _Progress,
+    report: ProgressReporter,
 ) -> tuple[str, dict[str, Any]]:
     """Parity's own export: (path, export summary); ExportError carries the summary."""
     from core.hf.export import export_decoder, export_encoder
@@ -207,29 +206,6 @@ def _default_export_path() -> Path:
 
 
 def _environment(provider: str) -> dict[str, str]:
-    try:
-        from core.validate import environment
-    except ImportError:
-        env: dict[str, str] = {"provider": provider}
-    else:
-        env = dict(environment(provider))
+    env = environment(provider)
     env["transformers"] = transformers_version()
     return env
-
-
-class _Progress:
-    """Sends core.validate.ProgressEvent-s (step, message, fraction, elapsed) if asked."""
-
-    def __init__(self, callback: ProgressCallback | None) -> None:
-        self._callback = callback
-        self._start = time.perf_counter()
-
-    def __call__(self, step: str, message: str, fraction: float | None = None) -> None:
-        if self._callback is None:
-            return
-        try:
-            from core.validate import ProgressEvent
-        except ImportError:
-            return
-        elapsed = time.perf_counter() - self._start
-        self._callback(ProgressEvent(step, message, fraction, elapsed))
