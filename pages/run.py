@@ -190,8 +190,9 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     return spec, weights, None
 
 
+# choose_onnx's answer when Parity is to export the Hugging Face model itself. (A comment,
+# not a docstring: Streamlit's magic would draw a bare string on the page.)
 HF_EXPORT = "hf-export"
-"""choose_onnx's answer when Parity is to export the Hugging Face model itself."""
 
 
 def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
