@@ -198,7 +198,12 @@ HF_EXPORT = "hf-export"
 def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
     options = (["The demo's export"] if demo else []) + (["Let Parity export it"] if hf else [])
     options += ["Path on this machine", "Upload"]
-    source = st.radio("ONNX file", options, horizontal=True, key=f"onnx_source_{bool(demo)}_{hf}")
+    source = st.radio(
+        "ONNX file",
+        options,
+        horizontal=True,
+        key="onnx_source_hf" if hf else f"onnx_source_{bool(demo)}",
+    )
     if source == "The demo's export":
         return state.demo_onnx_path(demo)
     if source == "Let Parity export it":
