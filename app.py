@@ -1,4 +1,6 @@
-"""Parity dashboard: `streamlit run app.py` (add `?demo=broken` to the URL to run a demo).
+"""Parity dashboard: `streamlit run app.py`.
+
+`?demo=broken` in the URL runs a demo; `?run=FILE` opens a saved run (no torch needed).
 
 The frame only: page routing and the shared sidebar. Each page lives in `pages/` and reads
 the current run from the session; all the work is done by `core/`.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages.saved_runs import open_initial_run
 from pages.sidebar import render_sidebar
 
 PAGES = (
@@ -24,6 +27,7 @@ def main() -> None:
         st.Page(path, title=title, icon=icon, url_path=url, default=(url == "run"))
         for path, title, icon, url in PAGES
     ]
+    open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
     page = st.navigation(pages)
     page.run()
     render_sidebar()  # after the page, so a run started on this rerun shows at once

@@ -28,6 +28,21 @@ BROWSER_DOWNLOAD_LIMIT = 512 << 20
 a browser download holds the whole file in the server's memory."""
 
 
+RUN_ENV = "PARITY_RUN"
+OPENED_KEY = "parity_saved_initial"
+
+
+def open_initial_run() -> None:
+    """`?run=PATH` in the URL (or PARITY_RUN=PATH) opens that saved run once per session."""
+    import os
+
+    path = st.query_params.get("run") or os.environ.get(RUN_ENV)
+    if not path or st.session_state.get(OPENED_KEY) == path:
+        return
+    st.session_state[OPENED_KEY] = path
+    _open(Path(path).expanduser(), shown=path)
+
+
 def render_saved_run_controls() -> None:
     """Open / save / download controls for the sidebar."""
     st.markdown("#### Saved runs")
