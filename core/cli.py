@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Sequence
 
 from core.errors import ParityError, UsageError
-from core.format import format_run
+from core.format import format_run, format_verdict
 from core.results import RunError, ValidationRun
 from core.tolerances import Tolerance, Tolerances, parse_tol_arg
 
@@ -293,7 +293,7 @@ def _format(run: ValidationRun) -> str:
     if run.extra.get("kind") == "hf_generate":
         from core.hf.cli_args import format_steps_table
 
-        return format_steps_table(run)
+        return format_steps_table(run) + "\n\n" + format_verdict(run)
     return format_run(run)
 
 

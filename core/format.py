@@ -84,16 +84,21 @@ def format_table(run: ValidationRun) -> str:
     return "\n".join(lines)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def format_verdict(run: ValidationRun) -> str:
     if run.errors:
         return "ERROR: " + "; ".join(e.message for e in run.errors)
+    unit = "step" if run.extra.get("kind") == "hf_generate" else "input set"
+    size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
     failing = [c for c in run.comparisons if not c.status.passed]
-    total = len(run.comparisons)
     if not failing:
-        return f"PASS: all {total} outputs within tolerance"
+        return f"PASS: every output within tolerance ({size})"
     names = sorted({c.name for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return f"FAIL: {len(failing)} of {total} outputs failed: {where}"
+    return f"FAIL: {len(failing)} of {len(run.comparisons)} comparisons ({size}) failed: {where}"
 
 
 def format_input_sets(run: ValidationRun) -> str:
