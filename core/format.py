@@ -27,7 +27,7 @@ def fmt_float(value: float | None) -> str:
 
 
 def fmt_shape(shape: tuple[int, ...] | None) -> str:
-    return "-" if shape is None else "(" + ", ".join(str(d) for d in shape) + ")"
+    return "-" if shape is None else str(tuple(int(d) for d in shape))
 
 
 def _row(c: OutputComparison, multi_set: bool) -> list[str]:
