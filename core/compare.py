@@ -39,14 +39,14 @@ kept value with its ties counted. Extra memory: seven chunk buffers (~3 MB at th
 chunk) plus those kept errors (~1-2 % of the elements, 8 bytes each; 58 MiB at 100M).
 
 Cost: about two dozen vectorised float64 passes per chunk (casts, difference, three
-einsum sums, abs, argmax, histogram, candidate tests), each over an L2-sized chunk; see
-bench/bench_compare.py for measurements against numpy, Polygraphy and torch.testing.
+einsum sums, abs, argmax, histogram, candidate tests), each over an L2-sized chunk. See
+bench/README.md for measurements against numpy, Polygraphy and torch.testing, and for why a
+fused numba kernel was measured and not kept.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,23 +57,12 @@ from core.tolerances import Tolerance
 
 __all__ = [
     "DEFAULT_CHUNK_ELEMENTS",
-    "FUSED_MIN_ELEMENTS",
     "ErrorProfile",
     "compare_outputs",
     "failure_message",
 ]
 
 DEFAULT_CHUNK_ELEMENTS = 65536  # 512 KB per float64 buffer: L2-sized (measured, bench/)
-# Outputs at least this large go through the one-pass numba kernel (core/_fused.py) when
-# numba is installed: there it is ~3x faster; below it, numba's import (~0.5 s) and a
-# first compile would cost more than they save.
-FUSED_MIN_ELEMENTS = 1 << 20
-_FUSED_DTYPES = frozenset(
-    np.dtype(t)
-    for t in ("float16", "float32", "float64", "bool", "int8", "int16", "int32", "int64",
-              "uint8", "uint16", "uint32", "uint64")
-)  # fmt: skip
-_fused_broken = False  # set once numba failed to import or compile: stop trying
 
 _SHIFT = 49  # float64 bits >> 49 keeps exponent + 3 mantissa bits: 8 bins per octave
 _ROUND_UP = (1 << _SHIFT) - 1
@@ -847,12 +836,10 @@ def compare_outputs(
         )
 
     chunk = max(1, min(int(chunk_elements), n))
-    acc = _fused_pass(ref, onnx, n, chunk, tolerance)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are handled, not warned
-        if acc is None:
-            acc = _Pass(n, chunk, tolerance)
-            for start, rc, oc in _chunks(ref, onnx, n, chunk):
-                acc.feed(rc, oc, start)
+        acc = _Pass(n, chunk, tolerance)
+        for start, rc, oc in _chunks(ref, onnx, n, chunk):
+            acc.feed(rc, oc, start)
         stats, profile, n_mismatch = _finish(acc, ref, onnx, tolerance)
     passed = n_mismatch == 0
     if not dtype_ok:
@@ -871,37 +858,6 @@ def compare_outputs(
         n_mismatch=n_mismatch,
         message=message,
     )
-
-
-def _fused_pass(
-    ref: np.ndarray, onnx: np.ndarray, n: int, chunk: int, tol: Tolerance
-) -> _Pass | None:
-    """The whole pass by the numba kernel (core/_fused.py), or None: use the numpy path.
-
-    Only for outputs of at least FUSED_MIN_ELEMENTS elements (small ones never pay numba's
-    import or a first compile) of plain numeric dtypes, when numba imports and compiles,
-    and unless PARITY_NO_NUMBA=1. Same chunks, same results (float sums to the last bits).
-    """
-    if n < FUSED_MIN_ELEMENTS or os.environ.get("PARITY_NO_NUMBA", "") not in ("", "0"):
-        return None
-    if ref.dtype not in _FUSED_DTYPES or onnx.dtype not in _FUSED_DTYPES:
-        return None
-    global _fused_broken
-    if _fused_broken:
-        return None
-    try:
-        from core import _fused
-    except Exception:  # numba missing or broken: the numpy path does the same work
-        _fused_broken = True
-        return None
-    acc = _Pass(n, chunk, tol)
-    contiguous = bool(ref.flags.c_contiguous and onnx.flags.c_contiguous)
-    try:
-        _fused.feed_all(acc, _flat(ref), _flat(onnx), n, chunk, contiguous)
-    except Exception:  # e.g. a numba compile error: start over on the numpy path
-        _fused_broken = True
-        return None
-    return acc
 
 
 def _finish(
