@@ -68,6 +68,21 @@ class Leaf:
     named: bool
 
 
+def _precision_hint(module: object, input_set: InputSet) -> str:
+    """Why a float32 model rejects an fp16/bf16 export's inputs, and what to compare against."""
+    low = sorted(
+        {str(a.dtype) for a in input_set.feeds.values() if str(a.dtype) in ("float16", "bfloat16")}
+    )
+    params = getattr(module, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    if not low or first is None or first.dtype != torch.float32:
+        return ""
+    return (
+        f" (the ONNX inputs are {'/'.join(low)} but the model's weights are float32: compare "
+        "against the model in that precision, e.g. a FILE.py:CALLABLE returning model.half())"
+    )
+
+
 def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) -> OutputSet:
     """Run the torch model once on ``input_set``; outputs keyed by ONNX output name."""
     check_feeds(input_set.feeds, signature, where=f"input set {input_set.index}")
@@ -93,7 +108,7 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
     except BaseException as exc:
         raise ModelRunError(
             f"torch model raised {type(exc).__name__} on input set {input_set.index}: "
-            f"{_first_line(exc)}"
+            f"{_first_line(exc)}{_precision_hint(model.module, input_set)}"
         ) from exc
     named = match_outputs(flatten_outputs(result), signature.output_names)
     arrays: dict[str, np.ndarray] = {}

@@ -226,3 +226,17 @@ def test_bfloat16_feeds_and_outputs_run_on_both_sides(tmp_path: Path) -> None:
     assert np.abs(want).max() > 0
     np.testing.assert_array_equal(ref.arrays["y"], want)
     np.testing.assert_array_equal(got.arrays["y"], want)
+
+
+def test_fp16_feeds_to_a_float32_model_say_which_precision_to_compare_against():
+    module = torch.nn.Linear(4, 2).eval()
+    model = TorchModel(spec="x", kind="factory", module=module, parameter_names=("input",),
+                       sha256="0")  # fmt: skip
+    signature = OnnxSignature(
+        inputs=(TensorSpec("input", "float16", (2, 4)),),
+        outputs=(TensorSpec("y", "float16", (2, 2)),),
+        opset=17, producer="test", ir_version=8,
+    )  # fmt: skip
+    feeds = InputSet(0, {"input": np.ones((2, 4), np.float16)})
+    with pytest.raises(ModelRunError, match="ONNX inputs are float16 but the model's weights are"):
+        run_torch(model, feeds, signature)
