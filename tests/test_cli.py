@@ -170,3 +170,35 @@ def test_demos_command_lists_every_demo(capsys):
     out = capsys.readouterr().out
     for name in ("cnn", "transformer", "fp16", "broken"):
         assert f"demo:{name}" in out
+
+
+def test_json_html_and_saved_run_together_cost_one_model_run(tmp_path: Path, capsys):
+    import torch
+
+    calls = tmp_path / "calls.txt"
+    factory = tmp_path / "counting.py"
+    factory.write_text(
+        "import torch\n"
+        "class Counting(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        f"        open({str(calls)!r}, 'a').write('call\\n')\n"
+        "        return x * 3\n"
+        "def make():\n"
+        "    return Counting()\n"
+    )
+
+    class Triple(torch.nn.Module):
+        def forward(self, x):
+            return x * 3
+
+    onnx_path = tmp_path / "m.onnx"
+    torch.onnx.export(
+        Triple(), (torch.zeros(2, 3),), str(onnx_path), input_names=["x"],
+        output_names=["y"], dynamic_axes={"x": {0: "batch"}}, dynamo=False,
+    )  # fmt: skip
+    outputs = {"--json": "r.json", "--html": "r.html", "--save-run": "r.parity.npz"}
+    flags = [item for flag, name in outputs.items() for item in (flag, str(tmp_path / name))]
+    code = main(["validate", "--model", f"{factory}:make", "--onnx", str(onnx_path), *flags])
+    assert code == 0, capsys.readouterr().err
+    assert calls.read_text().splitlines() == ["call"]
+    assert all((tmp_path / name).stat().st_size > 0 for name in outputs.values())
