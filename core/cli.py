@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument(
         "--model",
         metavar="SPEC",
-        help="demo:NAME | FILE.pt2 | TorchScript file | FILE.py:CALLABLE | package.module:CALLABLE",
+        help="demo:NAME | FILE.pt2 | TorchScript file | FILE.py:CALLABLE | "
+        "package.module:CALLABLE | hf:DIR (a local transformers directory)",
     )
     model.add_argument("--onnx", metavar="FILE", help="the ONNX file (optional for demo:NAME)")
     model.add_argument("--weights", metavar="FILE", help="state dict: .safetensors or torch file")
