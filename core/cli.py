@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from core.errors import ParityError, UsageError
+from core.errors import ParityError, UsageError, describe_error
 from core.format import format_run, format_verdict
 from core.results import RunError, ValidationRun
 from core.tolerances import Tolerance, Tolerances, parse_tol_arg
@@ -279,14 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = _validate(args) if args.command == "validate" else _report(args)
         print(_format(run))
         _write_outputs(run, args)
-    except ParityError as exc:
-        return _fail(args, exc.kind, exc.message, exc)
     except KeyboardInterrupt:
         print("parity: interrupted", file=sys.stderr)
         return EXIT_ERROR
-    except Exception as exc:  # a bug or an error the core did not classify: still one line
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return _fail(args, "internal", f"{type(exc).__name__}: {first}", exc)
+    except Exception as exc:  # a ParityError, or a bug the core did not classify: one line
+        return _fail(args, *describe_error(exc), exc)
     return EXIT_PASS if run.verdict == "pass" else EXIT_FAIL
 
 

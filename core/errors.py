@@ -21,6 +21,22 @@ class ParityError(Exception):
         return self.message
 
 
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of an exception's text (its type name if it has none)."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def describe_error(error: BaseException) -> tuple[str, str]:
+    """(kind, one-line message) for any error that stopped a run: the CLI's and the app's."""
+    if isinstance(error, ParityError):
+        return error.kind, error.message
+    text = str(error).strip()
+    return "internal", f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 class UsageError(ParityError):
     kind = "usage"
 

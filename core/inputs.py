@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import InputError, UsageError
+from core.errors import InputError, UsageError, first_line
 from core.results import InputSet
 from core.signature import Dim, OnnxSignature, TensorSpec
 
@@ -265,12 +265,5 @@ def _read_npz(path: Path, *, where: str) -> dict[str, np.ndarray]:
     except InputError:
         raise
     except Exception as exc:
-        raise InputError(f"{where}: unreadable .npz ({_first_line(exc)})") from exc
+        raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
     return feeds
-
-
-def _first_line(exc: BaseException) -> str:
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import TensorProto
 
-from core.errors import OnnxLoadError, UsageError
+from core.errors import OnnxLoadError, UsageError, first_line
 from core.signature import Dim, OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
@@ -72,13 +72,13 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
     try:
         proto = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError, OSError, onnx errors: all mean "unreadable"
-        raise _load_error(p, f"not a readable ONNX protobuf ({_first_line(exc)})") from exc
+        raise _load_error(p, f"not a readable ONNX protobuf ({first_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _load_error(p, "not an ONNX model (no graph or IR version)")
     try:
         onnx.checker.check_model(str(p))
     except Exception as exc:  # ValidationError, and OSError for missing external data
-        raise _load_error(p, f"onnx.checker: {_first_line(exc)}") from exc
+        raise _load_error(p, f"onnx.checker: {first_line(exc)}") from exc
     signature = read_signature(proto, where=p)
     return OnnxModel(path=p, signature=signature, sha256=_sha256(p, proto))
 
@@ -134,7 +134,7 @@ def make_session(
     try:
         return ort.InferenceSession(str(model.path), sess_options=options, providers=[provider])
     except Exception as exc:
-        raise _load_error(model.path, f"ONNX Runtime ({provider}): {_first_line(exc)}") from exc
+        raise _load_error(model.path, f"ONNX Runtime ({provider}): {first_line(exc)}") from exc
 
 
 def _tensor_spec(value: onnx.ValueInfoProto, *, where: Path | str, role: str) -> TensorSpec:
@@ -193,10 +193,3 @@ def _hash_file(digest: hashlib._Hash, path: Path) -> None:
 
 def _load_error(path: Path | str, cause: str) -> OnnxLoadError:
     return OnnxLoadError(f"cannot load ONNX file {path}: {cause}")
-
-
-def _first_line(exc: BaseException) -> str:
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__

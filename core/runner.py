@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from core.errors import ModelRunError, OnnxRunError
+from core.errors import ModelRunError, OnnxRunError, first_line
 from core.inputs import check_feeds
 from core.results import InputSet, OutputSet
 from core.signature import OnnxSignature, TensorSpec
@@ -108,7 +108,7 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
     except BaseException as exc:
         raise ModelRunError(
             f"torch model raised {type(exc).__name__} on input set {input_set.index}: "
-            f"{_first_line(exc)}{_precision_hint(model.module, input_set)}"
+            f"{first_line(exc)}{_precision_hint(model.module, input_set)}"
         ) from exc
     named = match_outputs(flatten_outputs(result), signature.output_names)
     arrays: dict[str, np.ndarray] = {}
@@ -143,7 +143,7 @@ def run_onnx(
         seconds = time.perf_counter() - start
     except Exception as exc:
         raise OnnxRunError(
-            f"ONNX Runtime failed on input set {input_set.index}: {_first_line(exc)}"
+            f"ONNX Runtime failed on input set {input_set.index}: {first_line(exc)}"
         ) from exc
     arrays: dict[str, np.ndarray] = {}
     notes: list[str] = []
@@ -270,10 +270,3 @@ def _device_of(module: Any) -> torch.device:
         except Exception:
             continue
     return torch.device("cpu")
-
-
-def _first_line(exc: BaseException) -> str:
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__

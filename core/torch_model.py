@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.errors import ModelLoadError, UsageError
+from core.errors import ModelLoadError, UsageError, first_line
 
 KINDS = ("demo", "exported_program", "torchscript", "factory")
 
@@ -107,9 +107,7 @@ def _load_demo(name: str) -> nn.Module:
     try:
         module = DEMOS[name].build()
     except Exception as exc:
-        raise ModelLoadError(
-            f"demo:{name} raised {type(exc).__name__}: {_first_line(exc)}"
-        ) from exc
+        raise ModelLoadError(f"demo:{name} raised {type(exc).__name__}: {first_line(exc)}") from exc
     return module
 
 
@@ -209,7 +207,7 @@ def _load_archive(path: Path) -> tuple[nn.Module, str]:
             pass
         raise ModelLoadError(
             f"cannot load model {path}: not a TorchScript or torch.export archive "
-            f"({_first_line(jit_exc)}; for a state dict, give the model as FILE.py:CALLABLE "
+            f"({first_line(jit_exc)}; for a state dict, give the model as FILE.py:CALLABLE "
             "and the file as --weights)"
         ) from jit_exc
 
@@ -219,7 +217,7 @@ def _load_exported(path: Path) -> nn.Module:
         return torch.export.load(str(path)).module()
     except Exception as exc:
         raise ModelLoadError(
-            f"cannot load model {path}: torch.export.load failed: {_first_line(exc)}"
+            f"cannot load model {path}: torch.export.load failed: {first_line(exc)}"
         ) from exc
 
 
@@ -244,7 +242,7 @@ def _apply_weights(module: nn.Module, path: Path) -> None:
         module.load_state_dict(state, strict=True)
     except Exception as exc:
         lines = [ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()]
-        cause = lines[0] if lines else _first_line(exc)
+        cause = lines[0] if lines else first_line(exc)
         raise ModelLoadError(f"weights {path} do not fit the model: {cause}") from exc
 
 
@@ -256,7 +254,7 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
             return load_file(str(path), device="cpu")
         except Exception as exc:
             raise ModelLoadError(
-                f"cannot load weights {path}: not a readable safetensors file ({_first_line(exc)})"
+                f"cannot load weights {path}: not a readable safetensors file ({first_line(exc)})"
             ) from exc
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -267,7 +265,7 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
         ) from exc
     except Exception as exc:
         raise ModelLoadError(
-            f"cannot load weights {path}: not a torch weights file ({_first_line(exc)})"
+            f"cannot load weights {path}: not a torch weights file ({first_line(exc)})"
         ) from exc
     # Training checkpoints often wrap the state dict; accept the usual wrappers.
     if isinstance(state, Mapping):
@@ -341,7 +339,7 @@ def _parameter_names(module: nn.Module, kind: str) -> tuple[str, ...]:
 
 
 def _raised(spec: str, exc: BaseException) -> ModelLoadError:
-    return ModelLoadError(f"{spec} raised {type(exc).__name__}: {_first_line(exc)}")
+    return ModelLoadError(f"{spec} raised {type(exc).__name__}: {first_line(exc)}")
 
 
 def _reraise_interrupt(exc: BaseException) -> None:
@@ -359,10 +357,3 @@ def _hash_file(digest: Any, path: Path) -> None:
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
-
-
-def _first_line(exc: BaseException) -> str:
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__

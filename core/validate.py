@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ParityError, UsageError
+from core.errors import UsageError
 from core.results import InputSet, OutputComparison, OutputSet, ValidationRun
 from core.signature import OnnxSignature
 from core.tolerances import Tolerances
@@ -289,11 +289,3 @@ def _compare_set(
         )
         for name in names
     ]
-
-
-def describe_error(error: BaseException) -> tuple[str, str]:
-    """(kind, one-line message) for any error that stopped a run."""
-    if isinstance(error, ParityError):
-        return error.kind, error.message
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return "internal", f"{type(error).__name__}: {first}"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.errors import ParityError
+from core.errors import ParityError, describe_error
 from core.results import ValidationRun
 from core.tolerances import Tolerances
 
@@ -75,17 +75,10 @@ def set_tolerances(value: Tolerances) -> None:
 
 def set_failure(error: BaseException) -> None:
     """Remember why the last run failed; the previous good run stays current."""
-    if isinstance(error, ParityError):
-        detail = error.detail or "".join(traceback.format_exception(error)).strip()
-        failure = RunFailure(error.kind, error.message, detail)
-    else:
-        first = (str(error).strip().splitlines() or [""])[0]
-        failure = RunFailure(
-            "internal",
-            f"{type(error).__name__}: {first}",
-            "".join(traceback.format_exception(error)).strip(),
-        )
-    st.session_state[RUN_ERROR] = failure
+    kind, message = describe_error(error)
+    detail = isinstance(error, ParityError) and error.detail
+    detail = detail or "".join(traceback.format_exception(error)).strip()
+    st.session_state[RUN_ERROR] = RunFailure(kind, message, detail)
 
 
 def last_failure() -> RunFailure | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ModelRunError
+from core.errors import ModelRunError, first_line
 from core.hf.loading import LoadedHfModel, quiet_transformers
 
 CACHE_KEYWORDS = ("past_key_values", "cache")
@@ -141,7 +141,7 @@ def capture_generate(
     except ModelRunError:
         raise
     except Exception as exc:
-        raise ModelRunError(f"hf: generate() failed: {_first_line(exc)}") from exc
+        raise ModelRunError(f"hf: generate() failed: {first_line(exc)}") from exc
     finally:
         for hook in hooks:
             hook.remove()
@@ -172,7 +172,7 @@ def capture_forward(loaded: LoadedHfModel, *, prompts: Sequence[str]) -> Capture
         with torch.inference_mode(), quiet_transformers():
             output = model(**kwargs)
     except Exception as exc:
-        raise ModelRunError(f"hf: the model's forward failed: {_first_line(exc)}") from exc
+        raise ModelRunError(f"hf: the model's forward failed: {first_line(exc)}") from exc
     seconds = time.perf_counter() - t0
     outputs = {
         name: _to_numpy(getattr(output, name))
@@ -248,8 +248,3 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         t = t.float()
     return t.numpy().copy()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

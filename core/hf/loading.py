@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from core.errors import ModelLoadError, UsageError
+from core.errors import ModelLoadError, UsageError, first_line
 from core.hf.options import INSTALL_HINT, format_overrides
 
 
@@ -93,7 +93,7 @@ def load_hf_model(
             if not random_weights and "no file named" in str(exc):
                 hint = " (--random-weights builds the model from config.json alone)"
             raise ModelLoadError(
-                f"hf:{directory}: cannot load the model: {_first_line(exc)}{hint}"
+                f"hf:{directory}: cannot load the model: {first_line(exc)}{hint}"
             ) from exc
     model.eval()
     with quiet_transformers():
@@ -113,9 +113,7 @@ def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, 
     try:
         config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
     except Exception as exc:
-        raise ModelLoadError(
-            f"hf:{directory}: cannot read config.json: {_first_line(exc)}"
-        ) from exc
+        raise ModelLoadError(f"hf:{directory}: cannot read config.json: {first_line(exc)}") from exc
     old_layers = getattr(config, "num_hidden_layers", None)
     for key, value in overrides.items():
         if not hasattr(config, key):
@@ -167,7 +165,7 @@ def _load_tokenizer(transformers: ModuleType, directory: str, *, left_pad: bool)
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except Exception as exc:
         raise ModelLoadError(
-            f"hf:{directory}: cannot load the tokenizer (prompts need one): {_first_line(exc)}"
+            f"hf:{directory}: cannot load the tokenizer (prompts need one): {first_line(exc)}"
         ) from exc
     if left_pad:
         tokenizer.padding_side = "left"  # decoder batches are left-padded for generate()
@@ -203,8 +201,3 @@ class quiet_transformers:
         if self._bars:
             self._logging.enable_progress_bar()
         self._warnings.__exit__(*exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
