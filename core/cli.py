@@ -193,11 +193,11 @@ def tolerances_from_args(args: argparse.Namespace, *, base: Tolerances | None = 
 def _validate(args: argparse.Namespace) -> ValidationRun:
     from core.validate import RunConfig, run_validation
 
-    tolerances = tolerances_from_args(args)
+    hf = None
     if args.model is not None and args.model.startswith("hf:"):
-        from core.hf.cli_args import run_hf_from_args
+        from core.hf.cli_args import hf_options_from_args
 
-        return run_hf_from_args(args, tolerances=tolerances)
+        hf = hf_options_from_args(args)
     config = RunConfig(
         model=args.model,
         onnx=args.onnx,
@@ -209,11 +209,10 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         input_files=tuple(args.inputs),
         provider=args.provider,
         ort_opt_level=args.ort_opt_level,
-        tolerances=tolerances,
+        tolerances=tolerances_from_args(args),
         reference_file=args.reference,
+        hf=hf,
     )
-    if config.model is None and config.reference_file is None:
-        raise UsageError("--model SPEC is required (or --reference REF.npz with --inputs)")
     return run_validation(config, progress=_progress_printer())
 
 
@@ -288,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _format(run: ValidationRun) -> str:
-    if run.extra.get("kind") == "hf_generate":
+    if run.is_generation:
         from core.hf.cli_args import format_steps_table
 
         return format_steps_table(run) + "\n\n" + format_verdict(run)

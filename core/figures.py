@@ -521,12 +521,12 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
 
 
 def _rows_name(run: ValidationRun) -> str:
-    return "generate() steps" if run.extra.get("kind") == "hf_generate" else "input sets"
+    return "generate() steps" if run.is_generation else "input sets"
 
 
 def _set_label(run: ValidationRun, index: int) -> str:
     for s in run.input_sets:
-        if s.index == index and run.extra.get("kind") == "hf_generate" and s.label:
+        if s.index == index and run.is_generation and s.label:
             return s.label  # "step 2 · decode": an LLM run's rows are generate() steps
         if s.index == index:
             shapes = ", ".join("x".join(str(d) for d in shp) for shp in s.shapes().values())

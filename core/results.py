@@ -168,6 +168,11 @@ class ValidationRun:
         return "fail"
 
     @property
+    def is_generation(self) -> bool:
+        """Its input sets are an LLM's generate() steps (core.hf), not generated inputs."""
+        return self.extra.get("kind") == "hf_generate"
+
+    @property
     def output_names(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for c in self.comparisons:

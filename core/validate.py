@@ -36,7 +36,7 @@ class RunConfig:
     ort_opt_level: str = "all"
     tolerances: Tolerances = field(default_factory=Tolerances)
     reference_file: str | None = None
-    hf: Any = None  # core.hf.HfOptions for an "hf:DIR" model (prompts, steps, overrides)
+    hf: Any = None  # core.hf.HfOptions for an "hf:DIR" model (prompts, steps, export path)
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,10 @@ def _check_config(config: RunConfig) -> None:
     if config.n_input_sets < 1:
         raise UsageError(f"the number of input sets must be >= 1, got {config.n_input_sets}")
     if config.model is None and config.reference_file is None:
-        raise UsageError("give a model (--model) or stored reference outputs (--reference)")
+        raise UsageError(
+            "give a model (--model SPEC) or stored reference outputs (--reference REF.npz "
+            "with --inputs)"
+        )
     if config.model is not None and config.reference_file is not None:
         raise UsageError("give either --model or --reference, not both")
     if config.reference_file is not None and not config.input_files:
@@ -228,13 +231,15 @@ def _run_hf(config: RunConfig, progress: ProgressCallback | None) -> ValidationR
     from core.hf import HfOptions
     from core.hf.validate import run_hf_validation
 
+    options = config.hf or HfOptions()
     return run_hf_validation(
         config.model,
-        options=config.hf or HfOptions(),
+        options=options,
         onnx=config.onnx,
         tolerances=config.tolerances,
         provider=config.provider,
         ort_opt_level=config.ort_opt_level,
+        export_path=options.export_path,
         seed=config.seed,
         progress=progress,
     )

@@ -142,7 +142,7 @@ def page() -> None:
         key="overview_table",
     )
 
-    is_llm = run.extra.get("kind") == "hf_generate"
+    is_llm = run.is_generation
     if is_llm:
         from core.hf.cli_args import format_hf_summary
 

@@ -18,7 +18,6 @@ from core.hf.options import (
     parse_config_overrides,
 )
 from core.results import OutputComparison, Status, ValidationRun
-from core.tolerances import Tolerances
 
 _STATUS_ORDER = (
     Status.MISSING,
@@ -78,36 +77,8 @@ def hf_options_from_args(args: argparse.Namespace) -> HfOptions:
         max_new_tokens=getattr(args, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
         random_weights=bool(getattr(args, "random_weights", False)),
         config_overrides=parse_config_overrides(getattr(args, "config_override", None) or ()),
-    )
-
-
-def run_hf_from_args(args: argparse.Namespace, *, tolerances: Tolerances) -> ValidationRun:
-    """What `parity validate --model hf:DIR ...` runs."""
-    from core.hf.validate import run_hf_validation
-
-    return run_hf_validation(
-        args.model,
-        options=hf_options_from_args(args),
-        onnx=getattr(args, "onnx", None),
-        tolerances=tolerances,
-        provider=getattr(args, "provider", "CPUExecutionProvider"),
-        ort_opt_level=getattr(args, "ort_opt_level", "all"),
         export_path=getattr(args, "export_path", None),
-        seed=getattr(args, "seed", 0),
-        progress=_progress_printer(),
     )
-
-
-def _progress_printer() -> Any:
-    try:
-        from core.cli import _progress_printer as printer
-    except ImportError:
-        return None
-    return printer()
-
-
-def is_hf_run(run: ValidationRun) -> bool:
-    return isinstance(run.extra.get("summary"), Mapping) and run.extra.get("kind") == "hf_generate"
 
 
 def format_steps_table(run: ValidationRun) -> str:

@@ -27,6 +27,7 @@ class HfOptions:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     random_weights: bool = False
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
+    export_path: str | None = None  # where Parity's own export goes (None: a temp dir)
 
     def __post_init__(self) -> None:
         if not self.prompts:
