@@ -297,7 +297,7 @@ def _format(run: ValidationRun) -> str:
 def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:
     if args.debug:
         traceback.print_exception(exc)
-    hint = "" if args.debug else " (--debug shows the traceback)" if kind == "internal" else ""
+    hint = " (--debug shows the traceback)" if kind == "internal" and not args.debug else ""
     print(f"parity: error: {message}{hint}", file=sys.stderr)
     if getattr(args, "json", None):
         from core.report import error_report_dict, write_json

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from core.compare import compare_outputs
 from core.errors import UsageError
 from core.results import InputSet, OutputComparison, OutputSet, ValidationRun
 from core.signature import OnnxSignature
@@ -136,7 +137,6 @@ def run_validation(
     Raises a `ParityError` subclass when the run cannot be made; a model whose numbers
     disagree is not an error, it is a run whose verdict is "fail".
     """
-    from core.compare import compare_outputs
     from core.inputs import load_input_files, make_input_sets
     from core.runner import run_onnx
 
@@ -194,9 +194,7 @@ def run_validation(
         )
         t0 = time.perf_counter()
         comparisons.extend(
-            _compare_set(
-                input_set.index, ref_outputs[i], onnx_out, config.tolerances, compare_outputs
-            )
+            _compare_set(input_set.index, ref_outputs[i], onnx_out, config.tolerances)
         )
         t_compare += time.perf_counter() - t0
     timings["torch"] = sum(o.seconds for o in ref_outputs)
@@ -280,7 +278,6 @@ def _compare_set(
     ref: OutputSet,
     onnx: OutputSet,
     tolerances: Tolerances,
-    compare_outputs: Callable[..., OutputComparison],
 ) -> list[OutputComparison]:
     """Compare every output of one set: ONNX order first, then torch-only outputs."""
     names = list(onnx.arrays) + [name for name in ref.arrays if name not in onnx.arrays]
