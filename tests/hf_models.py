@@ -13,22 +13,30 @@ WORDS = tuple(dict.fromkeys(" ".join((*PROMPTS, "the a is sun")).split()))
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
 
 
-def make_tokenizer():
+def make_tokenizer(
+    *,
+    specials: tuple[str, str, str, str] = ("<pad>", "<unk>", "<s>", "</s>"),
+    decoder: bool = True,
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask"),
+):
+    """A WordLevel tokenizer over WORDS. `specials` are (pad, unk, bos/cls, eos/sep), ids
+    0-3; a decoder's tokenizer declares the last two as bos/eos."""
     import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3}
+    pad, unk, first, last = specials
+    vocab = {token: i for i, token in enumerate(specials)}
     for word in WORDS:
         vocab.setdefault(word, len(vocab))
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=unk))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    ends = {"bos_token": first, "eos_token": last} if decoder else {}
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        pad_token="<pad>",
-        unk_token="<unk>",
-        bos_token="<s>",
-        eos_token="</s>",
-        model_input_names=["input_ids", "attention_mask"],
+        pad_token=pad,
+        unk_token=unk,
+        model_input_names=list(input_names),
+        **ends,
     )
 
 

@@ -15,7 +15,7 @@ import onnx
 import pytest
 import torch
 import transformers
-from hf_models import PROMPTS, SPECIAL, WORDS, make_llama_dir, save_model
+from hf_models import PROMPTS, SPECIAL, make_llama_dir, make_tokenizer, save_model
 from onnx import TensorProto, helper
 
 from core.errors import ExportError
@@ -216,18 +216,10 @@ def test_export_that_fails_raises_export_error_with_the_exporters_cause(
 
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory) -> str:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
-    for word in WORDS:
-        vocab.setdefault(word, len(vocab))
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    tokenizer = make_tokenizer(
+        specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]"),
+        decoder=False,
+        input_names=("input_ids", "token_type_ids", "attention_mask"),
     )
     config = transformers.BertConfig(
         vocab_size=64,
