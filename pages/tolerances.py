@@ -18,7 +18,7 @@ from core.suggest import DEFAULT_MARGIN, ladder, nearest, suggest_tolerances, wi
 from core.tolerances import Tolerance, Tolerances
 from pages import state
 from pages.sidebar import verdict_badge
-from pages.tables import status_style
+from pages.tables import STATUS_TEXT, status_style
 
 ATOL_LADDER = ladder(-9, 1)
 RTOL_LADDER = ladder(-9, 0, zero=True)
@@ -88,7 +88,7 @@ def pass_table(run: ValidationRun) -> pd.DataFrame:
         passed = all(c.status.passed for c in comps)
         rows.append(
             {
-                "status": "✓ pass" if passed else "✗ fail",
+                "status": STATUS_TEXT[Status.PASS if passed else Status.FAIL],
                 "output": name,
                 "atol": _fmt(tol.atol),
                 "rtol": _fmt(tol.rtol),
@@ -103,8 +103,12 @@ def pass_table(run: ValidationRun) -> pd.DataFrame:
 
 
 def _curves(run: ValidationRun, name: str, rtol: float) -> np.ndarray | None:
-    box = st.session_state.setdefault("tol_curves", {})
-    key = (id(run.comparisons[0].profile) if run.comparisons else 0, name, rtol)
+    """Mismatch fraction against CURVE_ATOLS over every input set, cached for this run
+    (~1.5 ms a comparison: an LLM run has hundreds)."""
+    box = st.session_state.get("tol_curves")
+    if box is None or box["run"] is not run:  # a new run: start over
+        box = st.session_state["tol_curves"] = {"run": run}
+    key = (name, rtol)
     if key in box:
         return box[key]
     total = None
@@ -115,11 +119,8 @@ def _curves(run: ValidationRun, name: str, rtol: float) -> np.ndarray | None:
         frac = np.asarray(c.profile.mismatch_curve(CURVE_ATOLS, rtol), dtype=np.float64)
         total = frac * c.n_elements if total is None else total + frac * c.n_elements
         n += c.n_elements
-    result = None if total is None or n == 0 else total / n
-    if len(box) > 64:
-        box.clear()
-    box[key] = result
-    return result
+    box[key] = None if total is None or n == 0 else total / n
+    return box[key]
 
 
 def _suggest(run: ValidationRun, margin: float) -> None:
