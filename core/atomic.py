@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 _TMP_SUFFIX = ".parity-tmp"
@@ -28,10 +28,8 @@ def _remove_stale(path: Path) -> None:
     except OSError:
         return
     for stale in siblings:
-        try:
+        with suppress(OSError):
             stale.unlink()
-        except OSError:
-            pass
 
 
 @contextmanager
@@ -49,17 +47,16 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         os.replace(tmp, path)
     finally:
-        try:
+        with suppress(FileNotFoundError):
             tmp.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write `data` to `path` atomically (exclusive create of the temp file, fsync'd)."""
     path = Path(path)
     with atomic_path(path) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(tmp, flags, 0o666)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
