@@ -2,7 +2,7 @@
 
 Data flows one way: InputSet -> (torch, ONNX Runtime) OutputSet -> OutputComparison ->
 ValidationRun. Re-judging at other tolerances never touches raw tensors: every
-OutputComparison carries an ErrorProfile (see core.compare) that answers for any (atol, rtol).
+OutputComparison carries an ErrorProfile (core.error_profile) that answers for any (atol, rtol).
 """
 
 from __future__ import annotations
@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from core.error_profile import ErrorProfile
+from core.messages import failure_message
 from core.signature import OnnxSignature
 from core.tolerances import Tolerance, Tolerances
-
-if TYPE_CHECKING:
-    from core.compare import ErrorProfile
 
 
 class Status(StrEnum):
@@ -117,8 +116,6 @@ class OutputComparison:
         """The same comparison judged at another tolerance, from the profile alone."""
         if self.profile is None or self.status not in (Status.PASS, Status.FAIL):
             return replace(self, tolerance=tolerance)
-        from core.compare import failure_message  # compare imports this module
-
         passed = self.profile.passes(tolerance)
         n_mismatch = self.profile.n_mismatch(tolerance)
         return replace(
@@ -128,11 +125,6 @@ class OutputComparison:
             status=Status.PASS if passed else Status.FAIL,
             message="" if passed else failure_message(n_mismatch, self.n_elements, self.stats),
         )
-
-
-def _mismatch_message(n_mismatch: int, n_elements: int) -> str:
-    pct = 100.0 * n_mismatch / n_elements if n_elements else 0.0
-    return f"Mismatched elements: {n_mismatch} / {n_elements} ({pct:.3g}%)"
 
 
 @dataclass(frozen=True)

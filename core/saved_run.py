@@ -544,7 +544,7 @@ def _build_run(
         stats = None if entry["stats"] is None else _stats_from_json(entry["stats"])
         profile = None
         if entry["profile"] is not None:
-            from core.compare import ErrorProfile  # imported only when a profile is stored
+            from core.error_profile import ErrorProfile  # imported only when a profile is stored
 
             profile = ErrorProfile.from_arrays(
                 {key: array(member) for key, member in entry["profile"].items()}

@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from core.compare import ErrorProfile, compare_outputs
+from core.compare import compare_outputs
+from core.error_profile import ErrorProfile
 from core.results import Status, ValidationRun
 from core.tolerances import Tolerance, Tolerances
 
