@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from core.errors import ParityError, UsageError, describe_error
+from core.errors import ParityError, UsageError, WriteError, describe_error
 from core.format import format_run, format_verdict
 from core.results import RunError, ValidationRun
 from core.tolerances import Tolerance, Tolerances, parse_tol_arg
@@ -228,6 +228,23 @@ def _progress_printer():
     return show
 
 
+_OUTPUTS = (
+    ("save_run", "saved run"),
+    ("save_reference", "reference outputs"),
+    ("json", "JSON report"),
+    ("html", "HTML report"),
+)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an unwritable --json/--html/--save-* path before the run, not after it."""
+    from core.atomic import check_writable
+
+    for attr, what in _OUTPUTS:
+        if getattr(args, attr, None):
+            check_writable(getattr(args, attr), what)
+
+
 def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
     from core.report import report_dict, write_json
 
@@ -275,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demos":
         return _demos()
     try:
+        _check_outputs(args)
         run = _validate(args) if args.command == "validate" else _report(args)
         print(_format(run))
         _write_outputs(run, args)
@@ -298,14 +316,26 @@ def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException)
     if args.debug:
         traceback.print_exception(exc)
     hint = " (--debug shows the traceback)" if kind == "internal" and not args.debug else ""
-    print(f"parity: error: {message}{hint}", file=sys.stderr)
-    if getattr(args, "json", None):
-        from core.report import error_report_dict, write_json
+    unwritten = _write_error_report(args, kind, message, exc)
+    print(f"parity: error: {message}{hint}{unwritten}", file=sys.stderr)
+    return EXIT_ERROR
 
-        try:
-            tolerances = tolerances_from_args(args)
-        except ParityError:
-            tolerances = Tolerances()
+
+def _write_error_report(
+    args: argparse.Namespace, kind: str, message: str, exc: BaseException
+) -> str:
+    """Write the --json error report; '' or, if it cannot be written, text for the one line."""
+    if not getattr(args, "json", None):
+        return ""
+    if isinstance(exc, WriteError) and exc.path == str(args.json):
+        return ""
+    from core.report import error_report_dict, write_json
+
+    try:
+        tolerances = tolerances_from_args(args)
+    except ParityError:
+        tolerances = Tolerances()
+    try:
         write_json(
             args.json,
             error_report_dict(
@@ -315,7 +345,9 @@ def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException)
                 error=RunError(kind=kind, message=message),
             ),
         )
-    return EXIT_ERROR
+    except WriteError as write_exc:
+        return f"; and {write_exc.message}"
+    return ""
 
 
 if __name__ == "__main__":

@@ -67,3 +67,13 @@ class ExportError(ParityError):
 
 class SavedRunError(ParityError):
     kind = "saved_run"
+
+
+class WriteError(ParityError):
+    """An output (report, saved run, reference) could not be written; `path` says which."""
+
+    kind = "write"
+
+    def __init__(self, message: str, *, path: str = "", detail: str = "") -> None:
+        super().__init__(message, detail=detail)
+        self.path = path

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from core import __version__
-from core.errors import UsageError
+from core.atomic import write_output
 from core.results import OutputComparison, Status, ValidationRun
 
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
@@ -39,13 +39,7 @@ _STATUS_TEXT = {
 
 def write_html_report(run: ValidationRun, path: str | Path) -> Path:
     """Write the report for `run` to `path` (UTF-8) and return the path."""
-    path = Path(path)
-    text = render_html_report(run)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write HTML report {path}: {exc.strerror or exc}") from exc
-    return path
+    return write_output(path, render_html_report(run), what="HTML report")
 
 
 def render_html_report(run: ValidationRun) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomic import atomic_output
 from core.errors import InputError, UsageError
 from core.results import OutputSet, ValidationRun
 from core.signature import OnnxSignature
@@ -88,17 +89,17 @@ def save_input_feeds(
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray], *, what: str) -> None:
-    """Uncompressed npz, each array streamed into the zip (no second in-memory copy)."""
-    try:
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for key, array in arrays.items():
-                array = np.asanyarray(array)
-                if array.dtype.hasobject:
-                    raise UsageError(f"cannot save {what}: {key!r} is an object array")
-                with zf.open(f"{key}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, array, allow_pickle=False)
-    except OSError as exc:
-        raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from exc
+    """Uncompressed npz, each array streamed into the zip (no second copy), atomically."""
+    with (
+        atomic_output(path, what) as tmp,
+        zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf,
+    ):
+        for key, array in arrays.items():
+            array = np.asanyarray(array)
+            if array.dtype.hasobject:
+                raise UsageError(f"cannot save {what}: {key!r} is an object array")
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from core.atomic import write_output
 from core.results import OutputComparison, RunError, ValidationRun
 from core.tolerances import Tolerances
 
@@ -129,4 +130,5 @@ def dumps(data: dict[str, Any]) -> str:
 
 
 def write_json(path: str | Path, data: dict[str, Any]) -> None:
-    Path(path).write_text(dumps(data) + "\n")
+    """Atomically (a killed write leaves the previous report whole); WriteError on failure."""
+    write_output(path, dumps(data) + "\n", what="JSON report")

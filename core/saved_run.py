@@ -25,7 +25,6 @@ import json
 import math
 import os
 import platform
-import secrets
 import struct
 import zipfile
 from collections.abc import Callable, Mapping
@@ -37,6 +36,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from core import __version__
+from core.atomic import atomic_output
 from core.errors import SavedRunError
 from core.results import (
     ErrorStats,
@@ -77,19 +77,14 @@ def save_run(
     `keep_outputs=False` leaves out the raw outputs (small file; no heatmaps on reopening).
     """
     path = Path(path)
-    # a sibling temp file (same filesystem, so the final rename is atomic; umask respected)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            writer = _MemberWriter(zf)
-            manifest = _manifest(run, writer, keep_outputs=keep_outputs)
-            manifest["members"] = writer.members
-            zf.writestr(MANIFEST, json.dumps(manifest, indent=1, allow_nan=False))
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise SavedRunError(f"cannot write saved run {path}: {exc.strerror or exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
+    with (
+        atomic_output(path, "saved run") as tmp,
+        zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf,
+    ):
+        writer = _MemberWriter(zf)
+        manifest = _manifest(run, writer, keep_outputs=keep_outputs)
+        manifest["members"] = writer.members
+        zf.writestr(MANIFEST, json.dumps(manifest, indent=1, allow_nan=False))
     return path
 
 
