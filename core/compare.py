@@ -37,8 +37,9 @@ def compare_outputs(
 ) -> OutputComparison:
     """Compare one output of one input set (ref = torch) and judge it at ``tolerance``.
 
-    Bool and integer outputs compare as numbers (float64). Other dtypes (strings, complex)
-    are compared for equality only, without statistics or profile.
+    Integer and bool outputs (both sides) are judged exactly in integers (core.exact_ints);
+    their statistics are float64. Other dtypes (strings, complex) are compared for equality
+    only, without statistics or profile.
     """
 
     def result(status: Status, **kw: Any) -> OutputComparison:

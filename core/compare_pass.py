@@ -44,6 +44,7 @@ from core.error_profile import (
     hist_bin,
     hist_edge,
 )
+from core.exact_ints import count_mismatch, exact_diff, is_integer_pair
 from core.hull import simplify_hull, upper_left_hull
 from core.results import ErrorStats
 from core.tolerances import Tolerance
@@ -65,8 +66,8 @@ def measure(
     numeric arrays."""
     n = int(ref.size)
     chunk = max(1, min(int(chunk_elements), n))
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are handled, not warned
-        acc = _Pass(n, chunk, tolerance)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # handled, not warned
+        acc = _Pass(n, chunk, tolerance, integers=is_integer_pair(ref, onnx))
         for start, rc, oc in _chunks(ref, onnx, n, chunk):
             acc.feed(rc, oc, start)
         return _finish(acc, ref, onnx, tolerance)
@@ -75,8 +76,9 @@ def measure(
 class _Pass:
     """Running state of one comparison; fed chunk by chunk, then finalised."""
 
-    def __init__(self, n: int, chunk: int, tol: Tolerance) -> None:
+    def __init__(self, n: int, chunk: int, tol: Tolerance, *, integers: bool = False) -> None:
         self.n = n
+        self.integers = integers  # both sides integer/bool: differences and verdict exact
         self.atol, self.rtol = float(tol.atol), float(tol.rtol)
         self.R = np.empty(chunk)
         self.Ob = np.empty(chunk)
@@ -90,6 +92,7 @@ class _Pass:
         self.sum_abs = 0.0
         self.rr = self.rd = self.dd = 0.0
         self.max_abs = -1.0
+        self.max_rel = -1.0  # over ref != 0, element by element (exact, not off the hull)
         self.worst = -1
         self.n_mismatch = 0
         self.n_nan = 0
@@ -121,6 +124,13 @@ class _Pass:
         k = ref_chunk.size
         R, Ob, D = self.R[:k], self.Ob[:k], self.D[:k]
         np.copyto(R, ref_chunk, casting="unsafe")
+        if self.integers:  # the difference and the verdict in integers; float64 for the rest
+            mag, ge, absref = exact_diff(ref_chunk, onnx_chunk)
+            np.copyto(D, mag, casting="unsafe")
+            np.negative(D, out=D, where=~ge)
+            n_fail = count_mismatch(mag, absref, self.atol, self.rtol)
+            self._finite(R, D, float(np.einsum("i,i->", D, D)), start, None, n_fail)
+            return
         np.copyto(Ob, onnx_chunk, casting="unsafe")
         np.subtract(Ob, R, out=D)
         dd = float(np.einsum("i,i->", D, D))
@@ -152,6 +162,7 @@ class _Pass:
         dd: float,
         start: int,
         pos: np.ndarray | None,
+        n_fail: int | None = None,
     ) -> None:
         k = R.size
         T, Ix, M = self.T[:k], self.Ix[:k], self.M[:k]
@@ -168,7 +179,9 @@ class _Pass:
             self.max_abs = m
             self.worst = start + (int(pos[i]) if pos is not None else i)
         # the run's own tolerance, exactly
-        if m > self.atol:
+        if n_fail is not None:  # counted in the values' own type (integers)
+            self.n_mismatch += n_fail
+        elif m > self.atol:
             if self.rtol == 0.0:
                 np.greater(D, self.atol, out=M)
             else:
@@ -270,6 +283,13 @@ class _Pass:
             np.subtract(R.view(np.uint64), 1, out=U)  # ref == 0 wraps to the top
             umin = int(U.min())
             rmin = math.inf if umin == 2**64 - 1 else float(np.uint64(umin + 1).view(np.float64))
+        if rmin < math.inf:  # max_rel over ref != 0 (M still marks ref == 0 when there is one)
+            np.divide(D, R, out=T)
+            if rmin_is_zero:
+                np.copyto(T, 0.0, where=M)
+            rel = float(T.max())
+            if rel > self.max_rel:
+                self.max_rel = rel
         if self.hull_r.size == 0:
             # Start from the hull of every 61st element: its envelope lies below the full
             # one, so it is a valid filter, and the first merge stays small.
@@ -428,11 +448,16 @@ def _sample(
     idx = idx[np.diff(idx, prepend=-1) != 0]  # distinct positions (np.unique imports lazily)
     rng.shuffle(idx)
     idx = np.sort(idx[:SAMPLE_PAIRS])
-    r = np.asarray(fr[idx], dtype=np.float64)
-    o = np.asarray(fo[idx], dtype=np.float64)
-    ok = np.isfinite(r) & np.isfinite(o)
-    d = np.abs(o[ok] - r[ok])
-    r = np.abs(r[ok])
+    ref, onnx = np.asarray(fr[idx]), np.asarray(fo[idx])
+    if is_integer_pair(ref, onnx):
+        mag, _, absref = exact_diff(ref, onnx)
+        d, r = mag.astype(np.float64), absref.astype(np.float64)
+    else:
+        r = ref.astype(np.float64)
+        o = onnx.astype(np.float64)
+        ok = np.isfinite(r) & np.isfinite(o)
+        d = np.abs(o[ok] - r[ok])
+        r = np.abs(r[ok])
     below = d <= cutoff
     return d[below], r[below]
 
@@ -469,7 +494,7 @@ def _finish(
         w = acc.worst
         worst_index = tuple(int(i) for i in np.unravel_index(w, ref.shape))
         ref_w, onnx_w = float(fr[w]), float(fo[w])
-        max_rel = float(np.max(hull_d / hull_r)) if hull_r.size else None
+        max_rel = acc.max_rel if acc.max_rel >= 0.0 else None
         rr, rd, dd = acc.rr, acc.rd, acc.dd
         ro, oo = rr + rd, rr + 2.0 * rd + dd
         cosine = ro / math.sqrt(rr * oo) if rr > 0 and oo > 0 else None

@@ -408,3 +408,51 @@ def test_extra_memory_is_bounded_independent_of_output_size():
     finally:
         tracemalloc.stop()
     assert peak < 12 * 2**20, f"peak extra memory {peak / 2**20:.1f} MiB"
+
+
+def test_int64_outputs_are_compared_exactly_in_integers():
+    # 2**60 and 2**60 + 1 are the same float64: compared as floats they passed at atol 0
+    ref = np.array([2**60, 5], np.int64)
+    onnx = np.array([2**60 + 1, 5], np.int64)
+    got = _compare(ref, onnx, tol=Tolerance(0.0, 0.0))
+    assert got.status is Status.FAIL and got.n_mismatch == 1
+    assert got.stats.max_abs == 1.0 and got.stats.worst_index == (0,)
+    assert got.min_atol_to_pass == 1.0
+    assert not got.rejudge(Tolerance(0.0, 0.0)).status.passed
+    assert got.rejudge(Tolerance(1.0, 0.0)).status.passed
+
+
+def test_integer_pass_rule_with_rtol_is_decided_without_rounding():
+    # |d| = 2**62 + 1 against rtol*|ref| = 2**62 - 0.5: fails. In float64 both round to 2**62
+    # and it passed.
+    ref = np.array([2**63 - 1, -(2**63)], np.int64)
+    onnx = np.array([2**62 - 2, -(2**62) - 1], np.int64)
+    assert [abs(int(o) - int(r)) for r, o in zip(ref, onnx, strict=True)] == [2**62 + 1, 2**62 - 1]
+    got = _compare(ref, onnx, tol=Tolerance(0.0, 0.5))
+    assert got.n_mismatch == 1 and got.status is Status.FAIL
+    assert not got.rejudge(Tolerance(0.0, 0.5)).status.passed
+    at_edge = _compare(ref[1:], np.array([-(2**62)], np.int64), tol=Tolerance(0.0, 0.5))
+    assert at_edge.status is Status.PASS  # |d| = 2**62 = rtol*|ref| exactly: inclusive
+
+
+def test_uint64_and_bool_outputs_are_exact_too():
+    big = np.array([2**64 - 1, 0], np.uint64)
+    got = _compare(big, np.array([2**64 - 2, 0], np.uint64), tol=Tolerance(0.0, 0.0))
+    assert got.n_mismatch == 1 and got.stats.max_abs == 1.0
+    mixed = _compare(big, np.array([-1, 0], np.int64), tol=Tolerance(0.0, 0.0))
+    assert mixed.status is Status.DTYPE_MISMATCH and mixed.n_mismatch == 1
+    assert mixed.stats.max_abs == float(2**64)
+    flags = _compare(np.array([True, False]), np.array([True, True]), tol=Tolerance(0.9, 0.0))
+    assert flags.n_mismatch == 1
+
+
+def test_max_rel_is_exact_when_errors_lie_on_a_concave_curve():
+    # error = 1e-3 * sqrt(ref - 1) puts every point on the hull, which is then simplified:
+    # max_rel read off the simplified hull was 0.000499999466 (exact: 0.000499999999999...)
+    n = 2_000_000
+    ref = np.linspace(1.0, 5.0, n)
+    onnx = ref + 1e-3 * np.sqrt(ref - 1.0)
+    got = _compare(ref, onnx, tol=Tolerance(1e-2, 0.0))
+    exact = float(np.max(np.abs(onnx - ref) / np.abs(ref)))
+    assert got.profile.hull_r.size <= 1024  # the regime where the hull is simplified
+    assert got.stats.max_rel == exact
