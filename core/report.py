@@ -40,6 +40,8 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
     for key in ("summary", "steps", "masked_positions"):  # LLM runs (core.hf)
         if key in run.extra:
             data[key] = run.extra[key]
+    if run.layers is not None:
+        data["layers"] = run.layers.to_json()
     return _strict(data)
 
 

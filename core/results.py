@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from core.error_profile import ErrorProfile
+from core.layers.result import LayersResult
 from core.messages import failure_message
 from core.signature import OnnxSignature
 from core.tolerances import Tolerance, Tolerances
@@ -150,6 +151,7 @@ class ValidationRun:
     errors: tuple[RunError, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    layers: LayersResult | None = None  # intermediate values compared (--layers), core.layers
 
     @property
     def verdict(self) -> str:

@@ -196,7 +196,28 @@ def _manifest(run: ValidationRun, writer: _MemberWriter, *, keep_outputs: bool) 
         "errors": [{"kind": e.kind, "message": e.message, "detail": e.detail} for e in run.errors],
         "timings": {str(k): _num(v) for k, v in run.timings.items()},
         "extra": _jsonable({k: v for k, v in run.extra.items() if k != "saved_run"}),
+        "layers": _layers_json(run, writer),
     }
+
+
+def _layers_json(run: ValidationRun, writer: _MemberWriter) -> dict[str, Any] | None:
+    """The layers block (core.layers) and its kept arrays as members layers/K/{ref,onnx}."""
+    if run.layers is None:
+        return None
+    data = run.layers.to_json()
+    data["kept"] = [
+        {
+            "order": k.order,
+            "input_set": k.input_set,
+            "onnx_value": k.onnx_value,
+            "ref": writer.add(f"layers/{i}/ref.npy", k.ref, what=f"layer value {k.onnx_value!r}"),
+            "onnx": writer.add(
+                f"layers/{i}/onnx.npy", k.onnx, what=f"layer value {k.onnx_value!r}"
+            ),
+        }
+        for i, k in enumerate(run.layers.kept)
+    ]
+    return data
 
 
 def _identity(run: ValidationRun) -> dict[str, Any]:
@@ -582,7 +603,26 @@ def _build_run(
         errors=tuple(RunError(**e) for e in manifest["errors"]),
         timings={k: _unnum(v) for k, v in manifest["timings"].items()},
         extra=extra,
+        layers=_layers_from_json(manifest.get("layers"), array),
     )
+
+
+def _layers_from_json(data: Any, array: Callable[[str], np.ndarray]) -> Any:
+    if data is None:
+        return None
+    from core.layers.result import KeptValue, LayersResult
+
+    kept = tuple(
+        KeptValue(
+            order=int(k["order"]),
+            input_set=int(k["input_set"]),
+            onnx_value=str(k["onnx_value"]),
+            ref=array(k["ref"]),
+            onnx=array(k["onnx"]),
+        )
+        for k in data.get("kept") or ()
+    )
+    return LayersResult.from_json(data, kept=kept)
 
 
 def _tuple(shape: list[int] | None) -> tuple[int, ...] | None:

@@ -1,0 +1,206 @@
+"""What layer-level localisation produced: one LayerValue per (matched value, input set).
+
+These frozen types are the contract between the engine (core.layers) and everything that
+shows it (terminal, JSON report, HTML, the Layers page, Model Explorer node data). The JSON
+form is the report's ``"layers"`` block: strict JSON, null for non-finite numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+
+class LayerStatus(StrEnum):
+    """How one compared value is judged (see core.layers.criterion for the rule)."""
+
+    PASS = "pass"  # error at or below the noise threshold
+    DIVERGES = "diverges"  # error above threshold AND a jump over what flows into it: born here
+    CARRIED = "carried"  # error above threshold, but no bigger than its inputs': inherited
+    NONFINITE = "nonfinite"  # NaN/Inf on one side only, where its inputs had none: born here
+    SHAPE_MISMATCH = "shape_mismatch"  # the two sides' shapes differ: cannot compare
+    NOT_COMPARED = "not_compared"  # matched by name but not comparable (dtype, no value)
+
+    @property
+    def born(self) -> bool:
+        """A status that can be a first divergence."""
+        return self in (LayerStatus.DIVERGES, LayerStatus.NONFINITE, LayerStatus.SHAPE_MISMATCH)
+
+
+@dataclass(frozen=True)
+class LayerValue:
+    """One intermediate value compared on one input set.
+
+    `error_ratio` is the value's error relative to its scale (dimensionless, see
+    core.layers.criterion); `jump` is that ratio over the largest ratio among the matched
+    values feeding it; `inputs` are the `order`s of those values.
+    """
+
+    order: int  # ONNX graph (topological) order of the value's producer
+    onnx_value: str
+    onnx_node: str
+    onnx_op: str
+    torch_module: str | None  # named_modules() path, e.g. "encoder.layer.3.intermediate.dense"
+    torch_node: str | None  # FX node name where there is one
+    input_set: int
+    shape: tuple[int, ...]
+    max_abs: float | None
+    max_rel: float | None
+    scale: float | None
+    error_ratio: float | None
+    jump: float | None
+    cosine: float | None
+    status: str
+    inputs: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "onnx_value": self.onnx_value,
+            "onnx_node": self.onnx_node,
+            "onnx_op": self.onnx_op,
+            "torch_module": self.torch_module,
+            "torch_node": self.torch_node,
+            "input_set": self.input_set,
+            "shape": [int(d) for d in self.shape],
+            "max_abs": _num(self.max_abs),
+            "max_rel": _num(self.max_rel),
+            "scale": _num(self.scale),
+            "error_ratio": _num(self.error_ratio),
+            "jump": _num(self.jump),
+            "cosine": _num(self.cosine),
+            "status": str(self.status),
+            "inputs": [int(i) for i in self.inputs],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LayerValue:
+        return cls(
+            order=int(data["order"]),
+            onnx_value=str(data["onnx_value"]),
+            onnx_node=str(data["onnx_node"]),
+            onnx_op=str(data["onnx_op"]),
+            torch_module=_opt_str(data.get("torch_module")),
+            torch_node=_opt_str(data.get("torch_node")),
+            input_set=int(data["input_set"]),
+            shape=tuple(int(d) for d in data.get("shape") or ()),
+            max_abs=_opt_float(data.get("max_abs")),
+            max_rel=_opt_float(data.get("max_rel")),
+            scale=_opt_float(data.get("scale")),
+            error_ratio=_opt_float(data.get("error_ratio")),
+            jump=_opt_float(data.get("jump")),
+            cosine=_opt_float(data.get("cosine")),
+            status=str(data["status"]),
+            inputs=tuple(int(i) for i in data.get("inputs") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class KeptValue:
+    """Both sides' arrays of one value, kept so it can be inspected like an output."""
+
+    order: int
+    input_set: int
+    onnx_value: str
+    ref: np.ndarray
+    onnx: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ref.nbytes + self.onnx.nbytes)
+
+
+@dataclass(frozen=True)
+class LayersResult:
+    """Localisation of one run. `values` are in (order, input_set) order.
+
+    `matching` says how values were paired (e.g. "fx names" or "module boundaries");
+    `threshold` and `min_jump` are the criterion's numbers, for plots; `notes` say in words
+    what was and was not compared (never an empty silence).
+    """
+
+    criterion: str
+    matching: str
+    matched: int
+    unmatched_onnx: int
+    unmatched_torch: int
+    first_divergence: LayerValue | None
+    values: tuple[LayerValue, ...]
+    notes: tuple[str, ...] = ()
+    threshold: float | None = None
+    min_jump: float | None = None
+    kept: tuple[KeptValue, ...] = field(default=(), compare=False)
+
+    @property
+    def input_sets(self) -> tuple[int, ...]:
+        return tuple(sorted({v.input_set for v in self.values}))
+
+    def for_set(self, input_set: int) -> tuple[LayerValue, ...]:
+        return tuple(v for v in self.values if v.input_set == input_set)
+
+    def kept_value(self, order: int, input_set: int) -> KeptValue | None:
+        for k in self.kept:
+            if k.order == order and k.input_set == input_set:
+                return k
+        return None
+
+    def after_first(self, n: int = 5) -> tuple[LayerValue, ...]:
+        """The next `n` values after the first divergence on its input set (for the terminal)."""
+        first = self.first_divergence
+        if first is None:
+            return ()
+        later = [v for v in self.for_set(first.input_set) if v.order > first.order]
+        return tuple(later[:n])
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's "layers" block (strict JSON: null for non-finite numbers)."""
+        first = self.first_divergence
+        return {
+            "criterion": self.criterion,
+            "matching": self.matching,
+            "matched": self.matched,
+            "unmatched_onnx": self.unmatched_onnx,
+            "unmatched_torch": self.unmatched_torch,
+            "threshold": _num(self.threshold),
+            "min_jump": _num(self.min_jump),
+            "first_divergence": None if first is None else first.to_json(),
+            "notes": list(self.notes),
+            "values": [v.to_json() for v in self.values],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], kept: tuple[KeptValue, ...] = ()) -> LayersResult:
+        first = data.get("first_divergence")
+        return cls(
+            criterion=str(data["criterion"]),
+            matching=str(data.get("matching", "")),
+            matched=int(data["matched"]),
+            unmatched_onnx=int(data["unmatched_onnx"]),
+            unmatched_torch=int(data["unmatched_torch"]),
+            first_divergence=None if first is None else LayerValue.from_json(first),
+            values=tuple(LayerValue.from_json(v) for v in data.get("values") or ()),
+            notes=tuple(str(n) for n in data.get("notes") or ()),
+            threshold=_opt_float(data.get("threshold")),
+            min_jump=_opt_float(data.get("min_jump")),
+            kept=kept,
+        )
+
+
+def _num(x: float | None) -> float | None:
+    if x is None:
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def _opt_float(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def _opt_str(x: Any) -> str | None:
+    return None if x is None else str(x)
