@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages.access import foreign_host, refuse
 from pages.saved_runs import open_initial_run
 from pages.sidebar import render_sidebar
 
@@ -27,8 +28,11 @@ def main() -> None:
         st.Page(path, title=title, icon=icon, url_path=url, default=(url == "run"))
         for path, title, icon, url in PAGES
     ]
+    host = foreign_host()  # DNS rebinding: checked before anything runs (pages/access.py)
+    page = st.navigation(pages, position="hidden" if host is not None else "sidebar")
+    if host is not None:
+        refuse(host)
     open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
-    page = st.navigation(pages)
     page.run()
     render_sidebar()  # after the page, so a run started on this rerun shows at once
 

@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import launch, require_chromium
+from browser import launch, serve_app
 
 pytestmark = pytest.mark.browser
 
@@ -29,45 +24,10 @@ RUN_TIMEOUT_MS = 180_000
 VIEWPORT = {"width": 1500, "height": 2400}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[str]:
-    require_chromium()
-    port = _free_port()
-    cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
-        "--server.port", str(port), "--server.headless", "true",
-        "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-    ]  # fmt: skip
-    log = (ARTIFACTS / "streamlit.log") if ARTIFACTS.mkdir(exist_ok=True) is None else None
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"streamlit did not start; see {log}")
-                time.sleep(0.3)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with serve_app(ARTIFACTS / "streamlit.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

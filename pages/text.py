@@ -1,0 +1,43 @@
+"""User strings as text in Streamlit's markdown: names, paths and messages never become markup.
+
+Streamlit renders markdown in st.markdown, st.caption, st.error/info/warning/success, widget
+labels, st.status and st.progress text, so an output name like ``![b](http://host/x.png)``
+would make the viewer's browser fetch a URL, and ``[x](javascript:...)`` would be a link.
+Every user-controlled string a page puts into markdown goes through `md_text` or `md_code`.
+(Plain-text elements need nothing: st.text, st.code, st.dataframe cells, selectbox options.)
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+_PUNCT = frozenset(string.punctuation)
+# GFM turns bare URLs and e-mail addresses in text into links even when escaped: a word
+# joiner (U+2060, invisible) where the pattern would start keeps them text.
+_AUTOLINK = re.compile(r"(?i)(?<=https)(?=:)|(?<=http)(?=:)|(?<=ftp)(?=:)|(?<=www)(?=\.)|(?=@)")
+_WORD_JOINER = "\u2060"
+_BACKTICKS = re.compile("`+")
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).splitlines())
+
+
+def md_text(value: object) -> str:
+    """Markdown that shows `value` literally, on one line (every ASCII punctuation escaped)."""
+    escaped = "".join("\\" + ch if ch in _PUNCT else ch for ch in _one_line(value))
+    return _AUTOLINK.sub(_WORD_JOINER, escaped)
+
+
+def md_code(value: object) -> str:
+    """`value` as an inline code span (nothing inside one is markup), fenced past its backticks.
+
+    Streamlit rewrites ``:material/`` anywhere in the source, code spans included, so such a
+    string is shown as escaped text instead.
+    """
+    text = _one_line(value)
+    if ":material/" in text or not text.strip():
+        return md_text(text)
+    fence = "`" * (max((len(run) for run in _BACKTICKS.findall(text)), default=0) + 1)
+    return f"{fence} {text} {fence}"

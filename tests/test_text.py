@@ -1,0 +1,21 @@
+"""The markdown-escaping rule for user strings (rendering is checked in Chromium)."""
+
+from __future__ import annotations
+
+from pages.text import md_code, md_text
+
+
+def test_md_text_escapes_every_markup_character_and_breaks_autolinks():
+    out = md_text("![b](http://h/x.png) :red[R] $x$ www.e.com a@b.co\nnext")
+    assert "![" not in out and "](" not in out and ":red[" not in out and "$x$" not in out
+    assert "http:" not in out and "www." not in out and "a@" not in out
+    assert "\n" not in out
+    visible = out.replace("\\", "").replace("\u2060", "")
+    assert visible == "![b](http://h/x.png) :red[R] $x$ www.e.com a@b.co next"
+
+
+def test_md_code_fences_past_the_longest_backtick_run():
+    assert md_code("mask") == "` mask `"
+    assert md_code("a`b``c") == "``` a`b``c ```"
+    assert md_code(":material/home:") == md_text(":material/home:")  # rewritten in code spans
+    assert md_code("  ") == md_text("  ")
