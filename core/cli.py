@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from core.errors import ParityError, UsageError, WriteError, describe_error
 from core.format import format_run, format_verdict
-from core.results import RunError, ValidationRun
+from core.results import ValidationRun
 from core.tolerances import Tolerance, Tolerances, parse_tol_arg
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
@@ -191,12 +191,12 @@ def tolerances_from_args(args: argparse.Namespace, *, base: Tolerances | None = 
 
 
 def _validate(args: argparse.Namespace) -> ValidationRun:
+    from core.hf.cli_args import hf_flags_given, hf_options_from_args
+    from core.hf.options import is_hf_spec
     from core.validate import RunConfig, run_validation
 
     hf = None
-    if args.model is not None and args.model.startswith("hf:"):
-        from core.hf.cli_args import hf_options_from_args
-
+    if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
         hf = hf_options_from_args(args)
     config = RunConfig(
         model=args.model,
@@ -342,7 +342,8 @@ def _write_error_report(
                 model=getattr(args, "model", None) or getattr(args, "run", None),
                 onnx=getattr(args, "onnx", None),
                 tolerances=tolerances,
-                error=RunError(kind=kind, message=message),
+                kind=kind,
+                message=message,
             ),
         )
     except WriteError as write_exc:

@@ -9,6 +9,7 @@ numbers come from one chunked pass (:mod:`core.compare_pass`), which also builds
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,13 +35,29 @@ def compare_outputs(
     input_set: int,
     tolerance: Tolerance,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    exclude: np.ndarray | None = None,
 ) -> OutputComparison:
     """Compare one output of one input set (ref = torch) and judge it at ``tolerance``.
 
     Integer and bool outputs (both sides) are judged exactly in integers (core.exact_ints);
     their statistics are float64. Other dtypes (strings, complex) are compared for equality
     only, without statistics or profile.
+
+    ``exclude`` (bool, broadcastable to the output; True = not judged) leaves elements out
+    of the verdict and of every statistic (``n_elements`` still counts the whole output;
+    the excluded ones are counted apart in ``n_excluded``, with ``excluded_max_abs``) and
+    the worst index still points into the full output.
     """
+    if exclude is not None and ref is not None and onnx is not None and ref.shape == onnx.shape:
+        return _compare_excluding(
+            ref,
+            onnx,
+            np.broadcast_to(np.asarray(exclude, dtype=bool), ref.shape),
+            name=name,
+            input_set=input_set,
+            tolerance=tolerance,
+            chunk_elements=chunk_elements,
+        )
 
     def result(status: Status, **kw: Any) -> OutputComparison:
         return OutputComparison(
@@ -108,4 +125,50 @@ def compare_outputs(
         profile=profile,
         n_mismatch=n_mismatch,
         message=message,
+    )
+
+
+def _compare_excluding(
+    ref: np.ndarray,
+    onnx: np.ndarray,
+    exclude: np.ndarray,
+    *,
+    name: str,
+    input_set: int,
+    tolerance: Tolerance,
+    chunk_elements: int,
+) -> OutputComparison:
+    """compare_outputs on the judged elements only (flattened), mapped back to the shape."""
+    flat_excluded = exclude.reshape(-1)
+    n_excluded = int(np.count_nonzero(flat_excluded))
+    if n_excluded == 0:
+        return compare_outputs(
+            ref, onnx, name=name, input_set=input_set, tolerance=tolerance,
+            chunk_elements=chunk_elements,
+        )  # fmt: skip
+    keep = np.flatnonzero(~flat_excluded)
+    fr, fo = ref.reshape(-1), onnx.reshape(-1)
+    inner = compare_outputs(
+        fr[keep], fo[keep], name=name, input_set=input_set, tolerance=tolerance,
+        chunk_elements=chunk_elements,
+    )  # fmt: skip
+    stats = inner.stats
+    if stats is not None and stats.worst_index is not None:
+        full = np.unravel_index(int(keep[stats.worst_index[0]]), ref.shape)
+        stats = replace(stats, worst_index=tuple(int(i) for i in full))
+    excluded_max_abs = None
+    if _numeric(ref) and _numeric(onnx):
+        with np.errstate(invalid="ignore", over="ignore"):
+            gone = np.flatnonzero(flat_excluded)
+            diff = np.abs(fr[gone].astype(np.float64) - fo[gone].astype(np.float64))
+        finite = diff[np.isfinite(diff)]
+        excluded_max_abs = float(finite.max()) if finite.size else None
+    return replace(
+        inner,
+        n_elements=int(ref.size),
+        ref_shape=tuple(int(d) for d in ref.shape),
+        onnx_shape=tuple(int(d) for d in onnx.shape),
+        stats=stats,
+        n_excluded=n_excluded,
+        excluded_max_abs=excluded_max_abs,
     )

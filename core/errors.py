@@ -6,6 +6,9 @@ shows it with the details folded away. Anything else escaping the core is a bug.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class ParityError(Exception):
     """A run could not be made. `kind` is the machine-readable category in reports."""
@@ -62,7 +65,34 @@ class OnnxRunError(ParityError):
 
 
 class ExportError(ParityError):
+    """An export Parity made itself failed: how long it ran, the exporter's cause, and the
+    run summary up to that point (what the CLI and the dashboard show with the error)."""
+
     kind = "export"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: str = "",
+        seconds: float | None = None,
+        cause: str = "",
+        summary: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, detail=detail)
+        self.seconds = seconds
+        self.cause = cause or message
+        self.summary: Mapping[str, Any] = summary or {}
+
+    def with_summary(self, summary: Mapping[str, Any]) -> ExportError:
+        """The same error carrying the run summary (raise it `from` this one's cause)."""
+        return ExportError(
+            self.message,
+            detail=self.detail,
+            seconds=self.seconds,
+            cause=self.cause,
+            summary=summary,
+        )
 
 
 class SavedRunError(ParityError):

@@ -89,8 +89,6 @@ def _count(n: int, noun: str) -> str:
 
 
 def format_verdict(run: ValidationRun) -> str:
-    if run.errors:
-        return "ERROR: " + "; ".join(e.message for e in run.errors)
     unit = "step" if run.is_generation else "input set"
     size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
     failing = [c for c in run.comparisons if not c.status.passed]

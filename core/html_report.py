@@ -48,7 +48,6 @@ def render_html_report(run: ValidationRun) -> str:
 
     sections = [
         _header(run),
-        _errors(run),
         _outputs_table(run),
         _grid(run),
         _failing_details(run),
@@ -84,39 +83,25 @@ def _header(run: ValidationRun) -> str:
         "error": "the run could not be completed",
     }[run.verdict]
     rows = [("model", run.model), ("ONNX", run.onnx)]
-    saved = run.extra.get("saved_run")
-    identity = saved.get("identity", {}) if isinstance(saved, dict) else {}
-    onnx_hash = identity.get("onnx_sha256") or run.extra.get("onnx_sha256")
-    model_hash = identity.get("model_sha256") or run.extra.get("model_sha256")
+    identity = run.saved.identity if run.saved is not None else {}
+    onnx_hash = identity.get("onnx_sha256") or run.provenance.onnx_sha256
+    model_hash = identity.get("model_sha256") or run.provenance.model_sha256
     if onnx_hash:
         rows.append(("ONNX SHA-256", onnx_hash))
     if model_hash:
         rows.append(("model SHA-256", model_hash))
     if run.signature is not None:
         rows.append(("opset / producer", f"{run.signature.opset} / {run.signature.producer}"))
-    if isinstance(saved, dict) and saved.get("path"):
-        rows.append(("saved run", saved["path"]))
+    for label, key in (("weights", "weights_file"), ("reference outputs", "reference_file")):
+        if getattr(run.provenance, key):
+            rows.append((label, getattr(run.provenance, key)))
+    if run.saved is not None:
+        rows.append(("saved run", run.saved.path))
     return (
         f"<header><h1>Parity report</h1>"
         f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
         f"<p class='summary'>{_e(summary)}</p>{_kv_table(rows)}</header>"
     )
-
-
-def _errors(run: ValidationRun) -> str:
-    if not run.errors:
-        return ""
-    items = "".join(
-        f"<li><b>{_e(e.kind)}</b>: {_e(e.message)}"
-        + (
-            f"<details><summary>details</summary><pre>{_e(e.detail)}</pre></details>"
-            if e.detail
-            else ""
-        )
-        + "</li>"
-        for e in run.errors
-    )
-    return f"<section><h2>Errors</h2><ul class='errors'>{items}</ul></section>"
 
 
 def _outputs_table(run: ValidationRun) -> str:
@@ -133,7 +118,7 @@ def _outputs_table(run: ValidationRun) -> str:
         frac = c.mismatch_fraction
         bar = (
             f"<div class='bar'><span style='width:{min(100.0, 100.0 * frac):.2f}%'></span></div>"
-            f"{c.n_mismatch:,} / {c.n_elements:,} ({100.0 * frac:.3g}%)"
+            f"{c.n_mismatch:,} / {c.n_judged:,} ({100.0 * frac:.3g}%)"
             if frac is not None and c.n_mismatch is not None
             else "-"
         )

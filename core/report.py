@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from core.atomic import write_output
-from core.results import OutputComparison, RunError, ValidationRun
+from core.results import OutputComparison, ValidationRun
 from core.tolerances import Tolerances
 
 SCHEMA = "parity.report/1"
@@ -31,15 +31,18 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
             {"index": s.index, "label": s.label, "inputs": s.describe()} for s in run.input_sets
         ],
         "outputs": [output_dict(c) for c in run.comparisons],
-        "errors": [_error_dict(e) for e in run.errors],
+        "errors": [],  # a run that could not be made has its report from error_report_dict
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
     }
     if run.signature is not None:
         data["opset"] = run.signature.opset
         data["producer"] = run.signature.producer
-    for key in ("summary", "steps", "masked_positions"):  # LLM runs (core.hf)
-        if key in run.extra:
-            data[key] = run.extra[key]
+    if run.generation is not None:  # LLM runs (core.hf)
+        from core.hf.summary import judged_summary, masked_positions_json, steps_json
+
+        data["summary"] = judged_summary(run)
+        data["steps"] = steps_json(run)
+        data["masked_positions"] = masked_positions_json(run)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
     return _strict(data)
@@ -56,6 +59,7 @@ def output_dict(c: OutputComparison) -> dict[str, Any]:
         "ref_dtype": c.ref_dtype,
         "onnx_dtype": c.onnx_dtype,
         "n_elements": c.n_elements,
+        "n_excluded": c.n_excluded,  # not judged (e.g. padding), counted apart
         "max_abs": s.max_abs if s else None,
         "max_rel": s.max_rel if s else None,
         "mean_abs": s.mean_abs if s else None,
@@ -82,7 +86,8 @@ def error_report_dict(
     model: str | None,
     onnx: str | None,
     tolerances: Tolerances,
-    error: RunError,
+    kind: str,
+    message: str,
     environment: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The report of a run that could not be made (verdict "error")."""
@@ -96,13 +101,9 @@ def error_report_dict(
             "tolerances": tolerances.to_json(),
             "input_sets": [],
             "outputs": [],
-            "errors": [_error_dict(error)],
+            "errors": [{"kind": kind, "message": message}],
         }
     )
-
-
-def _error_dict(error: RunError) -> dict[str, str]:
-    return {"kind": error.kind, "message": error.message}
 
 
 def _shape(shape: tuple[int, ...] | None) -> list[int] | None:

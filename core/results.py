@@ -7,7 +7,7 @@ OutputComparison carries an ErrorProfile (core.error_profile) that answers for a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -99,12 +99,19 @@ class OutputComparison:
     profile: ErrorProfile | None = None
     n_mismatch: int | None = None
     message: str = ""
+    n_excluded: int = 0  # elements not judged (an exclusion mask), counted apart
+    excluded_max_abs: float | None = None  # largest finite |onnx - ref| among them
+
+    @property
+    def n_judged(self) -> int:
+        """Elements the verdict covers: all but the excluded ones."""
+        return self.n_elements - self.n_excluded
 
     @property
     def mismatch_fraction(self) -> float | None:
         if self.n_mismatch is None:
             return None
-        return self.n_mismatch / self.n_elements if self.n_elements else 0.0
+        return self.n_mismatch / self.n_judged if self.n_judged else 0.0
 
     @property
     def min_atol_to_pass(self) -> float | None:
@@ -124,20 +131,78 @@ class OutputComparison:
             tolerance=tolerance,
             n_mismatch=n_mismatch,
             status=Status.PASS if passed else Status.FAIL,
-            message="" if passed else failure_message(n_mismatch, self.n_elements, self.stats),
+            message="" if passed else failure_message(n_mismatch, self.n_judged, self.stats),
         )
 
 
+def set_passed(comparisons: Sequence[OutputComparison], input_set: int) -> bool:
+    """Every output of one input set (an hf: step) was judged and passes."""
+    mine = [c for c in comparisons if c.input_set == input_set]
+    return bool(mine) and all(c.status.passed for c in mine)
+
+
+class RunKind(StrEnum):
+    """Where a run's reference outputs came from (its source)."""
+
+    TORCH = "torch"  # a torch model on generated or given inputs
+    REFERENCE = "reference"  # stored reference outputs (REF.npz) on given inputs
+    HF_GENERATE = "hf_generate"  # the forward calls of an hf: model's generate()
+
+
 @dataclass(frozen=True)
-class RunError:
-    kind: str
-    message: str
-    detail: str = ""
+class Provenance:
+    """What a run was made from, beyond the model spec and ONNX path: the files and
+    settings that decide its numbers, with content hashes computed while loading."""
+
+    kind: RunKind = RunKind.TORCH
+    onnx_sha256: str | None = None
+    model_sha256: str | None = None
+    opset: int | None = None
+    producer: str | None = None
+    ort_opt_level: str | None = None
+    seed: int | None = None
+    weights_file: str | None = None
+    reference_file: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationStep:
+    """One captured forward call of an hf: run: which step, which phase, its sizes."""
+
+    index: int  # the input set it became
+    step: int
+    phase: str  # "prefill" | "decode" | "forward"
+    label: str
+    batch: int
+    sequence_length: int
+    past_length: int
+
+
+@dataclass(frozen=True)
+class GenerationInfo:
+    """What an hf: run adds: its summary (plain JSON, the report's "summary") and steps."""
+
+    summary: Mapping[str, Any]
+    steps: tuple[GenerationStep, ...]
+
+
+@dataclass(frozen=True)
+class SavedFrom:
+    """Where a reopened run was saved, and what was hashed then (core.saved_run)."""
+
+    path: str
+    identity: Mapping[str, Any]
+    saved_by: Mapping[str, Any]
+    outputs_kept: bool
 
 
 @dataclass(frozen=True)
 class ValidationRun:
-    """Everything one validation produced. Raw outputs are kept for inspection views."""
+    """Everything one validation produced. Raw outputs are kept for inspection views.
+
+    `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
+    is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
+    """
 
     model: str
     onnx: str
@@ -148,15 +213,15 @@ class ValidationRun:
     comparisons: tuple[OutputComparison, ...]
     ref_outputs: tuple[OutputSet, ...] = ()
     onnx_outputs: tuple[OutputSet, ...] = ()
-    errors: tuple[RunError, ...] = ()
+    exclusions: tuple[Mapping[str, np.ndarray], ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Provenance = field(default_factory=Provenance)
+    generation: GenerationInfo | None = None
+    saved: SavedFrom | None = None
     layers: LayersResult | None = None  # intermediate values compared (--layers), core.layers
 
     @property
     def verdict(self) -> str:
-        if self.errors:
-            return "error"
         if all(c.status.passed for c in self.comparisons) and self.comparisons:
             return "pass"
         return "fail"
@@ -164,7 +229,14 @@ class ValidationRun:
     @property
     def is_generation(self) -> bool:
         """Its input sets are an LLM's generate() steps (core.hf), not generated inputs."""
-        return self.extra.get("kind") == "hf_generate"
+        return self.generation is not None
+
+    def exclusion(self, input_set: int, name: str) -> np.ndarray | None:
+        """The exclusion mask of one output (broadcastable to it), or None."""
+        for position, s in enumerate(self.input_sets):
+            if s.index == input_set and position < len(self.exclusions):
+                return self.exclusions[position].get(name)
+        return None
 
     @property
     def output_names(self) -> tuple[str, ...]:

@@ -5,10 +5,13 @@ that ``np.load(path, allow_pickle=False)`` can also read, holding
 
 - ``manifest.json`` -- everything scalar: model and ONNX identity (with SHA-256 of the files
   when they existed at save time), versions, tolerances, signature, input-set metadata,
-  every comparison's status and statistics, errors, timings, and a table of members with the
+  every comparison's status and statistics, timings, provenance (kind, hashes, weights and
+  reference files), an hf: run's summary and steps, and a table of members with the
   SHA-256, dtype and shape of each;
 - one ``.npy`` member per array: ``inputs/S/K.npy`` (feed K of input set S), ``ref/S/K.npy``
-  and ``onnx/S/K.npy`` (output K of set S on each side), ``profiles/C/KEY.npy`` (the
+  and ``onnx/S/K.npy`` (output K of set S on each side), ``exclude/S/K.npy`` (the
+  exclusion mask of an output of set S: elements the verdict did not judge),
+  ``profiles/C/KEY.npy`` (the
   re-judge profile of comparison C). User-chosen names live only in the manifest.
 
 Why this shape: members are written by ``np.lib.format.write_array`` straight into the zip
@@ -40,10 +43,14 @@ from core.atomic import atomic_output
 from core.errors import SavedRunError
 from core.results import (
     ErrorStats,
+    GenerationInfo,
+    GenerationStep,
     InputSet,
     OutputComparison,
     OutputSet,
-    RunError,
+    Provenance,
+    RunKind,
+    SavedFrom,
     Status,
     ValidationRun,
 )
@@ -145,7 +152,21 @@ def _manifest(run: ValidationRun, writer: _MemberWriter, *, keep_outputs: bool) 
             feeds.append(
                 {"name": name, "member": writer.add(f"inputs/{s}/{k}.npy", array, what=what)}
             )
-        input_sets.append({"index": input_set.index, "label": input_set.label, "feeds": feeds})
+        masks = run.exclusions[s] if s < len(run.exclusions) else {}
+        exclude = [
+            {
+                "name": name,
+                "member": writer.add(
+                    f"exclude/{s}/{k}.npy",
+                    np.asarray(mask, dtype=bool),
+                    what=f"exclusion mask of output {name!r} of set {input_set.index}",
+                ),
+            }
+            for k, (name, mask) in enumerate(masks.items())
+        ]
+        input_sets.append(
+            {"index": input_set.index, "label": input_set.label, "feeds": feeds, "exclude": exclude}
+        )
 
     def output_sets(side: str, sets: tuple[OutputSet, ...]) -> list[dict[str, Any]]:
         result = []
@@ -193,11 +214,49 @@ def _manifest(run: ValidationRun, writer: _MemberWriter, *, keep_outputs: bool) 
         "ref_outputs": output_sets("ref", run.ref_outputs) if keep_outputs else [],
         "onnx_outputs": output_sets("onnx", run.onnx_outputs) if keep_outputs else [],
         "outputs_kept": bool(keep_outputs and (run.ref_outputs or run.onnx_outputs)),
-        "errors": [{"kind": e.kind, "message": e.message, "detail": e.detail} for e in run.errors],
         "timings": {str(k): _num(v) for k, v in run.timings.items()},
-        "extra": _jsonable({k: v for k, v in run.extra.items() if k != "saved_run"}),
+        "provenance": _provenance_json(run.provenance),
+        "generation": None if run.generation is None else _generation_json(run.generation),
         "layers": _layers_json(run, writer),
     }
+
+
+def _provenance_json(p: Provenance) -> dict[str, Any]:
+    return {f.name: getattr(p, f.name) for f in fields(Provenance)}
+
+
+def _provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
+    known = {f.name for f in fields(Provenance)}
+    values = {k: v for k, v in raw.items() if k in known}
+    values["kind"] = RunKind(values.get("kind") or RunKind.TORCH)
+    return Provenance(**values)
+
+
+def _generation_json(g: GenerationInfo) -> dict[str, Any]:
+    return {
+        "summary": _jsonable(g.summary),
+        "steps": [{f.name: getattr(s, f.name) for f in fields(GenerationStep)} for s in g.steps],
+    }
+
+
+def _generation_from_json(raw: Mapping[str, Any] | None) -> GenerationInfo | None:
+    if raw is None:
+        return None
+    keys = [f.name for f in fields(GenerationStep)]
+    steps = tuple(GenerationStep(**{k: step[k] for k in keys}) for step in raw["steps"])
+    return GenerationInfo(summary=dict(raw["summary"]), steps=steps)
+
+
+def _from_extra(extra: Mapping[str, Any]) -> tuple[Provenance, GenerationInfo | None]:
+    """Provenance and generation info of a run saved before they had types ("extra")."""
+    provenance = _provenance_from_json(extra)
+    if extra.get("kind") != RunKind.HF_GENERATE:
+        return provenance, None
+    keys = [f.name for f in fields(GenerationStep)]
+    steps = [{k: step.get(k, 0) for k in keys} for step in extra.get("steps") or []]
+    return provenance, _generation_from_json(
+        {"summary": extra.get("summary") or {}, "steps": steps}
+    )
 
 
 def _layers_json(run: ValidationRun, writer: _MemberWriter) -> dict[str, Any] | None:
@@ -222,8 +281,7 @@ def _layers_json(run: ValidationRun, writer: _MemberWriter) -> dict[str, Any] | 
 
 def _identity(run: ValidationRun) -> dict[str, Any]:
     """What the run was made from, with content hashes of the files still on disk."""
-    saved = run.extra.get("saved_run")
-    previous = saved.get("identity") if isinstance(saved, Mapping) else None
+    previous = run.saved.identity if run.saved is not None else None
     identity: dict[str, Any] = {}
     if isinstance(previous, Mapping) and (previous.get("model"), previous.get("onnx")) == (
         run.model,
@@ -233,23 +291,25 @@ def _identity(run: ValidationRun) -> dict[str, Any]:
     identity.update(model=run.model, onnx=run.onnx)
     onnx_file = Path(run.onnx) if run.onnx else None
     if onnx_file is not None and onnx_file.is_file():
-        identity["onnx_sha256"] = _known_hash(run, "onnx_sha256") or file_sha256(onnx_file)
+        identity["onnx_sha256"] = _known_hash(run.provenance.onnx_sha256) or file_sha256(onnx_file)
         identity["onnx_bytes"] = onnx_file.stat().st_size
     model_file = _model_file(run.model)
     if model_file is not None:
         identity["model_file"] = str(model_file)
-        identity["model_sha256"] = _known_hash(run, "model_sha256") or file_sha256(model_file)
-    for key in ("weights", "reference_file"):
-        value = run.extra.get(key)
-        if isinstance(value, str) and Path(value).is_file():
+        identity["model_sha256"] = _known_hash(run.provenance.model_sha256) or file_sha256(
+            model_file
+        )
+    provenance = run.provenance
+    files = {"weights": provenance.weights_file, "reference_file": provenance.reference_file}
+    for key, value in files.items():
+        if value and Path(value).is_file():
             identity[key] = value
             identity[f"{key}_sha256"] = file_sha256(Path(value))
     return identity
 
 
-def _known_hash(run: ValidationRun, key: str) -> str | None:
+def _known_hash(value: str | None) -> str | None:
     """A hash the run already computed while loading (saves re-reading a big file)."""
-    value = run.extra.get(key)
     return value if isinstance(value, str) and len(value) == 64 else None
 
 
@@ -288,6 +348,8 @@ def _comparison_json(c: OutputComparison) -> dict[str, Any]:
         "stats": None if c.stats is None else _stats_json(c.stats),
         "n_mismatch": None if c.n_mismatch is None else int(c.n_mismatch),
         "message": c.message,
+        "n_excluded": int(c.n_excluded),
+        "excluded_max_abs": _num(c.excluded_max_abs),
         "profile": None,
     }
 
@@ -356,7 +418,8 @@ def _unnum(value: Any) -> float | None:
 
 
 def _jsonable(value: Any) -> Any:
-    """Free-form `extra` made strict-JSON safe (non-finite -> None, unknown -> str)."""
+    """Free-form JSON (an hf: summary) made strict-JSON safe (non-finite -> None,
+    unknown -> str)."""
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -580,16 +643,20 @@ def _build_run(
                 profile=profile,
                 n_mismatch=None if entry["n_mismatch"] is None else int(entry["n_mismatch"]),
                 message=str(entry["message"]),
+                n_excluded=int(entry.get("n_excluded", 0)),
+                excluded_max_abs=_unnum(entry.get("excluded_max_abs")),
             )
         )
 
-    extra = dict(manifest.get("extra") or {})
-    extra["saved_run"] = {
-        "path": str(path),
-        "identity": manifest["identity"],
-        "saved_by": manifest["saved_by"],
-        "outputs_kept": bool(manifest["outputs_kept"]),
-    }
+    if "provenance" in manifest:
+        provenance = _provenance_from_json(manifest["provenance"])
+        generation = _generation_from_json(manifest["generation"])
+    else:
+        provenance, generation = _from_extra(manifest.get("extra") or {})
+    exclusions = tuple(
+        {mask["name"]: array(mask["member"]) for mask in entry.get("exclude", ())}
+        for entry in manifest["input_sets"]
+    )
     return ValidationRun(
         model=str(manifest["model"]),
         onnx=str(manifest["onnx"]),
@@ -600,9 +667,16 @@ def _build_run(
         comparisons=tuple(comparisons),
         ref_outputs=output_sets("ref_outputs"),
         onnx_outputs=output_sets("onnx_outputs"),
-        errors=tuple(RunError(**e) for e in manifest["errors"]),
+        exclusions=exclusions,
         timings={k: _unnum(v) for k, v in manifest["timings"].items()},
-        extra=extra,
+        provenance=provenance,
+        generation=generation,
+        saved=SavedFrom(
+            path=str(path),
+            identity=manifest["identity"],
+            saved_by=manifest["saved_by"],
+            outputs_kept=bool(manifest["outputs_kept"]),
+        ),
         layers=_layers_from_json(manifest.get("layers"), array),
     )
 

@@ -42,7 +42,7 @@ def comparison_rows(run: ValidationRun) -> pd.DataFrame:
                 "max rel": _num(s.max_rel) if s else None,
                 "mismatch": c.mismatch_fraction,
                 "mismatched": (
-                    f"{c.n_mismatch:,} / {c.n_elements:,}" if c.n_mismatch is not None else "—"
+                    f"{c.n_mismatch:,} / {c.n_judged:,}" if c.n_mismatch is not None else "—"
                 ),
                 "NaN/Inf mism.": (s.n_nan_mismatch + s.n_inf_mismatch) if s else None,
                 "atol / rtol": f"{c.tolerance.atol:g} / {c.tolerance.rtol:g}",

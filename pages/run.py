@@ -309,6 +309,8 @@ def choose_settings(signature) -> dict:
     settings["input_files"] = tuple(
         str(state.save_upload(f.name, f.getvalue())) for f in (feeds or [])
     )
+    if settings["input_files"]:  # each file is one input set at its own sizes
+        settings.update(dims={}, n_input_sets=1, int_ranges={})
     return settings
 
 

@@ -84,7 +84,7 @@ def pass_table(run: ValidationRun) -> pd.DataFrame:
         fixable = all(c.status in (Status.PASS, Status.FAIL) for c in comps)
         min_atol = max(mins) if fixable and all(m is not None for m in mins) else None
         n_mis = sum(c.n_mismatch or 0 for c in comps)
-        n_el = sum(c.n_elements for c in comps)
+        n_el = sum(c.n_judged for c in comps)
         passed = all(c.status.passed for c in comps)
         rows.append(
             {
@@ -117,8 +117,8 @@ def _curves(run: ValidationRun, name: str, rtol: float) -> np.ndarray | None:
         if c.name != name or c.profile is None:
             continue
         frac = np.asarray(c.profile.mismatch_curve(CURVE_ATOLS, rtol), dtype=np.float64)
-        total = frac * c.n_elements if total is None else total + frac * c.n_elements
-        n += c.n_elements
+        total = frac * c.n_judged if total is None else total + frac * c.n_judged
+        n += c.n_judged
     box[key] = None if total is None or n == 0 else total / n
     return box[key]
 

@@ -131,6 +131,27 @@ def test_bad_usage_exits_2_naming_the_problem(args, words, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        # the example exited 0: hf: silently ignored all three
+        (["--model", "hf:/no/such/llm", "--weights", "/nonexistent.safetensors",
+          "--input-sets", "5", "--dim", "batch=7"], "--weights, --dim, --input-sets"),
+        (["--model", "hf:/no/such/llm", "--int-range", "input_ids=0:5"], "--int-range"),
+        (["--model", "hf:/no/such/llm", "--inputs", "feeds.npz"], "--inputs"),
+        (["--model", "demo:cnn", "--prompt", "hello"], "hf:DIR"),
+        (["--model", "demo:cnn", "--max-new-tokens", "2"], "hf:DIR"),
+        (["--model", "demo:cnn", "--inputs", "feeds.npz", "--dim", "batch=3"], "--dim"),
+    ],
+)  # fmt: skip
+def test_flags_that_do_not_apply_to_the_kind_of_run_exit_2(args, words, capsys):
+    code = main(["validate", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert words in err and ("not apply" in err or "apply only" in err)
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_tolerances_file_errors_exit_2(tmp_path: Path, capsys):
     bad = tmp_path / "tol.json"
     bad.write_text('{"default": {"atol": "x"}}')

@@ -55,10 +55,10 @@ def test_malformed_override_is_a_usage_error():
 
 def test_without_transformers_hf_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import now raises ImportError
-    from core.hf import run_hf_validation
+    from core.validate import RunConfig, run_validation
 
     with pytest.raises(ModelLoadError) as info:
-        run_hf_validation(f"hf:{tmp_path}")
+        run_validation(RunConfig(model=f"hf:{tmp_path}", onnx=None))
     message = str(info.value)
     assert INSTALL_HINT in message and "\n" not in message
 

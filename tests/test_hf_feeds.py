@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.compare import compare_outputs
 from core.errors import InputError, UsageError
 from core.hf.capture import CapturedCall
 from core.hf.feeds import (
-    align_logits,
     cache_position,
     masked_positions,
     onnx_feeds,
@@ -23,9 +21,12 @@ from core.hf.options import (
     parse_config_override,
     parse_config_overrides,
 )
-from core.hf.steps import compare_step_output
+from core.hf.source import PADDING, logits_crop
+from core.results import InputSet, OutputSet
 from core.signature import OnnxSignature, TensorSpec
-from core.tolerances import Tolerance
+from core.sources import Case
+from core.tolerances import Tolerance, Tolerances
+from core.validate import compare_case
 
 B, H, D, VOCAB = 2, 2, 4, 10
 
@@ -144,11 +145,13 @@ def test_last_position_logits_compare_with_the_last_onnx_positions():
     ref = np.arange(2 * 1 * 3, dtype=np.float32).reshape(2, 1, 3)
     full = np.zeros((2, 5, 3), dtype=np.float32)
     full[:, -1:, :] = ref
-    aligned, note = align_logits(ref, full)
-    assert aligned.shape == ref.shape and np.array_equal(aligned, ref)
-    assert "last 1 position" in note
-    same, no_note = align_logits(full, full)
-    assert same is full and no_note == ""
+    case = Case(InputSet(0, {}), OutputSet({"logits": ref}), crop={"logits": logits_crop(ref)})
+    shown, (comparison,) = compare_case(case, OutputSet({"logits": full}), Tolerances())
+    assert shown.arrays["logits"].shape == ref.shape and comparison.status.passed
+    assert "last 1 position" in comparison.message
+    case = Case(InputSet(0, {}), OutputSet({"logits": full}), crop={"logits": logits_crop(full)})
+    shown, (comparison,) = compare_case(case, OutputSet({"logits": full}), Tolerances())
+    assert shown.arrays["logits"] is full and comparison.message == ""
 
 
 def test_masked_positions_cover_padding_of_present_and_logits():
@@ -165,19 +168,24 @@ def test_differences_at_padding_are_counted_apart_not_as_mismatches():
     ref = call.present[0][0]
     onnx = ref.copy()
     onnx[0, :, 0, :] += 0.4  # padded position of row 0: never attended
-    comparison, info = compare_step_output(
-        ref,
-        onnx,
-        call=call,
-        name="present.0.key",
-        input_set=0,
-        tolerance=Tolerance(1e-5, 0),
-        compare=compare_outputs,
-    )
+    comparison = _judge(call, ref, onnx, "present.0.key")
     assert comparison.status.passed
-    assert info is not None and info.n_masked == 2 * H * D
-    assert info.max_abs == pytest.approx(0.4, rel=1e-6)
+    assert comparison.n_excluded == 2 * H * D
+    assert comparison.excluded_max_abs == pytest.approx(0.4, rel=1e-6)
+    assert comparison.stats.max_abs == 0.0  # the statistics cover judged elements only
     assert "padding" in comparison.message
+
+
+def _judge(call: CapturedCall, ref: np.ndarray, onnx: np.ndarray, name: str):
+    """The loop's comparison of one output of a case with this call's padding excluded."""
+    case = Case(
+        input_set=InputSet(0, {}),
+        reference=OutputSet({name: ref}),
+        exclude={name: masked_positions(call, name, ref.shape)},
+        exclude_reason=PADDING,
+    )
+    _, (comparison,) = compare_case(case, OutputSet({name: onnx}), Tolerances(Tolerance(1e-5, 0)))
+    return comparison
 
 
 def test_differences_at_attended_positions_still_fail():
@@ -185,17 +193,10 @@ def test_differences_at_attended_positions_still_fail():
     ref = call.present[0][0]
     onnx = ref.copy()
     onnx[0, :, 3, :] += 0.4  # a real token
-    comparison, info = compare_step_output(
-        ref,
-        onnx,
-        call=call,
-        name="present.0.key",
-        input_set=0,
-        tolerance=Tolerance(1e-5, 0),
-        compare=compare_outputs,
-    )
+    comparison = _judge(call, ref, onnx, "present.0.key")
     assert not comparison.status.passed
-    assert info is not None and info.max_abs == 0.0
+    assert comparison.excluded_max_abs == 0.0
+    assert comparison.stats.worst_index[2] == 3  # indexes the full output, not the judged part
 
 
 def test_config_overrides_parse_json_values_and_reject_bad_syntax():

@@ -7,6 +7,7 @@ built once per module and shared by the tests that read it.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -19,8 +20,24 @@ from hf_models import PROMPTS, SPECIAL, make_llama_dir, make_tokenizer, save_mod
 from onnx import TensorProto, helper
 
 from core.errors import ExportError
-from core.hf import HfOptions, run_hf_validation
 from core.hf.cli_args import format_steps_table
+from core.hf.options import HfOptions
+from core.hf.summary import judged_summary, masked_positions_json, steps_json
+from core.validate import RunConfig, run_validation
+
+
+def run_hf_validation(
+    model: str,
+    *,
+    options: HfOptions | None = None,
+    onnx: str | None = None,
+    export_path: str | None = None,
+):
+    """An hf: run through the one loop (core.hf.validate, its own orchestrator, is gone)."""
+    options = options or HfOptions()
+    if export_path is not None:
+        options = dataclasses.replace(options, export_path=export_path)
+    return run_validation(RunConfig(model=model, onnx=onnx, hf=options))
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +69,7 @@ def test_own_export_validates_every_step_of_a_left_padded_batch(llama_run):
     assert llama_run.verdict == "pass"
     labels = [s.label for s in llama_run.input_sets]
     assert labels == ["step 1 · prefill", "step 2 · decode", "step 3 · decode"]
-    summary = llama_run.extra["summary"]
+    summary = judged_summary(llama_run)
     assert summary["export"]["status"] == "OK" and summary["export"]["seconds"] > 0
     assert (summary["steps_ok"], summary["steps_total"]) == (3, 3)
     assert summary["n_calls"] == 3 and summary["left_padded"] is True
@@ -77,7 +94,7 @@ def test_own_export_makes_sequence_and_past_dynamic_and_names_them(llama_run):
     dims = {spec.name: spec.shape for spec in llama_run.signature.inputs}
     assert dims["input_ids"] == (2, "sequence_length")
     assert dims["past_key_values.1.value"][2] == "past_sequence_length"
-    assert llama_run.extra["summary"]["export"]["dynamic"] == {
+    assert judged_summary(llama_run)["export"]["dynamic"] == {
         "batch": False,
         "sequence_length": True,
         "past_sequence_length": True,
@@ -85,10 +102,10 @@ def test_own_export_makes_sequence_and_past_dynamic_and_names_them(llama_run):
 
 
 def test_left_padding_is_excluded_and_reported_apart(llama_run):
-    masked = llama_run.extra["masked_positions"]
+    masked = masked_positions_json(llama_run)
     assert masked, "a left-padded prefill must report masked positions"
     assert {m["input_set"] for m in masked} == {0, 1, 2}
-    assert llama_run.extra["summary"]["masked"]["n_elements"] == sum(m["n_masked"] for m in masked)
+    assert judged_summary(llama_run)["masked"]["n_elements"] == sum(m["n_masked"] for m in masked)
     table = format_steps_table(llama_run)
     assert "padding" in table and "never attended" in table
 
@@ -116,7 +133,7 @@ def test_optimum_named_file_given_with_onnx_validates_unseen_steps(llama_run, ll
         onnx=str(path),
     )
     assert run.verdict == "pass"
-    assert run.extra["summary"]["export"]["status"].startswith("not run")
+    assert judged_summary(run)["export"]["status"].startswith("not run")
     assert len(run.input_sets) == 4
 
 
@@ -127,9 +144,9 @@ def test_decode_only_bug_fails_decode_steps_and_the_run_says_which(llama_run, ll
         f"hf:{llama_dir}", options=HfOptions(prompts=PROMPTS, max_new_tokens=3), onnx=str(path)
     )
     assert run.verdict == "fail"
-    steps = {s["label"]: s["ok"] for s in run.extra["steps"]}
+    steps = {s["label"]: s["ok"] for s in steps_json(run)}
     assert steps == {"step 1 · prefill": True, "step 2 · decode": False, "step 3 · decode": False}
-    summary = run.extra["summary"]
+    summary = judged_summary(run)
     assert summary["failed_steps"] == ["step 2 · decode", "step 3 · decode"]
     assert not run.comparison(1, "logits").status.passed
     table = format_steps_table(run)
@@ -162,10 +179,10 @@ def test_second_family_gpt2_validates_a_single_prompt(gpt2_dir, tmp_path):
         export_path=str(tmp_path / "gpt2.onnx"),
     )
     assert run.verdict == "pass"
-    summary = run.extra["summary"]
+    summary = judged_summary(run)
     assert summary["model_type"] == "gpt2" and summary["left_padded"] is False
-    assert [s["phase"] for s in run.extra["steps"]] == ["prefill", "decode"]
-    assert run.extra["masked_positions"] == []
+    assert [s["phase"] for s in steps_json(run)] == ["prefill", "decode"]
+    assert masked_positions_json(run) == []
 
 
 def test_cli_random_weights_with_one_layer_override_exports_and_passes(llama_dir, tmp_path):
@@ -185,6 +202,15 @@ def test_cli_random_weights_with_one_layer_override_exports_and_passes(llama_dir
     assert summary["config_overrides"] == {"num_hidden_layers": 1}
     assert summary["export"]["status"] == "OK" and summary["export"]["path"] == str(export)
     assert export.is_file()
+
+
+def test_own_export_without_export_path_is_removed_when_the_run_ends(llama_dir):
+    # Before: every hf: run without --export-path left its export in a temp folder (GBs
+    # per run for a real LLM).
+    run = run_hf_validation(f"hf:{llama_dir}", options=HfOptions(max_new_tokens=1))
+    assert run.verdict == "pass"
+    assert judged_summary(run)["export"]["status"] == "OK"
+    assert not Path(run.onnx).parent.exists()
 
 
 def test_export_that_fails_raises_export_error_with_the_exporters_cause(
@@ -211,6 +237,7 @@ def test_export_that_fails_raises_export_error_with_the_exporters_cause(
     assert str(error).startswith("export: FAILED")
     assert "svd" in str(error)
     assert error.summary["export"]["status"] == "FAILED"
+    assert error.seconds is not None and "svd" in error.cause
     assert "\n" not in str(error)
 
 
@@ -244,10 +271,10 @@ def test_encoder_feature_extraction_goes_through_the_same_spec(bert_dir, tmp_pat
     assert [s.label for s in run.input_sets] == ["step 1 · forward"]
     assert set(run.output_names) == {"last_hidden_state", "pooler_output"}
     assert "token_type_ids" in run.input_sets[0].feeds
-    summary = run.extra["summary"]
+    summary = judged_summary(run)
     assert summary["kind"] == "encoder" and summary["padding"] == "right"
     # the short prompt's padded rows are reported apart, not judged
-    assert [m["output"] for m in run.extra["masked_positions"]] == ["last_hidden_state"]
+    assert [m["output"] for m in masked_positions_json(run)] == ["last_hidden_state"]
     assert "encoder forward" in format_steps_table(run)
 
 
@@ -328,4 +355,4 @@ def test_real_optimum_export_validates(llama_dir, tmp_path):
     )
     assert run.verdict == "pass"
     assert run.signature.input_names[:3] == ("input_ids", "attention_mask", "position_ids")
-    assert [s["ok"] for s in run.extra["steps"]] == [True, True, True]
+    assert [s["ok"] for s in steps_json(run)] == [True, True, True]

@@ -183,3 +183,35 @@ def test_reference_only_validation_gives_the_numbers_of_the_live_run(
     assert len(offline.comparisons) == len(live.comparisons) == 2
     assert report_dict(offline)["outputs"] == report_dict(live)["outputs"]  # every number
     assert offline.model.startswith("reference:")
+
+
+def test_saved_run_identity_records_weights_and_reference_files(
+    tmp_path: Path, model_zoo, tiny_artifacts
+) -> None:
+    # Before: the identity looked these up under `extra` keys nothing wrote, so neither a
+    # weights file nor a reference file ever reached a saved run.
+    from core.saved_run import file_sha256, load_run, save_run
+    from core.validate import RunConfig, run_validation
+
+    weights = str(tiny_artifacts.state_safetensors)
+    live = run_validation(
+        RunConfig(model=model_zoo.spec("make_tiny"), onnx=str(tiny_artifacts.onnx), weights=weights)
+    )
+    identity = load_run(save_run(live, tmp_path / "live.parity.npz")).saved.identity
+    assert identity["weights"] == weights
+    assert identity["weights_sha256"] == file_sha256(Path(weights))
+
+    ref = save_reference_outputs(tmp_path / "ref.npz", live)
+    feeds = save_input_feeds(tmp_path, live)
+    offline = run_validation(
+        RunConfig(
+            model=None,
+            onnx=str(tiny_artifacts.onnx),
+            input_files=tuple(str(p) for p in feeds),
+            reference_file=str(ref),
+        )
+    )
+    reopened = load_run(save_run(offline, tmp_path / "offline.parity.npz"))
+    assert reopened.saved.identity["reference_file"] == str(ref)
+    assert reopened.saved.identity["reference_file_sha256"] == file_sha256(ref)
+    assert reopened.provenance.reference_file == str(ref)

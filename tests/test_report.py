@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from core.report import SCHEMA, dumps, error_report_dict, report_dict
-from core.results import ErrorStats, InputSet, OutputComparison, RunError, Status, ValidationRun
+from core.results import ErrorStats, InputSet, OutputComparison, Status, ValidationRun
 from core.tolerances import Tolerance, Tolerances
 
 
@@ -55,7 +55,7 @@ def test_report_carries_schema_verdict_and_output_fields():
 
 def test_error_report_has_error_verdict_and_kind():
     data = error_report_dict(
-        model="m", onnx=None, tolerances=Tolerances(), error=RunError("onnx_load", "bad file")
+        model="m", onnx=None, tolerances=Tolerances(), kind="onnx_load", message="bad file"
     )
     assert data["verdict"] == "error"
     assert data["errors"] == [{"kind": "onnx_load", "message": "bad file"}]

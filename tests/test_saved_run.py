@@ -22,7 +22,8 @@ from core.results import (
     InputSet,
     OutputComparison,
     OutputSet,
-    RunError,
+    Provenance,
+    RunKind,
     Status,
     ValidationRun,
 )
@@ -105,9 +106,8 @@ def make_run(outputs: dict[str, np.ndarray], *, noise: float = 1e-3, n_sets: int
         comparisons=tuple(comparisons),
         ref_outputs=tuple(refs),
         onnx_outputs=tuple(onnxs),
-        errors=(RunError("onnx_run", "one set failed", "trace"),),
         timings={"torch": 0.5, "compare": float("nan")},
-        extra={"seed": 3, "nested": {"a": [1, 2.5]}},
+        provenance=Provenance(kind=RunKind.TORCH, seed=3, opset=17, ort_opt_level="basic"),
     )
 
 
@@ -160,12 +160,11 @@ def test_round_trip_keeps_every_array_and_field_exactly(tmp_path: Path) -> None:
     assert_same_comparisons(loaded, run)  # stats incl. inf SNR, statuses, messages, profiles
     assert loaded.signature == run.signature
     assert loaded.tolerances == run.tolerances
-    assert loaded.errors == run.errors
     assert dict(loaded.environment) == dict(run.environment)
     assert loaded.timings["torch"] == 0.5 and np.isnan(loaded.timings["compare"])
-    assert loaded.extra["nested"] == {"a": [1, 2.5]}
-    assert loaded.extra["saved_run"]["outputs_kept"] is True
-    assert loaded.verdict == run.verdict == "error"
+    assert loaded.provenance == run.provenance
+    assert loaded.saved is not None and loaded.saved.outputs_kept is True
+    assert loaded.verdict == run.verdict == "fail"
 
 
 def test_json_report_from_saved_run_equals_live_report(tmp_path: Path) -> None:
@@ -261,7 +260,7 @@ def test_keep_outputs_false_writes_a_small_file_without_raw_outputs(tmp_path: Pa
     loaded = load_run(save_run(run, tmp_path / "r.parity.npz", keep_outputs=False))
     assert loaded.ref_outputs == () and loaded.onnx_outputs == ()
     assert_same_comparisons(loaded, run)
-    assert loaded.extra["saved_run"]["outputs_kept"] is False
+    assert loaded.saved is not None and loaded.saved.outputs_kept is False
 
 
 def _rewrite_member(path: Path, member: str, transform) -> None:
@@ -383,7 +382,7 @@ def test_opening_a_saved_run_does_not_import_torch(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["error", "1"]
+    assert result.stdout.split() == ["fail", "1"]
 
 
 CONTROLS_PAGE = """
@@ -428,7 +427,7 @@ def test_dashboard_control_opens_a_saved_run_without_torch(tmp_path: Path) -> No
     )
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
-    assert "current: error" in lines[0]
+    assert "current: fail" in lines[0]
     assert "Opened" in lines[1]
     assert lines[2] == "ValidationRun 1"
     assert lines[3] == "torch loaded: False"

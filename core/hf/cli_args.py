@@ -17,6 +17,7 @@ from core.hf.options import (
     format_overrides,
     parse_config_overrides,
 )
+from core.hf.summary import judged_summary
 from core.results import OutputComparison, Status, ValidationRun
 
 _STATUS_ORDER = (
@@ -44,7 +45,7 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-new-tokens",
         type=int,
-        default=DEFAULT_MAX_NEW_TOKENS,
+        default=None,
         metavar="N",
         help="tokens generate() adds greedily: N forward calls, 1 prefill + N-1 decode "
         f"steps (default {DEFAULT_MAX_NEW_TOKENS})",
@@ -69,12 +70,24 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def hf_flags_given(args: argparse.Namespace) -> bool:
+    """Whether any flag that only an hf: model uses was given (so another model refuses it)."""
+    return bool(
+        getattr(args, "prompt", None)
+        or getattr(args, "max_new_tokens", None) is not None
+        or getattr(args, "random_weights", False)
+        or getattr(args, "config_override", None)
+        or getattr(args, "export_path", None)
+    )
+
+
 def hf_options_from_args(args: argparse.Namespace) -> HfOptions:
     """HfOptions from parsed flags; UsageError for a malformed override or count."""
     prompts = tuple(getattr(args, "prompt", None) or ()) or (DEFAULT_PROMPT,)
+    max_new_tokens = getattr(args, "max_new_tokens", None)
     return HfOptions(
         prompts=prompts,
-        max_new_tokens=getattr(args, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
+        max_new_tokens=DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
         random_weights=bool(getattr(args, "random_weights", False)),
         config_overrides=parse_config_overrides(getattr(args, "config_override", None) or ()),
         export_path=getattr(args, "export_path", None),
@@ -87,8 +100,7 @@ def format_steps_table(run: ValidationRun) -> str:
     Columns: step, phase, input shapes (ids · mask · past), status, logits max abs/rel,
     the worst present key/value's max abs/rel and name, and the padding excluded.
     """
-    steps = run.extra.get("steps") or []
-    masked = run.extra.get("masked_positions") or []
+    steps = run.generation.steps if run.generation is not None else ()
     names = run.output_names
     main = "logits" if "logits" in names or not names else names[0]
     header = [
@@ -106,21 +118,21 @@ def format_steps_table(run: ValidationRun) -> str:
     rows = [header]
     details: list[str] = []
     for i, input_set in enumerate(run.input_sets):
-        step = steps[i] if i < len(steps) else {"step": i + 1, "phase": "?"}
+        step = steps[i] if i < len(steps) else None
         mine = [c for c in run.comparisons if c.input_set == input_set.index]
         logits = next((c for c in mine if c.name == main), None)
         presents = [c for c in mine if c.name.startswith("present.")]
         worst = _worst(presents)
-        pad = [m for m in masked if m.get("input_set") == input_set.index]
+        pad = [c for c in mine if c.n_excluded]
         pad_text = "-"
         if pad:
-            diffs = [m["max_abs"] for m in pad if m.get("max_abs") is not None]
-            count = sum(int(m["n_masked"]) for m in pad)
+            diffs = [c.excluded_max_abs for c in pad if c.excluded_max_abs is not None]
+            count = sum(c.n_excluded for c in pad)
             pad_text = f"{count} (max {fmt_float(max(diffs)) if diffs else 'nan'})"
         rows.append(
             [
-                str(step.get("step", i + 1)),
-                str(step.get("phase", "?")),
+                str(step.step if step else i + 1),
+                step.phase if step else "?",
                 _shapes(input_set.feeds),
                 STATUS_TEXT[_step_status(mine)],
                 fmt_float(_stat(logits, "max_abs")),
@@ -157,7 +169,7 @@ def _failing_details(label: str, comparisons: list[OutputComparison], limit: int
 
 def format_hf_summary(run: ValidationRun) -> str:
     """The seed's summary: model, overrides, weights, prompts, calls, export, steps, time."""
-    s: Mapping[str, Any] = run.extra.get("summary") or {}
+    s: Mapping[str, Any] = judged_summary(run)
     prompts = s.get("prompts") or []
     side = s.get("padding", "left" if s.get("left_padded") else "none")
     batch = f"{side}-padded batch" if side in ("left", "right") else "batch"

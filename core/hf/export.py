@@ -202,13 +202,12 @@ def _export(
     except Exception as exc:  # the exporter raises many types; all mean "export failed"
         seconds = time.perf_counter() - t0
         cause = exporter_cause(exc)
-        error = ExportError(
+        raise ExportError(
             f"export: FAILED after {seconds:.1f} s: {cause}",
             detail="".join(traceback.format_exception(exc)),
-        )
-        error.seconds = seconds  # type: ignore[attr-defined]
-        error.cause = cause  # type: ignore[attr-defined]
-        raise error from exc
+            seconds=seconds,
+            cause=cause,
+        ) from exc
     return time.perf_counter() - t0
 
 

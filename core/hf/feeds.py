@@ -155,18 +155,6 @@ def reference_outputs(call: CapturedCall, output_names: tuple[str, ...]) -> dict
     return ref
 
 
-def align_logits(ref: np.ndarray, onnx: np.ndarray) -> tuple[np.ndarray, str]:
-    """The ONNX logits at the positions torch kept (its last ones), and a note saying so."""
-    if ref.ndim != 3 or onnx.ndim != 3 or ref.shape[1] >= onnx.shape[1]:
-        return onnx, ""
-    kept = ref.shape[1]
-    note = (
-        f"ONNX logits {list(onnx.shape)} compared at the last {kept} position(s), "
-        "the ones torch's generate() computed"
-    )
-    return onnx[:, -kept:, :], note
-
-
 def masked_positions(call: CapturedCall, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
     """Boolean array (broadcastable to `shape`): True where the attention mask excludes.
 

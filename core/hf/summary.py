@@ -1,4 +1,4 @@
-"""The run summary in the seed's spirit (`ValidationRun.extra["summary"]`, plain JSON).
+"""The summary of an hf: run (`GenerationInfo.summary`, the JSON report's "summary").
 
 model, config overrides, random or trained weights, prompts, captured calls, export OK/FAILED
 and its time, steps OK/total (and which failed), padding excluded, time per phase.
@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.hf.capture import Capture
-from core.hf.loading import LoadedHfModel
-from core.hf.options import HfOptions
-from core.hf.steps import MaskedInfo, step_ok
-from core.results import OutputComparison
+from core.results import OutputComparison, ValidationRun, set_passed
+
+if TYPE_CHECKING:
+    from core.hf.capture import Capture
+    from core.hf.loading import LoadedHfModel
+    from core.hf.options import HfOptions
 
 MASKED_NOTE = (
     "positions the attention mask excludes (padding) are never attended; exports may "
@@ -34,11 +35,10 @@ def build_summary(
     export_info: Mapping[str, Any],
     comparisons: Sequence[OutputComparison],
     timings: Mapping[str, float],
-    masked: Sequence[MaskedInfo] = (),
 ) -> dict[str, Any]:
     calls = capture.calls
     judged = bool(comparisons)
-    ok = [call.label for call in calls if step_ok(call.index, comparisons)]
+    ok = [call.label for call in calls if set_passed(comparisons, call.index)]
     padding = padding_side(calls[0].inputs.get("attention_mask"))
     return {
         "model": model,
@@ -60,7 +60,7 @@ def build_summary(
         "steps_ok": len(ok) if judged else 0,
         "steps_total": len(calls),
         "failed_steps": [c.label for c in calls if c.label not in ok] if judged else [],
-        "masked": masked_summary(masked),
+        "masked": masked_summary(comparisons),
         "timings": {phase: timings.get(_TIMING_KEYS.get(phase, phase)) for phase in PHASES},
         "transformers": transformers_version(),
     }
@@ -73,10 +73,59 @@ def padding_side(mask: np.ndarray | None) -> str:
     return "left" if (mask[:, 0] == 0).any() else "right"
 
 
-def masked_summary(masked: Sequence[MaskedInfo]) -> dict[str, Any]:
-    diffs = [m.max_abs for m in masked if m.max_abs is not None]
+def judged_summary(run: ValidationRun) -> dict[str, Any]:
+    """The run's summary with its verdicts read from its comparisons as they are now, so a
+    run re-judged at other tolerances (`parity report --tol`) says which steps pass then."""
+    if run.generation is None:
+        return {}
+    summary = dict(run.generation.summary)
+    if run.comparisons:
+        steps = run.generation.steps
+        ok = [s.label for s in steps if set_passed(run.comparisons, s.index)]
+        summary["steps_ok"] = len(ok)
+        summary["failed_steps"] = [s.label for s in steps if s.label not in ok]
+        summary["masked"] = masked_summary(run.comparisons)
+    return summary
+
+
+def steps_json(run: ValidationRun) -> list[dict[str, Any]]:
+    """The report's "steps": one row per step, with whether it passes now."""
+    if run.generation is None:
+        return []
+    return [
+        {
+            "index": s.index,
+            "step": s.step,
+            "phase": s.phase,
+            "label": s.label,
+            "batch": s.batch,
+            "sequence_length": s.sequence_length,
+            "past_length": s.past_length,
+            "ok": set_passed(run.comparisons, s.index),
+        }
+        for s in run.generation.steps
+    ]
+
+
+def masked_positions_json(run: ValidationRun) -> list[dict[str, Any]]:
+    """The report's "masked_positions": one entry per comparison with excluded elements."""
+    return [
+        {
+            "input_set": c.input_set,
+            "output": c.name,
+            "n_masked": c.n_excluded,
+            "max_abs": c.excluded_max_abs,
+        }
+        for c in run.comparisons
+        if c.n_excluded
+    ]
+
+
+def masked_summary(comparisons: Sequence[OutputComparison]) -> dict[str, Any]:
+    """Elements excluded (padding) over every comparison, and the largest diff there."""
+    diffs = [c.excluded_max_abs for c in comparisons if c.excluded_max_abs is not None]
     return {
-        "n_elements": sum(m.n_masked for m in masked),
+        "n_elements": sum(c.n_excluded for c in comparisons),
         "max_abs": max(diffs) if diffs else None,
         "note": MASKED_NOTE,
     }

@@ -1,0 +1,73 @@
+"""Sources: where a run's cases come from. The loop in core.validate is the only consumer.
+
+A source yields `Case`s lazily: an input set, the reference outputs for it, and what must
+not be judged. Kinds today: generated or given inputs + a torch model (`torch_inputs`),
+stored reference outputs (`stored`), the captured generate() calls of an hf: model
+(`core.hf.source`). A new kind of run (e.g. a reference ONNX file) is a new Source; a new
+way to run the ONNX side (several files, providers, opt levels) is a new candidate in the
+loop. Neither is a new orchestrator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from core.results import GenerationInfo, InputSet, OutputComparison, OutputSet, Provenance
+from core.signature import OnnxSignature
+
+
+@dataclass(frozen=True)
+class Crop:
+    """Compare a candidate's output at `index` only (e.g. the logits positions torch kept);
+    `reason` is said in the comparison's message whenever the crop changes the shape."""
+
+    index: tuple[slice, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input set with its reference outputs, computed once for every candidate.
+
+    `exclude[name]`: bool mask broadcastable to output `name`, True where an element is not
+    judged (`exclude_reason` says why, e.g. padding the attention mask never attends).
+    """
+
+    input_set: InputSet
+    reference: OutputSet
+    exclude: Mapping[str, np.ndarray] = field(default_factory=dict)
+    exclude_reason: str = ""
+    crop: Mapping[str, Crop] = field(default_factory=dict)
+
+
+class Source(Protocol):
+    """What the loop needs from a kind of run (see core.validate.run_validation)."""
+
+    model: str  # the run's model text (a spec, or "reference:FILE")
+    n_cases: int | None  # for progress; None until known
+    timings: dict[str, float]  # what the source spent (load_model, capture, export, ...)
+    environment_modules: tuple[str, ...]  # modules whose versions the report lists
+
+    def default_onnx(self, workdir: Callable[[], Path]) -> str:
+        """The ONNX file when none was given (a demo's export, the source's own export), else
+        UsageError. `workdir()` makes a temp folder that is removed when the run ends."""
+        ...
+
+    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+        """The cases, made lazily, for an ONNX file with this signature."""
+        ...
+
+    def provenance(self) -> Provenance:
+        """Kind, hashes and files this source read (the loop adds the ONNX side)."""
+        ...
+
+    def generation(
+        self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]
+    ) -> GenerationInfo | None:
+        """What an hf: run adds to the run (None for other sources)."""
+        ...

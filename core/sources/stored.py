@@ -1,0 +1,48 @@
+"""Source: stored reference outputs (REF.npz, `--reference`) on the feeds they were made on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from core.config import RunConfig
+from core.errors import UsageError
+from core.progress import ProgressReporter
+from core.results import Provenance, RunKind
+from core.signature import OnnxSignature
+from core.sources import Case
+from core.sources.torch_inputs import input_sets
+
+
+class StoredSource:
+    """Each case: one --inputs file and the reference outputs stored for it."""
+
+    environment_modules: tuple[str, ...] = ()
+
+    def __init__(self, config: RunConfig, report: ProgressReporter) -> None:
+        assert config.reference_file is not None
+        self.reference_file: str = config.reference_file
+        self.model = f"reference:{config.reference_file}"
+        self.n_cases: int | None = len(config.input_files)
+        self.timings: dict[str, float] = {}
+        self._config = config
+        self._report = report
+
+    def default_onnx(self, workdir: Any) -> str:
+        raise UsageError("--onnx is required with --reference")
+
+    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+        from core.reference import load_reference_outputs
+
+        self._report("reference", f"reading reference outputs {self.reference_file}", 0.08)
+        outputs = load_reference_outputs(
+            self.reference_file, signature=signature, n_sets=len(self._config.input_files)
+        )
+        for input_set, reference in zip(input_sets(self._config, signature), outputs, strict=True):
+            yield Case(input_set=input_set, reference=reference)
+
+    def provenance(self) -> Provenance:
+        return Provenance(kind=RunKind.REFERENCE, reference_file=self.reference_file)
+
+    def generation(self, comparisons: Any, timings: Any) -> None:
+        return None

@@ -1,0 +1,88 @@
+"""Source: generated input sets (or the user's .npz feeds) and a torch model's outputs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from core.config import Loaders, RunConfig
+from core.errors import UsageError
+from core.progress import ProgressReporter
+from core.results import InputSet, Provenance, RunKind
+from core.signature import OnnxSignature
+from core.sources import Case
+
+
+def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
+    """The user's feeds, one set per file, else generated sets (seeded, dims grown)."""
+    from core.inputs import load_input_files, make_input_sets
+
+    if config.input_files:
+        yield from load_input_files(config.input_files, signature)
+        return
+    yield from make_input_sets(
+        signature,
+        dims=config.dims,
+        n_sets=config.n_input_sets,
+        seed=config.seed,
+        int_ranges=config.int_ranges,
+    )
+
+
+def set_name(input_set: InputSet) -> str:
+    return input_set.label or f"input set {input_set.index}"
+
+
+class TorchSource:
+    """Each case: an input set, and the torch model run on it once."""
+
+    environment_modules: tuple[str, ...] = ()
+
+    def __init__(self, config: RunConfig, loaders: Loaders, report: ProgressReporter) -> None:
+        assert config.model is not None
+        self.model: str = config.model
+        self.n_cases: int | None = len(config.input_files) or config.n_input_sets
+        self.timings: dict[str, float] = {}
+        self._config = config
+        self._loaders = loaders
+        self._report = report
+        self._torch: Any = None
+
+    def default_onnx(self, workdir: Any) -> str:
+        if self.model.startswith("demo:"):
+            from core.demos import demo_onnx_path
+
+            return str(demo_onnx_path(self.model.removeprefix("demo:")))
+        raise UsageError("--onnx is required (only a demo:NAME model has a built-in ONNX file)")
+
+    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+        from core.runner import run_torch
+
+        t0 = time.perf_counter()
+        self._report("load", f"loading model {self.model}", 0.05)
+        self._torch = self._loaders.load_torch_model(self.model, weights=self._config.weights)
+        self.timings["load_model"] = time.perf_counter() - t0
+        self.timings["inputs"] = self.timings["torch"] = 0.0
+        sets = input_sets(self._config, signature)
+        while True:
+            t0 = time.perf_counter()
+            input_set = next(sets, None)
+            self.timings["inputs"] += time.perf_counter() - t0
+            if input_set is None:
+                return
+            self._report("torch", f"torch on {set_name(input_set)}", None)
+            reference = run_torch(self._torch, input_set, signature)
+            self.timings["torch"] += reference.seconds
+            yield Case(input_set=input_set, reference=reference)
+
+    def provenance(self) -> Provenance:
+        return Provenance(
+            kind=RunKind.TORCH,
+            model_sha256=getattr(self._torch, "sha256", None),
+            seed=self._config.seed,
+            weights_file=self._config.weights,
+        )
+
+    def generation(self, comparisons: Any, timings: Any) -> None:
+        return None
