@@ -18,6 +18,7 @@ PAGES = (
     ("pages/run.py", "Run", ":material/play_arrow:", "run"),
     ("pages/overview.py", "Overview", ":material/table_chart:", "overview"),
     ("pages/inspect.py", "Inspect", ":material/grid_on:", "inspect"),
+    ("pages/layers.py", "Layers", ":material/account_tree:", "layers"),
     ("pages/tolerances.py", "Tolerances", ":material/tune:", "tolerances"),
 )
 

@@ -16,6 +16,9 @@ from core.results import ValidationRun
 from core.tolerances import Tolerance, Tolerances, parse_tol_arg
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+MODEL_EXPLORER_HELP = (
+    "with --layers: write Model Explorer node data (error ratio per ONNX node) for its graph view"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REF.npz",
         help="save the torch outputs, for later --reference runs",
     )
+    out.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP)
     v.add_argument("--debug", action="store_true", help="show tracebacks")
     _add_hf_arguments(v)
 
@@ -119,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("run", metavar="RUN", help="a file written by --save-run")
     r.add_argument("--json", metavar="FILE")
     r.add_argument("--html", metavar="FILE")
+    r.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP)
     r.add_argument("--atol", type=float, default=None)
     r.add_argument("--rtol", type=float, default=None)
     r.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL[:RTOL]")
@@ -233,6 +238,7 @@ _OUTPUTS = (
     ("save_reference", "reference outputs"),
     ("json", "JSON report"),
     ("html", "HTML report"),
+    ("model_explorer", "Model Explorer node data"),
 )
 
 
@@ -240,6 +246,12 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse an unwritable --json/--html/--save-* path before the run, not after it."""
     from core.atomic import check_writable
 
+    if (
+        getattr(args, "model_explorer", None)
+        and args.command == "validate"
+        and not getattr(args, "layers", False)
+    ):
+        raise UsageError("--model-explorer needs --layers (it colours the compared layers)")
     for attr, what in _OUTPUTS:
         if getattr(args, attr, None):
             check_writable(getattr(args, attr), what)
@@ -262,6 +274,18 @@ def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
         from core.html_report import write_html_report
 
         write_html_report(run, args.html)
+    if getattr(args, "model_explorer", None):
+        _write_model_explorer(run, args.model_explorer)
+
+
+def _write_model_explorer(run: ValidationRun, path: str) -> None:
+    from core.layers.model_explorer import write_node_data
+
+    if run.layers is None:
+        raise UsageError(
+            f"no layers comparison to write to {path}: this run was made without --layers"
+        )
+    write_node_data(run.layers, path, pass_line=run.layers.threshold, onnx_path=run.onnx)
 
 
 def _report(args: argparse.Namespace) -> ValidationRun:

@@ -23,6 +23,7 @@ from core.results import OutputComparison, Status, ValidationRun
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
 REPORT_MAX_CELLS = 200  # heatmap side in the report: 200x200 cells, ~0.2 MB each
 WORST_K = 15
+LAYER_ROWS = 8
 MAX_DETAILED_OUTPUTS = 24
 """Failing outputs drawn with figures, worst first; the rest are listed (keeps a few MB)."""
 
@@ -50,6 +51,7 @@ def render_html_report(run: ValidationRun) -> str:
         _header(run),
         _outputs_table(run),
         _grid(run),
+        _layers(run),
         _failing_details(run),
         _tolerances(run),
         _environment(run),
@@ -159,6 +161,73 @@ def _grid(run: ValidationRun) -> str:
     parts.append(f"<table><tr><th>set</th><th>label</th><th>inputs</th></tr>{sets}</table>")
     parts.append("</section>")
     return "".join(parts)
+
+
+def _layers(run: ValidationRun) -> str:
+    """The layers comparison, when the run has one: where the error is born, in words and
+    along the graph's depth (core.layers draws and words it)."""
+    result = getattr(run, "layers", None)
+    if result is None:
+        return ""
+    from core.layers import figures as layer_figures
+    from core.layers import views
+
+    parts = ["<section><h2>Layers</h2>"]
+    cls = "diverges" if result.first_divergence is not None else "note"
+    parts.append(f"<p class='{cls}'>{_e(views.divergence_sentence(result))}</p>")
+    parts.append(f"<p>{_e('Criterion: ' + str(result.criterion))}</p>")
+    limits = views.limits(result)
+    if limits:
+        items = "".join(f"<li>{_e(line)}</li>" for line in limits)
+        parts.append(f"<p>What was not compared:</p><ul class='limits'>{items}</ul>")
+    if result.values:
+        line = views.pass_line(result, "error_ratio", run.tolerances.default.atol)
+        fig = layer_figures.depth_plot(result, metric="error_ratio", threshold=line)
+        parts.append(_figure_html(fig, "depth"))
+        parts.append(_layer_rows(result))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _layer_rows(result) -> str:
+    """The first divergence and the values right after it (or the worst values when none)."""
+    from core.layers import views
+
+    ordered = views.ordered(result.values)
+    first = result.first_divergence
+    if first is not None:
+        start = next(
+            (
+                i
+                for i, v in enumerate(ordered)
+                if (v.order, v.input_set) == (first.order, first.input_set)
+            ),
+            0,
+        )
+        rows, title = ordered[start : start + LAYER_ROWS], "From the first divergence on"
+    else:
+        worst = views.worst_per_value(ordered, "error_ratio").values()
+        key = lambda v: views.metric_of(v, "error_ratio") or 0.0  # noqa: E731
+        rows, title = sorted(worst, key=key, reverse=True)[:LAYER_ROWS], "Largest error ratios"
+    head = (
+        "<tr><th>order</th><th>set</th><th>status</th><th>module</th><th>op</th><th>node</th>"
+        "<th>max abs</th><th>error ratio</th><th>jump</th></tr>"
+    )
+    body = "".join(
+        f"<tr class='{_layer_class(v)}'><td>{v.order}</td>"
+        f"<td>{v.input_set}</td><td class='status'>{_e(v.status)}</td>"
+        f"<td class='name'>{_e(v.torch_module or '-')}</td><td>{_e(v.onnx_op)}</td>"
+        f"<td class='name'>{_e(v.onnx_node)}</td><td>{_num(v.max_abs)}</td>"
+        f"<td>{_num(v.error_ratio)}</td><td>{_num(getattr(v, 'jump', None))}</td></tr>"
+        for v in rows
+    )
+    return f"<h4>{_e(title)}</h4><table class='layers'>{head}{body}</table>"
+
+
+def _layer_class(v) -> str:
+    from core.layers.views import is_divergent
+
+    return "fail" if is_divergent(v) else ("pass" if str(v.status) == "pass" else "other")
 
 
 def _failing_details(run: ValidationRun) -> str:
@@ -284,7 +353,9 @@ def figure_count(run: ValidationRun) -> int:
     kept = bool(run.ref_outputs and run.onnx_outputs)
     shown = _failing_outputs(run)[:MAX_DETAILED_OUTPUTS]
     detailed = sum(1 for c in shown if kept and _raw_pair(run, c) is not None)
-    return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed
+    layers = getattr(run, "layers", None)
+    depth = 1 if layers is not None and layers.values else 0
+    return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed + depth
 
 
 def _numeric(a: np.ndarray) -> bool:
@@ -361,6 +432,7 @@ td.bad{background:#ffebe9;color:#cf222e;font-weight:600}td.name{font-family:mono
 .bar{width:80px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
 .bar span{display:block;height:8px;background:#cf222e}
 .note{background:#fff8c5;padding:6px 10px;border-radius:4px}
+.diverges{background:#ffebe9;padding:6px 10px;border-radius:4px;font-weight:600}
 article.failing{border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:16px 0}
 .figs{display:grid;grid-template-columns:1fr 1fr;gap:8px}
 footer{margin-top:40px;color:#656d76;font-size:12px}

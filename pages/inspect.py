@@ -11,6 +11,7 @@ import streamlit as st
 
 from core import figures as fg
 from core import inspect as ins
+from core.compare import compare_outputs
 from core.results import ValidationRun
 from pages import state
 
@@ -103,6 +104,48 @@ def _choose_slice(shape: tuple[int, ...], worst_index, key: str) -> ins.SliceSpe
     return ins.check_slice(ins.SliceSpec(row, col, tuple(index)), full)
 
 
+def _layer_value(run: ValidationRun):
+    """The intermediate value the Layers page opened here, compared like an output:
+    (input set, cache name, comparison, torch array, ONNX array), or None."""
+    from core.layers.views import find_value, kept
+
+    picked = state.layer_target()
+    result = run.layers
+    if picked is None or result is None:
+        return None
+    order, set_index = picked
+    pair, found = kept(result, order, set_index), find_value(result, order, set_index)
+    if pair is None or found is None:
+        state.clear_layer_target()
+        return None
+    st.caption("Intermediate value, opened from the Layers page (its arrays were kept)")
+    st.text(
+        f"{found.onnx_value} · {found.onnx_op} node {found.onnx_node} · module "
+        f"{found.torch_module or '-'} · {_set_label(run, set_index)} · layers status {found.status}"
+    )
+    if st.button("Back to the outputs", key="insp_layer_back", icon=":material/undo:"):
+        state.clear_layer_target()
+        st.rerun()
+    name = f"layer {order}"
+    comp = _cached(
+        run,
+        (set_index, name, "comparison"),
+        lambda: compare_outputs(
+            pair.ref,
+            pair.onnx,
+            name=found.onnx_value,
+            input_set=set_index,
+            tolerance=run.tolerances.default,
+        ),  # fmt: skip
+    )
+    st.markdown(
+        f"**{comp.status.value.upper()}** at the default tolerance (atol "
+        f"{comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}) · torch {comp.ref_shape} "
+        f"{comp.ref_dtype} · ONNX {comp.onnx_shape} {comp.onnx_dtype}"
+    )
+    return set_index, name, comp, pair.ref, pair.onnx
+
+
 def page() -> None:
     st.title("Inspect an output")
     run = state.current_run()
@@ -110,15 +153,19 @@ def page() -> None:
         st.info("No run yet. Start one on the Run page.")
         st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
         return
-    set_index, name = _choose_target(run)
-    comp = run.comparison(set_index, name)
-    ref, onnx = _arrays(run, set_index, name)
-    st.markdown(
-        f"**{comp.status.value.upper()}** · `{name}` in {_set_label(run, set_index)} · "
-        f"torch {comp.ref_shape} {comp.ref_dtype} · ONNX {comp.onnx_shape} {comp.onnx_dtype} · "
-        f"atol {comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}"
-        + (f"  \n{comp.message}" if comp.message else "")
-    )
+    layer = _layer_value(run)
+    if layer is not None:
+        set_index, name, comp, ref, onnx = layer
+    else:
+        set_index, name = _choose_target(run)
+        comp = run.comparison(set_index, name)
+        ref, onnx = _arrays(run, set_index, name)
+        st.markdown(
+            f"**{comp.status.value.upper()}** · `{name}` in {_set_label(run, set_index)} · "
+            f"torch {comp.ref_shape} {comp.ref_dtype} · ONNX {comp.onnx_shape} "
+            f"{comp.onnx_dtype} · atol {comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}"
+            + (f"  \n{comp.message}" if comp.message else "")
+        )
     if ref is None or onnx is None:
         st.warning("This run holds no values for this output on both sides; nothing to draw.")
         return

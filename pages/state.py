@@ -26,6 +26,7 @@ RUN = "parity_run"
 TOLERANCES = "parity_tolerances"
 RUN_ERROR = "parity_run_error"
 TARGET = "parity_inspect_target"
+LAYER_TARGET = "parity_inspect_layer"
 DEMO_ENV = "PARITY_DEMO"
 UPLOAD_DIR_NAME = "parity-uploads"
 
@@ -61,6 +62,7 @@ def set_run(run: ValidationRun) -> None:
     st.session_state[TOLERANCES] = run.tolerances
     st.session_state.pop(RUN_ERROR, None)
     st.session_state.pop(TARGET, None)
+    st.session_state.pop(LAYER_TARGET, None)
 
 
 def tolerances() -> Tolerances:
@@ -88,10 +90,24 @@ def last_failure() -> RunFailure | None:
 def set_target(input_set: int, name: str) -> None:
     """The (input set, output) the Inspect page opens on."""
     st.session_state[TARGET] = (int(input_set), str(name))
+    st.session_state.pop(LAYER_TARGET, None)
 
 
 def target() -> tuple[int, str] | None:
     return st.session_state.get(TARGET)
+
+
+def set_layer_target(order: int, input_set: int) -> None:
+    """An intermediate value (of the run's layers comparison) for the Inspect page to open."""
+    st.session_state[LAYER_TARGET] = (int(order), int(input_set))
+
+
+def layer_target() -> tuple[int, int] | None:
+    return st.session_state.get(LAYER_TARGET)
+
+
+def clear_layer_target() -> None:
+    st.session_state.pop(LAYER_TARGET, None)
 
 
 # ------------------------------------------------------------------------- files and caches

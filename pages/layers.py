@@ -1,0 +1,252 @@
+"""Layers page: where inside the graph the export starts to diverge.
+
+Reads the current run's layers comparison (RunConfig.layers / `parity validate --layers`):
+the first divergence in words, the error along the graph's depth, the module tree coloured by
+error, every compared value in graph order, and a value's arrays in the Inspect page's views
+when the engine kept them. Every name on this page is the user's: shown as text or in a
+dataframe, never as markdown.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core.layers import figures as lf
+from core.layers import views
+from core.results import ValidationRun
+from pages import state
+from pages.tables import status_style
+
+GOTO_INSPECT = "parity_layers_goto_inspect"
+
+
+def _status_text(v) -> str:
+    """✓ pass, ✗ for a status where an error is born, · for the rest (carried, not compared)."""
+    s = str(v.status)
+    mark = "✓" if s == "pass" else ("✗" if views.is_divergent(v) else "·")
+    return f"{mark} {s.replace('_', ' ')}"
+
+
+def value_rows(result) -> pd.DataFrame:
+    rows = [
+        {
+            "order": v.order,
+            "set": v.input_set,
+            "status": _status_text(v),
+            "module": v.torch_module or "",
+            "op": v.onnx_op,
+            "node": v.onnx_node,
+            "value": v.onnx_value,
+            "shape": "[" + ", ".join(str(d) for d in (v.shape or ())) + "]",
+            "error ratio": views.metric_of(v, "error_ratio"),
+            "jump": _float(getattr(v, "jump", None)),
+            "max abs": views.metric_of(v, "max_abs"),
+            "max rel": views.metric_of(v, "max_rel"),
+            "cosine": _float(getattr(v, "cosine", None)),
+            "arrays": "kept" if views.kept(result, v.order, v.input_set) is not None else "",
+        }
+        for v in views.ordered(result.values)
+    ]
+    return pd.DataFrame(rows)
+
+
+def _float(x) -> float | None:
+    return None if x is None else float(x)
+
+
+COLUMN_CONFIG = {
+    "order": st.column_config.NumberColumn("order", width="small"),
+    "set": st.column_config.NumberColumn("set", width="small"),
+    **{
+        k: st.column_config.NumberColumn(k, format="%.3e")
+        for k in ("error ratio", "jump", "max abs", "max rel")
+    },
+    "cosine": st.column_config.NumberColumn("cosine", format="%.6f"),
+    "arrays": st.column_config.TextColumn(
+        "arrays", help="kept: select the row to open it in the Inspect page"
+    ),
+}
+
+
+def _no_layers(run: ValidationRun) -> None:
+    st.info(
+        "This run compared the model's outputs only. To find the op where the export starts "
+        "to diverge, tick **Compare layers** on the Run page and run again, or run "
+        "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
+    )
+    st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+
+
+def verdict(result) -> None:
+    first = result.first_divergence
+    with st.container(border=True):
+        if first is not None:
+            st.markdown(":red-background[**DIVERGES**] &nbsp; where the error is born:")
+        elif result.matched:
+            st.markdown(":green-background[**NO DIVERGENCE**] &nbsp; among the matched values")
+        else:
+            st.markdown(":orange-background[**NOTHING COMPARED**]")
+        st.text(views.divergence_sentence(result))
+        if first is not None:
+            st.code(first.torch_module or "(no torch module)", language=None)
+            cols = st.columns(4)
+            cols[0].metric("op", first.onnx_op)
+            cols[1].metric("jump over its inputs", f"{views.fmt(first.jump)}x")
+            cols[2].metric("error ratio", views.fmt(first.error_ratio))
+            cols[3].metric("max |error|", views.fmt(first.max_abs))
+        st.text(f"Criterion: {result.criterion}")
+        st.text(f"Matched by {result.matching or '?'}: {result.matched} values compared.")
+
+
+def show_limits(result) -> None:
+    lines = views.limits(result)
+    if not lines:
+        return
+    with st.container(border=True):
+        st.markdown("**What was not compared**")
+        for line in lines:
+            st.text(f"• {line}")
+
+
+def _on_select() -> None:
+    event = st.session_state.get("layers_table")
+    rows = event.selection.rows if event is not None else []
+    frame = st.session_state.get("layers_frame")
+    if rows and frame is not None and rows[0] < len(frame):
+        row = frame.iloc[rows[0]]
+        st.session_state["layers_picked"] = (int(row["order"]), int(row["set"]))
+
+
+def values_table(run: ValidationRun, result) -> None:
+    frame = value_rows(result)
+    c1, c2, c3 = st.columns([2, 1, 2])
+    statuses = sorted(frame["status"].unique())
+    chosen = c1.multiselect("Status", statuses, default=statuses, key="layers_status")
+    sets = ["all"] + sorted(int(s) for s in frame["set"].unique())
+    which = c2.selectbox("Input set", sets, key="layers_set")
+    text = c3.text_input("Module, op, node or value contains", key="layers_text").strip()
+    shown = frame[frame["status"].isin(chosen)]
+    if which != "all":
+        shown = shown[shown["set"] == which]
+    if text:
+        hay = shown[["module", "op", "node", "value"]].astype(str)
+        hit = hay.apply(lambda col: col.str.contains(text, case=False, regex=False)).any(axis=1)
+        shown = shown[hit]
+    shown = shown.reset_index(drop=True)
+    st.session_state["layers_frame"] = shown
+    st.caption(
+        f"{len(shown):,} of {len(frame):,} rows (value × input set), in graph order; click a "
+        "header to sort. Select a row whose arrays are kept to open it in the Inspect page."
+    )
+    st.dataframe(
+        status_style(shown),
+        hide_index=True,
+        width="stretch",
+        height=420,
+        column_config=COLUMN_CONFIG,
+        on_select=_on_select,
+        selection_mode="single-row",
+        key="layers_table",
+    )
+    picked = st.session_state.pop("layers_picked", None)
+    if picked is None:
+        return
+    order, input_set = picked
+    if views.kept(result, order, input_set) is not None:
+        state.set_layer_target(order, input_set)
+        st.session_state[GOTO_INSPECT] = True
+        st.rerun()
+    st.info(
+        "The arrays of this value were not kept (the comparison streams every value and keeps "
+        "only its statistics; arrays are kept for the first divergence and a few values around "
+        "it, to bound memory). Its statistics are in the row above."
+    )
+    v = views.find_value(result, order, input_set)
+    st.text(f"value: {v.onnx_value if v else order} · input set {input_set}")
+
+
+def model_explorer_download(run: ValidationRun, result, metric: str, pass_line) -> None:
+    from core.layers.model_explorer import node_data
+
+    data = node_data(result, metric=metric, pass_line=pass_line, graph=_graph_name(run.onnx))
+    st.download_button(
+        f"Download Model Explorer node data ({views.METRICS[metric]})",
+        data=data.to_json(),
+        file_name=f"parity-layers-{metric}.json",
+        mime="application/json",
+        icon=":material/download:",
+        key="layers_me_download",
+    )
+    skipped = f"; {data.skipped} unnamed node(s) left out" if data.skipped else ""
+    st.caption(
+        f"{data.n_nodes} ONNX nodes coloured{skipped}. In Model Explorer (with "
+        "`model_explorer_onnx`), open the ONNX file, then load this file with "
+        '"Add per-node data"; purple marks where a divergence starts.'
+    )
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _graph_name_cached(path: str, key: str) -> str:  # noqa: ARG001 - key is the cache key
+    from core.layers.model_explorer import graph_name
+
+    return graph_name(path)
+
+
+def _graph_name(path: str) -> str:
+    from core.layers.model_explorer import DEFAULT_GRAPH
+
+    try:
+        return _graph_name_cached(path, state.file_key(path))
+    except OSError:
+        return DEFAULT_GRAPH
+
+
+def page() -> None:
+    st.title("Layers")
+    if st.session_state.pop(GOTO_INSPECT, False):
+        st.switch_page("pages/inspect.py")
+    run = state.current_run()
+    if run is None:
+        st.info("No run yet. Start one on the Run page.")
+        st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        return
+    result = getattr(run, "layers", None)
+    if result is None:
+        _no_layers(run)
+        return
+    verdict(result)
+    show_limits(result)
+    if not result.values:
+        st.warning("No intermediate value was compared, so there is nothing to draw.")
+        return
+
+    metric = st.radio(
+        "Error measure",
+        ["error_ratio", "max_abs"],
+        format_func=lambda m: {
+            "error_ratio": "error ratio (the criterion's number)",
+            "max_abs": "max |error|",
+        }[m],
+        horizontal=True,
+        key="layers_metric",
+    )
+    pass_line = views.pass_line(result, metric, run.tolerances.default.atol)
+    st.plotly_chart(
+        lf.depth_plot(result, metric=metric, threshold=pass_line),
+        width="stretch",
+        key="layers_depth",
+    )
+    st.subheader("Module tree")
+    st.plotly_chart(
+        lf.module_tree(result, metric=metric, threshold=pass_line),
+        width="stretch",
+        key="layers_tree",
+    )
+    st.subheader("Values in graph order")
+    values_table(run, result)
+    st.subheader("Model Explorer")
+    model_explorer_download(run, result, metric, pass_line)
+
+
+page()
