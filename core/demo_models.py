@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.errors import ExportError
+from core.export_lock import export_lock
 
 # --- cnn -----------------------------------------------------------------------------------
 
@@ -250,7 +251,10 @@ _EXPORTS: dict[str, _ExportSpec] = {
 
 
 def build(name: str) -> nn.Module:
-    return _BUILDERS[name]()
+    """A fresh demo model. Builders seed torch's global RNG, so concurrent builds in threads
+    would interleave draws and give different weights: they run under the export lock."""
+    with export_lock():
+        return _BUILDERS[name]()
 
 
 def example_inputs(name: str) -> tuple[torch.Tensor, ...]:
@@ -285,7 +289,7 @@ def export_demo(name: str) -> onnx.ModelProto:
             dim = dims.setdefault(dim_name, torch.export.Dim(dim_name, min=low, max=high))
             dynamic_shapes[input_name][axis] = dim
     try:
-        with warnings.catch_warnings(), _quiet_exporter_logs():
+        with export_lock(), warnings.catch_warnings(), _quiet_exporter_logs():
             warnings.simplefilter("ignore")
             program = torch.onnx.export(
                 module,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -24,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from core.atomic import atomic_path
 from core.errors import ExportError, UsageError
+from core.export_lock import export_lock
 from core.tolerances import Tolerance, Tolerances
 
 if TYPE_CHECKING:
@@ -162,7 +163,8 @@ def demo_cache_key(name: str) -> str:
 
 
 def demo_onnx_path(name: str) -> Path:
-    """The demo's ONNX file, exported on first use and cached; safe when processes race."""
+    """The demo's ONNX file, exported on first use and cached; safe when threads or
+    processes race (one export at a time under the cache's lock, written atomically)."""
     demo = get_demo(name)
     cache_dir = demo_cache_dir()
     path = cache_dir / f"{name}-{demo_cache_key(name)}.onnx"
@@ -170,18 +172,14 @@ def demo_onnx_path(name: str) -> Path:
         return path
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
+        with export_lock(cache_dir):
+            if path.is_file():  # another thread or process exported it while we waited
+                return path
+            model = export_demo(demo)
+            with atomic_path(path) as tmp:
+                onnx.save(model, str(tmp))
     except OSError as exc:
-        raise ExportError(f"cannot create demo cache {cache_dir}: {exc.strerror or exc}") from exc
-    model = export_demo(demo)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{name}-", suffix=".onnx.tmp", dir=cache_dir)
-    os.close(fd)
-    try:
-        onnx.save(model, tmp_name)
-        os.chmod(tmp_name, 0o644)  # mkstemp makes it private; the cache is meant to be shared
-        os.replace(tmp_name, path)  # atomic: a racing process sees no file or a whole one
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+        raise ExportError(f"cannot write demo cache {cache_dir}: {exc.strerror or exc}") from exc
     return path
 
 

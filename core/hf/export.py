@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ExportError
+from core.export_lock import export_lock
 from core.hf.capture import CACHE_KEYWORDS, CapturedCall
 from core.hf.feeds import LOGITS, past_name, present_name
 
@@ -181,7 +182,7 @@ def _export(
         kwargs: dict[str, Any] = {}
         if opset is not None:
             kwargs["opset_version"] = opset
-        with torch.inference_mode(False), torch.no_grad(), _quiet_exporter():
+        with export_lock(), torch.inference_mode(False), torch.no_grad(), _quiet_exporter():
             program = torch.onnx.export(
                 wrapper,
                 args,
