@@ -1,7 +1,7 @@
 """Progress events of a run and the versions that decide its numbers.
 
 A leaf: every step (sources, export, the loop) reports through it, and importing it
-imports no step, so no module needs core.validate to say how far it got.
+imports no step, so no module needs core.pipeline to say how far it got.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ _MASK_RE = re.compile("mask", re.IGNORECASE)
 
 
 def run_config(**kwargs):
-    from core.validate import RunConfig
+    from core.pipeline import RunConfig
 
     return RunConfig(**kwargs)
 
@@ -36,7 +36,7 @@ def demo_config(name: str):
 
 def execute(config, *, label: str) -> bool:
     """Run `config` with live progress; on success it becomes the current run."""
-    from core.validate import run_validation
+    from core.pipeline import run_validation
 
     with st.status(f"Running {label} ...", expanded=True) as status:
         bar = st.progress(0.0, text="starting")

@@ -187,8 +187,8 @@ def _torch_model_cached(spec: str, *, weights: str | None = None):
 
 
 def cached_loaders():
-    """`core.validate.Loaders` backed by this process's caches (shared across sessions)."""
-    from core.validate import Loaders
+    """`core.pipeline.Loaders` backed by this process's caches (shared across sessions)."""
+    from core.pipeline import Loaders
 
     return Loaders(
         load_onnx=load_onnx_cached,

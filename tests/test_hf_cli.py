@@ -55,7 +55,7 @@ def test_malformed_override_is_a_usage_error():
 
 def test_without_transformers_hf_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import now raises ImportError
-    from core.validate import RunConfig, run_validation
+    from core.pipeline import RunConfig, run_validation
 
     with pytest.raises(ModelLoadError) as info:
         run_validation(RunConfig(model=f"hf:{tmp_path}", onnx=None))

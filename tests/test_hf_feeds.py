@@ -22,11 +22,11 @@ from core.hf.options import (
     parse_config_overrides,
 )
 from core.hf.source import PADDING, logits_crop
+from core.pipeline import compare_case
 from core.results import InputSet, OutputSet
 from core.signature import OnnxSignature, TensorSpec
 from core.sources import Case
 from core.tolerances import Tolerance, Tolerances
-from core.validate import compare_case
 
 B, H, D, VOCAB = 2, 2, 4, 10
 

@@ -23,7 +23,7 @@ from core.errors import ExportError
 from core.hf.cli_args import format_steps_table
 from core.hf.options import HfOptions
 from core.hf.summary import judged_summary, masked_positions_json, steps_json
-from core.validate import RunConfig, run_validation
+from core.pipeline import RunConfig, run_validation
 
 
 def run_hf_validation(

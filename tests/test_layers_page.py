@@ -25,7 +25,7 @@ TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def demo_run():
-    from core.validate import RunConfig, run_validation
+    from core.pipeline import RunConfig, run_validation
 
     return run_validation(RunConfig(model="demo:cnn", onnx=None))
 

@@ -157,8 +157,8 @@ def _live_core_ready() -> bool:
 def test_reference_only_validation_gives_the_numbers_of_the_live_run(
     tmp_path: Path, model_zoo, tiny_artifacts
 ) -> None:
+    from core.pipeline import RunConfig, run_validation
     from core.report import report_dict
-    from core.validate import RunConfig, run_validation
 
     live = run_validation(
         RunConfig(
@@ -190,8 +190,8 @@ def test_saved_run_identity_records_weights_and_reference_files(
 ) -> None:
     # Before: the identity looked these up under `extra` keys nothing wrote, so neither a
     # weights file nor a reference file ever reached a saved run.
+    from core.pipeline import RunConfig, run_validation
     from core.saved_run import file_sha256, load_run, save_run
-    from core.validate import RunConfig, run_validation
 
     weights = str(tiny_artifacts.state_safetensors)
     live = run_validation(

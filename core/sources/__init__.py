@@ -1,4 +1,4 @@
-"""Sources: where a run's cases come from. The loop in core.validate is the only consumer.
+"""Sources: where a run's cases come from. The loop in core.pipeline is the only consumer.
 
 A source yields `Case`s lazily: an input set, the reference outputs for it, and what must
 not be judged. Kinds today: generated or given inputs + a torch model (`torch_inputs`),
@@ -46,7 +46,7 @@ class Case:
 
 
 class Source(Protocol):
-    """What the loop needs from a kind of run (see core.validate.run_validation)."""
+    """What the loop needs from a kind of run (see core.pipeline.run_validation)."""
 
     model: str  # the run's model text (a spec, or "reference:FILE")
     n_cases: int | None  # for progress; None until known

@@ -4,7 +4,8 @@ A source (core.sources) yields cases lazily: an input set, its reference outputs
 once), and what must not be judged. Each candidate (today one: the ONNX file under one
 provider and optimisation level) runs on the case with core.runner.run_onnx and is compared
 with core.compare.compare_outputs; one `ValidationRun` is assembled at the end. The
-dashboard and the CLI call `run_validation` with a `RunConfig`.
+dashboard and the CLI call `run_validation` with a `RunConfig`; so does `core.validate()`, the
+public function (which is why this module is not named `validate`).
 """
 
 from __future__ import annotations
