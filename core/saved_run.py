@@ -39,8 +39,9 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from core import __version__
+from core import strict_json as sj
 from core.atomic import atomic_output
-from core.errors import SavedRunError
+from core.errors import ParityError, SavedRunError
 from core.results import (
     ErrorStats,
     GenerationInfo,
@@ -64,7 +65,7 @@ MANIFEST = "manifest.json"
 _ALIGN = 64  # npy data starts 64-byte aligned inside the file, as in a plain .npy
 _ZIP64_EXTRA = 20  # zipfile appends this many bytes of zip64 extra when force_zip64=True
 _PAD_ID = 0xD935  # extra-field id zipalign uses for padding; readers skip unknown ids
-_MAX_MANIFEST = 256 << 20
+_MAX_MANIFEST = 64 << 20
 _SMALL_MEMBER = 1 << 20  # below this a member is read into memory rather than mapped
 _CHUNK = 4 << 20
 
@@ -91,8 +92,15 @@ def save_run(
         writer = _MemberWriter(zf)
         manifest = _manifest(run, writer, keep_outputs=keep_outputs)
         manifest["members"] = writer.members
-        zf.writestr(MANIFEST, json.dumps(manifest, indent=1, allow_nan=False))
+        data = json.dumps(manifest, indent=1, allow_nan=False).encode("utf-8")
+        zf.writestr(MANIFEST, data)
+        zf.comment = _manifest_seal(data)
     return path
+
+
+def _manifest_seal(manifest: bytes) -> bytes:
+    """The zip comment that covers the manifest as the manifest's table covers each member."""
+    return f"{SCHEMA} {MANIFEST} sha256 {hashlib.sha256(manifest).hexdigest()}".encode()
 
 
 class _HashingWriter:
@@ -225,11 +233,21 @@ def _provenance_json(p: Provenance) -> dict[str, Any]:
     return {f.name: getattr(p, f.name) for f in fields(Provenance)}
 
 
+_PROVENANCE_INTS = ("opset", "seed")
+
+
 def _provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
     known = {f.name for f in fields(Provenance)}
-    values = {k: v for k, v in raw.items() if k in known}
-    values["kind"] = RunKind(values.get("kind") or RunKind.TORCH)
-    return Provenance(**values)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known or key == "kind":
+            continue
+        check = sj.integer if key in _PROVENANCE_INTS else sj.string
+        values[key] = sj.optional(check, value, f"provenance.{key}")
+    kind = sj.optional(sj.string, raw.get("kind"), "provenance.kind") or RunKind.TORCH
+    if kind not in {k.value for k in RunKind}:
+        raise sj.FieldError(f"provenance.kind: unknown kind {kind!r}")
+    return Provenance(kind=RunKind(kind), **values)
 
 
 def _generation_json(g: GenerationInfo) -> dict[str, Any]:
@@ -242,9 +260,17 @@ def _generation_json(g: GenerationInfo) -> dict[str, Any]:
 def _generation_from_json(raw: Mapping[str, Any] | None) -> GenerationInfo | None:
     if raw is None:
         return None
-    keys = [f.name for f in fields(GenerationStep)]
-    steps = tuple(GenerationStep(**{k: step[k] for k in keys}) for step in raw["steps"])
-    return GenerationInfo(summary=dict(raw["summary"]), steps=steps)
+    steps = []
+    for i, step in enumerate(sj.array(sj.field(raw, "steps", "generation"), "generation.steps")):
+        at = f"generation.steps[{i}]"
+        step = sj.obj(step, at)
+        values = {}
+        for f in fields(GenerationStep):
+            check = sj.string if f.name in ("phase", "label") else sj.integer
+            values[f.name] = check(sj.field(step, f.name, at), f"{at}.{f.name}")
+        steps.append(GenerationStep(**values))
+    summary = sj.obj(sj.field(raw, "summary", "generation"), "generation.summary")
+    return GenerationInfo(summary=dict(summary), steps=tuple(steps))
 
 
 def _from_extra(extra: Mapping[str, Any]) -> tuple[Provenance, GenerationInfo | None]:
@@ -368,14 +394,16 @@ def _stats_json(stats: ErrorStats) -> dict[str, Any]:
     return out
 
 
-def _stats_from_json(raw: dict[str, Any]) -> ErrorStats:
+def _stats_from_json(raw: dict[str, Any], at: str) -> ErrorStats:
     values: dict[str, Any] = {}
     for f in fields(ErrorStats):
-        value = raw[f.name]
+        value, where = sj.field(raw, f.name, at), f"{at}.{f.name}"
         if f.name == "worst_index":
-            values[f.name] = None if value is None else tuple(int(i) for i in value)
+            values[f.name] = sj.optional(sj.shape, value, where)
+        elif f.name in _COUNTS:
+            values[f.name] = sj.integer(value, where)
         else:
-            values[f.name] = int(value) if f.name in _COUNTS else _unnum(value)
+            values[f.name] = _unnum(value, where)
     return ErrorStats(**values)
 
 
@@ -407,14 +435,13 @@ def _num(value: Any) -> Any:
     return value if math.isfinite(value) else str(value)
 
 
-def _unnum(value: Any) -> float | None:
+def _unnum(value: Any, where: str = "number") -> float | None:
+    """A number written by `_num`: finite, null, or one of the strings 'nan', 'inf', '-inf'."""
     if value is None:
         return None
     if isinstance(value, str) and value in ("nan", "inf", "-inf"):
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"expected a number, got {value!r}")
-    return float(value)
+    return sj.number(value, where)
 
 
 def _jsonable(value: Any) -> Any:
@@ -466,12 +493,22 @@ def load_run(path: str | Path, *, verify: bool = True) -> ValidationRun:
         if verify:
             for member in members.values():
                 _verify(fh, member, manifest["members"][member.name]["sha256"], path)
+
+        def array(name: Any, where: str) -> np.ndarray:
+            if not isinstance(name, str) or name not in members:
+                raise sj.FieldError(f"{where}: {name!r} is not a member listed in the manifest")
+            return _read_array(fh, members[name], path)
+
         try:
-            return _build_run(manifest, lambda name: _read_array(fh, members[name], path), path)
+            return _build_run(manifest, array, path)
+        except sj.FieldError as exc:
+            raise SavedRunError(f"{path}: malformed {MANIFEST}: {exc}") from exc
         except SavedRunError:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SavedRunError(f"{path}: malformed saved-run manifest ({exc!r})") from exc
+        except ParityError as exc:  # e.g. tolerances refused by their own strict parser
+            raise SavedRunError(f"{path}: malformed {MANIFEST}: {exc.message}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise SavedRunError(f"{path}: malformed {MANIFEST} ({exc!r})") from exc
 
 
 def _open_zip(path: Path) -> zipfile.ZipFile:
@@ -497,11 +534,19 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     if info.file_size > _MAX_MANIFEST:
         raise SavedRunError(f"{path}: {MANIFEST} is implausibly large ({info.file_size} bytes)")
     try:
-        manifest = json.loads(zf.read(info).decode("utf-8"))
+        raw = zf.read(info)
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise SavedRunError(f"{path}: {MANIFEST} cannot be read ({exc})") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SavedRunError(f"{path}: {MANIFEST} is not valid JSON ({exc})") from exc
+    if zf.comment != _manifest_seal(raw):
+        what = "has no manifest hash" if not zf.comment else "does not match its manifest hash"
+        raise SavedRunError(
+            f"{path}: {MANIFEST} {what} (the file was altered, damaged, or saved by an older "
+            "Parity); refusing to open it"
+        )
+    try:
+        manifest = sj.loads(raw)
+    except sj.FieldError as exc:
+        raise SavedRunError(f"{path}: {MANIFEST}: {exc}") from exc
     if not isinstance(manifest, dict) or "schema" not in manifest:
         raise SavedRunError(f"{path}: {MANIFEST} has no 'schema'; not a Parity saved run")
     if manifest["schema"] != SCHEMA:
@@ -601,119 +646,182 @@ def _read_array(fh: BinaryIO, member: _Member, path: Path) -> np.ndarray:
 
 
 def _build_run(
-    manifest: dict[str, Any], array: Callable[[str], np.ndarray], path: Path
+    manifest: dict[str, Any], array: Callable[[Any, str], np.ndarray], path: Path
 ) -> ValidationRun:
-    input_sets = []
-    for entry in manifest["input_sets"]:
-        feeds = {feed["name"]: array(feed["member"]) for feed in entry["feeds"]}
-        input_sets.append(InputSet(index=int(entry["index"]), feeds=feeds, label=entry["label"]))
+    """The run, every field type-checked (sj.FieldError names the first bad one)."""
+    m = manifest
+    input_sets, exclusions = [], []
+    for i, entry in enumerate(sj.array(sj.field(m, "input_sets", "manifest"), "input_sets")):
+        at = f"input_sets[{i}]"
+        entry = sj.obj(entry, at)
+        feeds = _named_arrays(sj.field(entry, "feeds", at), f"{at}.feeds", array)
+        exclusions.append(_named_arrays(entry.get("exclude", []), f"{at}.exclude", array))
+        input_sets.append(
+            InputSet(
+                index=sj.integer(sj.field(entry, "index", at), f"{at}.index"),
+                feeds=feeds,
+                label=sj.string(sj.field(entry, "label", at), f"{at}.label"),
+            )
+        )
 
     def output_sets(key: str) -> tuple[OutputSet, ...]:
-        return tuple(
-            OutputSet(
-                arrays={a["name"]: array(a["member"]) for a in entry["arrays"]},
-                seconds=_unnum(entry["seconds"]) or 0.0,
-                notes=tuple(str(n) for n in entry.get("notes", ())),
+        result = []
+        for i, entry in enumerate(sj.array(sj.field(m, key, "manifest"), key)):
+            at = f"{key}[{i}]"
+            entry = sj.obj(entry, at)
+            notes = sj.array(entry.get("notes", []), f"{at}.notes")
+            result.append(
+                OutputSet(
+                    arrays=_named_arrays(sj.field(entry, "arrays", at), f"{at}.arrays", array),
+                    seconds=_unnum(sj.field(entry, "seconds", at), f"{at}.seconds") or 0.0,
+                    notes=tuple(sj.string(n, f"{at}.notes[{j}]") for j, n in enumerate(notes)),
+                )
             )
-            for entry in manifest[key]
+        return tuple(result)
+
+    comparisons = [
+        _comparison_from_json(sj.obj(entry, f"comparisons[{c}]"), f"comparisons[{c}]", array)
+        for c, entry in enumerate(sj.array(sj.field(m, "comparisons", "manifest"), "comparisons"))
+    ]
+    if "provenance" in m:
+        provenance = _provenance_from_json(sj.obj(m["provenance"], "provenance"))
+        generation = _generation_from_json(
+            sj.optional(sj.obj, sj.field(m, "generation", "manifest"), "generation")
         )
-
-    comparisons = []
-    for entry in manifest["comparisons"]:
-        stats = None if entry["stats"] is None else _stats_from_json(entry["stats"])
-        profile = None
-        if entry["profile"] is not None:
-            from core.error_profile import ErrorProfile  # imported only when a profile is stored
-
-            profile = ErrorProfile.from_arrays(
-                {key: array(member) for key, member in entry["profile"].items()}
-            )
-        comparisons.append(
-            OutputComparison(
-                input_set=int(entry["input_set"]),
-                name=str(entry["name"]),
-                status=Status(entry["status"]),
-                tolerance=Tolerance(**entry["tolerance"]),
-                ref_shape=_tuple(entry["ref_shape"]),
-                onnx_shape=_tuple(entry["onnx_shape"]),
-                ref_dtype=entry["ref_dtype"],
-                onnx_dtype=entry["onnx_dtype"],
-                n_elements=int(entry["n_elements"]),
-                stats=stats,
-                profile=profile,
-                n_mismatch=None if entry["n_mismatch"] is None else int(entry["n_mismatch"]),
-                message=str(entry["message"]),
-                n_excluded=int(entry.get("n_excluded", 0)),
-                excluded_max_abs=_unnum(entry.get("excluded_max_abs")),
-            )
-        )
-
-    if "provenance" in manifest:
-        provenance = _provenance_from_json(manifest["provenance"])
-        generation = _generation_from_json(manifest["generation"])
     else:
-        provenance, generation = _from_extra(manifest.get("extra") or {})
-    exclusions = tuple(
-        {mask["name"]: array(mask["member"]) for mask in entry.get("exclude", ())}
-        for entry in manifest["input_sets"]
-    )
+        provenance, generation = _from_extra(sj.optional(sj.obj, m.get("extra"), "extra") or {})
+    timings = {
+        k: _unnum(v, f"timings.{k}")
+        for k, v in sj.obj(sj.field(m, "timings", "manifest"), "timings").items()
+    }
+    environment = {
+        k: sj.string(v, f"environment.{k}")
+        for k, v in sj.obj(sj.field(m, "environment", "manifest"), "environment").items()
+    }
     return ValidationRun(
-        model=str(manifest["model"]),
-        onnx=str(manifest["onnx"]),
-        signature=_signature_from_json(manifest["signature"]),
-        tolerances=Tolerances.from_json(manifest["tolerances"], source=f"{path}: tolerances"),
-        environment=dict(manifest["environment"]),
+        model=sj.string(sj.field(m, "model", "manifest"), "model"),
+        onnx=sj.string(sj.field(m, "onnx", "manifest"), "onnx"),
+        signature=_signature_from_json(sj.field(m, "signature", "manifest")),
+        tolerances=Tolerances.from_json(sj.field(m, "tolerances", "manifest"), source="tolerances"),
+        environment=environment,
         input_sets=tuple(input_sets),
         comparisons=tuple(comparisons),
         ref_outputs=output_sets("ref_outputs"),
         onnx_outputs=output_sets("onnx_outputs"),
-        exclusions=exclusions,
-        timings={k: _unnum(v) for k, v in manifest["timings"].items()},
+        exclusions=tuple(exclusions),
+        timings=timings,
         provenance=provenance,
         generation=generation,
         saved=SavedFrom(
             path=str(path),
-            identity=manifest["identity"],
-            saved_by=manifest["saved_by"],
-            outputs_kept=bool(manifest["outputs_kept"]),
+            identity=sj.obj(sj.field(m, "identity", "manifest"), "identity"),
+            saved_by=sj.obj(sj.field(m, "saved_by", "manifest"), "saved_by"),
+            outputs_kept=sj.boolean(sj.field(m, "outputs_kept", "manifest"), "outputs_kept"),
         ),
-        layers=_layers_from_json(manifest.get("layers"), array),
+        layers=_layers_from_json(m.get("layers"), array),
     )
 
 
-def _layers_from_json(data: Any, array: Callable[[str], np.ndarray]) -> Any:
+def _named_arrays(
+    value: Any, at: str, array: Callable[[Any, str], np.ndarray]
+) -> dict[str, np.ndarray]:
+    """A list of {"name": NAME, "member": MEMBER} as {NAME: array}."""
+    result = {}
+    for k, item in enumerate(sj.array(value, at)):
+        item = sj.obj(item, f"{at}[{k}]")
+        name = sj.string(sj.field(item, "name", f"{at}[{k}]"), f"{at}[{k}].name")
+        result[name] = array(sj.field(item, "member", f"{at}[{k}]"), f"{at}[{k}].member")
+    return result
+
+
+def _comparison_from_json(
+    entry: dict[str, Any], at: str, array: Callable[[Any, str], np.ndarray]
+) -> OutputComparison:
+    def get(key: str) -> Any:
+        return sj.field(entry, key, at)
+
+    status = sj.string(get("status"), f"{at}.status")
+    if status not in {s.value for s in Status}:
+        raise sj.FieldError(f"{at}.status: unknown status {status!r}")
+    tolerance = sj.obj(get("tolerance"), f"{at}.tolerance")
+    if set(tolerance) != {"atol", "rtol"}:
+        raise sj.FieldError(f'{at}.tolerance: expected {{"atol": number, "rtol": number}}')
+    profile = None
+    raw_profile = sj.optional(sj.obj, get("profile"), f"{at}.profile")
+    if raw_profile is not None:
+        from core.error_profile import ErrorProfile  # imported only when a profile is stored
+
+        profile = ErrorProfile.from_arrays(
+            {str(key): array(member, f"{at}.profile.{key}") for key, member in raw_profile.items()}
+        )
+    raw_stats = sj.optional(sj.obj, get("stats"), f"{at}.stats")
+    return OutputComparison(
+        input_set=sj.integer(get("input_set"), f"{at}.input_set"),
+        name=sj.string(get("name"), f"{at}.name"),
+        status=Status(status),
+        tolerance=Tolerance(
+            atol=sj.number(tolerance["atol"], f"{at}.tolerance.atol", minimum=0),
+            rtol=sj.number(tolerance["rtol"], f"{at}.tolerance.rtol", minimum=0),
+        ),
+        ref_shape=sj.optional(sj.shape, get("ref_shape"), f"{at}.ref_shape"),
+        onnx_shape=sj.optional(sj.shape, get("onnx_shape"), f"{at}.onnx_shape"),
+        ref_dtype=sj.optional(sj.string, get("ref_dtype"), f"{at}.ref_dtype"),
+        onnx_dtype=sj.optional(sj.string, get("onnx_dtype"), f"{at}.onnx_dtype"),
+        n_elements=sj.integer(get("n_elements"), f"{at}.n_elements"),
+        stats=None if raw_stats is None else _stats_from_json(raw_stats, f"{at}.stats"),
+        profile=profile,
+        n_mismatch=sj.optional(sj.integer, get("n_mismatch"), f"{at}.n_mismatch"),
+        message=sj.string(get("message"), f"{at}.message"),
+        n_excluded=sj.integer(entry.get("n_excluded", 0), f"{at}.n_excluded"),
+        excluded_max_abs=_unnum(entry.get("excluded_max_abs"), f"{at}.excluded_max_abs"),
+    )
+
+
+def _layers_from_json(data: Any, array: Callable[[Any, str], np.ndarray]) -> Any:
     if data is None:
         return None
     from core.layers.result import KeptValue, LayersResult
 
-    kept = tuple(
-        KeptValue(
-            order=int(k["order"]),
-            input_set=int(k["input_set"]),
-            onnx_value=str(k["onnx_value"]),
-            ref=array(k["ref"]),
-            onnx=array(k["onnx"]),
+    data = sj.obj(data, "layers")
+    kept = []
+    for i, k in enumerate(sj.array(data.get("kept") or [], "layers.kept")):
+        at = f"layers.kept[{i}]"
+        k = sj.obj(k, at)
+        kept.append(
+            KeptValue(
+                order=sj.integer(sj.field(k, "order", at), f"{at}.order"),
+                input_set=sj.integer(sj.field(k, "input_set", at), f"{at}.input_set"),
+                onnx_value=sj.string(sj.field(k, "onnx_value", at), f"{at}.onnx_value"),
+                ref=array(sj.field(k, "ref", at), f"{at}.ref"),
+                onnx=array(sj.field(k, "onnx", at), f"{at}.onnx"),
+            )
         )
-        for k in data.get("kept") or ()
-    )
-    return LayersResult.from_json(data, kept=kept)
+    return LayersResult.from_json(data, kept=tuple(kept))
 
 
-def _tuple(shape: list[int] | None) -> tuple[int, ...] | None:
-    return None if shape is None else tuple(int(d) for d in shape)
-
-
-def _signature_from_json(data: dict[str, Any] | None) -> OnnxSignature | None:
+def _signature_from_json(data: Any) -> OnnxSignature | None:
     if data is None:
         return None
+    data = sj.obj(data, "signature")
 
-    def spec(t: dict[str, Any]) -> TensorSpec:
-        return TensorSpec(name=t["name"], dtype=t["dtype"], shape=tuple(t["shape"]))
+    def specs(key: str) -> tuple[TensorSpec, ...]:
+        result = []
+        for i, t in enumerate(sj.array(sj.field(data, key, "signature"), f"signature.{key}")):
+            at = f"signature.{key}[{i}]"
+            t = sj.obj(t, at)
+            result.append(
+                TensorSpec(
+                    name=sj.string(sj.field(t, "name", at), f"{at}.name"),
+                    dtype=sj.string(sj.field(t, "dtype", at), f"{at}.dtype"),
+                    shape=sj.shape(sj.field(t, "shape", at), f"{at}.shape", named=True),
+                )
+            )
+        return tuple(result)
 
     return OnnxSignature(
-        inputs=tuple(spec(t) for t in data["inputs"]),
-        outputs=tuple(spec(t) for t in data["outputs"]),
-        opset=int(data["opset"]),
-        producer=str(data["producer"]),
-        ir_version=int(data["ir_version"]),
+        inputs=specs("inputs"),
+        outputs=specs("outputs"),
+        opset=sj.integer(sj.field(data, "opset", "signature"), "signature.opset"),
+        producer=sj.string(sj.field(data, "producer", "signature"), "signature.producer"),
+        ir_version=sj.integer(sj.field(data, "ir_version", "signature"), "signature.ir_version"),
     )

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from core import strict_json
 from core.errors import UsageError
 
 DEFAULT_ATOL = 1e-5  # Optimum's default
 DEFAULT_RTOL = 0.0
+MAX_FILE_BYTES = 16 << 20  # a tolerances file is a few KB; refuse before parsing a huge one
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,8 @@ class Tolerance:
 
     def __post_init__(self) -> None:
         for label, value in (("atol", self.atol), ("rtol", self.rtol)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and value >= 0):
                 raise UsageError(f"{label} must be a finite number >= 0, got {value!r}")
 
     def to_json(self) -> dict[str, float]:
@@ -79,11 +82,19 @@ class Tolerances:
     @classmethod
     def load(cls, path: str | Path) -> Tolerances:
         try:
-            data = json.loads(Path(path).read_text())
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
             raise UsageError(f"cannot read tolerances file {path}: {exc.strerror or exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"tolerances file {path} is not valid JSON: {exc}") from exc
+        if len(raw) > MAX_FILE_BYTES:
+            raise UsageError(
+                f"tolerances file {path} is larger than {MAX_FILE_BYTES >> 20} MiB; "
+                "not a tolerances file"
+            )
+        try:
+            data = strict_json.loads(raw)
+        except strict_json.FieldError as exc:
+            raise UsageError(f"tolerances file {path}: {exc}") from exc
         return cls.from_json(data, source=str(path))
 
     def dumps(self) -> str:
@@ -91,15 +102,18 @@ class Tolerances:
 
 
 def _tolerance_from_json(value: Any, fallback: Tolerance, where: str) -> Tolerance:
+    """Numbers are JSON numbers: "0.5" and true are refused, as are negatives and inf."""
     if not isinstance(value, dict) or set(value) - {"atol", "rtol"}:
-        raise UsageError(f'{where}: expected {{"atol": number, "rtol": number}}')
+        unknown = sorted(set(value) - {"atol", "rtol"}) if isinstance(value, dict) else []
+        extra = f" (unknown keys {unknown})" if unknown else ""
+        raise UsageError(f'{where}: expected {{"atol": number, "rtol": number}}{extra}')
     try:
         return Tolerance(
-            atol=float(value.get("atol", fallback.atol)),
-            rtol=float(value.get("rtol", fallback.rtol)),
+            atol=strict_json.number(value.get("atol", fallback.atol), f"{where}.atol", minimum=0),
+            rtol=strict_json.number(value.get("rtol", fallback.rtol), f"{where}.rtol", minimum=0),
         )
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"{where}: atol and rtol must be numbers") from exc
+    except strict_json.FieldError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def parse_tol_arg(text: str, default: Tolerance) -> tuple[str, Tolerance]:

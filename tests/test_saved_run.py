@@ -263,13 +263,23 @@ def test_keep_outputs_false_writes_a_small_file_without_raw_outputs(tmp_path: Pa
     assert loaded.saved is not None and loaded.saved.outputs_kept is False
 
 
-def _rewrite_member(path: Path, member: str, transform) -> None:
-    """Copy the zip with one member's bytes transformed, keeping stored layout."""
+def _rewrite_member(path: Path, member: str, transform, *, reseal: bool = True) -> None:
+    """Copy the zip with one member's bytes transformed, keeping stored layout.
+
+    `reseal`: a rewritten manifest gets a matching manifest hash (a forger who recomputes
+    it), so the checks behind the manifest hash are what the test exercises."""
     with zipfile.ZipFile(path) as zf:
         items = [(info, zf.read(info)) for info in zf.infolist()]
+        comment = zf.comment
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
         for info, data in items:
-            zf.writestr(info, transform(data) if info.filename == member else data)
+            if info.filename == member:
+                data = transform(data)
+                if member == MANIFEST and reseal:
+                    digest = hashlib.sha256(data).hexdigest()
+                    comment = f"{SCHEMA} {MANIFEST} sha256 {digest}".encode()
+            zf.writestr(info, data)
+        zf.comment = comment
 
 
 def test_a_tampered_member_is_refused(tmp_path: Path) -> None:

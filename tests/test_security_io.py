@@ -142,3 +142,129 @@ def test_file_size_limit_leaves_the_old_file_whole_and_no_temp(
     assert "File too large" in one_error_line(refused)
     assert out.read_bytes() == good
     assert temps_of(out) == []
+
+
+# --- strict files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ('{"default": {"atol": "0.5"}}', "default.atol: expected a finite number"),
+        ('{"default": {"atol": true}}', "default.atol: expected a finite number"),
+        ('{"default": {"rtol": -1}}', "default.rtol: expected a finite number >= 0"),
+        ('{"default": {"atol": 1e400}}', "got inf"),
+        ('{"default": {"atol": NaN}}', "NaN is not a JSON number"),
+        ('{"outputs": {"y": {"atol": 1, "atl": 2}}}', "unknown keys ['atl']"),
+        ('{"default": {}, "output": {}}', "unknown keys ['output']"),
+        ("[" * 100000 + "]" * 100000, "nested deeper than"),
+        ('{"default": {"atol": 1' + "0" * 5000 + "}}", "not valid JSON"),
+    ],
+)
+def test_tolerances_file_is_read_strictly(content: str, words: str, tmp_path: Path) -> None:
+    tol = tmp_path / "tol.json"
+    tol.write_text(content)
+    result = run_cli("validate", "--model", "demo:cnn", "--tolerances", str(tol))
+    line = one_error_line(result)
+    assert words in line and str(tol) in line
+
+
+@pytest.fixture(scope="module")
+def failing_saved_run(model_zoo, tiny_artifacts, tmp_path_factory) -> Path:
+    """A real saved run whose one output fails (atol 1e-12 is below float32 noise)."""
+    path = tmp_path_factory.mktemp("saved") / "fail.parity.npz"
+    args = [*tiny_args(model_zoo, tiny_artifacts), "--atol", "1e-12", "--save-run", str(path)]
+    assert run_cli(*args).returncode == 1
+    assert run_cli("report", str(path)).returncode == 1
+    return path
+
+
+def edited_run(source: Path, target: Path, edit, *, reseal: bool) -> Path:
+    """Copy a saved run with its manifest edited; `reseal` recomputes the manifest hash."""
+    import hashlib
+
+    with zipfile.ZipFile(source) as zf:
+        items = [(info, zf.read(info)) for info in zf.infolist()]
+        comment = zf.comment
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zf:
+        for info, data in items:
+            if info.filename == "manifest.json":
+                data = edit(data.decode()).encode()
+                if reseal:
+                    comment = b"parity.run/1 manifest.json sha256 " + (
+                        hashlib.sha256(data).hexdigest().encode()
+                    )
+            zf.writestr(info, data)
+        zf.comment = comment
+    return target
+
+
+def test_editing_statuses_from_fail_to_pass_is_refused(failing_saved_run, tmp_path: Path):
+    edited = edited_run(
+        failing_saved_run,
+        tmp_path / "edited.parity.npz",
+        lambda text: text.replace('"status": "fail"', '"status": "pass"'),
+        reseal=False,
+    )
+    assert '"status": "fail"' not in zipfile.ZipFile(edited).read("manifest.json").decode()
+    line = one_error_line(run_cli("report", str(edited)))
+    assert "does not match its manifest hash" in line
+
+
+def test_a_manifest_without_its_hash_is_refused(failing_saved_run, tmp_path: Path):
+    target = tmp_path / "nohash.parity.npz"
+    edited_run(failing_saved_run, target, lambda text: text, reseal=False)
+    with zipfile.ZipFile(target, "a") as zf:
+        zf.comment = b""
+    assert "has no manifest hash" in one_error_line(run_cli("report", str(target)))
+
+
+def _manifest_edit(path: str, value):
+    """An edit that sets one manifest field (dotted path, list indices as ints)."""
+
+    def edit(text: str) -> str:
+        data = json.loads(text)
+        *head, last = path.split(".")
+        node = data
+        for key in head:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[int(last) if isinstance(node, list) else last] = value
+        return json.dumps(data)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("comparisons.0.input_set", "1e400", "comparisons[0].input_set: expected an integer"),
+        ("comparisons.0.input_set", "true", "comparisons[0].input_set: expected an integer"),
+        ("comparisons.0.n_elements", "-3", "comparisons[0].n_elements: expected an integer"),
+        ("comparisons.0.status", '"great"', "unknown status"),
+        ("comparisons.0.tolerance", '{"atol": "0.5", "rtol": 0}', "tolerance.atol"),
+        ("comparisons.0.stats", '{"max_abs": 1}', "missing field"),
+        ("input_sets.0.label", "7", "input_sets[0].label: expected a string"),
+        ("input_sets.0.feeds", '"abc"', "input_sets[0].feeds: expected a list"),
+        ("signature.inputs.0.shape", '"abc"', "signature.inputs[0].shape: expected a list"),
+        ("signature.inputs.0.shape", "[1.5]", "shape[0]: expected an integer >= 0, a dim name"),
+        ("extra", "[" * 100000 + "]" * 100000, "nested deeper than"),
+        ("extra", "[" * 40 + "]" * 40, "nested deeper than 32"),
+        ("timings.total", '"fast"', "timings.total: expected a finite number"),
+    ],
+)
+def test_a_resealed_manifest_is_still_read_strictly(
+    field: str, value: str, words: str, failing_saved_run, tmp_path: Path
+):
+    """Behind the hash (a forger can recompute it), every field is type-checked.
+
+    `value` is JSON text spliced in (1e400 and deep nesting do not survive json.dumps)."""
+    marker = "__PARITY_RAW__"
+    edit = _manifest_edit(field, marker)
+    target = edited_run(
+        failing_saved_run,
+        tmp_path / "bad.parity.npz",
+        lambda text: edit(text).replace(json.dumps(marker), value),
+        reseal=True,
+    )
+    line = one_error_line(run_cli("report", str(target)))
+    assert words in line and "Traceback" not in line

@@ -1,0 +1,125 @@
+"""Strict reading of the JSON files Parity accepts (tolerances files, saved-run manifests).
+
+`json.loads` is permissive where a file from elsewhere should not be: `true` is a number to
+Python, `1e400` becomes inf, `NaN` is accepted, a string iterates like a list, and a deeply
+nested value ends in RecursionError. Every check here names the field (a dotted path) and
+what was expected, so the caller can raise its one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+MAX_DEPTH = 32
+"""Nesting deeper than this is refused (Parity's own files nest 6 levels)."""
+MAX_INT = 2**63 - 1
+
+T = TypeVar("T")
+
+
+class FieldError(ValueError):
+    """A field of a JSON file has the wrong type or value; the text says where and what."""
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _refuse_constant(name: str) -> Any:
+    raise FieldError(f"{name} is not a JSON number (write null or a finite number)")
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse strict JSON (no NaN/Infinity literals) and refuse nesting beyond `max_depth`."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError as exc:
+        raise FieldError(f"nested deeper than {max_depth} levels") from exc
+    except FieldError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge int literals
+        raise FieldError(f"not valid JSON ({str(exc).splitlines()[0]})") from exc
+    check_depth(value, max_depth)
+    return value
+
+
+def check_depth(value: Any, max_depth: int = MAX_DEPTH) -> None:
+    """Iteratively (no recursion to exhaust) refuse containers nested deeper than allowed."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            raise FieldError(f"nested deeper than {max_depth} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def obj(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise FieldError(f"{where}: expected an object, got {_show(value)}")
+    return value
+
+
+def field(data: dict[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise FieldError(f"{where}: missing field {key!r}")
+    return data[key]
+
+
+def array(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise FieldError(f"{where}: expected a list, got {_show(value)}")
+    return value
+
+
+def string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise FieldError(f"{where}: expected a string, got {_show(value)}")
+    return value
+
+
+def boolean(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise FieldError(f"{where}: expected true or false, got {_show(value)}")
+    return value
+
+
+def integer(value: Any, where: str, *, minimum: int = 0) -> int:
+    """An integer in [minimum, 2**63): not a bool, not a float (1e400 is not an index)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INT:
+        raise FieldError(f"{where}: expected an integer >= {minimum}, got {_show(value)}")
+    return value
+
+
+def number(value: Any, where: str, *, minimum: float | None = None) -> float:
+    """A finite number (int or float, never a bool or a string), at least `minimum`."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or (minimum is not None and value < minimum):
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        raise FieldError(f"{where}: expected a finite number{bound}, got {_show(value)}")
+    return float(value)
+
+
+def optional(check: Callable[..., T], value: Any, where: str, **kwargs: Any) -> T | None:
+    return None if value is None else check(value, where, **kwargs)
+
+
+def shape(value: Any, where: str, *, named: bool = False) -> tuple[Any, ...]:
+    """A list of sizes (ints >= 0); with `named`, also dim names (strings) and null."""
+    items = array(value, where)
+    dims: list[Any] = []
+    for i, dim in enumerate(items):
+        if named and (dim is None or isinstance(dim, str)):
+            dims.append(dim)
+        else:
+            kind = "an integer >= 0, a dim name or null" if named else "an integer >= 0"
+            if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim <= MAX_INT:
+                raise FieldError(f"{where}[{i}]: expected {kind}, got {_show(dim)}")
+            dims.append(dim)
+    return tuple(dims)
