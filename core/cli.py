@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--debug", action="store_true")
 
     sub.add_parser("demos", help="list the built-in demos")
+    from core.sweep.cli import add_sweep_parser
+
+    add_sweep_parser(sub)
     return parser
 
 
@@ -315,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demos":
         return _demos()
+    if args.command == "sweep":
+        from core.sweep.cli import sweep_main
+
+        return sweep_main(args)
     try:
         _check_outputs(args)
         run = _validate(args) if args.command == "validate" else _report(args)

@@ -1,0 +1,117 @@
+"""`parity sweep MANIFEST --out DIR`: the subcommand's flags and its entry point.
+
+Exit 2 when any pair could not be run (or the manifest is wrong), else 1 when any pair
+failed, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from core.errors import ParityError, UsageError
+from core.sweep.execute import PairResult
+
+DEFAULT_TIMEOUT_S = 3600.0
+
+
+def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser(
+        "sweep",
+        help="validate every pair of a manifest, each in its own process, locally or on Ray",
+        description="Exit 2: some pair could not be run; 1: some pair failed; 0: all pass.",
+    )
+    s.add_argument("manifest", metavar="MANIFEST", help="JSON manifest (schema parity.sweep/1)")
+    s.add_argument("--out", required=True, metavar="DIR", help="results folder")
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="pairs at once (default: this machine's CPU count; on a Ray cluster: no limit)",
+    )
+    s.add_argument("--engine", choices=["local", "ray"], default="local")
+    s.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="an existing Ray cluster (e.g. ray://head:10001 or auto); default: a local one",
+    )
+    s.add_argument(
+        "--resume", action="store_true", help="skip pairs already done with the same arguments"
+    )
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds per pair before its process is killed (default {DEFAULT_TIMEOUT_S:g}; "
+        "0: none)",
+    )
+
+
+def sweep_main(args: argparse.Namespace) -> int:
+    try:
+        return _sweep(args)
+    except ParityError as exc:
+        print(f"parity: error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("parity: interrupted (summary.json holds the pairs that finished)", file=sys.stderr)
+        return 2
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from core.sweep.manifest import load_manifest
+    from core.sweep.progress import Progress
+    from core.sweep.run import run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: must be at least 1")
+    if args.timeout < 0:
+        raise UsageError(f"--timeout {args.timeout:g}: must be >= 0 (0: none)")
+    if args.ray_address and args.engine != "ray":
+        raise UsageError("--ray-address needs --engine ray")
+    manifest = load_manifest(args.manifest)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a folder")
+    engine = _engine(args)
+    progress = Progress(len(manifest.pairs))
+    outcome = run_sweep(
+        manifest,
+        out,
+        engine,
+        timeout=args.timeout or None,
+        resume=args.resume,
+        progress=progress,
+    )
+    for result in outcome.results:
+        if result.verdict != "pass":
+            print(_line(result))
+    c = {v: sum(r.verdict == v for r in outcome.results) for v in ("pass", "fail", "error")}
+    resumed = f" ({outcome.resumed} resumed)" if outcome.resumed else ""
+    print(
+        f"sweep: {outcome.total} pair(s): {c['pass']} pass, {c['fail']} fail, {c['error']} error"
+        f"{resumed} in {outcome.seconds:.1f} s; {out / 'summary.json'}, {out / 'index.html'}"
+    )
+    return outcome.exit_code
+
+
+def _engine(args: argparse.Namespace):
+    if args.engine == "ray":
+        from core.sweep.on_ray import ray_engine
+
+        return ray_engine(address=args.ray_address, workers=args.workers)
+    from functools import partial
+
+    from core.sweep.local import run_local
+
+    return partial(run_local, workers=args.workers or os.cpu_count() or 1)
+
+
+def _line(result: PairResult) -> str:
+    if result.verdict == "fail":
+        return f"FAIL   {result.name}: {', '.join(result.failing) or 'see its report'}"
+    return f"ERROR  {result.name}: {result.error}"

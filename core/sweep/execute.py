@@ -1,0 +1,226 @@
+"""Run one pair: `python -m core validate ...` in its own process group, killed at the timeout.
+
+A pair that crashes, hangs or is killed for memory takes down only its own process; whatever
+happened becomes a PairResult (the same on every engine: Ray runs this very function). Its
+output goes to DIR/NAME/log.txt. A pair that died without a report gets an error report, so
+every pair folder holds a report.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.atomic import atomic_path, write_text
+from core.sweep.manifest import OUTPUT_FLAGS, flag_values
+from core.sweep.plan import PairJob
+
+LOG = "log.txt"
+RECORD = "pair.json"
+VERDICT_BY_EXIT = {0: "pass", 1: "fail", 2: "error"}
+_LOG_TAIL = 16 << 10
+_MAX_REPORT = 256 << 20
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Worst:
+    output: str
+    max_abs: float | None
+
+
+@dataclass(frozen=True)
+class PairResult:
+    name: str
+    verdict: str
+    """pass | fail | error (error: the pair could not be run, or its process died)."""
+    exit_code: int | None
+    """validate's exit code; negative: killed by that signal; None: killed at the timeout."""
+    seconds: float
+    error: str | None
+    failing: tuple[str, ...]
+    worst: Worst | None
+    key: str
+
+
+class Interrupted(Exception):
+    """The sweep was stopped while this pair ran (its process was killed)."""
+
+
+def run_pair(job: PairJob, should_stop: Callable[[], bool] | None = None) -> PairResult:
+    """Run the pair to its end or its timeout; `should_stop` is polled to abandon it."""
+    start = time.monotonic()
+    try:
+        return _run(job, should_stop, start)
+    except OSError as exc:  # its folder cannot be written (disk full, permissions): this pair only
+        return _result(job, "error", None, start, f"sweep could not run it: {exc}", report=None)
+
+
+def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> PairResult:
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_previous(job)
+    command = [sys.executable, "-P", "-m", "core", "validate", *job.args]
+    timed_out = False
+    with atomic_path(out / LOG) as log_tmp, open(log_tmp, "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=job.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: killed whole, children too
+            )
+        except OSError as exc:
+            return _result(job, "error", None, start, f"could not start: {exc}", report=None)
+        deadline = None if job.timeout is None else start + job.timeout
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=_POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    if should_stop is not None and should_stop():
+                        raise Interrupted(job.name) from None
+                    if deadline is not None and time.monotonic() >= deadline:
+                        timed_out = True
+                        code = _kill(proc)
+                        break
+        except BaseException:  # interrupted: never leave a pair running behind the sweep
+            _kill(proc)
+            raise
+    tail = _tail(out / LOG)
+    report = _read_report(job.report_path)
+    if timed_out:
+        return _died(job, start, None, f"timed out after {job.timeout:g} s (killed)", "timeout")
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else code
+        hint = " (out of memory?)" if code == -signal.SIGKILL else ""
+        last = _last_line(tail)
+        text = f"crashed: killed by {name}{hint}" + (f": {last}" if last else "")
+        return _died(job, start, code, text, "crash")
+    if code not in VERDICT_BY_EXIT:
+        last = _last_line(tail)
+        return _died(job, start, code, f"exited with code {code}: {last}", "crash")
+    if report is None:
+        return _died(job, start, code, f"exited with code {code} without a report", "crash")
+    verdict = VERDICT_BY_EXIT[code]
+    error = _error_message(report, tail) if verdict == "error" else None
+    return _result(job, verdict, code, start, error, report=report)
+
+
+def _result(
+    job: PairJob,
+    verdict: str,
+    code: int | None,
+    start: float,
+    error: str | None,
+    *,
+    report: dict[str, Any] | None,
+) -> PairResult:
+    outputs = (report or {}).get("outputs") or []
+    return PairResult(
+        name=job.name,
+        verdict=verdict,
+        exit_code=code,
+        seconds=round(time.monotonic() - start, 2),
+        error=error,
+        failing=_failing(outputs),
+        worst=_worst(outputs),
+        key=job.key,
+    )
+
+
+def _died(job: PairJob, start: float, code: int | None, message: str, kind: str) -> PairResult:
+    """A process that left no usable report: write an error report in its place."""
+    from core.report import dumps, error_report_dict
+    from core.tolerances import Tolerances
+
+    report = error_report_dict(
+        model=None, onnx=None, tolerances=Tolerances(), kind=kind, message=message
+    )
+    write_text(job.report_path, dumps(report) + "\n")
+    return _result(job, "error", code, start, message, report=None)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> int:
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+def _remove_previous(job: PairJob) -> None:
+    """Files an earlier run of this pair left: a crash now must not show the old report."""
+    out = Path(job.out_dir)
+    stale = [job.report_path, out / RECORD, out / LOG]
+    stale += [Path(fv.value) for fv in flag_values(job.args) if fv.flag in OUTPUT_FLAGS]
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
+def _read_report(path: Path) -> dict[str, Any] | None:
+    try:
+        if path.stat().st_size > _MAX_REPORT:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _failing(outputs: list[Any]) -> tuple[str, ...]:
+    names: dict[str, None] = {}
+    for o in outputs:
+        if isinstance(o, dict) and o.get("status") != "pass":
+            names[str(o.get("name"))] = None
+    return tuple(names)
+
+
+def _worst(outputs: list[Any]) -> Worst | None:
+    """The output to name first: failing before passing, then the largest max abs error."""
+    best: tuple[bool, float] | None = None
+    worst = None
+    for o in outputs:
+        if not isinstance(o, dict):
+            continue
+        max_abs = o.get("max_abs")
+        rank = (o.get("status") != "pass", max_abs if isinstance(max_abs, int | float) else -1.0)
+        if best is None or rank > best:
+            best, worst = rank, Worst(str(o.get("name")), max_abs)
+    return worst
+
+
+def _error_message(report: dict[str, Any], tail: str) -> str:
+    errors = report.get("errors") or []
+    if errors and isinstance(errors[0], dict) and errors[0].get("message"):
+        return str(errors[0]["message"])
+    for line in reversed(tail.splitlines()):
+        if line.startswith("parity: error: "):
+            return line[len("parity: error: ") :]
+    return _last_line(tail) or "the run could not be made"
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()[:300]
+    return ""

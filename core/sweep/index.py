@@ -1,0 +1,76 @@
+"""DIR/index.html: one offline page listing every pair, linking to its report.
+
+No script, no network (a Content-Security-Policy forbids any fetch); every name and message
+is escaped text. Links are relative, so the folder can be copied or served as it is.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from core import __version__
+from core.atomic import write_text
+from core.format import fmt_float
+
+INDEX = "index.html"
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse}td,th{padding:.25em .8em;border-bottom:1px solid #ddd;
+text-align:left;vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#137333}.fail{color:#b3261e;font-weight:600}.error{color:#8a4b00;font-weight:600}
+"""
+
+
+def render_index(summary: Mapping[str, Any], links: Mapping[str, str]) -> str:
+    """`links`: pair name -> path of its report relative to the sweep folder."""
+    c = summary.get("counts", {})
+    done = len(summary.get("pairs", []))
+    state = "" if summary.get("complete") else f" (running: {done} of {summary.get('total')})"
+    head = (
+        f"{done} pair(s): {c.get('pass', 0)} pass, {c.get('fail', 0)} fail, "
+        f"{c.get('error', 0)} error{state}"
+    )
+    rows = "\n".join(_row(p, links.get(str(p.get("name")))) for p in summary.get("pairs", []))
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'\">"
+        f"<title>Parity sweep: {_e(head)}</title><style>{_CSS}</style></head>\n<body>\n"
+        f"<h1>Parity sweep</h1>\n<p>{_e(head)}. Manifest: <code>"
+        f"{_e(str(summary.get('manifest', '')))}</code></p>\n"
+        "<table><thead><tr><th>pair</th><th>verdict</th><th>worst output</th>"
+        "<th>max abs</th><th>seconds</th><th>failing / error</th></tr></thead><tbody>\n"
+        f"{rows}\n</tbody></table>\n"
+        f"<footer><p>Written by Parity {_e(__version__)} on "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.</p></footer>\n</body></html>\n"
+    )
+
+
+def write_index(out: Path, summary: Mapping[str, Any], links: Mapping[str, str]) -> Path:
+    return write_text(out / INDEX, render_index(summary, links))
+
+
+def _row(pair: Mapping[str, Any], link: str | None) -> str:
+    name = _e(str(pair.get("name")))
+    if link:
+        name = f"<a href='{_e(quote(link))}'>{name}</a>"
+    verdict = str(pair.get("verdict"))
+    worst = pair.get("worst") or {}
+    detail = pair.get("error") or ", ".join(pair.get("failing") or [])
+    seconds = pair.get("seconds")
+    return (
+        f"<tr><td>{name}</td><td class='{_e(verdict)}'>{_e(verdict)}</td>"
+        f"<td>{_e(str(worst.get('output', '')))}</td>"
+        f"<td class='n'>{_e(fmt_float(worst.get('max_abs')) if worst else '')}</td>"
+        f"<td class='n'>{'' if seconds is None else f'{float(seconds):.1f}'}</td>"
+        f"<td>{_e(str(detail))}</td></tr>"
+    )
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)

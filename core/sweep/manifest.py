@@ -1,0 +1,217 @@
+"""The sweep manifest (``parity.sweep/1``), read strictly: a bad manifest is one line, exit 2.
+
+    {"schema": "parity.sweep/1",
+     "defaults": {"args": ["--input-sets", "2"]},
+     "pairs": [{"name": "resnet18", "args": ["--model", "r18.pt2", "--onnx", "r18.onnx"]}]}
+
+`args` are `parity validate`'s arguments; the defaults come first. Paths in them are relative
+to the manifest's folder (pairs run there). Every pair writes only inside its own folder
+DIR/NAME: the sweep gives `--json` itself, and `--html`, `--save-run`, `--save-reference`,
+`--export-path` take a plain file name placed in that folder. Everything is checked before
+the first pair starts, so a typo does not surface an hour into a sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import UsageError
+from core.sweep import SCHEMA
+
+MAX_MANIFEST_BYTES = 64 << 20
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+RESERVED_NAMES = frozenset({"summary.json", "index.html"})
+"""Files the sweep writes next to the pair folders."""
+
+INPUT_FLAGS = ("--onnx", "--weights", "--reference", "--inputs", "--tolerances")
+"""validate flags whose value is a file the pair reads."""
+OUTPUT_FLAGS = ("--html", "--save-run", "--save-reference", "--export-path")
+"""validate flags whose value is a file the pair writes: a plain name inside DIR/NAME."""
+OWNED_FLAGS = ("--json",)
+"""validate flags the sweep sets itself."""
+PATH_FLAGS = ("--model", *INPUT_FLAGS, *OUTPUT_FLAGS, *OWNED_FLAGS)
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    args: tuple[str, ...]
+    """The defaults' args, then the pair's own."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    root: Path
+    """The manifest's folder: relative paths in args resolve here, and pairs run here."""
+    pairs: tuple[PairSpec, ...]
+
+
+@dataclass(frozen=True)
+class FlagValue:
+    index: int
+    """Position in args of the value (for `--flag=value`, of the whole token)."""
+    flag: str
+    value: str
+    inline: bool
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and check a manifest; UsageError (one line naming the place) when it is wrong."""
+    path = Path(path)
+    shown = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise UsageError(f"{shown}: {size} bytes, more than a manifest may hold")
+        data = json.loads(path.read_bytes(), object_pairs_hook=_unique_keys)
+    except OSError as exc:
+        raise UsageError(f"cannot read manifest {shown}: {exc.strerror or exc}") from exc
+    except (ValueError, _DuplicateKey) as exc:
+        raise UsageError(f"{shown}: not valid JSON: {_first(exc)}") from exc
+    root = path.resolve().parent
+    pairs = _parse(data, shown)
+    for pair in pairs:
+        _check_args(pair, root, shown)
+    return Manifest(path=path, root=root, pairs=pairs)
+
+
+def flag_values(args: tuple[str, ...] | list[str]) -> list[FlagValue]:
+    """Every value given to a flag of PATH_FLAGS, in order (`--flag V` and `--flag=V`)."""
+    found: list[FlagValue] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        flag, eq, value = token.partition("=")
+        if flag in PATH_FLAGS:
+            if eq:
+                found.append(FlagValue(i, flag, value, inline=True))
+            elif i + 1 < len(args):
+                found.append(FlagValue(i + 1, flag, args[i + 1], inline=False))
+                i += 1
+            else:
+                found.append(FlagValue(i, flag, "", inline=False))
+        i += 1
+    return found
+
+
+def model_path(spec: str) -> tuple[str, str] | None:
+    """("file" | "dir", path) for a --model spec that names something on disk, else None."""
+    if spec.startswith("demo:"):
+        return None
+    if spec.startswith("hf:"):
+        return "dir", spec[len("hf:") :]
+    target, colon, attr = spec.rpartition(":")
+    if colon and attr.isidentifier():
+        return ("file", target) if target.endswith(".py") else None  # package.module:CALLABLE
+    return "file", spec
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in items:
+        if key in seen:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def _parse(data: Any, shown: str) -> tuple[PairSpec, ...]:
+    _object(data, {"schema", "defaults", "pairs"}, shown, "the manifest")
+    if data.get("schema") != SCHEMA:
+        raise UsageError(f"{shown}: schema must be {SCHEMA!r}, got {data.get('schema')!r}")
+    defaults = data.get("defaults", {})
+    _object(defaults, {"args"}, shown, "defaults")
+    default_args = _args(defaults.get("args", []), shown, "defaults.args")
+    pairs = data.get("pairs")
+    if not isinstance(pairs, list) or not pairs:
+        raise UsageError(f"{shown}: 'pairs' must be a non-empty list")
+    specs: list[PairSpec] = []
+    seen: dict[str, str] = {}
+    for i, pair in enumerate(pairs):
+        where = f"pairs[{i}]"
+        _object(pair, {"name", "args"}, shown, where)
+        name = pair.get("name")
+        if not isinstance(name, str):
+            raise UsageError(f"{shown}: {where}.name must be a string")
+        _check_name(name, shown, where)
+        folded = name.casefold()  # two names one case-insensitive filesystem would merge
+        if folded in seen:
+            raise UsageError(f"{shown}: {where}: duplicate name {name!r} (as {seen[folded]!r})")
+        seen[folded] = name
+        args = _args(pair.get("args"), shown, f"{where}.args")
+        specs.append(PairSpec(name=name, args=default_args + args))
+    return tuple(specs)
+
+
+def _object(value: Any, allowed: set[str], shown: str, where: str) -> None:
+    if not isinstance(value, dict):
+        raise UsageError(f"{shown}: {where} must be a JSON object")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise UsageError(
+            f"{shown}: {where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _args(value: Any, shown: str, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise UsageError(f"{shown}: {where} must be a list of strings")
+    return tuple(value)
+
+
+def _check_name(name: str, shown: str, where: str) -> None:
+    if not NAME_RE.fullmatch(name) or name.endswith("."):
+        raise UsageError(
+            f"{shown}: {where}: name {name!r} is not safe as a folder name "
+            "(letters, digits, '.', '_', '-'; starting with a letter or digit; up to 128)"
+        )
+    if name.casefold() in RESERVED_NAMES:
+        raise UsageError(f"{shown}: {where}: name {name!r} is reserved for the sweep's own files")
+
+
+def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
+    where = f"pair {pair.name!r}"
+    for token in pair.args:
+        flag = token.partition("=")[0]
+        if flag.startswith("--") and flag not in PATH_FLAGS:
+            abbreviated = [f for f in PATH_FLAGS if f.startswith(flag)]
+            if abbreviated:
+                raise UsageError(f"{shown}: {where}: write {abbreviated[0]} in full, not {flag}")
+    for fv in flag_values(pair.args):
+        if not fv.value:
+            raise UsageError(f"{shown}: {where}: {fv.flag} needs a value")
+        if fv.flag in OWNED_FLAGS:
+            raise UsageError(
+                f"{shown}: {where}: remove {fv.flag}: the sweep writes DIR/{pair.name}/report.json"
+            )
+        if fv.flag in OUTPUT_FLAGS:
+            if "/" in fv.value or "\\" in fv.value or fv.value in (".", ".."):
+                raise UsageError(
+                    f"{shown}: {where}: {fv.flag} {fv.value}: give a file name, "
+                    f"written in DIR/{pair.name}/"
+                )
+            continue
+        kind_path = model_path(fv.value) if fv.flag == "--model" else ("file", fv.value)
+        if kind_path is None:
+            continue
+        kind, value = kind_path
+        target = root / value
+        present = target.is_dir() if kind == "dir" else target.is_file()
+        if not present:
+            raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: no such {kind} ({target})")
+
+
+def _first(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

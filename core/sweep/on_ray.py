@@ -1,0 +1,122 @@
+"""The Ray engine: one Ray task per pair, running the same `run_pair` as the local engine.
+
+Each task asks for one CPU, and one GPU when its pair asks for a GPU execution provider, so
+Ray places pairs where the resources are. Without an address, `ray.init()` starts a local
+cluster (sized by --workers) for this sweep and stops it after; with `--ray-address` the
+tasks go to that cluster, whose nodes must have Parity installed and see the manifest's files
+and DIR at the same paths (a shared filesystem). Results come back to this process, which
+writes the sweep's own files, so both engines fill the folder the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+
+from core.errors import UsageError, first_line
+from core.sweep.execute import PairResult, run_pair
+from core.sweep.plan import PairJob
+
+EXTRA_HINT = "pip install 'onnx-parity[ray]' (in a checkout: pip install -e '.[ray]')"
+_LOCAL_OBJECT_STORE = 128 << 20
+"""Results are a few hundred bytes: a local cluster needs no big shared-memory store."""
+
+
+def ray_engine(*, address: str | None, workers: int | None):
+    """The engine for `run_sweep`; UsageError (one line naming the extra) without Ray."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--engine ray needs Ray, which is not installed: {EXTRA_HINT}") from None
+    return partial(run_on_ray, address=address, workers=workers)
+
+
+def run_on_ray(
+    jobs: Sequence[PairJob],
+    on_result: Callable[[PairResult], None],
+    *,
+    address: str | None,
+    workers: int | None,
+) -> None:
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        _init(ray, address, workers)
+    try:
+        _check_gpus(ray, jobs)
+        _run(ray, jobs, on_result, limit=workers if address else None)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _init(ray, address: str | None, workers: int | None) -> None:
+    quiet = {"log_to_driver": False, "logging_level": "WARNING"}
+    if address:
+        ray.init(address=address, **quiet)
+        return
+    # The local workers import the same `core` as this process (a checkout or an install).
+    here = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=workers or os.cpu_count() or 1,
+        include_dashboard=False,
+        object_store_memory=_LOCAL_OBJECT_STORE,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+        **quiet,
+    )
+
+
+def _check_gpus(ray, jobs: Sequence[PairJob]) -> None:
+    wanting = [job.name for job in jobs if job.num_gpus]
+    if wanting and ray.cluster_resources().get("GPU", 0) < 1:
+        raise UsageError(
+            f"pair {wanting[0]!r} asks for a GPU execution provider but the Ray cluster has no GPU"
+        )
+
+
+def _run(ray, jobs: Sequence[PairJob], on_result, *, limit: int | None) -> None:
+    task = ray.remote(run_pair)
+    queue = list(reversed(jobs))
+    pending: dict = {}
+
+    def submit() -> None:
+        while queue and (limit is None or len(pending) < limit):
+            job = queue.pop()
+            ref = task.options(
+                num_cpus=1, num_gpus=job.num_gpus, name=f"parity-sweep:{job.name}"
+            ).remote(job)
+            pending[ref] = job
+
+    try:
+        submit()
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                job = pending.pop(ref)
+                on_result(_get(ray, ref, job))
+            submit()
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref)  # raises KeyboardInterrupt in the task: run_pair kills its process
+        raise
+
+
+def _get(ray, ref, job: PairJob) -> PairResult:
+    """The task's result; a task Ray itself lost (its worker or node died) is an error pair."""
+    try:
+        return ray.get(ref)
+    except (ray.exceptions.RayError, OSError) as exc:
+        return PairResult(
+            name=job.name,
+            verdict="error",
+            exit_code=None,
+            seconds=0.0,
+            error=f"ray: {type(exc).__name__}: {first_line(exc)}",
+            failing=(),
+            worst=None,
+            key=job.key,
+        )

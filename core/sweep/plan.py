@@ -1,0 +1,108 @@
+"""One manifest pair -> the job an engine runs: its validate arguments, folder and resume key.
+
+The key is a SHA-256 of what decides the pair's result: its arguments, the sweep's timeout,
+Parity's version and the contents of the files it reads (a directory, e.g. hf:DIR, by its
+listing: names, sizes, modification times). `--resume` skips a pair whose record holds the
+same key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from core import __version__
+from core.sweep.manifest import (
+    INPUT_FLAGS,
+    OUTPUT_FLAGS,
+    Manifest,
+    PairSpec,
+    flag_values,
+    model_path,
+)
+
+REPORT = "report.json"
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+
+
+@dataclass(frozen=True)
+class PairJob:
+    name: str
+    args: tuple[str, ...]
+    """validate's arguments, output files placed in out_dir, --json last."""
+    cwd: str
+    """The manifest's folder: relative input paths resolve here."""
+    out_dir: str
+    key: str
+    timeout: float | None
+    num_gpus: int
+    """1 when the pair asks for a GPU execution provider (Ray reserves a GPU for it)."""
+
+    @property
+    def report_path(self) -> Path:
+        return Path(self.out_dir) / REPORT
+
+
+def plan_jobs(manifest: Manifest, out: Path, *, timeout: float | None) -> tuple[PairJob, ...]:
+    out = out.resolve()
+    return tuple(_plan(pair, manifest.root, out / pair.name, timeout) for pair in manifest.pairs)
+
+
+def _plan(pair: PairSpec, root: Path, out_dir: Path, timeout: float | None) -> PairJob:
+    args = list(pair.args)
+    for fv in flag_values(pair.args):
+        if fv.flag in OUTPUT_FLAGS:
+            placed = str(out_dir / fv.value)
+            args[fv.index] = f"{fv.flag}={placed}" if fv.inline else placed
+    args += ["--json", str(out_dir / REPORT)]
+    return PairJob(
+        name=pair.name,
+        args=tuple(args),
+        cwd=str(root),
+        out_dir=str(out_dir),
+        key=pair_key(pair, root, timeout),
+        timeout=timeout,
+        num_gpus=1 if _wants_gpu(pair.args) else 0,
+    )
+
+
+def pair_key(pair: PairSpec, root: Path, timeout: float | None) -> str:
+    files: list[list[str]] = []
+    for fv in flag_values(pair.args):
+        if fv.flag in INPUT_FLAGS:
+            files.append([fv.value, _digest(root / fv.value, "file")])
+        elif fv.flag == "--model" and (found := model_path(fv.value)) is not None:
+            files.append([fv.value, _digest(root / found[1], found[0])])
+    blob = json.dumps(
+        {"args": list(pair.args), "timeout": timeout, "parity": __version__, "files": files},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _digest(path: Path, kind: str) -> str:
+    try:
+        if kind == "dir":
+            listing = sorted(
+                (str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
+                for p in path.rglob("*")
+                if p.is_file()
+            )
+            return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError as exc:  # vanished since the manifest was checked: the run will say so
+        return f"unreadable: {os.strerror(exc.errno) if exc.errno else exc}"
+
+
+def _wants_gpu(args: tuple[str, ...]) -> bool:
+    for i, token in enumerate(args):
+        flag, eq, value = token.partition("=")
+        if flag == "--provider":
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value in GPU_PROVIDERS:
+                return True
+    return False

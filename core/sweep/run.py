@@ -1,0 +1,114 @@
+"""A whole sweep: plan the pairs, skip those `--resume` finds done, run the rest on an engine,
+and keep summary.json, index.html and each pair's record up to date as results arrive.
+
+Engines only run jobs and hand back results, in this process: all writing of the sweep's own
+files happens here, so the local and the Ray engine produce the same folder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.sweep.execute import PairResult
+from core.sweep.index import write_index
+from core.sweep.manifest import Manifest, flag_values
+from core.sweep.plan import REPORT, PairJob, plan_jobs
+from core.sweep.progress import Progress
+from core.sweep.summary import exit_code, load_record, summary_dict, write_record, write_summary
+
+Engine = Callable[[Sequence[PairJob], Callable[[PairResult], None]], None]
+WRITE_INTERVAL_S = 0.5
+"""summary.json and index.html are rewritten at most this often while pairs finish."""
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    results: tuple[PairResult, ...]
+    """Finished pairs in manifest order (resumed ones included)."""
+    total: int
+    resumed: int
+    seconds: float
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(list(self.results), self.total)
+
+
+def run_sweep(
+    manifest: Manifest,
+    out: Path,
+    engine: Engine,
+    *,
+    timeout: float | None,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> SweepOutcome:
+    start = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = plan_jobs(manifest, out, timeout=timeout)
+    job_by_name = {job.name: job for job in jobs}
+    by_name: dict[str, PairResult] = {}
+    if resume:
+        for job in jobs:
+            record = load_record(job)
+            if record is not None:
+                by_name[job.name] = record
+    resumed = len(by_name)
+    writer = _Writer(out, str(manifest.path), jobs)
+    if progress is not None:
+        progress.skipped = resumed
+
+    def on_result(result: PairResult) -> None:
+        write_record(job_by_name[result.name], result)
+        by_name[result.name] = result
+        finished = writer.ordered(by_name)
+        writer.write(finished, force=False)
+        if progress is not None:
+            progress.update(finished)
+
+    writer.write(writer.ordered(by_name), force=True)
+    try:
+        engine([j for j in jobs if j.name not in by_name], on_result)
+    finally:
+        writer.write(writer.ordered(by_name), force=True)
+        if progress is not None:
+            progress.close()
+    return SweepOutcome(
+        results=tuple(writer.ordered(by_name)),
+        total=len(jobs),
+        resumed=resumed,
+        seconds=time.monotonic() - start,
+    )
+
+
+class _Writer:
+    """summary.json + index.html, throttled while running, always written at the end."""
+
+    def __init__(self, out: Path, manifest: str, jobs: Sequence[PairJob]) -> None:
+        self.out = out
+        self.manifest = manifest
+        self.order = {job.name: i for i, job in enumerate(jobs)}
+        self.links = {job.name: _report_link(job, out) for job in jobs}
+        self.last = 0.0
+
+    def ordered(self, by_name: dict[str, PairResult]) -> list[PairResult]:
+        return sorted(by_name.values(), key=lambda r: self.order[r.name])
+
+    def write(self, results: list[PairResult], *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < WRITE_INTERVAL_S:
+            return
+        self.last = now
+        summary = summary_dict(self.manifest, len(self.order), results)
+        write_summary(self.out, summary)
+        write_index(self.out, summary, self.links)
+
+
+def _report_link(job: PairJob, out: Path) -> str:
+    """The pair's HTML report when its args ask for one, else its JSON report."""
+    html = [fv.value for fv in flag_values(job.args) if fv.flag == "--html"]
+    target = Path(html[-1]) if html else Path(job.out_dir) / REPORT
+    return target.resolve().relative_to(out.resolve()).as_posix()

@@ -1,0 +1,103 @@
+"""DIR/summary.json (``parity.sweep/1``) and the per-pair records that `--resume` trusts.
+
+Both are written atomically: a reader polling summary.json mid-sweep sees the previous
+complete file or the next one, never half of one. `pairs` lists the finished pairs in
+manifest order; `total` and `complete` say how many there will be.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from core.atomic import write_text
+from core.sweep import SCHEMA
+from core.sweep.execute import RECORD, PairResult, Worst
+from core.sweep.plan import PairJob
+
+SUMMARY = "summary.json"
+VERDICTS = ("pass", "fail", "error")
+
+
+def result_dict(result: PairResult) -> dict[str, Any]:
+    return {
+        "name": result.name,
+        "verdict": result.verdict,
+        "exit_code": result.exit_code,
+        "seconds": result.seconds,
+        "error": result.error,
+        "failing": list(result.failing),
+        "worst": None
+        if result.worst is None
+        else {"output": result.worst.output, "max_abs": result.worst.max_abs},
+    }
+
+
+def result_from_dict(data: dict[str, Any], key: str = "") -> PairResult:
+    """Raises KeyError / TypeError / ValueError on a malformed entry (callers say where)."""
+    worst = data.get("worst")
+    verdict = str(data["verdict"])
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict {verdict!r}")
+    return PairResult(
+        name=str(data["name"]),
+        verdict=verdict,
+        exit_code=None if data.get("exit_code") is None else int(data["exit_code"]),
+        seconds=float(data.get("seconds") or 0.0),
+        error=None if data.get("error") is None else str(data["error"]),
+        failing=tuple(str(n) for n in data.get("failing") or ()),
+        worst=None if not worst else Worst(str(worst["output"]), _float(worst.get("max_abs"))),
+        key=key,
+    )
+
+
+def counts(results: Iterable[PairResult]) -> dict[str, int]:
+    c = Counter(r.verdict for r in results)
+    return {v: c.get(v, 0) for v in VERDICTS}
+
+
+def summary_dict(manifest: str, total: int, results: list[PairResult]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "manifest": manifest,
+        "total": total,
+        "complete": len(results) == total,
+        "counts": counts(results),
+        "pairs": [result_dict(r) for r in results],
+    }
+
+
+def write_summary(out: Path, data: dict[str, Any]) -> Path:
+    return write_text(out / SUMMARY, json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def exit_code(results: list[PairResult], total: int) -> int:
+    """2 when any pair could not be run (or never ran), else 1 when any failed, else 0."""
+    c = counts(results)
+    if c["error"] or len(results) < total:
+        return 2
+    return 1 if c["fail"] else 0
+
+
+def write_record(job: PairJob, result: PairResult) -> None:
+    record = {"schema": SCHEMA, "key": job.key, "result": result_dict(result)}
+    write_text(Path(job.out_dir) / RECORD, json.dumps(record, indent=2, allow_nan=False) + "\n")
+
+
+def load_record(job: PairJob) -> PairResult | None:
+    """The pair's earlier result when it ran with the same key and its report is there."""
+    try:
+        record = json.loads((Path(job.out_dir) / RECORD).read_text(encoding="utf-8"))
+        if record.get("key") != job.key or not job.report_path.is_file():
+            return None
+        result = result_from_dict(record["result"], key=job.key)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return result if result.name == job.name else None
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,101 @@
+"""A small real zoo for sweep tests: passing, failing, corrupt, crashing and hanging pairs.
+
+Files are copied next to the manifest so that its paths are relative, as users write them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+CRASHER = '''
+"""A model factory that takes its process down (SIGABRT), as a native crash would."""
+import os
+
+
+def make():
+    os.abort()
+'''
+
+
+def write_loop_onnx(path: Path, trip_count: int = 10**15) -> Path:
+    """x [batch, 4] -> y [batch, 3] after a Loop of `trip_count` no-op iterations: a hang
+    inside ONNX Runtime's native code, like a pathological export."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "zero"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, ["batch", 4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, ["batch", 4]),
+        ],
+        [numpy_helper.from_array(np.zeros((), np.float32), "zero")],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Loop", ["trips", "cond", "x"], ["looped"], body=body),
+            helper.make_node("MatMul", ["looped", "w"], ["y"]),
+        ],
+        "hang",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [
+            numpy_helper.from_array(np.array(trip_count, np.int64), "trips"),
+            numpy_helper.from_array(np.array(True), "cond"),
+            numpy_helper.from_array(np.ones((4, 3), np.float32), "w"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def write_manifest(folder: Path, pairs: list[dict], defaults: list[str] | None = None) -> Path:
+    data: dict = {"schema": "parity.sweep/1", "pairs": pairs}
+    if defaults is not None:
+        data["defaults"] = {"args": defaults}
+    path = folder / "manifest.json"
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def copy_tiny(folder: Path, model_zoo, tiny_artifacts) -> None:
+    """models.py (the factories), tiny.onnx and other_weights.pt into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(model_zoo.file, folder / "models.py")
+    shutil.copy(tiny_artifacts.onnx, folder / "tiny.onnx")
+    shutil.copy(tiny_artifacts.state_pt, folder / "other_weights.pt")
+
+
+def write_zoo(folder: Path, model_zoo, tiny_artifacts) -> Path:
+    """The five kinds of pair, and the manifest naming them."""
+    copy_tiny(folder, model_zoo, tiny_artifacts)
+    (folder / "corrupt.onnx").write_bytes(b"\x08\x07not an onnx protobuf")
+    (folder / "crasher.py").write_text(CRASHER)
+    write_loop_onnx(folder / "loop.onnx")
+    tiny = ["--model", "models.py:make_tiny"]
+    return write_manifest(
+        folder,
+        [
+            {"name": "passing", "args": [*tiny, "--onnx", "tiny.onnx", "--html", "report.html"]},
+            {"name": "failing", "args": [*tiny, "--onnx=tiny.onnx", "--weights=other_weights.pt"]},
+            {"name": "corrupt", "args": [*tiny, "--onnx", "corrupt.onnx"]},
+            {"name": "crashing", "args": ["--model", "crasher.py:make", "--onnx", "tiny.onnx"]},
+            {"name": "hanging", "args": [*tiny, "--onnx", "loop.onnx"]},
+        ],
+        defaults=["--input-sets", "2"],
+    )

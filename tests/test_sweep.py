@@ -1,0 +1,277 @@
+"""`parity sweep` end to end: real pairs in real processes, locally and on a real Ray cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+from core.sweep.index import render_index
+from core.sweep.manifest import load_manifest
+from core.sweep.plan import plan_jobs
+from tests.sweep_zoo import copy_tiny, write_manifest, write_zoo
+
+TIMEOUT_S = "30"  # the hanging pair is killed after this; every other pair takes seconds
+
+
+def _summary(out: Path) -> dict:
+    data = json.loads((out / "summary.json").read_text())
+    for pair in data["pairs"]:
+        pair.pop("seconds")
+    return data
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(cmdline)
+    return found
+
+
+@pytest.mark.slow
+def test_local_and_ray_sweeps_give_the_same_summary_on_passing_failing_crashing_and_hanging_pairs(
+    tmp_path, model_zoo, tiny_artifacts, capsys
+):
+    manifest = write_zoo(tmp_path / "zoo", model_zoo, tiny_artifacts)
+    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    common = ["sweep", str(manifest), "--workers", "2", "--timeout", TIMEOUT_S]
+
+    assert main([*common, "--out", str(local)]) == 2
+    printed = capsys.readouterr().out
+    assert main([*common, "--out", str(on_ray), "--engine", "ray"]) == 2  # a local cluster, 2 CPUs
+
+    summary = _summary(local)
+    assert summary == _summary(on_ray)
+    by_name = {p["name"]: p for p in summary["pairs"]}
+    assert [p["name"] for p in summary["pairs"]] == [
+        "passing", "failing", "corrupt", "crashing", "hanging"
+    ]  # fmt: skip
+    assert summary["schema"] == "parity.sweep/1" and summary["complete"]
+    assert summary["counts"] == {"pass": 1, "fail": 1, "error": 3}
+    assert by_name["passing"]["verdict"] == "pass" and by_name["passing"]["exit_code"] == 0
+    assert by_name["failing"]["verdict"] == "fail" and by_name["failing"]["failing"] == ["y"]
+    assert by_name["corrupt"]["exit_code"] == 2
+    assert "corrupt.onnx" in by_name["corrupt"]["error"]
+    assert by_name["crashing"]["error"].startswith("crashed: killed by SIGABRT")
+    assert by_name["hanging"]["exit_code"] is None
+    assert by_name["hanging"]["error"] == f"timed out after {TIMEOUT_S} s (killed)"
+    assert not _processes_mentioning(str(manifest.parent / "loop.onnx"))  # killed, not orphaned
+
+    for out in (local, on_ray):
+        for name in by_name:  # every pair has a report, even those whose process died
+            report = json.loads((out / name / "report.json").read_text())
+            assert report["verdict"] == by_name[name]["verdict"]
+        assert (out / "passing" / "report.html").stat().st_size > 0
+        index = (out / "index.html").read_text()
+        assert "href='passing/report.html'" in index and "href='failing/report.json'" in index
+        assert "http://" not in index and "https://" not in index
+    assert "FAIL   failing: y" in printed and "ERROR  hanging: timed out" in printed
+
+
+def test_resume_skips_pairs_done_with_the_same_arguments_and_reruns_changed_ones(
+    tmp_path, model_zoo, tiny_artifacts, capsys
+):
+    zoo = tmp_path / "zoo"
+    copy_tiny(zoo, model_zoo, tiny_artifacts)
+    pair = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
+    manifest = write_manifest(zoo, [{"name": "a", "args": pair}, {"name": "b", "args": pair}])
+    out = tmp_path / "out"
+    argv = ["sweep", str(manifest), "--out", str(out), "--workers", "2"]
+    assert main(argv) == 0
+    first = {n: (out / n / "report.json").stat().st_mtime_ns for n in "ab"}
+
+    assert main([*argv, "--resume"]) == 0
+    assert "(2 resumed)" in capsys.readouterr().out
+    assert {n: (out / n / "report.json").stat().st_mtime_ns for n in "ab"} == first
+    assert _summary(out)["counts"] == {"pass": 2, "fail": 0, "error": 0}
+
+    changed = [*pair, "--seed", "3"]
+    write_manifest(zoo, [{"name": "a", "args": pair}, {"name": "b", "args": changed}])
+    assert main([*argv, "--resume"]) == 0
+    assert "(1 resumed)" in capsys.readouterr().out
+    assert (out / "a" / "report.json").stat().st_mtime_ns == first["a"]
+    assert (out / "b" / "report.json").stat().st_mtime_ns != first["b"]
+
+    (zoo / "tiny.onnx").write_bytes((zoo / "tiny.onnx").read_bytes())  # new mtime, same bytes
+    assert main([*argv, "--resume"]) == 0
+    assert "(2 resumed)" in capsys.readouterr().out
+
+    (zoo / "models.py").write_text((zoo / "models.py").read_text() + "\n# edited\n")
+    assert main([*argv, "--resume"]) == 0  # the model file changed: both pairs run again
+    assert "resumed" not in capsys.readouterr().out
+    assert (out / "a" / "report.json").stat().st_mtime_ns != first["a"]
+
+
+def _tiny_zoo(tmp_path: Path, model_zoo, tiny_artifacts) -> Path:
+    zoo = tmp_path / "zoo"
+    copy_tiny(zoo, model_zoo, tiny_artifacts)
+    return zoo
+
+
+GOOD = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
+
+
+def _m(*pairs: dict, **top) -> dict:
+    return {"schema": "parity.sweep/1", "pairs": list(pairs), **top}
+
+
+def _p(name: str = "a", args: list[str] = GOOD, **more) -> dict:
+    return {"name": name, "args": args, **more}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (_m(_p(), extra=1), "the manifest: unknown key 'extra'"),
+        (_m(_p(timeout=3)), "pairs[0]: unknown key 'timeout'"),
+        (_m(_p(), defaults={"argv": []}), "defaults: unknown key 'argv'"),
+        (_m(_p(), schema="parity.sweep/2"), "schema must be 'parity.sweep/1'"),
+        (_m(), "'pairs' must be a non-empty list"),
+        (_m(_p(), _p("A")), "pairs[1]: duplicate name 'A' (as 'a')"),
+        (_m(_p("../up")), "name '../up' is not safe as a folder name"),
+        (_m(_p("a/b")), "name 'a/b' is not safe"),
+        (_m(_p(".hidden")), "name '.hidden' is not safe"),
+        (_m(_p("summary.json")), "name 'summary.json' is reserved"),
+        (_m(_p(args="--model x")), "pairs[0].args must be a list of strings"),
+        (_m(_p(args=[*GOOD[:3], "gone.onnx"])), "pair 'a': --onnx gone.onnx: no such file"),
+        (_m(_p(args=["--model", "gone.py:make"])), "pair 'a': --model gone.py:make: no such file"),
+        (_m(_p(args=[*GOOD, "--json", "r.json"])), "pair 'a': remove --json"),
+        (_m(_p(args=[*GOOD, "--html", "../r.html"])), "--html ../r.html: give a file name"),
+        (_m(_p(args=[*GOOD, "--htm", "r.html"])), "pair 'a': write --html in full, not --htm"),
+    ],
+)
+def test_a_bad_manifest_is_one_line_and_exit_2_before_any_pair_runs(
+    tmp_path, model_zoo, tiny_artifacts, capsys, data, expected
+):
+    zoo = _tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+    manifest = zoo / "manifest.json"
+    manifest.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert main(["sweep", str(manifest), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("parity: error: "), err
+    assert expected in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"schema": "parity.sweep/1", "schema": "parity.sweep/1", "pairs": []}',
+         "not valid JSON: duplicate key 'schema'"),
+        ("{not json", "not valid JSON"),
+        ("[]", "the manifest must be a JSON object"),
+    ],
+)  # fmt: skip
+def test_a_manifest_that_is_not_the_expected_json_is_one_line(tmp_path, capsys, text, expected):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(text)
+    assert main(["sweep", str(manifest), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err
+
+
+def test_missing_manifest_and_bad_flags_are_one_line(tmp_path, capsys):
+    assert main(["sweep", str(tmp_path / "nope.json"), "--out", str(tmp_path)]) == 2
+    assert "cannot read manifest" in capsys.readouterr().err
+    manifest = write_manifest(tmp_path, [{"name": "a", "args": ["--model", "demo:cnn"]}])
+    assert main(["sweep", str(manifest), "--out", str(tmp_path / "o"), "--workers", "0"]) == 2
+    assert "--workers 0: must be at least 1" in capsys.readouterr().err
+    assert main(["sweep", str(manifest), "--out", "o", "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --engine ray" in capsys.readouterr().err
+
+
+def test_paths_resolve_in_the_manifest_folder_and_outputs_land_in_the_pair_folder(
+    tmp_path, model_zoo, tiny_artifacts
+):
+    zoo = _tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+    manifest = write_manifest(
+        zoo,
+        [{"name": "a", "args": ["--onnx=tiny.onnx", "--save-run", "run.parity.npz"]}],
+        defaults=["--model", "models.py:make_tiny", "--provider", "CUDAExecutionProvider"],
+    )
+    (job,) = plan_jobs(load_manifest(manifest), tmp_path / "out", timeout=5)
+    assert job.cwd == str(zoo.resolve())
+    assert job.args[-2:] == ("--json", str((tmp_path / "out" / "a" / "report.json").resolve()))
+    assert str((tmp_path / "out" / "a" / "run.parity.npz").resolve()) in job.args
+    assert "--onnx=tiny.onnx" in job.args
+    assert job.num_gpus == 1  # Ray reserves a GPU for a CUDA pair
+
+
+def test_engine_ray_without_ray_installed_is_one_line_naming_the_extra(tmp_path):
+    hide = tmp_path / "no_ray"
+    hide.mkdir()
+    (hide / "ray.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    manifest = write_manifest(tmp_path, [{"name": "a", "args": ["--model", "demo:cnn"]}])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), os.getcwd()])}
+    result = subprocess.run(
+        [sys.executable, "-m", "core", "sweep", str(manifest), "--out", str(tmp_path / "o")]
+        + ["--engine", "ray"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "--engine ray needs Ray" in result.stderr and "[ray]" in result.stderr
+
+
+def test_index_shows_names_and_messages_as_text_and_loads_nothing():
+    summary = {
+        "schema": "parity.sweep/1",
+        "manifest": "m.json",
+        "total": 2,
+        "complete": False,
+        "counts": {"pass": 0, "fail": 0, "error": 1},
+        "pairs": [
+            {
+                "name": "x",
+                "verdict": "error",
+                "exit_code": 2,
+                "seconds": 1.0,
+                "error": "<script>alert(1)</script> & <img src=http://evil/>",
+                "failing": [],
+                "worst": None,
+            }
+        ],
+    }
+    page = render_index(summary, {"x": "x/report.json"})
+    assert "<script>" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;img" in page
+    assert "default-src 'none'" in page
+    assert "running: 1 of 2" in page
+
+
+def test_progress_line_shows_on_a_terminal_only():
+    import io
+
+    from core.sweep.execute import PairResult
+    from core.sweep.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    done = [
+        PairResult("a", "pass", 0, 1.0, None, (), None, ""),
+        PairResult("b", "fail", 1, 1.0, None, ("y",), None, ""),
+    ]
+    tty, log = Terminal(), io.StringIO()
+    for stream in (tty, log):
+        progress = Progress(4, stream=stream)
+        progress.update(done)
+        progress.close()
+    assert "2/4 done: 1 pass, 1 fail, 0 error, ETA" in tty.getvalue()
+    assert log.getvalue() == ""
