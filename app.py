@@ -1,6 +1,7 @@
 """Parity dashboard: `streamlit run app.py`.
 
-`?demo=broken` in the URL runs a demo; `?run=FILE` opens a saved run (no torch needed).
+`?demo=broken` in the URL runs a demo; `?run=FILE` opens a saved run (no torch needed);
+`?sweep=DIR` opens a `parity sweep` folder on the Sweep page.
 
 The frame only: page routing and the shared sidebar. Each page lives in `pages/` and reads
 the current run from the session; all the work is done by `core/`.
@@ -20,13 +21,15 @@ PAGES = (
     ("pages/inspect.py", "Inspect", ":material/grid_on:", "inspect"),
     ("pages/layers.py", "Layers", ":material/account_tree:", "layers"),
     ("pages/tolerances.py", "Tolerances", ":material/tune:", "tolerances"),
+    ("pages/sweep.py", "Sweep", ":material/view_list:", "sweep"),
 )
 
 
 def main() -> None:
     st.set_page_config(page_title="Parity", page_icon=":material/compare:", layout="wide")
+    first = "sweep" if st.query_params.get("sweep") else "run"  # ?sweep=DIR opens that page
     pages = [
-        st.Page(path, title=title, icon=icon, url_path=url, default=(url == "run"))
+        st.Page(path, title=title, icon=icon, url_path=url, default=(url == first))
         for path, title, icon, url in PAGES
     ]
     host = foreign_host()  # DNS rebinding: checked before anything runs (pages/access.py)

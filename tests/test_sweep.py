@@ -60,6 +60,7 @@ def test_local_and_ray_sweeps_give_the_same_summary_on_passing_failing_crashing_
     assert summary["schema"] == "parity.sweep/1" and summary["complete"]
     assert summary["counts"] == {"pass": 1, "fail": 1, "error": 3}
     assert by_name["passing"]["verdict"] == "pass" and by_name["passing"]["exit_code"] == 0
+    assert by_name["passing"]["html"] == "report.html" and by_name["failing"]["html"] is None
     assert by_name["failing"]["verdict"] == "fail" and by_name["failing"]["failing"] == ["y"]
     assert by_name["corrupt"]["exit_code"] == 2
     assert "corrupt.onnx" in by_name["corrupt"]["error"]
@@ -244,14 +245,17 @@ def test_index_shows_names_and_messages_as_text_and_loads_nothing():
                 "error": "<script>alert(1)</script> & <img src=http://evil/>",
                 "failing": [],
                 "worst": None,
+                "html": None,
+                "saved_run": None,
             }
         ],
     }
-    page = render_index(summary, {"x": "x/report.json"})
+    page = render_index(summary)
     assert "<script>" not in page and "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &lt;img" in page
     assert "default-src 'none'" in page
     assert "running: 1 of 2" in page
+    assert "href='x/report.json'" in page
 
 
 def test_progress_line_shows_on_a_terminal_only():

@@ -50,6 +50,10 @@ class PairResult:
     failing: tuple[str, ...]
     worst: Worst | None
     key: str
+    html: str | None = None
+    """File name of the pair's HTML report in its folder, when its args asked for one."""
+    saved_run: str | None = None
+    """File name of the pair's saved run (--save-run) in its folder, when there is one."""
 
 
 class Interrupted(Exception):
@@ -100,7 +104,7 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
             _kill(proc)
             raise
     tail = _tail(out / LOG)
-    report = _read_report(job.report_path)
+    report = read_json(job.report_path)
     if timed_out:
         return _died(job, start, None, f"timed out after {job.timeout:g} s (killed)", "timeout")
     if code < 0:
@@ -138,7 +142,18 @@ def _result(
         failing=_failing(outputs),
         worst=_worst(outputs),
         key=job.key,
+        html=_written(job, "--html"),
+        saved_run=_written(job, "--save-run"),
     )
+
+
+def _written(job: PairJob, flag: str) -> str | None:
+    """The file `flag` names in the pair's folder, if the run wrote it."""
+    for fv in reversed(flag_values(job.args)):
+        if fv.flag == flag:
+            path = Path(fv.value)
+            return path.name if path.is_file() else None
+    return None
 
 
 def _died(job: PairJob, start: float, code: int | None, message: str, kind: str) -> PairResult:
@@ -168,9 +183,10 @@ def _remove_previous(job: PairJob) -> None:
         path.unlink(missing_ok=True)
 
 
-def _read_report(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path, limit: int = _MAX_REPORT) -> dict[str, Any] | None:
+    """A JSON object from a file of at most `limit` bytes; None when absent or not that."""
     try:
-        if path.stat().st_size > _MAX_REPORT:
+        if path.stat().st_size > limit:
             return None
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from core import __version__
 from core.atomic import write_text
 from core.format import fmt_float
+from core.sweep.plan import REPORT
 
 INDEX = "index.html"
 _CSS = """
@@ -26,8 +27,8 @@ text-align:left;vertical-align:top}td.n{text-align:right;font-variant-numeric:ta
 """
 
 
-def render_index(summary: Mapping[str, Any], links: Mapping[str, str]) -> str:
-    """`links`: pair name -> path of its report relative to the sweep folder."""
+def render_index(summary: Mapping[str, Any]) -> str:
+    """Each pair links to its HTML report when it wrote one, else to its report.json."""
     c = summary.get("counts", {})
     done = len(summary.get("pairs", []))
     state = "" if summary.get("complete") else f" (running: {done} of {summary.get('total')})"
@@ -35,7 +36,7 @@ def render_index(summary: Mapping[str, Any], links: Mapping[str, str]) -> str:
         f"{done} pair(s): {c.get('pass', 0)} pass, {c.get('fail', 0)} fail, "
         f"{c.get('error', 0)} error{state}"
     )
-    rows = "\n".join(_row(p, links.get(str(p.get("name")))) for p in summary.get("pairs", []))
+    rows = "\n".join(_row(p) for p in summary.get("pairs", []))
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
@@ -51,14 +52,13 @@ def render_index(summary: Mapping[str, Any], links: Mapping[str, str]) -> str:
     )
 
 
-def write_index(out: Path, summary: Mapping[str, Any], links: Mapping[str, str]) -> Path:
-    return write_text(out / INDEX, render_index(summary, links))
+def write_index(out: Path, summary: Mapping[str, Any]) -> Path:
+    return write_text(out / INDEX, render_index(summary))
 
 
-def _row(pair: Mapping[str, Any], link: str | None) -> str:
-    name = _e(str(pair.get("name")))
-    if link:
-        name = f"<a href='{_e(quote(link))}'>{name}</a>"
+def _row(pair: Mapping[str, Any]) -> str:
+    link = f"{pair.get('name')}/{pair.get('html') or REPORT}"
+    name = f"<a href='{_e(quote(link))}'>{_e(str(pair.get('name')))}</a>"
     verdict = str(pair.get("verdict"))
     worst = pair.get("worst") or {}
     detail = pair.get("error") or ", ".join(pair.get("failing") or [])

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from core.sweep.execute import PairResult
 from core.sweep.index import write_index
-from core.sweep.manifest import Manifest, flag_values
-from core.sweep.plan import REPORT, PairJob, plan_jobs
+from core.sweep.manifest import Manifest
+from core.sweep.plan import PairJob, plan_jobs
 from core.sweep.progress import Progress
 from core.sweep.summary import exit_code, load_record, summary_dict, write_record, write_summary
 
@@ -91,7 +91,6 @@ class _Writer:
         self.out = out
         self.manifest = manifest
         self.order = {job.name: i for i, job in enumerate(jobs)}
-        self.links = {job.name: _report_link(job, out) for job in jobs}
         self.last = 0.0
 
     def ordered(self, by_name: dict[str, PairResult]) -> list[PairResult]:
@@ -104,11 +103,4 @@ class _Writer:
         self.last = now
         summary = summary_dict(self.manifest, len(self.order), results)
         write_summary(self.out, summary)
-        write_index(self.out, summary, self.links)
-
-
-def _report_link(job: PairJob, out: Path) -> str:
-    """The pair's HTML report when its args ask for one, else its JSON report."""
-    html = [fv.value for fv in flag_values(job.args) if fv.flag == "--html"]
-    target = Path(html[-1]) if html else Path(job.out_dir) / REPORT
-    return target.resolve().relative_to(out.resolve()).as_posix()
+        write_index(self.out, summary)

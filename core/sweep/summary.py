@@ -33,6 +33,8 @@ def result_dict(result: PairResult) -> dict[str, Any]:
         "worst": None
         if result.worst is None
         else {"output": result.worst.output, "max_abs": result.worst.max_abs},
+        "html": result.html,
+        "saved_run": result.saved_run,
     }
 
 
@@ -51,7 +53,16 @@ def result_from_dict(data: dict[str, Any], key: str = "") -> PairResult:
         failing=tuple(str(n) for n in data.get("failing") or ()),
         worst=None if not worst else Worst(str(worst["output"]), _float(worst.get("max_abs"))),
         key=key,
+        html=_file_name(data.get("html")),
+        saved_run=_file_name(data.get("saved_run")),
     )
+
+
+def _file_name(value: Any) -> str | None:
+    """A file name inside the pair's folder; anything with a path in it is ignored."""
+    if not isinstance(value, str) or not value or Path(value).name != value or value == "..":
+        return None
+    return value
 
 
 def counts(results: Iterable[PairResult]) -> dict[str, int]:

@@ -1,0 +1,90 @@
+"""Read a finished (or running) sweep folder: its summary and, per pair, its outputs.
+
+What the dashboard's Sweep page shows; no Streamlit here. Every file is bounded in size and
+parsed defensively: one bad pair report leaves its row without outputs, while a folder
+without a readable summary is one UsageError line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import UsageError
+from core.sweep import SCHEMA
+from core.sweep.execute import PairResult, read_json
+from core.sweep.plan import REPORT
+from core.sweep.summary import SUMMARY, result_from_dict
+
+
+@dataclass(frozen=True)
+class OutputCell:
+    """One output of one pair: its worst status and largest max abs over the input sets."""
+
+    status: str
+    max_abs: float | None
+
+
+@dataclass(frozen=True)
+class SweepFolder:
+    path: Path
+    manifest: str
+    total: int
+    complete: bool
+    pairs: tuple[PairResult, ...]
+    outputs: dict[str, dict[str, OutputCell]]
+    """pair name -> output name -> cell (empty for a pair without a readable report)."""
+
+    def output_names(self) -> list[str]:
+        names: dict[str, None] = {}
+        for cells in self.outputs.values():
+            names.update(dict.fromkeys(cells))
+        return list(names)
+
+    def saved_run(self, name: str) -> Path | None:
+        pair = next((p for p in self.pairs if p.name == name), None)
+        if pair is None or pair.saved_run is None:
+            return None
+        path = self.path / name / pair.saved_run
+        return path if path.is_file() else None
+
+
+def load_sweep(path: str | Path) -> SweepFolder:
+    folder = Path(path).expanduser()
+    summary = read_json(folder / SUMMARY)
+    if summary is None:
+        raise UsageError(f"{folder}: no readable {SUMMARY} (is it a `parity sweep --out` folder?)")
+    if summary.get("schema") != SCHEMA:
+        raise UsageError(f"{folder / SUMMARY}: schema is not {SCHEMA!r}")
+    pairs = []
+    for i, entry in enumerate(summary.get("pairs") or []):
+        try:
+            pair = result_from_dict(entry)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UsageError(f"{folder / SUMMARY}: pairs[{i}] is malformed ({exc})") from exc
+        pairs.append(pair)
+    return SweepFolder(
+        path=folder,
+        manifest=str(summary.get("manifest", "")),
+        total=int(summary.get("total") or len(pairs)),
+        complete=bool(summary.get("complete")),
+        pairs=tuple(pairs),
+        outputs={p.name: _cells(folder / p.name / REPORT) for p in pairs},
+    )
+
+
+def _cells(report_path: Path) -> dict[str, OutputCell]:
+    report = read_json(report_path) or {}
+    cells: dict[str, OutputCell] = {}
+    for o in report.get("outputs") or []:
+        if not isinstance(o, dict):
+            continue
+        name, status = str(o.get("name")), str(o.get("status"))
+        max_abs = o.get("max_abs") if isinstance(o.get("max_abs"), int | float) else None
+        old = cells.get(name)
+        if old is not None:
+            status = old.status if old.status != "pass" else status
+            if old.max_abs is not None:
+                max_abs = old.max_abs if max_abs is None else max(old.max_abs, max_abs)
+        cells[name] = OutputCell(status=status, max_abs=max_abs)
+    return cells
