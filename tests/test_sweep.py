@@ -67,7 +67,8 @@ def test_local_and_ray_sweeps_give_the_same_summary_on_passing_failing_crashing_
     assert by_name["crashing"]["error"].startswith("crashed: killed by SIGABRT")
     assert by_name["hanging"]["exit_code"] is None
     assert by_name["hanging"]["error"] == f"timed out after {TIMEOUT_S} s (killed)"
-    assert not _processes_mentioning(str(manifest.parent / "loop.onnx"))  # killed, not orphaned
+    for out in (local, on_ray):  # the hanging pair's process was killed, not orphaned
+        assert not _processes_mentioning(str(out / "hanging" / "report.json"))
 
     for out in (local, on_ray):
         for name in by_name:  # every pair has a report, even those whose process died
@@ -279,3 +280,41 @@ def test_progress_line_shows_on_a_terminal_only():
         progress.close()
     assert "2/4 done: 1 pass, 1 fail, 0 error, ETA" in tty.getvalue()
     assert log.getvalue() == ""
+
+
+def test_interrupting_a_sweep_kills_its_running_pairs_and_keeps_the_summary(
+    tmp_path, model_zoo, tiny_artifacts
+):
+    import signal
+    import time
+
+    from tests.sweep_zoo import write_loop_onnx
+
+    zoo = _tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+    write_loop_onnx(zoo / "loop.onnx")
+    hang = ["--model", "models.py:make_tiny", "--onnx", "loop.onnx"]
+    manifest = write_manifest(zoo, [{"name": "h1", "args": hang}, {"name": "h2", "args": hang}])
+    out = tmp_path / "out"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "core", "sweep", str(manifest), "--out", str(out)]
+        + ["--workers", "2", "--timeout", "600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (out / "summary.json").is_file() or not _processes_mentioning("loop.onnx"):
+        assert time.monotonic() < deadline and sweep.poll() is None
+        time.sleep(0.2)
+    for name in ("h1", "h2"):  # both pairs running (their --json is unique to this test)
+        while not _processes_mentioning(str(out / name / "report.json")):
+            assert time.monotonic() < deadline and sweep.poll() is None
+            time.sleep(0.2)
+    sweep.send_signal(signal.SIGINT)
+    _, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 2
+    assert "interrupted" in err
+    assert not _processes_mentioning(str(out / "h1" / "report.json"))
+    assert not _processes_mentioning(str(out / "h2" / "report.json"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and summary["pairs"] == []
