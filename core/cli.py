@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from core.errors import ParityError, UsageError, WriteError, describe_error
 from core.format import format_run, format_verdict
+from core.quiet import set_debug
 from core.results import ValidationRun
 from core.tolerances import Tolerance, Tolerances, parse_tol_arg
 
@@ -316,6 +317,7 @@ def _demos() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    set_debug(bool(getattr(args, "debug", False)))  # torch's and ORT's own logs, see core.quiet
     if args.command == "demos":
         return _demos()
     if args.command == "sweep":

@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto
 
 from core.errors import OnnxLoadError, UsageError, first_line
+from core.quiet import apply_ort_default_severity, ort_severity
 from core.signature import Dim, OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
@@ -130,7 +131,8 @@ def make_session(
     }
     options = ort.SessionOptions()
     options.graph_optimization_level = levels[opt_level]
-    options.log_severity_level = 3  # errors only: warnings would drown the CLI's table
+    options.log_severity_level = ort_severity()  # ORT's own lines would precede Parity's one
+    apply_ort_default_severity()
     try:
         return ort.InferenceSession(str(model.path), sess_options=options, providers=[provider])
     except Exception as exc:

@@ -32,6 +32,7 @@ import torch
 
 from core.errors import ModelRunError, OnnxRunError, first_line
 from core.inputs import check_feeds
+from core.quiet import quiet_torch
 from core.results import InputSet, OutputSet
 from core.signature import OnnxSignature, TensorSpec
 
@@ -96,7 +97,7 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
         name in model.parameter_names for name in tensors
     )
     try:
-        with torch.inference_mode():
+        with quiet_torch(), torch.inference_mode():
             start = time.perf_counter()
             args, kwargs = ((), tensors) if by_keyword else (tuple(tensors.values()), {})
             result = model.module(*args, **kwargs)

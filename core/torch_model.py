@@ -3,21 +3,25 @@
 One spec string is shared by the CLI and the dashboard:
 
 - ``demo:NAME``                 a built-in demo (``core.demos.DEMOS``);
-- ``FILE.pt2``                  a ``torch.export.save`` ExportedProgram;
-- any other existing file       a TorchScript archive (``torch.jit.save``), tried as a
-                                 torch.export archive second;
+- ``FILE`` (any suffix)         a ``torch.export.save`` archive, read by ``core.pt2_archive``
+                                 (nothing in it runs), or a TorchScript archive; which one
+                                 is decided by the zip's members, never by the suffix;
 - ``FILE.py:CALLABLE``          a factory in a Python file (imported by path);
 - ``package.module:CALLABLE``   a factory in an importable module.
 
 A factory is called without arguments and must return an ``nn.Module`` (an ``nn.Module``
-object named directly is used as is). This runs the user's code, which is why it only ever
-comes from a spec the user typed. Weights (``.safetensors``, or a torch file read with
-``weights_only=True``: never unpickled) are loaded strictly. The model is put in eval mode.
+object named directly is used as is). Factories and TorchScript run code from the user's
+files: ``allow_code=False`` (the dashboard, unless started trusting its users) refuses them.
+Weights (``.safetensors``, or a torch file read with ``weights_only=True``: never unpickled)
+are loaded strictly. The model is put in eval mode. torch's own log output is silenced
+while loading (``core.quiet``).
 
 Contract:
 @dataclass(frozen=True) class TorchModel: spec: str; kind: str; module: Callable (eval mode);
     parameter_names: tuple[str, ...] (forward()'s parameters, () if unknown); sha256: str
-load_torch_model(spec, *, weights=None) -> TorchModel   raises ModelLoadError / UsageError
+load_torch_model(spec, *, weights=None, allow_code=True) -> TorchModel
+    raises ModelLoadError / UsageError
+is_code_spec(spec) -> bool   True when loading the spec runs code from the user's files
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import os
 import pickle
 import re
 import sys
-import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +44,8 @@ import torch
 from torch import nn
 
 from core.errors import ModelLoadError, UsageError, first_line
+from core.pt2_archive import is_pt2, load_pt2_module
+from core.quiet import quiet_torch
 
 KINDS = ("demo", "exported_program", "torchscript", "factory")
 
@@ -57,8 +62,38 @@ class TorchModel:
     sha256: str
 
 
-def load_torch_model(spec: str, *, weights: str | os.PathLike[str] | None = None) -> TorchModel:
-    """Load the model a spec names, apply optional weights, and put it in eval mode."""
+CODE_REFUSED_HINT = (
+    "the dashboard refuses code-bearing models unless started with "
+    "`streamlit run app.py -- --trust-code`"
+)
+
+
+def is_code_spec(spec: str) -> bool:
+    """True when loading `spec` runs code from the user's files (factory or TorchScript)."""
+    spec = spec.strip()
+    if not spec or spec.startswith("demo:"):
+        return False
+    if _split_factory(spec) is not None:
+        return True
+    path = Path(spec)
+    return path.is_file() and _archive_kind(path) == "torchscript"
+
+
+def load_torch_model(
+    spec: str,
+    *,
+    weights: str | os.PathLike[str] | None = None,
+    allow_code: bool = True,
+) -> TorchModel:
+    """Load the model a spec names, apply optional weights, and put it in eval mode.
+
+    allow_code=False refuses the formats that are code (Python factories, TorchScript).
+    """
+    with quiet_torch():
+        return _load(spec, weights=weights, allow_code=allow_code)
+
+
+def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool) -> TorchModel:
     spec = spec.strip()
     if not spec:
         raise UsageError(
@@ -70,6 +105,11 @@ def load_torch_model(spec: str, *, weights: str | os.PathLike[str] | None = None
         module, kind = _load_demo(spec[len("demo:") :]), "demo"
         digest.update(spec.encode())
     elif (factory := _split_factory(spec)) is not None:
+        if not allow_code:
+            raise ModelLoadError(
+                f"refused model {spec}: a Python factory is code and runs when loaded; "
+                + CODE_REFUSED_HINT
+            )
         module, kind = _load_factory(spec, *factory), "factory"
         digest.update(spec.encode())
         if factory[0].endswith(".py") and Path(factory[0]).is_file():
@@ -78,7 +118,7 @@ def load_torch_model(spec: str, *, weights: str | os.PathLike[str] | None = None
         path = Path(spec)
         if not path.is_file():
             raise ModelLoadError(f"cannot load model {spec}: no such file")
-        module, kind = _load_archive(path)
+        module, kind = _load_archive(path, allow_code=allow_code)
         _hash_file(digest, path)
 
     if weights is not None:
@@ -182,42 +222,64 @@ def _import_file(spec: str, path: Path) -> Any:
     return code
 
 
-def _load_archive(path: Path) -> tuple[nn.Module, str]:
-    """A .pt2 ExportedProgram, else a TorchScript archive (then .pt2 as a second guess)."""
+def _archive_kind(path: Path) -> str:
+    """ "exported_program", "torchscript", "torch_save", "onnx" or "unknown", by content."""
+    if is_pt2(path):
+        return "exported_program"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile, RuntimeError):
+        names = []
+    if names:
+        # torch.jit.save: <root>/code/..., <root>/constants.pkl; torch.save: <root>/data.pkl only.
+        inner = {n.split("/", 1)[1] for n in names if "/" in n}
+        if "constants.pkl" in inner or any(n.startswith("code/") for n in inner):
+            return "torchscript"
+        if "data.pkl" in inner:
+            return "torch_save"
+        return "unknown"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return "unknown"
+    if head[:1] == b"\x80":  # a raw pickle: torch.save's legacy (non-zip) format
+        return "torch_save"
     if path.suffix == ".onnx":
+        return "onnx"
+    return "unknown"
+
+
+def _load_archive(path: Path, *, allow_code: bool) -> tuple[nn.Module, str]:
+    """A torch.export archive (restricted reader) or a TorchScript archive (code)."""
+    kind = _archive_kind(path)
+    if kind == "exported_program":
+        return load_pt2_module(path), "exported_program"
+    if kind == "onnx":
         raise ModelLoadError(
             f"cannot load model {path}: this is an ONNX file; give it as --onnx and the "
             "torch model as --model"
         )
-    if path.suffix == ".pt2":
-        return _load_exported(path), "exported_program"
-    if not zipfile.is_zipfile(path):
+    if kind == "torch_save":
+        raise ModelLoadError(
+            f"cannot load model {path}: a torch.save file (a pickle) is not a model Parity "
+            "loads; for a state dict give the model as FILE.py:CALLABLE and the file as --weights"
+        )
+    if kind != "torchscript":
         raise ModelLoadError(
             f"cannot load model {path}: not a TorchScript or torch.export archive "
             "(for a state dict, give the model as FILE.py:CALLABLE and the file as --weights)"
         )
-    try:
-        with warnings.catch_warnings():  # torch deprecates TorchScript; the user has one
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return torch.jit.load(str(path), map_location="cpu"), "torchscript"
-    except Exception as jit_exc:
-        try:
-            return _load_exported(path), "exported_program"
-        except ModelLoadError:
-            pass
+    if not allow_code:
         raise ModelLoadError(
-            f"cannot load model {path}: not a TorchScript or torch.export archive "
-            f"({first_line(jit_exc)}; for a state dict, give the model as FILE.py:CALLABLE "
-            "and the file as --weights)"
-        ) from jit_exc
-
-
-def _load_exported(path: Path) -> nn.Module:
+            f"refused model {path}: TorchScript is code and runs when loaded; " + CODE_REFUSED_HINT
+        )
     try:
-        return torch.export.load(str(path)).module()
+        return torch.jit.load(str(path), map_location="cpu"), "torchscript"
     except Exception as exc:
         raise ModelLoadError(
-            f"cannot load model {path}: torch.export.load failed: {first_line(exc)}"
+            f"cannot load model {path}: not a readable TorchScript archive ({first_line(exc)})"
         ) from exc
 
 

@@ -1,0 +1,323 @@
+"""Read a torch.export archive (``.pt2``) without running anything it carries.
+
+``torch.export.load`` (torch 2.13) runs code from the file in four places: it unpickles in full
+when ``weights_only`` refuses the sample inputs, and it unpickles weights and constants marked
+``use_pickle`` (and torchbind/opaque objects) without restriction; it parses the graph's
+symbolic-shape strings with ``sympy.sympify`` (an ``eval``); and ``ExportedProgram.module()``
+``exec``s guard code built from the archive. Here every pickle goes through torch's
+``weights_only`` unpickler and a refusal names the member; symbolic expressions are parsed
+against a small grammar first; guard code is never read; compiled members (AOTInductor and
+friends) are refused; graph targets are checked against torch's own allow-lists. Torch's
+own tensor-record reader and deserializer do the rest, so the format stays torch's.
+
+Contract: is_pt2(path) -> bool; load_pt2_module(path) -> torch.fx.GraphModule
+    raises ModelLoadError (one line, naming the member) for anything refused or unreadable.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import operator
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from core.errors import ModelLoadError, first_line
+
+MODEL_NAME = "model"  # the one program torch.export.save writes and torch.export.load returns
+_CODE_DIRS = ("data/aotinductor/", "data/executorch/", "data/mtia/")
+
+# Higher-order operators that only run the archive's own subgraphs and registered ops.
+_SAFE_HOPS = frozenset(
+    {
+        "associative_scan",
+        "auto_functionalized",
+        "auto_functionalized_v2",
+        "cond",
+        "flex_attention",
+        "hints_wrapper",
+        "invoke_subgraph",
+        "map_impl",
+        "out_dtype",
+        "scan",
+        "while_loop",
+        "while_loop_stack_output",
+        "wrap_with_autocast",
+        "wrap_with_set_grad_enabled",
+    }
+)
+
+# Symbolic shapes as torch writes them: "Symbol('s77', positive=True, integer=True)",
+# "2*s0 + 1", "Max(2, s0)", "FloorDiv(s0, 2)", "Eq(Mod(s0, 4), 0)".
+_SYMBOL_RE = re.compile(r"[a-z]{1,4}\d+")
+_SYMPY_NAMES = frozenset(
+    ("Symbol", "Integer", "Rational", "Float", "Max", "Min", "Abs", "Mod", "Eq", "Ne")
+    + ("Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "floor", "ceiling", "sqrt")
+    + ("oo", "zoo", "nan", "True", "False", "Piecewise")
+)
+_ASSUMPTIONS = frozenset(
+    ("positive", "negative", "nonnegative", "nonpositive", "integer", "real", "finite")
+    + ("zero", "nonzero")
+)
+_EXPR_NODES = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.Call,
+    ast.keyword,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Tuple,
+    ast.operator,
+    ast.unaryop,
+    ast.boolop,
+    ast.cmpop,
+)
+_MAX_EXPR_CHARS = 4000
+
+
+def is_pt2(path: str | Path) -> bool:
+    """True when the file is a torch.export archive, by content (never by suffix)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if name.count("/") == 1 and name.endswith("/archive_format"):
+                    return archive.read(name).strip() == b"pt2"
+    except (OSError, zipfile.BadZipFile, KeyError, RuntimeError):
+        return False
+    return False
+
+
+def load_pt2_module(path: str | Path) -> Any:
+    """The archive's program as a runnable module; nothing in the file is executed."""
+    path = Path(path)
+    try:
+        program = _deserialize(path)
+        _check_graph(path, program)
+        # check_guards=False: the guards module is generated Python that torch exec()s.
+        return program.module(check_guards=False)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(
+            f"cannot load model {path}: not a readable torch.export archive "
+            f"({type(exc).__name__}: {first_line(exc)})"
+        ) from exc
+
+
+def _deserialize(path: Path) -> Any:
+    from torch._export.serde import schema
+    from torch._export.serde.serialize import ExportedProgramDeserializer, _dict_to_dataclass
+    from torch.export.pt2_archive import _package as pkg
+    from torch.export.pt2_archive import constants as names
+
+    with pkg.PT2ArchiveReader(str(path)) as reader:
+        version = reader.read_string(names.ARCHIVE_VERSION_PATH)
+        if version != names.ARCHIVE_VERSION_VALUE:
+            raise ModelLoadError(
+                f"cannot load model {path}: archive version {version}, this torch reads "
+                f"{names.ARCHIVE_VERSION_VALUE}"
+            )
+        files = reader.get_file_names()
+        for member in files:
+            if member.startswith(_CODE_DIRS):
+                raise _refused(path, member, "it holds compiled code")
+        program_file = names.MODELS_FILENAME_FORMAT.format(MODEL_NAME)
+        if program_file not in files:
+            raise ModelLoadError(f"cannot load model {path}: the archive has no {program_file}")
+        for folder in (names.WEIGHTS_DIR, names.CONSTANTS_DIR):
+            legacy = f"{folder}{MODEL_NAME}.pt"
+            if legacy in files:
+                raise _refused(
+                    path,
+                    legacy,
+                    "an old archive layout stored as one pickle; re-save it with torch.export.save",
+                )
+
+        document = json.loads(reader.read_string(program_file))
+        _check_expressions(path, program_file, document)
+        document["guards_code"] = []  # exec()'d by ExportedProgram.module(): never from a file
+        serialized = _dict_to_dataclass(schema.ExportedProgram, document)
+
+        sample_file = names.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL_NAME)
+        sample_bytes = reader.read_bytes(sample_file) if sample_file in files else b""
+        sample_inputs = _unpickle(path, sample_file, sample_bytes) if sample_bytes else None
+        if sample_inputs is not None and not isinstance(sample_inputs, tuple):
+            raise _refused(
+                path, sample_file, f"it holds a {type(sample_inputs).__name__}, not (args, kwargs)"
+            )
+
+        guarded = _PickleFreeReader(path, reader)
+        weights_cfg = names.WEIGHTS_CONFIG_FILENAME_FORMAT.format(MODEL_NAME)
+        constants_cfg = names.CONSTANTS_CONFIG_FILENAME_FORMAT.format(MODEL_NAME)
+        pickled_weights = guarded.take_pickled(weights_cfg, names.WEIGHTS_DIR)
+        pickled_constants = guarded.take_pickled(constants_cfg, names.CONSTANTS_DIR)
+        state_dict = {**pkg._load_state_dict(guarded, MODEL_NAME), **pickled_weights}
+        constants = {**pkg._load_constants(guarded, MODEL_NAME), **pickled_constants}
+
+    return ExportedProgramDeserializer().deserialize(
+        serialized, state_dict, constants, sample_inputs
+    )
+
+
+class _PickleFreeReader:
+    """torch's archive reader with every pickled payload taken out of the payload configs.
+
+    Pickled entries are loaded here through the weights_only unpickler; torch's own
+    `_load_state_dict`/`_load_constants` then see only raw tensor records. `read_bytes` is
+    how torch reads a pickled payload, so it refuses: if a later torch finds another pickle,
+    loading fails closed instead of unpickling it.
+    """
+
+    def __init__(self, path: Path, reader: Any) -> None:
+        self._path = path
+        self._reader = reader
+        self._configs: dict[str, str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+    def read_string(self, name: str) -> str:
+        if name in self._configs:
+            return self._configs[name]
+        return self._reader.read_string(name)
+
+    def read_bytes(self, name: str) -> bytes:
+        raise _refused(self._path, name, "torch would unpickle it without restriction")
+
+    def take_pickled(self, config_file: str, folder: str) -> dict[str, Any]:
+        import torch
+
+        if config_file not in self._reader.get_file_names():
+            return {}
+        config = json.loads(self._reader.read_string(config_file))
+        entries = config.get("config", {})
+        loaded: dict[str, Any] = {}
+        for fqn, meta in list(entries.items()):
+            if not meta.get("use_pickle"):
+                continue
+            member = folder + str(meta.get("path_name"))
+            value = _unpickle(self._path, member, self._reader.read_bytes(member))
+            if not isinstance(value, torch.Tensor):
+                kind = type(value).__name__
+                raise _refused(self._path, member, f"it holds a {kind}, not a tensor")
+            loaded[fqn] = value
+            del entries[fqn]
+        self._configs[config_file] = json.dumps(config)
+        return loaded
+
+
+def _unpickle(path: Path, member: str, data: bytes) -> Any:
+    """torch's weights_only unpickler: tensors and plain containers, nothing callable."""
+    import pickle
+    import warnings
+
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError) as exc:
+        cause = _unpickler_cause(exc)
+        raise _refused(path, member, f"it needs pickle beyond tensors ({cause})") from exc
+
+
+def _unpickler_cause(exc: BaseException) -> str:
+    """The useful clause of torch's long weights_only message ("Unsupported global: ...")."""
+    for line in str(exc).splitlines():
+        if "WeightsUnpickler error:" in line:
+            cause = line.split("WeightsUnpickler error:", 1)[1].strip()
+            return cause.split(" was not an allowed global")[0][:200]
+    return first_line(exc)[:200]
+
+
+def _refused(path: Path, member: str, why: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"cannot load model {path}: refused member {member}: {why}; nothing was run"
+    )
+
+
+# --- symbolic expressions ----------------------------------------------------------------
+
+
+def _check_expressions(path: Path, member: str, document: Any) -> None:
+    """Every "expr_str" (sympify()'d by torch, an eval) must be plain symbolic arithmetic."""
+    from torch.utils._sympy import functions
+
+    allowed = _SYMPY_NAMES | {n for n in dir(functions) if n[:1].isupper()}
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key == "expr_str" and not _plain_expression(value, allowed):
+                    shown = str(value)[:60]
+                    raise _refused(path, member, f"symbolic expression {shown!r} is not arithmetic")
+                stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _plain_expression(text: Any, allowed: frozenset[str] | set[str]) -> bool:
+    if not isinstance(text, str) or len(text) > _MAX_EXPR_CHARS:
+        return False
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, _EXPR_NODES):
+            return False
+        if isinstance(node, ast.Name) and not (node.id in allowed or _SYMBOL_RE.fullmatch(node.id)):
+            return False
+        if isinstance(node, ast.Call) and not (
+            isinstance(node.func, ast.Name) and node.func.id in allowed
+        ):
+            return False
+        if isinstance(node, ast.keyword) and node.arg not in _ASSUMPTIONS:
+            return False
+        if isinstance(node, ast.Constant) and not (
+            isinstance(node.value, (bool, int, float))
+            or (isinstance(node.value, str) and _SYMBOL_RE.fullmatch(node.value))
+        ):
+            return False
+    return True
+
+
+# --- graph targets -----------------------------------------------------------------------
+
+
+def _check_graph(path: Path, program: Any) -> None:
+    """Only torch ops, safe higher-order ops and the verifier's builtins may be called."""
+    import torch
+    from torch._export.verifier import Verifier
+
+    builtins = set(Verifier().allowed_builtin_ops()) | {operator.getitem}
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.op in ("placeholder", "output", "get_attr"):
+                continue
+            target = node.target
+            ok = node.op == "call_function" and (
+                isinstance(target, torch._ops.OpOverload)
+                or (
+                    isinstance(target, torch._ops.HigherOrderOperator)
+                    and target.name() in _SAFE_HOPS
+                )
+                or target in builtins
+            )
+            if not ok:
+                raise ModelLoadError(
+                    f"cannot load model {path}: refused graph node {node.name!r}: "
+                    f"{node.op} {getattr(target, '__name__', target)!s:.80} is not a torch "
+                    "operator; nothing was run"
+                )
