@@ -3,11 +3,14 @@
 Each builder takes small result objects (core.inspect views, core.results values, numpy
 arrays of at most a few thousand points) and returns a `go.Figure`. None of them sees a
 raw tensor: heatmaps arrive block-max-pooled and histograms arrive binned, so every figure
-stays well under ~2 MB of JSON whatever the output's size.
+stays well under ~2 MB of JSON whatever the output's size. Plotly reads a subset of HTML
+(links, <br>, <b>) in every label, so user strings (output names, set labels, titles built
+from them) go in through `plot_text`.
 """
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 
@@ -34,6 +37,11 @@ _KIND_LABEL = {
     "ref": "reference (torch)",
     "onnx": "ONNX Runtime",
 }
+
+
+def plot_text(value: object) -> str:
+    """A user string as literal text in a plotly label, title, legend or hover text."""
+    return html.escape(str(value), quote=False)
 
 
 def _exp_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
@@ -406,9 +414,9 @@ def mismatch_curve(
                 x=atols,
                 y=fractions,
                 mode="lines",
-                name=name,
+                name=plot_text(name),
                 line_shape="hv",
-                hovertemplate="atol %{x:.3g}<br>%{y:.4%} mismatch<extra>" + name + "</extra>",
+                hovertemplate="atol %{x:.3g}<br>%{y:.4%} mismatch<extra>%{fullData.name}</extra>",
             )
         )
     if atol is not None and atol > 0:
@@ -423,7 +431,7 @@ def mismatch_curve(
             )
         )
     fig.update_layout(
-        title={"text": title},
+        title={"text": plot_text(title)},
         xaxis={"title": "atol", "type": "log", "exponentformat": "e"},
         yaxis={"title": "mismatch fraction", "range": [0, 1.02], "tickformat": ".0%"},
         legend={"orientation": "h", "y": -0.25},
@@ -469,9 +477,9 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
                 if m is not None and not math.isfinite(m)
                 else (f"{m:.2g}" if m is not None else "-")
             )
-            text[i][j] = f"set {s} · {name}<br>{c.status.value}<br>max |error| {value}"
-            xs.append(name)
-            ys.append(_set_label(run, s))
+            text[i][j] = f"set {s} · {plot_text(name)}<br>{c.status.value}<br>max |error| {value}"
+            xs.append(plot_text(name))
+            ys.append(plot_text(_set_label(run, s)))
             marks.append(_STATUS_MARK[c.status])
             colors.append(PASS_COLOR if c.status.passed else "white")
             custom.append([s, name])
@@ -480,11 +488,11 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
     if hi - lo < 1:
         lo, hi = lo - 0.5, hi + 0.5
     tickvals, ticktext = _exp_ticks(lo, hi)
-    ylabels = [_set_label(run, s) for s in sets]
+    ylabels = [plot_text(_set_label(run, s)) for s in sets]
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=names,
+            x=[plot_text(name) for name in names],
             y=ylabels,
             text=text,
             hoverinfo="text",

@@ -14,6 +14,7 @@ from core import inspect as ins
 from core.compare import compare_outputs
 from core.results import ValidationRun
 from pages import state
+from pages.text import md_code, md_text
 
 KIND_LABELS = {"abs": "|error|", "signed": "signed error", "rel": "relative error"}
 CACHE = "parity_inspect_cache"
@@ -161,10 +162,12 @@ def page() -> None:
         comp = run.comparison(set_index, name)
         ref, onnx = _arrays(run, set_index, name)
         st.markdown(
-            f"**{comp.status.value.upper()}** · `{name}` in {_set_label(run, set_index)} · "
-            f"torch {comp.ref_shape} {comp.ref_dtype} · ONNX {comp.onnx_shape} "
-            f"{comp.onnx_dtype} · atol {comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}"
-            + (f"  \n{comp.message}" if comp.message else "")
+            f"**{comp.status.value.upper()}** · {md_code(name)} in "
+            f"{md_text(_set_label(run, set_index))} · "
+            f"torch {md_text(comp.ref_shape)} {md_text(comp.ref_dtype)} · "
+            f"ONNX {md_text(comp.onnx_shape)} {md_text(comp.onnx_dtype)} · "
+            f"atol {comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}"
+            + (f"  \n{md_text(comp.message)}" if comp.message else "")
         )
     if ref is None or onnx is None:
         st.warning("This run holds no values for this output on both sides; nothing to draw.")

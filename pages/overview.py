@@ -12,6 +12,7 @@ from core.results import OutputComparison, ValidationRun
 from pages import state
 from pages.sidebar import verdict_badge
 from pages.tables import STATUS_TEXT, status_style
+from pages.text import md_code
 
 GOTO_INSPECT = "parity_goto_inspect"
 
@@ -109,7 +110,7 @@ def verdict_banner(run: ValidationRun) -> None:
         else f"{n_fail} of {n} comparisons fail"
     )
     st.markdown(verdict_badge(run, size="# ") + f" &nbsp; {text}")
-    st.caption(f"model `{run.model}` · ONNX `{run.onnx}`")
+    st.caption(f"model {md_code(run.model)} · ONNX {md_code(run.onnx)}")
 
 
 def page() -> None:
@@ -125,7 +126,7 @@ def page() -> None:
 
     worst = worst_failure(run)
     if worst is not None:
-        label = f"Inspect the worst failure: `{worst.name}` in set {worst.input_set}"
+        label = f"Inspect the worst failure: {md_code(worst.name)} in set {worst.input_set}"
         if st.button(label, type="primary", icon=":material/grid_on:", key="inspect_worst"):
             state.set_target(worst.input_set, worst.name)
             st.switch_page("pages/inspect.py")

@@ -15,6 +15,7 @@ from core.errors import ParityError
 from core.results import ValidationRun
 from pages import state
 from pages.sidebar import verdict_badge
+from pages.text import md_code, md_text
 
 MODEL_UPLOAD_TYPES = ["pt2", "pt", "pth", "ts", "jit"]
 N_SETS_DEFAULT = 2
@@ -38,14 +39,15 @@ def execute(config, *, label: str) -> bool:
     """Run `config` with live progress; on success it becomes the current run."""
     from core.pipeline import run_validation
 
-    with st.status(f"Running {label} ...", expanded=True) as status:
+    shown = md_text(label)
+    with st.status(f"Running {shown} ...", expanded=True) as status:
         bar = st.progress(0.0, text="starting")
         log = st.empty()
         lines: list[str] = []
 
         def on_progress(event) -> None:
             if event.fraction is not None:
-                bar.progress(min(max(event.fraction, 0.0), 1.0), text=event.message)
+                bar.progress(min(max(event.fraction, 0.0), 1.0), text=md_text(event.message))
             lines.append(f"{event.elapsed:7.2f}s  {event.step:<8} {event.message}")
             log.code("\n".join(lines[-14:]), language=None)
 
@@ -53,11 +55,11 @@ def execute(config, *, label: str) -> bool:
             run = run_validation(config, progress=on_progress, loaders=state.cached_loaders())
         except Exception as exc:  # a ParityError, or a bug: either way keep the last good run
             state.set_failure(exc)
-            status.update(label=f"Run of {label} failed", state="error", expanded=False)
+            status.update(label=f"Run of {shown} failed", state="error", expanded=False)
             return False
         total = sum(run.timings.values())
         status.update(
-            label=f"{label}: {run.verdict.upper()} in {total:.2f} s",
+            label=f"{shown}: {run.verdict.upper()} in {total:.2f} s",
             state="complete",
             expanded=False,
         )
@@ -72,7 +74,7 @@ def autorun_demo() -> None:
         return
     st.session_state["parity_autorun"] = name
     if name not in state.demo_names():
-        st.warning(f"Unknown demo {name!r}; demos: {', '.join(state.demo_names())}")
+        st.warning(f"Unknown demo {md_code(name)}; demos: {', '.join(state.demo_names())}")
         return
     execute(demo_config(name), label=f"demo:{name}")
 
@@ -84,7 +86,10 @@ def show_failure() -> None:
     failure = state.last_failure()
     if failure is None:
         return
-    st.error(f"**Run failed** ({failure.kind}): {failure.message}", icon=":material/error:")
+    st.error(
+        f"**Run failed** ({failure.kind}): {md_text(failure.message)}",
+        icon=":material/error:",
+    )
     with st.expander("Details"):
         st.code(failure.detail or failure.message, language=None)
     if state.raw_run() is not None:
@@ -95,10 +100,10 @@ def show_current(run: ValidationRun) -> None:
     with st.container(border=True):
         left, right = st.columns([3, 2])
         with left:
-            st.markdown(verdict_badge(run, size="### ") + f" &nbsp; `{run.model}`")
+            st.markdown(verdict_badge(run, size="### ") + f" &nbsp; {md_code(run.model)}")
             failing = sorted({c.name for c in run.comparisons if not c.status.passed})
             if failing:
-                st.markdown("Failing outputs: " + ", ".join(f"`{n}`" for n in failing))
+                st.markdown("Failing outputs: " + ", ".join(md_code(n) for n in failing))
             else:
                 st.markdown(f"All {len(run.output_names)} outputs pass in every input set.")
             st.page_link(
@@ -112,9 +117,9 @@ def show_current(run: ValidationRun) -> None:
 
 def show_signature(signature) -> None:
     st.markdown(
-        f"**ONNX signature** — opset {signature.opset}, producer `{signature.producer or '?'}`, "
-        f"IR {signature.ir_version}; symbolic dims: "
-        + (", ".join(f"`{d}`" for d in signature.symbolic_dims) or "none")
+        f"**ONNX signature** — opset {signature.opset}, producer "
+        f"{md_code(signature.producer or '?')}, IR {signature.ir_version}; symbolic dims: "
+        + (", ".join(md_code(d) for d in signature.symbolic_dims) or "none")
     )
     rows = [
         {"role": role, "name": t.name, "dtype": t.dtype, "shape": t.shape_text()}
@@ -264,7 +269,7 @@ def choose_settings(signature) -> dict:
             with cols[i % len(cols)]:
                 dims[dim] = int(
                     st.number_input(
-                        dim,
+                        md_text(dim),
                         min_value=1,
                         max_value=1 << 20,
                         value=default_dim_size(dim),
@@ -297,8 +302,9 @@ def choose_settings(signature) -> dict:
         st.markdown("**Integer inputs** — values drawn uniformly from [low, high)")
         for t in int_inputs:
             a, b = st.columns(2)
-            lo = a.number_input(f"{t.name} low", value=DEFAULT_INT_RANGE[0], key=f"lo_{t.name}")
-            hi = b.number_input(f"{t.name} high", value=DEFAULT_INT_RANGE[1], key=f"hi_{t.name}")
+            name = md_text(t.name)
+            lo = a.number_input(f"{name} low", value=DEFAULT_INT_RANGE[0], key=f"lo_{t.name}")
+            hi = b.number_input(f"{name} high", value=DEFAULT_INT_RANGE[1], key=f"hi_{t.name}")
             if (int(lo), int(hi)) != DEFAULT_INT_RANGE:
                 ranges[t.name] = (int(lo), int(hi))
     settings["int_ranges"] = ranges
@@ -359,7 +365,7 @@ def page() -> None:
                 signature = state.load_onnx_cached(onnx_path).signature
             except Exception as exc:
                 first = (str(exc).splitlines() or [""])[0]
-                st.error(f"Cannot read this ONNX file: {first}")
+                st.error(f"Cannot read this ONNX file: {md_text(first)}")
             if signature is not None:
                 show_signature(signature)
         hf_options = None
@@ -367,7 +373,7 @@ def page() -> None:
             try:
                 hf_options = choose_hf_settings()
             except ParityError as exc:
-                st.error(exc.message)
+                st.error(md_text(exc.message))
             settings = {}
         else:
             settings = choose_settings(signature)

@@ -17,6 +17,7 @@ import streamlit as st
 from core.errors import ParityError
 from core.results import ValidationRun
 from pages import state
+from pages.text import md_code, md_text
 
 PATH_KEY = "parity_saved_open_path"
 UPLOAD_KEY = "parity_saved_upload"
@@ -64,8 +65,8 @@ def render_saved_run_controls() -> None:
         _save_controls(run)
     message = st.session_state.get(MESSAGE_KEY)
     if message is not None:
-        ok, text = message
-        st.caption(f":green[{text}]" if ok else f":red[{text}]")
+        ok, text = message  # markdown, user strings already made text by _say's callers
+        st.caption(f":green[✓] {text}" if ok else f":red[✗] {text}")
 
 
 def _save_controls(run: ValidationRun) -> None:
@@ -149,9 +150,9 @@ def _open(path: Path, *, shown: str) -> None:
         run = open_saved_run(path)
     except ParityError as exc:
         state.set_failure(exc)
-        _say(False, f"Could not open {shown}: {exc.message}")
+        _say(False, f"Could not open {md_code(shown)}: {md_text(exc.message)}")
         return
-    _say(True, f"Opened {shown}: {run.verdict}, {len(run.comparisons)} comparison(s).")
+    _say(True, f"Opened {md_code(shown)}: {run.verdict}, {len(run.comparisons)} comparison(s).")
 
 
 def _save_path() -> None:
@@ -165,9 +166,9 @@ def _save_path() -> None:
     try:
         path = save_run(run, Path(target).expanduser())
     except ParityError as exc:
-        _say(False, f"Could not save: {exc.message}")
+        _say(False, f"Could not save: {md_text(exc.message)}")
         return
-    _say(True, f"Saved to {path.resolve()}")
+    _say(True, f"Saved to {md_code(path.resolve())}")
 
 
 def _say(ok: bool, text: str) -> None:

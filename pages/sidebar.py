@@ -6,6 +6,7 @@ import streamlit as st
 
 from core.results import ValidationRun
 from pages import state
+from pages.text import md_code, md_text
 
 VERDICT_STYLE = {"pass": ("green", "PASS"), "fail": ("red", "FAIL"), "error": ("orange", "ERROR")}
 
@@ -19,7 +20,9 @@ def verdict_badge(run: ValidationRun, *, size: str = "") -> str:
 def tolerance_text(run: ValidationRun) -> str:
     tol = run.tolerances
     lines = [f"default: atol `{tol.default.atol:g}`, rtol `{tol.default.rtol:g}`"]
-    lines += [f"`{name}`: atol `{t.atol:g}`, rtol `{t.rtol:g}`" for name, t in tol.outputs.items()]
+    lines += [
+        f"{md_code(name)}: atol `{t.atol:g}`, rtol `{t.rtol:g}`" for name, t in tol.outputs.items()
+    ]
     return "  \n".join(lines)
 
 
@@ -41,7 +44,7 @@ def render_sidebar() -> None:
             st.markdown(verdict_badge(run, size="### "))
             st.caption("At the session's tolerances, as of the last page load.")
             st.caption(
-                f"model `{run.model}`  \nONNX `{_short(run.onnx)}`  \n"
+                f"model {md_code(run.model)}  \nONNX {md_code(_short(run.onnx))}  \n"
                 f"{len(run.input_sets)} input set(s), {len(run.output_names)} output(s), "
                 f"{n_fail} failing comparison(s)"
             )
@@ -49,7 +52,7 @@ def render_sidebar() -> None:
                 st.markdown(tolerance_text(run))
         failure = state.last_failure()
         if failure is not None:
-            st.caption(f":red[Last run failed:] {failure.message}")
+            st.caption(f":red[Last run failed:] {md_text(failure.message)}")
         open_saved_run_hook()
 
 

@@ -40,4 +40,6 @@ def md_code(value: object) -> str:
     if ":material/" in text or not text.strip():
         return md_text(text)
     fence = "`" * (max((len(run) for run in _BACKTICKS.findall(text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
+    # CommonMark strips one space from each end when both ends have one
+    pad = " " if "`" in (text[0], text[-1]) or (text[0] == " " and text[-1] == " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

@@ -19,6 +19,7 @@ from core.tolerances import Tolerance, Tolerances
 from pages import state
 from pages.sidebar import verdict_badge
 from pages.tables import STATUS_TEXT, status_style
+from pages.text import md_code, md_text
 
 ATOL_LADDER = ladder(-9, 1)
 RTOL_LADDER = ladder(-9, 0, zero=True)
@@ -211,7 +212,7 @@ def controls(raw: ValidationRun) -> None:
         st.caption("Use it with `parity validate --tolerances tolerances.json`.")
     notes = st.session_state.get("tol_suggest_notes")
     if notes:
-        st.caption("Suggest: " + "; ".join(f"`{k}`: {v}" for k, v in notes.items()))
+        st.caption("Suggest: " + "; ".join(f"{md_code(k)}: {md_text(v)}" for k, v in notes.items()))
 
     st.subheader("Mismatch fraction against atol")
     names = list(judged.output_names)
@@ -221,7 +222,7 @@ def controls(raw: ValidationRun) -> None:
         curve = _curves(raw, name, t.rtol)
         with cols[i % len(cols)]:
             if curve is None:
-                st.caption(f"`{name}`: no curve (nothing comparable element by element)")
+                st.caption(f"{md_code(name)}: no curve (nothing comparable element by element)")
                 continue
             st.plotly_chart(
                 mismatch_curve(CURVE_ATOLS, {name: curve}, atol=t.atol,

@@ -19,6 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.tolerances import Tolerances
+from pages.text import md_text
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180
@@ -180,7 +181,8 @@ def test_a_corrupt_onnx_file_fails_with_one_line_and_keeps_the_last_good_run(tmp
     at.button(key="run_custom").click().run()
     assert not at.exception
     errors = [e.value for e in at.error]
-    assert any(e.startswith("**Run failed** (onnx_load)") and "corrupt.onnx" in e for e in errors)
+    shown = md_text("corrupt.onnx")  # paths are shown as escaped text
+    assert any(e.startswith("**Run failed** (onnx_load)") and shown in e for e in errors)
     assert at.session_state["parity_run"] is good
     assert "PASS" in _markdown(at)  # the previous run's verdict is still on screen
     assert at.expander[0].label == "Details"

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 from browser import launch, serve_app
+from payloads import FAILING, IMAGE, write_payload_models
 
 pytestmark = pytest.mark.browser
 
@@ -39,6 +40,21 @@ def browser():
         chromium = launch(pw, RESOLVE)
         yield chromium
         chromium.close()
+
+
+def _nav(page, title: str) -> None:
+    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    page.get_by_role("heading", name=re.compile(title)).first.wait_for()
+    _settle(page)
+
+
+def _markup_from_names(page) -> list[str]:
+    """<img> and <a> elements (HTML or SVG) that point where the payload names point."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('img, a, image')]
+            .map(e => e.outerHTML)
+            .filter(h => h.includes('127.0.0.1:9') || h.includes('javascript:'))"""
+    )
 
 
 def _settle(page) -> None:
@@ -79,4 +95,42 @@ def test_localhost_and_configured_names_are_served(server, browser):
     page.get_by_text(re.compile(r"demo:cnn: PASS in")).wait_for(timeout=RUN_TIMEOUT_MS)
     assert "does not serve this page" not in page.locator("body").inner_text()
     assert any(cache.iterdir())
+    context.close()
+
+
+def test_output_names_with_markup_render_as_text_on_every_page(server, browser, tmp_path):
+    port, _ = server
+    pt2, onnx = write_payload_models(tmp_path)
+    context = browser.new_context(viewport={"width": 1500, "height": 2400})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    page.goto(f"http://localhost:{port}/")
+    page.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
+    _settle(page)
+    radio = page.locator('[data-testid="stRadio"]')
+    radio.filter(has_text="PyTorch model").get_by_text("Path on this machine").click()
+    page.get_by_role("textbox", name="Model", exact=True).fill(str(pt2))
+    page.keyboard.press("Enter")
+    _settle(page)
+    radio.filter(has_text="ONNX file").get_by_text("Path on this machine").click()
+    page.get_by_role("textbox", name="ONNX path").fill(str(onnx))
+    page.keyboard.press("Enter")
+    page.get_by_text("ONNX signature").wait_for()
+    _settle(page)
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("Failing outputs:").wait_for(timeout=RUN_TIMEOUT_MS)
+    _settle(page)
+    line = page.get_by_text("Failing outputs:").inner_text()
+    assert line == "Failing outputs: " + ", ".join(sorted(FAILING))  # the names, as text
+    assert _markup_from_names(page) == []
+    page.screenshot(path=str(ARTIFACTS / "09-names-as-text-run.png"))
+    for title in ("Overview", "Inspect", "Tolerances"):
+        _nav(page, title)
+        page.locator(".js-plotly-plot").first.wait_for()
+        assert _markup_from_names(page) == [], title
+        assert IMAGE in page.locator("body").inner_text() or title == "Tolerances", title
+    page.screenshot(path=str(ARTIFACTS / "10-names-as-text-tolerances.png"))
+    assert [url for url in fetched if "127.0.0.1:9" in url] == []
     context.close()

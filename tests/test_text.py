@@ -15,7 +15,9 @@ def test_md_text_escapes_every_markup_character_and_breaks_autolinks():
 
 
 def test_md_code_fences_past_the_longest_backtick_run():
-    assert md_code("mask") == "` mask `"
-    assert md_code("a`b``c") == "``` a`b``c ```"
+    assert md_code("mask") == "`mask`"
+    assert md_code("a`b``c") == "```a`b``c```"
+    assert md_code("`a") == "`` `a ``"
+    assert md_code(" a ") == "`  a  `"
     assert md_code(":material/home:") == md_text(":material/home:")  # rewritten in code spans
     assert md_code("  ") == md_text("  ")
