@@ -1,0 +1,175 @@
+"""Benchmark: `parity sweep` over a generated zoo, against running `parity validate` by hand.
+
+Not a test. It writes a zoo of `--pairs` tiny models (MLPs of different widths and depths,
+each exported with torch.onnx, one in four with a perturbed ONNX weight so it fails), then
+times, on the same manifest:
+
+* ``by hand``        -- `python -m core validate ARGS --json R` for each pair, one after another
+                        (what a shell loop would do; the floor for one worker);
+* ``local, N``       -- `parity sweep --workers N` for each N of `--workers`;
+* ``ray, N``         -- `parity sweep --engine ray --workers N` (a local Ray cluster of N CPUs,
+                        started and stopped inside the timing).
+
+It prints wall time, pairs per minute, and the sweep's overhead per pair against by-hand
+((sweep at 1 worker - by hand) / pairs). Every configuration must give the same verdicts.
+The machine's load average is printed: on a shared machine, compare ratios, not seconds.
+
+    python bench/bench_sweep.py                         # 50 pairs; by hand, local 1 and 2, ray 2
+    python bench/bench_sweep.py --pairs 20 --workers 1 2 4 --skip ray
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+MODELS = '''
+"""Tiny MLPs for the sweep benchmark."""
+import torch
+from torch import nn
+
+
+def make(width: int, depth: int, seed: int):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(16, width), nn.ReLU()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 4))
+'''
+
+
+def write_zoo(folder: Path, n_pairs: int) -> Path:
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "zoo_models.py").write_text(MODELS)
+    sys.path.insert(0, str(folder))
+    from zoo_models import make
+
+    pairs = []
+    for i in range(n_pairs):
+        width, depth = 8 * (1 + i % 8), 1 + i % 3
+        source = f"def model():\n    return make({width}, {depth}, {i})\n"
+        (folder / f"m{i}.py").write_text(f"from zoo_models import make\n\n\n{source}")
+        model = make(width, depth, i).eval()
+        path = folder / f"m{i}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                (torch.randn(2, 16),),
+                str(path),
+                dynamo=False,
+                input_names=["x"],
+                output_names=["y"],
+                dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+            )
+        if i % 4 == 3:  # a real export bug stand-in: one weight off by 1e-2
+            proto = onnx.load(str(path))
+            init = proto.graph.initializer[0]
+            array = numpy_helper.to_array(init).copy()
+            array.flat[0] += np.float32(1e-2)
+            init.CopyFrom(numpy_helper.from_array(array, init.name))
+            onnx.save(proto, str(path))
+        pairs.append(
+            {"name": f"m{i}", "args": ["--model", f"m{i}.py:model", "--onnx", f"m{i}.onnx"]}
+        )
+    manifest = folder / "manifest.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "schema": "parity.sweep/1",
+                "defaults": {"args": ["--input-sets", "2"]},
+                "pairs": pairs,
+            },
+            indent=1,
+        )  # fmt: skip
+    )
+    return manifest
+
+
+def by_hand(manifest: Path, out: Path) -> tuple[float, dict[str, str]]:
+    data = json.loads(manifest.read_text())
+    defaults = data["defaults"]["args"]
+    verdicts = {}
+    start = time.perf_counter()
+    for pair in data["pairs"]:
+        report = out / f"{pair['name']}.json"
+        code = subprocess.run(
+            [sys.executable, "-m", "core", "validate", *defaults, *pair["args"]]
+            + ["--json", str(report)],
+            cwd=manifest.parent,
+            capture_output=True,
+        ).returncode
+        verdicts[pair["name"]] = {0: "pass", 1: "fail"}.get(code, "error")
+    return time.perf_counter() - start, verdicts
+
+
+def sweep(manifest: Path, out: Path, engine: str, workers: int) -> tuple[float, dict[str, str]]:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "core", "sweep", str(manifest), "--out", str(out)]
+        + ["--engine", engine, "--workers", str(workers)],
+        capture_output=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - start
+    summary = json.loads((out / "summary.json").read_text())
+    return seconds, {p["name"]: p["verdict"] for p in summary["pairs"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=50)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--ray-workers", type=int, nargs="+", default=[2])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["hand", "ray"])
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="parity-bench-sweep-") as tmp:
+        root = Path(tmp)
+        t = time.perf_counter()
+        manifest = write_zoo(root / "zoo", args.pairs)
+        print(f"zoo: {args.pairs} pairs written and exported in {time.perf_counter() - t:.1f} s")
+        print(f"cpus {os.cpu_count()}, load average at start {os.getloadavg()[0]:.2f}")
+        rows: list[tuple[str, float, dict[str, str]]] = []
+        if "hand" not in args.skip:
+            (root / "hand").mkdir()
+            label = "by hand (validate, one after another)"
+            rows.append((label, *by_hand(manifest, root / "hand")))
+        for n in args.workers:
+            label = f"sweep local, {n} worker(s)"
+            rows.append((label, *sweep(manifest, root / f"l{n}", "local", n)))
+        if "ray" not in args.skip:
+            for n in args.ray_workers:
+                rows.append((f"sweep ray (local cluster), {n} CPU(s)",
+                             *sweep(manifest, root / f"r{n}", "ray", n)))  # fmt: skip
+        print(f"load average at end {os.getloadavg()[0]:.2f}\n")
+        print("| configuration | wall s | pairs/min |\n|---|---:|---:|")
+        for label, seconds, _ in rows:
+            print(f"| {label} | {seconds:.1f} | {60 * args.pairs / seconds:.0f} |")
+        verdicts = [v for _, _, v in rows]
+        same = all(v == verdicts[0] for v in verdicts)
+        counts = {k: list(verdicts[0].values()).count(k) for k in ("pass", "fail", "error")}
+        print(f"\nverdicts {counts}, identical in every configuration: {same}")
+        hand = next((s for label, s, _ in rows if label.startswith("by hand")), None)
+        one = next((s for label, s, _ in rows if label == "sweep local, 1 worker(s)"), None)
+        if hand is not None and one is not None:
+            print(f"sweep overhead per pair vs by hand: {(one - hand) / args.pairs:+.3f} s")
+        if not same:
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
