@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "sweep":
         from core.sweep.cli import sweep_main
 
-        return sweep_main(args)
+        return sweep_main(args, parser)
     try:
         _check_outputs(args)
         run = _validate(args) if args.command == "validate" else _report(args)

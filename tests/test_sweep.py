@@ -151,6 +151,9 @@ def _p(name: str = "a", args: list[str] = GOOD, **more) -> dict:
         (_m(_p(args=[*GOOD, "--json", "r.json"])), "pair 'a': remove --json"),
         (_m(_p(args=[*GOOD, "--html", "../r.html"])), "--html ../r.html: give a file name"),
         (_m(_p(args=[*GOOD, "--htm", "r.html"])), "pair 'a': write --html in full, not --htm"),
+        (_m(_p(args=["validate", *GOOD])), "pair 'a': unrecognized arguments: validate"),
+        (_m(_p(args=[*GOOD, "--input-sets", "two"])), "--input-sets: invalid int value: 'two'"),
+        (_m(_p(args=[*GOOD, "--help"])), "pair 'a': remove --help"),
     ],
 )
 def test_a_bad_manifest_is_one_line_and_exit_2_before_any_pair_runs(

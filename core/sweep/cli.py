@@ -7,8 +7,11 @@ failed, else 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 from core.errors import ParityError, UsageError
@@ -51,9 +54,10 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def sweep_main(args: argparse.Namespace) -> int:
+def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """`parser`: the `parity` parser, whose `validate` checks every pair's args up front."""
     try:
-        return _sweep(args)
+        return _sweep(args, parser)
     except ParityError as exc:
         print(f"parity: error: {exc.message}", file=sys.stderr)
         return 2
@@ -62,7 +66,7 @@ def sweep_main(args: argparse.Namespace) -> int:
         return 2
 
 
-def _sweep(args: argparse.Namespace) -> int:
+def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser | None) -> int:
     from core.sweep.manifest import load_manifest
     from core.sweep.progress import Progress
     from core.sweep.run import run_sweep
@@ -73,7 +77,8 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout {args.timeout:g}: must be >= 0 (0: none)")
     if args.ray_address and args.engine != "ray":
         raise UsageError("--ray-address needs --engine ray")
-    manifest = load_manifest(args.manifest)
+    check = None if parser is None else partial(validate_args_problem, parser)
+    manifest = load_manifest(args.manifest, check_args=check)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")
@@ -104,11 +109,23 @@ def _engine(args: argparse.Namespace):
         from core.sweep.on_ray import ray_engine
 
         return ray_engine(address=args.ray_address, workers=args.workers)
-    from functools import partial
-
     from core.sweep.local import run_local
 
     return partial(run_local, workers=args.workers or os.cpu_count() or 1)
+
+
+def validate_args_problem(parser: argparse.ArgumentParser, args: tuple[str, ...]) -> str | None:
+    """What `parity validate ARGS` would refuse as usage (argparse's message), or None."""
+    if any(a in ("-h", "--help") for a in args):
+        return "remove --help"
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(["validate", *args])
+    except SystemExit:
+        lines = [line for line in err.getvalue().splitlines() if "error: " in line]
+        return lines[-1].split("error: ", 1)[1] if lines else "invalid validate arguments"
+    return None
 
 
 def _line(result: PairResult) -> str:

@@ -117,7 +117,9 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
         last = _last_line(tail)
         return _died(job, start, code, f"exited with code {code}: {last}", "crash")
     if report is None:
-        return _died(job, start, code, f"exited with code {code} without a report", "crash")
+        usage = _error_line(tail)  # e.g. argparse refusing an argument: no report written
+        text = usage or f"exited with code {code} without a report"
+        return _died(job, start, code, text, "usage" if usage else "crash")
     verdict = VERDICT_BY_EXIT[code]
     error = _error_message(report, tail) if verdict == "error" else None
     return _result(job, verdict, code, start, error, report=report)
@@ -220,10 +222,16 @@ def _error_message(report: dict[str, Any], tail: str) -> str:
     errors = report.get("errors") or []
     if errors and isinstance(errors[0], dict) and errors[0].get("message"):
         return str(errors[0]["message"])
+    return _error_line(tail) or _last_line(tail) or "the run could not be made"
+
+
+def _error_line(tail: str) -> str | None:
+    """The message of the last `parity...: error: MESSAGE` line the process printed."""
     for line in reversed(tail.splitlines()):
-        if line.startswith("parity: error: "):
-            return line[len("parity: error: ") :]
-    return _last_line(tail) or "the run could not be made"
+        head, sep, message = line.partition("error: ")
+        if sep and head.startswith("parity") and message.strip():
+            return message.strip()[:300]
+    return None
 
 
 def _tail(path: Path) -> str:

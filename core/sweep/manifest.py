@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,14 @@ class FlagValue:
     inline: bool
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    """Read and check a manifest; UsageError (one line naming the place) when it is wrong."""
+def load_manifest(
+    path: str | Path, *, check_args: Callable[[tuple[str, ...]], str | None] | None = None
+) -> Manifest:
+    """Read and check a manifest; UsageError (one line naming the place) when it is wrong.
+
+    `check_args(args)` returns what is wrong with a pair's validate arguments, or None
+    (the CLI passes validate's own parser, so a typo in a flag stops the sweep before it starts).
+    """
     path = Path(path)
     shown = str(path)
     try:
@@ -77,6 +84,9 @@ def load_manifest(path: str | Path) -> Manifest:
     pairs = _parse(data, shown)
     for pair in pairs:
         _check_args(pair, root, shown)
+        problem = check_args(pair.args) if check_args is not None else None
+        if problem:
+            raise UsageError(f"{shown}: pair {pair.name!r}: {problem}")
     return Manifest(path=path, root=root, pairs=pairs)
 
 
