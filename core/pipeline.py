@@ -108,6 +108,7 @@ def _load_candidate(
 ) -> Candidate:
     report("load", f"loading ONNX {path}", 0.02)
     onnx_model = loaders.load_onnx(path)
+    config.tolerances.check_outputs(onnx_model.signature.output_names)
     session = loaders.make_session(
         onnx_model, provider=config.provider, opt_level=config.ort_opt_level
     )

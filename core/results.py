@@ -253,6 +253,7 @@ class ValidationRun:
 
     def rejudge(self, tolerances: Tolerances) -> ValidationRun:
         """Judge every output again at new tolerances; milliseconds, no tensors touched."""
+        tolerances.check_outputs(self.output_names)
         return replace(
             self,
             tolerances=tolerances,

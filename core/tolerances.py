@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,18 @@ class Tolerances:
         else:
             outputs[name] = tolerance
         return replace(self, outputs=outputs)
+
+    def check_outputs(self, names: Iterable[str]) -> None:
+        """Refuse tolerances for outputs that do not exist: a typo would leave the real output
+        on the default tolerance without a word."""
+        known = list(dict.fromkeys(names))
+        unknown = [name for name in self.outputs if name not in known]
+        if unknown:
+            listed = ", ".join(repr(name) for name in known) or "none"
+            raise UsageError(
+                f"tolerance for unknown output(s) {', '.join(repr(n) for n in unknown)}; "
+                f"the outputs are: {listed}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {

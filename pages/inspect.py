@@ -22,7 +22,12 @@ WORST_K = 25
 
 
 def _cached(run: ValidationRun, key: tuple, compute):
-    """Per-run memo of widget-independent views (kept in the session, not pickled)."""
+    """Per-run memo of widget-independent views (kept in the session, not pickled).
+
+    Keyed on the stored run (state.raw_run), not the one re-judged at the session's
+    tolerances: a re-judge is a new object on every rerun, and these views read the
+    tensors only, never the tolerances.
+    """
     box = st.session_state.get(CACHE)
     if box is None or box["run"] is not run:
         box = {"run": run, "entries": {}}
@@ -180,8 +185,9 @@ def page() -> None:
         return
 
     key = f"insp_{set_index}_{name}"
+    stored = state.raw_run()
     worst = _cached(
-        run, (set_index, name, "worst"), lambda: ins.worst_elements(ref, onnx, k=WORST_K)
+        stored, (set_index, name, "worst"), lambda: ins.worst_elements(ref, onnx, k=WORST_K)
     )
     worst_index = worst.rows[0].index if worst.rows else None
     spec = _choose_slice(tuple(ref.shape), worst_index, key)
@@ -228,7 +234,7 @@ def page() -> None:
 
     h_col, s_col = st.columns(2)
     with h_col:
-        hist = _cached(run, (set_index, name, "hist"), lambda: ins.error_histogram(ref, onnx))
+        hist = _cached(stored, (set_index, name, "hist"), lambda: ins.error_histogram(ref, onnx))
         worst_abs = comp.stats.max_abs if comp.stats else hist.max_abs
         st.plotly_chart(
             fg.error_histogram(hist, atol=comp.tolerance.atol, worst=worst_abs),
@@ -237,7 +243,7 @@ def page() -> None:
         )
     with s_col:
         sample = _cached(
-            run,
+            stored,
             (set_index, name, "sample"),
             lambda: ins.sample_pairs(ref, onnx, include=[w.index for w in worst.rows]),
         )

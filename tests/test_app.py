@@ -142,6 +142,35 @@ def test_inspect_pools_a_large_output_and_says_by_how_much():
     assert len(json.dumps(heat)) < 2 * 1024 * 1024
 
 
+def test_inspect_reuses_its_views_when_the_session_tolerances_differ_from_the_runs():
+    # the memo was keyed on the re-judged run, a new object on every rerun: every click
+    # recomputed the full-tensor views
+    from core.compare import compare_outputs
+    from core.results import InputSet, OutputSet, ValidationRun
+    from core.tolerances import Tolerance
+
+    ref = np.random.default_rng(1).standard_normal((40, 30), dtype=np.float32)
+    onnx = ref + np.float32(1e-3)
+    comparison = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=Tolerance())
+    run = ValidationRun(
+        model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
+        environment={}, input_sets=(InputSet(0, {"x": np.zeros(1, np.float32)}),),
+        comparisons=(comparison,), ref_outputs=(OutputSet({"y": ref}),),
+        onnx_outputs=(OutputSet({"y": onnx}),),
+    )  # fmt: skip
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = Tolerances(default=Tolerance(1e-2, 0.0))
+    at.switch_page("pages/inspect.py").run()
+    assert not at.exception
+    assert "PASS" in _markdown(at)  # judged at the session's tolerances
+    views = dict(at.session_state["parity_inspect_cache"]["entries"])
+    assert len(views) == 3
+    at.radio(key="insp_kind").set_value("signed").run()
+    again = at.session_state["parity_inspect_cache"]["entries"]
+    assert all(again[key] is value for key, value in views.items())
+
+
 def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json():
     at = _run_demo(_app(), "fp16")
     at.switch_page("pages/tolerances.py").run()

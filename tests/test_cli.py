@@ -152,6 +152,17 @@ def test_flags_that_do_not_apply_to_the_kind_of_run_exit_2(args, words, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+def test_tolerance_for_an_unknown_output_exits_2_listing_the_real_names(tmp_path: Path, capsys):
+    # a typo used to leave the real output on the default tolerance and exit 0
+    assert main(["validate", "--model", "demo:broken", "--tol", "maskk=1e3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'maskk'" in err and "'mask'" in err and len(err.splitlines()) == 1
+    tol_file = tmp_path / "tol.json"
+    tol_file.write_text('{"outputs": {"logitz": {"atol": 1e-3}}}')
+    assert main(["validate", "--model", "demo:cnn", "--tolerances", str(tol_file)]) == 2
+    assert "'logitz'" in capsys.readouterr().err
+
+
 def test_tolerances_file_errors_exit_2(tmp_path: Path, capsys):
     bad = tmp_path / "tol.json"
     bad.write_text('{"default": {"atol": "x"}}')

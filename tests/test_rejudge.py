@@ -12,6 +12,7 @@ import pytest
 
 from core.compare import compare_outputs
 from core.error_profile import ErrorProfile
+from core.errors import UsageError
 from core.results import Status, ValidationRun
 from core.tolerances import Tolerance, Tolerances
 
@@ -267,6 +268,8 @@ def test_validation_run_rejudge_uses_per_output_tolerances():
     assert again.comparison(0, "y").status is Status.PASS
     assert again.comparison(0, "z").status is Status.FAIL
     assert math.isclose(again.comparison(0, "z").mismatch_fraction, 1.0)
+    with pytest.raises(UsageError, match=r"'zz'.*'y', 'z'"):  # a typo is refused, not ignored
+        run.rejudge(Tolerances(outputs={"zz": Tolerance(1.0, 0.0)}))
 
 
 def test_errors_on_a_concave_curve_keep_the_profile_small_and_min_atol_within_its_slack():

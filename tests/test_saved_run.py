@@ -459,6 +459,7 @@ def test_cli_report_from_a_saved_run_writes_the_live_runs_json(
     assert json.loads(saved_json.read_text()) == json.loads(live_json.read_text())
     assert (tmp_path / "a.html").stat().st_size > 1_000_000  # plotly.js inlined
     assert main(["report", str(run_file), "--atol", "1"]) == 0  # re-judged from the profile
+    assert main(["report", str(run_file), "--tol", "no_such_output=1"]) == 2
 
 
 def test_resaving_a_reopened_run_keeps_its_identity_hashes(tmp_path: Path) -> None:
