@@ -100,7 +100,8 @@ def make_run(outputs: dict[str, np.ndarray], *, noise: float = 1e-3, n_sets: int
         model="demo:cnn",
         onnx="/nonexistent/model.onnx",
         signature=sig,
-        tolerances=Tolerances(Tolerance(1e-5, 0.0), {"logits": Tolerance(1e-3, 1e-2)}),
+        # an override for one of its outputs (a name it lacks is refused by rejudge)
+        tolerances=Tolerances(Tolerance(1e-5, 0.0), {next(iter(outputs)): Tolerance(1e-3, 1e-2)}),
         environment={"torch": "2.13.0", "onnxruntime": "1.32"},
         input_sets=tuple(input_sets),
         comparisons=tuple(comparisons),
