@@ -179,7 +179,7 @@ def _layers(run: ValidationRun) -> str:
     limits = views.limits(result)
     if limits:
         items = "".join(f"<li>{_e(line)}</li>" for line in limits)
-        parts.append(f"<p>What was not compared:</p><ul class='limits'>{items}</ul>")
+        parts.append(f"<p>What was compared, and what was not:</p><ul class='limits'>{items}</ul>")
     if result.values:
         line = views.pass_line(result, "error_ratio", run.tolerances.default.atol)
         fig = layer_figures.depth_plot(result, metric="error_ratio", threshold=line)

@@ -92,7 +92,7 @@ def verdict(result) -> None:
             st.code(first.torch_module or "(no torch module)", language=None)
             cols = st.columns(4)
             cols[0].metric("op", first.onnx_op)
-            cols[1].metric("jump over its inputs", f"{views.fmt(first.jump)}x")
+            cols[1].metric("jump", f"{views.fmt(first.jump)}x", help=views.jump_words(first))
             cols[2].metric("error ratio", views.fmt(first.error_ratio))
             cols[3].metric("max |error|", views.fmt(first.max_abs))
         st.text(f"Criterion: {result.criterion}")
@@ -100,11 +100,12 @@ def verdict(result) -> None:
 
 
 def show_limits(result) -> None:
+    """Unmatched values and the engine's notes (how it matched, what it left out), as text."""
     lines = views.limits(result)
     if not lines:
         return
     with st.container(border=True):
-        st.markdown("**What was not compared**")
+        st.markdown("**What was compared, and what was not**")
         for line in lines:
             st.text(f"• {line}")
 

@@ -37,6 +37,7 @@ def _value(order, module, *, input_set=0, ratio=0.1, status="pass", node=None, o
         jump=1e3 if status == "diverges" else 1.0,
         cosine=1.0,
         status=status,
+        inputs=(order - 1,) if order else (),
     )
 
 
@@ -88,7 +89,9 @@ def test_depth_plot_counts_exact_zeros_and_puts_nonfinite_errors_at_the_top():
     fig = lf.depth_plot(result, threshold=10.0)
     line = fig.data[0]
     assert math.isnan(line.y[0])  # an exact zero has no place on a log axis...
-    assert "1 exactly equal" in fig.layout.title.text  # ...and is said
+    assert "1 exactly equal" in fig.layout.title.text  # ...and is said, and marked
+    (equal,) = [t for t in fig.data if t.name == "exactly equal (0)"]
+    assert list(equal.x) == [0] and equal.y[0] < line.y[2]
     assert line.y[1] == pytest.approx(fig.layout.yaxis.range[1] - 0.15)
 
 
@@ -132,6 +135,16 @@ def test_module_tree_colours_each_module_by_its_subtree_worst_and_outlines_the_b
     assert width["blocks.2.fc1"] > width["blocks.1.fc1"]
 
 
+def test_a_module_s_own_ops_get_their_own_leaf_in_the_tree():
+    values = [_value(0, "blk.fc", ratio=0.1), _value(1, "blk", ratio=50.0, status="diverges")]
+    result = LayersResult("c", "m", 2, 0, 0, values[1], tuple(values), threshold=10.0)
+    (icicle,) = lf.module_tree(result, threshold=10.0).data
+    leaf = list(icicle.ids).index("blk" + lf.OWN)
+    assert icicle.parents[leaf] == "blk" and icicle.values[leaf] == 1
+    assert icicle.labels[leaf] == "(own ops) ✗1"
+    assert icicle.marker.colors[leaf] == pytest.approx(math.log10(50.0))
+
+
 def test_names_are_escaped_in_every_figure_text():
     result = chain(module=EVIL)
     for fig in (lf.depth_plot(result, threshold=10.0), lf.module_tree(result, threshold=10.0)):
@@ -147,7 +160,10 @@ def test_divergence_sentence_names_module_op_node_and_jump():
     result = chain()
     text = views.divergence_sentence(result)
     assert text.startswith("The export starts to diverge in blocks.2.fc1: Gemm node /n6/Gemm")
-    assert "1e+03x the error of its inputs" in text
+    assert "1e+03x the largest error flowing into it" in text
+    assert views.jump_words(_value(0, "a", status="diverges")).endswith(
+        "x the noise floor (no matched value feeds it)"
+    )
     clean = LayersResult("c", "m", 5, 0, 0, None, (_value(0, "a"),))
     assert views.divergence_sentence(clean).startswith("No divergence")
     none = LayersResult("c", "m", 0, 7, 3, None, ())

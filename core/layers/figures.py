@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -87,6 +88,7 @@ def depth_plot(
     thinned = False
     finite_logs: list[float] = []
     born: list[tuple[LayerValue, float]] = []  # where an error is born, drawn red on top
+    equal: list[LayerValue] = []  # exactly 0: no logarithm, drawn on the axis floor
     per_set: dict[int, list[LayerValue]] = {s: [] for s in sets}
     for v in ordered:
         per_set[int(v.input_set)].append(v)
@@ -102,6 +104,7 @@ def depth_plot(
             ys.append(_log10(x))
         y = np.array(ys, dtype=float)
         born.extend((v, y[k]) for k, v in enumerate(shown) if views.is_divergent(v))
+        equal.extend(v for v in shown if views.metric_of(v, metric) == 0)
         finite_logs.extend(y[np.isfinite(y)].tolist())
         fig.add_trace(
             go.Scatter(
@@ -120,6 +123,18 @@ def depth_plot(
     if math.isfinite(t):
         lo, hi = min(lo, t), max(hi, t)
     lo, hi = math.floor(lo - 0.3), math.ceil(hi + 0.3)
+    if equal:
+        fig.add_trace(
+            go.Scatter(
+                x=[v.order for v in equal],
+                y=np.full(len(equal), lo + 0.12),
+                mode="markers",
+                name="exactly equal (0)",
+                marker={"size": 7, "symbol": "triangle-down-open", "color": "#6e7781"},
+                customdata=_hover_rows(equal),
+                hovertemplate=_HOVER + "<extra>exactly equal</extra>",
+            )
+        )
     if born:
         fig.add_trace(
             go.Scatter(
@@ -184,7 +199,7 @@ def depth_plot(
         )
     notes = [f"{len({v.onnx_value for v in ordered}):,} values in graph order"]
     if n_zero:
-        notes.append(f"{n_zero:,} exactly equal (not on the log axis)")
+        notes.append(f"{n_zero:,} exactly equal (▽ on the axis floor)")
     if n_undefined:
         notes.append(f"{n_undefined:,} undefined")
     if thinned:
@@ -237,6 +252,31 @@ def _hover_rows(values: list[LayerValue]) -> np.ndarray:
     return np.array(rows, dtype=object).reshape(len(rows), 7)
 
 
+OWN = "#own"  # id suffix of a module's own ops (no named_modules() path contains "#")
+
+
+def _with_own_leaves(nodes: list[views.ModuleNode]) -> list[views.ModuleNode]:
+    """A module with children that also computes values itself (a residual add) gets a leaf
+    "(own ops)" for them, so no part of the icicle is left blank."""
+    out = []
+    for n in nodes:
+        out.append(n)
+        if n.n_own and n.n_own < n.n_values:
+            out.append(
+                replace(
+                    n,
+                    path=n.path + OWN,
+                    parent=n.path,
+                    label="(own ops)",
+                    n_values=n.n_own,
+                    worst=n.own_worst,
+                    n_divergent=n.own_divergent,
+                    on_divergence_path=False,
+                )  # fmt: skip
+            )
+    return out
+
+
 def module_tree(
     result: LayersResult,
     *,
@@ -248,7 +288,7 @@ def module_tree(
     the worst `metric` in its subtree (log), green below the pass line, red above it. The
     modules holding the first divergence are outlined."""
     label = views.METRICS[metric]
-    nodes = views.module_tree(result, metric)
+    nodes = _with_own_leaves(views.module_tree(result, metric))
     logs = [_log10(n.worst) for n in nodes]
     finite = [x for x in logs if math.isfinite(x)]
     t = _log10(threshold)
@@ -304,7 +344,7 @@ def module_tree(
             customdata=np.array(
                 [
                     [
-                        esc(n.path or views.ROOT_LABEL, 100),
+                        esc((n.path or views.ROOT_LABEL).replace(OWN, " (own ops)"), 100),
                         views.fmt(n.worst),
                         esc(n.worst_value, 80),
                         esc(n.worst_op),

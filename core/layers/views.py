@@ -76,6 +76,9 @@ class ModuleNode:
     parent: str | None
     label: str
     n_values: int  # compared values in the subtree (the icicle's widths)
+    n_own: int  # of which computed by this module itself, not by a child (e.g. a residual add)
+    own_worst: float | None
+    own_divergent: int
     n_divergent: int
     worst: float | None  # worst metric over the subtree and every input set
     worst_value: str  # the ONNX value where that worst sits
@@ -123,6 +126,9 @@ def module_tree(result: LayersResult, metric: str) -> list[ModuleNode]:
             parent=None if not path else path.rpartition(".")[0],
             label=path.rpartition(".")[2] if path else ROOT_LABEL,
             n_values=len(mine) + sum(k.n_values for k in kids),
+            n_own=len(mine),
+            own_worst=metric_of(worst_v, metric) if worst_v is not None else None,
+            own_divergent=sum(is_divergent(v) for v in mine),
             n_divergent=sum(is_divergent(v) for v in mine) + sum(k.n_divergent for k in kids),
             worst=worst,
             worst_value=where[0],
@@ -165,11 +171,20 @@ def divergence_sentence(result: LayersResult) -> str:
         f"(value {first.onnx_value}, input set {first.input_set})"
     ]
     numbers = [f"max |error| {fmt(first.max_abs)}"]
-    if getattr(first, "error_ratio", None) is not None:
+    if first.error_ratio is not None:
         numbers.append(f"error ratio {fmt(first.error_ratio)}")
-    if getattr(first, "jump", None) is not None:
-        numbers.append(f"{fmt(first.jump)}x the error of its inputs")
+    numbers.append(jump_words(first))
     return parts[0] + "; " + ", ".join(numbers) + "."
+
+
+def jump_words(v: LayerValue) -> str:
+    """How big the jump is, against what it is measured (the error flowing in, or the noise
+    floor when no matched value feeds it)."""
+    if v.jump is None:
+        return "no jump measured"
+    if not v.inputs:
+        return f"{fmt(v.jump)}x the noise floor (no matched value feeds it)"
+    return f"{fmt(v.jump)}x the largest error flowing into it"
 
 
 def limits(result: LayersResult) -> list[str]:
