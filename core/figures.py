@@ -70,6 +70,8 @@ def _color_values(view: SliceView, *, log_color: bool) -> tuple[np.ndarray, dict
     note = ""
     if view.n_nonfinite:
         note = f"{view.n_nonfinite} NaN/Inf cells at scale end"
+    if view.n_excluded and view.kind not in ("ref", "onnx"):
+        note = "; ".join(filter(None, [note, "blank: excluded, not judged"]))
     signed = view.kind in ("signed", "ref", "onnx")
     if log_color and not signed:
         pos = v[np.isfinite(v) & (v > 0)]

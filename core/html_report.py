@@ -275,13 +275,18 @@ def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> s
     from core import figures, inspect
 
     ref, onnx = arrays
-    worst = inspect.worst_elements(ref, onnx, k=WORST_K)
+    exclude = run.exclusion(c.input_set, c.name)  # views show what the verdict judged
+    worst = inspect.worst_elements(ref, onnx, k=WORST_K, exclude=exclude)
     at = worst.rows[0].index if worst.rows else None
     view = inspect.slice_view(
-        ref, onnx, inspect.default_slice(ref.shape, at=at), max_cells=REPORT_MAX_CELLS
+        ref,
+        onnx,
+        inspect.default_slice(ref.shape, at=at),
+        max_cells=REPORT_MAX_CELLS,
+        exclude=exclude,
     )
     heatmap = figures.error_heatmap(view, worst=worst, shape=ref.shape, title=f"{c.name} |error|")
-    hist = inspect.error_histogram(ref, onnx)
+    hist = inspect.error_histogram(ref, onnx, exclude=exclude)
     histogram = figures.error_histogram(
         hist, atol=c.tolerance.atol, worst=worst.rows[0].abs_error if worst.rows else None
     )

@@ -10,6 +10,11 @@ A NaN or Inf on one side only is a mismatch at any tolerance: it is given an inf
 |error| (+inf, or -inf for a signed error pointing down) so it always ranks as the worst
 and is never hidden by pooling. Relative error is |error| / |ref|, undefined (NaN) where
 ref == 0 (the same elements `max_rel` leaves out).
+
+Exclusion masks (`exclude`, bool broadcastable to the output, True = not judged, e.g.
+padding an attention mask never attends) make every view show what the verdict judged:
+excluded elements are blank (NaN) in error slices, and left out of histograms, worst
+elements and samples, which count them apart (`n_excluded`).
 """
 
 from __future__ import annotations
@@ -152,19 +157,23 @@ class SliceView:
     kind: ValueKind
     spec: SliceSpec
     n_nonfinite: int  # +-inf cells (one-sided NaN/Inf mismatches) among `values`
+    n_excluded: int = 0  # elements of the slice not judged (blank in an error view)
 
     @property
     def pooled(self) -> bool:
         return self.row_factor > 1 or self.col_factor > 1
 
     def pooling_text(self) -> str:
-        if not self.pooled:
-            return "every element drawn"
-        return (
-            f"block max-pooled {self.row_factor}x{self.col_factor} "
-            f"({self.slice_shape[0]}x{self.slice_shape[1]} -> "
-            f"{self.values.shape[0]}x{self.values.shape[1]} cells)"
-        )
+        text = "every element drawn"
+        if self.pooled:
+            text = (
+                f"block max-pooled {self.row_factor}x{self.col_factor} "
+                f"({self.slice_shape[0]}x{self.slice_shape[1]} -> "
+                f"{self.values.shape[0]}x{self.values.shape[1]} cells)"
+            )
+        if self.n_excluded:
+            text += f"; {self.n_excluded:,} excluded element(s) (not judged) left blank"
+        return text
 
 
 def pool_factors(rows: int, cols: int, *, max_cells: int = DEFAULT_MAX_CELLS) -> tuple[int, int]:
@@ -211,16 +220,22 @@ def slice_view(
     *,
     kind: ValueKind = "abs",
     max_cells: int = DEFAULT_MAX_CELLS,
+    exclude: np.ndarray | None = None,
 ) -> SliceView:
     """One slice of an error (or of ref / onnx values), pooled to at most max_cells a side.
 
     The error is computed band by band on the slice only, so the cost is the slice's
-    size, not the output's, and extra memory stays bounded.
+    size, not the output's, and extra memory stays bounded. Excluded elements are NaN in
+    an error view (blank, and never the max of a pooled block that has judged elements).
     """
     r2 = take_slice(ref, spec)
     o2 = take_slice(onnx, spec)
     if r2.shape != o2.shape:
         raise ValueError(f"reference slice {r2.shape} and ONNX slice {o2.shape} differ")
+    x2 = None if exclude is None else take_slice(_full_mask(exclude, np.shape(ref)), spec)
+    n_excluded = 0 if x2 is None else int(np.count_nonzero(x2))
+    if not n_excluded or kind in ("ref", "onnx"):
+        x2 = None
     spec = check_slice(spec, as_2d_shape(np.shape(ref)))
     rows, cols = r2.shape
     rf, cf = pool_factors(rows, cols, max_cells=max_cells)
@@ -231,6 +246,8 @@ def slice_view(
         b1 = min(nr, b0 + band_blocks)
         rows_sl = slice(b0 * rf, b1 * rf)
         err = error_values(r2[rows_sl], o2[rows_sl], kind)
+        if x2 is not None:
+            err[x2[rows_sl]] = np.nan
         out[b0:b1] = _pool_band(err, rf, cf) if (rf > 1 or cf > 1) else err
     return SliceView(
         values=out,
@@ -240,7 +257,13 @@ def slice_view(
         kind=kind,
         spec=spec,
         n_nonfinite=int(np.isinf(out).sum()),
+        n_excluded=n_excluded,
     )
+
+
+def _full_mask(exclude: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The exclusion mask at the output's shape (a read-only broadcast view, no copy)."""
+    return np.broadcast_to(np.asarray(exclude, dtype=bool), shape)
 
 
 # --------------------------------------------------------------------------- histogram
@@ -254,8 +277,9 @@ class ErrorHistogram:
     counts: np.ndarray  # int64 per bin
     n_zero: int  # elements with error exactly 0
     n_nonfinite: int  # one-sided NaN/Inf mismatches
-    n_total: int
+    n_total: int  # elements counted (judged ones only)
     max_abs: float | None  # largest finite |error|; None when there is none
+    n_excluded: int = 0  # elements not judged, left out of every count
 
     @property
     def cumulative(self) -> np.ndarray:
@@ -276,6 +300,23 @@ def _flat_chunks(ref: np.ndarray, onnx: np.ndarray, chunk: int):
         yield start, r[start : start + chunk], o[start : start + chunk]
 
 
+def _judged_chunks(ref: np.ndarray, onnx: np.ndarray, exclude: np.ndarray | None, chunk: int):
+    """(flat positions, ref, onnx) of the judged elements, chunk by chunk."""
+    flat_exclude = None
+    if exclude is not None:
+        flat_exclude = _full_mask(exclude, np.shape(ref)).reshape(-1)
+    for start, r, o in _flat_chunks(ref, onnx, chunk):
+        pos = np.arange(start, start + r.size)
+        if flat_exclude is not None:
+            keep = ~flat_exclude[start : start + r.size]
+            pos, r, o = pos[keep], r[keep], o[keep]
+        yield pos, r, o
+
+
+def _count_excluded(exclude: np.ndarray | None, shape: tuple[int, ...]) -> int:
+    return 0 if exclude is None else int(np.count_nonzero(_full_mask(exclude, shape)))
+
+
 def error_histogram(
     ref: np.ndarray,
     onnx: np.ndarray,
@@ -283,13 +324,15 @@ def error_histogram(
     bins_per_decade: int = 10,
     max_bins: int = 120,
     chunk_elements: int = CHUNK_ELEMENTS,
+    exclude: np.ndarray | None = None,
 ) -> ErrorHistogram:
-    """Histogram of |onnx - ref| on log-spaced bins, in two chunked passes."""
+    """Histogram of |onnx - ref| on log-spaced bins, in two chunked passes (judged only)."""
     if np.shape(ref) != np.shape(onnx):
         raise ValueError(f"shapes differ: {np.shape(ref)} vs {np.shape(onnx)}")
+    n_excluded = _count_excluded(exclude, np.shape(ref))
     lo, hi = math.inf, 0.0
     n_zero = n_bad = n_total = 0
-    for _, r, o in _flat_chunks(ref, onnx, chunk_elements):
+    for _, r, o in _judged_chunks(ref, onnx, exclude, chunk_elements):
         a = error_values(r, o, "abs")
         n_total += a.size
         finite = np.isfinite(a)
@@ -300,21 +343,23 @@ def error_histogram(
             lo, hi = min(lo, float(pos.min())), max(hi, float(pos.max()))
     if hi == 0.0:
         edges = np.array([1e-12, 1e-11])
-        return ErrorHistogram(edges, np.zeros(1, np.int64), n_zero, n_bad, n_total, None)
+        return ErrorHistogram(
+            edges, np.zeros(1, np.int64), n_zero, n_bad, n_total, None, n_excluded
+        )
     e_lo = math.floor(math.log10(lo) * bins_per_decade) / bins_per_decade
     e_hi = math.ceil(math.log10(hi) * bins_per_decade) / bins_per_decade
     if e_hi <= e_lo:
         e_hi = e_lo + 1.0 / bins_per_decade
     n_bins = int(min(max_bins, max(1, round((e_hi - e_lo) * bins_per_decade))))
     counts = np.zeros(n_bins, dtype=np.int64)
-    for _, r, o in _flat_chunks(ref, onnx, chunk_elements):
+    for _, r, o in _judged_chunks(ref, onnx, exclude, chunk_elements):
         a = error_values(r, o, "abs")
         pos = a[np.isfinite(a) & (a > 0)]
         if pos.size:
             c, _ = np.histogram(np.log10(pos), bins=n_bins, range=(e_lo, e_hi))
             counts += c
     edges = 10.0 ** np.linspace(e_lo, e_hi, n_bins + 1)
-    return ErrorHistogram(edges, counts, n_zero, n_bad, n_total, hi)
+    return ErrorHistogram(edges, counts, n_zero, n_bad, n_total, hi, n_excluded)
 
 
 # --------------------------------------------------------------------------- worst elements
@@ -332,7 +377,8 @@ class WorstElement:
 @dataclass(frozen=True)
 class WorstElements:
     rows: tuple[WorstElement, ...]
-    n_total: int
+    n_total: int  # elements ranked (judged ones only)
+    n_excluded: int = 0  # elements not judged, never ranked
 
     def to_records(self) -> list[dict[str, object]]:
         """One plain dict per row, for a table (index as text like numpy prints it)."""
@@ -349,23 +395,29 @@ class WorstElements:
 
 
 def worst_elements(
-    ref: np.ndarray, onnx: np.ndarray, *, k: int = 20, chunk_elements: int = CHUNK_ELEMENTS
+    ref: np.ndarray,
+    onnx: np.ndarray,
+    *,
+    k: int = 20,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    exclude: np.ndarray | None = None,
 ) -> WorstElements:
-    """The k elements of largest |error|, worst first (ties: lower flat index first)."""
+    """The k judged elements of largest |error|, worst first (ties: lower flat index first)."""
     shape = np.shape(ref)
     if shape != np.shape(onnx):
         raise ValueError(f"shapes differ: {shape} vs {np.shape(onnx)}")
+    n_excluded = _count_excluded(exclude, shape)
     cand_idx: list[np.ndarray] = []
     cand_err: list[np.ndarray] = []
     n_total = 0
-    for start, r, o in _flat_chunks(ref, onnx, chunk_elements):
+    for pos, r, o in _judged_chunks(ref, onnx, exclude, chunk_elements):
         a = error_values(r, o, "abs")
         n_total += a.size
         top = np.argpartition(-a, k - 1)[:k] if a.size > k else np.arange(a.size)
-        cand_idx.append(top + start)
+        cand_idx.append(pos[top])
         cand_err.append(a[top])
     if not cand_idx or k <= 0:
-        return WorstElements((), n_total)
+        return WorstElements((), n_total, n_excluded)
     idx = np.concatenate(cand_idx)
     err = np.concatenate(cand_err)
     order = np.lexsort((idx, -err))[:k]
@@ -384,7 +436,7 @@ def worst_elements(
                 rel_error=None if rv == 0 else (ae / abs(rv) if math.isfinite(rv) else None),
             )
         )
-    return WorstElements(tuple(rows), n_total)
+    return WorstElements(tuple(rows), n_total, n_excluded)
 
 
 # --------------------------------------------------------------------------- scatter sample
@@ -413,12 +465,20 @@ def sample_pairs(
     max_points: int = 5000,
     seed: int = 0,
     include: Sequence[Sequence[int]] = (),
+    exclude: np.ndarray | None = None,
 ) -> ScatterSample:
-    """Deterministic sample of element pairs (same arrays and seed -> same points)."""
+    """Deterministic sample of judged element pairs (same arrays and seed -> same points)."""
     r = np.asarray(ref).reshape(-1)
     o = np.asarray(onnx).reshape(-1)
     if r.shape != o.shape:
         raise ValueError(f"shapes differ: {np.shape(ref)} vs {np.shape(onnx)}")
+    if exclude is not None and _count_excluded(exclude, np.shape(ref)):
+        keep = ~_full_mask(exclude, np.shape(ref)).reshape(-1)
+        flat_include = [int(np.ravel_multi_index(tuple(i), np.shape(ref))) for i in include]
+        r, o = r[keep], o[keep]
+        position = np.cumsum(keep) - 1  # flat index -> index among judged elements
+        include = [(int(position[f]),) for f in flat_include if keep[f]]
+        return sample_pairs(r, o, max_points=max_points, seed=seed, include=include)
     n = r.size
     if n <= max_points:
         pick = np.arange(n)

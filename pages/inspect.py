@@ -184,10 +184,19 @@ def page() -> None:
         )
         return
 
+    exclude = run.exclusion(set_index, name)  # what the verdict did not judge
+    if comp.n_excluded:
+        st.caption(
+            f"{comp.n_excluded:,} element(s) were not judged (the message above says why): "
+            "they are blank in the error views and left out of the worst elements, the "
+            "histogram and the scatter, as they were left out of the verdict."
+        )
     key = f"insp_{set_index}_{name}"
     stored = state.raw_run()
     worst = _cached(
-        stored, (set_index, name, "worst"), lambda: ins.worst_elements(ref, onnx, k=WORST_K)
+        stored,
+        (set_index, name, "worst"),
+        lambda: ins.worst_elements(ref, onnx, k=WORST_K, exclude=exclude),
     )
     worst_index = worst.rows[0].index if worst.rows else None
     spec = _choose_slice(tuple(ref.shape), worst_index, key)
@@ -196,7 +205,7 @@ def page() -> None:
                     key="insp_kind")  # fmt: skip
     log_color = c2.toggle("Log colour", value=True, key="insp_log", disabled=kind == "signed")
 
-    view, ms = state.timed(ins.slice_view, ref, onnx, spec, kind=kind)
+    view, ms = state.timed(ins.slice_view, ref, onnx, spec, kind=kind, exclude=exclude)
     left, right = st.columns([3, 2])
     with left:
         st.plotly_chart(
@@ -224,7 +233,7 @@ def page() -> None:
 
     st.subheader("Reference, ONNX and error side by side")
     panels = [ins.slice_view(ref, onnx, spec, kind=k, max_cells=200) for k in ("ref", "onnx")]
-    err_small = ins.slice_view(ref, onnx, spec, kind=kind, max_cells=200)
+    err_small = ins.slice_view(ref, onnx, spec, kind=kind, max_cells=200, exclude=exclude)
     st.plotly_chart(
         fg.slice_panels(*panels, err_small, log_color=log_color),
         width="stretch",
@@ -234,7 +243,11 @@ def page() -> None:
 
     h_col, s_col = st.columns(2)
     with h_col:
-        hist = _cached(stored, (set_index, name, "hist"), lambda: ins.error_histogram(ref, onnx))
+        hist = _cached(
+            stored,
+            (set_index, name, "hist"),
+            lambda: ins.error_histogram(ref, onnx, exclude=exclude),
+        )
         worst_abs = comp.stats.max_abs if comp.stats else hist.max_abs
         st.plotly_chart(
             fg.error_histogram(hist, atol=comp.tolerance.atol, worst=worst_abs),
@@ -245,7 +258,9 @@ def page() -> None:
         sample = _cached(
             stored,
             (set_index, name, "sample"),
-            lambda: ins.sample_pairs(ref, onnx, include=[w.index for w in worst.rows]),
+            lambda: ins.sample_pairs(
+                ref, onnx, include=[w.index for w in worst.rows], exclude=exclude
+            ),
         )
         st.plotly_chart(
             fg.onnx_vs_ref_scatter(sample, tolerance=comp.tolerance),

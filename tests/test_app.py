@@ -171,6 +171,40 @@ def test_inspect_reuses_its_views_when_the_session_tolerances_differ_from_the_ru
     assert all(again[key] is value for key, value in views.items())
 
 
+def test_inspect_shows_what_the_verdict_judged_and_says_what_it_excluded():
+    # Before: Inspect ranked padding positions the verdict had excluded (a worst element of
+    # 0.257 for an output whose stats said 7.45e-8).
+    from core.pipeline import compare_case
+    from core.results import InputSet, OutputSet, ValidationRun
+    from core.sources import Case
+
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((2, 4, 6, 8), dtype=np.float32)
+    onnx = ref + np.float32(1e-7)
+    pad = np.zeros((2, 1, 6, 1), dtype=bool)
+    pad[0, :, :2] = True  # left padding of row 0
+    onnx[0, :, :2] += 0.257
+    case = Case(InputSet(0, {}), OutputSet({"kv": ref}), exclude={"kv": pad}, exclude_reason="pad")
+    shown, comparisons = compare_case(case, OutputSet({"kv": onnx}), Tolerances())
+    (comparison,) = comparisons
+    assert comparison.status.passed and comparison.stats.max_abs < 1e-6
+    run = ValidationRun(
+        model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
+        environment={}, input_sets=(case.input_set,), comparisons=tuple(comparisons),
+        ref_outputs=(case.reference,), onnx_outputs=(shown,), exclusions=(case.exclude,),
+    )  # fmt: skip
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = run.tolerances
+    at.switch_page("pages/inspect.py").run()
+    assert not at.exception
+    worst = _table(at, "abs error")
+    assert worst["abs error"].max() == pytest.approx(comparison.stats.max_abs)
+    assert "not judged" in "\n".join(c.value for c in at.caption)
+    heat = _figures(at)[0]
+    assert "excluded" in json.dumps(heat["layout"]["title"])
+
+
 def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json():
     at = _run_demo(_app(), "fp16")
     at.switch_page("pages/tolerances.py").run()

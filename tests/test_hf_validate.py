@@ -356,3 +356,36 @@ def test_real_optimum_export_validates(llama_dir, tmp_path):
     assert run.verdict == "pass"
     assert run.signature.input_names[:3] == ("input_ids", "attention_mask", "position_ids")
     assert [s["ok"] for s in steps_json(run)] == [True, True, True]
+
+
+def test_views_and_saved_runs_show_what_the_verdict_judged_padding_excluded(llama_run, tmp_path):
+    # Before: the verdict excluded padding but the kept arrays were unmasked, so Inspect and
+    # the HTML report showed a worst element at a padding position (0.257 for a present
+    # key/value whose stats said 7.45e-8). Now the masks travel with the run, saved or not.
+    from core import inspect as ins
+    from core.saved_run import load_run, save_run
+
+    reopened = load_run(save_run(llama_run, tmp_path / "llm.parity.npz"))
+    excluded = [c for c in llama_run.comparisons if c.n_excluded]
+    assert excluded, "a left-padded batch must exclude padding"
+    padding_was_worst = 0
+    for run in (llama_run, reopened):
+        for c in excluded:
+            pos = [s.index for s in run.input_sets].index(c.input_set)
+            ref = run.ref_outputs[pos].arrays[c.name]
+            onnx = run.onnx_outputs[pos].arrays[c.name]
+            mask = np.broadcast_to(run.exclusion(c.input_set, c.name), ref.shape)
+            assert int(mask.sum()) == c.n_excluded
+            worst = ins.worst_elements(ref, onnx, k=5, exclude=run.exclusion(c.input_set, c.name))
+            assert worst.rows[0].abs_error == c.stats.max_abs  # the verdict's worst, exactly
+            assert worst.rows[0].index == c.stats.worst_index
+            assert not any(mask[w.index] for w in worst.rows)
+            assert worst.n_excluded == c.n_excluded
+            hist = ins.error_histogram(ref, onnx, exclude=run.exclusion(c.input_set, c.name))
+            assert hist.n_total == c.n_judged and (hist.max_abs or 0.0) == c.stats.max_abs
+            spec = ins.default_slice(ref.shape, at=c.stats.worst_index)
+            view = ins.slice_view(ref, onnx, spec, exclude=run.exclusion(c.input_set, c.name))
+            assert np.isnan(view.values).sum() == ins.take_slice(mask, spec).sum()
+            unmasked = ins.worst_elements(ref, onnx, k=1).rows[0]
+            padding_was_worst += bool(mask[unmasked.index])
+    assert padding_was_worst, "some unmasked view must have shown a padding position as worst"

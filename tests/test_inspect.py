@@ -215,3 +215,24 @@ def test_with_value_and_nearest_keep_exact_loaded_tolerances():
     assert 3e-5 in with_value(lad, 3e-5)
     assert nearest(lad, 3.3e-5) == 5e-5 or nearest(lad, 3.3e-5) == 2e-5
     assert nearest(ladder(-3, 0, zero=True), 0.0) == 0.0
+
+
+def test_exclusion_mask_leaves_elements_out_of_every_view():
+    ref = np.zeros((4, 3000), dtype=np.float32)
+    onnx = ref.copy()
+    onnx[0, :10] = 5.0  # excluded (e.g. padding): must not show anywhere
+    onnx[2, 7] = 0.5  # the judged worst
+    exclude = np.zeros((4, 1), dtype=bool)
+    exclude[0] = True  # broadcast over the row
+    worst = ins.worst_elements(ref, onnx, k=3, exclude=exclude)
+    assert worst.rows[0].index == (2, 7) and worst.n_excluded == 3000
+    assert worst.n_total == 9000
+    hist = ins.error_histogram(ref, onnx, exclude=exclude)
+    assert hist.max_abs == 0.5 and hist.n_total == 9000 and hist.n_excluded == 3000
+    view = ins.slice_view(ref, onnx, ins.default_slice(ref.shape), exclude=exclude, max_cells=50)
+    assert np.nanmax(view.values) == 0.5 and np.isnan(view.values[0]).all()
+    assert "excluded" in view.pooling_text()
+    values = ins.slice_view(ref, onnx, ins.default_slice(ref.shape), kind="onnx", exclude=exclude)
+    assert values.values[0, 0] == 5.0  # raw values stay visible; only errors are blank
+    sample = ins.sample_pairs(ref, onnx, max_points=100, exclude=exclude, include=[(2, 7)])
+    assert sample.n_total == 9000 and 5.0 not in sample.onnx and 0.5 in sample.onnx

@@ -37,7 +37,7 @@ from core.results import (
 from core.signature import OnnxSignature
 from core.sources import Case, Crop
 
-PADDING = "padding the attention mask excludes (never attended)"
+PADDING = "padding, never attended"
 NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
 
 
