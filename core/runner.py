@@ -143,8 +143,9 @@ def run_onnx(
         values = _run_bfloat16(session, names, feeds) if bfloat16 else session.run(names, feeds)
         seconds = time.perf_counter() - start
     except Exception as exc:
-        raise OnnxRunError(
-            f"ONNX Runtime failed on input set {input_set.index}: {first_line(exc)}"
+        raise OnnxRunError(  # one line; ORT's whole text folded in the detail
+            f"ONNX Runtime failed on input set {input_set.index}: {first_line(exc)}",
+            detail=str(exc).strip(),
         ) from exc
     arrays: dict[str, np.ndarray] = {}
     notes: list[str] = []

@@ -190,6 +190,7 @@ def test_onnx_runtime_failure_names_the_set(tmp_path: Path) -> None:
     message = str(exc.value)
     assert message.startswith("ONNX Runtime failed on input set 1: ")
     assert "\n" not in message
+    assert "Reshape" in exc.value.detail  # ORT's whole text, for the folded details
 
 
 def test_bad_feeds_are_caught_before_onnx_runtime(tiny_artifacts) -> None:
