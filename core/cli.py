@@ -117,6 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="save the torch outputs, for later --reference runs",
     )
     out.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP)
+    layers = v.add_argument_group("layers (where the export starts to diverge)")
+    layers.add_argument(
+        "--layers",
+        action="store_true",
+        help="also compare intermediate values and name the op where the error is born "
+        '(adds "layers" to --json; the exit code stays the outputs\' verdict)',
+    )
+    layers.add_argument(
+        "--layers-memory",
+        type=int,
+        default=1024,
+        metavar="MB",
+        help="most memory for ONNX Runtime's extra outputs per batch (default 1024)",
+    )
     v.add_argument("--debug", action="store_true", help="show tracebacks")
     _add_hf_arguments(v)
 
@@ -221,6 +235,8 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         tolerances=tolerances_from_args(args),
         reference_file=args.reference,
         hf=hf,
+        layers=args.layers,
+        layers_memory_mb=args.layers_memory,
     )
     return run_validation(config, progress=_progress_printer())
 
@@ -341,8 +357,14 @@ def _format(run: ValidationRun) -> str:
     if run.is_generation:
         from core.hf.cli_args import format_steps_table
 
-        return format_steps_table(run) + "\n\n" + format_verdict(run)
-    return format_run(run)
+        text = format_steps_table(run) + "\n\n" + format_verdict(run)
+    else:
+        text = format_run(run)
+    if run.layers is not None:
+        from core.layers.text import format_layers
+
+        text += "\n\n" + format_layers(run.layers)
+    return text
 
 
 def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:

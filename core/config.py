@@ -32,6 +32,8 @@ class RunConfig:
     tolerances: Tolerances = field(default_factory=Tolerances)
     reference_file: str | None = None
     hf: HfOptions | None = None  # prompts, steps, export path of an "hf:DIR" model
+    layers: bool = False  # also compare intermediate values (core.layers)
+    layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (core.layers)
 
     @property
     def kind(self) -> RunKind:
@@ -59,6 +61,8 @@ def default_loaders() -> Loaders:
 
 def check_config(config: RunConfig) -> None:
     """UsageError (one line) for a config that cannot run or sets what its kind ignores."""
+    if config.layers and config.layers_memory_mb < 1:
+        raise UsageError(f"--layers-memory must be >= 1 MB, got {config.layers_memory_mb}")
     if config.n_input_sets < 1:
         raise UsageError(f"the number of input sets must be >= 1, got {config.n_input_sets}")
     if config.model is None and config.reference_file is None:

@@ -100,7 +100,37 @@ def run_validation(
         candidate = _load_candidate(onnx_path, config, loaders, report)
         source.timings["load_onnx"] = time.perf_counter() - t0
         run = _run_cases(config, source, [candidate], report, t_start)
+        if config.layers:
+            run = _with_layers(run, config, source, candidate, report)
     return run
+
+
+def _with_layers(
+    run: ValidationRun,
+    config: RunConfig,
+    source: Source,
+    candidate: Candidate,
+    report: ProgressReporter,
+) -> ValidationRun:
+    """The same source's model and the same input sets, with intermediate values compared
+    (core.layers); never changes the outputs' verdict."""
+    from core.layers.localise import HF_NOT_COMPARED, localise_run, not_compared
+
+    if config.kind is RunKind.HF_GENERATE:
+        return replace(run, layers=not_compared(HF_NOT_COMPARED))
+    t0 = time.perf_counter()
+    layers = localise_run(
+        getattr(source, "torch_model", None),
+        candidate.path,
+        run.input_sets,
+        candidate.signature,
+        provider=candidate.provider,
+        opt_level=candidate.opt_level,
+        memory_mb=config.layers_memory_mb,
+        progress=lambda message: report("layers", message, None),
+    )
+    timings = {**run.timings, "layers": time.perf_counter() - t0}
+    return replace(run, layers=layers, timings=timings)
 
 
 def _load_candidate(

@@ -10,7 +10,8 @@ against a small grammar first; guard code is never read; compiled members (AOTIn
 friends) are refused; graph targets are checked against torch's own allow-lists. Torch's
 own tensor-record reader and deserializer do the rest, so the format stays torch's.
 
-Contract: is_pt2(path) -> bool; load_pt2_module(path) -> torch.fx.GraphModule
+Contract: is_pt2(path) -> bool; load_pt2_module(path) -> torch.fx.GraphModule;
+load_pt2(path) -> (torch.fx.GraphModule, ExportedProgram)
     raises ModelLoadError (one line, naming the member) for anything refused or unreadable.
 """
 
@@ -96,12 +97,17 @@ def is_pt2(path: str | Path) -> bool:
 
 def load_pt2_module(path: str | Path) -> Any:
     """The archive's program as a runnable module; nothing in the file is executed."""
+    return load_pt2(path)[0]
+
+
+def load_pt2(path: str | Path) -> tuple[Any, Any]:
+    """(runnable module, its checked ExportedProgram): core.layers interprets the program."""
     path = Path(path)
     try:
         program = _deserialize(path)
         _check_graph(path, program)
         # check_guards=False: the guards module is generated Python that torch exec()s.
-        return program.module(check_guards=False)
+        return program.module(check_guards=False), program
     except ModelLoadError:
         raise
     except Exception as exc:

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from core.errors import ModelLoadError, UsageError, first_line
-from core.pt2_archive import is_pt2, load_pt2_module
+from core.pt2_archive import is_pt2, load_pt2
 from core.quiet import quiet_torch
 
 KINDS = ("demo", "exported_program", "torchscript", "factory")
@@ -60,6 +60,7 @@ class TorchModel:
     module: Callable[..., Any]
     parameter_names: tuple[str, ...]
     sha256: str
+    program: Any = None  # a .pt2's ExportedProgram (core.layers interprets its graph)
 
 
 CODE_REFUSED_HINT = (
@@ -101,6 +102,7 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
             "FILE.py:CALLABLE or package.module:CALLABLE"
         )
     digest = hashlib.sha256()
+    program = None
     if spec.startswith("demo:"):
         module, kind = _load_demo(spec[len("demo:") :]), "demo"
         digest.update(spec.encode())
@@ -118,7 +120,7 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
         path = Path(spec)
         if not path.is_file():
             raise ModelLoadError(f"cannot load model {spec}: no such file")
-        module, kind = _load_archive(path, allow_code=allow_code)
+        module, kind, program = _load_archive(path, allow_code=allow_code)
         _hash_file(digest, path)
 
     if weights is not None:
@@ -133,6 +135,7 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
         module=module,
         parameter_names=_parameter_names(module, kind),
         sha256=digest.hexdigest(),
+        program=program,
     )
 
 
@@ -251,11 +254,12 @@ def _archive_kind(path: Path) -> str:
     return "unknown"
 
 
-def _load_archive(path: Path, *, allow_code: bool) -> tuple[nn.Module, str]:
+def _load_archive(path: Path, *, allow_code: bool) -> tuple[nn.Module, str, Any]:
     """A torch.export archive (restricted reader) or a TorchScript archive (code)."""
     kind = _archive_kind(path)
     if kind == "exported_program":
-        return load_pt2_module(path), "exported_program"
+        module, program = load_pt2(path)
+        return module, "exported_program", program
     if kind == "onnx":
         raise ModelLoadError(
             f"cannot load model {path}: this is an ONNX file; give it as --onnx and the "
@@ -276,7 +280,7 @@ def _load_archive(path: Path, *, allow_code: bool) -> tuple[nn.Module, str]:
             f"refused model {path}: TorchScript is code and runs when loaded; " + CODE_REFUSED_HINT
         )
     try:
-        return torch.jit.load(str(path), map_location="cpu"), "torchscript"
+        return torch.jit.load(str(path), map_location="cpu"), "torchscript", None
     except Exception as exc:
         raise ModelLoadError(
             f"cannot load model {path}: not a readable TorchScript archive ({first_line(exc)})"

@@ -76,6 +76,12 @@ class TorchSource:
             self.timings["torch"] += reference.seconds
             yield Case(input_set=input_set, reference=reference)
 
+    @property
+    def torch_model(self) -> Any:
+        """The loaded model (core.torch_model.TorchModel) once cases() has run; core.layers
+        localises with it."""
+        return self._torch
+
     def provenance(self) -> Provenance:
         return Provenance(
             kind=RunKind.TORCH,

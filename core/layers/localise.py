@@ -1,0 +1,356 @@
+"""Find where an export starts to diverge: the one entry point of core.layers.
+
+Streams: for each batch of matched values (planned under `memory_mb` from the sizes one
+torch pass reports), ONNX Runtime computes that batch with the values as extra outputs,
+then the torch side runs once more and each matched value is compared the moment torch
+produces it; only its statistics are kept (and, within `keep_mb`, the arrays of the first
+divergence and the values just after it, for inspection). Nothing holds every intermediate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.layers import criterion
+from core.layers.matching import MODULE_BOUNDARIES, Pair, Plan, make_plan
+from core.layers.onnx_graph import GraphIndex, read_graph
+from core.layers.onnx_runs import ExtraOutputs, plan_batches
+from core.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
+from core.layers.stats import ValueStats, value_stats
+from core.layers.torch_side import tensor_leaves, to_numpy
+from core.results import InputSet
+from core.signature import OnnxSignature
+
+DEFAULT_MEMORY_MB = 1024
+DEFAULT_KEEP_MB = 64
+_KEEP_AFTER = 3
+_MAX_CANDIDATES = 3
+
+
+@dataclass
+class _Compared:
+    pair: Pair
+    onnx_value: str
+    input_set: int
+    shape: tuple[int, ...]
+    stats: ValueStats
+    judgement: criterion.Judgement
+    dtype: str
+
+
+@dataclass
+class _Keeper:
+    """Arrays of the first divergence per input set, the value before it and a few after."""
+
+    budget: int
+    kept: list[KeptValue] = field(default_factory=list)
+    used: int = 0
+    previous: dict[int, KeptValue] = field(default_factory=dict)
+    after: dict[int, int] = field(default_factory=dict)  # set -> values still to keep
+    skipped: int = 0
+
+    def offer(self, order: int, c: _Compared, ref: np.ndarray, onnx: np.ndarray) -> None:
+        s = c.input_set
+        size = ref.nbytes + onnx.nbytes
+        item = None
+        if size <= self.budget // 4:
+            item = KeptValue(order, s, c.onnx_value, np.array(ref), np.array(onnx))
+        if s not in self.after and c.judgement.status.born:
+            self.after[s] = _KEEP_AFTER
+            if s in self.previous:
+                self._keep(self.previous.pop(s))
+            self._keep(item)
+            return
+        if self.after.get(s, 0) > 0:
+            self.after[s] -= 1
+            self._keep(item)
+        elif s not in self.after and item is not None:
+            self.previous[s] = item
+
+    def _keep(self, item: KeptValue | None) -> None:
+        if item is None or self.used + item.nbytes > self.budget:
+            self.skipped += 1
+            return
+        self.kept.append(item)
+        self.used += item.nbytes
+
+
+class _Comparer:
+    """Compares each matched value the moment torch produces it; keeps statistics only."""
+
+    def __init__(
+        self, graph: GraphIndex, inputs_of: dict[str, tuple[str, ...]], keeper: _Keeper
+    ) -> None:
+        self.graph = graph
+        self.inputs_of = inputs_of
+        self.keeper = keeper
+        self.compared: dict[tuple[str, int], _Compared] = {}
+
+    def callback(
+        self,
+        by_key: dict[str, list[Pair]],
+        matching: str,
+        in_batch: frozenset[str],
+        onnx_values: dict[str, np.ndarray],
+        s: int,
+    ) -> Callable[[str, Any], None]:
+        def on_value(key: str, value: Any) -> None:
+            arrays = _torch_arrays(value, matching)
+            for pair in by_key.get(key, ()):
+                if pair.onnx_value not in in_batch or not arrays:
+                    continue
+                if (pair.onnx_value, s) in self.compared:
+                    continue  # a module called twice: its first call is compared
+                self.compare(pair, arrays[0], onnx_values, s)
+
+        return on_value
+
+    def compare(self, pair: Pair, ref: np.ndarray, onnx_values: dict, s: int) -> None:
+        name, onnx = _pick(pair, ref, onnx_values)
+        stats = value_stats(ref, onnx)
+        ins = self.inputs_of.get(pair.onnx_value, ())
+        prior = [self.compared[(i, s)] for i in ins if (i, s) in self.compared]
+        dtype = str(onnx.dtype)
+        judgement = criterion.judge(
+            stats,
+            inputs_ratio=max(
+                (c.stats.error_ratio or 0.0 for c in prior if c.stats.shape_ok), default=0.0
+            ),
+            inputs_nonfinite=any(c.judgement.nonfinite for c in prior),
+            dtype=dtype,
+        )
+        if judgement.status is LayerStatus.SHAPE_MISMATCH and any(
+            c.judgement.status is LayerStatus.SHAPE_MISMATCH for c in prior
+        ):
+            judgement = criterion.Judgement(LayerStatus.CARRIED, None, judgement.nonfinite)
+        c = _Compared(pair, name, s, tuple(ref.shape), stats, judgement, dtype)
+        self.compared[(pair.onnx_value, s)] = c
+        self.keeper.offer(self.graph.values[name].order, c, ref, onnx)
+
+
+def localise(
+    model: Any,
+    onnx_path: str | Path,
+    input_sets: Sequence[InputSet],
+    signature: OnnxSignature,
+    *,
+    provider: str = "CPUExecutionProvider",
+    opt_level: str = "all",
+    memory_mb: int = DEFAULT_MEMORY_MB,
+    keep_mb: int = DEFAULT_KEEP_MB,
+    progress: Callable[[str], None] | None = None,
+) -> LayersResult:
+    """Compare the matched intermediate values of `model` and the ONNX file on every input
+    set and judge where the error is born (core.layers.criterion)."""
+    say = progress or (lambda _msg: None)
+    start = time.perf_counter()
+    say("reading the ONNX graph")
+    graph = read_graph(onnx_path)
+    say("matching ONNX values to the torch model")
+    plan = make_plan(model, graph, input_sets[0], signature)
+    if not plan.pairs:
+        return _empty(plan, graph)
+
+    by_key: dict[str, list[Pair]] = {}
+    for pair in plan.pairs:
+        by_key.setdefault(pair.key, []).append(pair)
+    requested = _requested(plan, graph)
+
+    say("measuring intermediate sizes (one torch pass per input set)")
+    sizes: dict[str, int] = {}
+    for input_set in input_sets:
+
+        def probe(key: str, value: Any) -> None:
+            arrays = _torch_arrays(value, plan.matching)
+            for pair in by_key.get(key, ()):
+                n = arrays[0].nbytes if arrays else 0
+                for name in (pair.onnx_value, *pair.candidates[:_MAX_CANDIDATES]):
+                    sizes[name] = max(sizes.get(name, 0), n)
+
+        plan.capture.run(input_set, by_key.keys(), probe)
+
+    budget = max(1, memory_mb) << 20
+    batches = plan_batches(requested, sizes, budget)
+    runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level)
+    inputs_of = graph.matched_inputs(p.onnx_value for p in plan.pairs)
+    comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20))
+
+    for b, batch in enumerate(batches):
+        in_batch = frozenset(batch)
+        keys = {p.key for p in plan.pairs if p.onnx_value in in_batch}
+        say(f"batch {b + 1}/{len(batches)}: {len(keys)} values")
+        with runner.session(batch) as session:
+            for input_set in input_sets:
+                onnx_values = runner.run(session, batch, input_set)
+                plan.capture.run(
+                    input_set,
+                    keys,
+                    comparer.callback(
+                        by_key, plan.matching, in_batch, onnx_values, input_set.index
+                    ),
+                )
+                del onnx_values
+    compared, keeper = comparer.compared, comparer.keeper
+
+    values = _values(compared, graph, inputs_of)
+    first = next((v for v in values if LayerStatus(v.status).born), None)
+    keep = [k for k in keeper.kept if first is not None and k.input_set == first.input_set]
+    notes = [
+        *plan.notes,
+        f"ONNX Runtime ({provider}, optimisation level {opt_level}) re-ran the graph with the "
+        f"matched values as extra outputs, in {len(batches)} batch(es) of at most "
+        f"{memory_mb} MB; a value marked as an output is not fused away, so ONNX Runtime's "
+        "optimised graph for intermediates can differ slightly from the plain run's",
+        f"{len(plan.pairs)} values x {len(input_sets)} input set(s) compared in "
+        f"{time.perf_counter() - start:.2f} s",
+    ]
+    missing = len(plan.pairs) * len(input_sets) - len(compared)
+    if missing:
+        notes.append(
+            f"{missing} matched (value, input set) pairs were never produced by the torch "
+            "side (modules not called on that input): not compared"
+        )
+    if keeper.skipped and first is not None:
+        notes.append(
+            f"arrays of {keeper.skipped} values near the first divergence not kept "
+            f"(over the {keep_mb} MB kept-arrays budget)"
+        )
+    return LayersResult(
+        criterion=criterion.CRITERION,
+        matching=plan.matching,
+        matched=len(plan.pairs),
+        unmatched_onnx=plan.unmatched_onnx,
+        unmatched_torch=plan.unmatched_torch,
+        first_divergence=first,
+        values=tuple(values),
+        notes=tuple(notes),
+        threshold=criterion.THRESHOLD,
+        min_jump=criterion.MIN_JUMP,
+        kept=tuple(keep),
+    )
+
+
+def _requested(plan: Plan, graph: GraphIndex) -> list[str]:
+    """Every ONNX value the batches must produce, in graph order."""
+    names: dict[str, None] = {}
+    for pair in plan.pairs:
+        names[pair.onnx_value] = None
+        if plan.matching == MODULE_BOUNDARIES:
+            for c in pair.candidates[:_MAX_CANDIDATES]:
+                names[c] = None
+    return sorted(names, key=lambda n: graph.values[n].order)
+
+
+def _torch_arrays(value: Any, matching: str) -> list[np.ndarray]:
+    leaves = tensor_leaves(value) if matching == MODULE_BOUNDARIES else [value]
+    arrays = [to_numpy(v) for v in leaves]
+    return [a for a in arrays if a is not None]
+
+
+def _pick(pair: Pair, ref: np.ndarray, onnx_values: dict) -> tuple[str, np.ndarray]:
+    """The ONNX array for a pair: in module mode the last boundary value of ref's shape."""
+    for name in (pair.onnx_value, *pair.candidates[:_MAX_CANDIDATES]):
+        a = onnx_values.get(name)
+        if a is not None and a.shape == ref.shape:
+            return name, a
+    return pair.onnx_value, onnx_values[pair.onnx_value]
+
+
+def _values(
+    compared: dict[tuple[str, int], _Compared],
+    graph: GraphIndex,
+    inputs_of: dict[str, tuple[str, ...]],
+) -> list[LayerValue]:
+    values = []
+    for (value, s), c in compared.items():
+        g = graph.values[c.onnx_value]
+        st = c.stats
+        values.append(
+            LayerValue(
+                order=g.order,
+                onnx_value=c.onnx_value,
+                onnx_node=g.node,
+                onnx_op=g.op,
+                torch_module=c.pair.torch_module,
+                torch_node=c.pair.torch_node,
+                input_set=s,
+                shape=c.shape,
+                max_abs=st.max_abs,
+                max_rel=st.max_rel,
+                scale=st.scale,
+                error_ratio=st.error_ratio,
+                jump=c.judgement.jump,
+                cosine=st.cosine,
+                status=c.judgement.status.value,
+                inputs=tuple(graph.values[i].order for i in inputs_of.get(value, ())),
+            )
+        )
+    values.sort(key=lambda v: (v.order, v.input_set))
+    return values
+
+
+def _empty(plan: Plan, graph: GraphIndex) -> LayersResult:
+    return LayersResult(
+        criterion=criterion.CRITERION,
+        matching=plan.matching,
+        matched=0,
+        unmatched_onnx=plan.unmatched_onnx,
+        unmatched_torch=plan.unmatched_torch,
+        first_divergence=None,
+        values=(),
+        notes=(*plan.notes, "no intermediate value was compared"),
+        threshold=criterion.THRESHOLD,
+        min_jump=criterion.MIN_JUMP,
+    )
+
+
+def localise_run(
+    model: Any,
+    onnx_path: str | Path,
+    input_sets: Sequence[InputSet],
+    signature: OnnxSignature,
+    **options: Any,
+) -> LayersResult:
+    """`localise` for a validation run: never raises, never changes the outputs' verdict;
+    whatever stopped it is said in the result's notes."""
+    if model is None:
+        return not_compared(
+            "stored reference outputs hold no intermediate values: localising needs the "
+            "torch model (--model)"
+        )
+    try:
+        return localise(model, onnx_path, input_sets, signature, **options)
+    except Exception as exc:  # the outputs' verdict stands; say why layers could not
+        from core.errors import describe_error
+
+        return not_compared(f"localisation stopped: {describe_error(exc)[1]}")
+
+
+HF_NOT_COMPARED = (
+    "hf: runs validate every generate() step (prefill and each decode step with its KV "
+    "cache) at the outputs only; no intermediate value was compared. To localise, export "
+    "the model's forward (a .pt2, or FILE.py:CALLABLE + --weights) and validate that pair "
+    "with --layers"
+)
+
+
+def not_compared(reason: str) -> LayersResult:
+    """A result that says, in words, why no intermediate value was compared."""
+    return LayersResult(
+        criterion=criterion.CRITERION,
+        matching="none",
+        matched=0,
+        unmatched_onnx=0,
+        unmatched_torch=0,
+        first_divergence=None,
+        values=(),
+        notes=(reason,),
+        threshold=criterion.THRESHOLD,
+        min_jump=criterion.MIN_JUMP,
+    )

@@ -1,0 +1,233 @@
+"""What the ONNX graph says about its values: order, producer, module scope, FX node.
+
+Read once from the file (without weights). Dynamo exports name values after FX nodes and
+carry ``pkg.torch.onnx.fx_node`` / ``pkg.torch.onnx.name_scopes`` metadata on every node;
+legacy (TorchScript-based) exports spell the module path in node names
+(``/encoder/layer.2/attention/output/LayerNorm/LayerNormalization``). Both become one
+`GraphValue` per node output, in topological order.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import onnx
+
+DYNAMO, LEGACY, UNKNOWN = "dynamo", "legacy", "unknown"
+
+_FX_NAME = re.compile(r"^%([\w.]+)\s*:")
+_NUM_USERS = re.compile(r"\[num_users=\d+\]\s*")
+_FX_TARGET = re.compile(r"call_function\[target=([^\]]+)\]")
+
+
+@dataclass(frozen=True)
+class GraphValue:
+    """One node output. `scope` is the named_modules() path of the module that made it
+    ("" for the root, None when the file does not say); `fx_node` the FX node it came from."""
+
+    name: str
+    order: int
+    node: str
+    op: str
+    scope: str | None
+    fx_node: str | None
+    fx_target: str | None
+    fx_repr: str | None  # the FX node as the exporter printed it (num_users dropped)
+    elem_type: int  # onnx.TensorProto element type, 0 when unknown
+
+
+@dataclass(frozen=True)
+class GraphIndex:
+    exporter: str  # DYNAMO | LEGACY | UNKNOWN
+    values: Mapping[str, GraphValue]  # node outputs in topological order
+    inputs_of: Mapping[str, tuple[str, ...]]  # value -> the values its producer reads
+    consumers: Mapping[str, tuple[int, ...]]  # value -> orders of the nodes that read it
+    outputs: tuple[str, ...]
+    n_nodes: int
+
+    def matched_inputs(self, matched: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """For each matched value, the nearest matched values upstream of it (through
+        unmatched values; graph inputs, initializers and constants end a path)."""
+        wanted = set(matched)
+        memo: dict[str, frozenset[str]] = {}
+
+        def upstream(name: str) -> frozenset[str]:
+            # iterative DFS: graphs can be thousands of nodes deep
+            stack = [name]
+            while stack:
+                top = stack[-1]
+                if top in memo:
+                    stack.pop()
+                    continue
+                pending = [
+                    i
+                    for i in self.inputs_of.get(top, ())
+                    if i not in wanted and i not in memo and i in self.values
+                ]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                found: set[str] = set()
+                for i in self.inputs_of.get(top, ()):
+                    if i in wanted:
+                        found.add(i)
+                    elif i in memo:
+                        found |= memo[i]
+                memo[top] = frozenset(found)
+                stack.pop()
+            return memo[name]
+
+        return {
+            name: tuple(sorted(upstream(name), key=lambda n: self.values[n].order))
+            for name in self.values
+            if name in wanted
+        }
+
+    def resolve_legacy(self, paths: Collection[str]) -> GraphIndex:
+        """Legacy scopes ("layer2/down/down.0") spelled as named_modules() paths
+        ("layer2.down.0"): each part is a path relative to its parent's or grandparent's."""
+        if self.exporter != LEGACY:
+            return self
+        known = set(paths)
+        cache: dict[str, str] = {}
+
+        def resolve(scope: str) -> str:
+            if scope not in cache:
+                full = ""
+                for part in scope.split("/") if scope else []:
+                    parent = full.rpartition(".")[0]
+                    for guess in (
+                        f"{full}.{part}" if full else part,
+                        f"{parent}.{part}" if parent else part,
+                        part,
+                    ):
+                        if guess in known:
+                            full = guess
+                            break
+                    else:
+                        full = f"{full}.{part}" if full else part
+                cache[scope] = full
+            return cache[scope]
+
+        values = {
+            n: replace(v, scope=None if v.scope is None else resolve(v.scope))
+            for n, v in self.values.items()
+        }
+        return replace(self, values=values)
+
+    def module_boundaries(self) -> dict[str, tuple[str, ...]]:
+        """module path -> values made inside it and read outside it (or graph outputs), in
+        graph order: where that module's output must be."""
+        inside: dict[str, list[GraphValue]] = {}
+        for v in self.values.values():
+            if v.scope is None:
+                continue
+            for path in _prefixes(v.scope):
+                inside.setdefault(path, []).append(v)
+        graph_outputs = set(self.outputs)
+        order_scope = {v.order: v.scope for v in self.values.values()}
+        result: dict[str, tuple[str, ...]] = {}
+        for path, members in inside.items():
+            if not path:
+                continue
+            crossing = []
+            for v in members:
+                readers = self.consumers.get(v.name, ())
+                if v.name in graph_outputs or any(
+                    not _within(order_scope.get(o), path) for o in readers
+                ):
+                    crossing.append(v.name)
+            if crossing:
+                result[path] = tuple(crossing)
+        return result
+
+
+def read_graph(path: str | Path) -> GraphIndex:
+    """Index an ONNX file's main graph (weights are not read)."""
+    proto = onnx.load(str(path), load_external_data=False)
+    graph = proto.graph
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info}
+    types.update({vi.name: vi.type.tensor_type.elem_type for vi in graph.output})
+    dynamo = any(
+        p.key == "pkg.torch.onnx.fx_node" for n in graph.node[:50] for p in n.metadata_props
+    )
+    legacy = not dynamo and any(n.name.startswith("/") for n in graph.node)
+    exporter = DYNAMO if dynamo else LEGACY if legacy else UNKNOWN
+    values: dict[str, GraphValue] = {}
+    inputs_of: dict[str, tuple[str, ...]] = {}
+    consumers: dict[str, list[int]] = {}
+    for order, node in enumerate(graph.node):
+        meta = {p.key: p.value for p in node.metadata_props}
+        scope, fx_name, fx_target = _node_scope(node, meta, exporter)
+        fx_repr = fx_text(meta["pkg.torch.onnx.fx_node"]) if fx_name else None
+        ins = tuple(i for i in node.input if i)
+        for i in ins:
+            consumers.setdefault(i, []).append(order)
+        for out in node.output:
+            if not out:
+                continue
+            values[out] = GraphValue(
+                name=out,
+                order=order,
+                node=node.name or f"{node.op_type}_{order}",
+                op=node.op_type if not node.domain else f"{node.domain}.{node.op_type}",
+                scope=scope,
+                fx_node=fx_name,
+                fx_target=fx_target,
+                fx_repr=fx_repr,
+                elem_type=types.get(out, 0),
+            )
+            inputs_of[out] = ins
+    return GraphIndex(
+        exporter=exporter,
+        values=values,
+        inputs_of=inputs_of,
+        consumers={k: tuple(v) for k, v in consumers.items()},
+        outputs=tuple(o.name for o in graph.output),
+        n_nodes=len(graph.node),
+    )
+
+
+def fx_text(formatted: str) -> str:
+    """An FX node's printed form without its user count, so two graphs' nodes compare."""
+    return _NUM_USERS.sub("", formatted).replace("torch.ops.", "").strip()
+
+
+def _node_scope(
+    node: onnx.NodeProto, meta: Mapping[str, str], exporter: str
+) -> tuple[str | None, str | None, str | None]:
+    """(module path, FX node name, FX target) of one node, from what its exporter wrote."""
+    if exporter == DYNAMO:
+        fx = meta.get("pkg.torch.onnx.fx_node", "")
+        name = _FX_NAME.match(fx)
+        target = _FX_TARGET.search(fx)
+        scope = None
+        try:
+            scopes = ast.literal_eval(meta.get("pkg.torch.onnx.name_scopes", ""))
+            if isinstance(scopes, list) and scopes:
+                scope = str(scopes[-2]) if len(scopes) >= 2 else ""
+        except (ValueError, SyntaxError):
+            pass
+        return (
+            scope,
+            name.group(1) if name else None,
+            target.group(1).removeprefix("torch.ops.") if target else None,
+        )
+    if exporter == LEGACY:
+        if not node.name.startswith("/"):
+            return "", None, None
+        return "/".join(node.name.split("/")[1:-1]), None, None  # see resolve_legacy
+    return None, None, None
+
+
+def _prefixes(scope: str) -> list[str]:
+    parts = scope.split(".") if scope else []
+    return [""] + [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _within(scope: str | None, path: str) -> bool:
+    return scope is not None and (scope == path or scope.startswith(path + "."))

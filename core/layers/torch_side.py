@@ -1,0 +1,244 @@
+"""The torch side of localisation: produce intermediate values one at a time, never all.
+
+Two ways, chosen by core.layers.matching:
+
+- `FxCapture`: the exported program the ONNX exporter itself converted (a .pt2's program,
+  or ``torch.export`` of the loaded module) after the exporter's own decompositions, run by an
+  ``torch.fx.Interpreter``; every call_function node's value goes to a callback as soon as it
+  exists (the interpreter frees values after their last use, so memory stays a forward's).
+- `HookCapture`: forward hooks on ``named_modules()``; each module's output goes to the
+  callback when the module returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+import weakref
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.results import InputSet
+from core.signature import OnnxSignature
+
+ValueCallback = Callable[[str, Any], None]
+
+
+class FxCapture:
+    """Interpret a GraphModule node by node, handing wanted nodes' tensors to a callback."""
+
+    def __init__(self, program: Any, module: Any, parameter_names: tuple[str, ...]) -> None:
+        self.program = program  # the decomposed ExportedProgram (its graph names the values)
+        self.module = module  # program.module(): the runnable form
+        self.parameter_names = parameter_names
+        self.nodes = {
+            n.name: n for n in program.graph.nodes if n.op == "call_function"
+        }  # name -> node
+
+    def run(self, input_set: InputSet, wanted: Collection[str], on_value: ValueCallback) -> None:
+        from torch.utils import _pytree as pytree
+
+        tensors = {name: _tensor(a) for name, a in input_set.feeds.items()}
+        if self.parameter_names and all(n in self.parameter_names for n in tensors):
+            kwargs = {n: tensors[n] for n in self.parameter_names if n in tensors}
+            flat = pytree.tree_leaves(((), kwargs))
+        else:
+            flat = list(tensors.values())
+        wanted = set(wanted)
+
+        class _Interpreter(torch.fx.Interpreter):
+            def run_node(self, n: torch.fx.Node) -> Any:
+                result = super().run_node(n)
+                if n.op == "call_function" and n.name in wanted:
+                    on_value(n.name, result)
+                return result
+
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _Interpreter(self.module).run(*flat)
+
+
+class HookCapture:
+    """Forward hooks on named modules; the model is run as the plain validation runs it."""
+
+    def __init__(self, model: Any, signature: OnnxSignature) -> None:
+        self.model = model  # core.torch_model.TorchModel
+        self.signature = signature
+        self.paths = {name for name, _ in model.module.named_modules()}
+
+    def run(self, input_set: InputSet, wanted: Collection[str], on_value: ValueCallback) -> None:
+        from core.runner import run_torch
+
+        modules = dict(self.model.module.named_modules())
+        handles = []
+        try:
+            for path in wanted:
+                if path in modules:
+
+                    def hook(_m: Any, _args: Any, output: Any, _path: str = path) -> None:
+                        on_value(_path, output)
+
+                    handles.append(modules[path].register_forward_hook(hook))
+            run_torch(self.model, input_set, self.signature)
+        finally:
+            for h in handles:
+                h.remove()
+
+    def folds(self, input_set: InputSet, scoped: Collection[str]) -> dict[str, str]:
+        """Modules the exporter folded into the op before them (a BatchNorm after a Conv):
+        leaf P (scoped in ONNX) -> leaf Q (no scope) where Q's input is P's very output
+        tensor and Q makes a new tensor. P's ONNX value then holds Q's result."""
+        from core.runner import run_torch
+
+        scoped = set(scoped)
+        # id -> (weak reference, module): an id alone can be reused once a tensor is freed
+        made_by: dict[int, tuple[Any, str]] = {}
+        folded: dict[str, str] = {}
+        handles = []
+
+        def source_of(t: Any) -> str | None:
+            entry = made_by.get(id(t)) if isinstance(t, torch.Tensor) else None
+            return entry[1] if entry is not None and entry[0]() is t else None
+
+        def after(path: str) -> Callable[..., None]:
+            def hook(_m: Any, args: Any, output: Any) -> None:
+                if not isinstance(output, torch.Tensor):
+                    return
+                first = args[0] if args else None
+                if first is output:  # identity (eval Dropout): not a fold, not a new value
+                    return
+                source = source_of(first)
+                if path not in scoped and source is not None:
+                    folded.setdefault(source, path)
+                made_by[id(output)] = (weakref.ref(output), path)
+
+            return hook
+
+        for path, module in self.model.module.named_modules():
+            if path and not list(module.children()):
+                handles.append(module.register_forward_hook(after(path)))
+        try:
+            run_torch(self.model, input_set, self.signature)
+        finally:
+            for h in handles:
+                h.remove()
+        return folded
+
+
+def exporter_program(
+    model: Any, input_set: InputSet, signature: OnnxSignature
+) -> tuple[Any, list[str]]:
+    """The program the dynamo exporter converted: the model's (or a fresh torch.export of
+    it), decomposed the exporter's way. Returns (program or None, notes)."""
+    notes: list[str] = []
+    program = getattr(model, "program", None)
+    if program is None:
+        if not isinstance(model.module, torch.nn.Module) or model.kind == "torchscript":
+            return None, ["the torch model is not an nn.Module torch.export can trace"]
+        try:
+            program = _export(model, input_set, signature)
+            notes.append("torch side: torch.export.export of the loaded module (strict=False)")
+        except Exception as exc:  # data-dependent control flow, unsupported ops, ...
+            text = str(exc).strip().splitlines()
+            return None, [
+                f"torch.export could not trace the model ({type(exc).__name__}: "
+                f"{text[0] if text else ''})"
+            ]
+    else:
+        notes.append("torch side: the .pt2's ExportedProgram")
+    try:
+        decomposed = _decomposed(program)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        return None, [
+            *notes,
+            "could not apply the ONNX exporter's decompositions on this torch "
+            f"({type(exc).__name__}: {text[0] if text else ''})",
+        ]
+    return decomposed, notes
+
+
+_DECOMPOSED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _decomposed(program: Any) -> Any:
+    """The exporter's own pre-conversion step (decompositions, type promotion): the graph
+    whose node names the ONNX values carry. Cached per program (the dashboard reruns)."""
+    if program in _DECOMPOSED:
+        return _DECOMPOSED[program]
+    from torch.onnx._internal.exporter import _core
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(None):
+        warnings.simplefilter("ignore")
+        decomposed = _core._prepare_exported_program_for_export(program, registry=_registry())
+    _DECOMPOSED[program] = decomposed
+    return decomposed
+
+
+@functools.cache
+def _registry() -> Any:
+    from torch.onnx._internal.exporter import _registration
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(None):
+        warnings.simplefilter("ignore")
+        return _registration.ONNXRegistry.from_torchlib()
+
+
+def _export(model: Any, input_set: InputSet, signature: OnnxSignature) -> Any:
+    """torch.export of a plain module, dims that are symbolic in the ONNX file left dynamic."""
+    tensors = {name: _tensor(a) for name, a in input_set.feeds.items()}
+    specs = {s.name: s for s in signature.inputs}
+    dynamic = {
+        name: {
+            axis: torch.export.Dim.AUTO
+            for axis, dim in enumerate(specs[name].shape)
+            if not isinstance(dim, int)
+        }
+        for name in tensors
+        if name in specs
+    }
+    by_keyword = bool(model.parameter_names) and all(
+        name in model.parameter_names for name in tensors
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if by_keyword:
+            return torch.export.export(
+                model.module, (), tensors, dynamic_shapes=dynamic or None, strict=False
+            )
+        return torch.export.export(
+            model.module,
+            tuple(tensors.values()),
+            dynamic_shapes=tuple(dynamic.get(n) for n in tensors) if dynamic else None,
+            strict=False,
+        )
+
+
+def tensor_leaves(value: Any) -> list[Any]:
+    """The tensors in a module's output, in order (nested tuples, dicts, ModelOutput)."""
+    from core.runner import flatten_outputs
+
+    return [leaf.value for leaf in flatten_outputs(value)]
+
+
+def to_numpy(value: Any) -> np.ndarray | None:
+    if isinstance(value, np.ndarray):
+        return value
+    if not isinstance(value, torch.Tensor) or value.is_complex():
+        return None
+    t = value.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.cpu().contiguous().numpy()
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(array, copy=True, order="C"))
+
+
+def feeds_in_order(feeds: Mapping[str, np.ndarray], names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if n in feeds]

@@ -1,0 +1,60 @@
+"""Plant one bug in one node of a real ONNX export (for localisation tests and the benchmark).
+
+Initializers can be shared between nodes (exporters deduplicate equal tensors), so a nudged
+weight is a fresh copy wired into the one node only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def plant(src: str | Path, dst: str | Path, node: str, kind: str, value: object = None) -> str:
+    """Write `src` with one bug in `node` to `dst`; returns the node's first output name.
+
+    kind: "bias" (add `value` to element 0 of the node's last float initializer input),
+    "scale" (multiply its first float initializer input by 1 + `value`),
+    "attribute" (`value` = (name, new value)), "op" (`value` = new op type).
+    """
+    model = onnx.load(str(src))
+    graph = model.graph
+    target = next((n for n in graph.node if n.name == node), None)
+    if target is None:
+        raise KeyError(f"no node {node!r}")
+    inits = {t.name: t for t in graph.initializer}
+    # the legacy exporter feeds deduplicated initializers through Identity nodes
+    aliases = {
+        n.output[0]: n.input[0]
+        for n in graph.node
+        if n.op_type == "Identity" and n.input and n.input[0] in inits
+    }
+    if kind in ("bias", "scale"):
+        slots = [i for i, name in enumerate(target.input) if name in inits or name in aliases]
+        slot = slots[-1] if kind == "bias" else slots[0]
+        source = aliases.get(target.input[slot], target.input[slot])
+        array = numpy_helper.to_array(inits[source]).copy()
+        if kind == "bias":
+            array.reshape(-1)[0] += np.asarray(value, array.dtype)
+        else:
+            array *= np.asarray(1 + value, array.dtype)
+        new_name = f"{target.input[slot]}__planted"
+        graph.initializer.append(numpy_helper.from_array(array, new_name))
+        target.input[slot] = new_name
+    elif kind == "attribute":
+        name, new = value  # type: ignore[misc]
+        for attr in target.attribute:
+            if attr.name == name:
+                target.attribute.remove(attr)
+                break
+        target.attribute.append(onnx.helper.make_attribute(name, new))
+    elif kind == "op":
+        target.op_type = str(value)
+        del target.attribute[:]
+    else:
+        raise ValueError(kind)
+    onnx.save(model, str(dst))
+    return target.output[0]
