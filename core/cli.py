@@ -131,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MB",
         help="most memory for ONNX Runtime's extra outputs per batch (default 1024)",
     )
+    limits = v.add_argument_group("limits")
+    limits.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="time limit for the whole run; past it, exit 2 (default: none)",
+    )
+    _add_max_memory(limits)
     v.add_argument("--debug", action="store_true", help="show tracebacks")
     _add_hf_arguments(v)
 
@@ -143,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--rtol", type=float, default=None)
     r.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL[:RTOL]")
     r.add_argument("--tolerances", metavar="FILE")
+    _add_max_memory(r)
     r.add_argument("--debug", action="store_true")
 
     sub.add_parser("demos", help="list the built-in demos")
@@ -150,6 +160,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sweep_parser(sub)
     return parser
+
+
+def _add_max_memory(parser) -> None:
+    from core.budget import DEFAULT_MAX_MEMORY, format_size
+
+    parser.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory budget for inputs, feeds, reference and saved-run arrays, checked "
+        f"before they are allocated, e.g. 16G (default {format_size(DEFAULT_MAX_MEMORY)})",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _max_memory(args: argparse.Namespace) -> int | None:
+    from core.budget import parse_size
+
+    return None if args.max_memory is None else parse_size(args.max_memory)
 
 
 def _add_hf_arguments(parser: argparse.ArgumentParser) -> None:
@@ -237,6 +275,8 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         hf=hf,
         layers=args.layers,
         layers_memory_mb=args.layers_memory,
+        timeout=args.timeout,
+        max_memory=_max_memory(args),
     )
     return run_validation(config, progress=_progress_printer())
 
@@ -309,9 +349,10 @@ def _write_model_explorer(run: ValidationRun, path: str) -> None:
 
 
 def _report(args: argparse.Namespace) -> ValidationRun:
+    from core.budget import MemoryBudget
     from core.saved_run import load_run
 
-    run = load_run(args.run)
+    run = load_run(args.run, budget=MemoryBudget.of(_max_memory(args)))
     if args.tolerances or args.atol is not None or args.rtol is not None or args.tol:
         run = run.rejudge(tolerances_from_args(args, base=run.tolerances))
     return run
@@ -340,6 +381,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         from core.sweep.cli import sweep_main
 
         return sweep_main(args, parser)
+    watchdog = _start_watchdog(args)
+    try:
+        return _main(args)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+def _start_watchdog(args: argparse.Namespace):
+    """--timeout: torch cannot be interrupted, so past the deadline (and a grace period for
+    ORT's own termination) the process ends with exit 2; writes are atomic."""
+    if getattr(args, "timeout", None) is None:
+        return None
+    from core.deadline import start_watchdog, timeout_message
+    from core.errors import RunTimeout
+
+    def on_timeout() -> None:
+        message = timeout_message(args.timeout)
+        unwritten = _write_error_report(args, "timeout", message, RunTimeout(message))
+        print(f"parity: error: {message}{unwritten}", file=sys.stderr, flush=True)
+
+    return start_watchdog(args.timeout, on_timeout)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         _check_outputs(args)
         run = _validate(args) if args.command == "validate" else _report(args)

@@ -34,6 +34,8 @@ class RunConfig:
     hf: HfOptions | None = None  # prompts, steps, export path of an "hf:DIR" model
     layers: bool = False  # also compare intermediate values (core.layers)
     layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (core.layers)
+    timeout: float | None = None  # seconds for the whole run (core.deadline); None: no limit
+    max_memory: int | None = None  # bytes of inputs/feeds/reference a run may hold (core.budget)
 
     @property
     def kind(self) -> RunKind:

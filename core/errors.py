@@ -107,3 +107,15 @@ class WriteError(ParityError):
     def __init__(self, message: str, *, path: str = "", detail: str = "") -> None:
         super().__init__(message, detail=detail)
         self.path = path
+
+
+class BudgetError(ParityError):
+    """A file or a flag asks for more memory than the budget (--max-memory) allows."""
+
+    kind = "too_large"
+
+
+class RunTimeout(ParityError):
+    """The run went past its time limit (--timeout)."""
+
+    kind = "timeout"

@@ -22,9 +22,12 @@ Sizes of dims that are not fixed numbers:
 
 Contract:
 DEFAULT_INT_RANGE = (0, 100) ... documented rule for integer inputs; mask-like names -> ones.
-make_input_sets(signature, *, dims={}, n_sets=1, seed=0, int_ranges={}) -> tuple[InputSet, ...]
-    set 0 at the chosen sizes; later sets change each symbolic dim by a documented rule.
-load_input_files(paths, signature) -> tuple[InputSet, ...]   one set per .npz (no pickle)
+make_input_sets(signature, *, dims={}, n_sets=1, seed=0, int_ranges={}, budget=None)
+    -> tuple[InputSet, ...]: set 0 at the chosen sizes; later sets change each symbolic dim
+    by a documented rule. iter_input_sets(...) makes the same sets one at a time.
+    Both refuse (BudgetError) before allocating when all sets would exceed the budget.
+load_input_files(paths, signature, *, budget=None) -> tuple[InputSet, ...]   one set per
+    .npz (no pickle), sizes read from .npy headers first; iter_input_files: one at a time.
 check_feeds(feeds, signature, *, where) -> None    InputError naming the input
 """
 
@@ -33,11 +36,12 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from core.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
 from core.errors import InputError, UsageError, first_line
 from core.results import InputSet
 from core.signature import Dim, OnnxSignature, TensorSpec
@@ -47,6 +51,7 @@ DEFAULT_INT_RANGE: tuple[int, int] = (0, 100)
 
 BATCH_SIZE, SEQUENCE_SIZE, SPATIAL_SIZE, OTHER_SIZE = 2, 16, 32, 8
 MAX_GROWTH_STEP = 32
+MAX_INPUT_SETS = 100_000  # more is refused (each set's size is estimated before the run)
 
 _BATCH_RE = re.compile(r"batch|^(n|b|bs|bsz|num_samples)$", re.IGNORECASE)
 _SEQUENCE_RE = re.compile(r"seq|len|time|token|step|^(t|s|l)$", re.IGNORECASE)
@@ -81,42 +86,158 @@ def make_input_sets(
     n_sets: int = 1,
     seed: int = 0,
     int_ranges: Mapping[str, tuple[int, int]] | None = None,
+    budget: MemoryBudget | None = None,
 ) -> tuple[InputSet, ...]:
     """``n_sets`` deterministic input sets; set 0 at the chosen sizes, later sets grown."""
+    return tuple(
+        iter_input_sets(
+            signature, dims=dims, n_sets=n_sets, seed=seed, int_ranges=int_ranges, budget=budget
+        )
+    )
+
+
+def iter_input_sets(
+    signature: OnnxSignature,
+    *,
+    dims: Mapping[str, int] | None = None,
+    n_sets: int = 1,
+    seed: int = 0,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+    budget: MemoryBudget | None = None,
+) -> Iterator[InputSet]:
+    """The same sets as `make_input_sets`, made one at a time as the run asks for them.
+
+    Options are checked and the bytes of all ``n_sets`` sets (a run keeps them) estimated
+    against `budget` when this is called, before the first array is allocated.
+    """
     dims = dict(dims or {})
     int_ranges = dict(int_ranges or {})
     _check_options(signature, dims=dims, n_sets=n_sets, seed=seed, int_ranges=int_ranges)
     base = {name: dims.get(name, default_dim_size(name)) for name in signature.symbolic_dims}
-    sets = []
+    _check_budget(signature, base, n_sets, budget or MemoryBudget())
+    return _generate_sets(signature, base, n_sets, seed, int_ranges)
+
+
+def _set_shapes(
+    signature: OnnxSignature, base: Mapping[str, int], index: int
+) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """(symbolic dim sizes, shape of every input) of set `index`."""
+    sizes = {name: grown_dim_size(size, index) for name, size in base.items()}
+    unknown = grown_dim_size(default_dim_size(None), index)
+    shapes = {
+        spec.name: tuple(_size(d, sizes, unknown) for d in spec.shape) for spec in signature.inputs
+    }
+    return sizes, shapes
+
+
+def _check_budget(
+    signature: OnnxSignature, base: Mapping[str, int], n_sets: int, budget: MemoryBudget
+) -> None:
+    """Bytes of every set (a run keeps them all) plus the largest draw's scratch copy."""
+    dtypes = {spec.name: spec.dtype for spec in signature.inputs}
+    total = scratch = 0
+    largest: tuple[int, str, list[int], int] = (-1, "", [], 0)
     for index in range(n_sets):
-        sizes = {name: grown_dim_size(size, index) for name, size in base.items()}
-        unknown = grown_dim_size(default_dim_size(None), index)
+        _, shapes = _set_shapes(signature, base, index)
+        for name, shape in shapes.items():
+            n_bytes = array_bytes(shape, _np_dtype(dtypes[name]))
+            total += n_bytes
+            # floats are drawn in float32 and integers in int64, then cast (a second copy)
+            if _draw_dtype(dtypes[name]) != dtypes[name]:
+                scratch = max(scratch, array_bytes(shape, _draw_dtype(dtypes[name])))
+            if n_bytes > largest[0]:
+                largest = (n_bytes, name, list(shape), index)
+    _, name, shape, index = largest
+    sets = f"{n_sets} input sets" if n_sets > 1 else "the input set"
+    where = f" in set {index}" if n_sets > 1 else ""
+    budget.check(
+        total + scratch,
+        f"generating {sets} (largest: input {name!r} {dtypes.get(name)} {shape}{where})",
+        proceed="use smaller --dim sizes or fewer --input-sets",
+    )
+
+
+def _generate_sets(
+    signature: OnnxSignature,
+    base: Mapping[str, int],
+    n_sets: int,
+    seed: int,
+    int_ranges: Mapping[str, tuple[int, int]],
+) -> Iterator[InputSet]:
+    for index in range(n_sets):
+        sizes, shapes = _set_shapes(signature, base, index)
         feeds = {
             spec.name: _generate(
                 spec,
-                shape=tuple(_size(d, sizes, unknown) for d in spec.shape),
+                shape=shapes[spec.name],
                 rng=np.random.default_rng([seed, index, position]),
                 int_range=int_ranges.get(spec.name),
             )
             for position, spec in enumerate(signature.inputs)
         }
         described = ", ".join(f"{n}={s}" for n, s in sizes.items()) or "fixed shapes"
-        sets.append(InputSet(index=index, feeds=feeds, label=f"set {index}: {described}"))
-    return tuple(sets)
+        yield InputSet(index=index, feeds=feeds, label=f"set {index}: {described}")
+
+
+def _draw_dtype(dtype: str) -> str:
+    if dtype in _FLOAT:
+        return "float32"
+    if dtype in _INT:
+        return "int64"
+    return "float64" if dtype == "bool" else "uint8"
 
 
 def load_input_files(
-    paths: Iterable[str | os.PathLike[str]], signature: OnnxSignature
+    paths: Iterable[str | os.PathLike[str]],
+    signature: OnnxSignature,
+    *,
+    budget: MemoryBudget | None = None,
 ) -> tuple[InputSet, ...]:
     """One input set per ``.npz`` file (arrays keyed by ONNX input name), checked."""
-    sets = []
-    for index, raw in enumerate(paths):
-        path = Path(raw)
+    return tuple(iter_input_files(paths, signature, budget=budget))
+
+
+def iter_input_files(
+    paths: Iterable[str | os.PathLike[str]],
+    signature: OnnxSignature,
+    *,
+    budget: MemoryBudget | None = None,
+) -> Iterator[InputSet]:
+    """`load_input_files` one file at a time; every file's size (from its .npy headers,
+    nothing inflated) is checked against `budget` when this is called."""
+    paths = [Path(raw) for raw in paths]
+    budget = budget or MemoryBudget()
+    total = 0
+    for path in paths:
+        headers = _npz_headers(path, where=f"inputs file {path}")
+        total += sum(h.n_bytes for h in headers)
+        budget.check(
+            total,
+            f"inputs file {path} ({describe_largest(headers)})"
+            if len(paths) == 1
+            else f"the --inputs files up to {path} ({describe_largest(headers)})",
+            proceed="feed smaller arrays",
+        )
+    return _read_input_files(paths, signature)
+
+
+def _read_input_files(paths: list[Path], signature: OnnxSignature) -> Iterator[InputSet]:
+    for index, path in enumerate(paths):
         where = f"inputs file {path}"
         feeds = _read_npz(path, where=where)
         check_feeds(feeds, signature, where=where)
-        sets.append(InputSet(index=index, feeds=feeds, label=f"set {index}: {path.name}"))
-    return tuple(sets)
+        yield InputSet(index=index, feeds=feeds, label=f"set {index}: {path.name}")
+
+
+def _npz_headers(path: Path, *, where: str) -> tuple[NpyHeader, ...]:
+    if not path.is_file():
+        raise InputError(f"{where}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
+    try:
+        return npz_headers(path)
+    except Exception as exc:
+        raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
 
 
 def check_feeds(feeds: Mapping[str, np.ndarray], signature: OnnxSignature, *, where: str) -> None:
@@ -177,8 +298,10 @@ def _check_options(
             )
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise UsageError(f"--dim {name}={size}: a size must be an integer >= 1")
-    if not isinstance(n_sets, int) or n_sets < 1:
-        raise UsageError(f"--input-sets {n_sets}: need at least 1 input set")
+    if not isinstance(n_sets, int) or not 1 <= n_sets <= MAX_INPUT_SETS:
+        raise UsageError(
+            f"--input-sets {n_sets}: need at least 1 and at most {MAX_INPUT_SETS} input sets"
+        )
     if not isinstance(seed, int) or seed < 0:
         raise UsageError(f"--seed {seed}: a seed must be an integer >= 0")
     by_name = {spec.name: spec for spec in signature.inputs}
@@ -220,14 +343,14 @@ def _generate(
     if "mask" in spec.name.lower() and int_range is None:
         return np.ones(shape, dtype=_np_dtype(dtype))
     if dtype in _FLOAT:
-        return rng.standard_normal(shape, dtype=np.float32).astype(_np_dtype(dtype))
+        return rng.standard_normal(shape, dtype=np.float32).astype(_np_dtype(dtype), copy=False)
     if dtype in _INT:
         info = np.iinfo(dtype)
         low, high = int_range or (
             max(DEFAULT_INT_RANGE[0], int(info.min)),
             min(DEFAULT_INT_RANGE[1], int(info.max) + 1),
         )
-        return rng.integers(low, high, size=shape, dtype=np.int64).astype(dtype)
+        return rng.integers(low, high, size=shape, dtype=np.int64).astype(dtype, copy=False)
     if dtype == "bool":
         return rng.random(shape) < 0.5
     raise InputError(

@@ -22,6 +22,7 @@ import numpy as np
 
 from core.compare import compare_outputs
 from core.config import Loaders, RunConfig, check_config, default_loaders
+from core.deadline import Deadline
 from core.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
 from core.results import OutputComparison, OutputSet, RunKind, ValidationRun
 from core.signature import OnnxSignature
@@ -87,6 +88,7 @@ def run_validation(
     loaders = loaders or default_loaders()
     report = ProgressReporter(progress)
     t_start = time.perf_counter()
+    deadline = Deadline(config.timeout)
     source = open_source(config, loaders, report)
     with ExitStack() as cleanup:
 
@@ -99,9 +101,11 @@ def run_validation(
         t0 = time.perf_counter()
         candidate = _load_candidate(onnx_path, config, loaders, report)
         source.timings["load_onnx"] = time.perf_counter() - t0
-        run = _run_cases(config, source, [candidate], report, t_start)
+        deadline.check()
+        run = _run_cases(config, source, [candidate], report, t_start, deadline)
         if config.layers:
             run = _with_layers(run, config, source, candidate, report)
+            deadline.check()
     return run
 
 
@@ -151,6 +155,7 @@ def _run_cases(
     candidates: list[Candidate],
     report: ProgressReporter,
     t_start: float,
+    deadline: Deadline,
 ) -> ValidationRun:
     from core.runner import run_onnx
 
@@ -162,19 +167,23 @@ def _run_cases(
     comparisons: list[OutputComparison] = []
     t_onnx = t_compare = 0.0
     for case in source.cases(signature):
+        deadline.check()  # torch cannot be interrupted: checked between cases
         cases.append(case)
         name = case.input_set.label or f"input set {case.input_set.index}"
         fraction = _fraction(len(cases), source.n_cases)
         for cand in candidates:
             report("onnx", f"ONNX Runtime on {name}", fraction)
             t0 = time.perf_counter()
-            raw = run_onnx(cand.session, case.input_set, signature=cand.signature)
+            raw = run_onnx(
+                cand.session, case.input_set, signature=cand.signature, deadline=deadline
+            )
             t_onnx += time.perf_counter() - t0
             t0 = time.perf_counter()
             shown, judged = compare_case(case, raw, config.tolerances)
             t_compare += time.perf_counter() - t0
             onnx_outputs.append(shown)
             comparisons.extend(judged)
+    deadline.check()
     report("done", "done", 1.0)
     timings.update(source.timings)
     timings["onnxruntime"] = t_onnx

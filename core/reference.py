@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from core.atomic import atomic_output
+from core.budget import MemoryBudget, describe_largest, npz_headers
 from core.errors import InputError, UsageError
 from core.results import OutputSet, ValidationRun
 from core.signature import OnnxSignature
@@ -30,11 +31,18 @@ _SET_KEY = re.compile(r"^set(\d+)/(.+)$")
 
 
 def load_reference_outputs(
-    path: str | Path, *, signature: OnnxSignature, n_sets: int
+    path: str | Path,
+    *,
+    signature: OnnxSignature,
+    n_sets: int,
+    budget: MemoryBudget | None = None,
 ) -> tuple[OutputSet, ...]:
-    """Reference outputs for `n_sets` input sets, checked against the ONNX output names."""
+    """Reference outputs for `n_sets` input sets, checked against the ONNX output names.
+
+    The file's size once read is estimated from its .npy headers and checked against
+    `budget` before any array is read (a small compressed file can claim gigabytes)."""
     path = Path(path)
-    arrays = _read_npz(path)
+    arrays = _read_npz(path, budget or MemoryBudget())
     outputs = set(signature.output_names)
     grouped = _group(arrays, outputs, path)
     if len(grouped) != n_sets:
@@ -102,7 +110,7 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray], *, what: str) -> None:
                 np.lib.format.write_array(member, array, allow_pickle=False)
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+def _read_npz(path: Path, budget: MemoryBudget) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise UsageError(f"reference file {path} not found")
     try:
@@ -117,6 +125,15 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         )
     if not magic.startswith(b"PK"):
         raise InputError(f"reference file {path} is not an .npz file (not a zip archive)")
+    try:
+        headers = npz_headers(path)
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError(f"reference file {path} is not a readable .npz ({exc})") from exc
+    budget.check(
+        sum(h.n_bytes for h in headers),
+        f"reference file {path} ({describe_largest(headers)})",
+        proceed="store fewer or smaller outputs",
+    )
     try:
         with np.load(path, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from core.errors import ModelRunError, OnnxRunError, first_line
+from core.deadline import Deadline
+from core.errors import ModelRunError, OnnxRunError, RunTimeout, first_line
 from core.inputs import check_feeds
 from core.quiet import quiet_torch
 from core.results import InputSet, OutputSet
@@ -126,8 +127,11 @@ def run_onnx(
     input_set: InputSet,
     *,
     signature: OnnxSignature | None = None,
+    deadline: Deadline | None = None,
 ) -> OutputSet:
-    """Run ONNX Runtime once; feeds are checked against the signature before ORT sees them."""
+    """Run ONNX Runtime once; feeds are checked against the signature before ORT sees them.
+
+    With a `deadline`, ORT is terminated when it passes (RunTimeout), even inside a Loop."""
     check_feeds(
         input_set.feeds,
         signature or session_signature(session),
@@ -140,8 +144,14 @@ def run_onnx(
     )
     try:
         start = time.perf_counter()
-        values = _run_bfloat16(session, names, feeds) if bfloat16 else session.run(names, feeds)
+        with (deadline or Deadline(None)).ort_run_options() as options:
+            if bfloat16:
+                values = _run_bfloat16(session, names, feeds, options)
+            else:
+                values = session.run(names, feeds, options)
         seconds = time.perf_counter() - start
+    except RunTimeout:
+        raise
     except Exception as exc:
         raise OnnxRunError(  # one line; ORT's whole text folded in the detail
             f"ONNX Runtime failed on input set {input_set.index}: {first_line(exc)}",
@@ -157,7 +167,10 @@ def run_onnx(
 
 
 def _run_bfloat16(
-    session: onnxruntime.InferenceSession, names: list[str], feeds: Mapping[str, np.ndarray]
+    session: onnxruntime.InferenceSession,
+    names: list[str],
+    feeds: Mapping[str, np.ndarray],
+    options: Any = None,
 ) -> list[Any]:
     """ORT's numpy bridge has no bfloat16: feed raw bits as OrtValues, read back by DLPack."""
     import onnxruntime as ort
@@ -171,7 +184,7 @@ def _run_bfloat16(
         else ort.OrtValue.ortvalue_from_numpy(a)
         for name, a in feeds.items()
     }
-    outputs = session.run_with_ort_values(names, values)
+    outputs = session.run_with_ort_values(names, values, options)
     return [
         torch.from_dlpack(o) if o.data_type() == "tensor(bfloat16)" else o.numpy() for o in outputs
     ]

@@ -41,6 +41,7 @@ import numpy as np
 from core import __version__
 from core import strict_json as sj
 from core.atomic import atomic_output
+from core.budget import MemoryBudget
 from core.errors import ParityError, SavedRunError
 from core.results import (
     ErrorStats,
@@ -480,16 +481,24 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         return _read_manifest(zf, path)
 
 
-def load_run(path: str | Path, *, verify: bool = True) -> ValidationRun:
+def load_run(
+    path: str | Path, *, verify: bool = True, budget: MemoryBudget | None = None
+) -> ValidationRun:
     """Reopen a saved run. Big arrays come back memory-mapped (read-only), not copied.
 
     Every member's SHA-256 is checked against the manifest first (about 1 s per GB);
-    `verify=False` skips that, for a file this process has just written.
+    `verify=False` skips that, for a file this process has just written. The members read
+    into memory (the small ones) are checked against `budget` before any is read.
     """
     path = Path(path)
     with _open_zip(path) as zf, open(path, "rb") as fh:
         manifest = _read_manifest(zf, path)
         members = _locate_members(zf, fh, manifest, path)
+        (budget or MemoryBudget()).check(
+            sum(m.size for m in members.values() if m.size < _SMALL_MEMBER),
+            f"saved run {path} ({len(members)} arrays read into memory)",
+            proceed="open a smaller run",
+        )
         if verify:
             for member in members.values():
                 _verify(fh, member, manifest["members"][member.name]["sha256"], path)

@@ -268,3 +268,214 @@ def test_a_resealed_manifest_is_still_read_strictly(
     )
     line = one_error_line(run_cli("report", str(target)))
     assert words in line and "Traceback" not in line
+
+
+# --- bounded before allocating ----------------------------------------------------------
+
+
+def _identity_model(folder: Path, shape: list, name: str = "x") -> tuple[str, Path]:
+    """(model spec, ONNX file) of an identity with input `name` of `shape` (ints or names)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [name], ["y"])],
+        "identity",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx_path = folder / "identity.onnx"
+    onnx.save(model, onnx_path)
+    factory = folder / "identity_model.py"
+    factory.write_text("import torch\n\ndef make():\n    return torch.nn.Identity()\n")
+    return f"{factory}:make", onnx_path
+
+
+def test_a_huge_fixed_input_dim_is_refused_before_allocating(tmp_path: Path):
+    spec, onnx_path = _identity_model(tmp_path, [100000, 100000])
+    line = one_error_line(run_cli("validate", "--model", spec, "--onnx", str(onnx_path)))
+    assert "needs 37.3 GiB" in line and "[100000, 100000]" in line
+    assert "--max-memory" in line
+
+
+def test_a_huge_dim_flag_is_refused_before_allocating(model_zoo, tiny_artifacts):
+    args = [*tiny_args(model_zoo, tiny_artifacts), "--dim", "batch=1000000000000"]
+    line = one_error_line(run_cli(*args))
+    assert "needs 14.6 TiB" in line and "smaller --dim sizes" in line
+
+
+def test_many_input_sets_are_refused_before_the_first_is_made():
+    line = one_error_line(run_cli("validate", "--model", "demo:cnn", "--input-sets", "10000"))
+    assert "generating 10000 input sets" in line and "fewer --input-sets" in line
+
+
+def test_max_memory_sets_the_budget(model_zoo, tiny_artifacts):
+    args = [*tiny_args(model_zoo, tiny_artifacts), "--dim", "batch=100000"]  # 1.5 MiB of x
+    line = one_error_line(run_cli(*args, "--max-memory", "1M"))
+    assert "over the 1.0 MiB memory budget" in line
+    assert run_cli(*args, "--max-memory", "64M").returncode == 0
+    assert "--max-memory" in one_error_line(run_cli(*args, "--max-memory", "lots"))
+
+
+def _npz_claiming(path: Path, key: str, shape: tuple[int, ...], *, deflate: bool) -> Path:
+    """A small .npz whose member header claims `shape` float32 (the data is 64 bytes)."""
+    import io
+
+    import numpy as np
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": shape}
+    )
+    method = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, "w", method) as zf:
+        zf.writestr(f"{key}.npy", header.getvalue() + b"\0" * 64)
+    return path
+
+
+@pytest.mark.parametrize("deflate", [False, True])
+def test_an_npz_member_claiming_gigabytes_is_refused_from_its_header(
+    deflate: bool, model_zoo, tiny_artifacts, tmp_path: Path
+):
+    feeds = _npz_claiming(tmp_path / "big.npz", "x", (1 << 29, 4), deflate=deflate)
+    assert feeds.stat().st_size < 1000
+    line = one_error_line(run_cli(*tiny_args(model_zoo, tiny_artifacts), "--inputs", str(feeds)))
+    assert "needs 8.0 GiB" in line and str(feeds) in line
+
+
+def test_a_reference_file_claiming_gigabytes_is_refused_from_its_header(
+    tiny_artifacts, tmp_path: Path
+):
+    import numpy as np
+
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=np.ones((2, 4), np.float32))
+    ref = _npz_claiming(tmp_path / "ref.npz", "y", (1 << 29, 4), deflate=True)
+    result = run_cli(
+        "validate", "--onnx", str(tiny_artifacts.onnx), "--reference", str(ref),
+        "--inputs", str(feeds),
+    )  # fmt: skip
+    line = one_error_line(result)
+    assert "reference file" in line and "needs 8.0 GiB" in line
+
+
+def test_input_sets_are_generated_one_at_a_time(tiny_artifacts):
+    """Set k+1 is not made before set k is consumed: a run holds what it has run, not more."""
+    from core.budget import MemoryBudget
+    from core.inputs import iter_input_sets, make_input_sets
+    from core.onnx_model import load_onnx
+
+    signature = load_onnx(str(tiny_artifacts.onnx)).signature
+    lazy = iter_input_sets(signature, n_sets=100_000, budget=MemoryBudget(1 << 40))
+    first, second = next(lazy), next(lazy)  # 100000 sets made eagerly would take minutes
+    assert (first.feeds["x"].shape, second.feeds["x"].shape) == ((2, 4), (4, 4))
+    eager = make_input_sets(signature, n_sets=2)
+    assert (eager[1].feeds["x"] == second.feeds["x"]).all()  # same sets, same values
+
+
+# --- time limit -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def endless_loop(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(ONNX file, feeds, reference) of a model whose Loop has trip count 1e15."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    folder = tmp_path_factory.mktemp("loop")
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trip", "cond", "x"], ["y"], body=body)],
+        "endless",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [
+            helper.make_tensor("trip", TensorProto.INT64, [], [10**15]),
+            helper.make_tensor("cond", TensorProto.BOOL, [], [True]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx_path = folder / "endless.onnx"
+    onnx.save(model, onnx_path)
+    feeds, ref = folder / "feeds.npz", folder / "ref.npz"
+    np.savez(feeds, x=np.zeros(1, np.float32))
+    np.savez(ref, y=np.zeros(1, np.float32))
+    return onnx_path, feeds, ref
+
+
+def test_ort_is_terminated_inside_a_loop_at_the_deadline(endless_loop):
+    """In process, no watchdog: ORT's terminate flag stops the Loop and the run says why."""
+    from core.deadline import Deadline
+    from core.errors import RunTimeout
+    from core.inputs import load_input_files
+    from core.onnx_model import load_onnx, make_session
+    from core.runner import run_onnx
+
+    onnx_path, feeds, _ = endless_loop
+    model = load_onnx(str(onnx_path))
+    session = make_session(model, provider="CPUExecutionProvider", opt_level="all")
+    (input_set,) = load_input_files([feeds], model.signature)
+    with pytest.raises(RunTimeout, match=r"^timed out after 0\.5 s$"):
+        run_onnx(session, input_set, signature=model.signature, deadline=Deadline(0.5))
+
+
+def test_timeout_ends_an_endless_onnx_loop_with_exit_2(endless_loop, tmp_path: Path):
+    onnx_path, feeds, ref = endless_loop
+    report = tmp_path / "r.json"
+    result = run_cli(
+        "validate", "--onnx", str(onnx_path), "--reference", str(ref), "--inputs", str(feeds),
+        "--timeout", "5", "--json", str(report),
+    )  # fmt: skip
+    assert one_error_line(result) == "parity: error: timed out after 5 s"
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "error" and data["errors"][0]["kind"] == "timeout"
+
+
+def test_timeout_ends_a_torch_model_that_never_returns(tmp_path: Path, tiny_artifacts):
+    """Torch cannot be interrupted: the watchdog ends the process; the old report stays whole."""
+    factory = tmp_path / "endless_model.py"
+    factory.write_text(
+        "import torch\n\n"
+        "class Endless(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        while True:\n"
+        "            pass\n\n"
+        "def make():\n"
+        "    return Endless()\n"
+    )
+    html = tmp_path / "r.html"
+    html.write_text("<html>the previous good report</html>")
+    result = run_cli(
+        "validate", "--model", f"{factory}:make", "--onnx", str(tiny_artifacts.onnx),
+        "--timeout", "3", "--html", str(html),
+    )  # fmt: skip
+    assert one_error_line(result) == "parity: error: timed out after 3 s"
+    assert html.read_text() == "<html>the previous good report</html>"
+    assert temps_of(html) == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "soon"])
+def test_a_bad_timeout_is_a_usage_error(value: str):
+    result = run_cli("validate", "--model", "demo:cnn", "--timeout", value)
+    assert result.returncode == 2 and "--timeout" in result.stderr

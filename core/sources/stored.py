@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from core.budget import MemoryBudget
 from core.config import RunConfig
 from core.errors import UsageError
 from core.progress import ProgressReporter
@@ -35,10 +36,14 @@ class StoredSource:
         from core.reference import load_reference_outputs
 
         self._report("reference", f"reading reference outputs {self.reference_file}", 0.08)
+        sets = input_sets(self._config, signature)  # feeds' sizes checked before the reference's
         outputs = load_reference_outputs(
-            self.reference_file, signature=signature, n_sets=len(self._config.input_files)
+            self.reference_file,
+            signature=signature,
+            n_sets=len(self._config.input_files),
+            budget=MemoryBudget.of(self._config.max_memory),
         )
-        for input_set, reference in zip(input_sets(self._config, signature), outputs, strict=True):
+        for input_set, reference in zip(sets, outputs, strict=True):
             yield Case(input_set=input_set, reference=reference)
 
     def provenance(self) -> Provenance:

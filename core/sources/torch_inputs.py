@@ -15,18 +15,21 @@ from core.sources import Case
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
-    """The user's feeds, one set per file, else generated sets (seeded, dims grown)."""
-    from core.inputs import load_input_files, make_input_sets
+    """The user's feeds, one set per file, else generated sets (seeded, dims grown): made
+    one at a time, after their size is checked against the memory budget (core.budget)."""
+    from core.budget import MemoryBudget
+    from core.inputs import iter_input_files, iter_input_sets
 
+    budget = MemoryBudget.of(config.max_memory)
     if config.input_files:
-        yield from load_input_files(config.input_files, signature)
-        return
-    yield from make_input_sets(
+        return iter_input_files(config.input_files, signature, budget=budget)
+    return iter_input_sets(
         signature,
         dims=config.dims,
         n_sets=config.n_input_sets,
         seed=config.seed,
         int_ranges=config.int_ranges,
+        budget=budget,
     )
 
 
