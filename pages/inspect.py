@@ -133,8 +133,9 @@ def _layer_value(run: ValidationRun):
         state.clear_layer_target()
         st.rerun()
     name = f"layer {order}"
+    # compared once per stored run (tensors), re-judged at the session's tolerance (profile)
     comp = _cached(
-        run,
+        state.raw_run(),
         (set_index, name, "comparison"),
         lambda: compare_outputs(
             pair.ref,
@@ -143,7 +144,7 @@ def _layer_value(run: ValidationRun):
             input_set=set_index,
             tolerance=run.tolerances.default,
         ),  # fmt: skip
-    )
+    ).rejudge(run.tolerances.default)
     st.markdown(
         f"**{comp.status.value.upper()}** at the default tolerance (atol "
         f"{comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}) · torch {comp.ref_shape} "

@@ -110,6 +110,16 @@ def test_a_kept_value_opens_in_the_inspect_views_and_goes_back(demo_run):
     types = [json.loads(f.proto.spec)["data"][0]["type"] for f in at.get("plotly_chart")]
     assert types == ["heatmap", "heatmap", "bar", "scatter"]
     assert any("FAIL" in m.value and "default tolerance" in m.value for m in at.markdown)
+    # a looser session tolerance re-judges the kept value (its comparison is not recomputed)
+    from core.tolerances import Tolerance, Tolerances
+
+    box = at.session_state["parity_inspect_cache"]
+    at.session_state["parity_tolerances"] = Tolerances(default=Tolerance(atol=0.01))
+    at.run()
+    assert any(
+        m.value.startswith("**PASS** at the default tolerance (atol 0.01") for m in at.markdown
+    )
+    assert at.session_state["parity_inspect_cache"] is box
     at.button(key="insp_layer_back").click().run()
     assert not at.exception
     assert "parity_inspect_layer" not in at.session_state
