@@ -83,6 +83,7 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=_pair_env(),
                 start_new_session=True,  # its own process group: killed whole, children too
             )
         except OSError as exc:
@@ -168,6 +169,19 @@ def _died(job: PairJob, start: float, code: int | None, message: str, kind: str)
     )
     write_text(job.report_path, dumps(report) + "\n")
     return _result(job, "error", code, start, message, report=None)
+
+
+def parity_pythonpath() -> str:
+    """PYTHONPATH with the folder holding this `core` first: a pair (or a local Ray worker)
+    runs the same Parity as the sweep, installed or not."""
+    here = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+
+
+def _pair_env() -> dict[str, str]:
+    """-P keeps the manifest's folder off the pair's path: nothing there can stand in for
+    Parity's own modules."""
+    return {**os.environ, "PYTHONPATH": parity_pythonpath()}
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> int:

@@ -13,10 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 
 from core.errors import UsageError, first_line
-from core.sweep.execute import PairResult, run_pair
+from core.sweep.execute import PairResult, parity_pythonpath, run_pair
 from core.sweep.plan import PairJob
 
 EXTRA_HINT = "pip install 'onnx-parity[ray]' (in a checkout: pip install -e '.[ray]')"
@@ -58,14 +57,11 @@ def _init(ray, address: str | None, workers: int | None) -> None:
     if address:
         ray.init(address=address, **quiet)
         return
-    # The local workers import the same `core` as this process (a checkout or an install).
-    here = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
     ray.init(
         num_cpus=workers or os.cpu_count() or 1,
         include_dashboard=False,
         object_store_memory=_LOCAL_OBJECT_STORE,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
+        runtime_env={"env_vars": {"PYTHONPATH": parity_pythonpath()}},  # the same `core`
         **quiet,
     )
 
