@@ -14,10 +14,12 @@ import streamlit as st
 from core.errors import ParityError
 from core.results import ValidationRun
 from pages import state
+from pages.access import trust_code
 from pages.sidebar import verdict_badge
 from pages.text import md_code, md_text
+from pages.uploads import upload_path, upload_paths
 
-MODEL_UPLOAD_TYPES = ["pt2", "pt", "pth", "ts", "jit"]
+CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 N_SETS_DEFAULT = 2
 _MASK_RE = re.compile("mask", re.IGNORECASE)
 
@@ -165,8 +167,9 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             placeholder="ref.npz",
         ).strip()  # fmt: skip
         up = st.file_uploader("...or upload it", type=["npz"], key="ref_upload")
-        if up is not None:
-            path = str(state.save_upload(up.name, up.getvalue()))
+        uploaded = upload_path("reference", up)
+        if uploaded is not None:
+            path = str(uploaded)
         return (f"reference:{path}" if path else None), None, None
     if source == "Built-in demo":
         name = st.selectbox("Demo", state.demo_names(), key="model_demo")
@@ -176,22 +179,26 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             "Model",
             key="model_path",
             placeholder="model.pt2 | scripted.pt | my_models.py:build | package.module:build",
-            help="A torch.export .pt2, a TorchScript archive, or FILE.py:CALLABLE / "
-            "package.module:CALLABLE returning an nn.Module (this runs that code).",
+            help="A torch.export .pt2 (read without running code). TorchScript archives "
+            "and FILE.py:CALLABLE / package.module:CALLABLE factories are code: the dashboard "
+            "runs them only when started with `streamlit run app.py -- --trust-code`.",
         ).strip()
         weights = st.text_input(
             "Weights (optional)", key="weights_path", placeholder="weights.safetensors"
         ).strip()
         return spec or None, weights or None, None
+    trusted = trust_code()
     up = st.file_uploader(
-        "Model file (.pt2 or TorchScript; never a Python file or a pickle)",
-        type=MODEL_UPLOAD_TYPES,
+        "Model file (.pt2 or TorchScript; never a Python file or a pickle)"
+        if trusted
+        else "Model file (.pt2; TorchScript is code: start the app with -- --trust-code)",
+        type=["pt2", *CODE_UPLOAD_TYPES] if trusted else ["pt2"],
         key="model_upload",
     )
     wup = st.file_uploader("Weights (optional .safetensors)", type=["safetensors"], key="w_up")
-    spec = str(state.save_upload(up.name, up.getvalue())) if up is not None else None
-    if wup is not None:
-        weights = str(state.save_upload(wup.name, wup.getvalue()))
+    model_file, weights_file = upload_path("model", up), upload_path("weights", wup)
+    spec = str(model_file) if model_file is not None else None
+    weights = str(weights_file) if weights_file is not None else None
     return spec, weights, None
 
 
@@ -224,7 +231,8 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         ).strip()  # fmt: skip
         return path or None
     up = st.file_uploader("ONNX file", type=["onnx"], key="onnx_upload")
-    return str(state.save_upload(up.name, up.getvalue())) if up is not None else None
+    path = upload_path("onnx", up)
+    return str(path) if path is not None else None
 
 
 def choose_hf_settings():
@@ -312,9 +320,7 @@ def choose_settings(signature) -> dict:
         "Your own feeds (optional): one .npz per input set, arrays named by ONNX input",
         type=["npz"], accept_multiple_files=True, key="feeds_upload",
     )  # fmt: skip
-    settings["input_files"] = tuple(
-        str(state.save_upload(f.name, f.getvalue())) for f in (feeds or [])
-    )
+    settings["input_files"] = tuple(str(p) for p in upload_paths("feeds", feeds or []))
     if settings["input_files"]:  # each file is one input set at its own sizes
         settings.update(dims={}, n_input_sets=1, int_ranges={})
     return settings

@@ -18,6 +18,7 @@ from core.errors import ParityError
 from core.results import ValidationRun
 from pages import state
 from pages.text import md_code, md_text
+from pages.uploads import upload_path
 
 PATH_KEY = "parity_saved_open_path"
 UPLOAD_KEY = "parity_saved_upload"
@@ -141,7 +142,7 @@ def _open_upload() -> None:
     upload = st.session_state.get(UPLOAD_KEY)
     if upload is None:
         return
-    path = state.save_upload(upload.name, upload.getvalue())
+    path = upload_path("saved_run", upload)
     _open(path, shown=upload.name)
 
 

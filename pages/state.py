@@ -8,9 +8,6 @@ hash Streamlit computes from a sample.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -21,6 +18,7 @@ import streamlit as st
 from core.errors import ParityError, describe_error
 from core.results import ValidationRun
 from core.tolerances import Tolerances
+from pages.access import trust_code
 
 RUN = "parity_run"
 TOLERANCES = "parity_tolerances"
@@ -28,7 +26,6 @@ RUN_ERROR = "parity_run_error"
 TARGET = "parity_inspect_target"
 LAYER_TARGET = "parity_inspect_layer"
 DEMO_ENV = "PARITY_DEMO"
-UPLOAD_DIR_NAME = "parity-uploads"
 
 
 @dataclass(frozen=True)
@@ -117,23 +114,6 @@ def upload_limit_mb() -> int:
     return int(st.get_option("server.maxUploadSize"))
 
 
-def save_upload(name: str, data: bytes) -> Path:
-    """Write an uploaded file under a temp dir keyed by its content hash; same bytes, same path.
-
-    The original file name is kept (its suffix tells the loaders what the file is); only the
-    base name is used, so an upload cannot write outside its folder.
-    """
-    digest = hashlib.sha256(data).hexdigest()[:24]
-    folder = Path(tempfile.gettempdir()) / UPLOAD_DIR_NAME / digest
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (Path(name).name or "upload")
-    if not path.is_file() or path.stat().st_size != len(data):
-        tmp = path.with_suffix(path.suffix + ".part")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return path
-
-
 def file_key(path: str) -> str:
     """Cheap identity of a file on disk for cache keys: path, size and mtime."""
     stat = Path(path).stat()
@@ -171,19 +151,22 @@ def _session_cached(model, *, provider: str, opt_level: str):
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _torch_model(spec: str, weights: str | None, key: str):  # noqa: ARG001 - key is the cache key
+def _torch_model(spec: str, weights: str | None, key: str, allow_code: bool):  # noqa: ARG001
     from core.torch_model import load_torch_model
 
-    return load_torch_model(spec, weights=weights)
+    return load_torch_model(spec, weights=weights, allow_code=allow_code)
 
 
 def _torch_model_cached(spec: str, *, weights: str | None = None):
-    """The loaded torch model, reused while the files behind `spec` and `weights` are unchanged."""
+    """The loaded torch model, reused while the files behind `spec` and `weights` are unchanged.
+
+    TorchScript and Python factories are refused (one line) unless the app trusts code.
+    """
     parts = [spec]
     for path in (spec.rpartition(":")[0] if ".py:" in spec else spec, weights):
         if path and Path(path).is_file():
             parts.append(file_key(path))
-    return _torch_model(spec, weights, "|".join(parts))
+    return _torch_model(spec, weights, "|".join(parts), trust_code())
 
 
 def cached_loaders():

@@ -58,7 +58,7 @@ def _markup_from_names(page) -> list[str]:
 
 
 def _settle(page) -> None:
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(1000)  # long enough for the running indicator to show, under load
     page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
 
 
@@ -111,6 +111,7 @@ def test_output_names_with_markup_render_as_text_on_every_page(server, browser, 
     _settle(page)
     radio = page.locator('[data-testid="stRadio"]')
     radio.filter(has_text="PyTorch model").get_by_text("Path on this machine").click()
+    page.get_by_text("The demo's export").wait_for(state="detached")  # its ONNX radio is gone
     page.get_by_role("textbox", name="Model", exact=True).fill(str(pt2))
     page.keyboard.press("Enter")
     _settle(page)
@@ -134,3 +135,140 @@ def test_output_names_with_markup_render_as_text_on_every_page(server, browser, 
     page.screenshot(path=str(ARTIFACTS / "10-names-as-text-tolerances.png"))
     assert [url for url in fetched if "127.0.0.1:9" in url] == []
     context.close()
+
+
+def _upload_onnx(page, path: Path) -> None:
+    radio = page.locator('[data-testid="stRadio"]').filter(has_text="ONNX file")
+    radio.get_by_text("Upload").click()
+    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
+    uploader.locator('input[type="file"]').set_input_files(path)
+    page.get_by_text("ONNX signature").wait_for()
+    _settle(page)
+
+
+def _eventually(condition, timeout: float = 30.0) -> None:
+    """Poll a file-system condition the server reaches after the page settled."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the server"
+        time.sleep(0.25)
+
+
+def _session_folders(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("parity-uploads-*"))
+
+
+def test_uploads_are_private_per_session_written_once_and_removed_with_it(browser, tmp_path):
+    import hashlib
+    import time
+
+    _, onnx = write_payload_models(tmp_path / "models")
+    data = onnx.read_bytes()
+    server_tmp = tmp_path / "server-tmp"
+    server_tmp.mkdir()
+    # What another local user could plant where uploads used to go (predictable path)
+    planted = server_tmp / "parity-uploads" / hashlib.sha256(data).hexdigest()[:24]
+    planted.mkdir(parents=True)
+    (planted / onnx.name).write_bytes(b"planted, not an ONNX file")
+    env = {"TMPDIR": str(server_tmp)}
+    ttl = ["--server.disconnectedSessionTTL", "1"]
+    with serve_app(ARTIFACTS / "streamlit-uploads.log", env=env, server_args=ttl) as url:
+        a = browser.new_context().new_page()
+        a.set_default_timeout(60_000)
+        a.goto(url)
+        a.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
+        _settle(a)
+        assert _session_folders(server_tmp) == []  # made on the first upload only
+        _upload_onnx(a, onnx)
+        assert "Cannot read this ONNX file" not in a.locator("body").inner_text()
+        _eventually(lambda: len(list(server_tmp.glob("parity-uploads-*/*/payload.onnx"))) == 1)
+        (folder,) = _session_folders(server_tmp)
+        (stored,) = folder.glob("*/*")
+        assert stored.name == onnx.name and stored.read_bytes() == data
+        for private in (folder, stored.parent):
+            assert private.stat().st_mode & 0o777 == 0o700
+        assert (planted / onnx.name).read_bytes() == b"planted, not an ONNX file"
+        written = stored.stat().st_mtime_ns, stored.stat().st_ino
+
+        seed = a.get_by_role("spinbutton", name="Seed")  # any widget change: a rerun
+        seed.fill("7")
+        seed.press("Enter")
+        _settle(a)
+        assert (stored.stat().st_mtime_ns, stored.stat().st_ino) == written  # not rewritten
+
+        b = browser.new_context().new_page()
+        b.set_default_timeout(60_000)
+        b.goto(url)
+        b.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
+        _settle(b)
+        _upload_onnx(b, onnx)  # the same bytes in another session: its own folder
+        assert len(_session_folders(server_tmp)) == 2
+
+        other = tmp_path / "other.onnx"
+        other.write_bytes(data)
+        uploader = a.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
+        uploader.locator('input[type="file"]').set_input_files(other)
+        uploader.get_by_text("other.onnx").wait_for()
+        _settle(a)
+        _eventually(lambda: [p.name for p in folder.glob("*/*")] == ["other.onnx"])
+        assert not stored.parent.exists()  # a replaced upload is removed
+
+        a.context.close()  # session A ends; Streamlit drops it once its TTL has passed
+        time.sleep(2)
+        c = browser.new_context().new_page()
+        c.goto(url)
+        c.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
+        c.context.close()
+        _eventually(lambda: not folder.exists())
+        assert len(_session_folders(server_tmp)) == 1  # B's, until B ends or the app exits
+        b.context.close()
+    assert _session_folders(server_tmp) == []  # removed at exit too
+
+
+LOAD_TIMEOUT_MS = 600_000  # a shared 2-core machine: five sessions' exports queue up
+LOAD_SESSIONS = {  # demo -> the verdict it must show; repeated demos share one export
+    "cnn": "PASS",
+    "transformer": "PASS",
+    "fp16": "FAIL",
+    "broken": "FAIL",
+}
+
+
+def test_concurrent_sessions_on_a_cold_cache_each_get_their_own_demo_verdict(browser, tmp_path):
+    """Five browser sessions open demos at once on a cold demo cache (every export starts
+    together): none fails, and each shows the verdict of its own demo."""
+    demos = [*LOAD_SESSIONS, "broken"]
+    env = {"PARITY_CACHE_DIR": str(tmp_path / "cold-cache")}
+    with serve_app(ARTIFACTS / "streamlit-load.log", env=env) as url:
+        pages = []
+        for demo in demos:
+            page = browser.new_context(viewport={"width": 1400, "height": 1600}).new_page()
+            page.goto(f"{url}/?demo={demo}")  # returns once loaded; the runs overlap
+            pages.append(page)
+        for demo, page in zip(demos, pages, strict=True):
+            verdict = LOAD_SESSIONS[demo]
+            done = page.get_by_text(re.compile(rf"(demo:{demo}: (PASS|FAIL) in)|Run failed"))
+            done.first.wait_for(timeout=LOAD_TIMEOUT_MS)
+            _settle(page)
+            body = page.locator("body").inner_text()
+            assert f"demo:{demo}: {verdict} in" in body, (demo, body[:2000])
+            assert "Run failed" not in body and "Traceback" not in body, demo
+            # the sidebar is drawn after the page: wait for it to name this session's run
+            page.wait_for_function(
+                """want => document.querySelector('[data-testid="stSidebar"]').innerText
+                    .split(/\\s+/).join(' ').includes(want)""",
+                arg=f"model demo:{demo}",
+                timeout=LOAD_TIMEOUT_MS,
+            )
+            sidebar = page.locator('[data-testid="stSidebar"]').inner_text()
+            sidebar = " ".join(sidebar.split())
+            assert f"model demo:{demo}" in sidebar, (demo, sidebar[:600])
+            for other in set(LOAD_SESSIONS) - {demo}:
+                assert f"demo:{other}:" not in body, (demo, other)
+        pages[0].screenshot(path=str(ARTIFACTS / "11-load-session-cnn.png"))
+        for page in pages:
+            page.context.close()
+    log = (ARTIFACTS / "streamlit-load.log").read_text()
+    assert "Traceback" not in log and "export failed" not in log
