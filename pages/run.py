@@ -21,6 +21,8 @@ from pages.uploads import upload_path, upload_paths
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 N_SETS_DEFAULT = 2
+LAYERS_KEY = "run_layers"
+LAYERS_PREF = "parity_compare_layers"
 _MASK_RE = re.compile("mask", re.IGNORECASE)
 
 
@@ -34,7 +36,14 @@ def run_config(**kwargs):
 
 
 def demo_config(name: str):
-    return run_config(model=f"demo:{name}", onnx=None, n_input_sets=N_SETS_DEFAULT)
+    return run_config(
+        model=f"demo:{name}", onnx=None, n_input_sets=N_SETS_DEFAULT, layers=compare_layers()
+    )
+
+
+def compare_layers() -> bool:
+    """The "Compare layers" checkbox (RunConfig.layers): one switch for demo and custom runs."""
+    return bool(st.session_state.get(LAYERS_KEY, False))
 
 
 def execute(config, *, label: str) -> bool:
@@ -335,6 +344,14 @@ def page() -> None:
         "Parity runs your PyTorch model and its ONNX export on the same inputs and shows, "
         "element by element, where they disagree."
     )
+    st.checkbox(
+        "Compare layers: find the op where the export starts to diverge",
+        value=st.session_state.get(LAYERS_PREF, False),  # kept while other pages are shown
+        key=LAYERS_KEY,
+        on_change=lambda: st.session_state.update({LAYERS_PREF: st.session_state[LAYERS_KEY]}),
+        help="Also compares the intermediate values of both sides (slower); the Layers page "
+        "shows where the error is born. Same as `parity validate --layers`.",
+    )
     autorun_demo()
 
     st.subheader("Try a demo")
@@ -399,6 +416,7 @@ def page() -> None:
                 weights=weights,
                 reference_file=reference,
                 hf=hf_options,
+                layers=compare_layers(),
                 **settings,
             )
             execute(config, label=model or f"reference {reference}")
