@@ -1,14 +1,19 @@
 """Read a torch.export archive (``.pt2``) without running anything it carries.
 
-``torch.export.load`` (torch 2.13) runs code from the file in four places: it unpickles in full
+``torch.export.load`` (torch 2.13) runs code from the file in five places: it unpickles in full
 when ``weights_only`` refuses the sample inputs, and it unpickles weights and constants marked
 ``use_pickle`` (and torchbind/opaque objects) without restriction; it parses the graph's
-symbolic-shape strings with ``sympy.sympify`` (an ``eval``); and ``ExportedProgram.module()``
-``exec``s guard code built from the archive. Here every pickle goes through torch's
-``weights_only`` unpickler and a refusal names the member; symbolic expressions are parsed
-against a small grammar first; guard code is never read; compiled members (AOTInductor and
-friends) are refused; graph targets are checked against torch's own allow-lists. Torch's
-own tensor-record reader and deserializer do the rest, so the format stays torch's.
+symbolic-shape strings with ``sympy.sympify`` (an ``eval``); FX pastes the archive's value
+and argument names into the Python source it generates and ``exec``s; and
+``ExportedProgram.module()`` ``exec``s guard code built from the archive.
+
+Here every pickle goes through torch's ``weights_only`` unpickler and a refusal names the
+member; symbolic expressions are parsed against a small grammar first; names FX writes into
+code must be plain names, and node metadata (comments in that code) is dropped; guard code
+is never read; compiled members (AOTInductor and friends) are refused; graph targets are
+checked against torch's own allow-lists. Torch's own tensor-record reader and deserializer
+do the rest, under the export lock (torch's deserializer keeps global state), so the format
+stays torch's.
 
 Contract: is_pt2(path) -> bool; load_pt2_module(path) -> torch.fx.GraphModule;
 load_pt2(path) -> (torch.fx.GraphModule, ExportedProgram)
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ModelLoadError, first_line
+from core.export_lock import export_lock
 
 MODEL_NAME = "model"  # the one program torch.export.save writes and torch.export.load returns
 _CODE_DIRS = ("data/aotinductor/", "data/executorch/", "data/mtia/")
@@ -55,7 +61,8 @@ _SAFE_HOPS = frozenset(
 # "2*s0 + 1", "Max(2, s0)", "FloorDiv(s0, 2)", "Eq(Mod(s0, 4), 0)".
 _SYMBOL_RE = re.compile(r"[a-z]{1,4}\d+")
 _SYMPY_NAMES = frozenset(
-    ("Symbol", "Integer", "Rational", "Float", "Max", "Min", "Abs", "Mod", "Eq", "Ne")
+    ("Symbol", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Max", "Min", "Abs", "Mod")
+    + ("Eq", "Ne")
     + ("Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "floor", "ceiling", "sqrt")
     + ("oo", "zoo", "nan", "True", "False", "Piecewise")
 )
@@ -81,6 +88,9 @@ _EXPR_NODES = (
     ast.cmpop,
 )
 _MAX_EXPR_CHARS = 4000
+_IDENTIFIER_KEYS = frozenset({"name", "as_name", "forward_arg_names"})
+_TEXT_KEYS = frozenset({"as_string", "as_strings", "in_spec", "out_spec", "torch_version"})
+_DOTTED_RE = re.compile(r"[A-Za-z0-9_.\-]*")
 
 
 def is_pt2(path: str | Path) -> bool:
@@ -104,10 +114,12 @@ def load_pt2(path: str | Path) -> tuple[Any, Any]:
     """(runnable module, its checked ExportedProgram): core.layers interprets the program."""
     path = Path(path)
     try:
-        program = _deserialize(path)
-        _check_graph(path, program)
-        # check_guards=False: the guards module is generated Python that torch exec()s.
-        return program.module(check_guards=False), program
+        with export_lock():  # torch's deserializer keeps global state: one at a time
+            program = _deserialize(path)
+            _check_graph(path, program)
+            _check_keyword_names(path, program)
+            # check_guards=False: the guards module is generated Python that torch exec()s.
+            return program.module(check_guards=False), program
     except ModelLoadError:
         raise
     except Exception as exc:
@@ -147,8 +159,9 @@ def _deserialize(path: Path) -> Any:
                 )
 
         document = json.loads(reader.read_string(program_file))
-        _check_expressions(path, program_file, document)
         document["guards_code"] = []  # exec()'d by ExportedProgram.module(): never from a file
+        _drop_metadata(document)
+        _check_strings(path, program_file, document)
         serialized = _dict_to_dataclass(schema.ExportedProgram, document)
 
         sample_file = names.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL_NAME)
@@ -253,22 +266,47 @@ def _refused(path: Path, member: str, why: str) -> ModelLoadError:
 # --- symbolic expressions ----------------------------------------------------------------
 
 
-def _check_expressions(path: Path, member: str, document: Any) -> None:
-    """Every "expr_str" (sympify()'d by torch, an eval) must be plain symbolic arithmetic."""
-    from torch.utils._sympy import functions
-
-    allowed = _SYMPY_NAMES | {n for n in dir(functions) if n[:1].isupper()}
+def _drop_metadata(document: Any) -> None:
+    """Node and graph metadata (stack traces, annotations) only feed comments in the Python
+    code FX generates and exec()s; a newline there would be code. Nothing here needs it."""
     stack = [document]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            for key, value in item.items():
-                if key == "expr_str" and not _plain_expression(value, allowed):
-                    shown = str(value)[:60]
-                    raise _refused(path, member, f"symbolic expression {shown!r} is not arithmetic")
-                stack.append(value)
+            if isinstance(item.get("metadata"), dict):
+                item["metadata"] = {}
+            stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def _check_strings(path: Path, member: str, document: Any) -> None:
+    """The program's strings become Python source when FX generates the module's code.
+
+    Names of values and arguments must be identifiers; parameter paths and operator names
+    dotted names; every "expr_str" (sympify()'d by torch, an eval) plain arithmetic. Strings
+    FX only repr()s (string arguments) and the pytree specs (JSON, read by torch) may be text.
+    """
+    from torch.utils._sympy import functions
+
+    allowed = _SYMPY_NAMES | {n for n in dir(functions) if n[:1].isupper()}
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:
+        key, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.items())
+        elif isinstance(item, list):
+            stack.extend((key, value) for value in item)
+        elif isinstance(item, str) and key not in _TEXT_KEYS:
+            if key == "expr_str":
+                ok = _plain_expression(item, allowed)
+            elif key in _IDENTIFIER_KEYS:
+                ok = item == "" or (item.isidentifier() and not item.startswith("__"))
+            else:
+                ok = _DOTTED_RE.fullmatch(item) is not None
+            if not ok:
+                what = "plain arithmetic" if key == "expr_str" else "a plain name"
+                raise _refused(path, member, f"{key} {item[:60]!r} is not {what}")
 
 
 def _plain_expression(text: Any, allowed: frozenset[str] | set[str]) -> bool:
@@ -295,6 +333,19 @@ def _plain_expression(text: Any, allowed: frozenset[str] | set[str]) -> bool:
         ):
             return False
     return True
+
+
+def _check_keyword_names(path: Path, program: Any) -> None:
+    """Keyword-argument names from the input spec become forward()'s parameter names."""
+    spec = program.call_spec.in_spec
+    if spec is None or spec.num_children != 2:
+        return
+    for name in spec.child(1).context or ():
+        if not (isinstance(name, str) and name.isidentifier() and not name.startswith("__")):
+            raise ModelLoadError(
+                f"cannot load model {path}: refused keyword input {str(name)[:60]!r}: "
+                "not a plain name; nothing was run"
+            )
 
 
 # --- graph targets -----------------------------------------------------------------------

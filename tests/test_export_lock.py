@@ -58,3 +58,15 @@ def test_the_file_lock_keeps_another_process_out(tmp_path: Path) -> None:
         held = subprocess.run([sys.executable, "-c", probe], check=False).returncode
     free = subprocess.run([sys.executable, "-c", probe], check=False).returncode
     assert (held, free) == (3, 0)
+
+
+def test_pt2_archives_load_in_threads(tiny_artifacts) -> None:
+    """torch's deserializer keeps global state; loads run under the export lock."""
+    from core.torch_model import load_torch_model
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        models = list(pool.map(lambda _: load_torch_model(str(tiny_artifacts.pt2)), range(8)))
+    x = torch.randn(3, 4)
+    first = models[0].module(x)
+    for model in models[1:]:
+        assert torch.equal(model.module(x), first)

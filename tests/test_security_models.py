@@ -97,6 +97,12 @@ def _attacks(marker: Path) -> dict[str, dict[str, Callable[[bytes], bytes]]]:
         _first_expr(document)["expr_str"] = f"open({str(marker)!r}, 'w')"
 
     return {
+        # FX writes value names into the code it exec()s: every "x" (keys too) renamed.
+        "value_name": {
+            "models/model.json": lambda data: data.replace(
+                b'"x"', json.dumps(f"x=open({str(marker)!r}, 'w')").encode()
+            )
+        },
         "sample_inputs": {"sample_inputs/model.pt": lambda _: _saved(_Payload(marker))},
         "use_pickle_weight": _use_pickle_weight(marker),
         "guards_code": {"models/model.json": _json_edit(guards)},
@@ -104,7 +110,7 @@ def _attacks(marker: Path) -> dict[str, dict[str, Callable[[bytes], bytes]]]:
     }
 
 
-ATTACKS = ["sample_inputs", "use_pickle_weight", "guards_code", "sympy_expression"]
+ATTACKS = ["sample_inputs", "use_pickle_weight", "guards_code", "sympy_expression", "value_name"]
 
 
 def _attack_file(kind: str, pt2: Path, tmp_path: Path, suffix: str = ".pt2") -> tuple[Path, Path]:
@@ -215,7 +221,7 @@ def _flipped_torchscript(tiny_artifacts, path: Path) -> Path:
 def _failing_reshape(path: Path) -> Path:
     """x [batch, 4] reshaped to [5, 5]: ORT fails at run time (and logs its own error line)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 5])
     shape = helper.make_tensor("shape", TensorProto.INT64, [2], [5, 5])
     node = helper.make_node("Reshape", ["x", "shape"], ["y"])
     graph = helper.make_graph([node], "g", [x], [y], [shape])
@@ -235,6 +241,7 @@ CLI_CASES = {  # (model spec, ONNX file or None for the tiny export)
         zoo.spec("make_tiny"),
         _failing_reshape(tmp / "reshape.onnx"),
     ),
+    "pickled_weights": lambda arts, zoo, tmp: (zoo.spec("make_tiny"), None),
 }
 
 
@@ -248,7 +255,8 @@ def test_bad_model_files_give_exactly_one_line(case, tiny_artifacts, model_zoo, 
     model, onnx_file = CLI_CASES[case](tiny_artifacts, model_zoo, tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "core", "validate", "--model", str(model)]
-        + ["--onnx", str(onnx_file or tiny_artifacts.onnx)],
+        + ["--onnx", str(onnx_file or tiny_artifacts.onnx)]
+        + (["--weights", str(tiny_artifacts.pickled_module)] if case == "pickled_weights" else []),
         capture_output=True,
         text=True,
         timeout=600,
@@ -256,5 +264,6 @@ def test_bad_model_files_give_exactly_one_line(case, tiny_artifacts, model_zoo, 
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("parity: error: "), result.stderr
-    assert str(onnx_file or model) in lines[0] or "ONNX Runtime" in lines[0]
+    expected = {"ort_run_error": "ONNX Runtime failed", "pickled_weights": "refused as unsafe"}
+    assert expected.get(case, str(model)) in lines[0]
     assert not any(p.name.startswith("ran-") for p in tmp_path.iterdir())
