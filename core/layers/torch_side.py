@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.export_lock import export_lock
 from core.results import InputSet
 from core.signature import OnnxSignature
 
@@ -204,7 +205,7 @@ def _export(model: Any, input_set: InputSet, signature: OnnxSignature) -> Any:
     by_keyword = bool(model.parameter_names) and all(
         name in model.parameter_names for name in tensors
     )
-    with warnings.catch_warnings():
+    with export_lock(), warnings.catch_warnings():  # torch.export: one at a time per process
         warnings.simplefilter("ignore")
         if by_keyword:
             return torch.export.export(
