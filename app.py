@@ -18,7 +18,7 @@ from pages.sidebar import render_sidebar
 PAGES = (
     ("pages/run.py", "Run", ":material/play_arrow:", "run"),
     ("pages/overview.py", "Overview", ":material/table_chart:", "overview"),
-    ("pages/inspect.py", "Inspect", ":material/grid_on:", "inspect"),
+    ("pages/inspect_page.py", "Inspect", ":material/grid_on:", "inspect"),
     ("pages/layers.py", "Layers", ":material/account_tree:", "layers"),
     ("pages/tolerances.py", "Tolerances", ":material/tune:", "tolerances"),
     ("pages/sweep.py", "Sweep", ":material/view_list:", "sweep"),

@@ -421,7 +421,7 @@ def _main(args: argparse.Namespace) -> int:
 
 def _format(run: ValidationRun) -> str:
     if run.is_generation:
-        from core.hf.cli_args import format_steps_table
+        from core.hf.steps_text import format_steps_table
 
         text = format_steps_table(run) + "\n\n" + format_verdict(run)
     else:

@@ -1,6 +1,6 @@
 """Plotly figures of a run, shared by the dashboard and the HTML report.
 
-Each builder takes small result objects (core.inspect views, core.results values, numpy
+Each builder takes small result objects (core.views views, core.results values, numpy
 arrays of at most a few thousand points) and returns a `go.Figure`. None of them sees a
 raw tensor: heatmaps arrive block-max-pooled and histograms arrive binned, so every figure
 stays well under ~2 MB of JSON whatever the output's size. Plotly reads a subset of HTML
@@ -18,9 +18,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.inspect import ErrorHistogram, ScatterSample, SliceView, WorstElements, as_2d_shape
 from core.results import OutputComparison, Status, ValidationRun
 from core.tolerances import Tolerance
+from core.views import ErrorHistogram, ScatterSample, SliceView, WorstElements, as_2d_shape
 
 PASS_COLOR = "#1a7f37"
 FAIL_COLOR = "#cf222e"

@@ -1,7 +1,7 @@
 """A self-contained HTML report: one file that opens offline, for people who won't run Python.
 
 Plotly's script is inlined once; every figure is a div that calls it, so the page makes no
-network request. Figures come from core.figures over core.inspect's reduced views (block
+network request. Figures come from core.figures over core.views' reduced views (block
 max-pooled heatmaps, numpy-binned histograms), so the file stays a few MB whatever the
 output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing output.
 """
@@ -272,21 +272,21 @@ def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> s
             else "no element-wise view: the two sides cannot be compared element by element"
         )
         return f"{head}<p class='note'>{_e(reason)}.</p></article>"
-    from core import figures, inspect
+    from core import figures, views
 
     ref, onnx = arrays
     exclude = run.exclusion(c.input_set, c.name)  # views show what the verdict judged
-    worst = inspect.worst_elements(ref, onnx, k=WORST_K, exclude=exclude)
+    worst = views.worst_elements(ref, onnx, k=WORST_K, exclude=exclude)
     at = worst.rows[0].index if worst.rows else None
-    view = inspect.slice_view(
+    view = views.slice_view(
         ref,
         onnx,
-        inspect.default_slice(ref.shape, at=at),
+        views.default_slice(ref.shape, at=at),
         max_cells=REPORT_MAX_CELLS,
         exclude=exclude,
     )
     heatmap = figures.error_heatmap(view, worst=worst, shape=ref.shape, title=f"{c.name} |error|")
-    hist = inspect.error_histogram(ref, onnx, exclude=exclude)
+    hist = views.error_histogram(ref, onnx, exclude=exclude)
     histogram = figures.error_histogram(
         hist, atol=c.tolerance.atol, worst=worst.rows[0].abs_error if worst.rows else None
     )

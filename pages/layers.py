@@ -206,7 +206,7 @@ def _graph_name(path: str) -> str:
 def page() -> None:
     st.title("Layers")
     if st.session_state.pop(GOTO_INSPECT, False):
-        st.switch_page("pages/inspect.py")
+        st.switch_page("pages/inspect_page.py")
     run = state.current_run()
     if run is None:
         st.info("No run yet. Start one on the Run page.")

@@ -116,7 +116,7 @@ def verdict_banner(run: ValidationRun) -> None:
 def page() -> None:
     st.title("Overview")
     if st.session_state.pop(GOTO_INSPECT, False):
-        st.switch_page("pages/inspect.py")
+        st.switch_page("pages/inspect_page.py")
     run = state.current_run()
     if run is None:
         st.info("No run yet. Start one on the Run page.")
@@ -129,7 +129,7 @@ def page() -> None:
         label = f"Inspect the worst failure: {md_code(worst.name)} in set {worst.input_set}"
         if st.button(label, type="primary", icon=":material/grid_on:", key="inspect_worst"):
             state.set_target(worst.input_set, worst.name)
-            st.switch_page("pages/inspect.py")
+            st.switch_page("pages/inspect_page.py")
 
     st.subheader("Outputs")
     st.caption("Select a row to inspect that output. ≠ marks a mismatch between the two sides.")
@@ -145,7 +145,7 @@ def page() -> None:
 
     is_llm = run.is_generation
     if is_llm:
-        from core.hf.cli_args import format_hf_summary
+        from core.hf.steps_text import format_hf_summary
 
         st.subheader("Generation summary")
         st.caption(

@@ -108,7 +108,7 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
     worst = at.dataframe[0].value
     assert len(worst) > 0 and worst["abs error"].iloc[0] >= worst["abs error"].iloc[-1]
     # signed error: centred colour scale (AppTest keeps its own page after st.switch_page)
-    at.switch_page("pages/inspect.py")
+    at.switch_page("pages/inspect_page.py")
     at.radio(key="insp_kind").set_value("signed").run()
     heat = _figures(at)[0]
     assert heat["data"][0]["zmid"] == 0
@@ -133,7 +133,7 @@ def test_inspect_pools_a_large_output_and_says_by_how_much():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state["parity_run"] = run
     at.session_state["parity_tolerances"] = run.tolerances
-    at.switch_page("pages/inspect.py").run()
+    at.switch_page("pages/inspect_page.py").run()
     assert not at.exception
     heat = _figures(at)[0]
     title = heat["layout"]["title"]["text"]
@@ -161,7 +161,7 @@ def test_inspect_reuses_its_views_when_the_session_tolerances_differ_from_the_ru
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state["parity_run"] = run
     at.session_state["parity_tolerances"] = Tolerances(default=Tolerance(1e-2, 0.0))
-    at.switch_page("pages/inspect.py").run()
+    at.switch_page("pages/inspect_page.py").run()
     assert not at.exception
     assert "PASS" in _markdown(at)  # judged at the session's tolerances
     views = dict(at.session_state["parity_inspect_cache"]["entries"])
@@ -196,7 +196,7 @@ def test_inspect_shows_what_the_verdict_judged_and_says_what_it_excluded():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.session_state["parity_run"] = run
     at.session_state["parity_tolerances"] = run.tolerances
-    at.switch_page("pages/inspect.py").run()
+    at.switch_page("pages/inspect_page.py").run()
     assert not at.exception
     worst = _table(at, "abs error")
     assert worst["abs error"].max() == pytest.approx(comparison.stats.max_abs)
@@ -264,7 +264,7 @@ def test_demo_query_parameter_runs_that_demo_on_first_open():
 
 
 def test_pages_without_a_run_point_to_the_run_page():
-    for page in ("pages/overview.py", "pages/inspect.py", "pages/tolerances.py"):
+    for page in ("pages/overview.py", "pages/inspect_page.py", "pages/tolerances.py"):
         at = AppTest.from_file(APP, default_timeout=TIMEOUT)
         at.switch_page(page).run()
         assert not at.exception
@@ -307,7 +307,7 @@ assert not at.exception, at.exception
 run = at.session_state["parity_run"]
 assert run.verdict == "fail", run.verdict
 assert {c.name for c in run.comparisons if not c.status.passed} == {"mask"}
-at.switch_page("pages/inspect.py").run()
+at.switch_page("pages/inspect_page.py").run()
 assert not at.exception, at.exception
 types = {t["type"] for f in at.get("plotly_chart") for t in json.loads(f.proto.spec)["data"]}
 assert "heatmap" in types, types

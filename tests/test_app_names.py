@@ -56,7 +56,7 @@ def test_payload_names_are_escaped_on_every_page(payload_app: AppTest):
     failing_line = next(s for s in run_sources if s.startswith("Failing outputs: "))
     assert failing_line == "Failing outputs: " + ", ".join(md_code(n) for n in sorted(FAILING))
     _assert_only_escaped(run_sources)
-    for page in ("pages/overview.py", "pages/inspect.py", "pages/tolerances.py"):
+    for page in ("pages/overview.py", "pages/inspect_page.py", "pages/tolerances.py"):
         at.switch_page(page).run()
         assert not at.exception, (page, at.exception)
         _assert_only_escaped(_markdown_sources(at))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core import figures as fg
-from core import inspect as ins
+from core import views as ins
 from core.results import ErrorStats, InputSet, OutputComparison, Status, ValidationRun
 from core.tolerances import Tolerance, Tolerances
 

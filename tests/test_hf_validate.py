@@ -20,8 +20,8 @@ from hf_models import PROMPTS, SPECIAL, make_llama_dir, make_tokenizer, save_mod
 from onnx import TensorProto, helper
 
 from core.errors import ExportError
-from core.hf.cli_args import format_steps_table
 from core.hf.options import HfOptions
+from core.hf.steps_text import format_steps_table
 from core.hf.summary import judged_summary, masked_positions_json, steps_json
 from core.pipeline import RunConfig, run_validation
 
@@ -362,7 +362,7 @@ def test_views_and_saved_runs_show_what_the_verdict_judged_padding_excluded(llam
     # Before: the verdict excluded padding but the kept arrays were unmasked, so Inspect and
     # the HTML report showed a worst element at a padding position (0.257 for a present
     # key/value whose stats said 7.45e-8). Now the masks travel with the run, saved or not.
-    from core import inspect as ins
+    from core import views as ins
     from core.saved_run import load_run, save_run
 
     reopened = load_run(save_run(llama_run, tmp_path / "llm.parity.npz"))

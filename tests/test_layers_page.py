@@ -104,7 +104,7 @@ def test_a_kept_value_opens_in_the_inspect_views_and_goes_back(demo_run):
     at.session_state["parity_run"] = run
     at.session_state["parity_tolerances"] = run.tolerances
     at.session_state["parity_inspect_layer"] = (6, 0)  # what selecting its row sets
-    at.switch_page("pages/inspect.py").run()
+    at.switch_page("pages/inspect_page.py").run()
     assert not at.exception, at.exception
     assert any(t.value.startswith("v6 · Gemm node /n6/Gemm · module blocks.2.fc1") for t in at.text)
     types = [json.loads(f.proto.spec)["data"][0]["type"] for f in at.get("plotly_chart")]

@@ -6,7 +6,7 @@ model is wrapped: the wrapper takes the past keys/values as a flat list of tenso
 the cache inside `forward`, and returns the logits and the present keys/values flat. The
 ONNX names are Optimum's, so Optimum exports and Parity's own go through one mapping.
 
-Dynamic dimensions follow the captured calls, as the seed's input observer does: a
+Dynamic dimensions follow the captured calls, as onnx-diagnostic's input observer does: a
 dimension that varies across calls (sequence length, past length) is dynamic, one that
 does not (batch, within one generate()) stays fixed. torch.export specialises example sizes
 0 and 1, so the example inputs are synthetic, with a distinct size >= 2 per dynamic role.

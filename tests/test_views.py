@@ -1,4 +1,4 @@
-"""core.inspect (slices, pooling, histogram, worst elements, sampling) and core.suggest,
+"""core.views (slices, pooling, histogram, worst elements, sampling) and core.suggest,
 checked against plain numpy on synthetic arrays."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from core import inspect as ins
+from core import views as ins
 from core.suggest import ladder, nearest, round_up_125, with_value
 
 

@@ -1,6 +1,6 @@
 """Inspect page: one output of one input set, element by element.
 
-Every view comes from core.inspect (pooled slices, binned histograms, samples), so the
+Every view comes from core.views (pooled slices, binned histograms, samples), so the
 browser never receives a raw tensor; per-output results that do not depend on the widgets
 (worst elements, histogram, sample) are kept per run in the session.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core import figures as fg
-from core import inspect as ins
+from core import views as ins
 from core.compare import compare_outputs
 from core.results import ValidationRun
 from pages import state

@@ -1,0 +1,176 @@
+"""An LLM run as text: one row per generate() step, failing details, and the run summary.
+
+The CLI prints it after `parity validate --model hf:DIR`; the dashboard's overview shows the
+summary. Importing this module never imports transformers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.format import STATUS_TEXT, fmt_float
+from core.hf.options import format_overrides
+from core.hf.summary import judged_summary
+from core.results import OutputComparison, Status, ValidationRun
+
+_STATUS_ORDER = (
+    Status.MISSING,
+    Status.SHAPE_MISMATCH,
+    Status.DTYPE_MISMATCH,
+    Status.FAIL,
+    Status.PASS,
+)
+
+
+def format_steps_table(run: ValidationRun) -> str:
+    """One row per generate() step, then failing details, then the summary.
+
+    Columns: step, phase, input shapes (ids · mask · past), status, logits max abs/rel,
+    the worst present key/value's max abs/rel and name, and the padding excluded.
+    """
+    steps = run.generation.steps if run.generation is not None else ()
+    names = run.output_names
+    main = "logits" if "logits" in names or not names else names[0]
+    header = [
+        "step",
+        "phase",
+        "input shapes (ids · mask · past)",
+        "status",
+        f"{main} abs",
+        f"{main} rel",
+        "present abs",
+        "present rel",
+        "worst present",
+        "padding excluded",
+    ]
+    rows = [header]
+    details: list[str] = []
+    for i, input_set in enumerate(run.input_sets):
+        step = steps[i] if i < len(steps) else None
+        mine = [c for c in run.comparisons if c.input_set == input_set.index]
+        logits = next((c for c in mine if c.name == main), None)
+        presents = [c for c in mine if c.name.startswith("present.")]
+        worst = _worst(presents)
+        pad = [c for c in mine if c.n_excluded]
+        pad_text = "-"
+        if pad:
+            diffs = [c.excluded_max_abs for c in pad if c.excluded_max_abs is not None]
+            count = sum(c.n_excluded for c in pad)
+            pad_text = f"{count} (max {fmt_float(max(diffs)) if diffs else 'nan'})"
+        rows.append(
+            [
+                str(step.step if step else i + 1),
+                step.phase if step else "?",
+                _shapes(input_set.feeds),
+                STATUS_TEXT[_step_status(mine)],
+                fmt_float(_stat(logits, "max_abs")),
+                fmt_float(_stat(logits, "max_rel")),
+                fmt_float(_stat(worst, "max_abs")),
+                fmt_float(_stat(worst, "max_rel")),
+                worst.name if worst else "-",
+                pad_text,
+            ]
+        )
+        details += _failing_details(input_set.label or f"step {i + 1}", mine)
+    widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    parts = ["\n".join(lines)]
+    if details:
+        parts += ["", *details]
+    parts += ["", format_hf_summary(run)]
+    return "\n".join(parts)
+
+
+def _failing_details(label: str, comparisons: list[OutputComparison], limit: int = 5) -> list[str]:
+    """One line per failing output of a step (at most `limit`), message lines joined."""
+    failing = [c for c in comparisons if not c.status.passed]
+    lines = [
+        f"  {label}: {c.name} {STATUS_TEXT[c.status]}: "
+        + "; ".join(part.strip() for part in c.message.splitlines() if part.strip())
+        for c in failing[:limit]
+    ]
+    if len(failing) > limit:
+        lines.append(f"  {label}: and {len(failing) - limit} more failing output(s)")
+    return lines
+
+
+def format_hf_summary(run: ValidationRun) -> str:
+    """The run summary: model, overrides, weights, prompts, calls, export, steps, time."""
+    s: Mapping[str, Any] = judged_summary(run)
+    prompts = s.get("prompts") or []
+    side = s.get("padding", "left" if s.get("left_padded") else "none")
+    batch = f"{side}-padded batch" if side in ("left", "right") else "batch"
+    export = s.get("export") or {}
+    status = str(export.get("status", "?"))
+    if export.get("seconds") is not None:
+        status += f" ({export['seconds']:.1f} s)"
+    if export.get("path"):
+        status += f" -> {export['path']}"
+    if export.get("cause"):
+        status += f": {export['cause']}"
+    steps = f"{s.get('steps_ok', 0)}/{s.get('steps_total', 0)}"
+    if s.get("failed_steps"):
+        steps += " — failing: " + ", ".join(s["failed_steps"])
+    masked = s.get("masked") or {}
+    times = s.get("timings") or {}
+    time_text = " · ".join(
+        f"{name} {times[name]:.2f} s"
+        for name in ("load", "capture", "export", "onnxruntime", "compare", "total")
+        if times.get(name) is not None
+    )
+    lines = [
+        f"model:     {s.get('model', run.model)} — {s.get('model_type', '?')} "
+        f"({s.get('architecture', '?')}), {s.get('weights', '?')} weights, "
+        f"config overrides: {format_overrides(s.get('config_overrides') or {})}",
+        f"prompts:   {len(prompts)} ({batch}): " + " | ".join(repr(p) for p in prompts),
+        f"calls:     {_calls_text(s)}",
+        f"export:    {status}",
+        f"steps OK:  {steps}",
+    ]
+    if masked.get("n_elements"):
+        lines.append(
+            f"padding:   {masked['n_elements']} masked element(s) not judged (never attended); "
+            f"max abs diff there {fmt_float(masked.get('max_abs'))}"
+        )
+    lines.append(f"time:      {time_text}")
+    return "\n".join(lines)
+
+
+def _calls_text(s: Mapping[str, Any]) -> str:
+    if s.get("kind") == "encoder":
+        return f"{s.get('n_calls', 0)} captured (encoder forward, no generate())"
+    return (
+        f"{s.get('n_calls', 0)} captured ({s.get('n_prefill', 0)} prefill + "
+        f"{s.get('n_decode', 0)} decode), max new tokens {s.get('max_new_tokens', '?')}"
+    )
+
+
+def _shapes(feeds: Mapping[str, Any]) -> str:
+    parts = []
+    for name in ("input_ids", "attention_mask", "past_key_values.0.key"):
+        if name in feeds:
+            parts.append("[" + ", ".join(str(d) for d in feeds[name].shape) + "]")
+    return " · ".join(parts)
+
+
+def _worst(comparisons: list[OutputComparison]) -> OutputComparison | None:
+    if not comparisons:
+        return None
+    return min(
+        comparisons,
+        key=lambda c: (_STATUS_ORDER.index(c.status), -(_stat(c, "max_abs") or 0.0)),
+    )
+
+
+def _step_status(comparisons: list[OutputComparison]) -> Status:
+    if not comparisons:
+        return Status.MISSING
+    return min((c.status for c in comparisons), key=_STATUS_ORDER.index)
+
+
+def _stat(c: OutputComparison | None, field: str) -> float | None:
+    if c is None or c.stats is None:
+        return None
+    return getattr(c.stats, field)
