@@ -253,8 +253,8 @@ def tolerances_from_args(args: argparse.Namespace, *, base: Tolerances | None = 
 
 def _validate(args: argparse.Namespace) -> ValidationRun:
     from core.hf.cli_args import hf_flags_given, hf_options_from_args
-    from core.hf.options import is_hf_spec
     from core.pipeline import RunConfig, run_validation
+    from core.specs import is_hf_spec
 
     hf = None
     if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags

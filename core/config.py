@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import UsageError
-from core.hf.options import HfOptions, is_hf_spec
+from core.hf.options import HfOptions
 from core.results import RunKind
+from core.specs import is_hf_spec
 from core.tolerances import Tolerances
 
 

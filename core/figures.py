@@ -18,7 +18,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.results import OutputComparison, Status, ValidationRun
+from core.labels import set_label, status_label
+from core.results import OutputComparison, ValidationRun
+from core.text import number_text
 from core.tolerances import Tolerance
 from core.views import ErrorHistogram, ScatterSample, SliceView, WorstElements, as_2d_shape
 
@@ -443,15 +445,6 @@ def mismatch_curve(
     return fig
 
 
-_STATUS_MARK = {
-    Status.PASS: "✓",
-    Status.FAIL: "✗",
-    Status.SHAPE_MISMATCH: "shape",
-    Status.DTYPE_MISMATCH: "dtype",
-    Status.MISSING: "missing",
-}
-
-
 def verdict_grid(run: ValidationRun) -> go.Figure:
     """Input sets x outputs, coloured by log10 max |error|, each cell marked pass/fail.
 
@@ -474,15 +467,13 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
             m = c.stats.max_abs if c.stats is not None else None
             if m is not None and math.isfinite(m):
                 z[i, j] = math.log10(m) if m > 0 else np.nan
-            value = (
-                "inf"
-                if m is not None and not math.isfinite(m)
-                else (f"{m:.2g}" if m is not None else "-")
+            value = number_text(m, 2)
+            text[i][j] = (
+                f"set {s} · {plot_text(name)}<br>{status_label(c.status)}<br>max |error| {value}"
             )
-            text[i][j] = f"set {s} · {plot_text(name)}<br>{c.status.value}<br>max |error| {value}"
             xs.append(plot_text(name))
-            ys.append(plot_text(_set_label(run, s)))
-            marks.append(_STATUS_MARK[c.status])
+            ys.append(plot_text(set_label(run, s)))
+            marks.append(status_label(c.status, "mark"))
             colors.append(PASS_COLOR if c.status.passed else "white")
             custom.append([s, name])
     finite = z[np.isfinite(z)]
@@ -490,7 +481,7 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
     if hi - lo < 1:
         lo, hi = lo - 0.5, hi + 0.5
     tickvals, ticktext = _exp_ticks(lo, hi)
-    ylabels = [plot_text(_set_label(run, s)) for s in sets]
+    ylabels = [plot_text(set_label(run, s)) for s in sets]
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -532,13 +523,3 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
 
 def _rows_name(run: ValidationRun) -> str:
     return "generate() steps" if run.is_generation else "input sets"
-
-
-def _set_label(run: ValidationRun, index: int) -> str:
-    for s in run.input_sets:
-        if s.index == index and run.is_generation and s.label:
-            return s.label  # "step 2 · decode": an LLM run's rows are generate() steps
-        if s.index == index:
-            shapes = ", ".join("x".join(str(d) for d in shp) for shp in s.shapes().values())
-            return f"set {index} ({shapes})" if shapes else f"set {index}"
-    return f"set {index}"

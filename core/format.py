@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
+from core.labels import status_label
 from core.results import OutputComparison, Status, ValidationRun
-
-STATUS_TEXT = {
-    Status.PASS: "pass",
-    Status.FAIL: "FAIL",
-    Status.SHAPE_MISMATCH: "SHAPE",
-    Status.DTYPE_MISMATCH: "DTYPE",
-    Status.MISSING: "MISSING",
-}
-
-
-def fmt_float(value: float | None) -> str:
-    """Short, aligned scientific text; '-' for undefined."""
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    if value != value:  # NaN
-        return "nan"
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
-
-
-def fmt_shape(shape: tuple[int, ...] | None) -> str:
-    return "-" if shape is None else str(tuple(int(d) for d in shape))
+from core.text import number_text, shape_text
 
 
 def _row(c: OutputComparison, multi_set: bool) -> list[str]:
-    shape = fmt_shape(c.ref_shape)
+    shape = shape_text(c.ref_shape)
     if c.onnx_shape != c.ref_shape:
-        shape = f"{fmt_shape(c.ref_shape)} vs {fmt_shape(c.onnx_shape)}"
+        shape = f"{shape_text(c.ref_shape)} vs {shape_text(c.onnx_shape)}"
     dtype = c.ref_dtype or "-"
     if c.onnx_dtype != c.ref_dtype:
         dtype = f"{c.ref_dtype or '-'} vs {c.onnx_dtype or '-'}"
@@ -46,15 +23,15 @@ def _row(c: OutputComparison, multi_set: bool) -> list[str]:
         mismatch = f"{c.n_mismatch} ({100 * (c.mismatch_fraction or 0):.3g}%)"
     row = [
         c.name,
-        STATUS_TEXT[c.status],
+        status_label(c.status, "terminal"),
         shape,
         dtype,
-        fmt_float(s.max_abs if s else None),
-        fmt_float(s.max_rel if s else None),
+        number_text(s.max_abs if s else None),
+        number_text(s.max_rel if s else None),
         mismatch,
         nonfinite,
-        fmt_float(c.min_atol_to_pass),
-        f"{fmt_float(c.tolerance.atol)}/{fmt_float(c.tolerance.rtol)}",
+        number_text(c.min_atol_to_pass),
+        f"{number_text(c.tolerance.atol)}/{number_text(c.tolerance.rtol)}",
     ]
     return [str(c.input_set), *row] if multi_set else row
 
@@ -102,7 +79,7 @@ def format_verdict(run: ValidationRun) -> str:
 def format_input_sets(run: ValidationRun) -> str:
     lines = []
     for s in run.input_sets:
-        shapes = ", ".join(f"{n}{fmt_shape(tuple(a.shape))}" for n, a in s.feeds.items())
+        shapes = ", ".join(f"{n}{shape_text(tuple(a.shape))}" for n, a in s.feeds.items())
         lines.append(f"input set {s.index}: {shapes}" + (f"  [{s.label}]" if s.label else ""))
     return "\n".join(lines)
 
@@ -114,10 +91,10 @@ def format_failure(c: OutputComparison) -> str:
     if s is not None and s.worst_index is not None and c.status is Status.FAIL:
         lines.append(
             f"Worst element at index {list(s.worst_index)}: "
-            f"ref {fmt_float(s.ref_at_worst)}, onnx {fmt_float(s.onnx_at_worst)}"
+            f"ref {number_text(s.ref_at_worst)}, onnx {number_text(s.onnx_at_worst)}"
         )
     head = f"set {c.input_set} {c.name}: "
-    return head + ("\n" + " " * len(head)).join(lines or [c.status.value])
+    return head + ("\n" + " " * len(head)).join(lines or [status_label(c.status, "terminal")])
 
 
 def format_run(run: ValidationRun) -> str:

@@ -18,7 +18,9 @@ import numpy as np
 
 from core import __version__
 from core.atomic import write_output
+from core.labels import status_label, worst_first
 from core.results import OutputComparison, Status, ValidationRun
+from core.text import number_text, shape_text, tolerance_text
 
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
 REPORT_MAX_CELLS = 200  # heatmap side in the report: 200x200 cells, ~0.2 MB each
@@ -28,14 +30,6 @@ MAX_DETAILED_OUTPUTS = 24
 """Failing outputs drawn with figures, worst first; the rest are listed (keeps a few MB)."""
 
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
-
-_STATUS_TEXT = {
-    Status.PASS: "pass",
-    Status.FAIL: "FAIL",
-    Status.SHAPE_MISMATCH: "shape mismatch",
-    Status.DTYPE_MISMATCH: "dtype mismatch",
-    Status.MISSING: "missing",
-}
 
 
 def write_html_report(run: ValidationRun, path: str | Path) -> Path:
@@ -128,13 +122,14 @@ def _outputs_table(run: ValidationRun) -> str:
         rows.append(
             f"<tr class='{'pass' if c.status.passed else 'fail'}'>"
             f"<td>{c.input_set}</td><td class='name'>{_e(c.name)}</td>"
-            f"<td class='status'>{_e(_STATUS_TEXT[c.status])}</td>"
+            f"<td class='status'>{_e(status_label(c.status))}</td>"
             f"<td{shape_cls}>{_shape(c.ref_shape)} / {_shape(c.onnx_shape)}</td>"
             f"<td{dtype_cls}>{_e(c.ref_dtype or '-')} / {_e(c.onnx_dtype or '-')}</td>"
-            f"<td>{_num(s.max_abs if s else None)}</td><td>{_num(s.max_rel if s else None)}</td>"
+            f"<td>{number_text(s.max_abs if s else None)}</td>"
+            f"<td>{number_text(s.max_rel if s else None)}</td>"
             f"<td>{bar}</td><td>{nan_inf}</td>"
-            f"<td>{_num(c.tolerance.atol)} / {_num(c.tolerance.rtol)}</td>"
-            f"<td>{_num(_min_atol(c))}</td><td>{_e(c.message)}</td></tr>"
+            f"<td>{number_text(c.tolerance.atol)} / {number_text(c.tolerance.rtol)}</td>"
+            f"<td>{number_text(_min_atol(c))}</td><td>{_e(c.message)}</td></tr>"
         )
     n_pass = sum(c.status.passed for c in run.comparisons)
     caption = f"{n_pass} of {len(run.comparisons)} (input set, output) pairs pass"
@@ -217,8 +212,9 @@ def _layer_rows(result) -> str:
         f"<tr class='{_layer_class(v)}'><td>{v.order}</td>"
         f"<td>{v.input_set}</td><td class='status'>{_e(v.status)}</td>"
         f"<td class='name'>{_e(v.torch_module or '-')}</td><td>{_e(v.onnx_op)}</td>"
-        f"<td class='name'>{_e(v.onnx_node)}</td><td>{_num(v.max_abs)}</td>"
-        f"<td>{_num(v.error_ratio)}</td><td>{_num(getattr(v, 'jump', None))}</td></tr>"
+        f"<td class='name'>{_e(v.onnx_node)}</td><td>{number_text(v.max_abs)}</td>"
+        f"<td>{number_text(v.error_ratio)}</td>"
+        f"<td>{number_text(getattr(v, 'jump', None))}</td></tr>"
         for v in rows
     )
     return f"<h4>{_e(title)}</h4><table class='layers'>{head}{body}</table>"
@@ -261,7 +257,7 @@ def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> s
         f" (fails on sets {', '.join(map(str, others))})" if len(others) > 1 else ""
     )
     head = (
-        f"<article class='failing'><h3>{_e(c.name)} <small>{_e(_STATUS_TEXT[c.status])}, "
+        f"<article class='failing'><h3>{_e(c.name)} <small>{_e(status_label(c.status))}, "
         f"{_e(where)}</small></h3><p>{_e(c.message)}</p>"
     )
     arrays = _raw_pair(run, c) if kept else None
@@ -299,11 +295,8 @@ def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> s
 
 def _tolerances(run: ValidationRun) -> str:
     d = run.tolerances.default
-    rows = [("default", f"atol {_num(d.atol)}, rtol {_num(d.rtol)}")]
-    rows += [
-        (f"output {n}", f"atol {_num(t.atol)}, rtol {_num(t.rtol)}")
-        for n, t in run.tolerances.outputs.items()
-    ]
+    rows = [("default", tolerance_text(d))]
+    rows += [(f"output {n}", tolerance_text(t)) for n, t in run.tolerances.outputs.items()]
     rule = (
         "An element passes when |onnx - ref| <= atol + rtol * |ref|; one-sided NaN/Inf never pass."
     )
@@ -322,20 +315,9 @@ def _environment(run: ValidationRun) -> str:
 def _failing_outputs(run: ValidationRun) -> list[OutputComparison]:
     """One comparison per failing output name (its worst input set), worst output first."""
     best: dict[str, OutputComparison] = {}
-    for c in run.comparisons:
-        if c.status.passed:
-            continue
-        current = best.get(c.name)
-        if current is None or _badness(c) > _badness(current):
-            best[c.name] = c
-    return sorted(best.values(), key=_badness, reverse=True)
-
-
-def _badness(c: OutputComparison) -> tuple[int, float, float]:
-    elementwise = int(c.status in (Status.FAIL, Status.DTYPE_MISMATCH))
-    frac = c.mismatch_fraction or 0.0
-    max_abs = c.stats.max_abs if c.stats and c.stats.max_abs is not None else 0.0
-    return elementwise, frac, max_abs if not math.isnan(max_abs) else 0.0
+    for c in worst_first(c for c in run.comparisons if not c.status.passed):
+        best.setdefault(c.name, c)
+    return list(best.values())
 
 
 def _raw_pair(run: ValidationRun, c: OutputComparison) -> tuple[np.ndarray, np.ndarray] | None:
@@ -374,8 +356,9 @@ def _figure_html(fig, kind: str) -> str:
 
 def _worst_table(worst) -> str:
     rows = "".join(
-        f"<tr><td>[{', '.join(str(i) for i in w.index)}]</td><td>{_num(w.ref, 8)}</td>"
-        f"<td>{_num(w.onnx, 8)}</td><td>{_num(w.abs_error)}</td><td>{_num(w.rel_error)}</td></tr>"
+        f"<tr><td>[{', '.join(str(i) for i in w.index)}]</td><td>{number_text(w.ref, 8)}</td>"
+        f"<td>{number_text(w.onnx, 8)}</td><td>{number_text(w.abs_error)}</td>"
+        f"<td>{number_text(w.rel_error)}</td></tr>"
         for w in worst.rows
     )
     return (
@@ -389,16 +372,6 @@ def _kv_table(rows: Iterable[tuple[str, object]]) -> str:
     return f"<table class='kv'>{body}</table>"
 
 
-def _num(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:.{digits}g}"
-
-
 def _min_atol(c: OutputComparison) -> float | None:
     try:
         return c.min_atol_to_pass
@@ -410,8 +383,8 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _shape(shape: Sequence[int] | None) -> str:
-    return "-" if shape is None else _e("[" + ", ".join(str(d) for d in shape) + "]")
+def _shape(dims: Sequence[int] | None) -> str:
+    return _e(shape_text(dims))
 
 
 def _s(n: int) -> str:

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from core.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
+from core.dtypes import FLOAT_NAMES, INT_NAMES, numpy_dtype
 from core.errors import InputError, UsageError, first_line
 from core.results import InputSet
 from core.signature import Dim, OnnxSignature, TensorSpec
@@ -56,8 +57,6 @@ MAX_INPUT_SETS = 100_000  # more is refused (each set's size is estimated before
 _BATCH_RE = re.compile(r"batch|^(n|b|bs|bsz|num_samples)$", re.IGNORECASE)
 _SEQUENCE_RE = re.compile(r"seq|len|time|token|step|^(t|s|l)$", re.IGNORECASE)
 _SPATIAL_RE = re.compile(r"height|width|^(h|w|img|image)$", re.IGNORECASE)
-_FLOAT = ("float16", "float32", "float64", "bfloat16")
-_INT = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 def default_dim_size(name: str | None) -> int:
@@ -140,7 +139,7 @@ def _check_budget(
     for index in range(n_sets):
         _, shapes = _set_shapes(signature, base, index)
         for name, shape in shapes.items():
-            n_bytes = array_bytes(shape, _np_dtype(dtypes[name]))
+            n_bytes = array_bytes(shape, numpy_dtype(dtypes[name]))
             total += n_bytes
             # floats are drawn in float32 and integers in int64, then cast (a second copy)
             if _draw_dtype(dtypes[name]) != dtypes[name]:
@@ -180,9 +179,9 @@ def _generate_sets(
 
 
 def _draw_dtype(dtype: str) -> str:
-    if dtype in _FLOAT:
+    if dtype in FLOAT_NAMES:
         return "float32"
-    if dtype in _INT:
+    if dtype in INT_NAMES:
         return "int64"
     return "float64" if dtype == "bool" else "uint8"
 
@@ -312,7 +311,7 @@ def _check_options(
                 f"{', '.join(by_name) or '(none)'}"
             )
         low, high = bounds
-        if by_name[name].dtype not in _INT:
+        if by_name[name].dtype not in INT_NAMES:
             raise UsageError(
                 f"--int-range {name}: input {name!r} is {by_name[name].dtype}, not an integer"
             )
@@ -341,10 +340,10 @@ def _generate(
 ) -> np.ndarray:
     dtype = spec.dtype
     if "mask" in spec.name.lower() and int_range is None:
-        return np.ones(shape, dtype=_np_dtype(dtype))
-    if dtype in _FLOAT:
-        return rng.standard_normal(shape, dtype=np.float32).astype(_np_dtype(dtype), copy=False)
-    if dtype in _INT:
+        return np.ones(shape, dtype=numpy_dtype(dtype))
+    if dtype in FLOAT_NAMES:
+        return rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype), copy=False)
+    if dtype in INT_NAMES:
         info = np.iinfo(dtype)
         low, high = int_range or (
             max(DEFAULT_INT_RANGE[0], int(info.min)),
@@ -357,14 +356,6 @@ def _generate(
         f"input {spec.name!r} has dtype {dtype}, which Parity cannot generate; "
         "pass your own feeds with --inputs FILE.npz"
     )
-
-
-def _np_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes  # onnx depends on it; numpy has no bfloat16 of its own
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 def _read_npz(path: Path, *, where: str) -> dict[str, np.ndarray]:

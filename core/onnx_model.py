@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import TensorProto
 
+from core.dtypes import from_onnx_elem_type
 from core.errors import OnnxLoadError, UsageError, first_line
+from core.hashing import update_with_file
 from core.quiet import apply_ort_default_severity, ort_severity
 from core.signature import Dim, OnnxSignature, TensorSpec
 
@@ -33,27 +35,6 @@ if TYPE_CHECKING:
     import onnxruntime
 
 ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
-
-_DTYPES: dict[int, str] = {
-    TensorProto.FLOAT: "float32",
-    TensorProto.DOUBLE: "float64",
-    TensorProto.FLOAT16: "float16",
-    TensorProto.BFLOAT16: "bfloat16",
-    TensorProto.BOOL: "bool",
-    TensorProto.INT8: "int8",
-    TensorProto.INT16: "int16",
-    TensorProto.INT32: "int32",
-    TensorProto.INT64: "int64",
-    TensorProto.UINT8: "uint8",
-    TensorProto.UINT16: "uint16",
-    TensorProto.UINT32: "uint32",
-    TensorProto.UINT64: "uint64",
-    TensorProto.COMPLEX64: "complex64",
-    TensorProto.COMPLEX128: "complex128",
-    TensorProto.STRING: "str",
-}
-
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -163,8 +144,8 @@ def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:
 
 
 def _dtype_name(elem_type: int) -> str:
-    if elem_type in _DTYPES:
-        return _DTYPES[elem_type]
+    if (name := from_onnx_elem_type(elem_type)) is not None:
+        return name
     try:  # float8 / int4 families: onnx knows their ml_dtypes names
         return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
     except Exception:
@@ -174,7 +155,7 @@ def _dtype_name(elem_type: int) -> str:
 def _sha256(path: Path, proto: onnx.ModelProto) -> str:
     """Hash of the model file followed by its external-data files, in first-use order."""
     digest = hashlib.sha256()
-    _hash_file(digest, path)
+    update_with_file(digest, path)
     seen: set[str] = set()
     for tensor in onnx.external_data_helper._get_all_tensors(proto):
         if not onnx.external_data_helper.uses_external_data(tensor):
@@ -183,14 +164,8 @@ def _sha256(path: Path, proto: onnx.ModelProto) -> str:
         if location and location not in seen:
             seen.add(location)
             digest.update(location.encode())
-            _hash_file(digest, path.parent / location)
+            update_with_file(digest, path.parent / location)
     return digest.hexdigest()
-
-
-def _hash_file(digest: hashlib._Hash, path: Path) -> None:
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
 
 
 def _load_error(path: Path | str, cause: str) -> OnnxLoadError:

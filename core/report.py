@@ -5,14 +5,12 @@ Written the same way from a live run and from a saved run, so CI and the dashboa
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from core.atomic import write_output
+from core.json_output import dumps as strict_dumps
+from core.json_output import strict
 from core.results import OutputComparison, ValidationRun
 from core.tolerances import Tolerances
 
@@ -45,7 +43,7 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
         data["masked_positions"] = masked_positions_json(run)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
-    return _strict(data)
+    return strict(data)
 
 
 def output_dict(c: OutputComparison) -> dict[str, Any]:
@@ -91,7 +89,7 @@ def error_report_dict(
     environment: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The report of a run that could not be made (verdict "error")."""
-    return _strict(
+    return strict(
         {
             "schema": SCHEMA,
             "verdict": "error",
@@ -110,26 +108,8 @@ def _shape(shape: tuple[int, ...] | None) -> list[int] | None:
     return None if shape is None else [int(d) for d in shape]
 
 
-def _strict(value: Any) -> Any:
-    """Turn numpy scalars into Python ones and non-finite floats into None, recursively."""
-    if isinstance(value, dict):
-        return {str(k): _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _strict(value.tolist())
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    return value
-
-
 def dumps(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, allow_nan=False)
+    return strict_dumps(data)
 
 
 def write_json(path: str | Path, data: dict[str, Any]) -> None:

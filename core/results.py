@@ -120,9 +120,15 @@ class OutputComparison:
             return None
         return self.profile.min_atol(self.tolerance.rtol)
 
+    @property
+    def can_rejudge(self) -> bool:
+        """A tolerance can change its verdict: judged element by element, with a profile
+        (shape, dtype and missing failures, and string outputs, stay what they are)."""
+        return self.profile is not None and self.status in (Status.PASS, Status.FAIL)
+
     def rejudge(self, tolerance: Tolerance) -> OutputComparison:
         """The same comparison judged at another tolerance, from the profile alone."""
-        if self.profile is None or self.status not in (Status.PASS, Status.FAIL):
+        if not self.can_rejudge:
             return replace(self, tolerance=tolerance)
         passed = self.profile.passes(tolerance)
         n_mismatch = self.profile.n_mismatch(tolerance)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from core.deadline import Deadline
+from core.dtypes import from_ort_type
 from core.errors import ModelRunError, OnnxRunError, RunTimeout, first_line
 from core.inputs import check_feeds
 from core.quiet import quiet_torch
@@ -43,22 +44,6 @@ if TYPE_CHECKING:
     from core.torch_model import TorchModel
 
 EXTRA_PREFIX = "torch:"
-
-_ORT_DTYPES = {
-    "tensor(float)": "float32",
-    "tensor(double)": "float64",
-    "tensor(float16)": "float16",
-    "tensor(bfloat16)": "bfloat16",
-    "tensor(bool)": "bool",
-    "tensor(int8)": "int8",
-    "tensor(int16)": "int16",
-    "tensor(int32)": "int32",
-    "tensor(int64)": "int64",
-    "tensor(uint8)": "uint8",
-    "tensor(uint16)": "uint16",
-    "tensor(uint32)": "uint32",
-    "tensor(uint64)": "uint64",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +182,7 @@ def session_signature(session: onnxruntime.InferenceSession) -> OnnxSignature:
         shape = tuple(
             d if isinstance(d, int | str) or d is None else None for d in (arg.shape or ())
         )
-        return TensorSpec(name=arg.name, dtype=_ORT_DTYPES.get(arg.type, arg.type), shape=shape)
+        return TensorSpec(name=arg.name, dtype=from_ort_type(arg.type), shape=shape)
 
     meta = session.get_modelmeta()
     return OnnxSignature(

@@ -43,6 +43,7 @@ from core import strict_json as sj
 from core.atomic import atomic_output
 from core.budget import MemoryBudget
 from core.errors import ParityError, SavedRunError
+from core.hashing import file_sha256
 from core.results import (
     ErrorStats,
     GenerationInfo,
@@ -57,6 +58,7 @@ from core.results import (
     ValidationRun,
 )
 from core.signature import OnnxSignature, TensorSpec
+from core.specs import demo_name
 from core.tolerances import Tolerance, Tolerances
 
 SCHEMA = "parity.run/1"
@@ -341,7 +343,7 @@ def _known_hash(value: str | None) -> str | None:
 
 
 def _model_file(spec: str) -> Path | None:
-    if not spec or spec.startswith("demo:"):
+    if not spec or demo_name(spec) is not None:
         return None
     candidate = Path(spec)
     if candidate.is_file():
@@ -350,15 +352,6 @@ def _model_file(spec: str) -> Path | None:
     if sep and head.endswith(".py") and Path(head).is_file():
         return Path(head)
     return None
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in chunks (bounded memory)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _comparison_json(c: OutputComparison) -> dict[str, Any]:

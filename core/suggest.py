@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from core.results import Status, ValidationRun
+from core.labels import status_label
+from core.results import ValidationRun
 from core.tolerances import Tolerance, Tolerances
 
 MANTISSAS = (1, 2, 5)
@@ -76,9 +77,10 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
         for c in run.comparisons:
             if c.name != name:
                 continue
-            if c.status not in (Status.PASS, Status.FAIL) or c.profile is None:
+            if not c.can_rejudge:
                 worst = None
-                notes[name] = f"{c.status.value} in input set {c.input_set}: no tolerance fixes it"
+                status = status_label(c.status)
+                notes[name] = f"{status} in input set {c.input_set}: no tolerance fixes it"
                 break
             m = c.profile.min_atol(current.rtol)
             if m is None:

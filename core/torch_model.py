@@ -44,8 +44,10 @@ import torch
 from torch import nn
 
 from core.errors import ModelLoadError, UsageError, first_line
+from core.hashing import update_with_file
 from core.pt2_archive import is_pt2, load_pt2
 from core.quiet import quiet_torch
+from core.specs import demo_name
 
 KINDS = ("demo", "exported_program", "torchscript", "factory")
 
@@ -103,8 +105,8 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
         )
     digest = hashlib.sha256()
     program = None
-    if spec.startswith("demo:"):
-        module, kind = _load_demo(spec[len("demo:") :]), "demo"
+    if (demo := demo_name(spec)) is not None:
+        module, kind = _load_demo(demo), "demo"
         digest.update(spec.encode())
     elif (factory := _split_factory(spec)) is not None:
         if not allow_code:
@@ -115,19 +117,19 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
         module, kind = _load_factory(spec, *factory), "factory"
         digest.update(spec.encode())
         if factory[0].endswith(".py") and Path(factory[0]).is_file():
-            _hash_file(digest, Path(factory[0]))
+            update_with_file(digest, Path(factory[0]))
     else:
         path = Path(spec)
         if not path.is_file():
             raise ModelLoadError(f"cannot load model {spec}: no such file")
         module, kind, program = _load_archive(path, allow_code=allow_code)
-        _hash_file(digest, path)
+        update_with_file(digest, path)
 
     if weights is not None:
         wpath = Path(weights)
         _apply_weights(module, wpath)
         digest.update(b"\0weights\0")
-        _hash_file(digest, wpath)
+        update_with_file(digest, wpath)
     _to_eval(module)
     return TorchModel(
         spec=spec,
@@ -417,9 +419,3 @@ def _few(keys: list[str]) -> str:
     shown = ", ".join(keys[:_MAX_KEYS_SHOWN])
     more = len(keys) - _MAX_KEYS_SHOWN
     return shown + (f" (+{more} more)" if more > 0 else "")
-
-
-def _hash_file(digest: Any, path: Path) -> None:
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)

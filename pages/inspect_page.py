@@ -12,7 +12,9 @@ import streamlit as st
 from core import figures as fg
 from core import views as ins
 from core.compare import compare_outputs
+from core.labels import set_label, status_label
 from core.results import ValidationRun
+from core.text import shape_text, tolerance_text
 from pages import state
 from pages.text import md_code, md_text
 
@@ -62,16 +64,9 @@ def _choose_target(run: ValidationRun) -> tuple[int, str]:
     c1, c2 = st.columns(2)
     name = c1.selectbox("Output", names, key="insp_out")
     set_index = c2.selectbox(
-        "Input set", sets, key="insp_set", format_func=lambda i: _set_label(run, i)
+        "Input set", sets, key="insp_set", format_func=lambda i: set_label(run, i)
     )
     return int(set_index), str(name)
-
-
-def _set_label(run: ValidationRun, index: int) -> str:
-    for s in run.input_sets:
-        if s.index == index:
-            return s.label or f"set {index}"
-    return f"set {index}"
 
 
 def _choose_slice(shape: tuple[int, ...], worst_index, key: str) -> ins.SliceSpec:
@@ -127,7 +122,7 @@ def _layer_value(run: ValidationRun):
     st.caption("Intermediate value, opened from the Layers page (its arrays were kept)")
     st.text(
         f"{found.onnx_value} · {found.onnx_op} node {found.onnx_node} · module "
-        f"{found.torch_module or '-'} · {_set_label(run, set_index)} · layers status {found.status}"
+        f"{found.torch_module or '-'} · {set_label(run, set_index)} · layers status {found.status}"
     )
     if st.button("Back to the outputs", key="insp_layer_back", icon=":material/undo:"):
         state.clear_layer_target()
@@ -146,9 +141,9 @@ def _layer_value(run: ValidationRun):
         ),  # fmt: skip
     ).rejudge(run.tolerances.default)
     st.markdown(
-        f"**{comp.status.value.upper()}** at the default tolerance (atol "
-        f"{comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}) · torch {comp.ref_shape} "
-        f"{comp.ref_dtype} · ONNX {comp.onnx_shape} {comp.onnx_dtype}"
+        f"**{status_label(comp.status).upper()}** at the default tolerance "
+        f"({tolerance_text(comp.tolerance)}) · torch {shape_text(comp.ref_shape)} "
+        f"{comp.ref_dtype} · ONNX {shape_text(comp.onnx_shape)} {comp.onnx_dtype}"
     )
     return set_index, name, comp, pair.ref, pair.onnx
 
@@ -168,11 +163,11 @@ def page() -> None:
         comp = run.comparison(set_index, name)
         ref, onnx = _arrays(run, set_index, name)
         st.markdown(
-            f"**{comp.status.value.upper()}** · {md_code(name)} in "
-            f"{md_text(_set_label(run, set_index))} · "
-            f"torch {md_text(comp.ref_shape)} {md_text(comp.ref_dtype)} · "
-            f"ONNX {md_text(comp.onnx_shape)} {md_text(comp.onnx_dtype)} · "
-            f"atol {comp.tolerance.atol:g}, rtol {comp.tolerance.rtol:g}"
+            f"**{status_label(comp.status).upper()}** · {md_code(name)} in "
+            f"{md_text(set_label(run, set_index))} · "
+            f"torch {md_text(shape_text(comp.ref_shape))} {md_text(comp.ref_dtype)} · "
+            f"ONNX {md_text(shape_text(comp.onnx_shape))} {md_text(comp.onnx_dtype)} · "
+            f"{tolerance_text(comp.tolerance)}"
             + (f"  \n{md_text(comp.message)}" if comp.message else "")
         )
     if ref is None or onnx is None:

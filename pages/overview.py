@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import streamlit as st
 
 from core.figures import verdict_grid
+from core.labels import status_label, worst_first
 from core.results import OutputComparison, ValidationRun
+from core.text import shape_text
 from pages import state
 from pages.sidebar import verdict_badge
-from pages.tables import STATUS_TEXT, status_style
+from pages.tables import status_style
 from pages.text import md_code
 
 GOTO_INSPECT = "parity_goto_inspect"
-
-
-def _shape(shape: tuple[int, ...] | None) -> str:
-    return "—" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _num(value: float | None) -> float | None:
@@ -32,11 +28,11 @@ def comparison_rows(run: ValidationRun) -> pd.DataFrame:
         shape_ok = c.ref_shape == c.onnx_shape
         rows.append(
             {
-                "status": STATUS_TEXT[c.status],
+                "status": status_label(c.status, "marked"),
                 "set": c.input_set,
                 "output": c.name,
-                "torch shape": _shape(c.ref_shape),
-                "onnx shape": _shape(c.onnx_shape) + ("" if shape_ok else "  ≠"),
+                "torch shape": shape_text(c.ref_shape),
+                "onnx shape": shape_text(c.onnx_shape) + ("" if shape_ok else "  ≠"),
                 "dtypes": f"{c.ref_dtype or '—'} / {c.onnx_dtype or '—'}"
                 + ("" if c.ref_dtype == c.onnx_dtype else "  ≠"),
                 "max abs": _num(s.max_abs) if s else None,
@@ -68,16 +64,9 @@ COLUMN_CONFIG = {
 
 
 def worst_failure(run: ValidationRun) -> OutputComparison | None:
-    """The failing comparison to look at first: most mismatches, then largest max abs."""
-    failing = [c for c in run.comparisons if not c.status.passed]
-    if not failing:
-        return None
-
-    def badness(c: OutputComparison) -> tuple[float, float]:
-        m = c.stats.max_abs if c.stats and c.stats.max_abs is not None else -1.0
-        return (c.mismatch_fraction or 0.0, m if math.isfinite(m) else math.inf)
-
-    return max(failing, key=badness)
+    """The failing comparison to look at first (core.labels.badness)."""
+    failing = worst_first(c for c in run.comparisons if not c.status.passed)
+    return failing[0] if failing else None
 
 
 def _on_table_select() -> None:

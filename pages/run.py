@@ -13,6 +13,7 @@ import streamlit as st
 
 from core.errors import ParityError
 from core.results import ValidationRun
+from core.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from pages import state
 from pages.access import trust_code
 from pages.sidebar import verdict_badge
@@ -37,7 +38,7 @@ def run_config(**kwargs):
 
 def demo_config(name: str):
     return run_config(
-        model=f"demo:{name}", onnx=None, n_input_sets=N_SETS_DEFAULT, layers=compare_layers()
+        model=demo_spec(name), onnx=None, n_input_sets=N_SETS_DEFAULT, layers=compare_layers()
     )
 
 
@@ -87,7 +88,7 @@ def autorun_demo() -> None:
     if name not in state.demo_names():
         st.warning(f"Unknown demo {md_code(name)}; demos: {', '.join(state.demo_names())}")
         return
-    execute(demo_config(name), label=f"demo:{name}")
+    execute(demo_config(name), label=demo_spec(name))
 
 
 # ------------------------------------------------------------------------- display
@@ -169,7 +170,7 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             "Local transformers directory (config, weights, tokenizer; never downloaded)",
             key="hf_dir", placeholder="/models/my-llm",
         ).strip()  # fmt: skip
-        return (f"hf:{directory}" if directory else None), None, None
+        return (hf_spec(directory) if directory else None), None, None
     if source == "Stored reference outputs":
         path = st.text_input(
             "Reference outputs (.npz path on this machine)", key="ref_path",
@@ -179,10 +180,10 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
         uploaded = upload_path("reference", up)
         if uploaded is not None:
             path = str(uploaded)
-        return (f"reference:{path}" if path else None), None, None
+        return (reference_spec(path) if path else None), None, None
     if source == "Built-in demo":
         name = st.selectbox("Demo", state.demo_names(), key="model_demo")
-        return f"demo:{name}", None, name
+        return demo_spec(name), None, name
     if source == "Path on this machine":
         spec = st.text_input(
             "Model",
@@ -366,7 +367,7 @@ def page() -> None:
             st.caption(first, help=demo.description)
     for name in DEMOS:
         if st.session_state.get(f"demo_{name}"):
-            execute(demo_config(name), label=f"demo:{name}")
+            execute(demo_config(name), label=demo_spec(name))
 
     show_failure()
     run = state.raw_run()
@@ -380,7 +381,7 @@ def page() -> None:
     )
     with st.container(border=True):
         model, weights, demo = choose_model()
-        is_hf = bool(model and model.startswith("hf:"))
+        is_hf = is_hf_spec(model)
         onnx_path = choose_onnx(demo, hf=is_hf)
         signature = None
         if onnx_path and onnx_path != HF_EXPORT:
@@ -400,13 +401,11 @@ def page() -> None:
             settings = {}
         else:
             settings = choose_settings(signature)
-        reference = model.removeprefix("reference:") if model else None
-        if model and model.startswith("reference:"):
+        reference = reference_path(model)
+        if reference is not None:
             model = None
             if not settings["input_files"]:
                 st.info("Reference outputs need the feeds they were computed on: add them above.")
-        else:
-            reference = None
         ready = bool((model or (reference and settings["input_files"])) and onnx_path)
         ready = ready and (hf_options is not None or not is_hf)
         if st.button("Run", type="primary", disabled=not ready, key="run_custom"):

@@ -1,18 +1,8 @@
-"""Table helpers the pages share (status text and its colours)."""
+"""Table helpers the pages share: status cells coloured (their text: core.labels)."""
 
 from __future__ import annotations
 
 import pandas as pd
-
-from core.results import Status
-
-STATUS_TEXT = {
-    Status.PASS: "✓ pass",
-    Status.FAIL: "✗ fail",
-    Status.SHAPE_MISMATCH: "✗ shape mismatch",
-    Status.DTYPE_MISMATCH: "✗ dtype mismatch",
-    Status.MISSING: "✗ missing",
-}
 
 
 def status_style(frame: pd.DataFrame):

@@ -13,12 +13,13 @@ import pandas as pd
 import streamlit as st
 
 from core.figures import mismatch_curve
+from core.labels import status_label
 from core.results import Status, ValidationRun
 from core.suggest import DEFAULT_MARGIN, ladder, nearest, suggest_tolerances, with_value
 from core.tolerances import Tolerance, Tolerances
 from pages import state
 from pages.sidebar import verdict_badge
-from pages.tables import STATUS_TEXT, status_style
+from pages.tables import status_style
 from pages.text import md_code, md_text
 
 ATOL_LADDER = ladder(-9, 1)
@@ -82,14 +83,14 @@ def pass_table(run: ValidationRun) -> pd.DataFrame:
         comps = [c for c in run.comparisons if c.name == name]
         tol = comps[0].tolerance
         mins = [c.min_atol_to_pass for c in comps]
-        fixable = all(c.status in (Status.PASS, Status.FAIL) for c in comps)
+        fixable = all(c.can_rejudge for c in comps)
         min_atol = max(mins) if fixable and all(m is not None for m in mins) else None
         n_mis = sum(c.n_mismatch or 0 for c in comps)
         n_el = sum(c.n_judged for c in comps)
         passed = all(c.status.passed for c in comps)
         rows.append(
             {
-                "status": STATUS_TEXT[Status.PASS if passed else Status.FAIL],
+                "status": status_label(Status.PASS if passed else Status.FAIL, "marked"),
                 "output": name,
                 "atol": _fmt(tol.atol),
                 "rtol": _fmt(tol.rtol),

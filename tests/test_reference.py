@@ -190,8 +190,9 @@ def test_saved_run_identity_records_weights_and_reference_files(
 ) -> None:
     # Before: the identity looked these up under `extra` keys nothing wrote, so neither a
     # weights file nor a reference file ever reached a saved run.
+    from core.hashing import file_sha256
     from core.pipeline import RunConfig, run_validation
-    from core.saved_run import file_sha256, load_run, save_run
+    from core.saved_run import load_run, save_run
 
     weights = str(tiny_artifacts.state_safetensors)
     live = run_validation(

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import UsageError
+from core.specs import HF_PREFIX
 
-HF_PREFIX = "hf:"
 DEFAULT_PROMPT = "Continue: it rains, what should I do?"
 DEFAULT_MAX_NEW_TOKENS = 3
 INSTALL_HINT = "pip install 'onnx-parity[hf]'"
@@ -51,10 +51,6 @@ def options_from_text(
         random_weights=random_weights,
         config_overrides=parse_config_overrides(item for item in items if item),
     )
-
-
-def is_hf_spec(spec: str | None) -> bool:
-    return bool(spec) and spec.startswith(HF_PREFIX)
 
 
 def hf_directory(spec: str) -> str:

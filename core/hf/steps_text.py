@@ -9,18 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.format import STATUS_TEXT, fmt_float
 from core.hf.options import format_overrides
 from core.hf.summary import judged_summary
+from core.labels import status_label, worst_first
 from core.results import OutputComparison, Status, ValidationRun
-
-_STATUS_ORDER = (
-    Status.MISSING,
-    Status.SHAPE_MISMATCH,
-    Status.DTYPE_MISMATCH,
-    Status.FAIL,
-    Status.PASS,
-)
+from core.text import number_text, shape_text
 
 
 def format_steps_table(run: ValidationRun) -> str:
@@ -57,17 +50,17 @@ def format_steps_table(run: ValidationRun) -> str:
         if pad:
             diffs = [c.excluded_max_abs for c in pad if c.excluded_max_abs is not None]
             count = sum(c.n_excluded for c in pad)
-            pad_text = f"{count} (max {fmt_float(max(diffs)) if diffs else 'nan'})"
+            pad_text = f"{count} (max {number_text(max(diffs)) if diffs else 'nan'})"
         rows.append(
             [
                 str(step.step if step else i + 1),
                 step.phase if step else "?",
                 _shapes(input_set.feeds),
-                STATUS_TEXT[_step_status(mine)],
-                fmt_float(_stat(logits, "max_abs")),
-                fmt_float(_stat(logits, "max_rel")),
-                fmt_float(_stat(worst, "max_abs")),
-                fmt_float(_stat(worst, "max_rel")),
+                status_label(_step_status(mine), "terminal"),
+                number_text(_stat(logits, "max_abs")),
+                number_text(_stat(logits, "max_rel")),
+                number_text(_stat(worst, "max_abs")),
+                number_text(_stat(worst, "max_rel")),
                 worst.name if worst else "-",
                 pad_text,
             ]
@@ -87,7 +80,7 @@ def _failing_details(label: str, comparisons: list[OutputComparison], limit: int
     """One line per failing output of a step (at most `limit`), message lines joined."""
     failing = [c for c in comparisons if not c.status.passed]
     lines = [
-        f"  {label}: {c.name} {STATUS_TEXT[c.status]}: "
+        f"  {label}: {c.name} {status_label(c.status, 'terminal')}: "
         + "; ".join(part.strip() for part in c.message.splitlines() if part.strip())
         for c in failing[:limit]
     ]
@@ -132,7 +125,7 @@ def format_hf_summary(run: ValidationRun) -> str:
     if masked.get("n_elements"):
         lines.append(
             f"padding:   {masked['n_elements']} masked element(s) not judged (never attended); "
-            f"max abs diff there {fmt_float(masked.get('max_abs'))}"
+            f"max abs diff there {number_text(masked.get('max_abs'))}"
         )
     lines.append(f"time:      {time_text}")
     return "\n".join(lines)
@@ -151,23 +144,17 @@ def _shapes(feeds: Mapping[str, Any]) -> str:
     parts = []
     for name in ("input_ids", "attention_mask", "past_key_values.0.key"):
         if name in feeds:
-            parts.append("[" + ", ".join(str(d) for d in feeds[name].shape) + "]")
+            parts.append(shape_text(feeds[name].shape))
     return " · ".join(parts)
 
 
 def _worst(comparisons: list[OutputComparison]) -> OutputComparison | None:
-    if not comparisons:
-        return None
-    return min(
-        comparisons,
-        key=lambda c: (_STATUS_ORDER.index(c.status), -(_stat(c, "max_abs") or 0.0)),
-    )
+    return worst_first(comparisons)[0] if comparisons else None
 
 
 def _step_status(comparisons: list[OutputComparison]) -> Status:
-    if not comparisons:
-        return Status.MISSING
-    return min((c.status for c in comparisons), key=_STATUS_ORDER.index)
+    worst = _worst(comparisons)
+    return Status.MISSING if worst is None else worst.status
 
 
 def _stat(c: OutputComparison | None, field: str) -> float | None:

@@ -7,13 +7,14 @@ form is the report's ``"layers"`` block: strict JSON, null for non-finite number
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
+
+from core.json_output import finite_or_none
 
 
 class LayerStatus(StrEnum):
@@ -68,12 +69,12 @@ class LayerValue:
             "torch_node": self.torch_node,
             "input_set": self.input_set,
             "shape": [int(d) for d in self.shape],
-            "max_abs": _num(self.max_abs),
-            "max_rel": _num(self.max_rel),
-            "scale": _num(self.scale),
-            "error_ratio": _num(self.error_ratio),
-            "jump": _num(self.jump),
-            "cosine": _num(self.cosine),
+            "max_abs": finite_or_none(self.max_abs),
+            "max_rel": finite_or_none(self.max_rel),
+            "scale": finite_or_none(self.scale),
+            "error_ratio": finite_or_none(self.error_ratio),
+            "jump": finite_or_none(self.jump),
+            "cosine": finite_or_none(self.cosine),
             "status": str(self.status),
             "inputs": [int(i) for i in self.inputs],
         }
@@ -166,8 +167,8 @@ class LayersResult:
             "matched": self.matched,
             "unmatched_onnx": self.unmatched_onnx,
             "unmatched_torch": self.unmatched_torch,
-            "threshold": _num(self.threshold),
-            "min_jump": _num(self.min_jump),
+            "threshold": finite_or_none(self.threshold),
+            "min_jump": finite_or_none(self.min_jump),
             "first_divergence": None if first is None else first.to_json(),
             "notes": list(self.notes),
             "values": [v.to_json() for v in self.values],
@@ -189,13 +190,6 @@ class LayersResult:
             min_jump=_opt_float(data.get("min_jump")),
             kept=kept,
         )
-
-
-def _num(x: float | None) -> float | None:
-    if x is None:
-        return None
-    f = float(x)
-    return f if math.isfinite(f) else None
 
 
 def _opt_float(x: Any) -> float | None:

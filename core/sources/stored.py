@@ -13,6 +13,7 @@ from core.results import Provenance, RunKind
 from core.signature import OnnxSignature
 from core.sources import Case
 from core.sources.torch_inputs import input_sets
+from core.specs import reference_spec
 
 
 class StoredSource:
@@ -23,7 +24,7 @@ class StoredSource:
     def __init__(self, config: RunConfig, report: ProgressReporter) -> None:
         assert config.reference_file is not None
         self.reference_file: str = config.reference_file
-        self.model = f"reference:{config.reference_file}"
+        self.model = reference_spec(config.reference_file)
         self.n_cases: int | None = len(config.input_files)
         self.timings: dict[str, float] = {}
         self._config = config

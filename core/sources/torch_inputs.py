@@ -12,6 +12,7 @@ from core.progress import ProgressReporter
 from core.results import InputSet, Provenance, RunKind
 from core.signature import OnnxSignature
 from core.sources import Case
+from core.specs import demo_name
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
@@ -53,10 +54,10 @@ class TorchSource:
         self._torch: Any = None
 
     def default_onnx(self, workdir: Any) -> str:
-        if self.model.startswith("demo:"):
+        if (demo := demo_name(self.model)) is not None:
             from core.demos import demo_onnx_path
 
-            return str(demo_onnx_path(self.model.removeprefix("demo:")))
+            return str(demo_onnx_path(demo))
         raise UsageError("--onnx is required (only a demo:NAME model has a built-in ONNX file)")
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:

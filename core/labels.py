@@ -1,0 +1,81 @@
+"""How statuses and input sets are named, and which failure is the worst: decided once for the
+terminal, the HTML report, the dashboard's pages and the figures."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+from core.results import OutputComparison, Status, ValidationRun
+
+__all__ = ["StatusStyle", "badness", "set_label", "status_label", "worst_first"]
+
+StatusStyle = Literal["terminal", "words", "marked", "mark"]
+
+_WORDS = {
+    Status.PASS: "pass",
+    Status.FAIL: "fail",
+    Status.SHAPE_MISMATCH: "shape mismatch",
+    Status.DTYPE_MISMATCH: "dtype mismatch",
+    Status.MISSING: "missing",
+}
+_TERMINAL = {  # capitals draw the eye down a plain-text column
+    Status.PASS: "pass",
+    Status.FAIL: "FAIL",
+    Status.SHAPE_MISMATCH: "SHAPE",
+    Status.DTYPE_MISMATCH: "DTYPE",
+    Status.MISSING: "MISSING",
+}
+_MARK = {  # one grid cell: a tick, a cross, or what kind of mismatch
+    Status.PASS: "✓",
+    Status.FAIL: "✗",
+    Status.SHAPE_MISMATCH: "shape",
+    Status.DTYPE_MISMATCH: "dtype",
+    Status.MISSING: "missing",
+}
+
+
+def status_label(status: Status, style: StatusStyle = "words") -> str:
+    """``terminal`` (pass / FAIL / SHAPE ...), ``words`` (HTML: pass / FAIL / shape mismatch),
+    ``marked`` (tables: ✓ pass / ✗ shape mismatch), ``mark`` (grid cells: ✓ / ✗ / shape)."""
+    if style == "terminal":
+        return _TERMINAL[status]
+    if style == "mark":
+        return _MARK[status]
+    words = _WORDS[status]
+    if style == "marked":
+        return f"{'✓' if status.passed else '✗'} {words}"
+    return "FAIL" if status is Status.FAIL else words  # the one word a reader looks for
+
+
+def badness(c: OutputComparison) -> tuple[bool, bool, float, float]:
+    """Sort key, larger is worse: failing; judged element by element (something to look at);
+    mismatch fraction; max |error| (non-finite counts as infinite)."""
+    failing = not c.status.passed
+    elementwise = c.status in (Status.FAIL, Status.DTYPE_MISMATCH, Status.PASS)
+    max_abs = c.stats.max_abs if c.stats is not None and c.stats.max_abs is not None else 0.0
+    return (
+        failing,
+        elementwise,
+        c.mismatch_fraction or 0.0,
+        (max_abs if math.isfinite(max_abs) else math.inf),
+    )
+
+
+def worst_first(comparisons: Iterable[OutputComparison]) -> list[OutputComparison]:
+    """Comparisons ordered by :func:`badness`, worst first (stable among equals)."""
+    return sorted(comparisons, key=badness, reverse=True)
+
+
+def set_label(run: ValidationRun, index: int) -> str:
+    """An input set as rows and menus name it: an LLM run's step label ("step 2 · decode"),
+    else ``set N (shapes)``."""
+    for s in run.input_sets:
+        if s.index != index:
+            continue
+        if run.is_generation and s.label:
+            return s.label
+        shapes = ", ".join("x".join(str(d) for d in shp) for shp in s.shapes().values())
+        return f"set {index} ({shapes})" if shapes else f"set {index}"
+    return f"set {index}"
