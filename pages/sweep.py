@@ -13,8 +13,8 @@ import pandas as pd
 import streamlit as st
 
 from core.errors import ParityError
-from core.format import fmt_float
 from core.sweep.folder import SweepFolder, load_sweep
+from core.text import number_text
 from pages.saved_runs import open_saved_run
 
 FOLDER = "parity_sweep_folder"
@@ -137,7 +137,7 @@ def grid_frame(sweep: SweepFolder) -> pd.DataFrame:
             cell = cells.get(name)
             if cell is not None:
                 mark = CELL_MARK.get(cell.status, f"✗ {cell.status}")
-                row[name] = f"{mark} {fmt_float(cell.max_abs)}"
+                row[name] = f"{mark} {number_text(cell.max_abs)}"
             else:
                 row[name] = ""
         rows[p.name] = row

@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from core import __version__
 from core.atomic import write_text
-from core.format import fmt_float
 from core.sweep.plan import REPORT
+from core.text import number_text
 
 INDEX = "index.html"
 _CSS = """
@@ -66,7 +66,7 @@ def _row(pair: Mapping[str, Any]) -> str:
     return (
         f"<tr><td>{name}</td><td class='{_e(verdict)}'>{_e(verdict)}</td>"
         f"<td>{_e(str(worst.get('output', '')))}</td>"
-        f"<td class='n'>{_e(fmt_float(worst.get('max_abs')) if worst else '')}</td>"
+        f"<td class='n'>{_e(number_text(worst.get('max_abs')) if worst else '')}</td>"
         f"<td class='n'>{'' if seconds is None else f'{float(seconds):.1f}'}</td>"
         f"<td>{_e(str(detail))}</td></tr>"
     )
