@@ -74,7 +74,7 @@ CODE_REFUSED_HINT = (
 def is_code_spec(spec: str) -> bool:
     """True when loading `spec` runs code from the user's files (factory or TorchScript)."""
     spec = spec.strip()
-    if not spec or spec.startswith("demo:"):
+    if not spec or demo_name(spec) is not None:
         return False
     if _split_factory(spec) is not None:
         return True

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UsageError
+from core.specs import HF_PREFIX, demo_name, is_hf_spec
 from core.sweep import SCHEMA
 
 MAX_MANIFEST_BYTES = 64 << 20
@@ -111,10 +112,10 @@ def flag_values(args: tuple[str, ...] | list[str]) -> list[FlagValue]:
 
 def model_path(spec: str) -> tuple[str, str] | None:
     """("file" | "dir", path) for a --model spec that names something on disk, else None."""
-    if spec.startswith("demo:"):
+    if demo_name(spec) is not None:
         return None
-    if spec.startswith("hf:"):
-        return "dir", spec[len("hf:") :]
+    if is_hf_spec(spec):
+        return "dir", spec.removeprefix(HF_PREFIX)
     target, colon, attr = spec.rpartition(":")
     if colon and attr.isidentifier():
         return ("file", target) if target.endswith(".py") else None  # package.module:CALLABLE
