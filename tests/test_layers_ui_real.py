@@ -99,7 +99,7 @@ def test_the_layers_page_on_the_real_run_opens_the_kept_divergence_in_inspect(pl
     row = table[(table["order"] == first.order) & (table["set"] == first.input_set)]
     assert list(row["status"]) == ["✗ diverges"] and list(row["arrays"]) == ["kept"]
     at.session_state["parity_inspect_layer"] = (first.order, first.input_set)
-    at.switch_page("pages/inspect.py").run()
+    at.switch_page("pages/inspect_page.py").run()
     assert not at.exception, at.exception
     assert any(PLANTED_MODULE in t.value and first.onnx_node in t.value for t in at.text)
     assert any(c.proto.spec and "heatmap" in c.proto.spec for c in at.get("plotly_chart"))
