@@ -8,6 +8,7 @@ killed writer left behind are removed by the next write to the same path.
 
 from __future__ import annotations
 
+import glob
 import os
 import secrets
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ def _tmp_name(path: Path) -> Path:
 def _remove_stale(path: Path) -> None:
     """Temp files of earlier writes to `path` that were killed before their rename."""
     try:
-        siblings = list(path.parent.glob(f".{path.name}.*{_TMP_SUFFIX}"))
+        siblings = list(path.parent.glob(f".{glob.escape(path.name)}.*{_TMP_SUFFIX}"))
     except OSError:
         return
     for stale in siblings:

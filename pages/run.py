@@ -408,6 +408,11 @@ def page() -> None:
                 st.info("Reference outputs need the feeds they were computed on: add them above.")
         ready = bool((model or (reference and settings["input_files"])) and onnx_path)
         ready = ready and (hf_options is not None or not is_hf)
+        timeout = st.number_input(
+            "Time limit (seconds; 0 = none)", min_value=0, max_value=86400, value=0,
+            key="timeout",
+            help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
+        )  # fmt: skip
         if st.button("Run", type="primary", disabled=not ready, key="run_custom"):
             config = run_config(
                 model=model,
@@ -416,6 +421,7 @@ def page() -> None:
                 reference_file=reference,
                 hf=hf_options,
                 layers=compare_layers(),
+                timeout=float(timeout) or None,
                 **settings,
             )
             execute(config, label=model or f"reference {reference}")

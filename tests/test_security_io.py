@@ -479,3 +479,45 @@ def test_timeout_ends_a_torch_model_that_never_returns(tmp_path: Path, tiny_arti
 def test_a_bad_timeout_is_a_usage_error(value: str):
     result = run_cli("validate", "--model", "demo:cnn", "--timeout", value)
     assert result.returncode == 2 and "--timeout" in result.stderr
+
+
+def test_dashboard_time_limit_stops_an_endless_onnx_loop(endless_loop, tmp_path: Path):
+    """The Run page's time limit: ORT is stopped, one line says so, the last run stays."""
+    import torch
+    from streamlit.testing.v1 import AppTest
+
+    class Same(torch.nn.Module):
+        def forward(self, x):
+            return x * 1.0
+
+    pt2 = tmp_path / "same.pt2"
+    torch.export.save(torch.export.export(Same(), (torch.zeros(1),)), str(pt2))
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    at = AppTest.from_file(app, default_timeout=300)
+    at.run()
+    at.button(key="demo_cnn").click().run()
+    good = at.session_state["parity_run"]
+    at.radio(key="model_source").set_value("Path on this machine").run()
+    at.text_input(key="model_path").set_value(str(pt2)).run()
+    at.radio(key="onnx_source_False").set_value("Path on this machine").run()
+    at.text_input(key="onnx_path").set_value(str(endless_loop[0])).run()
+    at.number_input(key="timeout").set_value(2).run()
+    at.button(key="run_custom").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any("(timeout)" in e and "timed out after 2 s" in e for e in errors), errors
+    assert at.session_state["parity_run"] is good
+
+
+@pytest.mark.parametrize("name", ["report.json", "run [1].json", "a*b?.json"])
+def test_the_next_write_removes_a_stale_temp_whatever_the_name(name: str, tmp_path: Path):
+    from core.atomic import write_output
+
+    target = tmp_path / name
+    stale = tmp_path / f".{name}.0123456789ab.parity-tmp"  # what a killed writer leaves
+    stale.write_text('{"half": ')
+    other = tmp_path / ".other.json.0123456789ab.parity-tmp"  # another file's: kept
+    other.write_text("{}")
+    write_output(target, '{"whole": true}', what="JSON report")
+    assert json.loads(target.read_text()) == {"whole": True}
+    assert not stale.exists() and other.exists()
