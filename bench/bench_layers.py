@@ -130,9 +130,9 @@ def speed(work: Path, *, n_seq: int, skip_verify: bool) -> None:
     print(f"{what}: exported in {time.perf_counter() - t0:.1f} s (not counted)")
 
     import numpy as np
-    from core.validate import run_validation
 
     from core.config import RunConfig
+    from core.pipeline import run_validation
 
     feeds = work / "feeds.npz"
     np.savez(feeds, input_ids=ids.numpy(), attention_mask=mask.numpy())
