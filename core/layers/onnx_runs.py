@@ -71,6 +71,8 @@ class ExtraOutputs:
         options = ort.SessionOptions()
         options.graph_optimization_level = _levels(ort)[ORT_OPT_LEVELS.index(self.opt_level)]
         options.log_severity_level = 3
+        # no arena: it keeps (and grows in powers of two) what the extra outputs needed
+        options.enable_cpu_mem_arena = False
         with _model_source(self._proto, self.path, self._external) as source:
             try:
                 session = ort.InferenceSession(
