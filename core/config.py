@@ -28,6 +28,7 @@ class RunConfig:
     seed: int = 0
     int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     input_files: tuple[str, ...] = ()
+    feeds: tuple[Mapping[str, Any], ...] = ()  # input sets given as arrays (the Python API)
     provider: str = "CPUExecutionProvider"
     ort_opt_level: str = "all"
     tolerances: Tolerances = field(default_factory=Tolerances)
@@ -37,6 +38,11 @@ class RunConfig:
     layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (core.layers)
     timeout: float | None = None  # seconds for the whole run (core.deadline); None: no limit
     max_memory: int | None = None  # bytes of inputs/feeds/reference a run may hold (core.budget)
+
+    @property
+    def n_given_sets(self) -> int:
+        """Input sets the user gave (files, then arrays); 0: sets are generated."""
+        return len(self.input_files) + len(self.feeds)
 
     @property
     def kind(self) -> RunKind:
@@ -75,7 +81,7 @@ def check_config(config: RunConfig) -> None:
         )
     if config.model is not None and config.reference_file is not None:
         raise UsageError("give either --model or --reference, not both")
-    if config.reference_file is not None and not config.input_files:
+    if config.reference_file is not None and not config.n_given_sets:
         raise UsageError("--reference needs the feeds it was computed on (--inputs FEEDS.npz)")
     generated = _set_flags(
         ("--dim", bool(config.dims)),
@@ -84,7 +90,7 @@ def check_config(config: RunConfig) -> None:
     )
     if config.kind is RunKind.HF_GENERATE:
         ignored = _set_flags(("--weights", config.weights is not None)) + generated
-        ignored += _set_flags(("--inputs", bool(config.input_files)))
+        ignored += _set_flags(("--inputs", bool(config.n_given_sets)))
         if ignored:
             raise UsageError(
                 f"{', '.join(ignored)} {_do(ignored)} not apply to an hf: model: its inputs are "
@@ -96,7 +102,7 @@ def check_config(config: RunConfig) -> None:
             "--prompt, --max-new-tokens, --random-weights, --config-override and "
             "--export-path apply only to --model hf:DIR"
         )
-    if config.input_files and generated:
+    if config.n_given_sets and generated:
         raise UsageError(
             f"{', '.join(generated)} {_do(generated)} not apply with --inputs: each file is "
             "one input set, at its own sizes"

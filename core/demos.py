@@ -57,7 +57,7 @@ class Demo:
 
 def _builder(name: str) -> Callable[[], Any]:
     def build() -> Any:
-        from core import demo_models
+        import core.demo_models as demo_models
 
         return demo_models.build(name)
 
@@ -66,7 +66,7 @@ def _builder(name: str) -> Callable[[], Any]:
 
 def _inputs(name: str) -> Callable[[], Any]:
     def example_inputs() -> Any:
-        from core import demo_models
+        import core.demo_models as demo_models
 
         return demo_models.example_inputs(name)
 
@@ -185,6 +185,6 @@ def demo_onnx_path(name: str) -> Path:
 
 def export_demo(demo: Demo) -> onnx.ModelProto:
     """Export ``demo`` with the dynamo exporter, apply its edit, and check the result."""
-    from core import demo_models
+    import core.demo_models as demo_models
 
     return demo_models.export_demo(demo.name)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core import __version__
 from core.atomic import write_output
 from core.labels import status_label, worst_first
 from core.results import OutputComparison, Status, ValidationRun
 from core.text import number_text, shape_text, tolerance_text
+from core.version import __version__
 
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
 REPORT_MAX_CELLS = 200  # heatmap side in the report: 200x200 cells, ~0.2 MB each
@@ -268,7 +268,8 @@ def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> s
             else "no element-wise view: the two sides cannot be compared element by element"
         )
         return f"{head}<p class='note'>{_e(reason)}.</p></article>"
-    from core import figures, views
+    import core.figures as figures
+    import core.views as views
 
     ref, onnx = arrays
     exclude = run.exclusion(c.input_set, c.name)  # views show what the verdict judged

@@ -28,6 +28,8 @@ make_input_sets(signature, *, dims={}, n_sets=1, seed=0, int_ranges={}, budget=N
     Both refuse (BudgetError) before allocating when all sets would exceed the budget.
 load_input_files(paths, signature, *, budget=None) -> tuple[InputSet, ...]   one set per
     .npz (no pickle), sizes read from .npy headers first; iter_input_files: one at a time.
+given_input_sets(mappings, signature, *, first=0) -> Iterator[InputSet]   one set per mapping
+    of input name -> array or tensor (the Python API), checked like a file's feeds.
 check_feeds(feeds, signature, *, where) -> None    InputError naming the input
 """
 
@@ -237,6 +239,36 @@ def _npz_headers(path: Path, *, where: str) -> tuple[NpyHeader, ...]:
         return npz_headers(path)
     except Exception as exc:
         raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
+
+
+def given_input_sets(
+    given: Iterable[Mapping[str, object]], signature: OnnxSignature, *, first: int = 0
+) -> Iterable[InputSet]:
+    """One input set per mapping of input name -> array (numpy, or anything with
+    ``.numpy()`` such as a CPU torch tensor), checked like a file's feeds."""
+    for index, mapping in enumerate(given, start=first):
+        where = f"inputs[{index - first}]"
+        if not isinstance(mapping, Mapping):
+            raise InputError(f"{where}: expected a mapping of input name -> array")
+        feeds = {
+            str(name): _as_array(value, f"{where}[{name!r}]") for name, value in mapping.items()
+        }
+        check_feeds(feeds, signature, where=where)
+        yield InputSet(index=index, feeds=feeds, label=f"set {index}: given")
+
+
+def _as_array(value: object, where: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    to_numpy = getattr(value, "numpy", None)
+    if callable(to_numpy):  # a torch tensor: detached, on the CPU
+        detach = getattr(value, "detach", None)
+        value = detach() if callable(detach) else value
+        cpu = getattr(value, "cpu", None)
+        return np.asarray((cpu() if callable(cpu) else value).numpy())
+    raise InputError(
+        f"{where}: expected a numpy array or a torch tensor, got {type(value).__name__}"
+    )
 
 
 def check_feeds(feeds: Mapping[str, np.ndarray], signature: OnnxSignature, *, where: str) -> None:

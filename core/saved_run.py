@@ -38,8 +38,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from core import __version__
-from core import strict_json as sj
+import core.strict_json as sj
 from core.atomic import atomic_output
 from core.budget import MemoryBudget
 from core.errors import ParityError, SavedRunError
@@ -60,6 +59,7 @@ from core.results import (
 from core.signature import OnnxSignature, TensorSpec
 from core.specs import demo_name
 from core.tolerances import Tolerance, Tolerances
+from core.version import __version__
 
 SCHEMA = "parity.run/1"
 SUFFIX = ".parity.npz"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from core import strict_json
+import core.strict_json as strict_json
 from core.errors import UsageError
 
 DEFAULT_ATOL = 1e-5  # Optimum's default

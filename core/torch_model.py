@@ -49,7 +49,7 @@ from core.pt2_archive import is_pt2, load_pt2
 from core.quiet import quiet_torch
 from core.specs import demo_name
 
-KINDS = ("demo", "exported_program", "torchscript", "factory")
+KINDS = ("demo", "exported_program", "torchscript", "factory", "module")
 
 _CALLABLE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _MAX_KEYS_SHOWN = 5
@@ -138,6 +138,33 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
         parameter_names=_parameter_names(module, kind),
         sha256=digest.hexdigest(),
         program=program,
+    )
+
+
+def from_object(model: Any) -> TorchModel:
+    """Wrap a model already in memory (an ``nn.Module`` or a ``torch.export.ExportedProgram``)
+    like a loaded spec: eval mode, forward()'s parameter names, a hash of its state."""
+    if isinstance(model, torch.export.ExportedProgram):
+        module, kind = model.module(), "exported_program"
+        state = model.state_dict
+    elif isinstance(model, nn.Module):
+        module, kind, state = model, "module", model.state_dict()
+    else:
+        raise UsageError(
+            f"model must be an nn.Module, a torch.export.ExportedProgram, a model spec string "
+            f"or None, got {type(model).__name__}"
+        )
+    digest = hashlib.sha256(f"{kind}:{type(model).__qualname__}".encode())
+    for name, tensor in state.items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    _to_eval(module)
+    return TorchModel(
+        spec=f"<{type(model).__qualname__} in memory>",
+        kind=kind,
+        module=module,
+        parameter_names=_parameter_names(module, kind),
+        sha256=digest.hexdigest(),
     )
 
 

@@ -25,7 +25,7 @@ class StoredSource:
         assert config.reference_file is not None
         self.reference_file: str = config.reference_file
         self.model = reference_spec(config.reference_file)
-        self.n_cases: int | None = len(config.input_files)
+        self.n_cases: int | None = config.n_given_sets
         self.timings: dict[str, float] = {}
         self._config = config
         self._report = report
@@ -41,7 +41,7 @@ class StoredSource:
         outputs = load_reference_outputs(
             self.reference_file,
             signature=signature,
-            n_sets=len(self._config.input_files),
+            n_sets=self._config.n_given_sets,
             budget=MemoryBudget.of(self._config.max_memory),
         )
         for input_set, reference in zip(sets, outputs, strict=True):

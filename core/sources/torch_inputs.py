@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,14 +17,17 @@ from core.specs import demo_name
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
-    """The user's feeds, one set per file, else generated sets (seeded, dims grown): made
-    one at a time, after their size is checked against the memory budget (core.budget)."""
+    """The user's feeds (one set per file, then one per mapping given to the Python API),
+    else generated sets (seeded, dims grown): made one at a time, after their size is
+    checked against the memory budget (core.budget)."""
     from core.budget import MemoryBudget
-    from core.inputs import iter_input_files, iter_input_sets
+    from core.inputs import given_input_sets, iter_input_files, iter_input_sets
 
     budget = MemoryBudget.of(config.max_memory)
-    if config.input_files:
-        return iter_input_files(config.input_files, signature, budget=budget)
+    if config.n_given_sets:
+        files = iter_input_files(config.input_files, signature, budget=budget)
+        given = given_input_sets(config.feeds, signature, first=len(config.input_files))
+        return itertools.chain(files, given)
     return iter_input_sets(
         signature,
         dims=config.dims,
@@ -46,7 +50,7 @@ class TorchSource:
     def __init__(self, config: RunConfig, loaders: Loaders, report: ProgressReporter) -> None:
         assert config.model is not None
         self.model: str = config.model
-        self.n_cases: int | None = len(config.input_files) or config.n_input_sets
+        self.n_cases: int | None = config.n_given_sets or config.n_input_sets
         self.timings: dict[str, float] = {}
         self._config = config
         self._loaders = loaders

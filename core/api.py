@@ -1,0 +1,300 @@
+"""The Python API: validate an export from a script, a notebook or a test suite.
+
+    >>> from core import validate, assert_export_close
+    >>> run = validate(model, onnx_program, inputs={"x": x})   # doctest: +SKIP
+    >>> run.passed, run.failing                                 # doctest: +SKIP
+    (False, ('logits',))
+
+`validate` maps its arguments onto the same `RunConfig` the CLI and the dashboard build and
+calls the same `core.pipeline.run_validation`: one loop, whatever the entry point. Objects
+already in memory (an `nn.Module`, an `ExportedProgram`, a `ModelProto`, serialized bytes, a
+`torch.onnx.ONNXProgram`, arrays or tensors) are what a script has; the API accepts them and
+leaves no temp file behind.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import core.results as results
+from core.config import RunConfig, default_loaders
+from core.errors import UsageError
+from core.progress import ProgressCallback
+from core.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance, Tolerances
+
+__all__ = ["ValidationRun", "assert_export_close", "validate"]
+
+TolerancesLike = Tolerances | Mapping[str, "float | tuple[float, float] | Tolerance"] | str | None
+
+
+class ValidationRun(results.ValidationRun):
+    """A finished run, with the questions a script asks of it.
+
+    The data (comparisons, input sets, outputs kept for views) is `core.results.ValidationRun`;
+    this adds what reads or writes it: verdict, failing outputs, JSON, saved run, HTML report,
+    re-judging, and a notebook view. Runs are immutable: `rejudge` returns a new one.
+    """
+
+    @classmethod
+    def of(cls, run: results.ValidationRun) -> ValidationRun:
+        """The same run, with this class's methods (e.g. one opened from a saved run)."""
+        if isinstance(run, cls):
+            return run
+        return cls(**{f.name: getattr(run, f.name) for f in fields(run)})
+
+    @property
+    def passed(self) -> bool:
+        """Every output of every input set passes at the run's tolerances."""
+        return self.verdict == "pass"
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        """Names of the outputs that fail (any status but pass) in at least one input set."""
+        bad = {c.name for c in self.comparisons if not c.status.passed}
+        return tuple(name for name in self.output_names if name in bad)
+
+    @property
+    def outputs(self) -> tuple[results.OutputComparison, ...]:
+        """One typed row per (input set, output): status, shapes, statistics, message."""
+        return self.comparisons
+
+    def to_json(self) -> dict[str, Any]:
+        """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity)."""
+        from core.report import report_dict
+
+        return report_dict(self)
+
+    def save(self, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
+        """Write a saved run (reopens with `parity report` and in the dashboard)."""
+        from core.saved_run import save_run
+
+        return save_run(self, path, keep_outputs=keep_outputs)
+
+    def write_html(self, path: str | os.PathLike[str]) -> Path:
+        """Write the offline HTML report."""
+        from core.html_report import write_html_report
+
+        return write_html_report(self, path)
+
+    def rejudge(
+        self,
+        tolerances: TolerancesLike = None,
+        *,
+        atol: float | None = None,
+        rtol: float | None = None,
+    ) -> ValidationRun:
+        """The same run judged at other tolerances (no model is run, no tensor is touched).
+
+        `atol` / `rtol` replace the default; `tolerances` gives per-output values (a
+        `Tolerances`, a mapping name -> atol or (atol, rtol), or a tolerances JSON file).
+        """
+        base = self.tolerances.default
+        default = Tolerance(
+            atol=base.atol if atol is None else atol, rtol=base.rtol if rtol is None else rtol
+        )
+        if tolerances is None:
+            new = replace(self.tolerances, default=default)
+        else:
+            new = _tolerances(tolerances, default, explicit=atol is not None or rtol is not None)
+        return ValidationRun.of(super().rejudge(new))
+
+    def _repr_html_(self) -> str:
+        """The offline HTML report, framed: a notebook shows verdict, table and figures."""
+        from core.html_report import render_html_report
+
+        page = html.escape(render_html_report(self), quote=True)
+        return (
+            f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
+            'sandbox="allow-scripts"></iframe>'
+        )
+
+
+def validate(
+    model: Any,
+    onnx: Any = None,
+    *,
+    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    input_sets: int = 1,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    tolerances: TolerancesLike = None,
+    provider: str = "CPUExecutionProvider",
+    ort_opt_level: str = "all",
+    layers: bool = False,
+    reference: str | os.PathLike[str] | None = None,
+    weights: str | os.PathLike[str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> ValidationRun:
+    """Run `model` and `onnx` on the same inputs and compare every output element.
+
+    model: an ``nn.Module`` (run in eval mode under ``inference_mode``), a
+        ``torch.export.ExportedProgram``, a model spec string as the CLI takes (``FILE.pt2``,
+        ``demo:NAME``, ``FILE.py:CALLABLE``, ``hf:DIR``), or None with `reference` (stored
+        reference outputs, ``parity validate --save-reference``).
+    onnx: a path, an ``onnx.ModelProto``, serialized model bytes, or the
+        ``torch.onnx.ONNXProgram`` that ``torch.onnx.export`` returned (external data
+        included); None only for a ``demo:`` model.
+    inputs: input name -> numpy array or torch tensor (one input set), a sequence of such
+        mappings (one set each), or None to generate sets from the ONNX signature exactly as
+        the CLI does (`input_sets`, `dims`, `seed`).
+    atol, rtol, tolerances: the pass rule |onnx - ref| <= atol + rtol * |ref|; `tolerances`
+        adds per-output values (mapping name -> atol or (atol, rtol), a ``Tolerances``, or a
+        tolerances JSON file).
+    layers: also compare intermediate values and name the op where the export starts to
+        diverge (``run.layers``, as ``parity validate --layers``); never changes the verdict.
+
+    Raises a `core.ParityError` subclass (one line: what and where) when the run cannot be
+    made. A model whose numbers disagree is not an error: check `.passed` / `.failing`, or
+    use `assert_export_close`.
+    """
+    tol = _tolerances(
+        tolerances,
+        Tolerance(atol=atol, rtol=rtol),
+        explicit=(atol, rtol) != (DEFAULT_ATOL, DEFAULT_RTOL),
+    )
+    loaders = default_loaders()
+    spec: str | None
+    if model is None or isinstance(model, (str, os.PathLike)):
+        spec = None if model is None else os.fspath(model)
+    else:
+        from core.torch_model import from_object
+
+        prepared = from_object(model)
+        spec = prepared.spec
+        loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
+    feeds = _input_mappings(inputs)
+    with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
+        onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))
+        config = RunConfig(
+            model=spec,
+            onnx=onnx_path,
+            weights=None if weights is None else os.fspath(weights),
+            dims=dict(dims or {}),
+            n_input_sets=input_sets,
+            seed=seed,
+            feeds=feeds,
+            provider=provider,
+            ort_opt_level=ort_opt_level,
+            layers=layers,
+            tolerances=tol,
+            reference_file=None if reference is None else os.fspath(reference),
+        )
+        from core.pipeline import run_validation
+
+        run = run_validation(config, progress=progress, loaders=loaders)
+    if onnx_label is not None:
+        run = replace(run, onnx=onnx_label)
+    return ValidationRun.of(run)
+
+
+def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
+    """`validate(model, onnx, **options)`; raises AssertionError unless every output passes.
+
+    The message names each failing output in numpy.testing's words (``Mismatched elements:
+    3 / 1000 (0.3%)``, ``Max absolute difference: ...``) with its worst element, so a plain
+    ``assert_export_close(model, onnx_program, inputs=feeds)`` in a pytest test reads like
+    ``np.testing.assert_allclose``. Returns the run when everything passes.
+    """
+    run = validate(model, onnx, **options)
+    if run.passed:
+        return run
+    from core.format import format_failure
+
+    failures = [format_failure(c) for c in run.comparisons if not c.status.passed]
+    head = (
+        f"ONNX export does not match the model: {len(run.failing)} output(s) fail "
+        f"({', '.join(run.failing)})"
+    )
+    raise AssertionError("\n".join([head, *failures]))
+
+
+# --- arguments -> RunConfig ---------------------------------------------------------------
+
+
+def _tolerances(value: TolerancesLike, default: Tolerance, *, explicit: bool) -> Tolerances:
+    if value is None:
+        return Tolerances(default=default)
+    if isinstance(value, Tolerances):
+        if explicit:
+            raise UsageError("give atol/rtol or a Tolerances object (it has its own default)")
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        loaded = Tolerances.load(value)
+        return loaded if not explicit else replace(loaded, default=default)
+    if not isinstance(value, Mapping):
+        raise UsageError(
+            f"tolerances must be a mapping, a Tolerances or a file, got {type(value).__name__}"
+        )
+    outputs: dict[str, Tolerance] = {}
+    for name, tol in value.items():
+        if isinstance(tol, Tolerance):
+            outputs[str(name)] = tol
+        elif isinstance(tol, (int, float)) and not isinstance(tol, bool):
+            outputs[str(name)] = Tolerance(atol=float(tol), rtol=default.rtol)
+        elif isinstance(tol, tuple) and len(tol) == 2:
+            outputs[str(name)] = Tolerance(atol=tol[0], rtol=tol[1])
+        else:
+            raise UsageError(
+                f"tolerance for {name!r}: expected atol, (atol, rtol) or a Tolerance, got {tol!r}"
+            )
+    return Tolerances(default=default, outputs=outputs)
+
+
+def _input_mappings(
+    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+) -> tuple[Mapping[str, Any], ...]:
+    if inputs is None:
+        return ()
+    if isinstance(inputs, Mapping):
+        return (inputs,)
+    if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
+        if not inputs:
+            raise UsageError("inputs: an empty sequence gives no input set")
+        return tuple(inputs)
+    raise UsageError(
+        f"inputs must be a mapping of input name -> array or a sequence of them, got "
+        f"{type(inputs).__name__}"
+    )
+
+
+def _onnx_file(onnx: Any, tmp: Path) -> tuple[str | None, str | None]:
+    """(path to run, label for the report when the model was in memory)."""
+    if onnx is None or isinstance(onnx, (str, os.PathLike)):
+        return (None if onnx is None else os.fspath(onnx)), None
+    path = tmp / "model.onnx"
+    if isinstance(onnx, (bytes, bytearray, memoryview)):
+        path.write_bytes(bytes(onnx))
+        return str(path), "<ONNX bytes in memory>"
+    import onnx as onnx_lib
+
+    if isinstance(onnx, onnx_lib.ModelProto):
+        large = onnx.ByteSize() > (1 << 31) - (1 << 20) if _has_byte_size(onnx) else True
+        onnx_lib.save_model(onnx, path, save_as_external_data=large, location="model.onnx.data")
+        return str(path), "<ModelProto in memory>"
+    torch = sys.modules.get("torch")
+    program_type = getattr(getattr(torch, "onnx", None), "ONNXProgram", None)
+    if program_type is not None and isinstance(onnx, program_type):
+        onnx.save(str(path))
+        return str(path), "<ONNXProgram in memory>"
+    raise UsageError(
+        "onnx must be a path, an onnx.ModelProto, serialized bytes or a torch.onnx.ONNXProgram, "
+        f"got {type(onnx).__name__}"
+    )
+
+
+def _has_byte_size(proto: Any) -> bool:
+    """ByteSize() raises for protos over 2 GB on some protobuf builds: then assume large."""
+    try:
+        proto.ByteSize()
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,266 @@
+"""The public Python API (core.validate, core.assert_export_close, core.ValidationRun) on real
+dynamo exports held in memory: ONNXProgram, ModelProto, bytes, nn.Module, ExportedProgram."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+import core
+from core import (
+    InputError,
+    Tolerances,
+    UsageError,
+    ValidationRun,
+    assert_export_close,
+    validate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"  # screenshots kept for a person to look at
+
+
+class Head(torch.nn.Module):
+    """x [batch, 4] -> {"hidden": [batch, 6], "logits": [batch, 3]}"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = torch.nn.Linear(4, 6)
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        hidden = self.body(x)
+        return {"hidden": hidden, "logits": self.head(torch.tanh(hidden))}
+
+
+@pytest.fixture(scope="module")
+def exported():
+    model = Head().eval()
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            model,
+            (x,),
+            dynamo=True,
+            input_names=["x"],
+            output_names=["hidden", "logits"],
+            dynamic_shapes={"x": {0: torch.export.Dim("batch")}},
+            verbose=False,
+        )
+    return model, x, program
+
+
+def nudged(program, name_part: str, delta: float) -> onnx.ModelProto:
+    """A copy of the export with one initializer nudged: a real, small export bug."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(program.model_proto)
+    hits = [i for i in proto.graph.initializer if name_part in i.name]
+    assert hits, [i.name for i in proto.graph.initializer]
+    array = numpy_helper.to_array(hits[0]).copy() + delta
+    hits[0].CopyFrom(numpy_helper.from_array(array, hits[0].name))
+    return proto
+
+
+def test_module_and_onnx_program_pass_and_leave_no_temp_files(
+    exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, x, program = exported
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    run = validate(model, program, inputs={"x": x})
+    assert isinstance(run, ValidationRun)
+    assert run.passed and run.failing == ()
+    assert [c.name for c in run.outputs] == ["hidden", "logits"]
+    assert run.onnx == "<ONNXProgram in memory>"
+    assert list(temp.iterdir()) == []  # the ONNXProgram was saved there, then removed
+
+
+def test_nudged_model_proto_fails_and_names_the_output(exported) -> None:
+    model, x, program = exported
+    run = validate(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
+    assert not run.passed
+    assert run.failing == ("logits",)
+    logits = run.comparison(0, "logits")
+    assert logits.stats.max_abs == pytest.approx(1e-2, rel=1e-3)
+    # the torch side is the same model: the bias is only wrong in the export
+    assert run.comparison(0, "hidden").status.passed
+
+
+def test_bytes_several_input_sets_and_generated_inputs(exported) -> None:
+    model, x, program = exported
+    data = nudged(program, "body.bias", 1e-3).SerializeToString()
+    sets = [{"x": x}, {"x": np.ones((5, 4), np.float32)}]
+    run = validate(model, data, inputs=sets)
+    assert [s.index for s in run.input_sets] == [0, 1]
+    assert run.input_sets[1].feeds["x"].shape == (5, 4)
+    assert set(run.failing) == {"hidden", "logits"}
+    generated = validate(model, program, input_sets=3, dims={"batch": 3}, seed=1)
+    assert generated.passed
+    assert [s.feeds["x"].shape[0] for s in generated.input_sets] == [3, 4, 5]
+
+
+def test_exported_program_as_the_model(exported) -> None:
+    model, x, program = exported
+    ep = torch.export.export(model, (x,))
+    assert validate(ep, program, inputs={"x": x}).passed
+    assert validate(ep, nudged(program, "head.weight", 0.05), inputs={"x": x}).failing == (
+        "logits",
+    )
+
+
+def test_layers_name_the_module_where_the_nudge_was_planted() -> None:
+    model, x = Head().eval(), torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+    clean = validate(model, program, inputs={"x": x}, layers=True)
+    assert clean.layers is not None and clean.layers.matched > 0
+    assert clean.layers.first_divergence is None
+    broken = nudged(program, "body.bias", 1e-2)
+    run = validate(model, broken, inputs={"x": x}, layers=True)
+    assert run.layers is not None and run.layers.first_divergence is not None
+    assert run.layers.first_divergence.torch_module == "body"
+    assert not run.passed  # localising never changes the verdict
+    assert run.failing == validate(model, broken, inputs={"x": x}).failing
+
+
+def test_assert_export_close_speaks_numpy_testing(exported) -> None:
+    model, x, program = exported
+    assert assert_export_close(model, program, inputs={"x": x}).passed
+    with pytest.raises(AssertionError) as info:
+        assert_export_close(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
+    text = str(info.value)
+    assert "logits" in text and "hidden" not in text.splitlines()[0].split("(")[-1]
+    assert re.search(r"Mismatched elements: \d+ / 6 \(\d+(\.\d+)?%\)", text)
+    assert "Max absolute difference: 0.01" in text
+    assert "Worst element at index" in text
+
+
+def test_rejudge_and_tolerances(exported) -> None:
+    model, x, program = exported
+    run = validate(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
+    assert run.rejudge(atol=0.02).passed
+    assert not run.rejudge(atol=1e-3).passed
+    assert run.rejudge({"logits": 0.02}).passed
+    assert isinstance(run.rejudge(atol=0.02), ValidationRun)
+    per_output = validate(
+        model, nudged(program, "head.bias", 1e-2), inputs={"x": x}, tolerances={"logits": 0.02}
+    )
+    assert per_output.passed
+    assert per_output.tolerances.for_output("logits").atol == 0.02
+    with pytest.raises(UsageError):
+        validate(model, program, inputs={"x": x}, atol=1e-3, tolerances=Tolerances())
+
+
+def test_errors_are_parity_errors_with_one_line(exported) -> None:
+    model, x, program = exported
+    with pytest.raises(InputError, match=r"inputs\[0\]: unknown input 'y'"):
+        validate(model, program, inputs={"y": x})
+    with pytest.raises(UsageError, match="onnx must be a path"):
+        validate(model, 42)
+    with pytest.raises(UsageError, match="model must be an nn.Module"):
+        validate(object(), program)
+    with pytest.raises(core.ParityError):
+        validate(model, b"not an onnx file", inputs={"x": x})
+
+
+def test_json_saved_run_and_html(exported, tmp_path: Path) -> None:
+    from core.saved_run import load_run
+
+    model, x, program = exported
+    run = validate(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
+    data = run.to_json()
+    assert data["schema"] == "parity.report/1" and data["verdict"] == "fail"
+    saved = run.save(tmp_path / "run.parity.npz")
+    reopened = ValidationRun.of(load_run(saved))
+    assert reopened.failing == ("logits",)
+    html_path = run.write_html(tmp_path / "report.html")
+    assert "logits" in html_path.read_text(encoding="utf-8")
+
+
+def test_notebook_view_renders_offline_in_chromium(exported, tmp_path: Path) -> None:
+    """The notebook repr, opened in a real browser with the network cut: verdict and a plotly
+    figure render inside the frame."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import launch
+
+    model, x, program = exported
+    run = validate(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page_html = "<html><body>" + run._repr_html_() + "</body></html>"
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.set_content(page_html)
+        frame = page.frames[1]
+        frame.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        text = frame.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "notebook_repr.png"), full_page=True)
+        browser.close()
+    assert "logits" in text and "fail" in text.lower()
+    assert [u for u in requests if u.startswith("http")] == []
+
+
+def test_public_surface_is_exactly_the_api() -> None:
+    assert set(core.__all__) == {
+        "validate",
+        "assert_export_close",
+        "ValidationRun",
+        "Tolerance",
+        "Tolerances",
+        "ParityError",
+        "UsageError",
+        "ModelLoadError",
+        "OnnxLoadError",
+        "InputError",
+        "ModelRunError",
+        "OnnxRunError",
+        "ExportError",
+        "SavedRunError",
+        "WriteError",
+        "__version__",
+    }
+    # importing the API imports neither torch, onnxruntime nor streamlit
+    code = (
+        "import sys, core; "
+        "print(sorted(m for m in ('torch', 'onnxruntime', 'streamlit') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def readme_examples() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## From Python", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = readme_examples()
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    notebook: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(blocks[0], "README:From Python", "exec"), notebook)
+        assert notebook["run"].passed
+        assert (tmp_path / "parity.html").exists()
+        suite: dict = {}
+        exec(compile(blocks[1], "README:pytest", "exec"), suite)
+        suite["test_export_matches"]()
