@@ -1,9 +1,16 @@
 """The Python API: validate an export from a script, a notebook or a test suite.
 
-    >>> from core import validate, assert_export_close
-    >>> run = validate(model, onnx_program, inputs={"x": x})   # doctest: +SKIP
-    >>> run.passed, run.failing                                 # doctest: +SKIP
-    (False, ('logits',))
+    >>> import io, torch
+    >>> from core import validate
+    >>> model = torch.nn.Linear(4, 2).eval()
+    >>> x = torch.randn(3, 4)
+    >>> onnx_bytes = io.BytesIO()
+    >>> torch.onnx.export(model, (x,), onnx_bytes, dynamo=False, input_names=["x"])
+    >>> run = validate(model, onnx_bytes.getvalue(), inputs={"x": x})
+    >>> run.passed, run.failing
+    (True, ())
+
+(tests/test_api.py runs these examples.)
 
 `validate` maps its arguments onto the same `RunConfig` the CLI and the dashboard build and
 calls the same `core.pipeline.run_validation`: one loop, whatever the entry point. Objects
@@ -203,6 +210,19 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
     3 / 1000 (0.3%)``, ``Max absolute difference: ...``) with its worst element, so a plain
     ``assert_export_close(model, onnx_program, inputs=feeds)`` in a pytest test reads like
     ``np.testing.assert_allclose``. Returns the run when everything passes.
+
+        >>> import io, torch
+        >>> from core import assert_export_close
+        >>> model = torch.nn.Linear(4, 2).eval()
+        >>> x = torch.randn(3, 4)
+        >>> onnx_bytes = io.BytesIO()
+        >>> torch.onnx.export(model, (x,), onnx_bytes, dynamo=False, input_names=["x"])
+        >>> with torch.no_grad():
+        ...     _ = model.bias.add_(0.5)  # the model moved on; the export did not
+        >>> assert_export_close(model, onnx_bytes.getvalue(), inputs={"x": x})
+        Traceback (most recent call last):
+        AssertionError: ONNX export does not match the model: 1 output(s) fail (...)
+        ...
     """
     run = validate(model, onnx, **options)
     if run.passed:

@@ -217,6 +217,17 @@ def test_notebook_view_renders_offline_in_chromium(exported, tmp_path: Path) -> 
     assert [u for u in requests if u.startswith("http")] == []
 
 
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import core.api
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation warning
+        result = doctest.testmod(core.api, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 12 and result.failed == 0, result
+
+
 def test_public_surface_is_exactly_the_api() -> None:
     assert set(core.__all__) == {
         "validate",

@@ -89,7 +89,8 @@ def test_localhost_and_configured_names_are_served(server, browser):
     page = context.new_page()
     page.goto(f"http://good.example:{port}/")
     page.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
-    page.get_by_text("Sizes of the symbolic dims").wait_for(timeout=RUN_TIMEOUT_MS)  # the demo's export
+    # the demo's export is read and its signature shown
+    page.get_by_text("Sizes of the symbolic dims").wait_for(timeout=RUN_TIMEOUT_MS)
     _settle(page)
     page.goto(f"http://localhost:{port}/?demo=cnn")
     page.get_by_text(re.compile(r"demo:cnn: PASS in")).wait_for(timeout=RUN_TIMEOUT_MS)
