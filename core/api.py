@@ -224,6 +224,7 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
         AssertionError: ONNX export does not match the model: 1 output(s) fail (...)
         ...
     """
+    __tracebackhide__ = True  # pytest shows the caller's line and this message, not our locals
     run = validate(model, onnx, **options)
     if run.passed:
         return run

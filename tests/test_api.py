@@ -3,6 +3,7 @@ dynamo exports held in memory: ONNXProgram, ModelProto, bytes, nn.Module, Export
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -275,3 +276,33 @@ def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         suite: dict = {}
         exec(compile(blocks[1], "README:pytest", "exec"), suite)
         suite["test_export_matches"]()
+
+
+def test_a_failing_pytest_shows_the_message_not_parity_internals(tmp_path: Path) -> None:
+    """In a user's own pytest run, the failure reads like np.testing: their line and our
+    message; the API's frame (with its locals: tensors, the whole run) is hidden."""
+    (tmp_path / "test_user.py").write_text(
+        "import io, torch\n"
+        "from core import assert_export_close\n"
+        "def test_export():\n"
+        "    model = torch.nn.Linear(4, 2).eval()\n"
+        "    x = torch.randn(3, 4)\n"
+        "    buffer = io.BytesIO()\n"
+        "    torch.onnx.export(model, (x,), buffer, dynamo=False, input_names=['x'])\n"
+        "    with torch.no_grad():\n"
+        "        model.weight[0, 0] += 1.0\n"
+        "    assert_export_close(model, buffer.getvalue(), inputs={'x': x})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "E       AssertionError: ONNX export does not match the model" in done.stdout
+    assert "Mismatched elements: 3 / 6" in done.stdout
+    assert "assert_export_close(model, buffer.getvalue()" in done.stdout  # the user's line
+    assert "options = {" not in done.stdout and "core/api.py" not in done.stdout
