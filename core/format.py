@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.input_binding import BY_POSITION, binding_text
 from core.labels import status_label
 from core.results import OutputComparison, Status, ValidationRun
 from core.text import number_text, shape_text
@@ -99,6 +100,8 @@ def format_failure(c: OutputComparison) -> str:
 
 def format_run(run: ValidationRun) -> str:
     head = f"model {run.model}\nonnx  {run.onnx}"
+    if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
+        head += "\ninputs fed " + binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
     failures = [format_failure(c) for c in run.comparisons if not c.status.passed]
     parts = [head, format_input_sets(run), "", format_table(run)]
     if failures:

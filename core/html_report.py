@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from core.atomic import write_output
+from core.input_binding import binding_text
 from core.labels import status_label, worst_first
 from core.results import OutputComparison, Status, ValidationRun
 from core.text import number_text, shape_text, tolerance_text
@@ -91,6 +92,8 @@ def _header(run: ValidationRun) -> str:
     for label, key in (("weights", "weights_file"), ("reference outputs", "reference_file")):
         if getattr(run.provenance, key):
             rows.append((label, getattr(run.provenance, key)))
+    if inputs := binding_text(run.provenance.inputs_by, run.provenance.inputs_note):
+        rows.append(("inputs fed", inputs))
     if run.saved is not None:
         rows.append(("saved run", run.saved.path))
     return (

@@ -32,6 +32,11 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
         "errors": [],  # a run that could not be made has its report from error_report_dict
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
     }
+    if run.provenance.inputs_by is not None:  # how torch got the feeds (core.input_binding)
+        data["input_matching"] = {
+            "by": run.provenance.inputs_by,
+            "note": run.provenance.inputs_note or "",
+        }
     if run.signature is not None:
         data["opset"] = run.signature.opset
         data["producer"] = run.signature.producer

@@ -169,6 +169,8 @@ class Provenance:
     seed: int | None = None
     weights_file: str | None = None
     reference_file: str | None = None
+    inputs_by: str | None = None  # torch got the feeds by "name" or by "position"
+    inputs_note: str | None = None  # why by position (core.input_binding)
 
 
 @dataclass(frozen=True)

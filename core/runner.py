@@ -13,8 +13,8 @@ get ONNX output names:
 
 Contract:
 run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) -> OutputSet
-    eval + torch.inference_mode(); inputs by name where ONNX names match forward()'s
-    parameters, else by position; nested outputs flattened in order and named by ONNX
+    eval + torch.inference_mode(); inputs by name where the model knows its input names
+    (core.input_binding), else by position; nested outputs flattened in order and named by ONNX
     output names where names match, else by position. Extra torch outputs keep a path
     name (e.g. "torch:2") so they show up as missing in ONNX. Raises ModelRunError.
 run_onnx(session, input_set: InputSet, *, signature=None) -> OutputSet   raises OnnxRunError
@@ -33,6 +33,7 @@ import torch
 from core.deadline import Deadline
 from core.dtypes import from_ort_type
 from core.errors import ModelRunError, OnnxRunError, RunTimeout, first_line
+from core.input_binding import InputBinding, bind_inputs
 from core.inputs import check_feeds
 from core.quiet import quiet_torch
 from core.results import InputSet, OutputSet
@@ -79,14 +80,11 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
         for name in signature.input_names
         if name in input_set.feeds
     }
-    by_keyword = bool(model.parameter_names) and all(
-        name in model.parameter_names for name in tensors
-    )
+    binding = model_binding(model, tensors)
     try:
         with quiet_torch(), torch.inference_mode():
             start = time.perf_counter()
-            args, kwargs = ((), tensors) if by_keyword else (tuple(tensors.values()), {})
-            result = model.module(*args, **kwargs)
+            result = model.module(*binding.args, **binding.kwargs)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             seconds = time.perf_counter() - start
@@ -105,6 +103,15 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
         if note:
             notes.append(f"torch output {name!r}: {note}")
     return OutputSet(arrays=arrays, seconds=seconds, notes=tuple(notes))
+
+
+def model_binding(model: TorchModel, feeds: Mapping[str, Any]) -> InputBinding:
+    """How `feeds` (ONNX order) are passed to this model (core.input_binding decides)."""
+    return bind_inputs(
+        feeds,
+        keyword=model.parameter_names,
+        positional=getattr(model, "positional_names", ()),
+    )
 
 
 def run_onnx(

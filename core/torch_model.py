@@ -18,7 +18,8 @@ while loading (``core.quiet``).
 
 Contract:
 @dataclass(frozen=True) class TorchModel: spec: str; kind: str; module: Callable (eval mode);
-    parameter_names: tuple[str, ...] (forward()'s parameters, () if unknown); sha256: str
+    parameter_names: tuple[str, ...] (names forward() takes by keyword, () if unknown);
+    sha256: str; positional_names: tuple[str, ...] (a .pt2's positional arguments, in order)
 load_torch_model(spec, *, weights=None, allow_code=True) -> TorchModel
     raises ModelLoadError / UsageError
 is_code_spec(spec) -> bool   True when loading the spec runs code from the user's files
@@ -63,6 +64,7 @@ class TorchModel:
     parameter_names: tuple[str, ...]
     sha256: str
     program: Any = None  # a .pt2's ExportedProgram (core.layers interprets its graph)
+    positional_names: tuple[str, ...] = ()  # names of arguments taken by position only
 
 
 CODE_REFUSED_HINT = (
@@ -138,6 +140,7 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
         parameter_names=_parameter_names(module, kind),
         sha256=digest.hexdigest(),
         program=program,
+        positional_names=_positional_names(program),
     )
 
 
@@ -428,6 +431,33 @@ def _parameter_names(module: nn.Module, kind: str) -> tuple[str, ...]:
         for p in params
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
     )
+
+
+def _positional_names(program: Any) -> tuple[str, ...]:
+    """A .pt2's positional argument names, from its graph signature (the names torch.export
+    took from forward()'s parameters); () when an argument is not one plain tensor.
+
+    Its module takes these by position only, so the runner maps ONNX names onto them.
+    """
+    if program is None:
+        return ()
+    try:
+        args_spec = program.call_spec.in_spec.child(0)
+        if any(not child.is_leaf() for child in args_spec.children_specs):
+            return ()  # a nested argument (a tuple, a dict): its leaves have made-up names
+        user = [
+            spec.arg
+            for spec in program.graph_signature.input_specs
+            if spec.kind.name == "USER_INPUT"
+        ]
+        n_args = args_spec.num_children
+        if len(user) < n_args or not all(
+            type(a).__name__ == "TensorArgument" for a in user[:n_args]
+        ):
+            return ()
+        return tuple(str(a.name) for a in user[:n_args])
+    except Exception:
+        return ()
 
 
 # --- helpers ----------------------------------------------------------------------------

@@ -26,7 +26,8 @@ def _same_output(module, eager: torch.nn.Module) -> None:
 def test_pt2_loads_as_exported_program_and_runs_at_another_batch(tiny_artifacts, model_zoo) -> None:
     model = load_torch_model(str(tiny_artifacts.pt2))
     assert model.kind == "exported_program"
-    assert model.parameter_names == ()  # exported with positional args: pass by position
+    assert model.parameter_names == ()  # exported with positional args: no keywords
+    assert model.positional_names == ("x",)  # ... whose names the graph signature keeps
     _same_output(model.module, _eager(model_zoo))
     assert model.sha256 == hashlib.sha256(tiny_artifacts.pt2.read_bytes()).hexdigest()
 

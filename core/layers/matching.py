@@ -83,7 +83,12 @@ def _nothing(graph: GraphIndex, *notes: str) -> Plan:
 
 
 def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> Plan:
-    capture = FxCapture(program, _runnable(program), tuple(getattr(model, "parameter_names", ())))
+    capture = FxCapture(
+        program,
+        _runnable(program),
+        tuple(getattr(model, "parameter_names", ())),
+        tuple(getattr(model, "positional_names", ())),
+    )
     pairs: list[Pair] = []
     renamed = 0
     for v in graph.values.values():

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from core.export_lock import export_lock
+from core.input_binding import BY_NAME, bind_inputs
 from core.results import InputSet
 from core.signature import OnnxSignature
 
@@ -32,10 +33,17 @@ ValueCallback = Callable[[str, Any], None]
 class FxCapture:
     """Interpret a GraphModule node by node, handing wanted nodes' tensors to a callback."""
 
-    def __init__(self, program: Any, module: Any, parameter_names: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        program: Any,
+        module: Any,
+        parameter_names: tuple[str, ...],
+        positional_names: tuple[str, ...] = (),
+    ) -> None:
         self.program = program  # the decomposed ExportedProgram (its graph names the values)
         self.module = module  # program.module(): the runnable form
         self.parameter_names = parameter_names
+        self.positional_names = positional_names  # a .pt2's positional arguments
         self.nodes = {
             n.name: n for n in program.graph.nodes if n.op == "call_function"
         }  # name -> node
@@ -44,11 +52,10 @@ class FxCapture:
         from torch.utils import _pytree as pytree
 
         tensors = {name: _tensor(a) for name, a in input_set.feeds.items()}
-        if self.parameter_names and all(n in self.parameter_names for n in tensors):
-            kwargs = {n: tensors[n] for n in self.parameter_names if n in tensors}
-            flat = pytree.tree_leaves(((), kwargs))
-        else:
-            flat = list(tensors.values())
+        binding = bind_inputs(
+            tensors, keyword=self.parameter_names, positional=self.positional_names
+        )
+        flat = pytree.tree_leaves((binding.args, dict(binding.kwargs)))
         wanted = set(wanted)
 
         class _Interpreter(torch.fx.Interpreter):
@@ -202,12 +209,10 @@ def _export(model: Any, input_set: InputSet, signature: OnnxSignature) -> Any:
         for name in tensors
         if name in specs
     }
-    by_keyword = bool(model.parameter_names) and all(
-        name in model.parameter_names for name in tensors
-    )
+    binding = bind_inputs(tensors, keyword=model.parameter_names)  # a plain module: keywords
     with export_lock(), warnings.catch_warnings():  # torch.export: one at a time per process
         warnings.simplefilter("ignore")
-        if by_keyword:
+        if binding.by == BY_NAME:
             return torch.export.export(
                 model.module, (), tensors, dynamic_shapes=dynamic or None, strict=False
             )

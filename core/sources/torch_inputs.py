@@ -56,6 +56,7 @@ class TorchSource:
         self._loaders = loaders
         self._report = report
         self._torch: Any = None
+        self._binding: Any = None  # core.input_binding.InputBinding of the last input set
 
     def default_onnx(self, workdir: Any) -> str:
         if (demo := demo_name(self.model)) is not None:
@@ -65,7 +66,7 @@ class TorchSource:
         raise UsageError("--onnx is required (only a demo:NAME model has a built-in ONNX file)")
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        from core.runner import run_torch
+        from core.runner import model_binding, run_torch
 
         t0 = time.perf_counter()
         self._report("load", f"loading model {self.model}", 0.05)
@@ -80,6 +81,7 @@ class TorchSource:
             if input_set is None:
                 return
             self._report("torch", f"torch on {set_name(input_set)}", None)
+            self._binding = model_binding(self._torch, input_set.feeds)
             reference = run_torch(self._torch, input_set, signature)
             self.timings["torch"] += reference.seconds
             yield Case(input_set=input_set, reference=reference)
@@ -96,6 +98,8 @@ class TorchSource:
             model_sha256=getattr(self._torch, "sha256", None),
             seed=self._config.seed,
             weights_file=self._config.weights,
+            inputs_by=getattr(self._binding, "by", None),
+            inputs_note=getattr(self._binding, "note", None) or None,
         )
 
     def generation(self, comparisons: Any, timings: Any) -> None:
