@@ -89,17 +89,19 @@ def check_config(config: RunConfig) -> None:
         ("--int-range", bool(config.int_ranges)),
     )
     if config.kind is RunKind.HF_GENERATE:
+        # Given inputs feed a one-forward model (each set one forward); the source refuses
+        # them for a model that generates, which only loading the model tells.
         ignored = _set_flags(("--weights", config.weights is not None)) + generated
-        ignored += _set_flags(("--inputs", bool(config.n_given_sets)))
         if ignored:
             raise UsageError(
                 f"{', '.join(ignored)} {_do(ignored)} not apply to an hf: model: its inputs are "
-                "the forward calls generate() makes, its weights come from its directory"
+                "its prompts, generated pixels or audio, or --inputs files; its weights come "
+                "from its directory"
             )
         return
     if config.hf is not None:
         raise UsageError(
-            "--prompt, --max-new-tokens, --random-weights, --config-override and "
+            "--prompt, --max-new-tokens, --random-weights, --config-override, --task and "
             "--export-path apply only to --model hf:DIR"
         )
     if config.n_given_sets and generated:

@@ -206,6 +206,21 @@ def iter_input_files(
 ) -> Iterator[InputSet]:
     """`load_input_files` one file at a time; every file's size (from its .npy headers,
     nothing inflated) is checked against `budget` when this is called."""
+    paths = _budgeted(paths, budget)
+    return _read_input_files(paths, signature)
+
+
+def iter_feed_files(
+    paths: Iterable[str | os.PathLike[str]], *, budget: MemoryBudget | None = None
+) -> Iterator[dict[str, np.ndarray]]:
+    """Each .npz's feeds, checked against the budget first but against no signature: an
+    hf: model's forward takes them by name before any ONNX file is known."""
+    paths = _budgeted(paths, budget)
+    return (_read_npz(path, where=f"inputs file {path}") for path in paths)
+
+
+def _budgeted(paths: Iterable[str | os.PathLike[str]], budget: MemoryBudget | None) -> list[Path]:
+    """The paths, once their sizes (from the .npy headers) fit the budget together."""
     paths = [Path(raw) for raw in paths]
     budget = budget or MemoryBudget()
     total = 0
@@ -219,7 +234,7 @@ def iter_input_files(
             else f"the --inputs files up to {path} ({describe_largest(headers)})",
             proceed="feed smaller arrays",
         )
-    return _read_input_files(paths, signature)
+    return paths
 
 
 def _read_input_files(paths: list[Path], signature: OnnxSignature) -> Iterator[InputSet]:

@@ -51,3 +51,30 @@ def optimum_export(model_dir: str, out_dir: Path, task: str) -> Path:
 
     main_export(model_dir, output=out_dir, task=task, do_validation=False)
     return Path(out_dir) / "model.onnx"
+
+
+def make_vit_dir(directory: Path, seed: int = 0) -> str:
+    """A 2-layer ViT image classifier (32×32 images, 3 labels) and its image processor."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.ViTConfig(image_size=32, num_labels=3, **VISION)
+    transformers.ViTForImageClassification(config).save_pretrained(directory)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(directory)
+    return str(directory)
+
+
+def make_yolos_dir(directory: Path, seed: int = 0) -> str:
+    """A 2-layer YOLOS detector (32×48 images, 5 detection tokens) and its image processor."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.YolosConfig(
+        image_size=[32, 48], num_labels=3, num_detection_tokens=5, **VISION
+    )
+    transformers.YolosForObjectDetection(config).save_pretrained(directory)
+    processor = transformers.YolosImageProcessor(size={"shortest_edge": 32, "longest_edge": 48})
+    processor.save_pretrained(directory)
+    return str(directory)

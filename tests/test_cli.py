@@ -138,7 +138,7 @@ def test_bad_usage_exits_2_naming_the_problem(args, words, capsys):
         (["--model", "hf:/no/such/llm", "--weights", "/nonexistent.safetensors",
           "--input-sets", "5", "--dim", "batch=7"], "--weights, --dim, --input-sets"),
         (["--model", "hf:/no/such/llm", "--int-range", "input_ids=0:5"], "--int-range"),
-        (["--model", "hf:/no/such/llm", "--inputs", "feeds.npz"], "--inputs"),
+        (["--model", "demo:cnn", "--task", "text-classification"], "hf:DIR"),
         (["--model", "demo:cnn", "--prompt", "hello"], "hf:DIR"),
         (["--model", "demo:cnn", "--max-new-tokens", "2"], "hf:DIR"),
         (["--model", "demo:cnn", "--inputs", "feeds.npz", "--dim", "batch=3"], "--dim"),

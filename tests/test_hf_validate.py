@@ -275,7 +275,14 @@ def test_encoder_feature_extraction_goes_through_the_same_spec(bert_dir, tmp_pat
     assert summary["kind"] == "encoder" and summary["padding"] == "right"
     # the short prompt's padded rows are reported apart, not judged
     assert [m["output"] for m in masked_positions_json(run)] == ["last_hidden_state"]
-    assert "encoder forward" in format_steps_table(run)
+    assert "one forward each, no generate()" in format_steps_table(run)
+    assert "(BertModel, task feature-extraction from config.architectures)" in (
+        format_steps_table(run)
+    )
+    assert (summary["task"], summary["class_chosen_by"]) == (
+        "feature-extraction",
+        "config.architectures",
+    )
 
 
 def test_missing_directory_is_a_one_line_model_load_error(tmp_path):

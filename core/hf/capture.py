@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ModelRunError, first_line
+from core.errors import InputError, ModelRunError, first_line
 from core.hf.loading import LoadedHfModel, quiet_transformers
 
 CACHE_KEYWORDS = ("past_key_values", "cache")
 TENSOR_INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids")
-ENCODER_OUTPUTS = ("last_hidden_state", "pooler_output")
 
 KeyValue = tuple[np.ndarray, np.ndarray]
 
@@ -32,8 +31,8 @@ KeyValue = tuple[np.ndarray, np.ndarray]
 class CapturedCall:
     """One forward call: what went in, and what torch gave back.
 
-    Decoder calls (generate()) have logits and a KV cache; an encoder's single call has
-    neither, only `outputs` (last_hidden_state, pooler_output).
+    Decoder calls (generate()) have logits and a KV cache; a one-forward model's single call
+    has neither, only `outputs` (every tensor it returned, by field name).
     """
 
     index: int
@@ -67,6 +66,18 @@ class CapturedCall:
     def input_ids(self) -> np.ndarray:
         return self.inputs["input_ids"]
 
+    @property
+    def batch(self) -> int:
+        """The batch size (any input's first dim: image and audio models have no ids)."""
+        first = self.inputs.get("input_ids", next(iter(self.inputs.values()), None))
+        return int(first.shape[0]) if first is not None and first.ndim else 1
+
+    @property
+    def sequence_length(self) -> int:
+        """Tokens in this call; 0 for a model fed pixels or audio features."""
+        ids = self.inputs.get("input_ids")
+        return int(ids.shape[1]) if ids is not None and ids.ndim == 2 else 0
+
 
 @dataclass(frozen=True)
 class Capture:
@@ -74,6 +85,7 @@ class Capture:
     prompts: tuple[str, ...]
     generated: tuple[str, ...]  # the continuation of each prompt
     seconds: float
+    inputs: str = ""  # how a one-forward model's inputs were made (the summary says it)
 
 
 def capture_generate(
@@ -153,45 +165,81 @@ def capture_generate(
     return Capture(calls=tuple(calls), prompts=tuple(prompts), generated=generated, seconds=seconds)
 
 
-def capture_forward(loaded: LoadedHfModel, *, prompts: Sequence[str]) -> Capture:
-    """An encoder's one forward call on the padded batch of prompts (feature extraction)."""
+def capture_forward(
+    loaded: LoadedHfModel,
+    *,
+    prompts: Sequence[str],
+    inputs: Sequence[Mapping[str, np.ndarray]] = (),
+    described: str = "",
+) -> Capture:
+    """One forward per input set of a one-forward model (an encoder, a classifier, a
+    detector): `inputs` (generated pixels or audio features, --inputs files) when given,
+    else the padded batch of prompts through the tokenizer."""
     import inspect
 
     import torch
 
-    model, tokenizer = loaded.model, loaded.tokenizer
-    encoded = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    model = loaded.model
     accepted = inspect.signature(model.forward).parameters
-    kwargs = {
-        name: encoded[name]
-        for name in ("input_ids", "attention_mask", "token_type_ids")
-        if name in encoded and name in accepted
-    }
-    t0 = time.perf_counter()
-    try:
-        with torch.inference_mode(), quiet_transformers():
-            output = model(**kwargs)
-    except Exception as exc:
-        raise ModelRunError(f"hf: the model's forward failed: {first_line(exc)}") from exc
-    seconds = time.perf_counter() - t0
-    outputs = {
-        name: _to_numpy(getattr(output, name))
-        for name in ENCODER_OUTPUTS
-        if isinstance(getattr(output, name, None), torch.Tensor)
-    }
-    if not outputs:
-        raise ModelRunError(f"hf: the model returned none of {list(ENCODER_OUTPUTS)}")
-    call = CapturedCall(
-        index=0,
-        inputs={name: _to_numpy(value) for name, value in kwargs.items()},
-        past=(),
-        logits=None,
-        present=(),
-        seconds=seconds,
-        outputs=outputs,
-        encoder=True,
+    if inputs:
+        sets = [dict(feeds) for feeds in inputs]
+        prompts = ()
+    else:
+        encoded = loaded.tokenizer(list(prompts), return_tensors="np", padding=True)
+        sets = [
+            {
+                name: np.asarray(encoded[name])
+                for name in ("input_ids", "attention_mask", "token_type_ids")
+                if name in encoded and name in accepted
+            }
+        ]
+        described = described or f"{len(prompts)} prompt(s) through the tokenizer"
+    calls = []
+    for index, feeds in enumerate(sets):
+        unknown = [name for name in feeds if name not in accepted]
+        if unknown:
+            raise InputError(
+                f"hf: input(s) {unknown} are not arguments of {type(model).__name__}.forward"
+            )
+        kwargs = {name: torch.from_numpy(np.array(value)) for name, value in feeds.items()}
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode(), quiet_transformers():
+                output = model(**kwargs)
+        except Exception as exc:
+            raise ModelRunError(f"hf: the model's forward failed: {first_line(exc)}") from exc
+        seconds = time.perf_counter() - t0
+        outputs = forward_outputs(output)
+        if not outputs:
+            raise ModelRunError(f"hf: the model returned no named tensor ({type(output).__name__})")
+        calls.append(
+            CapturedCall(
+                index=index,
+                inputs={name: np.array(value) for name, value in feeds.items()},
+                past=(),
+                logits=None,
+                present=(),
+                seconds=seconds,
+                outputs=outputs,
+                encoder=True,
+            )
+        )
+    return Capture(
+        calls=tuple(calls),
+        prompts=tuple(prompts),
+        generated=(),
+        seconds=sum(c.seconds for c in calls),
+        inputs=described,
     )
-    return Capture(calls=(call,), prompts=tuple(prompts), generated=(), seconds=seconds)
+
+
+def forward_outputs(output: Any) -> dict[str, np.ndarray]:
+    """Every tensor a forward returned under its field name (a ModelOutput: logits,
+    start_logits/end_logits, pred_boxes, last_hidden_state, ...), as Optimum names them."""
+    import torch
+
+    items = output.items() if isinstance(output, Mapping) else ()
+    return {str(name): _to_numpy(value) for name, value in items if isinstance(value, torch.Tensor)}
 
 
 def _cache_of(kwargs: Mapping[str, Any]) -> Any:

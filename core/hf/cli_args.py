@@ -49,6 +49,14 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
         help="change the config before building the model, e.g. num_hidden_layers=1",
     )
     group.add_argument(
+        "--task",
+        default=None,
+        metavar="TASK",
+        help="the task (Optimum's names: text-classification, token-classification, "
+        "question-answering, image-classification, object-detection, feature-extraction, "
+        "text-generation, ...) whose class builds the model (default: config.architectures)",
+    )
+    group.add_argument(
         "--export-path",
         metavar="FILE",
         default=None,
@@ -64,6 +72,7 @@ def hf_flags_given(args: argparse.Namespace) -> bool:
         or getattr(args, "random_weights", False)
         or getattr(args, "config_override", None)
         or getattr(args, "export_path", None)
+        or getattr(args, "task", None)
     )
 
 
@@ -77,4 +86,5 @@ def hf_options_from_args(args: argparse.Namespace) -> HfOptions:
         random_weights=bool(getattr(args, "random_weights", False)),
         config_overrides=parse_config_overrides(getattr(args, "config_override", None) or ()),
         export_path=getattr(args, "export_path", None),
+        task=getattr(args, "task", None),
     )

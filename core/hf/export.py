@@ -58,8 +58,8 @@ class ExportResult:
 
 def infer_dynamic_roles(calls: Sequence[CapturedCall]) -> DynamicRoles:
     """A role is dynamic when its size differs between two captured calls."""
-    batches = {c.input_ids.shape[0] for c in calls}
-    seqs = {c.input_ids.shape[1] for c in calls}
+    batches = {c.batch for c in calls}
+    seqs = {c.sequence_length for c in calls}
     pasts = {c.past_length for c in calls}
     return DynamicRoles(batch=len(batches) > 1, sequence=len(seqs) > 1, past=len(pasts) > 1)
 
@@ -129,7 +129,7 @@ def export_encoder(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     call = calls[0]
-    input_names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in call.inputs]
+    input_names = list(call.inputs)  # what forward() was given: ids and masks, or pixels
     output_names = list(call.outputs)
 
     class _Encoder(torch.nn.Module):

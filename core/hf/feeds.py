@@ -104,8 +104,10 @@ def captured_names(call: CapturedCall) -> list[str]:
 
 
 def _feed(call: CapturedCall, name: str) -> np.ndarray | None:
+    if name not in KNOWN_INPUTS and name in call.inputs:  # pixel_values, input_features, ...
+        return call.inputs[name]
     if name == "input_ids":
-        return call.input_ids
+        return call.inputs.get("input_ids")
     if name == "attention_mask":
         return full_attention_mask(call)
     if name == "position_ids":
@@ -163,6 +165,8 @@ def masked_positions(call: CapturedCall, name: str, shape: tuple[int, ...]) -> n
     (batch, positions, vocab) for the last positions of the current tokens; an encoder's
     last_hidden_state is (batch, sequence, hidden).
     """
+    if "input_ids" not in call.inputs and "attention_mask" not in call.inputs:
+        return None  # pixels or audio features: no padding mask
     mask = full_attention_mask(call) == 0
     if not mask.any():
         return None

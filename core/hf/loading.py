@@ -16,6 +16,8 @@ from types import ModuleType
 from typing import Any
 
 from core.errors import ModelLoadError, UsageError, first_line
+from core.hf.heads import FORWARD, SEQ2SEQ, ModelClass, choose_model_class
+from core.hf.media import is_media_model, load_processor
 from core.hf.options import INSTALL_HINT, format_overrides
 
 
@@ -35,11 +37,13 @@ class LoadedHfModel:
 
     directory: str
     model: Any  # transformers PreTrainedModel
-    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    tokenizer: Any  # transformers PreTrainedTokenizerBase; None for image/audio models
     model_type: str
     random_weights: bool
-    encoder: bool  # an encoder (feature extraction: one forward) rather than a causal LM
+    encoder: bool  # one forward (an encoder, a classifier, a detector), not generate()
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
+    model_class: ModelClass | None = None  # the task and class it was built as, and why
+    processor: Any = None  # an image processor / feature extractor (then no tokenizer)
 
     @property
     def config(self) -> Any:
@@ -59,8 +63,12 @@ def load_hf_model(
     random_weights: bool = False,
     config_overrides: Mapping[str, Any] | None = None,
     seed: int = 0,
+    task: str | None = None,
+    onnx_outputs: Mapping[str, int] | None = None,
 ) -> LoadedHfModel:
-    """Config (with overrides applied first), then weights or a random init, then tokenizer."""
+    """Config (with overrides applied first), then the class for its task (core.hf.heads:
+    `task`, its architectures, `onnx_outputs` names -> ranks), then weights or a random init,
+    then the tokenizer."""
     transformers = require_transformers()
     import torch
 
@@ -72,7 +80,9 @@ def load_hf_model(
         raise ModelLoadError(f"hf:{directory}: no config.json in the directory")
 
     config = _load_config(transformers, directory, overrides)
-    auto_cls, encoder = _auto_class(transformers, config, directory)
+    model_class = _model_class(config, directory, task=task, onnx_outputs=onnx_outputs)
+    auto_cls = getattr(transformers, model_class.auto_class)
+    encoder = model_class.kind == FORWARD
     with quiet_transformers():
         try:
             if random_weights:
@@ -96,8 +106,12 @@ def load_hf_model(
                 f"hf:{directory}: cannot load the model: {first_line(exc)}{hint}"
             ) from exc
     model.eval()
+    tokenizer = processor = None
     with quiet_transformers():
-        tokenizer = _load_tokenizer(transformers, directory, left_pad=not encoder)
+        if is_media_model(model):  # pixels or audio: a processor, no tokenizer
+            processor = load_processor(transformers, directory, model.main_input_name)
+        else:
+            tokenizer = _load_tokenizer(transformers, directory, left_pad=not encoder)
     return LoadedHfModel(
         directory=directory,
         model=model,
@@ -106,6 +120,8 @@ def load_hf_model(
         random_weights=random_weights,
         encoder=encoder,
         config_overrides=overrides,
+        model_class=model_class,
+        processor=processor,
     )
 
 
@@ -135,29 +151,26 @@ def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, 
     return config
 
 
-def _auto_class(transformers: ModuleType, config: Any, directory: str) -> tuple[Any, bool]:
-    """(Auto class, is_encoder): causal LMs first, then encoder-only base models."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_MAPPING_NAMES,
-    )
-
-    causal_classes = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
-    architectures = list(getattr(config, "architectures", None) or [])
-    # The saved architecture decides: BERT also has a causal-LM class, but a directory
-    # saved from BertModel is a feature extractor.
-    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and (
-        not architectures or any(a in causal_classes for a in architectures)
-    ):
-        return transformers.AutoModelForCausalLM, False
-    if config.model_type in MODEL_MAPPING_NAMES and not getattr(
-        config, "is_encoder_decoder", False
-    ):
-        return transformers.AutoModel, True
-    raise ModelLoadError(
-        f"hf:{directory}: model type {config.model_type!r} is neither a causal LM nor an "
-        "encoder model; hf: validates those two kinds"
-    )
+def _model_class(
+    config: Any,
+    directory: str,
+    *,
+    task: str | None,
+    onnx_outputs: Mapping[str, int] | None,
+) -> ModelClass:
+    """The class the directory was made for (core.hf.heads); one line naming it when hf:
+    cannot validate it."""
+    try:
+        chosen = choose_model_class(config, task=task, onnx_outputs=onnx_outputs)
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"hf:{directory}: {exc}") from exc
+    if chosen.kind == SEQ2SEQ:
+        raise ModelLoadError(
+            f"hf:{directory}: {chosen.task} ({chosen.auto_class}, model type "
+            f"{config.model_type!r}) is an encoder-decoder; hf: validates causal LMs and "
+            "one-forward models (encoders, classifiers, detectors)"
+        )
+    return chosen
 
 
 def _load_tokenizer(transformers: ModuleType, directory: str, *, left_pad: bool) -> Any:

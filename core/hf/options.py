@@ -28,6 +28,7 @@ class HfOptions:
     random_weights: bool = False
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
     export_path: str | None = None  # where Parity's own export goes (None: a temp dir)
+    task: str | None = None  # Optimum's task name; None: the class config.architectures names
 
     def __post_init__(self) -> None:
         if not self.prompts:
@@ -36,6 +37,10 @@ class HfOptions:
             raise UsageError("hf: every --prompt must be a non-empty text")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens!r}")
+        if self.task is not None:
+            from core.hf.heads import task_named
+
+            task_named(self.task)  # UsageError listing the tasks
 
 
 def options_from_text(

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from core.config import RunConfig
-from core.errors import ExportError
+from core.errors import ExportError, UsageError
 from core.hf.capture import Capture, CapturedCall, capture_forward, capture_generate
 from core.hf.feeds import LOGITS, masked_positions, onnx_feeds, reference_outputs
 from core.hf.loading import LoadedHfModel, load_hf_model
+from core.hf.media import generated_inputs, is_media_model
 from core.hf.options import HfOptions, hf_directory
 from core.hf.summary import build_summary
 from core.progress import ProgressReporter
@@ -53,13 +54,17 @@ class HfSource:
         self.timings: dict[str, float] = {}
         self.options: HfOptions = config.hf or HfOptions()
         self._seed = config.seed
+        self._input_files = config.input_files  # one forward each (one-forward models only)
+        self._given = config.feeds  # input sets given as arrays (the Python API)
+        self._max_memory = config.max_memory
         self._report = report
         self._loaded: LoadedHfModel | None = None
         self._capture: Capture | None = None
         self._export: dict[str, Any] = dict(NOT_EXPORTED)
 
-    def _captured(self) -> tuple[LoadedHfModel, Capture]:
-        """Load the model and capture its calls, once."""
+    def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
+        """Load the model and capture its calls, once. A given ONNX file's outputs help
+        choose the model's class when its config does not say (core.hf.heads)."""
         if self._loaded is None or self._capture is None:
             self._report("load", f"loading {self.model}", 0.02)
             t0 = time.perf_counter()
@@ -68,9 +73,22 @@ class HfSource:
                 random_weights=self.options.random_weights,
                 config_overrides=self.options.config_overrides,
                 seed=self._seed,
+                task=self.options.task,
+                onnx_outputs=output_ranks(signature),
             )
             self.timings["load_model"] = time.perf_counter() - t0
-            self._capture = _capture(self._loaded, self.options, self._report)
+            self._capture = _capture(
+                self._loaded,
+                self.options,
+                self._report,
+                forward_inputs=lambda loaded: _forward_inputs(
+                    loaded,
+                    self._input_files,
+                    self._given,
+                    seed=self._seed,
+                    max_memory=self._max_memory,
+                ),
+            )
             self.timings["capture"] = self._capture.seconds
             self.n_cases = len(self._capture.calls)
         return self._loaded, self._capture
@@ -105,7 +123,7 @@ class HfSource:
         return str(result.path)
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        _, capture = self._captured()
+        _, capture = self._captured(signature)
         for call in capture.calls:
             yield _case(call, signature)
 
@@ -126,12 +144,56 @@ class HfSource:
         return self.model, loaded, self.options, capture, self._export
 
 
-def _capture(loaded: LoadedHfModel, options: HfOptions, report: ProgressReporter) -> Capture:
+def output_ranks(signature: OnnxSignature | None) -> dict[str, int] | None:
+    """ONNX output name -> rank (None without an ONNX file)."""
+    if signature is None:
+        return None
+    return {spec.name: spec.rank for spec in signature.outputs}
+
+
+def _capture(
+    loaded: LoadedHfModel,
+    options: HfOptions,
+    report: ProgressReporter,
+    *,
+    forward_inputs: Callable[[LoadedHfModel], tuple[list[dict[str, np.ndarray]], str]],
+) -> Capture:
+    inputs, described = forward_inputs(loaded)
     if loaded.encoder:
-        report("capture", "forward() on the prompts (encoder)", 0.15)
-        return capture_forward(loaded, prompts=options.prompts)
+        report("capture", f"forward() on {described or 'the prompts'}", 0.15)
+        return capture_forward(loaded, prompts=options.prompts, inputs=inputs, described=described)
     report("capture", f"generate(): {options.max_new_tokens} new token(s)", 0.15)
     return capture_generate(loaded, prompts=options.prompts, max_new_tokens=options.max_new_tokens)
+
+
+def _forward_inputs(
+    loaded: LoadedHfModel,
+    files: Sequence[str],
+    given: Sequence[Mapping[str, Any]],
+    *,
+    seed: int,
+    max_memory: int | None,
+) -> tuple[list[dict[str, np.ndarray]], str]:
+    """A one-forward model's input sets: --inputs files and given arrays (one forward
+    each), else seeded pixels / audio features for an image or audio model; ([], "") means
+    the prompts."""
+    if files or given:
+        if not loaded.encoder:
+            raise UsageError(
+                "--inputs does not apply to a model that generates: its inputs are the "
+                "forward calls generate() makes"
+            )
+        from core.budget import MemoryBudget
+        from core.inputs import iter_feed_files
+
+        sets = list(iter_feed_files(files, budget=MemoryBudget.of(max_memory)))
+        sets += [{str(k): np.asarray(v) for k, v in feeds.items()} for feeds in given]
+        names = [Path(f).name for f in files] + [f"inputs[{i}]" for i in range(len(given))]
+        return sets, "given: " + ", ".join(names)
+    if is_media_model(loaded.model):
+        made = generated_inputs(loaded.model, loaded.processor, seed=seed)
+        return [dict(made.feeds)], made.described
+    return [], ""
 
 
 def _case(call: CapturedCall, signature: OnnxSignature) -> Case:
@@ -170,7 +232,7 @@ def generation_step(call: CapturedCall) -> GenerationStep:
         step=call.step,
         phase=call.phase,
         label=call.label,
-        batch=int(call.input_ids.shape[0]),
-        sequence_length=int(call.input_ids.shape[1]),
+        batch=call.batch,
+        sequence_length=call.sequence_length,
         past_length=call.past_length,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.hf.media import MEDIA_INPUTS
 from core.hf.options import format_overrides
 from core.hf.summary import judged_summary
 from core.labels import status_label, worst_first
@@ -25,16 +26,19 @@ def format_steps_table(run: ValidationRun) -> str:
     steps = run.generation.steps if run.generation is not None else ()
     names = run.output_names
     main = "logits" if "logits" in names or not names else names[0]
+    # A one-forward model has no cache: its other outputs (pred_boxes, end_logits) go there.
+    rest = "present" if any(n.startswith("present.") for n in names) else "other"
+    ids = any("input_ids" in s.feeds for s in run.input_sets)
     header = [
         "step",
         "phase",
-        "input shapes (ids · mask · past)",
+        "input shapes (ids · mask · past)" if ids else "input shapes",
         "status",
         f"{main} abs",
         f"{main} rel",
-        "present abs",
-        "present rel",
-        "worst present",
+        f"{rest} abs",
+        f"{rest} rel",
+        f"worst {rest}",
         "padding excluded",
     ]
     rows = [header]
@@ -43,7 +47,11 @@ def format_steps_table(run: ValidationRun) -> str:
         step = steps[i] if i < len(steps) else None
         mine = [c for c in run.comparisons if c.input_set == input_set.index]
         logits = next((c for c in mine if c.name == main), None)
-        presents = [c for c in mine if c.name.startswith("present.")]
+        presents = [
+            c
+            for c in mine
+            if (c.name.startswith("present.") if rest == "present" else c.name != main)
+        ]
         worst = _worst(presents)
         pad = [c for c in mine if c.n_excluded]
         pad_text = "-"
@@ -115,9 +123,11 @@ def format_hf_summary(run: ValidationRun) -> str:
     )
     lines = [
         f"model:     {s.get('model', run.model)} — {s.get('model_type', '?')} "
-        f"({s.get('architecture', '?')}), {s.get('weights', '?')} weights, "
+        f"({s.get('architecture', '?')}{_task_text(s)}), {s.get('weights', '?')} weights, "
         f"config overrides: {format_overrides(s.get('config_overrides') or {})}",
-        f"prompts:   {len(prompts)} ({batch}): " + " | ".join(repr(p) for p in prompts),
+        f"prompts:   {len(prompts)} ({batch}): " + " | ".join(repr(p) for p in prompts)
+        if prompts or not s.get("inputs")
+        else f"inputs:    {s['inputs']}",
         f"calls:     {_calls_text(s)}",
         f"export:    {status}",
         f"steps OK:  {steps}",
@@ -131,9 +141,16 @@ def format_hf_summary(run: ValidationRun) -> str:
     return "\n".join(lines)
 
 
+def _task_text(s: Mapping[str, Any]) -> str:
+    """ ", task text-classification from config.architectures" ("" for older runs)."""
+    if not s.get("task"):
+        return ""
+    return f", task {s['task']} from {s.get('class_chosen_by', '?')}"
+
+
 def _calls_text(s: Mapping[str, Any]) -> str:
     if s.get("kind") == "encoder":
-        return f"{s.get('n_calls', 0)} captured (encoder forward, no generate())"
+        return f"{s.get('n_calls', 0)} captured (one forward each, no generate())"
     return (
         f"{s.get('n_calls', 0)} captured ({s.get('n_prefill', 0)} prefill + "
         f"{s.get('n_decode', 0)} decode), max new tokens {s.get('max_new_tokens', '?')}"
@@ -142,7 +159,7 @@ def _calls_text(s: Mapping[str, Any]) -> str:
 
 def _shapes(feeds: Mapping[str, Any]) -> str:
     parts = []
-    for name in ("input_ids", "attention_mask", "past_key_values.0.key"):
+    for name in ("input_ids", *MEDIA_INPUTS, "attention_mask", "past_key_values.0.key"):
         if name in feeds:
             parts.append(shape_text(feeds[name].shape))
     return " · ".join(parts)

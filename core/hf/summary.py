@@ -45,9 +45,11 @@ def build_summary(
         "kind": "encoder" if loaded.encoder else "causal_lm",
         "model_type": loaded.model_type,
         "architecture": type(loaded.model).__name__,
+        **model_class_summary(loaded),
         "config_overrides": dict(loaded.config_overrides),
         "weights": "random" if loaded.random_weights else "trained",
         "prompts": list(capture.prompts),
+        "inputs": capture.inputs,  # how a one-forward model's inputs were made
         "padding": padding,
         "left_padded": padding == "left",
         "generated": list(capture.generated),
@@ -64,6 +66,14 @@ def build_summary(
         "timings": {phase: timings.get(_TIMING_KEYS.get(phase, phase)) for phase in PHASES},
         "transformers": transformers_version(),
     }
+
+
+def model_class_summary(loaded: LoadedHfModel) -> dict[str, Any]:
+    """The task the model was built for and what chose it (core.hf.heads)."""
+    chosen = getattr(loaded, "model_class", None)
+    if chosen is None:
+        return {}
+    return {"task": chosen.task, "class_chosen_by": chosen.chosen_by}
 
 
 def padding_side(mask: np.ndarray | None) -> str:
