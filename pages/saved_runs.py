@@ -42,7 +42,7 @@ def open_initial_run() -> None:
     if not path or st.session_state.get(OPENED_KEY) == path:
         return
     st.session_state[OPENED_KEY] = path
-    _open(Path(path).expanduser(), shown=path)
+    open_and_say(Path(path).expanduser(), shown=path)
 
 
 def render_saved_run_controls() -> None:
@@ -135,7 +135,7 @@ def _open_path() -> None:
     if not path:
         _say(False, "Type the path of a saved run first.")
         return
-    _open(Path(path).expanduser(), shown=path)
+    open_and_say(Path(path).expanduser(), shown=path)
 
 
 def _open_upload() -> None:
@@ -143,17 +143,19 @@ def _open_upload() -> None:
     if upload is None:
         return
     path = upload_path("saved_run", upload)
-    _open(path, shown=upload.name)
+    open_and_say(path, shown=upload.name)
 
 
-def _open(path: Path, *, shown: str) -> None:
+def open_and_say(path: Path, *, shown: str) -> bool:
+    """Open a saved run and say so under the sidebar's controls (`shown`: its name there)."""
     try:
         run = open_saved_run(path)
     except ParityError as exc:
         state.set_failure(exc)
         _say(False, f"Could not open {md_code(shown)}: {md_text(exc.message)}")
-        return
+        return False
     _say(True, f"Opened {md_code(shown)}: {run.verdict}, {len(run.comparisons)} comparison(s).")
+    return True
 
 
 def _save_path() -> None:

@@ -1,8 +1,10 @@
 """Sweep page: open a `parity sweep --out` folder, look at every pair, open one pair's run.
 
-`?sweep=DIR` in the URL opens that folder. Pair and output names are user text: they appear
-only in dataframes and plain text, never in markdown. The folder is read by
-core.sweep.folder; the last folder that opened stays when another one fails to.
+`?sweep=DIR` in the URL opens that folder. Selecting a pair's row opens its saved run
+(`--save-run` in its args) and goes to Overview; a pair without one shows its error and
+files instead. Pair and output names are user text: they appear only in dataframes and
+plain text, never in markdown. The folder is read by core.sweep.folder; the last folder
+that opened stays when another one fails to.
 """
 
 from __future__ import annotations
@@ -13,23 +15,33 @@ import pandas as pd
 import streamlit as st
 
 from core.errors import ParityError
+from core.sweep.execute import LOG, PairResult
 from core.sweep.folder import SweepFolder, load_sweep
+from core.sweep.plan import REPORT
 from core.text import number_text
-from pages.saved_runs import open_saved_run
+from pages.saved_runs import open_and_say
+from pages.tables import status_style
 
 FOLDER = "parity_sweep_folder"
 PATH_KEY = "parity_sweep_path"
 ERROR_KEY = "parity_sweep_error"
 OPENED_KEY = "parity_sweep_initial"
 ONLY_BAD_KEY = "parity_sweep_only_bad"
-PAIR_KEY = "parity_sweep_pair"
+TABLE_KEY = "parity_sweep_table"
+PICKED_KEY = "parity_sweep_picked"
+GOTO_OVERVIEW = "parity_sweep_goto_overview"
 VERDICT_TEXT = {"pass": "✓ pass", "fail": "✗ fail", "error": "⚠ error"}
 CELL_MARK = {"pass": "✓"}
 
 
 def main() -> None:
+    if st.session_state.pop(GOTO_OVERVIEW, False):
+        st.switch_page("pages/overview.py")
     st.title("Sweep")
     _open_from_url()
+    opened: SweepFolder | None = st.session_state.get(FOLDER)
+    if opened is not None and PATH_KEY not in st.session_state:  # back from another page
+        st.session_state[PATH_KEY] = str(opened.path)
     st.text_input(
         "Sweep folder (the --out of `parity sweep`, a path on this machine)",
         key=PATH_KEY,
@@ -45,9 +57,9 @@ def main() -> None:
         st.caption("Run `parity sweep MANIFEST --out DIR`, then open DIR here (or `?sweep=DIR`).")
         return
     _summary(sweep)
-    _pairs_table(sweep)
-    _grid(sweep)
-    _open_pair_run(sweep)
+    only_bad = _pairs_table(sweep)
+    _picked(sweep)
+    _grid(sweep, only_bad=only_bad)
 
 
 # ------------------------------------------------------------------------------ opening
@@ -76,6 +88,32 @@ def _open(path: str) -> None:
         st.session_state[ERROR_KEY] = exc.message
         return
     st.session_state.pop(ERROR_KEY, None)
+    st.session_state.pop(PICKED_KEY, None)
+
+
+def shown_pairs(sweep: SweepFolder, *, only_bad: bool) -> list[PairResult]:
+    """The pairs the table lists, in its row order (the manifest's)."""
+    return [p for p in sweep.pairs if not only_bad or p.verdict != "pass"]
+
+
+def _on_pick() -> None:
+    """A row was selected: open that pair's saved run and go to Overview, or say why not."""
+    sweep: SweepFolder | None = st.session_state.get(FOLDER)
+    event = st.session_state.get(TABLE_KEY)
+    rows = event.selection.rows if event is not None else []
+    if sweep is None or not rows:
+        st.session_state.pop(PICKED_KEY, None)
+        return
+    pairs = shown_pairs(sweep, only_bad=bool(st.session_state.get(ONLY_BAD_KEY)))
+    if rows[0] >= len(pairs):
+        return
+    name = pairs[rows[0]].name
+    path = sweep.saved_run(name)
+    if path is not None and open_and_say(path, shown=str(path)):
+        st.session_state.pop(PICKED_KEY, None)
+        st.session_state[GOTO_OVERVIEW] = True
+    else:
+        st.session_state[PICKED_KEY] = name
 
 
 # ------------------------------------------------------------------------------ drawing
@@ -102,36 +140,71 @@ def pairs_frame(sweep: SweepFolder, *, only_bad: bool) -> pd.DataFrame:
             "saved run": "yes" if sweep.saved_run(p.name) else "",
             "failing / error": p.error or ", ".join(p.failing),
         }
-        for p in sweep.pairs
-        if not only_bad or p.verdict != "pass"
+        for p in shown_pairs(sweep, only_bad=only_bad)
     ]
     return pd.DataFrame(rows)
 
 
-def _pairs_table(sweep: SweepFolder) -> None:
+def _pairs_table(sweep: SweepFolder) -> bool:
+    """The summary table; returns whether only failing and error pairs are shown."""
     st.subheader("Pairs")
     only_bad = st.toggle("Only failing and error pairs", key=ONLY_BAD_KEY)
     frame = pairs_frame(sweep, only_bad=only_bad)
     if frame.empty:
         st.caption("No pair to show.")
-        return
-    st.dataframe(  # click a column header to sort
-        frame,
+        return only_bad
+    st.caption(
+        "Click a column header to sort. Select a pair's row to open its saved run in "
+        "Overview, Inspect and Tolerances (pairs whose args have `--save-run`)."
+    )
+    st.dataframe(
+        status_style(frame, ["verdict"]),
         hide_index=True,
         width="stretch",
         column_config={
             "max abs": st.column_config.NumberColumn("max abs", format="%.3e"),
             "seconds": st.column_config.NumberColumn("seconds", format="%.1f"),
+            "failing / error": st.column_config.TextColumn("failing / error", width="large"),
         },
+        on_select=_on_pick,
+        selection_mode="single-row",
+        key=TABLE_KEY,
     )
+    return only_bad
 
 
-def grid_frame(sweep: SweepFolder) -> pd.DataFrame:
-    """Pairs x outputs: '✓' or the status, then the largest max abs over the input sets."""
+def _picked(sweep: SweepFolder) -> None:
+    """The selected pair, when it has no saved run to open (or its run could not open)."""
+    name = st.session_state.get(PICKED_KEY)
+    pair = next((p for p in sweep.pairs if p.name == name), None)
+    if pair is None:
+        return
+    st.warning(
+        "This pair has no saved run to open: add `--save-run run.parity.npz` to its args."
+        if sweep.saved_run(pair.name) is None
+        else "This pair's saved run could not be opened (the sidebar says why).",
+        icon=":material/info:",
+    )
+    folder = sweep.path / pair.name
+    lines = [f"pair {pair.name}: {VERDICT_TEXT.get(pair.verdict, pair.verdict)}"]
+    if pair.error or pair.failing:
+        lines.append(pair.error or "failing: " + ", ".join(pair.failing))
+    lines += [f"report: {folder / REPORT}", f"log: {folder / LOG}"]
+    if pair.html:
+        lines.append(f"HTML report: {folder / pair.html}")
+    st.text("\n".join(lines))  # names and messages are text, never markdown
+
+
+def grid_frame(sweep: SweepFolder, pairs: list[PairResult] | None = None) -> pd.DataFrame:
+    """Pairs x outputs: '✓' or the status, then the largest max abs over the input sets.
+
+    Only pairs whose report has outputs get a row (`pairs`: those to consider, default all)."""
     names = sweep.output_names()
     rows = {}
-    for p in sweep.pairs:
+    for p in sweep.pairs if pairs is None else pairs:
         cells = sweep.outputs.get(p.name, {})
+        if not cells:
+            continue
         row = {}
         for name in names:
             cell = cells.get(name)
@@ -141,41 +214,24 @@ def grid_frame(sweep: SweepFolder) -> pd.DataFrame:
             else:
                 row[name] = ""
         rows[p.name] = row
-    return pd.DataFrame.from_dict(rows, orient="index", columns=names)
+    frame = pd.DataFrame.from_dict(rows, orient="index", columns=names)
+    return frame.loc[:, [c for c in frame.columns if frame[c].astype(bool).any()]]
 
 
-def _grid(sweep: SweepFolder) -> None:
+def _grid(sweep: SweepFolder, *, only_bad: bool) -> None:
     st.subheader("Pairs × outputs (max abs error)")
-    frame = grid_frame(sweep)
+    pairs = shown_pairs(sweep, only_bad=only_bad)
+    frame = grid_frame(sweep, pairs)
+    left_out = len(pairs) - len(frame)
     if frame.empty or not len(frame.columns):
         st.caption("No pair report with outputs yet.")
         return
-
-    def color(value: object) -> str:
-        text = str(value)
-        if text.startswith("✓"):
-            return "color: #1a7f37"
-        return "color: #cf222e; font-weight: 600" if text.startswith("✗") else ""
-
-    st.dataframe(frame.style.map(color), width="stretch")
-
-
-def _open_pair_run(sweep: SweepFolder) -> None:
-    st.subheader("Open a pair's saved run")
-    with_runs = [p.name for p in sweep.pairs if sweep.saved_run(p.name)]
-    if not with_runs:
-        st.caption("No pair saved its run: add `--save-run run.parity.npz` to the args.")
-        return
-    name = st.selectbox("Pair", with_runs, key=PAIR_KEY)
-    if st.button("Open in Overview, Inspect and Tolerances", key="parity_sweep_open_run"):
-        path = sweep.saved_run(name)
-        try:
-            open_saved_run(path)
-        except ParityError as exc:
-            st.error("Could not open that pair's saved run.", icon=":material/error:")
-            st.text(f"{name}: {exc.message}")
-            return
-        st.switch_page("pages/overview.py")
+    st.caption(
+        "Each cell: the output's worst status over the input sets and its largest max abs "
+        "error. Empty: that pair has no such output."
+        + (f" {left_out} pair(s) without compared outputs are left out." if left_out else "")
+    )
+    st.dataframe(status_style(frame, None), width="stretch")
 
 
 main()

@@ -99,3 +99,28 @@ def write_zoo(folder: Path, model_zoo, tiny_artifacts) -> Path:
         ],
         defaults=["--input-sets", "2"],
     )
+
+
+def write_tokens_onnx(path: Path, model_zoo) -> Path:
+    """The zoo's Tokens model (input_ids, attention_mask -> logits, extra.0, extra.1) by the
+    legacy exporter: a pair with three outputs, exported in a second."""
+    import warnings
+
+    import torch
+
+    model = model_zoo.build("make_tokens")
+    ids = torch.randint(0, 100, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    names = ["input_ids", "attention_mask", "logits", "extra.0", "extra.1"]
+    with warnings.catch_warnings():  # the legacy exporter warns it is deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            model,
+            (ids, mask),
+            str(path),
+            dynamo=False,
+            input_names=names[:2],
+            output_names=names[2:],
+            dynamic_axes={name: {0: "batch", 1: "seq"} for name in names},
+        )
+    return path

@@ -58,27 +58,21 @@ def test_sweep_url_opens_the_folder_with_summary_table_and_grid(sweep_dir):
     assert "corrupt.onnx" in pairs.loc[2, "failing / error"]
     assert list(pairs["saved run"]) == ["yes", "yes", ""]
     grid = at.dataframe[1].value
-    assert list(grid.columns) == ["y"] and list(grid.index) == ["good", "x__bad__", "corrupt"]
+    assert list(grid.columns) == ["y"] and list(grid.index) == ["good", "x__bad__"]
     assert grid.loc["good", "y"].startswith("✓ ")
     assert grid.loc["x__bad__", "y"].startswith("✗ fail ")
-    assert grid.loc["corrupt", "y"] == ""
+    assert any("1 pair(s) without compared outputs are left out" in c.value for c in at.caption)
     assert all("x__bad__" not in m.value for m in at.markdown)  # never markdown
 
 
-def test_filter_keeps_only_failing_and_error_pairs(sweep_dir):
+def test_filter_keeps_only_failing_and_error_pairs_in_the_table_and_the_grid(sweep_dir):
     at = _open(sweep_dir)
     at.toggle(key="parity_sweep_only_bad").set_value(True).run()
     assert list(at.dataframe[0].value["pair"]) == ["x__bad__", "corrupt"]
+    assert list(at.dataframe[1].value.index) == ["x__bad__"]
 
 
-def test_opening_a_pairs_saved_run_makes_it_the_current_run(sweep_dir):
-    at = _open(sweep_dir)
-    assert at.selectbox(key="parity_sweep_pair").options == ["good", "x__bad__"]
-    at.selectbox(key="parity_sweep_pair").set_value("x__bad__").run()
-    at.button(key="parity_sweep_open_run").click().run()
-    assert not at.exception, at.exception
-    run = at.session_state["parity_run"]
-    assert run.verdict == "fail" and run.model == "models.py:make_tiny"
+# Selecting a row (which opens the pair's saved run) needs a browser: tests/test_browser_sweep.py
 
 
 def test_a_folder_that_is_not_a_sweep_is_one_line_and_the_last_sweep_stays(sweep_dir, tmp_path):
