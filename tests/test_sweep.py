@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -212,6 +213,128 @@ def test_paths_resolve_in_the_manifest_folder_and_outputs_land_in_the_pair_folde
     assert str((tmp_path / "out" / "a" / "run.parity.npz").resolve()) in job.args
     assert "--onnx=tiny.onnx" in job.args
     assert job.num_gpus == 1  # Ray reserves a GPU for a CUDA pair
+
+
+def test_a_gpu_pairs_ray_task_asks_for_a_gpu_and_a_cluster_without_one_refuses_it(tmp_path):
+    from core.sweep.on_ray import task_options, unplaceable
+
+    manifest = write_manifest(
+        tmp_path,
+        [
+            {"name": "cpu", "args": ["--model", "demo:cnn"]},
+            {"name": "cuda", "args": ["--model", "demo:cnn", "--provider=CUDAExecutionProvider"]},
+            {
+                "name": "rocm",
+                "args": ["--model", "demo:cnn", "--provider", "ROCMExecutionProvider"],
+            },
+        ],
+    )
+    cpu, cuda, rocm = plan_jobs(load_manifest(manifest), tmp_path / "out", timeout=None)
+    assert task_options(cpu) == {"num_cpus": 1, "num_gpus": 0, "name": "parity-sweep:cpu"}
+    assert task_options(cuda) == {"num_cpus": 1, "num_gpus": 1, "name": "parity-sweep:cuda"}
+    assert task_options(rocm)["num_gpus"] == 1  # Ray's GPU resource is AMD's too
+    no_gpu, one_gpu = {"CPU": 2.0, "memory": 1e9}, {"CPU": 2.0, "GPU": 1.0}
+    assert unplaceable(cpu, no_gpu) is None and unplaceable(cuda, one_gpu) is None
+    assert unplaceable(cuda, no_gpu) == (
+        "asks for CUDAExecutionProvider, which needs a GPU, and the Ray cluster has none "
+        "(2 CPU, 0 GPU): run it on a cluster with a GPU node, or with "
+        "--provider CPUExecutionProvider"
+    )
+
+
+PROBE = """
+\"\"\"sitecustomize: a `parity validate` process writes the CUDA_VISIBLE_DEVICES it got next
+to its report (the pair's folder).\"\"\"
+import os
+import sys
+from pathlib import Path
+
+if "--json" in sys.argv:
+    report = Path(sys.argv[sys.argv.index("--json") + 1])
+    report.parent.mkdir(parents=True, exist_ok=True)
+    (report.parent / "cuda_visible_devices.txt").write_text(
+        os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
+    )
+"""
+
+ON_A_GPU_CLUSTER = """
+import sys
+import ray
+from core.cli import main
+from core.sweep.execute import parity_pythonpath
+
+ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, object_store_memory=128 << 20,
+         runtime_env={"env_vars": {"PYTHONPATH": parity_pythonpath()}}, log_to_driver=False)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+HANG_S = 400
+"""A sweep of two tiny pairs on a local Ray cluster still running after this has hung."""
+
+
+def _sweep_process(
+    args: list[str], *, code: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`parity sweep ARGS` in its own process group (or `code` given ARGS), killed whole with
+    the Ray cluster it started if it hangs: a hang fails the test instead of stalling it."""
+    command = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "core", *args]
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        out, err = proc.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"parity {' '.join(args)} hung (killed after {HANG_S} s)")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+def test_on_ray_a_gpu_pair_gets_a_gpu_where_there_is_one_and_a_clear_error_where_there_is_none(
+    tmp_path, model_zoo, tiny_artifacts
+):
+    zoo = _tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(PROBE)
+    with_probe = {"PYTHONPATH": os.pathsep.join([str(probe), os.environ.get("PYTHONPATH", "")])}
+    cuda = [*GOOD, "--provider", "CUDAExecutionProvider"]
+    manifest = write_manifest(zoo, [{"name": "gpu", "args": cuda}, {"name": "cpu", "args": GOOD}])
+
+    # a local cluster on this machine (no GPU): the GPU pair is an error at once, the other runs
+    out = tmp_path / "no_gpu"
+    argv = ["sweep", str(manifest), "--out", str(out), "--engine", "ray"]
+    done = _sweep_process(argv, env=with_probe)
+    assert done.returncode == 2, done.stderr
+    pairs = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["pairs"]}
+    assert pairs["cpu"]["verdict"] == "pass"
+    assert pairs["gpu"]["verdict"] == "error" and pairs["gpu"]["exit_code"] is None
+    assert pairs["gpu"]["error"].startswith(
+        "asks for CUDAExecutionProvider, which needs a GPU, and the Ray cluster has none ("
+    )
+    assert f"ERROR  gpu: {pairs['gpu']['error']}" in done.stdout
+    report = json.loads((out / "gpu" / "report.json").read_text())
+    assert report["verdict"] == "error" and report["errors"][0]["kind"] == "usage"
+    assert not (out / "gpu" / "cuda_visible_devices.txt").exists()  # never started
+    assert (out / "cpu" / "cuda_visible_devices.txt").is_file()  # (the probe works)
+
+    # a cluster that has a GPU: Ray reserves it for the pair, whose process sees it
+    out = tmp_path / "one_gpu"
+    argv = ["sweep", str(manifest), "--out", str(out), "--engine", "ray"]
+    done = _sweep_process(argv, code=ON_A_GPU_CLUSTER, env=with_probe)
+    assert (out / "gpu" / "cuda_visible_devices.txt").read_text() == "0", done.stderr
+    assert (out / "cpu" / "cuda_visible_devices.txt").read_text() != "0"
+    pairs = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["pairs"]}
+    assert pairs["cpu"]["verdict"] == "pass"
+    assert pairs["gpu"]["exit_code"] == 2  # it ran: this onnxruntime has no CUDA provider
+    assert "CUDAExecutionProvider" in pairs["gpu"]["error"]
 
 
 def test_engine_ray_without_ray_installed_is_one_line_naming_the_extra(tmp_path):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic import atomic_path, write_text
+from core.errors import UsageError
 from core.sweep.manifest import OUTPUT_FLAGS, flag_values
 from core.sweep.plan import PairJob
 
@@ -44,7 +45,8 @@ class PairResult:
     verdict: str
     """pass | fail | error (error: the pair could not be run, or its process died)."""
     exit_code: int | None
-    """validate's exit code; negative: killed by that signal; None: killed at the timeout."""
+    """validate's exit code; negative: killed by that signal; None: killed at the timeout,
+    or never started (refused by the engine, lost by Ray)."""
     seconds: float
     error: str | None
     failing: tuple[str, ...]
@@ -66,6 +68,18 @@ def run_pair(job: PairJob, should_stop: Callable[[], bool] | None = None) -> Pai
     try:
         return _run(job, should_stop, start)
     except OSError as exc:  # its folder cannot be written (disk full, permissions): this pair only
+        return _result(job, "error", None, start, f"sweep could not run it: {exc}", report=None)
+
+
+def refused(job: PairJob, message: str) -> PairResult:
+    """A pair the engine will not start (e.g. a GPU pair on a cluster without a GPU): an
+    error report in its folder, like a pair whose process died, and never a hang."""
+    start = time.monotonic()
+    try:
+        Path(job.out_dir).mkdir(parents=True, exist_ok=True)
+        _remove_previous(job)
+        return _died(job, start, None, message, UsageError.kind)
+    except OSError as exc:
         return _result(job, "error", None, start, f"sweep could not run it: {exc}", report=None)
 
 

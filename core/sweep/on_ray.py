@@ -1,7 +1,10 @@
 """The Ray engine: one Ray task per pair, running the same `run_pair` as the local engine.
 
 Each task asks for one CPU, and one GPU when its pair asks for a GPU execution provider, so
-Ray places pairs where the resources are. Without an address, `ray.init()` starts a local
+Ray places pairs where the resources are (and the pair's process inherits the
+CUDA_VISIBLE_DEVICES Ray gives its task). A GPU pair on a cluster that has no GPU when the
+sweep starts would wait forever for one: it becomes an error pair at once, saying so, and
+the other pairs run. Without an address, `ray.init()` starts a local
 cluster (sized by --workers) for this sweep and stops it after; with `--ray-address` the
 tasks go to that cluster, whose nodes must have Parity installed and see the manifest's files
 and DIR at the same paths (a shared filesystem). Results come back to this process, which
@@ -15,7 +18,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from core.errors import UsageError, first_line
-from core.sweep.execute import PairResult, parity_pythonpath, run_pair
+from core.sweep.execute import PairResult, parity_pythonpath, refused, run_pair
 from core.sweep.plan import PairJob
 
 EXTRA_HINT = "pip install 'onnx-parity[ray]' (in a checkout: pip install -e '.[ray]')"
@@ -45,8 +48,14 @@ def run_on_ray(
     if started:
         _init(ray, address, workers)
     try:
-        _check_gpus(ray, jobs)
-        _run(ray, jobs, on_result, limit=workers if address else None)
+        resources, runnable = ray.cluster_resources(), []
+        for job in jobs:
+            problem = unplaceable(job, resources)
+            if problem is None:
+                runnable.append(job)
+            else:
+                on_result(refused(job, problem))
+        _run(ray, runnable, on_result, limit=workers if address else None)
     finally:
         if started:
             ray.shutdown()
@@ -66,12 +75,22 @@ def _init(ray, address: str | None, workers: int | None) -> None:
     )
 
 
-def _check_gpus(ray, jobs: Sequence[PairJob]) -> None:
-    wanting = [job.name for job in jobs if job.num_gpus]
-    if wanting and ray.cluster_resources().get("GPU", 0) < 1:
-        raise UsageError(
-            f"pair {wanting[0]!r} asks for a GPU execution provider but the Ray cluster has no GPU"
+def unplaceable(job: PairJob, resources: dict[str, float]) -> str | None:
+    """Why a cluster with `resources` (ray.cluster_resources()) can never run the job's task."""
+    gpus = resources.get("GPU", 0)
+    if job.num_gpus and gpus < job.num_gpus:
+        cpus = resources.get("CPU", 0)
+        return (
+            f"asks for {job.gpu_provider}, which needs a GPU, and the Ray cluster has none "
+            f"({cpus:g} CPU, {gpus:g} GPU): run it on a cluster with a GPU node, or with "
+            "--provider CPUExecutionProvider"
         )
+    return None
+
+
+def task_options(job: PairJob) -> dict:
+    """What the pair's Ray task asks for: one CPU, and one GPU for a GPU provider."""
+    return {"num_cpus": 1, "num_gpus": job.num_gpus, "name": f"parity-sweep:{job.name}"}
 
 
 def _run(ray, jobs: Sequence[PairJob], on_result, *, limit: int | None) -> None:
@@ -82,9 +101,7 @@ def _run(ray, jobs: Sequence[PairJob], on_result, *, limit: int | None) -> None:
     def submit() -> None:
         while queue and (limit is None or len(pending) < limit):
             job = queue.pop()
-            ref = task.options(
-                num_cpus=1, num_gpus=job.num_gpus, name=f"parity-sweep:{job.name}"
-            ).remote(job)
+            ref = task.options(**task_options(job)).remote(job)
             pending[ref] = job
 
     try:

@@ -25,7 +25,13 @@ from core.sweep.manifest import (
 )
 
 REPORT = "report.json"
-GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+GPU_PROVIDERS = (
+    "CUDAExecutionProvider",
+    "TensorrtExecutionProvider",
+    "ROCMExecutionProvider",
+    "MIGraphXExecutionProvider",
+)
+"""Execution providers that run on a GPU: Ray's "GPU" resource covers NVIDIA and AMD alike."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +44,12 @@ class PairJob:
     out_dir: str
     key: str
     timeout: float | None
-    num_gpus: int
-    """1 when the pair asks for a GPU execution provider (Ray reserves a GPU for it)."""
+    gpu_provider: str | None
+    """The GPU execution provider the pair asks for (Ray reserves a GPU for it), if any."""
+
+    @property
+    def num_gpus(self) -> int:
+        return 1 if self.gpu_provider else 0
 
     @property
     def report_path(self) -> Path:
@@ -65,7 +75,7 @@ def _plan(pair: PairSpec, root: Path, out_dir: Path, timeout: float | None) -> P
         out_dir=str(out_dir),
         key=pair_key(pair, root, timeout),
         timeout=timeout,
-        num_gpus=1 if _wants_gpu(pair.args) else 0,
+        gpu_provider=gpu_provider(pair.args),
     )
 
 
@@ -98,11 +108,13 @@ def _digest(path: Path, kind: str) -> str:
         return f"unreadable: {os.strerror(exc.errno) if exc.errno else exc}"
 
 
-def _wants_gpu(args: tuple[str, ...]) -> bool:
+def gpu_provider(args: tuple[str, ...]) -> str | None:
+    """The first GPU provider among the --provider values (comma lists too), else None."""
     for i, token in enumerate(args):
         flag, eq, value = token.partition("=")
         if flag == "--provider":
             value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if value in GPU_PROVIDERS:
-                return True
-    return False
+            for name in value.split(","):
+                if name.strip() in GPU_PROVIDERS:
+                    return name.strip()
+    return None
