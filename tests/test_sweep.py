@@ -385,27 +385,85 @@ def test_index_shows_names_and_messages_as_text_and_loads_nothing():
     assert "href='x/report.json'" in page
 
 
-def test_progress_line_shows_on_a_terminal_only():
-    import io
-
+def test_progress_line_text_counts_verdicts_and_estimates_from_the_pairs_that_ran():
     from core.sweep.execute import PairResult
-    from core.sweep.progress import Progress
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
+    from core.sweep.progress import clock, progress_line
 
     done = [
         PairResult("a", "pass", 0, 1.0, None, (), None, ""),
         PairResult("b", "fail", 1, 1.0, None, ("y",), None, ""),
     ]
-    tty, log = Terminal(), io.StringIO()
-    for stream in (tty, log):
-        progress = Progress(4, stream=stream)
-        progress.update(done)
-        progress.close()
-    assert "2/4 done: 1 pass, 1 fail, 0 error, ETA" in tty.getvalue()
-    assert log.getvalue() == ""
+    assert progress_line(4, done, 0, 65.0) == (
+        "sweep 2/4 done: 1 pass, 1 fail, 0 error; 1:05 elapsed, ETA 1:05"
+    )
+    assert progress_line(4, done, 1, 65.0).endswith("ETA 2:10")  # one was resumed, not run
+    assert progress_line(2, done, 0, 65.0).endswith("1:05 elapsed")  # finished: no ETA
+    assert progress_line(4, [], 0, 3.0) == "sweep 0/4 done: 0 pass, 0 fail, 0 error; 0:03 elapsed"
+    assert clock(3725.9) == "1:02:05"
+
+
+def _sweep_on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """`parity sweep` with its stderr on a pseudo-terminal: (exit code, what the terminal got)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # rows, columns
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env={**os.environ, **env},
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return proc.wait(timeout=60), b"".join(chunks).decode()
+
+
+def test_progress_line_is_live_on_a_terminal_and_absent_from_logs_and_ci(
+    tmp_path, model_zoo, tiny_artifacts
+):
+    zoo = _tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+    failing = [*GOOD, "--weights", "other_weights.pt"]
+    manifest = write_manifest(zoo, [{"name": "a", "args": GOOD}, {"name": "b", "args": failing}])
+    out = tmp_path / "out"
+    argv = ["sweep", str(manifest), "--out", str(out), "--workers", "1"]
+    terminal = {"TERM": "xterm", "CI": ""}
+
+    code, shown = _sweep_on_a_terminal(argv, terminal)
+    assert code == 1
+    lines = shown.split("\r\x1b[K")
+    assert lines[1].startswith("sweep 0/2 done: 0 pass, 0 fail, 0 error; 0:00 elapsed")
+    # redrawn while the first pair runs (a process that imports torch: over a second)
+    assert any(line.startswith("sweep 0/2 done") and "0:00" not in line for line in lines)
+    after_one = [line for line in lines if line.startswith("sweep 1/2 done: 1 pass, 0 fail")]
+    assert after_one and all(", ETA " in line for line in after_one)
+    assert any(line.startswith("sweep 2/2 done: 1 pass, 1 fail, 0 error; ") for line in lines)
+    assert lines[-1] == ""  # cleared at the end, for the summary lines that follow
+
+    for env in ({"TERM": "xterm", "CI": "true"}, {"TERM": "dumb", "CI": ""}):
+        code, shown = _sweep_on_a_terminal([*argv, "--resume"], env)
+        assert code == 1 and "done:" not in shown, env
+    logged = subprocess.run(  # a log file or a CI log: stderr is not a terminal
+        [sys.executable, "-m", "core", *argv, "--resume"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **terminal},
+        timeout=300,
+    )
+    assert logged.returncode == 1 and "done:" not in logged.stderr + logged.stdout
 
 
 def test_interrupting_a_sweep_kills_its_running_pairs_and_keeps_the_summary(

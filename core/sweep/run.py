@@ -71,6 +71,8 @@ def run_sweep(
 
     writer.write(writer.ordered(by_name), force=True)
     try:
+        if progress is not None:
+            progress.begin(writer.ordered(by_name))
         engine([j for j in jobs if j.name not in by_name], on_result)
     finally:
         writer.write(writer.ordered(by_name), force=True)
