@@ -88,7 +88,8 @@ def test_resume_skips_pairs_done_with_the_same_arguments_and_reruns_changed_ones
     zoo = tmp_path / "zoo"
     copy_tiny(zoo, model_zoo, tiny_artifacts)
     pair = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
-    manifest = write_manifest(zoo, [{"name": "a", "args": pair}, {"name": "b", "args": pair}])
+    with_html = [*pair, "--html", "report.html"]
+    manifest = write_manifest(zoo, [{"name": "a", "args": with_html}, {"name": "b", "args": pair}])
     out = tmp_path / "out"
     argv = ["sweep", str(manifest), "--out", str(out), "--workers", "2"]
     assert main(argv) == 0
@@ -100,11 +101,17 @@ def test_resume_skips_pairs_done_with_the_same_arguments_and_reruns_changed_ones
     assert _summary(out)["counts"] == {"pass": 2, "fail": 0, "error": 0}
 
     changed = [*pair, "--seed", "3"]
-    write_manifest(zoo, [{"name": "a", "args": pair}, {"name": "b", "args": changed}])
+    write_manifest(zoo, [{"name": "a", "args": with_html}, {"name": "b", "args": changed}])
     assert main([*argv, "--resume"]) == 0
     assert "(1 resumed)" in capsys.readouterr().out
     assert (out / "a" / "report.json").stat().st_mtime_ns == first["a"]
     assert (out / "b" / "report.json").stat().st_mtime_ns != first["b"]
+
+    (out / "a" / "report.html").unlink()  # a file the pair wrote is gone: it runs again
+    assert main([*argv, "--resume"]) == 0
+    assert "(1 resumed)" in capsys.readouterr().out
+    assert (out / "a" / "report.html").is_file()
+    first["a"] = (out / "a" / "report.json").stat().st_mtime_ns
 
     (zoo / "tiny.onnx").write_bytes((zoo / "tiny.onnx").read_bytes())  # new mtime, same bytes
     assert main([*argv, "--resume"]) == 0
@@ -131,6 +138,28 @@ def _m(*pairs: dict, **top) -> dict:
 
 def _p(name: str = "a", args: list[str] = GOOD, **more) -> dict:
     return {"name": name, "args": args, **more}
+
+
+def test_the_resume_key_changes_with_args_defaults_timeout_and_versions(tmp_path):
+    from core.sweep.plan import installed_versions, pair_key
+
+    def keys(pairs: list[dict], defaults: list[str] | None = None, timeout: float = 60.0):
+        manifest = load_manifest(write_manifest(tmp_path, pairs, defaults=defaults))
+        return [job.key for job in plan_jobs(manifest, tmp_path / "out", timeout=timeout)]
+
+    demo = ["--model", "demo:cnn"]
+    a, b = {"name": "a", "args": demo}, {"name": "b", "args": [*demo, "--atol", "1e-4"]}
+    key_a, key_b = keys([a, b])
+    assert keys([a, b]) == [key_a, key_b] and key_a != key_b  # same arguments, same key
+    changed = keys([a, {"name": "b", "args": [*demo, "--atol", "1e-3"]}])
+    assert changed[0] == key_a and changed[1] != key_b  # only the changed pair's key moves
+    assert set(keys([a, b], defaults=["--input-sets", "2"])).isdisjoint({key_a, key_b})
+    assert set(keys([a, b], timeout=61.0)).isdisjoint({key_a, key_b})
+    spec = load_manifest(tmp_path / "manifest.json").pairs[0]
+    versions = installed_versions()
+    assert "parity" in versions and "torch" in versions and "onnxruntime" in versions
+    other = {**versions, "onnxruntime": "0.0.1"}
+    assert pair_key(spec, tmp_path, 60.0, versions) != pair_key(spec, tmp_path, 60.0, other)
 
 
 @pytest.mark.parametrize(
@@ -325,10 +354,11 @@ def test_on_ray_a_gpu_pair_gets_a_gpu_where_there_is_one_and_a_clear_error_where
     assert not (out / "gpu" / "cuda_visible_devices.txt").exists()  # never started
     assert (out / "cpu" / "cuda_visible_devices.txt").is_file()  # (the probe works)
 
-    # a cluster that has a GPU: Ray reserves it for the pair, whose process sees it
-    out = tmp_path / "one_gpu"
-    argv = ["sweep", str(manifest), "--out", str(out), "--engine", "ray"]
-    done = _sweep_process(argv, code=ON_A_GPU_CLUSTER, env=with_probe)
+    assert not (out / "gpu" / "pair.json").exists()  # nothing for --resume to skip
+
+    # resumed on a cluster that has a GPU: Ray reserves it for the pair, whose process sees it
+    done = _sweep_process([*argv, "--resume"], code=ON_A_GPU_CLUSTER, env=with_probe)
+    assert "(1 resumed)" in done.stdout  # the CPU pair
     assert (out / "gpu" / "cuda_visible_devices.txt").read_text() == "0", done.stderr
     assert (out / "cpu" / "cuda_visible_devices.txt").read_text() != "0"
     pairs = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["pairs"]}

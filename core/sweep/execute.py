@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,9 @@ class PairResult:
     """File name of the pair's HTML report in its folder, when its args asked for one."""
     saved_run: str | None = None
     """File name of the pair's saved run (--save-run) in its folder, when there is one."""
+    started: bool = True
+    """False for a pair that never ran (refused by the engine, lost by Ray before it ran):
+    `--resume` runs it again."""
 
 
 class Interrupted(Exception):
@@ -78,7 +81,7 @@ def refused(job: PairJob, message: str) -> PairResult:
     try:
         Path(job.out_dir).mkdir(parents=True, exist_ok=True)
         _remove_previous(job)
-        return _died(job, start, None, message, UsageError.kind)
+        return replace(_died(job, start, None, message, UsageError.kind), started=False)
     except OSError as exc:
         return _result(job, "error", None, start, f"sweep could not run it: {exc}", report=None)
 

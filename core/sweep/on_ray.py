@@ -132,4 +132,5 @@ def _get(ray, ref, job: PairJob) -> PairResult:
             failing=(),
             worst=None,
             key=job.key,
+            started=False,
         )

@@ -1,9 +1,10 @@
 """One manifest pair -> the job an engine runs: its validate arguments, folder and resume key.
 
-The key is a SHA-256 of what decides the pair's result: its arguments, the sweep's timeout,
-Parity's version and the contents of the files it reads (a directory, e.g. hf:DIR, by its
-listing: names, sizes, modification times). `--resume` skips a pair whose record holds the
-same key.
+The key is a SHA-256 of what decides the pair's result: its arguments (the defaults'
+included), the sweep's timeout, the versions of Parity and of the packages that compute the
+numbers (as installed where the sweep runs), and the contents of the files it reads (a
+directory, e.g. hf:DIR, by its listing: names, sizes, modification times). `--resume` skips
+a pair whose record holds the same key.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import suppress
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
-from core import __version__
 from core.sweep.manifest import (
     INPUT_FLAGS,
     OUTPUT_FLAGS,
@@ -23,8 +25,11 @@ from core.sweep.manifest import (
     flag_values,
     model_path,
 )
+from core.version import __version__
 
 REPORT = "report.json"
+DECIDING_PACKAGES = ("torch", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "transformers")
+"""Distributions whose version is part of every resume key (those not installed are left out)."""
 GPU_PROVIDERS = (
     "CUDAExecutionProvider",
     "TensorrtExecutionProvider",
@@ -58,10 +63,15 @@ class PairJob:
 
 def plan_jobs(manifest: Manifest, out: Path, *, timeout: float | None) -> tuple[PairJob, ...]:
     out = out.resolve()
-    return tuple(_plan(pair, manifest.root, out / pair.name, timeout) for pair in manifest.pairs)
+    versions = installed_versions()
+    return tuple(
+        _plan(pair, manifest.root, out / pair.name, timeout, versions) for pair in manifest.pairs
+    )
 
 
-def _plan(pair: PairSpec, root: Path, out_dir: Path, timeout: float | None) -> PairJob:
+def _plan(
+    pair: PairSpec, root: Path, out_dir: Path, timeout: float | None, versions: dict[str, str]
+) -> PairJob:
     args = list(pair.args)
     for fv in flag_values(pair.args):
         if fv.flag in OUTPUT_FLAGS:
@@ -73,13 +83,22 @@ def _plan(pair: PairSpec, root: Path, out_dir: Path, timeout: float | None) -> P
         args=tuple(args),
         cwd=str(root),
         out_dir=str(out_dir),
-        key=pair_key(pair, root, timeout),
+        key=pair_key(pair, root, timeout, versions),
         timeout=timeout,
         gpu_provider=gpu_provider(pair.args),
     )
 
 
-def pair_key(pair: PairSpec, root: Path, timeout: float | None) -> str:
+def installed_versions() -> dict[str, str]:
+    """Parity's version and those of DECIDING_PACKAGES, read from metadata (nothing imported)."""
+    found = {"parity": __version__}
+    for dist in DECIDING_PACKAGES:
+        with suppress(metadata.PackageNotFoundError):
+            found[dist] = metadata.version(dist)
+    return found
+
+
+def pair_key(pair: PairSpec, root: Path, timeout: float | None, versions: dict[str, str]) -> str:
     files: list[list[str]] = []
     for fv in flag_values(pair.args):
         if fv.flag in INPUT_FLAGS:
@@ -87,7 +106,7 @@ def pair_key(pair: PairSpec, root: Path, timeout: float | None) -> str:
         elif fv.flag == "--model" and (found := model_path(fv.value)) is not None:
             files.append([fv.value, _digest(root / found[1], found[0])])
     blob = json.dumps(
-        {"args": list(pair.args), "timeout": timeout, "parity": __version__, "files": files},
+        {"args": list(pair.args), "timeout": timeout, "versions": versions, "files": files},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -62,7 +62,8 @@ def run_sweep(
         progress.skipped = resumed
 
     def on_result(result: PairResult) -> None:
-        write_record(job_by_name[result.name], result)
+        if result.started:  # a pair that never ran has no result to resume from
+            write_record(job_by_name[result.name], result)
         by_name[result.name] = result
         finished = writer.ordered(by_name)
         writer.write(finished, force=False)

@@ -99,15 +99,20 @@ def write_record(job: PairJob, result: PairResult) -> None:
 
 
 def load_record(job: PairJob) -> PairResult | None:
-    """The pair's earlier result when it ran with the same key and its report is there."""
+    """The pair's earlier result when it ran with the same key and the files it wrote (its
+    report, and its --html / --save-run files) are all still there."""
+    folder = Path(job.out_dir)
     try:
-        record = json.loads((Path(job.out_dir) / RECORD).read_text(encoding="utf-8"))
+        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
         if record.get("key") != job.key or not job.report_path.is_file():
             return None
         result = result_from_dict(record["result"], key=job.key)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return result if result.name == job.name else None
+    written = [name for name in (result.html, result.saved_run) if name]
+    if result.name != job.name or not all((folder / name).is_file() for name in written):
+        return None
+    return result
 
 
 def _float(value: Any) -> float | None:
