@@ -121,7 +121,11 @@ def _on_pick() -> None:
 
 def _summary(sweep: SweepFolder) -> None:
     counts = {v: sum(p.verdict == v for p in sweep.pairs) for v in VERDICT_TEXT}
-    state = "" if sweep.complete else f" (still running: {len(sweep.pairs)} of {sweep.total})"
+    state = (
+        ""
+        if sweep.complete
+        else f" (still running: {len(sweep.pairs)} of {sweep.total} done; Open again to refresh)"
+    )
     st.text(
         f"{len(sweep.pairs)} pair(s): {counts['pass']} pass, {counts['fail']} fail, "
         f"{counts['error']} error{state}\nfolder {sweep.path}\nmanifest {sweep.manifest}"
