@@ -33,16 +33,24 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="pairs at once (default: this machine's CPU count; on a Ray cluster: no limit)",
+        help="pairs at once (default: this machine's CPU count; with --ray-address: no limit)",
     )
-    s.add_argument("--engine", choices=["local", "ray"], default="local")
+    s.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: processes on this machine (default); ray: one Ray task per pair "
+        "(pip install -e '.[ray]')",
+    )
     s.add_argument(
         "--ray-address",
         metavar="ADDR",
         help="an existing Ray cluster (e.g. ray://head:10001 or auto); default: a local one",
     )
     s.add_argument(
-        "--resume", action="store_true", help="skip pairs already done with the same arguments"
+        "--resume",
+        action="store_true",
+        help="skip pairs already done with the same arguments, input files and versions",
     )
     s.add_argument(
         "--timeout",
