@@ -198,8 +198,9 @@ def validate(
         from core.pipeline import run_validation
 
         run = run_validation(config, progress=progress, loaders=loaders)
-    if onnx_label is not None:
-        run = replace(run, onnx=onnx_label)
+    if onnx_label is not None:  # the temp file is gone: name what the caller gave
+        candidates = tuple(replace(c, onnx=onnx_label) for c in run.candidates)
+        run = replace(run, onnx=onnx_label, candidates=candidates)
     return ValidationRun.of(run)
 
 

@@ -42,7 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="demo:NAME | FILE.pt2 | TorchScript file | FILE.py:CALLABLE | "
         "package.module:CALLABLE | hf:DIR (a local transformers directory)",
     )
-    model.add_argument("--onnx", metavar="FILE", help="the ONNX file (optional for demo:NAME)")
+    model.add_argument(
+        "--onnx",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the ONNX file (optional for demo:NAME); repeat to compare several side by side; "
+        "without --model and --reference the first is the reference (ONNX against ONNX)",
+    )
     model.add_argument("--weights", metavar="FILE", help="state dict: .safetensors or torch file")
     model.add_argument(
         "--reference",
@@ -84,13 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
     runtime.add_argument(
         "--provider",
         default="CPUExecutionProvider",
-        help="execution provider (default CPUExecutionProvider)",
+        metavar="NAME[,NAME...]",
+        help="execution provider(s), comma-separated: one candidate each "
+        "(default CPUExecutionProvider)",
     )
     runtime.add_argument(
         "--ort-opt-level",
         default="all",
-        choices=["disable", "basic", "extended", "all"],
-        help="graph optimisation level (default all)",
+        metavar="LEVEL[,LEVEL...]",
+        help="graph optimisation level(s) disable | basic | extended | all, comma-separated: "
+        "one candidate each (default all)",
     )
     tol = v.add_argument_group("tolerances (element passes when |onnx-ref| <= atol + rtol*|ref|)")
     tol.add_argument("--atol", type=float, default=None, help="global atol (default 1e-5)")
@@ -208,6 +218,14 @@ def _parse_pairs(items: Sequence[str], flag: str, kind: str) -> dict[str, str]:
     return pairs
 
 
+def parse_list(text: str, flag: str) -> tuple[str, ...]:
+    """A comma-separated flag value (``disable,all``) as its items, blanks refused."""
+    items = tuple(item.strip() for item in text.split(","))
+    if not all(items):
+        raise UsageError(f"{flag} {text!r}: expected NAME[,NAME...] without empty items")
+    return items
+
+
 def parse_dims(items: Sequence[str]) -> dict[str, int]:
     dims = {}
     for name, value in _parse_pairs(items, "--dim", "NAME=SIZE").items():
@@ -261,15 +279,15 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         hf = hf_options_from_args(args)
     config = RunConfig(
         model=args.model,
-        onnx=args.onnx,
+        onnx=tuple(args.onnx) or None,
         weights=args.weights,
         dims=parse_dims(args.dim),
         n_input_sets=args.input_sets,
         seed=args.seed,
         int_ranges=parse_int_ranges(args.int_range),
         input_files=tuple(args.inputs),
-        provider=args.provider,
-        ort_opt_level=args.ort_opt_level,
+        provider=parse_list(args.provider, "--provider"),
+        ort_opt_level=parse_list(args.ort_opt_level, "--ort-opt-level"),
         tolerances=tolerances_from_args(args),
         reference_file=args.reference,
         hf=hf,
@@ -416,6 +434,11 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     except Exception as exc:  # a ParityError, or a bug the core did not classify: one line
         return _fail(args, *describe_error(exc), exc)
+    if run.verdict == "error":  # a candidate could not be run; the others are reported
+        for info in run.candidate_list:
+            if info.error is not None:
+                print(f"parity: error: candidate {info.label}: {info.error}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_PASS if run.verdict == "pass" else EXIT_FAIL
 
 
@@ -424,6 +447,10 @@ def _format(run: ValidationRun) -> str:
         from core.hf.steps_text import format_steps_table
 
         text = format_steps_table(run) + "\n\n" + format_verdict(run)
+    elif run.is_multi_candidate:  # candidates side by side
+        from core.candidates_text import format_candidates
+
+        text = format_candidates(run)
     else:
         text = format_run(run)
     if run.layers is not None:
@@ -461,7 +488,7 @@ def _write_error_report(
             args.json,
             error_report_dict(
                 model=getattr(args, "model", None) or getattr(args, "run", None),
-                onnx=getattr(args, "onnx", None),
+                onnx=_first(getattr(args, "onnx", None)),
                 tolerances=tolerances,
                 kind=kind,
                 message=message,
@@ -470,6 +497,13 @@ def _write_error_report(
     except WriteError as write_exc:
         return f"; and {write_exc.message}"
     return ""
+
+
+def _first(value: str | list[str] | None) -> str | None:
+    """--onnx is repeatable: an error report names the first file."""
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
 
 
 if __name__ == "__main__":

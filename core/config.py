@@ -5,7 +5,7 @@ refused, so nothing is silently ignored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ class RunConfig:
     """Everything that defines a run; the CLI's flags and the Run page's widgets map onto it."""
 
     model: str | None
-    onnx: str | None
+    onnx: str | Sequence[str] | None  # several files: candidates side by side
     weights: str | None = None
     dims: Mapping[str, int] = field(default_factory=dict)
     n_input_sets: int = 1
@@ -29,8 +29,8 @@ class RunConfig:
     int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     input_files: tuple[str, ...] = ()
     feeds: tuple[Mapping[str, Any], ...] = ()  # input sets given as arrays (the Python API)
-    provider: str = "CPUExecutionProvider"
-    ort_opt_level: str = "all"
+    provider: str | Sequence[str] = "CPUExecutionProvider"  # several: one candidate each
+    ort_opt_level: str | Sequence[str] = "all"  # several: one candidate each
     tolerances: Tolerances = field(default_factory=Tolerances)
     reference_file: str | None = None
     hf: HfOptions | None = None  # prompts, steps, export path of an "hf:DIR" model
@@ -47,8 +47,35 @@ class RunConfig:
     @property
     def kind(self) -> RunKind:
         if self.model is None:
-            return RunKind.REFERENCE
+            return RunKind.REFERENCE if self.reference_file is not None else RunKind.ONNX
         return RunKind.HF_GENERATE if is_hf_spec(self.model) else RunKind.TORCH
+
+    @property
+    def onnx_files(self) -> tuple[str, ...]:
+        return _texts(self.onnx)
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        return _texts(self.provider)
+
+    @property
+    def ort_opt_levels(self) -> tuple[str, ...]:
+        return _texts(self.ort_opt_level)
+
+    @property
+    def n_candidates(self) -> int:
+        """Files x providers x levels (a demo's or an hf: export counts as one file); an
+        ONNX-against-ONNX run's first combination is its reference, not a candidate."""
+        n = max(len(self.onnx_files), 1) * len(self.providers) * len(self.ort_opt_levels)
+        return n - 1 if self.kind is RunKind.ONNX else n
+
+
+def _texts(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """One text or several, as a tuple of distinct texts in their order."""
+    if value is None:
+        return ()
+    items = (value,) if isinstance(value, str) else tuple(value)
+    return tuple(dict.fromkeys(str(v) for v in items))
 
 
 @dataclass(frozen=True)
@@ -74,11 +101,7 @@ def check_config(config: RunConfig) -> None:
         raise UsageError(f"--layers-memory must be >= 1 MB, got {config.layers_memory_mb}")
     if config.n_input_sets < 1:
         raise UsageError(f"the number of input sets must be >= 1, got {config.n_input_sets}")
-    if config.model is None and config.reference_file is None:
-        raise UsageError(
-            "give a model (--model SPEC) or stored reference outputs (--reference REF.npz "
-            "with --inputs)"
-        )
+    _check_candidates(config)
     if config.model is not None and config.reference_file is not None:
         raise UsageError("give either --model or --reference, not both")
     if config.reference_file is not None and not config.n_given_sets:
@@ -111,6 +134,53 @@ def check_config(config: RunConfig) -> None:
         )
     if config.kind is RunKind.REFERENCE and config.weights is not None:
         raise UsageError("--weights does not apply to --reference (there is no torch model)")
+
+
+def _check_candidates(config: RunConfig) -> None:
+    """Providers ONNX Runtime has here, known levels, and something to compare."""
+    from core.onnx_model import ORT_OPT_LEVELS, available_providers
+
+    if not config.providers or not config.ort_opt_levels:
+        raise UsageError("give at least one --provider and one --ort-opt-level")
+    available = available_providers()
+    missing = [p for p in config.providers if p not in available]
+    if missing:
+        raise UsageError(
+            f"ONNX Runtime provider {', '.join(map(repr, missing))} not available here; "
+            f"available: {', '.join(available)}"
+        )
+    unknown = [level for level in config.ort_opt_levels if level not in ORT_OPT_LEVELS]
+    if unknown:
+        raise UsageError(
+            f"unknown ORT optimisation level {', '.join(map(repr, unknown))}; choose from "
+            f"{', '.join(ORT_OPT_LEVELS)}"
+        )
+    if config.kind is RunKind.ONNX:
+        if not config.onnx_files:
+            raise UsageError(
+                "give a model (--model SPEC), stored reference outputs (--reference REF.npz "
+                "with --inputs), or ONNX files to compare (--onnx REF.onnx --onnx OTHER.onnx)"
+            )
+        if config.n_candidates < 1:
+            raise UsageError(
+                "ONNX against ONNX needs a second candidate: another --onnx, or several "
+                "--provider / --ort-opt-level values (the first file at the first provider "
+                "and level is the reference)"
+            )
+        if config.weights is not None:
+            raise UsageError("--weights does not apply to ONNX against ONNX (no torch model)")
+    if config.n_candidates > 1 and config.layers:
+        raise UsageError(
+            "--layers compares one ONNX file: give one --onnx, one --provider and one "
+            "--ort-opt-level"
+        )
+    if config.kind is RunKind.ONNX and config.layers:
+        raise UsageError("--layers needs a torch model (--model SPEC)")
+    if config.n_candidates > 1 and config.kind is RunKind.HF_GENERATE:
+        raise UsageError(
+            "an hf: model's generate() steps are validated against one ONNX file: give one "
+            "--onnx, one --provider and one --ort-opt-level"
+        )
 
 
 def _set_flags(*flags: tuple[str, bool]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.input_binding import BY_POSITION, binding_text
 from core.labels import status_label
-from core.results import OutputComparison, Status, ValidationRun
+from core.results import OutputComparison, RunKind, Status, ValidationRun
 from core.text import number_text, shape_text
 
 
@@ -98,8 +98,17 @@ def format_failure(c: OutputComparison) -> str:
     return head + ("\n" + " " * len(head)).join(lines or [status_label(c.status, "terminal")])
 
 
+def reference_text(run: ValidationRun) -> str:
+    """What the candidates were compared with: the model, or the reference ONNX file and
+    how it ran (ONNX against ONNX)."""
+    p = run.provenance
+    if p.kind is RunKind.ONNX and p.reference_file:
+        return f"reference {p.reference_file} ({p.reference_provider}, {p.reference_opt_level})"
+    return f"model {run.model}"
+
+
 def format_run(run: ValidationRun) -> str:
-    head = f"model {run.model}\nonnx  {run.onnx}"
+    head = f"{reference_text(run)}\nonnx  {run.onnx}"
     if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
         head += "\ninputs fed " + binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
     failures = [format_failure(c) for c in run.comparisons if not c.status.passed]

@@ -88,13 +88,20 @@ def read_signature(proto: onnx.ModelProto, *, where: Path | str = "model") -> On
     )
 
 
+def available_providers() -> list[str]:
+    """The execution providers this ONNX Runtime build can use, in its preference order."""
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
 def make_session(
     model: OnnxModel, *, provider: str = "CPUExecutionProvider", opt_level: str = "all"
 ) -> onnxruntime.InferenceSession:
     """An ONNX Runtime session on one provider at one graph-optimisation level."""
     import onnxruntime as ort
 
-    available = ort.get_available_providers()
+    available = available_providers()
     if provider not in available:
         raise UsageError(
             f"unknown ONNX Runtime provider {provider!r}; available here: {', '.join(available)}"

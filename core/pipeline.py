@@ -1,9 +1,9 @@
 """The one loop every run goes through: source -> ONNX Runtime per candidate -> compare.
 
 A source (core.sources) yields cases lazily: an input set, its reference outputs (computed
-once), and what must not be judged. Each candidate (today one: the ONNX file under one
-provider and optimisation level) runs on the case with core.runner.run_onnx and is compared
-with core.compare.compare_outputs; one `ValidationRun` is assembled at the end. The
+once), and what must not be judged. Each candidate (an ONNX file under one provider and
+optimisation level, core.candidates) runs on the case with core.runner.run_onnx and is
+compared with core.compare.compare_outputs; one `ValidationRun` is assembled at the end. The
 dashboard and the CLI call `run_validation` with a `RunConfig`; so does `core.validate()`, the
 public function (which is why this module is not named `validate`).
 """
@@ -14,18 +14,26 @@ import shutil
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from core.candidates import (
+    Candidate,
+    CandidateSpec,
+    SignatureFit,
+    expand_specs,
+    fit_signature,
+    load_candidate,
+    shared_loaders,
+)
 from core.compare import compare_outputs
 from core.config import Loaders, RunConfig, check_config, default_loaders
 from core.deadline import Deadline
+from core.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from core.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
-from core.results import OutputComparison, OutputSet, RunKind, ValidationRun
-from core.signature import OnnxSignature
+from core.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
 from core.sources import Case, Source
 from core.tolerances import Tolerances
 
@@ -42,23 +50,16 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One way to run the ONNX side: a loaded file, its session, provider and opt level."""
-
-    path: str
-    model: Any  # core.onnx_model.OnnxModel
-    session: Any  # onnxruntime.InferenceSession
-    provider: str
-    opt_level: str
-
-    @property
-    def signature(self) -> OnnxSignature:
-        return self.model.signature
-
-
-def open_source(config: RunConfig, loaders: Loaders, report: ProgressReporter) -> Source:
-    """The source for this kind of run (the config is checked first)."""
+def open_source(
+    config: RunConfig,
+    loaders: Loaders,
+    report: ProgressReporter,
+    *,
+    reference: Candidate | None = None,
+    deadline: Deadline | None = None,
+) -> Source:
+    """The source for this kind of run (the config is checked first). An ONNX-against-ONNX
+    run's source needs its loaded `reference` (the first file at the first provider/level)."""
     check_config(config)
     if config.kind is RunKind.HF_GENERATE:
         from core.hf.source import HfSource
@@ -68,6 +69,11 @@ def open_source(config: RunConfig, loaders: Loaders, report: ProgressReporter) -
         from core.sources.stored import StoredSource
 
         return StoredSource(config, report)
+    if config.kind is RunKind.ONNX:
+        from core.sources.onnx_reference import OnnxReferenceSource
+
+        assert reference is not None
+        return OnnxReferenceSource(config, reference, report, deadline)
     from core.sources.torch_inputs import TorchSource
 
     return TorchSource(config, loaders, report)
@@ -79,17 +85,26 @@ def run_validation(
     progress: ProgressCallback | None = None,
     loaders: Loaders | None = None,
 ) -> ValidationRun:
-    """Run the reference and ONNX Runtime on every case, compare every output.
+    """Run the reference once per case and every candidate on it; compare every output.
 
-    Raises a `ParityError` subclass when the run cannot be made; a model whose numbers
+    Candidates are every ONNX file x provider x optimisation level of the config (an
+    ONNX-against-ONNX run's first is its reference). Raises a `ParityError` subclass when
+    the run cannot be made, including when no candidate could run; a candidate that alone
+    cannot run is reported with verdict "error" beside the others. A model whose numbers
     disagree is not an error, it is a run whose verdict is "fail". Temp folders the run
     made (an hf: export without --export-path) are removed when it returns or raises.
     """
-    loaders = loaders or default_loaders()
+    loaders = shared_loaders(loaders or default_loaders())
     report = ProgressReporter(progress)
     t_start = time.perf_counter()
     deadline = Deadline(config.timeout)
-    source = open_source(config, loaders, report)
+    check_config(config)
+    reference = None
+    specs = expand_specs(config.onnx_files, config.providers, config.ort_opt_levels)
+    t0 = time.perf_counter()
+    if config.kind is RunKind.ONNX:
+        reference = load_candidate(specs.pop(0), loaders, report)  # its failure: the run's
+    source = open_source(config, loaders, report, reference=reference, deadline=deadline)
     with ExitStack() as cleanup:
 
         def workdir() -> Path:
@@ -97,31 +112,102 @@ def run_validation(
             cleanup.callback(shutil.rmtree, path, ignore_errors=True)
             return path
 
-        onnx_path = config.onnx or source.default_onnx(workdir)
-        t0 = time.perf_counter()
-        candidate = _load_candidate(onnx_path, config, loaders, report)
+        if not specs:  # no --onnx: a demo's or the source's own export
+            default = source.default_onnx(workdir)
+            specs = expand_specs([default], config.providers, config.ort_opt_levels)
+        slots = [_load_slot(i, spec, loaders, report) for i, spec in enumerate(specs)]
+        _raise_if_none_loaded(slots)
+        _check_tolerance_names(config, slots, reference)
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
-        run = _run_cases(config, source, [candidate], report, t_start, deadline)
+        run = _run_cases(config, source, slots, report, t_start, deadline)
         if config.layers:
-            run = _with_layers(run, config, source, candidate, report)
+            run = _with_layers(run, config, source, slots[0].candidate, report)
             deadline.check()
     return run
+
+
+@dataclass
+class _Slot:
+    """One candidate while the loop runs (mutable, private): what it produced so far."""
+
+    index: int
+    spec: CandidateSpec
+    candidate: Candidate | None = None
+    error: ParityError | None = None
+    fit: SignatureFit | None = None
+    outputs: list[OutputSet] = field(default_factory=list)
+    comparisons: list[OutputComparison] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def fail(self, error: ParityError) -> None:
+        """The candidate cannot run: its partial results go, its error stays."""
+        self.error = error
+        self.comparisons.clear()
+
+    def info(self) -> CandidateInfo:
+        model = self.candidate.model if self.candidate is not None else None
+        notes = self.fit.notes if self.fit is not None else ()
+        return CandidateInfo(
+            index=self.index,
+            onnx=str(self.spec.onnx),
+            provider=self.spec.provider,
+            ort_opt_level=self.spec.opt_level,
+            onnx_sha256=getattr(model, "sha256", None),
+            error=None if self.error is None else self.error.message,
+            error_kind=None if self.error is None else self.error.kind,
+            notes=notes,
+            seconds=self.seconds,
+        )
+
+
+_CANDIDATE_ERRORS = (OnnxLoadError, OnnxRunError, InputError)  # the candidate's own fault
+
+
+def _load_slot(
+    index: int, spec: CandidateSpec, loaders: Loaders, report: ProgressReporter
+) -> _Slot:
+    slot = _Slot(index, spec)
+    try:
+        slot.candidate = load_candidate(spec, loaders, report)
+    except _CANDIDATE_ERRORS as exc:
+        slot.fail(exc)
+    return slot
+
+
+def _raise_if_none_loaded(slots: list[_Slot]) -> None:
+    """Nothing to compare: the run cannot be made, and says why as a single run would."""
+    if all(slot.error is not None for slot in slots):
+        error = slots[0].error
+        assert error is not None
+        raise error
+
+
+def _check_tolerance_names(
+    config: RunConfig, slots: list[_Slot], reference: Candidate | None
+) -> None:
+    """A --tol NAME must be an output of the reference or of some candidate."""
+    loaded = [s.candidate for s in slots if s.candidate is not None]
+    names: dict[str, None] = {}
+    for candidate in ([reference] if reference is not None else []) + loaded:
+        names.update(dict.fromkeys(candidate.signature.output_names))
+    config.tolerances.check_outputs(tuple(names))
 
 
 def _with_layers(
     run: ValidationRun,
     config: RunConfig,
     source: Source,
-    candidate: Candidate,
+    candidate: Candidate | None,
     report: ProgressReporter,
 ) -> ValidationRun:
     """The same source's model and the same input sets, with intermediate values compared
-    (core.layers); never changes the outputs' verdict."""
+    (core.layers); never changes the outputs' verdict. One candidate (check_config)."""
     from core.layers.localise import HF_NOT_COMPARED, localise_run, not_compared
 
     if config.kind is RunKind.HF_GENERATE:
         return replace(run, layers=not_compared(HF_NOT_COMPARED))
+    assert candidate is not None
     t0 = time.perf_counter()
     layers = localise_run(
         getattr(source, "torch_model", None),
@@ -137,79 +223,99 @@ def _with_layers(
     return replace(run, layers=layers, timings=timings)
 
 
-def _load_candidate(
-    path: str, config: RunConfig, loaders: Loaders, report: ProgressReporter
-) -> Candidate:
-    report("load", f"loading ONNX {path}", 0.02)
-    onnx_model = loaders.load_onnx(path)
-    config.tolerances.check_outputs(onnx_model.signature.output_names)
-    session = loaders.make_session(
-        onnx_model, provider=config.provider, opt_level=config.ort_opt_level
-    )
-    return Candidate(str(path), onnx_model, session, config.provider, config.ort_opt_level)
-
-
 def _run_cases(
     config: RunConfig,
     source: Source,
-    candidates: list[Candidate],
+    slots: list[_Slot],
     report: ProgressReporter,
     t_start: float,
     deadline: Deadline,
 ) -> ValidationRun:
     from core.runner import run_onnx
 
-    (candidate,) = candidates  # several candidates side by side: a later feature
     timings: dict[str, float] = {}
-    signature = candidate.signature
+    first = next(s.candidate for s in slots if s.candidate is not None)
+    signature = getattr(source, "reference_signature", None) or first.signature
+    for slot in slots:
+        if slot.candidate is not None:
+            slot.fit = fit_signature(signature, slot.candidate.signature)
+            if slot.fit.error is not None:
+                slot.fail(InputError(slot.fit.error))
     cases: list[Case] = []
-    onnx_outputs: list[OutputSet] = []
-    comparisons: list[OutputComparison] = []
     t_onnx = t_compare = 0.0
+    many = len(slots) > 1
     for case in source.cases(signature):
         deadline.check()  # torch cannot be interrupted: checked between cases
         cases.append(case)
         name = case.input_set.label or f"input set {case.input_set.index}"
         fraction = _fraction(len(cases), source.n_cases)
-        for cand in candidates:
-            report("onnx", f"ONNX Runtime on {name}", fraction)
+        for slot in slots:
+            if slot.error is not None or slot.candidate is None or slot.fit is None:
+                slot.outputs.append(OutputSet(arrays={}))
+                continue
+            cand = slot.candidate
+            where = f" ({cand.path}, {cand.provider}, {cand.opt_level})" if many else ""
+            report("onnx", f"ONNX Runtime on {name}{where}", fraction)
             t0 = time.perf_counter()
-            raw = run_onnx(
-                cand.session, case.input_set, signature=cand.signature, deadline=deadline
-            )
-            t_onnx += time.perf_counter() - t0
+            try:
+                raw = run_onnx(
+                    cand.session,
+                    slot.fit.feeds(case.input_set),
+                    signature=cand.signature,
+                    deadline=deadline,
+                )
+            except _CANDIDATE_ERRORS as exc:
+                if not many:
+                    raise  # one candidate: the run could not be made, as it always was
+                slot.fail(exc)
+                slot.outputs.append(OutputSet(arrays={}))
+                continue
+            finally:
+                elapsed = time.perf_counter() - t0
+                slot.seconds += elapsed
+                t_onnx += elapsed
             t0 = time.perf_counter()
-            shown, judged = compare_case(case, raw, config.tolerances)
+            shown, judged = compare_case(case, slot.fit.outputs(raw), config.tolerances)
             t_compare += time.perf_counter() - t0
-            onnx_outputs.append(shown)
-            comparisons.extend(judged)
+            slot.outputs.append(shown)
+            slot.comparisons.extend(replace(c, candidate=slot.index) for c in judged)
     deadline.check()
+    _raise_if_none_loaded(slots)
     report("done", "done", 1.0)
     timings.update(source.timings)
     timings["onnxruntime"] = t_onnx
     timings["compare"] = t_compare
+    lead = next(s for s in slots if s.candidate is not None)
+    assert lead.candidate is not None
     provenance = replace(
         source.provenance(),
-        onnx_sha256=candidate.model.sha256,
-        opset=signature.opset,
-        producer=signature.producer,
-        ort_opt_level=candidate.opt_level,
+        onnx_sha256=lead.candidate.model.sha256,
+        opset=lead.candidate.signature.opset,
+        producer=lead.candidate.signature.producer,
+        ort_opt_level=lead.candidate.opt_level,
     )
+    comparisons = [c for slot in slots for c in slot.comparisons]
+    n_sets = len(cases)
+    for slot in slots:  # a candidate that failed part-way shows no outputs at all
+        if slot.error is not None:
+            slot.outputs = [OutputSet(arrays={}) for _ in range(n_sets)]
     generation = source.generation(comparisons, {**timings, "total": time.perf_counter() - t_start})
+    providers = ", ".join(dict.fromkeys(s.spec.provider for s in slots))
     return ValidationRun(
         model=source.model,
-        onnx=candidate.path,
+        onnx=lead.candidate.path if not many else str(slots[0].spec.onnx),
         signature=signature,
         tolerances=config.tolerances,
-        environment=environment(candidate.provider, also=source.environment_modules),
+        environment=environment(providers, also=source.environment_modules),
         input_sets=tuple(c.input_set for c in cases),
         comparisons=tuple(comparisons),
         ref_outputs=tuple(c.reference for c in cases),
-        onnx_outputs=tuple(onnx_outputs),
+        onnx_outputs=tuple(o for slot in slots for o in slot.outputs),
         exclusions=tuple(dict(c.exclude) for c in cases),
         timings=timings,
         provenance=provenance,
         generation=generation,
+        candidates=tuple(slot.info() for slot in slots),
     )
 
 

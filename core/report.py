@@ -11,7 +11,7 @@ from typing import Any
 from core.atomic import write_output
 from core.json_output import dumps as strict_dumps
 from core.json_output import strict
-from core.results import OutputComparison, ValidationRun
+from core.results import CandidateInfo, OutputComparison, RunKind, ValidationRun
 from core.tolerances import Tolerances
 
 SCHEMA = "parity.report/1"
@@ -28,6 +28,7 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
         "input_sets": [
             {"index": s.index, "label": s.label, "inputs": s.describe()} for s in run.input_sets
         ],
+        "candidates": [candidate_dict(run, info) for info in run.candidate_list],
         "outputs": [output_dict(c) for c in run.comparisons],
         "errors": [],  # a run that could not be made has its report from error_report_dict
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
@@ -36,6 +37,13 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
         data["input_matching"] = {
             "by": run.provenance.inputs_by,
             "note": run.provenance.inputs_note or "",
+        }
+    if run.provenance.kind is RunKind.ONNX:  # ONNX against ONNX: what the reference was
+        data["reference"] = {
+            "kind": "onnx",
+            "onnx": run.provenance.reference_file,
+            "provider": run.provenance.reference_provider,
+            "ort_opt_level": run.provenance.reference_opt_level,
         }
     if run.signature is not None:
         data["opset"] = run.signature.opset
@@ -51,9 +59,26 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
     return strict(data)
 
 
+def candidate_dict(run: ValidationRun, info: CandidateInfo) -> dict[str, Any]:
+    """One candidate (file x provider x level): how it ran and its own verdict."""
+    return {
+        "index": info.index,
+        "onnx": info.onnx,
+        "provider": info.provider,
+        "ort_opt_level": info.ort_opt_level,
+        "verdict": run.candidate_verdict(info.index),
+        "error": info.error,
+        "error_kind": info.error_kind,
+        "onnx_sha256": info.onnx_sha256,
+        "notes": list(info.notes),
+        "seconds": round(float(info.seconds), 6),
+    }
+
+
 def output_dict(c: OutputComparison) -> dict[str, Any]:
     s = c.stats
     return {
+        "candidate": c.candidate,
         "input_set": c.input_set,
         "name": c.name,
         "status": c.status.value,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,7 @@ class OutputComparison:
     message: str = ""
     n_excluded: int = 0  # elements not judged (an exclusion mask), counted apart
     excluded_max_abs: float | None = None  # largest finite |onnx - ref| among them
+    candidate: int = 0  # which candidate (ValidationRun.candidates) this row judges
 
     @property
     def n_judged(self) -> int:
@@ -153,6 +155,7 @@ class RunKind(StrEnum):
     TORCH = "torch"  # a torch model on generated or given inputs
     REFERENCE = "reference"  # stored reference outputs (REF.npz) on given inputs
     HF_GENERATE = "hf_generate"  # the forward calls of an hf: model's generate()
+    ONNX = "onnx"  # a reference ONNX file run by ONNX Runtime (ONNX against ONNX)
 
 
 @dataclass(frozen=True)
@@ -168,9 +171,39 @@ class Provenance:
     ort_opt_level: str | None = None
     seed: int | None = None
     weights_file: str | None = None
-    reference_file: str | None = None
+    reference_file: str | None = None  # REF.npz, or the reference ONNX file (kind onnx)
+    reference_provider: str | None = None  # kind onnx: how the reference file was run
+    reference_opt_level: str | None = None
     inputs_by: str | None = None  # torch got the feeds by "name" or by "position"
     inputs_note: str | None = None  # why by position (core.input_binding)
+
+
+@dataclass(frozen=True)
+class CandidateInfo:
+    """One way the ONNX side was run: a file under one provider at one optimisation level.
+
+    `error` is set when the candidate could not be run at all (unreadable file, a session
+    that would not start, inputs that do not fit its signature, ONNX Runtime raising): it
+    then has no comparisons, and the run's verdict is "error". `notes` say what was adapted
+    (feeds cast to its input dtypes, outputs compared in the reference's dtype).
+    """
+
+    index: int
+    onnx: str
+    provider: str
+    ort_opt_level: str
+    onnx_sha256: str | None = None
+    error: str | None = None
+    error_kind: str | None = None  # core.errors kind ("onnx_load", "onnx_run", "inputs", ...)
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0  # ONNX Runtime time over every input set
+
+    @property
+    def label(self) -> str:
+        """``#1 model.onnx (CPU, all)``: how tables, menus and grids name a candidate."""
+        provider = self.provider.removesuffix("ExecutionProvider")
+        name = PurePath(self.onnx).name or self.onnx
+        return f"#{self.index} {name} ({provider}, {self.ort_opt_level})"
 
 
 @dataclass(frozen=True)
@@ -227,12 +260,66 @@ class ValidationRun:
     generation: GenerationInfo | None = None
     saved: SavedFrom | None = None
     layers: LayersResult | None = None  # intermediate values compared (--layers), core.layers
+    # Every way the ONNX side ran (file x provider x opt level); () in runs saved before
+    # candidates existed: one candidate, index 0, is implied (see `candidate_list`).
+    # `onnx_outputs` holds candidate k's output sets at [k * len(input_sets) + position].
+    candidates: tuple[CandidateInfo, ...] = ()
 
     @property
     def verdict(self) -> str:
+        """ "pass" when every candidate passes every output; "error" when a candidate could
+        not be run at all (the CLI's exit 2); else "fail"."""
+        if any(c.error is not None for c in self.candidates):
+            return "error"
         if all(c.status.passed for c in self.comparisons) and self.comparisons:
             return "pass"
         return "fail"
+
+    @property
+    def candidate_list(self) -> tuple[CandidateInfo, ...]:
+        """The candidates, also for a run saved before there were several."""
+        if self.candidates:
+            return self.candidates
+        provider = str(self.environment.get("provider", "CPUExecutionProvider"))
+        level = self.provenance.ort_opt_level or "all"
+        return (CandidateInfo(0, self.onnx, provider, level, self.provenance.onnx_sha256),)
+
+    @property
+    def is_multi_candidate(self) -> bool:
+        return len(self.candidates) > 1
+
+    def candidate_verdict(self, index: int) -> str:
+        """One candidate's verdict: "error", "pass" or "fail"."""
+        info = next((c for c in self.candidate_list if c.index == index), None)
+        if info is None:
+            raise KeyError(index)
+        if info.error is not None:
+            return "error"
+        mine = [c for c in self.comparisons if c.candidate == index]
+        return "pass" if mine and all(c.status.passed for c in mine) else "fail"
+
+    def for_candidate(self, index: int) -> ValidationRun:
+        """The run as if `index` had been its only candidate: the view every single-candidate
+        reader (pages, Inspect, HTML details) works on. Rejudge the whole run first."""
+        info = next((c for c in self.candidate_list if c.index == index), None)
+        if info is None:
+            raise KeyError(index)
+        if not self.is_multi_candidate:
+            return self
+        n = len(self.input_sets)
+        position = self.candidates.index(info)
+        outputs = self.onnx_outputs[position * n : (position + 1) * n]
+        return replace(
+            self,
+            onnx=info.onnx,
+            comparisons=tuple(c for c in self.comparisons if c.candidate == index),
+            onnx_outputs=outputs,
+            environment={**self.environment, "provider": info.provider},
+            provenance=replace(
+                self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
+            ),
+            candidates=(info,),
+        )
 
     @property
     def is_generation(self) -> bool:

@@ -44,6 +44,7 @@ from core.budget import MemoryBudget
 from core.errors import ParityError, SavedRunError
 from core.hashing import file_sha256
 from core.results import (
+    CandidateInfo,
     ErrorStats,
     GenerationInfo,
     GenerationStep,
@@ -229,7 +230,37 @@ def _manifest(run: ValidationRun, writer: _MemberWriter, *, keep_outputs: bool) 
         "provenance": _provenance_json(run.provenance),
         "generation": None if run.generation is None else _generation_json(run.generation),
         "layers": _layers_json(run, writer),
+        "candidates": [_candidate_json(info) for info in run.candidates],
     }
+
+
+def _candidate_json(info: CandidateInfo) -> dict[str, Any]:
+    data = {f.name: getattr(info, f.name) for f in fields(CandidateInfo)}
+    data["notes"] = [str(n) for n in info.notes]
+    data["seconds"] = _num(info.seconds)
+    return data
+
+
+_CANDIDATE_TEXTS = ("onnx", "provider", "ort_opt_level")
+_CANDIDATE_OPTIONAL = ("onnx_sha256", "error", "error_kind")
+
+
+def _candidates_from_json(raw: Any) -> tuple[CandidateInfo, ...]:
+    """The candidates of a run (absent in runs saved before there were several: ())."""
+    result = []
+    for i, entry in enumerate(sj.array(raw or [], "candidates")):
+        at = f"candidates[{i}]"
+        entry = sj.obj(entry, at)
+        values: dict[str, Any] = {"index": sj.integer(sj.field(entry, "index", at), f"{at}.index")}
+        for key in _CANDIDATE_TEXTS:
+            values[key] = sj.string(sj.field(entry, key, at), f"{at}.{key}")
+        for key in _CANDIDATE_OPTIONAL:
+            values[key] = sj.optional(sj.string, entry.get(key), f"{at}.{key}")
+        notes = sj.array(entry.get("notes", []), f"{at}.notes")
+        values["notes"] = tuple(sj.string(n, f"{at}.notes[{j}]") for j, n in enumerate(notes))
+        values["seconds"] = _unnum(entry.get("seconds"), f"{at}.seconds") or 0.0
+        result.append(CandidateInfo(**values))
+    return tuple(result)
 
 
 def _provenance_json(p: Provenance) -> dict[str, Any]:
@@ -370,6 +401,7 @@ def _comparison_json(c: OutputComparison) -> dict[str, Any]:
         "message": c.message,
         "n_excluded": int(c.n_excluded),
         "excluded_max_abs": _num(c.excluded_max_abs),
+        "candidate": int(c.candidate),
         "profile": None,
     }
 
@@ -721,6 +753,7 @@ def _build_run(
             outputs_kept=sj.boolean(sj.field(m, "outputs_kept", "manifest"), "outputs_kept"),
         ),
         layers=_layers_from_json(m.get("layers"), array),
+        candidates=_candidates_from_json(m.get("candidates")),
     )
 
 
@@ -776,6 +809,7 @@ def _comparison_from_json(
         message=sj.string(get("message"), f"{at}.message"),
         n_excluded=sj.integer(entry.get("n_excluded", 0), f"{at}.n_excluded"),
         excluded_max_abs=_unnum(entry.get("excluded_max_abs"), f"{at}.excluded_max_abs"),
+        candidate=sj.integer(entry.get("candidate", 0), f"{at}.candidate"),
     )
 
 

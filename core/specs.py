@@ -1,5 +1,6 @@
 """The model text of a run, by kind: ``demo:NAME``, ``hf:DIR``, ``reference:FILE`` (stored
-reference outputs, no model) or a path / ``FILE.py:CALLABLE``. Built and read only here."""
+reference outputs, no model), ``onnx:FILE`` (a reference ONNX file) or a path /
+``FILE.py:CALLABLE``. Built and read only here."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ __all__ = [
     "demo_spec",
     "hf_spec",
     "is_hf_spec",
+    "onnx_reference_path",
+    "onnx_reference_spec",
     "reference_path",
     "reference_spec",
 ]
@@ -18,6 +21,7 @@ __all__ = [
 DEMO_PREFIX = "demo:"
 HF_PREFIX = "hf:"
 REFERENCE_PREFIX = "reference:"
+ONNX_REFERENCE_PREFIX = "onnx:"  # ONNX against ONNX: the reference file is the "model"
 
 
 def demo_spec(name: str) -> str:
@@ -45,4 +49,15 @@ def reference_path(spec: str | None) -> str | None:
     """FILE of a ``reference:FILE`` model text; None for any other."""
     if spec and spec.startswith(REFERENCE_PREFIX):
         return spec.removeprefix(REFERENCE_PREFIX)
+    return None
+
+
+def onnx_reference_spec(path: str) -> str:
+    return ONNX_REFERENCE_PREFIX + path
+
+
+def onnx_reference_path(spec: str | None) -> str | None:
+    """FILE of an ``onnx:FILE`` model text (a reference ONNX file); None for any other."""
+    if spec and spec.startswith(ONNX_REFERENCE_PREFIX):
+        return spec.removeprefix(ONNX_REFERENCE_PREFIX)
     return None

@@ -17,6 +17,7 @@ REPORT_OUTPUT_KEYS = {
     "n_elements", "max_abs", "max_rel", "mean_abs", "rms", "p99_abs", "n_mismatch",
     "mismatch_fraction", "n_nan_mismatch", "n_inf_mismatch", "worst_index", "ref_at_worst",
     "onnx_at_worst", "cosine", "snr_db", "atol", "rtol", "min_atol_to_pass", "message",
+    "candidate",
 }  # fmt: skip
 
 

@@ -3,9 +3,10 @@
 A source yields `Case`s lazily: an input set, the reference outputs for it, and what must
 not be judged. Kinds today: generated or given inputs + a torch model (`torch_inputs`),
 stored reference outputs (`stored`), the captured generate() calls of an hf: model
-(`core.hf.source`). A new kind of run (e.g. a reference ONNX file) is a new Source; a new
-way to run the ONNX side (several files, providers, opt levels) is a new candidate in the
-loop. Neither is a new orchestrator.
+(`core.hf.source`), a reference ONNX file (`onnx_reference`; its `reference_signature` is
+the signature cases are made for, where other sources take the first candidate's).
+A new kind of run is a new Source; a new way to run the ONNX side is a new candidate in
+the loop (core.candidates). Neither is a new orchestrator.
 """
 
 from __future__ import annotations

@@ -1,0 +1,85 @@
+"""Source: a reference ONNX file run by ONNX Runtime (ONNX against ONNX, no torch model).
+
+The first --onnx at the first provider and level is the reference; input sets are made from
+its signature (or are the --inputs feeds) and it runs once per set, like torch would. An fp16
+export against its fp32 original, an optimised graph against the unoptimised one, a new
+export against last release's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from core.candidates import Candidate
+from core.config import RunConfig
+from core.deadline import Deadline
+from core.errors import UsageError
+from core.progress import ProgressReporter
+from core.results import Provenance, RunKind
+from core.signature import OnnxSignature
+from core.sources import Case
+from core.sources.torch_inputs import input_sets, set_name
+from core.specs import onnx_reference_spec
+
+
+class OnnxReferenceSource:
+    """Each case: an input set, and the reference ONNX file run on it once."""
+
+    environment_modules: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        config: RunConfig,
+        reference: Candidate,
+        report: ProgressReporter,
+        deadline: Deadline | None = None,
+    ) -> None:
+        self.model: str = onnx_reference_spec(reference.path)
+        self.n_cases: int | None = config.n_given_sets or config.n_input_sets
+        self.timings: dict[str, float] = {}
+        self.reference = reference
+        self._config = config
+        self._report = report
+        self._deadline = deadline
+
+    @property
+    def reference_signature(self) -> OnnxSignature:
+        return self.reference.signature
+
+    def default_onnx(self, workdir: Any) -> str:
+        raise UsageError("ONNX against ONNX needs the files to compare (--onnx)")
+
+    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+        """Cases for the reference's own signature (`signature` is the run's, the same)."""
+        from core.runner import run_onnx
+
+        ref = self.reference
+        self.timings["inputs"] = self.timings["reference_onnx"] = 0.0
+        sets = input_sets(self._config, ref.signature)
+        while True:
+            t0 = time.perf_counter()
+            input_set = next(sets, None)
+            self.timings["inputs"] += time.perf_counter() - t0
+            if input_set is None:
+                return
+            self._report("reference", f"reference ONNX on {set_name(input_set)}", None)
+            outputs = run_onnx(
+                ref.session, input_set, signature=ref.signature, deadline=self._deadline
+            )
+            self.timings["reference_onnx"] += outputs.seconds
+            yield Case(input_set=input_set, reference=outputs)
+
+    def provenance(self) -> Provenance:
+        return Provenance(
+            kind=RunKind.ONNX,
+            model_sha256=self.reference.model.sha256,
+            seed=None if self._config.n_given_sets else self._config.seed,
+            reference_file=self.reference.path,
+            reference_provider=self.reference.provider,
+            reference_opt_level=self.reference.opt_level,
+        )
+
+    def generation(self, comparisons: Any, timings: Any) -> None:
+        return None

@@ -1,0 +1,215 @@
+"""Candidates side by side (issue 13): several ONNX files x providers x optimisation levels
+against one reference run once per input set, and ONNX against ONNX. Real exports (dynamo,
+legacy, a buggy one, fp16), real ONNX Runtime, the real CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+from core.config import default_loaders
+from core.pipeline import RunConfig, run_validation
+from tests.candidate_exports import Exports, build
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Exports:
+    return build(tmp_path_factory.mktemp("candidates"))
+
+
+def _report(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_three_exports_at_two_levels_are_six_candidates_with_the_right_verdicts(
+    exports: Exports, tmp_path: Path, capsys
+):
+    out = tmp_path / "r.json"
+    code = main(
+        [
+            "validate", "--model", str(exports.pt2),
+            "--onnx", str(exports.dynamo), "--onnx", str(exports.legacy),
+            "--onnx", str(exports.buggy), "--ort-opt-level", "disable,all",
+            "--input-sets", "2", "--json", str(out),
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 1
+    report = _report(out)
+    got = [(Path(c["onnx"]).name, c["ort_opt_level"], c["verdict"]) for c in report["candidates"]]
+    assert got == [
+        ("dynamo.onnx", "disable", "pass"),
+        ("dynamo.onnx", "all", "pass"),
+        ("legacy.onnx", "disable", "pass"),
+        ("legacy.onnx", "all", "pass"),
+        ("buggy.onnx", "disable", "fail"),
+        ("buggy.onnx", "all", "fail"),
+    ]
+    assert report["verdict"] == "fail"
+    rows = report["outputs"]
+    assert sorted({r["candidate"] for r in rows}) == list(range(6))
+    assert len(rows) == 6 * 2 * 2  # candidates x outputs x input sets
+    assert all(r["status"] == "fail" for r in rows if r["candidate"] >= 4)
+    # the terminal: one table, candidates as columns, then each candidate's verdict
+    header = next(line for line in text.splitlines() if line.startswith("set  output"))
+    assert header.split()[2:] == [f"#{i}" for i in range(6)]
+    assert "#4 buggy.onnx (CPU, disable): FAIL" in text
+    assert text.strip().splitlines()[-1].startswith("FAIL: 2 of 6 fail")
+
+
+def test_the_reference_runs_once_per_input_set_and_a_shared_file_loads_once(exports: Exports):
+    base = default_loaders()
+    loaded: list[str] = []
+    forwards: list[int] = []
+
+    def load_onnx(path):
+        loaded.append(Path(path).name)
+        return base.load_onnx(path)
+
+    def load_torch_model(spec, *, weights=None):
+        model = base.load_torch_model(spec, weights=weights)
+        model.module.register_forward_hook(lambda *_: forwards.append(1))
+        return model
+
+    loaders = replace(base, load_onnx=load_onnx, load_torch_model=load_torch_model)
+    config = RunConfig(
+        model=f"{exports.models}:make",
+        onnx=(str(exports.dynamo), str(exports.legacy)),
+        ort_opt_level=("disable", "basic", "all"),
+        n_input_sets=3,
+    )
+    run = run_validation(config, loaders=loaders)
+    assert len(run.candidates) == 6 and run.verdict == "pass"
+    assert len(forwards) == 3  # once per input set, not once per candidate
+    assert sorted(loaded) == ["dynamo.onnx", "legacy.onnx"]  # each file read once
+    assert len(run.onnx_outputs) == 6 * 3
+    view = run.for_candidate(4)
+    assert view.onnx == str(exports.legacy) and len(view.comparisons) == 3 * 2
+    assert view.provenance.ort_opt_level == "basic"
+
+
+def test_fp16_export_is_judged_against_its_fp32_export_onnx_against_onnx(
+    exports: Exports, tmp_path: Path, capsys
+):
+    out = tmp_path / "r.json"
+    args = ["validate", "--onnx", str(exports.legacy), "--onnx", str(exports.fp16)]
+    assert main([*args, "--json", str(out)]) == 1  # fp16 is not within 1e-5 of fp32
+    text = capsys.readouterr().out
+    report = _report(out)
+    assert report["reference"] == {
+        "kind": "onnx",
+        "onnx": str(exports.legacy),
+        "provider": "CPUExecutionProvider",
+        "ort_opt_level": "all",
+    }
+    assert report["model"] == f"onnx:{exports.legacy}"
+    (candidate,) = report["candidates"]
+    assert candidate["onnx"] == str(exports.fp16) and candidate["verdict"] == "fail"
+    assert any("float16" in note for note in candidate["notes"])
+    worst = max(r["max_abs"] for r in report["outputs"])
+    assert 1e-5 < worst < 1e-2  # half precision's error, measured (not a dtype mismatch)
+    assert all(r["status"] == "fail" and r["onnx_dtype"] == "float32" for r in report["outputs"])
+    assert text.startswith(f"reference {exports.legacy} (CPUExecutionProvider, all)")
+    assert main([*args, "--atol", "1e-2"]) == 0
+
+
+def test_one_file_at_two_levels_compares_the_optimised_graph_with_the_unoptimised(
+    exports: Exports,
+):
+    run = run_validation(
+        RunConfig(model=None, onnx=str(exports.dynamo), ort_opt_level=("disable", "all"))
+    )
+    assert run.provenance.reference_opt_level == "disable"
+    (candidate,) = run.candidates
+    assert candidate.ort_opt_level == "all" and run.verdict == "pass"
+
+
+def test_a_candidate_that_cannot_run_is_an_error_and_the_others_are_still_reported(
+    exports: Exports, tmp_path: Path, capsys
+):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07not a protobuf" * 20)
+    out = tmp_path / "r.json"
+    code = main(
+        [
+            "validate", "--model", str(exports.pt2), "--onnx", str(exports.dynamo),
+            "--onnx", str(corrupt), "--onnx", str(exports.renamed), "--json", str(out),
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2
+    report = _report(out)
+    assert report["verdict"] == "error"
+    verdicts = [c["verdict"] for c in report["candidates"]]
+    assert verdicts == ["pass", "error", "error"]
+    assert "corrupt.onnx" in report["candidates"][1]["error"]
+    assert report["candidates"][2]["error"].startswith("signature differs from the reference's")
+    assert "'features'" in report["candidates"][2]["error"]
+    assert {r["candidate"] for r in report["outputs"]} == {0}  # errors have no rows
+    assert "corrupt.onnx" in captured.err and "Traceback" not in captured.err
+    assert "#0 dynamo.onnx (CPU, all): PASS" in captured.out
+
+
+def test_unavailable_provider_is_one_line_listing_the_available_ones(exports: Exports, capsys):
+    code = main(
+        ["validate", "--model", str(exports.pt2), "--onnx", str(exports.dynamo),
+         "--provider", "CPUExecutionProvider,NoSuchExecutionProvider"]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "'NoSuchExecutionProvider' not available here" in err
+    assert "available: " in err and "CPUExecutionProvider" in err.split("available: ")[1]
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        ([], "needs a second candidate"),
+        (["--ort-opt-level", "all,fastest"], "'fastest'"),
+        (["--ort-opt-level", "disable,all", "--layers"], "--layers needs a torch model"),
+    ],
+)
+def test_onnx_against_onnx_usage_errors(exports: Exports, extra, words, capsys):
+    code = main(["validate", "--onnx", str(exports.dynamo), *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert words in err
+
+
+def test_layers_with_several_candidates_is_refused(exports: Exports, capsys):
+    code = main(
+        ["validate", "--model", str(exports.pt2), "--onnx", str(exports.dynamo),
+         "--onnx", str(exports.legacy), "--layers"]
+    )  # fmt: skip
+    assert code == 2 and "--layers compares one ONNX file" in capsys.readouterr().err
+
+
+def test_single_candidate_report_names_its_one_candidate(exports: Exports, tmp_path: Path):
+    out = tmp_path / "r.json"
+    assert main(["validate", "--model", str(exports.pt2), "--onnx", str(exports.legacy),
+                 "--json", str(out)]) == 0  # fmt: skip
+    report = _report(out)
+    assert [c["verdict"] for c in report["candidates"]] == ["pass"]
+    assert report["candidates"][0]["onnx"] == report["onnx"] == str(exports.legacy)
+    assert {r["candidate"] for r in report["outputs"]} == {0}
+    assert "reference" not in report
+
+
+def test_saved_run_and_parity_report_keep_every_candidate(exports: Exports, tmp_path: Path, capsys):
+    saved = tmp_path / "run.parity.npz"
+    main(
+        ["validate", "--model", str(exports.pt2), "--onnx", str(exports.dynamo),
+         "--onnx", str(exports.buggy), "--save-run", str(saved)]
+    )  # fmt: skip
+    capsys.readouterr()
+    out = tmp_path / "r.json"
+    assert main(["report", str(saved), "--atol", "0.1", "--json", str(out)]) == 0
+    report = _report(out)
+    assert [Path(c["onnx"]).name for c in report["candidates"]] == ["dynamo.onnx", "buggy.onnx"]
+    assert [c["verdict"] for c in report["candidates"]] == ["pass", "pass"]
+    assert main(["report", str(saved), "--json", str(out)]) == 1
+    assert [c["verdict"] for c in _report(out)["candidates"]] == ["pass", "fail"]
