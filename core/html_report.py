@@ -42,15 +42,18 @@ def render_html_report(run: ValidationRun) -> str:
     """The whole page as one string."""
     from plotly.offline import get_plotlyjs
 
-    sections = [
-        _header(run),
-        _outputs_table(run),
-        _grid(run),
-        _layers(run),
-        _failing_details(run),
-        _tolerances(run),
-        _environment(run),
-    ]
+    if run.is_multi_candidate:
+        sections = _candidate_sections(run)
+    else:
+        sections = [
+            _header(run),
+            _outputs_table(run),
+            _grid(run),
+            _layers(run),
+            _failing_details(run),
+            _tolerances(run),
+            _environment(run),
+        ]
     body = "\n".join(s for s in sections if s)
     title = f"Parity report: {run.verdict} - {Path(run.onnx).name or run.onnx}"
     return (
@@ -68,6 +71,26 @@ def render_html_report(run: ValidationRun) -> str:
 
 
 # ----------------------------------------------------------------------------- sections
+
+
+def _candidate_sections(run: ValidationRun) -> list[str]:
+    """Several candidates: their verdicts, table and grid (core.html_candidates), then each
+    failing candidate's details as a single run's (its view, ValidationRun.for_candidate)."""
+    from core.html_candidates import candidate_heading, candidates_header, candidates_section
+
+    sections = [candidates_header(run), candidates_section(run, _figure_html)]
+    for view in _failing_views(run):
+        index = view.candidates[0].index
+        sections += [candidate_heading(run, index), _outputs_table(view), _failing_details(view)]
+    return [*sections, _input_sets(run), _tolerances(run), _environment(run)]
+
+
+def _failing_views(run: ValidationRun) -> list[ValidationRun]:
+    return [
+        run.for_candidate(i.index)
+        for i in run.candidate_list
+        if run.candidate_verdict(i.index) == "fail"
+    ]
 
 
 def _header(run: ValidationRun) -> str:
@@ -142,7 +165,12 @@ def _outputs_table(run: ValidationRun) -> str:
     )
 
 
-def _grid(run: ValidationRun) -> str:
+def _input_sets(run: ValidationRun) -> str:
+    """The input sets' table alone (a run with several candidates has its own grid)."""
+    return f"<section><h2>Input sets</h2>{_input_sets_table(run)}</section>"
+
+
+def _input_sets_table(run: ValidationRun) -> str:
     sets = "".join(
         f"<tr><td>{s.index}</td><td>{_e(s.label)}</td><td>"
         + ", ".join(
@@ -151,12 +179,16 @@ def _grid(run: ValidationRun) -> str:
         + "</td></tr>"
         for s in run.input_sets
     )
+    return f"<table><tr><th>set</th><th>label</th><th>inputs</th></tr>{sets}</table>"
+
+
+def _grid(run: ValidationRun) -> str:
     parts = ["<section><h2>Input sets</h2>"]
     if run.comparisons:
         from core.figures import verdict_grid
 
         parts.append(_figure_html(verdict_grid(run), "grid"))
-    parts.append(f"<table><tr><th>set</th><th>label</th><th>inputs</th></tr>{sets}</table>")
+    parts.append(_input_sets_table(run))
     parts.append("</section>")
     return "".join(parts)
 
@@ -341,6 +373,8 @@ def _raw_pair(run: ValidationRun, c: OutputComparison) -> tuple[np.ndarray, np.n
 
 def figure_count(run: ValidationRun) -> int:
     """How many plotly charts the report draws (for tests and for the size budget)."""
+    if run.is_multi_candidate:  # the candidates grid, then each failing candidate's details
+        return 1 + sum(figure_count(view) - 1 for view in _failing_views(run))
     kept = bool(run.ref_outputs and run.onnx_outputs)
     shown = _failing_outputs(run)[:MAX_DETAILED_OUTPUTS]
     detailed = sum(1 for c in shown if kept and _raw_pair(run, c) is not None)
@@ -406,6 +440,7 @@ h1{margin:0 0 8px}h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-t
 .verdict{display:inline-block;font-size:28px;font-weight:700;padding:6px 18px;border-radius:6px;
 color:#fff}.verdict.pass{background:#1a7f37}.verdict.fail{background:#cf222e}
 .verdict.error{background:#9a6700}.summary{font-size:18px}
+table.side td.ok{color:#1a7f37}h2.candidate{border-bottom:2px solid #cf222e}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}table.kv th{width:180px}

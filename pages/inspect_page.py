@@ -16,6 +16,7 @@ from core.labels import set_label, status_label
 from core.results import ValidationRun
 from core.text import shape_text, tolerance_text
 from pages import state
+from pages.candidates import candidate_selector, could_not_run
 from pages.text import md_code, md_text
 
 KIND_LABELS = {"abs": "|error|", "signed": "signed error", "rel": "relative error"}
@@ -130,7 +131,7 @@ def _layer_value(run: ValidationRun):
     name = f"layer {order}"
     # compared once per stored run (tensors), re-judged at the session's tolerance (profile)
     comp = _cached(
-        state.raw_run(),
+        state.raw_view(),
         (set_index, name, "comparison"),
         lambda: compare_outputs(
             pair.ref,
@@ -154,6 +155,9 @@ def page() -> None:
     if run is None:
         st.info("No run yet. Start one on the Run page.")
         st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        return
+    run = candidate_selector(run, key="candidate_inspect")
+    if could_not_run(run):
         return
     layer = _layer_value(run)
     if layer is not None:
@@ -188,7 +192,7 @@ def page() -> None:
             "histogram and the scatter, as they were left out of the verdict."
         )
     key = f"insp_{set_index}_{name}"
-    stored = state.raw_run()
+    stored = state.raw_view()
     worst = _cached(
         stored,
         (set_index, name, "worst"),

@@ -10,11 +10,12 @@ from core.labels import status_label, worst_first
 from core.results import OutputComparison, ValidationRun
 from core.text import shape_text
 from pages import state
+from pages.candidates import candidate_selector, candidates_overview, could_not_run
 from pages.sidebar import verdict_badge
 from pages.tables import status_style
 from pages.text import md_code
 
-GOTO_INSPECT = "parity_goto_inspect"
+GOTO_INSPECT = state.GOTO_INSPECT
 
 
 def _num(value: float | None) -> float | None:
@@ -72,7 +73,7 @@ def worst_failure(run: ValidationRun) -> OutputComparison | None:
 def _on_table_select() -> None:
     event = st.session_state.get("overview_table")
     rows = event.selection.rows if event is not None else []
-    run = state.current_run()
+    run = state.current_view()
     if rows and run is not None:
         c = run.comparisons[rows[0]]
         state.set_target(c.input_set, c.name)
@@ -99,7 +100,8 @@ def verdict_banner(run: ValidationRun) -> None:
         else f"{n_fail} of {n} comparisons fail"
     )
     st.markdown(verdict_badge(run, size="# ") + f" &nbsp; {text}")
-    st.caption(f"model {md_code(run.model)} · ONNX {md_code(run.onnx)}")
+    onnx = f"{len(run.candidates)} candidates" if run.is_multi_candidate else md_code(run.onnx)
+    st.caption(f"model {md_code(run.model)} · ONNX {onnx}")
 
 
 def page() -> None:
@@ -112,6 +114,12 @@ def page() -> None:
         st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
         return
     verdict_banner(run)
+    if run.is_multi_candidate:  # candidates side by side, then one candidate in detail
+        candidates_overview(run)
+        st.subheader("One candidate in detail")
+        run = candidate_selector(run, key="candidate_overview")
+        if could_not_run(run):
+            return
 
     worst = worst_failure(run)
     if worst is not None:

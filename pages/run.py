@@ -113,6 +113,12 @@ def show_current(run: ValidationRun) -> None:
         left, right = st.columns([3, 2])
         with left:
             st.markdown(verdict_badge(run, size="### ") + f" &nbsp; {md_code(run.model)}")
+            if run.is_multi_candidate:
+                from core.candidate_views import verdict_counts
+
+                counts = verdict_counts(run)
+                said = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+                st.markdown(md_text(f"{len(run.candidates)} candidates: {said}"))
             failing = sorted({c.name for c in run.comparisons if not c.status.passed})
             if failing:
                 st.markdown("Failing outputs: " + ", ".join(md_code(n) for n in failing))
@@ -157,14 +163,18 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             "Upload",
             "Hugging Face directory (LLM)",
             "Stored reference outputs",
+            ONNX_ONLY,
         ],
         horizontal=True,
         key="model_source",
         help="Stored reference outputs: torch's outputs saved earlier (`parity validate "
         "--save-reference REF.npz`), for when the model is not at hand. Needs the feeds "
-        "they were computed on (below).",
+        "they were computed on (below). None: the first ONNX file (at the first provider "
+        "and level) is the reference, the others are judged against it.",
     )
     weights = None
+    if source == ONNX_ONLY:
+        return ONNX_ONLY, None, None
     if source == "Hugging Face directory (LLM)":
         directory = st.text_input(
             "Local transformers directory (config, weights, tokenizer; never downloaded)",
@@ -212,9 +222,28 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     return spec, weights, None
 
 
+def choose_more_onnx() -> tuple[str, ...]:
+    """More ONNX files to compare side by side (paths and uploads): candidates of one run."""
+    text = st.text_area(
+        "More ONNX files to compare side by side (optional; paths on this machine, one per "
+        "line)",
+        key="onnx_more", height=68,
+        help="Every file x provider x optimisation level is a candidate; the reference runs "
+        "once per input set.",
+    )  # fmt: skip
+    paths = [line.strip() for line in text.splitlines() if line.strip()]
+    ups = st.file_uploader(
+        "...or upload them", type=["onnx"], accept_multiple_files=True, key="onnx_more_upload"
+    )
+    paths += [str(p) for p in upload_paths("onnx_more", ups or [])]
+    return tuple(paths)
+
+
 # choose_onnx's answer when Parity is to export the Hugging Face model itself. (A comment,
 # not a docstring: Streamlit's magic would draw a bare string on the page.)
 HF_EXPORT = "hf-export"
+# choose_model's answer for "no model": ONNX against ONNX (the first file is the reference).
+ONNX_ONLY = "None: ONNX against ONNX"
 
 
 def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
@@ -302,14 +331,24 @@ def choose_settings(signature) -> dict:
     settings["seed"] = int(c2.number_input("Seed", 0, 2**31 - 1, 0, key="seed"))
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
-    settings["provider"] = c3.selectbox(
-        "Execution provider",
-        providers,
-        index=providers.index(cpu) if cpu in providers else 0,
-        key="provider",
+    settings["provider"] = tuple(
+        c3.multiselect(
+            "Execution providers",
+            providers,
+            default=[cpu if cpu in providers else providers[0]],
+            key="provider",
+            help="Several: one candidate each, side by side.",
+        )
     )
-    settings["ort_opt_level"] = c4.selectbox(
-        "ORT optimisation", ORT_OPT_LEVELS, index=ORT_OPT_LEVELS.index("all"), key="opt"
+    settings["ort_opt_level"] = tuple(
+        c4.multiselect(
+            "ORT optimisation levels",
+            ORT_OPT_LEVELS,
+            default=["all"],
+            key="opt",
+            help="Several: one candidate each (e.g. disable and all: do the fusions change "
+            "the numbers?).",
+        )
     )
     int_inputs = [
         t for t in (signature.inputs if signature is not None else ())
@@ -382,7 +421,9 @@ def page() -> None:
     with st.container(border=True):
         model, weights, demo = choose_model()
         is_hf = is_hf_spec(model)
+        onnx_only = model == ONNX_ONLY
         onnx_path = choose_onnx(demo, hf=is_hf)
+        more_onnx = () if is_hf else choose_more_onnx()
         signature = None
         if onnx_path and onnx_path != HF_EXPORT:
             try:
@@ -406,8 +447,21 @@ def page() -> None:
             model = None
             if not settings["input_files"]:
                 st.info("Reference outputs need the feeds they were computed on: add them above.")
-        ready = bool((model or (reference and settings["input_files"])) and onnx_path)
+        enough = True
+        if onnx_only:
+            model = None
+            n = (1 + len(more_onnx)) * len(settings["provider"]) * len(settings["ort_opt_level"])
+            enough = n >= 2
+            if not enough:
+                st.info(
+                    "ONNX against ONNX: add a second file above, or choose several providers "
+                    "or optimisation levels (the first file at the first of each is the "
+                    "reference)."
+                )
+        ready = bool((model or onnx_only or (reference and settings["input_files"])) and onnx_path)
         ready = ready and (hf_options is not None or not is_hf)
+        ready = ready and enough
+        ready = ready and bool(settings.get("provider", 1) and settings.get("ort_opt_level", 1))
         timeout = st.number_input(
             "Time limit (seconds; 0 = none)", min_value=0, max_value=86400, value=0,
             key="timeout",
@@ -416,7 +470,7 @@ def page() -> None:
         if st.button("Run", type="primary", disabled=not ready, key="run_custom"):
             config = run_config(
                 model=model,
-                onnx=None if onnx_path == HF_EXPORT else onnx_path,
+                onnx=None if onnx_path == HF_EXPORT else (onnx_path, *more_onnx),
                 weights=weights,
                 reference_file=reference,
                 hf=hf_options,
@@ -424,7 +478,8 @@ def page() -> None:
                 timeout=float(timeout) or None,
                 **settings,
             )
-            execute(config, label=model or f"reference {reference}")
+            label = model or (f"reference {reference}" if reference else f"reference {onnx_path}")
+            execute(config, label=label)
             st.rerun()  # redraw the summary and any failure above with the new state
 
 

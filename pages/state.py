@@ -25,6 +25,9 @@ TOLERANCES = "parity_tolerances"
 RUN_ERROR = "parity_run_error"
 TARGET = "parity_inspect_target"
 LAYER_TARGET = "parity_inspect_layer"
+GOTO_INSPECT = "parity_goto_inspect"  # set by a click on a grid: the Overview switches page
+CANDIDATE = "parity_candidate"  # the candidate pages show, of a run with several
+VIEWS = "parity_candidate_views"
 DEMO_ENV = "PARITY_DEMO"
 
 
@@ -60,6 +63,49 @@ def set_run(run: ValidationRun) -> None:
     st.session_state.pop(RUN_ERROR, None)
     st.session_state.pop(TARGET, None)
     st.session_state.pop(LAYER_TARGET, None)
+    st.session_state.pop(VIEWS, None)
+    st.session_state[CANDIDATE] = _first_bad_candidate(run)
+
+
+def _first_bad_candidate(run: ValidationRun) -> int:
+    """Pages open on the first candidate that does not pass (else the first)."""
+    infos = run.candidate_list
+    bad = [i.index for i in infos if run.candidate_verdict(i.index) == "fail"]
+    return bad[0] if bad else infos[0].index
+
+
+def candidate_index(run: ValidationRun) -> int:
+    """The candidate the pages show (a valid index of `run`)."""
+    chosen = st.session_state.get(CANDIDATE)
+    indices = [i.index for i in run.candidate_list]
+    return chosen if chosen in indices else indices[0]
+
+
+def set_candidate(index: int) -> None:
+    st.session_state[CANDIDATE] = int(index)
+
+
+def current_view() -> ValidationRun | None:
+    """The current run (re-judged) as the chosen candidate alone: what single-candidate
+    views read. The same as current_run() for a run with one candidate."""
+    run = current_run()
+    return None if run is None else run.for_candidate(candidate_index(run))
+
+
+def raw_view() -> ValidationRun | None:
+    """The stored run as the chosen candidate alone, the same object on every rerun (pages
+    key per-run caches on it)."""
+    run = raw_run()
+    if run is None:
+        return None
+    index = candidate_index(run)
+    box = st.session_state.get(VIEWS)
+    if box is None or box["run"] is not run:
+        box = {"run": run, "views": {}}
+        st.session_state[VIEWS] = box
+    if index not in box["views"]:
+        box["views"][index] = run.for_candidate(index)
+    return box["views"][index]
 
 
 def tolerances() -> Tolerances:

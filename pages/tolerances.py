@@ -18,6 +18,7 @@ from core.results import Status, ValidationRun
 from core.suggest import DEFAULT_MARGIN, ladder, nearest, suggest_tolerances, with_value
 from core.tolerances import Tolerance, Tolerances
 from pages import state
+from pages.candidates import candidate_selector, candidates_frame
 from pages.sidebar import verdict_badge
 from pages.tables import status_style
 from pages.text import md_code, md_text
@@ -178,6 +179,11 @@ def controls(raw: ValidationRun) -> None:
         + f" &nbsp; {len(judged.comparisons) - n_fail} of {len(judged.comparisons)} pass"
     )
     timing = st.empty()
+    everything = judged  # Suggest: tolerances under which every candidate passes
+    if judged.is_multi_candidate:  # every candidate re-judged live, then one in detail
+        st.dataframe(candidates_frame(judged), hide_index=True, width="stretch")
+        judged = candidate_selector(judged, key="candidate_tolerances")
+        raw = raw.for_candidate(judged.candidates[0].index)
     st.dataframe(
         status_style(pass_table(judged)),
         hide_index=True,
@@ -195,7 +201,7 @@ def controls(raw: ValidationRun) -> None:
     margin = s1.number_input("Suggest margin (x min atol)", 1.0, 100.0, DEFAULT_MARGIN, 0.5,
                              key="tol_margin")  # fmt: skip
     s2.button(
-        "Suggest", icon=":material/auto_fix_high:", on_click=_suggest, args=(judged, margin),
+        "Suggest", icon=":material/auto_fix_high:", on_click=_suggest, args=(everything, margin),
         help="Per output: margin x the smallest atol that passes in every input set, "
         "rounded up to 1-2-5, at the output's rtol.",
         key="tol_suggest",

@@ -213,3 +213,50 @@ def test_saved_run_and_parity_report_keep_every_candidate(exports: Exports, tmp_
     assert [c["verdict"] for c in report["candidates"]] == ["pass", "pass"]
     assert main(["report", str(saved), "--json", str(out)]) == 1
     assert [c["verdict"] for c in _report(out)["candidates"]] == ["pass", "fail"]
+
+
+@pytest.fixture(scope="module")
+def side_by_side(exports: Exports, tmp_path_factory: pytest.TempPathFactory):
+    """dynamo, buggy and a legacy copy whose file name is markup, at two levels, 2 sets."""
+    odd = tmp_path_factory.mktemp("odd") / "<i>odd.onnx"
+    odd.write_bytes(exports.legacy.read_bytes())
+    config = RunConfig(
+        model=str(exports.pt2),
+        onnx=(str(exports.dynamo), str(exports.buggy), str(odd)),
+        ort_opt_level=("disable", "all"),
+        n_input_sets=2,
+    )
+    return run_validation(config)
+
+
+def test_html_report_shows_candidates_table_grid_and_each_failing_candidate(side_by_side):
+    from core.html_report import figure_count, render_html_report
+
+    page = render_html_report(side_by_side)
+    assert "<h2>Candidates</h2>" in page and "Outputs × candidates" in page
+    assert page.count("<h2 class='candidate'>") == 2  # buggy at both levels, nothing else
+    assert "Candidate #2 buggy.onnx (CPU, disable): FAIL" in page
+    assert "&lt;i&gt;odd.onnx" in page and "<i>odd" not in page
+    assert page.count("class='fig ") == figure_count(side_by_side)
+    assert figure_count(side_by_side) == 1 + 2 * 2 * 2  # grid; 2 candidates x 2 outputs x 2
+
+
+def test_candidates_grid_marks_each_candidate_and_output(side_by_side):
+    from core.candidate_figures import candidates_grid
+
+    fig = candidates_grid(side_by_side)
+    marks = fig.data[1]
+    cells = {(int(c[0]), str(c[1])): m for c, m in zip(marks.customdata, marks.text, strict=True)}
+    assert len(cells) == 6 * 2
+    assert {cells[(k, "logits")] for k in (2, 3)} == {"✗"}
+    assert {cells[(k, n)] for k in (0, 1, 4, 5) for n in ("logits", "total")} == {"✓"}
+    assert "&lt;i&gt;odd" in fig.layout.yaxis.categoryarray[4]
+
+
+def test_rejudged_run_judges_every_candidate(side_by_side):
+    from core.tolerances import Tolerance, Tolerances
+
+    loose = side_by_side.rejudge(Tolerances(default=Tolerance(atol=0.1, rtol=0.0)))
+    assert loose.verdict == "pass"
+    assert [loose.candidate_verdict(i.index) for i in loose.candidates] == ["pass"] * 6
+    assert side_by_side.candidate_verdict(2) == "fail"

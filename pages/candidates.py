@@ -1,0 +1,106 @@
+"""The candidate dimension on the dashboard (a run with several ONNX files, providers or
+optimisation levels): the selector every page shows, and the Overview's candidates table and
+candidates x outputs grid. Names and messages are text (pages.text), never markdown."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core.candidate_figures import candidate_row_label, candidates_grid
+from core.candidate_views import verdict_counts
+from core.format import reference_text
+from core.results import ValidationRun
+from pages import state
+from pages.text import md_text
+
+
+def _sync(key: str) -> None:
+    state.set_candidate(st.session_state[key])
+
+
+def candidate_selector(run: ValidationRun, *, key: str) -> ValidationRun:
+    """A selectbox over the candidates (the choice is shared by every page); returns `run` as
+    the chosen candidate alone. A run with one candidate draws nothing and is returned."""
+    if not run.is_multi_candidate:
+        return run
+    infos = {i.index: i for i in run.candidate_list}
+    current = state.candidate_index(run)
+    if st.session_state.get(key) != current:
+        st.session_state[key] = current  # another page (or the grid) chose
+    st.selectbox(
+        "Candidate",
+        list(infos),
+        format_func=lambda k: candidate_row_label(run, infos[k]),
+        key=key,
+        on_change=_sync,
+        args=(key,),
+        help="This run compared several ONNX files / providers / optimisation levels with "
+        "one reference; this page shows one of them. The Overview shows them side by side.",
+    )
+    return run.for_candidate(state.candidate_index(run))
+
+
+def could_not_run(view: ValidationRun) -> bool:
+    """Say so (one line, as text) when the chosen candidate could not be run: it has no
+    outputs to show. True when the page should stop there."""
+    info = view.candidate_list[0]
+    if info.error is None:
+        return False
+    st.error(f"{md_text(info.label)} could not be run: {md_text(info.error)}")
+    return True
+
+
+def candidates_frame(run: ValidationRun) -> pd.DataFrame:
+    rows = []
+    for i in run.candidate_list:
+        verdict = run.candidate_verdict(i.index)
+        mine = [c for c in run.comparisons if c.candidate == i.index]
+        rows.append(
+            {
+                "#": i.index,
+                "verdict": {"pass": "✓ pass", "fail": "✗ FAIL", "error": "⚠ error"}[verdict],
+                "ONNX file": i.onnx,
+                "provider": i.provider,
+                "opt level": i.ort_opt_level,
+                "failing": sum(not c.status.passed for c in mine),
+                "ORT s": round(i.seconds, 3),
+                "error / notes": i.error or "; ".join(i.notes),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _on_grid_select() -> None:
+    event = st.session_state.get("candidates_grid")
+    points = event.selection.points if event is not None else []
+    for p in points:
+        data = p.get("customdata")
+        if data and int(data[2]) >= 0:  # a cell of a candidate that ran
+            state.set_candidate(int(data[0]))
+            state.set_target(int(data[2]), str(data[1]))
+            st.session_state[state.GOTO_INSPECT] = True
+            return
+
+
+def candidates_overview(run: ValidationRun) -> None:
+    """The candidates side by side: verdict counts, one row per candidate, and the grid
+    (re-judged with the run: it follows the Tolerances page live)."""
+    counts = verdict_counts(run)
+    parts = [f"{counts['pass']} of {sum(counts.values())} candidates pass"]
+    parts += [f"{counts['fail']} fail"] * bool(counts["fail"])
+    parts += [f"{counts['error']} could not be run"] * bool(counts["error"])
+    st.subheader("Candidates")
+    st.markdown(md_text(f"{', '.join(parts)}; {reference_text(run)}"))
+    st.dataframe(candidates_frame(run), hide_index=True, width="stretch", key="candidates_table")
+    st.caption(
+        "Each cell: the candidate's worst input set for that output. Click a cell's mark to "
+        "inspect it."
+    )
+    st.plotly_chart(
+        candidates_grid(run),
+        width="stretch",
+        on_select=_on_grid_select,
+        selection_mode="points",
+        key="candidates_grid",
+    )
