@@ -6,7 +6,7 @@ A single-candidate run keeps core.format's per-output table; this is the side-by
 
 from __future__ import annotations
 
-from core.format import format_failure, format_input_sets, reference_text
+from core.format import format_failure, format_input_sets, run_head
 from core.labels import status_label, worst_first
 from core.results import CandidateInfo, OutputComparison, Status, ValidationRun
 from core.text import number_text
@@ -95,7 +95,7 @@ def _indent(text: str) -> str:
 def format_candidates(run: ValidationRun) -> str:
     """The whole run as terminal text, for a run with several candidates."""
     infos = run.candidate_list
-    head, input_sets = reference_text(run), format_input_sets(run)
+    head, input_sets = run_head(run, onnx=False), format_input_sets(run)
     legend = ["candidates"] + [
         f"  {i.label}"
         + (f"  {i.onnx}" if not i.label.startswith(f"#{i.index} {i.onnx} ") else "")

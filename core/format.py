@@ -107,10 +107,17 @@ def reference_text(run: ValidationRun) -> str:
     return f"model {run.model}"
 
 
-def format_run(run: ValidationRun) -> str:
-    head = f"{reference_text(run)}\nonnx  {run.onnx}"
+def run_head(run: ValidationRun, *, onnx: bool = True) -> str:
+    """The reference, the ONNX file (a run with one candidate), and how torch got the feeds
+    when it was not by name."""
+    head = reference_text(run) + (f"\nonnx  {run.onnx}" if onnx else "")
     if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
         head += "\ninputs fed " + binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
+    return head
+
+
+def format_run(run: ValidationRun) -> str:
+    head = run_head(run)
     failures = [format_failure(c) for c in run.comparisons if not c.status.passed]
     parts = [head, format_input_sets(run), "", format_table(run)]
     if failures:
