@@ -78,3 +78,28 @@ def make_yolos_dir(directory: Path, seed: int = 0) -> str:
     processor = transformers.YolosImageProcessor(size={"shortest_edge": 32, "longest_edge": 48})
     processor.save_pretrained(directory)
     return str(directory)
+
+
+def make_wav2vec2_dir(directory: Path, seed: int = 0) -> str:
+    """A 2-layer Wav2Vec2 audio classifier (2 small conv layers) and its feature extractor."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 4),
+        conv_kernel=(10, 8),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        num_labels=3,
+        vocab_size=32,
+    )
+    transformers.Wav2Vec2ForSequenceClassification(config).save_pretrained(directory)
+    extractor = transformers.Wav2Vec2FeatureExtractor(sampling_rate=16000)
+    extractor.save_pretrained(directory)
+    return str(directory)

@@ -1,6 +1,7 @@
-"""Image models from their directories (issue 11): a ViT classifier and a YOLOS detector,
-tiny and random, exported by Optimum; pixel_values generated through the directory's image
-processor (seeded) or given with --inputs; one forward, no tokenizer anywhere."""
+"""Image and audio models from their directories (issue 11): a ViT classifier, a YOLOS
+detector and a Wav2Vec2 audio classifier, tiny and random, exported by Optimum; inputs
+generated through the directory's image processor / feature extractor (seeded) or given with
+--inputs; one forward, no tokenizer anywhere."""
 
 from __future__ import annotations
 
@@ -102,3 +103,17 @@ def test_own_export_of_an_image_model(exported, tmp_path) -> None:
     )
     assert run.verdict == "pass" and export.is_file()
     assert list(run.input_sets[0].feeds) == ["pixel_values"]
+
+
+def test_an_audio_classifier_validates_on_generated_waveforms(tmp_path) -> None:
+    """Audio: seeded waveforms through the directory's feature extractor (input_values)."""
+    from hf_tasks import make_wav2vec2_dir
+
+    directory = make_wav2vec2_dir(tmp_path / "w2v")
+    onnx = optimum_export(directory, tmp_path / "onnx", "audio-classification")
+    run = run_validation(RunConfig(model=f"hf:{directory}", onnx=str(onnx)))
+    assert run.verdict == "pass", [(c.name, c.status, c.message) for c in run.comparisons]
+    assert run.input_sets[0].feeds["input_values"].shape == (2, 16000)
+    summary = judged_summary(run)
+    assert summary["task"] == "audio-classification"
+    assert "Wav2Vec2FeatureExtractor" in summary["inputs"]
