@@ -105,6 +105,13 @@ def test_choice_rules_without_a_model() -> None:
     assert choose_model_class(vit).auto_class == "AutoModelForImageClassification"
     t5 = transformers.T5Config(architectures=["T5ForConditionalGeneration"])
     assert choose_model_class(t5).kind == "seq2seq"
+    pretraining = transformers.BertConfig(architectures=["BertForPreTraining"])
+    assert choose_model_class(pretraining).task == "feature-extraction"  # its base model
+    segformer = transformers.SegformerConfig(architectures=["SegformerForSemanticSegmentation"])
+    assert choose_model_class(segformer).task == "semantic-segmentation"
+    bare_bert = transformers.BertConfig()
+    logits2 = {"logits": 2}
+    assert choose_model_class(bare_bert, onnx_outputs=logits2).task == "text-classification"
     custom = transformers.BertConfig(architectures=["MyBertForTokenClassification"])
     assert choose_model_class(custom).task == "token-classification"  # by its suffix
     with pytest.raises(UsageError):

@@ -113,6 +113,22 @@ TASKS: tuple[Task, ...] = (
         (("logits", 3), ("pred_boxes", 3)),
     ),
     Task(
+        "semantic-segmentation",
+        "AutoModelForSemanticSegmentation",
+        "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
+        FORWARD,
+        ("ForSemanticSegmentation",),
+        (("logits", 4),),
+    ),
+    Task(
+        "depth-estimation",
+        "AutoModelForDepthEstimation",
+        "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",
+        FORWARD,
+        ("ForDepthEstimation",),
+        (("predicted_depth", 3),),
+    ),
+    Task(
         "audio-classification",
         "AutoModelForAudioClassification",
         "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
@@ -171,7 +187,8 @@ def choose_model_class(
     model_type = str(getattr(config, "model_type", ""))
     if task is not None:
         return _checked(task_named(task), model_type, "--task")
-    named = _dedup(_task_of_class(a) for a in getattr(config, "architectures", None) or ())
+    architectures = list(getattr(config, "architectures", None) or ())
+    named = _dedup(_task_of_class(a) for a in architectures)
     if len(named) == 1:
         return _checked(named[0], model_type, "config.architectures")
     pool = named or [t for t in TASKS if _supports(t, model_type)]
@@ -181,7 +198,9 @@ def choose_model_class(
             return _checked(fitting[0], model_type, "ONNX outputs")
     if named:
         return _checked(named[0], model_type, "config.architectures")
-    for fallback in ("text-generation", "feature-extraction"):
+    # Saved from a class no task here knows (BertForPreTraining): its base model, as before.
+    fallbacks = ("feature-extraction",) if architectures else ("text-generation",)
+    for fallback in (*fallbacks, "feature-extraction"):
         if _supports(BY_NAME[fallback], model_type):
             return _checked(BY_NAME[fallback], model_type, "model type")
     raise ModelLoadError(
