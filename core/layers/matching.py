@@ -91,14 +91,20 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
     )
     pairs: list[Pair] = []
     renamed = 0
+    origins = _output_origins(program, graph)
+    unverified = 0
     for v in graph.values.values():
-        node = capture.nodes.get(v.name)
+        key = origins.get(v.name, v.name)
+        node = capture.nodes.get(key)
         if node is None:
             continue
-        if v.fx_repr is not None and fx_text(node.format_node()) != v.fx_repr:
+        if key != v.name and v.fx_node != key:
+            unverified += 1  # the producer's own record names another FX node
+            continue
+        if (v.fx_repr is not None or key != v.name) and fx_text(node.format_node()) != v.fx_repr:
             renamed += 1
             continue
-        pairs.append(Pair(v.name, v.name, v.scope, v.name))
+        pairs.append(Pair(v.name, key, v.scope, key))
     matched = {p.key for p in pairs}
     unmatched_torch = sum(
         1 for n in capture.nodes.values() if n.name not in matched and _is_tensor_node(n)
@@ -108,6 +114,17 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
             f"{renamed} ONNX values are named like an FX node that computes something else "
             "(the ONNX file was made by another torch version or from another program?): "
             "not compared"
+        )
+    outputs = sum(1 for p in pairs if p.key != p.onnx_value)
+    if outputs:
+        notes.append(
+            f"{outputs} graph outputs renamed at export (output_names) were matched to the FX "
+            "node the exporter recorded for them, checked against their producer's FX node"
+        )
+    if unverified:
+        notes.append(
+            f"{unverified} renamed graph outputs could not be traced to their FX node (the "
+            "node that makes them records another one): not compared"
         )
     notes.append(
         f"matched {len(pairs)} ONNX values to FX nodes of the exporter's decomposed "
@@ -122,6 +139,25 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
         unmatched_torch,
         tuple(notes),
     )
+
+
+def _output_origins(program: Any, graph: GraphIndex) -> dict[str, str]:
+    """ONNX graph output -> the FX node it was before `output_names` renamed it: what the
+    exporter recorded on the output, else the program's user output at the same position
+    (the exporter keeps their order). Only candidates: each is checked against the FX node
+    its producer records before it is compared."""
+    from torch.export.graph_signature import OutputKind, TensorArgument
+
+    specs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    by_position: dict[str, str] = {}
+    if len(specs) == len(graph.outputs) and all(isinstance(s.arg, TensorArgument) for s in specs):
+        by_position = {
+            out: s.arg.name
+            for out, s in zip(graph.outputs, specs, strict=True)
+            if out != s.arg.name
+        }
+    origins = {**by_position, **graph.output_origins}
+    return {out: fx for out, fx in origins.items() if out in graph.values}
 
 
 def _runnable(program: Any) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -48,6 +48,9 @@ class GraphIndex:
     consumers: Mapping[str, tuple[int, ...]]  # value -> orders of the nodes that read it
     outputs: tuple[str, ...]
     n_nodes: int
+    # graph output -> the FX node name the dynamo exporter recorded for it before
+    # `output_names` renamed it (``pkg.torch.onnx.original_node_name``), where it differs
+    output_origins: Mapping[str, str] = field(default_factory=dict)
 
     def matched_inputs(self, matched: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """For each matched value, the nearest matched values upstream of it (through
@@ -189,7 +192,18 @@ def read_graph(path: str | Path) -> GraphIndex:
         consumers={k: tuple(v) for k, v in consumers.items()},
         outputs=tuple(o.name for o in graph.output),
         n_nodes=len(graph.node),
+        output_origins=_output_origins(graph.output),
     )
+
+
+def _output_origins(outputs: Iterable[onnx.ValueInfoProto]) -> dict[str, str]:
+    origins = {}
+    for out in outputs:
+        meta = {p.key: p.value for p in out.metadata_props}
+        origin = meta.get("pkg.torch.onnx.original_node_name")
+        if origin and origin != out.name:
+            origins[out.name] = origin
+    return origins
 
 
 def fx_text(formatted: str) -> str:
