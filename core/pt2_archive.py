@@ -8,7 +8,8 @@ and argument names into the Python source it generates and ``exec``s; and
 ``ExportedProgram.module()`` ``exec``s guard code built from the archive.
 
 Here every pickle goes through torch's ``weights_only`` unpickler and a refusal names the
-member; symbolic expressions are parsed against a small grammar first; names FX writes into
+member; symbolic expressions are built into sympy by core.pt2_sympy (never eval'd: torch
+gets the built objects, which sympify passes through); names FX writes into
 code must be plain names, and node metadata (comments in that code) is dropped; guard code
 is never read; compiled members (AOTInductor and friends) are refused; graph targets are
 checked against torch's own allow-lists. Torch's own tensor-record reader and deserializer
@@ -22,7 +23,7 @@ load_pt2(path) -> (torch.fx.GraphModule, ExportedProgram)
 
 from __future__ import annotations
 
-import ast
+import contextlib
 import io
 import json
 import operator
@@ -33,6 +34,7 @@ from typing import Any
 
 from core.errors import ModelLoadError, first_line
 from core.export_lock import export_lock
+from core.pt2_sympy import ExpressionError, parse_expression, parse_expressions
 
 MODEL_NAME = "model"  # the one program torch.export.save writes and torch.export.load returns
 _CODE_DIRS = ("data/aotinductor/", "data/executorch/", "data/mtia/")
@@ -57,37 +59,6 @@ _SAFE_HOPS = frozenset(
     }
 )
 
-# Symbolic shapes as torch writes them: "Symbol('s77', positive=True, integer=True)",
-# "2*s0 + 1", "Max(2, s0)", "FloorDiv(s0, 2)", "Eq(Mod(s0, 4), 0)".
-_SYMBOL_RE = re.compile(r"[a-z]{1,4}\d+")
-_SYMPY_NAMES = frozenset(
-    ("Symbol", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Max", "Min", "Abs", "Mod")
-    + ("Eq", "Ne")
-    + ("Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "floor", "ceiling", "sqrt")
-    + ("oo", "zoo", "nan", "True", "False", "Piecewise")
-)
-_ASSUMPTIONS = frozenset(
-    ("positive", "negative", "nonnegative", "nonpositive", "integer", "real", "finite")
-    + ("zero", "nonzero")
-)
-_EXPR_NODES = (
-    ast.Expression,
-    ast.BinOp,
-    ast.UnaryOp,
-    ast.BoolOp,
-    ast.Compare,
-    ast.Call,
-    ast.keyword,
-    ast.Name,
-    ast.Load,
-    ast.Constant,
-    ast.Tuple,
-    ast.operator,
-    ast.unaryop,
-    ast.boolop,
-    ast.cmpop,
-)
-_MAX_EXPR_CHARS = 4000
 _IDENTIFIER_KEYS = frozenset({"name", "as_name", "forward_arg_names"})
 _TEXT_KEYS = frozenset({"as_string", "as_strings", "in_spec", "out_spec", "torch_version"})
 _DOTTED_RE = re.compile(r"[A-Za-z0-9_.\-]*")
@@ -161,8 +132,10 @@ def _deserialize(path: Path) -> Any:
         document = json.loads(reader.read_string(program_file))
         document["guards_code"] = []  # exec()'d by ExportedProgram.module(): never from a file
         _drop_metadata(document)
-        _check_strings(path, program_file, document)
+        expressions = _check_strings(path, program_file, document)
+        _import_output_types(document)
         serialized = _dict_to_dataclass(schema.ExportedProgram, document)
+        _use_built_expressions(serialized, expressions)
 
         sample_file = names.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL_NAME)
         sample_bytes = reader.read_bytes(sample_file) if sample_file in files else b""
@@ -280,16 +253,15 @@ def _drop_metadata(document: Any) -> None:
             stack.extend(item)
 
 
-def _check_strings(path: Path, member: str, document: Any) -> None:
+def _check_strings(path: Path, member: str, document: Any) -> dict[str, Any]:
     """The program's strings become Python source when FX generates the module's code.
 
     Names of values and arguments must be identifiers; parameter paths and operator names
-    dotted names; every "expr_str" (sympify()'d by torch, an eval) plain arithmetic. Strings
-    FX only repr()s (string arguments) and the pytree specs (JSON, read by torch) may be text.
+    dotted names; every "expr_str" (sympify()'d by torch, an eval) is built by
+    core.pt2_sympy instead. Strings FX only repr()s (string arguments) and the pytree specs
+    (JSON, read by torch) may be text. Returns the built expressions by text.
     """
-    from torch.utils._sympy import functions
-
-    allowed = _SYMPY_NAMES | {n for n in dir(functions) if n[:1].isupper()}
+    expr_texts: list[str] = []
     stack: list[tuple[str, Any]] = [("", document)]
     while stack:
         key, item = stack.pop()
@@ -299,40 +271,88 @@ def _check_strings(path: Path, member: str, document: Any) -> None:
             stack.extend((key, value) for value in item)
         elif isinstance(item, str) and key not in _TEXT_KEYS:
             if key == "expr_str":
-                ok = _plain_expression(item, allowed)
-            elif key in _IDENTIFIER_KEYS:
+                expr_texts.append(item)
+                continue
+            if key in _IDENTIFIER_KEYS:
                 ok = item == "" or (item.isidentifier() and not item.startswith("__"))
             else:
                 ok = _DOTTED_RE.fullmatch(item) is not None
             if not ok:
-                what = "plain arithmetic" if key == "expr_str" else "a plain name"
-                raise _refused(path, member, f"{key} {item[:60]!r} is not {what}")
-
-
-def _plain_expression(text: Any, allowed: frozenset[str] | set[str]) -> bool:
-    if not isinstance(text, str) or len(text) > _MAX_EXPR_CHARS:
-        return False
+                raise _refused(path, member, f"{key} {item[:60]!r} is not a plain name")
     try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return parse_expressions(expr_texts)
+    except ExpressionError as exc:
+        bad = next(t for t in expr_texts if not _parses(t))
+        raise _refused(
+            path, member, f"expr_str {bad[:60]!r} is not plain arithmetic ({exc})"
+        ) from exc
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_expression(text, {})
+    except ExpressionError:
         return False
-    for node in ast.walk(tree):
-        if not isinstance(node, _EXPR_NODES):
-            return False
-        if isinstance(node, ast.Name) and not (node.id in allowed or _SYMBOL_RE.fullmatch(node.id)):
-            return False
-        if isinstance(node, ast.Call) and not (
-            isinstance(node.func, ast.Name) and node.func.id in allowed
-        ):
-            return False
-        if isinstance(node, ast.keyword) and node.arg not in _ASSUMPTIONS:
-            return False
-        if isinstance(node, ast.Constant) and not (
-            isinstance(node.value, (bool, int, float))
-            or (isinstance(node.value, str) and _SYMBOL_RE.fullmatch(node.value))
-        ):
-            return False
     return True
+
+
+_LIBRARY_TYPE = re.compile(r"transformers(\.[A-Za-z_]\w*)+")
+
+
+def _import_output_types(document: Any) -> None:
+    """Output classes of transformers (BaseModelOutput, ...) register with pytree when their
+    module is imported; a .pt2 of an HF model names them in its specs. Import those modules
+    (installed library code, never the file's) so that torch can rebuild the outputs."""
+    import importlib
+    import importlib.util
+
+    from torch.utils import _pytree as pytree
+
+    wanted: set[str] = set()
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:
+        key, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.items())
+        elif isinstance(item, list):
+            stack.extend((key, value) for value in item)
+        elif key in ("in_spec", "out_spec") and isinstance(item, str):
+            wanted.update(re.findall(r'"type": "(transformers\.[\w.]+)"', item))
+    missing = {t for t in wanted if t not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE}
+    if not missing or importlib.util.find_spec("transformers") is None:
+        return
+    for type_name in sorted(missing):
+        module = type_name.rpartition(".")[0]
+        if _LIBRARY_TYPE.fullmatch(module):
+            # if it fails, torch says which type it cannot rebuild
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+
+
+def _use_built_expressions(serialized: Any, expressions: dict[str, Any]) -> None:
+    """Every SymExpr's text replaced by its built object: torch's sympify returns a sympy
+    object unchanged, so no expression text from the file reaches eval."""
+    import dataclasses
+
+    from torch._export.serde.schema import SymExpr
+
+    stack = [serialized]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, SymExpr):
+            if not isinstance(item.expr_str, str) or item.expr_str not in expressions:
+                raise ModelLoadError("cannot load model: an expression escaped the checks")
+            item.expr_str = expressions[item.expr_str]
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend(getattr(item, f.name, None) for f in dataclasses.fields(item))  # unions
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def _check_keyword_names(path: Path, program: Any) -> None:

@@ -7,6 +7,9 @@ must be named at that module, not at the op after it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 import warnings
 from dataclasses import dataclass
@@ -137,3 +140,15 @@ def test_a_record_that_its_producer_contradicts_is_not_compared(exports, tmp_pat
     # what is still matched is what it claims: the error now shows first at tanh
     assert result.first_divergence is not None
     assert result.first_divergence.torch_node == "tanh"
+
+
+def test_cli_names_the_module_and_prints_only_parity_s_lines(exports: Exports) -> None:
+    """A fresh process: the exporter's registry (first use) logs nothing of torch's own."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    args = ["validate", "--model", str(exports.pt2), "--onnx", str(exports.dynamo), "--layers"]
+    done = subprocess.run(
+        [sys.executable, "-m", "core", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 1, done.stderr[-2000:]  # the outputs' verdict: the bias is off
+    assert "diverges first at 'body'" in done.stdout
+    assert done.stderr.strip() == ""

@@ -24,6 +24,7 @@ import torch
 
 from core.export_lock import export_lock
 from core.input_binding import BY_NAME, bind_inputs
+from core.quiet import quiet_torch
 from core.results import InputSet
 from core.signature import OnnxSignature
 
@@ -180,8 +181,7 @@ def _decomposed(program: Any) -> Any:
         return _DECOMPOSED[program]
     from torch.onnx._internal.exporter import _core
 
-    with warnings.catch_warnings(), contextlib.redirect_stdout(None):
-        warnings.simplefilter("ignore")
+    with quiet_torch(), contextlib.redirect_stdout(None):
         decomposed = _core._prepare_exported_program_for_export(program, registry=_registry())
     _DECOMPOSED[program] = decomposed
     return decomposed
@@ -191,8 +191,8 @@ def _decomposed(program: Any) -> Any:
 def _registry() -> Any:
     from torch.onnx._internal.exporter import _registration
 
-    with warnings.catch_warnings(), contextlib.redirect_stdout(None):
-        warnings.simplefilter("ignore")
+    # quiet: it logs a warning per torchvision op when torchvision is not installed
+    with quiet_torch(), contextlib.redirect_stdout(None):
         return _registration.ONNXRegistry.from_torchlib()
 
 
