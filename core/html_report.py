@@ -194,8 +194,8 @@ def _grid(run: ValidationRun) -> str:
 
 
 def _layers(run: ValidationRun) -> str:
-    """The layers comparison, when the run has one: where the error is born, in words and
-    along the graph's depth (core.layers draws and words it)."""
+    """The layers comparison, when the run has one: where the error is born, in words, along
+    the graph's depth and over the module tree (core.layers draws and words it)."""
     result = getattr(run, "layers", None)
     if result is None:
         return ""
@@ -214,9 +214,17 @@ def _layers(run: ValidationRun) -> str:
         line = views.pass_line(result, "error_ratio", run.tolerances.default.atol)
         fig = layer_figures.depth_plot(result, metric="error_ratio", threshold=line)
         parts.append(_figure_html(fig, "depth"))
+        if _has_modules(result):
+            tree = layer_figures.module_tree(result, metric="error_ratio", threshold=line)
+            parts.append(_figure_html(tree, "tree"))
         parts.append(_layer_rows(result))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _has_modules(result) -> bool:
+    """The module tree says something when some value belongs to a named module."""
+    return any(v.torch_module for v in result.values)
 
 
 def _layer_rows(result) -> str:
@@ -380,6 +388,7 @@ def figure_count(run: ValidationRun) -> int:
     detailed = sum(1 for c in shown if kept and _raw_pair(run, c) is not None)
     layers = getattr(run, "layers", None)
     depth = 1 if layers is not None and layers.values else 0
+    depth += 1 if depth and _has_modules(layers) else 0  # the module tree
     return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed + depth
 
 

@@ -242,7 +242,17 @@ def test_the_html_report_gets_a_layers_section_offline_and_escaped():
     assert "<b>2</b>" not in section
     assert "2 ONNX value(s) have no torch counterpart." in section
     assert "From the first divergence on" in section
-    assert figure_count(run) == page.count("class='fig ") == 1  # the depth plot
+    # the depth plot and the module tree (an icicle: plotly's own name for the trace)
+    assert figure_count(run) == page.count("class='fig ") == 2
+    assert section.count('"type":"icicle"') == 1
+    from dataclasses import replace
+
+    layers = chain()
+    flat_layers = replace(
+        layers, values=tuple(replace(v, torch_module=None) for v in layers.values)
+    )
+    flat = ValidationRun(**{**run.__dict__, "layers": flat_layers})
+    assert figure_count(flat) == 1  # no module names: no tree to draw
     assert "<script src" not in page  # plotly inlined once, no network
     no_layers = ValidationRun(**{**run.__dict__, "layers": None})
     assert "<h2>Layers</h2>" not in render_html_report(no_layers)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from core.layers import criterion
-from core.layers.matching import MODULE_BOUNDARIES, Pair, Plan, make_plan
+from core.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
 from core.layers.onnx_graph import GraphIndex, read_graph
 from core.layers.onnx_runs import ExtraOutputs, plan_batches
 from core.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
@@ -108,6 +108,8 @@ class _Comparer:
                 if (pair.onnx_value, s) in self.compared:
                     continue  # a module called twice: its first call is compared
                 self.compare(pair, arrays[0], onnx_values, s)
+                if matching == FX_NAMES:  # one pair per value: ONNX Runtime's array is done
+                    onnx_values.pop(pair.onnx_value, None)
 
         return on_value
 

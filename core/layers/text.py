@@ -1,9 +1,11 @@
 """The terminal's few lines about a layers result: where it starts, how big the jump, what
-follows. Names are printed as text (repr where they could hold control characters)."""
+follows. Names are printed as text (repr where they could hold control characters); numbers
+and the jump's wording come from core.layers.views, as in the dashboard and the HTML."""
 
 from __future__ import annotations
 
 from core.layers.result import LayersResult, LayerValue
+from core.layers.views import fmt, jump_words
 
 
 def format_layers(result: LayersResult, *, after: int = 4) -> str:
@@ -21,23 +23,25 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
         worst = max(result.values, key=lambda v: v.error_ratio or 0.0, default=None)
         lines.append("  no value diverges (see the criterion in the JSON report)")
         if worst is not None:
-            lines.append(f"  largest error: {_where(worst)}  error_ratio {_g(worst.error_ratio)}")
+            lines.append(f"  largest error: {_where(worst)}  error_ratio {fmt(worst.error_ratio)}")
         jumped = max(result.values, key=lambda v: v.jump or 0.0, default=None)
         if jumped is not None and jumped.jump:
             lines.append(
                 f"  largest jump: {_where(jumped)}  {jumped.jump:.3g}x (error_ratio "
-                f"{_g(jumped.error_ratio)}, under the threshold {_g(result.threshold)})"
+                f"{fmt(jumped.error_ratio)}, under the threshold {fmt(result.threshold)})"
             )
         return "\n".join(lines)
     lines.append(f"  diverges first at {_where(first)}, input set {first.input_set}")
     lines.append(
-        f"  error_ratio {_g(first.error_ratio)} ({_jump(first)}); max abs {_g(first.max_abs)}, "
-        f"max rel {_g(first.max_rel)}, status {first.status}"
+        f"  error_ratio {fmt(first.error_ratio)} ({jump_words(first)}); "
+        f"max abs {fmt(first.max_abs)}, max rel {fmt(first.max_rel)}, status {first.status}"
     )
     later = result.after_first(after)
     if later:
         lines.append("  then:")
-        lines.extend(f"    {_where(v)}  error_ratio {_g(v.error_ratio)}  {v.status}" for v in later)
+        lines.extend(
+            f"    {_where(v)}  error_ratio {fmt(v.error_ratio)}  {v.status}" for v in later
+        )
     return "\n".join(lines)
 
 
@@ -45,15 +49,3 @@ def _where(v: LayerValue) -> str:
     module = v.torch_module if v.torch_module else "(top level)"
     node = f" fx {v.torch_node!r}" if v.torch_node and v.torch_node != v.onnx_value else ""
     return f"{module!r}: {v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}{node}"
-
-
-def _jump(v: LayerValue) -> str:
-    if v.jump is None:
-        return "no jump measured"
-    if not v.inputs:
-        return f"{v.jump:.3g}x the noise floor; no matched value feeds it"
-    return f"{v.jump:.3g}x the largest error flowing into it"
-
-
-def _g(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3g}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from core.layers.result import LayerStatus
+from core.text import number_text
 
 if TYPE_CHECKING:
     from core.layers.result import KeptValue, LayersResult, LayerValue
@@ -144,13 +145,8 @@ def module_tree(result: LayersResult, metric: str) -> list[ModuleNode]:
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}g}"
+    """Layers numbers: core.text's policy at `digits` significant digits."""
+    return number_text(x, digits)
 
 
 def divergence_sentence(result: LayersResult) -> str:
