@@ -88,7 +88,8 @@ def node_data(
 
 
 def graph_name(onnx_path: str | Path | None) -> str:
-    """The ONNX file's main graph name (Model Explorer's graph id); DEFAULT_GRAPH if unreadable."""
+    """The ONNX file's main graph name, as the ONNX adapter spells its graph id (an unnamed
+    graph is ""); DEFAULT_GRAPH if the file cannot be read."""
     if onnx_path is None or not Path(onnx_path).is_file():
         return DEFAULT_GRAPH
     try:
@@ -97,7 +98,7 @@ def graph_name(onnx_path: str | Path | None) -> str:
         name = onnx.load(str(onnx_path), load_external_data=False).graph.name
     except Exception:  # an unreadable file: the default still matches torch's exports
         return DEFAULT_GRAPH
-    return name or DEFAULT_GRAPH
+    return name
 
 
 def write_node_data(
