@@ -397,6 +397,9 @@ def _numeric(a: np.ndarray) -> bool:
 
 
 def _figure_html(fig, kind: str) -> str:
+    """One figure, drawn with plotly's own template: importing Streamlit makes its theme the
+    process's default, and a report must look the same from the CLI and the dashboard."""
+    fig.layout.template = "plotly"  # assigned, not merged into the default one
     div = fig.to_html(full_html=False, include_plotlyjs=False, config=_PLOT_CONFIG)
     return f"<div class='fig {kind}'>{div}</div>"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -256,3 +257,34 @@ def test_the_html_report_gets_a_layers_section_offline_and_escaped():
     assert "<script src" not in page  # plotly inlined once, no network
     no_layers = ValidationRun(**{**run.__dict__, "layers": None})
     assert "<h2>Layers</h2>" not in render_html_report(no_layers)
+
+
+def test_the_html_report_looks_the_same_whatever_plotly_template_the_process_uses():
+    """Importing Streamlit makes its theme plotly's default template; the dashboard's
+    'Download HTML report' must give the CLI's report, not one restyled by that theme."""
+    import plotly.io as pio
+    import streamlit.elements.plotly_chart  # noqa: F401  (registers and selects its template)
+
+    from core.html_report import render_html_report
+    from core.results import ValidationRun
+    from core.tolerances import Tolerances
+
+    run = ValidationRun(
+        model="m.pt2", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
+        input_sets=(), comparisons=(), layers=chain(module=EVIL),
+    )  # fmt: skip
+    before = pio.templates.default
+    try:
+        pio.templates.default = "streamlit"
+        themed = render_html_report(run)
+        pio.templates.default = "plotly"
+        plain = render_html_report(run)
+    finally:
+        pio.templates.default = before
+
+    def body(page: str) -> str:  # figure div ids are random; the footer has the time
+        return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "ID",
+                      page.split("<footer>")[0])  # fmt: skip
+
+    assert body(themed) == body(plain)
+    assert themed.count('"type":"icicle"') == 1  # the module tree's trace, no theme entries
