@@ -5,56 +5,20 @@ from __future__ import annotations
 from core.input_binding import BY_POSITION, binding_text
 from core.labels import status_label
 from core.results import OutputComparison, RunKind, Status, ValidationRun
+from core.rows import COLUMNS, comparison_rows
 from core.text import number_text, shape_text
 
-
-def _row(c: OutputComparison, multi_set: bool) -> list[str]:
-    shape = shape_text(c.ref_shape)
-    if c.onnx_shape != c.ref_shape:
-        shape = f"{shape_text(c.ref_shape)} vs {shape_text(c.onnx_shape)}"
-    dtype = c.ref_dtype or "-"
-    if c.onnx_dtype != c.ref_dtype:
-        dtype = f"{c.ref_dtype or '-'} vs {c.onnx_dtype or '-'}"
-    s = c.stats
-    nonfinite = "-"
-    if s is not None and (s.n_nan_mismatch or s.n_inf_mismatch):
-        nonfinite = f"{s.n_nan_mismatch}/{s.n_inf_mismatch}"
-    mismatch = "-"
-    if c.n_mismatch is not None:
-        mismatch = f"{c.n_mismatch} ({100 * (c.mismatch_fraction or 0):.3g}%)"
-    row = [
-        c.name,
-        status_label(c.status, "terminal"),
-        shape,
-        dtype,
-        number_text(s.max_abs if s else None),
-        number_text(s.max_rel if s else None),
-        mismatch,
-        nonfinite,
-        number_text(c.min_atol_to_pass),
-        f"{number_text(c.tolerance.atol)}/{number_text(c.tolerance.rtol)}",
-    ]
-    return [str(c.input_set), *row] if multi_set else row
+TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
 
 
 def format_table(run: ValidationRun) -> str:
-    multi_set = len(run.input_sets) > 1
-    header = [
-        "output",
-        "status",
-        "shape",
-        "dtype",
-        "max abs",
-        "max rel",
-        "mismatched",
-        "nan/inf",
-        "min atol",
-        "atol/rtol",
+    columns = TERMINAL_COLUMNS
+    if len(run.input_sets) <= 1:
+        columns = tuple(c for c in columns if c.key != "set")
+    rows = [[c.short_header for c in columns]] + [
+        [row.cell(c.key, "terminal") for c in columns] for row in comparison_rows(run)
     ]
-    if multi_set:
-        header = ["set", *header]
-    rows = [header] + [_row(c, multi_set) for c in run.comparisons]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
     ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,7 +20,8 @@ from core.atomic import write_output
 from core.input_binding import binding_text
 from core.labels import status_label, worst_first
 from core.results import OutputComparison, Status, ValidationRun
-from core.text import number_text, shape_text, tolerance_text
+from core.rows import COLUMNS, ComparisonRow, comparison_rows
+from core.text import number_text, tolerance_text
 from core.version import __version__
 
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
@@ -127,42 +128,37 @@ def _header(run: ValidationRun) -> str:
 
 
 def _outputs_table(run: ValidationRun) -> str:
-    head = (
-        "<tr><th>set</th><th>output</th><th>status</th><th>shape ref / onnx</th>"
-        "<th>dtype ref / onnx</th><th>max abs</th><th>max rel</th><th>mismatch</th>"
-        "<th>NaN / Inf</th><th>atol / rtol</th><th>min atol to pass</th><th>message</th></tr>"
-    )
-    rows = []
-    for c in run.comparisons:
-        s = c.stats
-        shape_cls = " class='bad'" if c.status is Status.SHAPE_MISMATCH else ""
-        dtype_cls = " class='bad'" if c.status is Status.DTYPE_MISMATCH else ""
-        frac = c.mismatch_fraction
-        bar = (
-            f"<div class='bar'><span style='width:{min(100.0, 100.0 * frac):.2f}%'></span></div>"
-            f"{c.n_mismatch:,} / {c.n_judged:,} ({100.0 * frac:.3g}%)"
-            if frac is not None and c.n_mismatch is not None
-            else "-"
-        )
-        nan_inf = f"{s.n_nan_mismatch} / {s.n_inf_mismatch}" if s else "-"
-        rows.append(
-            f"<tr class='{'pass' if c.status.passed else 'fail'}'>"
-            f"<td>{c.input_set}</td><td class='name'>{_e(c.name)}</td>"
-            f"<td class='status'>{_e(status_label(c.status))}</td>"
-            f"<td{shape_cls}>{_shape(c.ref_shape)} / {_shape(c.onnx_shape)}</td>"
-            f"<td{dtype_cls}>{_e(c.ref_dtype or '-')} / {_e(c.onnx_dtype or '-')}</td>"
-            f"<td>{number_text(s.max_abs if s else None)}</td>"
-            f"<td>{number_text(s.max_rel if s else None)}</td>"
-            f"<td>{bar}</td><td>{nan_inf}</td>"
-            f"<td>{number_text(c.tolerance.atol)} / {number_text(c.tolerance.rtol)}</td>"
-            f"<td>{number_text(_min_atol(c))}</td><td>{_e(c.message)}</td></tr>"
-        )
+    head = "<tr>" + "".join(f"<th>{_e(c.header)}</th>" for c in COLUMNS) + "</tr>"
+    rows = [
+        f"<tr class='{'pass' if row.status.passed else 'fail'}'>"
+        + "".join(_cell(row, c.key) for c in COLUMNS)
+        + "</tr>"
+        for row in comparison_rows(run)
+    ]
     n_pass = sum(c.status.passed for c in run.comparisons)
     caption = f"{n_pass} of {len(run.comparisons)} (input set, output) pairs pass"
     return (
         f"<section><h2>Outputs</h2><p>{_e(caption)}.</p>"
         f"<table class='outputs'>{head}{''.join(rows)}</table></section>"
     )
+
+
+def _cell(row: ComparisonRow, key: str) -> str:
+    """One cell of the outputs table: the row's text (core.rows), escaped, with the classes
+    and the mismatch bar the page's style sheet draws."""
+    text = _e(row.cell(key))
+    if key == "output":
+        return f"<td class='name'>{text}</td>"
+    if key == "status":
+        return f"<td class='status'>{text}</td>"
+    if (key == "shape" and row.status is Status.SHAPE_MISMATCH) or (
+        key == "dtype" and row.status is Status.DTYPE_MISMATCH
+    ):
+        return f"<td class='bad'>{text}</td>"
+    if key == "mismatch" and row.mismatch_fraction is not None and row.n_mismatch is not None:
+        width = min(100.0, 100.0 * row.mismatch_fraction)
+        return f"<td><div class='bar'><span style='width:{width:.2f}%'></span></div>{text}</td>"
+    return f"<td>{text}</td>"
 
 
 def _input_sets(run: ValidationRun) -> str:
@@ -422,19 +418,8 @@ def _kv_table(rows: Iterable[tuple[str, object]]) -> str:
     return f"<table class='kv'>{body}</table>"
 
 
-def _min_atol(c: OutputComparison) -> float | None:
-    try:
-        return c.min_atol_to_pass
-    except Exception:  # a profile that cannot answer must not sink the whole report
-        return None
-
-
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _shape(dims: Sequence[int] | None) -> str:
-    return _e(shape_text(dims))
 
 
 def _s(n: int) -> str:

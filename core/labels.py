@@ -9,7 +9,7 @@ from typing import Literal
 
 from core.results import OutputComparison, Status, ValidationRun
 
-__all__ = ["StatusStyle", "badness", "set_label", "status_label", "worst_first"]
+__all__ = ["StatusStyle", "badness", "badness_of", "set_label", "status_label", "worst_first"]
 
 StatusStyle = Literal["terminal", "words", "marked", "mark"]
 
@@ -52,13 +52,20 @@ def status_label(status: Status, style: StatusStyle = "words") -> str:
 def badness(c: OutputComparison) -> tuple[bool, bool, float, float]:
     """Sort key, larger is worse: failing; judged element by element (something to look at);
     mismatch fraction; max |error| (non-finite counts as infinite)."""
-    failing = not c.status.passed
-    elementwise = c.status in (Status.FAIL, Status.DTYPE_MISMATCH, Status.PASS)
-    max_abs = c.stats.max_abs if c.stats is not None and c.stats.max_abs is not None else 0.0
+    max_abs = c.stats.max_abs if c.stats is not None else None
+    return badness_of(c.status, c.mismatch_fraction, max_abs)
+
+
+def badness_of(
+    status: Status, mismatch_fraction: float | None, max_abs: float | None
+) -> tuple[bool, bool, float, float]:
+    """:func:`badness` from the values themselves (a table row has them without the stats)."""
+    elementwise = status in (Status.FAIL, Status.DTYPE_MISMATCH, Status.PASS)
+    max_abs = 0.0 if max_abs is None else float(max_abs)
     return (
-        failing,
+        not status.passed,
         elementwise,
-        c.mismatch_fraction or 0.0,
+        mismatch_fraction or 0.0,
         (max_abs if math.isfinite(max_abs) else math.inf),
     )
 

@@ -12,6 +12,7 @@ from core.atomic import write_output
 from core.json_output import dumps as strict_dumps
 from core.json_output import strict
 from core.results import CandidateInfo, OutputComparison, RunKind, ValidationRun
+from core.rows import ComparisonRow
 from core.tolerances import Tolerances
 
 SCHEMA = "parity.report/1"
@@ -76,37 +77,8 @@ def candidate_dict(run: ValidationRun, info: CandidateInfo) -> dict[str, Any]:
 
 
 def output_dict(c: OutputComparison) -> dict[str, Any]:
-    s = c.stats
-    return {
-        "candidate": c.candidate,
-        "input_set": c.input_set,
-        "name": c.name,
-        "status": c.status.value,
-        "ref_shape": _shape(c.ref_shape),
-        "onnx_shape": _shape(c.onnx_shape),
-        "ref_dtype": c.ref_dtype,
-        "onnx_dtype": c.onnx_dtype,
-        "n_elements": c.n_elements,
-        "n_excluded": c.n_excluded,  # not judged (e.g. padding), counted apart
-        "max_abs": s.max_abs if s else None,
-        "max_rel": s.max_rel if s else None,
-        "mean_abs": s.mean_abs if s else None,
-        "rms": s.rms if s else None,
-        "p99_abs": s.p99_abs if s else None,
-        "n_mismatch": c.n_mismatch,
-        "mismatch_fraction": c.mismatch_fraction,
-        "n_nan_mismatch": s.n_nan_mismatch if s else None,
-        "n_inf_mismatch": s.n_inf_mismatch if s else None,
-        "worst_index": list(s.worst_index) if s and s.worst_index is not None else None,
-        "ref_at_worst": s.ref_at_worst if s else None,
-        "onnx_at_worst": s.onnx_at_worst if s else None,
-        "cosine": s.cosine if s else None,
-        "snr_db": s.snr_db if s else None,
-        "atol": c.tolerance.atol,
-        "rtol": c.tolerance.rtol,
-        "min_atol_to_pass": c.min_atol_to_pass,
-        "message": c.message,
-    }
+    """One ``outputs[]`` entry: the comparison's table row as JSON (core.rows)."""
+    return ComparisonRow.from_comparison(c).to_json()
 
 
 def error_report_dict(
@@ -132,10 +104,6 @@ def error_report_dict(
             "errors": [{"kind": kind, "message": message}],
         }
     )
-
-
-def _shape(shape: tuple[int, ...] | None) -> list[int] | None:
-    return None if shape is None else [int(d) for d in shape]
 
 
 def dumps(data: dict[str, Any]) -> str:

@@ -6,62 +6,21 @@ import pandas as pd
 import streamlit as st
 
 from core.figures import verdict_grid
-from core.labels import status_label, worst_first
+from core.labels import worst_first
 from core.results import OutputComparison, ValidationRun
-from core.text import shape_text
+from core.rows import comparison_rows
 from pages import state
 from pages.candidates import candidate_selector, candidates_overview, could_not_run
 from pages.sidebar import verdict_badge
-from pages.tables import status_style
+from pages.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from pages.text import md_code
 
 GOTO_INSPECT = state.GOTO_INSPECT
 
 
-def _num(value: float | None) -> float | None:
-    return None if value is None else float(value)
-
-
-def comparison_rows(run: ValidationRun) -> pd.DataFrame:
-    rows = []
-    for c in run.comparisons:
-        s = c.stats
-        shape_ok = c.ref_shape == c.onnx_shape
-        rows.append(
-            {
-                "status": status_label(c.status, "marked"),
-                "set": c.input_set,
-                "output": c.name,
-                "torch shape": shape_text(c.ref_shape),
-                "onnx shape": shape_text(c.onnx_shape) + ("" if shape_ok else "  ≠"),
-                "dtypes": f"{c.ref_dtype or '—'} / {c.onnx_dtype or '—'}"
-                + ("" if c.ref_dtype == c.onnx_dtype else "  ≠"),
-                "max abs": _num(s.max_abs) if s else None,
-                "max rel": _num(s.max_rel) if s else None,
-                "mismatch": c.mismatch_fraction,
-                "mismatched": (
-                    f"{c.n_mismatch:,} / {c.n_judged:,}" if c.n_mismatch is not None else "—"
-                ),
-                "NaN/Inf mism.": (s.n_nan_mismatch + s.n_inf_mismatch) if s else None,
-                "atol / rtol": f"{c.tolerance.atol:g} / {c.tolerance.rtol:g}",
-                "min atol": c.min_atol_to_pass,
-                "message": c.message,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-COLUMN_CONFIG = {
-    "set": st.column_config.NumberColumn("set", width="small"),
-    "max abs": st.column_config.NumberColumn("max abs", format="%.3e"),
-    "max rel": st.column_config.NumberColumn("max rel", format="%.3e"),
-    "min atol": st.column_config.NumberColumn(
-        "min atol", format="%.3e", help="Smallest atol that passes at this output's rtol"
-    ),
-    "mismatch": st.column_config.ProgressColumn(
-        "mismatch fraction", min_value=0.0, max_value=1.0, format="percent"
-    ),
-}
+def comparison_frame(run: ValidationRun) -> pd.DataFrame:
+    """One row per (input set, output), row k being ``run.comparisons[k]`` (core.rows)."""
+    return rows_frame(comparison_rows(run))
 
 
 def worst_failure(run: ValidationRun) -> OutputComparison | None:
@@ -129,12 +88,12 @@ def page() -> None:
             st.switch_page("pages/inspect_page.py")
 
     st.subheader("Outputs")
-    st.caption("Select a row to inspect that output. ≠ marks a mismatch between the two sides.")
+    st.caption("Select a row to inspect that output. A shape or dtype reads A vs B if they differ.")
     st.dataframe(
-        status_style(comparison_rows(run)),
+        status_style(comparison_frame(run)),
         hide_index=True,
         width="stretch",
-        column_config=COLUMN_CONFIG,
+        column_config=ROW_COLUMN_CONFIG,
         on_select=_on_table_select,
         selection_mode="single-row",
         key="overview_table",

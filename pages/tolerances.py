@@ -13,14 +13,14 @@ import pandas as pd
 import streamlit as st
 
 from core.figures import mismatch_curve
-from core.labels import status_label
-from core.results import Status, ValidationRun
+from core.results import ValidationRun
+from core.rows import output_rows
 from core.suggest import DEFAULT_MARGIN, ladder, nearest, suggest_tolerances, with_value
 from core.tolerances import Tolerance, Tolerances
 from pages import state
 from pages.candidates import candidate_selector, candidates_frame
 from pages.sidebar import verdict_badge
-from pages.tables import status_style
+from pages.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from pages.text import md_code, md_text
 
 ATOL_LADDER = ladder(-9, 1)
@@ -29,6 +29,7 @@ CURVE_ATOLS = np.logspace(-9, 1, 81)
 SYNCED = "tol_synced"
 EDITOR_BASE = "tol_editor_base"
 EDITOR_COLUMNS = ["output", "override", "atol", "rtol"]
+NOT_FIXABLE = "shape/dtype/missing: no tolerance fixes it"
 
 
 def _fmt(value: float) -> str:
@@ -78,31 +79,12 @@ def _overrides(edited: pd.DataFrame, default: Tolerance) -> dict[str, Tolerance]
 
 
 def pass_table(run: ValidationRun) -> pd.DataFrame:
-    """Per output over every input set: passes?, mismatches, smallest passing atol."""
-    rows = []
-    for name in run.output_names:
-        comps = [c for c in run.comparisons if c.name == name]
-        tol = comps[0].tolerance
-        mins = [c.min_atol_to_pass for c in comps]
-        fixable = all(c.can_rejudge for c in comps)
-        min_atol = max(mins) if fixable and all(m is not None for m in mins) else None
-        n_mis = sum(c.n_mismatch or 0 for c in comps)
-        n_el = sum(c.n_judged for c in comps)
-        passed = all(c.status.passed for c in comps)
-        rows.append(
-            {
-                "status": status_label(Status.PASS if passed else Status.FAIL, "marked"),
-                "output": name,
-                "atol": _fmt(tol.atol),
-                "rtol": _fmt(tol.rtol),
-                "mismatched": n_mis,
-                "of elements": n_el,
-                "fraction": n_mis / n_el if n_el else 0.0,
-                "min atol to pass": min_atol,
-                "note": "" if fixable else "shape/dtype/missing: no tolerance fixes it",
-            }
-        )
-    return pd.DataFrame(rows)
+    """Per output over every input set (core.rows.output_rows): its worst status, mismatches,
+    the smallest atol that passes in every set."""
+    rows = output_rows(run)
+    frame = rows_frame(rows, leave_out=("set", "shape", "dtype", "message"))
+    frame["note"] = ["" if r.can_rejudge else NOT_FIXABLE for r in rows]
+    return frame
 
 
 def _curves(run: ValidationRun, name: str, rtol: float) -> np.ndarray | None:
@@ -188,12 +170,7 @@ def controls(raw: ValidationRun) -> None:
         status_style(pass_table(judged)),
         hide_index=True,
         width="stretch",
-        column_config={
-            "fraction": st.column_config.ProgressColumn(
-                "mismatch fraction", min_value=0.0, max_value=1.0, format="percent"
-            ),
-            "min atol to pass": st.column_config.NumberColumn(format="%.3e"),
-        },
+        column_config=ROW_COLUMN_CONFIG,
         key="tol_pass_table",
     )
 
