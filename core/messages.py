@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["failure_message", "mismatch_message"]
+__all__ = ["failure_message", "mismatch_message", "with_notes"]
 
 
 class _Stats(Protocol):  # core.results.ErrorStats; typed here so this module stays a leaf
@@ -33,3 +33,9 @@ def failure_message(n_mismatch: int, n_elements: int, stats: _Stats | None) -> s
                 f"Non-finite mismatches: {stats.n_nan_mismatch} NaN, {stats.n_inf_mismatch} Inf"
             )
     return "\n".join(lines)
+
+
+def with_notes(verdict: str, notes: tuple[str, ...] | list[str]) -> str:
+    """A comparison's message: the verdict's words, then its notes (a crop, excluded
+    elements), '; '-separated. Re-judging rewrites the verdict and keeps the notes."""
+    return "; ".join(t for t in (verdict, *notes) if t)

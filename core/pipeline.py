@@ -32,6 +32,7 @@ from core.compare import compare_outputs
 from core.config import Loaders, RunConfig, check_config, default_loaders
 from core.deadline import Deadline
 from core.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
+from core.messages import with_notes
 from core.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
 from core.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
 from core.sources import Case, Source
@@ -366,7 +367,8 @@ def _with_notes(comparison: OutputComparison, note: str, reason: str) -> OutputC
         where = "nan/inf" if worst is None else f"{worst:.3g}"
         excluded = f"{comparison.n_excluded} element(s) excluded ({reason or 'not judged'}), "
         excluded += f"max abs diff {where}"
-    extra = [text for text in (note, excluded) if text]
+    extra = tuple(text for text in (note, excluded) if text)
     if not extra:
         return comparison
-    return replace(comparison, message="; ".join(t for t in (comparison.message, *extra) if t))
+    notes = (*comparison.notes, *extra)
+    return replace(comparison, notes=notes, message=with_notes(comparison.message, extra))

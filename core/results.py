@@ -17,7 +17,7 @@ import numpy as np
 
 from core.error_profile import ErrorProfile
 from core.layers.result import LayersResult
-from core.messages import failure_message
+from core.messages import failure_message, with_notes
 from core.signature import OnnxSignature
 from core.tolerances import Tolerance, Tolerances
 
@@ -103,6 +103,7 @@ class OutputComparison:
     n_excluded: int = 0  # elements not judged (an exclusion mask), counted apart
     excluded_max_abs: float | None = None  # largest finite |onnx - ref| among them
     candidate: int = 0  # which candidate (ValidationRun.candidates) this row judges
+    notes: tuple[str, ...] = ()  # in `message` after the verdict; kept when re-judged
 
     @property
     def n_judged(self) -> int:
@@ -139,7 +140,10 @@ class OutputComparison:
             tolerance=tolerance,
             n_mismatch=n_mismatch,
             status=Status.PASS if passed else Status.FAIL,
-            message="" if passed else failure_message(n_mismatch, self.n_judged, self.stats),
+            message=with_notes(
+                "" if passed else failure_message(n_mismatch, self.n_judged, self.stats),
+                self.notes,
+            ),
         )
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 import core.strict_json as sj
 from core.atomic import atomic_output
-from core.budget import MemoryBudget
+from core.budget import MemoryBudget, read_npy_header
 from core.errors import ParityError, SavedRunError
 from core.hashing import file_sha256
 from core.results import (
@@ -402,6 +402,7 @@ def _comparison_json(c: OutputComparison) -> dict[str, Any]:
         "n_excluded": int(c.n_excluded),
         "excluded_max_abs": _num(c.excluded_max_abs),
         "candidate": int(c.candidate),
+        "notes": list(c.notes),
         "profile": None,
     }
 
@@ -648,13 +649,7 @@ def _read_array(fh: BinaryIO, member: _Member, path: Path) -> np.ndarray:
     """One .npy member, without pickle: mapped when big, read when small."""
     fh.seek(member.data_start)
     try:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
+        shape, fortran, dtype = read_npy_header(fh)
     except ValueError as exc:
         raise SavedRunError(
             f"{path}: member {member.name!r} is not a valid .npy array ({exc})"
@@ -810,6 +805,10 @@ def _comparison_from_json(
         n_excluded=sj.integer(entry.get("n_excluded", 0), f"{at}.n_excluded"),
         excluded_max_abs=_unnum(entry.get("excluded_max_abs"), f"{at}.excluded_max_abs"),
         candidate=sj.integer(entry.get("candidate", 0), f"{at}.candidate"),
+        notes=tuple(
+            sj.string(n, f"{at}.notes[{j}]")
+            for j, n in enumerate(sj.array(entry.get("notes", []), f"{at}.notes"))
+        ),
     )
 
 

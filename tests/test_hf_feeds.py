@@ -176,6 +176,33 @@ def test_differences_at_padding_are_counted_apart_not_as_mismatches():
     assert "padding" in comparison.message
 
 
+def test_rejudging_keeps_the_notes_after_the_verdict(tmp_path):
+    # Before: re-judging wrote the message from the verdict alone, so the padding note (and
+    # a crop's) vanished as soon as a slider moved, and from a reopened saved run.
+    from core.results import ValidationRun
+    from core.saved_run import load_run, save_run
+
+    call = _call(past=0, seq=4, mask=LEFT_PADDED)
+    ref = call.present[0][0]
+    onnx = ref.copy()
+    onnx[0, :, 0, :] += 0.4  # padding: excluded
+    onnx[1, :, 3, :] += 1e-3  # a real token: fails at 1e-5
+    c = _judge(call, ref, onnx, "present.0.key")
+    (note,) = c.notes
+    assert not c.status.passed and "padding" in note and c.message.endswith("; " + note)
+    loose = c.rejudge(Tolerance(1e-2, 0))
+    assert loose.status.passed and loose.message == note and loose.notes == c.notes
+    tight = loose.rejudge(Tolerance(1e-5, 0))
+    assert not tight.status.passed and tight.message == c.message
+    run = ValidationRun(
+        model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
+        input_sets=(InputSet(0, {}),), comparisons=(c,),
+    )  # fmt: skip
+    reopened = load_run(save_run(run, tmp_path / "run.parity.npz"))
+    assert reopened.comparisons[0].notes == c.notes
+    assert reopened.rejudge(Tolerances(Tolerance(1e-2, 0))).comparisons[0].message == note
+
+
 def _judge(call: CapturedCall, ref: np.ndarray, onnx: np.ndarray, name: str):
     """The loop's comparison of one output of a case with this call's padding excluded."""
     case = Case(
