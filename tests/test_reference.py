@@ -147,13 +147,6 @@ def test_saving_a_run_without_reference_outputs_is_a_usage_error(tmp_path: Path)
         save_reference_outputs(tmp_path / "ref.npz", replace(run, ref_outputs=()))
 
 
-def _live_core_ready() -> bool:
-    import core.compare
-
-    return hasattr(core.compare, "compare_outputs")
-
-
-@pytest.mark.skipif(not _live_core_ready(), reason="core.compare.compare_outputs not written yet")
 def test_reference_only_validation_gives_the_numbers_of_the_live_run(
     tmp_path: Path, model_zoo, tiny_artifacts
 ) -> None:
