@@ -14,6 +14,7 @@ import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -95,6 +96,19 @@ class NpyHeader:
         return array_bytes(self.shape, self.dtype)
 
 
+def read_npy_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran order, dtype) of the .npy at ``fh``'s position, which is left at the
+    data. numpy's own reader for versions 1.0 and 2.0, never pickle; ValueError otherwise."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    return tuple(int(d) for d in shape), bool(fortran), dtype
+
+
 def npz_headers(path: str | Path) -> tuple[NpyHeader, ...]:
     """Shapes and dtypes of every `.npy` member, reading only each member's first bytes.
 
@@ -107,13 +121,7 @@ def npz_headers(path: str | Path) -> tuple[NpyHeader, ...]:
             if not info.filename.endswith(".npy"):
                 continue
             with zf.open(info) as member:
-                version = np.lib.format.read_magic(member)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-                elif version == (2, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-                else:
-                    raise ValueError(f"unsupported .npy version {version}")
+                shape, _, dtype = read_npy_header(member)
             key = info.filename.removesuffix(".npy")
             headers.append(NpyHeader(key=key, shape=tuple(shape), dtype=dtype))
     return tuple(headers)

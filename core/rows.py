@@ -49,6 +49,15 @@ COLUMNS: tuple[Column, ...] = (
 )
 """The one column order: where a table leaves a column out, the rest keep this order."""
 
+_NUMBERS = {  # column key -> the ComparisonRow field a dataframe shows as a number
+    "set": "input_set",
+    "max_abs": "max_abs",
+    "max_rel": "max_rel",
+    "mismatch": "mismatch_fraction",
+    "nonfinite": "n_nonfinite",
+    "min_atol": "min_atol_to_pass",
+}
+
 
 @dataclass(frozen=True)
 class ComparisonRow:
@@ -202,21 +211,10 @@ class ComparisonRow:
 
     def value(self, key: str, style: StatusStyle = "marked") -> object:
         """One :data:`COLUMNS` cell for a dataframe: numbers stay numbers (they sort and take
-        a number format) — max abs / rel, min atol, the mismatch *fraction*, the NaN/Inf
-        count, the set index; the rest is :meth:`cell`'s text."""
-        match key:
-            case "set":
-                return self.input_set
-            case "max_abs":
-                return self.max_abs
-            case "max_rel":
-                return self.max_rel
-            case "mismatch":
-                return self.mismatch_fraction
-            case "nonfinite":
-                return self.n_nonfinite
-            case "min_atol":
-                return self.min_atol_to_pass
+        a number format) — the set index, max abs / rel, the mismatch *fraction*, the NaN/Inf
+        count, min atol; the rest is :meth:`cell`'s text."""
+        if key in _NUMBERS:
+            return getattr(self, _NUMBERS[key])
         return self.cell(key, style)
 
     # ------------------------------------------------------------------ JSON

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -96,13 +96,7 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
             f"{first_line(exc)}{_precision_hint(model.module, input_set)}"
         ) from exc
     named = match_outputs(flatten_outputs(result), signature.output_names)
-    arrays: dict[str, np.ndarray] = {}
-    notes: list[str] = []
-    for name, value in named.items():
-        arrays[name], note = _to_numpy(value)
-        if note:
-            notes.append(f"torch output {name!r}: {note}")
-    return OutputSet(arrays=arrays, seconds=seconds, notes=tuple(notes))
+    return _output_set(named.items(), seconds, "torch")
 
 
 def model_binding(model: TorchModel, feeds: Mapping[str, Any]) -> InputBinding:
@@ -149,12 +143,17 @@ def run_onnx(
             f"ONNX Runtime failed on input set {input_set.index}: {first_line(exc)}",
             detail=str(exc).strip(),
         ) from exc
+    return _output_set(zip(names, values, strict=True), seconds, "onnx")
+
+
+def _output_set(named: Iterable[tuple[str, Any]], seconds: float, side: str) -> OutputSet:
+    """One side's outputs as numpy, with a note for each converted on the way (bfloat16)."""
     arrays: dict[str, np.ndarray] = {}
     notes: list[str] = []
-    for name, value in zip(names, values, strict=True):
+    for name, value in named:
         arrays[name], note = _to_numpy(value)
         if note:
-            notes.append(f"onnx output {name!r}: {note}")
+            notes.append(f"{side} output {name!r}: {note}")
     return OutputSet(arrays=arrays, seconds=seconds, notes=tuple(notes))
 
 
