@@ -17,8 +17,8 @@ from core.tolerances import Tolerance, Tolerances
 
 # parity.report/1 outputs[] fields, in their order: a contract (README, design.md)
 REPORT_FIELDS = [
-    "input_set", "name", "status", "ref_shape", "onnx_shape", "ref_dtype", "onnx_dtype",
-    "n_elements", "n_excluded", "max_abs", "max_rel", "mean_abs", "rms", "p99_abs",
+    "candidate", "input_set", "name", "status", "ref_shape", "onnx_shape", "ref_dtype",
+    "onnx_dtype", "n_elements", "n_excluded", "max_abs", "max_rel", "mean_abs", "rms", "p99_abs",
     "n_mismatch", "mismatch_fraction", "n_nan_mismatch", "n_inf_mismatch", "worst_index",
     "ref_at_worst", "onnx_at_worst", "cosine", "snr_db", "atol", "rtol", "min_atol_to_pass",
     "message",
