@@ -107,6 +107,21 @@ class ErrorProfile:
             atol = float(np.nextafter(atol, math.inf))
         return atol
 
+    def max_ratio(self, tol: Tolerance) -> float:
+        """Largest ``|d| / (atol + rtol * |ref|)``: the error in units of the allowed error,
+        1 being the pass line (inf with non-finite mismatches, or an error where nothing is
+        allowed). The ratio of two linear functions peaks at a vertex of the upper-left hull,
+        so the hull, the top pairs and the ref == 0 maximum hold it (low by at most
+        ``hull_slack`` in |d|, like ``min_atol``)."""
+        if self.n_nonfinite_mismatch:
+            return math.inf
+        r = np.concatenate([self.hull_r, self.top_r, [0.0]])
+        d = np.concatenate([self.hull_d, self.top_d, [self.zero_ref_max]])
+        allowed = tol.atol + tol.rtol * r
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(allowed > 0, d / allowed, np.where(d > 0, math.inf, 0.0))
+        return float(ratio.max())
+
     def passes(self, tol: Tolerance) -> bool:
         """Whether every element passes at ``tol`` (at the run's own tolerance: its exact count,
         which for integer outputs was decided in their own type)."""

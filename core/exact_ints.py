@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["count_mismatch", "exact_diff", "is_integer_pair"]
+__all__ = ["count_mismatch", "exact_diff", "is_integer_pair", "mismatch_mask"]
 
 _I64_MAX = int(np.iinfo(np.int64).max)
 
@@ -43,14 +43,20 @@ def exact_diff(ref: np.ndarray, onnx: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def count_mismatch(mag: np.ndarray, absref: np.ndarray, atol: float, rtol: float) -> int:
     """Elements with ``mag > atol + rtol * absref``, decided exactly."""
+    return int(np.count_nonzero(mismatch_mask(mag, absref, atol, rtol)))
+
+
+def mismatch_mask(mag: np.ndarray, absref: np.ndarray, atol: float, rtol: float) -> np.ndarray:
+    """Per element, ``mag > atol + rtol * absref``, decided exactly (bool array)."""
     if mag.dtype == object:  # Python ints (see exact_diff)
         a, q = Fraction(atol), Fraction(rtol)
-        return sum(1 for m, r in zip(mag, absref, strict=True) if m > a + q * r)
+        flat = zip(mag.reshape(-1), absref.reshape(-1), strict=True)
+        return np.array([m > a + q * r for m, r in flat], dtype=bool).reshape(mag.shape)
     if rtol == 0.0:
         bound = math.floor(atol)  # integers: d <= atol  <=>  d <= floor(atol)
         if bound >= 2**64 - 1:
-            return 0
-        return int(np.count_nonzero(mag > np.uint64(bound)))
+            return np.zeros(mag.shape, dtype=bool)
+        return mag > np.uint64(bound)
     d = mag.astype(np.float64)
     t = atol + rtol * absref.astype(np.float64)
     fails = d > t
@@ -58,9 +64,10 @@ def count_mismatch(mag: np.ndarray, absref: np.ndarray, atol: float, rtol: float
     near = np.flatnonzero(np.abs(d - t) <= 2.0**-40 * (d + t))
     if near.size:
         a, q = Fraction(atol), Fraction(rtol)
+        flat_fails, flat_mag, flat_ref = fails.reshape(-1), mag.reshape(-1), absref.reshape(-1)
         for i in near:
-            fails[i] = Fraction(int(mag[i])) > a + q * int(absref[i])
-    return int(np.count_nonzero(fails))
+            flat_fails[i] = Fraction(int(flat_mag[i])) > a + q * int(flat_ref[i])
+    return fails
 
 
 def _common(ref: np.ndarray, onnx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

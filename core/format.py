@@ -7,6 +7,7 @@ from core.labels import status_label
 from core.results import OutputComparison, RunKind, Status, ValidationRun
 from core.rows import COLUMNS, comparison_rows
 from core.text import number_text, shape_text
+from core.where import WhereProfile, where_of
 
 TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
 
@@ -49,8 +50,9 @@ def format_input_sets(run: ValidationRun) -> str:
     return "\n".join(lines)
 
 
-def format_failure(c: OutputComparison) -> str:
-    """numpy.testing-style lines for one failing output, plus where the worst element sits."""
+def format_failure(c: OutputComparison, where: WhereProfile | None = None) -> str:
+    """numpy.testing-style lines for one failing output, where the worst element sits, and
+    where the mismatches are (core.where)."""
     lines = [line.strip() for line in c.message.splitlines() if line.strip()]
     s = c.stats
     if s is not None and s.worst_index is not None and c.status is Status.FAIL:
@@ -58,6 +60,8 @@ def format_failure(c: OutputComparison) -> str:
             f"Worst element at index {list(s.worst_index)}: "
             f"ref {number_text(s.ref_at_worst)}, onnx {number_text(s.onnx_at_worst)}"
         )
+    if where is not None:
+        lines.append(f"Where: {where.summary}")
     head = f"set {c.input_set} {c.name}: "
     return head + ("\n" + " " * len(head)).join(lines or [status_label(c.status, "terminal")])
 
@@ -82,7 +86,7 @@ def run_head(run: ValidationRun, *, onnx: bool = True) -> str:
 
 def format_run(run: ValidationRun) -> str:
     head = run_head(run)
-    failures = [format_failure(c) for c in run.comparisons if not c.status.passed]
+    failures = [format_failure(c, where_of(run, c)) for c in run.comparisons if not c.status.passed]
     parts = [head, format_input_sets(run), "", format_table(run)]
     if failures:
         parts += ["", *failures]

@@ -14,6 +14,7 @@ from core.json_output import strict
 from core.results import CandidateInfo, OutputComparison, RunKind, ValidationRun
 from core.rows import ComparisonRow
 from core.tolerances import Tolerances
+from core.where import WhereProfile, where_of
 
 SCHEMA = "parity.report/1"
 
@@ -30,7 +31,7 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
             {"index": s.index, "label": s.label, "inputs": s.describe()} for s in run.input_sets
         ],
         "candidates": [candidate_dict(run, info) for info in run.candidate_list],
-        "outputs": [output_dict(c) for c in run.comparisons],
+        "outputs": [output_dict(c, where_of(run, c)) for c in run.comparisons],
         "errors": [],  # a run that could not be made has its report from error_report_dict
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
     }
@@ -76,9 +77,13 @@ def candidate_dict(run: ValidationRun, info: CandidateInfo) -> dict[str, Any]:
     }
 
 
-def output_dict(c: OutputComparison) -> dict[str, Any]:
-    """One ``outputs[]`` entry: the comparison's table row as JSON (core.rows)."""
-    return ComparisonRow.from_comparison(c).to_json()
+def output_dict(c: OutputComparison, where: WhereProfile | None = None) -> dict[str, Any]:
+    """One ``outputs[]`` entry: the comparison's table row as JSON (core.rows); `where`
+    (core.where, failing outputs whose arrays were kept) says where its mismatches are."""
+    return {
+        **ComparisonRow.from_comparison(c).to_json(),
+        "where": where.to_json() if where is not None else None,
+    }
 
 
 def error_report_dict(

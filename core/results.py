@@ -337,6 +337,21 @@ class ValidationRun:
                 return self.exclusions[position].get(name)
         return None
 
+    def arrays(self, c: OutputComparison) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The raw (reference, ONNX) outputs behind comparison `c`, None where not kept."""
+        position = next(
+            (i for i, s in enumerate(self.input_sets) if s.index == c.input_set), c.input_set
+        )
+        onnx_position = position  # candidate k's sets sit at [k * len(input_sets) + position]
+        if self.is_multi_candidate:
+            k = next((i for i, x in enumerate(self.candidates) if x.index == c.candidate), 0)
+            onnx_position = k * len(self.input_sets) + position
+        sides = []
+        for outputs, at in ((self.ref_outputs, position), (self.onnx_outputs, onnx_position)):
+            found = outputs[at].arrays.get(c.name) if at < len(outputs) else None
+            sides.append(None if found is None else np.asarray(found))
+        return sides[0], sides[1]
+
     @property
     def output_names(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}

@@ -42,6 +42,14 @@ class OnnxSignature:
     def output_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.outputs)
 
+    def output_dim_names(self, name: str, rank: int) -> tuple[str | None, ...]:
+        """The ONNX name of each axis of output `name` (``"batch"``, ``"height"``), None for
+        fixed or unnamed dims, or for every axis when the output's rank is not `rank`."""
+        spec = next((t for t in self.outputs if t.name == name), None)
+        if spec is None or spec.rank != rank:
+            return (None,) * rank
+        return tuple(d if isinstance(d, str) and d else None for d in spec.shape)
+
     @property
     def symbolic_dims(self) -> tuple[str, ...]:
         """Every symbolic dim name of the inputs, in first-seen order."""

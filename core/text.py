@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from core.tolerances import Tolerance
 
-__all__ = ["number_text", "shape_text", "tolerance_text"]
+__all__ = ["number_text", "ratio_text", "shape_text", "tolerance_text"]
 
 
 def number_text(value: float | None, digits: int | None = None) -> str:
@@ -27,6 +27,11 @@ def number_text(value: float | None, digits: int | None = None) -> str:
     if digits is not None:
         return f"{value:.{digits}g}"
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+def ratio_text(value: float | None) -> str:
+    """An error in units of the allowed error (core.judgement): ``0.13×``, ``4.81e+04×``."""
+    return "-" if value is None else number_text(value) + "×"
 
 
 def shape_text(dims: Sequence[int] | None) -> str:
