@@ -9,7 +9,9 @@ the current run from the session; all the work is done by `core/`.
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
+from PIL import Image
 
 from pages.access import foreign_host, refuse
 from pages.saved_runs import open_initial_run
@@ -25,8 +27,19 @@ PAGES = (
 )
 
 
+def page_icon() -> Image.Image:
+    """The browser tab's icon, drawn here: a 2 x 2 verdict grid (three passing cells, one
+    failing). Streamlit fetches a `:material/...:` page icon from fonts.gstatic.com, a
+    network request the app must never make."""
+    icon = np.full((32, 32, 3), 255, dtype=np.uint8)
+    green, red = (90, 174, 97), (224, 57, 43)
+    for row, col, color in ((0, 0, green), (0, 1, green), (1, 0, green), (1, 1, red)):
+        icon[2 + 15 * row : 15 + 15 * row, 2 + 15 * col : 15 + 15 * col] = color
+    return Image.fromarray(icon)
+
+
 def main() -> None:
-    st.set_page_config(page_title="Parity", page_icon=":material/compare:", layout="wide")
+    st.set_page_config(page_title="Parity", page_icon=page_icon(), layout="wide")
     first = "sweep" if st.query_params.get("sweep") else "run"  # ?sweep=DIR opens that page
     pages = [
         st.Page(path, title=title, icon=icon, url_path=url, default=(url == first))

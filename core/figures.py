@@ -13,16 +13,32 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.labels import set_label, status_label
+from core.judgement import (
+    RATIO_COLORBAR,
+    RATIO_COLORSCALE,
+    RATIO_SPAN,
+    STRUCTURAL_COLOR,
+    cell_look,
+    ratio_z,
+)
+from core.labels import set_label
 from core.results import OutputComparison, ValidationRun
-from core.text import number_text
 from core.tolerances import Tolerance
-from core.views import ErrorHistogram, ScatterSample, SliceView, WorstElements, as_2d_shape
+from core.views import (
+    JUDGED_KINDS,
+    ErrorHistogram,
+    ScatterSample,
+    SliceView,
+    WorstElements,
+    as_2d_shape,
+)
+from core.where import AxisProfile, WhereProfile
 
 PASS_COLOR = "#1a7f37"
 FAIL_COLOR = "#cf222e"
@@ -36,6 +52,8 @@ _KIND_LABEL = {
     "signed": "error (onnx - ref)",
     "abs": "|error|",
     "rel": "relative error",
+    "ratio": "error ÷ allowed",
+    "fails": "failing elements (error ÷ allowed)",
     "ref": "reference (torch)",
     "onnx": "ONNX Runtime",
 }
@@ -63,10 +81,14 @@ def _finite_range(v: np.ndarray) -> tuple[float, float] | None:
     return float(finite.min()), float(finite.max())
 
 
-def _color_values(view: SliceView, *, log_color: bool) -> tuple[np.ndarray, dict, str]:
+def _color_values(
+    view: SliceView, *, log_color: bool, tolerance: Tolerance | None = None
+) -> tuple[np.ndarray, dict, str]:
     """z values for plotly (float32, no infinities), colour settings, and a colour-bar note.
 
-    Infinite cells (one-sided NaN/Inf) are drawn at the end of the scale and counted.
+    Infinite cells (one-sided NaN/Inf) are drawn at the end of the scale and counted. Judged
+    views (error ÷ allowed) use the one ratio scale of core.judgement, the pass line marked;
+    the other error views get the tolerance marked on their colour bar when it is given.
     """
     v = view.values.astype(np.float64, copy=True)
     note = ""
@@ -74,6 +96,16 @@ def _color_values(view: SliceView, *, log_color: bool) -> tuple[np.ndarray, dict
         note = f"{view.n_nonfinite} NaN/Inf cells at scale end"
     if view.n_excluded and view.kind not in ("ref", "onnx"):
         note = "; ".join(filter(None, [note, "blank: excluded, not judged"]))
+    if view.kind in JUDGED_KINDS:
+        if view.kind == "fails":
+            note = "; ".join(filter(None, [note, "blank: passes at this tolerance"]))
+        settings = {
+            "colorscale": RATIO_COLORSCALE,
+            "zmin": -RATIO_SPAN,
+            "zmax": RATIO_SPAN,
+            "colorbar": dict(RATIO_COLORBAR),
+        }
+        return ratio_z(v).astype(np.float32), settings, note
     signed = view.kind in ("signed", "ref", "onnx")
     if log_color and not signed:
         pos = v[np.isfinite(v) & (v > 0)]
@@ -88,20 +120,57 @@ def _color_values(view: SliceView, *, log_color: bool) -> tuple[np.ndarray, dict
         z = np.log10(z)
         zr = _finite_range(z) or (0.0, 1.0)
         tickvals, ticktext = _exp_ticks(*zr)
+        line = _tolerance_mark(view, tolerance)
+        if line is not None and line[0] > 0:
+            x = math.log10(line[0])
+            zr = (min(zr[0], x), max(zr[1], x))
+            tickvals, ticktext = _with_mark(tickvals, ticktext, x, line[1])
         colorbar = {"tickvals": tickvals, "ticktext": ticktext}
-        return z.astype(np.float32), {"colorscale": ERROR_SCALE, "colorbar": colorbar}, note
+        settings = {"colorscale": ERROR_SCALE, "colorbar": colorbar, "zmin": zr[0], "zmax": zr[1]}
+        return z.astype(np.float32), settings, note
     rng = _finite_range(v) or (0.0, 1.0)
+    line = _tolerance_mark(view, tolerance)
     if view.kind == "signed":
-        bound = max(abs(rng[0]), abs(rng[1])) or 1.0
+        bound = max(abs(rng[0]), abs(rng[1]), line[0] if line else 0.0) or 1.0
         z = np.clip(v, -bound, bound)
         settings = {"colorscale": SIGNED_SCALE, "zmid": 0.0, "zmin": -bound, "zmax": bound}
+        if line is not None:
+            settings["colorbar"] = {
+                "tickvals": [-line[0], 0.0, line[0]],
+                "ticktext": [f"-{line[1]}", "0", line[1]],
+            }
     elif signed:
         z = np.clip(v, rng[0], rng[1])
         settings = {"colorscale": VALUE_SCALE}
     else:
+        top = max(rng[1], line[0] if line else 0.0) or 1.0
         z = np.clip(v, rng[0], rng[1])
-        settings = {"colorscale": ERROR_SCALE, "zmin": 0.0}
+        settings = {"colorscale": ERROR_SCALE, "zmin": 0.0, "zmax": top}
+        if line is not None:
+            settings["colorbar"] = {"tickvals": [0.0, line[0]], "ticktext": ["0", line[1]]}
     return z.astype(np.float32), settings, note
+
+
+def _tolerance_mark(view: SliceView, tolerance: Tolerance | None) -> tuple[float, str] | None:
+    """Where the tolerance sits on an error view's colour bar: atol for |error| and signed
+    error, rtol for relative error (the pass rule's own terms)."""
+    if tolerance is None:
+        return None
+    if view.kind in ("abs", "signed") and tolerance.atol > 0:
+        return tolerance.atol, f"atol {tolerance.atol:.3g} ◀"
+    if view.kind == "rel" and tolerance.rtol > 0:
+        return tolerance.rtol, f"rtol {tolerance.rtol:.3g} ◀"
+    return None
+
+
+def _with_mark(
+    tickvals: list[float], ticktext: list[str], at: float, label: str
+) -> tuple[list[float], list[str]]:
+    """The ticks with one marked value added (ticks too close to it dropped)."""
+    keep = [(v, t) for v, t in zip(tickvals, ticktext, strict=True) if abs(v - at) > 0.3]
+    keep.append((at, label))
+    keep.sort()
+    return [v for v, _ in keep], [t for _, t in keep]
 
 
 def _cell_axes(view: SliceView) -> tuple[np.ndarray, np.ndarray]:
@@ -112,13 +181,26 @@ def _cell_axes(view: SliceView) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _heatmap_trace(view: SliceView, *, log_color: bool, name: str) -> tuple[go.Heatmap, str]:
-    z, settings, note = _color_values(view, log_color=log_color)
+def _heatmap_trace(
+    view: SliceView, *, log_color: bool, name: str, tolerance: Tolerance | None = None
+) -> tuple[go.Heatmap, str]:
+    z, settings, note = _color_values(view, log_color=log_color, tolerance=tolerance)
     x, y = _cell_axes(view)
+    pooled = "<br>(block max)" if view.pooled else ""
+    if view.kind in JUDGED_KINDS:  # the ratio itself, not its logarithm
+        hover = (
+            f"row %{{y}}, col %{{x}}{pooled}<br>error ÷ allowed %{{customdata:.3g}}"
+            f"<extra>{name}</extra>"
+        )
+        custom = view.values.astype(np.float32)
+        trace = go.Heatmap(
+            z=z, x=x, y=y, customdata=custom, hovertemplate=hover, name=name, **settings
+        )
+        return trace, note
     unit = "log10 " if log_color and view.kind in ("abs", "rel") else ""
     hover = (
         f"{_KIND_LABEL[view.kind]}<br>row %{{y}}, col %{{x}}"
-        + ("<br>(block max)" if view.pooled else "")
+        + pooled
         + f"<br>{unit}value %{{z:.4g}}<extra>{name}</extra>"
     )
     trace = go.Heatmap(z=z, x=x, y=y, hovertemplate=hover, name=name, **settings)
@@ -151,13 +233,15 @@ def error_heatmap(
     shape: Sequence[int] | None = None,
     log_color: bool = True,
     title: str = "",
+    tolerance: Tolerance | None = None,
 ) -> go.Figure:
     """Heatmap of one pooled slice, with the worst elements of that slice marked on top.
 
     The worst-element markers are a scatter (clickable in Streamlit, unlike heatmap
-    cells); `shape` is the output's full shape, needed to place them.
+    cells); `shape` is the output's full shape, needed to place them. `tolerance` marks
+    atol (rtol for relative error) on the colour bar; ratio views mark the pass line.
     """
-    trace, note = _heatmap_trace(view, log_color=log_color, name="error")
+    trace, note = _heatmap_trace(view, log_color=log_color, name="error", tolerance=tolerance)
     fig = go.Figure(trace)
     if worst is not None and shape is not None and worst.rows:
         full = as_2d_shape(shape)
@@ -203,7 +287,12 @@ def error_heatmap(
 
 
 def slice_panels(
-    ref_view: SliceView, onnx_view: SliceView, error_view: SliceView, *, log_color: bool = True
+    ref_view: SliceView,
+    onnx_view: SliceView,
+    error_view: SliceView,
+    *,
+    log_color: bool = True,
+    tolerance: Tolerance | None = None,
 ) -> go.Figure:
     """Reference, ONNX and error of the same slice side by side, zoom linked.
 
@@ -236,7 +325,7 @@ def slice_panels(
             row=1,
             col=col,
         )
-    err, note = _heatmap_trace(error_view, log_color=log_color, name="error")
+    err, note = _heatmap_trace(error_view, log_color=log_color, name="error", tolerance=tolerance)
     err.update(coloraxis="coloraxis2")
     settings = {k: err[k] for k in ("colorscale", "zmin", "zmax", "zmid") if err[k] is not None}
     colorbar = err.colorbar.to_plotly_json() if err.colorbar else {}
@@ -299,7 +388,8 @@ def error_histogram(
         secondary_y=True,
     )
     lo, hi = float(lx[0]), float(lx[-1])
-    for value, label, color in ((atol, "atol", ATOL_COLOR), (worst, "worst", FAIL_COLOR)):
+    marks = ((atol, "atol", ATOL_COLOR, 1.0), (worst, "worst", FAIL_COLOR, 0.86))
+    for value, label, color, top in marks:  # labels at two heights: they never overlap
         if value is None or not (value > 0 and math.isfinite(value)):
             continue
         x = math.log10(value)
@@ -307,7 +397,7 @@ def error_histogram(
         fig.add_trace(
             go.Scatter(
                 x=[x, x],
-                y=[0, 1],
+                y=[0, top],
                 mode="lines+text",
                 text=["", f"{label} {value:.3g}"],
                 textposition="top left" if label == "worst" else "top right",
@@ -445,58 +535,75 @@ def mismatch_curve(
     return fig
 
 
-def verdict_grid(run: ValidationRun) -> go.Figure:
-    """Input sets x outputs, coloured by log10 max |error|, each cell marked pass/fail.
+@dataclass(frozen=True)
+class GridCell:
+    """One cell of a judgement grid: where it sits, the comparison it shows, and what a
+    click on it selects (plotly customdata)."""
 
-    A failure that appears only at some input sizes stands out as one odd row. Cell markers
-    are a scatter whose `customdata` is (input set, output name), so a click can select it.
+    row: str
+    column: str
+    comparison: OutputComparison
+    select: tuple = ()
+
+
+def judgement_grid(
+    cells: Sequence[GridCell],
+    *,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    title: str,
+    column_title: str = "output",
+) -> go.Figure:
+    """Rows x columns of comparisons, each cell coloured by its worst error ÷ allowed error
+    (core.judgement: the same scale in every run, greens pass, reds fail) and marked in
+    words (✓, ✗, shape, dtype, missing) so the verdict reads without colour. Shape, dtype
+    and missing cells are drawn in their own colour, never left empty. Row and column
+    labels are plain text (plot_text); a click on a mark selects its `select` data.
     """
-    names = list(run.output_names)
-    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.comparisons})
-    z = np.full((len(sets), len(names)), np.nan)
-    text: list[list[str]] = [["" for _ in names] for _ in sets]
-    by_key: dict[tuple[int, str], OutputComparison] = {
-        (c.input_set, c.name): c for c in run.comparisons
-    }
-    xs, ys, marks, colors, custom = [], [], [], [], []
-    for i, s in enumerate(sets):
-        for j, name in enumerate(names):
-            c = by_key.get((s, name))
-            if c is None:
-                continue
-            m = c.stats.max_abs if c.stats is not None else None
-            if m is not None and math.isfinite(m):
-                z[i, j] = math.log10(m) if m > 0 else np.nan
-            value = number_text(m, 2)
-            text[i][j] = (
-                f"set {s} · {plot_text(name)}<br>{status_label(c.status)}<br>max |error| {value}"
-            )
-            xs.append(plot_text(name))
-            ys.append(plot_text(set_label(run, s)))
-            marks.append(status_label(c.status, "mark"))
-            colors.append(PASS_COLOR if c.status.passed else "white")
-            custom.append([s, name])
-    finite = z[np.isfinite(z)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (-8.0, 0.0)
-    if hi - lo < 1:
-        lo, hi = lo - 0.5, hi + 0.5
-    tickvals, ticktext = _exp_ticks(lo, hi)
-    ylabels = [plot_text(set_label(run, s)) for s in sets]
+    rows = [plot_text(r) for r in rows]
+    columns = [plot_text(c) for c in columns]
+    where = {name: i for i, name in enumerate(rows)}, {name: j for j, name in enumerate(columns)}
+    z = np.full((len(rows), len(columns)), np.nan)
+    other = np.full((len(rows), len(columns)), np.nan)
+    hover = [["" for _ in columns] for _ in rows]
+    xs, ys, marks, colors, custom, texts = [], [], [], [], [], []
+    for cell in cells:
+        i, j = where[0][plot_text(cell.row)], where[1][plot_text(cell.column)]
+        look = cell_look(cell.comparison)
+        if look.z is None:
+            other[i, j] = 1.0
+        else:
+            z[i, j] = look.z
+        text = f"{rows[i]} · {columns[j]}<br>{plot_text(look.words)}"
+        hover[i][j] = text
+        xs.append(columns[j])
+        ys.append(rows[i])
+        marks.append(look.mark)
+        colors.append(look.text_color)
+        custom.append(list(cell.select))
+        texts.append(text)
+    common = {"x": columns, "y": rows, "xgap": 3, "ygap": 3, "hoverinfo": "text", "text": hover}
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=[plot_text(name) for name in names],
-            y=ylabels,
-            text=text,
-            hoverinfo="text",
-            zmin=lo,
-            zmax=hi,
-            colorscale="YlOrRd",
-            xgap=3,
-            ygap=3,
-            colorbar={"title": "max |error|", "tickvals": tickvals, "ticktext": ticktext},
+            zmin=-RATIO_SPAN,
+            zmax=RATIO_SPAN,
+            colorscale=RATIO_COLORSCALE,
+            colorbar=dict(RATIO_COLORBAR),
+            name="judged",
+            **common,
         )
     )
+    if np.isfinite(other).any():
+        fig.add_trace(
+            go.Heatmap(
+                z=other,
+                colorscale=[[0.0, STRUCTURAL_COLOR], [1.0, STRUCTURAL_COLOR]],
+                showscale=False,
+                name="not comparable",
+                **common,
+            )
+        )
     fig.add_trace(
         go.Scatter(
             x=xs,
@@ -504,22 +611,167 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
             mode="markers+text",
             text=marks,
             customdata=custom,
-            textfont={"color": colors, "size": 16},
+            textfont={"color": colors, "size": 15},
             marker={"size": 28, "opacity": 0},
-            hovertext=[t for row in text for t in row if t],
+            hovertext=texts,
             hoverinfo="text",
             showlegend=False,
         )
     )
     fig.update_layout(
-        title={"text": f"{_rows_name(run)} × outputs (colour: log10 max |error|)"},
-        xaxis={"title": "output", "type": "category"},
-        yaxis={"title": "", "type": "category", "autorange": "reversed"},
+        title={"text": plot_text(title)},
+        xaxis={
+            "title": column_title,
+            "type": "category",
+            "categoryorder": "array",
+            "categoryarray": columns,
+        },
+        yaxis={
+            "title": "",
+            "type": "category",
+            "autorange": "reversed",
+            "categoryorder": "array",
+            "categoryarray": rows,
+        },
         margin={"l": 80, "r": 20, "t": 50, "b": 50},
-        height=max(300, 90 + 56 * len(sets)),
+        height=max(300, 90 + 56 * len(rows)),
+        plot_bgcolor="#ffffff",
     )
     return fig
 
 
+def verdict_grid(run: ValidationRun) -> go.Figure:
+    """Input sets x outputs (:func:`judgement_grid`). A failure that appears only at some
+    input sizes stands out as one odd row; a click selects (input set, output name)."""
+    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.comparisons})
+    labels = {s: set_label(run, s) for s in sets}
+    cells = [
+        GridCell(labels[c.input_set], c.name, c, (c.input_set, c.name))
+        for c in run.comparisons
+        if c.input_set in labels
+    ]
+    return judgement_grid(
+        cells,
+        rows=[labels[s] for s in sets],
+        columns=list(run.output_names),
+        title=f"{_rows_name(run)} × outputs (colour: worst error ÷ allowed error)",
+    )
+
+
 def _rows_name(run: ValidationRun) -> str:
     return "generate() steps" if run.is_generation else "input sets"
+
+
+MAX_PROFILE_BARS = 512
+"""Bars per axis in a where figure; longer axes are max-pooled into this many (and said so)."""
+
+
+def where_figure(where: WhereProfile) -> go.Figure:
+    """Per axis (size > 1): the mismatch fraction at each index (bars; the concentrated
+    indices in red) and the largest error ÷ allowed there (line, log scale, the pass line at
+    1). The title is the where summary; axes carry their ONNX names."""
+    axes = [a for a in where.axes if a.size > 1] or list(where.axes[:1])
+    fig = make_subplots(
+        rows=max(1, len(axes)),
+        cols=1,
+        specs=[[{"secondary_y": True}] for _ in range(max(1, len(axes)))],
+        vertical_spacing=0.12 if len(axes) > 1 else 0.0,
+    )
+    for row, a in enumerate(axes, start=1):
+        starts, fraction, ratio, hot = _profile_bars(a)
+        fig.add_trace(
+            go.Bar(
+                x=starts,
+                y=fraction,
+                marker_color=np.where(hot, FAIL_COLOR, "#8c959f").tolist(),
+                name=plot_text(a.label),
+                customdata=ratio,
+                hovertemplate=f"{plot_text(a.label)} index %{{x}}<br>%{{y:.3%}} mismatch"
+                "<br>max error ÷ allowed %{customdata:.3g}<extra></extra>",
+                showlegend=False,
+            ),
+            row=row,
+            col=1,
+            secondary_y=False,
+        )
+        shown = np.where(np.isfinite(ratio) & (ratio > 0), ratio, np.nan)
+        fig.add_trace(
+            go.Scatter(
+                x=starts,
+                y=shown,
+                mode="lines",
+                line={"color": "#8250df", "width": 1.5},
+                name="max error ÷ allowed",
+                hoverinfo="skip",
+                showlegend=row == 1,
+            ),
+            row=row,
+            col=1,
+            secondary_y=True,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[starts[0], starts[-1]] if starts.size else [0, 1],
+                y=[1.0, 1.0],
+                mode="lines",
+                line={"color": ATOL_COLOR, "dash": "dash", "width": 1},
+                name="pass line (error = allowed)",
+                hoverinfo="name",
+                showlegend=row == 1,
+            ),
+            row=row,
+            col=1,
+            secondary_y=True,
+        )
+        pooled = f" (max over blocks of {a.bin * _pool(a)} indices)" if a.bin * _pool(a) > 1 else ""
+        fig.update_xaxes(title_text=plot_text(a.label) + pooled, row=row, col=1)
+        fig.update_yaxes(
+            title_text="mismatch", tickformat=".0%", rangemode="tozero", row=row, col=1,
+            secondary_y=False,
+        )  # fmt: skip
+        fig.update_yaxes(
+            title_text="max ÷ allowed", type="log", row=row, col=1, secondary_y=True,
+            showgrid=False, dtick=1, exponentformat="e",
+        )  # fmt: skip
+    fig.update_layout(
+        title={"text": "Where: " + _wrap(plot_text(where.summary))},
+        bargap=0.1,
+        height=140 + 190 * max(1, len(axes)),
+        margin={"l": 60, "r": 60, "t": 90, "b": 40},
+        legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"},
+    )
+    return fig
+
+
+def _pool(a: AxisProfile) -> int:
+    return max(1, math.ceil(a.n_mismatch.size / MAX_PROFILE_BARS))
+
+
+def _profile_bars(a: AxisProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(first index, mismatch fraction, max ratio, concentrated?) per bar, block-max pooled."""
+    fraction = np.nan_to_num(a.fraction, nan=0.0)
+    ratio = np.nan_to_num(a.max_ratio, nan=0.0, posinf=np.inf)
+    hot = np.zeros(a.n_mismatch.size, dtype=bool)
+    if a.concentrated:
+        hot[np.asarray(a.concentrated) // a.bin] = True
+    k = _pool(a)
+    if k > 1:
+        n = math.ceil(fraction.size / k) * k
+        pad = n - fraction.size
+        fraction = np.pad(fraction, (0, pad)).reshape(-1, k).max(axis=1)
+        ratio = np.pad(ratio, (0, pad)).reshape(-1, k).max(axis=1)
+        hot = np.pad(hot, (0, pad)).reshape(-1, k).any(axis=1)
+    starts = np.arange(fraction.size) * k * a.bin
+    return starts, fraction, ratio, hot
+
+
+def _wrap(text: str, width: int = 110) -> str:
+    """A long title over lines (plotly titles do not wrap), breaking at spaces only."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join([*lines, line])

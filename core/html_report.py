@@ -17,14 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from core.atomic import write_output
-from core.input_binding import binding_text
-from core.labels import status_label, worst_first
+from core.input_binding import BY_POSITION, binding_text
+from core.labels import status_label
 from core.results import OutputComparison, Status, ValidationRun
 from core.rows import COLUMNS, ComparisonRow, comparison_rows
+from core.sentences import failing_outputs, output_sentence
 from core.text import number_text, tolerance_text
 from core.version import __version__
+from core.where import WhereProfile, where_of
 
-FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram
+FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram (+ the where profile)
 REPORT_MAX_CELLS = 200  # heatmap side in the report: 200x200 cells, ~0.2 MB each
 WORST_K = 15
 LAYER_ROWS = 8
@@ -46,13 +48,15 @@ def render_html_report(run: ValidationRun) -> str:
     if run.is_multi_candidate:
         sections = _candidate_sections(run)
     else:
+        failing = _failing(run)
         sections = [
-            _header(run),
-            _outputs_table(run),
+            _header(run, failing),
             _grid(run),
+            _outputs_table(run),
+            _failing_details(run, failing),
             _layers(run),
-            _failing_details(run),
             _tolerances(run),
+            _provenance(run),
             _environment(run),
         ]
     body = "\n".join(s for s in sections if s)
@@ -82,7 +86,8 @@ def _candidate_sections(run: ValidationRun) -> list[str]:
     sections = [candidates_header(run), candidates_section(run, _figure_html)]
     for view in _failing_views(run):
         index = view.candidates[0].index
-        sections += [candidate_heading(run, index), _outputs_table(view), _failing_details(view)]
+        details = _failing_details(view, _failing(view))
+        sections += [candidate_heading(run, index), _outputs_table(view), details]
     return [*sections, _input_sets(run), _tolerances(run), _environment(run)]
 
 
@@ -94,7 +99,13 @@ def _failing_views(run: ValidationRun) -> list[ValidationRun]:
     ]
 
 
-def _header(run: ValidationRun) -> str:
+def _failing(run: ValidationRun) -> list[tuple[OutputComparison, WhereProfile | None]]:
+    """Each failing output's worst comparison, with where its mismatches are."""
+    return [(c, where_of(run, c)) for c in failing_outputs(run)]
+
+
+def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]) -> str:
+    """The verdict, then one plain sentence per failing output (what, how bad, where)."""
     n_fail = len({c.name for c in run.comparisons if not c.status.passed})
     n_out = len(run.output_names)
     n_sets = len(run.input_sets) or len({c.input_set for c in run.comparisons})
@@ -103,6 +114,29 @@ def _header(run: ValidationRun) -> str:
         "fail": f"{n_fail} of {n_out} output{_s(n_out)} fail on {n_sets} input set{_s(n_sets)}",
         "error": "the run could not be completed",
     }[run.verdict]
+    lead = ""
+    if failing:
+        items = "".join(
+            f"<li>{_e(output_sentence(run, c, where))}</li>"
+            for c, where in failing[:MAX_DETAILED_OUTPUTS]
+        )
+        more = len(failing) - MAX_DETAILED_OUTPUTS
+        if more > 0:
+            items += f"<li>{more} more failing output{_s(more)}: see the table below.</li>"
+        lead = f"<ul class='lead'>{items}</ul>"
+    model = f"<p class='what'>{_e(run.model)} against {_e(run.onnx)}</p>"
+    if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
+        inputs = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
+        model += f"<p class='note'>{_e('inputs fed ' + inputs)}</p>"
+    return (
+        f"<header><h1>Parity report</h1>"
+        f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
+        f"<p class='summary'>{_e(summary)}</p>{lead}{model}</header>"
+    )
+
+
+def _provenance(run: ValidationRun) -> str:
+    """What the run was made from: files, content hashes, opset (after the results)."""
     rows = [("model", run.model), ("ONNX", run.onnx)]
     identity = run.saved.identity if run.saved is not None else {}
     onnx_hash = identity.get("onnx_sha256") or run.provenance.onnx_sha256
@@ -120,11 +154,7 @@ def _header(run: ValidationRun) -> str:
         rows.append(("inputs fed", inputs))
     if run.saved is not None:
         rows.append(("saved run", run.saved.path))
-    return (
-        f"<header><h1>Parity report</h1>"
-        f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
-        f"<p class='summary'>{_e(summary)}</p>{_kv_table(rows)}</header>"
-    )
+    return f"<section><h2>Files</h2>{_kv_table(rows)}</section>"
 
 
 def _outputs_table(run: ValidationRun) -> str:
@@ -139,7 +169,7 @@ def _outputs_table(run: ValidationRun) -> str:
     caption = f"{n_pass} of {len(run.comparisons)} (input set, output) pairs pass"
     return (
         f"<section><h2>Outputs</h2><p>{_e(caption)}.</p>"
-        f"<table class='outputs'>{head}{''.join(rows)}</table></section>"
+        f"<div class='scroll'><table class='outputs'>{head}{''.join(rows)}</table></div></section>"
     )
 
 
@@ -265,8 +295,9 @@ def _layer_class(v) -> str:
     return "fail" if is_divergent(v) else ("pass" if str(v.status) == "pass" else "other")
 
 
-def _failing_details(run: ValidationRun) -> str:
-    failing = _failing_outputs(run)
+def _failing_details(
+    run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]
+) -> str:
     if not failing:
         return ""
     kept = bool(run.ref_outputs and run.onnx_outputs)
@@ -276,10 +307,10 @@ def _failing_details(run: ValidationRun) -> str:
             "<p class='note'>This run kept no raw outputs, so heatmaps, histograms and worst "
             "elements are omitted; the statistics above are exact.</p>"
         )
-    for c in failing[:MAX_DETAILED_OUTPUTS]:
-        parts.append(_failing_output(run, c, kept=kept))
+    for c, where in failing[:MAX_DETAILED_OUTPUTS]:
+        parts.append(_failing_output(run, c, where, kept=kept))
     if len(failing) > MAX_DETAILED_OUTPUTS:
-        rest = ", ".join(_e(c.name) for c in failing[MAX_DETAILED_OUTPUTS:])
+        rest = ", ".join(_e(c.name) for c, _ in failing[MAX_DETAILED_OUTPUTS:])
         parts.append(
             f"<p class='note'>{len(failing) - MAX_DETAILED_OUTPUTS} more failing outputs are in "
             f"the table above without figures, to keep this file small: {rest}.</p>"
@@ -288,17 +319,21 @@ def _failing_details(run: ValidationRun) -> str:
     return "".join(parts)
 
 
-def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> str:
+def _failing_output(
+    run: ValidationRun, c: OutputComparison, where: WhereProfile | None, *, kept: bool
+) -> str:
     others = sorted(
         x.input_set for x in run.comparisons if x.name == c.name and not x.status.passed
     )
-    where = f"input set {c.input_set}" + (
+    sets = f"input set {c.input_set}" + (
         f" (fails on sets {', '.join(map(str, others))})" if len(others) > 1 else ""
     )
     head = (
         f"<article class='failing'><h3>{_e(c.name)} <small>{_e(status_label(c.status))}, "
-        f"{_e(where)}</small></h3><p>{_e(c.message)}</p>"
+        f"{_e(sets)}</small></h3><p class='message'>{_e(c.message)}</p>"
     )
+    if where is not None:
+        head += f"<p class='where'><b>Where:</b> {_e(where.summary)}</p>"
     arrays = _raw_pair(run, c) if kept else None
     if arrays is None:
         reason = (
@@ -318,17 +353,22 @@ def _failing_output(run: ValidationRun, c: OutputComparison, *, kept: bool) -> s
         ref,
         onnx,
         views.default_slice(ref.shape, at=at),
+        kind="ratio",
         max_cells=REPORT_MAX_CELLS,
         exclude=exclude,
+        tolerance=c.tolerance,
     )
-    heatmap = figures.error_heatmap(view, worst=worst, shape=ref.shape, title=f"{c.name} |error|")
+    heatmap = figures.error_heatmap(
+        view, worst=worst, shape=ref.shape, title=f"{c.name} error ÷ allowed", tolerance=c.tolerance
+    )
     hist = views.error_histogram(ref, onnx, exclude=exclude)
     histogram = figures.error_histogram(
         hist, atol=c.tolerance.atol, worst=worst.rows[0].abs_error if worst.rows else None
     )
+    profile = _figure_html(figures.where_figure(where), "profile") if where is not None else ""
     return (
         f"{head}<div class='figs'>{_figure_html(heatmap, 'heatmap')}"
-        f"{_figure_html(histogram, 'histogram')}</div>"
+        f"{_figure_html(histogram, 'histogram')}</div>{profile}"
         f"<h4>Worst elements</h4>{_worst_table(worst)}</article>"
     )
 
@@ -346,33 +386,20 @@ def _tolerances(run: ValidationRun) -> str:
 def _environment(run: ValidationRun) -> str:
     rows = list(run.environment.items())
     rows += [(f"time: {k}", f"{v:.3f} s") for k, v in run.timings.items() if _finite(v)]
-    return f"<section><h2>Environment</h2>{_kv_table(rows)}</section>"
+    return f"<section><h2>Environment and timings</h2>{_kv_table(rows)}</section>"
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def _failing_outputs(run: ValidationRun) -> list[OutputComparison]:
-    """One comparison per failing output name (its worst input set), worst output first."""
-    best: dict[str, OutputComparison] = {}
-    for c in worst_first(c for c in run.comparisons if not c.status.passed):
-        best.setdefault(c.name, c)
-    return list(best.values())
-
-
 def _raw_pair(run: ValidationRun, c: OutputComparison) -> tuple[np.ndarray, np.ndarray] | None:
     """The two raw arrays of comparison `c`, when kept and comparable element-wise."""
-    positions = [s.index for s in run.input_sets]
-    pos = positions.index(c.input_set) if c.input_set in positions else c.input_set
-    if pos >= len(run.ref_outputs) or pos >= len(run.onnx_outputs):
-        return None
-    ref = run.ref_outputs[pos].arrays.get(c.name)
-    onnx = run.onnx_outputs[pos].arrays.get(c.name)
+    ref, onnx = run.arrays(c)
     if ref is None or onnx is None or np.shape(ref) != np.shape(onnx) or np.size(ref) == 0:
         return None
     if not (_numeric(ref) and _numeric(onnx)):
         return None
-    return np.asarray(ref), np.asarray(onnx)
+    return ref, onnx
 
 
 def figure_count(run: ValidationRun) -> int:
@@ -380,12 +407,20 @@ def figure_count(run: ValidationRun) -> int:
     if run.is_multi_candidate:  # the candidates grid, then each failing candidate's details
         return 1 + sum(figure_count(view) - 1 for view in _failing_views(run))
     kept = bool(run.ref_outputs and run.onnx_outputs)
-    shown = _failing_outputs(run)[:MAX_DETAILED_OUTPUTS]
+    shown = failing_outputs(run)[:MAX_DETAILED_OUTPUTS]
     detailed = sum(1 for c in shown if kept and _raw_pair(run, c) is not None)
+    profiles = sum(  # where_of's conditions, without its pass over the data
+        1
+        for c in shown
+        if kept
+        and c.n_mismatch
+        and c.status in (Status.FAIL, Status.DTYPE_MISMATCH)
+        and _raw_pair(run, c) is not None
+    )
     layers = getattr(run, "layers", None)
     depth = 1 if layers is not None and layers.values else 0
     depth += 1 if depth and _has_modules(layers) else 0  # the module tree
-    return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed + depth
+    return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed + profiles + depth
 
 
 def _numeric(a: np.ndarray) -> bool:
@@ -438,16 +473,24 @@ h1{margin:0 0 8px}h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-t
 color:#fff}.verdict.pass{background:#1a7f37}.verdict.fail{background:#cf222e}
 .verdict.error{background:#9a6700}.summary{font-size:18px}
 table.side td.ok{color:#1a7f37}h2.candidate{border-bottom:2px solid #cf222e}
+ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead li{margin:6px 0}
+.what{color:#656d76;font-size:13px;overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
-th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;
+white-space:nowrap}
+table.outputs td:last-child{white-space:pre-line;min-width:240px}
+table.kv td{white-space:normal;overflow-wrap:anywhere}
+.scroll{overflow-x:auto}
 th{background:#f6f8fa}table.kv th{width:180px}
 tr.fail td.status{color:#cf222e;font-weight:700}tr.pass td.status{color:#1a7f37}
 td.bad{background:#ffebe9;color:#cf222e;font-weight:600}td.name{font-family:monospace}
 .bar{width:80px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
 .bar span{display:block;height:8px;background:#cf222e}
 .note{background:#fff8c5;padding:6px 10px;border-radius:4px}
+.where{background:#ffebe9;padding:6px 10px;border-radius:4px}
 .diverges{background:#ffebe9;padding:6px 10px;border-radius:4px;font-weight:600}
 article.failing{border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:16px 0}
+article.failing p.message{white-space:pre-line;font-family:monospace;font-size:13px}
 .figs{display:grid;grid-template-columns:1fr 1fr;gap:8px}
 footer{margin-top:40px;color:#656d76;font-size:12px}
 """

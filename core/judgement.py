@@ -43,6 +43,7 @@ __all__ = [
 RATIO_SPAN = 3.0
 """Colours span 10**-RATIO_SPAN .. 10**RATIO_SPAN times the allowed error (clipped beyond)."""
 
+_ABOVE_ONE = float(np.nextafter(1.0, 2.0))
 _EPS_Z = 1e-3  # keeps a passing value on the green side of the line and a failing one off it
 _PASS_STOPS = ((-3.0, "#5aae61"), (-2.0, "#a6d96a"), (-1.0, "#d9ef8b"), (0.0, "#fee08b"))
 _FAIL_STOPS = ((0.0, "#e0392b"), (1.5, "#a50026"), (3.0, "#5c0011"))
@@ -62,7 +63,7 @@ RATIO_COLORSCALE: list[list[object]] = [[_position(z), c] for z, c in _PASS_STOP
 """Plotly colour scale over z = log10(ratio) in [-RATIO_SPAN, RATIO_SPAN] (zmin/zmax)."""
 
 RATIO_COLORBAR: dict[str, object] = {
-    "title": {"text": "error ÷ allowed"},
+    "title": {"text": "error ÷ allowed", "side": "right"},
     "tickvals": [-3, -2, -1, 0, 1, 2, 3],
     "ticktext": ["≤ 0.001×", "0.01×", "0.1×", "1× pass line", "10×", "100×", "≥ 1000×"],
 }
@@ -87,10 +88,19 @@ def element_errors(
     """(|error|, ratio, mismatch) per element of two same-shape arrays (float64, bool).
 
     Mismatch is decided exactly as the verdict decides it (core.compare_pass for floats,
-    core.exact_ints for integers), never from the rounded ratio. Equal values, NaN on both
-    sides and equal-signed Inf are error 0; a NaN/Inf on one side only is error inf and a
-    mismatch at any tolerance.
+    core.exact_ints for integers), and the ratio is kept on its side of 1 (a failing element
+    whose ratio rounds to 1 reads just above it). Equal values, NaN on both sides and
+    equal-signed Inf are error 0; a NaN/Inf on one side only is error inf and a mismatch at
+    any tolerance.
     """
+    d, ratio, fails = _element_errors(ref, onnx, tolerance)
+    ratio = np.where(fails, np.maximum(ratio, _ABOVE_ONE), np.minimum(ratio, 1.0))
+    return d, ratio, fails
+
+
+def _element_errors(
+    ref: np.ndarray, onnx: np.ndarray, tolerance: Tolerance
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     atol, rtol = float(tolerance.atol), float(tolerance.rtol)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if is_integer_pair(ref, onnx):
@@ -133,7 +143,7 @@ def comparison_ratio(c: OutputComparison) -> float | None:
     ratio = c.profile.max_ratio(c.tolerance)
     failing = (c.n_mismatch or 0) > 0
     if failing and ratio <= 1.0:  # within the profile's slack of the line
-        return float(np.nextafter(1.0, math.inf))
+        return _ABOVE_ONE
     return min(ratio, 1.0) if not failing else ratio
 
 
@@ -200,6 +210,7 @@ def cell_look(c: OutputComparison) -> CellLook:
         words += f": max |error| {max_abs} = {ratio_text(ratio)} the allowed error"
     if c.status not in (Status.PASS, Status.FAIL):
         return CellLook(ratio, None, STRUCTURAL_COLOR, FAIL_TEXT, mark, words)
-    z = float(ratio_z(ratio, failing))
-    fill = ratio_color(ratio, failing)
+    shown = ratio if ratio is not None else 0.1  # a pass with no profile: plain green
+    z = float(ratio_z(shown, failing))
+    fill = ratio_color(shown, failing)
     return CellLook(ratio, z, fill, FAIL_TEXT if failing else PASS_TEXT, mark, words)

@@ -26,8 +26,14 @@ from typing import Literal
 
 import numpy as np
 
+from core.judgement import element_errors
+from core.tolerances import Tolerance
+
 ErrorKind = Literal["signed", "abs", "rel"]
-ValueKind = Literal["signed", "abs", "rel", "ref", "onnx"]
+ValueKind = Literal["signed", "abs", "rel", "ratio", "fails", "ref", "onnx"]
+JUDGED_KINDS = ("ratio", "fails")
+"""Views that need a tolerance: error ÷ allowed error (core.judgement), and the same for the
+failing elements only (passing ones blank)."""
 ERROR_KINDS: tuple[ErrorKind, ...] = ("signed", "abs", "rel")
 
 DEFAULT_MAX_CELLS = 300
@@ -221,13 +227,18 @@ def slice_view(
     kind: ValueKind = "abs",
     max_cells: int = DEFAULT_MAX_CELLS,
     exclude: np.ndarray | None = None,
+    tolerance: Tolerance | None = None,
 ) -> SliceView:
     """One slice of an error (or of ref / onnx values), pooled to at most max_cells a side.
 
     The error is computed band by band on the slice only, so the cost is the slice's
     size, not the output's, and extra memory stays bounded. Excluded elements are NaN in
     an error view (blank, and never the max of a pooled block that has judged elements).
+    ``ratio`` and ``fails`` views need the `tolerance`; ``fails`` leaves every element that
+    passes blank (NaN), so a pooled cell shows the worst failure in its block, if any.
     """
+    if kind in JUDGED_KINDS and tolerance is None:
+        raise ValueError(f"a {kind!r} view needs the tolerance")
     r2 = take_slice(ref, spec)
     o2 = take_slice(onnx, spec)
     if r2.shape != o2.shape:
@@ -245,7 +256,12 @@ def slice_view(
     for b0 in range(0, nr, band_blocks):
         b1 = min(nr, b0 + band_blocks)
         rows_sl = slice(b0 * rf, b1 * rf)
-        err = error_values(r2[rows_sl], o2[rows_sl], kind)
+        if kind in JUDGED_KINDS:
+            _, err, fails = element_errors(r2[rows_sl], o2[rows_sl], tolerance)
+            if kind == "fails":
+                err[~fails] = np.nan
+        else:
+            err = error_values(r2[rows_sl], o2[rows_sl], kind)
         if x2 is not None:
             err[x2[rows_sl]] = np.nan
         out[b0:b1] = _pool_band(err, rf, cf) if (rf > 1 or cf > 1) else err

@@ -182,8 +182,8 @@ def where_profile(
         axes.append(
             AxisProfile(axis, names[axis], a.size, a.bin, a.m, a.t, a.max_abs, a.max_ratio, indices)
         )
-    covered = _covered(ref, onnx, tolerance, mask, axes, total_m, chunk_elements)
-    summary = _summary(tuple(axes), total_m, total_t, covered)
+    covered, in_block = _covered(ref, onnx, tolerance, mask, axes, total_m, chunk_elements)
+    summary = _summary(tuple(axes), total_m, total_t, covered, in_block)
     return WhereProfile(shape, tolerance, total_m, total_t, covered, tuple(axes), summary)
 
 
@@ -267,39 +267,42 @@ def _entry_indices(entries: list[int], bin_size: int, size: int) -> tuple[int, .
     return tuple(out)
 
 
-def _covered(ref, onnx, tolerance, mask, axes, total_m, chunk) -> int:
-    """Mismatches lying at a concentrated index of at least one axis."""
+def _covered(ref, onnx, tolerance, mask, axes, total_m, chunk) -> tuple[int, int]:
+    """Mismatches at a concentrated index of at least one axis, and of every such axis."""
     chosen = [a for a in axes if a.concentrated]
     if not chosen or total_m == 0:
-        return 0
+        return 0, 0
     if len(chosen) == 1:
         a = chosen[0]
         entries = sorted({i // a.bin for i in a.concentrated})
-        return int(a.n_mismatch[entries].sum())
+        n = int(a.n_mismatch[entries].sum())
+        return n, n
     shape = tuple(a.size for a in axes)
     member = {}
     for a in chosen:
         flags = np.zeros(a.size, dtype=bool)
         flags[list(a.concentrated)] = True
         member[a.axis] = flags
-    covered = 0
+    union = both = 0
     for key, s, _ in _pieces(shape, chunk):
         _, _, fails = element_errors(ref[key], onnx[key], tolerance)
         if mask is not None:
             fails = fails & ~mask[key]
-        hit = np.zeros(fails.shape, dtype=bool)
+        anywhere = np.zeros(fails.shape, dtype=bool)
+        every = np.ones(fails.shape, dtype=bool)
         for axis, flags in member.items():
             if axis < s:
-                if flags[key[axis]]:
-                    hit[...] = True
-                continue
-            piece_axis = axis - s
-            along = flags[key[axis]] if axis == s else flags
-            view = [1] * fails.ndim
-            view[piece_axis] = along.size
-            hit |= along.reshape(view)
-        covered += int(np.count_nonzero(fails & hit))
-    return covered
+                along = np.array(bool(flags[key[axis]]))
+            else:
+                view = [1] * fails.ndim
+                part = flags[key[axis]] if axis == s else flags
+                view[axis - s] = part.size
+                along = part.reshape(view)
+            anywhere = anywhere | along
+            every = every & along
+        union += int(np.count_nonzero(fails & anywhere))
+        both += int(np.count_nonzero(fails & every))
+    return union, both
 
 
 # --------------------------------------------------------------------------- the words
@@ -322,7 +325,9 @@ def _indices_text(indices: Sequence[int]) -> str:
     return "indices {" + ", ".join(parts) + "}"
 
 
-def _summary(axes: tuple[AxisProfile, ...], n_mismatch: int, n_judged: int, covered: int) -> str:
+def _summary(
+    axes: tuple[AxisProfile, ...], n_mismatch: int, n_judged: int, covered: int, in_block: int
+) -> str:
     if n_mismatch == 0:
         return "no element mismatches at this tolerance"
     if n_mismatch == 1:
@@ -342,8 +347,11 @@ def _summary(axes: tuple[AxisProfile, ...], n_mismatch: int, n_judged: int, cove
     share = f"all {count}"
     if covered != n_mismatch:
         share = f"{100.0 * covered / n_mismatch:.3g}% of the {count}"
-    places = " or at ".join(f"{_indices_text(a.concentrated)} of {a.label}" for a in chosen)
-    text = f"{share} lie at {places}"
+    places = [f"{_indices_text(a.concentrated)} of {a.label}" for a in chosen]
+    if len(chosen) > 1 and in_block == n_mismatch:  # where the axes' indices cross: a block
+        text = f"all {count} lie where {' meet '.join(places)}"
+    else:
+        text = f"{share} lie at {' or at '.join(places)}"
     others = [a for a in axes if not a.concentrated and a.size > 1]
     everywhere = [a for a in others if bool(np.all(a.n_mismatch[a.n_judged > 0] > 0))]
     if everywhere and len(everywhere) == len(others) and len(others) > 1:

@@ -15,11 +15,19 @@ from core.compare import compare_outputs
 from core.labels import set_label, status_label
 from core.results import ValidationRun
 from core.text import shape_text, tolerance_text
+from core.where import where_profile
 from pages import state
 from pages.candidates import candidate_selector, could_not_run
 from pages.text import md_code, md_text
+from pages.where_views import where_for
 
-KIND_LABELS = {"abs": "|error|", "signed": "signed error", "rel": "relative error"}
+KIND_LABELS = {
+    "ratio": "error ÷ allowed",
+    "fails": "failing only",
+    "abs": "|error|",
+    "signed": "signed error",
+    "rel": "relative error",
+}
 CACHE = "parity_inspect_cache"
 WORST_K = 25
 
@@ -149,6 +157,32 @@ def _layer_value(run: ValidationRun):
     return set_index, name, comp, pair.ref, pair.onnx
 
 
+def _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, is_layer) -> None:
+    """Where the mismatches are at the current tolerance (core.where): one sentence, and the
+    per-axis profile folded below it."""
+    if not comp.n_mismatch or ref.dtype.kind not in "biuf" or onnx.dtype.kind not in "biuf":
+        return
+    tol = comp.tolerance
+    if is_layer:  # an intermediate value: its arrays come from the layers result
+        where = _cached(
+            stored,
+            (set_index, name, "where", tol.atol, tol.rtol),
+            lambda: where_profile(ref, onnx, tol, exclude=exclude),
+        )
+    else:
+        where = where_for(run, comp)
+    if where is None:
+        return
+    st.markdown(f"**Where:** {md_text(where.summary)}")
+    with st.expander("Mismatches along each axis", expanded=False):
+        st.caption(
+            "Per index of each axis: the fraction of its elements that fail at this tolerance "
+            "(bars; red where the mismatches concentrate, as the README defines it) and the "
+            "largest error ÷ allowed error there (line; 1 is the pass line)."
+        )
+        st.plotly_chart(fg.where_figure(where), width="stretch", key="insp_where")
+
+
 def page() -> None:
     st.title("Inspect an output")
     run = state.current_run()
@@ -193,6 +227,7 @@ def page() -> None:
         )
     key = f"insp_{set_index}_{name}"
     stored = state.raw_view()
+    _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, layer is not None)
     worst = _cached(
         stored,
         (set_index, name, "worst"),
@@ -203,13 +238,20 @@ def page() -> None:
     c1, c2 = st.columns([3, 1])
     kind = c1.radio("Show", list(KIND_LABELS), format_func=KIND_LABELS.get, horizontal=True,
                     key="insp_kind")  # fmt: skip
-    log_color = c2.toggle("Log colour", value=True, key="insp_log", disabled=kind == "signed")
-
-    view, ms = state.timed(ins.slice_view, ref, onnx, spec, kind=kind, exclude=exclude)
+    judged = kind in ins.JUDGED_KINDS  # always on the log ratio scale, the pass line at 1
+    log_color = c2.toggle(
+        "Log colour", value=True, key="insp_log", disabled=kind == "signed" or judged
+    )
+    tol = comp.tolerance
+    view, ms = state.timed(
+        ins.slice_view, ref, onnx, spec, kind=kind, exclude=exclude, tolerance=tol
+    )
     left, right = st.columns([3, 2])
     with left:
         st.plotly_chart(
-            fg.error_heatmap(view, worst=worst, shape=ref.shape, log_color=log_color),
+            fg.error_heatmap(
+                view, worst=worst, shape=ref.shape, log_color=log_color, tolerance=tol
+            ),
             width="stretch",
             theme=None,  # keep the figure's own colour scales
             key="insp_heatmap",
@@ -233,9 +275,11 @@ def page() -> None:
 
     st.subheader("Reference, ONNX and error side by side")
     panels = [ins.slice_view(ref, onnx, spec, kind=k, max_cells=200) for k in ("ref", "onnx")]
-    err_small = ins.slice_view(ref, onnx, spec, kind=kind, max_cells=200, exclude=exclude)
+    err_small = ins.slice_view(
+        ref, onnx, spec, kind=kind, max_cells=200, exclude=exclude, tolerance=tol
+    )
     st.plotly_chart(
-        fg.slice_panels(*panels, err_small, log_color=log_color),
+        fg.slice_panels(*panels, err_small, log_color=log_color, tolerance=tol),
         width="stretch",
         theme=None,
         key="insp_side",

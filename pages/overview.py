@@ -14,6 +14,7 @@ from pages.candidates import candidate_selector, candidates_overview, could_not_
 from pages.sidebar import verdict_badge
 from pages.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from pages.text import md_code
+from pages.where_views import failing_sentences
 
 GOTO_INSPECT = state.GOTO_INSPECT
 
@@ -79,6 +80,7 @@ def page() -> None:
         run = candidate_selector(run, key="candidate_overview")
         if could_not_run(run):
             return
+    failing_sentences(run)
 
     worst = worst_failure(run)
     if worst is not None:
@@ -111,7 +113,12 @@ def page() -> None:
         )
         st.code(format_hf_summary(run), language=None)
     st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
-    st.caption("Colour: log10 of max |error|. Click a cell's mark to inspect it.")
+    st.caption(
+        "Colour: the worst error ÷ allowed error (atol + rtol·|ref|), the same scale in every "
+        "run: greens pass (yellow close to the line), reds fail, purple cannot be compared "
+        "element by element (shape, dtype, missing). ✓ / ✗ say it without colour. Click a "
+        "cell's mark to inspect it."
+    )
     st.plotly_chart(
         verdict_grid(run),
         width="stretch",

@@ -43,6 +43,17 @@ def _figures(at: AppTest) -> list[dict]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
 
+def _z(figure: dict) -> np.ndarray:
+    """A heatmap's z as numpy (plotly sends big arrays as base64 typed arrays)."""
+    import base64
+
+    z = figure["data"][0]["z"]
+    if isinstance(z, dict):
+        shape = tuple(int(d) for d in str(z["shape"]).split(","))
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(shape)
+    return np.asarray(z, dtype=float)
+
+
 def _table(at: AppTest, column: str):
     """The first dataframe on the page that has `column`."""
     return next(d.value for d in at.dataframe if column in d.value.columns)
@@ -98,8 +109,12 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
     at.button(key="inspect_worst").click().run()
     assert not at.exception
     assert at.selectbox(key="insp_out").value == "mask"
-    figs = _figures(at)
+    where, *figs = _figures(at)  # the per-axis profile comes first, under the where sentence
+    assert where["layout"]["title"]["text"].startswith("Where: all 248 mismatches lie at")
+    assert "**Where:** all 248 mismatches" in _markdown(at)
     heat = figs[0]
+    assert heat["data"][0]["zmin"] == -3
+    assert "1× pass line" in heat["data"][0]["colorbar"]["ticktext"]
     assert [t["type"] for t in heat["data"]][:2] == ["heatmap", "scatter"]
     assert "every element drawn" in heat["layout"]["title"]["text"]
     assert [t["type"] for t in figs[1]["data"]] == ["heatmap"] * 3
@@ -110,8 +125,13 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
     # signed error: centred colour scale (AppTest keeps its own page after st.switch_page)
     at.switch_page("pages/inspect_page.py")
     at.radio(key="insp_kind").set_value("signed").run()
-    heat = _figures(at)[0]
+    heat = _figures(at)[1]
     assert heat["data"][0]["zmid"] == 0
+    at.radio(key="insp_kind").set_value("fails").run()  # only what fails at this tolerance
+    heat = _figures(at)[1]
+    assert "blank: passes at this tolerance" in heat["layout"]["title"]["text"]
+    z = _z(heat).astype(float)
+    assert np.isfinite(z).sum() == 124 and (z[np.isfinite(z)] > 0).all()  # the border only
 
 
 def test_inspect_pools_a_large_output_and_says_by_how_much():

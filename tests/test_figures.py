@@ -9,7 +9,8 @@ import pytest
 
 from core import figures as fg
 from core import views as ins
-from core.results import ErrorStats, InputSet, OutputComparison, Status, ValidationRun
+from core.compare import compare_outputs
+from core.results import InputSet, OutputComparison, ValidationRun
 from core.tolerances import Tolerance, Tolerances
 
 MAX_FIGURE_BYTES = 2 * 1024 * 1024
@@ -99,52 +100,98 @@ def test_mismatch_curve_has_one_line_per_output_and_the_current_atol():
     assert fig.layout.xaxis.type == "log"
 
 
-def _comparison(input_set: int, name: str, max_abs: float, status: Status) -> OutputComparison:
-    stats = ErrorStats(
-        max_abs=max_abs,
-        worst_index=(0,),
-        ref_at_worst=0.0,
-        onnx_at_worst=max_abs,
-        max_rel=None,
-        mean_abs=max_abs,
-        rms=max_abs,
-        p99_abs=max_abs,
-        n_nan_mismatch=0,
-        n_inf_mismatch=0,
-        cosine=1.0,
-        snr_db=None,
-    )
-    return OutputComparison(
-        input_set=input_set,
-        name=name,
-        status=status,
-        tolerance=Tolerance(),
-        ref_shape=(4,),
-        onnx_shape=(4,),
-        ref_dtype="float32",
-        onnx_dtype="float32",
-        n_elements=4,
-        stats=stats,
-    )
-
-
-def test_verdict_grid_colours_by_log_max_abs_and_marks_each_cell_clickably():
-    comps = (
-        _comparison(0, "mask", 1e-7, Status.PASS),
-        _comparison(0, "embedding", 1e-6, Status.PASS),
-        _comparison(1, "mask", 0.5, Status.FAIL),
-        _comparison(1, "embedding", 2e-6, Status.PASS),
-    )
-    sets = tuple(InputSet(i, {"image": np.zeros((1, 3, 8 * (i + 1), 8))}) for i in range(2))
-    run = ValidationRun(
+def _run(comparisons: tuple[OutputComparison, ...], n_sets: int = 2) -> ValidationRun:
+    sets = tuple(InputSet(i, {"image": np.zeros((1, 3, 8 * (i + 1), 8))}) for i in range(n_sets))
+    return ValidationRun(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
-        input_sets=sets, comparisons=comps,
+        input_sets=sets, comparisons=comparisons,
     )  # fmt: skip
-    fig = fg.verdict_grid(run)
+
+
+def _compared(input_set: int, name: str, error: float, *, atol: float = 1e-5) -> OutputComparison:
+    ref = np.linspace(-1, 1, 64, dtype=np.float64).reshape(8, 8)
+    onnx = ref.copy()
+    onnx[3, 4] += error
+    return compare_outputs(ref, onnx, name=name, input_set=input_set, tolerance=Tolerance(atol))
+
+
+def test_verdict_grid_colours_by_error_over_allowed_and_marks_each_cell_clickably():
+    comps = (
+        _compared(0, "mask", 1e-7),
+        _compared(0, "embedding", 0.0),
+        _compared(1, "mask", 0.5),
+        _compared(1, "embedding", 2e-6),
+    )
+    fig = fg.verdict_grid(_run(comps))
     heat, marks = fig.data
     assert heat.type == "heatmap" and marks.type == "scatter"
-    z = np.asarray(heat.z)
-    assert z.shape == (2, 2) and z[1, 0] == pytest.approx(math.log10(0.5))
+    z = np.asarray(heat.z, dtype=float)
+    # error ÷ allowed on the fixed scale: 1e-7 / 1e-5 = 0.01 -> -2; 0.5 / 1e-5 clipped at +3
+    assert z[0, 0] == pytest.approx(-2.0, abs=1e-6) and z[1, 0] == 3.0
+    assert z[0, 1] == -3.0  # zero error: the bottom of the scale, never a blank cell
+    assert (z[[0, 0, 1], [0, 1, 1]] < 0).all() and heat.zmin == -3 and heat.zmax == 3
+    assert "pass line" in " ".join(heat.colorbar.ticktext)
     assert list(heat.x) == ["mask", "embedding"] and heat.y[1] == "set 1 (1x3x16x8)"
     assert [list(c) for c in marks.customdata][2] == [1, "mask"]
     assert list(marks.text) == ["✓", "✓", "✗", "✓"]
+    assert marks.textfont.color[2] == "#ffffff" and marks.textfont.color[0] != "#ffffff"
+
+
+def test_a_passing_runs_largest_error_is_green_and_a_failing_cell_red():
+    from core.judgement import cell_look
+
+    near_line = cell_look(_compared(0, "y", 9.9e-6))
+    just_over = cell_look(_compared(0, "y", 1.2e-5))
+    assert near_line.ratio < 1 < just_over.ratio
+    red, green, _ = (int(just_over.fill[i : i + 2], 16) for i in (1, 3, 5))
+    assert red > 180 and green < 90  # an unmistakable red, even 1.2x over the line
+    r, g, b = (int(near_line.fill[i : i + 2], 16) for i in (1, 3, 5))
+    assert g > 180 and b < 160  # yellow-green: passing, close to the line
+    # the same ratio has the same colour whatever the tolerance and the output's scale
+    assert cell_look(_compared(0, "y", 1e-3, atol=1e-2)).fill == cell_look(
+        _compared(0, "y", 1e-6, atol=1e-5)
+    ).fill
+
+
+def test_shape_and_missing_cells_are_drawn_and_named_not_left_empty():
+    ref = np.zeros((2, 3), dtype=np.float32)
+    shape = compare_outputs(ref, np.zeros((3, 2), np.float32), name="a", input_set=0,
+                            tolerance=Tolerance())  # fmt: skip
+    missing = compare_outputs(ref, None, name="b", input_set=0, tolerance=Tolerance())
+    fig = fg.verdict_grid(_run((shape, missing), n_sets=1))
+    judged, other, marks = fig.data
+    assert np.isnan(np.asarray(judged.z, dtype=float)).all()
+    assert np.asarray(other.z, dtype=float).tolist() == [[1.0, 1.0]]
+    assert list(marks.text) == ["shape", "missing"]
+    assert "shape (2, 3) vs ONNX (3, 2)" not in " ".join(marks.hovertext)  # words, not message
+    assert all("mismatch" in t or "missing" in t for t in marks.hovertext)
+
+
+def test_ratio_and_fails_only_views_use_the_pass_line():
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal((40, 30)).astype(np.float32)
+    onnx = ref + np.float32(1e-6)
+    onnx[5, 7] += 1.0
+    tol = Tolerance(1e-5)
+    spec = ins.default_slice(ref.shape)
+    ratio = ins.slice_view(ref, onnx, spec, kind="ratio", tolerance=tol)
+    fails = ins.slice_view(ref, onnx, spec, kind="fails", tolerance=tol)
+    assert ratio.values[5, 7] > 1 and (np.delete(ratio.values.ravel(), 5 * 30 + 7) <= 1).all()
+    assert np.isnan(fails.values).sum() == ref.size - 1 and fails.values[5, 7] > 1
+    fig = fg.error_heatmap(fails, tolerance=tol)
+    heat = fig.data[0]
+    assert heat.zmin == -3 and heat.zmax == 3 and "1× pass line" in heat.colorbar.ticktext
+    assert "blank: passes at this tolerance" in fig.layout.title.text
+    assert "error ÷ allowed" in heat.hovertemplate
+    with pytest.raises(ValueError, match="tolerance"):
+        ins.slice_view(ref, onnx, spec, kind="ratio")
+
+
+def test_abs_error_colour_bar_marks_atol():
+    ref = np.zeros((10, 10), dtype=np.float32)
+    onnx = ref + np.float32(1e-7)
+    onnx[2, 2] = 1e-3
+    view = ins.slice_view(ref, onnx, ins.default_slice(ref.shape), kind="abs")
+    heat = fg.error_heatmap(view, tolerance=Tolerance(1e-5)).data[0]
+    assert "atol 1e-05 ◀" in heat.colorbar.ticktext
+    assert heat.colorbar.tickvals[list(heat.colorbar.ticktext).index("atol 1e-05 ◀")] == -5

@@ -18,6 +18,7 @@ from core.saved_run import load_run, save_run
 from core.signature import OnnxSignature, TensorSpec
 from core.tolerances import Tolerance, Tolerances
 
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 EVIL_NAME = "<img src=http://example.invalid/x.png onerror=alert(1)>"
 
 
@@ -108,7 +109,7 @@ def test_report_renders_offline_with_every_failing_outputs_figures(
 ) -> None:
     path = write_html_report(mixed_run, tmp_path / "report.html")
     n_failing = 2  # "big" and the evil-named one; "reshaped" has no element-wise view
-    expected = 1 + FIGURES_PER_FAILING_OUTPUT * n_failing  # + the input-set grid
+    expected = 1 + (FIGURES_PER_FAILING_OUTPUT + 1) * n_failing  # + grid, + where profiles
     assert figure_count(mixed_run) == expected
 
     seen = open_in_chromium(path, expected)
@@ -195,8 +196,67 @@ def test_many_failing_outputs_are_capped_worst_first(tmp_path: Path) -> None:
     n = MAX_DETAILED_OUTPUTS + 6
     run = build_run({f"out{i:02d}": (a, a + 1e-3 * (i + 1)) for i in range(n)})
     text = write_html_report(run, tmp_path / "r.html").read_text()
-    assert figure_count(run) == 1 + FIGURES_PER_FAILING_OUTPUT * MAX_DETAILED_OUTPUTS
+    assert figure_count(run) == 1 + (FIGURES_PER_FAILING_OUTPUT + 1) * MAX_DETAILED_OUTPUTS
     headers = re.findall(r"<article class='failing'><h3>([^<]*) <small>", text)
     assert headers[0] == f"out{n - 1:02d}"  # the largest error comes first
     assert len(headers) == MAX_DETAILED_OUTPUTS
     assert "6 more failing outputs" in text and "out00" in text.split("more failing outputs")[1]
+
+
+def test_report_leads_with_one_sentence_per_failing_output_and_ends_with_files(
+    tmp_path: Path, mixed_run: ValidationRun
+) -> None:
+    text = write_html_report(mixed_run, tmp_path / "r.html").read_text()
+    lead = re.findall(r"<li>(.*?)</li>", text[: text.index("<h2>")])
+    assert len(lead) == 3  # the evil name, big, reshaped (worst first): before any section
+    big = next(x for x in lead if x.startswith("big "))
+    assert big.startswith("big fails in 2 of 2 input sets. In set 0, 10,000 of 4,194,304")
+    assert "the worst off by 0.5 (5e+03× the allowed error)" in big
+    assert "all 10,000 mismatches lie where indices {1500..1599} of axis 0 meet" in big
+    assert "shape is (4, 5) in the reference but (5, 4) in ONNX" in lead[2]
+    assert "every judged element mismatches (256 mismatches)" in lead[0]
+    order = [text.index(h) for h in ("<ul class='lead'>", "<h2>Input sets", "<h2>Outputs",
+                                     "<h2>Failing outputs", "<h2>Tolerances", "<h2>Files",
+                                     "<h2>Environment")]  # fmt: skip
+    assert order == sorted(order)  # hashes and timings after the results
+    assert "<p class='where'><b>Where:</b> all 10,000 mismatches" in text
+
+
+@pytest.mark.browser
+def test_report_numbers_never_wrap_mid_token_in_a_narrow_window(tmp_path: Path, mixed_run):
+    from playwright import sync_api
+
+    path = write_html_report(mixed_run, tmp_path / "r.html")
+    with sync_api.sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 700, "height": 900})
+            page.goto(path.resolve().as_uri())
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 3")
+            # every number-like token (1.00e-05, 4.19e+06, 10,000, (12.1%), 0.481) of the lead
+            # sentences and the tables lies on one line: one client rect per token
+            broken = page.evaluate(
+                """() => {
+                  const out = [];
+                  const re = /[-+(]?[0-9][0-9.,]*(e[-+][0-9]+)?[%×)]?/g;
+                  const nodes = document.querySelectorAll('ul.lead li, td');
+                  for (const el of nodes) {
+                    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+                    let node;
+                    while ((node = walker.nextNode())) {
+                      for (const m of node.data.matchAll(re)) {
+                        const r = document.createRange();
+                        r.setStart(node, m.index);
+                        r.setEnd(node, m.index + m[0].length);
+                        const lines = new Set([...r.getClientRects()].map(q => Math.round(q.top)));
+                        if (lines.size > 1) out.push(m[0]);
+                      }
+                    }
+                  }
+                  return out;
+                }"""
+            )
+            page.screenshot(path=str(ARTIFACTS / "html-report-narrow.png"), full_page=False)
+        finally:
+            browser.close()
+    assert broken == []

@@ -75,6 +75,16 @@ def test_a_block_of_rows_reads_as_a_range(image: np.ndarray) -> None:
     assert "indices {10..19} of axis 2 (height)" in where.summary
 
 
+def test_a_block_is_said_where_its_rows_and_columns_meet(image: np.ndarray) -> None:
+    onnx = image.copy()
+    onnx[:, :, 4:8, 20:23] += 1.0
+    where = where_profile(image, onnx, TOL, names=NAMES)
+    assert where.summary.startswith(
+        "all 96 mismatches lie where indices {4..7} of axis 2 (height) meet indices "
+        "{20..22} of axis 3 (width)"
+    )
+
+
 def test_rule_on_counts() -> None:
     # four times over the rest, with one extra mismatch counted at every other index
     assert concentrated_entries(np.array([8, 0, 0, 0]), np.array([8, 8, 8, 8])) == [0]

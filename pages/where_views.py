@@ -1,0 +1,38 @@
+"""Where the mismatches are (core.where), for the pages: memoised per stored run and
+tolerance, and the sentences the Overview leads with."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.results import OutputComparison, ValidationRun
+from core.sentences import failing_outputs, output_sentence
+from core.where import WhereProfile, where_of
+from pages import state
+from pages.text import md_text
+
+CACHE = "parity_where_cache"
+
+
+def where_for(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
+    """core.where.where_of(run, c), computed once per stored run, output and tolerance (a
+    pass over the tensors: never on every rerun)."""
+    stored = state.raw_run()  # the stored run; a candidate's comparisons carry its index
+    box = st.session_state.get(CACHE)
+    if box is None or box["run"] is not stored:
+        box = {"run": stored, "entries": {}}
+        st.session_state[CACHE] = box
+    key = (c.candidate, c.input_set, c.name, c.tolerance.atol, c.tolerance.rtol)
+    if key not in box["entries"]:
+        box["entries"][key] = where_of(run, c)
+    return box["entries"][key]
+
+
+def failing_sentences(run: ValidationRun, *, limit: int = 8) -> None:
+    """One plain sentence per failing output (what, how bad, where), worst first."""
+    failing = failing_outputs(run)
+    lines = [f"- {md_text(output_sentence(run, c, where_for(run, c)))}" for c in failing[:limit]]
+    if len(failing) > limit:
+        lines.append(f"- {len(failing) - limit} more failing outputs: see the table below.")
+    if lines:
+        st.markdown("\n".join(lines))
