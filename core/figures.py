@@ -669,7 +669,7 @@ MAX_PROFILE_BARS = 512
 def where_figure(where: WhereProfile) -> go.Figure:
     """Per axis (size > 1): the mismatch fraction at each index (bars; the concentrated
     indices in red) and the largest error ÷ allowed there (line, log scale, the pass line at
-    1). The title is the where summary; axes carry their ONNX names."""
+    1); axes carry their ONNX names. The summary sentence goes beside it, as text."""
     axes = [a for a in where.axes if a.size > 1] or list(where.axes[:1])
     fig = make_subplots(
         rows=max(1, len(axes)),
@@ -724,7 +724,10 @@ def where_figure(where: WhereProfile) -> go.Figure:
             secondary_y=True,
         )
         pooled = f" (max over blocks of {a.bin * _pool(a)} indices)" if a.bin * _pool(a) > 1 else ""
-        fig.update_xaxes(title_text=plot_text(a.label) + pooled, row=row, col=1)
+        fig.update_xaxes(
+            title_text=plot_text(a.label) + pooled, row=row, col=1,
+            **({"dtick": 1} if starts.size <= 16 else {}),
+        )  # fmt: skip
         fig.update_yaxes(
             title_text="mismatch", tickformat=".0%", rangemode="tozero", row=row, col=1,
             secondary_y=False,
@@ -734,7 +737,7 @@ def where_figure(where: WhereProfile) -> go.Figure:
             showgrid=False, dtick=1, exponentformat="e",
         )  # fmt: skip
     fig.update_layout(
-        title={"text": "Where: " + _wrap(plot_text(where.summary))},
+        title={"text": "Mismatch fraction and worst error ÷ allowed, per index of each axis"},
         bargap=0.1,
         height=140 + 190 * max(1, len(axes)),
         margin={"l": 60, "r": 60, "t": 90, "b": 40},
@@ -763,15 +766,3 @@ def _profile_bars(a: AxisProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         hot = np.pad(hot, (0, pad)).reshape(-1, k).any(axis=1)
     starts = np.arange(fraction.size) * k * a.bin
     return starts, fraction, ratio, hot
-
-
-def _wrap(text: str, width: int = 110) -> str:
-    """A long title over lines (plotly titles do not wrap), breaking at spaces only."""
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return "<br>".join([*lines, line])

@@ -110,7 +110,12 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
     assert not at.exception
     assert at.selectbox(key="insp_out").value == "mask"
     where, *figs = _figures(at)  # the per-axis profile comes first, under the where sentence
-    assert where["layout"]["title"]["text"].startswith("Where: all 248 mismatches lie at")
+    assert where["layout"]["title"]["text"].startswith("Mismatch fraction and worst error")
+    assert [a["title"]["text"] for k, a in where["layout"].items() if k.startswith("xaxis")] == [
+        "axis 0 (batch)",
+        "axis 2 (height)",
+        "axis 3 (width)",
+    ]
     assert "**Where:** all 248 mismatches" in _markdown(at)
     heat = figs[0]
     assert heat["data"][0]["zmin"] == -3
