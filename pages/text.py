@@ -26,8 +26,10 @@ def _one_line(value: object) -> str:
 
 def md_text(value: object) -> str:
     """Markdown that shows `value` literally, on one line (every ASCII punctuation escaped)."""
-    escaped = "".join("\\" + ch if ch in _PUNCT else ch for ch in _one_line(value))
-    return _AUTOLINK.sub(_WORD_JOINER, escaped)
+    # the joiners go in before escaping: after it, "http:" reads "http\\:" and the lookahead
+    # for ":" never matched, so a name holding a URL became a link in a sentence
+    joined = _AUTOLINK.sub(_WORD_JOINER, _one_line(value))
+    return "".join("\\" + ch if ch in _PUNCT else ch for ch in joined)
 
 
 def md_code(value: object) -> str:

@@ -39,8 +39,14 @@ def _run_demo(at: AppTest, name: str) -> AppTest:
     return at
 
 
-def _figures(at: AppTest) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+WHERE_TITLE = "Mismatch fraction and worst error"
+
+
+def _figures(at: AppTest, *, where: bool = False) -> list[dict]:
+    """The page's plotly figures; Inspect's per-axis "where" profile only when asked for."""
+    figs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    is_where = [f["layout"].get("title", {}).get("text", "").startswith(WHERE_TITLE) for f in figs]
+    return [f for f, w in zip(figs, is_where, strict=True) if w == where]
 
 
 def _z(figure: dict) -> np.ndarray:
@@ -109,8 +115,8 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
     at.button(key="inspect_worst").click().run()
     assert not at.exception
     assert at.selectbox(key="insp_out").value == "mask"
-    where, *figs = _figures(at)  # the per-axis profile comes first, under the where sentence
-    assert where["layout"]["title"]["text"].startswith("Mismatch fraction and worst error")
+    (where,) = _figures(at, where=True)  # the per-axis profile, under the where sentence
+    figs = _figures(at)
     assert [a["title"]["text"] for k, a in where["layout"].items() if k.startswith("xaxis")] == [
         "axis 0 (batch)",
         "axis 2 (height)",
@@ -130,10 +136,10 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
     # signed error: centred colour scale (AppTest keeps its own page after st.switch_page)
     at.switch_page("pages/inspect_page.py")
     at.radio(key="insp_kind").set_value("signed").run()
-    heat = _figures(at)[1]
+    heat = _figures(at)[0]
     assert heat["data"][0]["zmid"] == 0
     at.radio(key="insp_kind").set_value("fails").run()  # only what fails at this tolerance
-    heat = _figures(at)[1]
+    heat = _figures(at)[0]
     assert "blank: passes at this tolerance" in heat["layout"]["title"]["text"]
     z = _z(heat).astype(float)
     assert np.isfinite(z).sum() == 124 and (z[np.isfinite(z)] > 0).all()  # the border only

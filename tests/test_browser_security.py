@@ -130,7 +130,7 @@ def test_output_names_with_markup_render_as_text_on_every_page(server, browser, 
     page.screenshot(path=str(ARTIFACTS / "09-names-as-text-run.png"))
     for title in ("Overview", "Inspect", "Tolerances"):
         _nav(page, title)
-        page.locator(".js-plotly-plot").first.wait_for()
+        page.locator(".js-plotly-plot >> visible=true").first.wait_for()  # not a folded one
         assert _markup_from_names(page) == [], title
         assert IMAGE in page.locator("body").inner_text() or title == "Tolerances", title
     page.screenshot(path=str(ARTIFACTS / "10-names-as-text-tolerances.png"))

@@ -148,9 +148,10 @@ def test_a_passing_runs_largest_error_is_green_and_a_failing_cell_red():
     r, g, b = (int(near_line.fill[i : i + 2], 16) for i in (1, 3, 5))
     assert g > 180 and b < 160  # yellow-green: passing, close to the line
     # the same ratio has the same colour whatever the tolerance and the output's scale
-    assert cell_look(_compared(0, "y", 1e-3, atol=1e-2)).fill == cell_look(
-        _compared(0, "y", 1e-6, atol=1e-5)
-    ).fill
+    assert (
+        cell_look(_compared(0, "y", 1e-3, atol=1e-2)).fill
+        == cell_look(_compared(0, "y", 1e-6, atol=1e-5)).fill
+    )
 
 
 def test_shape_and_missing_cells_are_drawn_and_named_not_left_empty():

@@ -108,7 +108,7 @@ def test_a_kept_value_opens_in_the_inspect_views_and_goes_back(demo_run):
     assert not at.exception, at.exception
     assert any(t.value.startswith("v6 · Gemm node /n6/Gemm · module blocks.2.fc1") for t in at.text)
     types = [json.loads(f.proto.spec)["data"][0]["type"] for f in at.get("plotly_chart")]
-    assert types == ["heatmap", "heatmap", "bar", "scatter"]
+    assert types == ["bar", "heatmap", "heatmap", "bar", "scatter"]  # where profile (bars) first
     assert any("FAIL" in m.value and "default tolerance" in m.value for m in at.markdown)
     # a looser session tolerance re-judges the kept value (its comparison is not recomputed)
     from core.tolerances import Tolerance, Tolerances
