@@ -50,7 +50,11 @@ def main() -> None:
     if host is not None:
         refuse(host)
     open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
-    page.run()
+    try:
+        page.run()
+    except Exception:  # a page's bug: Streamlit shows it; the sidebar still shows the run
+        render_sidebar()
+        raise
     render_sidebar()  # after the page, so a run started on this rerun shows at once
 
 

@@ -4,11 +4,19 @@ dashboard: one policy for undefined and non-finite values, one shape notation.""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
+from typing import Protocol
 
-from core.tolerances import Tolerance
+__all__ = ["number_text", "parse_number", "ratio_text", "shape_text", "tolerance_text"]
 
-__all__ = ["number_text", "ratio_text", "shape_text", "tolerance_text"]
+
+class _Tolerance(Protocol):  # core.tolerances.Tolerance (which parses its numbers here)
+    atol: float
+    rtol: float
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def number_text(value: float | None, digits: int | None = None) -> str:
@@ -39,6 +47,19 @@ def shape_text(dims: Sequence[int] | None) -> str:
     return "-" if dims is None else str(tuple(int(d) for d in dims))
 
 
-def tolerance_text(tol: Tolerance) -> str:
+def tolerance_text(tol: _Tolerance) -> str:
     """``atol 1e-05, rtol 0``."""
     return f"atol {tol.atol:g}, rtol {tol.rtol:g}"
+
+
+def parse_number(text: str) -> float:
+    """A number as people type it: ``5e-3``, ``1e-05``, ``0.005``, ``.5``, ``2E+1`` (spaces
+    around it ignored). Refuses what ``float()`` would also take but nobody means in a
+    tolerance cell: ``nan``, ``inf``, ``1_000``, hex; raises ValueError saying what it got."""
+    cleaned = str(text).strip().replace("\u2212", "-")  # a typographic minus reads as minus
+    if not _NUMBER.fullmatch(cleaned):
+        raise ValueError(f"{str(text).strip()!r} is not a number (write e.g. 5e-3 or 0.005)")
+    value = float(cleaned)
+    if not math.isfinite(value):
+        raise ValueError(f"{str(text).strip()!r} is too large")
+    return value

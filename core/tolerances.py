@@ -14,6 +14,7 @@ from typing import Any
 
 import core.strict_json as strict_json
 from core.errors import UsageError
+from core.text import parse_number
 
 DEFAULT_ATOL = 1e-5  # Optimum's default
 DEFAULT_RTOL = 0.0
@@ -135,8 +136,8 @@ def parse_tol_arg(text: str, default: Tolerance) -> tuple[str, Tolerance]:
         raise UsageError(f"--tol {text!r}: expected NAME=ATOL[:RTOL]")
     atol_text, _, rtol_text = value.partition(":")
     try:
-        atol = float(atol_text)
-        rtol = float(rtol_text) if rtol_text else default.rtol
+        atol = parse_number(atol_text)
+        rtol = parse_number(rtol_text) if rtol_text else default.rtol
     except ValueError as exc:
-        raise UsageError(f"--tol {text!r}: ATOL and RTOL must be numbers") from exc
+        raise UsageError(f"--tol {text!r}: {exc}") from exc
     return name, Tolerance(atol=atol, rtol=rtol)

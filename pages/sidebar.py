@@ -42,7 +42,7 @@ def render_sidebar() -> None:
         else:
             n_fail = sum(not c.status.passed for c in run.comparisons)
             st.markdown(verdict_badge(run, size="### "))
-            st.caption("At the session's tolerances, as of the last page load.")
+            st.caption("At the tolerances set on the Tolerances page.")
             st.caption(
                 f"model {md_code(run.model)}  \nONNX {md_code(_short(run.onnx))}  \n"
                 f"{len(run.input_sets)} input set(s), {len(run.output_names)} output(s), "

@@ -1,12 +1,13 @@
 """Tolerances page: sliders and per-output overrides that re-judge the run instantly.
 
-Re-judging reads only the per-output error profiles (never raw tensors), and the controls
-and their results sit in one `st.fragment`, so moving a slider reruns only that part.
+Re-judging reads only the per-output error profiles (never raw tensors). The session's
+tolerances (pages.state) are the one truth: the widgets write them in callbacks and are
+drawn from them, so no widget holds a value the rest of the app does not see.
 """
 
 from __future__ import annotations
 
-import time
+import hashlib
 
 import numpy as np
 import pandas as pd
@@ -15,67 +16,54 @@ import streamlit as st
 from core.figures import mismatch_curve
 from core.results import ValidationRun
 from core.rows import output_rows
-from core.suggest import DEFAULT_MARGIN, ladder, nearest, suggest_tolerances, with_value
+from core.suggest import DEFAULT_MARGIN, ladder, suggest_tolerances, with_value
 from core.tolerances import Tolerance, Tolerances
 from pages import state
 from pages.candidates import candidate_selector, candidates_frame
 from pages.sidebar import verdict_badge
 from pages.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from pages.text import md_code, md_text
+from pages.tolerance_editor import apply_edits, editor_frame, fmt
 
 ATOL_LADDER = ladder(-9, 1)
 RTOL_LADDER = ladder(-9, 0, zero=True)
 CURVE_ATOLS = np.logspace(-9, 1, 81)
-SYNCED = "tol_synced"
-EDITOR_BASE = "tol_editor_base"
-EDITOR_COLUMNS = ["output", "override", "atol", "rtol"]
 NOT_FIXABLE = "shape/dtype/missing: no tolerance fixes it"
+EDITOR_PREFIX = "tol_editor_"
+EDIT_ERROR = "tol_edit_error"
+EDIT_NONCE = "tol_edit_nonce"
 
 
-def _fmt(value: float) -> str:
-    return "0" if value == 0 else f"{value:g}"
+def _editor_key(run: ValidationRun, tol: Tolerances) -> str:
+    """A fresh editor whenever the tolerances change (an edit, Suggest, a new run), so it
+    always shows the session's tolerances and never a stale delta of its own."""
+    nonce = st.session_state.get(EDIT_NONCE, 0)  # a refused edit redraws it too
+    digest = hashlib.sha256(f"{id(run)}|{nonce}|{tol.dumps()}".encode()).hexdigest()[:16]
+    return EDITOR_PREFIX + digest
 
 
-def _editor_frame(run: ValidationRun, tol: Tolerances) -> pd.DataFrame:
-    rows = []
-    for name in run.output_names:
-        t = tol.outputs.get(name)
-        rows.append(
-            {
-                "output": name,
-                "override": t is not None,
-                "atol": t.atol if t is not None else None,
-                "rtol": t.rtol if t is not None else None,
-            }
-        )
-    frame = pd.DataFrame(rows, columns=EDITOR_COLUMNS)
-    return frame.astype({"atol": "float64", "rtol": "float64", "override": "bool"})
+def _sync_sliders(tol: Tolerances) -> None:
+    """The sliders show the session's tolerances (set before they are drawn; a key Streamlit
+    dropped while another page was shown is set again, never read missing)."""
+    if st.session_state.get("tol_atol") != tol.default.atol:
+        st.session_state["tol_atol"] = tol.default.atol
+    if st.session_state.get("tol_rtol") != tol.default.rtol:
+        st.session_state["tol_rtol"] = tol.default.rtol
 
 
-def _sync_widgets(run: ValidationRun, tol: Tolerances) -> None:
-    """Make the widgets show `tol` when it changed from outside them (new run, Suggest)."""
-    synced = st.session_state.get(SYNCED)
-    if synced is not None and synced[0] is run and synced[1] == tol:
-        return
-    st.session_state["tol_atol"] = nearest(
-        with_value(ATOL_LADDER, tol.default.atol), tol.default.atol
-    )
-    rtols = with_value(RTOL_LADDER, tol.default.rtol) if tol.default.rtol else RTOL_LADDER
-    st.session_state["tol_rtol"] = tol.default.rtol if tol.default.rtol in rtols else rtols[0]
-    st.session_state[EDITOR_BASE] = _editor_frame(run, tol)
-    st.session_state.pop("tol_editor", None)
-    st.session_state[SYNCED] = (run, tol)
+def _on_slider() -> None:
+    tol = state.tolerances()
+    atol = float(st.session_state.get("tol_atol", tol.default.atol))
+    rtol = float(st.session_state.get("tol_rtol", tol.default.rtol))
+    state.set_tolerances(tol.with_default(Tolerance(atol=atol, rtol=rtol)))
 
 
-def _overrides(edited: pd.DataFrame, default: Tolerance) -> dict[str, Tolerance]:
-    """Ticked rows become overrides; a blank cell takes the global value."""
-    out: dict[str, Tolerance] = {}
-    for row in edited.itertuples(index=False):
-        if bool(row.override):
-            atol = float(row.atol) if pd.notna(row.atol) and row.atol >= 0 else default.atol
-            rtol = float(row.rtol) if pd.notna(row.rtol) and row.rtol >= 0 else default.rtol
-            out[str(row.output)] = Tolerance(atol=atol, rtol=rtol)
-    return out
+def _on_edit(key: str, names: list[str]) -> None:
+    edits = (st.session_state.get(key) or {}).get("edited_rows", {})
+    tol, errors = apply_edits(state.tolerances(), names, edits)
+    state.set_tolerances(tol)
+    st.session_state[EDIT_ERROR] = errors
+    st.session_state[EDIT_NONCE] = st.session_state.get(EDIT_NONCE, 0) + 1
 
 
 def pass_table(run: ValidationRun) -> pd.DataFrame:
@@ -114,65 +102,67 @@ def _suggest(run: ValidationRun, margin: float) -> None:
     st.session_state["tol_suggest_notes"] = suggestion.notes
 
 
-@st.fragment
 def controls(raw: ValidationRun) -> None:
-    t_start = time.perf_counter()
-    st.session_state["tol_fragment_runs"] = st.session_state.get("tol_fragment_runs", 0) + 1
-    tol_now = state.tolerances()
-    _sync_widgets(raw, tol_now)
-
+    """The controls and what they decide. Every change goes to the session's tolerances in
+    a callback, before the script reruns, so this page, the sidebar's badge and its reports
+    are drawn from the same tolerances in the same rerun."""
+    tol = state.tolerances()
+    _sync_sliders(tol)
     c1, c2 = st.columns(2)
     with c1:
-        atol = st.select_slider(
-            "Global atol", options=with_value(ATOL_LADDER, st.session_state["tol_atol"]),
-            format_func=_fmt, key="tol_atol",
+        st.select_slider(
+            "Global atol", options=with_value(ATOL_LADDER, tol.default.atol),
+            format_func=fmt, key="tol_atol", on_change=_on_slider,
         )  # fmt: skip
     with c2:
-        rtol = st.select_slider(
-            "Global rtol", options=with_value(RTOL_LADDER, st.session_state["tol_rtol"]),
-            format_func=_fmt, key="tol_rtol",
+        st.select_slider(
+            "Global rtol", options=with_value(RTOL_LADDER, tol.default.rtol),
+            format_func=fmt, key="tol_rtol", on_change=_on_slider,
         )  # fmt: skip
     st.markdown(
-        "**Per-output overrides** — tick *override* to give an output its own tolerance "
-        "(a blank cell takes the global value)"
+        "**Per-output overrides** — type an atol or rtol in an output's row to give it its own "
+        "tolerance (`5e-3`, `0.005`); untick *override* to return it to the global values"
     )
-    edited = st.data_editor(
-        st.session_state[EDITOR_BASE],
-        key="tol_editor",
+    key = _editor_key(raw, tol)
+    names = list(raw.output_names)
+    st.data_editor(
+        editor_frame(raw, tol),
+        key=key,
         hide_index=True,
         width="stretch",
         disabled=["output"],
+        on_change=_on_edit,
+        args=(key, names),
         column_config={
             "override": st.column_config.CheckboxColumn("override"),
-            "atol": st.column_config.NumberColumn("atol", min_value=0.0, format="%.3g"),
-            "rtol": st.column_config.NumberColumn("rtol", min_value=0.0, format="%.3g"),
+            "atol": st.column_config.TextColumn("atol", help="blank: the global atol"),
+            "rtol": st.column_config.TextColumn("rtol", help="blank: the global rtol"),
         },
     )
-    default = Tolerance(atol=float(atol), rtol=float(rtol))
-    new_tol = Tolerances(default=default, outputs=_overrides(edited, default))
-    if new_tol != tol_now:
-        state.set_tolerances(new_tol)
-        st.session_state[SYNCED] = (raw, new_tol)
+    for line in st.session_state.get(EDIT_ERROR) or ():
+        st.error(f"Not applied: {md_text(line)}", icon=":material/error:")
 
-    judged, ms = state.timed(raw.rejudge, new_tol)
-    n_fail = sum(not c.status.passed for c in judged.comparisons)
-    st.markdown(
-        verdict_badge(judged, size="## ")
-        + f" &nbsp; {len(judged.comparisons) - n_fail} of {len(judged.comparisons)} pass"
-    )
-    timing = st.empty()
+    judged, ms = state.timed(raw.rejudge, tol)
     everything = judged  # Suggest: tolerances under which every candidate passes
     if judged.is_multi_candidate:  # every candidate re-judged live, then one in detail
+        st.markdown(verdict_badge(judged, size="## ") + " &nbsp; over every candidate")
         st.dataframe(candidates_frame(judged), hide_index=True, width="stretch")
         judged = candidate_selector(judged, key="candidate_tolerances")
         raw = raw.for_candidate(judged.candidates[0].index)
+    table = pass_table(judged)
+    n_pass = int(table["status"].str.startswith("✓").sum())
+    st.markdown(
+        verdict_badge(judged, size="## " if not everything.is_multi_candidate else "#### ")
+        + f" &nbsp; {n_pass} of {len(table)} output(s) pass in every input set"
+    )
     st.dataframe(
-        status_style(pass_table(judged)),
+        status_style(table),
         hide_index=True,
         width="stretch",
         column_config=ROW_COLUMN_CONFIG,
         key="tol_pass_table",
     )
+    st.caption(f"Re-judged {len(judged.comparisons)} comparison(s) in {ms:.1f} ms.")
 
     s1, s2, s3 = st.columns([1, 1, 2])
     margin = s1.number_input("Suggest margin (x min atol)", 1.0, 100.0, DEFAULT_MARGIN, 0.5,
@@ -186,7 +176,7 @@ def controls(raw: ValidationRun) -> None:
     with s3:
         st.download_button(
             "Download tolerances JSON",
-            data=new_tol.dumps(),
+            data=tol.dumps(),
             file_name="tolerances.json",
             mime="application/json",
             icon=":material/download:",
@@ -199,10 +189,9 @@ def controls(raw: ValidationRun) -> None:
         st.caption("Suggest: " + "; ".join(f"{md_code(k)}: {md_text(v)}" for k, v in notes.items()))
 
     st.subheader("Mismatch fraction against atol")
-    names = list(judged.output_names)
     cols = st.columns(min(len(names), 2) or 1)
     for i, name in enumerate(names):
-        t = new_tol.for_output(name)
+        t = tol.for_output(name)
         curve = _curves(raw, name, t.rtol)
         with cols[i % len(cols)]:
             if curve is None:
@@ -210,19 +199,12 @@ def controls(raw: ValidationRun) -> None:
                 continue
             st.plotly_chart(
                 mismatch_curve(CURVE_ATOLS, {name: curve}, atol=t.atol,
-                               title=f"{name} (rtol {_fmt(t.rtol)})"),
+                               title=f"{name} (rtol {fmt(t.rtol)})"),
                 width="stretch", key=f"tol_curve_{name}",
             )  # fmt: skip
-    total_ms = (time.perf_counter() - t_start) * 1000
-    renders = st.session_state["tol_fragment_runs"]
-    timing.caption(
-        f"Re-judged {len(judged.comparisons)} outputs in {ms:.1f} ms; this section redrawn on "
-        f"the server in {total_ms:.0f} ms (fragment render #{renders})"
-    )
 
 
 def page() -> None:
-    st.session_state["tol_page_runs"] = st.session_state.get("tol_page_runs", 0) + 1
     st.title("Tolerances")
     raw = state.raw_run()
     if raw is None:
@@ -231,8 +213,8 @@ def page() -> None:
         return
     st.caption(
         "An element passes when |onnx − ref| ≤ atol + rtol·|ref|. Moving a control re-judges "
-        "every output from stored error profiles; models are not rerun. "
-        f"(page render #{st.session_state['tol_page_runs']})"
+        "every output from stored error profiles (models are not rerun); every page, the "
+        "sidebar and its reports follow these tolerances."
     )
     controls(raw)
 

@@ -99,30 +99,20 @@ def test_newcomer_finds_the_broken_output_and_where_it_fails(page):
     _shot(page, "04-inspect-broken-mask")
 
 
-def test_a_tolerance_slider_reruns_only_its_fragment_and_fp16_passes(page, tmp_path):
+def test_a_tolerance_slider_rejudges_every_output_and_fp16_passes(page, tmp_path):
     _run_demo(page, "fp16")
     _nav(page, "Tolerances")
-    page.get_by_text(re.compile(r"fragment render #\d+")).wait_for()
-    body = page.locator("body").inner_text()
-    assert "FAIL" in body
-    page_renders = re.search(r"page render #(\d+)", body).group(1)
-    fragment_renders = int(re.search(r"fragment render #(\d+)", body).group(1))
+    page.get_by_text("0 of 2 output(s) pass in every input set").wait_for()
     _shot(page, "05-tolerances-fp16-fail")
 
     slider = page.get_by_role("slider").first  # global atol
     slider.focus()
     for _ in range(15):  # 1e-5 -> 1 on the 1-2-5 ladder, one step per key press
         page.keyboard.press("ArrowRight")
-    page.wait_for_function("() => document.body.innerText.includes('4 of 4 pass')", timeout=60_000)
+    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for(timeout=60_000)
     _settle(page)
-    body = page.locator("body").inner_text()
-    assert "PASS" in body and "4 of 4 pass" in body
-    # Streamlit draws a fragment's elements one by one: wait for the timing line itself
-    page.get_by_text(re.compile(r"Re-judged 4 outputs in [\d.]+ ms")).wait_for(timeout=30_000)
-    body = page.locator("body").inner_text()
-    # the page outside the fragment did not rerun
-    assert re.search(r"page render #(\d+)", body).group(1) == page_renders
-    assert int(re.search(r"fragment render #(\d+)", body).group(1)) > fragment_renders
+    # the sidebar's badge follows in the same rerun (it said FAIL before)
+    page.locator('[data-testid="stSidebar"]').get_by_text("PASS", exact=True).wait_for()
     _shot(page, "06-tolerances-fp16-pass")
 
     with page.expect_download() as info:

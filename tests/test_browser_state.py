@@ -1,0 +1,240 @@
+"""The dashboard's state in a real browser: one truth for the tolerances, pages in any order,
+numbers typed as people type them.
+
+Streamlit's widget state, page switches and data-editor cells behave differently in AppTest
+(no browser, whole-script reruns), so these run `streamlit run app.py` in Chromium at
+1280x720 and keep screenshots under test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser import launch, serve_app
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+RUN_TIMEOUT_MS = 180_000
+PAGES = ("Run", "Overview", "Inspect", "Layers", "Tolerances", "Sweep")
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator:
+    from playwright import sync_api
+
+    with (
+        serve_app(ARTIFACTS / "streamlit-state.log") as url,
+        sync_api.sync_playwright() as pw,
+    ):
+        browser = launch(pw)
+        context = browser.new_context(
+            viewport={"width": 1280, "height": 720}, accept_downloads=True
+        )
+        pg = context.new_page()
+        pg.set_default_timeout(60_000)
+        pg.goto(url)
+        pg.get_by_role("button", name="Run demo:fp16").wait_for()
+        yield pg
+        context.close()
+        browser.close()
+
+
+def _settle(page) -> None:
+    page.wait_for_timeout(300)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
+
+
+def _shot(page, name: str) -> None:
+    _settle(page)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def _nav(page, title: str) -> None:
+    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    page.locator("h1", has_text=re.compile(title)).first.wait_for()
+    _settle(page)
+
+
+def _run_demo(page, name: str) -> None:
+    _nav(page, "Run")
+    page.get_by_role("button", name=f"Run demo:{name}").click()
+    page.get_by_text(re.compile(rf"demo:{name}: (PASS|FAIL) in")).wait_for(timeout=RUN_TIMEOUT_MS)
+    _settle(page)
+
+
+def _sidebar(page):
+    return page.locator('[data-testid="stSidebar"]')
+
+
+def _badge(page) -> str:
+    """The verdict the sidebar shows (its "Current run" block)."""
+    text = _sidebar(page).inner_text()
+    found = re.search(r"Current run\s+(PASS|FAIL|ERROR)", text)
+    assert found, text
+    return found.group(1)
+
+
+def _wait_badge(page, verdict: str) -> None:
+    """Wait for the sidebar's badge to say `verdict` (the sidebar is drawn after the page,
+    so right after a rerun starts the old badge can still be on screen)."""
+    badge = _sidebar(page).get_by_text(verdict, exact=True)
+    badge.wait_for()
+    assert _badge(page) == verdict
+
+
+def _sidebar_tolerances(page) -> str:
+    expander = _sidebar(page).get_by_test_id("stExpander")
+    if "default: atol" not in expander.inner_text():
+        expander.get_by_text("Tolerances", exact=True).click()
+        expander.get_by_text("default: atol").wait_for()
+    return expander.inner_text()
+
+
+def _assert_no_exception(page, where: str) -> None:
+    errors = page.locator('[data-testid="stException"]')
+    assert errors.count() == 0, f"{where}: {errors.first.inner_text()}"
+
+
+def test_suggest_turns_the_page_the_badge_and_the_sidebar_reports_to_pass_at_once(page, tmp_path):
+    _run_demo(page, "fp16")
+    _nav(page, "Tolerances")
+    assert _badge(page) == "FAIL"
+    page.get_by_role("button", name="Suggest").click()
+    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+    _wait_badge(page, "PASS")  # the same rerun: no other page opened in between
+    _settle(page)
+    assert "0 failing comparison(s)" in _sidebar(page).inner_text()
+    assert "last_hidden_state: atol" in _sidebar_tolerances(page)
+    _shot(page, "state-01-suggest-fp16-pass")
+
+    with page.expect_download() as info:
+        _sidebar(page).get_by_role("button", name="Download HTML report").click()
+    html = tmp_path / "report.html"
+    info.value.save_as(html)
+    assert re.search(r"<title>Parity report: pass\b", html.read_text())
+
+    with page.expect_download() as info:
+        _sidebar(page).get_by_role("button", name="Download saved run").click()
+    saved = tmp_path / "run.parity.npz"
+    info.value.save_as(saved)
+    from core.saved_run import load_run
+
+    reopened = load_run(saved)
+    assert reopened.verdict == "pass"
+    assert set(reopened.tolerances.outputs) == {"last_hidden_state", "pooled"}
+
+
+def _walk_every_ordered_pair(pages: tuple[str, ...]) -> list[str]:
+    """A walk over the pages that takes every (from, to) step at least once."""
+    todo = set(itertools.permutations(pages, 2))
+    walk = [pages[0]]
+    while todo:
+        here = walk[-1]
+        nxt = next((b for a, b in sorted(todo) if a == here), None)
+        if nxt is None:  # nothing left from here: go to a page that still has steps
+            nxt = sorted(todo)[0][0]
+        todo.discard((here, nxt))
+        walk.append(nxt)
+    return walk
+
+
+def test_every_page_after_every_other_page_draws_and_keeps_the_tolerances(page):
+    _run_demo(page, "fp16")
+    _nav(page, "Tolerances")
+    page.get_by_role("button", name="Suggest").click()
+    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+    _settle(page)
+    walk = _walk_every_ordered_pair(PAGES)
+    assert len(walk) >= 31
+    for step, title in enumerate(walk[1:], 1):
+        _nav(page, title)
+        where = f"step {step}: {walk[step - 1]} -> {title}"
+        _assert_no_exception(page, where)
+        _wait_badge(page, "PASS")  # the sidebar drawn, at the session's tolerances
+        if title == "Tolerances":
+            page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+    _nav(page, "Tolerances")
+    _shot(page, "state-02-tolerances-after-every-page")
+
+
+def _edit_cell(page, editor, *, row: int, col: int, text: str) -> None:
+    """Type `text` into one text cell of the data editor: double-click it, type, Enter.
+
+    The grid is a canvas; its accessibility table says which cell a click selected, so the
+    cell is found by clicking along its row from the right (text cells only: never through
+    the checkbox column, where a click would toggle the override)."""
+    editor.scroll_into_view_if_needed()
+    box = editor.bounding_box()
+    target = editor.locator(f'td#glide-cell-{col}-{row}[aria-selected="true"]')
+    y = box["y"] + 35 * (row + 1) + 17
+    for x in range(int(box["x"] + box["width"]) - 20, int(box["x"]), -25):
+        page.mouse.click(x, y)
+        page.wait_for_timeout(150)
+        if target.count():
+            break
+    target.wait_for(state="attached")
+    page.mouse.dblclick(x, y)
+    overlay = page.locator("textarea").last
+    overlay.wait_for()
+    overlay.fill(text)
+    overlay.press("Enter")
+    _settle(page)
+
+
+def _wait_sidebar_tolerances(page, line: str) -> None:
+    for _ in range(300):
+        if line in _sidebar_tolerances(page):
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError(f"{line!r} not in {_sidebar_tolerances(page)!r}")
+
+
+def _editor(page):
+    return page.locator('[data-testid="stDataFrame"]').filter(has_text="override").first
+
+
+def _wait_editor(page, cells: list[str]) -> None:
+    """Wait until the overrides editor shows `cells` (after its edit reran the app)."""
+    for _ in range(300):
+        if " ".join(_editor(page).locator("td").all_inner_texts()).split() == cells:
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError(f"editor shows {_editor(page).locator('td').all_inner_texts()}")
+
+
+def test_numbers_typed_in_the_overrides_read_as_written_and_turn_the_override_on(page):
+    _run_demo(page, "fp16")
+    _nav(page, "Tolerances")
+    _edit_cell(page, _editor(page), row=1, col=2, text="5e-3")  # pooled, atol
+    _wait_editor(
+        page,
+        [
+            "last_hidden_state",
+            "false",
+            "pooled",
+            "true",
+            "0.005",
+            "0",
+        ],
+    )
+    _wait_sidebar_tolerances(page, "pooled: atol 0.005, rtol 0")
+
+    _edit_cell(page, _editor(page), row=0, col=3, text="1e-05")  # last_hidden_state, rtol
+    _wait_editor(
+        page, ["last_hidden_state", "true", "1e-05", "1e-05", "pooled", "true", "0.005", "0"]
+    )
+    _wait_sidebar_tolerances(page, "last_hidden_state: atol 1e-05, rtol 1e-05")
+
+    _edit_cell(page, _editor(page), row=1, col=2, text="5e-")
+    page.get_by_text(re.compile(r"Not applied: atol of pooled: .5e-. is not a number")).wait_for()
+    assert "pooled: atol 0.005, rtol 0" in _sidebar_tolerances(page)  # unchanged
+    _wait_editor(  # and the cell shows what is in force, not the refused text
+        page, ["last_hidden_state", "true", "1e-05", "1e-05", "pooled", "true", "0.005", "0"]
+    )
+    _shot(page, "state-03-typed-overrides")
