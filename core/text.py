@@ -10,7 +10,6 @@ from typing import Protocol
 
 __all__ = ["number_text", "parse_number", "ratio_text", "shape_text", "tolerance_text"]
 
-
 class _Tolerance(Protocol):  # core.tolerances.Tolerance (which parses its numbers here)
     atol: float
     rtol: float
