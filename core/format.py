@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.input_binding import BY_POSITION, binding_text
-from core.labels import status_label
+from core.labels import status_label, wrong_pair_note
 from core.results import OutputComparison, RunKind, Status, ValidationRun
 from core.rows import COLUMNS, comparison_rows
 from core.text import number_text, shape_text
@@ -39,7 +39,10 @@ def format_verdict(run: ValidationRun) -> str:
         return f"PASS: every output within tolerance ({size})"
     names = sorted({c.name for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return f"FAIL: {len(failing)} of {len(run.comparisons)} comparisons ({size}) failed: {where}"
+    return (
+        f"FAIL: {len(failing)} of {len(run.comparisons)} comparisons ({size}) failed: {where}"
+        + _wrong_pair_line(run)
+    )
 
 
 def format_input_sets(run: ValidationRun) -> str:
@@ -92,3 +95,8 @@ def format_run(run: ValidationRun) -> str:
         parts += ["", *failures]
     parts += ["", format_verdict(run)]
     return "\n".join(parts)
+
+
+def _wrong_pair_line(run: ValidationRun) -> str:
+    note = wrong_pair_note(run)
+    return "" if note is None else f"\n{note[0].upper()}{note[1:]}"

@@ -9,7 +9,15 @@ from typing import Literal
 
 from core.results import OutputComparison, Status, ValidationRun
 
-__all__ = ["StatusStyle", "badness", "badness_of", "set_label", "status_label", "worst_first"]
+__all__ = [
+    "StatusStyle",
+    "badness",
+    "badness_of",
+    "set_label",
+    "status_label",
+    "worst_first",
+    "wrong_pair_note",
+]
 
 StatusStyle = Literal["terminal", "words", "marked", "mark"]
 
@@ -86,3 +94,21 @@ def set_label(run: ValidationRun, index: int) -> str:
         shapes = ", ".join("x".join(str(d) for d in shp) for shp in s.shapes().values())
         return f"set {index} ({shapes})" if shapes else f"set {index}"
     return f"set {index}"
+
+
+def wrong_pair_note(run: ValidationRun) -> str | None:
+    """The sentence every reader shows when the model and the ONNX file likely do not belong
+    together, else None.
+
+    Decided on shapes: outputs are paired by name, else by position, so a wrong pair still
+    yields comparisons under the ONNX file's names; what gives it away is that no pair in
+    any input set has the same shape on both sides (or one side is missing throughout)."""
+    comps = run.comparisons
+    if not comps or any(c.ref_shape is not None and c.ref_shape == c.onnx_shape for c in comps):
+        return None
+    names = ", ".join(dict.fromkeys(c.name for c in comps))
+    return (
+        "likely a wrong pair: no output of the model has the shape of the ONNX output it was "
+        f"paired with (by name, else by position) in any input set ({names}). Check that "
+        "the ONNX file was exported from this model."
+    )

@@ -11,6 +11,7 @@ from typing import Any
 from core.atomic import write_output
 from core.json_output import dumps as strict_dumps
 from core.json_output import strict
+from core.labels import wrong_pair_note
 from core.results import CandidateInfo, OutputComparison, RunKind, ValidationRun
 from core.rows import ComparisonRow
 from core.tolerances import Tolerances
@@ -33,6 +34,8 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
         "candidates": [candidate_dict(run, info) for info in run.candidate_list],
         "outputs": [output_dict(c, where_of(run, c)) for c in run.comparisons],
         "errors": [],  # a run that could not be made has its report from error_report_dict
+        "likely_wrong_pair": wrong_pair_note(run) is not None,
+        "wrong_pair_note": wrong_pair_note(run),  # the sentence (core.labels), or null
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
     }
     if run.provenance.inputs_by is not None:  # how torch got the feeds (core.input_binding)

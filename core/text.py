@@ -10,6 +10,7 @@ from typing import Protocol
 
 __all__ = ["number_text", "parse_number", "ratio_text", "shape_text", "tolerance_text"]
 
+
 class _Tolerance(Protocol):  # core.tolerances.Tolerance (which parses its numbers here)
     atol: float
     rtol: float

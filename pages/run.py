@@ -12,13 +12,16 @@ import re
 import streamlit as st
 
 from core.errors import ParityError
+from core.labels import wrong_pair_note
 from core.results import ValidationRun
+from core.sentences import failing_outputs
 from core.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from pages import state
 from pages.access import trust_code
 from pages.sidebar import verdict_badge
 from pages.text import md_code, md_text
 from pages.uploads import upload_path, upload_paths
+from pages.where_views import failing_sentences
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 N_SETS_DEFAULT = 2
@@ -70,13 +73,30 @@ def execute(config, *, label: str) -> bool:
             status.update(label=f"Run of {shown} failed", state="error", expanded=False)
             return False
         total = sum(run.timings.values())
-        status.update(
+        status.update(  # the icon says the verdict too: never a tick next to FAIL
             label=f"{shown}: {run.verdict.upper()} in {total:.2f} s",
-            state="complete",
+            state="complete" if run.verdict == "pass" else "error",
             expanded=False,
         )
-    state.set_run(run)
+    if wrong_pair_note(run) is not None and state.raw_run() is not None:
+        state.set_suspect(run)  # the last good run stays current; shown with a way to open it
+    else:
+        state.set_run(run)
     return True
+
+
+def run_demo(name: str) -> None:
+    """Run a demo, and make the "Your model" form show what ran (demo, its export, sets)."""
+    st.session_state.update(
+        {
+            "model_source": "Built-in demo",
+            "model_demo": name,
+            "onnx_source_True": "The demo's export",
+            "n_sets": N_SETS_DEFAULT,
+            "seed": 0,
+        }
+    )
+    execute(demo_config(name), label=demo_spec(name))
 
 
 def autorun_demo() -> None:
@@ -88,7 +108,7 @@ def autorun_demo() -> None:
     if name not in state.demo_names():
         st.warning(f"Unknown demo {md_code(name)}; demos: {', '.join(state.demo_names())}")
         return
-    execute(demo_config(name), label=demo_spec(name))
+    run_demo(name)
 
 
 # ------------------------------------------------------------------------- display
@@ -108,6 +128,25 @@ def show_failure() -> None:
         st.caption("The previous run is still the current one.")
 
 
+def show_wrong_pair() -> None:
+    """A run held aside as a likely wrong pair: say so in words, offer to open it anyway."""
+    run = state.suspect_run()
+    if run is None:
+        return
+    note = wrong_pair_note(run) or ""
+    st.warning(
+        f"**Likely a wrong pair**: {md_code(run.model)} with {md_code(run.onnx)}: "
+        f"{md_text(note.removeprefix('likely a wrong pair: '))}",
+        icon=":material/link_off:",
+    )
+    current = state.raw_run()
+    if current is not None:
+        st.caption(f"The previous run ({md_code(current.model)}) is still the current one.")
+    if st.button("Open this run anyway", key="open_wrong_pair", icon=":material/open_in_new:"):
+        state.set_run(run)
+        st.rerun()
+
+
 def show_current(run: ValidationRun) -> None:
     with st.container(border=True):
         left, right = st.columns([3, 2])
@@ -119,9 +158,12 @@ def show_current(run: ValidationRun) -> None:
                 counts = verdict_counts(run)
                 said = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
                 st.markdown(md_text(f"{len(run.candidates)} candidates: {said}"))
-            failing = sorted({c.name for c in run.comparisons if not c.status.passed})
-            if failing:
-                st.markdown("Failing outputs: " + ", ".join(md_code(n) for n in failing))
+            note = wrong_pair_note(run)
+            if note is not None:
+                st.warning(md_text(note[0].upper() + note[1:]), icon=":material/link_off:")
+            if failing_outputs(run):
+                st.markdown("**Failing outputs**, worst first:")
+                failing_sentences(run, limit=5)
             else:
                 st.markdown(f"All {len(run.output_names)} outputs pass in every input set.")
             st.page_link(
@@ -378,6 +420,19 @@ def choose_settings(signature) -> dict:
 # ------------------------------------------------------------------------- page
 
 
+def demo_cards() -> None:
+    from core.demos import DEMOS
+
+    st.subheader("Try a demo")
+    cols = st.columns(len(DEMOS))
+    for col, (name, demo) in zip(cols, DEMOS.items(), strict=True):
+        with col, st.container(border=True):
+            st.markdown(f"**{demo.title}**")
+            st.button(f"Run demo:{name}", key=f"demo_{name}", type="primary")
+            first = demo.description.split(". ")[0].rstrip(".") + "."
+            st.caption(first, help=demo.description)
+
+
 def page() -> None:
     st.title("Run a validation")
     st.caption(
@@ -392,26 +447,19 @@ def page() -> None:
         help="Also compares the intermediate values of both sides (slower); the Layers page "
         "shows where the error is born. Same as `parity validate --layers`.",
     )
-    autorun_demo()
-
-    st.subheader("Try a demo")
     from core.demos import DEMOS
 
-    cols = st.columns(len(DEMOS))
-    for col, (name, demo) in zip(cols, DEMOS.items(), strict=True):
-        with col, st.container(border=True):
-            st.markdown(f"**{demo.title}**")
-            st.button(f"Run demo:{name}", key=f"demo_{name}", type="primary")
-            first = demo.description.split(". ")[0].rstrip(".") + "."
-            st.caption(first, help=demo.description)
-    for name in DEMOS:
+    for name in DEMOS:  # a demo button clicked on the last rerun: run it before drawing
         if st.session_state.get(f"demo_{name}"):
-            execute(demo_config(name), label=demo_spec(name))
-
+            run_demo(name)
+    autorun_demo()
     show_failure()
+    show_wrong_pair()
     run = state.raw_run()
-    if run is not None:
+    if run is not None:  # the answer first; the demos below the form
         show_current(state.current_run() or run)
+    else:
+        demo_cards()
 
     st.subheader("Your model")
     st.caption(
@@ -425,12 +473,13 @@ def page() -> None:
         onnx_path = choose_onnx(demo, hf=is_hf)
         more_onnx = () if is_hf else choose_more_onnx()
         signature = None
+        unreadable = None
         if onnx_path and onnx_path != HF_EXPORT:
             try:
                 signature = state.load_onnx_cached(onnx_path).signature
             except Exception as exc:
-                first = (str(exc).splitlines() or [""])[0]
-                st.error(f"Cannot read this ONNX file: {md_text(first)}")
+                unreadable = (str(exc).splitlines() or [""])[0]
+                st.error(f"Cannot read this ONNX file: {md_text(unreadable)}")
             if signature is not None:
                 show_signature(signature)
         hf_options = None
@@ -460,14 +509,19 @@ def page() -> None:
                 )
         ready = bool((model or onnx_only or (reference and settings["input_files"])) and onnx_path)
         ready = ready and (hf_options is not None or not is_hf)
-        ready = ready and enough
+        ready = ready and enough and unreadable is None
         ready = ready and bool(settings.get("provider", 1) and settings.get("ort_opt_level", 1))
         timeout = st.number_input(
             "Time limit (seconds; 0 = none)", min_value=0, max_value=86400, value=0,
             key="timeout",
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip
-        if st.button("Run", type="primary", disabled=not ready, key="run_custom"):
+        b_col, why_col = st.columns([1, 5], vertical_alignment="center")
+        if unreadable is not None:
+            why_col.caption(
+                f":red[Run is off, the ONNX file cannot be read:] {md_text(unreadable)}"
+            )
+        if b_col.button("Run", type="primary", disabled=not ready, key="run_custom"):
             config = run_config(
                 model=model,
                 onnx=None if onnx_path == HF_EXPORT else (onnx_path, *more_onnx),
@@ -481,6 +535,8 @@ def page() -> None:
             label = model or (f"reference {reference}" if reference else f"reference {onnx_path}")
             execute(config, label=label)
             st.rerun()  # redraw the summary and any failure above with the new state
+    if run is not None:
+        demo_cards()
 
 
 page()

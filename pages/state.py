@@ -23,6 +23,7 @@ from pages.access import trust_code
 RUN = "parity_run"
 TOLERANCES = "parity_tolerances"
 RUN_ERROR = "parity_run_error"
+SUSPECT = "parity_wrong_pair_run"
 TARGET = "parity_inspect_target"
 LAYER_TARGET = "parity_inspect_layer"
 GOTO_INSPECT = "parity_goto_inspect"  # set by a click on a grid: the Overview switches page
@@ -61,6 +62,7 @@ def set_run(run: ValidationRun) -> None:
     st.session_state[RUN] = run
     st.session_state[TOLERANCES] = run.tolerances
     st.session_state.pop(RUN_ERROR, None)
+    st.session_state.pop(SUSPECT, None)
     st.session_state.pop(TARGET, None)
     st.session_state.pop(LAYER_TARGET, None)
     st.session_state.pop(VIEWS, None)
@@ -116,6 +118,17 @@ def tolerances() -> Tolerances:
 
 def set_tolerances(value: Tolerances) -> None:
     st.session_state[TOLERANCES] = value
+
+
+def set_suspect(run: ValidationRun) -> None:
+    """A finished run that likely pairs a model with another model's ONNX file
+    (core.labels.wrong_pair_note): held aside, the last good run stays current."""
+    st.session_state[SUSPECT] = run
+    st.session_state.pop(RUN_ERROR, None)
+
+
+def suspect_run() -> ValidationRun | None:
+    return st.session_state.get(SUSPECT)
 
 
 def set_failure(error: BaseException) -> None:

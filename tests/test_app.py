@@ -19,7 +19,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.tolerances import Tolerances
-from pages.text import md_text
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180
@@ -265,22 +264,29 @@ def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json()
     assert shown == [tolerances.outputs[n].atol for n in editor["output"]]
 
 
-def test_a_corrupt_onnx_file_fails_with_one_line_and_keeps_the_last_good_run(tmp_path):
+def test_a_corrupt_onnx_file_turns_run_off_with_its_cause_and_keeps_the_last_good_run(tmp_path):
     bad = tmp_path / "corrupt.onnx"
     bad.write_bytes(b"this is not a protobuf \x00\xff" * 10)
     at = _run_demo(_app(), "cnn")
     good = at.session_state["parity_run"]
     at.radio(key="onnx_source_True").set_value("Path on this machine").run()
     at.text_input(key="onnx_path").set_value(str(bad)).run()
-    assert any("Cannot read this ONNX file" in e.value for e in at.error)
-    at.button(key="run_custom").click().run()
     assert not at.exception
-    errors = [e.value for e in at.error]
-    shown = md_text("corrupt.onnx")  # paths are shown as escaped text
-    assert any(e.startswith("**Run failed** (onnx_load)") and shown in e for e in errors)
+    assert any("Cannot read this ONNX file" in e.value for e in at.error)
+    assert at.button(key="run_custom").disabled
+    assert any("Run is off, the ONNX file cannot be read" in c.value for c in at.caption)
     assert at.session_state["parity_run"] is good
     assert "PASS" in _markdown(at)  # the previous run's verdict is still on screen
-    assert at.expander[0].label == "Details"
+
+
+def test_a_demo_run_puts_its_own_settings_in_the_form():
+    at = _run_demo(_app(), "fp16")
+    assert at.radio(key="model_source").value == "Built-in demo"
+    assert at.selectbox(key="model_demo").value == "fp16"
+    assert at.radio(key="onnx_source_True").value == "The demo's export"
+    markdown = _markdown(at)
+    assert "**Failing outputs**, worst first:" in markdown
+    assert "the worst off by" in markdown  # the worst error, in words (core.sentences)
 
 
 def test_demo_query_parameter_runs_that_demo_on_first_open():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from browser import launch, serve_app
+from playwright import sync_api
 
 pytestmark = pytest.mark.browser
 
@@ -63,7 +64,10 @@ def _nav(page, title: str) -> None:
 
 def _run_demo(page, name: str) -> None:
     _nav(page, "Run")
-    page.get_by_role("button", name=f"Run demo:{name}").click()
+    button = page.get_by_role("button", name=f"Run demo:{name}")
+    # after the first run the demo cards move below the verdict: wait for the old ones to go
+    sync_api.expect(button).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+    button.click()
     page.get_by_text(re.compile(rf"demo:{name}: (PASS|FAIL) in")).wait_for(timeout=RUN_TIMEOUT_MS)
     _settle(page)
 
@@ -238,3 +242,45 @@ def test_numbers_typed_in_the_overrides_read_as_written_and_turn_the_override_on
         page, ["last_hidden_state", "true", "1e-05", "1e-05", "pooled", "true", "0.005", "0"]
     )
     _shot(page, "state-03-typed-overrides")
+
+
+def test_after_a_run_the_verdict_and_the_failing_output_are_what_you_land_on(page):
+    _run_demo(page, "broken")
+    page.get_by_text("Failing outputs, worst first:").wait_for()
+    failing = page.get_by_text(re.compile(r"^mask: max \|error\|"))
+    failing.wait_for()
+    box = failing.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 720  # above the fold at 1280x720
+    demos = page.get_by_role("button", name="Run demo:cnn")
+    assert demos.bounding_box()["y"] > box["y"]  # the demo cards come after the answer
+    status = page.locator('[data-testid="stExpander"]').filter(has_text="demo:broken: FAIL in")
+    assert "check" not in status.inner_text()  # the status icon is not a tick next to FAIL
+    _shot(page, "state-04-run-lands-on-the-verdict")
+
+
+def test_a_wrong_pair_is_said_in_words_and_the_last_good_run_stays(page, tmp_path):
+    from wrong_pair import write_wrong_pair
+
+    pt2, onnx = write_wrong_pair(tmp_path)
+    _run_demo(page, "cnn")
+    model = page.locator('[data-testid="stRadio"]').filter(has_text="PyTorch model")
+    model.get_by_text("Path on this machine").click()
+    page.get_by_label("Model", exact=True).fill(str(pt2))
+    page.get_by_label("Model", exact=True).press("Enter")
+    _settle(page)
+    onnx_radio = page.locator('[data-testid="stRadio"]').filter(has_text="ONNX file")
+    onnx_radio.get_by_text("Path on this machine").click()
+    page.get_by_label("ONNX path").fill(str(onnx))
+    page.get_by_label("ONNX path").press("Enter")
+    page.get_by_text("Sizes of the symbolic dims").or_(
+        page.get_by_text("Execution provider")
+    ).first.wait_for()
+    _settle(page)
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("Likely a wrong pair").first.wait_for(timeout=RUN_TIMEOUT_MS)
+    _settle(page)
+    body = page.locator("body").inner_text()
+    assert "no output of the model has the shape of the ONNX output" in body
+    assert "The previous run (demo:cnn) is still the current one." in body
+    _wait_badge(page, "PASS")  # demo:cnn's verdict
+    _shot(page, "state-05-wrong-pair")
