@@ -9,8 +9,8 @@ the one place that decides what "differs" means and what is adapted rather than 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,10 +51,15 @@ class Candidate:
     session: Any  # onnxruntime.InferenceSession
     provider: str
     opt_level: str
+    parts: Mapping[str, Candidate] = field(default_factory=dict)  # an export's files, by part
 
     @property
     def signature(self) -> OnnxSignature:
         return self.model.signature
+
+    def for_case(self, part: str) -> Candidate:
+        """The file that runs a case of this `part` of a multi-file export ("": self)."""
+        return self.parts[part] if part else self
 
 
 def expand_specs(
@@ -79,12 +84,25 @@ def shared_loaders(loaders: Loaders) -> Loaders:
     return replace(loaders, load_onnx=load_onnx)
 
 
-def load_candidate(spec: CandidateSpec, loaders: Loaders, report: ProgressReporter) -> Candidate:
-    """Read the file (once per run, see shared_loaders) and start its session."""
-    report("load", f"loading ONNX {spec.onnx} ({spec.provider}, {spec.opt_level})", 0.02)
-    model = loaders.load_onnx(spec.onnx)
-    session = loaders.make_session(model, provider=spec.provider, opt_level=spec.opt_level)
-    return Candidate(str(spec.onnx), model, session, spec.provider, spec.opt_level)
+def load_candidate(
+    spec: CandidateSpec,
+    loaders: Loaders,
+    report: ProgressReporter,
+    *,
+    parts_of: Callable[[str], Mapping[str, str]] | None = None,
+) -> Candidate:
+    """Read the file (once per run, see shared_loaders) and start its session. `parts_of`
+    splits an export into its files by part (an encoder-decoder folder): every part is
+    loaded, the first stands for the candidate, and each case names the part it runs on."""
+    files = parts_of(spec.onnx) if parts_of is not None else {"": spec.onnx}
+    parts: dict[str, Candidate] = {}
+    for part, file in files.items():
+        report("load", f"loading ONNX {file} ({spec.provider}, {spec.opt_level})", 0.02)
+        model = loaders.load_onnx(file)
+        session = loaders.make_session(model, provider=spec.provider, opt_level=spec.opt_level)
+        parts[part] = Candidate(str(file), model, session, spec.provider, spec.opt_level)
+    main = next(iter(parts.values()))
+    return main if len(parts) == 1 else replace(main, path=str(spec.onnx), parts=parts)
 
 
 @dataclass(frozen=True)

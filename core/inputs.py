@@ -237,6 +237,22 @@ def _budgeted(paths: Iterable[str | os.PathLike[str]], budget: MemoryBudget | No
     return paths
 
 
+def read_feeds_file(
+    path: str | os.PathLike[str], *, budget: MemoryBudget | None = None
+) -> dict[str, np.ndarray]:
+    """One ``.npz`` of named arrays, its size checked from the .npy headers first; not checked
+    against a signature (the caller maps the names, e.g. an encoder-decoder's encoder inputs)."""
+    path = Path(path)
+    where = f"inputs file {path}"
+    headers = _npz_headers(path, where=where)
+    (budget or MemoryBudget()).check(
+        sum(h.n_bytes for h in headers),
+        f"{where} ({describe_largest(headers)})",
+        proceed="feed smaller arrays",
+    )
+    return _read_npz(path, where=where)
+
+
 def _read_input_files(paths: list[Path], signature: OnnxSignature) -> Iterator[InputSet]:
     for index, path in enumerate(paths):
         where = f"inputs file {path}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from core.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from core.messages import with_notes
 from core.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
 from core.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
+from core.signature import OnnxSignature
 from core.sources import Case, Source
 from core.tolerances import Tolerances
 
@@ -63,9 +65,10 @@ def open_source(
     run's source needs its loaded `reference` (the first file at the first provider/level)."""
     check_config(config)
     if config.kind is RunKind.HF_GENERATE:
+        from core.hf.seq2seq_source import Seq2SeqSource, is_seq2seq
         from core.hf.source import HfSource
 
-        return HfSource(config, report)
+        return Seq2SeqSource(config, report) if is_seq2seq(config) else HfSource(config, report)
     if config.kind is RunKind.REFERENCE:
         from core.sources.stored import StoredSource
 
@@ -116,7 +119,7 @@ def run_validation(
         if not specs:  # no --onnx: a demo's or the source's own export
             default = source.default_onnx(workdir)
             specs = expand_specs([default], config.providers, config.ort_opt_levels)
-        slots = [_load_slot(i, spec, loaders, report) for i, spec in enumerate(specs)]
+        slots = [_load_slot(i, spec, loaders, report, source) for i, spec in enumerate(specs)]
         _raise_if_none_loaded(slots)
         _check_tolerance_names(config, slots, reference)
         source.timings["load_onnx"] = time.perf_counter() - t0
@@ -166,11 +169,13 @@ _CANDIDATE_ERRORS = (OnnxLoadError, OnnxRunError, InputError)  # the candidate's
 
 
 def _load_slot(
-    index: int, spec: CandidateSpec, loaders: Loaders, report: ProgressReporter
+    index: int, spec: CandidateSpec, loaders: Loaders, report: ProgressReporter, source: Source
 ) -> _Slot:
     slot = _Slot(index, spec)
-    try:
-        slot.candidate = load_candidate(spec, loaders, report)
+    try:  # a source that splits an export into files (encoder-decoder) says which
+        slot.candidate = load_candidate(
+            spec, loaders, report, parts_of=getattr(source, "onnx_parts", None)
+        )
     except _CANDIDATE_ERRORS as exc:
         slot.fail(exc)
     return slot
@@ -191,7 +196,8 @@ def _check_tolerance_names(
     loaded = [s.candidate for s in slots if s.candidate is not None]
     names: dict[str, None] = {}
     for candidate in ([reference] if reference is not None else []) + loaded:
-        names.update(dict.fromkeys(candidate.signature.output_names))
+        for part in candidate.parts.values() or (candidate,):
+            names.update(dict.fromkeys(part.signature.output_names))
     config.tolerances.check_outputs(tuple(names))
 
 
@@ -224,6 +230,15 @@ def _with_layers(
     return replace(run, layers=layers, timings=timings)
 
 
+def _source_cases(source: Source, signature: OnnxSignature, first: Candidate) -> Iterator[Case]:
+    """The source's cases; a source that splits an export into files (an encoder-decoder
+    folder) also gets each part's signature, and each case names the part it runs on."""
+    if not first.parts:
+        return source.cases(signature)
+    signatures = {part: c.signature for part, c in first.parts.items()}
+    return source.cases(signature, parts=signatures)  # type: ignore[call-arg]
+
+
 def _run_cases(
     config: RunConfig,
     source: Source,
@@ -245,7 +260,7 @@ def _run_cases(
     cases: list[Case] = []
     t_onnx = t_compare = 0.0
     many = len(slots) > 1
-    for case in source.cases(signature):
+    for case in _source_cases(source, signature, first):
         deadline.check()  # torch cannot be interrupted: checked between cases
         cases.append(case)
         name = case.input_set.label or f"input set {case.input_set.index}"
@@ -258,11 +273,13 @@ def _run_cases(
             where = f" ({cand.path}, {cand.provider}, {cand.opt_level})" if many else ""
             report("onnx", f"ONNX Runtime on {name}{where}", fraction)
             t0 = time.perf_counter()
+            part = cand.for_case(case.part)
+            fit = slot.fit if part is cand else SignatureFit()  # a part runs its own feeds
             try:
                 raw = run_onnx(
-                    cand.session,
-                    slot.fit.feeds(case.input_set),
-                    signature=cand.signature,
+                    part.session,
+                    fit.feeds(case.input_set),
+                    signature=part.signature,
                     deadline=deadline,
                 )
             except _CANDIDATE_ERRORS as exc:
@@ -276,7 +293,7 @@ def _run_cases(
                 slot.seconds += elapsed
                 t_onnx += elapsed
             t0 = time.perf_counter()
-            shown, judged = compare_case(case, slot.fit.outputs(raw), config.tolerances)
+            shown, judged = compare_case(case, fit.outputs(raw), config.tolerances)
             t_compare += time.perf_counter() - t0
             slot.outputs.append(shown)
             slot.comparisons.extend(replace(c, candidate=slot.index) for c in judged)
@@ -330,11 +347,13 @@ def compare_case(
     case: Case, onnx: OutputSet, tolerances: Tolerances
 ) -> tuple[OutputSet, list[OutputComparison]]:
     """Compare one candidate's outputs with the case's reference: ONNX order first, then
-    reference-only outputs. Returns the candidate's outputs as compared (crops applied)."""
+    reference-only outputs; outputs the case ignores are left out. Returns the candidate's
+    outputs as compared (crops applied)."""
     ref = case.reference.arrays
     shown: dict[str, np.ndarray] = {}
     comparisons: list[OutputComparison] = []
-    for name in list(onnx.arrays) + [n for n in ref if n not in onnx.arrays]:
+    compared = [n for n in onnx.arrays if n not in case.ignore]
+    for name in compared + [n for n in ref if n not in onnx.arrays]:
         array, note = _cropped(case, name, onnx.arrays.get(name))
         if array is not None:
             shown[name] = array

@@ -70,7 +70,6 @@ def load_hf_model(
     `task`, its architectures, `onnx_outputs` names -> ranks), then weights or a random init,
     then the tokenizer."""
     transformers = require_transformers()
-    import torch
 
     overrides = dict(config_overrides or {})
     path = Path(directory)
@@ -83,28 +82,7 @@ def load_hf_model(
     model_class = _model_class(config, directory, task=task, onnx_outputs=onnx_outputs)
     auto_cls = getattr(transformers, model_class.auto_class)
     encoder = model_class.kind == FORWARD
-    with quiet_transformers():
-        try:
-            if random_weights:
-                torch.manual_seed(seed)
-                model = auto_cls.from_config(config, dtype=torch.float32)
-            else:
-                # use_kernels=False: validate the model's own code, never hub kernels (5.25
-                # turns them on by default and then needs the `kernels` package).
-                model = auto_cls.from_pretrained(
-                    directory,
-                    config=config,
-                    local_files_only=True,
-                    dtype=torch.float32,
-                    use_kernels=False,
-                )
-        except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError alike
-            hint = ""
-            if not random_weights and "no file named" in str(exc):
-                hint = " (--random-weights builds the model from config.json alone)"
-            raise ModelLoadError(
-                f"hf:{directory}: cannot load the model: {first_line(exc)}{hint}"
-            ) from exc
+    model = instantiate(auto_cls, config, directory, random_weights=random_weights, seed=seed)
     model.eval()
     tokenizer = processor = None
     with quiet_transformers():
@@ -123,6 +101,35 @@ def load_hf_model(
         model_class=model_class,
         processor=processor,
     )
+
+
+def instantiate(
+    auto_cls: Any, config: Any, directory: str, *, random_weights: bool, seed: int
+) -> Any:
+    """The model in float32: from config.json alone (seeded random weights) or its weights."""
+    import torch
+
+    with quiet_transformers():
+        try:
+            if random_weights:
+                torch.manual_seed(seed)
+                return auto_cls.from_config(config, dtype=torch.float32)
+            # use_kernels=False: validate the model's own code, never hub kernels (5.25
+            # turns them on by default and then needs the `kernels` package).
+            return auto_cls.from_pretrained(
+                directory,
+                config=config,
+                local_files_only=True,
+                dtype=torch.float32,
+                use_kernels=False,
+            )
+        except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError alike
+            hint = ""
+            if not random_weights and "no file named" in str(exc):
+                hint = " (--random-weights builds the model from config.json alone)"
+            raise ModelLoadError(
+                f"hf:{directory}: cannot load the model: {first_line(exc)}{hint}"
+            ) from exc
 
 
 def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, Any]) -> Any:
@@ -167,8 +174,8 @@ def _model_class(
     if chosen.kind == SEQ2SEQ:
         raise ModelLoadError(
             f"hf:{directory}: {chosen.task} ({chosen.auto_class}, model type "
-            f"{config.model_type!r}) is an encoder-decoder; hf: validates causal LMs and "
-            "one-forward models (encoders, classifiers, detectors)"
+            f"{config.model_type!r}) is an encoder-decoder, but config.json does not say "
+            "is_encoder_decoder: true, which hf: needs to validate its generate() steps"
         )
     return chosen
 

@@ -16,6 +16,8 @@ from core.labels import status_label, worst_first
 from core.results import OutputComparison, Status, ValidationRun
 from core.text import number_text, shape_text
 
+SEQ2SEQ = "encoder_decoder"  # the summary "kind" of an encoder-decoder run (seq2seq_source)
+
 
 def format_steps_table(run: ValidationRun) -> str:
     """One row per generate() step, then failing details, then the summary.
@@ -26,12 +28,16 @@ def format_steps_table(run: ValidationRun) -> str:
     steps = run.generation.steps if run.generation is not None else ()
     names = run.output_names
     main = "logits" if "logits" in names or not names else names[0]
+    seq2seq = _is_seq2seq(run)
+    if seq2seq:  # the encoder's row shows its hidden states where decoders show logits
+        main = "logits|hidden"
+    files = _file_of_step(run) if seq2seq else {}
     # A one-forward model has no cache: its other outputs (pred_boxes, end_logits) go there.
-    rest = "present" if any(n.startswith("present.") for n in names) else "other"
+    rest = "present" if seq2seq or any(n.startswith("present.") for n in names) else "other"
     ids = any("input_ids" in s.feeds for s in run.input_sets)
     header = [
         "step",
-        "phase",
+        "file" if seq2seq else "phase",
         "input shapes (ids · mask · past)" if ids else "input shapes",
         "status",
         f"{main} abs",
@@ -46,7 +52,8 @@ def format_steps_table(run: ValidationRun) -> str:
     for i, input_set in enumerate(run.input_sets):
         step = steps[i] if i < len(steps) else None
         mine = [c for c in run.comparisons if c.input_set == input_set.index]
-        logits = next((c for c in mine if c.name == main), None)
+        wanted = ("logits", "last_hidden_state") if seq2seq else (main,)
+        logits = next((c for w in wanted for c in mine if c.name == w), None)
         presents = [
             c
             for c in mine
@@ -61,8 +68,8 @@ def format_steps_table(run: ValidationRun) -> str:
             pad_text = f"{count} (max {number_text(max(diffs)) if diffs else 'nan'})"
         rows.append(
             [
-                str(step.step if step else i + 1),
-                step.phase if step else "?",
+                (step.label if seq2seq else str(step.step)) if step else str(i + 1),
+                (files.get(step.label, "?") if seq2seq else step.phase) if step else "?",
                 _shapes(input_set.feeds),
                 status_label(_step_status(mine), "terminal"),
                 number_text(_stat(logits, "max_abs")),
@@ -132,6 +139,11 @@ def format_hf_summary(run: ValidationRun) -> str:
         f"export:    {status}",
         f"steps OK:  {steps}",
     ]
+    if s.get("kind") == SEQ2SEQ:
+        if prompts:  # the encoder's inputs: the tokenized prompts' shapes
+            lines.insert(2, f"inputs:    {s.get('inputs', '?')}")
+        after_calls = next(i for i, line in enumerate(lines) if line.startswith("calls:")) + 1
+        lines[after_calls:after_calls] = _files_lines(s)
     if masked.get("n_elements"):
         lines.append(
             f"padding:   {masked['n_elements']} masked element(s) not judged (never attended); "
@@ -149,6 +161,12 @@ def _task_text(s: Mapping[str, Any]) -> str:
 
 
 def _calls_text(s: Mapping[str, Any]) -> str:
+    if s.get("kind") == SEQ2SEQ:
+        return (
+            f"{s.get('n_calls', 0)} captured ({s.get('n_encoder', 0)} encoder + "
+            f"{s.get('n_prefill', 0)} first decoder step + {s.get('n_decode', 0)} with past), "
+            f"max new tokens {s.get('max_new_tokens') or '-'}"
+        )
     if s.get("kind") == "encoder":
         return f"{s.get('n_calls', 0)} captured (one forward each, no generate())"
     return (
@@ -157,9 +175,38 @@ def _calls_text(s: Mapping[str, Any]) -> str:
     )
 
 
+def _is_seq2seq(run: ValidationRun) -> bool:
+    return run.generation is not None and run.generation.summary.get("kind") == SEQ2SEQ
+
+
+def _file_of_step(run: ValidationRun) -> dict[str, str]:
+    files = (run.generation.summary.get("files") if run.generation else None) or []
+    return {label: f["file"] for f in files for label in f["steps"]}
+
+
+def _files_lines(s: Mapping[str, Any]) -> list[str]:
+    """Which file of the export ran which steps, and the steps no file ran."""
+    lines = [
+        f"file:      {f['file']} ({f['role']}): " + (", ".join(f["steps"]) or "no step")
+        for f in s.get("files") or []
+    ]
+    if s.get("not_validated"):
+        lines.append(
+            "not run:   " + ", ".join(s["not_validated"]) + " (no file given computes them)"
+        )
+    return lines
+
+
 def _shapes(feeds: Mapping[str, Any]) -> str:
     parts = []
-    for name in ("input_ids", *MEDIA_INPUTS, "attention_mask", "past_key_values.0.key"):
+    for name in (
+        "input_ids",
+        *MEDIA_INPUTS,
+        "attention_mask",
+        "encoder_attention_mask",
+        "past_key_values.0.key",
+        "past_key_values.0.decoder.key",
+    ):
         if name in feeds:
             parts.append(shape_text(feeds[name].shape))
     return " · ".join(parts)

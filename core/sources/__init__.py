@@ -37,6 +37,8 @@ class Case:
 
     `exclude[name]`: bool mask broadcastable to output `name`, True where an element is not
     judged (`exclude_reason` says why, e.g. padding the attention mask never attends).
+    `ignore[name]`: a candidate output that is not compared at all in this case, and why (a
+    merged decoder's placeholder outputs on the branch that does not compute them).
     """
 
     input_set: InputSet
@@ -44,6 +46,8 @@ class Case:
     exclude: Mapping[str, np.ndarray] = field(default_factory=dict)
     exclude_reason: str = ""
     crop: Mapping[str, Crop] = field(default_factory=dict)
+    part: str = ""  # the file of a multi-file export that runs this case ("": the only file)
+    ignore: Mapping[str, str] = field(default_factory=dict)  # candidate outputs not compared: why
 
 
 class Source(Protocol):
@@ -60,7 +64,13 @@ class Source(Protocol):
         ...
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        """The cases, made lazily, for an ONNX file with this signature."""
+        """The cases, made lazily, for an ONNX file with this signature.
+
+        A source whose export may be several files (an encoder-decoder folder) also has
+        `onnx_parts(path) -> {part: file}` (first: the main file, whose signature is the
+        run's) and takes `cases(signature, parts={part: signature})`; each case says its
+        `part`. The loop asks for parts only when `onnx_parts` gives more than one file.
+        """
         ...
 
     def provenance(self) -> Provenance:
