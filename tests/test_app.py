@@ -85,7 +85,7 @@ def test_first_open_offers_every_demo_and_states_the_upload_limit():
 def test_demo_broken_runs_end_to_end_and_names_the_failing_output(broken_app: AppTest):
     at = broken_app
     text = _markdown(at)
-    assert "FAIL" in text and "`mask`" in text
+    assert "FAIL" in text and "mask fails" in text  # core.sentences, under the verdict
     run = at.session_state["parity_run"]
     failing = {c.name for c in run.comparisons if not c.status.passed}
     assert failing == {"mask"}

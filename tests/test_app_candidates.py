@@ -74,7 +74,7 @@ def test_overview_grid_shows_candidates_by_outputs_and_follows_the_tolerances(
     assert {marks[(k, n)] for k in range(4) for n in ("logits", "total")} == {"✓"}
     # the selector opens on the first failing candidate; the detail table is its rows only
     assert at.selectbox(key="candidate_overview").value == 4
-    detail = next(d.value for d in at.dataframe if "torch shape" in d.value.columns)
+    detail = next(d.value for d in at.dataframe if "shape ref / onnx" in d.value.columns)
     assert len(detail) == 2 * 2 and set(detail["status"]) == {"✗ fail"}  # 2 sets x 2 outputs
     at.session_state["parity_tolerances"] = Tolerances(default=Tolerance(atol=0.1, rtol=0.0))
     at.run()

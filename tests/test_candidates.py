@@ -238,7 +238,8 @@ def test_html_report_shows_candidates_table_grid_and_each_failing_candidate(side
     assert "Candidate #2 buggy.onnx (CPU, disable): FAIL" in page
     assert "&lt;i&gt;odd.onnx" in page and "<i>odd" not in page
     assert page.count("class='fig ") == figure_count(side_by_side)
-    assert figure_count(side_by_side) == 1 + 2 * 2 * 2  # grid; 2 candidates x 2 outputs x 2
+    # the grid; 2 failing candidates x 2 outputs x (heatmap, histogram, where profile)
+    assert figure_count(side_by_side) == 1 + 2 * 2 * 3
 
 
 def test_candidates_grid_marks_each_candidate_and_output(side_by_side):
