@@ -53,8 +53,12 @@ def _assert_only_escaped(sources: list[str]) -> None:
 def test_payload_names_are_escaped_on_every_page(payload_app: AppTest):
     at = payload_app
     run_sources = _markdown_sources(at)
-    failing_line = next(s for s in run_sources if s.startswith("Failing outputs: "))
-    assert failing_line == "Failing outputs: " + ", ".join(md_code(n) for n in sorted(FAILING))
+    assert "**Failing outputs**, worst first:" in run_sources
+    sentences = next(s for s in run_sources if s.startswith("- ") and " fails" in s)
+    # one sentence per failing output (core.sentences), each leading with its escaped name
+    assert sorted(line[2:].split(" fails")[0] for line in sentences.splitlines()) == sorted(
+        md_text(n) for n in FAILING
+    )
     _assert_only_escaped(run_sources)
     for page in ("pages/overview.py", "pages/inspect_page.py", "pages/tolerances.py"):
         at.switch_page(page).run()

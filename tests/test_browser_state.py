@@ -247,7 +247,7 @@ def test_numbers_typed_in_the_overrides_read_as_written_and_turn_the_override_on
 def test_after_a_run_the_verdict_and_the_failing_output_are_what_you_land_on(page):
     _run_demo(page, "broken")
     page.get_by_text("Failing outputs, worst first:").wait_for()
-    failing = page.get_by_text(re.compile(r"^mask: max \|error\|"))
+    failing = page.get_by_text(re.compile(r"^mask fails in 2 of 2 input sets"))
     failing.wait_for()
     box = failing.bounding_box()
     assert box is not None and box["y"] + box["height"] <= 720  # above the fold at 1280x720
@@ -270,8 +270,8 @@ def test_a_wrong_pair_is_said_in_words_and_the_last_good_run_stays(page, tmp_pat
     _settle(page)
     onnx_radio = page.locator('[data-testid="stRadio"]').filter(has_text="ONNX file")
     onnx_radio.get_by_text("Path on this machine").click()
-    page.get_by_label("ONNX path").fill(str(onnx))
-    page.get_by_label("ONNX path").press("Enter")
+    page.get_by_role("textbox", name="ONNX path").fill(str(onnx))
+    page.get_by_role("textbox", name="ONNX path").press("Enter")
     page.get_by_text("Sizes of the symbolic dims").or_(
         page.get_by_text("Execution provider")
     ).first.wait_for()

@@ -74,6 +74,13 @@ def _rows(table) -> list[list[str]]:
     return [r.locator("th, td").all_inner_texts() for r in table.locator("tr").all()]
 
 
+def _outputs_shown(page) -> list[str]:
+    """The Overview table's output names (found by its header, not by position)."""
+    rows = _rows(_table(page, 0))
+    column = next(i for i, h in enumerate(rows[0]) if h.strip().endswith("output"))
+    return [r[column] for r in rows[1:]]
+
+
 def _pair_names(page) -> list[str]:
     rows = _rows(_table(page, 0))
     assert rows[0][0].endswith("pair"), rows[0]  # "↑ pair" once sorted by it
@@ -154,7 +161,7 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
         _select_row(page, "x__bad__")  # shown 4th after sorting, 2nd in the data
         body = _on_overview(page)
         assert "FAIL" in body and "models.py:make_tiny" in body and "tiny.onnx" in body
-        assert [r[2] for r in _rows(_table(page, 0))[1:]] == ["y"]
+        assert _outputs_shown(page) == ["y"]
         sidebar = page.locator('[data-testid="stSidebar"]').inner_text()
         assert str(sweep_dir / "x__bad__" / "run.parity.npz") in sidebar
         _shot(page, "sweep-03-overview-of-failing-pair")
@@ -165,7 +172,7 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
         _select_row(page, "tokens")
         body = _on_overview(page)
         assert "PASS" in body and "models.py:make_tokens" in body
-        assert {r[2] for r in _rows(_table(page, 0))[1:]} == {"logits", "extra.0", "extra.1"}
+        assert set(_outputs_shown(page)) == {"logits", "extra.0", "extra.1"}
         _shot(page, "sweep-04-overview-of-three-output-pair")
 
         _back_to_sweep(page)
