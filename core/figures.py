@@ -25,16 +25,19 @@ from core.judgement import (
     RATIO_SPAN,
     STRUCTURAL_COLOR,
     cell_look,
+    element_errors,
     ratio_z,
 )
 from core.labels import set_label
 from core.results import OutputComparison, ValidationRun
+from core.text import number_text, plot_number_format
 from core.tolerances import Tolerance
 from core.views import (
     JUDGED_KINDS,
     ErrorHistogram,
     ScatterSample,
     SliceView,
+    WorstElement,
     WorstElements,
     as_2d_shape,
 )
@@ -181,34 +184,72 @@ def _cell_axes(view: SliceView) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+_VALUE_WORDS = {  # the hover's words for a cell's own value, in its real units
+    "signed": "error (onnx - ref)",
+    "abs": "|error|",
+    "rel": "relative error",
+    "ratio": "error ÷ allowed",
+    "fails": "error ÷ allowed",
+}
+
+
+def _cell_hover(
+    view: SliceView, names: Sequence[str | None] | None = None, *, extra: str = ""
+) -> tuple[np.ndarray, str]:
+    """(customdata, hovertemplate) of a heatmap's cells: the element's index, the view's value
+    in its real units (never the colour's logarithm), and the reference and ONNX values.
+
+    A pooled cell shows its block's worst element (block max pooling), its index given as
+    the block's centre. customdata is float32 [value, ref, onnx] per cell ([ref, onnx] for a
+    ref or ONNX view), which plotly sends as binary.
+    """
+    values = view.values
+    ref = view.ref_values if view.ref_values is not None else np.full_like(values, np.nan)
+    onnx = view.onnx_values if view.onnx_values is not None else np.full_like(values, np.nan)
+    own = view.kind in _VALUE_WORDS  # ref and ONNX views: their value is one of the two
+    custom = np.stack([values, ref, onnx] if own else [ref, onnx], axis=-1).astype(np.float32)
+    spec = view.spec
+    pad = len(spec.index) - len(view.shape) if view.shape else 0
+    fmt = ":.0f" if view.pooled else ""
+    parts = [
+        f"%{{y{fmt}}}" if a == spec.row_axis else f"%{{x{fmt}}}" if a == spec.col_axis else str(i)
+        for a, i in enumerate(spec.index)
+        if a >= pad
+    ]
+    col_title, row_title = view.axis_titles(names)
+    at = "≈" if view.pooled else ""
+    lines = [f"index {at}[{', '.join(parts)}]"]
+    if names is not None:  # the two axes by name, where the slice has them
+        named = [
+            f"{plot_text(t.split(' (')[0])} {at}%{{{c}{fmt}}}"
+            for t, c in ((row_title, "y"), (col_title, "x"))
+            if t
+        ]
+        lines.append(", ".join(named))
+    if view.pooled:
+        lines.append(f"(worst of a {view.row_factor}×{view.col_factor} block)")
+    err, val = plot_number_format(), plot_number_format(6)
+    if own:
+        unit = "×" if view.kind in JUDGED_KINDS else ""
+        lines.append(f"{_VALUE_WORDS[view.kind]} %{{customdata[0]:{err}}}{unit}")
+    lines.append(f"ref %{{customdata[{int(own)}]:{val}}}")
+    lines.append(f"ONNX %{{customdata[{int(own) + 1}]:{val}}}")
+    return custom, "<br>".join(lines) + f"<extra>{extra}</extra>"
+
+
 def _heatmap_trace(
-    view: SliceView, *, log_color: bool, name: str, tolerance: Tolerance | None = None
+    view: SliceView,
+    *,
+    log_color: bool,
+    name: str,
+    tolerance: Tolerance | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> tuple[go.Heatmap, str]:
     z, settings, note = _color_values(view, log_color=log_color, tolerance=tolerance)
     x, y = _cell_axes(view)
-    pooled = "<br>(block max)" if view.pooled else ""
-    if view.kind in JUDGED_KINDS:  # the ratio itself, not its logarithm
-        hover = (
-            f"row %{{y}}, col %{{x}}{pooled}<br>error ÷ allowed %{{customdata:.3g}}"
-            f"<extra>{name}</extra>"
-        )
-        custom = view.values.astype(np.float32)
-        trace = go.Heatmap(
-            z=z, x=x, y=y, customdata=custom, hovertemplate=hover, name=name, **settings
-        )
-        return trace, note
-    unit = "log10 " if log_color and view.kind in ("abs", "rel") else ""
-    hover = (
-        f"{_KIND_LABEL[view.kind]}<br>row %{{y}}, col %{{x}}"
-        + pooled
-        + f"<br>{unit}value %{{z:.4g}}<extra>{name}</extra>"
-    )
-    trace = go.Heatmap(z=z, x=x, y=y, hovertemplate=hover, name=name, **settings)
+    custom, hover = _cell_hover(view, names)
+    trace = go.Heatmap(z=z, x=x, y=y, customdata=custom, hovertemplate=hover, name=name, **settings)
     return trace, note
-
-
-def _axis_titles(view: SliceView) -> tuple[str, str]:
-    return f"axis {view.spec.col_axis}", f"axis {view.spec.row_axis}"
 
 
 def worst_in_slice(view: SliceView, worst: WorstElements, shape: Sequence[int]) -> list[int]:
@@ -226,6 +267,58 @@ def worst_in_slice(view: SliceView, worst: WorstElements, shape: Sequence[int]) 
     return keep
 
 
+MARKED_FRACTION = 0.1
+"""At most this fraction of a slice's elements get a worst-element cross (at least one)."""
+
+
+def marked_worst(
+    view: SliceView,
+    worst: WorstElements,
+    shape: Sequence[int],
+    tolerance: Tolerance | None = None,
+) -> list[WorstElement]:
+    """The worst elements to mark with a cross in the view's slice: those that fail at
+    `tolerance` (only the single worst when none fails), at most MARKED_FRACTION of the
+    slice's elements, so a small output is not crossed out element by element."""
+    rows = [worst.rows[i] for i in worst_in_slice(view, worst, shape)]
+    if tolerance is not None and rows:
+        ref = np.array([w.ref for w in rows], dtype=np.float64)
+        onnx = np.array([w.onnx for w in rows], dtype=np.float64)
+        _, _, fails = element_errors(ref, onnx, tolerance)
+        rows = [w for w, f in zip(rows, fails, strict=True) if f] or rows[:1]
+    cells = view.slice_shape[0] * view.slice_shape[1]
+    return rows[: max(1, int(cells * MARKED_FRACTION))]
+
+
+FIGURE_WIDTH = 450
+"""The width a heatmap is sized for (the Inspect page's column at 1280 px; wider screens
+only widen it): its height follows the slice's aspect ratio so the plot fills the width."""
+SQUARE_ASPECT = 3.0
+"""Slices at most this far from square keep square cells; longer ones fill the box."""
+
+
+def heatmap_layout(view: SliceView, *, top: int, bottom: int, colorbar: int = 115) -> dict:
+    """Axis and size settings that fill the width: square cells (and a figure as tall as
+    the slice is, relative to its width) near square, free cells for long slices."""
+    rows, cols = (max(1, n) for n in view.slice_shape)
+    aspect = rows / cols
+    plot_w = FIGURE_WIDTH - 75 - colorbar  # margins, and the colour bar with its labels
+    square = 1 / SQUARE_ASPECT <= aspect <= SQUARE_ASPECT
+    plot_h = plot_w * aspect if square else plot_w * min(max(aspect, 0.4), 1.6)
+    height = int(min(max(plot_h + top + bottom, 260), 640))
+    # the ranges end at the cells' edges: no grey bands beyond the data (markers padded them)
+    nr, nc = view.values.shape
+    xaxis: dict = {"range": [-0.5, nc * view.col_factor - 0.5]}
+    yaxis: dict = {"range": [nr * view.row_factor - 0.5, -0.5]}  # row 0 at the top
+    for axis, n in ((xaxis, cols), (yaxis, rows)):  # a short axis: ticks at whole indices
+        if n <= 8:
+            axis.update(tick0=0, dtick=1)
+    if square:  # square cells, extra room left empty (never grey bands past the data)
+        yaxis.update(scaleanchor="x", constrain="domain")
+        xaxis.update(constrain="domain")
+    return {"xaxis": xaxis, "yaxis": yaxis, "height": height}
+
+
 def error_heatmap(
     view: SliceView,
     *,
@@ -234,19 +327,24 @@ def error_heatmap(
     log_color: bool = True,
     title: str = "",
     tolerance: Tolerance | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> go.Figure:
-    """Heatmap of one pooled slice, with the worst elements of that slice marked on top.
+    """Heatmap of one pooled slice, the worst (failing) elements of that slice marked on top.
 
     The worst-element markers are a scatter (clickable in Streamlit, unlike heatmap
     cells); `shape` is the output's full shape, needed to place them. `tolerance` marks
     atol (rtol for relative error) on the colour bar; ratio views mark the pass line.
+    `names`: the ONNX dim name of each axis (ValidationRun.dim_names), for the axis titles
+    and the hover. `title` is plain text (a user string: escaped here).
     """
-    trace, note = _heatmap_trace(view, log_color=log_color, name="error", tolerance=tolerance)
+    trace, note = _heatmap_trace(
+        view, log_color=log_color, name="error", tolerance=tolerance, names=names
+    )
+    trace.colorbar.thickness = 14  # a slim bar leaves the cells the room
     fig = go.Figure(trace)
     if worst is not None and shape is not None and worst.rows:
         full = as_2d_shape(shape)
-        picks = worst_in_slice(view, worst, shape)
-        rows = [worst.rows[i] for i in picks]
+        rows = marked_worst(view, worst, shape, tolerance)
         if rows:
             idx = [(0,) * (len(full) - len(w.index)) + tuple(w.index) for w in rows]
             fig.add_trace(
@@ -261,29 +359,34 @@ def error_heatmap(
                         "line": {"width": 2, "color": "#00e5ff"},
                     },
                     name="worst elements",
-                    customdata=[[str(list(w.index)), w.ref, w.onnx, w.abs_error] for w in rows],
-                    hovertemplate=(
-                        "index %{customdata[0]}<br>ref %{customdata[1]:.6g}<br>"
-                        "onnx %{customdata[2]:.6g}<br>|error| %{customdata[3]:.4g}"
-                        "<extra>worst</extra>"
-                    ),
+                    hovertext=[_worst_hover(w) for w in rows],
+                    hoverinfo="text",
                 )
             )
-    x_title, y_title = _axis_titles(view)
+    x_title, y_title = (plot_text(t) for t in view.axis_titles(names))
     subtitle = view.pooling_text() + (f"; {note}" if note else "")
+    head = plot_text(title) if title else _KIND_LABEL[view.kind]
+    top, bottom = 70, 50
+    layout = heatmap_layout(view, top=top, bottom=bottom)
     fig.update_layout(
-        title={
-            "text": f"{title or _KIND_LABEL[view.kind]} {view.spec.describe(view.spec.index)}"
-            f"<br><sup>{subtitle}</sup>"
-        },
-        xaxis={"title": x_title, "constrain": "domain"},
-        yaxis={"title": y_title, "autorange": "reversed", "scaleanchor": "x"},
-        margin={"l": 60, "r": 20, "t": 70, "b": 50},
+        title={"text": f"{head} {view.spec.describe(view.spec.index)}<br><sup>{subtitle}</sup>"},
+        xaxis={"title": x_title, **layout["xaxis"]},
+        yaxis={"title": y_title, **layout["yaxis"]},
+        margin={"l": 60, "r": 15, "t": top, "b": bottom},
         showlegend=False,
-        height=520,
+        height=layout["height"],
         plot_bgcolor=ZERO_COLOR,
     )
     return fig
+
+
+def _worst_hover(w: WorstElement) -> str:
+    """A marked worst element's hover: index, |error|, both values (core.text numbers)."""
+    return (
+        f"worst element [{', '.join(str(i) for i in w.index)}]<br>"
+        f"|error| {number_text(w.abs_error)}<br>"
+        f"ref {number_text(w.ref, 6)}<br>ONNX {number_text(w.onnx, 6)}"
+    )
 
 
 def slice_panels(
@@ -293,11 +396,12 @@ def slice_panels(
     *,
     log_color: bool = True,
     tolerance: Tolerance | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> go.Figure:
     """Reference, ONNX and error of the same slice side by side, zoom linked.
 
     Reference and ONNX share one colour scale so a difference in colour is a difference in
-    value; the error has its own.
+    value; the error has its own. `names`: the ONNX dim names (axis titles, hover).
     """
     fig = make_subplots(
         rows=1,
@@ -314,18 +418,22 @@ def slice_panels(
     for col, view in ((1, ref_view), (2, onnx_view)):
         x, y = _cell_axes(view)
         z = np.clip(np.nan_to_num(view.values, nan=np.nan, posinf=hi, neginf=lo), lo, hi)
+        custom, hover = _cell_hover(view, names)
         fig.add_trace(
             go.Heatmap(
                 z=z.astype(np.float32),
                 x=x,
                 y=y,
                 coloraxis="coloraxis",
-                hovertemplate="row %{y}, col %{x}<br>value %{z:.6g}<extra></extra>",
+                customdata=custom,
+                hovertemplate=hover,
             ),
             row=1,
             col=col,
         )
-    err, note = _heatmap_trace(error_view, log_color=log_color, name="error", tolerance=tolerance)
+    err, note = _heatmap_trace(
+        error_view, log_color=log_color, name="error", tolerance=tolerance, names=names
+    )
     err.update(coloraxis="coloraxis2")
     settings = {k: err[k] for k in ("colorscale", "zmin", "zmax", "zmid") if err[k] is not None}
     colorbar = err.colorbar.to_plotly_json() if err.colorbar else {}
@@ -346,7 +454,10 @@ def slice_panels(
         height=380,
         plot_bgcolor=ZERO_COLOR,
     )
+    x_title, y_title = (plot_text(t) for t in error_view.axis_titles(names))
     fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(title_text=y_title, row=1, col=1)
+    fig.update_xaxes(title_text=x_title)
     return fig
 
 

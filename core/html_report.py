@@ -359,7 +359,12 @@ def _failing_output(
         tolerance=c.tolerance,
     )
     heatmap = figures.error_heatmap(
-        view, worst=worst, shape=ref.shape, title=f"{c.name} error ÷ allowed", tolerance=c.tolerance
+        view,
+        worst=worst,
+        shape=ref.shape,
+        title=f"{c.name} error ÷ allowed",  # plain text: error_heatmap escapes it
+        tolerance=c.tolerance,
+        names=run.dim_names(c.name, ref.ndim),
     )
     hist = views.error_histogram(ref, onnx, exclude=exclude)
     histogram = figures.error_histogram(

@@ -337,6 +337,13 @@ class ValidationRun:
                 return self.exclusions[position].get(name)
         return None
 
+    def dim_names(self, name: str, rank: int) -> tuple[str | None, ...]:
+        """The ONNX name of each axis of output `name` (``"batch"``, ``"height"``); None for
+        fixed or unnamed axes, and for every axis without a signature or at another rank."""
+        if self.signature is None:
+            return (None,) * rank
+        return self.signature.output_dim_names(name, rank)
+
     def arrays(self, c: OutputComparison) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The raw (reference, ONNX) outputs behind comparison `c`, None where not kept."""
         position = next(

@@ -8,7 +8,15 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["number_text", "parse_number", "ratio_text", "shape_text", "tolerance_text"]
+__all__ = [
+    "axis_text",
+    "number_text",
+    "parse_number",
+    "plot_number_format",
+    "ratio_text",
+    "shape_text",
+    "tolerance_text",
+]
 
 
 class _Tolerance(Protocol):  # core.tolerances.Tolerance (which parses its numbers here)
@@ -35,6 +43,21 @@ def number_text(value: float | None, digits: int | None = None) -> str:
     if digits is not None:
         return f"{value:.{digits}g}"
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+def plot_number_format(digits: int | None = None) -> str:
+    """The d3 format (plotly hover templates, drawn in the browser) nearest number_text's:
+    ``digits`` significant digits (3 by default), trailing zeros dropped, exponent far from 1."""
+    return f".{digits or 3}~g"
+
+
+def axis_text(axis: int, size: int | None = None, name: str | None = None) -> str:
+    """An axis as people read it: ``height (axis 2, size 32)`` when the ONNX names it, else
+    ``axis 2 (size 32)`` (or ``axis 2`` without a size). Plain text: escape it for markup."""
+    where = f"axis {axis}" + ("" if size is None else f", size {size}")
+    if name:
+        return f"{name} ({where})"
+    return f"axis {axis}" + ("" if size is None else f" (size {size})")
 
 
 def ratio_text(value: float | None) -> str:

@@ -27,6 +27,7 @@ from typing import Literal
 import numpy as np
 
 from core.judgement import element_errors
+from core.text import axis_text
 from core.tolerances import Tolerance
 
 ErrorKind = Literal["signed", "abs", "rel"]
@@ -36,8 +37,12 @@ JUDGED_KINDS = ("ratio", "fails")
 failing elements only (passing ones blank)."""
 ERROR_KINDS: tuple[ErrorKind, ...] = ("signed", "abs", "rel")
 
-DEFAULT_MAX_CELLS = 300
-"""Largest side of a drawn heatmap: 300x300 float32 cells is ~0.5 MB of figure JSON."""
+DEFAULT_MAX_CELLS = 256
+"""Largest side of a drawn heatmap: 256x256 cells, each sent as four float32 (its colour, and
+its value, reference and ONNX value for the hover), is ~1.4 MB of figure JSON."""
+PANEL_MAX_CELLS = 160
+"""Largest side of each of the three side-by-side panels (~230 px wide each at 1280 px): the
+three together stay near the size of one heatmap."""
 
 CHUNK_ELEMENTS = 1 << 20
 """Elements handled at once by the chunked passes (bounded extra memory, ~8 MB/array)."""
@@ -108,6 +113,18 @@ def as_2d_shape(shape: Sequence[int]) -> tuple[int, ...]:
     return (1,) * max(0, 2 - len(shape)) + shape
 
 
+def axis_titles(shape: Sequence[int], names: Sequence[str | None] | None = None) -> tuple[str, ...]:
+    """A title per axis of ``as_2d_shape(shape)`` (core.text.axis_text): the axis number and
+    size, and its ONNX dim name when `names` (one per axis of `shape`) gives one; '' for the
+    leading axes as_2d_shape adds."""
+    shape = tuple(int(d) for d in shape)
+    pad = len(as_2d_shape(shape)) - len(shape)
+    names = tuple(names) if names is not None and len(names) == len(shape) else (None,) * len(shape)
+    return ("",) * pad + tuple(
+        axis_text(a, size, name) for a, (size, name) in enumerate(zip(shape, names, strict=True))
+    )
+
+
 def default_slice(shape: Sequence[int], *, at: Sequence[int] | None = None) -> SliceSpec:
     """The last two axes, through the element `at` (e.g. the worst element) when given."""
     full = as_2d_shape(shape)
@@ -164,6 +181,16 @@ class SliceView:
     spec: SliceSpec
     n_nonfinite: int  # +-inf cells (one-sided NaN/Inf mismatches) among `values`
     n_excluded: int = 0  # elements of the slice not judged (blank in an error view)
+    shape: tuple[int, ...] = ()  # the output's own shape (before as_2d_shape)
+    ref_values: np.ndarray | None = None  # per cell: the reference at the element it shows
+    onnx_values: np.ndarray | None = None  # per cell: the ONNX value at that element
+
+    def axis_titles(self, names: Sequence[str | None] | None = None) -> tuple[str, str]:
+        """(columns, rows) titles: ``height (axis 2, size 32)`` with the ONNX dim names
+        (`names`, one per axis of the output), ``axis 2 (size 32)`` without; '' for an axis
+        that as_2d_shape added to show a vector or a scalar."""
+        titles = axis_titles(self.shape or self.spec.index, names)
+        return titles[self.spec.col_axis], titles[self.spec.row_axis]
 
     @property
     def pooled(self) -> bool:
@@ -207,16 +234,27 @@ def block_max_pool(values: np.ndarray, row_factor: int, col_factor: int) -> np.n
     return out
 
 
-def _pool_band(band: np.ndarray, rf: int, cf: int) -> np.ndarray:
+def _blocks(band: np.ndarray, rf: int, cf: int) -> np.ndarray:
     rows, cols = band.shape
     nr, nc = math.ceil(rows / rf), math.ceil(cols / cf)
     padded = np.full((nr * rf, nc * cf), np.nan)
     padded[:rows, :cols] = band
-    blocks = padded.reshape(nr, rf, nc, cf).transpose(0, 2, 1, 3).reshape(nr, nc, rf * cf)
-    mag = np.abs(blocks)
+    return padded.reshape(nr, rf, nc, cf).transpose(0, 2, 1, 3).reshape(nr, nc, rf * cf)
+
+
+def _pick(band: np.ndarray, rf: int, cf: int) -> np.ndarray:
+    """Per block, the position (in the block) of its element of largest magnitude."""
+    mag = np.abs(_blocks(band, rf, cf))
     mag[np.isnan(mag)] = -1.0
-    pick = np.argmax(mag, axis=-1)
-    return np.take_along_axis(blocks, pick[..., None], axis=-1)[..., 0]
+    return np.argmax(mag, axis=-1)
+
+
+def _take(band: np.ndarray, rf: int, cf: int, pick: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(_blocks(band, rf, cf), pick[..., None], axis=-1)[..., 0]
+
+
+def _pool_band(band: np.ndarray, rf: int, cf: int) -> np.ndarray:
+    return _take(band, rf, cf, _pick(band, rf, cf))
 
 
 def slice_view(
@@ -252,6 +290,7 @@ def slice_view(
     rf, cf = pool_factors(rows, cols, max_cells=max_cells)
     nr = math.ceil(rows / rf) if rows else 0
     out = np.empty((nr, math.ceil(cols / cf) if cols else 0), dtype=np.float64)
+    ref_at, onnx_at = np.empty_like(out), np.empty_like(out)
     band_blocks = max(1, CHUNK_ELEMENTS // max(1, rf * cols))
     for b0 in range(0, nr, band_blocks):
         b1 = min(nr, b0 + band_blocks)
@@ -264,7 +303,14 @@ def slice_view(
             err = error_values(r2[rows_sl], o2[rows_sl], kind)
         if x2 is not None:
             err[x2[rows_sl]] = np.nan
-        out[b0:b1] = _pool_band(err, rf, cf) if (rf > 1 or cf > 1) else err
+        r_band = np.asarray(r2[rows_sl], dtype=np.float64)
+        o_band = np.asarray(o2[rows_sl], dtype=np.float64)
+        if rf > 1 or cf > 1:  # each cell shows its block's worst element, with both values
+            pick = _pick(err, rf, cf)
+            out[b0:b1] = _take(err, rf, cf, pick)
+            ref_at[b0:b1], onnx_at[b0:b1] = _take(r_band, rf, cf, pick), _take(o_band, rf, cf, pick)
+        else:
+            out[b0:b1], ref_at[b0:b1], onnx_at[b0:b1] = err, r_band, o_band
     return SliceView(
         values=out,
         row_factor=rf,
@@ -274,6 +320,9 @@ def slice_view(
         spec=spec,
         n_nonfinite=int(np.isinf(out).sum()),
         n_excluded=n_excluded,
+        shape=tuple(int(d) for d in np.shape(ref)),
+        ref_values=ref_at,
+        onnx_values=onnx_at,
     )
 
 

@@ -374,9 +374,7 @@ def where_of(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
         return None
     if ref.dtype.kind not in "biuf" or onnx.dtype.kind not in "biuf":
         return None
-    names = None
-    if run.signature is not None:
-        names = run.signature.output_dim_names(c.name, ref.ndim)
+    names = run.dim_names(c.name, ref.ndim)
     return where_profile(
         ref, onnx, c.tolerance, names=names, exclude=run.exclusion(c.input_set, c.name)
     )

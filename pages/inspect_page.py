@@ -18,6 +18,7 @@ from core.text import shape_text, tolerance_text
 from core.where import where_profile
 from pages import state
 from pages.candidates import candidate_selector, could_not_run
+from pages.tables import NUMBER_FORMAT
 from pages.text import md_code, md_text
 from pages.where_views import where_for
 
@@ -30,6 +31,15 @@ KIND_LABELS = {
 }
 CACHE = "parity_inspect_cache"
 WORST_K = 25
+WORST_COLUMN_CONFIG = {  # fits the page's right column (~360 px at 1280 px), no scrolling
+    "index": st.column_config.TextColumn("index", width=96),
+    "ref": st.column_config.NumberColumn("ref", format=NUMBER_FORMAT, width=64),
+    "onnx": st.column_config.NumberColumn("onnx", format=NUMBER_FORMAT, width=64),
+    "abs error": st.column_config.NumberColumn("|error|", format=NUMBER_FORMAT, width=64),
+    "rel error": st.column_config.NumberColumn(
+        "rel", format=NUMBER_FORMAT, width=64, help="relative error, |error| / |ref|"
+    ),
+}
 
 
 def _cached(run: ValidationRun, key: tuple, compute):
@@ -78,7 +88,7 @@ def _choose_target(run: ValidationRun) -> tuple[int, str]:
     return int(set_index), str(name)
 
 
-def _choose_slice(shape: tuple[int, ...], worst_index, key: str) -> ins.SliceSpec:
+def _choose_slice(shape: tuple[int, ...], worst_index, key: str, names) -> ins.SliceSpec:
     full = ins.as_2d_shape(shape)
     nd = len(full)
     default = ins.default_slice(shape, at=worst_index)
@@ -88,7 +98,8 @@ def _choose_slice(shape: tuple[int, ...], worst_index, key: str) -> ins.SliceSpe
         return default
     c1, c2 = st.columns(2)
     axes = list(range(nd))
-    label = lambda a: f"axis {a} (size {full[a]})"  # noqa: E731
+    titles = ins.axis_titles(shape, names)  # "height (axis 2, size 32)": options are plain text
+    label = titles.__getitem__
     row = c1.selectbox("Rows: axis", axes, index=default.row_axis, key=f"{key}_row",
                        format_func=label)  # fmt: skip
     col_options = [a for a in axes if a != row]
@@ -104,7 +115,7 @@ def _choose_slice(shape: tuple[int, ...], worst_index, key: str) -> ins.SliceSpe
             with cols[i % len(cols)]:
                 index[ax] = int(
                     st.number_input(
-                        f"axis {ax} index (0..{full[ax] - 1})",
+                        md_text(f"{titles[ax]}: index (0..{full[ax] - 1})"),
                         min_value=0,
                         max_value=max(full[ax] - 1, 0),
                         value=default.index[ax],
@@ -234,7 +245,8 @@ def page() -> None:
         lambda: ins.worst_elements(ref, onnx, k=WORST_K, exclude=exclude),
     )
     worst_index = worst.rows[0].index if worst.rows else None
-    spec = _choose_slice(tuple(ref.shape), worst_index, key)
+    names = None if layer is not None else run.dim_names(name, ref.ndim)
+    spec = _choose_slice(tuple(ref.shape), worst_index, key, names)
     c1, c2 = st.columns([3, 1])
     kind = c1.radio("Show", list(KIND_LABELS), format_func=KIND_LABELS.get, horizontal=True,
                     key="insp_kind")  # fmt: skip
@@ -246,19 +258,25 @@ def page() -> None:
     view, ms = state.timed(
         ins.slice_view, ref, onnx, spec, kind=kind, exclude=exclude, tolerance=tol
     )
-    left, right = st.columns([3, 2])
+    left, right = st.columns([5, 4])
     with left:
         st.plotly_chart(
             fg.error_heatmap(
-                view, worst=worst, shape=ref.shape, log_color=log_color, tolerance=tol
-            ),
+                view,
+                worst=worst,
+                shape=ref.shape,
+                log_color=log_color,
+                tolerance=tol,
+                names=names,
+            ),  # fmt: skip
             width="stretch",
             theme=None,  # keep the figure's own colour scales
             key="insp_heatmap",
         )
         st.caption(
             f"Slice {spec.describe(ref.shape)}: {view.pooling_text()}; computed in {ms:.0f} ms. "
-            "Crosses mark the worst elements in this slice."
+            "Crosses mark the worst failing elements in this slice (the worst one alone "
+            "when none fails). Hover a cell for its index, error and both values."
         )
     with right:
         st.markdown(f"**Worst {len(worst.rows)} elements** of {worst.n_total:,}")
@@ -267,19 +285,17 @@ def page() -> None:
             hide_index=True,
             width="stretch",
             height=460,
-            column_config={
-                k: st.column_config.NumberColumn(k, format="%.4e")
-                for k in ("ref", "onnx", "abs error", "rel error")
-            },
+            column_config=WORST_COLUMN_CONFIG,
         )
 
     st.subheader("Reference, ONNX and error side by side")
-    panels = [ins.slice_view(ref, onnx, spec, kind=k, max_cells=200) for k in ("ref", "onnx")]
+    small = ins.PANEL_MAX_CELLS
+    panels = [ins.slice_view(ref, onnx, spec, kind=k, max_cells=small) for k in ("ref", "onnx")]
     err_small = ins.slice_view(
-        ref, onnx, spec, kind=kind, max_cells=200, exclude=exclude, tolerance=tol
+        ref, onnx, spec, kind=kind, max_cells=small, exclude=exclude, tolerance=tol
     )
     st.plotly_chart(
-        fg.slice_panels(*panels, err_small, log_color=log_color, tolerance=tol),
+        fg.slice_panels(*panels, err_small, log_color=log_color, tolerance=tol, names=names),
         width="stretch",
         theme=None,
         key="insp_side",

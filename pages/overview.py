@@ -12,8 +12,14 @@ from core.rows import comparison_rows
 from pages import state
 from pages.candidates import candidate_selector, candidates_overview, could_not_run
 from pages.sidebar import verdict_badge
-from pages.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
-from pages.text import md_code
+from pages.tables import (
+    ROW_COLUMN_CONFIG,
+    fitting_columns,
+    one_tolerance,
+    rows_frame,
+    status_style,
+)
+from pages.text import md_code, md_text
 from pages.where_views import failing_sentences
 
 GOTO_INSPECT = state.GOTO_INSPECT
@@ -90,12 +96,19 @@ def page() -> None:
             st.switch_page("pages/inspect_page.py")
 
     st.subheader("Outputs")
-    st.caption("Select a row to inspect that output. A shape or dtype reads A vs B if they differ.")
+    frame = comparison_frame(run)
+    same = one_tolerance(frame)
+    st.caption(
+        "Select a row to inspect that output. A shape or dtype reads A vs B if they differ."
+        + (f" Every row is judged at atol / rtol {md_text(same)}." if same else "")
+    )
     st.dataframe(
-        status_style(comparison_frame(run)),
+        status_style(frame),
         hide_index=True,
         width="stretch",
         column_config=ROW_COLUMN_CONFIG,
+        # fits 1280 px: the smallest passing atol is the Tolerances page's question
+        column_order=fitting_columns(frame, leave_out=("min_atol",)),
         on_select=_on_table_select,
         selection_mode="single-row",
         key="overview_table",

@@ -22,21 +22,59 @@ def _header(key: str) -> str:
     return next(c.header for c in COLUMNS if c.key == key)
 
 
-ROW_COLUMN_CONFIG = {
-    _header("set"): st.column_config.NumberColumn(_header("set"), width="small"),
-    _header("max_abs"): st.column_config.NumberColumn(_header("max_abs"), format="%.3e"),
-    _header("max_rel"): st.column_config.NumberColumn(_header("max_rel"), format="%.3e"),
+NUMBER_FORMAT = "%.2e"
+"""Number cells in core.text.number_text's scientific form (3 significant digits, at most 9
+characters, e.g. ``-3.95e-1``), as the printf format st.dataframe's NumberColumn takes: the
+cells stay numbers, so they sort. (A ``%g`` format writes 1.14e-6 as ``0.00000114`` there.)"""
+
+ROW_COLUMN_CONFIG = {  # widths that fit the Overview's table on a 1280 px screen
+    _header("set"): st.column_config.NumberColumn(_header("set"), width=40),
+    _header("output"): st.column_config.TextColumn(_header("output"), width=110),
+    _header("status"): st.column_config.TextColumn(_header("status"), width=64),
+    _header("shape"): st.column_config.TextColumn(_header("shape"), width=108),
+    _header("dtype"): st.column_config.TextColumn(_header("dtype"), width=104),
+    _header("max_abs"): st.column_config.NumberColumn(
+        _header("max_abs"), format=NUMBER_FORMAT, width=66
+    ),
+    _header("max_rel"): st.column_config.NumberColumn(
+        _header("max_rel"), format=NUMBER_FORMAT, width=66
+    ),
     _header("min_atol"): st.column_config.NumberColumn(
-        _header("min_atol"), format="%.3e", help="Smallest atol that passes at this output's rtol"
+        _header("min_atol"),
+        format=NUMBER_FORMAT,
+        help="Smallest atol that passes at this output's rtol",
     ),
     _header("mismatch"): st.column_config.ProgressColumn(
-        "mismatch fraction", min_value=0.0, max_value=1.0, format="percent"
+        _header("mismatch"), min_value=0.0, max_value=1.0, format="percent", width=100
     ),
     _header("nonfinite"): st.column_config.NumberColumn(
-        _header("nonfinite"), help="Elements NaN or ±Inf on one side only (never pass)"
+        _header("nonfinite"), help="Elements NaN or ±Inf on one side only (never pass)", width=64
     ),
+    _header("tolerance"): st.column_config.TextColumn(_header("tolerance"), width=90),
+    _header("message"): st.column_config.TextColumn(_header("message"), width=120),
 }
 """Column settings for :func:`rows_frame` tables (st.dataframe's column_config)."""
+
+
+def fitting_columns(frame: pd.DataFrame, *, leave_out: Sequence[str] = ()) -> list[str]:
+    """The frame's headers to show (st.dataframe's column_order) on a 1280 px page: without
+    the `leave_out` column keys, the NaN / Inf column when every count is 0, and the
+    atol / rtol column when every row has the same (say it beside the table:
+    :func:`one_tolerance`)."""
+    out = {_header(k) for k in leave_out}
+    nonfinite = _header("nonfinite")
+    if nonfinite in frame and not frame[nonfinite].fillna(0).astype(bool).any():
+        out.add(nonfinite)
+    if one_tolerance(frame) is not None:
+        out.add(_header("tolerance"))
+    return [c for c in frame.columns if c not in out]
+
+
+def one_tolerance(frame: pd.DataFrame) -> str | None:
+    """The atol / rtol text every row of the frame shares, or None."""
+    column = _header("tolerance")
+    values = set(frame[column]) if column in frame else set()
+    return next(iter(values)) if len(values) == 1 else None
 
 
 def status_style(frame: pd.DataFrame, columns: Sequence[str] | None = ("status",)):

@@ -19,6 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.tolerances import Tolerances
+from pages.text import md_text
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180
@@ -122,7 +123,14 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
         "axis 3 (width)",
     ]
     assert "**Where:** all 248 mismatches" in _markdown(at)
+    # the slice selectors and the heatmap's axes carry the ONNX dim names
+    assert at.selectbox(key="insp_0_mask_row").options[2] == "height (axis 2, size 32)"
+    assert at.selectbox(key="insp_0_mask_col").value == 3
+    label = at.number_input(key="insp_0_mask_idx0").label  # markdown: the name escaped
+    assert label == md_text("batch (axis 0, size 2): index (0..1)")
     heat = figs[0]
+    assert heat["layout"]["xaxis"]["title"]["text"] == "width (axis 3, size 32)"
+    assert "ONNX %{customdata[2]" in heat["data"][0]["hovertemplate"]
     assert heat["data"][0]["zmin"] == -3
     assert "1× pass line" in heat["data"][0]["colorbar"]["ticktext"]
     assert [t["type"] for t in heat["data"]][:2] == ["heatmap", "scatter"]
@@ -167,8 +175,8 @@ def test_inspect_pools_a_large_output_and_says_by_how_much():
     assert not at.exception
     heat = _figures(at)[0]
     title = heat["layout"]["title"]["text"]
-    assert "block max-pooled 4x3" in title and "[1, :, :]" in title  # slice through the worst
-    assert heat["data"][0]["z"]["shape"].replace(" ", "") == "300,300"
+    assert "block max-pooled 5x4" in title and "[1, :, :]" in title  # slice through the worst
+    assert heat["data"][0]["z"]["shape"].replace(" ", "") == "240,225"
     assert len(json.dumps(heat)) < 2 * 1024 * 1024
 
 

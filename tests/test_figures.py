@@ -35,8 +35,8 @@ def test_heatmap_of_a_4096_square_is_pooled_and_under_2mb(big_pair):
     assert len(payload) <= MAX_FIGURE_BYTES
     heat, marks = fig.data
     assert heat.type == "heatmap" and marks.type == "scatter"
-    assert np.asarray(heat.z).shape == view.values.shape == (293, 293)
-    assert "block max-pooled 14x14" in fig.layout.title.text
+    assert np.asarray(heat.z).shape == view.values.shape == (256, 256)
+    assert "block max-pooled 16x16" in fig.layout.title.text
     assert "1 NaN/Inf cells" in fig.layout.title.text
     # the worst elements are placed at their own (col, row) element coordinates
     assert (700, 2500) in set(zip(marks.x, marks.y, strict=True))
@@ -48,7 +48,10 @@ def test_heatmap_of_a_4096_square_is_pooled_and_under_2mb(big_pair):
 def test_side_by_side_panels_share_one_value_scale_and_stay_under_2mb(big_pair):
     ref, onnx = big_pair
     spec = ins.default_slice(ref.shape)
-    views = [ins.slice_view(ref, onnx, spec, kind=k) for k in ("ref", "onnx", "abs")]
+    small = ins.PANEL_MAX_CELLS  # as the Inspect page draws them
+    views = [
+        ins.slice_view(ref, onnx, spec, kind=k, max_cells=small) for k in ("ref", "onnx", "abs")
+    ]
     fig = fg.slice_panels(*views)
     assert [t.type for t in fig.data] == ["heatmap"] * 3
     assert fig.data[0].coloraxis == fig.data[1].coloraxis == "coloraxis"
@@ -196,3 +199,120 @@ def test_abs_error_colour_bar_marks_atol():
     heat = fg.error_heatmap(view, tolerance=Tolerance(1e-5)).data[0]
     assert "atol 1e-05 ◀" in heat.colorbar.ticktext
     assert heat.colorbar.tickvals[list(heat.colorbar.ticktext).index("atol 1e-05 ◀")] == -5
+
+
+# --------------------------------------------------------------------------- Inspect on demos
+
+
+@pytest.fixture(scope="module")
+def demo_runs() -> dict[str, ValidationRun]:
+    from core.config import RunConfig
+    from core.pipeline import run_validation
+
+    return {d: run_validation(RunConfig(model=f"demo:{d}", onnx=None)) for d in ("broken", "fp16")}
+
+
+def _demo_view(run: ValidationRun, name: str, kind: str = "ratio"):
+    c = run.comparison(0, name)
+    ref, onnx = run.arrays(c)
+    worst = ins.worst_elements(ref, onnx, k=25)
+    spec = ins.default_slice(ref.shape, at=worst.rows[0].index)
+    view = ins.slice_view(ref, onnx, spec, kind=kind, tolerance=c.tolerance)
+    return c, ref, onnx, worst, view
+
+
+def _custom(trace) -> np.ndarray:
+    return np.asarray(trace.customdata, dtype=np.float64)
+
+
+def test_heatmap_axes_and_hover_carry_the_onnx_dim_names_and_both_values(demo_runs):
+    run = demo_runs["broken"]
+    c, ref, onnx, worst, view = _demo_view(run, "mask")
+    names = run.dim_names("mask", ref.ndim)
+    assert names == ("batch", None, "height", "width")
+    fig = fg.error_heatmap(view, worst=worst, shape=ref.shape, tolerance=c.tolerance, names=names)
+    assert fig.layout.xaxis.title.text == "width (axis 3, size 32)"
+    assert fig.layout.yaxis.title.text == "height (axis 2, size 32)"
+    heat = fig.data[0]
+    hover = heat.hovertemplate
+    b = view.spec.index[0]
+    assert f"index [{b}, 0, %{{y}}, %{{x}}]" in hover and "height %{y}, width %{x}" in hover
+    assert "error ÷ allowed %{customdata[0]:.3~g}×" in hover
+    assert "ref %{customdata[1]:.6~g}" in hover and "ONNX %{customdata[2]:.6~g}" in hover
+    data = _custom(heat)  # [ratio, ref, onnx] per cell, the values of this very slice
+    np.testing.assert_allclose(data[..., 1], ref[b, 0], rtol=1e-6)
+    np.testing.assert_allclose(data[..., 2], onnx[b, 0], rtol=1e-6)
+    assert data[0, 0, 0] > 1 and data[16, 16, 0] < 1  # the border fails, the middle passes
+
+
+def test_log_coloured_error_hovers_the_error_itself_never_its_log(demo_runs):
+    run = demo_runs["broken"]
+    c, ref, onnx, worst, view = _demo_view(run, "mask", kind="abs")
+    heat = fg.error_heatmap(view, tolerance=c.tolerance, log_color=True).data[0]
+    assert "log10" not in heat.hovertemplate and "|error| %{customdata[0]" in heat.hovertemplate
+    b = view.spec.index[0]
+    np.testing.assert_allclose(
+        _custom(heat)[..., 0], np.abs(onnx[b, 0].astype(np.float64) - ref[b, 0]), rtol=1e-6
+    )
+    assert float(np.nanmax(np.asarray(heat.z))) < 0  # the colour is log10, the hover is not
+
+
+def test_pooled_cells_hover_the_values_of_the_element_they_show(big_pair):
+    ref, onnx = big_pair
+    view = ins.slice_view(ref, onnx, ins.default_slice(ref.shape), kind="abs")
+    heat = fg.error_heatmap(view).data[0]
+    assert "index ≈[%{y:.0f}, %{x:.0f}]" in heat.hovertemplate
+    assert "worst of a 16×16 block" in heat.hovertemplate
+    data = _custom(heat)
+    i, j = 2500 // 16, 700 // 16
+    assert data[i, j, 0] == pytest.approx(3.0, rel=1e-4)
+    assert (data[i, j, 1], data[i, j, 2]) == pytest.approx((ref[2500, 700], onnx[2500, 700]))
+
+
+def test_dim_names_and_titles_are_text_not_plotly_markup(demo_runs):
+    import dataclasses
+
+    from core.signature import OnnxSignature, TensorSpec
+
+    run = demo_runs["broken"]
+    c, ref, onnx, worst, view = _demo_view(run, "mask")
+    spec = TensorSpec("mask", "float32", ("batch", 1, "<b>h&w</b>", "w"))
+    signature = OnnxSignature((), (spec,), 17, "test", 8)
+    names = dataclasses.replace(run, signature=signature).dim_names("mask", 4)
+    fig = fg.error_heatmap(view, title="<i>mask</i>", names=names)
+    assert fig.layout.yaxis.title.text == "&lt;b&gt;h&amp;w&lt;/b&gt; (axis 2, size 32)"
+    assert "&lt;b&gt;h&amp;w&lt;/b&gt; %{y}" in fig.data[0].hovertemplate
+    assert fig.layout.title.text.startswith("&lt;i&gt;mask&lt;/i&gt; [")
+
+
+def test_square_slices_keep_square_cells_and_long_ones_fill_the_width(demo_runs):
+    _, ref, _, _, square = _demo_view(demo_runs["broken"], "mask")  # 32 x 32
+    fig = fg.error_heatmap(square)
+    assert fig.layout.yaxis.scaleanchor == "x" and fig.layout.yaxis.constrain == "domain"
+    assert list(fig.layout.xaxis.range) == [-0.5, 31.5]  # no grey bands past the cells
+    assert list(fig.layout.yaxis.range) == [31.5, -0.5]  # row 0 at the top
+    _, _, _, _, wide = _demo_view(demo_runs["fp16"], "pooled")  # 2 x 32: a strip
+    assert wide.slice_shape == (2, 32)
+    fig_wide = fg.error_heatmap(wide)
+    assert fig_wide.layout.yaxis.scaleanchor is None  # cells stretch to fill the width
+    assert fig_wide.layout.height < fig.layout.height
+    assert fig_wide.layout.xaxis.title.text == "axis 1 (size 32)"
+    assert fig_wide.layout.yaxis.title.text == "axis 0 (size 2)"
+
+
+def test_small_outputs_mark_only_the_worst_failing_elements(demo_runs):
+    run = demo_runs["broken"]
+    c, ref, onnx, worst, view = _demo_view(run, "embedding")  # passes; (2, 16)
+    marks = fg.error_heatmap(view, worst=worst, shape=ref.shape, tolerance=c.tolerance).data[1]
+    assert len(worst.rows) == 25 and len(marks.x) == 1  # the single worst, not 25 crosses
+    assert "worst element" in marks.hovertext[0] and "ONNX" in marks.hovertext[0]
+
+    c, ref, onnx, worst, view = _demo_view(demo_runs["fp16"], "pooled")  # fails everywhere
+    marks = fg.error_heatmap(view, worst=worst, shape=ref.shape, tolerance=c.tolerance).data[1]
+    assert 1 <= len(marks.x) <= 6  # at most a tenth of the slice's 64 elements
+
+    c, ref, onnx, worst, view = _demo_view(run, "mask")  # 32 x 32, failing border
+    marks = fg.error_heatmap(view, worst=worst, shape=ref.shape, tolerance=c.tolerance).data[1]
+    kept = fg.marked_worst(view, worst, ref.shape, c.tolerance)
+    assert len(marks.x) == len(kept) > 1
+    assert all(w.abs_error > c.tolerance.atol for w in kept)  # every cross fails

@@ -1,0 +1,149 @@
+"""The Inspect page at a laptop's 1280x720, in the real app in Chromium, on demo:broken.
+
+Heatmap axes carry the ONNX dim names, the hover shows the error with both values, the
+heatmap fills its column, the histogram's labels do not collide, and the worst-elements and
+Overview tables fit their width (no horizontal scrolling). Screenshots are kept in
+test-artifacts/inspect-*.png: look at them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser import launch, serve_app
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+RUN_TIMEOUT_MS = 180_000
+VIEWPORT = {"width": 1280, "height": 720}
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[object]:
+    from playwright import sync_api
+
+    with serve_app(ARTIFACTS / "streamlit-inspect.log") as url, sync_api.sync_playwright() as pw:
+        browser = launch(pw)
+        context = browser.new_context(viewport=VIEWPORT)
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(url)
+        page.get_by_role("button", name="Run demo:broken").wait_for(timeout=RUN_TIMEOUT_MS)
+        page.get_by_role("button", name="Run demo:broken").click()
+        page.get_by_text(re.compile(r"demo:broken: FAIL in")).wait_for(timeout=RUN_TIMEOUT_MS)
+        _settle(page)
+        yield page
+        context.close()
+        browser.close()
+
+
+def _settle(page) -> None:
+    page.wait_for_timeout(300)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
+
+
+def _nav(page, title: str) -> None:
+    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    page.get_by_role("heading", name=re.compile(title)).first.wait_for()
+    _settle(page)
+
+
+def _overflow(table) -> int:
+    """How many pixels of a st.dataframe's content lie beyond its visible width."""
+    return table.evaluate(
+        "el => { const s = el.querySelector('.dvn-scroller');"
+        " return s ? s.scrollWidth - s.clientWidth : -1; }"
+    )
+
+
+def _shot(page, locator, name: str) -> None:
+    locator.scroll_into_view_if_needed()
+    page.wait_for_timeout(600)
+    page.screenshot(path=str(ARTIFACTS / f"inspect-{name}.png"))
+
+
+def test_overview_table_fits_the_page(page) -> None:
+    _nav(page, "Overview")
+    table = page.locator('[data-testid="stDataFrame"]').first
+    table.wait_for()
+    _shot(page, table, "overview-table")
+    assert _overflow(table) == 0
+
+
+def test_inspect_heatmap_names_axes_hovers_values_and_fits(page) -> None:
+    _nav(page, "Overview")
+    page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
+    page.get_by_role("heading", name="Inspect an output").wait_for()
+    _settle(page)
+    main = page.locator('[data-testid="stMain"]')
+    heat = main.locator(".js-plotly-plot").filter(has=page.locator(".heatmaplayer")).first
+    heat.wait_for()
+    _shot(page, heat, "heatmap")
+    text = heat.text_content()
+    assert "height (axis 2, size 32)" in text and "width (axis 3, size 32)" in text, text
+    # the selectors name the axes the same way
+    assert main.get_by_text("height (axis 2, size 32)").count() >= 1
+
+    # the heatmap fills its column: its cells are drawn across most of the figure's width
+    figure = heat.bounding_box()
+    cells = heat.locator(".heatmaplayer image").first.bounding_box()
+    plot = heat.locator(".nsewdrag").first.bounding_box()
+    assert cells["width"] > 0.5 * figure["width"], (cells, figure)
+    # not letterboxed: the cells fill the plot area (no grey bands beside or below them)
+    assert abs(cells["width"] - plot["width"]) < 3 and abs(cells["height"] - plot["height"]) < 3
+    assert cells["height"] > 0.9 * cells["width"], (cells, figure)  # a 32x32 slice: square
+
+    # hover a cell of the failing top row: index, error, both values, never log10
+    step = cells["width"] / 32
+    page.mouse.move(cells["x"] + step * 5.5, cells["y"] + step * 0.5, steps=5)
+    page.wait_for_timeout(500)
+    hover = heat.locator(".hoverlayer").text_content()
+    page.screenshot(path=str(ARTIFACTS / "inspect-heatmap-hover.png"))
+    assert "log10" not in hover
+    assert re.search(r"index \[1, 0, 0, 5\]", hover), hover
+    assert "error ÷ allowed" in hover and "ref " in hover and "ONNX " in hover, hover
+
+    # worst-elements table: every column visible
+    table = main.locator('[data-testid="stDataFrame"]').first
+    _shot(page, table, "worst-table")
+    assert _overflow(table) == 0
+
+    hist = main.locator(".js-plotly-plot").filter(has_text="|error| histogram").first
+    _shot(page, hist, "histogram")
+    labels = [t for t in hist.locator("g.textpoint text").all() if t.text_content()]
+    boxes = [t.bounding_box() for t in labels]
+    assert len(boxes) == 2, [t.text_content() for t in labels]
+    a, b = boxes
+    apart = (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+    assert apart, boxes
+
+
+def test_a_small_wide_output_fills_the_width_with_one_cross(page) -> None:
+    main = page.locator('[data-testid="stMain"]')
+    panels = main.locator(".js-plotly-plot").filter(has_text="ONNX Runtime").first
+    _shot(page, panels, "side-by-side")
+    main.get_by_role("heading", name="Inspect an output").scroll_into_view_if_needed()
+    box = main.locator('[data-testid="stSelectbox"]').filter(has_text="Output").first
+    box.click()
+    page.get_by_role("option", name="embedding").click()
+    _settle(page)
+    heat = main.locator(".js-plotly-plot").filter(has=page.locator(".heatmaplayer")).first
+    heat.wait_for()
+    page.wait_for_timeout(500)
+    _shot(page, heat, "embedding")
+    # (2, 16) passes: one cross on its worst element, not one on every element
+    assert heat.locator(".scatterlayer .point").count() == 1
+    figure = heat.bounding_box()
+    cells = heat.locator(".heatmaplayer image").first.bounding_box()
+    assert cells["width"] > 0.5 * figure["width"], (cells, figure)  # a strip, full width
+    assert "axis 1 (size 16)" in heat.text_content()
