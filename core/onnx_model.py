@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import onnx
@@ -57,12 +57,36 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         raise _load_error(p, f"not a readable ONNX protobuf ({first_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _load_error(p, "not an ONNX model (no graph or IR version)")
+    _check_external_files(proto, p)
     try:
         onnx.checker.check_model(str(p))
     except Exception as exc:  # ValidationError, and OSError for missing external data
         raise _load_error(p, f"onnx.checker: {first_line(exc)}") from exc
     signature = read_signature(proto, where=p)
     return OnnxModel(path=p, signature=signature, sha256=_sha256(p, proto))
+
+
+def _check_external_files(proto: onnx.ModelProto, path: Path) -> None:
+    """Name the first external-data file that is not beside the model (onnx.checker would
+    say "should be stored in <full path>, but it is not regular file"). Locations that are
+    absolute or climb out (``..``) are left to the checker, which refuses them."""
+    seen: set[str] = set()
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if not location or location in seen:
+            continue
+        seen.add(location)
+        where = PurePosixPath(location.replace("\\", "/"))
+        if where.is_absolute() or ".." in where.parts:
+            continue
+        if not (path.parent / location).is_file():
+            raise _load_error(
+                path,
+                f"its external-data file {location!r} (tensor {tensor.name!r}) is missing; "
+                "it must be beside the .onnx file",
+            )
 
 
 def read_signature(proto: onnx.ModelProto, *, where: Path | str = "model") -> OnnxSignature:

@@ -169,7 +169,12 @@ def test_external_data_beside_the_file_loads_runs_and_is_hashed(
     data_file.unlink()
     with pytest.raises(OnnxLoadError) as exc:
         load_onnx(path)
-    _one_line_error(exc, path)
+    message = _one_line_error(exc, path)
+    # the cause names the missing file as the .onnx names it, not the checker's full path
+    assert message.endswith(
+        ": its external-data file 'ext.onnx.data' (tensor 'fc.weight') is missing; "
+        "it must be beside the .onnx file"
+    ), message
 
 
 def test_unknown_provider_lists_available_ones(tiny_artifacts) -> None:
