@@ -68,7 +68,7 @@ def _extract(fp: BinaryIO, dest: Path, max_bytes: int, max_members: int, shown: 
     try:
         with zipfile.ZipFile(fp) as zf:
             members = _plan(zf.infolist(), dest, max_bytes, max_members, shown)
-    except zipfile.BadZipFile as exc:  # also zipfile's own refusals (e.g. overlapping files)
+    except (zipfile.BadZipFile, ValueError, EOFError, struct.error) as exc:  # damaged headers
         raise InputError(f"{shown}: not a readable zip file ({first_line(exc)})") from exc
     written: list[Path] = []
     budget = [max_bytes, max_bytes]  # bytes left, the cap

@@ -11,7 +11,7 @@ import re
 
 import streamlit as st
 
-from core.errors import ParityError
+from core.errors import InputError, ParityError
 from core.labels import wrong_pair_note
 from core.results import ValidationRun
 from core.sentences import failing_outputs
@@ -20,7 +20,7 @@ from pages import state
 from pages.access import trust_code
 from pages.sidebar import verdict_badge
 from pages.text import md_code, md_text
-from pages.uploads import upload_path, upload_paths
+from pages.uploads import shown_path, upload_onnx, upload_path, upload_paths
 from pages.where_views import failing_sentences
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
@@ -311,8 +311,17 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
             help="External-data files are read from beside it.",
         ).strip()  # fmt: skip
         return path or None
-    up = st.file_uploader("ONNX file", type=["onnx"], key="onnx_upload")
-    path = upload_path("onnx", up)
+    ups = st.file_uploader(
+        "ONNX file: the .onnx with its external-data files (select them together), or a .zip "
+        "of them",
+        accept_multiple_files=True,  # any extension: external-data files have their own
+        key="onnx_upload",
+    )
+    try:
+        path = upload_onnx("onnx", ups or [], max_bytes=state.upload_limit_mb() << 20)
+    except InputError as exc:
+        st.error(md_text(exc.message[0].upper() + exc.message[1:]))
+        return None
     return str(path) if path is not None else None
 
 
@@ -479,6 +488,7 @@ def page() -> None:
                 signature = state.load_onnx_cached(onnx_path).signature
             except Exception as exc:
                 unreadable = (str(exc).splitlines() or [""])[0]
+                unreadable = unreadable.replace(onnx_path, shown_path(onnx_path))
                 st.error(f"Cannot read this ONNX file: {md_text(unreadable)}")
             if signature is not None:
                 show_signature(signature)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,3 +152,108 @@ def test_a_corrupt_onnx_upload_turns_run_off_with_its_cause_and_keeps_the_last_g
     body = page.locator("body").inner_text()
     assert "PASS" in body and "demo:cnn" in body
     _shot(page, "07-run-corrupt-upload")
+
+
+def _save_with_external_data(onnx_file: Path, folder: Path, name: str) -> tuple[Path, Path]:
+    """The demo's export re-saved as `name` + `name.data` (every weight in the data file),
+    as torch.onnx.export(..., dynamo=True) writes a model with external data."""
+    import onnx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model, data = folder / name, folder / f"{name}.data"
+    onnx.save(
+        onnx.load(str(onnx_file)),
+        str(model),
+        save_as_external_data=True,
+        location=data.name,
+        # tensors from 1 KB, as the exporter does: with size_threshold=0 the small constants
+        # (ReduceMean's axes) move out too, and ONNX Runtime refuses to read those from a file
+        size_threshold=1024,
+    )
+    assert data.stat().st_size > 1000  # the weights are there, not in the .onnx
+    return model, data
+
+
+def _onnx_uploader(page):
+    """The Run page's ONNX uploader (the "Upload" choice), emptied of earlier files."""
+    onnx_radio = page.locator('[data-testid="stRadio"]').filter(has_text="ONNX file")
+    onnx_radio.get_by_text("Upload").click()
+    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
+    uploader.wait_for()
+    _settle(page)
+    delete = uploader.locator('[data-testid="stFileChipDeleteBtn"] button')
+    while (n := delete.count()) > 0:
+        delete.first.click()
+        sync_api.expect(delete).to_have_count(n - 1)
+        _settle(page)
+    return uploader
+
+
+def _upload(page, files: list[Path]):
+    uploader = _onnx_uploader(page)
+    uploader.locator('input[type="file"]').set_input_files(files)
+    for f in files:
+        uploader.get_by_text(f.name, exact=True).wait_for()
+    _settle(page)
+    return uploader
+
+
+def _run_upload_and_pass(page, onnx_name: str) -> None:
+    page.get_by_text("ONNX signature").wait_for()
+    run = page.get_by_role("button", name="Run", exact=True)
+    sync_api.expect(run).to_be_enabled()
+    run.click()
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    # the sidebar names the current run's ONNX file: the upload's, once its run is current
+    sidebar.get_by_text(re.compile(rf"/{re.escape(onnx_name)}\b")).wait_for(timeout=RUN_TIMEOUT_MS)
+    _settle(page)
+    sidebar.get_by_text("PASS", exact=True).wait_for()
+    body = page.locator("body").inner_text()
+    assert "Run failed" not in body and "Cannot read this ONNX file" not in body
+    assert "All 2 outputs pass in every input set." in body
+
+
+def test_an_onnx_with_external_data_uploads_as_two_files_or_a_zip_and_alone_says_what_is_missing(
+    page, tmp_path
+):
+    from core.demos import demo_onnx_path
+
+    _run_demo(page, "cnn")
+    exported = demo_onnx_path("cnn")
+    onnx_file, data_file = _save_with_external_data(exported, tmp_path / "two", "cnn.onnx")
+
+    # the .onnx and its data file, selected together
+    _upload(page, [onnx_file, data_file])
+    _run_upload_and_pass(page, "cnn.onnx")
+    _shot(page, "08-run-upload-onnx-with-data")
+
+    # a .zip of the export's folder (flattened beside each other)
+    zipped_onnx, zipped_data = _save_with_external_data(exported, tmp_path / "zip", "model.onnx")
+    archive = tmp_path / "cnn-export.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.write(zipped_onnx, "cnn-export/model.onnx")
+        zf.write(zipped_data, "cnn-export/model.onnx.data")
+    _upload(page, [archive])
+    _run_upload_and_pass(page, "model.onnx")
+
+    # two models at once: one line saying to upload one
+    _upload(page, [onnx_file, zipped_onnx])
+    page.get_by_text("2 .onnx files among the uploaded files (cnn.onnx, model.onnx)").wait_for()
+    sync_api.expect(page.get_by_role("button", name="Run", exact=True)).to_be_disabled()
+
+    # the .onnx alone: Run is off, and the cause names the missing data file, not a temp path
+    _upload(page, [onnx_file])
+    why = page.get_by_text("Run is off, the ONNX file cannot be read:")
+    why.wait_for()
+    _settle(page)
+    sync_api.expect(page.get_by_role("button", name="Run", exact=True)).to_be_disabled()
+    cause = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="Run is off")
+    sync_api.expect(cause).to_have_text(
+        "Run is off, the ONNX file cannot be read: cannot load ONNX file cnn.onnx: its "
+        "external-data file 'cnn.onnx.data' (tensor 'stem.4.weight') is missing; it must be "
+        "beside the .onnx file"
+    )
+    main = page.locator('[data-testid="stMain"]').inner_text()  # the sidebar shows paths
+    assert "uploads-" not in main and "onnx.checker" not in main and "/tmp" not in main
+    assert "PASS" in main  # the last good run (the zip's) is still the current one
+    _shot(page, "09-run-upload-onnx-without-its-data")

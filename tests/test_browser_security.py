@@ -211,6 +211,8 @@ def test_uploads_are_private_per_session_written_once_and_removed_with_it(browse
         other = tmp_path / "other.onnx"
         other.write_bytes(data)
         uploader = a.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
+        uploader.get_by_role("button", name=f"Remove {onnx.name}").click()  # files add up
+        _settle(a)
         uploader.locator('input[type="file"]').set_input_files(other)
         uploader.get_by_text("other.onnx").wait_for()
         _settle(a)
