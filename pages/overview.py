@@ -20,6 +20,7 @@ from pages.tables import (
     status_style,
 )
 from pages.text import md_code, md_text
+from pages.uploads import shown_path
 from pages.where_views import failing_sentences
 
 GOTO_INSPECT = state.GOTO_INSPECT
@@ -66,8 +67,12 @@ def verdict_banner(run: ValidationRun) -> None:
         else f"{n_fail} of {n} comparisons fail"
     )
     st.markdown(verdict_badge(run, size="# ") + f" &nbsp; {text}")
-    onnx = f"{len(run.candidates)} candidates" if run.is_multi_candidate else md_code(run.onnx)
-    st.caption(f"model {md_code(run.model)} · ONNX {onnx}")
+    onnx = (
+        f"{len(run.candidates)} candidates"
+        if run.is_multi_candidate
+        else md_code(shown_path(run.onnx))
+    )
+    st.caption(f"model {md_code(shown_path(run.model))} · ONNX {onnx}")
 
 
 def page() -> None:

@@ -135,7 +135,8 @@ def show_wrong_pair() -> None:
         return
     note = wrong_pair_note(run) or ""
     st.warning(
-        f"**Likely a wrong pair**: {md_code(run.model)} with {md_code(run.onnx)}: "
+        f"**Likely a wrong pair**: {md_code(shown_path(run.model))} with "
+        f"{md_code(shown_path(run.onnx))}: "
         f"{md_text(note.removeprefix('likely a wrong pair: '))}",
         icon=":material/link_off:",
     )

@@ -7,6 +7,7 @@ import streamlit as st
 from core.results import ValidationRun
 from pages import state
 from pages.text import md_code, md_text
+from pages.uploads import shown_path
 
 VERDICT_STYLE = {"pass": ("green", "PASS"), "fail": ("red", "FAIL"), "error": ("orange", "ERROR")}
 
@@ -44,7 +45,8 @@ def render_sidebar() -> None:
             st.markdown(verdict_badge(run, size="### "))
             st.caption("At the tolerances set on the Tolerances page.")
             st.caption(
-                f"model {md_code(run.model)}  \nONNX {md_code(_short(run.onnx))}  \n"
+                f"model {md_code(shown_path(run.model))}  \n"
+                f"ONNX {md_code(_short(shown_path(run.onnx)))}  \n"
                 f"{len(run.input_sets)} input set(s), {len(run.output_names)} output(s), "
                 f"{n_fail} failing comparison(s)"
             )

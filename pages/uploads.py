@@ -175,8 +175,8 @@ def _names(names: list[str], *, most: int = 8) -> str:
 
 def shown_path(path: str) -> str:
     """How a page names a file: an upload by its file name (its private folder is of no use
-    to the user), any other path as it is."""
+    to the user), any other path or spec (demo:cnn, hf:DIR) as it is."""
     box = st.session_state.get(SESSION_KEY)
-    if box is not None and Path(path).is_relative_to(box.folder.name):
+    if box is not None and path and Path(path).is_relative_to(box.folder.name):
         return Path(path).name
     return path

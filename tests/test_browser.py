@@ -204,9 +204,13 @@ def _run_upload_and_pass(page, onnx_name: str) -> None:
     sync_api.expect(run).to_be_enabled()
     run.click()
     sidebar = page.locator('[data-testid="stSidebar"]')
-    # the sidebar names the current run's ONNX file: the upload's, once its run is current
-    sidebar.get_by_text(re.compile(rf"/{re.escape(onnx_name)}\b")).wait_for(timeout=RUN_TIMEOUT_MS)
+    # the sidebar names the current run's ONNX file by the upload's own name, never by the
+    # private folder it was written to
+    sidebar.get_by_text(re.compile(rf"ONNX\s+{re.escape(onnx_name)}\b")).wait_for(
+        timeout=RUN_TIMEOUT_MS
+    )
     _settle(page)
+    assert "parity-uploads" not in sidebar.inner_text()
     sidebar.get_by_text("PASS", exact=True).wait_for()
     body = page.locator("body").inner_text()
     assert "Run failed" not in body and "Cannot read this ONNX file" not in body
