@@ -9,7 +9,7 @@ from __future__ import annotations
 from core.format import format_failure, format_input_sets, run_head
 from core.labels import status_label, worst_first
 from core.results import CandidateInfo, OutputComparison, Status, ValidationRun
-from core.text import number_text
+from core.text import aligned_table, number_text
 
 __all__ = ["candidate_verdict_text", "format_candidates", "overall_verdict_text"]
 
@@ -36,12 +36,7 @@ def candidates_table(run: ValidationRun) -> str:
         for name in run.output_names:
             cells = [_cell(by_key.get((i.index, s.index, name)), i) for i in infos]
             rows.append(([str(s.index)] if multi_set else []) + [name] + cells)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned_table(rows)
 
 
 def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:

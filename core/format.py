@@ -6,7 +6,7 @@ from core.input_binding import BY_POSITION, binding_text
 from core.labels import status_label, wrong_pair_note
 from core.results import OutputComparison, RunKind, Status, ValidationRun
 from core.rows import COLUMNS, comparison_rows
-from core.text import number_text, shape_text
+from core.text import aligned_table, number_text, shape_text
 from core.where import WhereProfile, where_of
 
 TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
@@ -19,12 +19,7 @@ def format_table(run: ValidationRun) -> str:
     rows = [[c.short_header for c in columns]] + [
         [row.cell(c.key, "terminal") for c in columns] for row in comparison_rows(run)
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned_table(rows)
 
 
 def _count(n: int, noun: str) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 __all__ = [
+    "aligned_table",
     "axis_text",
     "number_text",
     "parse_number",
@@ -86,3 +87,14 @@ def parse_number(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{str(text).strip()!r} is too large")
     return value
+
+
+def aligned_table(rows: Sequence[Sequence[str]]) -> str:
+    """A terminal table: the first row is the header, columns padded to their widest cell,
+    a dashed rule under the header, no trailing spaces."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

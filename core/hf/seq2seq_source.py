@@ -39,7 +39,7 @@ from core.hf.seq2seq_parts import (
     parts_of,
     reference_for,
 )
-from core.hf.source import PADDING, logits_crop
+from core.hf.source import NOT_EXPORTED, PADDING, logits_crop
 from core.hf.steps_text import SEQ2SEQ
 from core.hf.summary import (
     PHASES,
@@ -61,7 +61,6 @@ from core.results import (
 from core.signature import OnnxSignature
 from core.sources import Case
 
-NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
 _TIMING_KEYS = {"load": "load_model"}
 
 

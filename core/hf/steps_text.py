@@ -14,7 +14,7 @@ from core.hf.options import format_overrides
 from core.hf.summary import judged_summary
 from core.labels import status_label, worst_first
 from core.results import OutputComparison, Status, ValidationRun
-from core.text import number_text, shape_text
+from core.text import aligned_table, number_text, shape_text
 
 SEQ2SEQ = "encoder_decoder"  # the summary "kind" of an encoder-decoder run (seq2seq_source)
 
@@ -81,10 +81,7 @@ def format_steps_table(run: ValidationRun) -> str:
             ]
         )
         details += _failing_details(input_set.label or f"step {i + 1}", mine)
-    widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    parts = ["\n".join(lines)]
+    parts = [aligned_table(rows)]
     if details:
         parts += ["", *details]
     parts += ["", format_hf_summary(run)]
