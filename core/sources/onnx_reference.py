@@ -8,7 +8,6 @@ export against last release's.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +19,7 @@ from core.progress import ProgressReporter
 from core.results import Provenance, RunKind
 from core.signature import OnnxSignature
 from core.sources import Case
-from core.sources.torch_inputs import input_sets, set_name
+from core.sources.torch_inputs import set_name, timed_input_sets
 from core.specs import onnx_reference_spec
 
 
@@ -57,13 +56,7 @@ class OnnxReferenceSource:
 
         ref = self.reference
         self.timings["inputs"] = self.timings["reference_onnx"] = 0.0
-        sets = input_sets(self._config, ref.signature)
-        while True:
-            t0 = time.perf_counter()
-            input_set = next(sets, None)
-            self.timings["inputs"] += time.perf_counter() - t0
-            if input_set is None:
-                return
+        for input_set in timed_input_sets(self._config, ref.signature, self.timings):
             self._report("reference", f"reference ONNX on {set_name(input_set)}", None)
             outputs = run_onnx(
                 ref.session, input_set, signature=ref.signature, deadline=self._deadline

@@ -38,6 +38,21 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
     )
 
 
+def timed_input_sets(
+    config: RunConfig, signature: OnnxSignature, timings: dict[str, float]
+) -> Iterator[InputSet]:
+    """`input_sets`, the time spent making them added to ``timings["inputs"]`` (the work
+    the caller does between them is not counted)."""
+    sets = input_sets(config, signature)
+    while True:
+        t0 = time.perf_counter()
+        input_set = next(sets, None)
+        timings["inputs"] = timings.get("inputs", 0.0) + time.perf_counter() - t0
+        if input_set is None:
+            return
+        yield input_set
+
+
 def set_name(input_set: InputSet) -> str:
     return input_set.label or f"input set {input_set.index}"
 
@@ -73,13 +88,7 @@ class TorchSource:
         self._torch = self._loaders.load_torch_model(self.model, weights=self._config.weights)
         self.timings["load_model"] = time.perf_counter() - t0
         self.timings["inputs"] = self.timings["torch"] = 0.0
-        sets = input_sets(self._config, signature)
-        while True:
-            t0 = time.perf_counter()
-            input_set = next(sets, None)
-            self.timings["inputs"] += time.perf_counter() - t0
-            if input_set is None:
-                return
+        for input_set in timed_input_sets(self._config, signature, self.timings):
             self._report("torch", f"torch on {set_name(input_set)}", None)
             self._binding = model_binding(self._torch, input_set.feeds)
             reference = run_torch(self._torch, input_set, signature)
