@@ -29,6 +29,7 @@ import json
 import operator
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,20 @@ def _drop_metadata(document: Any) -> None:
             stack.extend(item)
 
 
+def _keyed_leaves(document: Any) -> Iterator[tuple[str, Any]]:
+    """Every value of a JSON document that is not a dict or list, with the key it sits under
+    (a list's items take the list's key); iterative, so nesting depth cannot overflow."""
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:
+        key, item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.items())
+        elif isinstance(item, list):
+            stack.extend((key, value) for value in item)
+        else:
+            yield key, item
+
+
 def _check_strings(path: Path, member: str, document: Any) -> dict[str, Any]:
     """The program's strings become Python source when FX generates the module's code.
 
@@ -262,14 +277,8 @@ def _check_strings(path: Path, member: str, document: Any) -> dict[str, Any]:
     (JSON, read by torch) may be text. Returns the built expressions by text.
     """
     expr_texts: list[str] = []
-    stack: list[tuple[str, Any]] = [("", document)]
-    while stack:
-        key, item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.items())
-        elif isinstance(item, list):
-            stack.extend((key, value) for value in item)
-        elif isinstance(item, str) and key not in _TEXT_KEYS:
+    for key, item in _keyed_leaves(document):
+        if isinstance(item, str) and key not in _TEXT_KEYS:
             if key == "expr_str":
                 expr_texts.append(item)
                 continue
@@ -309,14 +318,8 @@ def _import_output_types(document: Any) -> None:
     from torch.utils import _pytree as pytree
 
     wanted: set[str] = set()
-    stack: list[tuple[str, Any]] = [("", document)]
-    while stack:
-        key, item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.items())
-        elif isinstance(item, list):
-            stack.extend((key, value) for value in item)
-        elif key in ("in_spec", "out_spec") and isinstance(item, str):
+    for key, item in _keyed_leaves(document):
+        if key in ("in_spec", "out_spec") and isinstance(item, str):
             wanted.update(re.findall(r'"type": "(transformers\.[\w.]+)"', item))
     missing = {t for t in wanted if t not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE}
     if not missing or importlib.util.find_spec("transformers") is None:
