@@ -5,10 +5,10 @@ parameters: big enough that loading it and running torch cost something), export
 ways (dynamo, legacy, and legacy with a wrong GELU), and validates every export at each ORT
 optimisation level of `--levels`:
 
-* ``one run``     -- `python -m core validate --model M.pt2 --onnx A --onnx B --onnx C
+* ``one run``     -- `python -m parity validate --model M.pt2 --onnx A --onnx B --onnx C
                      --ort-opt-level L1,L2 ...`: the reference runs once per input set, each
                      ONNX file is read once;
-* ``separately``  -- one `python -m core validate --model M.pt2 --onnx X --ort-opt-level L`
+* ``separately``  -- one `python -m parity validate --model M.pt2 --onnx X --ort-opt-level L`
                      per candidate, one after another (what a shell loop does).
 
 Both are timed end to end (processes included: that is what a user waits for), best of
@@ -99,7 +99,7 @@ def validate(args: list[str], report: Path) -> tuple[float, dict]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     t0 = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "core", "validate", *args, "--json", str(report)],
+        [sys.executable, "-m", "parity", "validate", *args, "--json", str(report)],
         capture_output=True,
         text=True,
         env=env,

@@ -2,7 +2,7 @@
 
 Not a test. On the same float32 arrays (10M and 100M elements by default) it times:
 
-* ``core``       -- ``core.compare.compare_outputs``: every statistic, exact p99, the
+* ``core``       -- ``parity.judge.compare.compare_outputs``: every statistic, exact p99, the
                     re-judge profile, chunked (what ``parity validate`` runs per output);
 * ``bare numpy`` -- ``np.max(np.abs(a - b))``, the floor everything is measured against;
 * ``np.allclose``;
@@ -34,8 +34,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from core.compare import DEFAULT_CHUNK_ELEMENTS, compare_outputs
-from core.tolerances import Tolerance
+from parity.judge.compare import DEFAULT_CHUNK_ELEMENTS, compare_outputs
+from parity.tolerances import Tolerance
 
 TOL = Tolerance(atol=1e-5, rtol=0.0)
 

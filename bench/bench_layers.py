@@ -131,8 +131,8 @@ def speed(work: Path, *, n_seq: int, skip_verify: bool) -> None:
 
     import numpy as np
 
-    from core.config import RunConfig
-    from core.pipeline import run_validation
+    from parity.pipeline import run_validation
+    from parity.run.config import RunConfig
 
     feeds = work / "feeds.npz"
     np.savez(feeds, input_ids=ids.numpy(), attention_mask=mask.numpy())
@@ -206,7 +206,7 @@ def memory(work: Path, *, blocks: int, shape: tuple[int, ...], budget_mb: int) -
         f"wide model: {blocks} blocks on {list(shape)} float32: ~{n_values} intermediates of "
         f"{per_value / 2**20:.0f} MB = ~{n_values * per_value / 2**30:.1f} GB per side"
     )
-    cli = [sys.executable, "-m", "core", "validate", "--model", str(work / "wide.pt2")]
+    cli = [sys.executable, "-m", "parity", "validate", "--model", str(work / "wide.pt2")]
     cli += ["--onnx", str(work / "wide.onnx"), "--atol", "1e-4"]
     plain = _peak_rss(cli)
     layered = _peak_rss([*cli, "--layers", "--layers-memory", str(budget_mb)])

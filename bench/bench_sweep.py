@@ -4,7 +4,7 @@ Not a test. It writes a zoo of `--pairs` tiny models (MLPs of different widths a
 each exported with torch.onnx, one in four with a perturbed ONNX weight so it fails), then
 times, on the same manifest:
 
-* ``by hand``        -- `python -m core validate ARGS --json R` for each pair, one after another
+* ``by hand``        -- `python -m parity validate ARGS --json R` for each pair, one after another
                         (what a shell loop would do; the floor for one worker);
 * ``local, N``       -- `parity sweep --workers N` for each N of `--workers`;
 * ``ray, N``         -- `parity sweep --engine ray --workers N` (a local Ray cluster of N CPUs,
@@ -107,7 +107,7 @@ def by_hand(manifest: Path, out: Path) -> tuple[float, dict[str, str]]:
     for pair in data["pairs"]:
         report = out / f"{pair['name']}.json"
         code = subprocess.run(
-            [sys.executable, "-m", "core", "validate", *defaults, *pair["args"]]
+            [sys.executable, "-m", "parity", "validate", *defaults, *pair["args"]]
             + ["--json", str(report)],
             cwd=manifest.parent,
             capture_output=True,
@@ -119,7 +119,7 @@ def by_hand(manifest: Path, out: Path) -> tuple[float, dict[str, str]]:
 def sweep(manifest: Path, out: Path, engine: str, workers: int) -> tuple[float, dict[str, str]]:
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "core", "sweep", str(manifest), "--out", str(out)]
+        [sys.executable, "-m", "parity", "sweep", str(manifest), "--out", str(out)]
         + ["--engine", engine, "--workers", str(workers)],
         capture_output=True,
         check=False,

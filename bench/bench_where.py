@@ -1,8 +1,9 @@
-"""Benchmark: the "where" pass (core.where) against the comparison it follows.
+"""Benchmark: the "where" pass (parity.judge.where) against the comparison it follows.
 
 Not a test. On a float32 image-like output (batch, channels, height, width) whose mismatches
-lie on a border (the demo:broken pattern), it times ``core.compare.compare_outputs`` (what
-``parity validate`` runs for every output) and ``core.where.where_profile`` (what it adds for
+lie on a border (the demo:broken pattern), it times ``parity.judge.compare.compare_outputs`` (what
+``parity validate`` runs for every output) and ``parity.judge.where.where_profile`` (what it adds
+for
 a failing output), best of ``--repeat``, and the where pass's peak extra memory (tracemalloc).
 The machine's load average is printed: on a shared machine, compare ratios, not seconds.
 
@@ -19,9 +20,9 @@ import tracemalloc
 
 import numpy as np
 
-from core.compare import compare_outputs
-from core.tolerances import Tolerance
-from core.where import where_profile
+from parity.judge.compare import compare_outputs
+from parity.judge.where import where_profile
+from parity.tolerances import Tolerance
 
 TOL = Tolerance(atol=1e-5, rtol=0.0)
 

@@ -2,16 +2,16 @@
 
 The public Python API is what this package exports; everything else is internal:
 
-    from core import validate, assert_export_close
+    from parity import validate, assert_export_close
     run = validate(model, onnx_program, inputs={"x": x})
     run.passed, run.failing, run.to_json(), run.write_html("report.html")
 
 Nothing in this package imports Streamlit; the dashboard and the CLI stand on the same core
-(`core.pipeline.run_validation`), and importing it imports neither torch nor onnxruntime.
+(`parity.pipeline.run_validation`), and importing it imports neither torch nor onnxruntime.
 """
 
-from core.api import ValidationRun, assert_export_close, validate
-from core.errors import (
+from parity.api import ValidationRun, assert_export_close, validate
+from parity.errors import (
     ExportError,
     InputError,
     ModelLoadError,
@@ -23,8 +23,8 @@ from core.errors import (
     UsageError,
     WriteError,
 )
-from core.tolerances import Tolerance, Tolerances
-from core.version import __version__
+from parity.tolerances import Tolerance, Tolerances
+from parity.version import __version__
 
 __all__ = [
     "ExportError",

@@ -1,7 +1,7 @@
-"""`python -m core validate ...` is `parity validate ...`."""
+"""`python -m parity validate ...` is `parity validate ...`."""
 
 import sys
 
-from core.cli import main
+from parity.cli import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 """The Python API: validate an export from a script, a notebook or a test suite.
 
     >>> import io, torch
-    >>> from core import validate
+    >>> from parity import validate
     >>> model = torch.nn.Linear(4, 2).eval()
     >>> x = torch.randn(3, 4)
     >>> onnx_bytes = io.BytesIO()
@@ -13,7 +13,7 @@
 (tests/test_api.py runs these examples.)
 
 `validate` maps its arguments onto the same `RunConfig` the CLI and the dashboard build and
-calls the same `core.pipeline.run_validation`: one loop, whatever the entry point. Objects
+calls the same `parity.pipeline.run_validation`: one loop, whatever the entry point. Objects
 already in memory (an `nn.Module`, an `ExportedProgram`, a `ModelProto`, serialized bytes, a
 `torch.onnx.ONNXProgram`, arrays or tensors) are what a script has; the API accepts them and
 leaves no temp file behind.
@@ -30,11 +30,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-import core.results as results
-from core.config import RunConfig, default_loaders
-from core.errors import UsageError
-from core.progress import ProgressCallback
-from core.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance, Tolerances
+import parity.results as results
+from parity.errors import UsageError
+from parity.run.config import RunConfig, default_loaders
+from parity.run.progress import ProgressCallback
+from parity.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance, Tolerances
 
 __all__ = ["ValidationRun", "assert_export_close", "validate"]
 
@@ -44,7 +44,7 @@ TolerancesLike = Tolerances | Mapping[str, "float | tuple[float, float] | Tolera
 class ValidationRun(results.ValidationRun):
     """A finished run, with the questions a script asks of it.
 
-    The data (comparisons, input sets, outputs kept for views) is `core.results.ValidationRun`;
+    The data (comparisons, input sets, outputs kept for views) is `parity.results.ValidationRun`;
     this adds what reads or writes it: verdict, failing outputs, JSON, saved run, HTML report,
     re-judging, and a notebook view. Runs are immutable: `rejudge` returns a new one.
     """
@@ -74,19 +74,19 @@ class ValidationRun(results.ValidationRun):
 
     def to_json(self) -> dict[str, Any]:
         """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity)."""
-        from core.report import report_dict
+        from parity.reports.report import report_dict
 
         return report_dict(self)
 
     def save(self, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
         """Write a saved run (reopens with `parity report` and in the dashboard)."""
-        from core.saved_run import save_run
+        from parity.reports.saved_run import save_run
 
         return save_run(self, path, keep_outputs=keep_outputs)
 
     def write_html(self, path: str | os.PathLike[str]) -> Path:
         """Write the offline HTML report."""
-        from core.html_report import write_html_report
+        from parity.reports.html_report import write_html_report
 
         return write_html_report(self, path)
 
@@ -114,7 +114,7 @@ class ValidationRun(results.ValidationRun):
 
     def _repr_html_(self) -> str:
         """The offline HTML report, framed: a notebook shows verdict, table and figures."""
-        from core.html_report import render_html_report
+        from parity.reports.html_report import render_html_report
 
         page = html.escape(render_html_report(self), quote=True)
         return (
@@ -159,7 +159,7 @@ def validate(
     layers: also compare intermediate values and name the op where the export starts to
         diverge (``run.layers``, as ``parity validate --layers``); never changes the verdict.
 
-    Raises a `core.ParityError` subclass (one line: what and where) when the run cannot be
+    Raises a `parity.ParityError` subclass (one line: what and where) when the run cannot be
     made. A model whose numbers disagree is not an error: check `.passed` / `.failing`, or
     use `assert_export_close`.
     """
@@ -173,7 +173,7 @@ def validate(
     if model is None or isinstance(model, (str, os.PathLike)):
         spec = None if model is None else os.fspath(model)
     else:
-        from core.torch_model import from_object
+        from parity.load.torch_model import from_object
 
         prepared = from_object(model)
         spec = prepared.spec
@@ -195,7 +195,7 @@ def validate(
             tolerances=tol,
             reference_file=None if reference is None else os.fspath(reference),
         )
-        from core.pipeline import run_validation
+        from parity.pipeline import run_validation
 
         run = run_validation(config, progress=progress, loaders=loaders)
     if onnx_label is not None:  # the temp file is gone: name what the caller gave
@@ -213,7 +213,7 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
     ``np.testing.assert_allclose``. Returns the run when everything passes.
 
         >>> import io, torch
-        >>> from core import assert_export_close
+        >>> from parity import assert_export_close
         >>> model = torch.nn.Linear(4, 2).eval()
         >>> x = torch.randn(3, 4)
         >>> onnx_bytes = io.BytesIO()
@@ -229,7 +229,7 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
     run = validate(model, onnx, **options)
     if run.passed:
         return run
-    from core.format import format_failure
+    from parity.show.format import format_failure
 
     failures = [format_failure(c) for c in run.comparisons if not c.status.passed]
     head = (

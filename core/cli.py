@@ -10,11 +10,11 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from core.errors import ParityError, UsageError, WriteError, describe_error
-from core.format import format_run, format_verdict
-from core.quiet import set_debug
-from core.results import ValidationRun
-from core.tolerances import Tolerance, Tolerances, parse_tol_arg
+from parity.errors import ParityError, UsageError, WriteError, describe_error
+from parity.load.quiet import set_debug
+from parity.results import ValidationRun
+from parity.show.format import format_run, format_verdict
+from parity.tolerances import Tolerance, Tolerances, parse_tol_arg
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 MODEL_EXPLORER_HELP = (
@@ -25,6 +25,7 @@ MODEL_EXPLORER_HELP = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parity",
+        allow_abbrev=False,
         description="Check, element by element, that an ONNX export gives the numbers of its "
         "PyTorch model.",
     )
@@ -34,7 +35,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="run torch and ONNX Runtime on the same inputs and compare every output",
         description="Exit 0: every output passes; 1: some output fails; 2: the run could not "
         "be made.",
+        allow_abbrev=False,
     )
+    add_validate_arguments(v)
+
+    r = sub.add_parser(
+        "report", help="re-judge and report a saved run (no model needed)", allow_abbrev=False
+    )
+    r.add_argument("run", metavar="RUN", help="a file written by --save-run")
+    r.add_argument("--json", metavar="FILE")
+    r.add_argument("--html", metavar="FILE")
+    r.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP)
+    r.add_argument("--atol", type=float, default=None)
+    r.add_argument("--rtol", type=float, default=None)
+    r.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL[:RTOL]")
+    r.add_argument("--tolerances", metavar="FILE")
+    _add_max_memory(r)
+    r.add_argument("--debug", action="store_true")
+
+    sub.add_parser("demos", help="list the built-in demos", allow_abbrev=False)
+    from parity.launch import DASHBOARD_HELP, add_dashboard_arguments
+
+    d = sub.add_parser(
+        "dashboard",
+        help="start the dashboard (on a saved run, a sweep folder or a validation)",
+        description=DASHBOARD_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add_dashboard_arguments(d)
+    add_validate_arguments(d)
+    from parity.sweep.cli import add_sweep_parser
+
+    add_sweep_parser(sub)
+    return parser
+
+
+def add_validate_arguments(v: argparse.ArgumentParser) -> None:
+    """validate's flags (also the dashboard's: it can open on a validation)."""
     model = v.add_argument_group("model and ONNX file")
     model.add_argument(
         "--model",
@@ -153,27 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--debug", action="store_true", help="show tracebacks")
     _add_hf_arguments(v)
 
-    r = sub.add_parser("report", help="re-judge and report a saved run (no model needed)")
-    r.add_argument("run", metavar="RUN", help="a file written by --save-run")
-    r.add_argument("--json", metavar="FILE")
-    r.add_argument("--html", metavar="FILE")
-    r.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP)
-    r.add_argument("--atol", type=float, default=None)
-    r.add_argument("--rtol", type=float, default=None)
-    r.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL[:RTOL]")
-    r.add_argument("--tolerances", metavar="FILE")
-    _add_max_memory(r)
-    r.add_argument("--debug", action="store_true")
-
-    sub.add_parser("demos", help="list the built-in demos")
-    from core.sweep.cli import add_sweep_parser
-
-    add_sweep_parser(sub)
-    return parser
-
 
 def _add_max_memory(parser) -> None:
-    from core.budget import DEFAULT_MAX_MEMORY, format_size
+    from parity.run.budget import DEFAULT_MAX_MEMORY, format_size
 
     parser.add_argument(
         "--max-memory",
@@ -195,14 +215,14 @@ def _seconds(text: str) -> float:
 
 
 def _max_memory(args: argparse.Namespace) -> int | None:
-    from core.budget import parse_size
+    from parity.run.budget import parse_size
 
     return None if args.max_memory is None else parse_size(args.max_memory)
 
 
 def _add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     try:
-        from core.hf.cli_args import add_hf_arguments
+        from parity.hf.cli_args import add_hf_arguments
     except ImportError:
         return
     add_hf_arguments(parser)
@@ -270,9 +290,9 @@ def tolerances_from_args(args: argparse.Namespace, *, base: Tolerances | None = 
 
 
 def _validate(args: argparse.Namespace) -> ValidationRun:
-    from core.hf.cli_args import hf_flags_given, hf_options_from_args
-    from core.pipeline import RunConfig, run_validation
-    from core.specs import is_hf_spec
+    from parity.hf.cli_args import hf_flags_given, hf_options_from_args
+    from parity.load.specs import is_hf_spec
+    from parity.pipeline import RunConfig, run_validation
 
     hf = None
     if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
@@ -322,7 +342,7 @@ _OUTPUTS = (
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse an unwritable --json/--html/--save-* path before the run, not after it."""
-    from core.atomic import check_writable
+    from parity.files.atomic import check_writable
 
     if (
         getattr(args, "model_explorer", None)
@@ -336,20 +356,20 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
-    from core.report import report_dict, write_json
+    from parity.reports.report import report_dict, write_json
 
     if getattr(args, "save_run", None):
-        from core.saved_run import save_run
+        from parity.reports.saved_run import save_run
 
         save_run(run, args.save_run)
     if getattr(args, "save_reference", None):
-        from core.reference import save_reference_outputs
+        from parity.run.reference import save_reference_outputs
 
         save_reference_outputs(args.save_reference, run)
     if args.json:
         write_json(args.json, report_dict(run))
     if args.html:
-        from core.html_report import write_html_report
+        from parity.reports.html_report import write_html_report
 
         write_html_report(run, args.html)
     if getattr(args, "model_explorer", None):
@@ -357,7 +377,7 @@ def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
 
 
 def _write_model_explorer(run: ValidationRun, path: str) -> None:
-    from core.layers.model_explorer import write_node_data
+    from parity.layers.model_explorer import write_node_data
 
     if run.layers is None:
         raise UsageError(
@@ -367,8 +387,8 @@ def _write_model_explorer(run: ValidationRun, path: str) -> None:
 
 
 def _report(args: argparse.Namespace) -> ValidationRun:
-    from core.budget import MemoryBudget
-    from core.saved_run import load_run
+    from parity.reports.saved_run import load_run
+    from parity.run.budget import MemoryBudget
 
     run = load_run(args.run, budget=MemoryBudget.of(_max_memory(args)))
     if args.tolerances or args.atol is not None or args.rtol is not None or args.tol:
@@ -377,7 +397,7 @@ def _report(args: argparse.Namespace) -> ValidationRun:
 
 
 def _demos() -> int:
-    from core.demos import DEMOS
+    from parity.load.demos import DEMOS
 
     for demo in DEMOS.values():
         print(f"demo:{demo.name:<12} {demo.title}")
@@ -392,11 +412,13 @@ def _demos() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    set_debug(bool(getattr(args, "debug", False)))  # torch's and ORT's own logs, see core.quiet
+    set_debug(
+        bool(getattr(args, "debug", False))
+    )  # torch's and ORT's own logs, see parity.load.quiet
     if args.command == "demos":
         return _demos()
     if args.command == "sweep":
-        from core.sweep.cli import sweep_main
+        from parity.sweep.cli import sweep_main
 
         return sweep_main(args, parser)
     watchdog = _start_watchdog(args)
@@ -412,8 +434,8 @@ def _start_watchdog(args: argparse.Namespace):
     ORT's own termination) the process ends with exit 2; writes are atomic."""
     if getattr(args, "timeout", None) is None:
         return None
-    from core.deadline import start_watchdog, timeout_message
-    from core.errors import RunTimeout
+    from parity.errors import RunTimeout
+    from parity.run.deadline import start_watchdog, timeout_message
 
     def on_timeout() -> None:
         message = timeout_message(args.timeout)
@@ -423,7 +445,27 @@ def _start_watchdog(args: argparse.Namespace):
     return start_watchdog(args.timeout, on_timeout)
 
 
+def _validate_and_write(args: argparse.Namespace) -> ValidationRun:
+    """What `parity validate` does before its verdict: the run, then the files it asks for."""
+    _check_outputs(args)
+    run = _validate(args)
+    print(_format(run))
+    _write_outputs(run, args)
+    return run
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from parity.launch import dashboard_main
+
+    try:
+        return dashboard_main(args, _validate_and_write)
+    except Exception as exc:  # the validation it opens on could not be made: one line
+        return _fail(args, *describe_error(exc), exc)
+
+
 def _main(args: argparse.Namespace) -> int:
+    if args.command == "dashboard":
+        return _dashboard(args)
     try:
         _check_outputs(args)
         run = _validate(args) if args.command == "validate" else _report(args)
@@ -444,17 +486,17 @@ def _main(args: argparse.Namespace) -> int:
 
 def _format(run: ValidationRun) -> str:
     if run.is_generation:
-        from core.hf.steps_text import format_steps_table
+        from parity.hf.steps_text import format_steps_table
 
         text = format_steps_table(run) + "\n\n" + format_verdict(run)
     elif run.is_multi_candidate:  # candidates side by side
-        from core.candidates_text import format_candidates
+        from parity.show.candidates_text import format_candidates
 
         text = format_candidates(run)
     else:
         text = format_run(run)
     if run.layers is not None:
-        from core.layers.text import format_layers
+        from parity.layers.text import format_layers
 
         text += "\n\n" + format_layers(run.layers)
     return text
@@ -477,7 +519,7 @@ def _write_error_report(
         return ""
     if isinstance(exc, WriteError) and exc.path == str(args.json):
         return ""
-    from core.report import error_report_dict, write_json
+    from parity.reports.report import error_report_dict, write_json
 
     try:
         tolerances = tolerances_from_args(args)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable
 from typing import Literal
 
-from core.results import OutputComparison, Status, ValidationRun
+from parity.results import OutputComparison, Status, ValidationRun
 
 __all__ = [
     "StatusStyle",

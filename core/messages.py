@@ -8,7 +8,7 @@ from typing import Protocol
 __all__ = ["failure_message", "mismatch_message", "with_notes"]
 
 
-class _Stats(Protocol):  # core.results.ErrorStats; typed here so this module stays a leaf
+class _Stats(Protocol):  # parity.results.ErrorStats; typed here so this module stays a leaf
     max_abs: float | None
     max_rel: float | None
     n_nan_mismatch: int

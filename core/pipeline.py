@@ -1,10 +1,10 @@
 """The one loop every run goes through: source -> ONNX Runtime per candidate -> compare.
 
-A source (core.sources) yields cases lazily: an input set, its reference outputs (computed
+A source (parity.sources) yields cases lazily: an input set, its reference outputs (computed
 once), and what must not be judged. Each candidate (an ONNX file under one provider and
-optimisation level, core.candidates) runs on the case with core.runner.run_onnx and is
-compared with core.compare.compare_outputs; one `ValidationRun` is assembled at the end. The
-dashboard and the CLI call `run_validation` with a `RunConfig`; so does `core.validate()`, the
+optimisation level, parity.run.candidates) runs on the case with parity.run.runner.run_onnx and is
+compared with parity.judge.compare.compare_outputs; one `ValidationRun` is assembled at the end. The
+dashboard and the CLI call `run_validation` with a `RunConfig`; so does `parity.validate()`, the
 public function (which is why this module is not named `validate`).
 """
 
@@ -20,7 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.candidates import (
+from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
+from parity.judge.compare import compare_outputs
+from parity.messages import with_notes
+from parity.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
+from parity.run.candidates import (
     Candidate,
     CandidateSpec,
     SignatureFit,
@@ -29,16 +33,12 @@ from core.candidates import (
     load_candidate,
     shared_loaders,
 )
-from core.compare import compare_outputs
-from core.config import Loaders, RunConfig, check_config, default_loaders
-from core.deadline import Deadline
-from core.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
-from core.messages import with_notes
-from core.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
-from core.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
-from core.signature import OnnxSignature
-from core.sources import Case, Source
-from core.tolerances import Tolerances
+from parity.run.config import Loaders, RunConfig, check_config, default_loaders
+from parity.run.deadline import Deadline
+from parity.run.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
+from parity.signature import OnnxSignature
+from parity.sources import Case, Source
+from parity.tolerances import Tolerances
 
 __all__ = [
     "Candidate",
@@ -65,20 +65,20 @@ def open_source(
     run's source needs its loaded `reference` (the first file at the first provider/level)."""
     check_config(config)
     if config.kind is RunKind.HF_GENERATE:
-        from core.hf.seq2seq_source import Seq2SeqSource, is_seq2seq
-        from core.hf.source import HfSource
+        from parity.hf.seq2seq_source import Seq2SeqSource, is_seq2seq
+        from parity.hf.source import HfSource
 
         return Seq2SeqSource(config, report) if is_seq2seq(config) else HfSource(config, report)
     if config.kind is RunKind.REFERENCE:
-        from core.sources.stored import StoredSource
+        from parity.sources.stored import StoredSource
 
         return StoredSource(config, report)
     if config.kind is RunKind.ONNX:
-        from core.sources.onnx_reference import OnnxReferenceSource
+        from parity.sources.onnx_reference import OnnxReferenceSource
 
         assert reference is not None
         return OnnxReferenceSource(config, reference, report, deadline)
-    from core.sources.torch_inputs import TorchSource
+    from parity.sources.torch_inputs import TorchSource
 
     return TorchSource(config, loaders, report)
 
@@ -209,8 +209,8 @@ def _with_layers(
     report: ProgressReporter,
 ) -> ValidationRun:
     """The same source's model and the same input sets, with intermediate values compared
-    (core.layers); never changes the outputs' verdict. One candidate (check_config)."""
-    from core.layers.localise import HF_NOT_COMPARED, localise_run, not_compared
+    (parity.layers); never changes the outputs' verdict. One candidate (check_config)."""
+    from parity.layers.localise import HF_NOT_COMPARED, localise_run, not_compared
 
     if config.kind is RunKind.HF_GENERATE:
         return replace(run, layers=not_compared(HF_NOT_COMPARED))
@@ -247,7 +247,7 @@ def _run_cases(
     t_start: float,
     deadline: Deadline,
 ) -> ValidationRun:
-    from core.runner import run_onnx
+    from parity.run.runner import run_onnx
 
     timings: dict[str, float] = {}
     first = next(s.candidate for s in slots if s.candidate is not None)

@@ -2,7 +2,8 @@
 
 Data flows one way: InputSet -> (torch, ONNX Runtime) OutputSet -> OutputComparison ->
 ValidationRun. Re-judging at other tolerances never touches raw tensors: every
-OutputComparison carries an ErrorProfile (core.error_profile) that answers for any (atol, rtol).
+OutputComparison carries an ErrorProfile (parity.judge.error_profile) that answers for any (atol,
+rtol).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from core.error_profile import ErrorProfile
-from core.layers.result import LayersResult
-from core.messages import failure_message, with_notes
-from core.signature import OnnxSignature
-from core.tolerances import Tolerance, Tolerances
+from parity.judge.error_profile import ErrorProfile
+from parity.layers.result import LayersResult
+from parity.messages import failure_message, with_notes
+from parity.signature import OnnxSignature
+from parity.tolerances import Tolerance, Tolerances
 
 
 class Status(StrEnum):
@@ -179,7 +180,7 @@ class Provenance:
     reference_provider: str | None = None  # kind onnx: how the reference file was run
     reference_opt_level: str | None = None
     inputs_by: str | None = None  # torch got the feeds by "name" or by "position"
-    inputs_note: str | None = None  # why by position (core.input_binding)
+    inputs_note: str | None = None  # why by position (parity.run.input_binding)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ class CandidateInfo:
     ort_opt_level: str
     onnx_sha256: str | None = None
     error: str | None = None
-    error_kind: str | None = None  # core.errors kind ("onnx_load", "onnx_run", "inputs", ...)
+    error_kind: str | None = None  # parity.errors kind ("onnx_load", "onnx_run", "inputs", ...)
     notes: tuple[str, ...] = ()
     seconds: float = 0.0  # ONNX Runtime time over every input set
 
@@ -233,7 +234,7 @@ class GenerationInfo:
 
 @dataclass(frozen=True)
 class SavedFrom:
-    """Where a reopened run was saved, and what was hashed then (core.saved_run)."""
+    """Where a reopened run was saved, and what was hashed then (parity.reports.saved_run)."""
 
     path: str
     identity: Mapping[str, Any]
@@ -263,7 +264,7 @@ class ValidationRun:
     provenance: Provenance = field(default_factory=Provenance)
     generation: GenerationInfo | None = None
     saved: SavedFrom | None = None
-    layers: LayersResult | None = None  # intermediate values compared (--layers), core.layers
+    layers: LayersResult | None = None  # intermediate values compared (--layers), parity.layers
     # Every way the ONNX side ran (file x provider x opt level); () in runs saved before
     # candidates existed: one candidate, index 0, is implied (see `candidate_list`).
     # `onnx_outputs` holds candidate k's output sets at [k * len(input_sets) + position].
@@ -327,7 +328,7 @@ class ValidationRun:
 
     @property
     def is_generation(self) -> bool:
-        """Its input sets are an LLM's generate() steps (core.hf), not generated inputs."""
+        """Its input sets are an LLM's generate() steps (parity.hf), not generated inputs."""
         return self.generation is not None
 
     def exclusion(self, input_set: int, name: str) -> np.ndarray | None:

@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 
-class _Tolerance(Protocol):  # core.tolerances.Tolerance (which parses its numbers here)
+class _Tolerance(Protocol):  # parity.tolerances.Tolerance (which parses its numbers here)
     atol: float
     rtol: float
 
@@ -62,7 +62,7 @@ def axis_text(axis: int, size: int | None = None, name: str | None = None) -> st
 
 
 def ratio_text(value: float | None) -> str:
-    """An error in units of the allowed error (core.judgement): ``0.13×``, ``4.81e+04×``."""
+    """An error in units of the allowed error (parity.judge.judgement): ``0.13×``, ``4.81e+04×``."""
     return "-" if value is None else number_text(value) + "×"
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import core.strict_json as strict_json
-from core.errors import UsageError
-from core.text import parse_number
+import parity.files.strict_json as strict_json
+from parity.errors import UsageError
+from parity.text import parse_number
 
 DEFAULT_ATOL = 1e-5  # Optimum's default
 DEFAULT_RTOL = 0.0

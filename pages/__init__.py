@@ -1,9 +1,11 @@
-"""The dashboard's pages and their helpers; app.py is the one entry point and runs first.
+"""The dashboard (`parity.dashboard`): the frame, its pages and their helpers.
 
-A `pages/` folder beside app.py puts Streamlit in its old multipage mode until st.navigation
-is first called in the process: a URL such as /run would then run pages/run.py on its own,
-skipping app.py's Host check. Every page file imports this package before it draws, so
-when that happens this switches the mode off and reruns: app.py then runs, checks and routes.
+Installed, Streamlit runs `main.py` here (`parity dashboard`), which has no `pages/` folder
+beside it. In a checkout, `streamlit run app.py` has this folder beside app.py, which puts
+Streamlit in its old multipage mode until st.navigation is first called in the process: a URL
+such as /run would then run run.py on its own, skipping the frame's Host check. Every page
+imports this package before it draws, so when that happens this switches the mode off (what
+st.navigation does on its first call) and reruns: the frame then runs, checks and routes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,6 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-if PagesManager.uses_pages_directory and get_script_run_ctx() is not None:
-    PagesManager.uses_pages_directory = False  # what st.navigation does on its first call
+if getattr(PagesManager, "uses_pages_directory", False) and get_script_run_ctx() is not None:
+    PagesManager.uses_pages_directory = False
     st.rerun()

@@ -17,9 +17,9 @@ from collections.abc import Collection
 
 import streamlit as st
 
-from pages.text import md_code
+from parity.dashboard.text import md_code
+from parity.launch import HOSTS_ENV
 
-HOSTS_ENV = "PARITY_ALLOWED_HOSTS"
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 TRUST_FLAG = "--trust-code"
 _HOST_RE = re.compile(r"^(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[^:\[\]/\s]+))(?::\d{1,5})?$", re.I)

@@ -1,18 +1,18 @@
 """The candidate dimension on the dashboard (a run with several ONNX files, providers or
 optimisation levels): the selector every page shows, and the Overview's candidates table and
-candidates x outputs grid. Names and messages are text (pages.text), never markdown."""
+candidates x outputs grid. Names and messages are text (parity.dashboard.text), never markdown."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from core.candidate_figures import candidate_row_label, candidates_grid
-from core.candidate_views import verdict_counts
-from core.format import reference_text
-from core.results import ValidationRun
-from pages import state
-from pages.text import md_text
+from parity.dashboard import state
+from parity.dashboard.text import md_text
+from parity.results import ValidationRun
+from parity.show.candidate_figures import candidate_row_label, candidates_grid
+from parity.show.candidate_views import verdict_counts
+from parity.show.format import reference_text
 
 
 def _sync(key: str) -> None:

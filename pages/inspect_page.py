@@ -1,6 +1,6 @@
 """Inspect page: one output of one input set, element by element.
 
-Every view comes from core.views (pooled slices, binned histograms, samples), so the
+Every view comes from parity.show.views (pooled slices, binned histograms, samples), so the
 browser never receives a raw tensor; per-output results that do not depend on the widgets
 (worst elements, histogram, sample) are kept per run in the session.
 """
@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import figures as fg
-from core import views as ins
-from core.compare import compare_outputs
-from core.labels import set_label, status_label
-from core.results import ValidationRun
-from core.text import shape_text, tolerance_text
-from core.where import where_profile
-from pages import state
-from pages.candidates import candidate_selector, could_not_run
-from pages.tables import NUMBER_FORMAT
-from pages.text import md_code, md_text
-from pages.where_views import where_for
+from parity import figures as fg
+from parity import views as ins
+from parity.dashboard import routes, state
+from parity.dashboard.candidates import candidate_selector, could_not_run
+from parity.dashboard.tables import NUMBER_FORMAT
+from parity.dashboard.text import md_code, md_text
+from parity.dashboard.where_views import where_for
+from parity.judge.compare import compare_outputs
+from parity.judge.where import where_profile
+from parity.labels import set_label, status_label
+from parity.results import ValidationRun
+from parity.text import shape_text, tolerance_text
 
 KIND_LABELS = {
     "ratio": "error ÷ allowed",
@@ -128,7 +128,7 @@ def _choose_slice(shape: tuple[int, ...], worst_index, key: str, names) -> ins.S
 def _layer_value(run: ValidationRun):
     """The intermediate value the Layers page opened here, compared like an output:
     (input set, cache name, comparison, torch array, ONNX array), or None."""
-    from core.layers.views import find_value, kept
+    from parity.layers.views import find_value, kept
 
     picked = state.layer_target()
     result = run.layers
@@ -169,7 +169,7 @@ def _layer_value(run: ValidationRun):
 
 
 def _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, is_layer) -> None:
-    """Where the mismatches are at the current tolerance (core.where): one sentence, and the
+    """Where the mismatches are at the current tolerance (parity.judge.where): one sentence, and the
     per-axis profile folded below it."""
     if not comp.n_mismatch or ref.dtype.kind not in "biuf" or onnx.dtype.kind not in "biuf":
         return
@@ -199,7 +199,7 @@ def page() -> None:
     run = state.current_run()
     if run is None:
         st.info("No run yet. Start one on the Run page.")
-        st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     run = candidate_selector(run, key="candidate_inspect")
     if could_not_run(run):

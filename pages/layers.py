@@ -12,11 +12,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.layers import figures as lf
-from core.layers import views
-from core.results import ValidationRun
-from pages import state
-from pages.tables import status_style
+from parity.dashboard import routes, state
+from parity.dashboard.tables import status_style
+from parity.layers import figures as lf
+from parity.layers import views
+from parity.results import ValidationRun
 
 GOTO_INSPECT = "parity_layers_goto_inspect"
 
@@ -75,7 +75,7 @@ def _no_layers(run: ValidationRun) -> None:
         "to diverge, tick **Compare layers** on the Run page and run again, or run "
         "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
     )
-    st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+    st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
 
 
 def verdict(result) -> None:
@@ -168,7 +168,7 @@ def values_table(run: ValidationRun, result) -> None:
 
 
 def model_explorer_download(run: ValidationRun, result, metric: str, pass_line) -> None:
-    from core.layers.model_explorer import node_data
+    from parity.layers.model_explorer import node_data
 
     data = node_data(result, metric=metric, pass_line=pass_line, graph=_graph_name(run.onnx))
     st.download_button(
@@ -189,13 +189,13 @@ def model_explorer_download(run: ValidationRun, result, metric: str, pass_line) 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _graph_name_cached(path: str, key: str) -> str:  # noqa: ARG001 - key is the cache key
-    from core.layers.model_explorer import graph_name
+    from parity.layers.model_explorer import graph_name
 
     return graph_name(path)
 
 
 def _graph_name(path: str) -> str:
-    from core.layers.model_explorer import DEFAULT_GRAPH
+    from parity.layers.model_explorer import DEFAULT_GRAPH
 
     try:
         return _graph_name_cached(path, state.file_key(path))
@@ -206,11 +206,11 @@ def _graph_name(path: str) -> str:
 def page() -> None:
     st.title("Layers")
     if st.session_state.pop(GOTO_INSPECT, False):
-        st.switch_page("pages/inspect_page.py")
+        st.switch_page(routes.INSPECT)
     run = state.current_run()
     if run is None:
         st.info("No run yet. Start one on the Run page.")
-        st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     result = getattr(run, "layers", None)
     if result is None:

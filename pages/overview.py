@@ -5,34 +5,34 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.figures import verdict_grid
-from core.labels import worst_first
-from core.results import OutputComparison, ValidationRun
-from core.rows import comparison_rows
-from pages import state
-from pages.candidates import candidate_selector, candidates_overview, could_not_run
-from pages.sidebar import verdict_badge
-from pages.tables import (
+from parity.dashboard import routes, state
+from parity.dashboard.candidates import candidate_selector, candidates_overview, could_not_run
+from parity.dashboard.sidebar import verdict_badge
+from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
     fitting_columns,
     one_tolerance,
     rows_frame,
     status_style,
 )
-from pages.text import md_code, md_text
-from pages.uploads import shown_path
-from pages.where_views import failing_sentences
+from parity.dashboard.text import md_code, md_text
+from parity.dashboard.uploads import shown_path
+from parity.dashboard.where_views import failing_sentences
+from parity.labels import worst_first
+from parity.results import OutputComparison, ValidationRun
+from parity.show.figures import verdict_grid
+from parity.show.rows import comparison_rows
 
 GOTO_INSPECT = state.GOTO_INSPECT
 
 
 def comparison_frame(run: ValidationRun) -> pd.DataFrame:
-    """One row per (input set, output), row k being ``run.comparisons[k]`` (core.rows)."""
+    """One row per (input set, output), row k being ``run.comparisons[k]`` (parity.show.rows)."""
     return rows_frame(comparison_rows(run))
 
 
 def worst_failure(run: ValidationRun) -> OutputComparison | None:
-    """The failing comparison to look at first (core.labels.badness)."""
+    """The failing comparison to look at first (parity.labels.badness)."""
     failing = worst_first(c for c in run.comparisons if not c.status.passed)
     return failing[0] if failing else None
 
@@ -78,11 +78,11 @@ def verdict_banner(run: ValidationRun) -> None:
 def page() -> None:
     st.title("Overview")
     if st.session_state.pop(GOTO_INSPECT, False):
-        st.switch_page("pages/inspect_page.py")
+        st.switch_page(routes.INSPECT)
     run = state.current_run()
     if run is None:
         st.info("No run yet. Start one on the Run page.")
-        st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     verdict_banner(run)
     if run.is_multi_candidate:  # candidates side by side, then one candidate in detail
@@ -98,7 +98,7 @@ def page() -> None:
         label = f"Inspect the worst failure: {md_code(worst.name)} in set {worst.input_set}"
         if st.button(label, type="primary", icon=":material/grid_on:", key="inspect_worst"):
             state.set_target(worst.input_set, worst.name)
-            st.switch_page("pages/inspect_page.py")
+            st.switch_page(routes.INSPECT)
 
     st.subheader("Outputs")
     frame = comparison_frame(run)
@@ -121,7 +121,7 @@ def page() -> None:
 
     is_llm = run.is_generation
     if is_llm:
-        from core.hf.steps_text import format_hf_summary
+        from parity.hf.steps_text import format_hf_summary
 
         st.subheader("Generation summary")
         st.caption(

@@ -11,17 +11,17 @@ import re
 
 import streamlit as st
 
-from core.errors import InputError, ParityError
-from core.labels import wrong_pair_note
-from core.results import ValidationRun
-from core.sentences import failing_outputs
-from core.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
-from pages import state
-from pages.access import trust_code
-from pages.sidebar import verdict_badge
-from pages.text import md_code, md_text
-from pages.uploads import shown_path, upload_onnx, upload_path, upload_paths
-from pages.where_views import failing_sentences
+from parity.dashboard import routes, state
+from parity.dashboard.access import trust_code
+from parity.dashboard.sidebar import verdict_badge
+from parity.dashboard.text import md_code, md_text
+from parity.dashboard.uploads import shown_path, upload_onnx, upload_path, upload_paths
+from parity.dashboard.where_views import failing_sentences
+from parity.errors import InputError, ParityError
+from parity.labels import wrong_pair_note
+from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
+from parity.results import ValidationRun
+from parity.show.sentences import failing_outputs
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 N_SETS_DEFAULT = 2
@@ -34,7 +34,7 @@ _MASK_RE = re.compile("mask", re.IGNORECASE)
 
 
 def run_config(**kwargs):
-    from core.pipeline import RunConfig
+    from parity.pipeline import RunConfig
 
     return RunConfig(**kwargs)
 
@@ -52,7 +52,7 @@ def compare_layers() -> bool:
 
 def execute(config, *, label: str) -> bool:
     """Run `config` with live progress; on success it becomes the current run."""
-    from core.pipeline import run_validation
+    from parity.pipeline import run_validation
 
     shown = md_text(label)
     with st.status(f"Running {shown} ...", expanded=True) as status:
@@ -154,7 +154,7 @@ def show_current(run: ValidationRun) -> None:
         with left:
             st.markdown(verdict_badge(run, size="### ") + f" &nbsp; {md_code(run.model)}")
             if run.is_multi_candidate:
-                from core.candidate_views import verdict_counts
+                from parity.show.candidate_views import verdict_counts
 
                 counts = verdict_counts(run)
                 said = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
@@ -167,9 +167,7 @@ def show_current(run: ValidationRun) -> None:
                 failing_sentences(run, limit=5)
             else:
                 st.markdown(f"All {len(run.output_names)} outputs pass in every input set.")
-            st.page_link(
-                "pages/overview.py", label="Open the overview", icon=":material/table_chart:"
-            )
+            st.page_link(routes.OVERVIEW, label="Open the overview", icon=":material/table_chart:")
         with right:
             rows = [{"step": k, "seconds": round(v, 3)} for k, v in run.timings.items()]
             if rows:
@@ -327,8 +325,8 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
 
 
 def choose_hf_settings():
-    """Prompts, steps, weights and overrides of an `hf:DIR` run -> core.hf.HfOptions."""
-    from core.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, options_from_text
+    """Prompts, steps, weights and overrides of an `hf:DIR` run -> parity.hf.HfOptions."""
+    from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, options_from_text
 
     prompts = st.text_area(
         "Prompts (one per line; several form a left-padded batch)", DEFAULT_PROMPT,
@@ -355,8 +353,8 @@ def choose_hf_settings():
 
 
 def choose_settings(signature) -> dict:
-    from core.inputs import DEFAULT_INT_RANGE, default_dim_size
-    from core.onnx_model import ORT_OPT_LEVELS
+    from parity.load.onnx_model import ORT_OPT_LEVELS
+    from parity.run.inputs import DEFAULT_INT_RANGE, default_dim_size
 
     settings: dict = {}
     dims = {}
@@ -431,7 +429,7 @@ def choose_settings(signature) -> dict:
 
 
 def demo_cards() -> None:
-    from core.demos import DEMOS
+    from parity.load.demos import DEMOS
 
     st.subheader("Try a demo")
     cols = st.columns(len(DEMOS))
@@ -457,7 +455,7 @@ def page() -> None:
         help="Also compares the intermediate values of both sides (slower); the Layers page "
         "shows where the error is born. Same as `parity validate --layers`.",
     )
-    from core.demos import DEMOS
+    from parity.load.demos import DEMOS
 
     for name in DEMOS:  # a demo button clicked on the last rerun: run it before drawing
         if st.session_state.get(f"demo_{name}"):

@@ -1,8 +1,9 @@
 """Sidebar controls for saved runs: open one, save the current run, download reports.
 
-Call `render_saved_run_controls()` inside the sidebar (pages.sidebar.open_saved_run_hook).
-Opening needs neither torch nor the model: `core.saved_run.load_run` maps the arrays from
-the file, and the run becomes the session's current run through `pages.state.set_run`.
+Call `render_saved_run_controls()` inside the sidebar
+(parity.dashboard.sidebar.open_saved_run_hook).
+Opening needs neither torch nor the model: `parity.reports.saved_run.load_run` maps the arrays from
+the file, and the run becomes the session's current run through `parity.dashboard.state.set_run`.
 Work happens in widget callbacks, so a file is read once per click or upload, not on
 every rerun.
 """
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.errors import ParityError
-from core.results import ValidationRun
-from pages import state
-from pages.text import md_code, md_text
-from pages.uploads import upload_path
+from parity.dashboard import state
+from parity.dashboard.text import md_code, md_text
+from parity.dashboard.uploads import upload_path
+from parity.errors import ParityError
+from parity.launch import RUN_ENV
+from parity.results import ValidationRun
 
 PATH_KEY = "parity_saved_open_path"
 UPLOAD_KEY = "parity_saved_upload"
@@ -30,7 +32,6 @@ BROWSER_DOWNLOAD_LIMIT = 512 << 20
 a browser download holds the whole file in the server's memory."""
 
 
-RUN_ENV = "PARITY_RUN"
 OPENED_KEY = "parity_saved_initial"
 
 
@@ -99,7 +100,7 @@ def _save_controls(run: ValidationRun) -> None:
 
 def open_saved_run(path: str | Path) -> ValidationRun:
     """Load a saved run and make it the session's current run (raises SavedRunError)."""
-    from core.saved_run import load_run
+    from parity.reports.saved_run import load_run
 
     run = load_run(path)
     state.set_run(run)
@@ -108,7 +109,7 @@ def open_saved_run(path: str | Path) -> ValidationRun:
 
 def saved_run_bytes(run: ValidationRun) -> bytes:
     """The run as a saved-run file's bytes (for a browser download)."""
-    from core.saved_run import save_run
+    from parity.reports.saved_run import save_run
 
     with tempfile.TemporaryDirectory(prefix="parity-save-") as folder:
         path = save_run(run, Path(folder) / "run.parity.npz")
@@ -116,7 +117,7 @@ def saved_run_bytes(run: ValidationRun) -> bytes:
 
 
 def html_report_bytes(run: ValidationRun) -> bytes:
-    from core.html_report import render_html_report
+    from parity.reports.html_report import render_html_report
 
     return render_html_report(run).encode("utf-8")
 
@@ -159,7 +160,7 @@ def open_and_say(path: Path, *, shown: str) -> bool:
 
 
 def _save_path() -> None:
-    from core.saved_run import save_run
+    from parity.reports.saved_run import save_run
 
     run = state.current_run()
     target = str(st.session_state.get(SAVE_PATH_KEY, "")).strip() or DEFAULT_SAVE_PATH

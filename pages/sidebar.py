@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.results import ValidationRun
-from pages import state
-from pages.text import md_code, md_text
-from pages.uploads import shown_path
+from parity.dashboard import state
+from parity.dashboard.text import md_code, md_text
+from parity.dashboard.uploads import shown_path
+from parity.results import ValidationRun
 
 VERDICT_STYLE = {"pass": ("green", "PASS"), "fail": ("red", "FAIL"), "error": ("orange", "ERROR")}
 
@@ -28,8 +28,9 @@ def tolerance_text(run: ValidationRun) -> str:
 
 
 def open_saved_run_hook() -> None:
-    """Open a saved run, save the current one, download its reports (pages.saved_runs)."""
-    from pages.saved_runs import render_saved_run_controls
+    """Open a saved run, save the current one, download its reports
+    (parity.dashboard.saved_runs)."""
+    from parity.dashboard.saved_runs import render_saved_run_controls
 
     render_saved_run_controls()
 

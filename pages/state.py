@@ -15,10 +15,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.errors import ParityError, describe_error
-from core.results import ValidationRun
-from core.tolerances import Tolerances
-from pages.access import trust_code
+from parity.dashboard.access import trust_code
+from parity.errors import ParityError, describe_error
+from parity.results import ValidationRun
+from parity.tolerances import Tolerances
 
 RUN = "parity_run"
 TOLERANCES = "parity_tolerances"
@@ -122,7 +122,7 @@ def set_tolerances(value: Tolerances) -> None:
 
 def set_suspect(run: ValidationRun) -> None:
     """A finished run that likely pairs a model with another model's ONNX file
-    (core.labels.wrong_pair_note): held aside, the last good run stays current."""
+    (parity.labels.wrong_pair_note): held aside, the last good run stays current."""
     st.session_state[SUSPECT] = run
     st.session_state.pop(RUN_ERROR, None)
 
@@ -181,14 +181,14 @@ def file_key(path: str) -> str:
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _load_onnx(path: str, key: str):  # noqa: ARG001 - key is the cache key
-    from core.onnx_model import load_onnx
+    from parity.load.onnx_model import load_onnx
 
     return load_onnx(path)
 
 
 def load_onnx_cached(path: str):
-    """`core.onnx_model.load_onnx`, cached per file identity (raises OnnxLoadError)."""
-    from core.errors import OnnxLoadError
+    """`parity.load.onnx_model.load_onnx`, cached per file identity (raises OnnxLoadError)."""
+    from parity.errors import OnnxLoadError
 
     try:
         key = file_key(path)
@@ -199,7 +199,7 @@ def load_onnx_cached(path: str):
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _session(_model, sha256: str, provider: str, opt_level: str):  # noqa: ARG001 - cache key
-    from core.onnx_model import make_session
+    from parity.load.onnx_model import make_session
 
     return make_session(_model, provider=provider, opt_level=opt_level)
 
@@ -211,7 +211,7 @@ def _session_cached(model, *, provider: str, opt_level: str):
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _torch_model(spec: str, weights: str | None, key: str, allow_code: bool):  # noqa: ARG001
-    from core.torch_model import load_torch_model
+    from parity.load.torch_model import load_torch_model
 
     return load_torch_model(spec, weights=weights, allow_code=allow_code)
 
@@ -229,8 +229,8 @@ def _torch_model_cached(spec: str, *, weights: str | None = None):
 
 
 def cached_loaders():
-    """`core.pipeline.Loaders` backed by this process's caches (shared across sessions)."""
-    from core.pipeline import Loaders
+    """`parity.pipeline.Loaders` backed by this process's caches (shared across sessions)."""
+    from parity.pipeline import Loaders
 
     return Loaders(
         load_onnx=load_onnx_cached,
@@ -241,13 +241,13 @@ def cached_loaders():
 
 @st.cache_resource(show_spinner="Exporting the demo model (first use only)...")
 def demo_onnx_path(name: str) -> str:
-    from core.demos import demo_onnx_path as export
+    from parity.load.demos import demo_onnx_path as export
 
     return str(export(name))
 
 
 def demo_names() -> list[str]:
-    from core.demos import DEMOS
+    from parity.load.demos import DEMOS
 
     return list(DEMOS)
 

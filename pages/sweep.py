@@ -3,7 +3,7 @@
 `?sweep=DIR` in the URL opens that folder. Selecting a pair's row opens its saved run
 (`--save-run` in its args) and goes to Overview; a pair without one shows its error and
 files instead. Pair and output names are user text: they appear only in dataframes and
-plain text, never in markdown. The folder is read by core.sweep.folder; the last folder
+plain text, never in markdown. The folder is read by parity.sweep.folder; the last folder
 that opened stays when another one fails to.
 """
 
@@ -14,13 +14,15 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from core.errors import ParityError
-from core.sweep.execute import LOG, PairResult
-from core.sweep.folder import SweepFolder, load_sweep
-from core.sweep.plan import REPORT
-from core.text import number_text
-from pages.saved_runs import open_and_say
-from pages.tables import status_style
+from parity.dashboard import routes
+from parity.dashboard.frame import initial_sweep
+from parity.dashboard.saved_runs import open_and_say
+from parity.dashboard.tables import status_style
+from parity.errors import ParityError
+from parity.sweep.execute import LOG, PairResult
+from parity.sweep.folder import SweepFolder, load_sweep
+from parity.sweep.plan import REPORT
+from parity.text import number_text
 
 FOLDER = "parity_sweep_folder"
 PATH_KEY = "parity_sweep_path"
@@ -36,7 +38,7 @@ CELL_MARK = {"pass": "✓"}
 
 def main() -> None:
     if st.session_state.pop(GOTO_OVERVIEW, False):
-        st.switch_page("pages/overview.py")
+        st.switch_page(routes.OVERVIEW)
     st.title("Sweep")
     _open_from_url()
     opened: SweepFolder | None = st.session_state.get(FOLDER)
@@ -66,7 +68,7 @@ def main() -> None:
 
 
 def _open_from_url() -> None:
-    path = st.query_params.get("sweep")
+    path = initial_sweep()
     if path and st.session_state.get(OPENED_KEY) != path:
         st.session_state[OPENED_KEY] = path
         st.session_state[PATH_KEY] = path

@@ -1,5 +1,5 @@
-"""Table helpers the pages share: comparison rows as dataframes (their cells: core.rows) and
-status cells coloured (their text: core.labels)."""
+"""Table helpers the pages share: comparison rows as dataframes (their cells: parity.show.rows) and
+status cells coloured (their text: parity.labels)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from core.rows import COLUMNS, ComparisonRow
+from parity.show.rows import COLUMNS, ComparisonRow
 
 
 def rows_frame(rows: Sequence[ComparisonRow], *, leave_out: Sequence[str] = ()) -> pd.DataFrame:
-    """The rows in core.rows' column order (headers as titles), numbers kept numeric."""
+    """The rows in parity.show.rows' column order (headers as titles), numbers kept numeric."""
     columns = [c for c in COLUMNS if c.key not in leave_out]
     data = [{c.header: row.value(c.key) for c in columns} for row in rows]
     return pd.DataFrame(data, columns=[c.header for c in columns])
@@ -23,7 +23,7 @@ def _header(key: str) -> str:
 
 
 NUMBER_FORMAT = "%.2e"
-"""Number cells in core.text.number_text's scientific form (3 significant digits, at most 9
+"""Number cells in parity.text.number_text's scientific form (3 significant digits, at most 9
 characters, e.g. ``-3.95e-1``), as the printf format st.dataframe's NumberColumn takes: the
 cells stay numbers, so they sort. (A ``%g`` format writes 1.14e-6 as ``0.00000114`` there.)"""
 

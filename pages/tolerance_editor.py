@@ -1,6 +1,6 @@
 """The per-output overrides editor's data: rows from the tolerances, tolerances from edits.
 
-Cells are text, read by core.text.parse_number: a number cell in the browser drops the
+Cells are text, read by parity.text.parse_number: a number cell in the browser drops the
 ``e-`` of ``5e-3`` and stores 53. Kept apart from the page so it can be tested directly.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from core.errors import UsageError
-from core.results import ValidationRun
-from core.text import parse_number
-from core.tolerances import Tolerance, Tolerances
+from parity.errors import UsageError
+from parity.results import ValidationRun
+from parity.text import parse_number
+from parity.tolerances import Tolerance, Tolerances
 
 EDITOR_COLUMNS = ["output", "override", "atol", "rtol"]
 
@@ -43,7 +43,7 @@ def apply_edits(
     """The tolerances after the editor's cell edits, and one line per cell that was refused.
 
     A number typed in a row's atol or rtol turns its override on; a blank cell takes the
-    global value; numbers are read by core.text.parse_number (``5e-3`` = ``0.005``).
+    global value; numbers are read by parity.text.parse_number (``5e-3`` = ``0.005``).
     """
     errors: list[str] = []
     for row, edit in sorted(edited_rows.items()):

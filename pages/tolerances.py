@@ -1,7 +1,7 @@
 """Tolerances page: sliders and per-output overrides that re-judge the run instantly.
 
 Re-judging reads only the per-output error profiles (never raw tensors). The session's
-tolerances (pages.state) are the one truth: the widgets write them in callbacks and are
+tolerances (parity.dashboard.state) are the one truth: the widgets write them in callbacks and are
 drawn from them, so no widget holds a value the rest of the app does not see.
 """
 
@@ -13,17 +13,17 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.figures import mismatch_curve
-from core.results import ValidationRun
-from core.rows import output_rows
-from core.suggest import DEFAULT_MARGIN, ladder, suggest_tolerances, with_value
-from core.tolerances import Tolerance, Tolerances
-from pages import state
-from pages.candidates import candidate_selector, candidates_frame
-from pages.sidebar import verdict_badge
-from pages.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
-from pages.text import md_code, md_text
-from pages.tolerance_editor import apply_edits, editor_frame, fmt
+from parity.dashboard import routes, state
+from parity.dashboard.candidates import candidate_selector, candidates_frame
+from parity.dashboard.sidebar import verdict_badge
+from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
+from parity.dashboard.text import md_code, md_text
+from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
+from parity.judge.suggest import DEFAULT_MARGIN, ladder, suggest_tolerances, with_value
+from parity.results import ValidationRun
+from parity.show.figures import mismatch_curve
+from parity.show.rows import output_rows
+from parity.tolerances import Tolerance, Tolerances
 
 ATOL_LADDER = ladder(-9, 1)
 RTOL_LADDER = ladder(-9, 0, zero=True)
@@ -67,7 +67,7 @@ def _on_edit(key: str, names: list[str]) -> None:
 
 
 def pass_table(run: ValidationRun) -> pd.DataFrame:
-    """Per output over every input set (core.rows.output_rows): its worst status, mismatches,
+    """Per output over every input set (parity.show.rows.output_rows): its worst status, mismatches,
     the smallest atol that passes in every set."""
     rows = output_rows(run)
     frame = rows_frame(rows, leave_out=("set", "shape", "dtype", "message"))
@@ -209,7 +209,7 @@ def page() -> None:
     raw = state.raw_run()
     if raw is None:
         st.info("No run yet. Start one on the Run page.")
-        st.page_link("pages/run.py", label="Go to Run", icon=":material/play_arrow:")
+        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     st.caption(
         "An element passes when |onnx − ref| ≤ atol + rtol·|ref|. Moving a control re-judges "

@@ -10,7 +10,7 @@ nothing planted by another user, and no link, can stand in for a file.
 Files uploaded together (an ONNX model and its external-data files, or a .zip of them) go
 side by side into one fresh folder per set of file_ids (`upload_group`): written once,
 re-used on reruns, removed when the widget's files change. A .zip is unpacked there by
-`core.unzip` (flat, bounded by the upload limit, no links); the zip itself is not stored.
+`parity.load.unzip` (flat, bounded by the upload limit, no links); the zip itself is not stored.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.atomic import write_bytes
-from core.errors import InputError
-from core.unzip import extract_flat
+from parity.errors import InputError
+from parity.files.atomic import write_bytes
+from parity.load.unzip import extract_flat
 
 SESSION_KEY = "parity_uploads"
 PREFIX = "parity-uploads-"

@@ -1,21 +1,21 @@
-"""Where the mismatches are (core.where), for the pages: memoised per stored run and
+"""Where the mismatches are (parity.judge.where), for the pages: memoised per stored run and
 tolerance, and the sentences the Overview leads with."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from core.results import OutputComparison, ValidationRun
-from core.sentences import failing_outputs, output_sentence
-from core.where import WhereProfile, where_of
-from pages import state
-from pages.text import md_text
+from parity.dashboard import state
+from parity.dashboard.text import md_text
+from parity.judge.where import WhereProfile, where_of
+from parity.results import OutputComparison, ValidationRun
+from parity.show.sentences import failing_outputs, output_sentence
 
 CACHE = "parity_where_cache"
 
 
 def where_for(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
-    """core.where.where_of(run, c), computed once per stored run, output and tolerance (a
+    """parity.judge.where.where_of(run, c), computed once per stored run, output and tolerance (a
     pass over the tensors: never on every rerun)."""
     stored = state.raw_run()  # the stored run; a candidate's comparisons carry its index
     box = st.session_state.get(CACHE)

@@ -95,7 +95,7 @@ class ModelZoo:
         return f"{self.file}:{factory}"
 
     def build(self, factory: str) -> torch.nn.Module:
-        from core.torch_model import load_torch_model
+        from parity.load.torch_model import load_torch_model
 
         return load_torch_model(self.spec(factory)).module  # type: ignore[return-value]
 

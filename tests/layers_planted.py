@@ -74,7 +74,7 @@ def planted_export(out: Path) -> PlantedExport:
 
 def planted_layers_run(files: PlantedExport, *, save_run: Path | None = None, clean=False):
     """The real validation with layers of the planted (or the clean) export, 2 input sets."""
-    from core.pipeline import RunConfig, run_validation
+    from parity.pipeline import RunConfig, run_validation
 
     run = run_validation(
         RunConfig(
@@ -85,7 +85,7 @@ def planted_layers_run(files: PlantedExport, *, save_run: Path | None = None, cl
         )  # fmt: skip
     )
     if save_run is not None:
-        from core.saved_run import save_run as save
+        from parity.reports.saved_run import save_run as save
 
         save(run, save_run)
     return run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pages.access import allowed_hosts, host_allowed, host_name
+from parity.dashboard.access import allowed_hosts, host_allowed, host_name
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The public Python API (core.validate, core.assert_export_close, core.ValidationRun) on real
+"""The public Python API (parity.validate, parity.assert_export_close, parity.ValidationRun) on real
 dynamo exports held in memory: ONNXProgram, ModelProto, bytes, nn.Module, ExportedProgram."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-import core
-from core import (
+import parity
+from parity import (
     InputError,
     Tolerances,
     UsageError,
@@ -174,12 +174,12 @@ def test_errors_are_parity_errors_with_one_line(exported) -> None:
         validate(model, 42)
     with pytest.raises(UsageError, match="model must be an nn.Module"):
         validate(object(), program)
-    with pytest.raises(core.ParityError):
+    with pytest.raises(parity.ParityError):
         validate(model, b"not an onnx file", inputs={"x": x})
 
 
 def test_json_saved_run_and_html(exported, tmp_path: Path) -> None:
-    from core.saved_run import load_run
+    from parity.reports.saved_run import load_run
 
     model, x, program = exported
     run = validate(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
@@ -221,16 +221,16 @@ def test_notebook_view_renders_offline_in_chromium(exported, tmp_path: Path) -> 
 def test_docstring_examples_run() -> None:
     import doctest
 
-    import core.api
+    import parity.api
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation warning
-        result = doctest.testmod(core.api, optionflags=doctest.ELLIPSIS)
+        result = doctest.testmod(parity.api, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 12 and result.failed == 0, result
 
 
 def test_public_surface_is_exactly_the_api() -> None:
-    assert set(core.__all__) == {
+    assert set(parity.__all__) == {
         "validate",
         "assert_export_close",
         "ValidationRun",
@@ -250,7 +250,7 @@ def test_public_surface_is_exactly_the_api() -> None:
     }
     # importing the API imports neither torch, onnxruntime nor streamlit
     code = (
-        "import sys, core; "
+        "import sys, parity; "
         "print(sorted(m for m in ('torch', 'onnxruntime', 'streamlit') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -283,7 +283,7 @@ def test_a_failing_pytest_shows_the_message_not_parity_internals(tmp_path: Path)
     message; the API's frame (with its locals: tensors, the whole run) is hidden."""
     (tmp_path / "test_user.py").write_text(
         "import io, torch\n"
-        "from core import assert_export_close\n"
+        "from parity import assert_export_close\n"
         "def test_export():\n"
         "    model = torch.nn.Linear(4, 2).eval()\n"
         "    x = torch.randn(3, 4)\n"

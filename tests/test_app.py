@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.tolerances import Tolerances
-from pages.text import md_text
+from parity.dashboard.text import md_text
+from parity.tolerances import Tolerances
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180
@@ -86,7 +86,7 @@ def test_first_open_offers_every_demo_and_states_the_upload_limit():
 def test_demo_broken_runs_end_to_end_and_names_the_failing_output(broken_app: AppTest):
     at = broken_app
     text = _markdown(at)
-    assert "FAIL" in text and "mask fails" in text  # core.sentences, under the verdict
+    assert "FAIL" in text and "mask fails" in text  # parity.show.sentences, under the verdict
     run = at.session_state["parity_run"]
     failing = {c.name for c in run.comparisons if not c.status.passed}
     assert failing == {"mask"}
@@ -153,9 +153,9 @@ def test_inspect_draws_heatmap_with_worst_marks_histogram_and_scatter(broken_app
 
 
 def test_inspect_pools_a_large_output_and_says_by_how_much():
-    from core.compare import compare_outputs
-    from core.results import InputSet, OutputSet, ValidationRun
-    from core.tolerances import Tolerance
+    from parity.judge.compare import compare_outputs
+    from parity.results import InputSet, OutputSet, ValidationRun
+    from parity.tolerances import Tolerance
 
     rng = np.random.default_rng(0)
     ref = rng.standard_normal((2, 1200, 900), dtype=np.float32)
@@ -183,9 +183,9 @@ def test_inspect_pools_a_large_output_and_says_by_how_much():
 def test_inspect_reuses_its_views_when_the_session_tolerances_differ_from_the_runs():
     # the memo was keyed on the re-judged run, a new object on every rerun: every click
     # recomputed the full-tensor views
-    from core.compare import compare_outputs
-    from core.results import InputSet, OutputSet, ValidationRun
-    from core.tolerances import Tolerance
+    from parity.judge.compare import compare_outputs
+    from parity.results import InputSet, OutputSet, ValidationRun
+    from parity.tolerances import Tolerance
 
     ref = np.random.default_rng(1).standard_normal((40, 30), dtype=np.float32)
     onnx = ref + np.float32(1e-3)
@@ -212,9 +212,9 @@ def test_inspect_reuses_its_views_when_the_session_tolerances_differ_from_the_ru
 def test_inspect_shows_what_the_verdict_judged_and_says_what_it_excluded():
     # Before: Inspect ranked padding positions the verdict had excluded (a worst element of
     # 0.257 for an output whose stats said 7.45e-8).
-    from core.pipeline import compare_case
-    from core.results import InputSet, OutputSet, ValidationRun
-    from core.sources import Case
+    from parity.pipeline import compare_case
+    from parity.results import InputSet, OutputSet, ValidationRun
+    from parity.sources import Case
 
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((2, 4, 6, 8), dtype=np.float32)
@@ -294,7 +294,7 @@ def test_a_demo_run_puts_its_own_settings_in_the_form():
     assert at.radio(key="onnx_source_True").value == "The demo's export"
     markdown = _markdown(at)
     assert "**Failing outputs**, worst first:" in markdown
-    assert "the worst off by" in markdown  # the worst error, in words (core.sentences)
+    assert "the worst off by" in markdown  # the worst error, in words (parity.show.sentences)
 
 
 def test_demo_query_parameter_runs_that_demo_on_first_open():
@@ -366,7 +366,7 @@ def test_a_saved_demo_run_reopens_in_a_fresh_process_without_torch(tmp_path):
     import subprocess
     import sys
 
-    from core.cli import main
+    from parity.cli import main
 
     saved = tmp_path / "broken.parity.npz"
     assert main(["validate", "--model", "demo:broken", "--save-run", str(saved)]) == 1

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.tolerances import Tolerance, Tolerances
-from pages.text import md_text
+from parity.dashboard.text import md_text
+from parity.tolerances import Tolerance, Tolerances
 from tests.candidate_exports import Exports, build
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -1,7 +1,7 @@
 """Names are text: a real export whose output names are markup payloads, through AppTest.
 
 AppTest gives each element's markdown source; every payload must appear there only as the
-escaped form the pages build with pages.text (the Chromium test checks what renders).
+escaped form the pages build with parity.dashboard.text (the Chromium test checks what renders).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from payloads import FAILING, NAMES, write_payload_models
 from streamlit.testing.v1 import AppTest
 
-from pages.text import md_code, md_text
+from parity.dashboard.text import md_code, md_text
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DANGEROUS = ("![", "](", "<a", "<img", ":red[", "$x$", "**b**", "http:", ":material/")
@@ -55,7 +55,7 @@ def test_payload_names_are_escaped_on_every_page(payload_app: AppTest):
     run_sources = _markdown_sources(at)
     assert "**Failing outputs**, worst first:" in run_sources
     sentences = next(s for s in run_sources if s.startswith("- ") and " fails" in s)
-    # one sentence per failing output (core.sentences), each leading with its escaped name
+    # one sentence per failing output (parity.show.sentences), each leading with its escaped name
     assert sorted(line[2:].split(" fails")[0] for line in sentences.splitlines()) == sorted(
         md_text(n) for n in FAILING
     )

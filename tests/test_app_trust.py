@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pages.access import TRUST_FLAG
+from parity.dashboard.access import TRUST_FLAG
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 

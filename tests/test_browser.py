@@ -129,7 +129,7 @@ def test_a_tolerance_slider_rejudges_every_output_and_fp16_passes(page, tmp_path
     assert set(data) == {"default", "outputs"}
     assert data["default"]["atol"] >= 0.01
 
-    from core.tolerances import Tolerances
+    from parity.tolerances import Tolerances
 
     Tolerances.load(saved)  # the file `parity validate --tolerances` reads
 
@@ -220,7 +220,7 @@ def _run_upload_and_pass(page, onnx_name: str) -> None:
 def test_an_onnx_with_external_data_uploads_as_two_files_or_a_zip_and_alone_says_what_is_missing(
     page, tmp_path
 ):
-    from core.demos import demo_onnx_path
+    from parity.load.demos import demo_onnx_path
 
     _run_demo(page, "cnn")
     exported = demo_onnx_path("cnn")

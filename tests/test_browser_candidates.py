@@ -28,7 +28,7 @@ def _settle(page) -> None:
 def saved_run(tmp_path_factory) -> Path:
     from candidate_exports import build
 
-    from core.cli import main
+    from parity.cli import main
 
     exports = build(tmp_path_factory.mktemp("cand-browser"))
     path = exports.dir / "side.parity.npz"

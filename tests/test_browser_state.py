@@ -127,7 +127,7 @@ def test_suggest_turns_the_page_the_badge_and_the_sidebar_reports_to_pass_at_onc
         _sidebar(page).get_by_role("button", name="Download saved run").click()
     saved = tmp_path / "run.parity.npz"
     info.value.save_as(saved)
-    from core.saved_run import load_run
+    from parity.reports.saved_run import load_run
 
     reopened = load_run(saved)
     assert reopened.verdict == "pass"

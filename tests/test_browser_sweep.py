@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from browser import launch, serve_app
 
-from core.cli import main
+from parity.cli import main
 from tests.sweep_zoo import copy_tiny, write_manifest, write_tokens_onnx
 
 pytestmark = pytest.mark.browser

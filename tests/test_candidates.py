@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.cli import main
-from core.config import default_loaders
-from core.pipeline import RunConfig, run_validation
+from parity.cli import main
+from parity.pipeline import RunConfig, run_validation
+from parity.run.config import default_loaders
 from tests.candidate_exports import Exports, build
 
 
@@ -230,7 +230,7 @@ def side_by_side(exports: Exports, tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_html_report_shows_candidates_table_grid_and_each_failing_candidate(side_by_side):
-    from core.html_report import figure_count, render_html_report
+    from parity.reports.html_report import figure_count, render_html_report
 
     page = render_html_report(side_by_side)
     assert "<h2>Candidates</h2>" in page and "Outputs × candidates" in page
@@ -243,7 +243,7 @@ def test_html_report_shows_candidates_table_grid_and_each_failing_candidate(side
 
 
 def test_candidates_grid_marks_each_candidate_and_output(side_by_side):
-    from core.candidate_figures import candidates_grid
+    from parity.show.candidate_figures import candidates_grid
 
     fig = candidates_grid(side_by_side)
     marks = fig.data[1]
@@ -255,7 +255,7 @@ def test_candidates_grid_marks_each_candidate_and_output(side_by_side):
 
 
 def test_rejudged_run_judges_every_candidate(side_by_side):
-    from core.tolerances import Tolerance, Tolerances
+    from parity.tolerances import Tolerance, Tolerances
 
     loose = side_by_side.rejudge(Tolerances(default=Tolerance(atol=0.1, rtol=0.0)))
     assert loose.verdict == "pass"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.cli import main
-from core.report import SCHEMA
+from parity.cli import main
+from parity.reports.report import SCHEMA
 
 REPORT_OUTPUT_KEYS = {
     "input_set", "name", "status", "ref_shape", "onnx_shape", "ref_dtype", "onnx_dtype",
@@ -23,7 +23,7 @@ REPORT_OUTPUT_KEYS = {
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "core", *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "parity", *args], capture_output=True, text=True, timeout=600
     )
 
 
@@ -91,7 +91,7 @@ def test_json_report_follows_schema_and_is_strict(tmp_path: Path):
 
 
 def test_fp16_demo_fails_by_default_and_passes_at_per_output_tolerances(tmp_path: Path):
-    from core.demos import DEMOS
+    from parity.load.demos import DEMOS
 
     assert main(["validate", "--model", "demo:fp16"]) == 1
     tol_file = tmp_path / "tol.json"

@@ -12,9 +12,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from core.compare import compare_outputs
-from core.results import Status
-from core.tolerances import Tolerance
+from parity.judge.compare import compare_outputs
+from parity.results import Status
+from parity.tolerances import Tolerance
 
 TOL = Tolerance(atol=1e-5, rtol=0.0)
 

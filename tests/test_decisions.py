@@ -1,5 +1,6 @@
-"""The presentation decisions made once (core.labels, core.text, core.specs, core.dtypes,
-core.json_output, core.hashing), checked against what every reader relies on."""
+"""The presentation decisions made once (parity.labels, parity.text, parity.load.specs,
+parity.load.dtypes,
+parity.files.json_output, parity.files.hashing), checked against what every reader relies on."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import numpy as np
 import onnx
 import pytest
 
-from core import dtypes, json_output, labels, specs, text
-from core.compare import compare_outputs
-from core.hashing import file_sha256
-from core.results import Status
-from core.tolerances import Tolerance
+from parity import dtypes, json_output, labels, specs, text
+from parity.files.hashing import file_sha256
+from parity.judge.compare import compare_outputs
+from parity.results import Status
+from parity.tolerances import Tolerance
 
 
 def _comparison(ref, onnx_values, name="y"):

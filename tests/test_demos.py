@@ -16,10 +16,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from core import demos
-from core.errors import UsageError
-from core.export_lock import LOCK_NAME
-from core.tolerances import Tolerance, Tolerances
+from parity import demos
+from parity.errors import UsageError
+from parity.load.export_lock import LOCK_NAME
+from parity.tolerances import Tolerance, Tolerances
 
 Arrays = dict[str, np.ndarray]
 

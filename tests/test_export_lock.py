@@ -15,8 +15,8 @@ from pathlib import Path
 import onnx
 import torch
 
-from core import demos
-from core.export_lock import LOCK_NAME, export_lock
+from parity import demos
+from parity.load.export_lock import LOCK_NAME, export_lock
 
 
 def test_concurrent_demo_exports_on_a_cold_cache_all_succeed(tmp_path, monkeypatch) -> None:
@@ -62,7 +62,7 @@ def test_the_file_lock_keeps_another_process_out(tmp_path: Path) -> None:
 
 def test_pt2_archives_load_in_threads(tiny_artifacts) -> None:
     """torch's deserializer keeps global state; loads run under the export lock."""
-    from core.torch_model import load_torch_model
+    from parity.load.torch_model import load_torch_model
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         models = list(pool.map(lambda _: load_torch_model(str(tiny_artifacts.pt2)), range(8)))

@@ -1,4 +1,4 @@
-"""core.figures: trace types, what each figure marks, and the size sent to the browser."""
+"""parity.show.figures: trace types, what each figure marks, and the size sent to the browser."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from core import figures as fg
-from core import views as ins
-from core.compare import compare_outputs
-from core.results import InputSet, OutputComparison, ValidationRun
-from core.tolerances import Tolerance, Tolerances
+from parity import figures as fg
+from parity import views as ins
+from parity.judge.compare import compare_outputs
+from parity.results import InputSet, OutputComparison, ValidationRun
+from parity.tolerances import Tolerance, Tolerances
 
 MAX_FIGURE_BYTES = 2 * 1024 * 1024
 
@@ -141,7 +141,7 @@ def test_verdict_grid_colours_by_error_over_allowed_and_marks_each_cell_clickabl
 
 
 def test_a_passing_runs_largest_error_is_green_and_a_failing_cell_red():
-    from core.judgement import cell_look
+    from parity.judge.judgement import cell_look
 
     near_line = cell_look(_compared(0, "y", 9.9e-6))
     just_over = cell_look(_compared(0, "y", 1.2e-5))
@@ -206,8 +206,8 @@ def test_abs_error_colour_bar_marks_atol():
 
 @pytest.fixture(scope="module")
 def demo_runs() -> dict[str, ValidationRun]:
-    from core.config import RunConfig
-    from core.pipeline import run_validation
+    from parity.pipeline import run_validation
+    from parity.run.config import RunConfig
 
     return {d: run_validation(RunConfig(model=f"demo:{d}", onnx=None)) for d in ("broken", "fp16")}
 
@@ -272,7 +272,7 @@ def test_pooled_cells_hover_the_values_of_the_element_they_show(big_pair):
 def test_dim_names_and_titles_are_text_not_plotly_markup(demo_runs):
     import dataclasses
 
-    from core.signature import OnnxSignature, TensorSpec
+    from parity.signature import OnnxSignature, TensorSpec
 
     run = demo_runs["broken"]
     c, ref, onnx, worst, view = _demo_view(run, "mask")

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from core.errors import ModelLoadError, UsageError
-from core.hf.cli_args import add_hf_arguments, hf_options_from_args
-from core.hf.options import DEFAULT_PROMPT, INSTALL_HINT
+from parity.errors import ModelLoadError, UsageError
+from parity.hf.cli_args import add_hf_arguments, hf_options_from_args
+from parity.hf.options import DEFAULT_PROMPT, INSTALL_HINT
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -55,7 +55,7 @@ def test_malformed_override_is_a_usage_error():
 
 def test_without_transformers_hf_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import now raises ImportError
-    from core.pipeline import RunConfig, run_validation
+    from parity.pipeline import RunConfig, run_validation
 
     with pytest.raises(ModelLoadError) as info:
         run_validation(RunConfig(model=f"hf:{tmp_path}", onnx=None))
@@ -66,7 +66,7 @@ def test_without_transformers_hf_names_the_extra(monkeypatch, tmp_path):
 def test_cli_without_transformers_exits_2_with_one_line(tmp_path):
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "from core.cli import main\n"
+        "from parity.cli import main\n"
         f"sys.exit(main(['validate', '--model', 'hf:{tmp_path}']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -78,7 +78,7 @@ def test_cli_without_transformers_exits_2_with_one_line(tmp_path):
 def test_cli_help_works_without_transformers():
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "from core.cli import main\n"
+        "from parity.cli import main\n"
         "main(['validate', '--help'])\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

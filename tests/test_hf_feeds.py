@@ -5,28 +5,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import InputError, UsageError
-from core.hf.capture import CapturedCall
-from core.hf.feeds import (
+from parity.errors import InputError, UsageError
+from parity.hf.capture import CapturedCall
+from parity.hf.feeds import (
     cache_position,
     masked_positions,
     onnx_feeds,
     position_ids,
     reference_outputs,
 )
-from core.hf.options import (
+from parity.hf.options import (
     DEFAULT_PROMPT,
     HfOptions,
     options_from_text,
     parse_config_override,
     parse_config_overrides,
 )
-from core.hf.source import PADDING, logits_crop
-from core.pipeline import compare_case
-from core.results import InputSet, OutputSet
-from core.signature import OnnxSignature, TensorSpec
-from core.sources import Case
-from core.tolerances import Tolerance, Tolerances
+from parity.hf.source import PADDING, logits_crop
+from parity.pipeline import compare_case
+from parity.results import InputSet, OutputSet
+from parity.signature import OnnxSignature, TensorSpec
+from parity.sources import Case
+from parity.tolerances import Tolerance, Tolerances
 
 B, H, D, VOCAB = 2, 2, 4, 10
 
@@ -179,8 +179,8 @@ def test_differences_at_padding_are_counted_apart_not_as_mismatches():
 def test_rejudging_keeps_the_notes_after_the_verdict(tmp_path):
     # Before: re-judging wrote the message from the verdict alone, so the padding note (and
     # a crop's) vanished as soon as a slider moved, and from a reopened saved run.
-    from core.results import ValidationRun
-    from core.saved_run import load_run, save_run
+    from parity.reports.saved_run import load_run, save_run
+    from parity.results import ValidationRun
 
     call = _call(past=0, seq=4, mask=LEFT_PADDED)
     ref = call.present[0][0]

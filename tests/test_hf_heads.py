@@ -13,12 +13,12 @@ import torch
 from hf_models import PROMPTS
 from hf_tasks import bert_config, optimum_export, save_text_model
 
-from core.cli import main
-from core.errors import ModelLoadError, UsageError
-from core.hf.heads import choose_model_class
-from core.hf.options import HfOptions
-from core.hf.summary import judged_summary
-from core.pipeline import RunConfig, run_validation
+from parity.cli import main
+from parity.errors import ModelLoadError, UsageError
+from parity.hf.heads import choose_model_class
+from parity.hf.options import HfOptions
+from parity.hf.summary import judged_summary
+from parity.pipeline import RunConfig, run_validation
 
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")

@@ -25,11 +25,11 @@ from hf_seq2seq_models import (
 )
 from onnx import numpy_helper
 
-from core.errors import InputError, UsageError
-from core.hf.options import HfOptions
-from core.hf.steps_text import format_steps_table
-from core.hf.summary import judged_summary, steps_json
-from core.pipeline import RunConfig, run_validation
+from parity.errors import InputError, UsageError
+from parity.hf.options import HfOptions
+from parity.hf.steps_text import format_steps_table
+from parity.hf.summary import judged_summary, steps_json
+from parity.pipeline import RunConfig, run_validation
 
 LABELS = ["encoder", "decoder step 0", "decoder step 1", "decoder step 2"]
 
@@ -188,7 +188,7 @@ def test_bad_requests_are_one_line_usage_errors(exports, tmp_path):
 
 
 def test_cli_validates_a_folder_and_names_the_failing_steps(exports, tmp_path, capsys):
-    from core.cli import main
+    from parity.cli import main
 
     model_dir, folder = exports["bart"]
     report = tmp_path / "report.json"

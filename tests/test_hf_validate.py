@@ -19,11 +19,11 @@ import transformers
 from hf_models import PROMPTS, SPECIAL, make_llama_dir, make_tokenizer, save_model
 from onnx import TensorProto, helper
 
-from core.errors import ExportError
-from core.hf.options import HfOptions
-from core.hf.steps_text import format_steps_table
-from core.hf.summary import judged_summary, masked_positions_json, steps_json
-from core.pipeline import RunConfig, run_validation
+from parity.errors import ExportError
+from parity.hf.options import HfOptions
+from parity.hf.steps_text import format_steps_table
+from parity.hf.summary import judged_summary, masked_positions_json, steps_json
+from parity.pipeline import RunConfig, run_validation
 
 
 def run_hf_validation(
@@ -33,7 +33,7 @@ def run_hf_validation(
     onnx: str | None = None,
     export_path: str | None = None,
 ):
-    """An hf: run through the one loop (core.hf.validate, its own orchestrator, is gone)."""
+    """An hf: run through the one loop (parity.hf.validate, its own orchestrator, is gone)."""
     options = options or HfOptions()
     if export_path is not None:
         options = dataclasses.replace(options, export_path=export_path)
@@ -188,7 +188,7 @@ def test_second_family_gpt2_validates_a_single_prompt(gpt2_dir, tmp_path):
 def test_cli_random_weights_with_one_layer_override_exports_and_passes(llama_dir, tmp_path):
     import json
 
-    from core.cli import main
+    from parity.cli import main
 
     export, report = tmp_path / "one_layer.onnx", tmp_path / "report.json"
     argv = ["validate", "--model", f"hf:{llama_dir}", "--prompt", PROMPTS[0]]
@@ -286,21 +286,21 @@ def test_encoder_feature_extraction_goes_through_the_same_spec(bert_dir, tmp_pat
 
 
 def test_missing_directory_is_a_one_line_model_load_error(tmp_path):
-    from core.errors import ModelLoadError
+    from parity.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="no such directory"):
         run_hf_validation(f"hf:{tmp_path / 'nope'}")
 
 
 def test_unknown_config_override_is_a_usage_error(llama_dir):
-    from core.errors import UsageError
+    from parity.errors import UsageError
 
     with pytest.raises(UsageError, match="no attribute 'num_layerz'"):
         run_hf_validation(f"hf:{llama_dir}", options=HfOptions(config_overrides={"num_layerz": 1}))
 
 
 def test_tokenizer_is_required_for_prompts(llama_dir, tmp_path):
-    from core.errors import ModelLoadError
+    from parity.errors import ModelLoadError
 
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -333,7 +333,7 @@ def test_cli_validates_hf_dir_against_a_given_onnx_and_writes_the_summary(
 ):
     import json
 
-    from core.cli import main
+    from parity.cli import main
 
     report = tmp_path / "report.json"
     argv = ["validate", "--model", f"hf:{llama_dir}", "--onnx", llama_run.onnx]
@@ -369,8 +369,8 @@ def test_views_and_saved_runs_show_what_the_verdict_judged_padding_excluded(llam
     # Before: the verdict excluded padding but the kept arrays were unmasked, so Inspect and
     # the HTML report showed a worst element at a padding position (0.257 for a present
     # key/value whose stats said 7.45e-8). Now the masks travel with the run, saved or not.
-    from core import views as ins
-    from core.saved_run import load_run, save_run
+    from parity import views as ins
+    from parity.reports.saved_run import load_run, save_run
 
     reopened = load_run(save_run(llama_run, tmp_path / "llm.parity.npz"))
     excluded = [c for c in llama_run.comparisons if c.n_excluded]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from hf_tasks import make_vit_dir, make_yolos_dir, optimum_export
 
-from core.cli import main
-from core.hf.media import generated_inputs
-from core.hf.summary import judged_summary
-from core.pipeline import RunConfig, run_validation
+from parity.cli import main
+from parity.hf.media import generated_inputs
+from parity.hf.summary import judged_summary
+from parity.pipeline import RunConfig, run_validation
 
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")
@@ -94,7 +94,7 @@ def test_generated_pixels_are_seeded(exported) -> None:
 
 def test_own_export_of_an_image_model(exported, tmp_path) -> None:
     """Without --onnx, Parity exports the forward it captured (pixel_values in)."""
-    from core.hf.options import HfOptions
+    from parity.hf.options import HfOptions
 
     directory, _ = exported["vit"]
     export = tmp_path / "vit.onnx"

@@ -11,12 +11,12 @@ import pytest
 from browser import launch
 from plotly.offline import get_plotlyjs
 
-from core.compare import compare_outputs
-from core.html_report import FIGURES_PER_FAILING_OUTPUT, figure_count, write_html_report
-from core.results import InputSet, OutputSet, ValidationRun
-from core.saved_run import load_run, save_run
-from core.signature import OnnxSignature, TensorSpec
-from core.tolerances import Tolerance, Tolerances
+from parity.judge.compare import compare_outputs
+from parity.reports.html_report import FIGURES_PER_FAILING_OUTPUT, figure_count, write_html_report
+from parity.reports.saved_run import load_run, save_run
+from parity.results import InputSet, OutputSet, ValidationRun
+from parity.signature import OnnxSignature, TensorSpec
+from parity.tolerances import Tolerance, Tolerances
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 EVIL_NAME = "<img src=http://example.invalid/x.png onerror=alert(1)>"
@@ -190,7 +190,7 @@ def test_report_of_a_saved_run_equals_report_of_the_live_run(tmp_path: Path, mix
 
 
 def test_many_failing_outputs_are_capped_worst_first(tmp_path: Path) -> None:
-    from core.html_report import MAX_DETAILED_OUTPUTS
+    from parity.reports.html_report import MAX_DETAILED_OUTPUTS
 
     a = np.linspace(1, 2, 12, dtype=np.float32).reshape(3, 4)
     n = MAX_DETAILED_OUTPUTS + 6

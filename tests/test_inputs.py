@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.errors import InputError, UsageError
-from core.inputs import (
+from parity.errors import InputError, UsageError
+from parity.load.onnx_model import load_onnx
+from parity.run.inputs import (
     DEFAULT_INT_RANGE,
     check_feeds,
     default_dim_size,
@@ -16,8 +17,7 @@ from core.inputs import (
     load_input_files,
     make_input_sets,
 )
-from core.onnx_model import load_onnx
-from core.signature import OnnxSignature, TensorSpec
+from parity.signature import OnnxSignature, TensorSpec
 
 
 def _sig(*inputs: TensorSpec) -> OnnxSignature:

@@ -17,13 +17,13 @@ import onnx
 import pytest
 import torch
 
-from core.cli import main
-from core.inputs import make_input_sets
-from core.layers.localise import localise
-from core.layers.onnx_runs import plan_batches
-from core.layers.stats import value_stats
-from core.onnx_model import load_onnx
-from core.torch_model import load_torch_model
+from parity.cli import main
+from parity.layers.localise import localise
+from parity.layers.onnx_runs import plan_batches
+from parity.layers.stats import value_stats
+from parity.load.onnx_model import load_onnx
+from parity.load.torch_model import load_torch_model
+from parity.run.inputs import make_input_sets
 from tests.layers_plant import plant
 
 NET_SOURCE = textwrap.dedent(
@@ -242,8 +242,8 @@ def test_a_torch_pass_keeps_nothing_its_callback_holds(net: NetExports) -> None:
     import gc
     import weakref
 
-    from core.layers.matching import make_plan
-    from core.layers.onnx_graph import read_graph
+    from parity.layers.matching import make_plan
+    from parity.layers.onnx_graph import read_graph
 
     model = load_torch_model(str(net.pt2))
     signature = load_onnx(net.dynamo).signature

@@ -1,6 +1,6 @@
 """The Model Explorer node data opens on the graph Model Explorer's own ONNX adapter builds.
 
-Real parts: a legacy export with a bug planted in one layer, localised by core.layers, and
+Real parts: a legacy export with a bug planted in one layer, localised by parity.layers, and
 the `model-explorer-onnx` adapter converting the same file; the JSON must parse into
 `ai-edge-model-explorer`'s node-data classes (strictly: no unknown field) and every key must
 be a graph / node id of the adapter's graph.
@@ -17,11 +17,11 @@ import onnx
 import pytest
 import torch
 
-from core.inputs import make_input_sets
-from core.layers import model_explorer as me
-from core.layers.localise import localise
-from core.onnx_model import load_onnx
-from core.torch_model import load_torch_model
+from parity.layers import model_explorer as me
+from parity.layers.localise import localise
+from parity.load.onnx_model import load_onnx
+from parity.load.torch_model import load_torch_model
+from parity.run.inputs import make_input_sets
 from tests.layers_plant import plant
 
 dacite = pytest.importorskip("dacite")

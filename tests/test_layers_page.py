@@ -17,7 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_layers_views import EVIL, chain
 
-from core.layers.result import KeptValue, LayersResult
+from parity.layers.result import KeptValue, LayersResult
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180
@@ -25,7 +25,7 @@ TIMEOUT = 180
 
 @pytest.fixture(scope="module")
 def demo_run():
-    from core.pipeline import RunConfig, run_validation
+    from parity.pipeline import RunConfig, run_validation
 
     return run_validation(RunConfig(model="demo:cnn", onnx=None))
 
@@ -111,7 +111,7 @@ def test_a_kept_value_opens_in_the_inspect_views_and_goes_back(demo_run):
     assert types == ["bar", "heatmap", "heatmap", "bar", "scatter"]  # where profile (bars) first
     assert any("FAIL" in m.value and "default tolerance" in m.value for m in at.markdown)
     # a looser session tolerance re-judges the kept value (its comparison is not recomputed)
-    from core.tolerances import Tolerance, Tolerances
+    from parity.tolerances import Tolerance, Tolerances
 
     box = at.session_state["parity_inspect_cache"]
     at.session_state["parity_tolerances"] = Tolerances(default=Tolerance(atol=0.01))

@@ -19,10 +19,10 @@ import onnx
 import pytest
 import torch
 
-from core.inputs import make_input_sets
-from core.layers.localise import localise
-from core.onnx_model import load_onnx
-from core.torch_model import load_torch_model
+from parity.layers.localise import localise
+from parity.load.onnx_model import load_onnx
+from parity.load.torch_model import load_torch_model
+from parity.run.inputs import make_input_sets
 
 SOURCE = textwrap.dedent(
     """
@@ -147,7 +147,11 @@ def test_cli_names_the_module_and_prints_only_parity_s_lines(exports: Exports) -
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     args = ["validate", "--model", str(exports.pt2), "--onnx", str(exports.dynamo), "--layers"]
     done = subprocess.run(
-        [sys.executable, "-m", "core", *args], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "parity", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert done.returncode == 1, done.stderr[-2000:]  # the outputs' verdict: the bias is off
     assert "diverges first at 'body'" in done.stdout

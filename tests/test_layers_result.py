@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from core.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
-from core.report import dumps, report_dict
-from core.saved_run import load_run, save_run
+from parity.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
+from parity.reports.report import dumps, report_dict
+from parity.reports.saved_run import load_run, save_run
 from tests.test_saved_run import make_run
 
 

@@ -16,10 +16,10 @@ from layers_planted import PLANTED_MODULE, planted_export, planted_layers_run
 from streamlit.testing.v1 import AppTest
 from test_layers_page import APP, TIMEOUT
 
-from core.cli import main
-from core.layers import figures as lf
-from core.layers import views
-from core.layers.model_explorer import DIVERGES_COLOR
+from parity.cli import main
+from parity.layers import figures as lf
+from parity.layers import views
+from parity.layers.model_explorer import DIVERGES_COLOR
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ import re
 import numpy as np
 import pytest
 
-from core.layers import figures as lf
-from core.layers import model_explorer as me
-from core.layers import views
-from core.layers.result import KeptValue, LayersResult, LayerValue
+from parity.layers import figures as lf
+from parity.layers import model_explorer as me
+from parity.layers import views
+from parity.layers.result import KeptValue, LayersResult, LayerValue
 
 EVIL = "blocks.<b>2</b>.**mlp**"
 
@@ -229,9 +229,9 @@ def _no_constants(name: str):
 
 
 def test_the_html_report_gets_a_layers_section_offline_and_escaped():
-    from core.html_report import figure_count, render_html_report
-    from core.results import ValidationRun
-    from core.tolerances import Tolerances
+    from parity.reports.html_report import figure_count, render_html_report
+    from parity.results import ValidationRun
+    from parity.tolerances import Tolerances
 
     run = ValidationRun(
         model="m.pt2", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
@@ -265,9 +265,9 @@ def test_the_html_report_looks_the_same_whatever_plotly_template_the_process_use
     import plotly.io as pio
     import streamlit.elements.plotly_chart  # noqa: F401  (registers and selects its template)
 
-    from core.html_report import render_html_report
-    from core.results import ValidationRun
-    from core.tolerances import Tolerances
+    from parity.reports.html_report import render_html_report
+    from parity.results import ValidationRun
+    from parity.tolerances import Tolerances
 
     run = ValidationRun(
         model="m.pt2", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.cli import EXIT_ERROR, main
+from parity.cli import EXIT_ERROR, main
 
 
 def test_model_explorer_without_layers_is_a_usage_error_before_the_run(tmp_path, capsys):

@@ -1,14 +1,15 @@
-"""Numbers typed by people: one parser (core.text.parse_number) for the CLI's --tol and the
-dashboard's tolerance cells, and the overrides editor's rules (pages.tolerance_editor)."""
+"""Numbers typed by people: one parser (parity.text.parse_number) for the CLI's --tol and the
+dashboard's tolerance cells, and the overrides editor's rules
+(parity.dashboard.tolerance_editor)."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.results import ValidationRun
-from core.text import parse_number
-from core.tolerances import Tolerance, Tolerances, parse_tol_arg
-from pages.tolerance_editor import apply_edits, editor_frame, fmt
+from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
+from parity.results import ValidationRun
+from parity.text import parse_number
+from parity.tolerances import Tolerance, Tolerances, parse_tol_arg
 
 
 @pytest.mark.parametrize(
@@ -33,7 +34,7 @@ def test_cli_tol_reads_through_the_same_parser():
 
 
 def _run(names: tuple[str, ...]) -> ValidationRun:
-    from core.results import OutputComparison, Status
+    from parity.results import OutputComparison, Status
 
     comps = tuple(
         OutputComparison(

@@ -11,8 +11,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.errors import OnnxLoadError, UsageError
-from core.onnx_model import ORT_OPT_LEVELS, load_onnx, make_session
+from parity.errors import OnnxLoadError, UsageError
+from parity.load.onnx_model import ORT_OPT_LEVELS, load_onnx, make_session
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:

@@ -23,9 +23,9 @@ from torch import nn
 from torch.export import Dim
 from torch.utils._pytree import tree_leaves
 
-from core.errors import ModelLoadError
-from core.pt2_archive import load_pt2
-from core.pt2_sympy import ExpressionError, parse_expression
+from parity.errors import ModelLoadError
+from parity.load.pt2_archive import load_pt2
+from parity.load.pt2_sympy import ExpressionError, parse_expression
 
 
 class Cat(nn.Module):
@@ -253,7 +253,7 @@ def test_an_hf_model_output_archive_loads_in_a_fresh_process(tmp_path) -> None:
     path = tmp_path / "bert_output.pt2"
     torch.export.save(program, path)
     code = (
-        "import sys; from core.pt2_archive import load_pt2; "
+        "import sys; from parity.load.pt2_archive import load_pt2; "
         "assert 'transformers' not in sys.modules; "
         f"module, _ = load_pt2({str(path)!r}); "
         "ids = __import__('torch').zeros(2, 8, dtype=int); "

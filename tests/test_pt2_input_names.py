@@ -15,10 +15,10 @@ import pytest
 import torch
 from hf_tasks import bert_config, optimum_export
 
-from core.cli import main
-from core.input_binding import BY_NAME, BY_POSITION, NO_NAMES, bind_inputs
-from core.pipeline import RunConfig, run_validation
-from core.torch_model import load_torch_model
+from parity.cli import main
+from parity.load.torch_model import load_torch_model
+from parity.pipeline import RunConfig, run_validation
+from parity.run.input_binding import BY_NAME, BY_POSITION, NO_NAMES, bind_inputs
 
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.errors import InputError, UsageError
-from core.reference import load_reference_outputs, save_input_feeds, save_reference_outputs
-from core.results import InputSet, OutputSet, ValidationRun
-from core.signature import OnnxSignature, TensorSpec
-from core.tolerances import Tolerances
+from parity.errors import InputError, UsageError
+from parity.results import InputSet, OutputSet, ValidationRun
+from parity.run.reference import load_reference_outputs, save_input_feeds, save_reference_outputs
+from parity.signature import OnnxSignature, TensorSpec
+from parity.tolerances import Tolerances
 
 SIG = OnnxSignature(
     inputs=(TensorSpec("x", "float32", ("batch", 4)),),
@@ -150,8 +150,8 @@ def test_saving_a_run_without_reference_outputs_is_a_usage_error(tmp_path: Path)
 def test_reference_only_validation_gives_the_numbers_of_the_live_run(
     tmp_path: Path, model_zoo, tiny_artifacts
 ) -> None:
-    from core.pipeline import RunConfig, run_validation
-    from core.report import report_dict
+    from parity.pipeline import RunConfig, run_validation
+    from parity.reports.report import report_dict
 
     live = run_validation(
         RunConfig(
@@ -183,9 +183,9 @@ def test_saved_run_identity_records_weights_and_reference_files(
 ) -> None:
     # Before: the identity looked these up under `extra` keys nothing wrote, so neither a
     # weights file nor a reference file ever reached a saved run.
-    from core.hashing import file_sha256
-    from core.pipeline import RunConfig, run_validation
-    from core.saved_run import load_run, save_run
+    from parity.files.hashing import file_sha256
+    from parity.pipeline import RunConfig, run_validation
+    from parity.reports.saved_run import load_run, save_run
 
     weights = str(tiny_artifacts.state_safetensors)
     live = run_validation(

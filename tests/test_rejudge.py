@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from core.compare import compare_outputs
-from core.error_profile import ErrorProfile
-from core.errors import UsageError
-from core.results import Status, ValidationRun
-from core.tolerances import Tolerance, Tolerances
+from parity.errors import UsageError
+from parity.judge.compare import compare_outputs
+from parity.judge.error_profile import ErrorProfile
+from parity.results import Status, ValidationRun
+from parity.tolerances import Tolerance, Tolerances
 
 RUN_TOL = Tolerance(atol=1e-5, rtol=0.0)
 

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from core.report import SCHEMA, dumps, error_report_dict, report_dict
-from core.results import ErrorStats, InputSet, OutputComparison, Status, ValidationRun
-from core.tolerances import Tolerance, Tolerances
+from parity.reports.report import SCHEMA, dumps, error_report_dict, report_dict
+from parity.results import ErrorStats, InputSet, OutputComparison, Status, ValidationRun
+from parity.tolerances import Tolerance, Tolerances
 
 
 def _comparison(**stats) -> OutputComparison:

@@ -1,4 +1,4 @@
-"""One row per comparison (core.rows): the terminal, the JSON report, the HTML report and the
+"""One row per comparison (parity.show.rows): the terminal, the JSON report, the HTML report and the
 dashboard's tables all show the same cells, in the same column order."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import re
 
 import numpy as np
 
-from core.compare import compare_outputs
-from core.format import format_table
-from core.html_report import render_html_report
-from core.report import report_dict
-from core.results import InputSet, Status, ValidationRun
-from core.rows import COLUMNS, ComparisonRow, comparison_rows, merge, output_rows
-from core.tolerances import Tolerance, Tolerances
+from parity.judge.compare import compare_outputs
+from parity.reports.html_report import render_html_report
+from parity.reports.report import report_dict
+from parity.results import InputSet, Status, ValidationRun
+from parity.show.format import format_table
+from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows, merge, output_rows
+from parity.tolerances import Tolerance, Tolerances
 
 # parity.report/1 outputs[] fields, in their order: a contract (README, design.md)
 REPORT_FIELDS = [
@@ -104,7 +104,7 @@ def test_merged_output_row_takes_the_worst_set_and_the_atol_that_passes_in_every
     assert merged.n_mismatch == 2 and merged.n_judged == 6
     assert merged.min_atol_to_pass == max(a.min_atol_to_pass, b.min_atol_to_pass)
     # a shape failure in one set: no tolerance fixes the output (the worst set to look at is
-    # still the element-wise failure: core.labels.badness)
+    # still the element-wise failure: parity.labels.badness)
     (y, z) = output_rows(_mixed_run())
     assert y.status is Status.FAIL and not y.can_rejudge and y.min_atol_to_pass is None
     assert z.status is Status.FAIL and z.n_nonfinite == 1

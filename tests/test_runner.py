@@ -12,13 +12,13 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from core.errors import InputError, ModelRunError, OnnxRunError
-from core.inputs import make_input_sets
-from core.onnx_model import load_onnx, make_session
-from core.results import InputSet
-from core.runner import flatten_outputs, match_outputs, run_onnx, run_torch
-from core.signature import OnnxSignature, TensorSpec
-from core.torch_model import TorchModel, load_torch_model
+from parity.errors import InputError, ModelRunError, OnnxRunError
+from parity.load.onnx_model import load_onnx, make_session
+from parity.load.torch_model import TorchModel, load_torch_model
+from parity.results import InputSet
+from parity.run.inputs import make_input_sets
+from parity.run.runner import flatten_outputs, match_outputs, run_onnx, run_torch
+from parity.signature import OnnxSignature, TensorSpec
 
 
 def _sig(inputs: list[TensorSpec], outputs: list[str]) -> OnnxSignature:

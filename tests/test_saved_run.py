@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.compare import compare_outputs
-from core.errors import SavedRunError
-from core.report import report_dict
-from core.results import (
+from parity.errors import SavedRunError
+from parity.judge.compare import compare_outputs
+from parity.reports.report import report_dict
+from parity.reports.saved_run import MANIFEST, SCHEMA, load_run, read_manifest, save_run
+from parity.results import (
     ErrorStats,
     InputSet,
     OutputComparison,
@@ -27,9 +28,8 @@ from core.results import (
     Status,
     ValidationRun,
 )
-from core.saved_run import MANIFEST, SCHEMA, load_run, read_manifest, save_run
-from core.signature import OnnxSignature, TensorSpec
-from core.tolerances import Tolerance, Tolerances
+from parity.signature import OnnxSignature, TensorSpec
+from parity.tolerances import Tolerance, Tolerances
 
 
 def _stats(ref: np.ndarray, onnx: np.ndarray) -> ErrorStats:
@@ -381,8 +381,8 @@ def test_opening_a_saved_run_does_not_import_torch(tmp_path: Path) -> None:
     path = save_run(make_run({"y": np.ones((5, 5), np.float32)}), tmp_path / "r.parity.npz")
     code = (
         "import sys\n"
-        "from core.saved_run import load_run\n"
-        "from core.report import report_dict\n"
+        "from parity.reports.saved_run import load_run\n"
+        "from parity.reports.report import report_dict\n"
         f"run = load_run({str(path)!r})\n"
         "report_dict(run.rejudge(run.tolerances))\n"
         "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
@@ -399,8 +399,8 @@ def test_opening_a_saved_run_does_not_import_torch(tmp_path: Path) -> None:
 CONTROLS_PAGE = """
 import streamlit as st
 
-from pages import state
-from pages.saved_runs import render_saved_run_controls
+from parity.dashboard import state
+from parity.dashboard.saved_runs import render_saved_run_controls
 
 with st.sidebar:
     render_saved_run_controls()
@@ -448,7 +448,7 @@ def test_dashboard_control_opens_a_saved_run_without_torch(tmp_path: Path) -> No
 def test_cli_report_from_a_saved_run_writes_the_live_runs_json(
     tmp_path: Path, model_zoo, tiny_artifacts
 ) -> None:
-    from core.cli import main
+    from parity.cli import main
 
     run_file, live_json, saved_json = (tmp_path / n for n in ("r.parity.npz", "a.json", "b.json"))
     args = ["validate", "--model", model_zoo.spec("make_tiny"), "--onnx", str(tiny_artifacts.onnx)]

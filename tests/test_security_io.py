@@ -1,7 +1,7 @@
 """Issue 9, files and limits: atomic outputs, bounded allocations, the time limit, strict files.
 
 Every case is a real generated file run through the real CLI in a subprocess
-(`python -m core validate ...`): exit 2 and one line on stderr, nothing half-written.
+(`python -m parity validate ...`): exit 2 and one line on stderr, nothing half-written.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ _ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def run_cli(*args: str, prelude: str = "", timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m core ARGS`, or with `prelude` run first in the same process."""
+    """`python -m parity ARGS`, or with `prelude` run first in the same process."""
     if prelude:
-        code = f"{prelude}\nimport sys\nfrom core.cli import main\nsys.exit(main(sys.argv[1:]))"
+        code = f"{prelude}\nimport sys\nfrom parity.cli import main\nsys.exit(main(sys.argv[1:]))"
         cmd = [sys.executable, "-c", code, *args]
     else:
-        cmd = [sys.executable, "-m", "core", *args]
+        cmd = [sys.executable, "-m", "parity", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_ENV)
 
 
@@ -363,9 +363,9 @@ def test_a_reference_file_claiming_gigabytes_is_refused_from_its_header(
 
 def test_input_sets_are_generated_one_at_a_time(tiny_artifacts):
     """Set k+1 is not made before set k is consumed: a run holds what it has run, not more."""
-    from core.budget import MemoryBudget
-    from core.inputs import iter_input_sets, make_input_sets
-    from core.onnx_model import load_onnx
+    from parity.load.onnx_model import load_onnx
+    from parity.run.budget import MemoryBudget
+    from parity.run.inputs import iter_input_sets, make_input_sets
 
     signature = load_onnx(str(tiny_artifacts.onnx)).signature
     lazy = iter_input_sets(signature, n_sets=100_000, budget=MemoryBudget(1 << 40))
@@ -426,11 +426,11 @@ def endless_loop(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 def test_ort_is_terminated_inside_a_loop_at_the_deadline(endless_loop):
     """In process, no watchdog: ORT's terminate flag stops the Loop and the run says why."""
-    from core.deadline import Deadline
-    from core.errors import RunTimeout
-    from core.inputs import load_input_files
-    from core.onnx_model import load_onnx, make_session
-    from core.runner import run_onnx
+    from parity.errors import RunTimeout
+    from parity.load.onnx_model import load_onnx, make_session
+    from parity.run.deadline import Deadline
+    from parity.run.inputs import load_input_files
+    from parity.run.runner import run_onnx
 
     onnx_path, feeds, _ = endless_loop
     model = load_onnx(str(onnx_path))
@@ -511,7 +511,7 @@ def test_dashboard_time_limit_stops_an_endless_onnx_loop(endless_loop, tmp_path:
 
 @pytest.mark.parametrize("name", ["report.json", "run [1].json", "a*b?.json"])
 def test_the_next_write_removes_a_stale_temp_whatever_the_name(name: str, tmp_path: Path):
-    from core.atomic import write_output
+    from parity.files.atomic import write_output
 
     target = tmp_path / name
     stale = tmp_path / f".{name}.0123456789ab.parity-tmp"  # what a killed writer leaves

@@ -23,8 +23,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from core.errors import ModelLoadError
-from core.torch_model import is_code_spec, load_torch_model
+from parity.errors import ModelLoadError
+from parity.load.torch_model import is_code_spec, load_torch_model
 
 
 class _Payload:
@@ -254,7 +254,7 @@ def _raw_pickle(path: Path) -> Path:
 def test_bad_model_files_give_exactly_one_line(case, tiny_artifacts, model_zoo, tmp_path) -> None:
     model, onnx_file = CLI_CASES[case](tiny_artifacts, model_zoo, tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "core", "validate", "--model", str(model)]
+        [sys.executable, "-m", "parity", "validate", "--model", str(model)]
         + ["--onnx", str(onnx_file or tiny_artifacts.onnx)]
         + (["--weights", str(tiny_artifacts.pickled_module)] if case == "pickled_weights" else []),
         capture_output=True,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core.cli import main
-from core.sweep.index import render_index
-from core.sweep.manifest import load_manifest
-from core.sweep.plan import plan_jobs
+from parity.cli import main
+from parity.sweep.index import render_index
+from parity.sweep.manifest import load_manifest
+from parity.sweep.plan import plan_jobs
 from tests.sweep_zoo import copy_tiny, write_manifest, write_zoo
 
 TIMEOUT_S = "30"  # the hanging pair is killed after this; every other pair takes seconds
@@ -141,7 +141,7 @@ def _p(name: str = "a", args: list[str] = GOOD, **more) -> dict:
 
 
 def test_the_resume_key_changes_with_args_defaults_timeout_and_versions(tmp_path):
-    from core.sweep.plan import installed_versions, pair_key
+    from parity.sweep.plan import installed_versions, pair_key
 
     def keys(pairs: list[dict], defaults: list[str] | None = None, timeout: float = 60.0):
         manifest = load_manifest(write_manifest(tmp_path, pairs, defaults=defaults))
@@ -245,7 +245,7 @@ def test_paths_resolve_in_the_manifest_folder_and_outputs_land_in_the_pair_folde
 
 
 def test_a_gpu_pairs_ray_task_asks_for_a_gpu_and_a_cluster_without_one_refuses_it(tmp_path):
-    from core.sweep.on_ray import task_options, unplaceable
+    from parity.sweep.on_ray import task_options, unplaceable
 
     manifest = write_manifest(
         tmp_path,
@@ -289,11 +289,10 @@ if "--json" in sys.argv:
 ON_A_GPU_CLUSTER = """
 import sys
 import ray
-from core.cli import main
-from core.sweep.execute import parity_pythonpath
+from parity.cli import main
 
 ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, object_store_memory=128 << 20,
-         runtime_env={"env_vars": {"PYTHONPATH": parity_pythonpath()}}, log_to_driver=False)
+         log_to_driver=False)
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -307,7 +306,9 @@ def _sweep_process(
 ) -> subprocess.CompletedProcess:
     """`parity sweep ARGS` in its own process group (or `code` given ARGS), killed whole with
     the Ray cluster it started if it hangs: a hang fails the test instead of stalling it."""
-    command = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "core", *args]
+    command = (
+        [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "parity", *args]
+    )
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -374,7 +375,7 @@ def test_engine_ray_without_ray_installed_is_one_line_naming_the_extra(tmp_path)
     manifest = write_manifest(tmp_path, [{"name": "a", "args": ["--model", "demo:cnn"]}])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), os.getcwd()])}
     result = subprocess.run(
-        [sys.executable, "-m", "core", "sweep", str(manifest), "--out", str(tmp_path / "o")]
+        [sys.executable, "-m", "parity", "sweep", str(manifest), "--out", str(tmp_path / "o")]
         + ["--engine", "ray"],
         capture_output=True,
         text=True,
@@ -416,8 +417,8 @@ def test_index_shows_names_and_messages_as_text_and_loads_nothing():
 
 
 def test_progress_line_text_counts_verdicts_and_estimates_from_the_pairs_that_ran():
-    from core.sweep.execute import PairResult
-    from core.sweep.progress import clock, progress_line
+    from parity.sweep.execute import PairResult
+    from parity.sweep.progress import clock, progress_line
 
     done = [
         PairResult("a", "pass", 0, 1.0, None, (), None, ""),
@@ -442,7 +443,7 @@ def _sweep_on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # rows, columns
     proc = subprocess.Popen(
-        [sys.executable, "-m", "core", *argv],
+        [sys.executable, "-m", "parity", *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=slave,
@@ -487,7 +488,7 @@ def test_progress_line_is_live_on_a_terminal_and_absent_from_logs_and_ci(
         code, shown = _sweep_on_a_terminal([*argv, "--resume"], env)
         assert code == 1 and "done:" not in shown, env
     logged = subprocess.run(  # a log file or a CI log: stderr is not a terminal
-        [sys.executable, "-m", "core", *argv, "--resume"],
+        [sys.executable, "-m", "parity", *argv, "--resume"],
         capture_output=True,
         text=True,
         env={**os.environ, **terminal},
@@ -510,7 +511,7 @@ def test_interrupting_a_sweep_kills_its_running_pairs_and_keeps_the_summary(
     manifest = write_manifest(zoo, [{"name": "h1", "args": hang}, {"name": "h2", "args": hang}])
     out = tmp_path / "out"
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "core", "sweep", str(manifest), "--out", str(out)]
+        [sys.executable, "-m", "parity", "sweep", str(manifest), "--out", str(out)]
         + ["--workers", "2", "--timeout", "600"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

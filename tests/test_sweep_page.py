@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.cli import main
+from parity.cli import main
 from tests.sweep_zoo import copy_tiny, write_manifest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pages.text import md_code, md_text
+from parity.dashboard.text import md_code, md_text
 
 
 def test_md_text_escapes_every_markup_character_and_breaks_autolinks():

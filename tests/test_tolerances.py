@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from core.errors import UsageError
-from core.tolerances import DEFAULT_ATOL, Tolerance, Tolerances, parse_tol_arg
+from parity.errors import UsageError
+from parity.tolerances import DEFAULT_ATOL, Tolerance, Tolerances, parse_tol_arg
 
 
 def test_defaults_are_optimums():

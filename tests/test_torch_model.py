@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.errors import ModelLoadError, UsageError
-from core.torch_model import load_torch_model
+from parity.errors import ModelLoadError, UsageError
+from parity.load.torch_model import load_torch_model
 
 X = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
 
@@ -162,7 +162,7 @@ def test_corrupt_safetensors_and_missing_weights(model_zoo, tmp_path: Path) -> N
 
 
 def test_unknown_demo_lists_the_demos() -> None:
-    from core.demos import DEMOS
+    from parity.load.demos import DEMOS
 
     with pytest.raises(UsageError) as exc:
         load_torch_model("demo:nope")
@@ -171,7 +171,7 @@ def test_unknown_demo_lists_the_demos() -> None:
 
 
 def test_demo_spec_builds_the_demo_in_eval_mode() -> None:
-    from core.demos import DEMOS
+    from parity.load.demos import DEMOS
 
     name = "cnn" if "cnn" in DEMOS else next(iter(DEMOS))
     model = load_torch_model(f"demo:{name}")

@@ -1,4 +1,4 @@
-"""core.unzip: an uploaded .zip unpacked flat, refusing what could escape, lie or overflow.
+"""parity.load.unzip: an uploaded .zip unpacked flat, refusing what could escape, lie or overflow.
 
 Real zips made with zipfile, some patched byte by byte where a hostile one would lie.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import InputError
-from core.unzip import extract_flat
+from parity.errors import InputError
+from parity.load.unzip import extract_flat
 
 MB = 1 << 20
 

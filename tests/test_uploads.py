@@ -1,4 +1,5 @@
-"""pages.uploads' groups: files uploaded together, side by side, once per set, gone with it.
+"""parity.dashboard.uploads' groups: files uploaded together, side by side, once per set, gone with
+it.
 
 Streamlit's session state in bare mode (no server); the uploads are BytesIO objects with a
 name and a file_id, as Streamlit's UploadedFile is.
@@ -15,9 +16,9 @@ from pathlib import Path
 import pytest
 import streamlit as st
 
-from core.errors import InputError
-from pages import uploads
-from pages.uploads import SESSION_KEY, shown_path, upload_group, upload_onnx
+from parity.dashboard import uploads
+from parity.dashboard.uploads import SESSION_KEY, shown_path, upload_group, upload_onnx
+from parity.errors import InputError
 
 MB = 1 << 20
 

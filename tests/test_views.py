@@ -1,4 +1,5 @@
-"""core.views (slices, pooling, histogram, worst elements, sampling) and core.suggest,
+"""parity.show.views (slices, pooling, histogram, worst elements, sampling) and
+parity.judge.suggest,
 checked against plain numpy on synthetic arrays."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from core import views as ins
-from core.suggest import ladder, nearest, round_up_125, with_value
+from parity import views as ins
+from parity.judge.suggest import ladder, nearest, round_up_125, with_value
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Where the mismatches are (core.where): planted patterns, the rule, bounded passes, and the
+"""Where the mismatches are (parity.judge.where): planted patterns, the rule, bounded passes, and
+the
 real demo:broken export through the CLI's JSON, a saved run and the terminal."""
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.cli import main
-from core.compare import compare_outputs
-from core.report import report_dict
-from core.saved_run import load_run
-from core.tolerances import Tolerance
-from core.where import MAX_PROFILE_LEN, concentrated_entries, where_profile
+from parity.cli import main
+from parity.judge.compare import compare_outputs
+from parity.judge.where import MAX_PROFILE_LEN, concentrated_entries, where_profile
+from parity.reports.report import report_dict
+from parity.reports.saved_run import load_run
+from parity.tolerances import Tolerance
 
 NAMES = ("batch", None, "height", "width")
 TOL = Tolerance(1e-5, 0.0)

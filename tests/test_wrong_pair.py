@@ -10,11 +10,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from wrong_pair import write_wrong_pair
 
-from core.cli import main
-from core.format import format_run
-from core.labels import wrong_pair_note
-from core.pipeline import RunConfig, run_validation
-from core.report import report_dict
+from parity.cli import main
+from parity.labels import wrong_pair_note
+from parity.pipeline import RunConfig, run_validation
+from parity.reports.report import report_dict
+from parity.show.format import format_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 

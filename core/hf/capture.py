@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import InputError, ModelRunError, first_line
-from core.hf.loading import LoadedHfModel, quiet_transformers
+from parity.errors import InputError, ModelRunError, first_line
+from parity.hf.loading import LoadedHfModel, quiet_transformers
 
 CACHE_KEYWORDS = ("past_key_values", "cache")
 TENSOR_INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids")

@@ -1,4 +1,4 @@
-"""The `hf:DIR` flags of `parity validate` (the per-step table it prints: core.hf.steps_text).
+"""The `hf:DIR` flags of `parity validate` (the per-step table it prints: parity.hf.steps_text).
 
 Importing this module never imports transformers, so `parity --help` works without the extra.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from core.hf.options import (
+from parity.hf.options import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
     HfOptions,

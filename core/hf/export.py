@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ExportError
-from core.export_lock import export_lock
-from core.hf.capture import CACHE_KEYWORDS, CapturedCall
-from core.hf.feeds import LOGITS, past_name, present_name
+from parity.errors import ExportError
+from parity.hf.capture import CACHE_KEYWORDS, CapturedCall
+from parity.hf.feeds import LOGITS, past_name, present_name
+from parity.load.export_lock import export_lock
 
 EXAMPLE_SEQ = 3  # example sizes of dynamic roles: distinct, >= 2 (no 0/1 specialisation)
 EXAMPLE_PAST = 5

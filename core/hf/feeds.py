@@ -15,9 +15,9 @@ import re
 
 import numpy as np
 
-from core.errors import InputError
-from core.hf.capture import CapturedCall
-from core.signature import OnnxSignature
+from parity.errors import InputError
+from parity.hf.capture import CapturedCall
+from parity.signature import OnnxSignature
 
 PAST_NAME = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 PRESENT_NAME = re.compile(r"^present\.(\d+)\.(key|value)$")

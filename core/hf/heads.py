@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import ModelLoadError, UsageError
+from parity.errors import ModelLoadError, UsageError
 
 GENERATE = "generate"  # a causal LM: every generate() step
 FORWARD = "forward"  # one forward call (encoders, classifiers, detectors)
-SEQ2SEQ = "seq2seq"  # an encoder-decoder: generation steps (core.hf's seq2seq path)
+SEQ2SEQ = "seq2seq"  # an encoder-decoder: generation steps (parity.hf's seq2seq path)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from core.errors import ModelLoadError, UsageError, first_line
-from core.hf.heads import FORWARD, SEQ2SEQ, ModelClass, choose_model_class
-from core.hf.media import is_media_model, load_processor
-from core.hf.options import INSTALL_HINT, format_overrides
+from parity.errors import ModelLoadError, UsageError, first_line
+from parity.hf.heads import FORWARD, SEQ2SEQ, ModelClass, choose_model_class
+from parity.hf.media import is_media_model, load_processor
+from parity.hf.options import INSTALL_HINT, format_overrides
 
 
 def require_transformers() -> ModuleType:
@@ -66,7 +66,7 @@ def load_hf_model(
     task: str | None = None,
     onnx_outputs: Mapping[str, int] | None = None,
 ) -> LoadedHfModel:
-    """Config (with overrides applied first), then the class for its task (core.hf.heads:
+    """Config (with overrides applied first), then the class for its task (parity.hf.heads:
     `task`, its architectures, `onnx_outputs` names -> ranks), then weights or a random init,
     then the tokenizer."""
     transformers = require_transformers()
@@ -165,7 +165,7 @@ def _model_class(
     task: str | None,
     onnx_outputs: Mapping[str, int] | None,
 ) -> ModelClass:
-    """The class the directory was made for (core.hf.heads); one line naming it when hf:
+    """The class the directory was made for (parity.hf.heads); one line naming it when hf:
     cannot validate it."""
     try:
         chosen = choose_model_class(config, task=task, onnx_outputs=onnx_outputs)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ModelLoadError, first_line
+from parity.errors import ModelLoadError, first_line
 
 PIXELS = "pixel_values"
 MEDIA_INPUTS = (PIXELS, "input_features", "input_values")

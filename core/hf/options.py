@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import UsageError
-from core.specs import HF_PREFIX
+from parity.errors import UsageError
+from parity.load.specs import HF_PREFIX
 
 DEFAULT_PROMPT = "Continue: it rains, what should I do?"
 DEFAULT_MAX_NEW_TOKENS = 3
@@ -38,7 +38,7 @@ class HfOptions:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens!r}")
         if self.task is not None:
-            from core.hf.heads import task_named
+            from parity.hf.heads import task_named
 
             task_named(self.task)  # UsageError listing the tasks
 

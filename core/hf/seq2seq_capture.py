@@ -1,7 +1,7 @@
 """Record an encoder-decoder model's greedy generate(): the encoder call and every decoder call.
 
 Every call is stored under Optimum's ONNX names, so mapping a call onto a file of an export
-folder is a lookup by name (core.hf.seq2seq_parts). Facts this relies on (transformers
+folder is a lookup by name (parity.hf.seq2seq_parts). Facts this relies on (transformers
 4.57): generate() runs `model.get_encoder()` once, then calls the model's forward per new
 token with `decoder_input_ids`, the encoder's `attention_mask`, `encoder_outputs` and an
 `EncoderDecoderCache` (self-attention and cross-attention caches) that is mutated in place,
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ModelRunError, first_line
-from core.hf.capture import KeyValue, _cache_arrays, _to_numpy
-from core.hf.loading import quiet_transformers
+from parity.errors import ModelRunError, first_line
+from parity.hf.capture import KeyValue, _cache_arrays, _to_numpy
+from parity.hf.loading import quiet_transformers
 
 ENCODER = "encoder"
 DECODER = "decoder"

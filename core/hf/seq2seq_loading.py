@@ -1,9 +1,9 @@
 """Load an encoder-decoder `hf:DIR` (T5, BART, Whisper, ...) and make its encoder's inputs.
 
-The class comes from core.hf.heads (`--task`, config.architectures), limited to the
+The class comes from parity.hf.heads (`--task`, config.architectures), limited to the
 encoder-decoder tasks. Text models (a tokenizer) encode the prompts as one right-padded
 batch, the encoders' convention (generate() masks the padding for every decoder step). Audio
-models (main input `input_features`) take the seeded features core.hf.media makes through the
+models (main input `input_features`) take the seeded features parity.hf.media makes through the
 directory's feature extractor, or the `input_features` of an --inputs file; no tokenizer.
 """
 
@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import InputError, ModelLoadError
-from core.hf.heads import BY_NAME, SEQ2SEQ, ModelClass, choose_model_class, tasks_for
-from core.hf.loading import (
+from parity.errors import InputError, ModelLoadError
+from parity.hf.heads import BY_NAME, SEQ2SEQ, ModelClass, choose_model_class, tasks_for
+from parity.hf.loading import (
     _load_config,
     _load_tokenizer,
     instantiate,
     quiet_transformers,
     require_transformers,
 )
-from core.hf.media import generated_inputs, is_media_model, load_processor
+from parity.hf.media import generated_inputs, is_media_model, load_processor
 
 AUDIO_INPUT = "input_features"
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import InputError, UsageError
-from core.hf.feeds import _cast
-from core.hf.seq2seq_capture import DECODER, ENCODER, LAST_HIDDEN, Seq2SeqCall
-from core.signature import OnnxSignature
+from parity.errors import InputError, UsageError
+from parity.hf.feeds import _cast
+from parity.hf.seq2seq_capture import DECODER, ENCODER, LAST_HIDDEN, Seq2SeqCall
+from parity.signature import OnnxSignature
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILE = "decoder_model.onnx"

@@ -3,7 +3,7 @@
 Load `hf:DIR` (T5, BART, Whisper, ...) -> the encoder's inputs (tokenized prompts, or audio
 features generated at the feature extractor's size / given with --inputs) -> greedy
 generate() captured: the encoder call and every decoder call -> each call is one Case, run
-on the file of the export that computes it (core.hf.seq2seq_parts) and labelled `encoder`,
+on the file of the export that computes it (parity.hf.seq2seq_parts) and labelled `encoder`,
 `decoder step 0`, `decoder step 1`, ... The encoder's padding (what its attention mask
 excludes) is not judged in its hidden states nor in the cross-attention keys/values made
 from them. Parity does not export encoder-decoder models itself: --onnx names the folder.
@@ -18,17 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from core.config import RunConfig
-from core.errors import UsageError
-from core.hf.options import HfOptions, hf_directory
-from core.hf.seq2seq_capture import DECODER, Seq2SeqCall, Seq2SeqCapture, capture_seq2seq
-from core.hf.seq2seq_loading import (
+from parity.errors import UsageError
+from parity.hf.options import HfOptions, hf_directory
+from parity.hf.seq2seq_capture import DECODER, Seq2SeqCall, Seq2SeqCapture, capture_seq2seq
+from parity.hf.seq2seq_loading import (
     LoadedSeq2Seq,
     encoder_inputs,
     is_encoder_decoder_dir,
     load_seq2seq,
 )
-from core.hf.seq2seq_parts import (
+from parity.hf.seq2seq_parts import (
     Part,
     Role,
     feeds_for,
@@ -39,17 +38,16 @@ from core.hf.seq2seq_parts import (
     parts_of,
     reference_for,
 )
-from core.hf.source import NOT_EXPORTED, PADDING, logits_crop
-from core.hf.steps_text import SEQ2SEQ
-from core.hf.summary import (
+from parity.hf.source import NOT_EXPORTED, PADDING, logits_crop
+from parity.hf.steps_text import SEQ2SEQ
+from parity.hf.summary import (
     PHASES,
     masked_summary,
     model_class_summary,
     padding_side,
     transformers_version,
 )
-from core.progress import ProgressReporter
-from core.results import (
+from parity.results import (
     GenerationInfo,
     GenerationStep,
     InputSet,
@@ -58,8 +56,10 @@ from core.results import (
     Provenance,
     RunKind,
 )
-from core.signature import OnnxSignature
-from core.sources import Case
+from parity.run.config import RunConfig
+from parity.run.progress import ProgressReporter
+from parity.signature import OnnxSignature
+from parity.sources import Case
 
 _TIMING_KEYS = {"load": "load_model"}
 
@@ -149,8 +149,8 @@ class Seq2SeqSource:
             return {name: np.asarray(a) for name, a in self._given_feeds.items()}
         if self._inputs_file is None:
             return None
-        from core.budget import MemoryBudget
-        from core.inputs import read_feeds_file
+        from parity.run.budget import MemoryBudget
+        from parity.run.inputs import read_feeds_file
 
         return read_feeds_file(self._inputs_file, budget=MemoryBudget.of(self._max_memory))
 
@@ -181,7 +181,7 @@ class Seq2SeqSource:
         comparisons: Sequence[OutputComparison],
         timings: Mapping[str, float],
     ) -> dict[str, Any]:
-        from core.results import set_passed
+        from parity.results import set_passed
 
         calls = capture.calls
         ok = [c.label for c in validated if set_passed(comparisons, c.index)]

@@ -1,7 +1,7 @@
 """Source: the forward calls an hf: model makes in greedy generate(), with an export step.
 
 Load `hf:DIR` -> capture generate() (prefill + each decode step; an encoder's single
-forward) -> when no ONNX file is given, export it (core.hf.export) into the run's temp
+forward) -> when no ONNX file is given, export it (parity.hf.export) into the run's temp
 folder or --export-path -> one Case per captured call: the call's feeds for this ONNX file,
 torch's outputs under the ONNX names, the logits positions torch kept (a crop of the ONNX
 logits) and the padding positions the attention mask excludes (not judged: exports
@@ -17,16 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from core.config import RunConfig
-from core.errors import ExportError, UsageError
-from core.hf.capture import Capture, CapturedCall, capture_forward, capture_generate
-from core.hf.feeds import LOGITS, masked_positions, onnx_feeds, reference_outputs
-from core.hf.loading import LoadedHfModel, load_hf_model
-from core.hf.media import generated_inputs, is_media_model
-from core.hf.options import HfOptions, hf_directory
-from core.hf.summary import build_summary
-from core.progress import ProgressReporter
-from core.results import (
+from parity.errors import ExportError, UsageError
+from parity.hf.capture import Capture, CapturedCall, capture_forward, capture_generate
+from parity.hf.feeds import LOGITS, masked_positions, onnx_feeds, reference_outputs
+from parity.hf.loading import LoadedHfModel, load_hf_model
+from parity.hf.media import generated_inputs, is_media_model
+from parity.hf.options import HfOptions, hf_directory
+from parity.hf.summary import build_summary
+from parity.results import (
     GenerationInfo,
     GenerationStep,
     InputSet,
@@ -35,8 +33,10 @@ from core.results import (
     Provenance,
     RunKind,
 )
-from core.signature import OnnxSignature
-from core.sources import Case, Crop
+from parity.run.config import RunConfig
+from parity.run.progress import ProgressReporter
+from parity.signature import OnnxSignature
+from parity.sources import Case, Crop
 
 PADDING = "padding, never attended"
 NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
@@ -64,7 +64,7 @@ class HfSource:
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
-        choose the model's class when its config does not say (core.hf.heads)."""
+        choose the model's class when its config does not say (parity.hf.heads)."""
         if self._loaded is None or self._capture is None:
             self._report("load", f"loading {self.model}", 0.02)
             t0 = time.perf_counter()
@@ -95,7 +95,7 @@ class HfSource:
 
     def default_onnx(self, workdir: Callable[[], Path]) -> str:
         """Parity's own export: to --export-path, else into the run's temp folder."""
-        from core.hf.export import export_decoder, export_encoder
+        from parity.hf.export import export_decoder, export_encoder
 
         loaded, capture = self._captured()
         given = self.options.export_path
@@ -183,8 +183,8 @@ def _forward_inputs(
                 "--inputs does not apply to a model that generates: its inputs are the "
                 "forward calls generate() makes"
             )
-        from core.budget import MemoryBudget
-        from core.inputs import iter_feed_files
+        from parity.run.budget import MemoryBudget
+        from parity.run.inputs import iter_feed_files
 
         sets = list(iter_feed_files(files, budget=MemoryBudget.of(max_memory)))
         sets += [{str(k): np.asarray(v) for k, v in feeds.items()} for feeds in given]

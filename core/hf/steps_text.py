@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.hf.media import MEDIA_INPUTS
-from core.hf.options import format_overrides
-from core.hf.summary import judged_summary
-from core.labels import status_label, worst_first
-from core.results import OutputComparison, Status, ValidationRun
-from core.text import aligned_table, number_text, shape_text
+from parity.hf.media import MEDIA_INPUTS
+from parity.hf.options import format_overrides
+from parity.hf.summary import judged_summary
+from parity.labels import status_label, worst_first
+from parity.results import OutputComparison, Status, ValidationRun
+from parity.text import aligned_table, number_text, shape_text
 
 SEQ2SEQ = "encoder_decoder"  # the summary "kind" of an encoder-decoder run (seq2seq_source)
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.results import OutputComparison, ValidationRun, set_passed
+from parity.results import OutputComparison, ValidationRun, set_passed
 
 if TYPE_CHECKING:
-    from core.hf.capture import Capture
-    from core.hf.loading import LoadedHfModel
-    from core.hf.options import HfOptions
+    from parity.hf.capture import Capture
+    from parity.hf.loading import LoadedHfModel
+    from parity.hf.options import HfOptions
 
 MASKED_NOTE = (
     "positions the attention mask excludes (padding) are never attended; exports may "
@@ -69,7 +69,7 @@ def build_summary(
 
 
 def model_class_summary(loaded: LoadedHfModel) -> dict[str, Any]:
-    """The task the model was built for and what chose it (core.hf.heads)."""
+    """The task the model was built for and what chose it (parity.hf.heads)."""
     chosen = getattr(loaded, "model_class", None)
     if chosen is None:
         return {}

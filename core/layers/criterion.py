@@ -1,6 +1,6 @@
 """When an intermediate value diverges: the rule, in one place.
 
-A value's error is its `error_ratio` (core.layers.stats: the largest |onnx - ref| relative
+A value's error is its `error_ratio` (parity.layers.stats: the largest |onnx - ref| relative
 to the value's typical size plus the element's own size). Float noise is small in those
 units but grows with depth and is amplified by some ops (softmax, exp, normalisation), so
 a value is only said to diverge where its error is both
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.layers.result import LayerStatus
-from core.layers.stats import ValueStats
+from parity.layers.result import LayerStatus
+from parity.layers.stats import ValueStats
 
 THRESHOLD = 1e-4
 MIN_JUMP = 10.0

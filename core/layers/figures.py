@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import plotly.graph_objects as go
 
-from core.layers import views
+from parity.layers import views
 
 if TYPE_CHECKING:
-    from core.layers.result import LayersResult, LayerValue
+    from parity.layers.result import LayersResult, LayerValue
 
 PASS_COLOR = "#1a7f37"
 WARN_COLOR = "#f2cc60"

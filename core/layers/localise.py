@@ -1,4 +1,4 @@
-"""Find where an export starts to diverge: the one entry point of core.layers.
+"""Find where an export starts to diverge: the one entry point of parity.layers.
 
 Streams: for each batch of matched values (planned under `memory_mb` from the sizes one
 torch pass reports), ONNX Runtime computes that batch with the values as extra outputs,
@@ -17,15 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from core.layers import criterion
-from core.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
-from core.layers.onnx_graph import GraphIndex, read_graph
-from core.layers.onnx_runs import ExtraOutputs, plan_batches
-from core.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
-from core.layers.stats import ValueStats, value_stats
-from core.layers.torch_side import tensor_leaves, to_numpy
-from core.results import InputSet
-from core.signature import OnnxSignature
+from parity.layers import criterion
+from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
+from parity.layers.onnx_graph import GraphIndex, read_graph
+from parity.layers.onnx_runs import ExtraOutputs, plan_batches
+from parity.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
+from parity.layers.stats import ValueStats, value_stats
+from parity.layers.torch_side import tensor_leaves, to_numpy
+from parity.results import InputSet
+from parity.signature import OnnxSignature
 
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_KEEP_MB = 64
@@ -149,7 +149,7 @@ def localise(
     progress: Callable[[str], None] | None = None,
 ) -> LayersResult:
     """Compare the matched intermediate values of `model` and the ONNX file on every input
-    set and judge where the error is born (core.layers.criterion)."""
+    set and judge where the error is born (parity.layers.criterion)."""
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
     say("reading the ONNX graph")
@@ -329,7 +329,7 @@ def localise_run(
     try:
         return localise(model, onnx_path, input_sets, signature, **options)
     except Exception as exc:  # the outputs' verdict stands; say why layers could not
-        from core.errors import describe_error
+        from parity.errors import describe_error
 
         return not_compared(f"localisation stopped: {describe_error(exc)[1]}")
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.layers.onnx_graph import DYNAMO, LEGACY, GraphIndex, fx_text
-from core.layers.torch_side import FxCapture, HookCapture, exporter_program
-from core.results import InputSet
-from core.signature import OnnxSignature
+from parity.layers.onnx_graph import DYNAMO, LEGACY, GraphIndex, fx_text
+from parity.layers.torch_side import FxCapture, HookCapture, exporter_program
+from parity.results import InputSet
+from parity.signature import OnnxSignature
 
 FX_NAMES = "fx names"
 MODULE_BOUNDARIES = "module boundaries"

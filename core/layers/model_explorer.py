@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.atomic import write_output
-from core.errors import UsageError
-from core.layers import views
+from parity.errors import UsageError
+from parity.files.atomic import write_output
+from parity.layers import views
 
 if TYPE_CHECKING:
-    from core.layers.result import LayersResult
+    from parity.layers.result import LayersResult
 
 WHAT = "Model Explorer node data"
 DEFAULT_GRAPH = "main_graph"  # what torch.onnx.export (both exporters) names the graph

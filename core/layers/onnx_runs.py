@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from core.errors import OnnxRunError, first_line
-from core.results import InputSet
+from parity.errors import OnnxRunError, first_line
+from parity.results import InputSet
 
 
 def plan_batches(
@@ -60,7 +60,7 @@ class ExtraOutputs:
         """A session whose outputs are `names` (plus the graph's own); closed after use."""
         import onnxruntime as ort
 
-        from core.onnx_model import ORT_OPT_LEVELS
+        from parity.load.onnx_model import ORT_OPT_LEVELS
 
         graph = self._proto.graph
         del graph.output[self._n_outputs :]

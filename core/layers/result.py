@@ -1,6 +1,6 @@
 """What layer-level localisation produced: one LayerValue per (matched value, input set).
 
-These frozen types are the contract between the engine (core.layers) and everything that
+These frozen types are the contract between the engine (parity.layers) and everything that
 shows it (terminal, JSON report, HTML, the Layers page, Model Explorer node data). The JSON
 form is the report's ``"layers"`` block: strict JSON, null for non-finite numbers.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from core.json_output import finite_or_none
+from parity.files.json_output import finite_or_none
 
 
 class LayerStatus(StrEnum):
-    """How one compared value is judged (see core.layers.criterion for the rule)."""
+    """How one compared value is judged (see parity.layers.criterion for the rule)."""
 
     PASS = "pass"  # error at or below the noise threshold
     DIVERGES = "diverges"  # error above threshold AND a jump over what flows into it: born here
@@ -38,7 +38,7 @@ class LayerValue:
     """One intermediate value compared on one input set.
 
     `error_ratio` is the value's error relative to its scale (dimensionless, see
-    core.layers.criterion); `jump` is that ratio over the largest ratio among the matched
+    parity.layers.criterion); `jump` is that ratio over the largest ratio among the matched
     values feeding it; `inputs` are the `order`s of those values.
     """
 

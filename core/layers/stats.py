@@ -1,7 +1,7 @@
 """The light statistics of one intermediate value, in one fast pass over the two arrays.
 
 Intermediates do not need the outputs' full statistics (quantiles, re-judge profiles): only
-what the criterion reads (core.layers.criterion) and what a table shows.
+what the criterion reads (parity.layers.criterion) and what a table shows.
 
 `error_ratio` = max over elements of |onnx - ref| / (scale + |ref|), where `scale` is the
 median of the non-zero |ref| (from a strided sample of at most 65,536 elements). It is the

@@ -1,11 +1,11 @@
 """The terminal's few lines about a layers result: where it starts, how big the jump, what
 follows. Names are printed as text (repr where they could hold control characters); numbers
-and the jump's wording come from core.layers.views, as in the dashboard and the HTML."""
+and the jump's wording come from parity.layers.views, as in the dashboard and the HTML."""
 
 from __future__ import annotations
 
-from core.layers.result import LayersResult, LayerValue
-from core.layers.views import fmt, jump_words
+from parity.layers.result import LayersResult, LayerValue
+from parity.layers.views import fmt, jump_words
 
 
 def format_layers(result: LayersResult, *, after: int = 4) -> str:

@@ -1,6 +1,6 @@
 """The torch side of localisation: produce intermediate values one at a time, never all.
 
-Two ways, chosen by core.layers.matching:
+Two ways, chosen by parity.layers.matching:
 
 - `FxCapture`: the exported program the ONNX exporter itself converted (a .pt2's program,
   or ``torch.export`` of the loaded module) after the exporter's own decompositions, run by an
@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.export_lock import export_lock
-from core.input_binding import BY_NAME, bind_inputs
-from core.quiet import quiet_torch
-from core.results import InputSet
-from core.signature import OnnxSignature
+from parity.load.export_lock import export_lock
+from parity.load.quiet import quiet_torch
+from parity.results import InputSet
+from parity.run.input_binding import BY_NAME, bind_inputs
+from parity.signature import OnnxSignature
 
 ValueCallback = Callable[[str, Any], None]
 
@@ -83,12 +83,12 @@ class HookCapture:
     """Forward hooks on named modules; the model is run as the plain validation runs it."""
 
     def __init__(self, model: Any, signature: OnnxSignature) -> None:
-        self.model = model  # core.torch_model.TorchModel
+        self.model = model  # parity.load.torch_model.TorchModel
         self.signature = signature
         self.paths = {name for name, _ in model.module.named_modules()}
 
     def run(self, input_set: InputSet, wanted: Collection[str], on_value: ValueCallback) -> None:
-        from core.runner import run_torch
+        from parity.run.runner import run_torch
 
         modules = dict(self.model.module.named_modules())
         handles = []
@@ -109,7 +109,7 @@ class HookCapture:
         """Modules the exporter folded into the op before them (a BatchNorm after a Conv):
         leaf P (scoped in ONNX) -> leaf Q (no scope) where Q's input is P's very output
         tensor and Q makes a new tensor. P's ONNX value then holds Q's result."""
-        from core.runner import run_torch
+        from parity.run.runner import run_torch
 
         scoped = set(scoped)
         # id -> (weak reference, module): an id alone can be reused once a tensor is freed
@@ -234,7 +234,7 @@ def _export(model: Any, input_set: InputSet, signature: OnnxSignature) -> Any:
 
 def tensor_leaves(value: Any) -> list[Any]:
     """The tensors in a module's output, in order (nested tuples, dicts, ModelOutput)."""
-    from core.runner import flatten_outputs
+    from parity.run.runner import flatten_outputs
 
     return [leaf.value for leaf in flatten_outputs(value)]
 

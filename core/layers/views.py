@@ -12,11 +12,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core.layers.result import LayerStatus
-from core.text import number_text
+from parity.layers.result import LayerStatus
+from parity.text import number_text
 
 if TYPE_CHECKING:
-    from core.layers.result import KeptValue, LayersResult, LayerValue
+    from parity.layers.result import KeptValue, LayersResult, LayerValue
 
 METRICS = {"error_ratio": "error ratio", "max_abs": "max |error|", "max_rel": "max rel error"}
 """The per-value numbers a view can be drawn in (LayerValue attribute -> label)."""
@@ -145,7 +145,7 @@ def module_tree(result: LayersResult, metric: str) -> list[ModuleNode]:
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
-    """Layers numbers: core.text's policy at `digits` significant digits."""
+    """Layers numbers: parity.text's policy at `digits` significant digits."""
     return number_text(x, digits)
 
 

@@ -1,12 +1,12 @@
-"""Sources: where a run's cases come from. The loop in core.pipeline is the only consumer.
+"""Sources: where a run's cases come from. The loop in parity.pipeline is the only consumer.
 
 A source yields `Case`s lazily: an input set, the reference outputs for it, and what must
 not be judged. Kinds today: generated or given inputs + a torch model (`torch_inputs`),
 stored reference outputs (`stored`), the captured generate() calls of an hf: model
-(`core.hf.source`), a reference ONNX file (`onnx_reference`; its `reference_signature` is
+(`parity.hf.source`), a reference ONNX file (`onnx_reference`; its `reference_signature` is
 the signature cases are made for, where other sources take the first candidate's).
 A new kind of run is a new Source; a new way to run the ONNX side is a new candidate in
-the loop (core.candidates). Neither is a new orchestrator.
+the loop (parity.run.candidates). Neither is a new orchestrator.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
-from core.results import GenerationInfo, InputSet, OutputComparison, OutputSet, Provenance
-from core.signature import OnnxSignature
+from parity.results import GenerationInfo, InputSet, OutputComparison, OutputSet, Provenance
+from parity.signature import OnnxSignature
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Case:
 
 
 class Source(Protocol):
-    """What the loop needs from a kind of run (see core.pipeline.run_validation)."""
+    """What the loop needs from a kind of run (see parity.pipeline.run_validation)."""
 
     model: str  # the run's model text (a spec, or "reference:FILE")
     n_cases: int | None  # for progress; None until known

@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from core.candidates import Candidate
-from core.config import RunConfig
-from core.deadline import Deadline
-from core.errors import UsageError
-from core.progress import ProgressReporter
-from core.results import Provenance, RunKind
-from core.signature import OnnxSignature
-from core.sources import Case
-from core.sources.torch_inputs import set_name, timed_input_sets
-from core.specs import onnx_reference_spec
+from parity.errors import UsageError
+from parity.load.specs import onnx_reference_spec
+from parity.results import Provenance, RunKind
+from parity.run.candidates import Candidate
+from parity.run.config import RunConfig
+from parity.run.deadline import Deadline
+from parity.run.progress import ProgressReporter
+from parity.signature import OnnxSignature
+from parity.sources import Case
+from parity.sources.torch_inputs import set_name, timed_input_sets
 
 
 class OnnxReferenceSource:
@@ -52,7 +52,7 @@ class OnnxReferenceSource:
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
         """Cases for the reference's own signature (`signature` is the run's, the same)."""
-        from core.runner import run_onnx
+        from parity.run.runner import run_onnx
 
         ref = self.reference
         self.timings["inputs"] = self.timings["reference_onnx"] = 0.0

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from core.budget import MemoryBudget
-from core.config import RunConfig
-from core.errors import UsageError
-from core.progress import ProgressReporter
-from core.results import Provenance, RunKind
-from core.signature import OnnxSignature
-from core.sources import Case
-from core.sources.torch_inputs import input_sets
-from core.specs import reference_spec
+from parity.errors import UsageError
+from parity.load.specs import reference_spec
+from parity.results import Provenance, RunKind
+from parity.run.budget import MemoryBudget
+from parity.run.config import RunConfig
+from parity.run.progress import ProgressReporter
+from parity.signature import OnnxSignature
+from parity.sources import Case
+from parity.sources.torch_inputs import input_sets
 
 
 class StoredSource:
@@ -34,7 +34,7 @@ class StoredSource:
         raise UsageError("--onnx is required with --reference")
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        from core.reference import load_reference_outputs
+        from parity.run.reference import load_reference_outputs
 
         self._report("reference", f"reading reference outputs {self.reference_file}", 0.08)
         sets = input_sets(self._config, signature)  # feeds' sizes checked before the reference's

@@ -7,21 +7,21 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from core.config import Loaders, RunConfig
-from core.errors import UsageError
-from core.progress import ProgressReporter
-from core.results import InputSet, Provenance, RunKind
-from core.signature import OnnxSignature
-from core.sources import Case
-from core.specs import demo_name
+from parity.errors import UsageError
+from parity.load.specs import demo_name
+from parity.results import InputSet, Provenance, RunKind
+from parity.run.config import Loaders, RunConfig
+from parity.run.progress import ProgressReporter
+from parity.signature import OnnxSignature
+from parity.sources import Case
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
     """The user's feeds (one set per file, then one per mapping given to the Python API),
     else generated sets (seeded, dims grown): made one at a time, after their size is
-    checked against the memory budget (core.budget)."""
-    from core.budget import MemoryBudget
-    from core.inputs import given_input_sets, iter_input_files, iter_input_sets
+    checked against the memory budget (parity.run.budget)."""
+    from parity.run.budget import MemoryBudget
+    from parity.run.inputs import given_input_sets, iter_input_files, iter_input_sets
 
     budget = MemoryBudget.of(config.max_memory)
     if config.n_given_sets:
@@ -71,17 +71,17 @@ class TorchSource:
         self._loaders = loaders
         self._report = report
         self._torch: Any = None
-        self._binding: Any = None  # core.input_binding.InputBinding of the last input set
+        self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
 
     def default_onnx(self, workdir: Any) -> str:
         if (demo := demo_name(self.model)) is not None:
-            from core.demos import demo_onnx_path
+            from parity.load.demos import demo_onnx_path
 
             return str(demo_onnx_path(demo))
         raise UsageError("--onnx is required (only a demo:NAME model has a built-in ONNX file)")
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        from core.runner import model_binding, run_torch
+        from parity.run.runner import model_binding, run_torch
 
         t0 = time.perf_counter()
         self._report("load", f"loading model {self.model}", 0.05)
@@ -97,7 +97,7 @@ class TorchSource:
 
     @property
     def torch_model(self) -> Any:
-        """The loaded model (core.torch_model.TorchModel) once cases() has run; core.layers
+        """The loaded model (parity.load.torch_model.TorchModel) once cases() has run; parity.layers
         localises with it."""
         return self._torch
 

@@ -14,8 +14,8 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from core.errors import ParityError, UsageError
-from core.sweep.execute import PairResult
+from parity.errors import ParityError, UsageError
+from parity.sweep.execute import PairResult
 
 DEFAULT_TIMEOUT_S = 3600.0
 
@@ -75,9 +75,9 @@ def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser | None 
 
 
 def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser | None) -> int:
-    from core.sweep.manifest import load_manifest
-    from core.sweep.progress import Progress
-    from core.sweep.run import run_sweep
+    from parity.sweep.manifest import load_manifest
+    from parity.sweep.progress import Progress
+    from parity.sweep.run import run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: must be at least 1")
@@ -114,10 +114,10 @@ def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser | None) -> 
 
 def _engine(args: argparse.Namespace):
     if args.engine == "ray":
-        from core.sweep.on_ray import ray_engine
+        from parity.sweep.on_ray import ray_engine
 
         return ray_engine(address=args.ray_address, workers=args.workers)
-    from core.sweep.local import run_local
+    from parity.sweep.local import run_local
 
     return partial(run_local, workers=args.workers or os.cpu_count() or 1)
 

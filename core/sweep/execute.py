@@ -1,4 +1,4 @@
-"""Run one pair: `python -m core validate ...` in its own process group, killed at the timeout.
+"""Run one pair: `python -m parity validate ...` in its own process group, killed at the timeout.
 
 A pair that crashes, hangs or is killed for memory takes down only its own process; whatever
 happened becomes a PairResult (the same on every engine: Ray runs this very function). Its
@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from core.atomic import atomic_path, write_text
-from core.errors import UsageError
-from core.sweep.manifest import OUTPUT_FLAGS, flag_values
-from core.sweep.plan import PairJob
+from parity.errors import UsageError
+from parity.files.atomic import atomic_path, write_text
+from parity.sweep.manifest import OUTPUT_FLAGS, flag_values
+from parity.sweep.plan import PairJob
 
 LOG = "log.txt"
 RECORD = "pair.json"
@@ -90,7 +90,7 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous(job)
-    command = [sys.executable, "-P", "-m", "core", "validate", *job.args]
+    command = [sys.executable, "-P", "-m", "parity", "validate", *job.args]
     timed_out = False
     with atomic_path(out / LOG) as log_tmp, open(log_tmp, "wb") as log:
         try:
@@ -100,7 +100,6 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_pair_env(),
                 start_new_session=True,  # its own process group: killed whole, children too
             )
         except OSError as exc:
@@ -178,27 +177,14 @@ def _written(job: PairJob, flag: str) -> str | None:
 
 def _died(job: PairJob, start: float, code: int | None, message: str, kind: str) -> PairResult:
     """A process that left no usable report: write an error report in its place."""
-    from core.report import dumps, error_report_dict
-    from core.tolerances import Tolerances
+    from parity.reports.report import dumps, error_report_dict
+    from parity.tolerances import Tolerances
 
     report = error_report_dict(
         model=None, onnx=None, tolerances=Tolerances(), kind=kind, message=message
     )
     write_text(job.report_path, dumps(report) + "\n")
     return _result(job, "error", code, start, message, report=None)
-
-
-def parity_pythonpath() -> str:
-    """PYTHONPATH with the folder holding this `core` first: a pair (or a local Ray worker)
-    runs the same Parity as the sweep, installed or not."""
-    here = str(Path(__file__).resolve().parents[2])
-    return os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
-
-
-def _pair_env() -> dict[str, str]:
-    """-P keeps the manifest's folder off the pair's path: nothing there can stand in for
-    Parity's own modules."""
-    return {**os.environ, "PYTHONPATH": parity_pythonpath()}
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> int:

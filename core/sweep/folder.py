@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import UsageError
-from core.sweep import SCHEMA
-from core.sweep.execute import PairResult, read_json
-from core.sweep.plan import REPORT
-from core.sweep.summary import SUMMARY, result_from_dict
+from parity.errors import UsageError
+from parity.sweep import SCHEMA
+from parity.sweep.execute import PairResult, read_json
+from parity.sweep.plan import REPORT
+from parity.sweep.summary import SUMMARY, result_from_dict
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from core import __version__
-from core.atomic import write_text
-from core.sweep.plan import REPORT
-from core.text import number_text
+from parity import __version__
+from parity.files.atomic import write_text
+from parity.sweep.plan import REPORT
+from parity.text import number_text
 
 INDEX = "index.html"
 _CSS = """

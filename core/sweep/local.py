@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
-from core.sweep.execute import Interrupted, PairResult, run_pair
-from core.sweep.plan import PairJob
+from parity.sweep.execute import Interrupted, PairResult, run_pair
+from parity.sweep.plan import PairJob
 
 _WAIT_S = 0.2
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import UsageError
-from core.specs import HF_PREFIX, demo_name, is_hf_spec
-from core.sweep import SCHEMA
+from parity.errors import UsageError
+from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
+from parity.sweep import SCHEMA
 
 MAX_MANIFEST_BYTES = 64 << 20
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

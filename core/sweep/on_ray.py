@@ -17,9 +17,9 @@ import os
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from core.errors import UsageError, first_line
-from core.sweep.execute import PairResult, parity_pythonpath, refused, run_pair
-from core.sweep.plan import PairJob
+from parity.errors import UsageError, first_line
+from parity.sweep.execute import PairResult, refused, run_pair
+from parity.sweep.plan import PairJob
 
 EXTRA_HINT = "pip install 'onnx-parity[ray]' (in a checkout: pip install -e '.[ray]')"
 _LOCAL_OBJECT_STORE = 128 << 20
@@ -70,7 +70,6 @@ def _init(ray, address: str | None, workers: int | None) -> None:
         num_cpus=workers or os.cpu_count() or 1,
         include_dashboard=False,
         object_store_memory=_LOCAL_OBJECT_STORE,
-        runtime_env={"env_vars": {"PYTHONPATH": parity_pythonpath()}},  # the same `core`
         **quiet,
     )
 

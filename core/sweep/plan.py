@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from core.sweep.manifest import (
+from parity.sweep.manifest import (
     INPUT_FLAGS,
     OUTPUT_FLAGS,
     Manifest,
@@ -25,7 +25,7 @@ from core.sweep.manifest import (
     flag_values,
     model_path,
 )
-from core.version import __version__
+from parity.version import __version__
 
 REPORT = "report.json"
 DECIDING_PACKAGES = ("torch", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "transformers")

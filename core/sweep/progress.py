@@ -16,8 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from core.sweep.execute import PairResult
-from core.sweep.summary import counts
+from parity.sweep.execute import PairResult
+from parity.sweep.summary import counts
 
 TICK_S = 1.0
 CLEAR = "\r\033[K"

@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.sweep.execute import PairResult
-from core.sweep.index import write_index
-from core.sweep.manifest import Manifest
-from core.sweep.plan import PairJob, plan_jobs
-from core.sweep.progress import Progress
-from core.sweep.summary import exit_code, load_record, summary_dict, write_record, write_summary
+from parity.sweep.execute import PairResult
+from parity.sweep.index import write_index
+from parity.sweep.manifest import Manifest
+from parity.sweep.plan import PairJob, plan_jobs
+from parity.sweep.progress import Progress
+from parity.sweep.summary import exit_code, load_record, summary_dict, write_record, write_summary
 
 Engine = Callable[[Sequence[PairJob], Callable[[PairResult], None]], None]
 WRITE_INTERVAL_S = 0.5

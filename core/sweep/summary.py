@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_text
-from core.sweep import SCHEMA
-from core.sweep.execute import RECORD, PairResult, Worst
-from core.sweep.plan import PairJob
+from parity.files.atomic import write_text
+from parity.sweep import SCHEMA
+from parity.sweep.execute import RECORD, PairResult, Worst
+from parity.sweep.plan import PairJob
 
 SUMMARY = "summary.json"
 VERDICTS = ("pass", "fail", "error")

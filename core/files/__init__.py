@@ -1,0 +1,1 @@
+"""Files: atomic writes, strict JSON reading and writing, hashes."""

@@ -1,0 +1,122 @@
+"""Atomic file writes: every file Parity writes goes through here.
+
+A report, saved run or cache file is written to a hidden temp file in the same folder (same
+filesystem, so the final `os.replace` is atomic) and renamed into place only when complete:
+a killed process, a full disk or a size limit leaves the previous file whole. Temp files a
+killed writer left behind are removed by the next write to the same path.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from parity.errors import WriteError
+
+_TMP_SUFFIX = ".parity-tmp"
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
+
+
+def _remove_stale(path: Path) -> None:
+    """Temp files of earlier writes to `path` that were killed before their rename."""
+    try:
+        siblings = list(path.parent.glob(f".{glob.escape(path.name)}.*{_TMP_SUFFIX}"))
+    except OSError:
+        return
+    for stale in siblings:
+        with suppress(OSError):
+            stale.unlink()
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temp path next to `path`; on normal exit it replaces `path` atomically.
+
+    The caller creates the temp file (any writer that takes a path: zipfile, numpy, ...).
+    On an exception the temp file is removed and `path` is untouched. OSError propagates:
+    callers turn it into their one-line error.
+    """
+    path = Path(path)
+    _remove_stale(path)
+    tmp = _tmp_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _create(tmp: Path, data: bytes) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, 0o666)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write `data` to `path` atomically (exclusive create of the temp file, fsync'd)."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        _create(tmp, data)
+    return path
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def _cause(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike[str], what: str) -> Iterator[Path]:
+    """`atomic_path` for a user-named output: an OSError becomes one `WriteError` line."""
+    try:
+        with atomic_path(path) as tmp:
+            yield tmp
+    except OSError as exc:
+        raise WriteError(f"cannot write {what} {path}: {_cause(exc)}", path=str(path)) from exc
+
+
+def write_output(path: str | os.PathLike[str], data: bytes | str, *, what: str) -> Path:
+    """Write a report (text as UTF-8) atomically; failures are a `WriteError` naming `what`."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with atomic_output(path, what) as tmp:
+        _create(tmp, data)
+    return Path(path)
+
+
+def check_writable(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse, before any work, an output path whose folder is missing or not writable.
+
+    Probes by creating (and removing) a temp file beside `path`: permission bits alone do
+    not tell (root ignores them; read-only mounts and /sys refuse root too).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise WriteError(f"cannot write {what} {path}: it is a directory", path=str(path))
+    if not path.parent.is_dir():
+        raise WriteError(
+            f"cannot write {what} {path}: folder {path.parent} does not exist", path=str(path)
+        )
+    probe = _tmp_name(path)
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise WriteError(f"cannot write {what} {path}: {_cause(exc)}", path=str(path)) from exc
+    os.close(fd)
+    with suppress(OSError):
+        probe.unlink()

@@ -1,0 +1,548 @@
+"""The one pass over an output's data: exact statistics and the re-judge profile, chunked.
+
+:func:`measure` walks both tensors in flat chunks through a few preallocated float64 buffers,
+so the extra memory does not grow with the output (inputs may be ``np.memmap``); every
+statistic is exact (p99 included) and computed in float64. It also builds the
+:class:`~parity.judge.error_profile.ErrorProfile`.
+
+How the profile's hull is kept small and fast: each chunk finds the few points above the
+current hull: a cheap test against an inner polygon of the hull (three vertices) for every
+element, then the hull itself (np.interp) for the few survivors, then a merge. Points within
+``hull_slack`` above the hull are not merged (this keeps data lying exactly on a line, e.g.
+an all-zero ONNX output, fast). ``hull_slack`` is ``2**-44 * max_abs`` unless the hull grew
+past 2048 vertices (errors lying on a concave curve, e.g. proportional to sqrt|ref|): then it
+is simplified (Douglas-Peucker) to at most 1024 vertices, the slack widening in 4x steps
+until it fits.
+
+p99 is exact in one pass: errors above a threshold are kept; the threshold is a histogram
+edge proven to lie below the k-th largest error (k = what np.percentile's linear method
+reads, about 1 % of the elements), or, when errors pile up in a few bins, the k-th largest
+kept value with its ties counted. Extra memory: seven chunk buffers (~3 MB at the default
+chunk) plus those kept errors (~1-2 % of the elements, 8 bytes each; 58 MiB at 100M).
+
+Cost: about two dozen vectorised float64 passes per chunk (casts, difference, three
+einsum sums, abs, argmax, histogram, candidate tests), each over an L2-sized chunk. See
+bench/README.md for measurements against numpy, Polygraphy and torch.testing, and for why a
+fused numba kernel was measured and not kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from parity.judge.error_profile import (
+    HIST_BINS,
+    HIST_ROUND_UP,
+    HIST_SHIFT,
+    SAMPLE_PAIRS,
+    TOP_PAIRS,
+    ErrorProfile,
+    hist_bin,
+    hist_edge,
+)
+from parity.judge.exact_ints import count_mismatch, exact_diff, is_integer_pair
+from parity.judge.hull import simplify_hull, upper_left_hull
+from parity.results import ErrorStats
+from parity.tolerances import Tolerance
+
+__all__ = ["DEFAULT_CHUNK_ELEMENTS", "empty_stats", "measure"]
+
+DEFAULT_CHUNK_ELEMENTS = 65536  # 512 KB per float64 buffer: L2-sized (measured, bench/)
+
+_HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are not merged
+_HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
+_HULL_KEEP = 1024  # ... down to at most this many
+_SEED = 20250101  # fixed: the same tensors always give the same profile
+
+
+def measure(
+    ref: np.ndarray, onnx: np.ndarray, tolerance: Tolerance, chunk_elements: int
+) -> tuple[ErrorStats, ErrorProfile, int]:
+    """Statistics, profile and mismatch count at ``tolerance`` of two same-shape, non-empty
+    numeric arrays."""
+    n = int(ref.size)
+    chunk = max(1, min(int(chunk_elements), n))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # handled, not warned
+        acc = _Pass(n, chunk, tolerance, integers=is_integer_pair(ref, onnx))
+        for start, rc, oc in _chunks(ref, onnx, n, chunk):
+            acc.feed(rc, oc, start)
+        return _finish(acc, ref, onnx, tolerance)
+
+
+class _Pass:
+    """Running state of one comparison; fed chunk by chunk, then finalised."""
+
+    def __init__(self, n: int, chunk: int, tol: Tolerance, *, integers: bool = False) -> None:
+        self.n = n
+        self.integers = integers  # both sides integer/bool: differences and verdict exact
+        self.atol, self.rtol = float(tol.atol), float(tol.rtol)
+        self.R = np.empty(chunk)
+        self.Ob = np.empty(chunk)
+        self.D = np.empty(chunk)
+        self.T = np.empty(chunk)
+        self.Ix = np.empty(chunk, dtype=np.int64)
+        self.M = np.empty(chunk, dtype=bool)
+        self.M2 = np.empty(chunk, dtype=bool)
+        # sums and extremes over finite pairs
+        self.n_finite = 0
+        self.sum_abs = 0.0
+        self.rr = self.rd = self.dd = 0.0
+        self.max_abs = -1.0
+        self.max_rel = -1.0  # over ref != 0, element by element (exact, not off the hull)
+        self.worst = -1
+        self.n_mismatch = 0
+        self.n_nan = 0
+        self.n_inf = 0
+        self.hist = np.zeros(HIST_BINS, dtype=np.int64)
+        # p99 (exact): keep every error above a threshold that is a proven lower bound of the
+        # final k-th largest error (a histogram edge below the k-th largest seen so far).
+        self.k_keep = max(n - math.floor(0.99 * (n - 1)) + 2, TOP_PAIRS) if n else TOP_PAIRS
+        self.tp = -math.inf
+        self.top_d: list[np.ndarray] = []
+        # the TOP_PAIRS largest errors with their |ref| (for the profile); t_pairs: their cutoff
+        self.pair_d: list[np.ndarray] = []
+        self.pair_r: list[np.ndarray] = []
+        self.pair_size = 0
+        self.t_pairs = -math.inf
+        self.top_size = 0
+        self.top_cap = max(2 * self.k_keep, 1 << 16)
+        self.tp_ties = -1  # >= 0 once tp is a data value: elements equal to tp, counted
+        # hull of (r, d) for r > 0, its lookup tables, and the max d where r == 0
+        self.hull_r = np.zeros(0)
+        self.hull_d = np.zeros(0)
+        self.zero_max = -math.inf
+        self.lines: list[tuple[float, float]] = []
+        self.slack_rel = _HULL_SLACK
+
+    # -- one chunk ---------------------------------------------------------------------
+
+    def feed(self, ref_chunk: np.ndarray, onnx_chunk: np.ndarray, start: int) -> None:
+        k = ref_chunk.size
+        R, Ob, D = self.R[:k], self.Ob[:k], self.D[:k]
+        np.copyto(R, ref_chunk, casting="unsafe")
+        if self.integers:  # the difference and the verdict in integers; float64 for the rest
+            mag, ge, absref = exact_diff(ref_chunk, onnx_chunk)
+            np.copyto(D, mag, casting="unsafe")
+            np.negative(D, out=D, where=~ge)
+            n_fail = count_mismatch(mag, absref, self.atol, self.rtol)
+            self._finite(R, D, float(np.einsum("i,i->", D, D)), start, None, n_fail)
+            return
+        np.copyto(Ob, onnx_chunk, casting="unsafe")
+        np.subtract(Ob, R, out=D)
+        dd = float(np.einsum("i,i->", D, D))
+        if math.isfinite(dd):  # every pair finite (a NaN/Inf anywhere makes the sum non-finite)
+            self._finite(R, D, dd, start, None)
+        else:
+            self._nonfinite(R, Ob, start)
+
+    def _nonfinite(self, R: np.ndarray, Ob: np.ndarray, start: int) -> None:
+        rn, on, ri, oi = np.isnan(R), np.isnan(Ob), np.isinf(R), np.isinf(Ob)
+        nan_mm = rn != on
+        inf_mm = (ri & ~oi & ~on) | (oi & ~ri & ~rn) | (ri & oi & (R != Ob))
+        self.n_nan += int(np.count_nonzero(nan_mm))
+        self.n_inf += int(np.count_nonzero(inf_mm))
+        pos = np.flatnonzero(~(rn | on | ri | oi))
+        m = pos.size
+        if m == 0:
+            return
+        Rf = R[pos]
+        D = self.D[:m]
+        np.subtract(Ob[pos], Rf, out=D)
+        dd = float(np.einsum("i,i->", D, D))
+        self._finite(Rf, D, dd, start, pos)
+
+    def _finite(
+        self,
+        R: np.ndarray,
+        D: np.ndarray,
+        dd: float,
+        start: int,
+        pos: np.ndarray | None,
+        n_fail: int | None = None,
+    ) -> None:
+        k = R.size
+        T, Ix, M = self.T[:k], self.Ix[:k], self.M[:k]
+        self.n_finite += k
+        self.dd += dd
+        self.rd += float(np.einsum("i,i->", R, D))
+        self.rr += float(np.einsum("i,i->", R, R))
+        np.abs(D, out=D)
+        np.abs(R, out=R)
+        self.sum_abs += float(D.sum())
+        i = int(D.argmax())
+        m = float(D[i])
+        if m > self.max_abs:
+            self.max_abs = m
+            self.worst = start + (int(pos[i]) if pos is not None else i)
+        # the run's own tolerance, exactly
+        if n_fail is not None:  # counted in the values' own type (integers)
+            self.n_mismatch += n_fail
+        elif m > self.atol:
+            if self.rtol == 0.0:
+                np.greater(D, self.atol, out=M)
+            else:
+                np.multiply(R, self.rtol, out=T)
+                np.add(T, self.atol, out=T)
+                np.greater(D, T, out=M)
+            self.n_mismatch += int(np.count_nonzero(M))
+        # histogram of d: bin = ceil(bits / 2**49)
+        np.add(D.view(np.int64), HIST_ROUND_UP, out=Ix)
+        np.right_shift(Ix, HIST_SHIFT, out=Ix)
+        self.hist += np.bincount(Ix, minlength=HIST_BINS)
+        # candidates for the exact p99 and the top errors
+        self._raise_tp()
+        if self.tp_ties >= 0 and m >= self.tp:
+            self.tp_ties += int(np.count_nonzero(np.equal(D, self.tp, out=M)))
+        if m > self.tp:
+            idx = np.flatnonzero(np.greater(D, self.tp, out=M))
+            cand = D[idx]
+            self.top_d.append(cand)
+            self.top_size += idx.size
+            if m > self.t_pairs:  # the profile's largest errors come from these candidates
+                big = cand > self.t_pairs
+                self.pair_d.append(cand[big])
+                self.pair_r.append(R[idx[big]])
+                self.pair_size += int(np.count_nonzero(big))
+                if self.pair_size > 8 * TOP_PAIRS:
+                    self._compact_pairs()
+            if self.top_size > self.top_cap:
+                self._compact_top()
+        # candidates for the hull (points that could raise min_atol at some rtol)
+        self._hull_candidates(R, D, m, T, M)
+
+    # -- p99 / top errors ----------------------------------------------------------------
+
+    def _raise_tp(self) -> None:
+        """Raise tp to a histogram edge below the k-th largest error seen so far.
+
+        Everything the final top k can hold is above it, and an error equal to the edge
+        is below at least k others, so nothing equal to tp needs keeping.
+        """
+        j0 = hist_bin(self.tp) if self.tp > 0 else 0  # tp only rises: look above it
+        from_top = np.cumsum(self.hist[j0:][::-1])
+        reach = int(np.searchsorted(from_top, self.k_keep))
+        if reach >= from_top.size:  # fewer than k_keep errors above tp so far
+            return
+        j = HIST_BINS - 1 - reach
+        edge = float(hist_edge(j - 1)) if j >= 1 else -math.inf
+        if edge > self.tp:
+            self.tp, self.tp_ties = edge, -1
+
+    def _compact_top(self) -> None:
+        """Drop kept errors at or below tp; if still too many, tp = k-th largest kept value.
+
+        The second case is for errors piled into few histogram bins (many ties): elements
+        equal to such a tp are counted, not kept (their |ref| is not needed: they are never
+        among the profile's top pairs, whose cutoff is then above tp).
+        """
+        self._raise_tp()
+        d = np.concatenate(self.top_d)
+        d = d[d > self.tp]
+        if d.size > 2 * self.k_keep:
+            v = float(np.partition(d, d.size - self.k_keep)[d.size - self.k_keep])
+            ties = int(np.count_nonzero(d == v))
+            self.tp_ties = (max(self.tp_ties, 0) if v == self.tp else 0) + ties
+            self.tp = v
+            d = d[d > v]
+        self.top_d, self.top_size = [d], d.size
+        self.top_cap = max(2 * d.size, 2 * self.k_keep, 1 << 16)
+
+    def _compact_pairs(self) -> None:
+        """Keep the TOP_PAIRS largest errors (ties at the cutoff: any of them; the rest <= it)."""
+        d, r = self.top_pairs()
+        self.pair_d, self.pair_r, self.pair_size = [d], [r], d.size
+        if d.size == TOP_PAIRS:
+            self.t_pairs = float(d[-1])
+
+    # -- hull ----------------------------------------------------------------------------
+
+    def _hull_candidates(
+        self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
+    ) -> None:
+        """Find the chunk's points above the hull envelope E (see _rebuild_tables).
+
+        Stage 1 (every element, a few cheap passes): d above the inner polygon of E through
+        its leftmost vertex, its knee and its highest vertex. What that polygon does not cover
+        -- a new largest error, |ref| left of the leftmost vertex, ref == 0 -- is picked up
+        apart, only in chunks that have it. Stage 2 checks the few survivors against E itself;
+        the rest are merged into the hull.
+        """
+        rmin = float(R.min())
+        rmin_is_zero = rmin == 0.0
+        if rmin_is_zero:  # some ref == 0: their max d, and the smallest positive |ref|
+            np.equal(R, 0.0, out=M)
+            np.multiply(D, M, out=T)  # d where ref == 0, else 0 (d >= 0; masked max is slow)
+            zmax = float(T.max())
+            if zmax > self.zero_max:
+                self.zero_max = zmax
+            U = T.view(np.uint64)
+            np.subtract(R.view(np.uint64), 1, out=U)  # ref == 0 wraps to the top
+            umin = int(U.min())
+            rmin = math.inf if umin == 2**64 - 1 else float(np.uint64(umin + 1).view(np.float64))
+        if rmin < math.inf:  # max_rel over ref != 0 (M still marks ref == 0 when there is one)
+            np.divide(D, R, out=T)
+            if rmin_is_zero:
+                np.copyto(T, 0.0, where=M)
+            rel = float(T.max())
+            if rel > self.max_rel:
+                self.max_rel = rel
+        if self.hull_r.size == 0:
+            # Start from the hull of every 61st element: its envelope lies below the full
+            # one, so it is a valid filter, and the first merge stays small.
+            rs, ds = R[::61], D[::61]
+            keep = rs > 0.0
+            if keep.any():
+                self._merge_hull(rs[keep], ds[keep])
+            if self.hull_r.size == 0:
+                if rmin == math.inf:
+                    return  # every ref is zero: nothing for the hull
+                self._merge_hull(R[R > 0.0], D[R > 0.0])
+                return
+        r_left, d_top = float(self.hull_r[0]), float(self.hull_d[-1])
+        M2 = self.M2[: R.size]
+        # above the inner polygon = above at least one of its chords' lines
+        for n_line, (s, a) in enumerate(self.lines):
+            np.multiply(R, s, out=T)
+            np.add(T, a, out=T)
+            np.greater(D, T, out=M2 if n_line else M)
+            if n_line:
+                np.logical_or(M, M2, out=M)
+        if m > d_top:  # a new largest error: the polygon's flat part is not covered above
+            np.greater(D, d_top, out=M2)
+            np.logical_or(M, M2, out=M)
+        if rmin < r_left:  # left of the leftmost vertex every point is a candidate
+            np.less(R, r_left, out=M2)
+            np.logical_or(M, M2, out=M)
+        if rmin_is_zero:  # ref == 0 is handled above, not by the hull
+            np.greater(R, 0.0, out=M2)
+            np.logical_and(M, M2, out=M)
+        if not M.any():
+            return
+        idx = np.flatnonzero(M)
+        r, d = R[idx], D[idx]
+        pos = r > 0.0
+        r, d = r[pos], d[pos]
+        if r.size and self.hull_r.size:
+            above = d > self._envelope(r)
+            r, d = r[above], d[above]
+        if r.size:
+            self._merge_hull(r, d)
+
+    def _envelope(self, r: np.ndarray) -> np.ndarray:
+        """The hull envelope E at each r > 0, plus the slack (stage 2, on few points)."""
+        hr, hd = self.hull_r, self.hull_d
+        slack = self.slack_rel * float(hd[-1])
+        return np.interp(r, hr, hd, left=-math.inf, right=float(hd[-1])) + slack
+
+    def _merge_hull(self, r: np.ndarray, d: np.ndarray) -> None:
+        hr, hd = upper_left_hull(np.concatenate((self.hull_r, r)), np.concatenate((self.hull_d, d)))
+        if hr.size > _HULL_MAX:  # errors on a concave curve: keep the profile small
+            # Simplify to a quarter of the filter's slack, so the next points on the same
+            # curve fall within the slack instead of growing the hull again.
+            hr, hd = simplify_hull(hr, hd, self.slack_rel * float(hd[-1]) / 4)
+            while hr.size > _HULL_KEEP:  # widen the slack only when the current one is not enough
+                self.slack_rel *= 4.0
+                hr, hd = simplify_hull(hr, hd, self.slack_rel * float(hd[-1]) / 4)
+        if hr.size != self.hull_r.size or not (
+            np.array_equal(hr, self.hull_r) and np.array_equal(hd, self.hull_d)
+        ):
+            self.hull_r, self.hull_d = hr, hd
+            self._rebuild_tables()
+
+    def _rebuild_tables(self) -> None:
+        """The stage-1 lines: an inner polygon of the hull envelope E, plus the slack.
+
+        E(r) (the smallest d with which a new point r > 0 would join the hull) is concave and
+        rising: -inf left of the leftmost vertex, the hull's polyline in between, flat at the
+        largest d to the right. Chords of a concave function lie below it, so the polygon
+        never hides a new vertex (beyond the slack, which also absorbs rounding).
+        """
+        hr, hd = self.hull_r, self.hull_d
+        if hr.size == 0:
+            return
+        r_top, d_top = float(hr[-1]), float(hd[-1])
+        slack = self.slack_rel * d_top
+        # Stage-1 polygon: leftmost vertex, the knee (farthest above their chord), top vertex.
+        # More corners cost a pass each and barely help: points that lie on a curved hull
+        # are above every inner polygon, and stage 2 sorts them out.
+        corners = [0, hr.size - 1]
+        if hr.size > 2:
+            gap = hd - np.interp(hr, hr[corners], hd[corners])
+            corners.insert(1, int(np.argmax(gap)))
+        eps8 = 8 * np.finfo(np.float64).eps
+        self.lines = []
+        for i, j in zip(corners[:-1], corners[1:], strict=False):
+            ri, di, rj, dj = float(hr[i]), float(hd[i]), float(hr[j]), float(hd[j])
+            s = (dj - di) / (rj - ri) if rj > ri else 0.0
+            a = di - s * ri
+            self.lines.append((s, a + slack - eps8 * (abs(a) + s * r_top)))
+        if len(self.lines) == 0:  # a single vertex: the envelope is flat at d_top
+            self.lines.append((0.0, d_top + slack))
+
+    # -- results -------------------------------------------------------------------------
+
+    def p99(self) -> float | None:
+        m = self.n_finite
+        if m == 0:
+            return None
+        values = np.concatenate(self.top_d) if self.top_d else np.zeros(0)
+        values = values[values > self.tp]  # exactly the errors above tp ...
+        ties = max(self.tp_ties, 0)  # ... and how many equal it: a top-k multiset
+        # numpy's default (linear) method, step for step, on the order statistics we kept
+        virtual = (m - 1) * np.true_divide(99.0, 100)
+        previous = math.floor(virtual)
+        if virtual >= m - 1:
+            previous = nxt = m - 1
+        else:
+            nxt = previous + 1
+        total = values.size + ties
+        if total < m - previous:  # cannot happen: tp is a proven lower bound
+            raise AssertionError("p99 candidates lost")
+        # ascending rank i among all m errors is rank i - (m - total) in the kept multiset,
+        # whose lowest `ties` entries equal tp
+        ranks = [previous - (m - total), nxt - (m - total)]
+        above = [q - ties for q in ranks if q >= ties]
+        part = np.partition(values, above) if above else values
+        a, b = (self.tp if q < ties else part[q - ties] for q in ranks)
+        gamma = np.float64(virtual - previous)
+        diff = b - a
+        if gamma >= 0.5:
+            return float(b - diff * (1 - gamma))
+        return float(a + diff * gamma)
+
+    def top_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The TOP_PAIRS largest errors, descending, with their |ref|."""
+        if not self.pair_d:
+            return np.zeros(0), np.zeros(0)
+        d = np.concatenate(self.pair_d)
+        r = np.concatenate(self.pair_r)
+        if d.size > TOP_PAIRS:
+            keep = np.argpartition(-d, TOP_PAIRS - 1)[:TOP_PAIRS]
+            d, r = d[keep], r[keep]
+        order = np.argsort(-d, kind="stable")
+        return d[order], r[order]
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    """A flat view when the memory allows one (memmaps stay memmaps); else a flat iterator."""
+    if a.flags.c_contiguous:
+        return a.reshape(-1)
+    return a.flat  # type: ignore[return-value]  # slicing a flatiter copies only that slice
+
+
+def _chunks(ref: np.ndarray, onnx: np.ndarray, n: int, chunk: int):
+    fr, fo = _flat(ref), _flat(onnx)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        yield start, np.asarray(fr[start:stop]), np.asarray(fo[start:stop])
+
+
+def _sample(
+    fr: Any, fo: Any, n: int, cutoff: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    idx = np.sort(rng.integers(0, n, size=min(n, 2 * SAMPLE_PAIRS)))
+    idx = idx[np.diff(idx, prepend=-1) != 0]  # distinct positions (np.unique imports lazily)
+    rng.shuffle(idx)
+    idx = np.sort(idx[:SAMPLE_PAIRS])
+    ref, onnx = np.asarray(fr[idx]), np.asarray(fo[idx])
+    if is_integer_pair(ref, onnx):
+        mag, _, absref = exact_diff(ref, onnx)
+        d, r = mag.astype(np.float64), absref.astype(np.float64)
+    else:
+        r = ref.astype(np.float64)
+        o = onnx.astype(np.float64)
+        ok = np.isfinite(r) & np.isfinite(o)
+        d = np.abs(o[ok] - r[ok])
+        r = np.abs(r[ok])
+    below = d <= cutoff
+    return d[below], r[below]
+
+
+def empty_stats() -> ErrorStats:
+    return ErrorStats(
+        max_abs=None,
+        worst_index=None,
+        ref_at_worst=None,
+        onnx_at_worst=None,
+        max_rel=None,
+        mean_abs=None,
+        rms=None,
+        p99_abs=None,
+        n_nan_mismatch=0,
+        n_inf_mismatch=0,
+        cosine=None,
+        snr_db=None,
+    )
+
+
+def _finish(
+    acc: _Pass, ref: np.ndarray, onnx: np.ndarray, tol: Tolerance
+) -> tuple[ErrorStats, ErrorProfile, int]:
+    n, m = acc.n, acc.n_finite
+    fr, fo = _flat(ref), _flat(onnx)
+    nonfinite = acc.n_nan + acc.n_inf
+    n_mismatch = acc.n_mismatch + nonfinite
+    top_d, top_r = acc.top_pairs()
+    hull_r, hull_d = acc.hull_r, acc.hull_d
+    zero_max = max(acc.zero_max, 0.0)
+
+    if m:
+        w = acc.worst
+        worst_index = tuple(int(i) for i in np.unravel_index(w, ref.shape))
+        ref_w, onnx_w = float(fr[w]), float(fo[w])
+        max_rel = acc.max_rel if acc.max_rel >= 0.0 else None
+        rr, rd, dd = acc.rr, acc.rd, acc.dd
+        ro, oo = rr + rd, rr + 2.0 * rd + dd
+        cosine = ro / math.sqrt(rr * oo) if rr > 0 and oo > 0 else None
+        if cosine is not None:
+            cosine = min(max(cosine, -1.0), 1.0)
+        if dd == 0:
+            snr = math.inf
+        elif rr == 0:
+            snr = -math.inf
+        else:
+            snr = 10.0 * math.log10(rr / dd)
+        stats = ErrorStats(
+            max_abs=acc.max_abs,
+            worst_index=worst_index,
+            ref_at_worst=ref_w,
+            onnx_at_worst=onnx_w,
+            max_rel=max_rel,
+            mean_abs=acc.sum_abs / m,
+            rms=math.sqrt(dd / m),
+            p99_abs=acc.p99(),
+            n_nan_mismatch=acc.n_nan,
+            n_inf_mismatch=acc.n_inf,
+            cosine=cosine,
+            snr_db=snr,
+        )
+    else:
+        stats = replace(empty_stats(), n_nan_mismatch=acc.n_nan, n_inf_mismatch=acc.n_inf)
+
+    if m > top_d.size:
+        cutoff = float(top_d[-1]) if top_d.size else math.inf
+        sample_d, sample_r = _sample(fr, fo, n, cutoff, np.random.default_rng(_SEED))
+    else:
+        sample_d = sample_r = np.zeros(0)
+    hist_bins = np.flatnonzero(acc.hist).astype(np.int64)
+    profile = ErrorProfile(
+        n_elements=n,
+        n_finite=m,
+        n_nonfinite_mismatch=nonfinite,
+        hull_r=hull_r,
+        hull_d=hull_d,
+        zero_ref_max=zero_max,
+        hull_slack=acc.slack_rel * max(acc.max_abs, 0.0),
+        hist_bins=hist_bins,
+        hist_counts=acc.hist[hist_bins],
+        top_d=top_d,
+        top_r=top_r,
+        sample_d=sample_d,
+        sample_r=sample_r,
+        anchor=np.array([tol.atol, tol.rtol, float(n_mismatch)]),
+    )
+    return stats, profile, n_mismatch

@@ -1,0 +1,203 @@
+"""Load an ONNX file (external data beside it included), check it, read its signature.
+
+The graph is read without its weights (``load_external_data=False``) and checked from the
+*path*, so a model whose weights live in external-data files, or exceed protobuf's 2 GB, is
+read without pulling gigabytes into memory. Every way a file can be unusable (missing,
+truncated, not ONNX, rejected by ``onnx.checker``, refused by ONNX Runtime) becomes one
+``OnnxLoadError`` line: ``cannot load ONNX file X: <cause>``.
+
+Contract:
+@dataclass(frozen=True) class OnnxModel: path: Path; signature: OnnxSignature; sha256: str
+load_onnx(path) -> OnnxModel            raises OnnxLoadError (one line: what and where)
+make_session(model: OnnxModel, *, provider="CPUExecutionProvider", opt_level="all")
+    -> onnxruntime.InferenceSession     opt_level in ORT_OPT_LEVELS; raises OnnxLoadError
+ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+import onnx
+from onnx import TensorProto
+
+from parity.errors import OnnxLoadError, UsageError, first_line
+from parity.files.hashing import update_with_file
+from parity.load.dtypes import from_onnx_elem_type
+from parity.load.quiet import apply_ort_default_severity, ort_severity
+from parity.signature import Dim, OnnxSignature, TensorSpec
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+
+@dataclass(frozen=True)
+class OnnxModel:
+    path: Path
+    signature: OnnxSignature
+    sha256: str
+
+
+def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
+    """Read, check and describe an ONNX file; external-data files are looked up beside it."""
+    p = Path(path)
+    if not p.exists():
+        raise _load_error(p, "no such file")
+    if not p.is_file():
+        raise _load_error(p, "not a file")
+    try:
+        proto = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError, OSError, onnx errors: all mean "unreadable"
+        raise _load_error(p, f"not a readable ONNX protobuf ({first_line(exc)})") from exc
+    if not proto.HasField("graph") or proto.ir_version == 0:
+        raise _load_error(p, "not an ONNX model (no graph or IR version)")
+    _check_external_files(proto, p)
+    try:
+        onnx.checker.check_model(str(p))
+    except Exception as exc:  # ValidationError, and OSError for missing external data
+        raise _load_error(p, f"onnx.checker: {first_line(exc)}") from exc
+    signature = read_signature(proto, where=p)
+    return OnnxModel(path=p, signature=signature, sha256=_sha256(p, proto))
+
+
+def _check_external_files(proto: onnx.ModelProto, path: Path) -> None:
+    """Name the first external-data file that is not beside the model (onnx.checker would
+    say "should be stored in <full path>, but it is not regular file"). Locations that are
+    absolute or climb out (``..``) are left to the checker, which refuses them."""
+    seen: set[str] = set()
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if not location or location in seen:
+            continue
+        seen.add(location)
+        where = PurePosixPath(location.replace("\\", "/"))
+        if where.is_absolute() or ".." in where.parts:
+            continue
+        if not (path.parent / location).is_file():
+            raise _load_error(
+                path,
+                f"its external-data file {location!r} (tensor {tensor.name!r}) is missing; "
+                "it must be beside the .onnx file",
+            )
+
+
+def read_signature(proto: onnx.ModelProto, *, where: Path | str = "model") -> OnnxSignature:
+    """Inputs (initializers excluded), outputs, default-domain opset, producer, IR version."""
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer} | {
+        t.values.name for t in graph.sparse_initializer
+    }
+    inputs = tuple(
+        _tensor_spec(v, where=where, role="input")
+        for v in graph.input
+        if v.name not in initializers
+    )
+    outputs = tuple(_tensor_spec(v, where=where, role="output") for v in graph.output)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    return OnnxSignature(
+        inputs=inputs,
+        outputs=outputs,
+        opset=int(opset),
+        producer=producer,
+        ir_version=int(proto.ir_version),
+    )
+
+
+def available_providers() -> list[str]:
+    """The execution providers this ONNX Runtime build can use, in its preference order."""
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def make_session(
+    model: OnnxModel, *, provider: str = "CPUExecutionProvider", opt_level: str = "all"
+) -> onnxruntime.InferenceSession:
+    """An ONNX Runtime session on one provider at one graph-optimisation level."""
+    import onnxruntime as ort
+
+    available = available_providers()
+    if provider not in available:
+        raise UsageError(
+            f"unknown ONNX Runtime provider {provider!r}; available here: {', '.join(available)}"
+        )
+    if opt_level not in ORT_OPT_LEVELS:
+        raise UsageError(
+            f"unknown ORT optimisation level {opt_level!r}; choose one of "
+            f"{', '.join(ORT_OPT_LEVELS)}"
+        )
+    levels = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    options = ort.SessionOptions()
+    options.graph_optimization_level = levels[opt_level]
+    options.log_severity_level = ort_severity()  # ORT's own lines would precede Parity's one
+    apply_ort_default_severity()
+    try:
+        return ort.InferenceSession(str(model.path), sess_options=options, providers=[provider])
+    except Exception as exc:
+        raise _load_error(model.path, f"ONNX Runtime ({provider}): {first_line(exc)}") from exc
+
+
+def _tensor_spec(value: onnx.ValueInfoProto, *, where: Path | str, role: str) -> TensorSpec:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise _load_error(
+            where,
+            f"{role} {value.name!r} is a {kind or 'untyped value'}; Parity compares tensors only",
+        )
+    tensor = value.type.tensor_type
+    shape: tuple[Dim, ...] = ()
+    if tensor.HasField("shape"):
+        shape = tuple(_dim(d) for d in tensor.shape.dim)
+    return TensorSpec(name=value.name, dtype=_dtype_name(tensor.elem_type), shape=shape)
+
+
+def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:
+    which = dim.WhichOneof("value")
+    if which == "dim_value":
+        return int(dim.dim_value)
+    if which == "dim_param" and dim.dim_param:
+        return str(dim.dim_param)
+    return None
+
+
+def _dtype_name(elem_type: int) -> str:
+    if (name := from_onnx_elem_type(elem_type)) is not None:
+        return name
+    try:  # float8 / int4 families: onnx knows their ml_dtypes names
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
+    except Exception:
+        return TensorProto.DataType.Name(elem_type).lower()
+
+
+def _sha256(path: Path, proto: onnx.ModelProto) -> str:
+    """Hash of the model file followed by its external-data files, in first-use order."""
+    digest = hashlib.sha256()
+    update_with_file(digest, path)
+    seen: set[str] = set()
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if location and location not in seen:
+            seen.add(location)
+            digest.update(location.encode())
+            update_with_file(digest, path.parent / location)
+    return digest.hexdigest()
+
+
+def _load_error(path: Path | str, cause: str) -> OnnxLoadError:
+    return OnnxLoadError(f"cannot load ONNX file {path}: {cause}")

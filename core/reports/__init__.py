@@ -1,0 +1,1 @@
+"""Reports: the JSON report, the offline HTML report and saved runs."""

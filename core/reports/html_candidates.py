@@ -1,0 +1,94 @@
+"""The HTML report's candidates part (a run with several candidates): the verdict per
+candidate, the outputs x candidates table (max abs and pass/FAIL, as in the terminal), and
+the candidates x outputs grid. parity.reports.html_report places it and adds each failing
+candidate's
+details; every user string goes through html.escape here."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+from parity.labels import status_label
+from parity.results import ValidationRun
+from parity.show.candidate_views import candidate_cells, verdict_counts
+from parity.show.format import reference_text
+from parity.text import number_text
+
+__all__ = ["candidates_header", "candidate_heading", "candidates_section"]
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def candidates_header(run: ValidationRun) -> str:
+    counts = verdict_counts(run)
+    n = sum(counts.values())
+    parts = [f"{counts['pass']} of {n} candidates pass"]
+    parts += [f"{counts['fail']} fail"] * bool(counts["fail"])
+    parts += [f"{counts['error']} could not be run"] * bool(counts["error"])
+    sets = len(run.input_sets)
+    summary = f"{', '.join(parts)} ({len(run.output_names)} outputs, {sets} input sets)"
+    return (
+        f"<header><h1>Parity report</h1>"
+        f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
+        f"<p class='summary'>{_e(summary)}</p><p>{_e(reference_text(run))}</p></header>"
+    )
+
+
+def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], str]) -> str:
+    """The candidates table, then outputs (rows) x candidates (columns), then the grid."""
+    from parity.show.candidate_figures import candidates_grid
+
+    infos = run.candidate_list
+    head = (
+        "<tr><th>#</th><th>ONNX file</th><th>provider</th><th>opt level</th><th>verdict</th>"
+        "<th>ORT time</th><th>notes / error</th></tr>"
+    )
+    rows = []
+    for i in infos:
+        verdict = run.candidate_verdict(i.index)
+        said = i.error if i.error is not None else "; ".join(i.notes)
+        rows.append(
+            f"<tr class='{'pass' if verdict == 'pass' else 'fail'}'><td>{i.index}</td>"
+            f"<td class='name'>{_e(i.onnx)}</td><td>{_e(i.provider)}</td>"
+            f"<td>{_e(i.ort_opt_level)}</td><td class='status'>{_e(verdict.upper())}</td>"
+            f"<td>{i.seconds:.3f} s</td><td>{_e(said)}</td></tr>"
+        )
+    cells = {(c.candidate.index, c.name): c for c in candidate_cells(run)}
+    side_head = "<tr><th>output</th>" + "".join(f"<th>#{i.index}</th>" for i in infos) + "</tr>"
+    side_rows = []
+    for name in run.output_names:
+        tds = []
+        for i in infos:
+            cell = cells.get((i.index, name))
+            if i.error is not None:
+                tds.append("<td class='bad'>error</td>")
+            elif cell is None:
+                tds.append("<td>-</td>")
+            else:
+                w = cell.worst
+                value = number_text(w.stats.max_abs if w.stats is not None else None)
+                cls = "ok" if w.status.passed else "bad"
+                tds.append(f"<td class='{cls}'>{value} {_e(status_label(w.status))}</td>")
+        side_rows.append(f"<tr><td class='name'>{_e(name)}</td>{''.join(tds)}</tr>")
+    note = (
+        "Each cell: the candidate's largest max |error| for that output over the input sets, "
+        "and its worst status."
+    )
+    return (
+        "<section><h2>Candidates</h2>"
+        f"<table class='candidates'>{head}{''.join(rows)}</table>"
+        f"<h3>Outputs × candidates</h3><p>{_e(note)}</p>"
+        f"<div class='scroll'><table class='side'>{side_head}{''.join(side_rows)}</table></div>"
+        f"{figure_html(candidates_grid(run), 'grid')}</section>"
+    )
+
+
+def candidate_heading(run: ValidationRun, index: int) -> str:
+    info = next(i for i in run.candidate_list if i.index == index)
+    return (
+        f"<h2 class='candidate'>Candidate {_e(info.label)}: "
+        f"{_e(run.candidate_verdict(index).upper())}</h2><p class='name'>{_e(info.onnx)}</p>"
+    )

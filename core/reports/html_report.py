@@ -1,0 +1,506 @@
+"""A self-contained HTML report: one file that opens offline, for people who won't run Python.
+
+Plotly's script is inlined once; every figure is a div that calls it, so the page makes no
+network request. Figures come from parity.show.figures over parity.show.views' reduced views (block
+max-pooled heatmaps, numpy-binned histograms), so the file stays a few MB whatever the
+output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing output.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from parity.files.atomic import write_output
+from parity.judge.where import WhereProfile, where_of
+from parity.labels import status_label
+from parity.results import OutputComparison, Status, ValidationRun
+from parity.run.input_binding import BY_POSITION, binding_text
+from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
+from parity.show.sentences import failing_outputs, output_sentence
+from parity.text import number_text, tolerance_text
+from parity.version import __version__
+
+FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram (+ the where profile)
+REPORT_MAX_CELLS = 200  # heatmap side in the report: 200x200 cells, ~0.2 MB each
+WORST_K = 15
+LAYER_ROWS = 8
+MAX_DETAILED_OUTPUTS = 24
+"""Failing outputs drawn with figures, worst first; the rest are listed (keeps a few MB)."""
+
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def write_html_report(run: ValidationRun, path: str | Path) -> Path:
+    """Write the report for `run` to `path` (UTF-8) and return the path."""
+    return write_output(path, render_html_report(run), what="HTML report")
+
+
+def render_html_report(run: ValidationRun) -> str:
+    """The whole page as one string."""
+    from plotly.offline import get_plotlyjs
+
+    if run.is_multi_candidate:
+        sections = _candidate_sections(run)
+    else:
+        failing = _failing(run)
+        sections = [
+            _header(run, failing),
+            _grid(run),
+            _outputs_table(run),
+            _failing_details(run, failing),
+            _layers(run),
+            _tolerances(run),
+            _provenance(run),
+            _environment(run),
+        ]
+    body = "\n".join(s for s in sections if s)
+    title = f"Parity report: {run.verdict} - {Path(run.onnx).name or run.onnx}"
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        # No network, ever: the policy blocks any fetch the page (or a figure) might try.
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
+        "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+        'img-src data: blob:; font-src data:">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f"<script>{get_plotlyjs()}</script></head>\n<body>\n{body}\n"
+        f"<footer>Written by Parity {_e(__version__)} on "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.</footer>\n</body></html>\n"
+    )
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _candidate_sections(run: ValidationRun) -> list[str]:
+    """Several candidates: their verdicts, table and grid (parity.reports.html_candidates), then
+    each
+    failing candidate's details as a single run's (its view, ValidationRun.for_candidate)."""
+    from parity.reports.html_candidates import (
+        candidate_heading,
+        candidates_header,
+        candidates_section,
+    )
+
+    sections = [candidates_header(run), candidates_section(run, _figure_html)]
+    for view in _failing_views(run):
+        index = view.candidates[0].index
+        details = _failing_details(view, _failing(view))
+        sections += [candidate_heading(run, index), _outputs_table(view), details]
+    return [*sections, _input_sets(run), _tolerances(run), _environment(run)]
+
+
+def _failing_views(run: ValidationRun) -> list[ValidationRun]:
+    return [
+        run.for_candidate(i.index)
+        for i in run.candidate_list
+        if run.candidate_verdict(i.index) == "fail"
+    ]
+
+
+def _failing(run: ValidationRun) -> list[tuple[OutputComparison, WhereProfile | None]]:
+    """Each failing output's worst comparison, with where its mismatches are."""
+    return [(c, where_of(run, c)) for c in failing_outputs(run)]
+
+
+def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]) -> str:
+    """The verdict, then one plain sentence per failing output (what, how bad, where)."""
+    n_fail = len({c.name for c in run.comparisons if not c.status.passed})
+    n_out = len(run.output_names)
+    n_sets = len(run.input_sets) or len({c.input_set for c in run.comparisons})
+    summary = {
+        "pass": f"all {n_out} outputs pass on {n_sets} input set{_s(n_sets)}",
+        "fail": f"{n_fail} of {n_out} output{_s(n_out)} fail on {n_sets} input set{_s(n_sets)}",
+        "error": "the run could not be completed",
+    }[run.verdict]
+    lead = ""
+    if failing:
+        items = "".join(
+            f"<li>{_e(output_sentence(run, c, where))}</li>"
+            for c, where in failing[:MAX_DETAILED_OUTPUTS]
+        )
+        more = len(failing) - MAX_DETAILED_OUTPUTS
+        if more > 0:
+            items += f"<li>{more} more failing output{_s(more)}: see the table below.</li>"
+        lead = f"<ul class='lead'>{items}</ul>"
+    model = f"<p class='what'>{_e(run.model)} against {_e(run.onnx)}</p>"
+    if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
+        inputs = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
+        model += f"<p class='note'>{_e('inputs fed ' + inputs)}</p>"
+    return (
+        f"<header><h1>Parity report</h1>"
+        f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
+        f"<p class='summary'>{_e(summary)}</p>{lead}{model}</header>"
+    )
+
+
+def _provenance(run: ValidationRun) -> str:
+    """What the run was made from: files, content hashes, opset (after the results)."""
+    rows = [("model", run.model), ("ONNX", run.onnx)]
+    identity = run.saved.identity if run.saved is not None else {}
+    onnx_hash = identity.get("onnx_sha256") or run.provenance.onnx_sha256
+    model_hash = identity.get("model_sha256") or run.provenance.model_sha256
+    if onnx_hash:
+        rows.append(("ONNX SHA-256", onnx_hash))
+    if model_hash:
+        rows.append(("model SHA-256", model_hash))
+    if run.signature is not None:
+        rows.append(("opset / producer", f"{run.signature.opset} / {run.signature.producer}"))
+    for label, key in (("weights", "weights_file"), ("reference outputs", "reference_file")):
+        if getattr(run.provenance, key):
+            rows.append((label, getattr(run.provenance, key)))
+    if inputs := binding_text(run.provenance.inputs_by, run.provenance.inputs_note):
+        rows.append(("inputs fed", inputs))
+    if run.saved is not None:
+        rows.append(("saved run", run.saved.path))
+    return f"<section><h2>Files</h2>{_kv_table(rows)}</section>"
+
+
+def _outputs_table(run: ValidationRun) -> str:
+    head = "<tr>" + "".join(f"<th>{_e(c.header)}</th>" for c in COLUMNS) + "</tr>"
+    rows = [
+        f"<tr class='{'pass' if row.status.passed else 'fail'}'>"
+        + "".join(_cell(row, c.key) for c in COLUMNS)
+        + "</tr>"
+        for row in comparison_rows(run)
+    ]
+    n_pass = sum(c.status.passed for c in run.comparisons)
+    caption = f"{n_pass} of {len(run.comparisons)} (input set, output) pairs pass"
+    return (
+        f"<section><h2>Outputs</h2><p>{_e(caption)}.</p>"
+        f"<div class='scroll'><table class='outputs'>{head}{''.join(rows)}</table></div></section>"
+    )
+
+
+def _cell(row: ComparisonRow, key: str) -> str:
+    """One cell of the outputs table: the row's text (parity.show.rows), escaped, with the classes
+    and the mismatch bar the page's style sheet draws."""
+    text = _e(row.cell(key))
+    if key == "output":
+        return f"<td class='name'>{text}</td>"
+    if key == "status":
+        return f"<td class='status'>{text}</td>"
+    if (key == "shape" and row.status is Status.SHAPE_MISMATCH) or (
+        key == "dtype" and row.status is Status.DTYPE_MISMATCH
+    ):
+        return f"<td class='bad'>{text}</td>"
+    if key == "mismatch" and row.mismatch_fraction is not None and row.n_mismatch is not None:
+        width = min(100.0, 100.0 * row.mismatch_fraction)
+        return f"<td><div class='bar'><span style='width:{width:.2f}%'></span></div>{text}</td>"
+    return f"<td>{text}</td>"
+
+
+def _input_sets(run: ValidationRun) -> str:
+    """The input sets' table alone (a run with several candidates has its own grid)."""
+    return f"<section><h2>Input sets</h2>{_input_sets_table(run)}</section>"
+
+
+def _input_sets_table(run: ValidationRun) -> str:
+    sets = "".join(
+        f"<tr><td>{s.index}</td><td>{_e(s.label)}</td><td>"
+        + ", ".join(
+            f"{_e(n)}: {_e(d['dtype'])} {_e(str(d['shape']))}" for n, d in s.describe().items()
+        )
+        + "</td></tr>"
+        for s in run.input_sets
+    )
+    return f"<table><tr><th>set</th><th>label</th><th>inputs</th></tr>{sets}</table>"
+
+
+def _grid(run: ValidationRun) -> str:
+    parts = ["<section><h2>Input sets</h2>"]
+    if run.comparisons:
+        from parity.show.figures import verdict_grid
+
+        parts.append(_figure_html(verdict_grid(run), "grid"))
+    parts.append(_input_sets_table(run))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _layers(run: ValidationRun) -> str:
+    """The layers comparison, when the run has one: where the error is born, in words, along
+    the graph's depth and over the module tree (parity.layers draws and words it)."""
+    result = getattr(run, "layers", None)
+    if result is None:
+        return ""
+    from parity.layers import figures as layer_figures
+    from parity.layers import views
+
+    parts = ["<section><h2>Layers</h2>"]
+    cls = "diverges" if result.first_divergence is not None else "note"
+    parts.append(f"<p class='{cls}'>{_e(views.divergence_sentence(result))}</p>")
+    parts.append(f"<p>{_e('Criterion: ' + str(result.criterion))}</p>")
+    limits = views.limits(result)
+    if limits:
+        items = "".join(f"<li>{_e(line)}</li>" for line in limits)
+        parts.append(f"<p>What was compared, and what was not:</p><ul class='limits'>{items}</ul>")
+    if result.values:
+        line = views.pass_line(result, "error_ratio", run.tolerances.default.atol)
+        fig = layer_figures.depth_plot(result, metric="error_ratio", threshold=line)
+        parts.append(_figure_html(fig, "depth"))
+        if _has_modules(result):
+            tree = layer_figures.module_tree(result, metric="error_ratio", threshold=line)
+            parts.append(_figure_html(tree, "tree"))
+        parts.append(_layer_rows(result))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _has_modules(result) -> bool:
+    """The module tree says something when some value belongs to a named module."""
+    return any(v.torch_module for v in result.values)
+
+
+def _layer_rows(result) -> str:
+    """The first divergence and the values right after it (or the worst values when none)."""
+    from parity.layers import views
+
+    ordered = views.ordered(result.values)
+    first = result.first_divergence
+    if first is not None:
+        start = next(
+            (
+                i
+                for i, v in enumerate(ordered)
+                if (v.order, v.input_set) == (first.order, first.input_set)
+            ),
+            0,
+        )
+        rows, title = ordered[start : start + LAYER_ROWS], "From the first divergence on"
+    else:
+        worst = views.worst_per_value(ordered, "error_ratio").values()
+        key = lambda v: views.metric_of(v, "error_ratio") or 0.0  # noqa: E731
+        rows, title = sorted(worst, key=key, reverse=True)[:LAYER_ROWS], "Largest error ratios"
+    head = (
+        "<tr><th>order</th><th>set</th><th>status</th><th>module</th><th>op</th><th>node</th>"
+        "<th>max abs</th><th>error ratio</th><th>jump</th></tr>"
+    )
+    body = "".join(
+        f"<tr class='{_layer_class(v)}'><td>{v.order}</td>"
+        f"<td>{v.input_set}</td><td class='status'>{_e(v.status)}</td>"
+        f"<td class='name'>{_e(v.torch_module or '-')}</td><td>{_e(v.onnx_op)}</td>"
+        f"<td class='name'>{_e(v.onnx_node)}</td><td>{number_text(v.max_abs)}</td>"
+        f"<td>{number_text(v.error_ratio)}</td>"
+        f"<td>{number_text(getattr(v, 'jump', None))}</td></tr>"
+        for v in rows
+    )
+    return f"<h4>{_e(title)}</h4><table class='layers'>{head}{body}</table>"
+
+
+def _layer_class(v) -> str:
+    from parity.layers.views import is_divergent
+
+    return "fail" if is_divergent(v) else ("pass" if str(v.status) == "pass" else "other")
+
+
+def _failing_details(
+    run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]
+) -> str:
+    if not failing:
+        return ""
+    kept = bool(run.ref_outputs and run.onnx_outputs)
+    parts = ["<section><h2>Failing outputs</h2>"]
+    if not kept:
+        parts.append(
+            "<p class='note'>This run kept no raw outputs, so heatmaps, histograms and worst "
+            "elements are omitted; the statistics above are exact.</p>"
+        )
+    for c, where in failing[:MAX_DETAILED_OUTPUTS]:
+        parts.append(_failing_output(run, c, where, kept=kept))
+    if len(failing) > MAX_DETAILED_OUTPUTS:
+        rest = ", ".join(_e(c.name) for c, _ in failing[MAX_DETAILED_OUTPUTS:])
+        parts.append(
+            f"<p class='note'>{len(failing) - MAX_DETAILED_OUTPUTS} more failing outputs are in "
+            f"the table above without figures, to keep this file small: {rest}.</p>"
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _failing_output(
+    run: ValidationRun, c: OutputComparison, where: WhereProfile | None, *, kept: bool
+) -> str:
+    others = sorted(
+        x.input_set for x in run.comparisons if x.name == c.name and not x.status.passed
+    )
+    sets = f"input set {c.input_set}" + (
+        f" (fails on sets {', '.join(map(str, others))})" if len(others) > 1 else ""
+    )
+    head = (
+        f"<article class='failing'><h3>{_e(c.name)} <small>{_e(status_label(c.status))}, "
+        f"{_e(sets)}</small></h3><p class='message'>{_e(c.message)}</p>"
+    )
+    if where is not None:
+        head += f"<p class='where'><b>Where:</b> {_e(where.summary)}</p>"
+    arrays = _raw_pair(run, c) if kept else None
+    if arrays is None:
+        reason = (
+            "raw outputs not kept"
+            if not kept
+            else "no element-wise view: the two sides cannot be compared element by element"
+        )
+        return f"{head}<p class='note'>{_e(reason)}.</p></article>"
+    import parity.show.figures as figures
+    import parity.show.views as views
+
+    ref, onnx = arrays
+    exclude = run.exclusion(c.input_set, c.name)  # views show what the verdict judged
+    worst = views.worst_elements(ref, onnx, k=WORST_K, exclude=exclude)
+    at = worst.rows[0].index if worst.rows else None
+    view = views.slice_view(
+        ref,
+        onnx,
+        views.default_slice(ref.shape, at=at),
+        kind="ratio",
+        max_cells=REPORT_MAX_CELLS,
+        exclude=exclude,
+        tolerance=c.tolerance,
+    )
+    heatmap = figures.error_heatmap(
+        view,
+        worst=worst,
+        shape=ref.shape,
+        title=f"{c.name} error ÷ allowed",  # plain text: error_heatmap escapes it
+        tolerance=c.tolerance,
+        names=run.dim_names(c.name, ref.ndim),
+    )
+    hist = views.error_histogram(ref, onnx, exclude=exclude)
+    histogram = figures.error_histogram(
+        hist, atol=c.tolerance.atol, worst=worst.rows[0].abs_error if worst.rows else None
+    )
+    profile = _figure_html(figures.where_figure(where), "profile") if where is not None else ""
+    return (
+        f"{head}<div class='figs'>{_figure_html(heatmap, 'heatmap')}"
+        f"{_figure_html(histogram, 'histogram')}</div>{profile}"
+        f"<h4>Worst elements</h4>{_worst_table(worst)}</article>"
+    )
+
+
+def _tolerances(run: ValidationRun) -> str:
+    d = run.tolerances.default
+    rows = [("default", tolerance_text(d))]
+    rows += [(f"output {n}", tolerance_text(t)) for n, t in run.tolerances.outputs.items()]
+    rule = (
+        "An element passes when |onnx - ref| <= atol + rtol * |ref|; one-sided NaN/Inf never pass."
+    )
+    return f"<section><h2>Tolerances</h2><p>{_e(rule)}</p>{_kv_table(rows)}</section>"
+
+
+def _environment(run: ValidationRun) -> str:
+    rows = list(run.environment.items())
+    rows += [(f"time: {k}", f"{v:.3f} s") for k, v in run.timings.items() if _finite(v)]
+    return f"<section><h2>Environment and timings</h2>{_kv_table(rows)}</section>"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _raw_pair(run: ValidationRun, c: OutputComparison) -> tuple[np.ndarray, np.ndarray] | None:
+    """The two raw arrays of comparison `c`, when kept and comparable element-wise."""
+    ref, onnx = run.arrays(c)
+    if ref is None or onnx is None or np.shape(ref) != np.shape(onnx) or np.size(ref) == 0:
+        return None
+    if not (_numeric(ref) and _numeric(onnx)):
+        return None
+    return ref, onnx
+
+
+def figure_count(run: ValidationRun) -> int:
+    """How many plotly charts the report draws (for tests and for the size budget)."""
+    if run.is_multi_candidate:  # the candidates grid, then each failing candidate's details
+        return 1 + sum(figure_count(view) - 1 for view in _failing_views(run))
+    kept = bool(run.ref_outputs and run.onnx_outputs)
+    shown = failing_outputs(run)[:MAX_DETAILED_OUTPUTS]
+    detailed = sum(1 for c in shown if kept and _raw_pair(run, c) is not None)
+    profiles = sum(  # where_of's conditions, without its pass over the data
+        1
+        for c in shown
+        if kept
+        and c.n_mismatch
+        and c.status in (Status.FAIL, Status.DTYPE_MISMATCH)
+        and _raw_pair(run, c) is not None
+    )
+    layers = getattr(run, "layers", None)
+    depth = 1 if layers is not None and layers.values else 0
+    depth += 1 if depth and _has_modules(layers) else 0  # the module tree
+    return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed + profiles + depth
+
+
+def _numeric(a: np.ndarray) -> bool:
+    return np.asarray(a).dtype.kind in "biuf"
+
+
+def _figure_html(fig, kind: str) -> str:
+    """One figure, drawn with plotly's own template: importing Streamlit makes its theme the
+    process's default, and a report must look the same from the CLI and the dashboard."""
+    fig.layout.template = "plotly"  # assigned, not merged into the default one
+    div = fig.to_html(full_html=False, include_plotlyjs=False, config=_PLOT_CONFIG)
+    return f"<div class='fig {kind}'>{div}</div>"
+
+
+def _worst_table(worst) -> str:
+    rows = "".join(
+        f"<tr><td>[{', '.join(str(i) for i in w.index)}]</td><td>{number_text(w.ref, 8)}</td>"
+        f"<td>{number_text(w.onnx, 8)}</td><td>{number_text(w.abs_error)}</td>"
+        f"<td>{number_text(w.rel_error)}</td></tr>"
+        for w in worst.rows
+    )
+    return (
+        "<table class='worst'><tr><th>index</th><th>ref</th><th>onnx</th><th>abs error</th>"
+        f"<th>rel error</th></tr>{rows}</table>"
+    )
+
+
+def _kv_table(rows: Iterable[tuple[str, object]]) -> str:
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(str(v))}</td></tr>" for k, v in rows)
+    return f"<table class='kv'>{body}</table>"
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
+max-width:1280px;color:#1f2328;padding:0 16px}
+h1{margin:0 0 8px}h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:32px}
+.verdict{display:inline-block;font-size:28px;font-weight:700;padding:6px 18px;border-radius:6px;
+color:#fff}.verdict.pass{background:#1a7f37}.verdict.fail{background:#cf222e}
+.verdict.error{background:#9a6700}.summary{font-size:18px}
+table.side td.ok{color:#1a7f37}h2.candidate{border-bottom:2px solid #cf222e}
+ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead li{margin:6px 0}
+.what{color:#656d76;font-size:13px;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;
+white-space:nowrap}
+table.outputs td:last-child{white-space:pre-line;min-width:240px}
+table.kv td{white-space:normal;overflow-wrap:anywhere}
+.scroll{overflow-x:auto}
+th{background:#f6f8fa}table.kv th{width:180px}
+tr.fail td.status{color:#cf222e;font-weight:700}tr.pass td.status{color:#1a7f37}
+td.bad{background:#ffebe9;color:#cf222e;font-weight:600}td.name{font-family:monospace}
+.bar{width:80px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
+.bar span{display:block;height:8px;background:#cf222e}
+.note{background:#fff8c5;padding:6px 10px;border-radius:4px}
+.where{background:#ffebe9;padding:6px 10px;border-radius:4px}
+.diverges{background:#ffebe9;padding:6px 10px;border-radius:4px;font-weight:600}
+article.failing{border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:16px 0}
+article.failing p.message{white-space:pre-line;font-family:monospace;font-size:13px}
+.figs{display:grid;grid-template-columns:1fr 1fr;gap:8px}
+footer{margin-top:40px;color:#656d76;font-size:12px}
+"""

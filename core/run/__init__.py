@@ -1,0 +1,1 @@
+"""Running: the run's configuration, candidates, inputs, ONNX Runtime and torch, budgets."""

@@ -1,0 +1,100 @@
+"""The run's time limit (`--timeout`): one Deadline the run loop and every ORT call share.
+
+ONNX Runtime can be stopped from another thread (`RunOptions.terminate = True`; checked
+between nodes and inside Loop bodies), so an ORT call is given run options that a timer
+terminates when the deadline passes. Torch cannot be interrupted: the run loop checks the
+deadline between steps, and the CLI adds a watchdog (`start_watchdog`) that ends the process
+with exit 2 a grace period later. Writes are atomic, so an ended process leaves no
+half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from parity.errors import RunTimeout
+
+WATCHDOG_GRACE = 3.0
+"""Seconds past the deadline before the CLI's watchdog ends a process stuck in torch."""
+
+
+class Deadline:
+    """`seconds` from construction (None: no limit). Cheap to check; thread-safe to read."""
+
+    def __init__(self, seconds: float | None) -> None:
+        if seconds is not None and not (seconds > 0 and seconds != float("inf")):
+            raise ValueError(f"a timeout must be a positive number of seconds, got {seconds}")
+        self.seconds = seconds
+        self._end = None if seconds is None else time.monotonic() + seconds
+
+    def remaining(self) -> float | None:
+        return None if self._end is None else max(0.0, self._end - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        return self._end is not None and time.monotonic() >= self._end
+
+    def error(self) -> RunTimeout:
+        return RunTimeout(timeout_message(self.seconds or 0.0))
+
+    def check(self) -> None:
+        """Raise RunTimeout once the deadline has passed (call between steps)."""
+        if self.expired:
+            raise self.error()
+
+    @contextmanager
+    def ort_run_options(self) -> Iterator[Any]:
+        """ORT RunOptions that a timer terminates at the deadline (None without a limit).
+
+        On leaving, an ORT failure after the deadline becomes RunTimeout.
+        """
+        if self._end is None:
+            yield None
+            return
+        import onnxruntime
+
+        self.check()
+        options = onnxruntime.RunOptions()
+        options.log_severity_level = 4  # the terminated run's own error line is Parity's
+        timer = threading.Timer(self.remaining() or 0.0, _terminate, args=(options,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield options
+        except Exception as exc:
+            if self.expired:
+                raise self.error() from exc
+            raise
+        finally:
+            timer.cancel()
+
+
+def _terminate(options: Any) -> None:
+    options.terminate = True
+
+
+def timeout_message(seconds: float) -> str:
+    return f"timed out after {seconds:g} s"
+
+
+def start_watchdog(
+    seconds: float, on_timeout: Callable[[], None], *, grace: float = WATCHDOG_GRACE
+) -> threading.Timer:
+    """End the process with exit 2 `seconds + grace` from now, after `on_timeout()` (which
+    prints the one line). For the CLI only: a server must never call this."""
+
+    def fire() -> None:
+        try:
+            on_timeout()
+        finally:
+            os._exit(2)
+
+    timer = threading.Timer(seconds + grace, fire)
+    timer.daemon = True
+    timer.start()
+    return timer

@@ -1,0 +1,446 @@
+"""Make input sets from the ONNX signature, or read the user's own feeds.
+
+Generated values (deterministic: input ``k`` of set ``i`` draws from
+``np.random.default_rng([seed, i, k])``, so one input's size or range never shifts another's):
+
+- floating inputs: standard normal, drawn in float32 and cast (float16, bfloat16, float64);
+- integer inputs: uniform in ``DEFAULT_INT_RANGE`` = [0, 100), half-open, clipped to what the
+  dtype holds; ``int_ranges={"name": (low, high)}`` sets another half-open range;
+- bool inputs: True or False with equal odds;
+- inputs whose name contains "mask" (any case): all ones, unless ``int_ranges`` names them.
+
+Sizes of dims that are not fixed numbers:
+
+- a symbolic dim takes its size from ``dims`` by name, else a default by name
+  (``default_dim_size``): batch-like names -> 2, sequence-like -> 16, height/width-like -> 32,
+  anything else -> 8; an unnamed (unknown) dim -> 8. One name means one size everywhere.
+- set 0 uses these sizes. Set ``k`` grows each one by ``k * step`` where ``step`` is the largest
+  power of two dividing the set-0 size, capped at 32 (``grown_dim_size``): divisibility that
+  models often rely on is kept (224 -> 256 -> 288; 2 -> 4 -> 6; 16 -> 32 -> 48; 3 -> 4 -> 5),
+  and every later set runs the dynamic axes at sizes other than the export's.
+- fixed dims never change.
+
+Contract:
+DEFAULT_INT_RANGE = (0, 100) ... documented rule for integer inputs; mask-like names -> ones.
+make_input_sets(signature, *, dims={}, n_sets=1, seed=0, int_ranges={}, budget=None)
+    -> tuple[InputSet, ...]: set 0 at the chosen sizes; later sets change each symbolic dim
+    by a documented rule. iter_input_sets(...) makes the same sets one at a time.
+    Both refuse (BudgetError) before allocating when all sets would exceed the budget.
+load_input_files(paths, signature, *, budget=None) -> tuple[InputSet, ...]   one set per
+    .npz (no pickle), sizes read from .npy headers first; iter_input_files: one at a time.
+given_input_sets(mappings, signature, *, first=0) -> Iterator[InputSet]   one set per mapping
+    of input name -> array or tensor (the Python API), checked like a file's feeds.
+check_feeds(feeds, signature, *, where) -> None    InputError naming the input
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from parity.errors import InputError, UsageError, first_line
+from parity.load.dtypes import FLOAT_NAMES, INT_NAMES, numpy_dtype
+from parity.results import InputSet
+from parity.run.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
+from parity.signature import Dim, OnnxSignature, TensorSpec
+
+DEFAULT_INT_RANGE: tuple[int, int] = (0, 100)
+"""Half-open [low, high) range for generated integer inputs (token ids, indices, ...)."""
+
+BATCH_SIZE, SEQUENCE_SIZE, SPATIAL_SIZE, OTHER_SIZE = 2, 16, 32, 8
+MAX_GROWTH_STEP = 32
+MAX_INPUT_SETS = 100_000  # more is refused (each set's size is estimated before the run)
+
+_BATCH_RE = re.compile(r"batch|^(n|b|bs|bsz|num_samples)$", re.IGNORECASE)
+_SEQUENCE_RE = re.compile(r"seq|len|time|token|step|^(t|s|l)$", re.IGNORECASE)
+_SPATIAL_RE = re.compile(r"height|width|^(h|w|img|image)$", re.IGNORECASE)
+
+
+def default_dim_size(name: str | None) -> int:
+    """Set-0 size of a symbolic dim nobody sized: by what its name looks like."""
+    if name is None:
+        return OTHER_SIZE
+    if _BATCH_RE.search(name):
+        return BATCH_SIZE
+    if _SEQUENCE_RE.search(name):
+        return SEQUENCE_SIZE
+    if _SPATIAL_RE.search(name):
+        return SPATIAL_SIZE
+    return OTHER_SIZE
+
+
+def grown_dim_size(base: int, set_index: int) -> int:
+    """Size of a dim in set ``set_index``: base + index * (largest power of 2 dividing base)."""
+    step = min(base & -base, MAX_GROWTH_STEP)
+    return base + set_index * step
+
+
+def make_input_sets(
+    signature: OnnxSignature,
+    *,
+    dims: Mapping[str, int] | None = None,
+    n_sets: int = 1,
+    seed: int = 0,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+    budget: MemoryBudget | None = None,
+) -> tuple[InputSet, ...]:
+    """``n_sets`` deterministic input sets; set 0 at the chosen sizes, later sets grown."""
+    return tuple(
+        iter_input_sets(
+            signature, dims=dims, n_sets=n_sets, seed=seed, int_ranges=int_ranges, budget=budget
+        )
+    )
+
+
+def iter_input_sets(
+    signature: OnnxSignature,
+    *,
+    dims: Mapping[str, int] | None = None,
+    n_sets: int = 1,
+    seed: int = 0,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+    budget: MemoryBudget | None = None,
+) -> Iterator[InputSet]:
+    """The same sets as `make_input_sets`, made one at a time as the run asks for them.
+
+    Options are checked and the bytes of all ``n_sets`` sets (a run keeps them) estimated
+    against `budget` when this is called, before the first array is allocated.
+    """
+    dims = dict(dims or {})
+    int_ranges = dict(int_ranges or {})
+    _check_options(signature, dims=dims, n_sets=n_sets, seed=seed, int_ranges=int_ranges)
+    base = {name: dims.get(name, default_dim_size(name)) for name in signature.symbolic_dims}
+    _check_budget(signature, base, n_sets, budget or MemoryBudget())
+    return _generate_sets(signature, base, n_sets, seed, int_ranges)
+
+
+def _set_shapes(
+    signature: OnnxSignature, base: Mapping[str, int], index: int
+) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """(symbolic dim sizes, shape of every input) of set `index`."""
+    sizes = {name: grown_dim_size(size, index) for name, size in base.items()}
+    unknown = grown_dim_size(default_dim_size(None), index)
+    shapes = {
+        spec.name: tuple(_size(d, sizes, unknown) for d in spec.shape) for spec in signature.inputs
+    }
+    return sizes, shapes
+
+
+def _check_budget(
+    signature: OnnxSignature, base: Mapping[str, int], n_sets: int, budget: MemoryBudget
+) -> None:
+    """Bytes of every set (a run keeps them all) plus the largest draw's scratch copy."""
+    dtypes = {spec.name: spec.dtype for spec in signature.inputs}
+    total = scratch = 0
+    largest: tuple[int, str, list[int], int] = (-1, "", [], 0)
+    for index in range(n_sets):
+        _, shapes = _set_shapes(signature, base, index)
+        for name, shape in shapes.items():
+            n_bytes = array_bytes(shape, numpy_dtype(dtypes[name]))
+            total += n_bytes
+            # floats are drawn in float32 and integers in int64, then cast (a second copy)
+            if _draw_dtype(dtypes[name]) != dtypes[name]:
+                scratch = max(scratch, array_bytes(shape, _draw_dtype(dtypes[name])))
+            if n_bytes > largest[0]:
+                largest = (n_bytes, name, list(shape), index)
+    _, name, shape, index = largest
+    sets = f"{n_sets} input sets" if n_sets > 1 else "the input set"
+    where = f" in set {index}" if n_sets > 1 else ""
+    budget.check(
+        total + scratch,
+        f"generating {sets} (largest: input {name!r} {dtypes.get(name)} {shape}{where})",
+        proceed="use smaller --dim sizes or fewer --input-sets",
+    )
+
+
+def _generate_sets(
+    signature: OnnxSignature,
+    base: Mapping[str, int],
+    n_sets: int,
+    seed: int,
+    int_ranges: Mapping[str, tuple[int, int]],
+) -> Iterator[InputSet]:
+    for index in range(n_sets):
+        sizes, shapes = _set_shapes(signature, base, index)
+        feeds = {
+            spec.name: _generate(
+                spec,
+                shape=shapes[spec.name],
+                rng=np.random.default_rng([seed, index, position]),
+                int_range=int_ranges.get(spec.name),
+            )
+            for position, spec in enumerate(signature.inputs)
+        }
+        described = ", ".join(f"{n}={s}" for n, s in sizes.items()) or "fixed shapes"
+        yield InputSet(index=index, feeds=feeds, label=f"set {index}: {described}")
+
+
+def _draw_dtype(dtype: str) -> str:
+    if dtype in FLOAT_NAMES:
+        return "float32"
+    if dtype in INT_NAMES:
+        return "int64"
+    return "float64" if dtype == "bool" else "uint8"
+
+
+def load_input_files(
+    paths: Iterable[str | os.PathLike[str]],
+    signature: OnnxSignature,
+    *,
+    budget: MemoryBudget | None = None,
+) -> tuple[InputSet, ...]:
+    """One input set per ``.npz`` file (arrays keyed by ONNX input name), checked."""
+    return tuple(iter_input_files(paths, signature, budget=budget))
+
+
+def iter_input_files(
+    paths: Iterable[str | os.PathLike[str]],
+    signature: OnnxSignature,
+    *,
+    budget: MemoryBudget | None = None,
+) -> Iterator[InputSet]:
+    """`load_input_files` one file at a time; every file's size (from its .npy headers,
+    nothing inflated) is checked against `budget` when this is called."""
+    paths = _budgeted(paths, budget)
+    return _read_input_files(paths, signature)
+
+
+def iter_feed_files(
+    paths: Iterable[str | os.PathLike[str]], *, budget: MemoryBudget | None = None
+) -> Iterator[dict[str, np.ndarray]]:
+    """Each .npz's feeds, checked against the budget first but against no signature: an
+    hf: model's forward takes them by name before any ONNX file is known."""
+    paths = _budgeted(paths, budget)
+    return (_read_npz(path, where=f"inputs file {path}") for path in paths)
+
+
+def _budgeted(paths: Iterable[str | os.PathLike[str]], budget: MemoryBudget | None) -> list[Path]:
+    """The paths, once their sizes (from the .npy headers) fit the budget together."""
+    paths = [Path(raw) for raw in paths]
+    budget = budget or MemoryBudget()
+    total = 0
+    for path in paths:
+        headers = _npz_headers(path, where=f"inputs file {path}")
+        total += sum(h.n_bytes for h in headers)
+        budget.check(
+            total,
+            f"inputs file {path} ({describe_largest(headers)})"
+            if len(paths) == 1
+            else f"the --inputs files up to {path} ({describe_largest(headers)})",
+            proceed="feed smaller arrays",
+        )
+    return paths
+
+
+def read_feeds_file(
+    path: str | os.PathLike[str], *, budget: MemoryBudget | None = None
+) -> dict[str, np.ndarray]:
+    """One ``.npz`` of named arrays, its size checked from the .npy headers first; not checked
+    against a signature (the caller maps the names, e.g. an encoder-decoder's encoder inputs)."""
+    path = Path(path)
+    where = f"inputs file {path}"
+    headers = _npz_headers(path, where=where)
+    (budget or MemoryBudget()).check(
+        sum(h.n_bytes for h in headers),
+        f"{where} ({describe_largest(headers)})",
+        proceed="feed smaller arrays",
+    )
+    return _read_npz(path, where=where)
+
+
+def _read_input_files(paths: list[Path], signature: OnnxSignature) -> Iterator[InputSet]:
+    for index, path in enumerate(paths):
+        where = f"inputs file {path}"
+        feeds = _read_npz(path, where=where)
+        check_feeds(feeds, signature, where=where)
+        yield InputSet(index=index, feeds=feeds, label=f"set {index}: {path.name}")
+
+
+def _npz_headers(path: Path, *, where: str) -> tuple[NpyHeader, ...]:
+    if not path.is_file():
+        raise InputError(f"{where}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
+    try:
+        return npz_headers(path)
+    except Exception as exc:
+        raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
+
+
+def given_input_sets(
+    given: Iterable[Mapping[str, object]], signature: OnnxSignature, *, first: int = 0
+) -> Iterable[InputSet]:
+    """One input set per mapping of input name -> array (numpy, or anything with
+    ``.numpy()`` such as a CPU torch tensor), checked like a file's feeds."""
+    for index, mapping in enumerate(given, start=first):
+        where = f"inputs[{index - first}]"
+        if not isinstance(mapping, Mapping):
+            raise InputError(f"{where}: expected a mapping of input name -> array")
+        feeds = {
+            str(name): _as_array(value, f"{where}[{name!r}]") for name, value in mapping.items()
+        }
+        check_feeds(feeds, signature, where=where)
+        yield InputSet(index=index, feeds=feeds, label=f"set {index}: given")
+
+
+def _as_array(value: object, where: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    to_numpy = getattr(value, "numpy", None)
+    if callable(to_numpy):  # a torch tensor: detached, on the CPU
+        detach = getattr(value, "detach", None)
+        value = detach() if callable(detach) else value
+        cpu = getattr(value, "cpu", None)
+        return np.asarray((cpu() if callable(cpu) else value).numpy())
+    raise InputError(
+        f"{where}: expected a numpy array or a torch tensor, got {type(value).__name__}"
+    )
+
+
+def check_feeds(feeds: Mapping[str, np.ndarray], signature: OnnxSignature, *, where: str) -> None:
+    """Raise InputError naming the first input whose name, rank, dtype or size is wrong."""
+    expected = signature.input_names
+    for name in feeds:
+        if name not in expected:
+            raise InputError(
+                f"{where}: unknown input {name!r}; the ONNX model's inputs are "
+                f"{', '.join(expected) or '(none)'}"
+            )
+    seen: dict[str, tuple[str, int]] = {}
+    for spec in signature.inputs:
+        if spec.name not in feeds:
+            raise InputError(f"{where}: input {spec.name!r} is missing")
+        array = np.asarray(feeds[spec.name])
+        if array.ndim != spec.rank:
+            raise InputError(
+                f"{where}: input {spec.name!r} has rank {array.ndim} (shape "
+                f"{list(array.shape)}), expected rank {spec.rank} {spec.shape_text()}"
+            )
+        if array.dtype.name != spec.dtype:
+            raise InputError(
+                f"{where}: input {spec.name!r} has dtype {array.dtype.name}, expected {spec.dtype}"
+            )
+        for axis, (dim, size) in enumerate(zip(spec.shape, array.shape, strict=True)):
+            if isinstance(dim, int) and dim != size:
+                raise InputError(
+                    f"{where}: input {spec.name!r} has size {size} at axis {axis}, "
+                    f"expected {dim} {spec.shape_text()}"
+                )
+            if isinstance(dim, str):
+                first = seen.setdefault(dim, (spec.name, size))
+                if first[1] != size:
+                    raise InputError(
+                        f"{where}: input {spec.name!r} has {dim}={size} at axis {axis}, "
+                        f"but input {first[0]!r} has {dim}={first[1]}"
+                    )
+
+
+# --- internals --------------------------------------------------------------------------
+
+
+def _check_options(
+    signature: OnnxSignature,
+    *,
+    dims: Mapping[str, int],
+    n_sets: int,
+    seed: int,
+    int_ranges: Mapping[str, tuple[int, int]],
+) -> None:
+    symbolic = signature.symbolic_dims
+    for name, size in dims.items():
+        if name not in symbolic:
+            raise UsageError(
+                f"--dim {name}: the ONNX inputs have no symbolic dim {name!r}; "
+                f"symbolic dims: {', '.join(symbolic) or '(none)'}"
+            )
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise UsageError(f"--dim {name}={size}: a size must be an integer >= 1")
+    if not isinstance(n_sets, int) or not 1 <= n_sets <= MAX_INPUT_SETS:
+        raise UsageError(
+            f"--input-sets {n_sets}: need at least 1 and at most {MAX_INPUT_SETS} input sets"
+        )
+    if not isinstance(seed, int) or seed < 0:
+        raise UsageError(f"--seed {seed}: a seed must be an integer >= 0")
+    by_name = {spec.name: spec for spec in signature.inputs}
+    for name, bounds in int_ranges.items():
+        if name not in by_name:
+            raise UsageError(
+                f"--int-range {name}: the ONNX model has no input {name!r}; inputs: "
+                f"{', '.join(by_name) or '(none)'}"
+            )
+        low, high = bounds
+        if by_name[name].dtype not in INT_NAMES:
+            raise UsageError(
+                f"--int-range {name}: input {name!r} is {by_name[name].dtype}, not an integer"
+            )
+        info = np.iinfo(by_name[name].dtype)
+        if not low < high or low < info.min or high - 1 > info.max:
+            raise UsageError(
+                f"--int-range {name}={low}:{high}: need low < high within "
+                f"{by_name[name].dtype} ([{info.min}, {info.max}]); the range is half-open"
+            )
+
+
+def _size(dim: Dim, sizes: Mapping[str, int], unknown: int) -> int:
+    if isinstance(dim, int):
+        return dim
+    if dim is None:
+        return unknown
+    return sizes[dim]
+
+
+def _generate(
+    spec: TensorSpec,
+    *,
+    shape: tuple[int, ...],
+    rng: np.random.Generator,
+    int_range: tuple[int, int] | None,
+) -> np.ndarray:
+    dtype = spec.dtype
+    if "mask" in spec.name.lower() and int_range is None:
+        return np.ones(shape, dtype=numpy_dtype(dtype))
+    if dtype in FLOAT_NAMES:
+        return rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype), copy=False)
+    if dtype in INT_NAMES:
+        info = np.iinfo(dtype)
+        low, high = int_range or (
+            max(DEFAULT_INT_RANGE[0], int(info.min)),
+            min(DEFAULT_INT_RANGE[1], int(info.max) + 1),
+        )
+        return rng.integers(low, high, size=shape, dtype=np.int64).astype(dtype, copy=False)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    raise InputError(
+        f"input {spec.name!r} has dtype {dtype}, which Parity cannot generate; "
+        "pass your own feeds with --inputs FILE.npz"
+    )
+
+
+def _read_npz(path: Path, *, where: str) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise InputError(f"{where}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
+    feeds: dict[str, np.ndarray] = {}
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            for name in archive.files:
+                try:
+                    feeds[name] = archive[name]
+                except ValueError as exc:
+                    if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+                        raise InputError(
+                            f"{where}: array {name!r} holds Python objects; only numeric "
+                            "arrays are read (never unpickled)"
+                        ) from exc
+                    raise
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
+    return feeds

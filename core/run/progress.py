@@ -1,0 +1,64 @@
+"""Progress events of a run and the versions that decide its numbers.
+
+A leaf: every step (sources, export, the loop) reports through it, and importing it
+imports no step, so no module needs parity.pipeline to say how far it got.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One step of a run, for a progress bar: `fraction` is overall progress in [0, 1]."""
+
+    step: str
+    message: str
+    fraction: float | None
+    elapsed: float
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+class ProgressReporter:
+    """Calls `callback` with ProgressEvents timed from construction (None: does nothing)."""
+
+    def __init__(self, callback: ProgressCallback | None) -> None:
+        self._callback = callback
+        self._start = time.perf_counter()
+
+    def __call__(self, step: str, message: str, fraction: float | None = None) -> None:
+        if self._callback is not None:
+            elapsed = time.perf_counter() - self._start
+            self._callback(ProgressEvent(step, message, fraction, elapsed))
+
+
+def environment(provider: str, *, also: tuple[str, ...] = ()) -> dict[str, str]:
+    """Versions that decide the numbers: torch (and the modules in `also`, e.g. what a
+    source ran the reference with) read only if already imported."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "numpy": np.__version__,
+        "torch": _loaded_version("torch"),
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "provider": provider,
+    }
+    for module in also:
+        env[module] = _loaded_version(module)
+    return env
+
+
+def _loaded_version(module: str) -> str:
+    return str(getattr(sys.modules.get(module), "__version__", "not loaded"))

@@ -1,0 +1,48 @@
+"""Candidates x outputs: the one reduction the terminal, the HTML report, the figures and the
+dashboard's Overview share. A cell is a candidate's worst comparison of one output over its
+input sets (worst as parity.labels decides); a candidate that could not run has no cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parity.labels import worst_first
+from parity.results import CandidateInfo, OutputComparison, ValidationRun
+
+__all__ = ["CandidateCell", "candidate_cells", "verdict_counts"]
+
+
+@dataclass(frozen=True)
+class CandidateCell:
+    """One (candidate, output): its worst comparison and on how many input sets it failed."""
+
+    candidate: CandidateInfo
+    name: str
+    worst: OutputComparison
+    n_failing: int
+    n_sets: int
+
+
+def candidate_cells(run: ValidationRun) -> list[CandidateCell]:
+    """Every (candidate, output) that was judged, candidates in order, outputs in run order."""
+    grouped: dict[tuple[int, str], list[OutputComparison]] = {}
+    for c in run.comparisons:
+        grouped.setdefault((c.candidate, c.name), []).append(c)
+    cells = []
+    for info in run.candidate_list:
+        for name in run.output_names:
+            mine = grouped.get((info.index, name))
+            if not mine or info.error is not None:
+                continue
+            failing = sum(not c.status.passed for c in mine)
+            cells.append(CandidateCell(info, name, worst_first(mine)[0], failing, len(mine)))
+    return cells
+
+
+def verdict_counts(run: ValidationRun) -> dict[str, int]:
+    """How many candidates pass, fail, could not run."""
+    counts = {"pass": 0, "fail": 0, "error": 0}
+    for info in run.candidate_list:
+        counts[run.candidate_verdict(info.index)] += 1
+    return counts

@@ -1,0 +1,106 @@
+"""Several candidates as terminal text: one compact table (outputs as rows, candidates as
+columns: max abs and pass/fail), then each candidate's verdict, then the overall verdict.
+
+A single-candidate run keeps parity.show.format's per-output table; this is the side-by-side view.
+"""
+
+from __future__ import annotations
+
+from parity.labels import status_label, worst_first
+from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
+from parity.show.format import format_failure, format_input_sets, run_head
+from parity.text import aligned_table, number_text
+
+__all__ = ["candidate_verdict_text", "format_candidates", "overall_verdict_text"]
+
+
+def _cell(c: OutputComparison | None, info: CandidateInfo) -> str:
+    if info.error is not None:
+        return "error"
+    if c is None:
+        return "-"
+    label = status_label(c.status, "terminal")
+    if c.stats is None or c.status in (Status.MISSING, Status.SHAPE_MISMATCH):
+        return label
+    return f"{number_text(c.stats.max_abs)} {label}"
+
+
+def candidates_table(run: ValidationRun) -> str:
+    """Rows: (input set, output); columns: candidates #0, #1, ... (named in the legend)."""
+    infos = run.candidate_list
+    by_key = {(c.candidate, c.input_set, c.name): c for c in run.comparisons}
+    multi_set = len(run.input_sets) > 1
+    header = (["set"] if multi_set else []) + ["output"] + [f"#{i.index}" for i in infos]
+    rows = [header]
+    for s in run.input_sets:
+        for name in run.output_names:
+            cells = [_cell(by_key.get((i.index, s.index, name)), i) for i in infos]
+            rows.append(([str(s.index)] if multi_set else []) + [name] + cells)
+    return aligned_table(rows)
+
+
+def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
+    """``PASS``, ``FAIL: 2 of 4 comparisons failed: logits`` or ``ERROR: <why>``."""
+    verdict = run.candidate_verdict(info.index)
+    if verdict == "error":
+        return f"ERROR: {info.error}"
+    mine = [c for c in run.comparisons if c.candidate == info.index]
+    failing = [c for c in mine if not c.status.passed]
+    if not failing:
+        return "PASS"
+    names = list(dict.fromkeys(c.name for c in failing))
+    where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"FAIL: {len(failing)} of {len(mine)} comparisons failed: {where}"
+
+
+def overall_verdict_text(run: ValidationRun) -> str:
+    infos = run.candidate_list
+    unit = "step" if run.is_generation else "input set"
+    n_sets = len(run.input_sets)
+    size = (
+        f"{len(infos)} candidates × {len(run.output_names)} output(s) × {n_sets} {unit}"
+        f"{'' if n_sets == 1 else 's'}"
+    )
+    verdicts = {i.index: run.candidate_verdict(i.index) for i in infos}
+    bad = [i for i in infos if verdicts[i.index] != "pass"]
+    if not bad:
+        return f"PASS: every candidate passes every output ({size})"
+    errors = sum(v == "error" for v in verdicts.values())
+    fails = sum(v == "fail" for v in verdicts.values())
+    counts = [f"{fails} of {len(infos)} fail"] * bool(fails)
+    counts += [f"{errors} could not be run"] * bool(errors)
+    head = "ERROR" if errors else "FAIL"
+    return f"{head}: {', '.join(counts)} ({size}): " + ", ".join(i.label for i in bad)
+
+
+def _worst_failure(run: ValidationRun, info: CandidateInfo) -> str | None:
+    failing = [c for c in run.comparisons if c.candidate == info.index and not c.status.passed]
+    if not failing:
+        return None
+    text = f"{info.label}, worst:\n" + _indent(format_failure(worst_first(failing)[0]))
+    if len(failing) > 1:
+        text += f"\n  (and {len(failing) - 1} more failing comparison(s); --json lists all)"
+    return text
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def format_candidates(run: ValidationRun) -> str:
+    """The whole run as terminal text, for a run with several candidates."""
+    infos = run.candidate_list
+    head, input_sets = run_head(run, onnx=False), format_input_sets(run)
+    legend = ["candidates"] + [
+        f"  {i.label}"
+        + (f"  {i.onnx}" if not i.label.startswith(f"#{i.index} {i.onnx} ") else "")
+        + "".join(f"\n      note: {n}" for n in i.notes)
+        for i in infos
+    ]
+    verdicts = [f"{i.label}: {candidate_verdict_text(run, i)}" for i in infos]
+    failures = [text for i in infos if (text := _worst_failure(run, i)) is not None]
+    parts = [head, input_sets, "", "\n".join(legend), "", candidates_table(run), "", *verdicts]
+    if failures:
+        parts += ["", *failures]
+    parts += ["", overall_verdict_text(run)]
+    return "\n".join(parts)

@@ -1,0 +1,97 @@
+"""Plain-text rendering of a run for terminals: a per-output table and the verdict."""
+
+from __future__ import annotations
+
+from parity.judge.where import WhereProfile, where_of
+from parity.labels import status_label, wrong_pair_note
+from parity.results import OutputComparison, RunKind, Status, ValidationRun
+from parity.run.input_binding import BY_POSITION, binding_text
+from parity.show.rows import COLUMNS, comparison_rows
+from parity.text import aligned_table, number_text, shape_text
+
+TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
+
+
+def format_table(run: ValidationRun) -> str:
+    columns = TERMINAL_COLUMNS
+    if len(run.input_sets) <= 1:
+        columns = tuple(c for c in columns if c.key != "set")
+    rows = [[c.short_header for c in columns]] + [
+        [row.cell(c.key, "terminal") for c in columns] for row in comparison_rows(run)
+    ]
+    return aligned_table(rows)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def format_verdict(run: ValidationRun) -> str:
+    unit = "step" if run.is_generation else "input set"
+    size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
+    failing = [c for c in run.comparisons if not c.status.passed]
+    if not failing:
+        return f"PASS: every output within tolerance ({size})"
+    names = sorted({c.name for c in failing})
+    where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"FAIL: {len(failing)} of {len(run.comparisons)} comparisons ({size}) failed: {where}"
+        + _wrong_pair_line(run)
+    )
+
+
+def format_input_sets(run: ValidationRun) -> str:
+    lines = []
+    for s in run.input_sets:
+        shapes = ", ".join(f"{n}{shape_text(tuple(a.shape))}" for n, a in s.feeds.items())
+        lines.append(f"input set {s.index}: {shapes}" + (f"  [{s.label}]" if s.label else ""))
+    return "\n".join(lines)
+
+
+def format_failure(c: OutputComparison, where: WhereProfile | None = None) -> str:
+    """numpy.testing-style lines for one failing output, where the worst element sits, and
+    where the mismatches are (parity.judge.where)."""
+    lines = [line.strip() for line in c.message.splitlines() if line.strip()]
+    s = c.stats
+    if s is not None and s.worst_index is not None and c.status is Status.FAIL:
+        lines.append(
+            f"Worst element at index {list(s.worst_index)}: "
+            f"ref {number_text(s.ref_at_worst)}, onnx {number_text(s.onnx_at_worst)}"
+        )
+    if where is not None:
+        lines.append(f"Where: {where.summary}")
+    head = f"set {c.input_set} {c.name}: "
+    return head + ("\n" + " " * len(head)).join(lines or [status_label(c.status, "terminal")])
+
+
+def reference_text(run: ValidationRun) -> str:
+    """What the candidates were compared with: the model, or the reference ONNX file and
+    how it ran (ONNX against ONNX)."""
+    p = run.provenance
+    if p.kind is RunKind.ONNX and p.reference_file:
+        return f"reference {p.reference_file} ({p.reference_provider}, {p.reference_opt_level})"
+    return f"model {run.model}"
+
+
+def run_head(run: ValidationRun, *, onnx: bool = True) -> str:
+    """The reference, the ONNX file (a run with one candidate), and how torch got the feeds
+    when it was not by name."""
+    head = reference_text(run) + (f"\nonnx  {run.onnx}" if onnx else "")
+    if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
+        head += "\ninputs fed " + binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
+    return head
+
+
+def format_run(run: ValidationRun) -> str:
+    head = run_head(run)
+    failures = [format_failure(c, where_of(run, c)) for c in run.comparisons if not c.status.passed]
+    parts = [head, format_input_sets(run), "", format_table(run)]
+    if failures:
+        parts += ["", *failures]
+    parts += ["", format_verdict(run)]
+    return "\n".join(parts)
+
+
+def _wrong_pair_line(run: ValidationRun) -> str:
+    note = wrong_pair_note(run)
+    return "" if note is None else f"\n{note[0].upper()}{note[1:]}"

@@ -1,0 +1,69 @@
+"""One plain sentence per failing output: what fails, how badly, and where.
+
+What a reader who will not open a table sees first: the HTML report leads with these, the
+Overview lists them under the verdict. Numbers read as parity.text writes them; the "where"
+part is parity.judge.where's summary.
+"""
+
+from __future__ import annotations
+
+from parity.judge.judgement import comparison_ratio
+from parity.judge.where import WhereProfile
+from parity.labels import worst_first
+from parity.results import OutputComparison, Status, ValidationRun
+from parity.text import number_text, ratio_text, shape_text, tolerance_text
+
+__all__ = ["failing_outputs", "output_sentence"]
+
+
+def failing_outputs(run: ValidationRun) -> list[OutputComparison]:
+    """One comparison per failing output name (its worst input set), worst output first."""
+    best: dict[str, OutputComparison] = {}
+    for c in worst_first(c for c in run.comparisons if not c.status.passed):
+        best.setdefault(c.name, c)
+    return list(best.values())
+
+
+def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile | None) -> str:
+    """``mask fails in 2 of 2 input sets. In set 0, 248 of 2,048 elements (12.1%) are out of
+    tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (4.81e+04× the allowed error); all
+    248 mismatches lie at ...``"""
+    unit = "steps" if run.is_generation else "input sets"
+    n_sets = len({x.input_set for x in run.comparisons if x.name == c.name})
+    n_failing = len(
+        {x.input_set for x in run.comparisons if x.name == c.name and not x.status.passed}
+    )
+    head = (
+        f"{c.name} fails in {n_failing} of {n_sets} {unit}." if n_sets > 1 else f"{c.name} fails."
+    )
+    at = f"In set {c.input_set}, " if n_sets > 1 else ""
+    if c.status is Status.SHAPE_MISMATCH:
+        return (
+            f"{head} {at}its shape is {shape_text(c.ref_shape)} in the reference but "
+            f"{shape_text(c.onnx_shape)} in ONNX, so no element can be compared."
+        )
+    if c.status is Status.MISSING:
+        return f"{head} {at}{c.message or 'it is missing on one side'}."
+    parts = []
+    if c.status is Status.DTYPE_MISMATCH:
+        parts.append(f"its dtype is {c.ref_dtype} in the reference but {c.onnx_dtype} in ONNX")
+    if c.n_mismatch:
+        pct = 100.0 * (c.mismatch_fraction or 0.0)
+        text = (
+            f"{c.n_mismatch:,} of {c.n_judged:,} elements ({pct:.3g}%) are out of tolerance "
+            f"({tolerance_text(c.tolerance)})"
+        )
+        s = c.stats
+        if s is not None and (s.n_nan_mismatch or s.n_inf_mismatch):
+            text += f", {s.n_nan_mismatch + s.n_inf_mismatch:,} of them NaN or Inf on one side"
+        if s is not None and s.max_abs is not None:
+            ratio = comparison_ratio(c)
+            text += f", the worst off by {number_text(s.max_abs)}"
+            if ratio is not None:
+                text += f" ({ratio_text(ratio)} the allowed error)"
+        parts.append(text)
+    body = "; ".join(parts) or (c.message.splitlines()[0] if c.message else "it fails")
+    sentence = f"{head} {at}{body}"
+    if where is not None:
+        sentence += f"; {where.summary}"
+    return sentence + "."

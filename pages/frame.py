@@ -1,0 +1,56 @@
+"""The frame: page routing and the shared sidebar. Each page reads the current run from the
+session; all the work is done by the core (`parity`).
+
+`?demo=broken` in the URL runs a demo; `?run=FILE` opens a saved run (no torch needed);
+`?sweep=DIR` opens a `parity sweep` folder on the Sweep page.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import streamlit as st
+from PIL import Image
+
+from parity.dashboard.access import foreign_host, refuse
+from parity.dashboard.routes import PAGES
+from parity.dashboard.saved_runs import open_initial_run
+from parity.dashboard.sidebar import render_sidebar
+from parity.launch import SWEEP_ENV
+
+
+def page_icon() -> Image.Image:
+    """The browser tab's icon, drawn here: a 2 x 2 verdict grid (three passing cells, one
+    failing). Streamlit fetches a `:material/...:` page icon from fonts.gstatic.com, a
+    network request the app must never make."""
+    icon = np.full((32, 32, 3), 255, dtype=np.uint8)
+    green, red = (90, 174, 97), (224, 57, 43)
+    for row, col, color in ((0, 0, green), (0, 1, green), (1, 0, green), (1, 1, red)):
+        icon[2 + 15 * row : 15 + 15 * row, 2 + 15 * col : 15 + 15 * col] = color
+    return Image.fromarray(icon)
+
+
+def initial_sweep() -> str | None:
+    """`?sweep=DIR` in the URL, or the folder `parity dashboard DIR` was started on."""
+    return st.query_params.get("sweep") or os.environ.get(SWEEP_ENV) or None
+
+
+def main() -> None:
+    st.set_page_config(page_title="Parity", page_icon=page_icon(), layout="wide")
+    first = "sweep" if initial_sweep() else "run"  # ?sweep=DIR opens that page
+    pages = [
+        st.Page(path, title=title, icon=icon, url_path=url, default=(url == first))
+        for path, title, icon, url in PAGES
+    ]
+    host = foreign_host()  # DNS rebinding: checked before anything runs (access.py)
+    page = st.navigation(pages, position="hidden" if host is not None else "sidebar")
+    if host is not None:
+        refuse(host)
+    open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
+    try:
+        page.run()
+    except Exception:  # a page's bug: Streamlit shows it; the sidebar still shows the run
+        render_sidebar()
+        raise
+    render_sidebar()  # after the page, so a run started on this rerun shows at once
