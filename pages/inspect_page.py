@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from parity import figures as fg
-from parity import views as ins
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, could_not_run
 from parity.dashboard.tables import NUMBER_FORMAT
@@ -20,6 +18,8 @@ from parity.judge.compare import compare_outputs
 from parity.judge.where import where_profile
 from parity.labels import set_label, status_label
 from parity.results import ValidationRun
+from parity.show import figures as fg
+from parity.show import views as ins
 from parity.text import shape_text, tolerance_text
 
 KIND_LABELS = {

@@ -12,9 +12,11 @@ import numpy as np
 import onnx
 import pytest
 
-from parity import dtypes, json_output, labels, specs, text
+from parity import labels, text
+from parity.files import json_output
 from parity.files.hashing import file_sha256
 from parity.judge.compare import compare_outputs
+from parity.load import dtypes, specs
 from parity.results import Status
 from parity.tolerances import Tolerance
 

@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from parity import demos
 from parity.errors import UsageError
+from parity.load import demos
 from parity.load.export_lock import LOCK_NAME
 from parity.tolerances import Tolerance, Tolerances
 

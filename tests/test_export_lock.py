@@ -15,7 +15,7 @@ from pathlib import Path
 import onnx
 import torch
 
-from parity import demos
+from parity.load import demos
 from parity.load.export_lock import LOCK_NAME, export_lock
 
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from parity import views as ins
 from parity.judge.suggest import ladder, nearest, round_up_125, with_value
+from parity.show import views as ins
 
 
 @pytest.fixture(scope="module")
