@@ -26,101 +26,65 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import parity.results as results
 from parity.errors import UsageError
+from parity.results import ValidationRun
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
-from parity.tolerances import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance, Tolerances
+from parity.tolerances import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    Tolerance,
+    TolerancesLike,
+    tolerances_of,
+)
 
 __all__ = ["ValidationRun", "assert_export_close", "validate"]
 
-TolerancesLike = Tolerances | Mapping[str, "float | tuple[float, float] | Tolerance"] | str | None
+
+def run_json(run: ValidationRun) -> dict[str, Any]:
+    """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity); `run.to_json()`."""
+    from parity.reports.report import report_dict
+
+    return report_dict(run)
 
 
-class ValidationRun(results.ValidationRun):
-    """A finished run, with the questions a script asks of it.
+def save(run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
+    """Write a saved run (reopens with `parity report` and in the dashboard); `run.save(path)`."""
+    from parity.reports.saved_run import save_run
 
-    The data (comparisons, input sets, outputs kept for views) is `parity.results.ValidationRun`;
-    this adds what reads or writes it: verdict, failing outputs, JSON, saved run, HTML report,
-    re-judging, and a notebook view. Runs are immutable: `rejudge` returns a new one.
-    """
+    return save_run(run, path, keep_outputs=keep_outputs)
 
-    @classmethod
-    def of(cls, run: results.ValidationRun) -> ValidationRun:
-        """The same run, with this class's methods (e.g. one opened from a saved run)."""
-        if isinstance(run, cls):
-            return run
-        return cls(**{f.name: getattr(run, f.name) for f in fields(run)})
 
-    @property
-    def passed(self) -> bool:
-        """Every output of every input set passes at the run's tolerances."""
-        return self.verdict == "pass"
+def write_html(run: ValidationRun, path: str | os.PathLike[str]) -> Path:
+    """Write the offline HTML report; `run.write_html(path)`."""
+    from parity.reports.html_report import write_html_report
 
-    @property
-    def failing(self) -> tuple[str, ...]:
-        """Names of the outputs that fail (any status but pass) in at least one input set."""
-        bad = {c.name for c in self.comparisons if not c.status.passed}
-        return tuple(name for name in self.output_names if name in bad)
+    return write_html_report(run, path)
 
-    @property
-    def outputs(self) -> tuple[results.OutputComparison, ...]:
-        """One typed row per (input set, output): status, shapes, statistics, message."""
-        return self.comparisons
 
-    def to_json(self) -> dict[str, Any]:
-        """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity)."""
-        from parity.reports.report import report_dict
+def notebook_html(run: ValidationRun) -> str:
+    """The offline HTML report, framed: a notebook shows verdict, table and figures."""
+    from parity.reports.html_report import render_html_report
 
-        return report_dict(self)
+    page = html.escape(render_html_report(run), quote=True)
+    return (
+        f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
+        'sandbox="allow-scripts"></iframe>'
+    )
 
-    def save(self, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
-        """Write a saved run (reopens with `parity report` and in the dashboard)."""
-        from parity.reports.saved_run import save_run
 
-        return save_run(self, path, keep_outputs=keep_outputs)
-
-    def write_html(self, path: str | os.PathLike[str]) -> Path:
-        """Write the offline HTML report."""
-        from parity.reports.html_report import write_html_report
-
-        return write_html_report(self, path)
-
-    def rejudge(
-        self,
-        tolerances: TolerancesLike = None,
-        *,
-        atol: float | None = None,
-        rtol: float | None = None,
-    ) -> ValidationRun:
-        """The same run judged at other tolerances (no model is run, no tensor is touched).
-
-        `atol` / `rtol` replace the default; `tolerances` gives per-output values (a
-        `Tolerances`, a mapping name -> atol or (atol, rtol), or a tolerances JSON file).
-        """
-        base = self.tolerances.default
-        default = Tolerance(
-            atol=base.atol if atol is None else atol, rtol=base.rtol if rtol is None else rtol
-        )
-        if tolerances is None:
-            new = replace(self.tolerances, default=default)
-        else:
-            new = _tolerances(tolerances, default, explicit=atol is not None or rtol is not None)
-        return ValidationRun.of(super().rejudge(new))
-
-    def _repr_html_(self) -> str:
-        """The offline HTML report, framed: a notebook shows verdict, table and figures."""
-        from parity.reports.html_report import render_html_report
-
-        page = html.escape(render_html_report(self), quote=True)
-        return (
-            f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
-            'sandbox="allow-scripts"></iframe>'
-        )
+# The run's own methods for the above (run.to_json(), run.save(...), run.write_html(...), the
+# notebook view). They are attached here, not written in parity.results, because parity.reports
+# stands on parity.results: a method there calling it would be an import cycle. Importing
+# anything of parity imports this module first (parity/__init__), so every run has them.
+ValidationRun.to_json = run_json
+ValidationRun.save = save
+ValidationRun.write_html = write_html
+ValidationRun._repr_html_ = notebook_html
 
 
 def validate(
@@ -163,7 +127,7 @@ def validate(
     made. A model whose numbers disagree is not an error: check `.passed` / `.failing`, or
     use `assert_export_close`.
     """
-    tol = _tolerances(
+    tol = tolerances_of(
         tolerances,
         Tolerance(atol=atol, rtol=rtol),
         explicit=(atol, rtol) != (DEFAULT_ATOL, DEFAULT_RTOL),
@@ -201,7 +165,7 @@ def validate(
     if onnx_label is not None:  # the temp file is gone: name what the caller gave
         candidates = tuple(replace(c, onnx=onnx_label) for c in run.candidates)
         run = replace(run, onnx=onnx_label, candidates=candidates)
-    return ValidationRun.of(run)
+    return run
 
 
 def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
@@ -240,35 +204,6 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
 
 
 # --- arguments -> RunConfig ---------------------------------------------------------------
-
-
-def _tolerances(value: TolerancesLike, default: Tolerance, *, explicit: bool) -> Tolerances:
-    if value is None:
-        return Tolerances(default=default)
-    if isinstance(value, Tolerances):
-        if explicit:
-            raise UsageError("give atol/rtol or a Tolerances object (it has its own default)")
-        return value
-    if isinstance(value, (str, os.PathLike)):
-        loaded = Tolerances.load(value)
-        return loaded if not explicit else replace(loaded, default=default)
-    if not isinstance(value, Mapping):
-        raise UsageError(
-            f"tolerances must be a mapping, a Tolerances or a file, got {type(value).__name__}"
-        )
-    outputs: dict[str, Tolerance] = {}
-    for name, tol in value.items():
-        if isinstance(tol, Tolerance):
-            outputs[str(name)] = tol
-        elif isinstance(tol, (int, float)) and not isinstance(tol, bool):
-            outputs[str(name)] = Tolerance(atol=float(tol), rtol=default.rtol)
-        elif isinstance(tol, tuple) and len(tol) == 2:
-            outputs[str(name)] = Tolerance(atol=tol[0], rtol=tol[1])
-        else:
-            raise UsageError(
-                f"tolerance for {name!r}: expected atol, (atol, rtol) or a Tolerance, got {tol!r}"
-            )
-    return Tolerances(default=default, outputs=outputs)
 
 
 def _input_mappings(

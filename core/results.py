@@ -20,7 +20,7 @@ from parity.judge.error_profile import ErrorProfile
 from parity.layers.result import LayersResult
 from parity.messages import failure_message, with_notes
 from parity.signature import OnnxSignature
-from parity.tolerances import Tolerance, Tolerances
+from parity.tolerances import Tolerance, Tolerances, TolerancesLike, tolerances_of
 
 
 class Status(StrEnum):
@@ -246,6 +246,11 @@ class SavedFrom:
 class ValidationRun:
     """Everything one validation produced. Raw outputs are kept for inspection views.
 
+    The one run class: `parity.validate`, the CLI, the dashboard, sweeps and saved runs all
+    give this. Runs are immutable: `rejudge` returns a new one. `to_json`, `save`,
+    `write_html` and the notebook view are added by `parity.api` (they stand on
+    `parity.reports`, which stands on this module).
+
     `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
     is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
     """
@@ -279,6 +284,22 @@ class ValidationRun:
         if all(c.status.passed for c in self.comparisons) and self.comparisons:
             return "pass"
         return "fail"
+
+    @property
+    def passed(self) -> bool:
+        """Every output of every input set passes at the run's tolerances."""
+        return self.verdict == "pass"
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        """Names of the outputs that fail (any status but pass) in at least one input set."""
+        bad = {c.name for c in self.comparisons if not c.status.passed}
+        return tuple(name for name in self.output_names if name in bad)
+
+    @property
+    def outputs(self) -> tuple[OutputComparison, ...]:
+        """One typed row per (input set, output): status, shapes, statistics, message."""
+        return self.comparisons
 
     @property
     def candidate_list(self) -> tuple[CandidateInfo, ...]:
@@ -373,8 +394,27 @@ class ValidationRun:
                 return c
         raise KeyError((input_set, name))
 
-    def rejudge(self, tolerances: Tolerances) -> ValidationRun:
-        """Judge every output again at new tolerances; milliseconds, no tensors touched."""
+    def rejudge(
+        self,
+        tolerances: TolerancesLike = None,
+        *,
+        atol: float | None = None,
+        rtol: float | None = None,
+    ) -> ValidationRun:
+        """Judge every output again at other tolerances; milliseconds, no tensors touched.
+
+        `tolerances`: a `Tolerances`, a mapping name -> atol or (atol, rtol), or a tolerances
+        JSON file; `atol` / `rtol` replace the default (the run's where not given).
+        """
+        base = self.tolerances.default
+        default = Tolerance(
+            atol=base.atol if atol is None else atol, rtol=base.rtol if rtol is None else rtol
+        )
+        if tolerances is None:
+            tolerances = replace(self.tolerances, default=default)
+        else:
+            explicit = atol is not None or rtol is not None
+            tolerances = tolerances_of(tolerances, default, explicit=explicit)
         tolerances.check_outputs(self.output_names)
         return replace(
             self,

@@ -9,8 +9,9 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from os import PathLike, fspath
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import parity.files.strict_json as strict_json
 from parity.errors import UsageError
@@ -141,3 +142,41 @@ def parse_tol_arg(text: str, default: Tolerance) -> tuple[str, Tolerance]:
     except ValueError as exc:
         raise UsageError(f"--tol {text!r}: {exc}") from exc
     return name, Tolerance(atol=atol, rtol=rtol)
+
+
+TolerancesLike: TypeAlias = (
+    Tolerances | Mapping[str, float | tuple[float, float] | Tolerance] | str | PathLike[str] | None
+)
+
+
+def tolerances_of(value: TolerancesLike, default: Tolerance, *, explicit: bool) -> Tolerances:
+    """The tolerances the API takes (`validate(tolerances=...)`, `run.rejudge(...)`): None (the
+    default alone), a `Tolerances`, a tolerances JSON file, or a mapping name -> atol,
+    (atol, rtol) or `Tolerance` (the default's rtol where only atol is given). `explicit`: the
+    caller also gave atol/rtol, which replace a file's default and clash with a `Tolerances`."""
+    if value is None:
+        return Tolerances(default=default)
+    if isinstance(value, Tolerances):
+        if explicit:
+            raise UsageError("give atol/rtol or a Tolerances object (it has its own default)")
+        return value
+    if isinstance(value, (str, PathLike)):
+        loaded = Tolerances.load(fspath(value))
+        return loaded if not explicit else replace(loaded, default=default)
+    if not isinstance(value, Mapping):
+        raise UsageError(
+            f"tolerances must be a mapping, a Tolerances or a file, got {type(value).__name__}"
+        )
+    outputs: dict[str, Tolerance] = {}
+    for name, tol in value.items():
+        if isinstance(tol, Tolerance):
+            outputs[str(name)] = tol
+        elif isinstance(tol, (int, float)) and not isinstance(tol, bool):
+            outputs[str(name)] = Tolerance(atol=float(tol), rtol=default.rtol)
+        elif isinstance(tol, tuple) and len(tol) == 2:
+            outputs[str(name)] = Tolerance(atol=tol[0], rtol=tol[1])
+        else:
+            raise UsageError(
+                f"tolerance for {name!r}: expected atol, (atol, rtol) or a Tolerance, got {tol!r}"
+            )
+    return Tolerances(default=default, outputs=outputs)

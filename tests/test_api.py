@@ -166,6 +166,35 @@ def test_rejudge_and_tolerances(exported) -> None:
         validate(model, program, inputs={"x": x}, atol=1e-3, tolerances=Tolerances())
 
 
+def test_one_run_class_for_the_api_the_cli_and_saved_runs(exported, tmp_path: Path) -> None:
+    """`parity.ValidationRun` is `parity.results.ValidationRun`: the CLI's run (and a reopened
+    saved run) is an instance, with the API's questions and the same `rejudge`."""
+    import parity.results
+    from parity.cli import _validate, build_parser
+    from parity.reports.saved_run import load_run
+
+    model, x, program = exported
+    assert ValidationRun is parity.results.ValidationRun
+    pt2, onnx_path = tmp_path / "head.pt2", tmp_path / "head.onnx"
+    torch.export.save(torch.export.export(model, (x,)), str(pt2))
+    onnx.save(nudged(program, "head.bias", 1e-2), str(onnx_path))
+    args = build_parser().parse_args(
+        ["validate", "--model", str(pt2), "--onnx", str(onnx_path), "--dim", "batch=2"]
+    )
+    cli_run = _validate(args)
+    api_run = validate(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
+    assert type(cli_run) is type(api_run) and isinstance(cli_run, ValidationRun)
+    assert cli_run.failing == api_run.failing == ("logits",) and not cli_run.passed
+    for run in (cli_run, api_run):  # one rejudge: keyword atol, a mapping, a Tolerances
+        assert run.rejudge(atol=0.02).passed and not run.rejudge(atol=1e-3).passed
+        assert run.rejudge({"logits": 0.02}).passed
+        assert run.rejudge(Tolerances(default=run.tolerances.default)).failing == ("logits",)
+        assert isinstance(run.rejudge(atol=0.02), ValidationRun)
+    assert cli_run.to_json()["verdict"] == "fail"
+    reopened = load_run(cli_run.save(tmp_path / "cli.parity.npz"))
+    assert isinstance(reopened, ValidationRun) and reopened.rejudge(atol=0.02).passed
+
+
 def test_errors_are_parity_errors_with_one_line(exported) -> None:
     model, x, program = exported
     with pytest.raises(InputError, match=r"inputs\[0\]: unknown input 'y'"):
@@ -186,8 +215,8 @@ def test_json_saved_run_and_html(exported, tmp_path: Path) -> None:
     data = run.to_json()
     assert data["schema"] == "parity.report/1" and data["verdict"] == "fail"
     saved = run.save(tmp_path / "run.parity.npz")
-    reopened = ValidationRun.of(load_run(saved))
-    assert reopened.failing == ("logits",)
+    reopened = load_run(saved)
+    assert isinstance(reopened, ValidationRun) and reopened.failing == ("logits",)
     html_path = run.write_html(tmp_path / "report.html")
     assert "logits" in html_path.read_text(encoding="utf-8")
 
