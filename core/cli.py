@@ -15,8 +15,8 @@ from parity.load.quiet import set_debug
 from parity.results import ValidationRun
 from parity.show.format import format_run, format_verdict
 from parity.tolerances import Tolerance, Tolerances, parse_tol_arg
+from parity.verdict import ExitCode, Verdict
 
-EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 MODEL_EXPLORER_HELP = (
     "with --layers: write Model Explorer node data (error ratio per ONNX node) for its graph view"
 )
@@ -406,7 +406,7 @@ def _demos() -> int:
                 f"--tol {name}={t.atol:g}:{t.rtol:g}" for name, t in demo.tolerances.outputs.items()
             )
             print(f"{'':17} passes with: {flags}")
-    return EXIT_PASS
+    return ExitCode.PASS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -473,15 +473,15 @@ def _main(args: argparse.Namespace) -> int:
         _write_outputs(run, args)
     except KeyboardInterrupt:
         print("parity: interrupted", file=sys.stderr)
-        return EXIT_ERROR
+        return ExitCode.ERROR
     except Exception as exc:  # a ParityError, or a bug the core did not classify: one line
         return _fail(args, *describe_error(exc), exc)
-    if run.verdict == "error":  # a candidate could not be run; the others are reported
+    if run.verdict is Verdict.ERROR:  # a candidate could not be run; the others are reported
         for info in run.candidate_list:
             if info.error is not None:
                 print(f"parity: error: candidate {info.label}: {info.error}", file=sys.stderr)
-        return EXIT_ERROR
-    return EXIT_PASS if run.verdict == "pass" else EXIT_FAIL
+        return ExitCode.ERROR
+    return run.verdict.exit_code
 
 
 def _format(run: ValidationRun) -> str:
@@ -508,7 +508,7 @@ def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException)
     hint = " (--debug shows the traceback)" if kind == "internal" and not args.debug else ""
     unwritten = _write_error_report(args, kind, message, exc)
     print(f"parity: error: {message}{hint}{unwritten}", file=sys.stderr)
-    return EXIT_ERROR
+    return ExitCode.ERROR
 
 
 def _write_error_report(

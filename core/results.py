@@ -21,6 +21,7 @@ from parity.layers.result import LayersResult
 from parity.messages import failure_message, with_notes
 from parity.signature import OnnxSignature
 from parity.tolerances import Tolerance, Tolerances, TolerancesLike, tolerances_of
+from parity.verdict import Verdict
 
 
 class Status(StrEnum):
@@ -189,7 +190,7 @@ class CandidateInfo:
 
     `error` is set when the candidate could not be run at all (unreadable file, a session
     that would not start, inputs that do not fit its signature, ONNX Runtime raising): it
-    then has no comparisons, and the run's verdict is "error". `notes` say what was adapted
+    then has no comparisons, and the run's verdict is ERROR. `notes` say what was adapted
     (feeds cast to its input dtypes, outputs compared in the reference's dtype).
     """
 
@@ -276,19 +277,19 @@ class ValidationRun:
     candidates: tuple[CandidateInfo, ...] = ()
 
     @property
-    def verdict(self) -> str:
-        """ "pass" when every candidate passes every output; "error" when a candidate could
-        not be run at all (the CLI's exit 2); else "fail"."""
+    def verdict(self) -> Verdict:
+        """PASS when every candidate passes every output; ERROR when a candidate could not
+        be run at all (the CLI's exit 2); else FAIL."""
         if any(c.error is not None for c in self.candidates):
-            return "error"
+            return Verdict.ERROR
         if all(c.status.passed for c in self.comparisons) and self.comparisons:
-            return "pass"
-        return "fail"
+            return Verdict.PASS
+        return Verdict.FAIL
 
     @property
     def passed(self) -> bool:
         """Every output of every input set passes at the run's tolerances."""
-        return self.verdict == "pass"
+        return self.verdict is Verdict.PASS
 
     @property
     def failing(self) -> tuple[str, ...]:
@@ -314,15 +315,15 @@ class ValidationRun:
     def is_multi_candidate(self) -> bool:
         return len(self.candidates) > 1
 
-    def candidate_verdict(self, index: int) -> str:
-        """One candidate's verdict: "error", "pass" or "fail"."""
+    def candidate_verdict(self, index: int) -> Verdict:
+        """One candidate's verdict: ERROR, PASS or FAIL."""
         info = next((c for c in self.candidate_list if c.index == index), None)
         if info is None:
             raise KeyError(index)
         if info.error is not None:
-            return "error"
+            return Verdict.ERROR
         mine = [c for c in self.comparisons if c.candidate == index]
-        return "pass" if mine and all(c.status.passed for c in mine) else "fail"
+        return Verdict.PASS if mine and all(c.status.passed for c in mine) else Verdict.FAIL
 
     def for_candidate(self, index: int) -> ValidationRun:
         """The run as if `index` had been its only candidate: the view every single-candidate

@@ -24,6 +24,7 @@ from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, output_sentence
 from parity.text import number_text, tolerance_text
+from parity.verdict import Verdict
 from parity.version import __version__
 
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram (+ the where profile)
@@ -100,7 +101,7 @@ def _failing_views(run: ValidationRun) -> list[ValidationRun]:
     return [
         run.for_candidate(i.index)
         for i in run.candidate_list
-        if run.candidate_verdict(i.index) == "fail"
+        if run.candidate_verdict(i.index) is Verdict.FAIL
     ]
 
 
@@ -114,10 +115,11 @@ def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfi
     n_fail = len({c.name for c in run.comparisons if not c.status.passed})
     n_out = len(run.output_names)
     n_sets = len(run.input_sets) or len({c.input_set for c in run.comparisons})
+    sets = f"{n_sets} input set{_s(n_sets)}"
     summary = {
-        "pass": f"all {n_out} outputs pass on {n_sets} input set{_s(n_sets)}",
-        "fail": f"{n_fail} of {n_out} output{_s(n_out)} fail on {n_sets} input set{_s(n_sets)}",
-        "error": "the run could not be completed",
+        Verdict.PASS: f"all {n_out} outputs pass on {sets}",
+        Verdict.FAIL: f"{n_fail} of {n_out} output{_s(n_out)} fail on {sets}",
+        Verdict.ERROR: "the run could not be completed",
     }[run.verdict]
     lead = ""
     if failing:

@@ -16,6 +16,7 @@ from parity.labels import wrong_pair_note
 from parity.results import CandidateInfo, OutputComparison, RunKind, ValidationRun
 from parity.show.rows import ComparisonRow
 from parity.tolerances import Tolerances
+from parity.verdict import Verdict
 
 SCHEMA = "parity.report/1"
 
@@ -98,11 +99,11 @@ def error_report_dict(
     message: str,
     environment: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The report of a run that could not be made (verdict "error")."""
+    """The report of a run that could not be made (verdict ERROR)."""
     return strict(
         {
             "schema": SCHEMA,
-            "verdict": "error",
+            "verdict": Verdict.ERROR,
             "model": model,
             "onnx": onnx,
             "environment": environment or {},

@@ -14,6 +14,7 @@ from parity.results import CandidateInfo, ValidationRun
 from parity.show.candidate_views import candidate_cells
 from parity.show.figures import PASS_COLOR, plot_text
 from parity.text import number_text
+from parity.verdict import Verdict
 
 __all__ = ["candidate_row_label", "candidates_grid"]
 
@@ -21,7 +22,7 @@ __all__ = ["candidate_row_label", "candidates_grid"]
 def candidate_row_label(run: ValidationRun, info: CandidateInfo) -> str:
     """``#1 model.onnx (CPU, all) · FAIL``: a grid row, a menu entry."""
     verdict = run.candidate_verdict(info.index)
-    return f"{info.label} · {'FAIL' if verdict == 'fail' else verdict}"
+    return f"{info.label} · {'FAIL' if verdict is Verdict.FAIL else verdict}"
 
 
 def candidates_grid(run: ValidationRun) -> go.Figure:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from parity.labels import worst_first
 from parity.results import CandidateInfo, OutputComparison, ValidationRun
+from parity.verdict import Verdict
 
 __all__ = ["CandidateCell", "candidate_cells", "verdict_counts"]
 
@@ -40,9 +41,9 @@ def candidate_cells(run: ValidationRun) -> list[CandidateCell]:
     return cells
 
 
-def verdict_counts(run: ValidationRun) -> dict[str, int]:
-    """How many candidates pass, fail, could not run."""
-    counts = {"pass": 0, "fail": 0, "error": 0}
+def verdict_counts(run: ValidationRun) -> dict[Verdict, int]:
+    """How many candidates pass, fail, could not run (keys read as "pass", "fail", "error")."""
+    counts = dict.fromkeys(Verdict, 0)
     for info in run.candidate_list:
         counts[run.candidate_verdict(info.index)] += 1
     return counts

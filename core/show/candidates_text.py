@@ -10,13 +10,14 @@ from parity.labels import status_label, worst_first
 from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
 from parity.show.format import format_failure, format_input_sets, run_head
 from parity.text import aligned_table, number_text
+from parity.verdict import Verdict
 
 __all__ = ["candidate_verdict_text", "format_candidates", "overall_verdict_text"]
 
 
 def _cell(c: OutputComparison | None, info: CandidateInfo) -> str:
     if info.error is not None:
-        return "error"
+        return Verdict.ERROR
     if c is None:
         return "-"
     label = status_label(c.status, "terminal")
@@ -42,7 +43,7 @@ def candidates_table(run: ValidationRun) -> str:
 def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
     """``PASS``, ``FAIL: 2 of 4 comparisons failed: logits`` or ``ERROR: <why>``."""
     verdict = run.candidate_verdict(info.index)
-    if verdict == "error":
+    if verdict is Verdict.ERROR:
         return f"ERROR: {info.error}"
     mine = [c for c in run.comparisons if c.candidate == info.index]
     failing = [c for c in mine if not c.status.passed]
@@ -62,11 +63,11 @@ def overall_verdict_text(run: ValidationRun) -> str:
         f"{'' if n_sets == 1 else 's'}"
     )
     verdicts = {i.index: run.candidate_verdict(i.index) for i in infos}
-    bad = [i for i in infos if verdicts[i.index] != "pass"]
+    bad = [i for i in infos if verdicts[i.index] is not Verdict.PASS]
     if not bad:
         return f"PASS: every candidate passes every output ({size})"
-    errors = sum(v == "error" for v in verdicts.values())
-    fails = sum(v == "fail" for v in verdicts.values())
+    errors = sum(v is Verdict.ERROR for v in verdicts.values())
+    fails = sum(v is Verdict.FAIL for v in verdicts.values())
     counts = [f"{fails} of {len(infos)} fail"] * bool(fails)
     counts += [f"{errors} could not be run"] * bool(errors)
     head = "ERROR" if errors else "FAIL"

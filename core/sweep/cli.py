@@ -16,6 +16,8 @@ from pathlib import Path
 
 from parity.errors import ParityError, UsageError
 from parity.sweep.execute import PairResult
+from parity.sweep.summary import counts
+from parity.verdict import ExitCode, Verdict
 
 DEFAULT_TIMEOUT_S = 3600.0
 
@@ -68,10 +70,10 @@ def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser | None 
         return _sweep(args, parser)
     except ParityError as exc:
         print(f"parity: error: {exc.message}", file=sys.stderr)
-        return 2
+        return ExitCode.ERROR
     except KeyboardInterrupt:
         print("parity: interrupted (summary.json holds the pairs that finished)", file=sys.stderr)
-        return 2
+        return ExitCode.ERROR
 
 
 def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser | None) -> int:
@@ -101,9 +103,9 @@ def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser | None) -> 
         progress=progress,
     )
     for result in outcome.results:
-        if result.verdict != "pass":
+        if result.verdict is not Verdict.PASS:
             print(_line(result))
-    c = {v: sum(r.verdict == v for r in outcome.results) for v in ("pass", "fail", "error")}
+    c = counts(outcome.results)
     resumed = f" ({outcome.resumed} resumed)" if outcome.resumed else ""
     print(
         f"sweep: {outcome.total} pair(s): {c['pass']} pass, {c['fail']} fail, {c['error']} error"
@@ -137,6 +139,6 @@ def validate_args_problem(parser: argparse.ArgumentParser, args: tuple[str, ...]
 
 
 def _line(result: PairResult) -> str:
-    if result.verdict == "fail":
+    if result.verdict is Verdict.FAIL:
         return f"FAIL   {result.name}: {', '.join(result.failing) or 'see its report'}"
     return f"ERROR  {result.name}: {result.error}"

@@ -24,10 +24,10 @@ from parity.errors import UsageError
 from parity.files.atomic import atomic_path, write_text
 from parity.sweep.manifest import OUTPUT_FLAGS, flag_values
 from parity.sweep.plan import PairJob
+from parity.verdict import ExitCode, Verdict
 
 LOG = "log.txt"
 RECORD = "pair.json"
-VERDICT_BY_EXIT = {0: "pass", 1: "fail", 2: "error"}
 _LOG_TAIL = 16 << 10
 _MAX_REPORT = 256 << 20
 _POLL_S = 0.2
@@ -42,8 +42,8 @@ class Worst:
 @dataclass(frozen=True)
 class PairResult:
     name: str
-    verdict: str
-    """pass | fail | error (error: the pair could not be run, or its process died)."""
+    verdict: Verdict
+    """PASS | FAIL | ERROR (ERROR: the pair could not be run, or its process died)."""
     exit_code: int | None
     """validate's exit code; negative: killed by that signal; None: killed at the timeout,
     or never started (refused by the engine, lost by Ray)."""
@@ -71,7 +71,9 @@ def run_pair(job: PairJob, should_stop: Callable[[], bool] | None = None) -> Pai
     try:
         return _run(job, should_stop, start)
     except OSError as exc:  # its folder cannot be written (disk full, permissions): this pair only
-        return _result(job, "error", None, start, f"sweep could not run it: {exc}", report=None)
+        return _result(
+            job, Verdict.ERROR, None, start, f"sweep could not run it: {exc}", report=None
+        )
 
 
 def refused(job: PairJob, message: str) -> PairResult:
@@ -83,7 +85,9 @@ def refused(job: PairJob, message: str) -> PairResult:
         _remove_previous(job)
         return replace(_died(job, start, None, message, UsageError.kind), started=False)
     except OSError as exc:
-        return _result(job, "error", None, start, f"sweep could not run it: {exc}", report=None)
+        return _result(
+            job, Verdict.ERROR, None, start, f"sweep could not run it: {exc}", report=None
+        )
 
 
 def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> PairResult:
@@ -103,7 +107,7 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
                 start_new_session=True,  # its own process group: killed whole, children too
             )
         except OSError as exc:
-            return _result(job, "error", None, start, f"could not start: {exc}", report=None)
+            return _result(job, Verdict.ERROR, None, start, f"could not start: {exc}", report=None)
         deadline = None if job.timeout is None else start + job.timeout
         try:
             while True:
@@ -130,21 +134,21 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
         last = _last_line(tail)
         text = f"crashed: killed by {name}{hint}" + (f": {last}" if last else "")
         return _died(job, start, code, text, "crash")
-    if code not in VERDICT_BY_EXIT:
+    if code not in set(ExitCode):
         last = _last_line(tail)
         return _died(job, start, code, f"exited with code {code}: {last}", "crash")
     if report is None:
         usage = _error_line(tail)  # e.g. argparse refusing an argument: no report written
         text = usage or f"exited with code {code} without a report"
         return _died(job, start, code, text, "usage" if usage else "crash")
-    verdict = VERDICT_BY_EXIT[code]
-    error = _error_message(report, tail) if verdict == "error" else None
+    verdict = ExitCode(code).verdict
+    error = _error_message(report, tail) if verdict is Verdict.ERROR else None
     return _result(job, verdict, code, start, error, report=report)
 
 
 def _result(
     job: PairJob,
-    verdict: str,
+    verdict: Verdict,
     code: int | None,
     start: float,
     error: str | None,
@@ -184,7 +188,7 @@ def _died(job: PairJob, start: float, code: int | None, message: str, kind: str)
         model=None, onnx=None, tolerances=Tolerances(), kind=kind, message=message
     )
     write_text(job.report_path, dumps(report) + "\n")
-    return _result(job, "error", code, start, message, report=None)
+    return _result(job, Verdict.ERROR, code, start, message, report=None)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> int:

@@ -20,6 +20,7 @@ from functools import partial
 from parity.errors import UsageError, first_line
 from parity.sweep.execute import PairResult, refused, run_pair
 from parity.sweep.plan import PairJob
+from parity.verdict import Verdict
 
 EXTRA_HINT = "pip install 'onnx-parity[ray]' (in a checkout: pip install -e '.[ray]')"
 _LOCAL_OBJECT_STORE = 128 << 20
@@ -124,7 +125,7 @@ def _get(ray, ref, job: PairJob) -> PairResult:
     except (ray.exceptions.RayError, OSError) as exc:
         return PairResult(
             name=job.name,
-            verdict="error",
+            verdict=Verdict.ERROR,
             exit_code=None,
             seconds=0.0,
             error=f"ray: {type(exc).__name__}: {first_line(exc)}",

@@ -18,6 +18,7 @@ from parity.sweep.manifest import Manifest
 from parity.sweep.plan import PairJob, plan_jobs
 from parity.sweep.progress import Progress
 from parity.sweep.summary import exit_code, load_record, summary_dict, write_record, write_summary
+from parity.verdict import ExitCode
 
 Engine = Callable[[Sequence[PairJob], Callable[[PairResult], None]], None]
 WRITE_INTERVAL_S = 0.5
@@ -33,7 +34,7 @@ class SweepOutcome:
     seconds: float
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> ExitCode:
         return exit_code(list(self.results), self.total)
 
 

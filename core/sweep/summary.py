@@ -17,9 +17,10 @@ from parity.files.atomic import write_text
 from parity.sweep import SCHEMA
 from parity.sweep.execute import RECORD, PairResult, Worst
 from parity.sweep.plan import PairJob
+from parity.verdict import ExitCode, Verdict
 
 SUMMARY = "summary.json"
-VERDICTS = ("pass", "fail", "error")
+VERDICTS = tuple(Verdict)
 
 
 def result_dict(result: PairResult) -> dict[str, Any]:
@@ -44,6 +45,7 @@ def result_from_dict(data: dict[str, Any], key: str = "") -> PairResult:
     verdict = str(data["verdict"])
     if verdict not in VERDICTS:
         raise ValueError(f"verdict {verdict!r}")
+    verdict = Verdict(verdict)
     return PairResult(
         name=str(data["name"]),
         verdict=verdict,
@@ -65,7 +67,8 @@ def _file_name(value: Any) -> str | None:
     return value
 
 
-def counts(results: Iterable[PairResult]) -> dict[str, int]:
+def counts(results: Iterable[PairResult]) -> dict[Verdict, int]:
+    """Pairs per verdict, every verdict a key (keys read as "pass", "fail", "error")."""
     c = Counter(r.verdict for r in results)
     return {v: c.get(v, 0) for v in VERDICTS}
 
@@ -85,12 +88,13 @@ def write_summary(out: Path, data: dict[str, Any]) -> Path:
     return write_text(out / SUMMARY, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
-def exit_code(results: list[PairResult], total: int) -> int:
-    """2 when any pair could not be run (or never ran), else 1 when any failed, else 0."""
+def exit_code(results: list[PairResult], total: int) -> ExitCode:
+    """ERROR when any pair could not be run (or never ran), else FAIL when any failed, else
+    PASS."""
     c = counts(results)
-    if c["error"] or len(results) < total:
-        return 2
-    return 1 if c["fail"] else 0
+    if c[Verdict.ERROR] or len(results) < total:
+        return ExitCode.ERROR
+    return ExitCode.FAIL if c[Verdict.FAIL] else ExitCode.PASS
 
 
 def write_record(job: PairJob, result: PairResult) -> None:

@@ -1,0 +1,34 @@
+"""A run's verdict and the exit code that says it: decided here for runs, candidates, the CLI,
+the JSON report and sweeps.
+
+`Verdict` is a `StrEnum`: its members are the strings "pass" / "fail" / "error", so JSON holds
+them as they were and ``verdict == "pass"`` still reads true. `ExitCode` is `parity validate`'s
+(and `parity sweep`'s) exit status: 0 every output passes, 1 some output fails, 2 the run could
+not be made.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+__all__ = ["ExitCode", "Verdict"]
+
+
+class Verdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"  # the run (or a candidate, or a sweep's pair) could not be made
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode[self.name]
+
+
+class ExitCode(IntEnum):
+    PASS = 0
+    FAIL = 1
+    ERROR = 2
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict[self.name]
