@@ -12,16 +12,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from parity.judge.error_profile import ErrorProfile
-from parity.layers.result import LayersResult
 from parity.messages import failure_message, with_notes
 from parity.signature import OnnxSignature
 from parity.tolerances import Tolerance, Tolerances, TolerancesLike, tolerances_of
 from parity.verdict import Verdict
+
+if TYPE_CHECKING:  # annotation only: parity.layers stands on this module
+    from parity.layers.result import LayersResult
 
 
 class Status(StrEnum):

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parity.errors import UsageError
-from parity.hf.options import HfOptions
 from parity.load.specs import is_hf_spec
 from parity.results import RunKind
 from parity.tolerances import Tolerances
+
+if TYPE_CHECKING:  # annotation only: parity.hf stands on parity.run
+    from parity.hf.options import HfOptions
 
 
 @dataclass(frozen=True)
