@@ -275,7 +275,8 @@ class ValidationRun:
     layers: LayersResult | None = None  # intermediate values compared (--layers), parity.layers
     # Every way the ONNX side ran (file x provider x opt level); () in runs saved before
     # candidates existed: one candidate, index 0, is implied (see `candidate_list`).
-    # `onnx_outputs` holds candidate k's output sets at [k * len(input_sets) + position].
+    # `onnx_outputs` holds every candidate's output sets, candidate after candidate, each in
+    # `input_sets` order (the saved-run layout): read one candidate's with `outputs_of`.
     candidates: tuple[CandidateInfo, ...] = ()
 
     @property
@@ -317,11 +318,16 @@ class ValidationRun:
     def is_multi_candidate(self) -> bool:
         return len(self.candidates) > 1
 
-    def candidate_verdict(self, index: int) -> Verdict:
-        """One candidate's verdict: ERROR, PASS or FAIL."""
+    def candidate(self, index: int) -> CandidateInfo:
+        """The candidate numbered `index` (KeyError if the run has none)."""
         info = next((c for c in self.candidate_list if c.index == index), None)
         if info is None:
             raise KeyError(index)
+        return info
+
+    def candidate_verdict(self, index: int) -> Verdict:
+        """One candidate's verdict: ERROR, PASS or FAIL."""
+        info = self.candidate(index)
         if info.error is not None:
             return Verdict.ERROR
         mine = [c for c in self.comparisons if c.candidate == index]
@@ -330,25 +336,30 @@ class ValidationRun:
     def for_candidate(self, index: int) -> ValidationRun:
         """The run as if `index` had been its only candidate: the view every single-candidate
         reader (pages, Inspect, HTML details) works on. Rejudge the whole run first."""
-        info = next((c for c in self.candidate_list if c.index == index), None)
-        if info is None:
-            raise KeyError(index)
+        info = self.candidate(index)
         if not self.is_multi_candidate:
             return self
-        n = len(self.input_sets)
-        position = self.candidates.index(info)
-        outputs = self.onnx_outputs[position * n : (position + 1) * n]
         return replace(
             self,
             onnx=info.onnx,
             comparisons=tuple(c for c in self.comparisons if c.candidate == index),
-            onnx_outputs=outputs,
+            onnx_outputs=self.outputs_of(index),
             environment={**self.environment, "provider": info.provider},
             provenance=replace(
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
             candidates=(info,),
         )
+
+    def outputs_of(self, index: int) -> tuple[OutputSet, ...]:
+        """Candidate `index`'s ONNX outputs: one OutputSet per input set, in `input_sets`
+        order (empty ones for a candidate that could not run); () when none were kept."""
+        info = self.candidate(index)
+        if not self.is_multi_candidate:
+            return self.onnx_outputs
+        n = len(self.input_sets)
+        k = self.candidates.index(info)
+        return self.onnx_outputs[k * n : (k + 1) * n]
 
     @property
     def is_generation(self) -> bool:
@@ -374,13 +385,9 @@ class ValidationRun:
         position = next(
             (i for i, s in enumerate(self.input_sets) if s.index == c.input_set), c.input_set
         )
-        onnx_position = position  # candidate k's sets sit at [k * len(input_sets) + position]
-        if self.is_multi_candidate:
-            k = next((i for i, x in enumerate(self.candidates) if x.index == c.candidate), 0)
-            onnx_position = k * len(self.input_sets) + position
         sides = []
-        for outputs, at in ((self.ref_outputs, position), (self.onnx_outputs, onnx_position)):
-            found = outputs[at].arrays.get(c.name) if at < len(outputs) else None
+        for outputs in (self.ref_outputs, self.outputs_of(c.candidate)):
+            found = outputs[position].arrays.get(c.name) if position < len(outputs) else None
             sides.append(None if found is None else np.asarray(found))
         return sides[0], sides[1]
 

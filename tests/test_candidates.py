@@ -89,6 +89,18 @@ def test_the_reference_runs_once_per_input_set_and_a_shared_file_loads_once(expo
     assert len(run.onnx_outputs) == 6 * 3
     view = run.for_candidate(4)
     assert view.onnx == str(exports.legacy) and len(view.comparisons) == 3 * 2
+    # each candidate's outputs: one OutputSet per input set, the arrays behind its comparisons
+    for info in run.candidates:
+        outputs = run.outputs_of(info.index)
+        assert len(outputs) == len(run.input_sets) == 3
+        for c in (c for c in run.comparisons if c.candidate == info.index):
+            position = [s.index for s in run.input_sets].index(c.input_set)
+            assert run.arrays(c)[1] is outputs[position].arrays[c.name]
+    same = zip(view.onnx_outputs, run.outputs_of(4), view.outputs_of(4), strict=True)
+    assert all(a is b is c for a, b, c in same)
+    assert not any(a is b for a, b in zip(run.outputs_of(4), run.outputs_of(0), strict=True))
+    with pytest.raises(KeyError):
+        run.outputs_of(6)
     assert view.provenance.ort_opt_level == "basic"
 
 
