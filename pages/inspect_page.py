@@ -49,20 +49,7 @@ def _cached(run: ValidationRun, key: tuple, compute):
     tolerances: a re-judge is a new object on every rerun, and these views read the
     tensors only, never the tolerances.
     """
-    box = st.session_state.get(CACHE)
-    if box is None or box["run"] is not run:
-        box = {"run": run, "entries": {}}
-        st.session_state[CACHE] = box
-    if key not in box["entries"]:
-        box["entries"][key] = compute()
-    return box["entries"][key]
-
-
-def _arrays(run: ValidationRun, set_index: int, name: str):
-    pos = next((i for i, s in enumerate(run.input_sets) if s.index == set_index), set_index)
-    ref = run.ref_outputs[pos].arrays.get(name) if pos < len(run.ref_outputs) else None
-    onnx = run.onnx_outputs[pos].arrays.get(name) if pos < len(run.onnx_outputs) else None
-    return ref, onnx
+    return state.run_memo(CACHE, run, key, compute)
 
 
 def _choose_target(run: ValidationRun) -> tuple[int, str]:
@@ -210,7 +197,7 @@ def page() -> None:
     else:
         set_index, name = _choose_target(run)
         comp = run.comparison(set_index, name)
-        ref, onnx = _arrays(run, set_index, name)
+        ref, onnx = run.arrays(comp)
         st.markdown(
             f"**{status_label(comp.status).upper()}** · {md_code(name)} in "
             f"{md_text(set_label(run, set_index))} · "

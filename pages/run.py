@@ -7,7 +7,6 @@ Open with `?demo=NAME` (or set PARITY_DEMO=NAME) to run a demo on first load.
 from __future__ import annotations
 
 import os
-import re
 
 import streamlit as st
 
@@ -27,7 +26,6 @@ CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable 
 N_SETS_DEFAULT = 2
 LAYERS_KEY = "run_layers"
 LAYERS_PREF = "parity_compare_layers"
-_MASK_RE = re.compile("mask", re.IGNORECASE)
 
 
 # ------------------------------------------------------------------------- running
@@ -354,7 +352,7 @@ def choose_hf_settings():
 
 def choose_settings(signature) -> dict:
     from parity.load.onnx_model import ORT_OPT_LEVELS
-    from parity.run.inputs import DEFAULT_INT_RANGE, default_dim_size
+    from parity.run.inputs import DEFAULT_INT_RANGE, default_dim_size, is_mask_input
 
     settings: dict = {}
     dims = {}
@@ -402,7 +400,7 @@ def choose_settings(signature) -> dict:
     )
     int_inputs = [
         t for t in (signature.inputs if signature is not None else ())
-        if t.dtype.startswith(("int", "uint")) and not _MASK_RE.search(t.name)
+        if t.dtype.startswith(("int", "uint")) and not is_mask_input(t.name)
     ]  # fmt: skip
     ranges = {}
     if int_inputs:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import streamlit as st
 
@@ -30,6 +32,7 @@ GOTO_INSPECT = "parity_goto_inspect"  # set by a click on a grid: the Overview s
 CANDIDATE = "parity_candidate"  # the candidate pages show, of a run with several
 VIEWS = "parity_candidate_views"
 DEMO_ENV = "PARITY_DEMO"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,22 @@ def raw_view() -> ValidationRun | None:
     if run is None:
         return None
     index = candidate_index(run)
-    box = st.session_state.get(VIEWS)
+    return run_memo(VIEWS, run, index, lambda: run.for_candidate(index))
+
+
+def run_memo(slot: str, run: object, key: Hashable, compute: Callable[[], T]) -> T:
+    """`compute()` once per `key` for as long as `run` is the run held in session slot `slot`
+    (a new run starts the slot over): the per-run memo of views that read tensors, kept in
+    the session (not pickled). Key on the stored run (raw_run, raw_view), the same object on
+    every rerun, never on one re-judged for this rerun."""
+    box = st.session_state.get(slot)
     if box is None or box["run"] is not run:
-        box = {"run": run, "views": {}}
-        st.session_state[VIEWS] = box
-    if index not in box["views"]:
-        box["views"][index] = run.for_candidate(index)
-    return box["views"][index]
+        box = {"run": run, "entries": {}}
+        st.session_state[slot] = box
+    entries = box["entries"]
+    if key not in entries:
+        entries[key] = compute()
+    return entries[key]
 
 
 def tolerances() -> Tolerances:

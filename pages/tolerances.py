@@ -19,7 +19,13 @@ from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
-from parity.judge.suggest import DEFAULT_MARGIN, ladder, suggest_tolerances, with_value
+from parity.judge.suggest import (
+    DEFAULT_MARGIN,
+    ladder,
+    pooled_mismatch_curve,
+    suggest_tolerances,
+    with_value,
+)
 from parity.results import ValidationRun
 from parity.show.figures import mismatch_curve
 from parity.show.rows import output_rows
@@ -78,22 +84,9 @@ def pass_table(run: ValidationRun) -> pd.DataFrame:
 def _curves(run: ValidationRun, name: str, rtol: float) -> np.ndarray | None:
     """Mismatch fraction against CURVE_ATOLS over every input set, cached for this run
     (~1.5 ms a comparison: an LLM run has hundreds)."""
-    box = st.session_state.get("tol_curves")
-    if box is None or box["run"] is not run:  # a new run: start over
-        box = st.session_state["tol_curves"] = {"run": run}
-    key = (name, rtol)
-    if key in box:
-        return box[key]
-    total = None
-    n = 0
-    for c in run.comparisons:
-        if c.name != name or c.profile is None:
-            continue
-        frac = np.asarray(c.profile.mismatch_curve(CURVE_ATOLS, rtol), dtype=np.float64)
-        total = frac * c.n_judged if total is None else total + frac * c.n_judged
-        n += c.n_judged
-    box[key] = None if total is None or n == 0 else total / n
-    return box[key]
+    return state.run_memo(
+        "tol_curves", run, (name, rtol), lambda: pooled_mismatch_curve(run, name, CURVE_ATOLS, rtol)
+    )
 
 
 def _suggest(run: ValidationRun, margin: float) -> None:

@@ -18,14 +18,8 @@ def where_for(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
     """parity.judge.where.where_of(run, c), computed once per stored run, output and tolerance (a
     pass over the tensors: never on every rerun)."""
     stored = state.raw_run()  # the stored run; a candidate's comparisons carry its index
-    box = st.session_state.get(CACHE)
-    if box is None or box["run"] is not stored:
-        box = {"run": stored, "entries": {}}
-        st.session_state[CACHE] = box
     key = (c.candidate, c.input_set, c.name, c.tolerance.atol, c.tolerance.rtol)
-    if key not in box["entries"]:
-        box["entries"][key] = where_of(run, c)
-    return box["entries"][key]
+    return state.run_memo(CACHE, stored, key, lambda: where_of(run, c))
 
 
 def failing_sentences(run: ValidationRun, *, limit: int = 8) -> None:

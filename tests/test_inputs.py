@@ -14,6 +14,7 @@ from parity.run.inputs import (
     check_feeds,
     default_dim_size,
     grown_dim_size,
+    is_mask_input,
     load_input_files,
     make_input_sets,
 )
@@ -118,6 +119,17 @@ def test_int_ranges_override_including_masks() -> None:
     )[0].feeds
     assert set(np.unique(feeds["input_ids"])) == {5, 6, 7}
     assert set(np.unique(feeds["attention_mask"])) == {0, 1}
+
+
+def test_is_mask_input_is_the_rule_the_generator_follows() -> None:
+    """One rule for "a mask gets ones" (the Run page offers no integer range for such an
+    input because of it): the generated values follow is_mask_input, in any case."""
+    names = ["Attention_MASK", "maskless_ids", "input_ids", "token_type_ids", "kmask"]
+    sig = _sig(*(TensorSpec(n, "int64", (300,)) for n in names))
+    feeds = make_input_sets(sig)[0].feeds
+    for name in names:
+        assert is_mask_input(name) == bool((feeds[name] == 1).all()), name
+    assert [n for n in names if is_mask_input(n)] == ["Attention_MASK", "maskless_ids", "kmask"]
 
 
 def test_small_integer_dtypes_stay_in_range() -> None:

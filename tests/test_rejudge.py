@@ -289,3 +289,36 @@ def test_errors_on_a_concave_curve_keep_the_profile_small_and_min_atol_within_it
         assert profile.passes(Tolerance(exact + profile.hull_slack, rtol))
         if m > 0:
             assert not profile.passes(Tolerance(m * (1 - 1e-9), rtol))
+
+
+def test_pooled_mismatch_curve_is_the_judged_elements_mismatching_over_every_set():
+    """parity.judge.suggest.pooled_mismatch_curve (the Tolerances page's curve): over input
+    sets of different sizes, one with excluded elements, against a direct numpy count."""
+    from parity.judge.suggest import pooled_mismatch_curve
+
+    sets = [_data("mixed", n=400, seed=11), _data("relative", n=150, seed=12)]
+    exclude = np.zeros(150, dtype=bool)
+    exclude[:40] = True  # padding: never judged, never counted
+    comparisons = tuple(
+        compare_outputs(
+            ref, onnx, name="y", input_set=k, tolerance=RUN_TOL, chunk_elements=50, exclude=ex
+        )
+        for k, ((ref, onnx), ex) in enumerate(zip(sets, (None, exclude), strict=True))
+    ) + (compare_outputs(np.ones(10), np.zeros(10), name="z", input_set=0, tolerance=RUN_TOL),)
+    run = ValidationRun(
+        model="m",
+        onnx="o",
+        signature=None,
+        tolerances=Tolerances(),
+        environment={},
+        input_sets=(),
+        comparisons=comparisons,
+    )
+    judged = [_direct(*sets[0]), tuple(a[~exclude] for a in _direct(*sets[1]))]
+    atols = np.logspace(-9, 0, 19)
+    for rtol in (0.0, 1e-4):
+        curve = pooled_mismatch_curve(run, "y", atols, rtol)
+        want = [sum(_direct_count(d, r, a, rtol) for d, r in judged) / (400 + 110) for a in atols]
+        np.testing.assert_allclose(curve, want, rtol=0, atol=1e-12)
+    assert pooled_mismatch_curve(run, "z", atols, 0.0)[0] == 1.0  # |1 - 0| > 1e-9
+    assert pooled_mismatch_curve(run, "absent", atols, 0.0) is None

@@ -1,4 +1,5 @@
-"""Tolerance ladders (1-2-5 per decade) and per-output tolerances suggested from a run.
+"""Tolerance ladders (1-2-5 per decade), per-output tolerances suggested from a run, and an
+output's mismatch fraction against atol (the Tolerances page's curve).
 
 A float slider cannot span 1e-9..10; a ladder of 1, 2, 5 per decade can, and the values it
 offers are the round numbers people write in tolerance files. Suggestions come from the
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from parity.labels import status_label
 from parity.results import ValidationRun
@@ -97,3 +100,20 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
         atol = round_up_125(margin * worst)
         tolerances = tolerances.with_output(name, Tolerance(atol=atol, rtol=current.rtol))
     return Suggestion(tolerances=tolerances, min_atols=min_atols, notes=notes, margin=margin)
+
+
+def pooled_mismatch_curve(
+    run: ValidationRun, name: str, atols: np.ndarray, rtol: float
+) -> np.ndarray | None:
+    """Output `name`'s mismatch fraction at each of `atols` (same rtol), pooled over every
+    input set (and candidate): mismatching judged elements / judged elements, from the
+    re-judge profiles alone. None when no comparison of it has a profile or judges any."""
+    total = None
+    n = 0
+    for c in run.comparisons:
+        if c.name != name or c.profile is None:
+            continue
+        frac = np.asarray(c.profile.mismatch_curve(atols, rtol), dtype=np.float64)
+        total = frac * c.n_judged if total is None else total + frac * c.n_judged
+        n += c.n_judged
+    return None if total is None or n == 0 else total / n

@@ -21,7 +21,8 @@ Sizes of dims that are not fixed numbers:
 - fixed dims never change.
 
 Contract:
-DEFAULT_INT_RANGE = (0, 100) ... documented rule for integer inputs; mask-like names -> ones.
+DEFAULT_INT_RANGE = (0, 100) ... documented rule for integer inputs; mask-like names -> ones
+    (is_mask_input(name)).
 make_input_sets(signature, *, dims={}, n_sets=1, seed=0, int_ranges={}, budget=None)
     -> tuple[InputSet, ...]: set 0 at the chosen sizes; later sets change each symbolic dim
     by a documented rule. iter_input_sets(...) makes the same sets one at a time.
@@ -394,6 +395,12 @@ def _size(dim: Dim, sizes: Mapping[str, int], unknown: int) -> int:
     return sizes[dim]
 
 
+def is_mask_input(name: str) -> bool:
+    """A mask by its name ("mask" in any case): generated as all ones, unless `int_ranges`
+    names it (so no integer range is offered for it by default)."""
+    return "mask" in name.lower()
+
+
 def _generate(
     spec: TensorSpec,
     *,
@@ -402,7 +409,7 @@ def _generate(
     int_range: tuple[int, int] | None,
 ) -> np.ndarray:
     dtype = spec.dtype
-    if "mask" in spec.name.lower() and int_range is None:
+    if is_mask_input(spec.name) and int_range is None:
         return np.ones(shape, dtype=numpy_dtype(dtype))
     if dtype in FLOAT_NAMES:
         return rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype), copy=False)
