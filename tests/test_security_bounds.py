@@ -1,0 +1,230 @@
+"""Issue 23, UNSAFE: every byte a file can make Parity allocate is counted first, and a file's
+expression text cannot take the CPU. Each case is a real file: a `torch.export.save` archive
+edited member by member, real `.npz` zips, a real transformers config directory.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import TinyArtifacts
+
+_CHUNK = b"\0" * (1 << 20)
+
+
+def _rewrite(
+    src: Path,
+    dst: Path,
+    edits: dict[str, Callable[[bytes], bytes]],
+    *,
+    zeros: dict[str, int] | None = None,
+) -> Path:
+    """Copy a zip, passing the members whose names end with a key through its function;
+    `zeros`: members (by suffix) replaced by that many zero bytes, deflated and streamed."""
+    zeros = zeros or {}
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            size = next((n for s, n in zeros.items() if info.filename.endswith(s)), None)
+            if size is not None:
+                target = zipfile.ZipInfo(info.filename)
+                target.compress_type = zipfile.ZIP_DEFLATED
+                with zout.open(target, "w") as member:
+                    for _ in range(size // len(_CHUNK)):
+                        member.write(_CHUNK)
+                continue
+            data = zin.read(info.filename)
+            for suffix, edit in edits.items():
+                if info.filename.endswith(suffix):
+                    data = edit(data)
+            zout.writestr(info.filename, data)
+    return dst
+
+
+def _json_edit(change: Callable[[dict], None]) -> Callable[[bytes], bytes]:
+    def edit(data: bytes) -> bytes:
+        document = json.loads(data)
+        change(document)
+        return json.dumps(document).encode()
+
+    return edit
+
+
+def _first_expr(document: object) -> dict:
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "expr_str" in item:
+                return item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    raise AssertionError("no expression in the archive")
+
+
+_BATCH = (
+    """
+import contextlib, io, json, resource, sys
+from parity.cli import main
+results = {}
+for name, args in json.loads(sys.argv[1]).items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(args)
+    results[name] = [code, err.getvalue()]
+results["peak_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(results))
+"""
+).strip()
+
+
+def _run_batch(cases: dict[str, list[str]], timeout: float = 300) -> dict[str, list]:
+    """`parity validate` for each case in one fresh process (in-process calls of
+    parity.cli.main), bounded by `timeout`: a case that spins fails the test instead of
+    hanging the suite."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _BATCH, json.dumps(cases)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout:g} s: one of {sorted(cases)} spins")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _one_line(result: list) -> str:
+    code, err = result
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("parity: error: "), err
+    return lines[0]
+
+
+# --- 1. symbolic-shape expressions --------------------------------------------------------
+
+EXPRESSIONS = {
+    "floor_float": "floor(Float('1e1000000000'))",
+    "float_spins": "Float('1e10000000')",
+    "tiny_float": "Float('1e-10000000')",
+    "ceiling": "ceiling(Float('1e1000000000'))",
+    "floor_to_int": "FloorToInt(Float('1e1000000000'))",
+    "ceil_to_int": "CeilToInt(Float('1e1000000000'))",
+    "trunc_to_int": "TruncToInt(Float('1e1000000000'))",
+    "round_to_int": "RoundToInt(Float('1e1000000000'))",
+    "identity": "Identity(Float('1e1000000000'))",
+    "mod": "Mod(Float('1e1000000000'), 7)",
+    "many_digits": "floor(Float('" + "9" * 3000 + "'))",
+    "power_tower": "2**10**10",
+    "built_power": "Pow(Integer(2), Mul(Integer(1000), Integer(1000)))",
+    "float_powers": "floor(Pow(Pow(Pow(Float('1e300'), 64), 64), 64))",
+    "symbolic_exponent": "Pow(Integer(2), Symbol('s31', positive=True, integer=True))",
+    "huge_integer": "Integer(" + "9" * 1300 + ")",
+    "deep": "Max(" * 150 + "Integer(1)" + ", Integer(1))" * 150,
+}
+
+
+def test_crafted_expressions_are_refused_in_one_line_and_quickly(
+    tiny_artifacts: TinyArtifacts, tmp_path: Path
+) -> None:
+    cases = {}
+    for name, text in EXPRESSIONS.items():
+
+        def plant(document: dict, text: str = text) -> None:
+            _first_expr(document)["expr_str"] = text
+
+        bad = _rewrite(
+            tiny_artifacts.pt2, tmp_path / f"{name}.pt2", {"models/model.json": _json_edit(plant)}
+        )
+        cases[name] = ["validate", "--model", str(bad), "--onnx", str(tiny_artifacts.onnx)]
+        cases[name] += ["--timeout", "60"]
+    cases["control"] = ["validate", "--model", str(tiny_artifacts.pt2)]
+    cases["control"] += ["--onnx", str(tiny_artifacts.onnx), "--timeout", "60"]
+    results = _run_batch(cases)
+    assert results["control"][0] == 0, results["control"]
+    for name, text in EXPRESSIONS.items():
+        line = _one_line(results[name])
+        assert "models/model.json" in line and "expr_str" in line, (name, line)
+        assert repr(text[:60]) in line, (name, line)
+    assert results["peak_kib"] < 2 << 20, results["peak_kib"]  # KiB: under 2 GiB
+
+
+def test_ordinary_float_and_power_expressions_still_build() -> None:
+    from parity.load.pt2_sympy import parse_expression
+
+    for text in (
+        "Float('0.5', precision=53)",
+        "Float('1.2345678901234567e-5', precision=53)",
+        "PowByNatural(Symbol('s0', integer=True), Integer(2))",
+        "Pow(Symbol('s0', integer=True), Rational(1, 2))",
+        "floor(Mul(Float('1e300'), Float('1e300')))",
+    ):
+        parse_expression(text, {})
+
+
+# --- 2. weights and constants --------------------------------------------------------------
+
+
+def _weight(sizes: list[int]) -> Callable[[dict], None]:
+    def declare(document: dict) -> None:
+        meta = document["config"]["fc.weight"]["tensor_meta"]
+        meta["sizes"] = [{"as_int": n} for n in sizes]
+        strides = [1]
+        for n in reversed(sizes[1:]):
+            strides.insert(0, strides[0] * n)
+        meta["strides"] = [{"as_int": n} for n in strides]
+
+    return declare
+
+
+def test_weights_are_sized_from_their_declaration_before_anything_is_read(
+    tiny_artifacts: TinyArtifacts, tmp_path: Path
+) -> None:
+    config = "model_weights_config.json"
+    empty = _rewrite(
+        tiny_artifacts.pt2,
+        tmp_path / "empty.pt2",
+        {config: _json_edit(_weight([16384, 16384])), "weights/weight_0": lambda _: b""},
+    )
+    deflated = _rewrite(  # 64 MiB of zeros where [3, 4] float32 (48 bytes) is declared
+        tiny_artifacts.pt2, tmp_path / "deflated.pt2", {}, zeros={"weights/weight_0": 64 << 20}
+    )
+    consistent = _rewrite(  # 64 MiB of zeros, declared [4096, 4096] float32: over 16M
+        tiny_artifacts.pt2,
+        tmp_path / "big.pt2",
+        {config: _json_edit(_weight([4096, 4096]))},
+        zeros={"weights/weight_0": 64 << 20},
+    )
+    assert deflated.stat().st_size < 1 << 20 and consistent.stat().st_size < 1 << 20
+    onnx = str(tiny_artifacts.onnx)
+    results = _run_batch(
+        {
+            "empty": ["validate", "--model", str(empty), "--onnx", onnx, "--max-memory", "256M"],
+            "deflated": ["validate", "--model", str(deflated), "--onnx", onnx],
+            "consistent": ["validate", "--model", str(consistent), "--onnx", onnx]
+            + ["--max-memory", "16M"],
+            "default_budget": ["validate", "--model", str(consistent), "--onnx", onnx],
+        }
+    )
+    line = _one_line(results["empty"])
+    assert "data/weights/weight_0" in line and "holds 0 bytes" in line, line
+    assert "fc.weight float32 [16384, 16384] declares 1073741824" in line, line
+    line = _one_line(results["deflated"])
+    assert f"holds {64 << 20} bytes" in line and "declares 48" in line, line
+    line = _one_line(results["consistent"])
+    assert "needs 64.0 MiB, over the 16.0 MiB memory budget" in line, line
+    assert "fc.weight float32 [4096, 4096]" in line, line
+    # under the default budget the consistent archive reaches torch, which finds the program's
+    # [3, 4] weight is not [4096, 4096]: still one line, and nothing was allocated before
+    _one_line(results["default_budget"])
+    assert results["peak_kib"] < 1536 << 10, results["peak_kib"]  # the 1 GiB was never made
