@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import TinyArtifacts
 
 _CHUNK = b"\0" * (1 << 20)
@@ -228,3 +227,64 @@ def test_weights_are_sized_from_their_declaration_before_anything_is_read(
     # [3, 4] weight is not [4096, 4096]: still one line, and nothing was allocated before
     _one_line(results["default_budget"])
     assert results["peak_kib"] < 1536 << 10, results["peak_kib"]  # the 1 GiB was never made
+
+
+# --- 3. .npz members, whatever their names -------------------------------------------------
+
+
+def _npz(path: Path, members: dict[str, tuple[str, tuple[int, ...]] | np.ndarray]) -> Path:
+    """An .npz written member by member: an array, or (dtype, shape) of zeros streamed
+    deflated after a real .npy header; a name without .npy is kept as given."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, value in members.items():
+            with zf.open(name, "w") as member:
+                if isinstance(value, np.ndarray):
+                    np.lib.format.write_array(member, value, allow_pickle=False)
+                    continue
+                dtype, shape = value
+                if dtype != "raw":
+                    header = {"descr": dtype, "fortran_order": False, "shape": shape}
+                    np.lib.format.write_array_header_1_0(member, header)
+                n_bytes = int(np.prod(shape)) * (1 if dtype == "raw" else np.dtype(dtype).itemsize)
+                for _ in range(n_bytes // len(_CHUNK)):
+                    member.write(_CHUNK)
+    assert path.stat().st_size < 1 << 20
+    return path
+
+
+def test_every_npz_member_counts_against_the_budget(
+    tiny_artifacts: TinyArtifacts, tmp_path: Path, capsys
+) -> None:
+    from parity.cli import main
+
+    big = ("<f4", (4 << 20, 4))  # 64 MiB
+    small = np.zeros((2, 4), np.float32)
+    onnx = ["--onnx", str(tiny_artifacts.onnx), "--max-memory", "16M"]
+    model = ["--model", str(tiny_artifacts.pt2)]
+    feeds = _npz(tmp_path / "feeds.npz", {"x.npy": small})
+    cases = {
+        "unsuffixed": (model, _npz(tmp_path / "x.npz", {"x": big}), None),
+        "shadowed": (model, _npz(tmp_path / "both.npz", {"x.npy": small, "x": big}), None),
+        "junk": (
+            model,
+            _npz(tmp_path / "junk.npz", {"x.npy": small, "junk": ("raw", (64 << 20,))}),
+            None,
+        ),
+        "reference": ([], feeds, _npz(tmp_path / "ref.npz", {"y": ("<f4", (8 << 20, 2))})),
+        "reference_junk": ([], feeds, _npz(tmp_path / "rj.npz", {"junk": ("raw", (64 << 20,))})),
+    }
+    for name, (model_args, inputs, reference) in cases.items():
+        args = ["validate", *model_args, *onnx, "--inputs", str(inputs)]
+        if reference is not None:
+            args += ["--reference", str(reference)]
+        code = main(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1, (name, err)
+        shown = reference if reference is not None else inputs
+        assert str(shown) in err[0], (name, err)
+        if name == "shadowed":
+            assert "'x.npy' and 'x' are both read as 'x'" in err[0], err
+        else:
+            assert "over the 16.0 MiB memory budget" in err[0], (name, err)
+    # a feeds file whose members are all .npy arrays still runs
+    assert main(["validate", *model, *onnx, "--inputs", str(feeds)]) == 0
