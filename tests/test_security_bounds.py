@@ -6,6 +6,7 @@ edited member by member, real `.npz` zips, a real transformers config directory.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -71,7 +72,10 @@ def _first_expr(document: object) -> dict:
 
 _BATCH = (
     """
-import contextlib, io, json, resource, sys
+import contextlib, io, json, os, resource, sys
+if os.environ.get("BOUNDS_LIMIT_AS"):  # a regression fails with MemoryError, not the machine
+    limit = int(os.environ["BOUNDS_LIMIT_AS"])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 from parity.cli import main
 results = {}
 for name, args in json.loads(sys.argv[1]).items():
@@ -85,7 +89,9 @@ print(json.dumps(results))
 ).strip()
 
 
-def _run_batch(cases: dict[str, list[str]], timeout: float = 300) -> dict[str, list]:
+def _run_batch(
+    cases: dict[str, list[str]], timeout: float = 300, *, limit_as: int | None = None
+) -> dict[str, list]:
     """`parity validate` for each case in one fresh process (in-process calls of
     parity.cli.main), bounded by `timeout`: a case that spins fails the test instead of
     hanging the suite."""
@@ -95,6 +101,7 @@ def _run_batch(cases: dict[str, list[str]], timeout: float = 300) -> dict[str, l
             capture_output=True,
             text=True,
             timeout=timeout,
+            env={**os.environ, "BOUNDS_LIMIT_AS": str(limit_as or "")},
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"still running after {timeout:g} s: one of {sorted(cases)} spins")
@@ -288,3 +295,144 @@ def test_every_npz_member_counts_against_the_budget(
             assert "over the 16.0 MiB memory budget" in err[0], (name, err)
     # a feeds file whose members are all .npy arrays still runs
     assert main(["validate", *model, *onnx, "--inputs", str(feeds)]) == 0
+
+
+# --- 4. hf: directories ---------------------------------------------------------------------
+
+_EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from hf_models import make_llama_dir
+
+    return Path(make_llama_dir(tmp_path_factory.mktemp("llama") / "llama"))
+
+
+def _copy_dir(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_json(path: Path, **changes: object) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("where", ["config", "tokenizer"])
+def test_a_directory_asking_to_run_its_code_is_refused_without_a_prompt(
+    where: str, llama_dir: Path, tmp_path: Path
+) -> None:
+    directory = _copy_dir(llama_dir, tmp_path / "evil_dir")
+    marker = tmp_path / "marker"
+    (directory / "evil.py").write_text(_EVIL.format(marker=str(marker)))
+    if where == "config":  # a model type transformers does not know: it would ask
+        (directory / "config.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "evil-model",
+                    "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"},
+                }
+            )
+        )
+        name = "config.json"
+    else:
+        _edit_json(
+            directory / "tokenizer_config.json",
+            auto_map={"AutoTokenizer": ["evil.EvilTokenizer", None]},
+            tokenizer_class="EvilTokenizer",
+        )
+        name = "tokenizer_config.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "parity", "validate", "--model", f"hf:{directory}"]
+        + ["--random-weights", "--max-new-tokens", "1"],
+        input="y\n" * 50,  # what a user answering transformers' prompt would type
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0] == (
+        f"parity: error: hf:{directory}: {name} asks to run its own code (auto_map); "
+        "Parity never runs a directory's code"
+    ), lines
+    assert "custom code" not in done.stdout + done.stderr
+    assert not marker.exists()
+
+
+def test_every_transformers_load_refuses_remote_code() -> None:
+    """Each from_pretrained / from_config call in parity.hf passes trust_remote_code=False."""
+    import ast
+
+    import parity.hf
+
+    calls = 0
+    for file in Path(parity.hf.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("from_pretrained", "from_config")
+            ):
+                calls += 1
+                keywords = {k.arg: k.value for k in node.keywords}
+                value = keywords.get("trust_remote_code")
+                assert isinstance(value, ast.Constant) and value.value is False, (
+                    f"{file.name}:{node.lineno}"
+                )
+    assert calls >= 5
+
+
+HUGE_CONFIGS = {
+    "layers": {"num_hidden_layers": 1_000_000},
+    "width": {"hidden_size": 2_000_000_000, "intermediate_size": 64},
+    "vocab": {"vocab_size": 3_000_000_000},
+}
+
+
+def test_a_config_asking_for_a_huge_model_is_refused_before_it_is_built(
+    llama_dir: Path, tmp_path: Path
+) -> None:
+    cases = {}
+    for name, changes in HUGE_CONFIGS.items():
+        directory = _copy_dir(llama_dir, tmp_path / name)
+        _edit_json(directory / "config.json", **changes)
+        cases[name] = ["validate", "--model", f"hf:{directory}", "--random-weights"]
+    small = ["validate", "--model", f"hf:{llama_dir}", "--random-weights", "--max-memory", "1K"]
+    cases["budget"] = small
+    results = _run_batch(cases, limit_as=16 << 30)
+    for name, changes in HUGE_CONFIGS.items():
+        line = _one_line(results[name])
+        assert f"hf:{tmp_path / name}'s model (an estimated" in line, (name, line)
+        assert "over the 4.0 GiB memory budget" in line, (name, line)
+        key, value = next(iter(changes.items()))
+        assert f"{key} {value}" in line, (name, line)
+    line = _one_line(results["budget"])
+    assert "over the 1.0 KiB memory budget" in line and "hidden_size 32" in line, line
+    assert results["peak_kib"] < 2 << 20, results["peak_kib"]
+
+
+def test_the_estimate_bounds_real_models() -> None:
+    import transformers
+
+    from parity.hf.size import estimate_parameters
+
+    for config in (
+        transformers.LlamaConfig(
+            vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2
+        ),
+        transformers.BertConfig(
+            vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2
+        ),
+        transformers.T5Config(vocab_size=64, d_model=16, d_ff=32, num_layers=2, num_heads=2),
+        transformers.ViTConfig(
+            hidden_size=16, num_hidden_layers=2, intermediate_size=32, num_attention_heads=2
+        ),
+    ):
+        model = transformers.AutoModel.from_config(config)
+        real = sum(p.numel() for p in model.parameters())
+        assert real <= estimate_parameters(config) <= 20 * real + 100_000, type(config).__name__
