@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 from conftest import TinyArtifacts
 
+from parity.errors import UsageError
+
 _CHUNK = b"\0" * (1 << 20)
 
 
@@ -436,3 +438,71 @@ def test_the_estimate_bounds_real_models() -> None:
         model = transformers.AutoModel.from_config(config)
         real = sum(p.numel() for p in model.parameters())
         assert real <= estimate_parameters(config) <= 20 * real + 100_000, type(config).__name__
+
+
+# --- 5. sweep pairs write only inside --out ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--model-explorer", "{outside}"], "--model-explorer {outside}: give a file name"),
+        (["--model-explorer={outside}"], "--model-explorer {outside}: give a file name"),
+        (["--model-exp={outside}"], "write --model-explorer in full, not --model-exp"),
+        (["--export-path", "{outside}"], "--export-path {outside}: give a file name"),
+        (["--save-reference=../ref.npz"], "--save-reference ../ref.npz: give a file name"),
+    ],
+)
+def test_no_flag_that_writes_can_name_a_file_outside_the_pair_folder(
+    args: list[str], expected: str, tiny_artifacts: TinyArtifacts, model_zoo, tmp_path: Path, capsys
+) -> None:
+    import shutil
+
+    from parity.cli import main
+
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    shutil.copy(tiny_artifacts.onnx, zoo / "tiny.onnx")
+    shutil.copy(model_zoo.file, zoo / "models.py")
+    outside = tmp_path / "victim.json"
+    outside.write_text("keep me")
+    pair_args = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx", "--layers"]
+    pair_args += [a.format(outside=outside) for a in args]
+    (zoo / "manifest.json").write_text(
+        json.dumps({"schema": "parity.sweep/1", "pairs": [{"name": "a", "args": pair_args}]})
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(zoo / "manifest.json"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected.format(outside=outside) in err, err
+    assert outside.read_text() == "keep me" and not out.exists()
+
+
+def test_the_sweep_learns_what_a_flag_writes_from_the_parser(tmp_path: Path) -> None:
+    """A flag marked as writing on validate's parser is placed in the pair folder, with no
+    list to update: the marks are the only source."""
+    from parity.cli import build_parser
+    from parity.path_flags import PathFlags, writes
+    from parity.sweep.manifest import load_manifest
+    from parity.sweep.plan import plan_jobs
+
+    parser = build_parser()
+    flags = PathFlags.of(parser)
+    assert {"--json", "--html", "--save-run", "--save-reference"} <= set(flags.writes)
+    assert {"--model-explorer", "--export-path"} <= set(flags.writes)
+    assert {"--onnx", "--inputs", "--reference", "--weights", "--tolerances"} <= set(flags.reads)
+    validate = next(
+        a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)
+    ).choices["validate"]
+    writes(validate.add_argument("--new-output", metavar="FILE"))
+    flags = PathFlags.of(parser)
+    manifest = tmp_path / "manifest.json"
+    pair = {"name": "a", "args": ["--model", "demo:cnn", "--new-output=x.bin"]}
+    manifest.write_text(json.dumps({"schema": "parity.sweep/1", "pairs": [pair]}))
+    (job,) = plan_jobs(load_manifest(manifest, flags=flags), tmp_path / "out", timeout=None)
+    placed = str((tmp_path / "out" / "a" / "x.bin").resolve())
+    assert f"--new-output={placed}" in job.args and ("--new-output", placed) in job.written
+    pair["args"] = ["--model", "demo:cnn", "--new-output", "/tmp/x.bin"]
+    manifest.write_text(json.dumps({"schema": "parity.sweep/1", "pairs": [pair]}))
+    with pytest.raises(UsageError, match="--new-output /tmp/x.bin: give a file name"):
+        load_manifest(manifest, flags=flags)
