@@ -220,8 +220,9 @@ def _add_max_memory(parser) -> None:
         "--max-memory",
         default=None,
         metavar="SIZE",
-        help="memory budget for inputs, feeds, reference and saved-run arrays, checked "
-        f"before they are allocated, e.g. 16G (default {format_size(DEFAULT_MAX_MEMORY)})",
+        help="memory budget for inputs, feeds, reference and saved-run arrays, a .pt2's "
+        "weights and an hf: model's parameters, checked before they are allocated, e.g. 16G "
+        f"(default {format_size(DEFAULT_MAX_MEMORY)})",
     )
 
 
