@@ -238,6 +238,37 @@ def test_weights_are_sized_from_their_declaration_before_anything_is_read(
     assert results["peak_kib"] < 1536 << 10, results["peak_kib"]  # the 1 GiB was never made
 
 
+def test_a_pickled_payload_is_sized_by_what_its_own_zip_inflates_to(
+    tiny_artifacts: TinyArtifacts, tmp_path: Path, capsys
+) -> None:
+    import io
+
+    import torch
+
+    from parity.cli import main
+
+    saved = io.BytesIO()
+    torch.save(((torch.zeros(16 << 20),), {}), saved)  # 64 MiB of sample inputs
+    deflated = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(saved.getvalue())) as zin,
+        zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as zout,
+    ):
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    assert len(deflated.getvalue()) < 1 << 20
+    bad = _rewrite(
+        tiny_artifacts.pt2,
+        tmp_path / "samples.pt2",
+        {"sample_inputs/model.pt": lambda _: deflated.getvalue()},
+    )
+    args = ["validate", "--model", str(bad), "--onnx", str(tiny_artifacts.onnx)]
+    assert main([*args, "--max-memory", "16M"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs 64.0 MiB, over the 16.0 MiB memory budget" in err[0], err
+    assert str(bad) in err[0]
+
+
 # --- 3. .npz members, whatever their names -------------------------------------------------
 
 
