@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from parity.errors import ParityError, UsageError, WriteError, describe_error
 from parity.load.quiet import set_debug
+from parity.path_flags import reads, writes
 from parity.results import ValidationRun
 from parity.show.format import format_run, format_verdict
 from parity.tolerances import Tolerance, Tolerances, parse_tol_arg
@@ -43,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="re-judge and report a saved run (no model needed)", allow_abbrev=False
     )
     r.add_argument("run", metavar="RUN", help="a file written by --save-run")
-    r.add_argument("--json", metavar="FILE")
-    r.add_argument("--html", metavar="FILE")
-    r.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP)
+    writes(r.add_argument("--json", metavar="FILE"))
+    writes(r.add_argument("--html", metavar="FILE"))
+    writes(r.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP))
     r.add_argument("--atol", type=float, default=None)
     r.add_argument("--rtol", type=float, default=None)
     r.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL[:RTOL]")
-    r.add_argument("--tolerances", metavar="FILE")
+    reads(r.add_argument("--tolerances", metavar="FILE"))
     _add_max_memory(r)
     r.add_argument("--debug", action="store_true")
 
@@ -74,25 +75,35 @@ def build_parser() -> argparse.ArgumentParser:
 def add_validate_arguments(v: argparse.ArgumentParser) -> None:
     """validate's flags (also the dashboard's: it can open on a validation)."""
     model = v.add_argument_group("model and ONNX file")
-    model.add_argument(
-        "--model",
-        metavar="SPEC",
-        help="demo:NAME | FILE.pt2 | TorchScript file | FILE.py:CALLABLE | "
-        "package.module:CALLABLE | hf:DIR (a local transformers directory)",
+    reads(
+        model.add_argument(
+            "--model",
+            metavar="SPEC",
+            help="demo:NAME | FILE.pt2 | TorchScript file | FILE.py:CALLABLE | "
+            "package.module:CALLABLE | hf:DIR (a local transformers directory)",
+        )
     )
-    model.add_argument(
-        "--onnx",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="the ONNX file (optional for demo:NAME); repeat to compare several side by side; "
-        "without --model and --reference the first is the reference (ONNX against ONNX)",
+    reads(
+        model.add_argument(
+            "--onnx",
+            action="append",
+            default=[],
+            metavar="FILE",
+            help="the ONNX file (optional for demo:NAME); repeat to compare several side by "
+            "side; without --model and --reference the first is the reference (ONNX against ONNX)",
+        )
     )
-    model.add_argument("--weights", metavar="FILE", help="state dict: .safetensors or torch file")
-    model.add_argument(
-        "--reference",
-        metavar="REF.npz",
-        help="stored reference outputs instead of a torch model (needs --inputs)",
+    reads(
+        model.add_argument(
+            "--weights", metavar="FILE", help="state dict: .safetensors or torch file"
+        )
+    )
+    reads(
+        model.add_argument(
+            "--reference",
+            metavar="REF.npz",
+            help="stored reference outputs instead of a torch model (needs --inputs)",
+        )
     )
     inputs = v.add_argument_group("inputs")
     inputs.add_argument(
@@ -118,12 +129,14 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         metavar="NAME=LOW:HIGH",
         help="range [LOW, HIGH) of an integer input (repeatable)",
     )
-    inputs.add_argument(
-        "--inputs",
-        action="append",
-        default=[],
-        metavar="FILE.npz",
-        help="your own feeds, one input set per file (repeatable)",
+    reads(
+        inputs.add_argument(
+            "--inputs",
+            action="append",
+            default=[],
+            metavar="FILE.npz",
+            help="your own feeds, one input set per file (repeatable)",
+        )
     )
     runtime = v.add_argument_group("ONNX Runtime")
     runtime.add_argument(
@@ -150,21 +163,29 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         metavar="NAME=ATOL[:RTOL]",
         help="per-output tolerance (repeatable)",
     )
-    tol.add_argument(
-        "--tolerances",
-        metavar="FILE",
-        help='JSON: {"default": {"atol":..,"rtol":..}, "outputs": {NAME: {...}}}',
+    reads(
+        tol.add_argument(
+            "--tolerances",
+            metavar="FILE",
+            help='JSON: {"default": {"atol":..,"rtol":..}, "outputs": {NAME: {...}}}',
+        )
     )
     out = v.add_argument_group("reports")
-    out.add_argument("--json", metavar="FILE", help="write the parity.report/1 JSON report")
-    out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    out.add_argument("--save-run", metavar="FILE", help="save the run (reopens without the model)")
-    out.add_argument(
-        "--save-reference",
-        metavar="REF.npz",
-        help="save the torch outputs, for later --reference runs",
+    writes(out.add_argument("--json", metavar="FILE", help="write the parity.report/1 JSON report"))
+    writes(out.add_argument("--html", metavar="FILE", help="write a self-contained HTML report"))
+    writes(
+        out.add_argument(
+            "--save-run", metavar="FILE", help="save the run (reopens without the model)"
+        )
     )
-    out.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP)
+    writes(
+        out.add_argument(
+            "--save-reference",
+            metavar="REF.npz",
+            help="save the torch outputs, for later --reference runs",
+        )
+    )
+    writes(out.add_argument("--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP))
     layers = v.add_argument_group("layers (where the export starts to diverge)")
     layers.add_argument(
         "--layers",
@@ -199,8 +220,9 @@ def _add_max_memory(parser) -> None:
         "--max-memory",
         default=None,
         metavar="SIZE",
-        help="memory budget for inputs, feeds, reference and saved-run arrays, checked "
-        f"before they are allocated, e.g. 16G (default {format_size(DEFAULT_MAX_MEMORY)})",
+        help="memory budget for inputs, feeds, reference and saved-run arrays, a .pt2's "
+        "weights and an hf: model's parameters, checked before they are allocated, e.g. 16G "
+        f"(default {format_size(DEFAULT_MAX_MEMORY)})",
     )
 
 

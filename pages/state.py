@@ -222,13 +222,19 @@ def _session_cached(model, *, provider: str, opt_level: str):
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _torch_model(spec: str, weights: str | None, key: str, allow_code: bool):  # noqa: ARG001
+def _torch_model(
+    spec: str,
+    weights: str | None,
+    key: str,  # noqa: ARG001
+    allow_code: bool,
+    max_memory: int | None = None,
+):
     from parity.load.torch_model import load_torch_model
 
-    return load_torch_model(spec, weights=weights, allow_code=allow_code)
+    return load_torch_model(spec, weights=weights, allow_code=allow_code, max_memory=max_memory)
 
 
-def _torch_model_cached(spec: str, *, weights: str | None = None):
+def _torch_model_cached(spec: str, *, weights: str | None = None, max_memory: int | None = None):
     """The loaded torch model, reused while the files behind `spec` and `weights` are unchanged.
 
     TorchScript and Python factories are refused (one line) unless the app trusts code.
@@ -237,7 +243,7 @@ def _torch_model_cached(spec: str, *, weights: str | None = None):
     for path in (spec.rpartition(":")[0] if ".py:" in spec else spec, weights):
         if path and Path(path).is_file():
             parts.append(file_key(path))
-    return _torch_model(spec, weights, "|".join(parts), trust_code())
+    return _torch_model(spec, weights, "|".join(parts), trust_code(), max_memory)
 
 
 def cached_loaders():

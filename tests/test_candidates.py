@@ -70,8 +70,8 @@ def test_the_reference_runs_once_per_input_set_and_a_shared_file_loads_once(expo
         loaded.append(Path(path).name)
         return base.load_onnx(path)
 
-    def load_torch_model(spec, *, weights=None):
-        model = base.load_torch_model(spec, weights=weights)
+    def load_torch_model(spec, *, weights=None, **kwargs):
+        model = base.load_torch_model(spec, weights=weights, **kwargs)
         model.module.register_forward_hook(lambda *_: forwards.append(1))
         return model
 

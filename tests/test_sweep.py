@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from parity.cli import main
+from parity.cli import build_parser, main
+from parity.path_flags import PathFlags
 from parity.sweep.index import render_index
 from parity.sweep.manifest import load_manifest
 from parity.sweep.plan import plan_jobs
@@ -130,6 +131,7 @@ def _tiny_zoo(tmp_path: Path, model_zoo, tiny_artifacts) -> Path:
 
 
 GOOD = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
+FLAGS = PathFlags.of(build_parser())
 
 
 def _m(*pairs: dict, **top) -> dict:
@@ -144,7 +146,7 @@ def test_the_resume_key_changes_with_args_defaults_timeout_and_versions(tmp_path
     from parity.sweep.plan import installed_versions, pair_key
 
     def keys(pairs: list[dict], defaults: list[str] | None = None, timeout: float = 60.0):
-        manifest = load_manifest(write_manifest(tmp_path, pairs, defaults=defaults))
+        manifest = load_manifest(write_manifest(tmp_path, pairs, defaults=defaults), flags=FLAGS)
         return [job.key for job in plan_jobs(manifest, tmp_path / "out", timeout=timeout)]
 
     demo = ["--model", "demo:cnn"]
@@ -155,7 +157,7 @@ def test_the_resume_key_changes_with_args_defaults_timeout_and_versions(tmp_path
     assert changed[0] == key_a and changed[1] != key_b  # only the changed pair's key moves
     assert set(keys([a, b], defaults=["--input-sets", "2"])).isdisjoint({key_a, key_b})
     assert set(keys([a, b], timeout=61.0)).isdisjoint({key_a, key_b})
-    spec = load_manifest(tmp_path / "manifest.json").pairs[0]
+    spec = load_manifest(tmp_path / "manifest.json", flags=FLAGS).pairs[0]
     versions = installed_versions()
     assert "parity" in versions and "torch" in versions and "onnxruntime" in versions
     other = {**versions, "onnxruntime": "0.0.1"}
@@ -236,7 +238,7 @@ def test_paths_resolve_in_the_manifest_folder_and_outputs_land_in_the_pair_folde
         [{"name": "a", "args": ["--onnx=tiny.onnx", "--save-run", "run.parity.npz"]}],
         defaults=["--model", "models.py:make_tiny", "--provider", "CUDAExecutionProvider"],
     )
-    (job,) = plan_jobs(load_manifest(manifest), tmp_path / "out", timeout=5)
+    (job,) = plan_jobs(load_manifest(manifest, flags=FLAGS), tmp_path / "out", timeout=5)
     assert job.cwd == str(zoo.resolve())
     assert job.args[-2:] == ("--json", str((tmp_path / "out" / "a" / "report.json").resolve()))
     assert str((tmp_path / "out" / "a" / "run.parity.npz").resolve()) in job.args
@@ -258,7 +260,9 @@ def test_a_gpu_pairs_ray_task_asks_for_a_gpu_and_a_cluster_without_one_refuses_i
             },
         ],
     )
-    cpu, cuda, rocm = plan_jobs(load_manifest(manifest), tmp_path / "out", timeout=None)
+    cpu, cuda, rocm = plan_jobs(
+        load_manifest(manifest, flags=FLAGS), tmp_path / "out", timeout=None
+    )
     assert task_options(cpu) == {"num_cpus": 1, "num_gpus": 0, "name": "parity-sweep:cpu"}
     assert task_options(cuda) == {"num_cpus": 1, "num_gpus": 1, "name": "parity-sweep:cuda"}
     assert task_options(rocm)["num_gpus"] == 1  # Ray's GPU resource is AMD's too

@@ -13,6 +13,7 @@ from parity.hf.options import (
     HfOptions,
     parse_config_overrides,
 )
+from parity.path_flags import writes
 
 
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,11 +57,13 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
         "question-answering, image-classification, object-detection, feature-extraction, "
         "text-generation, ...) whose class builds the model (default: config.architectures)",
     )
-    group.add_argument(
-        "--export-path",
-        metavar="FILE",
-        default=None,
-        help="where Parity's own export goes when --onnx is not given (default: a temp dir)",
+    writes(
+        group.add_argument(
+            "--export-path",
+            metavar="FILE",
+            default=None,
+            help="where Parity's own export goes when --onnx is not given (default: a temp dir)",
+        )
     )
 
 

@@ -2,7 +2,11 @@
 
 transformers is an optional extra: every entry point goes through `require_transformers`,
 which turns a missing install into one line naming the extra. Nothing here ever reaches the
-hub (`local_files_only=True` everywhere, and the directory must exist).
+hub (`local_files_only=True` everywhere, and the directory must exist), and nothing runs a
+directory's own code: a config, tokenizer or processor file with `auto_map` is refused before
+transformers reads it, and every load passes `trust_remote_code=False` (so transformers never
+asks "Do you wish to run the custom code?"). The model's size is estimated from its config
+(parity.hf.size) and checked against the memory budget before it is built.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def load_hf_model(
     seed: int = 0,
     task: str | None = None,
     onnx_outputs: Mapping[str, int] | None = None,
+    max_memory: int | None = None,
 ) -> LoadedHfModel:
     """Config (with overrides applied first), then the class for its task (parity.hf.heads:
     `task`, its architectures, `onnx_outputs` names -> ranks), then weights or a random init,
@@ -82,7 +87,14 @@ def load_hf_model(
     model_class = _model_class(config, directory, task=task, onnx_outputs=onnx_outputs)
     auto_cls = getattr(transformers, model_class.auto_class)
     encoder = model_class.kind == FORWARD
-    model = instantiate(auto_cls, config, directory, random_weights=random_weights, seed=seed)
+    model = instantiate(
+        auto_cls,
+        config,
+        directory,
+        random_weights=random_weights,
+        seed=seed,
+        max_memory=max_memory,
+    )
     model.eval()
     tokenizer = processor = None
     with quiet_transformers():
@@ -104,16 +116,26 @@ def load_hf_model(
 
 
 def instantiate(
-    auto_cls: Any, config: Any, directory: str, *, random_weights: bool, seed: int
+    auto_cls: Any,
+    config: Any,
+    directory: str,
+    *,
+    random_weights: bool,
+    seed: int,
+    max_memory: int | None = None,
 ) -> Any:
-    """The model in float32: from config.json alone (seeded random weights) or its weights."""
+    """The model in float32: from config.json alone (seeded random weights) or its weights,
+    once its estimated size (parity.hf.size) fits the memory budget."""
     import torch
 
+    from parity.hf.size import check_model_size
+
+    check_model_size(config, f"hf:{directory}", max_memory)
     with quiet_transformers():
         try:
             if random_weights:
                 torch.manual_seed(seed)
-                return auto_cls.from_config(config, dtype=torch.float32)
+                return auto_cls.from_config(config, dtype=torch.float32, trust_remote_code=False)
             # use_kernels=False: validate the model's own code, never hub kernels (5.25
             # turns them on by default and then needs the `kernels` package).
             return auto_cls.from_pretrained(
@@ -122,6 +144,7 @@ def instantiate(
                 local_files_only=True,
                 dtype=torch.float32,
                 use_kernels=False,
+                trust_remote_code=False,
             )
         except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError alike
             hint = ""
@@ -133,8 +156,11 @@ def instantiate(
 
 
 def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, Any]) -> Any:
+    refuse_remote_code(directory)
     try:
-        config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
+        config = transformers.AutoConfig.from_pretrained(
+            directory, local_files_only=True, trust_remote_code=False
+        )
     except Exception as exc:
         raise ModelLoadError(f"hf:{directory}: cannot read config.json: {first_line(exc)}") from exc
     old_layers = getattr(config, "num_hidden_layers", None)
@@ -156,6 +182,42 @@ def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, 
     ):
         config.layer_types = layer_types[:new_layers]
     return config
+
+
+CODE_FILES = (
+    "config.json",
+    "tokenizer_config.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "feature_extractor_config.json",
+    "image_processor_config.json",
+    "video_preprocessor_config.json",
+)
+"""The files of a directory in which transformers looks for `auto_map` (classes it would
+import from the directory's own .py files)."""
+_MAX_CODE_FILE_BYTES = 64 << 20
+
+
+def refuse_remote_code(directory: str) -> None:
+    """One line when any of the directory's CODE_FILES has `auto_map` (read as JSON, before
+    transformers sees it): Parity never imports a directory's Python files."""
+    import json
+
+    for name in CODE_FILES:
+        path = Path(directory) / name
+        if not path.is_file():
+            continue
+        if path.stat().st_size > _MAX_CODE_FILE_BYTES:
+            raise ModelLoadError(f"hf:{directory}: {name} is over {_MAX_CODE_FILE_BYTES >> 20} MB")
+        try:
+            data = json.loads(path.read_bytes())
+        except ValueError:
+            continue  # transformers says what is wrong with it
+        if isinstance(data, dict) and "auto_map" in data:
+            raise ModelLoadError(
+                f"hf:{directory}: {name} asks to run its own code (auto_map); Parity never "
+                "runs a directory's code"
+            )
 
 
 def _model_class(
@@ -182,7 +244,9 @@ def _model_class(
 
 def _load_tokenizer(transformers: ModuleType, directory: str, *, left_pad: bool) -> Any:
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            directory, local_files_only=True, trust_remote_code=False
+        )
     except Exception as exc:
         raise ModelLoadError(
             f"hf:{directory}: cannot load the tokenizer (prompts need one): {first_line(exc)}"

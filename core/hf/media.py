@@ -49,7 +49,7 @@ def load_processor(transformers: Any, directory: str, main_input: str) -> Any:
     auto = transformers.AutoImageProcessor if main_input == PIXELS else None
     auto = auto or transformers.AutoFeatureExtractor
     try:
-        return auto.from_pretrained(directory, local_files_only=True)
+        return auto.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
     except Exception as exc:
         if main_input == PIXELS:
             return None

@@ -60,6 +60,7 @@ def load_seq2seq(
     config_overrides: Mapping[str, Any] | None = None,
     seed: int = 0,
     task: str | None = None,
+    max_memory: int | None = None,
 ) -> LoadedSeq2Seq:
     transformers = require_transformers()
     overrides = dict(config_overrides or {})
@@ -67,7 +68,14 @@ def load_seq2seq(
     model_type = str(getattr(config, "model_type", "?"))
     chosen = _seq2seq_class(config, model_type, directory, task)
     auto_cls = getattr(transformers, chosen.auto_class)
-    model = instantiate(auto_cls, config, directory, random_weights=random_weights, seed=seed)
+    model = instantiate(
+        auto_cls,
+        config,
+        directory,
+        random_weights=random_weights,
+        seed=seed,
+        max_memory=max_memory,
+    )
     model.eval()
     audio = is_media_model(model)
     tokenizer = None

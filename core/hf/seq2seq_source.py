@@ -124,6 +124,7 @@ class Seq2SeqSource:
                 config_overrides=self.options.config_overrides,
                 seed=self._seed,
                 task=self.options.task,
+                max_memory=self._max_memory,
             )
             self.timings["load_model"] = time.perf_counter() - t0
             what = f"generate(): {self.options.max_new_tokens} new token(s)" if decoder else ""

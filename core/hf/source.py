@@ -75,6 +75,7 @@ class HfSource:
                 seed=self._seed,
                 task=self.options.task,
                 onnx_outputs=output_ranks(signature),
+                max_memory=self._max_memory,
             )
             self.timings["load_model"] = time.perf_counter() - t0
             self._capture = _capture(

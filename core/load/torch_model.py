@@ -20,7 +20,9 @@ Contract:
 @dataclass(frozen=True) class TorchModel: spec: str; kind: str; module: Callable (eval mode);
     parameter_names: tuple[str, ...] (names forward() takes by keyword, () if unknown);
     sha256: str; positional_names: tuple[str, ...] (a .pt2's positional arguments, in order)
-load_torch_model(spec, *, weights=None, allow_code=True) -> TorchModel
+load_torch_model(spec, *, weights=None, allow_code=True, max_memory=None) -> TorchModel
+    (max_memory: bytes a .pt2's weights, constants and sample inputs may take; None: the
+    default budget of parity.run.budget)
     raises ModelLoadError / UsageError
 is_code_spec(spec) -> bool   True when loading the spec runs code from the user's files
 """
@@ -89,16 +91,23 @@ def load_torch_model(
     *,
     weights: str | os.PathLike[str] | None = None,
     allow_code: bool = True,
+    max_memory: int | None = None,
 ) -> TorchModel:
     """Load the model a spec names, apply optional weights, and put it in eval mode.
 
     allow_code=False refuses the formats that are code (Python factories, TorchScript).
     """
     with quiet_torch():
-        return _load(spec, weights=weights, allow_code=allow_code)
+        return _load(spec, weights=weights, allow_code=allow_code, max_memory=max_memory)
 
 
-def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool) -> TorchModel:
+def _load(
+    spec: str,
+    *,
+    weights: str | os.PathLike[str] | None,
+    allow_code: bool,
+    max_memory: int | None = None,
+) -> TorchModel:
     spec = spec.strip()
     if not spec:
         raise UsageError(
@@ -124,7 +133,7 @@ def _load(spec: str, *, weights: str | os.PathLike[str] | None, allow_code: bool
         path = Path(spec)
         if not path.is_file():
             raise ModelLoadError(f"cannot load model {spec}: no such file")
-        module, kind, program = _load_archive(path, allow_code=allow_code)
+        module, kind, program = _load_archive(path, allow_code=allow_code, max_memory=max_memory)
         update_with_file(digest, path)
 
     if weights is not None:
@@ -286,11 +295,15 @@ def _archive_kind(path: Path) -> str:
     return "unknown"
 
 
-def _load_archive(path: Path, *, allow_code: bool) -> tuple[nn.Module, str, Any]:
+def _load_archive(
+    path: Path, *, allow_code: bool, max_memory: int | None = None
+) -> tuple[nn.Module, str, Any]:
     """A torch.export archive (restricted reader) or a TorchScript archive (code)."""
     kind = _archive_kind(path)
     if kind == "exported_program":
-        module, program = load_pt2(path)
+        from parity.run.budget import MemoryBudget
+
+        module, program = load_pt2(path, budget=MemoryBudget.of(max_memory))
         return module, "exported_program", program
     if kind == "onnx":
         raise ModelLoadError(

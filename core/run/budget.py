@@ -110,19 +110,33 @@ def read_npy_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
 
 
 def npz_headers(path: str | Path) -> tuple[NpyHeader, ...]:
-    """Shapes and dtypes of every `.npy` member, reading only each member's first bytes.
+    """What `np.load` would allocate for every member, whatever its name, reading only each
+    member's first bytes.
 
-    A compressed member is inflated only as far as its header. Raises ValueError (header
-    unreadable) or zipfile/OS errors; callers word them for their file.
+    np.load gives a member `x` as well as `x.npy` (and `x` wins when both are there), and a
+    member that is not a .npy file as its bytes: a `.npy` member counts its header's shape
+    and dtype, any other its size in the zip's directory (as uint8 bytes). Two members that
+    np.load would give the same name are refused. A compressed member is inflated only as
+    far as its header. Raises ValueError (header unreadable, names clash) or zipfile/OS
+    errors; callers word them for their file.
     """
     headers = []
+    seen: dict[str, str] = {}
+    magic = np.lib.format.MAGIC_PREFIX
     with zipfile.ZipFile(path) as zf:
         for info in zf.infolist():
-            if not info.filename.endswith(".npy"):
-                continue
-            with zf.open(info) as member:
-                shape, _, dtype = read_npy_header(member)
             key = info.filename.removesuffix(".npy")
+            if key in seen:
+                raise ValueError(
+                    f"members {seen[key]!r} and {info.filename!r} are both read as {key!r}"
+                )
+            seen[key] = info.filename
+            with zf.open(info) as member:
+                if member.read(len(magic)) != magic:  # np.load returns its bytes
+                    shape, dtype = (info.file_size,), np.dtype("u1")
+                else:
+                    member.seek(0)
+                    shape, _, dtype = read_npy_header(member)
             headers.append(NpyHeader(key=key, shape=tuple(shape), dtype=dtype))
     return tuple(headers)
 

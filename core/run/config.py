@@ -89,7 +89,7 @@ class Loaders:
 
     load_onnx: Callable[[str], Any]
     make_session: Callable[..., Any]  # (onnx_model, *, provider, opt_level)
-    load_torch_model: Callable[..., Any]  # (spec, *, weights)
+    load_torch_model: Callable[..., Any]  # (spec, *, weights, max_memory)
 
 
 def default_loaders() -> Loaders:

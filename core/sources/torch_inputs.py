@@ -85,7 +85,9 @@ class TorchSource:
 
         t0 = time.perf_counter()
         self._report("load", f"loading model {self.model}", 0.05)
-        self._torch = self._loaders.load_torch_model(self.model, weights=self._config.weights)
+        self._torch = self._loaders.load_torch_model(
+            self.model, weights=self._config.weights, max_memory=self._config.max_memory
+        )
         self.timings["load_model"] = time.perf_counter() - t0
         self.timings["inputs"] = self.timings["torch"] = 0.0
         for input_set in timed_input_sets(self._config, signature, self.timings):

@@ -64,8 +64,9 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
-    """`parser`: the `parity` parser, whose `validate` checks every pair's args up front."""
+def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`parser`: the `parity` parser, whose `validate` checks every pair's args up front and
+    says which of its flags read and write files (parity.path_flags)."""
     try:
         return _sweep(args, parser)
     except ParityError as exc:
@@ -76,7 +77,7 @@ def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser | None 
         return ExitCode.ERROR
 
 
-def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser | None) -> int:
+def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from parity.sweep.manifest import load_manifest
     from parity.sweep.progress import Progress
     from parity.sweep.run import run_sweep
@@ -87,8 +88,10 @@ def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser | None) -> 
         raise UsageError(f"--timeout {args.timeout:g}: must be >= 0 (0: none)")
     if args.ray_address and args.engine != "ray":
         raise UsageError("--ray-address needs --engine ray")
-    check = None if parser is None else partial(validate_args_problem, parser)
-    manifest = load_manifest(args.manifest, check_args=check)
+    from parity.path_flags import PathFlags
+
+    check = partial(validate_args_problem, parser)
+    manifest = load_manifest(args.manifest, flags=PathFlags.of(parser), check_args=check)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a folder")

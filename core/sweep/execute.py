@@ -22,7 +22,6 @@ from typing import Any
 
 from parity.errors import UsageError
 from parity.files.atomic import atomic_path, write_text
-from parity.sweep.manifest import OUTPUT_FLAGS, flag_values
 from parity.sweep.plan import PairJob
 from parity.verdict import ExitCode, Verdict
 
@@ -172,9 +171,9 @@ def _result(
 
 def _written(job: PairJob, flag: str) -> str | None:
     """The file `flag` names in the pair's folder, if the run wrote it."""
-    for fv in reversed(flag_values(job.args)):
-        if fv.flag == flag:
-            path = Path(fv.value)
+    for given, placed in reversed(job.written):
+        if given == flag:
+            path = Path(placed)
             return path.name if path.is_file() else None
     return None
 
@@ -201,7 +200,7 @@ def _remove_previous(job: PairJob) -> None:
     """Files an earlier run of this pair left: a crash now must not show the old report."""
     out = Path(job.out_dir)
     stale = [job.report_path, out / RECORD, out / LOG]
-    stale += [Path(fv.value) for fv in flag_values(job.args) if fv.flag in OUTPUT_FLAGS]
+    stale += [Path(placed) for _, placed in job.written]
     for path in stale:
         path.unlink(missing_ok=True)
 

@@ -6,9 +6,11 @@
 
 `args` are `parity validate`'s arguments; the defaults come first. Paths in them are relative
 to the manifest's folder (pairs run there). Every pair writes only inside its own folder
-DIR/NAME: the sweep gives `--json` itself, and `--html`, `--save-run`, `--save-reference`,
-`--export-path` take a plain file name placed in that folder. Everything is checked before
-the first pair starts, so a typo does not surface an hour into a sweep.
+DIR/NAME: the sweep gives `--json` itself, and every other flag that writes a file (`--html`,
+`--save-run`, `--model-explorer`, ...: those validate's parser marks with
+parity.path_flags.writes) takes a plain file name placed in that folder. Which flags read and
+write is read from validate's real parser (`PathFlags`), never listed here. Everything is
+checked before the first pair starts, so a typo does not surface an hour into a sweep.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from parity.errors import UsageError
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
+from parity.path_flags import PathFlags
 from parity.sweep import SCHEMA
 
 MAX_MANIFEST_BYTES = 64 << 20
@@ -29,13 +32,10 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 RESERVED_NAMES = frozenset({"summary.json", "index.html"})
 """Files the sweep writes next to the pair folders."""
 
-INPUT_FLAGS = ("--onnx", "--weights", "--reference", "--inputs", "--tolerances")
-"""validate flags whose value is a file the pair reads."""
-OUTPUT_FLAGS = ("--html", "--save-run", "--save-reference", "--export-path")
-"""validate flags whose value is a file the pair writes: a plain name inside DIR/NAME."""
+MODEL_FLAG = "--model"
+"""The read flag whose value is a model spec (a file, a folder, or nothing on disk)."""
 OWNED_FLAGS = ("--json",)
 """validate flags the sweep sets itself."""
-PATH_FLAGS = ("--model", *INPUT_FLAGS, *OUTPUT_FLAGS, *OWNED_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class PairSpec:
     name: str
     args: tuple[str, ...]
     """The defaults' args, then the pair's own."""
+    flags: PathFlags
+    """Which of validate's flags read and which write (from its parser)."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +65,14 @@ class FlagValue:
 
 
 def load_manifest(
-    path: str | Path, *, check_args: Callable[[tuple[str, ...]], str | None] | None = None
+    path: str | Path,
+    *,
+    flags: PathFlags,
+    check_args: Callable[[tuple[str, ...]], str | None] | None = None,
 ) -> Manifest:
     """Read and check a manifest; UsageError (one line naming the place) when it is wrong.
 
+    `flags`: what validate's flags do with paths (PathFlags.of(validate's parser)).
     `check_args(args)` returns what is wrong with a pair's validate arguments, or None
     (the CLI passes validate's own parser, so a typo in a flag stops the sweep before it starts).
     """
@@ -82,7 +88,7 @@ def load_manifest(
     except (ValueError, _DuplicateKey) as exc:
         raise UsageError(f"{shown}: not valid JSON: {_first(exc)}") from exc
     root = path.resolve().parent
-    pairs = _parse(data, shown)
+    pairs = _parse(data, shown, flags)
     for pair in pairs:
         _check_args(pair, root, shown)
         problem = check_args(pair.args) if check_args is not None else None
@@ -91,14 +97,16 @@ def load_manifest(
     return Manifest(path=path, root=root, pairs=pairs)
 
 
-def flag_values(args: tuple[str, ...] | list[str]) -> list[FlagValue]:
-    """Every value given to a flag of PATH_FLAGS, in order (`--flag V` and `--flag=V`)."""
+def flag_values(args: tuple[str, ...] | list[str], flags: PathFlags) -> list[FlagValue]:
+    """Every value given to a flag that reads or writes a path, in order (`--flag V` and
+    `--flag=V`)."""
     found: list[FlagValue] = []
+    path_flags = flags.all
     i = 0
     while i < len(args):
         token = args[i]
         flag, eq, value = token.partition("=")
-        if flag in PATH_FLAGS:
+        if flag in path_flags:
             if eq:
                 found.append(FlagValue(i, flag, value, inline=True))
             elif i + 1 < len(args):
@@ -138,7 +146,7 @@ def _unique_keys(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _parse(data: Any, shown: str) -> tuple[PairSpec, ...]:
+def _parse(data: Any, shown: str, flags: PathFlags) -> tuple[PairSpec, ...]:
     _object(data, {"schema", "defaults", "pairs"}, shown, "the manifest")
     if data.get("schema") != SCHEMA:
         raise UsageError(f"{shown}: schema must be {SCHEMA!r}, got {data.get('schema')!r}")
@@ -162,7 +170,7 @@ def _parse(data: Any, shown: str) -> tuple[PairSpec, ...]:
             raise UsageError(f"{shown}: {where}: duplicate name {name!r} (as {seen[folded]!r})")
         seen[folded] = name
         args = _args(pair.get("args"), shown, f"{where}.args")
-        specs.append(PairSpec(name=name, args=default_args + args))
+        specs.append(PairSpec(name=name, args=default_args + args, flags=flags))
     return tuple(specs)
 
 
@@ -194,27 +202,28 @@ def _check_name(name: str, shown: str, where: str) -> None:
 
 def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
     where = f"pair {pair.name!r}"
+    path_flags = pair.flags.all
     for token in pair.args:
         flag = token.partition("=")[0]
-        if flag.startswith("--") and flag not in PATH_FLAGS:
-            abbreviated = [f for f in PATH_FLAGS if f.startswith(flag)]
+        if flag.startswith("--") and flag not in path_flags:
+            abbreviated = [f for f in path_flags if f.startswith(flag)]
             if abbreviated:
                 raise UsageError(f"{shown}: {where}: write {abbreviated[0]} in full, not {flag}")
-    for fv in flag_values(pair.args):
+    for fv in flag_values(pair.args, pair.flags):
         if not fv.value:
             raise UsageError(f"{shown}: {where}: {fv.flag} needs a value")
         if fv.flag in OWNED_FLAGS:
             raise UsageError(
                 f"{shown}: {where}: remove {fv.flag}: the sweep writes DIR/{pair.name}/report.json"
             )
-        if fv.flag in OUTPUT_FLAGS:
+        if fv.flag in pair.flags.writes:
             if "/" in fv.value or "\\" in fv.value or fv.value in (".", ".."):
                 raise UsageError(
                     f"{shown}: {where}: {fv.flag} {fv.value}: give a file name, "
                     f"written in DIR/{pair.name}/"
                 )
             continue
-        kind_path = model_path(fv.value) if fv.flag == "--model" else ("file", fv.value)
+        kind_path = model_path(fv.value) if fv.flag == MODEL_FLAG else ("file", fv.value)
         if kind_path is None:
             continue
         kind, value = kind_path

@@ -18,8 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from parity.sweep.manifest import (
-    INPUT_FLAGS,
-    OUTPUT_FLAGS,
+    MODEL_FLAG,
     Manifest,
     PairSpec,
     flag_values,
@@ -51,6 +50,8 @@ class PairJob:
     timeout: float | None
     gpu_provider: str | None
     """The GPU execution provider the pair asks for (Ray reserves a GPU for it), if any."""
+    written: tuple[tuple[str, str], ...] = ()
+    """(flag, path in out_dir) of every file the pair's flags ask it to write."""
 
     @property
     def num_gpus(self) -> int:
@@ -73,10 +74,12 @@ def _plan(
     pair: PairSpec, root: Path, out_dir: Path, timeout: float | None, versions: dict[str, str]
 ) -> PairJob:
     args = list(pair.args)
-    for fv in flag_values(pair.args):
-        if fv.flag in OUTPUT_FLAGS:
+    written: list[tuple[str, str]] = []
+    for fv in flag_values(pair.args, pair.flags):
+        if fv.flag in pair.flags.writes:
             placed = str(out_dir / fv.value)
             args[fv.index] = f"{fv.flag}={placed}" if fv.inline else placed
+            written.append((fv.flag, placed))
     args += ["--json", str(out_dir / REPORT)]
     return PairJob(
         name=pair.name,
@@ -86,6 +89,7 @@ def _plan(
         key=pair_key(pair, root, timeout, versions),
         timeout=timeout,
         gpu_provider=gpu_provider(pair.args),
+        written=tuple(written),
     )
 
 
@@ -100,11 +104,12 @@ def installed_versions() -> dict[str, str]:
 
 def pair_key(pair: PairSpec, root: Path, timeout: float | None, versions: dict[str, str]) -> str:
     files: list[list[str]] = []
-    for fv in flag_values(pair.args):
-        if fv.flag in INPUT_FLAGS:
+    for fv in flag_values(pair.args, pair.flags):
+        if fv.flag == MODEL_FLAG:
+            if (found := model_path(fv.value)) is not None:
+                files.append([fv.value, _digest(root / found[1], found[0])])
+        elif fv.flag in pair.flags.reads:
             files.append([fv.value, _digest(root / fv.value, "file")])
-        elif fv.flag == "--model" and (found := model_path(fv.value)) is not None:
-            files.append([fv.value, _digest(root / found[1], found[0])])
     blob = json.dumps(
         {"args": list(pair.args), "timeout": timeout, "versions": versions, "files": files},
         sort_keys=True,
