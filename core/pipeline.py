@@ -151,7 +151,10 @@ class _Slot:
 
     def info(self) -> CandidateInfo:
         model = self.candidate.model if self.candidate is not None else None
-        notes = self.fit.notes if self.fit is not None else ()
+        notes = (
+            *getattr(model, "notes", ()),
+            *(self.fit.notes if self.fit is not None else ()),
+        )
         return CandidateInfo(
             index=self.index,
             onnx=str(self.spec.onnx),
