@@ -152,7 +152,7 @@ class _Slot:
     def info(self) -> CandidateInfo:
         model = self.candidate.model if self.candidate is not None else None
         notes = (
-            *getattr(model, "notes", ()),
+            *(self.candidate.notes if self.candidate is not None else ()),
             *(self.fit.notes if self.fit is not None else ()),
         )
         return CandidateInfo(
