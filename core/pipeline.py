@@ -125,7 +125,12 @@ def run_validation(
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
         run = _run_cases(config, source, slots, report, t_start, deadline)
-        if config.layers:
+        if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
+            from parity.layers.onnx_run import with_onnx_layers
+
+            run = with_onnx_layers(run, config, reference, [s.candidate for s in slots], report)
+            deadline.check()
+        elif config.layers:
             run = _with_layers(run, config, source, slots[0].candidate, report)
             deadline.check()
     return run

@@ -269,6 +269,8 @@ class ValidationRun:
     # candidates existed: one candidate, index 0, is implied (see `candidate_list`).
     # `onnx_outputs` holds candidate k's output sets at [k * len(input_sets) + position].
     candidates: tuple[CandidateInfo, ...] = ()
+    # --layers with several candidates (ONNX against ONNX): each one's, by candidate index
+    candidate_layers: Mapping[int, LayersResult] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -324,6 +326,8 @@ class ValidationRun:
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
             candidates=(info,),
+            layers=self.candidate_layers.get(index, self.layers),
+            candidate_layers={},
         )
 
     @property

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from parity.dashboard import routes, state
+from parity.dashboard.candidates import candidate_selector
 from parity.dashboard.tables import status_style
 from parity.layers import figures as lf
 from parity.layers import views
@@ -89,7 +90,10 @@ def verdict(result) -> None:
             st.markdown(":orange-background[**NOTHING COMPARED**]")
         st.text(views.divergence_sentence(result))
         if first is not None:
-            st.code(first.torch_module or "(no torch module)", language=None)
+            if first.torch_module is None and first.torch_node is None:  # ONNX against ONNX
+                st.code(f"{first.onnx_node} -> {first.onnx_value}", language=None)
+            else:
+                st.code(first.torch_module or "(no torch module)", language=None)
             cols = st.columns(4)
             cols[0].metric("op", first.onnx_op)
             cols[1].metric("jump", f"{views.fmt(first.jump)}x", help=views.jump_words(first))
@@ -212,6 +216,7 @@ def page() -> None:
         st.info("No run yet. Start one on the Run page.")
         st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
+    run = candidate_selector(run, key="candidate_layers")  # each candidate's own layers
     result = getattr(run, "layers", None)
     if result is None:
         _no_layers(run)

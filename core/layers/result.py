@@ -58,6 +58,7 @@ class LayerValue:
     cosine: float | None
     status: str
     inputs: tuple[int, ...] = ()
+    sqnr_db: float | None = None  # 10 log10(sum ref^2 / sum err^2); ONNX against ONNX
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +78,7 @@ class LayerValue:
             "cosine": finite_or_none(self.cosine),
             "status": str(self.status),
             "inputs": [int(i) for i in self.inputs],
+            "sqnr_db": finite_or_none(self.sqnr_db),
         }
 
     @classmethod
@@ -98,6 +100,7 @@ class LayerValue:
             cosine=_opt_float(data.get("cosine")),
             status=str(data["status"]),
             inputs=tuple(int(i) for i in data.get("inputs") or ()),
+            sqnr_db=_opt_float(data.get("sqnr_db")),
         )
 
 
