@@ -78,3 +78,77 @@ def to_float16(source: Path, path: Path, **options) -> Path:
     converted = convert_float_to_float16(onnx.load(str(source)), **options)
     onnx.save(converted, str(path))
     return path
+
+
+def conv_net(path: Path, *, relu_after_third: bool = False, seed: int = 0) -> Path:
+    """x[b, 3, 8, 8] -> four 3x3 convs (ReLU after the first two) -> global average pool.
+    The third conv's channel 0 is an outlier (weights x300, bias 50) that the fourth conv
+    barely reads: a per-tensor int8 scale for that activation crushes every other channel."""
+    rng = np.random.default_rng(seed)
+    chans = [3, 8, 8, 8, 4]
+    inits, nodes, x = [], [], "x"
+    for k in range(4):
+        w = (rng.standard_normal((chans[k + 1], chans[k], 3, 3)) * 0.3).astype(np.float32)
+        b = (rng.standard_normal(chans[k + 1]) * 0.1).astype(np.float32)
+        if k == 2:
+            w[0] *= 300
+            b[0] = 50.0
+        if k == 3:
+            w[:, 0] *= 1e-3
+        inits += [numpy_helper.from_array(w, f"w{k + 1}"), numpy_helper.from_array(b, f"b{k + 1}")]
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, f"w{k + 1}", f"b{k + 1}"], [f"c{k + 1}"], name=f"conv{k + 1}",
+                pads=[1, 1, 1, 1],
+            )
+        )  # fmt: skip
+        x = f"c{k + 1}"
+        if k < 2 or (k == 2 and relu_after_third):
+            nodes.append(helper.make_node("Relu", [x], [f"r{k + 1}"], name=f"relu{k + 1}"))
+            x = f"r{k + 1}"
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["y"], name="pool"))
+    graph = helper.make_graph(
+        nodes,
+        "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 1, 1])],
+        inits,
+    )
+    return _save(graph, path)
+
+
+def quantize_qdq(source: Path, path: Path, *, exclude: list[str] | None = None) -> Path:
+    """onnxruntime.quantization.quantize_static, QDQ int8, calibrated on 8 fixed inputs."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.sets = iter(
+                {"x": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+                for i in range(8)
+            )
+
+        def get_next(self):
+            return next(self.sets, None)
+
+    quantize_static(
+        str(source), str(path), Reader(), quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+        nodes_to_exclude=list(exclude or []),
+    )  # fmt: skip
+    return path
+
+
+def output_sqnr_db(reference: Path, other: Path, *, seed: int = 100) -> float:
+    import onnxruntime as ort
+
+    x = np.random.default_rng(seed).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    ref = ort.InferenceSession(str(reference), providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(str(other), providers=["CPUExecutionProvider"])
+    r, o = ref.run(None, {"x": x})[0], got.run(None, {"x": x})[0]
+    return float(10 * np.log10(np.square(r).sum() / np.square(o - r).sum()))
