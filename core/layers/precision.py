@@ -15,19 +15,8 @@ from typing import Any
 import numpy as np
 
 from parity.layers.onnx_side import Match, sqnr_db
+from parity.layers.qdq import Quantized
 from parity.layers.result import LayersResult
-
-
-@dataclass(frozen=True)
-class Quantized:
-    """One quantized tensor on one input set: SQNR (dB) against the reference's float value
-    before and after its Q/DQ pair, and of the pair alone (after against before)."""
-
-    tensor: str
-    input_set: int
-    sqnr_db_before: float | None
-    sqnr_db_after: float | None
-    sqnr_db_pair: float | None
 
 
 @dataclass

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,8 +30,20 @@ import onnx
 
 from parity.files.json_output import finite_or_none
 from parity.layers.onnx_side import DQ_SUFFIX, Q_SUFFIX
-from parity.layers.precision import Quantized
 from parity.layers.result import LayersResult
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """One quantized tensor on one input set: SQNR (dB) against the reference's float value
+    before and after its Q/DQ pair, and of the pair alone (after against before)."""
+
+    tensor: str
+    input_set: int
+    sqnr_db_before: float | None
+    sqnr_db_after: float | None
+    sqnr_db_pair: float | None
+
 
 _CHAIN = 3  # ops a quantizer can fold into a producer (Relu, Clip, ...), walked back at most
 
