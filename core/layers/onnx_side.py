@@ -151,7 +151,8 @@ def localise_onnx(
                 s = input_set.index
                 for name in batch:
                     match = by_ref[name]
-                    ref, cand = ref_values[name], cand_values[match.candidate]
+                    ref = ref_values[name]
+                    cand = _own_precision(cand_values[match.candidate], cand_graph, match)
                     comparer.compare(pairs[name], ref, {name: cand}, s)
                     sqnr[(name, s)] = sqnr_db(ref, cand)
                     if on_values is not None:
@@ -174,6 +175,18 @@ def localise_onnx(
         f"{time.perf_counter() - start:.2f} s",
     ]
     return _result(ref_graph, cand_graph, matches, tuple(values), tuple(notes), first, kept)
+
+
+def _own_precision(array: np.ndarray, graph: GraphIndex, match: Match) -> np.ndarray:
+    """A float32 value a Cast made from float16 (a converter's output cast) is judged as the
+    float16 it holds, at float16's threshold: it is that value, exactly."""
+    value = graph.values.get(match.candidate)
+    if value is None or value.op != "Cast" or array.dtype != np.float32:
+        return array
+    half = array.astype(np.float16)
+    with np.errstate(all="ignore"):
+        exact = np.array_equal(half.astype(np.float32), array, equal_nan=True)
+    return half if exact else array
 
 
 def _candidate_names(matches: Any) -> list[str]:

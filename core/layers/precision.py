@@ -9,7 +9,7 @@ comparison and checked before it is said: a QDQ file's worst-quantized tensor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,12 +22,14 @@ from parity.layers.result import LayersResult
 @dataclass
 class Recorder:
     quantized: list[Quantized] = field(default_factory=list)
-    nonfinite: dict[str, int] = field(default_factory=dict)  # value -> first input set
+    sixteen_bit: set[str] = field(default_factory=set)  # 16-bit dtypes the candidate holds
 
     def on_values(
         self, s: int, match: Match, ref: np.ndarray, cand_values: Mapping[str, np.ndarray]
     ) -> None:
         after = cand_values[match.candidate]
+        if str(after.dtype) in ("float16", "bfloat16"):
+            self.sixteen_bit.add(str(after.dtype))
         if match.quantized:
             before = cand_values[match.before]
             self.quantized.append(
@@ -55,4 +57,14 @@ def precision_findings(
         from parity.layers.qdq import qdq_findings
 
         return qdq_findings(result, reference, candidate, input_sets, recorder.quantized)
+    if "float16" in recorder.sixteen_bit:
+        from parity.layers.fp16 import fp16_findings
+
+        return fp16_findings(result, reference, candidate, input_sets, config)
+    if recorder.sixteen_bit:
+        note = (
+            "bfloat16 file: no nodes to keep in float32 are suggested (ONNX Runtime's "
+            "converter, which checks them, makes float16 files only)"
+        )
+        return replace(result, notes=(*result.notes, note))
     return result
