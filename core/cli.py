@@ -520,9 +520,11 @@ def _format(run: ValidationRun) -> str:
     else:
         text = format_run(run)
     if run.layers is not None:
+        from parity.layers.precision_view import precision_lines
         from parity.layers.text import format_layers
 
         text += "\n\n" + format_layers(run.layers)
+        text += "".join(f"\n  {line}" for line in precision_lines(run.layers))
     return text
 
 

@@ -114,6 +114,41 @@ def show_limits(result) -> None:
             st.text(f"• {line}")
 
 
+def precision(run: ValidationRun, result) -> None:
+    """What to keep in higher precision (a quantized or float16 candidate), checked, with
+    the Python that does it; a fixed float16 file to download."""
+    from parity.layers.precision_view import fix_call, precision_lines, quantize_call
+
+    lines = precision_lines(result)
+    if not lines:
+        return
+    with st.container(border=True):
+        st.markdown("**What to keep in higher precision**")
+        for line in lines:
+            st.text(f"• {line}")
+        call = quantize_call(result) or fix_call(result)
+        if call:
+            st.code(call, language="python")
+        reference = run.provenance.reference_file
+        if fix_call(result) and reference:
+            key = ("parity_fixed_fp16", reference, tuple(result.findings["keep_float32"]))
+            if st.button("Make the fixed float16 file", key="layers_make_fixed"):
+                from parity.layers.fp16 import convert
+
+                check = result.findings["keep_float32_check"]
+                model = convert(reference, bool(check["keep_io_types"]), check["node_block_list"])
+                st.session_state["parity_fixed_fp16"] = (key, model.SerializeToString())
+            made = st.session_state.get("parity_fixed_fp16")
+            if made and made[0] == key:
+                st.download_button(
+                    "Download fixed.onnx",
+                    data=made[1],
+                    file_name="fixed.onnx",
+                    mime="application/octet-stream",
+                    key="layers_fixed_download",
+                )
+
+
 def _on_select() -> None:
     event = st.session_state.get("layers_table")
     rows = event.selection.rows if event is not None else []
@@ -223,6 +258,7 @@ def page() -> None:
         return
     verdict(result)
     show_limits(result)
+    precision(run, result)
     if not result.values:
         st.warning("No intermediate value was compared, so there is nothing to draw.")
         return

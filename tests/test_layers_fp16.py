@@ -63,3 +63,28 @@ def test_write_fixed_without_a_fix_is_a_one_line_usage_error(tmp_path: Path, cap
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "no fixed float16 file" in err
     assert not (tmp_path / "f.onnx").exists()
+
+
+def test_the_layers_page_offers_the_fixed_file_with_its_python(rms) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from parity.pipeline import RunConfig, run_validation
+    from parity.tolerances import Tolerance, Tolerances
+
+    run = run_validation(
+        RunConfig(
+            model=None, onnx=[str(rms["ref"]), str(rms["ref"].with_name("rms_fp16.onnx"))],
+            layers=True, tolerances=Tolerances(default=Tolerance(atol=1e-1, rtol=1e-1)),
+        )
+    )  # fmt: skip
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    at = AppTest.from_file(app, default_timeout=180)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = run.tolerances
+    at.switch_page("pages/layers.py").run()
+    assert not at.exception, at.exception
+    assert any("from parity.layers.fp16 import convert" in c.value for c in at.code)
+    at.button(key="layers_make_fixed").click().run()
+    assert not at.exception, at.exception
+    made = at.session_state["parity_fixed_fp16"][1]
+    assert onnx.load_from_string(made).graph.node  # the fixed file's bytes, downloadable

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,29 @@ def test_the_suggested_exclusion_is_checked_and_requantizing_with_it_gains_6_db(
     again = quantize_qdq(quantized["ref"], quantized["root"] / "again.onnx", exclude=exclude)
     before = output_sqnr_db(quantized["ref"], quantized["qdq"])
     assert output_sqnr_db(quantized["ref"], again) - before >= 6
+
+
+def test_the_suggestion_is_shown_in_the_terminal_html_and_layers_page(
+    quantized, tmp_path, capsys
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from parity.pipeline import RunConfig, run_validation
+
+    html = tmp_path / "r.html"
+    main(["validate", "--onnx", str(quantized["ref"]), "--onnx", str(quantized["qdq"]),
+          "--layers", "--html", str(html)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "keep in float (quantize_static nodes_to_exclude): conv3" in out
+    assert "nodes_to_exclude=[" in html.read_text()
+    run = run_validation(
+        RunConfig(model=None, onnx=[str(quantized["ref"]), str(quantized["qdq"])], layers=True)
+    )
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    at = AppTest.from_file(app, default_timeout=180)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = run.tolerances
+    at.switch_page("pages/layers.py").run()
+    assert not at.exception, at.exception
+    assert any("What to keep in higher precision" in m.value for m in at.markdown)
+    assert any("nodes_to_exclude=" in c.value for c in at.code)
