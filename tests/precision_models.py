@@ -152,3 +152,29 @@ def output_sqnr_db(reference: Path, other: Path, *, seed: int = 100) -> float:
     got = ort.InferenceSession(str(other), providers=["CPUExecutionProvider"])
     r, o = ref.run(None, {"x": x})[0], got.run(None, {"x": x})[0]
     return float(10 * np.log10(np.square(r).sum() / np.square(o - r).sum()))
+
+
+def transposes(path: Path, *, bfloat16: bool, seed: int = 0) -> Path:
+    """x[b, 8] -> Transpose -> Transpose -> MatMul -> y; with `bfloat16` the first
+    Transpose runs in bfloat16 (Cast in, Cast out): ONNX Runtime's CPU provider has
+    bfloat16 kernels for data movement only, so this is a bfloat16 file it can run."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(seed).standard_normal((8, 4)).astype(np.float32), "w"
+    )
+    first = "xb" if bfloat16 else "x"
+    nodes = [helper.make_node("Transpose", [first], ["t"], perm=[1, 0], name="tr")]
+    if bfloat16:
+        nodes.insert(0, helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16))
+        nodes.append(helper.make_node("Cast", ["t"], ["tf"], to=TensorProto.FLOAT))
+    nodes += [
+        helper.make_node("Transpose", ["tf" if bfloat16 else "t"], ["u"], perm=[1, 0], name="tr2"),
+        helper.make_node("MatMul", ["u", "w"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "transposes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])],
+        [w],
+    )
+    return _save(graph, path)

@@ -108,3 +108,24 @@ def test_the_layers_page_has_the_candidate_selector(two_candidates) -> None:
     assert not at.exception, at.exception
     assert any("DIVERGES" in m.value for m in at.markdown)
     assert [c.value for c in at.code][:1] == ["square -> sq"]
+
+
+def test_a_bfloat16_file_is_compared_by_name_in_bfloat16(tmp_path: Path) -> None:
+    """ORT's numpy bridge has no bfloat16: its values come back through OrtValues, are
+    judged at bfloat16's threshold, and the candidate says what the CPU computed."""
+    from tests.precision_models import transposes
+
+    ref = transposes(tmp_path / "t32.onnx", bfloat16=False)
+    bf16 = transposes(tmp_path / "tbf16.onnx", bfloat16=True)
+    code, report, _ = _validate(
+        tmp_path, "--onnx", str(ref), "--onnx", str(bf16), "--atol", "1e-1", "--rtol", "2e-2"
+    )
+    assert code == 0
+    (cand,) = report["candidates"]
+    assert any("ran 0 of 1 bfloat16 nodes in float32 on CPU" in n for n in cand["notes"])
+    layers = report["layers"]
+    values = {v["onnx_value"]: v for v in layers["values"]}
+    assert set(values) == {"t", "u", "y"}
+    assert values["t"]["status"] == "pass"  # bfloat16's rounding, at bfloat16's threshold
+    assert all(v["sqnr_db"] is not None and v["sqnr_db"] > 40 for v in values.values())
+    assert any(n.startswith("bfloat16 file:") for n in layers["notes"])

@@ -146,8 +146,8 @@ def localise_onnx(
         cand_names = _candidate_names(by_ref[n] for n in batch)
         with ref_runner.session(batch) as rs, cand_runner.session(cand_names) as cs:
             for input_set in input_sets:
-                ref_values = ref_runner.run(rs, batch, input_set)
-                cand_values = cand_runner.run(cs, cand_names, fit.feeds(input_set))
+                ref_values = _run(ref_runner, rs, batch, input_set)
+                cand_values = _run(cand_runner, cs, cand_names, fit.feeds(input_set))
                 s = input_set.index
                 for name in batch:
                     match = by_ref[name]
@@ -175,6 +175,38 @@ def localise_onnx(
         f"{time.perf_counter() - start:.2f} s",
     ]
     return _result(ref_graph, cand_graph, matches, tuple(values), tuple(notes), first, kept)
+
+
+def _run(
+    runner: ExtraOutputs, session: Any, names: Sequence[str], input_set: InputSet
+) -> dict[str, np.ndarray]:
+    """The values as numpy; bfloat16 ones (ORT's numpy bridge has none) through OrtValues,
+    kept bfloat16 (ml_dtypes) so they are judged at bfloat16's threshold."""
+    wanted = set(names)
+    types = {o.name: o.type for o in session.get_outputs() if o.name in wanted}
+    feeds_bf16 = any(a.dtype.name == "bfloat16" for a in input_set.feeds.values())
+    if "tensor(bfloat16)" not in types.values() and not feeds_bf16:
+        return runner.run(session, names, input_set)
+    import ml_dtypes
+    import torch
+
+    from parity.errors import OnnxRunError, first_line
+    from parity.run.runner import _run_bfloat16
+
+    feeds = {k: np.ascontiguousarray(a) for k, a in input_set.feeds.items()}
+    try:
+        values = _run_bfloat16(session, list(names), feeds)
+    except Exception as exc:
+        raise OnnxRunError(
+            f"ONNX Runtime failed on input set {input_set.index} with intermediate values "
+            f"as outputs: {first_line(exc)}"
+        ) from exc
+    arrays = {}
+    for name, v in zip(names, values, strict=True):
+        if isinstance(v, torch.Tensor):
+            v = v.detach().cpu().contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        arrays[name] = v
+    return arrays
 
 
 def _own_precision(array: np.ndarray, graph: GraphIndex, match: Match) -> np.ndarray:
