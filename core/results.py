@@ -326,7 +326,13 @@ class ValidationRun:
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
             candidates=(info,),
-            layers=self.candidate_layers.get(index, self.layers),
+            layers=(  # a reopened run keeps the first candidate's layers only
+                self.candidate_layers.get(index)
+                if self.candidate_layers
+                else self.layers
+                if position == 0
+                else None
+            ),
             candidate_layers={},
         )
 
