@@ -129,3 +129,21 @@ def test_a_bfloat16_file_is_compared_by_name_in_bfloat16(tmp_path: Path) -> None
     assert values["t"]["status"] == "pass"  # bfloat16's rounding, at bfloat16's threshold
     assert all(v["sqnr_db"] is not None and v["sqnr_db"] > 40 for v in values.values())
     assert any(n.startswith("bfloat16 file:") for n in layers["notes"])
+
+
+def test_a_reference_with_external_data_is_localised(files, tmp_path: Path) -> None:
+    """A dynamo export keeps its weights in FILE.onnx.data: ONNX Runtime refuses links to
+    them from a temp folder, so the session reads them from the model's own folder."""
+    import onnx
+
+    ref = tmp_path / "ext.onnx"
+    onnx.save(
+        onnx.load(str(files["rms"])), str(ref), save_as_external_data=True,
+        all_tensors_to_one_file=True, location="ext.onnx.data", size_threshold=64,
+    )  # fmt: skip
+    assert (tmp_path / "ext.onnx.data").is_file()
+    code, report, _ = _validate(
+        tmp_path, "--onnx", str(ref), "--onnx", str(files["rms16"]), "--atol", "1e-1",
+        "--rtol", "1e-1",
+    )  # fmt: skip
+    assert report["layers"]["first_divergence"]["onnx_value"] == "sq", report["layers"]["notes"]

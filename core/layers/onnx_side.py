@@ -67,10 +67,12 @@ class Match:
 
 
 def match_values(reference: GraphIndex, candidate: GraphIndex) -> list[Match]:
-    """Reference node outputs, in its graph order, with the candidate's value of that name
-    (after its Q/DQ pair where it is quantized)."""
+    """Reference node outputs (Constant nodes aside), in its graph order, with the
+    candidate's value of that name (after its Q/DQ pair where it is quantized)."""
     matches = []
-    for name in reference.values:
+    for name, value in reference.values.items():
+        if value.op == "Constant":  # not computed: nothing a precision changes
+            continue
         dq = name + DQ_SUFFIX
         if dq in candidate.values and name in candidate.values:
             matches.append(Match(name, dq, quantized=True))
