@@ -147,3 +147,12 @@ def test_a_reference_with_external_data_is_localised(files, tmp_path: Path) -> N
         "--rtol", "1e-1",
     )  # fmt: skip
     assert report["layers"]["first_divergence"]["onnx_value"] == "sq", report["layers"]["notes"]
+
+
+def test_model_explorer_node_data_name_the_reference_nodes(files, tmp_path: Path) -> None:
+    out = tmp_path / "me.json"
+    main(["validate", "--onnx", str(files["rms"]), "--onnx", str(files["rms16"]), "--atol",
+          "1e-1", "--layers", "--model-explorer", str(out)])  # fmt: skip
+    (graph,) = json.loads(out.read_text()).values()
+    assert {"mm1", "square", "mean"} <= set(graph["results"])
+    assert "bgColor" in graph["results"]["square"]  # where the divergence starts
