@@ -194,6 +194,12 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         '(adds "layers" to --json; the exit code stays the outputs\' verdict)',
     )
     layers.add_argument(
+        "--write-fixed",
+        metavar="FILE.onnx",
+        help="with --layers, ONNX against ONNX and a float16 candidate: write the reference "
+        "converted again with the nodes found to keep in float32 (layers.keep_float32)",
+    )
+    layers.add_argument(
         "--layers-memory",
         type=int,
         default=1024,
@@ -359,6 +365,7 @@ _OUTPUTS = (
     ("json", "JSON report"),
     ("html", "HTML report"),
     ("model_explorer", "Model Explorer node data"),
+    ("write_fixed", "fixed float16 file"),
 )
 
 
@@ -372,6 +379,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         and not getattr(args, "layers", False)
     ):
         raise UsageError("--model-explorer needs --layers (it colours the compared layers)")
+    if getattr(args, "write_fixed", None) and not getattr(args, "layers", False):
+        raise UsageError("--write-fixed needs --layers (it writes what the layers found)")
     for attr, what in _OUTPUTS:
         if getattr(args, attr, None):
             check_writable(getattr(args, attr), what)
@@ -396,6 +405,21 @@ def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
         write_html_report(run, args.html)
     if getattr(args, "model_explorer", None):
         _write_model_explorer(run, args.model_explorer)
+    if getattr(args, "write_fixed", None):
+        _write_fixed(run, args.write_fixed)
+
+
+def _write_fixed(run: ValidationRun, path: str) -> None:
+    """The float16 file with layers.keep_float32 kept in float32 (parity.layers.fp16)."""
+    from parity.layers.fp16 import write_fixed
+
+    reference = run.provenance.reference_file
+    if run.layers is None or reference is None:
+        raise UsageError(
+            f"no fixed file to write to {path}: --write-fixed needs --layers and a reference "
+            "ONNX file (ONNX against ONNX)"
+        )
+    write_fixed(run.layers, reference, path)
 
 
 def _write_model_explorer(run: ValidationRun, path: str) -> None:
@@ -518,9 +542,11 @@ def _format(run: ValidationRun) -> str:
     else:
         text = format_run(run)
     if run.layers is not None:
+        from parity.layers.precision_view import precision_lines
         from parity.layers.text import format_layers
 
         text += "\n\n" + format_layers(run.layers)
+        text += "".join(f"\n  {line}" for line in precision_lines(run.layers))
     return text
 
 

@@ -24,12 +24,28 @@ class ParityError(Exception):
         return self.message
 
 
+_MAX_LINE = 1000  # a joined line stops growing here
+
+
 def first_line(exc: BaseException) -> str:
-    """The first non-blank line of an exception's text (its type name if it has none)."""
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
+    """The first line of an exception's text (its type name if it has none), whole: a
+    sentence a library wrapped over several lines (a line ending in ":", or the next one
+    indented and in lower case, like onnx.checker's "... of node: / name: mm1 OpType: MatMul
+    / is not output of any previous nodes.") is joined back into one line."""
+    lines = str(exc).splitlines()
+    start = next((k for k, line in enumerate(lines) if line.strip()), None)
+    if start is None:
+        return type(exc).__name__
+    parts = [lines[start].strip()]
+    for raw in lines[start + 1 :]:
+        text = raw.strip()
+        if not text:
+            break
+        continued = parts[-1].endswith(":") or (raw[:1].isspace() and text[:1].islower())
+        if not continued or sum(map(len, parts)) > _MAX_LINE:
+            break
+        parts.append(text)
+    return " ".join(parts)[:_MAX_LINE]
 
 
 def describe_error(error: BaseException) -> tuple[str, str]:

@@ -125,7 +125,12 @@ def run_validation(
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
         run = _run_cases(config, source, slots, report, t_start, deadline)
-        if config.layers:
+        if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
+            from parity.layers.onnx_run import with_onnx_layers
+
+            run = with_onnx_layers(run, config, reference, [s.candidate for s in slots], report)
+            deadline.check()
+        elif config.layers:
             run = _with_layers(run, config, source, slots[0].candidate, report)
             deadline.check()
     return run
@@ -151,7 +156,10 @@ class _Slot:
 
     def info(self) -> CandidateInfo:
         model = self.candidate.model if self.candidate is not None else None
-        notes = self.fit.notes if self.fit is not None else ()
+        notes = (
+            *(self.candidate.notes if self.candidate is not None else ()),
+            *(self.fit.notes if self.fit is not None else ()),
+        )
         return CandidateInfo(
             index=self.index,
             onnx=str(self.spec.onnx),

@@ -278,6 +278,8 @@ class ValidationRun:
     # `onnx_outputs` holds every candidate's output sets, candidate after candidate, each in
     # `input_sets` order (the saved-run layout): read one candidate's with `outputs_of`.
     candidates: tuple[CandidateInfo, ...] = ()
+    # --layers with several candidates (ONNX against ONNX): each one's, by candidate index
+    candidate_layers: Mapping[int, LayersResult] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:
@@ -349,6 +351,14 @@ class ValidationRun:
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
             candidates=(info,),
+            layers=(  # a reopened run keeps the first candidate's layers only
+                self.candidate_layers.get(index)
+                if self.candidate_layers
+                else self.layers
+                if position == 0
+                else None
+            ),
+            candidate_layers={},
         )
 
     def outputs_of(self, index: int) -> tuple[OutputSet, ...]:

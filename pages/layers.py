@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from parity.dashboard import routes, state
+from parity.dashboard.candidates import candidate_selector
 from parity.dashboard.tables import status_style
 from parity.layers import figures as lf
 from parity.layers import views
@@ -89,7 +90,10 @@ def verdict(result) -> None:
             st.markdown(":orange-background[**NOTHING COMPARED**]")
         st.text(views.divergence_sentence(result))
         if first is not None:
-            st.code(first.torch_module or "(no torch module)", language=None)
+            if first.torch_module is None and first.torch_node is None:  # ONNX against ONNX
+                st.code(f"{first.onnx_node} -> {first.onnx_value}", language=None)
+            else:
+                st.code(first.torch_module or "(no torch module)", language=None)
             cols = st.columns(4)
             cols[0].metric("op", first.onnx_op)
             cols[1].metric("jump", f"{views.fmt(first.jump)}x", help=views.jump_words(first))
@@ -108,6 +112,41 @@ def show_limits(result) -> None:
         st.markdown("**What was compared, and what was not**")
         for line in lines:
             st.text(f"• {line}")
+
+
+def precision(run: ValidationRun, result) -> None:
+    """What to keep in higher precision (a quantized or float16 candidate), checked, with
+    the Python that does it; a fixed float16 file to download."""
+    from parity.layers.precision_view import fix_call, precision_lines, quantize_call
+
+    lines = precision_lines(result)
+    if not lines:
+        return
+    with st.container(border=True):
+        st.markdown("**What to keep in higher precision**")
+        for line in lines:
+            st.text(f"• {line}")
+        call = quantize_call(result) or fix_call(result)
+        if call:
+            st.code(call, language="python")
+        reference = run.provenance.reference_file
+        if fix_call(result) and reference:
+            key = ("parity_fixed_fp16", reference, tuple(result.findings["keep_float32"]))
+            if st.button("Make the fixed float16 file", key="layers_make_fixed"):
+                from parity.layers.fp16 import convert
+
+                check = result.findings["keep_float32_check"]
+                model = convert(reference, bool(check["keep_io_types"]), check["node_block_list"])
+                st.session_state["parity_fixed_fp16"] = (key, model.SerializeToString())
+            made = st.session_state.get("parity_fixed_fp16")
+            if made and made[0] == key:
+                st.download_button(
+                    "Download fixed.onnx",
+                    data=made[1],
+                    file_name="fixed.onnx",
+                    mime="application/octet-stream",
+                    key="layers_fixed_download",
+                )
 
 
 def _on_select() -> None:
@@ -212,12 +251,14 @@ def page() -> None:
         st.info("No run yet. Start one on the Run page.")
         st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
+    run = candidate_selector(run, key="candidate_layers")  # each candidate's own layers
     result = getattr(run, "layers", None)
     if result is None:
         _no_layers(run)
         return
     verdict(result)
     show_limits(result)
+    precision(run, result)
     if not result.values:
         st.warning("No intermediate value was compared, so there is nothing to draw.")
         return

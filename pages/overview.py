@@ -19,6 +19,7 @@ from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.dashboard.where_views import failing_sentences
 from parity.labels import worst_first
+from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.figures import verdict_grid
 from parity.show.rows import comparison_rows
@@ -67,6 +68,10 @@ def verdict_banner(run: ValidationRun) -> None:
         else f"{n_fail} of {n} comparisons fail"
     )
     st.markdown(verdict_badge(run, size="# ") + f" &nbsp; {text}")
+    for info in run.candidate_list:  # what the provider really computed, by the verdict
+        for note in precision_notes(info.notes):
+            who = f"{info.label}: " if run.is_multi_candidate else ""
+            st.caption(":material/memory: " + md_text(who + note))
     onnx = (
         f"{len(run.candidates)} candidates"
         if run.is_multi_candidate

@@ -182,7 +182,6 @@ def test_unavailable_provider_is_one_line_listing_the_available_ones(exports: Ex
     [
         ([], "needs a second candidate"),
         (["--ort-opt-level", "all,fastest"], "'fastest'"),
-        (["--ort-opt-level", "disable,all", "--layers"], "--layers needs a torch model"),
     ],
 )
 def test_onnx_against_onnx_usage_errors(exports: Exports, extra, words, capsys):

@@ -16,6 +16,14 @@ import numpy as np
 
 from parity.files.json_output import finite_or_none
 
+FINDINGS = (
+    "quantized",  # per quantized tensor and input set: SQNR before/after its Q/DQ pair
+    "exclude_from_quantization",  # node names for quantize_static(nodes_to_exclude=...)
+    "exclusion_check",  # {"sqnr_db_before", "sqnr_db_after"}: that suggestion, checked
+    "keep_float32",  # reference node names to keep out of a float16 conversion
+    "keep_float32_check",  # that suggestion, re-converted and re-validated
+)
+
 
 class LayerStatus(StrEnum):
     """How one compared value is judged (see parity.layers.criterion for the rule)."""
@@ -58,6 +66,7 @@ class LayerValue:
     cosine: float | None
     status: str
     inputs: tuple[int, ...] = ()
+    sqnr_db: float | None = None  # 10 log10(sum ref^2 / sum err^2); ONNX against ONNX
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +86,7 @@ class LayerValue:
             "cosine": finite_or_none(self.cosine),
             "status": str(self.status),
             "inputs": [int(i) for i in self.inputs],
+            "sqnr_db": finite_or_none(self.sqnr_db),
         }
 
     @classmethod
@@ -98,6 +108,7 @@ class LayerValue:
             cosine=_opt_float(data.get("cosine")),
             status=str(data["status"]),
             inputs=tuple(int(i) for i in data.get("inputs") or ()),
+            sqnr_db=_opt_float(data.get("sqnr_db")),
         )
 
 
@@ -136,6 +147,9 @@ class LayersResult:
     threshold: float | None = None
     min_jump: float | None = None
     kept: tuple[KeptValue, ...] = field(default=(), compare=False)
+    # what a lower-precision candidate should keep in higher precision, as plain JSON
+    # (parity.layers.qdq, parity.layers.fp16): keys in FINDINGS, merged into to_json()
+    findings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def input_sets(self) -> tuple[int, ...]:
@@ -172,6 +186,7 @@ class LayersResult:
             "first_divergence": None if first is None else first.to_json(),
             "notes": list(self.notes),
             "values": [v.to_json() for v in self.values],
+            **{k: v for k, v in self.findings.items() if k in FINDINGS},
         }
 
     @classmethod
@@ -189,6 +204,7 @@ class LayersResult:
             threshold=_opt_float(data.get("threshold")),
             min_jump=_opt_float(data.get("min_jump")),
             kept=kept,
+            findings={k: data[k] for k in FINDINGS if k in data},
         )
 
 

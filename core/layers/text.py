@@ -9,9 +9,10 @@ from parity.layers.views import fmt, jump_words
 
 
 def format_layers(result: LayersResult, *, after: int = 4) -> str:
+    other = "candidate" if result.matching == "onnx names" else "torch"  # ONNX against ONNX
     head = (
         f"Layers: {result.matched} values matched ({result.matching}); "
-        f"{result.unmatched_onnx} ONNX values and {result.unmatched_torch} torch values "
+        f"{result.unmatched_onnx} ONNX values and {result.unmatched_torch} {other} values "
         "not matched"
     )
     lines = [head]
@@ -46,6 +47,8 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
 
 
 def _where(v: LayerValue) -> str:
+    if v.torch_module is None and v.torch_node is None:  # ONNX against ONNX: no module
+        return f"{v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}"
     module = v.torch_module if v.torch_module else "(top level)"
     node = f" fx {v.torch_node!r}" if v.torch_node and v.torch_node != v.onnx_value else ""
     return f"{module!r}: {v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}{node}"

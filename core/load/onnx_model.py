@@ -6,8 +6,13 @@ read without pulling gigabytes into memory. Every way a file can be unusable (mi
 truncated, not ONNX, rejected by ``onnx.checker``, refused by ONNX Runtime) becomes one
 ``OnnxLoadError`` line: ``cannot load ONNX file X: <cause>``.
 
+A file whose only checker complaint is its node order (ONNX Runtime's own float16
+converter emits its input casts after their readers) is accepted when its nodes, sorted, pass
+the checker: ONNX Runtime runs such files. The complaint becomes one of the model's `notes`.
+
 Contract:
-@dataclass(frozen=True) class OnnxModel: path: Path; signature: OnnxSignature; sha256: str
+@dataclass(frozen=True) class OnnxModel: path: Path; signature: OnnxSignature; sha256: str;
+    notes: tuple[str, ...] = ()
 load_onnx(path) -> OnnxModel            raises OnnxLoadError (one line: what and where)
 make_session(model: OnnxModel, *, provider="CPUExecutionProvider", opt_level="all")
     -> onnxruntime.InferenceSession     opt_level in ORT_OPT_LEVELS; raises OnnxLoadError
@@ -42,6 +47,7 @@ class OnnxModel:
     path: Path
     signature: OnnxSignature
     sha256: str
+    notes: tuple[str, ...] = ()  # what was accepted though a checker complained
 
 
 def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
@@ -58,12 +64,68 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
     if not proto.HasField("graph") or proto.ir_version == 0:
         raise _load_error(p, "not an ONNX model (no graph or IR version)")
     _check_external_files(proto, p)
+    notes: tuple[str, ...] = ()
     try:
         onnx.checker.check_model(str(p))
     except Exception as exc:  # ValidationError, and OSError for missing external data
-        raise _load_error(p, f"onnx.checker: {first_line(exc)}") from exc
+        complaint = first_line(exc)
+        if not _only_node_order(proto, p, complaint):
+            raise _load_error(p, f"onnx.checker: {complaint}") from exc
+        notes = (
+            f"onnx.checker: {complaint} (accepted: its nodes pass the checker once sorted, "
+            "and ONNX Runtime sorts them itself)",
+        )
     signature = read_signature(proto, where=p)
-    return OnnxModel(path=p, signature=signature, sha256=_sha256(p, proto))
+    return OnnxModel(path=p, signature=signature, sha256=_sha256(p, proto), notes=notes)
+
+
+_NODE_ORDER = "must be topologically sorted"
+
+
+def _only_node_order(proto: onnx.ModelProto, path: Path, complaint: str) -> bool:
+    """The checker refused the file for its node order only: its main graph's nodes can be
+    sorted (no cycle, every input made somewhere) and, sorted, pass the checker."""
+    if _NODE_ORDER not in complaint:
+        return False
+    ordered = topological_nodes(proto.graph)
+    if ordered is None:
+        return False
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    del copy.graph.node[:]
+    copy.graph.node.extend(ordered)
+    try:
+        onnx.checker.check_model(copy)
+    except Exception:
+        return False
+    return True
+
+
+def topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
+    """The graph's nodes in an order where each reads only what is made before it (the
+    file's order wherever it already is one); None when no such order exists."""
+    import heapq
+
+    made = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    made |= {t.values.name for t in graph.sparse_initializer} | {""}
+    nodes = list(graph.node)
+    missing = [{i for i in n.input if i not in made} for n in nodes]
+    waiting: dict[str, list[int]] = {}
+    for k, names in enumerate(missing):
+        for name in names:
+            waiting.setdefault(name, []).append(k)
+    ready = [k for k, names in enumerate(missing) if not names]
+    heapq.heapify(ready)  # the smallest file position first: the file's order is kept
+    ordered: list[onnx.NodeProto] = []
+    while ready:
+        k = heapq.heappop(ready)
+        ordered.append(nodes[k])
+        for out in nodes[k].output:
+            for reader in waiting.pop(out, ()):
+                missing[reader].discard(out)
+                if not missing[reader]:
+                    heapq.heappush(ready, reader)
+    return ordered if len(ordered) == len(nodes) else None
 
 
 def _check_external_files(proto: onnx.ModelProto, path: Path) -> None:

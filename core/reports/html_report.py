@@ -243,6 +243,14 @@ def _layers(run: ValidationRun) -> str:
     if limits:
         items = "".join(f"<li>{_e(line)}</li>" for line in limits)
         parts.append(f"<p>What was compared, and what was not:</p><ul class='limits'>{items}</ul>")
+    from parity.layers.precision_view import fix_call, precision_lines, quantize_call
+
+    keep = precision_lines(result)  # a quantized or float16 candidate (parity.layers.qdq)
+    if keep:
+        items = "".join(f"<li>{_e(line)}</li>" for line in keep)
+        call = quantize_call(result) or fix_call(result) or ""
+        parts.append(f"<p>What to keep in higher precision:</p><ul>{items}</ul>")
+        parts.append(f"<pre>{_e(call)}</pre>" if call else "")
     if result.values:
         line = views.pass_line(result, "error_ratio", run.tolerances.default.atol)
         fig = layer_figures.depth_plot(result, metric="error_ratio", threshold=line)

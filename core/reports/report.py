@@ -78,6 +78,11 @@ def candidate_dict(run: ValidationRun, info: CandidateInfo) -> dict[str, Any]:
         "onnx_sha256": info.onnx_sha256,
         "notes": list(info.notes),
         "seconds": round(float(info.seconds), 6),
+        **(
+            {"layers": run.candidate_layers[info.index].to_json()}
+            if info.index in run.candidate_layers
+            else {}
+        ),
     }
 
 

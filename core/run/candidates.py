@@ -52,6 +52,7 @@ class Candidate:
     provider: str
     opt_level: str
     parts: Mapping[str, Candidate] = field(default_factory=dict)  # an export's files, by part
+    notes: tuple[str, ...] = ()  # what loading accepted; what the provider really computed
 
     @property
     def signature(self) -> OnnxSignature:
@@ -100,9 +101,20 @@ def load_candidate(
         report("load", f"loading ONNX {file} ({spec.provider}, {spec.opt_level})", 0.02)
         model = loaders.load_onnx(file)
         session = loaders.make_session(model, provider=spec.provider, opt_level=spec.opt_level)
-        parts[part] = Candidate(str(file), model, session, spec.provider, spec.opt_level)
+        notes = (*getattr(model, "notes", ()), *_precision_notes(file, spec.provider))
+        parts[part] = Candidate(
+            str(file), model, session, spec.provider, spec.opt_level, notes=notes
+        )
     main = next(iter(parts.values()))
     return main if len(parts) == 1 else replace(main, path=str(spec.onnx), parts=parts)
+
+
+def _precision_notes(file: str, provider: str) -> tuple[str, ...]:
+    """A 16-bit file's nodes the provider ran in float32 (parity.load.provider_precision)."""
+    from parity.load.provider_precision import provider_precision
+
+    found = provider_precision(file, provider)
+    return () if found is None else (found.note,)
 
 
 @dataclass(frozen=True)

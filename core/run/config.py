@@ -173,13 +173,11 @@ def _check_candidates(config: RunConfig) -> None:
             )
         if config.weights is not None:
             raise UsageError("--weights does not apply to ONNX against ONNX (no torch model)")
-    if config.n_candidates > 1 and config.layers:
+    if config.n_candidates > 1 and config.layers and config.kind is not RunKind.ONNX:
         raise UsageError(
-            "--layers compares one ONNX file: give one --onnx, one --provider and one "
-            "--ort-opt-level"
+            "--layers compares one ONNX file against a torch model: give one --onnx, one "
+            "--provider and one --ort-opt-level (ONNX against ONNX takes several)"
         )
-    if config.kind is RunKind.ONNX and config.layers:
-        raise UsageError("--layers needs a torch model (--model SPEC)")
     if config.n_candidates > 1 and config.kind is RunKind.HF_GENERATE:
         raise UsageError(
             "an hf: model's generate() steps are validated against one ONNX file: give one "

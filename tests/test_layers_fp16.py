@@ -1,0 +1,90 @@
+"""A float16 file against its float32 original (issue 21): the reference nodes to keep in
+float32 (layers.keep_float32), checked by converting again with ONNX Runtime's own
+convert_float_to_float16(node_block_list=...) and comparing again; --write-fixed writes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from parity.cli import main
+from parity.layers.onnx_side import localise_onnx
+from parity.results import InputSet
+from tests.precision_models import mlp, rms_mlp, to_float16
+
+
+@pytest.fixture(scope="module")
+def rms(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """RMS norm whose x*x is past float16's range: the CPU output agrees (ONNX Runtime
+    computes in float32 there), the float16 values between ops overflow."""
+    root = tmp_path_factory.mktemp("fp16_fix")
+    ref = rms_mlp(root / "rms.onnx")
+    f16 = to_float16(ref, root / "rms_fp16.onnx")
+    out, fixed = root / "r.json", root / "fixed.onnx"
+    code = main(
+        ["validate", "--onnx", str(ref), "--onnx", str(f16), "--atol", "1e-1", "--rtol", "1e-1",
+         "--layers", "--json", str(out), "--write-fixed", str(fixed)]
+    )  # fmt: skip
+    return {"ref": ref, "code": code, "fixed": fixed,
+            "layers": json.loads(out.read_text())["layers"]}  # fmt: skip
+
+
+def test_the_nodes_whose_conversion_overflows_are_kept_in_float32(rms) -> None:
+    layers = rms["layers"]
+    assert rms["code"] == 0  # the CPU output passes: the overflow is between ops
+    assert layers["first_divergence"]["onnx_value"] == "sq"
+    keep = layers["keep_float32"]
+    assert keep[:3] == ["square", "mean", "add_eps"] and len(keep) <= 4
+    check = layers["keep_float32_check"]
+    assert check["fixed"] is True and check["first_divergence_after"] is None
+    assert (check["nonfinite_values_before"], check["nonfinite_values_after"]) == (1, 0)
+    assert f"block={keep!r}" in check["python"]
+
+
+def test_write_fixed_writes_a_float16_file_whose_values_no_longer_overflow(rms) -> None:
+    fixed = rms["fixed"]
+    model = onnx.load(str(fixed))
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    result = localise_onnx(rms["ref"], fixed, [InputSet(0, {"x": x})])
+    assert result.first_divergence is None
+    assert all(v.status != "nonfinite" for v in result.values)
+
+
+def test_write_fixed_without_a_fix_is_a_one_line_usage_error(tmp_path: Path, capsys) -> None:
+    ref = mlp(tmp_path / "mlp.onnx")
+    f16 = to_float16(ref, tmp_path / "mlp_fp16.onnx")
+    code = main(["validate", "--onnx", str(ref), "--onnx", str(f16), "--layers", "--atol", "1e-2",
+                 "--write-fixed", str(tmp_path / "f.onnx")])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "no fixed float16 file" in err
+    assert not (tmp_path / "f.onnx").exists()
+
+
+def test_the_layers_page_offers_the_fixed_file_with_its_python(rms) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from parity.pipeline import RunConfig, run_validation
+    from parity.tolerances import Tolerance, Tolerances
+
+    run = run_validation(
+        RunConfig(
+            model=None, onnx=[str(rms["ref"]), str(rms["ref"].with_name("rms_fp16.onnx"))],
+            layers=True, tolerances=Tolerances(default=Tolerance(atol=1e-1, rtol=1e-1)),
+        )
+    )  # fmt: skip
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    at = AppTest.from_file(app, default_timeout=180)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = run.tolerances
+    at.switch_page("pages/layers.py").run()
+    assert not at.exception, at.exception
+    assert any("from parity.layers.fp16 import convert" in c.value for c in at.code)
+    at.button(key="layers_make_fixed").click().run()
+    assert not at.exception, at.exception
+    made = at.session_state["parity_fixed_fp16"][1]
+    assert onnx.load_from_string(made).graph.node  # the fixed file's bytes, downloadable
