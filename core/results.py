@@ -355,7 +355,7 @@ class ValidationRun:
                 self.candidate_layers.get(index)
                 if self.candidate_layers
                 else self.layers
-                if position == 0
+                if self.candidates.index(info) == 0
                 else None
             ),
             candidate_layers={},
