@@ -242,7 +242,8 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             placeholder="model.pt2 | scripted.pt | my_models.py:build | package.module:build",
             help="A torch.export .pt2 (read without running code). TorchScript archives "
             "and FILE.py:CALLABLE / package.module:CALLABLE factories are code: the dashboard "
-            "runs them only when started with `streamlit run app.py -- --trust-code`.",
+            "runs them only when started with `parity dashboard --trust-code` (from a "
+            "checkout: `streamlit run app.py -- --trust-code`).",
         ).strip()
         weights = st.text_input(
             "Weights (optional)", key="weights_path", placeholder="weights.safetensors"
@@ -252,7 +253,7 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     up = st.file_uploader(
         "Model file (.pt2 or TorchScript; never a Python file or a pickle)"
         if trusted
-        else "Model file (.pt2; TorchScript is code: start the app with -- --trust-code)",
+        else "Model file (.pt2; TorchScript is code: start with `parity dashboard --trust-code`)",
         type=["pt2", *CODE_UPLOAD_TYPES] if trusted else ["pt2"],
         key="model_upload",
     )

@@ -46,6 +46,7 @@ from torch import nn
 
 from parity.errors import ModelLoadError, UsageError, first_line
 from parity.files.hashing import update_with_file
+from parity.load.pickle_cause import file_pickle_cause, is_raw_pickle
 from parity.load.pt2_archive import is_pt2, load_pt2
 from parity.load.quiet import quiet_torch
 from parity.load.specs import demo_name
@@ -67,9 +68,10 @@ class TorchModel:
     positional_names: tuple[str, ...] = ()  # names of arguments taken by position only
 
 
+TRUST_COMMANDS = ("parity dashboard --trust-code", "streamlit run app.py -- --trust-code")
 CODE_REFUSED_HINT = (
-    "the dashboard refuses code-bearing models unless started with "
-    "`streamlit run app.py -- --trust-code`"
+    f"the dashboard refuses code-bearing models unless started with: {TRUST_COMMANDS[0]} "
+    f"(from a checkout: {TRUST_COMMANDS[1]})"
 )
 
 
@@ -298,8 +300,10 @@ def _load_archive(path: Path, *, allow_code: bool) -> tuple[nn.Module, str, Any]
             "torch model as --model"
         )
     if kind == "torch_save":
+        with open(path, "rb") as f:
+            what = "a raw pickle" if is_raw_pickle(f.read(64)) else "a torch.save file"
         raise ModelLoadError(
-            f"cannot load model {path}: a torch.save file (a pickle) is not a model Parity "
+            f"cannot load model {path}: {what} (a pickle) is not a model Parity "
             "loads; for a state dict give the model as FILE.py:CALLABLE and the file as --weights"
         )
     if kind != "torchscript":
@@ -359,7 +363,8 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
     except pickle.UnpicklingError as exc:
         raise ModelLoadError(
             f"cannot load weights {path}: refused as unsafe, it needs pickle beyond "
-            "weights_only (save a state_dict, or use .safetensors)"
+            f"tensors ({file_pickle_cause(exc, path)}; save a state_dict, or use "
+            ".safetensors)"
         ) from exc
     except Exception as exc:
         raise ModelLoadError(

@@ -1,0 +1,98 @@
+"""Refused files say what they are and what they need, in one line (issue 23, defects).
+
+Each case is a real file: a raw pickle (``pickle.dumps``, not ``torch.save``) where a
+tensor payload belongs, a malicious ``pytorch_model.bin`` in an ``hf:`` directory.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from parity.errors import ModelLoadError
+from parity.load.torch_model import load_torch_model
+
+
+class _Payload:
+    """Unpickling this opens `path` for writing: the marker of code that ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+def _with_member(src: Path, dst: Path, suffix: str, data: bytes) -> Path:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            body = data if info.filename.endswith(suffix) else zin.read(info.filename)
+            zout.writestr(info.filename, body)
+    return dst
+
+
+def test_a_raw_pickle_in_a_pt2_says_it_is_one_and_what_it_imports(tiny_artifacts, tmp_path):
+    marker = tmp_path / "ran"
+    path = _with_member(
+        tiny_artifacts.pt2, tmp_path / "raw.pt2", "sample_inputs/model.pt",
+        pickle.dumps(_Payload(marker)),
+    )  # fmt: skip
+    with pytest.raises(ModelLoadError) as caught:
+        load_torch_model(str(path))
+    message = str(caught.value)
+    assert "\n" not in message and "()" not in message
+    assert "a raw pickle, not a torch.save file" in message
+    assert "it imports io.open" in message
+    assert not marker.exists()
+
+
+def test_a_torch_save_payload_names_the_global_it_needs(tiny_artifacts, tmp_path):
+    buffer = io.BytesIO()
+    torch.save(_Payload(tmp_path / "ran"), buffer)
+    path = _with_member(
+        tiny_artifacts.pt2, tmp_path / "saved.pt2", "sample_inputs/model.pt", buffer.getvalue()
+    )
+    with pytest.raises(ModelLoadError, match=r"pickle beyond tensors \(it imports io\.open\)"):
+        load_torch_model(str(path))
+
+
+def test_raw_pickle_weights_say_what_they_need(model_zoo, tmp_path):
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(pickle.dumps(_Payload(tmp_path / "ran"), protocol=0))
+    with pytest.raises(ModelLoadError) as caught:
+        load_torch_model(model_zoo.spec("make_tiny"), weights=weights)
+    message = str(caught.value)
+    assert "refused as unsafe" in message and "a raw pickle" in message
+    assert "it imports io.open" in message and "\n" not in message
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_raw_pickle_as_model_is_not_called_a_torch_save_file(tmp_path):
+    path = tmp_path / "raw.pt"
+    path.write_bytes(pickle.dumps({"w": 1}))
+    with pytest.raises(ModelLoadError, match="a raw pickle"):
+        load_torch_model(str(path))
+
+
+def test_malicious_pytorch_model_bin_is_refused_as_pickle_not_tf(tmp_path):
+    pytest.importorskip("transformers")
+    from hf_models import make_llama_dir
+
+    from parity.hf.loading import load_hf_model
+
+    directory = Path(make_llama_dir(tmp_path / "evil"))
+    (directory / "model.safetensors").unlink()
+    marker = tmp_path / "ran"
+    torch.save({"model.embed_tokens.weight": _Payload(marker)}, directory / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError) as caught:
+        load_hf_model(str(directory))
+    message = str(caught.value)
+    assert "TF 2.0" not in message and "\n" not in message
+    assert "refused pytorch_model.bin: it needs pickle beyond tensors" in message
+    assert "io.open" in message
+    assert not marker.exists()
