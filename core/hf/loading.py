@@ -15,10 +15,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from parity.errors import ModelLoadError, UsageError, first_line
+from parity.errors import ModelLoadError, first_line
 from parity.hf.heads import FORWARD, SEQ2SEQ, ModelClass, choose_model_class
 from parity.hf.media import is_media_model, load_processor
-from parity.hf.options import INSTALL_HINT, format_overrides
+from parity.hf.options import INSTALL_HINT, format_overrides, typed_override
 from parity.load.pickle_cause import file_pickle_cause, pickle_cause, unpickling_error
 
 
@@ -159,11 +159,7 @@ def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, 
         raise ModelLoadError(f"hf:{directory}: cannot read config.json: {first_line(exc)}") from exc
     old_layers = getattr(config, "num_hidden_layers", None)
     for key, value in overrides.items():
-        if not hasattr(config, key):
-            raise UsageError(
-                f"--config-override {key}: {type(config).__name__} has no attribute {key!r}"
-            )
-        setattr(config, key, value)
+        setattr(config, key, typed_override(config, key, value))
     # Per-layer lists (e.g. Qwen2's layer_types) must follow a shrunk layer count.
     new_layers = getattr(config, "num_hidden_layers", None)
     layer_types = getattr(config, "layer_types", None)
