@@ -96,3 +96,45 @@ def test_malicious_pytorch_model_bin_is_refused_as_pickle_not_tf(tmp_path):
     assert "refused pytorch_model.bin: it needs pickle beyond tensors" in message
     assert "io.open" in message
     assert not marker.exists()
+
+
+def _external_data_onnx(folder: Path) -> tuple[Path, str]:
+    """A real export of Linear(4, 3) saved with its weights in one external-data file."""
+    import onnx
+
+    folder.mkdir()
+    torch.manual_seed(0)
+    path = folder / "ext.onnx"
+    torch.onnx.export(
+        torch.nn.Linear(4, 3), (torch.randn(2, 4),), str(path), dynamo=False,
+        input_names=["x"], output_names=["y"],
+    )  # fmt: skip
+    model = onnx.load(str(path))
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+    return path, "w.bin"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["dev_zero", "folder", "dangling"],
+)
+def test_external_data_that_is_not_a_regular_file_says_what_it_is(kind, tmp_path):
+    from parity.errors import OnnxLoadError
+    from parity.load.onnx_model import load_onnx
+
+    path, location = _external_data_onnx(tmp_path / kind)
+    data = path.parent / location
+    data.unlink()
+    if kind == "dev_zero":
+        data.symlink_to("/dev/zero")
+        expected = "is a symlink to /dev/zero (a character device), not a regular file"
+    elif kind == "folder":
+        data.mkdir()
+        expected = "is a folder, not a regular file"
+    else:
+        data.symlink_to(path.parent / "gone.bin")
+        expected = "gone.bin, which does not exist"
+    with pytest.raises(OnnxLoadError) as caught:
+        load_onnx(path)
+    message = str(caught.value)
+    assert expected in message and "missing" not in message and "\n" not in message
