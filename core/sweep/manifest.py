@@ -13,13 +13,13 @@ the first pair starts, so a typo does not surface an hour into a sweep.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import parity.files.strict_json as strict_json
 from parity.errors import UsageError
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.sweep import SCHEMA
@@ -76,11 +76,11 @@ def load_manifest(
         size = path.stat().st_size
         if size > MAX_MANIFEST_BYTES:
             raise UsageError(f"{shown}: {size} bytes, more than a manifest may hold")
-        data = json.loads(path.read_bytes(), object_pairs_hook=_unique_keys)
+        data = strict_json.loads(path.read_bytes())
     except OSError as exc:
         raise UsageError(f"cannot read manifest {shown}: {exc.strerror or exc}") from exc
-    except (ValueError, _DuplicateKey) as exc:
-        raise UsageError(f"{shown}: not valid JSON: {_first(exc)}") from exc
+    except strict_json.FieldError as exc:
+        raise UsageError(f"{shown}: {exc}") from exc
     root = path.resolve().parent
     pairs = _parse(data, shown)
     for pair in pairs:
@@ -123,19 +123,6 @@ def model_path(spec: str) -> tuple[str, str] | None:
 
 
 # --------------------------------------------------------------------------- parsing
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in items:
-        if key in seen:
-            raise _DuplicateKey(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
 
 
 def _parse(data: Any, shown: str) -> tuple[PairSpec, ...]:
@@ -222,7 +209,3 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
         present = target.is_dir() if kind == "dir" else target.is_file()
         if not present:
             raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: no such {kind} ({target})")
-
-
-def _first(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
