@@ -320,7 +320,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
     try:
         path = upload_onnx("onnx", ups or [], max_bytes=state.upload_limit_mb() << 20)
     except InputError as exc:
-        st.error(md_text(exc.message[0].upper() + exc.message[1:]))
+        st.error(f"Upload refused: {md_text(exc.message)}")  # names kept as given
         return None
     return str(path) if path is not None else None
 
