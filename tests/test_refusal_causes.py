@@ -138,3 +138,22 @@ def test_external_data_that_is_not_a_regular_file_says_what_it_is(kind, tmp_path
         load_onnx(path)
     message = str(caught.value)
     assert expected in message and "missing" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("big.onnx/r.json", "big.onnx is a file, not a folder"),
+        ("big.onnx/sub/r.json", "big.onnx is a file, not a folder"),
+        ("nope/r.json", "folder nope does not exist"),
+        ("a\0b.json", "the name holds a NUL byte"),
+    ],
+)
+def test_an_output_whose_folder_is_a_file_says_so(target, expected, tmp_path, monkeypatch, capsys):
+    from parity.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "big.onnx").write_bytes(b"not a folder")
+    assert main(["validate", "--model", "demo:cnn", "--json", target]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err

@@ -166,6 +166,9 @@ def _object(value: Any, allowed: set[str], shown: str, where: str) -> None:
 def _args(value: Any, shown: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise UsageError(f"{shown}: {where} must be a list of strings")
+    for i, arg in enumerate(value):
+        if "\0" in arg:  # no process can be given it (and no file can be named with it)
+            raise UsageError(f"{shown}: {where}[{i}] {arg!r} holds a NUL byte")
     return tuple(value)
 
 
