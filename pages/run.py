@@ -85,6 +85,14 @@ def execute(config, *, label: str) -> bool:
     return True
 
 
+def _stateful_number(column, label: str, low: int, high: int, default: int, key: str) -> float:
+    """A number input whose value lives in session state only: `run_demo` sets these keys,
+    and a widget given a default as well makes Streamlit log "created with a default value
+    but also had its value set via the Session State API" (with a stack)."""
+    st.session_state.setdefault(key, default)
+    return column.number_input(label, low, high, key=key)
+
+
 def run_demo(name: str) -> None:
     """Run a demo, and make the "Your model" form show what ran (demo, its export, sets)."""
     st.session_state.update(
@@ -377,9 +385,9 @@ def choose_settings(signature) -> dict:
     settings["dims"] = dims
     c1, c2, c3, c4 = st.columns(4)
     settings["n_input_sets"] = int(
-        c1.number_input("Input sets", 1, 16, N_SETS_DEFAULT, key="n_sets")
+        _stateful_number(c1, "Input sets", 1, 16, N_SETS_DEFAULT, "n_sets")
     )
-    settings["seed"] = int(c2.number_input("Seed", 0, 2**31 - 1, 0, key="seed"))
+    settings["seed"] = int(_stateful_number(c2, "Seed", 0, 2**31 - 1, 0, "seed"))
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
     settings["provider"] = tuple(

@@ -132,3 +132,20 @@ def _tiny_onnx(folder: Path) -> Path:
         input_names=["x"], output_names=["y"],
     )  # fmt: skip
     return path
+
+
+def test_a_demo_from_the_url_logs_no_widget_state_warning(browser, tmp_path):
+    """`?demo=NAME` sets the form's widgets through session state (run_demo): a widget that
+    also had a default made Streamlit log a warning with a stack (once per server)."""
+    log = tmp_path / "streamlit.log"
+    env = {"PARITY_CACHE_DIR": str(tmp_path / "cache")}
+    with serve_app(log, env=env) as url:
+        page = browser.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"{url}/?demo=cnn")
+        page.get_by_text("demo:cnn: PASS in").wait_for(timeout=RUN_TIMEOUT_MS)
+        _settle(page)
+        page.close()
+    text = log.read_text()
+    assert "created with a default value" not in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
