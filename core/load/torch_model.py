@@ -159,6 +159,12 @@ def from_object(model: Any) -> TorchModel:
             f"model must be an nn.Module, a torch.export.ExportedProgram, a model spec string "
             f"or None, got {type(model).__name__}"
         )
+    on_meta = [name for name, tensor in state.items() if tensor.device.type == "meta"]
+    if on_meta:
+        raise ModelLoadError(
+            f"model {type(model).__qualname__}: {_few(on_meta)} on the meta device hold no "
+            "data; load its weights (e.g. to_empty + load_state_dict) before validating"
+        )
     digest = hashlib.sha256(f"{kind}:{type(model).__qualname__}".encode())
     for name, tensor in state.items():
         digest.update(name.encode())
