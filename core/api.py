@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from parity.errors import UsageError
+from parity.errors import ParityError, UsageError
 from parity.results import ValidationRun
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
@@ -123,10 +124,74 @@ def validate(
     layers: also compare intermediate values and name the op where the export starts to
         diverge (``run.layers``, as ``parity validate --layers``); never changes the verdict.
 
-    Raises a `parity.ParityError` subclass (one line: what and where) when the run cannot be
-    made. A model whose numbers disagree is not an error: check `.passed` / `.failing`, or
-    use `assert_export_close`.
+    Raises a `parity.ParityError` subclass (one line: what and where, naming this
+    function's keyword arguments) when the run cannot be made. A model whose numbers
+    disagree is not an error: check `.passed` / `.failing`, or use `assert_export_close`.
     """
+    try:
+        return _validate(
+            model, onnx, inputs=inputs, input_sets=input_sets, dims=dims, seed=seed,
+            atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
+            ort_opt_level=ort_opt_level, layers=layers, reference=reference, weights=weights,
+            progress=progress,
+        )  # fmt: skip
+    except ParityError as exc:
+        raise in_api_words(exc) from exc.__cause__
+
+
+API_KEYWORDS = {
+    "--dim": "dims=",
+    "--seed": "seed=",
+    "--input-sets": "input_sets=",
+    "--inputs": "inputs=",
+    "--atol": "atol=",
+    "--rtol": "rtol=",
+    "--tol": "tolerances=",
+    "--tolerances": "tolerances=",
+    "--provider": "provider=",
+    "--ort-opt-level": "ort_opt_level=",
+    "--layers": "layers=",
+    "--reference": "reference=",
+    "--weights": "weights=",
+    "--model": "model=",
+    "--onnx": "onnx=",
+}
+"""The CLI flag a core message names -> the keyword argument of `validate` that sets it."""
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?: (?=[^\s:;,]))?")
+
+
+def in_api_words(exc: ParityError) -> ParityError:
+    """The same error with the CLI flags it names worded as `validate`'s keywords
+    (``--dim batch: ...`` -> ``dims=batch: ...``); flags the API has no keyword for stay."""
+
+    def word(match: re.Match[str]) -> str:
+        keyword = API_KEYWORDS.get(match[1])
+        return match[0] if keyword is None else keyword
+
+    worded = _FLAG.sub(word, exc.message)
+    exc.message = worded
+    exc.args = (worded,)
+    return exc
+
+
+def _validate(
+    model: Any,
+    onnx: Any,
+    *,
+    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+    input_sets: int,
+    dims: Mapping[str, int] | None,
+    seed: int,
+    atol: float,
+    rtol: float,
+    tolerances: TolerancesLike,
+    provider: str,
+    ort_opt_level: str,
+    layers: bool,
+    reference: str | os.PathLike[str] | None,
+    weights: str | os.PathLike[str] | None,
+    progress: ProgressCallback | None,
+) -> ValidationRun:
     tol = tolerances_of(
         tolerances,
         Tolerance(atol=atol, rtol=rtol),

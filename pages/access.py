@@ -5,7 +5,8 @@ opens reach the dashboard under the page's own host name, which the browser then
 Host. So every script run checks the Host the page is served under (localhost names, or the
 names in PARITY_ALLOWED_HOSTS) and stops before any page code when it is another.
 TorchScript and Python factories are code: the dashboard loads them only when started with
-`streamlit run app.py -- --trust-code` (everyone who can reach it can then run code here).
+`parity dashboard --trust-code` (from a checkout: `streamlit run app.py -- --trust-code`);
+everyone who can reach it can then run code here.
 """
 
 from __future__ import annotations
@@ -63,5 +64,6 @@ def refuse(host: str) -> None:
 
 
 def trust_code() -> bool:
-    """True when the app was started with `streamlit run app.py -- --trust-code`."""
+    """True when the app was started with `parity dashboard --trust-code` (which passes the
+    flag to the script) or `streamlit run app.py -- --trust-code`."""
     return TRUST_FLAG in sys.argv[1:]

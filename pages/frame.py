@@ -36,17 +36,32 @@ def initial_sweep() -> str | None:
     return st.query_params.get("sweep") or os.environ.get(SWEEP_ENV) or None
 
 
+LANDED_KEY = "parity_sweep_landed"
+
+
+def land_on_sweep(at_root: bool, sweep_page: st.Page) -> None:
+    """`/?sweep=DIR` (or `parity dashboard DIR`) opens the Sweep page, once per session:
+    after that the root URL is the Run page again."""
+    if not initial_sweep() or st.session_state.get(LANDED_KEY):
+        return
+    st.session_state[LANDED_KEY] = True
+    if at_root:
+        st.switch_page(sweep_page, query_params=st.query_params.to_dict())
+
+
 def main() -> None:
     st.set_page_config(page_title="Parity", page_icon=page_icon(), layout="wide")
-    first = "sweep" if initial_sweep() else "run"  # ?sweep=DIR opens that page
-    pages = [
-        st.Page(path, title=title, icon=icon, url_path=url, default=(url == first))
+    # The Run page is always the default (served at /): were the Sweep page the default
+    # when ?sweep=DIR is given, /sweep?sweep=DIR would name no page ("Page not found").
+    pages = {
+        url: st.Page(path, title=title, icon=icon, url_path=url, default=(url == "run"))
         for path, title, icon, url in PAGES
-    ]
+    }
     host = foreign_host()  # DNS rebinding: checked before anything runs (access.py)
-    page = st.navigation(pages, position="hidden" if host is not None else "sidebar")
+    page = st.navigation(list(pages.values()), position="hidden" if host is not None else "sidebar")
     if host is not None:
         refuse(host)
+    land_on_sweep(page is pages["run"], pages["sweep"])
     open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
     try:
         page.run()

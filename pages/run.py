@@ -83,6 +83,14 @@ def execute(config, *, label: str) -> bool:
     return True
 
 
+def _stateful_number(column, label: str, low: int, high: int, default: int, key: str) -> float:
+    """A number input whose value lives in session state only: `run_demo` sets these keys,
+    and a widget given a default as well makes Streamlit log "created with a default value
+    but also had its value set via the Session State API" (with a stack)."""
+    st.session_state.setdefault(key, default)
+    return column.number_input(label, low, high, key=key)
+
+
 def run_demo(name: str) -> None:
     """Run a demo, and make the "Your model" form show what ran (demo, its export, sets)."""
     st.session_state.update(
@@ -240,7 +248,8 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             placeholder="model.pt2 | scripted.pt | my_models.py:build | package.module:build",
             help="A torch.export .pt2 (read without running code). TorchScript archives "
             "and FILE.py:CALLABLE / package.module:CALLABLE factories are code: the dashboard "
-            "runs them only when started with `streamlit run app.py -- --trust-code`.",
+            "runs them only when started with `parity dashboard --trust-code` (from a "
+            "checkout: `streamlit run app.py -- --trust-code`).",
         ).strip()
         weights = st.text_input(
             "Weights (optional)", key="weights_path", placeholder="weights.safetensors"
@@ -250,7 +259,7 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     up = st.file_uploader(
         "Model file (.pt2 or TorchScript; never a Python file or a pickle)"
         if trusted
-        else "Model file (.pt2; TorchScript is code: start the app with -- --trust-code)",
+        else "Model file (.pt2; TorchScript is code: start with `parity dashboard --trust-code`)",
         type=["pt2", *CODE_UPLOAD_TYPES] if trusted else ["pt2"],
         key="model_upload",
     )
@@ -317,7 +326,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
     try:
         path = upload_onnx("onnx", ups or [], max_bytes=state.upload_limit_mb() << 20)
     except InputError as exc:
-        st.error(md_text(exc.message[0].upper() + exc.message[1:]))
+        st.error(f"Upload refused: {md_text(exc.message)}")  # names kept as given
         return None
     return str(path) if path is not None else None
 
@@ -374,9 +383,9 @@ def choose_settings(signature) -> dict:
     settings["dims"] = dims
     c1, c2, c3, c4 = st.columns(4)
     settings["n_input_sets"] = int(
-        c1.number_input("Input sets", 1, 16, N_SETS_DEFAULT, key="n_sets")
+        _stateful_number(c1, "Input sets", 1, 16, N_SETS_DEFAULT, "n_sets")
     )
-    settings["seed"] = int(c2.number_input("Seed", 0, 2**31 - 1, 0, key="seed"))
+    settings["seed"] = int(_stateful_number(c2, "Seed", 0, 2**31 - 1, 0, "seed"))
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
     settings["provider"] = tuple(

@@ -18,6 +18,7 @@ _PUNCT = frozenset(string.punctuation)
 _AUTOLINK = re.compile(r"(?i)(?<=https)(?=:)|(?<=http)(?=:)|(?<=ftp)(?=:)|(?<=www)(?=\.)|(?=@)")
 _WORD_JOINER = "\u2060"
 _BACKTICKS = re.compile("`+")
+_LONE_DASHES = re.compile(r"(?<!\S)--(?!\S)")
 
 
 def _one_line(value: object) -> str:
@@ -25,10 +26,19 @@ def _one_line(value: object) -> str:
 
 
 def md_text(value: object) -> str:
-    """Markdown that shows `value` literally, on one line (every ASCII punctuation escaped)."""
+    """Markdown that shows `value` literally, on one line (every ASCII punctuation escaped).
+
+    Streamlit's typography turns a lone ``--`` into an em dash even when escaped, which
+    breaks a command such as ``streamlit run app.py -- --trust-code``: it goes in a code span.
+    """
+    pieces = _LONE_DASHES.split(_one_line(value))
+    return "`--`".join(_escaped(piece) for piece in pieces)
+
+
+def _escaped(text: str) -> str:
     # the joiners go in before escaping: after it, "http:" reads "http\\:" and the lookahead
     # for ":" never matched, so a name holding a URL became a link in a sentence
-    joined = _AUTOLINK.sub(_WORD_JOINER, _one_line(value))
+    joined = _AUTOLINK.sub(_WORD_JOINER, text)
     return "".join("\\" + ch if ch in _PUNCT else ch for ch in joined)
 
 

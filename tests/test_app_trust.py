@@ -70,6 +70,9 @@ def test_untrusted_dashboard_refuses_factories_and_torchscript_in_one_line(
         (error,) = _errors(at)
         assert error.startswith("**Run failed** (model_load)") and "trust" in error, error
         assert "\n" not in error
+        shown = error.replace("\\", "").replace("`--`", "--")  # md_text's escapes, one span
+        assert "parity dashboard --trust-code" in shown and "`" not in shown, error
+        assert "streamlit run app.py -- --trust-code" in shown, error
         assert "parity_run" not in at.session_state
     assert not marker.exists()
     assert _model_upload_types(at) == [".pt2"]  # the upload widget takes no TorchScript

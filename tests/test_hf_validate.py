@@ -295,7 +295,7 @@ def test_missing_directory_is_a_one_line_model_load_error(tmp_path):
 def test_unknown_config_override_is_a_usage_error(llama_dir):
     from parity.errors import UsageError
 
-    with pytest.raises(UsageError, match="no attribute 'num_layerz'"):
+    with pytest.raises(UsageError, match="no field 'num_layerz'"):
         run_hf_validation(f"hf:{llama_dir}", options=HfOptions(config_overrides={"num_layerz": 1}))
 
 

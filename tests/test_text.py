@@ -21,3 +21,12 @@ def test_md_code_fences_past_the_longest_backtick_run():
     assert md_code(" a ") == "`  a  `"
     assert md_code(":material/home:") == md_text(":material/home:")  # rewritten in code spans
     assert md_code("  ") == md_text("  ")
+
+
+def test_a_lone_double_dash_is_a_code_span_so_no_em_dash_replaces_it():
+    out = md_text("start it with: streamlit run app.py -- --trust-code")
+    assert "`--`" in out  # Streamlit's typography leaves code spans alone (seen in Chromium)
+    assert out.replace("\\", "").replace("`", "") == (
+        "start it with: streamlit run app.py -- --trust-code"
+    )
+    assert md_text("--flag a--b") == md_text("--flag a--b").replace("`", "")  # not lone

@@ -74,3 +74,30 @@ def test_parse_tol_arg(text, expected):
 def test_parse_tol_arg_rejects_malformed(text):
     with pytest.raises(UsageError, match="--tol"):
         parse_tol_arg(text, Tolerance())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"default": {"atol": 1e-3, "atol": 5}}',
+        '{"default": {"atol": 1e-3}, "default": {"atol": 5}}',
+        '{"outputs": {"y": {"atol": 1}, "y": {"atol": 9}}}',
+    ],
+)
+def test_a_key_given_twice_is_refused_not_won_by_the_last(text, tmp_path):
+    path = tmp_path / "dup.json"
+    path.write_text(text)
+    with pytest.raises(UsageError) as caught:
+        Tolerances.load(path)
+    message = str(caught.value)
+    assert "dup.json" in message and "duplicate key" in message and "\n" not in message
+
+
+def test_cli_refuses_a_tolerances_file_with_a_duplicate_key(tmp_path, capsys):
+    from parity.cli import main
+
+    path = tmp_path / "dup.json"
+    path.write_text('{"default": {"atol": 1e-3, "atol": 5}}')
+    assert main(["validate", "--model", "demo:cnn", "--tolerances", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "duplicate key 'atol'" in err[0], err

@@ -16,6 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from parity.errors import WriteError
+from parity.files.kinds import not_a_regular_file
 
 _TMP_SUFFIX = ".parity-tmp"
 
@@ -99,19 +100,34 @@ def write_output(path: str | os.PathLike[str], data: bytes | str, *, what: str) 
     return Path(path)
 
 
+def _no_folder(folder: Path) -> str:
+    """Why `folder` is not one: the nearest existing ancestor that is a file (or a device),
+    or that it does not exist."""
+    for ancestor in (folder, *folder.parents):
+        if ancestor.is_dir():
+            break
+        kind = not_a_regular_file(ancestor)
+        if kind != "missing":
+            return f"{ancestor} is {kind or 'a file'}, not a folder"
+    return f"folder {folder} does not exist"
+
+
 def check_writable(path: str | os.PathLike[str], what: str) -> None:
     """Refuse, before any work, an output path whose folder is missing or not writable.
 
     Probes by creating (and removing) a temp file beside `path`: permission bits alone do
     not tell (root ignores them; read-only mounts and /sys refuse root too).
     """
+    if "\0" in os.fspath(path):
+        raise WriteError(
+            f"cannot write {what} {os.fspath(path)!r}: the name holds a NUL byte",
+            path=os.fspath(path),
+        )
     path = Path(path)
     if path.is_dir():
         raise WriteError(f"cannot write {what} {path}: it is a directory", path=str(path))
     if not path.parent.is_dir():
-        raise WriteError(
-            f"cannot write {what} {path}: folder {path.parent} does not exist", path=str(path)
-        )
+        raise WriteError(f"cannot write {what} {path}: {_no_folder(path.parent)}", path=str(path))
     probe = _tmp_name(path)
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))

@@ -1,4 +1,5 @@
-"""Strict reading of the JSON files Parity accepts (tolerances files, saved-run manifests).
+"""Strict reading of the JSON files Parity accepts (tolerances files, saved-run manifests,
+sweep manifests).
 
 `json.loads` is permissive where a file from elsewhere should not be: `true` is a number to
 Python, `1e400` becomes inf, `NaN` is accepted, a string iterates like a list, and a deeply
@@ -33,16 +34,26 @@ def _refuse_constant(name: str) -> Any:
     raise FieldError(f"{name} is not a JSON number (write null or a finite number)")
 
 
+def _unique_keys(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in items:
+        if key in seen:
+            raise FieldError(f"not valid JSON: duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
 def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
-    """Parse strict JSON (no NaN/Infinity literals) and refuse nesting beyond `max_depth`."""
+    """Parse strict JSON (no NaN/Infinity literals, no key given twice in one object: the
+    last would win unseen) and refuse nesting beyond `max_depth`."""
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except RecursionError as exc:
         raise FieldError(f"nested deeper than {max_depth} levels") from exc
     except FieldError:
         raise
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, huge int literals
-        raise FieldError(f"not valid JSON ({str(exc).splitlines()[0]})") from exc
+        raise FieldError(f"not valid JSON: {str(exc).splitlines()[0]}") from exc
     check_depth(value, max_depth)
     return value
 

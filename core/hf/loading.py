@@ -19,10 +19,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from parity.errors import ModelLoadError, UsageError, first_line
+from parity.errors import ModelLoadError, first_line
 from parity.hf.heads import FORWARD, SEQ2SEQ, ModelClass, choose_model_class
 from parity.hf.media import is_media_model, load_processor
-from parity.hf.options import INSTALL_HINT, format_overrides
+from parity.hf.options import INSTALL_HINT, format_overrides, typed_override
+from parity.load.pickle_cause import file_pickle_cause, pickle_cause, unpickling_error
 
 
 def require_transformers() -> ModuleType:
@@ -147,12 +148,31 @@ def instantiate(
                 trust_remote_code=False,
             )
         except Exception as exc:  # transformers raises OSError/ValueError/RuntimeError alike
+            _refuse_pickled_weights(directory, exc)
             hint = ""
             if not random_weights and "no file named" in str(exc):
                 hint = " (--random-weights builds the model from config.json alone)"
             raise ModelLoadError(
                 f"hf:{directory}: cannot load the model: {first_line(exc)}{hint}"
             ) from exc
+
+
+def _refuse_pickled_weights(directory: str, exc: BaseException) -> None:
+    """One line when torch's weights_only loader refused a weights file (transformers words
+    it as a TF 2.0 checkpoint question): which file, and what it needs."""
+    refused = unpickling_error(exc)
+    if refused is None:
+        return
+    files = sorted(Path(directory).glob("*.bin"), key=lambda f: str(f) not in str(exc))
+    if not files:
+        raise ModelLoadError(
+            f"hf:{directory}: refused the weights: they need pickle beyond tensors "
+            f"({pickle_cause(refused, b'')}); nothing was run"
+        ) from exc
+    raise ModelLoadError(
+        f"hf:{directory}: refused {files[0].name}: it needs pickle beyond tensors "
+        f"({file_pickle_cause(refused, files[0])}); nothing was run"
+    ) from exc
 
 
 def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, Any]) -> Any:
@@ -165,11 +185,7 @@ def _load_config(transformers: ModuleType, directory: str, overrides: dict[str, 
         raise ModelLoadError(f"hf:{directory}: cannot read config.json: {first_line(exc)}") from exc
     old_layers = getattr(config, "num_hidden_layers", None)
     for key, value in overrides.items():
-        if not hasattr(config, key):
-            raise UsageError(
-                f"--config-override {key}: {type(config).__name__} has no attribute {key!r}"
-            )
-        setattr(config, key, value)
+        setattr(config, key, typed_override(config, key, value))
     # Per-layer lists (e.g. Qwen2's layer_types) must follow a shrunk layer count.
     new_layers = getattr(config, "num_hidden_layers", None)
     layer_types = getattr(config, "layer_types", None)

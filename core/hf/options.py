@@ -7,6 +7,7 @@ without importing transformers.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,12 +75,56 @@ def parse_config_override(text: str) -> tuple[str, Any]:
         raise UsageError(
             f"--config-override {text!r}: expected KEY=VALUE, e.g. num_hidden_layers=1"
         )
+    if key.startswith("_"):
+        raise UsageError(f"--config-override {key}: not a config field (private or dunder name)")
     raw = raw.strip()
+    if not raw:
+        raise UsageError(f"--config-override {key}: needs a value, e.g. {key}=1")
     try:
         value: Any = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
     return key, value
+
+
+def typed_override(config: Any, key: str, value: Any) -> Any:
+    """`value` as the type of the config field `key` holds now (int, float, bool, text; a
+    list or dict for such fields); a UsageError naming the field and what it takes when it
+    is not a field of the config or the value does not fit."""
+    fields = set(config.to_dict()) | set(getattr(config, "attribute_map", None) or {})
+    name = type(config).__name__
+    if key.startswith("_") or key not in fields:
+        raise UsageError(f"--config-override {key}: {name} has no field {key!r}")
+    current = getattr(config, key, None)
+    shown = value if isinstance(value, str) else json.dumps(value)
+    expected = _fits(current, value)
+    if expected:
+        raise UsageError(
+            f"--config-override {key}={shown}: {name}.{key} takes {expected} "
+            f"(it is {json.dumps(current) if not isinstance(current, str) else current})"
+        )
+    return float(value) if type(current) is float else value
+
+
+def _fits(current: Any, value: Any) -> str:
+    """'' when `value` fits a field holding `current`, else what the field takes."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(current, bool):
+        return "" if isinstance(value, bool) else "true or false"
+    if isinstance(current, int):
+        return "" if is_number and isinstance(value, int) else "an integer"
+    if isinstance(current, float):
+        return "" if is_number and math.isfinite(value) else "a finite number"
+    if isinstance(current, str):
+        return "" if isinstance(value, str) else "a text"
+    if isinstance(current, (list, dict)):
+        kind = type(current)
+        return "" if isinstance(value, kind) else f"a JSON {'list' if kind is list else 'object'}"
+    if current is None:
+        if value is None or isinstance(value, (bool, str)):
+            return ""
+        return "" if is_number and math.isfinite(value) else "a finite number, a text or true/false"
+    return "no value from the command line"
 
 
 def parse_config_overrides(items: Iterable[str]) -> dict[str, Any]:

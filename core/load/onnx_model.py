@@ -32,6 +32,7 @@ from onnx import TensorProto
 
 from parity.errors import OnnxLoadError, UsageError, first_line
 from parity.files.hashing import update_with_file
+from parity.files.kinds import not_a_regular_file
 from parity.load.dtypes import from_onnx_elem_type
 from parity.load.quiet import apply_ort_default_severity, ort_severity
 from parity.signature import Dim, OnnxSignature, TensorSpec
@@ -56,7 +57,7 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
     if not p.exists():
         raise _load_error(p, "no such file")
     if not p.is_file():
-        raise _load_error(p, "not a file")
+        raise _load_error(p, f"not a file: it is {not_a_regular_file(p)}")
     try:
         proto = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError, OSError, onnx errors: all mean "unreadable"
@@ -143,11 +144,18 @@ def _check_external_files(proto: onnx.ModelProto, path: Path) -> None:
         where = PurePosixPath(location.replace("\\", "/"))
         if where.is_absolute() or ".." in where.parts:
             continue
-        if not (path.parent / location).is_file():
+        kind = not_a_regular_file(path.parent / location)
+        if kind == "missing":
             raise _load_error(
                 path,
                 f"its external-data file {location!r} (tensor {tensor.name!r}) is missing; "
                 "it must be beside the .onnx file",
+            )
+        if kind:
+            raise _load_error(
+                path,
+                f"its external-data file {location!r} (tensor {tensor.name!r}) is {kind}, "
+                "not a regular file",
             )
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from parity.errors import ModelLoadError, first_line
 from parity.load.export_lock import export_lock
+from parity.load.pickle_cause import pickle_cause
 from parity.load.pt2_sympy import ExpressionError, parse_expressions
 from parity.run.budget import MemoryBudget, format_size
 
@@ -352,17 +353,8 @@ def _unpickle(path: Path, member: str, data: bytes) -> Any:
             warnings.simplefilter("ignore")
             return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError) as exc:
-        cause = _unpickler_cause(exc)
+        cause = pickle_cause(exc, data)
         raise _refused(path, member, f"it needs pickle beyond tensors ({cause})") from exc
-
-
-def _unpickler_cause(exc: BaseException) -> str:
-    """The useful clause of torch's long weights_only message ("Unsupported global: ...")."""
-    for line in str(exc).splitlines():
-        if "WeightsUnpickler error:" in line:
-            cause = line.split("WeightsUnpickler error:", 1)[1].strip()
-            return cause.split(" was not an allowed global")[0][:200]
-    return first_line(exc)[:200]
 
 
 def _refused(path: Path, member: str, why: str) -> ModelLoadError:

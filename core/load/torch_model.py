@@ -48,6 +48,7 @@ from torch import nn
 
 from parity.errors import ModelLoadError, UsageError, first_line
 from parity.files.hashing import update_with_file
+from parity.load.pickle_cause import file_pickle_cause, is_raw_pickle
 from parity.load.pt2_archive import is_pt2, load_pt2
 from parity.load.quiet import quiet_torch
 from parity.load.specs import demo_name
@@ -69,9 +70,10 @@ class TorchModel:
     positional_names: tuple[str, ...] = ()  # names of arguments taken by position only
 
 
+TRUST_COMMANDS = ("parity dashboard --trust-code", "streamlit run app.py -- --trust-code")
 CODE_REFUSED_HINT = (
-    "the dashboard refuses code-bearing models unless started with "
-    "`streamlit run app.py -- --trust-code`"
+    f"the dashboard refuses code-bearing models unless started with: {TRUST_COMMANDS[0]} "
+    f"(from a checkout: {TRUST_COMMANDS[1]})"
 )
 
 
@@ -165,6 +167,12 @@ def from_object(model: Any) -> TorchModel:
         raise UsageError(
             f"model must be an nn.Module, a torch.export.ExportedProgram, a model spec string "
             f"or None, got {type(model).__name__}"
+        )
+    on_meta = [name for name, tensor in state.items() if tensor.device.type == "meta"]
+    if on_meta:
+        raise ModelLoadError(
+            f"model {type(model).__qualname__}: {_few(on_meta)} on the meta device hold no "
+            "data; load its weights (e.g. to_empty + load_state_dict) before validating"
         )
     digest = hashlib.sha256(f"{kind}:{type(model).__qualname__}".encode())
     for name, tensor in state.items():
@@ -311,8 +319,10 @@ def _load_archive(
             "torch model as --model"
         )
     if kind == "torch_save":
+        with open(path, "rb") as f:
+            what = "a raw pickle" if is_raw_pickle(f.read(64)) else "a torch.save file"
         raise ModelLoadError(
-            f"cannot load model {path}: a torch.save file (a pickle) is not a model Parity "
+            f"cannot load model {path}: {what} (a pickle) is not a model Parity "
             "loads; for a state dict give the model as FILE.py:CALLABLE and the file as --weights"
         )
     if kind != "torchscript":
@@ -372,7 +382,8 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
     except pickle.UnpicklingError as exc:
         raise ModelLoadError(
             f"cannot load weights {path}: refused as unsafe, it needs pickle beyond "
-            "weights_only (save a state_dict, or use .safetensors)"
+            f"tensors ({file_pickle_cause(exc, path)}; save a state_dict, or use "
+            ".safetensors)"
         ) from exc
     except Exception as exc:
         raise ModelLoadError(

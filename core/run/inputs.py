@@ -294,6 +294,12 @@ def _as_array(value: object, where: str) -> np.ndarray:
         return value
     to_numpy = getattr(value, "numpy", None)
     if callable(to_numpy):  # a torch tensor: detached, on the CPU
+        device = getattr(getattr(value, "device", None), "type", None)
+        if device == "meta":
+            raise InputError(
+                f"{where}: a tensor on the meta device holds no data; give a CPU tensor or "
+                "a numpy array"
+            )
         detach = getattr(value, "detach", None)
         value = detach() if callable(detach) else value
         cpu = getattr(value, "cpu", None)

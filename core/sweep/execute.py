@@ -1,4 +1,5 @@
-"""Run one pair: `python -m parity validate ...` in its own process group, killed at the timeout.
+"""Run one pair: `parity validate ...` in its own process group, killed at the timeout with
+everything it started (parity.sweep.pair_process: it also dies with the sweep).
 
 A pair that crashes, hangs or is killed for memory takes down only its own process; whatever
 happened becomes a PairResult (the same on every engine: Ray runs this very function). Its
@@ -12,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -22,6 +22,7 @@ from typing import Any
 
 from parity.errors import UsageError
 from parity.files.atomic import atomic_path, write_text
+from parity.sweep.pair_process import command as pair_command
 from parity.sweep.plan import PairJob
 from parity.verdict import ExitCode, Verdict
 
@@ -30,6 +31,7 @@ RECORD = "pair.json"
 _LOG_TAIL = 16 << 10
 _MAX_REPORT = 256 << 20
 _POLL_S = 0.2
+_TERM_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous(job)
-    command = [sys.executable, "-P", "-m", "parity", "validate", *job.args]
+    command = pair_command(["validate", *job.args])  # dies with the sweep, and all it started
     timed_out = False
     with atomic_path(out / LOG) as log_tmp, open(log_tmp, "wb") as log:
         try:
@@ -191,6 +193,12 @@ def _died(job: PairJob, start: float, code: int | None, message: str, kind: str)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the pair's process (parity.sweep.pair_process kills every descendant, setsid'd
+    ones too), then SIGKILL its process group, which is all of it that can be left."""
+    with suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=_TERM_GRACE_S)
     with suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     return proc.wait()

@@ -15,13 +15,13 @@ checked before the first pair starts, so a typo does not surface an hour into a 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import parity.files.strict_json as strict_json
 from parity.errors import UsageError
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.path_flags import PathFlags
@@ -82,11 +82,11 @@ def load_manifest(
         size = path.stat().st_size
         if size > MAX_MANIFEST_BYTES:
             raise UsageError(f"{shown}: {size} bytes, more than a manifest may hold")
-        data = json.loads(path.read_bytes(), object_pairs_hook=_unique_keys)
+        data = strict_json.loads(path.read_bytes())
     except OSError as exc:
         raise UsageError(f"cannot read manifest {shown}: {exc.strerror or exc}") from exc
-    except (ValueError, _DuplicateKey) as exc:
-        raise UsageError(f"{shown}: not valid JSON: {_first(exc)}") from exc
+    except strict_json.FieldError as exc:
+        raise UsageError(f"{shown}: {exc}") from exc
     root = path.resolve().parent
     pairs = _parse(data, shown, flags)
     for pair in pairs:
@@ -133,19 +133,6 @@ def model_path(spec: str) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- parsing
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in items:
-        if key in seen:
-            raise _DuplicateKey(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
-
-
 def _parse(data: Any, shown: str, flags: PathFlags) -> tuple[PairSpec, ...]:
     _object(data, {"schema", "defaults", "pairs"}, shown, "the manifest")
     if data.get("schema") != SCHEMA:
@@ -187,6 +174,9 @@ def _object(value: Any, allowed: set[str], shown: str, where: str) -> None:
 def _args(value: Any, shown: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise UsageError(f"{shown}: {where} must be a list of strings")
+    for i, arg in enumerate(value):
+        if "\0" in arg:  # no process can be given it (and no file can be named with it)
+            raise UsageError(f"{shown}: {where}[{i}] {arg!r} holds a NUL byte")
     return tuple(value)
 
 
@@ -231,7 +221,3 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
         present = target.is_dir() if kind == "dir" else target.is_file()
         if not present:
             raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: no such {kind} ({target})")
-
-
-def _first(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
