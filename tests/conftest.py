@@ -8,6 +8,9 @@ The models live in a Python file written to a temp dir, so the same source serve
 Browser tests (marked `browser`, which every test using `chromium` is) run last, module by
 module in their usual order: Playwright's sync API marks its event loop as running between
 calls, so no other test's asyncio code may run while the session's Chromium is open.
+
+`python -m pytest` runs everything; `-m "not slow and not browser"` is the quick loop (no
+transformers exports, sweeps, wheel builds or Chromium).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from tests.hf_tasks import bert_config, optimum_export, save_text_model
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.slow  # exports transformers models
+
 HEADS = {
     "text-classification": ("BertForSequenceClassification", ["logits"]),
     "token-classification": ("BertForTokenClassification", ["logits"]),

@@ -31,6 +31,8 @@ from tests.hf_seq2seq_models import (
     unmerged_copy,
 )
 
+pytestmark = pytest.mark.slow  # exports transformers models
+
 LABELS = ["encoder", "decoder step 0", "decoder step 1", "decoder step 2"]
 
 

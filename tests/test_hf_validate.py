@@ -25,6 +25,8 @@ from parity.hf.summary import judged_summary, masked_positions_json, steps_json
 from parity.pipeline import RunConfig, run_validation
 from tests.hf_models import PROMPTS, SPECIAL, make_tokenizer, save_model
 
+pytestmark = pytest.mark.slow  # exports transformers models
+
 
 def run_hf_validation(
     model: str,

@@ -20,6 +20,8 @@ from tests.hf_tasks import make_vit_dir, make_yolos_dir, optimum_export
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.slow  # exports transformers models
+
 MODELS = {
     "vit": (make_vit_dir, "image-classification", ["logits"], (2, 3, 32, 32)),
     "yolos": (make_yolos_dir, "object-detection", ["logits", "pred_boxes"], (2, 3, 32, 48)),
