@@ -1,4 +1,11 @@
-"""Launching Debian's Chromium for the browser tests (Playwright cannot download one here).
+"""The browser tests' one set of helpers: Debian's Chromium (Playwright cannot download one
+here), a `streamlit run app.py` server, and the moves every browser test makes on the app
+(settle, nav, run_demo, shot).
+
+One Chromium and one plain server serve the whole session (the `chromium` and `app_url`
+fixtures in tests/conftest.py); each test module opens its own browser context, which is its
+own Streamlit session. Servers that need their own environment (a cold demo cache, allowed
+host names, a temp folder) still start one with serve_app.
 
 A missing Chromium fails the test with the install command, rather than skipping it: CI
 installs it (.ci/run), so a skip would only hide a missing install step. Set
@@ -8,6 +15,7 @@ PARITY_SKIP_BROWSER=1 to skip on purpose.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -20,6 +28,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+"""Screenshots and server logs of the browser tests: look at them."""
+RUN_TIMEOUT_MS = 180_000
+"""How long a run or a rerun may take on a loaded 2-core machine."""
+HOST_RULES = "--host-resolver-rules=MAP evil.example 127.0.0.1, MAP good.example 127.0.0.1"
+"""Made-up names that resolve to this machine, as DNS rebinding makes them
+(tests/test_browser_security.py); the session's Chromium is launched with them."""
 
 CHROMIUM = os.environ.get("PARITY_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -100,3 +115,54 @@ def serve_app(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def settle(page, pause_ms: int = 300) -> None:
+    """Wait until Streamlit is not running a script (its status widget is hidden).
+
+    The pause first lets a rerun that was just started show its status widget."""
+    page.wait_for_timeout(pause_ms)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
+
+
+def nav(page, title: str) -> None:
+    """Open a page from the sidebar and wait for its title (the page's h1) and its run."""
+    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    page.locator("h1", has_text=re.compile(title)).first.wait_for()
+    settle(page)
+
+
+def run_demo(page, name: str) -> None:
+    """Run demo:NAME from the Run page's demo cards and wait for its verdict."""
+    from playwright import sync_api
+
+    nav(page, "Run")
+    button = page.get_by_role("button", name=f"Run demo:{name}")
+    # after the first run the demo cards move below the verdict: wait for the old ones to go
+    sync_api.expect(button).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+    button.click()
+    page.get_by_text(re.compile(rf"demo:{name}: (PASS|FAIL) in")).wait_for(timeout=RUN_TIMEOUT_MS)
+    settle(page)
+
+
+def shot(page, name: str, *, locator=None, full_page: bool = True) -> Path:
+    """A screenshot, test-artifacts/NAME.png, once the page settled (scrolled to `locator`
+    first if given). Streamlit scrolls inside its own container, so a full-page screenshot
+    is the viewport: a tall viewport shows a page whole."""
+    settle(page)
+    if locator is not None:
+        locator.scroll_into_view_if_needed()
+        page.wait_for_timeout(600)
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+def open_page(chromium, url: str, *, timeout_ms: int = 60_000, **context_args):
+    """A new browser context (a new Streamlit session) with one page on `url`."""
+    context = chromium.new_context(**context_args)
+    page = context.new_page()
+    page.set_default_timeout(timeout_ms)
+    page.goto(url)
+    return page

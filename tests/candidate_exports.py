@@ -1,7 +1,8 @@
 """Real exports of one small model, to put side by side: the dynamo and the legacy exporter
 (both right), a "buggy" export whose GELU is the tanh approximation and whose activation is
 scaled by 1.01 (a real wrong-op export), an fp16 export (float16 in and out) and a model whose
-input is named differently. Written once per test session by tests/test_candidates.py."""
+input is named differently. Written once per test session (the candidate_exports fixture in
+tests/conftest.py); tests read them and write elsewhere."""
 
 from __future__ import annotations
 

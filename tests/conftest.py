@@ -1,13 +1,23 @@
-"""Shared fixtures: tiny real models and their real exports, built once per session in tmp dirs.
+"""Shared fixtures, each built once per session in tmp dirs: tiny real models and their real
+exports, the candidates' exports, a Llama directory, and for the browser tests one Chromium
+and one `streamlit run app.py` server.
 
 The models live in a Python file written to a temp dir, so the same source serves the
 ``FILE.py:CALLABLE`` and ``module:CALLABLE`` specs and the exports made from it.
+
+Browser tests (marked `browser`, which every test using `chromium` is) run last, module by
+module in their usual order: Playwright's sync API marks its event loop as running between
+calls, so no other test's asyncio code may run while the session's Chromium is open.
+
+`python -m pytest` runs everything; `-m "not slow and not browser"` is the quick loop (no
+transformers exports, sweeps, wheel builds or Chromium).
 """
 
 from __future__ import annotations
 
 import textwrap
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,3 +194,56 @@ def tokens_onnx(model_zoo: ModelZoo, tmp_path_factory: pytest.TempPathFactory) -
         )
     program.save(str(out))
     return out
+
+
+@pytest.fixture(scope="session")
+def candidate_exports(tmp_path_factory: pytest.TempPathFactory):
+    """The six exports of tests/candidate_exports.py (dynamo, legacy, buggy, fp16, renamed,
+    the .pt2), made once for the CLI, dashboard and browser tests of candidates."""
+    from tests.candidate_exports import build
+
+    return build(tmp_path_factory.mktemp("candidates"))
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny Llama directory (tests/hf_models.py); tests read it, never write into it."""
+    from tests.hf_models import make_llama_dir
+
+    return make_llama_dir(tmp_path_factory.mktemp("llama"))
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[object]:
+    """One headless Chromium for the session's browser tests; each test module opens its own
+    context (its own Streamlit session, cookies, downloads)."""
+    from playwright import sync_api
+
+    from tests.browser import HOST_RULES, launch
+
+    with sync_api.sync_playwright() as pw:
+        browser = launch(pw, HOST_RULES)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def app_url() -> Iterator[str]:
+    """The URL of one `streamlit run app.py` (default settings) for the session's browser
+    tests; a saved run or a sweep opens in it as ?run=PATH or ?sweep=DIR."""
+    from tests.browser import ARTIFACTS, serve_app
+
+    with serve_app(ARTIFACTS / "streamlit.log") as url:
+        yield url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that uses the session's Chromium `browser`, and run the modules that
+    hold browser tests after all others (a stable sort: each group keeps its order)."""
+    browser_modules = set()
+    for item in items:
+        if "chromium" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+        if item.get_closest_marker("browser") is not None:
+            browser_modules.add(item.path)
+    items.sort(key=lambda item: item.path in browser_modules)

@@ -221,28 +221,25 @@ def test_json_saved_run_and_html(exported, tmp_path: Path) -> None:
     assert "logits" in html_path.read_text(encoding="utf-8")
 
 
-def test_notebook_view_renders_offline_in_chromium(exported, tmp_path: Path) -> None:
+def test_notebook_view_renders_offline_in_chromium(chromium, exported, tmp_path: Path) -> None:
     """The notebook repr, opened in a real browser with the network cut: verdict and a plotly
     figure render inside the frame."""
-    from playwright.sync_api import sync_playwright
-
-    from tests.browser import launch
-
     model, x, program = exported
     run = validate(model, nudged(program, "head.bias", 1e-2), inputs={"x": x})
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page_html = "<html><body>" + run._repr_html_() + "</body></html>"
     requests: list[str] = []
-    with sync_playwright() as p:
-        browser = launch(p)
-        page = browser.new_page()
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
         page.on("request", lambda r: requests.append(r.url))
         page.set_content(page_html)
         frame = page.frames[1]
         frame.wait_for_selector(".js-plotly-plot", timeout=60_000)
         text = frame.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "notebook_repr.png"), full_page=True)
-        browser.close()
+    finally:
+        context.close()
     assert "logits" in text and "fail" in text.lower()
     assert [u for u in requests if u.startswith("http")] == []
 

@@ -317,11 +317,8 @@ def test_pages_without_a_run_point_to_the_run_page():
         assert any("No run yet" in i.value for i in at.info)
 
 
-def test_llm_directory_runs_every_generate_step_and_overview_shows_the_steps_grid(tmp_path):
-
-    from hf_models import make_llama_dir
-
-    directory = make_llama_dir(tmp_path / "llama")
+def test_llm_directory_runs_every_generate_step_and_overview_shows_the_steps_grid(llama_dir):
+    directory = llama_dir
     at = _app()
     at.radio(key="model_source").set_value("Hugging Face directory (LLM)").run()
     at.text_input(key="hf_dir").input(directory).run()

@@ -13,15 +13,16 @@ from streamlit.testing.v1 import AppTest
 
 from parity.dashboard.text import md_text
 from parity.tolerances import Tolerance, Tolerances
-from tests.candidate_exports import Exports, build
+from tests.candidate_exports import Exports
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 240
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Exports:
-    return build(tmp_path_factory.mktemp("app_candidates"))
+def exports(candidate_exports: Exports) -> Exports:
+    """The session's candidate exports (tests/conftest.py), read only."""
+    return candidate_exports
 
 
 def _grid_marks(at: AppTest) -> dict[tuple[int, str], str]:

@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from payloads import FAILING, NAMES, write_payload_models
 from streamlit.testing.v1 import AppTest
 
 from parity.dashboard.text import md_code, md_text
+from tests.payloads import FAILING, NAMES, write_payload_models
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DANGEROUS = ("![", "](", "<a", "<img", ":red[", "$x$", "**b**", "http:", ":material/")

@@ -1,7 +1,7 @@
 """The real app in headless Chromium: what a newcomer does in their first minute.
 
-Starts `streamlit run app.py` on a free port, drives it with Playwright (Debian's chromium),
-and saves a screenshot of every page under test-artifacts/.
+Drives the session's `streamlit run app.py` with Playwright (Debian's chromium, one browser
+context: one Streamlit session) and saves a screenshot of every page under test-artifacts/.
 """
 
 from __future__ import annotations
@@ -9,70 +9,27 @@ from __future__ import annotations
 import json
 import re
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import launch, serve_app
 from playwright import sync_api
+
+from tests.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-RUN_TIMEOUT_MS = 180_000
-# Streamlit scrolls inside its own container, so a full-page screenshot is the viewport:
-# a tall one shows each page whole.
-VIEWPORT = {"width": 1500, "height": 2400}
+VIEWPORT = {"width": 1500, "height": 2400}  # tall: a screenshot shows each page whole
 
 
 @pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    with serve_app(ARTIFACTS / "streamlit.log") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def page(app_url: str):
-    from playwright import sync_api
-
-    with sync_api.sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
-        pg = context.new_page()
-        pg.set_default_timeout(60_000)
-        pg.goto(app_url)
-        pg.get_by_role("button", name="Run demo:cnn").wait_for()
-        yield pg
-        context.close()
-        browser.close()
-
-
-def _shot(page, name: str) -> None:
-    _settle(page)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def _settle(page) -> None:
-    """Wait until Streamlit is not running a script (its status widget disappears)."""
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
-
-
-def _nav(page, title: str) -> None:
-    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
-    page.get_by_role("heading", name=re.compile(title)).first.wait_for()
-    _settle(page)
-
-
-def _run_demo(page, name: str) -> None:
-    _nav(page, "Run")
-    button = page.get_by_role("button", name=f"Run demo:{name}")
-    # after the first run the demo cards move below the verdict: wait for the old ones to go
-    sync_api.expect(button).to_have_count(1, timeout=RUN_TIMEOUT_MS)
-    button.click()
-    page.get_by_text(re.compile(rf"demo:{name}: (PASS|FAIL) in")).wait_for(timeout=RUN_TIMEOUT_MS)
-    _settle(page)
+def page(chromium, app_url: str):
+    context = chromium.new_context(viewport=VIEWPORT, accept_downloads=True)
+    pg = context.new_page()
+    pg.set_default_timeout(60_000)
+    pg.goto(app_url)
+    pg.get_by_role("button", name="Run demo:cnn").wait_for()
+    yield pg
+    context.close()
 
 
 def _text(page, testid: str) -> str:
@@ -81,45 +38,45 @@ def _text(page, testid: str) -> str:
 
 def test_newcomer_finds_the_broken_output_and_where_it_fails(page):
     page.get_by_text("Execution provider").wait_for()  # the settings below the signature
-    _shot(page, "01-run-first-open")
-    _run_demo(page, "broken")
+    shot(page, "01-run-first-open")
+    run_demo(page, "broken")
     body = page.locator("body").inner_text()
     assert re.search(r"Failing outputs, worst first:\s+mask fails in 2 of 2 input sets", body)
-    _shot(page, "02-run-after-broken")
+    shot(page, "02-run-after-broken")
 
-    _nav(page, "Overview")
+    nav(page, "Overview")
     body = page.locator("body").inner_text()
     assert "FAIL" in body and "comparisons fail" in body
     page.locator(".js-plotly-plot").first.wait_for()
-    _shot(page, "03-overview-broken")
+    shot(page, "03-overview-broken")
 
     page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
     page.get_by_role("heading", name="Inspect an output").wait_for()
-    _settle(page)
+    settle(page)
     heatmap = page.locator(".js-plotly-plot .heatmaplayer image").first
     heatmap.wait_for(state="attached")
     # heatmap, side-by-side panels, histogram, scatter
     page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4")
     body = page.locator("body").inner_text()
     assert "FAIL · mask in set 0" in body and "Worst 25 elements" in body
-    _shot(page, "04-inspect-broken-mask")
+    shot(page, "04-inspect-broken-mask")
 
 
 def test_a_tolerance_slider_rejudges_every_output_and_fp16_passes(page, tmp_path):
-    _run_demo(page, "fp16")
-    _nav(page, "Tolerances")
+    run_demo(page, "fp16")
+    nav(page, "Tolerances")
     page.get_by_text("0 of 2 output(s) pass in every input set").wait_for()
-    _shot(page, "05-tolerances-fp16-fail")
+    shot(page, "05-tolerances-fp16-fail")
 
     slider = page.get_by_role("slider").first  # global atol
     slider.focus()
     for _ in range(15):  # 1e-5 -> 1 on the 1-2-5 ladder, one step per key press
         page.keyboard.press("ArrowRight")
     page.get_by_text("2 of 2 output(s) pass in every input set").wait_for(timeout=60_000)
-    _settle(page)
+    settle(page)
     # the sidebar's badge follows in the same rerun (it said FAIL before)
     page.locator('[data-testid="stSidebar"]').get_by_text("PASS", exact=True).wait_for()
-    _shot(page, "06-tolerances-fp16-pass")
+    shot(page, "06-tolerances-fp16-pass")
 
     with page.expect_download() as info:
         page.get_by_role("button", name=re.compile("Download tolerances JSON")).click()
@@ -137,7 +94,7 @@ def test_a_tolerance_slider_rejudges_every_output_and_fp16_passes(page, tmp_path
 def test_a_corrupt_onnx_upload_turns_run_off_with_its_cause_and_keeps_the_last_good_run(
     page, tmp_path
 ):
-    _run_demo(page, "cnn")
+    run_demo(page, "cnn")
     bad = tmp_path / "corrupt.onnx"
     bad.write_bytes(b"\x08\x07not an onnx model at all" * 20)
     onnx_radio = page.locator('[data-testid="stRadio"]').filter(has_text="ONNX file")
@@ -147,11 +104,11 @@ def test_a_corrupt_onnx_upload_turns_run_off_with_its_cause_and_keeps_the_last_g
     uploader.locator('input[type="file"]').set_input_files(bad)
     page.get_by_text("Cannot read this ONNX file").wait_for()
     page.get_by_text("Run is off, the ONNX file cannot be read:").wait_for()
-    _settle(page)
+    settle(page)
     assert page.get_by_role("button", name="Run", exact=True).is_disabled()
     body = page.locator("body").inner_text()
     assert "PASS" in body and "demo:cnn" in body
-    _shot(page, "07-run-corrupt-upload")
+    shot(page, "07-run-corrupt-upload")
 
 
 def _save_with_external_data(onnx_file: Path, folder: Path, name: str) -> tuple[Path, Path]:
@@ -180,12 +137,12 @@ def _onnx_uploader(page):
     onnx_radio.get_by_text("Upload").click()
     uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
     uploader.wait_for()
-    _settle(page)
+    settle(page)
     delete = uploader.locator('[data-testid="stFileChipDeleteBtn"] button')
     while (n := delete.count()) > 0:
         delete.first.click()
         sync_api.expect(delete).to_have_count(n - 1)
-        _settle(page)
+        settle(page)
     return uploader
 
 
@@ -194,7 +151,7 @@ def _upload(page, files: list[Path]):
     uploader.locator('input[type="file"]').set_input_files(files)
     for f in files:
         uploader.get_by_text(f.name, exact=True).wait_for()
-    _settle(page)
+    settle(page)
     return uploader
 
 
@@ -209,7 +166,7 @@ def _run_upload_and_pass(page, onnx_name: str) -> None:
     sidebar.get_by_text(re.compile(rf"ONNX\s+{re.escape(onnx_name)}\b")).wait_for(
         timeout=RUN_TIMEOUT_MS
     )
-    _settle(page)
+    settle(page)
     assert "parity-uploads" not in sidebar.inner_text()
     sidebar.get_by_text("PASS", exact=True).wait_for()
     body = page.locator("body").inner_text()
@@ -222,14 +179,14 @@ def test_an_onnx_with_external_data_uploads_as_two_files_or_a_zip_and_alone_says
 ):
     from parity.load.demos import demo_onnx_path
 
-    _run_demo(page, "cnn")
+    run_demo(page, "cnn")
     exported = demo_onnx_path("cnn")
     onnx_file, data_file = _save_with_external_data(exported, tmp_path / "two", "cnn.onnx")
 
     # the .onnx and its data file, selected together
     _upload(page, [onnx_file, data_file])
     _run_upload_and_pass(page, "cnn.onnx")
-    _shot(page, "08-run-upload-onnx-with-data")
+    shot(page, "08-run-upload-onnx-with-data")
 
     # a .zip of the export's folder (flattened beside each other)
     zipped_onnx, zipped_data = _save_with_external_data(exported, tmp_path / "zip", "model.onnx")
@@ -249,7 +206,7 @@ def test_an_onnx_with_external_data_uploads_as_two_files_or_a_zip_and_alone_says
     _upload(page, [onnx_file])
     why = page.get_by_text("Run is off, the ONNX file cannot be read:")
     why.wait_for()
-    _settle(page)
+    settle(page)
     sync_api.expect(page.get_by_role("button", name="Run", exact=True)).to_be_disabled()
     cause = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="Run is off")
     sync_api.expect(cause).to_have_text(
@@ -260,4 +217,4 @@ def test_an_onnx_with_external_data_uploads_as_two_files_or_a_zip_and_alone_says
     main = page.locator('[data-testid="stMain"]').inner_text()  # the sidebar shows paths
     assert "uploads-" not in main and "onnx.checker" not in main and "/tmp" not in main
     assert "PASS" in main  # the last good run (the zip's) is still the current one
-    _shot(page, "09-run-upload-onnx-without-its-data")
+    shot(page, "09-run-upload-onnx-without-its-data")

@@ -1,5 +1,5 @@
 """Candidates side by side in headless Chromium: a saved run of three real exports at two
-ORT optimisation levels opened in the app (PARITY_RUN). The Overview shows each candidate's
+ORT optimisation levels opened in the app (?run=PATH). The Overview shows each candidate's
 verdict and the candidates x outputs grid; the detail below it is the first failing
 candidate's, and its worst failure opens in Inspect, whose selector names that candidate.
 Screenshots: test-artifacts/candidates-*.png."""
@@ -7,31 +7,24 @@ Screenshots: test-artifacts/candidates-*.png."""
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 
 import pytest
-from browser import launch, serve_app
+
+from tests.browser import ARTIFACTS, settle
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
 VIEWPORT = {"width": 1500, "height": 2600}
 
 
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden")
-
-
 @pytest.fixture(scope="module")
-def saved_run(tmp_path_factory) -> Path:
-    from candidate_exports import build
-
+def saved_run(candidate_exports, tmp_path_factory) -> Path:
     from parity.cli import main
 
-    exports = build(tmp_path_factory.mktemp("cand-browser"))
-    path = exports.dir / "side.parity.npz"
+    exports = candidate_exports
+    path = tmp_path_factory.mktemp("cand-browser") / "side.parity.npz"
     args = ["validate", "--model", str(exports.pt2), "--onnx", str(exports.dynamo)]
     args += ["--onnx", str(exports.legacy), "--onnx", str(exports.buggy)]
     args += ["--ort-opt-level", "disable,all", "--input-sets", "2", "--save-run", str(path)]
@@ -39,22 +32,18 @@ def saved_run(tmp_path_factory) -> Path:
     return path
 
 
-def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(saved_run):
-    from playwright import sync_api
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    env = {"PARITY_RUN": str(saved_run)}
-    with serve_app(ARTIFACTS / "streamlit-candidates.log", env=env) as url, \
-            sync_api.sync_playwright() as pw:  # fmt: skip
-        browser = launch(pw)
-        context = browser.new_context(viewport=VIEWPORT)
+def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(
+    saved_run, chromium, app_url
+):
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
         page = context.new_page()
         page.set_default_timeout(180_000)  # a loaded CI machine draws slowly
-        page.goto(f"{url}/overview")
+        page.goto(f"{app_url}/overview?run={urllib.parse.quote(str(saved_run))}")
         page.get_by_role("heading", name="Candidates").wait_for()
-        _settle(page)
+        settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
-        _settle(page)
+        settle(page)
         body = page.locator("body").inner_text()
         assert "4 of 6 candidates pass, 2 fail" in body
         grid = page.locator(".js-plotly-plot").first
@@ -72,7 +61,7 @@ def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(sa
         # in Inspect, whose selector names the same candidate
         page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
         page.get_by_role("heading", name="Inspect an output").wait_for()
-        _settle(page)
+        settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 3")
         page.screenshot(path=str(ARTIFACTS / "candidates-inspect.png"), full_page=True)
         box = page.locator('[data-testid="stSelectbox"]').first  # the candidate selector
@@ -81,4 +70,5 @@ def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(sa
         assert "#4 buggy.onnx (CPU, disable) · FAIL" in chosen, chosen
         body = page.locator("body").inner_text()
         assert "FAIL · total in set" in body
+    finally:
         context.close()

@@ -10,47 +10,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from browser import launch, serve_app
+
+from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, settle, shot
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-RUN_TIMEOUT_MS = 180_000
 VIEWPORT = {"width": 1280, "height": 720}
 
 
 @pytest.fixture(scope="module")
-def page() -> Iterator[object]:
-    from playwright import sync_api
-
-    with serve_app(ARTIFACTS / "streamlit-inspect.log") as url, sync_api.sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=VIEWPORT)
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        page.goto(url)
-        page.get_by_role("button", name="Run demo:broken").wait_for(timeout=RUN_TIMEOUT_MS)
-        page.get_by_role("button", name="Run demo:broken").click()
-        page.get_by_text(re.compile(r"demo:broken: FAIL in")).wait_for(timeout=RUN_TIMEOUT_MS)
-        _settle(page)
-        yield page
-        context.close()
-        browser.close()
-
-
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
-
-
-def _nav(page, title: str) -> None:
-    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
-    page.get_by_role("heading", name=re.compile(title)).first.wait_for()
-    _settle(page)
+def page(chromium, app_url: str) -> Iterator[object]:
+    context = chromium.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(app_url)
+    page.get_by_role("button", name="Run demo:broken").wait_for(timeout=RUN_TIMEOUT_MS)
+    page.get_by_role("button", name="Run demo:broken").click()
+    page.get_by_text(re.compile(r"demo:broken: FAIL in")).wait_for(timeout=RUN_TIMEOUT_MS)
+    settle(page)
+    yield page
+    context.close()
 
 
 def _overflow(table) -> int:
@@ -61,29 +42,23 @@ def _overflow(table) -> int:
     )
 
 
-def _shot(page, locator, name: str) -> None:
-    locator.scroll_into_view_if_needed()
-    page.wait_for_timeout(600)
-    page.screenshot(path=str(ARTIFACTS / f"inspect-{name}.png"))
-
-
 def test_overview_table_fits_the_page(page) -> None:
-    _nav(page, "Overview")
+    nav(page, "Overview")
     table = page.locator('[data-testid="stDataFrame"]').first
     table.wait_for()
-    _shot(page, table, "overview-table")
+    shot(page, "inspect-overview-table", locator=table)
     assert _overflow(table) == 0
 
 
 def test_inspect_heatmap_names_axes_hovers_values_and_fits(page) -> None:
-    _nav(page, "Overview")
+    nav(page, "Overview")
     page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
     page.get_by_role("heading", name="Inspect an output").wait_for()
-    _settle(page)
+    settle(page)
     main = page.locator('[data-testid="stMain"]')
     heat = main.locator(".js-plotly-plot").filter(has=page.locator(".heatmaplayer")).first
     heat.wait_for()
-    _shot(page, heat, "heatmap")
+    shot(page, "inspect-heatmap", locator=heat)
     text = heat.text_content()
     assert "height (axis 2, size 32)" in text and "width (axis 3, size 32)" in text, text
     # the selectors name the axes the same way
@@ -110,11 +85,11 @@ def test_inspect_heatmap_names_axes_hovers_values_and_fits(page) -> None:
 
     # worst-elements table: every column visible
     table = main.locator('[data-testid="stDataFrame"]').first
-    _shot(page, table, "worst-table")
+    shot(page, "inspect-worst-table", locator=table)
     assert _overflow(table) == 0
 
     hist = main.locator(".js-plotly-plot").filter(has_text="|error| histogram").first
-    _shot(page, hist, "histogram")
+    shot(page, "inspect-histogram", locator=hist)
     labels = [t for t in hist.locator("g.textpoint text").all() if t.text_content()]
     boxes = [t.bounding_box() for t in labels]
     assert len(boxes) == 2, [t.text_content() for t in labels]
@@ -131,16 +106,16 @@ def test_inspect_heatmap_names_axes_hovers_values_and_fits(page) -> None:
 def test_a_small_wide_output_fills_the_width_with_one_cross(page) -> None:
     main = page.locator('[data-testid="stMain"]')
     panels = main.locator(".js-plotly-plot").filter(has_text="ONNX Runtime").first
-    _shot(page, panels, "side-by-side")
+    shot(page, "inspect-side-by-side", locator=panels)
     main.get_by_role("heading", name="Inspect an output").scroll_into_view_if_needed()
     box = main.locator('[data-testid="stSelectbox"]').filter(has_text="Output").first
     box.click()
     page.get_by_role("option", name="embedding").click()
-    _settle(page)
+    settle(page)
     heat = main.locator(".js-plotly-plot").filter(has=page.locator(".heatmaplayer")).first
     heat.wait_for()
     page.wait_for_timeout(500)
-    _shot(page, heat, "embedding")
+    shot(page, "inspect-embedding", locator=heat)
     # (2, 16) passes: one cross on its worst element, not one on every element
     assert heat.locator(".scatterlayer .point").count() == 1
     figure = heat.bounding_box()

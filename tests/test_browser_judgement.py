@@ -12,55 +12,29 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser import launch, serve_app
 from PIL import Image
+
+from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, run_demo, settle
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-RUN_TIMEOUT_MS = 180_000
 VIEWPORT = {"width": 1400, "height": 2000}
 
 
 @pytest.fixture(scope="module")
-def session() -> Iterator[tuple[object, list[str]]]:
-    from playwright import sync_api
-
-    with serve_app(ARTIFACTS / "streamlit-judgement.log") as url, sync_api.sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=VIEWPORT)
-        requests: list[str] = []
-        context.on("request", lambda r: requests.append(r.url))
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        page.goto(url)
-        page.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
-        yield page, requests
-        context.close()
-        browser.close()
-
-
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
-
-
-def _nav(page, title: str) -> None:
-    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
-    page.get_by_role("heading", name=re.compile(title)).first.wait_for()
-    _settle(page)
-
-
-def _run_demo(page, name: str) -> None:
-    _nav(page, "Run")
-    page.get_by_role("button", name=f"Run demo:{name}").click()
-    page.get_by_text(re.compile(rf"demo:{name}: (PASS|FAIL) in")).wait_for(timeout=RUN_TIMEOUT_MS)
-    _settle(page)
+def session(chromium, app_url: str) -> Iterator[tuple[object, list[str]]]:
+    context = chromium.new_context(viewport=VIEWPORT)
+    requests: list[str] = []
+    context.on("request", lambda r: requests.append(r.url))
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(app_url)
+    page.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
+    yield page, requests
+    context.close()
 
 
 def _grid_cells(page, name: str) -> list[tuple[str, tuple[int, int, int]]]:
@@ -80,15 +54,15 @@ def _grid_cells(page, name: str) -> list[tuple[str, tuple[int, int, int]]]:
 
 def test_a_passing_run_is_green_everywhere_and_a_failing_cell_is_red(session) -> None:
     page, _ = session
-    _run_demo(page, "transformer")
-    _nav(page, "Overview")
+    run_demo(page, "transformer")
+    nav(page, "Overview")
     cells = _grid_cells(page, "transformer-overview")
     assert len(cells) == 4 and all(mark == "✓" for mark, _ in cells)
     for _, (r, g, b) in cells:  # its largest error (1.3e-6 at atol 1e-5) is a pale green
         assert g > 180 and g >= r - 10, (r, g, b)
 
-    _run_demo(page, "broken")
-    _nav(page, "Overview")
+    run_demo(page, "broken")
+    nav(page, "Overview")
     cells = _grid_cells(page, "broken-overview")
     assert sorted(m for m, _ in cells) == ["✓", "✓", "✗", "✗"]
     for mark, (r, g, b) in cells:
@@ -103,27 +77,27 @@ def test_a_passing_run_is_green_everywhere_and_a_failing_cell_is_red(session) ->
 
 def test_inspect_says_where_and_shows_only_the_failing_elements(session) -> None:
     page, _ = session
-    _nav(page, "Overview")
+    nav(page, "Overview")
     page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
     page.get_by_role("heading", name="Inspect an output").wait_for()
-    _settle(page)
+    settle(page)
     main = page.locator('[data-testid="stMain"]')
     where = re.compile(r"^Where: all 248 mismatches lie at")
     main.locator('[data-testid="stMarkdownContainer"]', has_text=where).wait_for()
     page.screenshot(path=str(ARTIFACTS / "judgement-inspect-ratio.png"))
     assert "1× pass line" in page.locator(".js-plotly-plot").nth(1).text_content()
     page.get_by_text("failing only", exact=True).click()
-    _settle(page)
+    settle(page)
     page.get_by_text(re.compile("blank: passes at this tolerance")).first.wait_for()
     page.screenshot(path=str(ARTIFACTS / "judgement-inspect-fails-only.png"))
     page.get_by_text("Mismatches along each axis").click()
-    _settle(page)
+    settle(page)
     page.screenshot(path=str(ARTIFACTS / "judgement-inspect-where.png"))
 
 
 def test_the_app_requests_nothing_beyond_its_own_server(session) -> None:
     page, requests = session
-    _nav(page, "Run")
+    nav(page, "Run")
     assert requests, "no requests seen at all"
     hosts = {urlparse(u).hostname for u in requests if not u.startswith(("data:", "blob:"))}
     assert hosts == {"127.0.0.1"}, sorted(u for u in requests if "127.0.0.1" not in u)

@@ -1,7 +1,7 @@
 """The Layers page in headless Chromium, on a saved run whose layers block the real engine made.
 
 `parity validate --layers --save-run` on a real dynamo export with a bug planted in one block,
-then the app opened on that file (PARITY_RUN): the verdict names the block, both figures draw,
+then the app opened on that file (?run=PATH): the verdict names the block, both figures draw,
 selecting the first divergence's row opens it in the Inspect views. Screenshots are kept under
 test-artifacts/ (layers-*.png).
 """
@@ -9,26 +9,21 @@ test-artifacts/ (layers-*.png).
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 
 import pytest
-from browser import launch, serve_app
+
+from tests.browser import ARTIFACTS, settle
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
 VIEWPORT = {"width": 1500, "height": 2600}
-
-
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=120_000)
 
 
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory) -> Path:
-    from layers_planted import planted_export, planted_layers_run
+    from tests.layers_planted import planted_export, planted_layers_run
 
     out = tmp_path_factory.mktemp("layers-browser")
     path = out / "planted.parity.npz"
@@ -36,25 +31,19 @@ def saved_run(tmp_path_factory) -> Path:
     return path
 
 
-def test_layers_page_shows_where_the_planted_bug_is_born_and_opens_it(saved_run):
-    from playwright import sync_api
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    env = {"PARITY_RUN": str(saved_run)}
-    with serve_app(ARTIFACTS / "streamlit-layers.log", env=env) as url, \
-            sync_api.sync_playwright() as pw:  # fmt: skip
-        browser = launch(pw)
-        context = browser.new_context(viewport=VIEWPORT)
+def test_layers_page_shows_where_the_planted_bug_is_born_and_opens_it(saved_run, chromium, app_url):
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
         page = context.new_page()
         page.set_default_timeout(60_000)
-        page.goto(f"{url}/layers")
+        page.goto(f"{app_url}/layers?run={urllib.parse.quote(str(saved_run))}")
         page.get_by_role("heading", name="Layers").first.wait_for()
-        _settle(page)
+        settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
         page.locator(".js-plotly-plot .icicletrace, .js-plotly-plot g.icicle").first.wait_for(
             state="attached"
         )
-        _settle(page)
+        settle(page)
         body = page.locator("body").inner_text()
         assert "DIVERGES" in body
         assert re.search(r"The export starts to diverge in blocks\.2\.", body), body[:2000]
@@ -67,16 +56,16 @@ def test_layers_page_shows_where_the_planted_bug_is_born_and_opens_it(saved_run)
         search.press("Enter")
         # 17 values x 2 input sets (the renamed graph output is matched too)
         page.get_by_text(re.compile(r"^2 of 34 rows")).wait_for()
-        _settle(page)
+        settle(page)
         grid = page.locator('[data-testid="stDataFrame"]').first
         grid.scroll_into_view_if_needed()
         box = grid.bounding_box()
         page.mouse.click(box["x"] + 18, box["y"] + 55)  # the first row's selection box
         page.get_by_role("heading", name="Inspect an output").wait_for()
-        _settle(page)
+        settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4")
         body = page.locator("body").inner_text()
         assert "opened from the Layers page" in body and "blocks.2.fc1" in body
         page.screenshot(path=str(ARTIFACTS / "layers-inspect.png"), full_page=True)
+    finally:
         context.close()
-        browser.close()

@@ -1,7 +1,9 @@
 """The dashboard under attack, in real Chromium: a rebinding host name, markup in names.
 
-Chromium's --host-resolver-rules maps made-up names to 127.0.0.1, which is what DNS
-rebinding achieves: a page under a foreign name talking to the local dashboard.
+The session's Chromium maps made-up names to 127.0.0.1 (--host-resolver-rules, see
+tests.browser.HOST_RULES), which is what DNS rebinding achieves: a page under a foreign name
+talking to the local dashboard. The servers here are the module's own: a cold demo cache,
+allowed host names, a private temp folder.
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from browser import launch, serve_app
-from payloads import FAILING, IMAGE, write_payload_models
+
+from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, serve_app, settle
+from tests.payloads import FAILING, IMAGE, write_payload_models
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-RUN_TIMEOUT_MS = 180_000
-RESOLVE = "--host-resolver-rules=MAP evil.example 127.0.0.1, MAP good.example 127.0.0.1"
+PAUSE_MS = 1000
+"""settle()'s pause here: long enough for the running indicator to show, under load."""
 
 
 @pytest.fixture(scope="module")
@@ -32,22 +34,6 @@ def server(tmp_path_factory) -> Iterator[tuple[int, Path]]:
         yield urlparse(url).port, cache
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright import sync_api
-
-    with sync_api.sync_playwright() as pw:
-        chromium = launch(pw, RESOLVE)
-        yield chromium
-        chromium.close()
-
-
-def _nav(page, title: str) -> None:
-    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
-    page.get_by_role("heading", name=re.compile(title)).first.wait_for()
-    _settle(page)
-
-
 def _markup_from_names(page) -> list[str]:
     """<img> and <a> elements (HTML or SVG) that point where the payload names point."""
     return page.evaluate(
@@ -57,22 +43,17 @@ def _markup_from_names(page) -> list[str]:
     )
 
 
-def _settle(page) -> None:
-    page.wait_for_timeout(1000)  # long enough for the running indicator to show, under load
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
-
-
-def test_a_page_under_a_foreign_host_name_is_refused_and_runs_nothing(server, browser):
+def test_a_page_under_a_foreign_host_name_is_refused_and_runs_nothing(server, chromium):
     """Every URL, as the server's first script runs (Streamlit's pages/-folder mode is on
     until st.navigation is first called: /run would otherwise run pages/run.py alone)."""
     port, cache = server
-    context = browser.new_context(viewport={"width": 1200, "height": 700})
+    context = chromium.new_context(viewport={"width": 1200, "height": 700})
     page = context.new_page()
     stems = sorted(p.stem for p in (ROOT / "pages").glob("*.py") if p.stem != "__init__")
     for path in ["run", *stems, ""]:
         page.goto(f"http://evil.example:{port}/{path}?demo=cnn&run=/etc/passwd")
         page.get_by_text("does not serve this page").wait_for(timeout=60_000)
-        _settle(page)
+        settle(page, PAUSE_MS)
         body = page.locator("body").inner_text()
         assert "evil.example:" in body and "PARITY_ALLOWED_HOSTS" in body, path
         for drawn in ("Run a validation", "Run demo", "demo:cnn", "Saved runs", "Overview"):
@@ -83,15 +64,15 @@ def test_a_page_under_a_foreign_host_name_is_refused_and_runs_nothing(server, br
     context.close()
 
 
-def test_localhost_and_configured_names_are_served(server, browser):
+def test_localhost_and_configured_names_are_served(server, chromium):
     port, cache = server
-    context = browser.new_context(viewport={"width": 1200, "height": 700})
+    context = chromium.new_context(viewport={"width": 1200, "height": 700})
     page = context.new_page()
     page.goto(f"http://good.example:{port}/")
     page.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
     # the demo's export is read and its signature shown
     page.get_by_text("Sizes of the symbolic dims").wait_for(timeout=RUN_TIMEOUT_MS)
-    _settle(page)
+    settle(page, PAUSE_MS)
     page.goto(f"http://localhost:{port}/?demo=cnn")
     page.get_by_text(re.compile(r"demo:cnn: PASS in")).wait_for(timeout=RUN_TIMEOUT_MS)
     assert "does not serve this page" not in page.locator("body").inner_text()
@@ -99,38 +80,38 @@ def test_localhost_and_configured_names_are_served(server, browser):
     context.close()
 
 
-def test_output_names_with_markup_render_as_text_on_every_page(server, browser, tmp_path):
+def test_output_names_with_markup_render_as_text_on_every_page(server, chromium, tmp_path):
     port, _ = server
     pt2, onnx = write_payload_models(tmp_path)
-    context = browser.new_context(viewport={"width": 1500, "height": 2400})
+    context = chromium.new_context(viewport={"width": 1500, "height": 2400})
     page = context.new_page()
     page.set_default_timeout(60_000)
     fetched: list[str] = []
     page.on("request", lambda request: fetched.append(request.url))
     page.goto(f"http://localhost:{port}/")
     page.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
-    _settle(page)
+    settle(page, PAUSE_MS)
     radio = page.locator('[data-testid="stRadio"]')
     radio.filter(has_text="PyTorch model").get_by_text("Path on this machine").click()
     page.get_by_text("The demo's export").wait_for(state="detached")  # its ONNX radio is gone
     page.get_by_role("textbox", name="Model", exact=True).fill(str(pt2))
     page.keyboard.press("Enter")
-    _settle(page)
+    settle(page, PAUSE_MS)
     radio.filter(has_text="ONNX file").get_by_text("Path on this machine").click()
     page.get_by_role("textbox", name="ONNX path").fill(str(onnx))
     page.keyboard.press("Enter")
     page.get_by_text("ONNX signature").wait_for()
-    _settle(page)
+    settle(page, PAUSE_MS)
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_text("Failing outputs, worst first:").wait_for(timeout=RUN_TIMEOUT_MS)
-    _settle(page)
+    settle(page, PAUSE_MS)
     shown = page.locator("body").inner_text().replace("\u2060", "")  # md_text's joiners
     for name in FAILING:  # one sentence each, leading with the name as text
         assert f"{name} fails" in shown, name
     assert _markup_from_names(page) == []
     page.screenshot(path=str(ARTIFACTS / "09-names-as-text-run.png"))
     for title in ("Overview", "Inspect", "Tolerances"):
-        _nav(page, title)
+        nav(page, title)
         page.locator(".js-plotly-plot >> visible=true").first.wait_for()  # not a folded one
         assert _markup_from_names(page) == [], title
         assert IMAGE in page.locator("body").inner_text() or title == "Tolerances", title
@@ -145,7 +126,7 @@ def _upload_onnx(page, path: Path) -> None:
     uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
     uploader.locator('input[type="file"]').set_input_files(path)
     page.get_by_text("ONNX signature").wait_for()
-    _settle(page)
+    settle(page, PAUSE_MS)
 
 
 def _eventually(condition, timeout: float = 30.0) -> None:
@@ -162,7 +143,7 @@ def _session_folders(tmp: Path) -> list[Path]:
     return sorted(tmp.glob("parity-uploads-*"))
 
 
-def test_uploads_are_private_per_session_written_once_and_removed_with_it(browser, tmp_path):
+def test_uploads_are_private_per_session_written_once_and_removed_with_it(chromium, tmp_path):
     import hashlib
     import time
 
@@ -177,11 +158,11 @@ def test_uploads_are_private_per_session_written_once_and_removed_with_it(browse
     env = {"TMPDIR": str(server_tmp)}
     ttl = ["--server.disconnectedSessionTTL", "1"]
     with serve_app(ARTIFACTS / "streamlit-uploads.log", env=env, server_args=ttl) as url:
-        a = browser.new_context().new_page()
+        a = chromium.new_context().new_page()
         a.set_default_timeout(60_000)
         a.goto(url)
         a.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
-        _settle(a)
+        settle(a, PAUSE_MS)
         assert _session_folders(server_tmp) == []  # made on the first upload only
         _upload_onnx(a, onnx)
         assert "Cannot read this ONNX file" not in a.locator("body").inner_text()
@@ -197,14 +178,14 @@ def test_uploads_are_private_per_session_written_once_and_removed_with_it(browse
         seed = a.get_by_role("spinbutton", name="Seed")  # any widget change: a rerun
         seed.fill("7")
         seed.press("Enter")
-        _settle(a)
+        settle(a, PAUSE_MS)
         assert (stored.stat().st_mtime_ns, stored.stat().st_ino) == written  # not rewritten
 
-        b = browser.new_context().new_page()
+        b = chromium.new_context().new_page()
         b.set_default_timeout(60_000)
         b.goto(url)
         b.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
-        _settle(b)
+        settle(b, PAUSE_MS)
         _upload_onnx(b, onnx)  # the same bytes in another session: its own folder
         assert len(_session_folders(server_tmp)) == 2
 
@@ -212,16 +193,16 @@ def test_uploads_are_private_per_session_written_once_and_removed_with_it(browse
         other.write_bytes(data)
         uploader = a.locator('[data-testid="stFileUploader"]').filter(has_text="ONNX file")
         uploader.get_by_role("button", name=f"Remove {onnx.name}").click()  # files add up
-        _settle(a)
+        settle(a, PAUSE_MS)
         uploader.locator('input[type="file"]').set_input_files(other)
         uploader.get_by_text("other.onnx").wait_for()
-        _settle(a)
+        settle(a, PAUSE_MS)
         _eventually(lambda: [p.name for p in folder.glob("*/*")] == ["other.onnx"])
         assert not stored.parent.exists()  # a replaced upload is removed
 
         a.context.close()  # session A ends; Streamlit drops it once its TTL has passed
         time.sleep(2)
-        c = browser.new_context().new_page()
+        c = chromium.new_context().new_page()
         c.goto(url)
         c.get_by_role("button", name="Run demo:cnn").wait_for(timeout=RUN_TIMEOUT_MS)
         c.context.close()
@@ -240,7 +221,7 @@ LOAD_SESSIONS = {  # demo -> the verdict it must show; repeated demos share one 
 }
 
 
-def test_concurrent_sessions_on_a_cold_cache_each_get_their_own_demo_verdict(browser, tmp_path):
+def test_concurrent_sessions_on_a_cold_cache_each_get_their_own_demo_verdict(chromium, tmp_path):
     """Five browser sessions open demos at once on a cold demo cache (every export starts
     together): none fails, and each shows the verdict of its own demo."""
     demos = [*LOAD_SESSIONS, "broken"]
@@ -248,14 +229,14 @@ def test_concurrent_sessions_on_a_cold_cache_each_get_their_own_demo_verdict(bro
     with serve_app(ARTIFACTS / "streamlit-load.log", env=env) as url:
         pages = []
         for demo in demos:
-            page = browser.new_context(viewport={"width": 1400, "height": 1600}).new_page()
+            page = chromium.new_context(viewport={"width": 1400, "height": 1600}).new_page()
             page.goto(f"{url}/?demo={demo}")  # returns once loaded; the runs overlap
             pages.append(page)
         for demo, page in zip(demos, pages, strict=True):
             verdict = LOAD_SESSIONS[demo]
             done = page.get_by_text(re.compile(rf"(demo:{demo}: (PASS|FAIL) in)|Run failed"))
             done.first.wait_for(timeout=LOAD_TIMEOUT_MS)
-            _settle(page)
+            settle(page, PAUSE_MS)
             body = page.locator("body").inner_text()
             assert f"demo:{demo}: {verdict} in" in body, (demo, body[:2000])
             assert "Run failed" not in body and "Traceback" not in body, demo

@@ -11,65 +11,25 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from browser import launch, serve_app
-from playwright import sync_api
+
+from tests.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-RUN_TIMEOUT_MS = 180_000
 PAGES = ("Run", "Overview", "Inspect", "Layers", "Tolerances", "Sweep")
 
 
 @pytest.fixture(scope="module")
-def page() -> Iterator:
-    from playwright import sync_api
-
-    with (
-        serve_app(ARTIFACTS / "streamlit-state.log") as url,
-        sync_api.sync_playwright() as pw,
-    ):
-        browser = launch(pw)
-        context = browser.new_context(
-            viewport={"width": 1280, "height": 720}, accept_downloads=True
-        )
-        pg = context.new_page()
-        pg.set_default_timeout(60_000)
-        pg.goto(url)
-        pg.get_by_role("button", name="Run demo:fp16").wait_for()
-        yield pg
-        context.close()
-        browser.close()
-
-
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
-
-
-def _shot(page, name: str) -> None:
-    _settle(page)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
-
-
-def _nav(page, title: str) -> None:
-    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
-    page.locator("h1", has_text=re.compile(title)).first.wait_for()
-    _settle(page)
-
-
-def _run_demo(page, name: str) -> None:
-    _nav(page, "Run")
-    button = page.get_by_role("button", name=f"Run demo:{name}")
-    # after the first run the demo cards move below the verdict: wait for the old ones to go
-    sync_api.expect(button).to_have_count(1, timeout=RUN_TIMEOUT_MS)
-    button.click()
-    page.get_by_text(re.compile(rf"demo:{name}: (PASS|FAIL) in")).wait_for(timeout=RUN_TIMEOUT_MS)
-    _settle(page)
+def page(chromium, app_url: str) -> Iterator:
+    context = chromium.new_context(viewport={"width": 1280, "height": 720}, accept_downloads=True)
+    pg = context.new_page()
+    pg.set_default_timeout(60_000)
+    pg.goto(app_url)
+    pg.get_by_role("button", name="Run demo:fp16").wait_for()
+    yield pg
+    context.close()
 
 
 def _sidebar(page):
@@ -106,16 +66,16 @@ def _assert_no_exception(page, where: str) -> None:
 
 
 def test_suggest_turns_the_page_the_badge_and_the_sidebar_reports_to_pass_at_once(page, tmp_path):
-    _run_demo(page, "fp16")
-    _nav(page, "Tolerances")
+    run_demo(page, "fp16")
+    nav(page, "Tolerances")
     assert _badge(page) == "FAIL"
     page.get_by_role("button", name="Suggest").click()
     page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
     _wait_badge(page, "PASS")  # the same rerun: no other page opened in between
-    _settle(page)
+    settle(page)
     assert "0 failing comparison(s)" in _sidebar(page).inner_text()
     assert "last_hidden_state: atol" in _sidebar_tolerances(page)
-    _shot(page, "state-01-suggest-fp16-pass")
+    shot(page, "state-01-suggest-fp16-pass")
 
     with page.expect_download() as info:
         _sidebar(page).get_by_role("button", name="Download HTML report").click()
@@ -149,22 +109,22 @@ def _walk_every_ordered_pair(pages: tuple[str, ...]) -> list[str]:
 
 
 def test_every_page_after_every_other_page_draws_and_keeps_the_tolerances(page):
-    _run_demo(page, "fp16")
-    _nav(page, "Tolerances")
+    run_demo(page, "fp16")
+    nav(page, "Tolerances")
     page.get_by_role("button", name="Suggest").click()
     page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
-    _settle(page)
+    settle(page)
     walk = _walk_every_ordered_pair(PAGES)
     assert len(walk) >= 31
     for step, title in enumerate(walk[1:], 1):
-        _nav(page, title)
+        nav(page, title)
         where = f"step {step}: {walk[step - 1]} -> {title}"
         _assert_no_exception(page, where)
         _wait_badge(page, "PASS")  # the sidebar drawn, at the session's tolerances
         if title == "Tolerances":
             page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
-    _nav(page, "Tolerances")
-    _shot(page, "state-02-tolerances-after-every-page")
+    nav(page, "Tolerances")
+    shot(page, "state-02-tolerances-after-every-page")
 
 
 def _edit_cell(page, editor, *, row: int, col: int, text: str) -> None:
@@ -188,7 +148,7 @@ def _edit_cell(page, editor, *, row: int, col: int, text: str) -> None:
     overlay.wait_for()
     overlay.fill(text)
     overlay.press("Enter")
-    _settle(page)
+    settle(page)
 
 
 def _wait_sidebar_tolerances(page, line: str) -> None:
@@ -213,8 +173,8 @@ def _wait_editor(page, cells: list[str]) -> None:
 
 
 def test_numbers_typed_in_the_overrides_read_as_written_and_turn_the_override_on(page):
-    _run_demo(page, "fp16")
-    _nav(page, "Tolerances")
+    run_demo(page, "fp16")
+    nav(page, "Tolerances")
     _edit_cell(page, _editor(page), row=1, col=2, text="5e-3")  # pooled, atol
     _wait_editor(
         page,
@@ -241,11 +201,11 @@ def test_numbers_typed_in_the_overrides_read_as_written_and_turn_the_override_on
     _wait_editor(  # and the cell shows what is in force, not the refused text
         page, ["last_hidden_state", "true", "1e-05", "1e-05", "pooled", "true", "0.005", "0"]
     )
-    _shot(page, "state-03-typed-overrides")
+    shot(page, "state-03-typed-overrides")
 
 
 def test_after_a_run_the_verdict_and_the_failing_output_are_what_you_land_on(page):
-    _run_demo(page, "broken")
+    run_demo(page, "broken")
     page.get_by_text("Failing outputs, worst first:").wait_for()
     failing = page.get_by_text(re.compile(r"^mask fails in 2 of 2 input sets"))
     failing.wait_for()
@@ -255,19 +215,19 @@ def test_after_a_run_the_verdict_and_the_failing_output_are_what_you_land_on(pag
     assert demos.bounding_box()["y"] > box["y"]  # the demo cards come after the answer
     status = page.locator('[data-testid="stExpander"]').filter(has_text="demo:broken: FAIL in")
     assert "check" not in status.inner_text()  # the status icon is not a tick next to FAIL
-    _shot(page, "state-04-run-lands-on-the-verdict")
+    shot(page, "state-04-run-lands-on-the-verdict")
 
 
 def test_a_wrong_pair_is_said_in_words_and_the_last_good_run_stays(page, tmp_path):
-    from wrong_pair import write_wrong_pair
+    from tests.wrong_pair import write_wrong_pair
 
     pt2, onnx = write_wrong_pair(tmp_path)
-    _run_demo(page, "cnn")
+    run_demo(page, "cnn")
     model = page.locator('[data-testid="stRadio"]').filter(has_text="PyTorch model")
     model.get_by_text("Path on this machine").click()
     page.get_by_label("Model", exact=True).fill(str(pt2))
     page.get_by_label("Model", exact=True).press("Enter")
-    _settle(page)
+    settle(page)
     onnx_radio = page.locator('[data-testid="stRadio"]').filter(has_text="ONNX file")
     onnx_radio.get_by_text("Path on this machine").click()
     page.get_by_role("textbox", name="ONNX path").fill(str(onnx))
@@ -275,12 +235,12 @@ def test_a_wrong_pair_is_said_in_words_and_the_last_good_run_stays(page, tmp_pat
     page.get_by_text("Sizes of the symbolic dims").or_(
         page.get_by_text("Execution provider")
     ).first.wait_for()
-    _settle(page)
+    settle(page)
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_text("Likely a wrong pair").first.wait_for(timeout=RUN_TIMEOUT_MS)
-    _settle(page)
+    settle(page)
     body = page.locator("body").inner_text()
     assert "no output of the model has the shape of the ONNX output" in body
     assert "The previous run (demo:cnn) is still the current one." in body
     _wait_badge(page, "PASS")  # demo:cnn's verdict
-    _shot(page, "state-05-wrong-pair")
+    shot(page, "state-05-wrong-pair")

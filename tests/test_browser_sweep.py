@@ -16,15 +16,13 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from browser import launch, serve_app
 
 from parity.cli import main
+from tests.browser import nav, settle, shot
 from tests.sweep_zoo import copy_tiny, write_manifest, write_tokens_onnx
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
 VIEWPORT = {"width": 1400, "height": 1600}
 HEADER_PX, ROW_PX, MARKER_X = 37, 35, 18
 """Streamlit's dataframe geometry: header height, row height, the row-selection box's x."""
@@ -52,16 +50,6 @@ def sweep_dir(tmp_path_factory, model_zoo, tiny_artifacts) -> Path:
     out = root / "out"
     assert main(["sweep", str(manifest), "--out", str(out), "--workers", "2"]) == 2
     return out
-
-
-def _settle(page) -> None:
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=120_000)
-
-
-def _shot(page, name: str) -> None:
-    _settle(page)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def _table(page, index: int):
@@ -100,31 +88,26 @@ def _select_row(page, name: str) -> None:
 def _open_sweep(page, url: str, sweep_dir: Path) -> None:
     page.goto(f"{url}/?sweep={urllib.parse.quote(str(sweep_dir))}")
     page.get_by_role("heading", name="Sweep", exact=True).wait_for()
-    _settle(page)
+    settle(page)
     _rows(_table(page, 1))  # both tables drawn
 
 
 def _back_to_sweep(page) -> None:
-    page.locator('[data-testid="stSidebarNav"] a', has_text="Sweep").click()
-    page.get_by_role("heading", name="Sweep", exact=True).wait_for()
-    _settle(page)
+    nav(page, "Sweep")
     _rows(_table(page, 0))
 
 
 def _on_overview(page) -> str:
     page.get_by_role("heading", name="Overview", exact=True).wait_for()
-    _settle(page)
+    settle(page)
     _rows(_table(page, 0))
     return page.locator('[data-testid="stMain"]').inner_text()
 
 
-def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
-    from playwright import sync_api
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with serve_app(ARTIFACTS / "streamlit-sweep.log") as url, sync_api.sync_playwright() as pw:
-        browser = launch(pw)
-        context = browser.new_context(viewport=VIEWPORT)
+def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir, chromium, app_url):
+    url = app_url
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
         page = context.new_page()
         page.set_default_timeout(60_000)
         _open_sweep(page, url, sweep_dir)
@@ -146,7 +129,7 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
         assert by_pair["good"][0].startswith("✓ ") and by_pair["good"][1:] == ["", "", ""]
         assert by_pair["x__bad__"][0].startswith("✗ fail ")
         assert by_pair["tokens"][0] == "" and all(c.startswith("✓ ") for c in by_pair["tokens"][1:])
-        _shot(page, "sweep-01-opened")
+        shot(page, "sweep-01-opened")
 
         table = _table(page, 0)
         box = table.bounding_box()
@@ -156,7 +139,7 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
             "?.innerText.startsWith('corrupt')"
         )
         assert _pair_names(page) == ["corrupt", "good", "tokens", "x__bad__"]
-        _shot(page, "sweep-02-sorted-by-pair")
+        shot(page, "sweep-02-sorted-by-pair")
 
         _select_row(page, "x__bad__")  # shown 4th after sorting, 2nd in the data
         body = _on_overview(page)
@@ -164,7 +147,7 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
         assert _outputs_shown(page) == ["y"]
         sidebar = page.locator('[data-testid="stSidebar"]').inner_text()
         assert str(sweep_dir / "x__bad__" / "run.parity.npz") in sidebar
-        _shot(page, "sweep-03-overview-of-failing-pair")
+        shot(page, "sweep-03-overview-of-failing-pair")
 
         _back_to_sweep(page)
         folder = page.get_by_label(re.compile("^Sweep folder"))
@@ -173,7 +156,7 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
         body = _on_overview(page)
         assert "PASS" in body and "models.py:make_tokens" in body
         assert set(_outputs_shown(page)) == {"logits", "extra.0", "extra.1"}
-        _shot(page, "sweep-04-overview-of-three-output-pair")
+        shot(page, "sweep-04-overview-of-three-output-pair")
 
         _back_to_sweep(page)
         page.get_by_text("Only failing and error pairs").click()
@@ -181,16 +164,16 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir):
             "() => document.querySelectorAll('[data-testid=stDataFrame]')[0]"
             ".querySelectorAll('tr').length === 3"
         )
-        _settle(page)
+        settle(page)
         assert sorted(_pair_names(page)) == ["corrupt", "x__bad__"]
         assert [r[0] for r in _rows(_table(page, 1))[1:]] == ["x__bad__"]
         _select_row(page, "corrupt")  # no saved run: the page says so and shows its error
         page.get_by_text("This pair has no saved run to open").wait_for()
-        _settle(page)
+        settle(page)
         details = page.get_by_text(re.compile(r"^pair corrupt: ⚠ error")).inner_text()
         assert "Wire format was corrupt" in details  # the error line, whole
         assert str(sweep_dir / "corrupt" / "log.txt") in details
         assert page.get_by_role("heading", name="Sweep", exact=True).is_visible()
-        _shot(page, "sweep-05-filtered-error-pair-picked")
+        shot(page, "sweep-05-filtered-error-pair-picked")
+    finally:
         context.close()
-        browser.close()

@@ -13,12 +13,13 @@ import pytest
 from parity.cli import main
 from parity.pipeline import RunConfig, run_validation
 from parity.run.config import default_loaders
-from tests.candidate_exports import Exports, build
+from tests.candidate_exports import Exports
 
 
-@pytest.fixture(scope="session")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Exports:
-    return build(tmp_path_factory.mktemp("candidates"))
+@pytest.fixture(scope="module")
+def exports(candidate_exports: Exports) -> Exports:
+    """The session's candidate exports (tests/conftest.py), read only."""
+    return candidate_exports
 
 
 def _report(path: Path) -> dict:

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_models import PROMPTS
-from hf_tasks import bert_config, optimum_export, save_text_model
 
 from parity.cli import main
 from parity.errors import ModelLoadError, UsageError
@@ -19,9 +17,13 @@ from parity.hf.heads import choose_model_class
 from parity.hf.options import HfOptions
 from parity.hf.summary import judged_summary
 from parity.pipeline import RunConfig, run_validation
+from tests.hf_models import PROMPTS
+from tests.hf_tasks import bert_config, optimum_export, save_text_model
 
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow  # exports transformers models
 
 HEADS = {
     "text-classification": ("BertForSequenceClassification", ["logits"]),
@@ -120,12 +122,11 @@ def test_choice_rules_without_a_model() -> None:
         choose_model_class(vit, task="question-answering")
 
 
-def test_given_inputs_do_not_apply_to_a_model_that_generates(tmp_path, capsys) -> None:
+def test_given_inputs_do_not_apply_to_a_model_that_generates(llama_dir, tmp_path, capsys) -> None:
     """One-forward models take --inputs; a causal LM's inputs are its generate() calls."""
     import numpy as np
-    from hf_models import make_llama_dir
 
-    directory = make_llama_dir(tmp_path / "llama")
+    directory = llama_dir
     feeds = tmp_path / "ids.npz"
     np.savez(feeds, input_ids=np.zeros((1, 4), dtype=np.int64))
     assert main(["validate", "--model", f"hf:{directory}", "--inputs", str(feeds)]) == 2

@@ -14,15 +14,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from hf_models import PROMPTS
-from hf_seq2seq_models import (
-    FAMILIES,
-    FRAMES,
-    MEL_BINS,
-    export_optimum,
-    make_seq2seq_dir,
-    unmerged_copy,
-)
 from onnx import numpy_helper
 
 from parity.errors import InputError, UsageError
@@ -30,6 +21,17 @@ from parity.hf.options import HfOptions
 from parity.hf.steps_text import format_steps_table
 from parity.hf.summary import judged_summary, steps_json
 from parity.pipeline import RunConfig, run_validation
+from tests.hf_models import PROMPTS
+from tests.hf_seq2seq_models import (
+    FAMILIES,
+    FRAMES,
+    MEL_BINS,
+    export_optimum,
+    make_seq2seq_dir,
+    unmerged_copy,
+)
+
+pytestmark = pytest.mark.slow  # exports transformers models
 
 LABELS = ["encoder", "decoder step 0", "decoder step 1", "decoder step 2"]
 

@@ -16,7 +16,6 @@ import onnx
 import pytest
 import torch
 import transformers
-from hf_models import PROMPTS, SPECIAL, make_llama_dir, make_tokenizer, save_model
 from onnx import TensorProto, helper
 
 from parity.errors import ExportError
@@ -24,6 +23,9 @@ from parity.hf.options import HfOptions
 from parity.hf.steps_text import format_steps_table
 from parity.hf.summary import judged_summary, masked_positions_json, steps_json
 from parity.pipeline import RunConfig, run_validation
+from tests.hf_models import PROMPTS, SPECIAL, make_tokenizer, save_model
+
+pytestmark = pytest.mark.slow  # exports transformers models
 
 
 def run_hf_validation(
@@ -38,11 +40,6 @@ def run_hf_validation(
     if export_path is not None:
         options = dataclasses.replace(options, export_path=export_path)
     return run_validation(RunConfig(model=model, onnx=onnx, hf=options))
-
-
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory) -> str:
-    return make_llama_dir(tmp_path_factory.mktemp("llama"))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from browser import launch
 from plotly.offline import get_plotlyjs
 
 from parity.judge.compare import compare_outputs
@@ -65,54 +64,51 @@ def mixed_run() -> ValidationRun:
     )
 
 
-def open_in_chromium(path: Path, expected_charts: int) -> dict:
-    """Load the report from disk; return the requests it made and what rendered."""
-    from playwright import sync_api
-
+def open_in_chromium(chromium, path: Path, expected_charts: int) -> dict:
+    """Load the report from disk in a new context of the session's Chromium; return the
+    requests it made and what rendered."""
     requests: list[str] = []
     errors: list[str] = []
-    with sync_api.sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page()
-            page.add_init_script(
-                "window.__violations = [];"
-                "document.addEventListener('securitypolicyviolation',"
-                " e => window.__violations.push(e.blockedURI));"
-            )
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(path.resolve().as_uri())
-            page.wait_for_function(
-                f"document.querySelectorAll('.js-plotly-plot .main-svg').length"
-                f" >= {expected_charts}",
-                timeout=60_000,
-            )
-            page.wait_for_timeout(300)  # let any late request show up
-            result = {
-                "requests": requests,
-                "errors": errors,
-                "violations": page.evaluate("window.__violations"),
-                "charts": page.locator(".js-plotly-plot").count(),
-                "heatmap_traces": page.locator(".fig.heatmap .hm, .fig.heatmap image").count(),
-                "title": page.title(),
-                "text": page.inner_text("body"),
-            }
-        finally:
-            browser.close()
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        page.add_init_script(
+            "window.__violations = [];"
+            "document.addEventListener('securitypolicyviolation',"
+            " e => window.__violations.push(e.blockedURI));"
+        )
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function(
+            f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {expected_charts}",
+            timeout=60_000,
+        )
+        page.wait_for_timeout(300)  # let any late request show up
+        result = {
+            "requests": requests,
+            "errors": errors,
+            "violations": page.evaluate("window.__violations"),
+            "charts": page.locator(".js-plotly-plot").count(),
+            "heatmap_traces": page.locator(".fig.heatmap .hm, .fig.heatmap image").count(),
+            "title": page.title(),
+            "text": page.inner_text("body"),
+        }
+    finally:
+        context.close()
     return result
 
 
 @pytest.mark.browser
 def test_report_renders_offline_with_every_failing_outputs_figures(
-    tmp_path: Path, mixed_run: ValidationRun
+    chromium, tmp_path: Path, mixed_run: ValidationRun
 ) -> None:
     path = write_html_report(mixed_run, tmp_path / "report.html")
     n_failing = 2  # "big" and the evil-named one; "reshaped" has no element-wise view
     expected = 1 + (FIGURES_PER_FAILING_OUTPUT + 1) * n_failing  # + grid, + where profiles
     assert figure_count(mixed_run) == expected
 
-    seen = open_in_chromium(path, expected)
+    seen = open_in_chromium(chromium, path, expected)
 
     assert seen["requests"] == [path.resolve().as_uri()], "the report fetched something"
     assert seen["violations"] == [] and seen["errors"] == []
@@ -157,12 +153,12 @@ def test_worst_elements_table_points_at_the_broken_region(tmp_path: Path, mixed_
 
 @pytest.mark.browser
 def test_report_from_a_run_without_raw_outputs_says_heatmaps_are_omitted(
-    tmp_path: Path, mixed_run: ValidationRun
+    chromium, tmp_path: Path, mixed_run: ValidationRun
 ) -> None:
     loaded = load_run(save_run(mixed_run, tmp_path / "r.parity.npz", keep_outputs=False))
     path = write_html_report(loaded, tmp_path / "r.html")
     assert figure_count(loaded) == 1
-    seen = open_in_chromium(path, 1)
+    seen = open_in_chromium(chromium, path, 1)
     assert seen["charts"] == 1
     assert seen["requests"] == [path.resolve().as_uri()]
     assert "kept no raw outputs" in seen["text"]
@@ -223,40 +219,39 @@ def test_report_leads_with_one_sentence_per_failing_output_and_ends_with_files(
 
 
 @pytest.mark.browser
-def test_report_numbers_never_wrap_mid_token_in_a_narrow_window(tmp_path: Path, mixed_run):
-    from playwright import sync_api
-
+def test_report_numbers_never_wrap_mid_token_in_a_narrow_window(
+    chromium, tmp_path: Path, mixed_run
+):
     path = write_html_report(mixed_run, tmp_path / "r.html")
-    with sync_api.sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page(viewport={"width": 700, "height": 900})
-            page.goto(path.resolve().as_uri())
-            page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 3")
-            # every number-like token (1.00e-05, 4.19e+06, 10,000, (12.1%), 0.481) of the lead
-            # sentences and the tables lies on one line: one client rect per token
-            broken = page.evaluate(
-                """() => {
-                  const out = [];
-                  const re = /[-+(]?[0-9][0-9.,]*(e[-+][0-9]+)?[%×)]?/g;
-                  const nodes = document.querySelectorAll('ul.lead li, td');
-                  for (const el of nodes) {
-                    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
-                    let node;
-                    while ((node = walker.nextNode())) {
-                      for (const m of node.data.matchAll(re)) {
-                        const r = document.createRange();
-                        r.setStart(node, m.index);
-                        r.setEnd(node, m.index + m[0].length);
-                        const lines = new Set([...r.getClientRects()].map(q => Math.round(q.top)));
-                        if (lines.size > 1) out.push(m[0]);
-                      }
-                    }
+    context = chromium.new_context(viewport={"width": 700, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 3")
+        # every number-like token (1.00e-05, 4.19e+06, 10,000, (12.1%), 0.481) of the lead
+        # sentences and the tables lies on one line: one client rect per token
+        broken = page.evaluate(
+            """() => {
+              const out = [];
+              const re = /[-+(]?[0-9][0-9.,]*(e[-+][0-9]+)?[%×)]?/g;
+              const nodes = document.querySelectorAll('ul.lead li, td');
+              for (const el of nodes) {
+                const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+                let node;
+                while ((node = walker.nextNode())) {
+                  for (const m of node.data.matchAll(re)) {
+                    const r = document.createRange();
+                    r.setStart(node, m.index);
+                    r.setEnd(node, m.index + m[0].length);
+                    const lines = new Set([...r.getClientRects()].map(q => Math.round(q.top)));
+                    if (lines.size > 1) out.push(m[0]);
                   }
-                  return out;
-                }"""
-            )
-            page.screenshot(path=str(ARTIFACTS / "html-report-narrow.png"), full_page=False)
-        finally:
-            browser.close()
+                }
+              }
+              return out;
+            }"""
+        )
+        page.screenshot(path=str(ARTIFACTS / "html-report-narrow.png"), full_page=False)
+    finally:
+        context.close()
     assert broken == []

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_layers_views import EVIL, chain
 
 from parity.layers.result import KeptValue, LayersResult
+from tests.test_layers_views import EVIL, chain
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180

@@ -12,14 +12,14 @@ import math
 
 import onnx
 import pytest
-from layers_planted import PLANTED_MODULE, planted_export, planted_layers_run
 from streamlit.testing.v1 import AppTest
-from test_layers_page import APP, TIMEOUT
 
 from parity.cli import main
 from parity.layers import figures as lf
 from parity.layers import views
 from parity.layers.model_explorer import DIVERGES_COLOR
+from tests.layers_planted import PLANTED_MODULE, planted_export, planted_layers_run
+from tests.test_layers_page import APP, TIMEOUT
 
 
 @pytest.fixture(scope="module")

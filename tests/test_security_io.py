@@ -1,7 +1,9 @@
 """Issue 9, files and limits: atomic outputs, bounded allocations, the time limit, strict files.
 
-Every case is a real generated file run through the real CLI in a subprocess
-(`python -m parity validate ...`): exit 2 and one line on stderr, nothing half-written.
+Every case is a real generated file run through the real CLI: exit 2 and one line on stderr,
+nothing half-written. Cases about the process itself (killed mid-write, a file-size limit,
+the watchdog that ends a run past --timeout) run `python -m parity` in a subprocess; the
+others call `parity.cli.main` in this process (the same parser, run and exit code).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import signal
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from parity.cli import main
 from tests.conftest import ModelZoo, TinyArtifacts
 
 _ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -31,7 +35,30 @@ def run_cli(*args: str, prelude: str = "", timeout: float = 600) -> subprocess.C
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_ENV)
 
 
-def one_error_line(result: subprocess.CompletedProcess) -> str:
+@dataclass(frozen=True)
+class Ran:
+    """What an in-process run of the CLI gave: its exit code and its stderr."""
+
+    returncode: int
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys):
+    """`cli(*ARGS)`: `parity.cli.main(ARGS)` in this process, as Ran."""
+
+    def run(*args: str) -> Ran:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own usage errors
+            code = exc.code
+        return Ran(code, capsys.readouterr().err)
+
+    return run
+
+
+def one_error_line(result: subprocess.CompletedProcess | Ran) -> str:
     """Exit 2 and exactly one stderr line, `parity: error: ...`; returns that line."""
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, (result.returncode, result.stderr)
@@ -66,29 +93,29 @@ OUTPUT_FLAGS = ["--json", "--html", "--save-run", "--save-reference"]
 @pytest.mark.parametrize("flag", OUTPUT_FLAGS)
 @pytest.mark.parametrize("where", ["missing folder", "read-only", "a directory"])
 def test_unwritable_output_exits_2_with_one_line(
-    flag: str, where: str, model_zoo, tiny_artifacts, tmp_path: Path
+    flag: str, where: str, model_zoo, tiny_artifacts, tmp_path: Path, cli
 ):
     target = {
         "missing folder": tmp_path / "no" / "such" / "out.bin",
         "read-only": Path("/sys/parity-out.bin"),  # refused even to root, unlike chmod
         "a directory": tmp_path,
     }[where]
-    result = run_cli(*tiny_args(model_zoo, tiny_artifacts), flag, str(target))
+    result = cli(*tiny_args(model_zoo, tiny_artifacts), flag, str(target))
     line = one_error_line(result)
     assert "cannot write" in line and str(target) in line
 
 
-def test_failed_run_with_unwritable_json_exits_2_with_one_line(tmp_path: Path):
-    result = run_cli(
+def test_failed_run_with_unwritable_json_exits_2_with_one_line(tmp_path: Path, cli):
+    result = cli(
         "validate", "--model", "demo:cnn", "--onnx", str(tmp_path / "absent.onnx"),
         "--json", str(tmp_path / "missing" / "r.json"),
     )  # fmt: skip
     assert "cannot write JSON report" in one_error_line(result)
 
 
-def test_failed_run_writes_its_error_report_atomically(tmp_path: Path):
+def test_failed_run_writes_its_error_report_atomically(tmp_path: Path, cli):
     report = tmp_path / "r.json"
-    result = run_cli(
+    result = cli(
         "validate", "--model", "demo:cnn", "--onnx", str(tmp_path / "absent.onnx"),
         "--json", str(report),
     )  # fmt: skip
@@ -110,12 +137,12 @@ _REFUSE_ON_SIZE = _PRELOAD + (
 
 @pytest.mark.parametrize("flag", OUTPUT_FLAGS)
 def test_process_killed_mid_write_leaves_the_old_file_whole(
-    flag: str, model_zoo, tiny_artifacts, tmp_path: Path
+    flag: str, model_zoo, tiny_artifacts, tmp_path: Path, cli
 ):
     out = tmp_path / ("out.npz" if flag.startswith("--save") else "out.txt")
     args = [*tiny_args(model_zoo, tiny_artifacts), "--input-sets", "2", "--dim", "batch=256"]
     args += [flag, str(out)]
-    assert run_cli(*args).returncode == 0
+    assert cli(*args).returncode == 0
     good = out.read_bytes()
     assert len(good) > 1000
 
@@ -124,19 +151,19 @@ def test_process_killed_mid_write_leaves_the_old_file_whole(
     assert out.read_bytes() == good  # the old file is whole
     assert len(temps_of(out)) == 1  # the killed writer's temp file is left ...
 
-    assert run_cli(*args).returncode == 0
+    assert cli(*args).returncode == 0
     assert temps_of(out) == []  # ... and the next write removes it
     assert is_whole(out, flag)
 
 
 @pytest.mark.parametrize("flag", OUTPUT_FLAGS)
 def test_file_size_limit_leaves_the_old_file_whole_and_no_temp(
-    flag: str, model_zoo, tiny_artifacts, tmp_path: Path
+    flag: str, model_zoo, tiny_artifacts, tmp_path: Path, cli
 ):
     out = tmp_path / ("out.npz" if flag.startswith("--save") else "out.txt")
     args = [*tiny_args(model_zoo, tiny_artifacts), "--input-sets", "2", "--dim", "batch=256"]
     args += [flag, str(out)]
-    assert run_cli(*args).returncode == 0
+    assert cli(*args).returncode == 0
     good = out.read_bytes()
     refused = run_cli(*args, prelude=_REFUSE_ON_SIZE.format(limit=len(good) // 2))
     assert "File too large" in one_error_line(refused)
@@ -161,10 +188,10 @@ def test_file_size_limit_leaves_the_old_file_whole_and_no_temp(
         ('{"default": {"atol": 1' + "0" * 5000 + "}}", "not valid JSON"),
     ],
 )
-def test_tolerances_file_is_read_strictly(content: str, words: str, tmp_path: Path) -> None:
+def test_tolerances_file_is_read_strictly(content: str, words: str, tmp_path: Path, cli) -> None:
     tol = tmp_path / "tol.json"
     tol.write_text(content)
-    result = run_cli("validate", "--model", "demo:cnn", "--tolerances", str(tol))
+    result = cli("validate", "--model", "demo:cnn", "--tolerances", str(tol))
     line = one_error_line(result)
     assert words in line and str(tol) in line
 
@@ -174,8 +201,8 @@ def failing_saved_run(model_zoo, tiny_artifacts, tmp_path_factory) -> Path:
     """A real saved run whose one output fails (atol 1e-12 is below float32 noise)."""
     path = tmp_path_factory.mktemp("saved") / "fail.parity.npz"
     args = [*tiny_args(model_zoo, tiny_artifacts), "--atol", "1e-12", "--save-run", str(path)]
-    assert run_cli(*args).returncode == 1
-    assert run_cli("report", str(path)).returncode == 1
+    assert main(args) == 1
+    assert main(["report", str(path)]) == 1
     return path
 
 
@@ -199,7 +226,7 @@ def edited_run(source: Path, target: Path, edit, *, reseal: bool) -> Path:
     return target
 
 
-def test_editing_statuses_from_fail_to_pass_is_refused(failing_saved_run, tmp_path: Path):
+def test_editing_statuses_from_fail_to_pass_is_refused(failing_saved_run, tmp_path: Path, cli):
     edited = edited_run(
         failing_saved_run,
         tmp_path / "edited.parity.npz",
@@ -207,16 +234,16 @@ def test_editing_statuses_from_fail_to_pass_is_refused(failing_saved_run, tmp_pa
         reseal=False,
     )
     assert '"status": "fail"' not in zipfile.ZipFile(edited).read("manifest.json").decode()
-    line = one_error_line(run_cli("report", str(edited)))
+    line = one_error_line(cli("report", str(edited)))
     assert "does not match its manifest hash" in line
 
 
-def test_a_manifest_without_its_hash_is_refused(failing_saved_run, tmp_path: Path):
+def test_a_manifest_without_its_hash_is_refused(failing_saved_run, tmp_path: Path, cli):
     target = tmp_path / "nohash.parity.npz"
     edited_run(failing_saved_run, target, lambda text: text, reseal=False)
     with zipfile.ZipFile(target, "a") as zf:
         zf.comment = b""
-    assert "has no manifest hash" in one_error_line(run_cli("report", str(target)))
+    assert "has no manifest hash" in one_error_line(cli("report", str(target)))
 
 
 def _manifest_edit(path: str, value):
@@ -253,7 +280,7 @@ def _manifest_edit(path: str, value):
     ],
 )
 def test_a_resealed_manifest_is_still_read_strictly(
-    field: str, value: str, words: str, failing_saved_run, tmp_path: Path
+    field: str, value: str, words: str, failing_saved_run, tmp_path: Path, cli
 ):
     """Behind the hash (a forger can recompute it), every field is type-checked.
 
@@ -266,7 +293,7 @@ def test_a_resealed_manifest_is_still_read_strictly(
         lambda text: edit(text).replace(json.dumps(marker), value),
         reseal=True,
     )
-    line = one_error_line(run_cli("report", str(target)))
+    line = one_error_line(cli("report", str(target)))
     assert words in line and "Traceback" not in line
 
 
@@ -293,30 +320,30 @@ def _identity_model(folder: Path, shape: list, name: str = "x") -> tuple[str, Pa
     return f"{factory}:make", onnx_path
 
 
-def test_a_huge_fixed_input_dim_is_refused_before_allocating(tmp_path: Path):
+def test_a_huge_fixed_input_dim_is_refused_before_allocating(tmp_path: Path, cli):
     spec, onnx_path = _identity_model(tmp_path, [100000, 100000])
-    line = one_error_line(run_cli("validate", "--model", spec, "--onnx", str(onnx_path)))
+    line = one_error_line(cli("validate", "--model", spec, "--onnx", str(onnx_path)))
     assert "needs 37.3 GiB" in line and "[100000, 100000]" in line
     assert "--max-memory" in line
 
 
-def test_a_huge_dim_flag_is_refused_before_allocating(model_zoo, tiny_artifacts):
+def test_a_huge_dim_flag_is_refused_before_allocating(model_zoo, tiny_artifacts, cli):
     args = [*tiny_args(model_zoo, tiny_artifacts), "--dim", "batch=1000000000000"]
-    line = one_error_line(run_cli(*args))
+    line = one_error_line(cli(*args))
     assert "needs 14.6 TiB" in line and "smaller --dim sizes" in line
 
 
-def test_many_input_sets_are_refused_before_the_first_is_made():
-    line = one_error_line(run_cli("validate", "--model", "demo:cnn", "--input-sets", "10000"))
+def test_many_input_sets_are_refused_before_the_first_is_made(cli):
+    line = one_error_line(cli("validate", "--model", "demo:cnn", "--input-sets", "10000"))
     assert "generating 10000 input sets" in line and "fewer --input-sets" in line
 
 
-def test_max_memory_sets_the_budget(model_zoo, tiny_artifacts):
+def test_max_memory_sets_the_budget(model_zoo, tiny_artifacts, cli):
     args = [*tiny_args(model_zoo, tiny_artifacts), "--dim", "batch=100000"]  # 1.5 MiB of x
-    line = one_error_line(run_cli(*args, "--max-memory", "1M"))
+    line = one_error_line(cli(*args, "--max-memory", "1M"))
     assert "over the 1.0 MiB memory budget" in line
-    assert run_cli(*args, "--max-memory", "64M").returncode == 0
-    assert "--max-memory" in one_error_line(run_cli(*args, "--max-memory", "lots"))
+    assert cli(*args, "--max-memory", "64M").returncode == 0
+    assert "--max-memory" in one_error_line(cli(*args, "--max-memory", "lots"))
 
 
 def _npz_claiming(path: Path, key: str, shape: tuple[int, ...], *, deflate: bool) -> Path:
@@ -337,23 +364,23 @@ def _npz_claiming(path: Path, key: str, shape: tuple[int, ...], *, deflate: bool
 
 @pytest.mark.parametrize("deflate", [False, True])
 def test_an_npz_member_claiming_gigabytes_is_refused_from_its_header(
-    deflate: bool, model_zoo, tiny_artifacts, tmp_path: Path
+    deflate: bool, model_zoo, tiny_artifacts, tmp_path: Path, cli
 ):
     feeds = _npz_claiming(tmp_path / "big.npz", "x", (1 << 29, 4), deflate=deflate)
     assert feeds.stat().st_size < 1000
-    line = one_error_line(run_cli(*tiny_args(model_zoo, tiny_artifacts), "--inputs", str(feeds)))
+    line = one_error_line(cli(*tiny_args(model_zoo, tiny_artifacts), "--inputs", str(feeds)))
     assert "needs 8.0 GiB" in line and str(feeds) in line
 
 
 def test_a_reference_file_claiming_gigabytes_is_refused_from_its_header(
-    tiny_artifacts, tmp_path: Path
+    tiny_artifacts, tmp_path: Path, cli
 ):
     import numpy as np
 
     feeds = tmp_path / "feeds.npz"
     np.savez(feeds, x=np.ones((2, 4), np.float32))
     ref = _npz_claiming(tmp_path / "ref.npz", "y", (1 << 29, 4), deflate=True)
-    result = run_cli(
+    result = cli(
         "validate", "--onnx", str(tiny_artifacts.onnx), "--reference", str(ref),
         "--inputs", str(feeds),
     )  # fmt: skip
@@ -476,8 +503,8 @@ def test_timeout_ends_a_torch_model_that_never_returns(tmp_path: Path, tiny_arti
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "soon"])
-def test_a_bad_timeout_is_a_usage_error(value: str):
-    result = run_cli("validate", "--model", "demo:cnn", "--timeout", value)
+def test_a_bad_timeout_is_a_usage_error(value: str, cli):
+    result = cli("validate", "--model", "demo:cnn", "--timeout", value)
     assert result.returncode == 2 and "--timeout" in result.stderr
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from wrong_pair import write_wrong_pair
 
 from parity.cli import main
 from parity.labels import wrong_pair_note
 from parity.pipeline import RunConfig, run_validation
 from parity.reports.report import report_dict
 from parity.show.format import format_run
+from tests.wrong_pair import write_wrong_pair
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
