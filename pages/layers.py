@@ -14,6 +14,7 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.tables import status_style
+from parity.dashboard.text import md_text
 from parity.layers import figures as lf
 from parity.layers import views
 from parity.results import ValidationRun
@@ -69,13 +70,57 @@ COLUMN_CONFIG = {
 }
 
 
+def layers_config(run: ValidationRun):
+    """The config that made `run` (this session ran it), again with layers compared: for a run
+    with several candidates, the one the pages show. None when there is none to re-run (a
+    reopened saved run) or nothing to compare layers against (no PyTorch model)."""
+    from dataclasses import replace
+
+    from parity.results import RunKind
+
+    config = state.run_config_of(state.raw_run())
+    if config is None or config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
+        return None
+    if config.n_candidates > 1:
+        info = next(i for i in run.candidate_list if i.index == state.candidate_index(run))
+        config = replace(
+            config, onnx=info.onnx, provider=info.provider, ort_opt_level=info.ort_opt_level
+        )
+    return replace(config, layers=True, tolerances=state.tolerances())
+
+
 def _no_layers(run: ValidationRun) -> None:
+    from parity.dashboard.running import execute
+
+    config = layers_config(run)
+    if config is None:
+        st.info(
+            "This run compared the model's outputs only. To find the op where the export "
+            "starts to diverge, tick **Compare layers** on the Run page and run again, or run "
+            "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
+        )
+        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
+        return
+    which = ""
+    if run.is_multi_candidate:
+        info = next(i for i in run.candidate_list if i.index == state.candidate_index(run))
+        which = f" (candidate {md_text(info.label)})"
     st.info(
-        "This run compared the model's outputs only. To find the op where the export starts "
-        "to diverge, tick **Compare layers** on the Run page and run again, or run "
-        "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
+        "This run compared the model's outputs only. Run it again comparing every "
+        f"intermediate value{which} to find the op where the export starts to diverge "
+        "(slower than the outputs alone)."
     )
-    st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
+    clicked = st.button(
+        "Compare layers for this run",
+        type="primary",
+        icon=":material/account_tree:",
+        key="layers_rerun",
+    )
+    if clicked and execute(config, label=f"{run.model} with layers"):
+        st.rerun()
+    failure = state.last_failure()
+    if failure is not None:
+        st.error(f"**Run failed** ({failure.kind}): {md_text(failure.message)}")
 
 
 def verdict(result) -> None:

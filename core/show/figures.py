@@ -655,6 +655,7 @@ class GridCell:
     column: str
     comparison: OutputComparison
     select: tuple = ()
+    note: str = ""  # more hover words (a candidates grid: on how many sets it fails)
 
 
 def judgement_grid(
@@ -686,6 +687,8 @@ def judgement_grid(
         else:
             z[i, j] = look.z
         text = f"{rows[i]} · {columns[j]}<br>{plot_text(look.words)}"
+        if cell.note:
+            text += f"<br>{plot_text(cell.note)}"
         hover[i][j] = text
         xs.append(columns[j])
         ys.append(rows[i])

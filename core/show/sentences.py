@@ -13,15 +13,25 @@ from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.text import number_text, ratio_text, shape_text, tolerance_text
 
-__all__ = ["failing_outputs", "output_sentence"]
+__all__ = ["candidate_words", "failing_outputs", "output_sentence"]
 
 
 def failing_outputs(run: ValidationRun) -> list[OutputComparison]:
-    """One comparison per failing output name (its worst input set), worst output first."""
-    best: dict[str, OutputComparison] = {}
+    """One comparison per failing output name (its worst input set), worst output first; in
+    a run with several candidates, one per failing (candidate, output)."""
+    best: dict[tuple[int, str], OutputComparison] = {}
     for c in worst_first(c for c in run.comparisons if not c.status.passed):
-        best.setdefault(c.name, c)
+        best.setdefault((c.candidate, c.name), c)
     return list(best.values())
+
+
+def candidate_words(run: ValidationRun, c: OutputComparison) -> str:
+    """`` on #2 wrong.onnx (CPU, all)``: which candidate a comparison judges, in a run with
+    several ("" in a run with one, where the file is the run's)."""
+    if not run.is_multi_candidate:
+        return ""
+    info = next((i for i in run.candidate_list if i.index == c.candidate), None)
+    return f" on {info.label}" if info is not None else ""
 
 
 def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile | None) -> str:
@@ -29,12 +39,14 @@ def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile
     tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (4.81e+04× the allowed error); all
     248 mismatches lie at ...``"""
     unit = "steps" if run.is_generation else "input sets"
-    n_sets = len({x.input_set for x in run.comparisons if x.name == c.name})
-    n_failing = len(
-        {x.input_set for x in run.comparisons if x.name == c.name and not x.status.passed}
-    )
+    mine = [x for x in run.comparisons if x.name == c.name and x.candidate == c.candidate]
+    n_sets = len({x.input_set for x in mine})
+    n_failing = len({x.input_set for x in mine if not x.status.passed})
+    on = candidate_words(run, c)
     head = (
-        f"{c.name} fails in {n_failing} of {n_sets} {unit}." if n_sets > 1 else f"{c.name} fails."
+        f"{c.name} fails in {n_failing} of {n_sets} {unit}{on}."
+        if n_sets > 1
+        else f"{c.name} fails{on}."
     )
     at = f"In set {c.input_set}, " if n_sets > 1 else ""
     if c.status is Status.SHAPE_MISMATCH:
