@@ -16,6 +16,7 @@ __all__ = [
     "plot_number_format",
     "ratio_text",
     "shape_text",
+    "times_text",
     "tolerance_text",
 ]
 
@@ -64,6 +65,18 @@ def axis_text(axis: int, size: int | None = None, name: str | None = None) -> st
 def ratio_text(value: float | None) -> str:
     """An error in units of the allowed error (parity.judge.judgement): ``0.13×``, ``4.81e+04×``."""
     return "-" if value is None else number_text(value) + "×"
+
+
+def times_text(value: float) -> str:
+    """An error in units of the allowed error, in words for a sentence: ``0.13 times``,
+    ``48,100 times``, ``1.2e+10 times``; ``an unbounded multiple of`` for inf (NaN or Inf on
+    one side). Three significant digits, as number_text."""
+    value = float(value)
+    if math.isinf(value):
+        return "an unbounded multiple of"
+    if 10 <= value < 1e9:
+        return f"{float(f'{value:.3g}'):,.0f} times"
+    return f"{number_text(value)} times"
 
 
 def shape_text(dims: Sequence[int] | None) -> str:

@@ -11,6 +11,7 @@ from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
     fitting_columns,
+    one_dtype,
     one_tolerance,
     rows_frame,
     status_style,
@@ -102,10 +103,11 @@ def page() -> None:
 
     st.subheader("Outputs")
     frame = comparison_frame(run)
-    same = one_tolerance(frame)
+    same, dtype = one_tolerance(frame), one_dtype(frame)
     st.caption(
         "Select a row to inspect that output. A shape or dtype reads A vs B if they differ."
         + (f" Every row is judged at atol / rtol {md_text(same)}." if same else "")
+        + (f" Every output is {md_text(dtype)} on both sides." if dtype else "")
     )
     st.dataframe(
         status_style(frame),

@@ -98,7 +98,20 @@ def test_a_passing_run_is_green_everywhere_and_a_failing_cell_is_red(session) ->
             assert g > 150, (r, g, b)
     body = page.locator('[data-testid="stMain"]').inner_text()
     assert "mask fails in 2 of 2 input sets" in body
-    assert "lie at indices {0, 31} of axis 2 (height) or at indices {0, 31} of axis 3" in body
+    assert "lie along the image's border (indices 0 and 31 of axis 2 (height)" in body
+    # issue 22: the message column fits a 1280 px screen: the dtype every row shares is
+    # said above the table, not in a column, and the message gets its room
+    assert "Every output is float32 on both sides." in body
+    table = page.locator('[data-testid="stDataFrame"]').first
+    headers = " | ".join(table.locator("th").all_inner_texts())
+    assert "message" in headers and "dtype" not in headers, headers
+    from parity.dashboard.tables import ROW_COLUMN_CONFIG
+
+    shown = ("set", "output", "status", "shape ref / onnx", "max abs", "max rel", "mismatched",
+             "message")  # fmt: skip
+    widths = [ROW_COLUMN_CONFIG[h]["width"] for h in shown]
+    assert sum(widths) + 40 <= table.bounding_box()["width"]  # + the row selection boxes
+    assert ROW_COLUMN_CONFIG["message"]["width"] >= 240
 
 
 def test_inspect_says_where_and_shows_only_the_failing_elements(session) -> None:

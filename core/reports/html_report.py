@@ -488,13 +488,14 @@ ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead li{margin:6px 0
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;
 white-space:nowrap}
-table.outputs td:last-child{white-space:pre-line;min-width:240px}
+table.outputs{width:100%}table.outputs th{white-space:normal}
+table.outputs td:last-child{white-space:pre-line;min-width:200px;overflow-wrap:anywhere}
 table.kv td{white-space:normal;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 th{background:#f6f8fa}table.kv th{width:180px}
 tr.fail td.status{color:#cf222e;font-weight:700}tr.pass td.status{color:#1a7f37}
 td.bad{background:#ffebe9;color:#cf222e;font-weight:600}td.name{font-family:monospace}
-.bar{width:80px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
+.bar{width:48px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
 .bar span{display:block;height:8px;background:#cf222e}
 .note{background:#fff8c5;padding:6px 10px;border-radius:4px}
 .where{background:#ffebe9;padding:6px 10px;border-radius:4px}

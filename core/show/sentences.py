@@ -7,13 +7,19 @@ part is parity.judge.where's summary.
 
 from __future__ import annotations
 
+import math
+
 from parity.judge.judgement import comparison_ratio
 from parity.judge.where import WhereProfile
 from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun
-from parity.text import number_text, ratio_text, shape_text, tolerance_text
+from parity.text import number_text, shape_text, times_text, tolerance_text
 
 __all__ = ["candidate_words", "failing_outputs", "output_sentence"]
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def failing_outputs(run: ValidationRun) -> list[OutputComparison]:
@@ -36,8 +42,8 @@ def candidate_words(run: ValidationRun, c: OutputComparison) -> str:
 
 def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile | None) -> str:
     """``mask fails in 2 of 2 input sets. In set 0, 248 of 2,048 elements (12.1%) are out of
-    tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (4.81e+04× the allowed error); all
-    248 mismatches lie at ...``"""
+    tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (the reference reads 0.5 there, ONNX
+    0.019), 48,100 times the allowed error; all 248 mismatches lie along ...``"""
     unit = "steps" if run.is_generation else "input sets"
     mine = [x for x in run.comparisons if x.name == c.name and x.candidate == c.candidate]
     n_sets = len({x.input_set for x in mine})
@@ -71,8 +77,13 @@ def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile
         if s is not None and s.max_abs is not None:
             ratio = comparison_ratio(c)
             text += f", the worst off by {number_text(s.max_abs)}"
+            if _finite(s.ref_at_worst) and _finite(s.onnx_at_worst):  # in the output's units
+                text += (
+                    f" (the reference reads {number_text(s.ref_at_worst)} there, ONNX "
+                    f"{number_text(s.onnx_at_worst)})"
+                )
             if ratio is not None:
-                text += f" ({ratio_text(ratio)} the allowed error)"
+                text += f", {times_text(ratio)} the allowed error"
         parts.append(text)
     body = "; ".join(parts) or (c.message.splitlines()[0] if c.message else "it fails")
     sentence = f"{head} {at}{body}"
