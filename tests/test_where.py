@@ -61,8 +61,7 @@ def test_the_edges_of_one_axis_are_said_as_edges(image: np.ndarray) -> None:
     onnx = ref.copy()
     onnx[[0, 39], :] = onnx[:, [0, 63]] = 1.0  # unnamed axes: a border, not an image's
     assert where_profile(ref, onnx, TOL).summary == (
-        "all 204 mismatches lie along the border (indices 0 and 39 of axis 0, 0 and 63 of "
-        "axis 1)"
+        "all 204 mismatches lie along the border (indices 0 and 39 of axis 0, 0 and 63 of axis 1)"
     )
 
 
@@ -227,8 +226,9 @@ def test_demo_broken_json_where_names_the_border_and_survives_a_saved_run(
         assert axes["height"]["concentrated"] == [0, size - 1]
         assert axes["width"]["concentrated"] == [0, size - 1]
         assert axes["batch"]["concentrated"] == [] and axes["batch"]["axis"] == 0
-        assert f"along the image's border (indices 0 and {size - 1} of axis 2 (height)" in (
-            o["where"]["summary"]
+        assert (
+            f"along the image's border (indices 0 and {size - 1} of axis 2 (height)"
+            in (o["where"]["summary"])
         )
         assert f"Where: {o['where']['summary']}" in out
     assert all(o["where"] is None for o in report["outputs"] if o["name"] == "embedding")
