@@ -15,9 +15,11 @@ import streamlit as st
 from parity.dashboard import routes, state
 from parity.dashboard.tables import status_style
 from parity.dashboard.text import md_text
+from parity.labels import OUTSIDE_MODULES
 from parity.layers import figures as lf
 from parity.layers import views
 from parity.results import ValidationRun
+from parity.text import ratio_text
 
 GOTO_INSPECT = "parity_layers_goto_inspect"
 
@@ -134,10 +136,10 @@ def verdict(result) -> None:
             st.markdown(":orange-background[**NOTHING COMPARED**]")
         st.text(views.divergence_sentence(result))
         if first is not None:
-            st.code(first.torch_module or "(no torch module)", language=None)
+            st.code(first.torch_module or OUTSIDE_MODULES, language=None)
             cols = st.columns(4)
             cols[0].metric("op", first.onnx_op)
-            cols[1].metric("jump", f"{views.fmt(first.jump)}x", help=views.jump_words(first))
+            cols[1].metric("jump", ratio_text(first.jump), help=views.jump_words(first))
             cols[2].metric("error ratio", views.fmt(first.error_ratio))
             cols[3].metric("max |error|", views.fmt(first.max_abs))
         st.text(f"Criterion: {result.criterion}")

@@ -39,7 +39,9 @@ def saved_run(tmp_path_factory) -> Path:
     return path
 
 
-def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(saved_run):
+@pytest.fixture(scope="module")
+def app(saved_run):
+    """(the app's URL, a browser context) on the saved run: one server for the module."""
     from playwright import sync_api
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -47,38 +49,75 @@ def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(sa
     with serve_app(ARTIFACTS / "streamlit-candidates.log", env=env) as url, \
             sync_api.sync_playwright() as pw:  # fmt: skip
         browser = launch(pw)
-        context = browser.new_context(viewport=VIEWPORT)
-        page = context.new_page()
-        page.set_default_timeout(180_000)  # a loaded CI machine draws slowly
-        page.goto(f"{url}/overview")
-        page.get_by_role("heading", name="Candidates").wait_for()
-        _settle(page)
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
-        _settle(page)
-        body = page.locator("body").inner_text()
-        assert "4 of 6 candidates pass, 2 fail" in body
-        grid = page.locator(".js-plotly-plot").first
-        rows = grid.locator("g.ytick text").all_text_contents()
-        assert sorted(rows) == [
-            "#0 dynamo.onnx (CPU, disable) · pass", "#1 dynamo.onnx (CPU, all) · pass",
-            "#2 legacy.onnx (CPU, disable) · pass", "#3 legacy.onnx (CPU, all) · pass",
-            "#4 buggy.onnx (CPU, disable) · FAIL", "#5 buggy.onnx (CPU, all) · FAIL",
-        ]  # fmt: skip
-        marks = grid.locator("g.textpoint text").all_text_contents()
-        assert marks.count("✗") == 4 and marks.count("✓") == 8
-        page.screenshot(path=str(ARTIFACTS / "candidates-overview.png"), full_page=True)
+        yield url, browser
+        browser.close()
 
-        # the detail below the grid is the first failing candidate's; its worst failure opens
-        # in Inspect, whose selector names the same candidate
-        page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
-        page.get_by_role("heading", name="Inspect an output").wait_for()
-        _settle(page)
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 3")
-        page.screenshot(path=str(ARTIFACTS / "candidates-inspect.png"), full_page=True)
-        box = page.locator('[data-testid="stSelectbox"]').first  # the candidate selector
-        values = box.locator("input").evaluate_all("els => els.map(e => e.value)")
-        chosen = (box.text_content() or "") + " ".join(values)
-        assert "#4 buggy.onnx (CPU, disable) · FAIL" in chosen, chosen
-        body = page.locator("body").inner_text()
-        assert "FAIL · total in set" in body
-        context.close()
+
+def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(app):
+    url, browser = app
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(180_000)  # a loaded CI machine draws slowly
+    page.goto(f"{url}/overview")
+    page.get_by_role("heading", name="Candidates").wait_for()
+    _settle(page)
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
+    _settle(page)
+    body = page.locator("body").inner_text()
+    assert "4 of 6 candidates pass, 2 fail" in body
+    grid = page.locator(".js-plotly-plot").first
+    rows = grid.locator("g.ytick text").all_text_contents()
+    assert sorted(rows) == [
+        "#0 dynamo.onnx (CPU, disable) · pass", "#1 dynamo.onnx (CPU, all) · pass",
+        "#2 legacy.onnx (CPU, disable) · pass", "#3 legacy.onnx (CPU, all) · pass",
+        "#4 buggy.onnx (CPU, disable) · FAIL", "#5 buggy.onnx (CPU, all) · FAIL",
+    ]  # fmt: skip
+    marks = grid.locator("g.textpoint text").all_text_contents()
+    assert marks.count("✗") == 4 and marks.count("✓") == 8
+    colours = " ".join(grid.locator(".colorbar text").all_text_contents())  # issue 22
+    assert "error ÷ allowed" in colours and "log10" not in colours, colours
+    page.screenshot(path=str(ARTIFACTS / "candidates-overview.png"), full_page=True)
+
+    # the detail below the grid is the first failing candidate's; its worst failure opens
+    # in Inspect, whose selector names the same candidate
+    page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
+    page.get_by_role("heading", name="Inspect an output").wait_for()
+    _settle(page)
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 3")
+    page.screenshot(path=str(ARTIFACTS / "candidates-inspect.png"), full_page=True)
+    box = page.locator('[data-testid="stSelectbox"]').first  # the candidate selector
+    values = box.locator("input").evaluate_all("els => els.map(e => e.value)")
+    chosen = (box.text_content() or "") + " ".join(values)
+    assert "#4 buggy.onnx (CPU, disable) · FAIL" in chosen, chosen
+    body = page.locator("body").inner_text()
+    assert "FAIL · total in set" in body
+    context.close()
+
+
+def test_the_sidebar_and_the_run_page_name_the_candidate_that_fails(app):
+    """Issue 22: a run of several candidates: the sidebar lists each with its verdict (not
+    one file next to the run's FAIL), and the Run page's sentence names the failing file,
+    provider and level."""
+    url, browser = app
+    context = browser.new_context(viewport={"width": 1280, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    page.goto(url)  # the Run page is the app's default
+    page.get_by_role("heading", name="Run a validation").wait_for()
+    _settle(page)
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text("6 ONNX candidates, each with its verdict:").wait_for()
+    text = sidebar.inner_text()
+    assert "dynamo.onnx" not in text.split("6 ONNX candidates")[0]  # no one file for the run
+    for line in (
+        "PASS #0 dynamo.onnx (CPU, disable)", "PASS #1 dynamo.onnx (CPU, all)",
+        "PASS #2 legacy.onnx (CPU, disable)", "PASS #3 legacy.onnx (CPU, all)",
+        "FAIL #4 buggy.onnx (CPU, disable)", "FAIL #5 buggy.onnx (CPU, all)",
+    ):  # fmt: skip
+        assert line in " ".join(text.split()), text
+    main = page.locator('[data-testid="stMain"]').inner_text()
+    assert "fails in 2 of 2 input sets on #4 buggy.onnx (CPU, disable)." in main, main
+    assert "fails in 2 of 2 input sets on #5 buggy.onnx (CPU, all)." in main
+    _settle(page)
+    page.screenshot(path=str(ARTIFACTS / "candidates-run-page.png"))
+    context.close()

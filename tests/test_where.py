@@ -234,3 +234,34 @@ def test_demo_broken_json_where_names_the_border_and_survives_a_saved_run(
     assert all(o["where"] is None for o in report["outputs"] if o["name"] == "embedding")
     reopened = report_dict(load_run(saved))
     assert [o["where"] for o in reopened["outputs"]] == [o["where"] for o in report["outputs"]]
+
+
+def test_the_headline_sentence_weighs_every_failing_input_set() -> None:
+    """Issue 22: a (2, 10) output failing in column 2 at batch 2 and batch 4: the sentence
+    says where for its worst set and that the other set agrees (not set 0's words alone)."""
+    from parity.judge.where import where_of
+    from parity.results import InputSet, OutputSet, ValidationRun
+    from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
+    from parity.tolerances import Tolerances
+
+    sets, refs, onnxs, comps = [], [], [], []
+    for k, batch in enumerate((2, 4)):
+        ref = np.zeros((batch, 10), dtype=np.float32)
+        onnx = ref.copy()
+        onnx[:, 2] = 1.0 + k
+        sets.append(InputSet(k, {"x": np.zeros((batch, 3), np.float32)}))
+        refs.append(OutputSet({"y": ref}))
+        onnxs.append(OutputSet({"y": onnx}))
+        comps.append(compare_outputs(ref, onnx, name="y", input_set=k, tolerance=TOL))
+    run = ValidationRun(
+        model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(TOL), environment={},
+        input_sets=tuple(sets), comparisons=tuple(comps), ref_outputs=tuple(refs),
+        onnx_outputs=tuple(onnxs),
+    )  # fmt: skip
+    (worst,) = failing_outputs(run)
+    others = [(x.input_set, where_of(run, x)) for x in other_failing_sets(run, worst)]
+    sentence = output_sentence(run, worst, where_of(run, worst), others)
+    assert "spread" not in sentence
+    assert "lie at index 2 of axis 1, in every entry of axis 0; the same holds in set " in (
+        sentence
+    )

@@ -100,6 +100,12 @@ class WhereProfile:
     axes: tuple[AxisProfile, ...]
     summary: str
 
+    @property
+    def pattern(self) -> tuple[object, ...]:
+        """Per axis, where the mismatches are, comparable across input sets of other sizes:
+        ``"edges"`` for an axis' first and last index, else its concentrated indices."""
+        return tuple("edges" if _at_edges(a) else a.concentrated for a in self.axes)
+
     def to_json(self) -> dict[str, Any]:
         """The JSON report's ``outputs[].where`` block."""
         return {

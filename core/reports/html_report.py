@@ -22,7 +22,7 @@ from parity.labels import status_label
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
-from parity.show.sentences import failing_outputs, output_sentence
+from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
 from parity.text import number_text, tolerance_text
 from parity.version import __version__
 
@@ -109,6 +109,12 @@ def _failing(run: ValidationRun) -> list[tuple[OutputComparison, WhereProfile | 
     return [(c, where_of(run, c)) for c in failing_outputs(run)]
 
 
+def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WhereProfile | None]]:
+    """Where the output's other failing input sets have their mismatches (the headline
+    sentence weighs every set)."""
+    return [(x.input_set, where_of(run, x)) for x in other_failing_sets(run, c)]
+
+
 def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]) -> str:
     """The verdict, then one plain sentence per failing output (what, how bad, where)."""
     n_fail = len({c.name for c in run.comparisons if not c.status.passed})
@@ -122,7 +128,7 @@ def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfi
     lead = ""
     if failing:
         items = "".join(
-            f"<li>{_e(output_sentence(run, c, where))}</li>"
+            f"<li>{_e(output_sentence(run, c, where, _others(run, c)))}</li>"
             for c, where in failing[:MAX_DETAILED_OUTPUTS]
         )
         more = len(failing) - MAX_DETAILED_OUTPUTS

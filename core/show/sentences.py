@@ -8,6 +8,7 @@ part is parity.judge.where's summary.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from parity.judge.judgement import comparison_ratio
 from parity.judge.where import WhereProfile
@@ -15,7 +16,12 @@ from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.text import number_text, shape_text, times_text, tolerance_text
 
-__all__ = ["candidate_words", "failing_outputs", "output_sentence"]
+__all__ = [
+    "candidate_words",
+    "failing_outputs",
+    "other_failing_sets",
+    "output_sentence",
+]
 
 
 def _finite(value: float | None) -> bool:
@@ -40,7 +46,40 @@ def candidate_words(run: ValidationRun, c: OutputComparison) -> str:
     return f" on {info.label}" if info is not None else ""
 
 
-def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile | None) -> str:
+def other_failing_sets(run: ValidationRun, c: OutputComparison) -> list[OutputComparison]:
+    """The output's other failing input sets (same candidate), in set order: what a headline
+    sentence weighs besides its worst set."""
+    return [
+        x
+        for x in run.comparisons
+        if x.name == c.name
+        and x.candidate == c.candidate
+        and x.input_set != c.input_set
+        and not x.status.passed
+    ]
+
+
+def _other_sets_words(
+    where: WhereProfile, others: Sequence[tuple[int, WhereProfile | None]]
+) -> str:
+    """What the other failing sets say about where: the same place in all of them, or each
+    one's own summary (at most three)."""
+    known = [(k, w) for k, w in others if w is not None]
+    if not known:
+        return ""
+    sets = [str(k) for k, _ in known]
+    named = f"set {sets[0]}" if len(sets) == 1 else f"sets {', '.join(sets[:-1])} and {sets[-1]}"
+    if all(w.pattern == where.pattern for _, w in known):
+        return f"; the same holds in {named}"
+    return "".join(f"; in set {k}, {w.summary}" for k, w in known[:3])
+
+
+def output_sentence(
+    run: ValidationRun,
+    c: OutputComparison,
+    where: WhereProfile | None,
+    others: Sequence[tuple[int, WhereProfile | None]] = (),
+) -> str:
     """``mask fails in 2 of 2 input sets. In set 0, 248 of 2,048 elements (12.1%) are out of
     tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (the reference reads 0.5 there, ONNX
     0.019), 48,100 times the allowed error; all 248 mismatches lie along ...``"""
@@ -87,6 +126,6 @@ def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile
         parts.append(text)
     body = "; ".join(parts) or (c.message.splitlines()[0] if c.message else "it fails")
     sentence = f"{head} {at}{body}"
-    if where is not None:
-        sentence += f"; {where.summary}"
+    if where is not None:  # the worst set's place, then what the other failing sets say
+        sentence += f"; {where.summary}" + _other_sets_words(where, others)
     return sentence + "."
