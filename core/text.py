@@ -10,6 +10,8 @@ from typing import Protocol
 
 __all__ = [
     "aligned_table",
+    "all_text",
+    "count_text",
     "axis_text",
     "number_text",
     "parse_number",
@@ -77,6 +79,20 @@ def times_text(value: float) -> str:
     if 10 <= value < 1e9:
         return f"{float(f'{value:.3g}'):,.0f} times"
     return f"{number_text(value)} times"
+
+
+def count_text(n: int, noun: str) -> str:
+    """``1 output``, ``2 outputs``, ``0 outputs``: a count with its noun in the right number
+    (nouns that take an -s; ``input set`` -> ``input sets``)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def all_text(n: int, noun: str) -> str:
+    """Every one of `n` things, as people say it: ``the one output``, ``both outputs``,
+    ``all 3 outputs`` (never "all 2 outputs" or "all 1 outputs")."""
+    if n == 1:
+        return f"the one {noun}"
+    return f"both {noun}s" if n == 2 else f"all {n:,} {noun}s"
 
 
 def shape_text(dims: Sequence[int] | None) -> str:

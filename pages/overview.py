@@ -23,6 +23,7 @@ from parity.labels import worst_first
 from parity.results import OutputComparison, ValidationRun
 from parity.show.figures import verdict_grid
 from parity.show.rows import comparison_rows
+from parity.text import all_text
 
 GOTO_INSPECT = state.GOTO_INSPECT
 
@@ -63,7 +64,7 @@ def verdict_banner(run: ValidationRun) -> None:
     n = len(run.comparisons)
     n_fail = sum(not c.status.passed for c in run.comparisons)
     text = (
-        f"every output passes in all {len(run.input_sets)} input set(s)"
+        f"every output passes in {all_text(len(run.input_sets), 'input set')}"
         if n_fail == 0
         else f"{n_fail} of {n} comparisons fail"
     )

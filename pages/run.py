@@ -23,6 +23,7 @@ from parity.labels import wrong_pair_note
 from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from parity.results import ValidationRun
 from parity.show.sentences import failing_outputs
+from parity.text import all_text
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 N_SETS_DEFAULT = 2
@@ -130,7 +131,9 @@ def show_current(run: ValidationRun) -> None:
                 st.markdown("**Failing outputs**, worst first:")
                 failing_sentences(run, limit=5)
             else:
-                st.markdown(f"All {len(run.output_names)} outputs pass in every input set.")
+                said = all_text(len(run.output_names), "output")
+                verb = "passes" if len(run.output_names) == 1 else "pass"
+                st.markdown(f"{said[0].upper()}{said[1:]} {verb} in every input set.")
             st.page_link(routes.OVERVIEW, label="Open the overview", icon=":material/table_chart:")
         with right:
             rows = [{"step": k, "seconds": round(v, 3)} for k, v in run.timings.items()]

@@ -8,6 +8,7 @@ from parity.dashboard import state
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.results import ValidationRun
+from parity.text import count_text
 
 VERDICT_STYLE = {"pass": ("green", "PASS"), "fail": ("red", "FAIL"), "error": ("orange", "ERROR")}
 
@@ -51,8 +52,9 @@ def render_sidebar() -> None:
             )
             st.caption(
                 f"model {md_code(shown_path(run.model))}  \n{onnx}  \n"
-                f"{len(run.input_sets)} input set(s), {len(run.output_names)} output(s), "
-                f"{n_fail} failing comparison(s)"
+                f"{count_text(len(run.input_sets), 'input set')}, "
+                f"{count_text(len(run.output_names), 'output')}, "
+                f"{count_text(n_fail, 'failing comparison')}"
             )
             if run.is_multi_candidate:
                 st.markdown(candidate_lines(run))

@@ -113,7 +113,7 @@ def test_suggest_turns_the_page_the_badge_and_the_sidebar_reports_to_pass_at_onc
     page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
     _wait_badge(page, "PASS")  # the same rerun: no other page opened in between
     _settle(page)
-    assert "0 failing comparison(s)" in _sidebar(page).inner_text()
+    assert "0 failing comparisons" in _sidebar(page).inner_text()
     assert "last_hidden_state: atol" in _sidebar_tolerances(page)
     _shot(page, "state-01-suggest-fp16-pass")
 

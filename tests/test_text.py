@@ -21,3 +21,19 @@ def test_md_code_fences_past_the_longest_backtick_run():
     assert md_code(" a ") == "`  a  `"
     assert md_code(":material/home:") == md_text(":material/home:")  # rewritten in code spans
     assert md_code("  ") == md_text("  ")
+
+
+def test_counts_and_alls_read_as_people_say_them():
+    """Issue 22: "all 2 outputs pass" and "1 outputs" read as "both outputs" and "1 output"."""
+    from parity.text import all_text, count_text, times_text
+
+    assert [count_text(n, "output") for n in (0, 1, 2, 1234)] == [
+        "0 outputs", "1 output", "2 outputs", "1,234 outputs"
+    ]  # fmt: skip
+    assert count_text(1, "input set") == "1 input set"
+    assert [all_text(n, "output") for n in (1, 2, 3)] == [
+        "the one output", "both outputs", "all 3 outputs"
+    ]  # fmt: skip
+    assert [times_text(x) for x in (0.13, 4.2, 48123.0, 1.2e10, float("inf"))] == [
+        "0.13 times", "4.2 times", "48,100 times", "1.20e+10 times", "an unbounded multiple of"
+    ]  # fmt: skip

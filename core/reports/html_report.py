@@ -23,7 +23,7 @@ from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
-from parity.text import number_text, tolerance_text
+from parity.text import all_text, count_text, number_text, tolerance_text
 from parity.version import __version__
 
 FIGURES_PER_FAILING_OUTPUT = 2  # error heatmap + |error| histogram (+ the where profile)
@@ -121,8 +121,10 @@ def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfi
     n_out = len(run.output_names)
     n_sets = len(run.input_sets) or len({c.input_set for c in run.comparisons})
     summary = {
-        "pass": f"all {n_out} outputs pass on {n_sets} input set{_s(n_sets)}",
-        "fail": f"{n_fail} of {n_out} output{_s(n_out)} fail on {n_sets} input set{_s(n_sets)}",
+        "pass": f"{all_text(n_out, 'output')} pass{'es' if n_out == 1 else ''} on "
+        f"{count_text(n_sets, 'input set')}",
+        "fail": f"{n_fail} of {count_text(n_out, 'output')} fail{'s' if n_out == 1 else ''} on "
+        f"{count_text(n_sets, 'input set')}",
         "error": "the run could not be completed",
     }[run.verdict]
     lead = ""
