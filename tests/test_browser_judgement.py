@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+import numpy as np
 import pytest
 from browser import launch, serve_app
 from PIL import Image
@@ -140,3 +141,40 @@ def test_the_app_requests_nothing_beyond_its_own_server(session) -> None:
     assert requests, "no requests seen at all"
     hosts = {urlparse(u).hostname for u in requests if not u.startswith(("data:", "blob:"))}
     assert hosts == {"127.0.0.1"}, sorted(u for u in requests if "127.0.0.1" not in u)
+
+
+def test_the_histogram_labels_atol_and_worst_above_the_plot_where_nothing_clips_them(tmp_path):
+    """Issue 22: "atol" was clipped at the plot's top and "worst" drawn over the curve. In
+    Chromium at 1280 px: both labels are whole, above the plot area, apart from each other."""
+    from playwright import sync_api
+
+    from parity.show import figures as fg
+    from parity.show import views as ins
+
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal(10_000)
+    onnx = ref + rng.standard_normal(10_000) * 1e-4
+    hist = ins.error_histogram(ref, onnx)
+    page_file = tmp_path / "hist.html"
+    fg.error_histogram(hist, atol=1e-5, worst=hist.max_abs).write_html(
+        page_file, include_plotlyjs=True, full_html=True
+    )
+    with sync_api.sync_playwright() as pw:
+        browser = launch(pw)
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(page_file.as_uri())
+        page.locator(".annotation-text").first.wait_for()
+        plot = page.locator(".nsewdrag").first.bounding_box()  # the plot area
+        svg = page.locator(".main-svg").first.bounding_box()
+        boxes = {}
+        for label in ("atol", "worst"):
+            text = page.locator(".annotation-text", has_text=label)
+            boxes[label] = text.bounding_box()
+        page.screenshot(path=str(ARTIFACTS / "histogram-labels.png"))
+        browser.close()
+    for label, box in boxes.items():
+        assert box["y"] >= svg["y"] and box["y"] + box["height"] <= plot["y"] + 1, label
+    a, w = boxes["atol"], boxes["worst"]
+    apart = a["y"] + a["height"] <= w["y"] or w["y"] + w["height"] <= a["y"]
+    apart = apart or a["x"] + a["width"] <= w["x"] or w["x"] + w["width"] <= a["x"]
+    assert apart, boxes
