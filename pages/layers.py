@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from parity.dashboard import routes, state
-from parity.dashboard.tables import status_style
+from parity.dashboard.tables import NUMBER_FORMAT, status_style
 from parity.dashboard.text import md_text
 from parity.labels import OUTSIDE_MODULES
 from parity.layers import figures as lf
@@ -62,7 +62,7 @@ COLUMN_CONFIG = {
     "order": st.column_config.NumberColumn("order", width="small"),
     "set": st.column_config.NumberColumn("set", width="small"),
     **{
-        k: st.column_config.NumberColumn(k, format="%.3e")
+        k: st.column_config.NumberColumn(k, format=NUMBER_FORMAT)  # the Overview's style
         for k in ("error ratio", "jump", "max abs", "max rel")
     },
     "cosine": st.column_config.NumberColumn("cosine", format="%.6f"),
