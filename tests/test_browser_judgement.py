@@ -122,7 +122,7 @@ def test_inspect_says_where_and_shows_only_the_failing_elements(session) -> None
     page.get_by_role("heading", name="Inspect an output").wait_for()
     _settle(page)
     main = page.locator('[data-testid="stMain"]')
-    where = re.compile(r"^Where: all 248 mismatches lie at")
+    where = re.compile(r"^Where: all 248 mismatches lie along the image's border")
     main.locator('[data-testid="stMarkdownContainer"]', has_text=where).wait_for()
     page.screenshot(path=str(ARTIFACTS / "judgement-inspect-ratio.png"))
     assert "1× pass line" in page.locator(".js-plotly-plot").nth(1).text_content()
@@ -143,11 +143,11 @@ def test_the_app_requests_nothing_beyond_its_own_server(session) -> None:
     assert hosts == {"127.0.0.1"}, sorted(u for u in requests if "127.0.0.1" not in u)
 
 
-def test_the_histogram_labels_atol_and_worst_above_the_plot_where_nothing_clips_them(tmp_path):
+def test_the_histogram_labels_atol_and_worst_above_the_plot_where_nothing_clips_them(
+    session, tmp_path
+):
     """Issue 22: "atol" was clipped at the plot's top and "worst" drawn over the curve. In
     Chromium at 1280 px: both labels are whole, above the plot area, apart from each other."""
-    from playwright import sync_api
-
     from parity.show import figures as fg
     from parity.show import views as ins
 
@@ -159,19 +159,19 @@ def test_the_histogram_labels_atol_and_worst_above_the_plot_where_nothing_clips_
     fg.error_histogram(hist, atol=1e-5, worst=hist.max_abs).write_html(
         page_file, include_plotlyjs=True, full_html=True
     )
-    with sync_api.sync_playwright() as pw:
-        browser = launch(pw)
-        page = browser.new_page(viewport={"width": 1280, "height": 720})
-        page.goto(page_file.as_uri())
-        page.locator(".annotation-text").first.wait_for()
-        plot = page.locator(".nsewdrag").first.bounding_box()  # the plot area
-        svg = page.locator(".main-svg").first.bounding_box()
-        boxes = {}
-        for label in ("atol", "worst"):
-            text = page.locator(".annotation-text", has_text=label)
-            boxes[label] = text.bounding_box()
-        page.screenshot(path=str(ARTIFACTS / "histogram-labels.png"))
-        browser.close()
+    app_page, _ = session  # the module's browser (one Playwright per module)
+    browser = app_page.context.browser
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.goto(page_file.as_uri())
+    page.locator(".annotation-text").first.wait_for()
+    plot = page.locator(".nsewdrag").first.bounding_box()  # the plot area
+    svg = page.locator(".main-svg").first.bounding_box()
+    boxes = {}
+    for label in ("atol", "worst"):
+        text = page.locator(".annotation-text", has_text=label)
+        boxes[label] = text.bounding_box()
+    page.screenshot(path=str(ARTIFACTS / "histogram-labels.png"))
+    page.close()
     for label, box in boxes.items():
         assert box["y"] >= svg["y"] and box["y"] + box["height"] <= plot["y"] + 1, label
     a, w = boxes["atol"], boxes["worst"]

@@ -292,9 +292,8 @@ def test_a_failing_sentence_names_its_candidate_and_counts_its_own_sets(side_by_
     assert by[2].startswith("logits fails in 2 of 2 input sets on #2 buggy.onnx (CPU, disable).")
     assert by[3].startswith("logits fails in 2 of 2 input sets on #3 buggy.onnx (CPU, all).")
     single = side_by_side.for_candidate(2)
-    assert output_sentence(single, failing_outputs(single)[0], None).startswith(
-        "logits fails in 2 of 2 input sets. In set"
-    )
+    alone = {c.name: output_sentence(single, c, None) for c in failing_outputs(single)}
+    assert alone["logits"].startswith("logits fails in 2 of 2 input sets. In set")  # no "on #"
 
 
 def test_rejudged_run_judges_every_candidate(side_by_side):
