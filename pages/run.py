@@ -299,6 +299,7 @@ def choose_hf_settings():
 
     prompts = st.text_area(
         "Prompts (one per line; several form a left-padded batch)",
+        DEFAULT_PROMPT,
         key=state.form_widget("hf_prompts", DEFAULT_PROMPT),
     )  # fmt: skip
     c1, c2 = st.columns(2)
@@ -307,6 +308,7 @@ def choose_hf_settings():
             "Max new tokens (1 prefill + N-1 decode steps)",
             1,
             64,
+            DEFAULT_MAX_NEW_TOKENS,
             key=state.form_widget("hf_steps", DEFAULT_MAX_NEW_TOKENS),
         )  # fmt: skip
     )
@@ -340,21 +342,27 @@ def choose_settings(signature) -> dict:
                         md_text(dim),
                         min_value=1,
                         max_value=1 << 20,
+                        value=default_dim_size(dim),
                         key=state.form_widget(f"dim_{dim}", default_dim_size(dim)),
                     )  # fmt: skip
                 )
     settings["dims"] = dims
     c1, c2, c3, c4 = st.columns(4)
     settings["n_input_sets"] = int(
-        c1.number_input("Input sets", 1, 16, key=state.form_widget("n_sets", N_SETS_DEFAULT))
+        c1.number_input(
+            "Input sets", 1, 16, N_SETS_DEFAULT, key=state.form_widget("n_sets", N_SETS_DEFAULT)
+        )
     )
-    settings["seed"] = int(c2.number_input("Seed", 0, 2**31 - 1, key=state.form_widget("seed", 0)))
+    settings["seed"] = int(
+        c2.number_input("Seed", 0, 2**31 - 1, 0, key=state.form_widget("seed", 0))
+    )
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
     settings["provider"] = tuple(
         c3.multiselect(
             "Execution providers",
             providers,
+            default=[cpu if cpu in providers else providers[0]],
             key=state.form_widget("provider", [cpu if cpu in providers else providers[0]]),
             help="Several: one candidate each, side by side.",
         )
@@ -363,6 +371,7 @@ def choose_settings(signature) -> dict:
         c4.multiselect(
             "ORT optimisation levels",
             ORT_OPT_LEVELS,
+            default=["all"],
             key=state.form_widget("opt", ["all"]),
             help="Several: one candidate each (e.g. disable and all: do the fusions change "
             "the numbers?).",
@@ -379,10 +388,14 @@ def choose_settings(signature) -> dict:
             a, b = st.columns(2)
             name = md_text(t.name)
             lo = a.number_input(
-                f"{name} low", key=state.form_widget(f"lo_{t.name}", DEFAULT_INT_RANGE[0])
+                f"{name} low",
+                value=DEFAULT_INT_RANGE[0],
+                key=state.form_widget(f"lo_{t.name}", DEFAULT_INT_RANGE[0]),
             )
             hi = b.number_input(
-                f"{name} high", key=state.form_widget(f"hi_{t.name}", DEFAULT_INT_RANGE[1])
+                f"{name} high",
+                value=DEFAULT_INT_RANGE[1],
+                key=state.form_widget(f"hi_{t.name}", DEFAULT_INT_RANGE[1]),
             )
             if (int(lo), int(hi)) != DEFAULT_INT_RANGE:
                 ranges[t.name] = (int(lo), int(hi))
@@ -502,6 +515,7 @@ def page() -> None:
         ready = ready and not layers_off
         timeout = st.number_input(
             "Time limit (seconds; 0 = none)", min_value=0, max_value=86400,
+            value=0,
             key=state.form_widget("timeout", 0),
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip

@@ -179,8 +179,9 @@ def form_widget(key: str, default: object = None) -> str:
     Streamlit drops a widget's key at the end of a rerun that does not draw it (another page
     was shown), so the form would come back at its defaults. Its value lives on in a plain
     key (FORM, refreshed by `keep_form` each time the form is drawn) and is put back here;
-    a key never seen takes `default`. The widget itself is then drawn without a value of its
-    own (its key holds it), as the tolerance sliders are.
+    a key never seen takes `default`. The widget keeps its own constant default too (the
+    same `default`): the browser draws a re-created widget from it, and a widget whose
+    default changed would be a new widget. The value in its key wins.
     """
     kept = st.session_state.setdefault(FORM, {})
     if key not in st.session_state:
