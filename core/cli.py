@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     from parity.sweep.cli import add_sweep_parser
 
     add_sweep_parser(sub)
+    parser.set_defaults(_commands=dict(sub.choices))  # each command's own usage, for errors
     return parser
 
 
@@ -457,7 +458,11 @@ def _demos() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said with the command's usage (`validate`'s flags), not the top level's
+        command = args._commands.get(getattr(args, "command", None), parser)
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    del args._commands
     set_debug(
         bool(getattr(args, "debug", False))
     )  # torch's and ORT's own logs, see parity.load.quiet

@@ -10,6 +10,7 @@ from typing import Literal
 from parity.results import OutputComparison, Status, ValidationRun
 
 __all__ = [
+    "OUTSIDE_MODULES",
     "StatusStyle",
     "badness",
     "badness_of",
@@ -20,6 +21,10 @@ __all__ = [
 ]
 
 StatusStyle = Literal["terminal", "words", "marked", "mark"]
+
+OUTSIDE_MODULES = "(outside any module)"
+"""The one name of a model's part that no torch submodule holds (ops of the top-level
+forward, or values no module claims): in sentences, tables, the module tree and the terminal."""
 
 _WORDS = {
     Status.PASS: "pass",

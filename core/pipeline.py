@@ -118,6 +118,8 @@ def run_validation(
 
         if not specs:  # no --onnx: a demo's or the source's own export
             default = source.default_onnx(workdir)
+            source.timings.setdefault("export", time.perf_counter() - t0)  # not load_onnx's
+            t0 = time.perf_counter()
             specs = expand_specs([default], config.providers, config.ort_opt_levels)
         slots = [_load_slot(i, spec, loaders, report, source) for i, spec in enumerate(specs)]
         _raise_if_none_loaded(slots)

@@ -10,12 +10,15 @@ from typing import Protocol
 
 __all__ = [
     "aligned_table",
+    "all_text",
+    "count_text",
     "axis_text",
     "number_text",
     "parse_number",
     "plot_number_format",
     "ratio_text",
     "shape_text",
+    "times_text",
     "tolerance_text",
 ]
 
@@ -64,6 +67,32 @@ def axis_text(axis: int, size: int | None = None, name: str | None = None) -> st
 def ratio_text(value: float | None) -> str:
     """An error in units of the allowed error (parity.judge.judgement): ``0.13×``, ``4.81e+04×``."""
     return "-" if value is None else number_text(value) + "×"
+
+
+def times_text(value: float) -> str:
+    """An error in units of the allowed error, in words for a sentence: ``0.13 times``,
+    ``48,100 times``, ``1.2e+10 times``; ``an unbounded multiple of`` for inf (NaN or Inf on
+    one side). Three significant digits, as number_text."""
+    value = float(value)
+    if math.isinf(value):
+        return "an unbounded multiple of"
+    if 10 <= value < 1e9:
+        return f"{float(f'{value:.3g}'):,.0f} times"
+    return f"{number_text(value)} times"
+
+
+def count_text(n: int, noun: str) -> str:
+    """``1 output``, ``2 outputs``, ``0 outputs``: a count with its noun in the right number
+    (nouns that take an -s; ``input set`` -> ``input sets``)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def all_text(n: int, noun: str) -> str:
+    """Every one of `n` things, as people say it: ``the one output``, ``both outputs``,
+    ``all 3 outputs`` (never "all 2 outputs" or "all 1 outputs")."""
+    if n == 1:
+        return f"the one {noun}"
+    return f"both {noun}s" if n == 2 else f"all {n:,} {noun}s"
 
 
 def shape_text(dims: Sequence[int] | None) -> str:

@@ -175,7 +175,8 @@ def _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, is_la
     with st.expander("Mismatches along each axis", expanded=False):
         st.caption(
             "Per index of each axis: the fraction of its elements that fail at this tolerance "
-            "(bars; red where the mismatches concentrate, as the README defines it) and the "
+            "(bars; red where the mismatches concentrate: the few indices whose fraction is at "
+            "least four times every other index's) and the "
             "largest error ÷ allowed error there (line; 1 is the pass line)."
         )
         st.plotly_chart(fg.where_figure(where), width="stretch", key="insp_where")

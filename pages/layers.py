@@ -14,10 +14,13 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector
-from parity.dashboard.tables import status_style
+from parity.dashboard.tables import NUMBER_FORMAT, status_style
+from parity.dashboard.text import md_text
+from parity.labels import OUTSIDE_MODULES
 from parity.layers import figures as lf
 from parity.layers import views
 from parity.results import ValidationRun
+from parity.text import ratio_text
 
 GOTO_INSPECT = "parity_layers_goto_inspect"
 
@@ -60,7 +63,7 @@ COLUMN_CONFIG = {
     "order": st.column_config.NumberColumn("order", width="small"),
     "set": st.column_config.NumberColumn("set", width="small"),
     **{
-        k: st.column_config.NumberColumn(k, format="%.3e")
+        k: st.column_config.NumberColumn(k, format=NUMBER_FORMAT)  # the Overview's style
         for k in ("error ratio", "jump", "max abs", "max rel")
     },
     "cosine": st.column_config.NumberColumn("cosine", format="%.6f"),
@@ -70,13 +73,57 @@ COLUMN_CONFIG = {
 }
 
 
+def layers_config(run: ValidationRun):
+    """The config that made `run` (this session ran it), again with layers compared: for a run
+    with several candidates, the one the pages show. None when there is none to re-run (a
+    reopened saved run) or nothing to compare layers against (no PyTorch model)."""
+    from dataclasses import replace
+
+    from parity.results import RunKind
+
+    config = state.run_config_of(state.raw_run())
+    if config is None or config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
+        return None
+    if config.n_candidates > 1:
+        info = next(i for i in run.candidate_list if i.index == state.candidate_index(run))
+        config = replace(
+            config, onnx=info.onnx, provider=info.provider, ort_opt_level=info.ort_opt_level
+        )
+    return replace(config, layers=True, tolerances=state.tolerances())
+
+
 def _no_layers(run: ValidationRun) -> None:
+    from parity.dashboard.running import execute
+
+    config = layers_config(run)
+    if config is None:
+        st.info(
+            "This run compared the model's outputs only. To find the op where the export "
+            "starts to diverge, tick **Compare layers** on the Run page and run again, or run "
+            "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
+        )
+        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
+        return
+    which = ""
+    if run.is_multi_candidate:
+        info = next(i for i in run.candidate_list if i.index == state.candidate_index(run))
+        which = f" (candidate {md_text(info.label)})"
     st.info(
-        "This run compared the model's outputs only. To find the op where the export starts "
-        "to diverge, tick **Compare layers** on the Run page and run again, or run "
-        "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
+        "This run compared the model's outputs only. Run it again comparing every "
+        f"intermediate value{which} to find the op where the export starts to diverge "
+        "(slower than the outputs alone)."
     )
-    st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
+    clicked = st.button(
+        "Compare layers for this run",
+        type="primary",
+        icon=":material/account_tree:",
+        key="layers_rerun",
+    )
+    if clicked and execute(config, label=f"{run.model} with layers"):
+        st.rerun()
+    failure = state.last_failure()
+    if failure is not None:
+        st.error(f"**Run failed** ({failure.kind}): {md_text(failure.message)}")
 
 
 def verdict(result) -> None:
@@ -93,10 +140,10 @@ def verdict(result) -> None:
             if first.torch_module is None and first.torch_node is None:  # ONNX against ONNX
                 st.code(f"{first.onnx_node} -> {first.onnx_value}", language=None)
             else:
-                st.code(first.torch_module or "(no torch module)", language=None)
+                st.code(first.torch_module or OUTSIDE_MODULES, language=None)
             cols = st.columns(4)
             cols[0].metric("op", first.onnx_op)
-            cols[1].metric("jump", f"{views.fmt(first.jump)}x", help=views.jump_words(first))
+            cols[1].metric("jump", ratio_text(first.jump), help=views.jump_words(first))
             cols[2].metric("error ratio", views.fmt(first.error_ratio))
             cols[3].metric("max |error|", views.fmt(first.max_abs))
         st.text(f"Criterion: {result.criterion}")

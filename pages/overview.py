@@ -11,6 +11,7 @@ from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
     fitting_columns,
+    one_dtype,
     one_tolerance,
     rows_frame,
     status_style,
@@ -23,6 +24,7 @@ from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.figures import verdict_grid
 from parity.show.rows import comparison_rows
+from parity.text import all_text
 
 GOTO_INSPECT = state.GOTO_INSPECT
 
@@ -63,7 +65,7 @@ def verdict_banner(run: ValidationRun) -> None:
     n = len(run.comparisons)
     n_fail = sum(not c.status.passed for c in run.comparisons)
     text = (
-        f"every output passes in all {len(run.input_sets)} input set(s)"
+        f"every output passes in {all_text(len(run.input_sets), 'input set')}"
         if n_fail == 0
         else f"{n_fail} of {n} comparisons fail"
     )
@@ -107,10 +109,11 @@ def page() -> None:
 
     st.subheader("Outputs")
     frame = comparison_frame(run)
-    same = one_tolerance(frame)
+    same, dtype = one_tolerance(frame), one_dtype(frame)
     st.caption(
         "Select a row to inspect that output. A shape or dtype reads A vs B if they differ."
         + (f" Every row is judged at atol / rtol {md_text(same)}." if same else "")
+        + (f" Every output is {md_text(dtype)} on both sides." if dtype else "")
     )
     st.dataframe(
         status_style(frame),

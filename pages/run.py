@@ -10,8 +10,9 @@ import os
 
 import streamlit as st
 
-from parity.dashboard import routes, state
+from parity.dashboard import routes, running, state
 from parity.dashboard.access import trust_code
+from parity.dashboard.running import execute, run_config
 from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path, upload_onnx, upload_path, upload_paths
@@ -21,20 +22,19 @@ from parity.labels import wrong_pair_note
 from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from parity.results import ValidationRun
 from parity.show.sentences import failing_outputs
+from parity.text import all_text
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 N_SETS_DEFAULT = 2
 LAYERS_KEY = "run_layers"
-LAYERS_PREF = "parity_compare_layers"
+LAYERS_DONE = running.LAYERS_DONE
+LAYERS_ONE_CANDIDATE = (
+    "Compare layers needs a PyTorch model and one ONNX file at one execution provider and one "
+    "optimisation level: untick it, or leave one of each."
+)
 
 
 # ------------------------------------------------------------------------- running
-
-
-def run_config(**kwargs):
-    from parity.pipeline import RunConfig
-
-    return RunConfig(**kwargs)
 
 
 def demo_config(name: str):
@@ -48,52 +48,17 @@ def compare_layers() -> bool:
     return bool(st.session_state.get(LAYERS_KEY, False))
 
 
-def execute(config, *, label: str) -> bool:
-    """Run `config` with live progress; on success it becomes the current run."""
-    from parity.pipeline import run_validation
-
-    shown = md_text(label)
-    with st.status(f"Running {shown} ...", expanded=True) as status:
-        bar = st.progress(0.0, text="starting")
-        log = st.empty()
-        lines: list[str] = []
-
-        def on_progress(event) -> None:
-            if event.fraction is not None:
-                bar.progress(min(max(event.fraction, 0.0), 1.0), text=md_text(event.message))
-            lines.append(f"{event.elapsed:7.2f}s  {event.step:<8} {event.message}")
-            log.code("\n".join(lines[-14:]), language=None)
-
-        try:
-            run = run_validation(config, progress=on_progress, loaders=state.cached_loaders())
-        except Exception as exc:  # a ParityError, or a bug: either way keep the last good run
-            state.set_failure(exc)
-            status.update(label=f"Run of {shown} failed", state="error", expanded=False)
-            return False
-        total = sum(run.timings.values())
-        status.update(  # the icon says the verdict too: never a tick next to FAIL
-            label=f"{shown}: {run.verdict.upper()} in {total:.2f} s",
-            state="complete" if run.verdict == "pass" else "error",
-            expanded=False,
-        )
-    if wrong_pair_note(run) is not None and state.raw_run() is not None:
-        state.set_suspect(run)  # the last good run stays current; shown with a way to open it
-    else:
-        state.set_run(run)
-    return True
-
-
 def _stateful_number(column, label: str, low: int, high: int, default: int, key: str) -> float:
-    """A number input whose value lives in session state only: `run_demo` sets these keys,
-    and a widget given a default as well makes Streamlit log "created with a default value
-    but also had its value set via the Session State API" (with a stack)."""
-    st.session_state.setdefault(key, default)
-    return column.number_input(label, low, high, key=key)
+    """A number input whose value lives in session state only (kept across pages by
+    state.form_widget): `run_demo` sets these keys, and a widget given a default as well makes
+    Streamlit log "created with a default value but also had its value set via the Session
+    State API" (with a stack)."""
+    return column.number_input(label, low, high, key=state.form_widget(key, default))
 
 
 def run_demo(name: str) -> None:
     """Run a demo, and make the "Your model" form show what ran (demo, its export, sets)."""
-    st.session_state.update(
+    state.set_form(
         {
             "model_source": "Built-in demo",
             "model_demo": name,
@@ -172,7 +137,9 @@ def show_current(run: ValidationRun) -> None:
                 st.markdown("**Failing outputs**, worst first:")
                 failing_sentences(run, limit=5)
             else:
-                st.markdown(f"All {len(run.output_names)} outputs pass in every input set.")
+                said = all_text(len(run.output_names), "output")
+                verb = "passes" if len(run.output_names) == 1 else "pass"
+                st.markdown(f"{said[0].upper()}{said[1:]} {verb} in every input set.")
             st.page_link(routes.OVERVIEW, label="Open the overview", icon=":material/table_chart:")
         with right:
             rows = [{"step": k, "seconds": round(v, 3)} for k, v in run.timings.items()]
@@ -213,7 +180,7 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             ONNX_ONLY,
         ],
         horizontal=True,
-        key="model_source",
+        key=state.form_widget("model_source"),
         help="Stored reference outputs: torch's outputs saved earlier (`parity validate "
         "--save-reference REF.npz`), for when the model is not at hand. Needs the feeds "
         "they were computed on (below). None: the first ONNX file (at the first provider "
@@ -225,12 +192,12 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     if source == "Hugging Face directory (LLM)":
         directory = st.text_input(
             "Local transformers directory (config, weights, tokenizer; never downloaded)",
-            key="hf_dir", placeholder="/models/my-llm",
+            key=state.form_widget("hf_dir"), placeholder="/models/my-llm",
         ).strip()  # fmt: skip
         return (hf_spec(directory) if directory else None), None, None
     if source == "Stored reference outputs":
         path = st.text_input(
-            "Reference outputs (.npz path on this machine)", key="ref_path",
+            "Reference outputs (.npz path on this machine)", key=state.form_widget("ref_path"),
             placeholder="ref.npz",
         ).strip()  # fmt: skip
         up = st.file_uploader("...or upload it", type=["npz"], key="ref_upload")
@@ -239,12 +206,12 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             path = str(uploaded)
         return (reference_spec(path) if path else None), None, None
     if source == "Built-in demo":
-        name = st.selectbox("Demo", state.demo_names(), key="model_demo")
+        name = st.selectbox("Demo", state.demo_names(), key=state.form_widget("model_demo"))
         return demo_spec(name), None, name
     if source == "Path on this machine":
         spec = st.text_input(
             "Model",
-            key="model_path",
+            key=state.form_widget("model_path"),
             placeholder="model.pt2 | scripted.pt | my_models.py:build | package.module:build",
             help="A torch.export .pt2 (read without running code). TorchScript archives "
             "and FILE.py:CALLABLE / package.module:CALLABLE factories are code: the dashboard "
@@ -252,7 +219,9 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             "checkout: `streamlit run app.py -- --trust-code`).",
         ).strip()
         weights = st.text_input(
-            "Weights (optional)", key="weights_path", placeholder="weights.safetensors"
+            "Weights (optional)",
+            key=state.form_widget("weights_path"),
+            placeholder="weights.safetensors",
         ).strip()
         return spec or None, weights or None, None
     trusted = trust_code()
@@ -275,7 +244,7 @@ def choose_more_onnx() -> tuple[str, ...]:
     text = st.text_area(
         "More ONNX files to compare side by side (optional; paths on this machine, one per "
         "line)",
-        key="onnx_more", height=68,
+        key=state.form_widget("onnx_more"), height=68,
         help="Every file x provider x optimisation level is a candidate; the reference runs "
         "once per input set.",
     )  # fmt: skip
@@ -301,7 +270,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         "ONNX file",
         options,
         horizontal=True,
-        key="onnx_source_hf" if hf else f"onnx_source_{bool(demo)}",
+        key=state.form_widget("onnx_source_hf" if hf else f"onnx_source_{bool(demo)}"),
     )
     if source == "The demo's export":
         return state.demo_onnx_path(demo)
@@ -313,7 +282,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         return HF_EXPORT
     if source == "Path on this machine":
         path = st.text_input(
-            "ONNX path", key="onnx_path", placeholder="/path/to/model.onnx",
+            "ONNX path", key=state.form_widget("onnx_path"), placeholder="/path/to/model.onnx",
             help="External-data files are read from beside it.",
         ).strip()  # fmt: skip
         return path or None
@@ -336,8 +305,9 @@ def choose_hf_settings():
     from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, options_from_text
 
     prompts = st.text_area(
-        "Prompts (one per line; several form a left-padded batch)", DEFAULT_PROMPT,
-        key="hf_prompts",
+        "Prompts (one per line; several form a left-padded batch)",
+        DEFAULT_PROMPT,
+        key=state.form_widget("hf_prompts", DEFAULT_PROMPT),
     )  # fmt: skip
     c1, c2 = st.columns(2)
     steps = int(
@@ -346,12 +316,15 @@ def choose_hf_settings():
             1,
             64,
             DEFAULT_MAX_NEW_TOKENS,
-            key="hf_steps",
+            key=state.form_widget("hf_steps", DEFAULT_MAX_NEW_TOKENS),
         )  # fmt: skip
     )
-    random_weights = c2.checkbox("Random weights (build from the config only)", key="hf_rand")
+    random_weights = c2.checkbox(
+        "Random weights (build from the config only)", key=state.form_widget("hf_rand")
+    )
     overrides = st.text_input(
-        "Config overrides (KEY=VALUE, comma-separated)", key="hf_overrides",
+        "Config overrides (KEY=VALUE, comma-separated)",
+        key=state.form_widget("hf_overrides"),
         placeholder="num_hidden_layers=1",
     )  # fmt: skip
     return options_from_text(
@@ -377,7 +350,7 @@ def choose_settings(signature) -> dict:
                         min_value=1,
                         max_value=1 << 20,
                         value=default_dim_size(dim),
-                        key=f"dim_{dim}",
+                        key=state.form_widget(f"dim_{dim}", default_dim_size(dim)),
                     )  # fmt: skip
                 )
     settings["dims"] = dims
@@ -393,7 +366,7 @@ def choose_settings(signature) -> dict:
             "Execution providers",
             providers,
             default=[cpu if cpu in providers else providers[0]],
-            key="provider",
+            key=state.form_widget("provider", [cpu if cpu in providers else providers[0]]),
             help="Several: one candidate each, side by side.",
         )
     )
@@ -402,7 +375,7 @@ def choose_settings(signature) -> dict:
             "ORT optimisation levels",
             ORT_OPT_LEVELS,
             default=["all"],
-            key="opt",
+            key=state.form_widget("opt", ["all"]),
             help="Several: one candidate each (e.g. disable and all: do the fusions change "
             "the numbers?).",
         )
@@ -417,8 +390,16 @@ def choose_settings(signature) -> dict:
         for t in int_inputs:
             a, b = st.columns(2)
             name = md_text(t.name)
-            lo = a.number_input(f"{name} low", value=DEFAULT_INT_RANGE[0], key=f"lo_{t.name}")
-            hi = b.number_input(f"{name} high", value=DEFAULT_INT_RANGE[1], key=f"hi_{t.name}")
+            lo = a.number_input(
+                f"{name} low",
+                value=DEFAULT_INT_RANGE[0],
+                key=state.form_widget(f"lo_{t.name}", DEFAULT_INT_RANGE[0]),
+            )
+            hi = b.number_input(
+                f"{name} high",
+                value=DEFAULT_INT_RANGE[1],
+                key=state.form_widget(f"hi_{t.name}", DEFAULT_INT_RANGE[1]),
+            )
             if (int(lo), int(hi)) != DEFAULT_INT_RANGE:
                 ranges[t.name] = (int(lo), int(hi))
     settings["int_ranges"] = ranges
@@ -454,13 +435,14 @@ def page() -> None:
         "Parity runs your PyTorch model and its ONNX export on the same inputs and shows, "
         "element by element, where they disagree."
     )
+    if st.session_state.pop(LAYERS_DONE, False):  # a run compared layers: the next need not
+        state.set_form({LAYERS_KEY: False})
     st.checkbox(
         "Compare layers: find the op where the export starts to diverge",
-        value=st.session_state.get(LAYERS_PREF, False),  # kept while other pages are shown
-        key=LAYERS_KEY,
-        on_change=lambda: st.session_state.update({LAYERS_PREF: st.session_state[LAYERS_KEY]}),
-        help="Also compares the intermediate values of both sides (slower); the Layers page "
-        "shows where the error is born. Same as `parity validate --layers`.",
+        key=state.form_widget(LAYERS_KEY, False),  # kept while other pages are shown
+        help="For the next run: also compares the intermediate values of both sides "
+        "(slower); the Layers page shows where the error is born. The Layers page can also "
+        "re-run the current run with layers compared.",
     )
     from parity.load.demos import DEMOS
 
@@ -527,9 +509,17 @@ def page() -> None:
         ready = ready and (hf_options is not None or not is_hf)
         ready = ready and enough and unreadable is None
         ready = ready and bool(settings.get("provider", 1) and settings.get("ort_opt_level", 1))
+        n_candidates = (
+            (1 + len(more_onnx))
+            * len(settings.get("provider", (1,)))
+            * len(settings.get("ort_opt_level", (1,)))
+        )
+        layers_off = compare_layers() and (n_candidates > 1 or onnx_only)
+        ready = ready and not layers_off
         timeout = st.number_input(
-            "Time limit (seconds; 0 = none)", min_value=0, max_value=86400, value=0,
-            key="timeout",
+            "Time limit (seconds; 0 = none)", min_value=0, max_value=86400,
+            value=0,
+            key=state.form_widget("timeout", 0),
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip
         b_col, why_col = st.columns([1, 5], vertical_alignment="center")
@@ -537,6 +527,8 @@ def page() -> None:
             why_col.caption(
                 f":red[Run is off, the ONNX file cannot be read:] {md_text(unreadable)}"
             )
+        elif layers_off:
+            why_col.caption(f":red[Run is off:] {md_text(LAYERS_ONE_CANDIDATE)}")
         if b_col.button("Run", type="primary", disabled=not ready, key="run_custom"):
             config = run_config(
                 model=model,
@@ -551,6 +543,7 @@ def page() -> None:
             label = model or (f"reference {reference}" if reference else f"reference {onnx_path}")
             execute(config, label=label)
             st.rerun()  # redraw the summary and any failure above with the new state
+    state.keep_form()
     if run is not None:
         demo_cards()
 

@@ -8,14 +8,14 @@ from parity.dashboard import state
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.results import ValidationRun
+from parity.text import count_text
 
 VERDICT_STYLE = {"pass": ("green", "PASS"), "fail": ("red", "FAIL"), "error": ("orange", "ERROR")}
 
 
 def verdict_badge(run: ValidationRun, *, size: str = "") -> str:
     """Markdown for a coloured verdict badge (`size` is a heading prefix like '## ')."""
-    color, text = VERDICT_STYLE.get(run.verdict, ("gray", run.verdict.upper()))
-    return f"{size}:{color}-background[**{text}**]"
+    return verdict_badge_of(run.verdict, size=size)
 
 
 def tolerance_text(run: ValidationRun) -> str:
@@ -45,18 +45,39 @@ def render_sidebar() -> None:
             n_fail = sum(not c.status.passed for c in run.comparisons)
             st.markdown(verdict_badge(run, size="### "))
             st.caption("At the tolerances set on the Tolerances page.")
-            st.caption(
-                f"model {md_code(shown_path(run.model))}  \n"
-                f"ONNX {md_code(_short(shown_path(run.onnx)))}  \n"
-                f"{len(run.input_sets)} input set(s), {len(run.output_names)} output(s), "
-                f"{n_fail} failing comparison(s)"
+            onnx = (
+                f"{len(run.candidates)} ONNX candidates, each with its verdict:"
+                if run.is_multi_candidate
+                else f"ONNX {md_code(_short(shown_path(run.onnx)))}"
             )
+            st.caption(
+                f"model {md_code(shown_path(run.model))}  \n{onnx}  \n"
+                f"{count_text(len(run.input_sets), 'input set')}, "
+                f"{count_text(len(run.output_names), 'output')}, "
+                f"{count_text(n_fail, 'failing comparison')}"
+            )
+            if run.is_multi_candidate:
+                st.markdown(candidate_lines(run))
             with st.expander("Tolerances", expanded=False):
                 st.markdown(tolerance_text(run))
         failure = state.last_failure()
         if failure is not None:
             st.caption(f":red[Last run failed:] {md_text(failure.message)}")
         open_saved_run_hook()
+
+
+def candidate_lines(run: ValidationRun) -> str:
+    """One line per candidate of a run with several: its verdict badge, then which file,
+    provider and level it is (the sidebar's list)."""
+    return "  \n".join(
+        f"{verdict_badge_of(run.candidate_verdict(i.index))} {md_text(i.label)}"
+        for i in run.candidate_list
+    )
+
+
+def verdict_badge_of(verdict: str, *, size: str = "") -> str:
+    color, text = VERDICT_STYLE.get(verdict, ("gray", verdict.upper()))
+    return f"{size}:{color}-background[**{text}**]"
 
 
 def _short(path: str, keep: int = 42) -> str:

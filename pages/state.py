@@ -18,6 +18,7 @@ from typing import TypeVar
 import streamlit as st
 
 from parity.dashboard.access import trust_code
+from parity.dashboard.text import dashboard_words
 from parity.errors import ParityError, describe_error
 from parity.results import ValidationRun
 from parity.tolerances import Tolerances
@@ -33,6 +34,8 @@ CANDIDATE = "parity_candidate"  # the candidate pages show, of a run with severa
 VIEWS = "parity_candidate_views"
 DEMO_ENV = "PARITY_DEMO"
 T = TypeVar("T")
+FORM = "parity_run_form"  # the Run form's widget values, kept while other pages are shown
+RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to run it again
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ def suspect_run() -> ValidationRun | None:
 def set_failure(error: BaseException) -> None:
     """Remember why the last run failed; the previous good run stays current."""
     kind, message = describe_error(error)
+    message = dashboard_words(message)  # the form's widgets, not the CLI's flags
     detail = isinstance(error, ParityError) and error.detail
     detail = detail or "".join(traceback.format_exception(error)).strip()
     st.session_state[RUN_ERROR] = RunFailure(kind, message, detail)
@@ -176,6 +180,55 @@ def layer_target() -> tuple[int, int] | None:
 
 def clear_layer_target() -> None:
     st.session_state.pop(LAYER_TARGET, None)
+
+
+# ------------------------------------------------------------------------- the Run form
+
+
+def form_widget(key: str, default: object = None) -> str:
+    """Seed the Run form's widget `key` before it is drawn, and return the key.
+
+    Streamlit drops a widget's key at the end of a rerun that does not draw it (another page
+    was shown), so the form would come back at its defaults. Its value lives on in a plain
+    key (FORM, refreshed by `keep_form` each time the form is drawn) and is put back here;
+    a key never seen takes `default`. The widget keeps its own constant default too (the
+    same `default`): the browser draws a re-created widget from it, and a widget whose
+    default changed would be a new widget. The value in its key wins.
+    """
+    kept = st.session_state.setdefault(FORM, {})
+    if key not in st.session_state:
+        value = kept.get(key)
+        value = default if value is None else value
+        if value is not None:
+            st.session_state[key] = value
+    kept.setdefault(key, st.session_state.get(key))
+    return key
+
+
+def keep_form() -> None:
+    """Remember every seeded form widget's value as it is now (call after the form)."""
+    kept = st.session_state.setdefault(FORM, {})
+    for key in list(kept):
+        if key in st.session_state:
+            kept[key] = st.session_state[key]
+
+
+def set_form(values: dict) -> None:
+    """Make the form show `values` (a demo that ran, a layers re-run): set before the form
+    is drawn on this rerun."""
+    st.session_state.setdefault(FORM, {}).update(values)
+    st.session_state.update(values)
+
+
+def set_run_config(run: ValidationRun, config) -> None:
+    """The RunConfig that made the current run (None for a reopened saved run)."""
+    st.session_state[RUN_CONFIG] = (run, config)
+
+
+def run_config_of(run: ValidationRun | None):
+    """The RunConfig behind `run` when this session made it, else None."""
+    kept = st.session_state.get(RUN_CONFIG)
+    return kept[1] if kept is not None and run is not None and kept[0] is run else None
 
 
 # ------------------------------------------------------------------------- files and caches

@@ -31,7 +31,7 @@ ROW_COLUMN_CONFIG = {  # widths that fit the Overview's table on a 1280 px scree
     _header("set"): st.column_config.NumberColumn(_header("set"), width=40),
     _header("output"): st.column_config.TextColumn(_header("output"), width=110),
     _header("status"): st.column_config.TextColumn(_header("status"), width=64),
-    _header("shape"): st.column_config.TextColumn(_header("shape"), width=108),
+    _header("shape"): st.column_config.TextColumn(_header("shape"), width=100),
     _header("dtype"): st.column_config.TextColumn(_header("dtype"), width=104),
     _header("max_abs"): st.column_config.NumberColumn(
         _header("max_abs"), format=NUMBER_FORMAT, width=66
@@ -51,7 +51,7 @@ ROW_COLUMN_CONFIG = {  # widths that fit the Overview's table on a 1280 px scree
         _header("nonfinite"), help="Elements NaN or ±Inf on one side only (never pass)", width=64
     ),
     _header("tolerance"): st.column_config.TextColumn(_header("tolerance"), width=90),
-    _header("message"): st.column_config.TextColumn(_header("message"), width=120),
+    _header("message"): st.column_config.TextColumn(_header("message"), width=240),
 }
 """Column settings for :func:`rows_frame` tables (st.dataframe's column_config)."""
 
@@ -67,7 +67,17 @@ def fitting_columns(frame: pd.DataFrame, *, leave_out: Sequence[str] = ()) -> li
         out.add(nonfinite)
     if one_tolerance(frame) is not None:
         out.add(_header("tolerance"))
+    if one_dtype(frame) is not None:
+        out.add(_header("dtype"))
     return [c for c in frame.columns if c not in out]
+
+
+def one_dtype(frame: pd.DataFrame) -> str | None:
+    """The dtype every row of the frame has on both sides (said beside the table), or None."""
+    column = _header("dtype")
+    values = set(frame[column]) if column in frame else set()
+    value = next(iter(values)) if len(values) == 1 else None
+    return value if value and value != "-" and " vs " not in str(value) else None
 
 
 def one_tolerance(frame: pd.DataFrame) -> str | None:

@@ -55,3 +55,53 @@ def md_code(value: object) -> str:
     # CommonMark strips one space from each end when both ends have one
     pad = " " if "`" in (text[0], text[-1]) or (text[0] == " " and text[-1] == " ") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+# The Run form's widgets, by the `parity validate` flag each one stands for: a core message
+# names flags (the CLI's words); the dashboard says which widget to change instead.
+_FLAG_WIDGETS = {
+    "--layers": "Compare layers",
+    "--model": "PyTorch model",
+    "--weights": "Weights",
+    "--onnx": "ONNX file",
+    "--provider": "Execution providers",
+    "--ort-opt-level": "ORT optimisation levels",
+    "--input-sets": "Input sets",
+    "--seed": "Seed",
+    "--dim": "Sizes of the symbolic dims",
+    "--int-range": "Integer inputs",
+    "--inputs": "Your own feeds",
+    "--reference": "Stored reference outputs",
+    "--timeout": "Time limit",
+    "--prompt": "Prompts",
+    "--max-new-tokens": "Max new tokens",
+    "--config-override": "Config overrides",
+}
+_PHRASES = (  # whole refusals that read better said again than translated flag by flag
+    (
+        re.compile(
+            r"--layers compares one ONNX file: give one --onnx, one --provider and one "
+            r"--ort-opt-level"
+        ),  # fmt: skip
+        "Compare layers works on one ONNX file at one execution provider and one optimisation "
+        "level: untick Compare layers, or leave one of each",
+    ),
+    (
+        re.compile(r"--layers needs a torch model \(--model SPEC\)"),
+        "Compare layers needs a PyTorch model",
+    ),  # fmt: skip
+)
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?:\s+(?:SPEC|REF\.npz|FEEDS\.npz|FILE))?")
+
+
+def dashboard_words(message: str) -> str:
+    """A core message (which names `parity validate` flags) in the dashboard's words: each
+    flag becomes the widget that sets it ("--provider" -> "“Execution providers”")."""
+    for pattern, words in _PHRASES:
+        message = pattern.sub(words, message)
+
+    def widget(m: re.Match) -> str:
+        name = _FLAG_WIDGETS.get(m.group(1))
+        return f"“{name}”" if name else m.group(0)
+
+    return _FLAG.sub(widget, message)

@@ -9,7 +9,7 @@ from parity.dashboard import state
 from parity.dashboard.text import md_text
 from parity.judge.where import WhereProfile, where_of
 from parity.results import OutputComparison, ValidationRun
-from parity.show.sentences import failing_outputs, output_sentence
+from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
 
 CACHE = "parity_where_cache"
 
@@ -22,10 +22,17 @@ def where_for(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
     return state.run_memo(CACHE, stored, key, lambda: where_of(run, c))
 
 
+def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WhereProfile | None]]:
+    return [(x.input_set, where_for(run, x)) for x in other_failing_sets(run, c)]
+
+
 def failing_sentences(run: ValidationRun, *, limit: int = 8) -> None:
     """One plain sentence per failing output (what, how bad, where), worst first."""
     failing = failing_outputs(run)
-    lines = [f"- {md_text(output_sentence(run, c, where_for(run, c)))}" for c in failing[:limit]]
+    lines = [
+        f"- {md_text(output_sentence(run, c, where_for(run, c), _others(run, c)))}"
+        for c in failing[:limit]
+    ]
     if len(failing) > limit:
         lines.append(f"- {len(failing) - limit} more failing outputs: see the table below.")
     if lines:

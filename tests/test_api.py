@@ -148,6 +148,7 @@ def test_assert_export_close_speaks_numpy_testing(exported) -> None:
     assert re.search(r"Mismatched elements: \d+ / 6 \(\d+(\.\d+)?%\)", text)
     assert "Max absolute difference: 0.01" in text
     assert "Worst element at index" in text
+    assert re.search(r"\n\s+Where: \S", text), text  # issue 22: the CLI's line, here too
 
 
 def test_rejudge_and_tolerances(exported) -> None:

@@ -55,6 +55,8 @@ def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(
         ]  # fmt: skip
         marks = grid.locator("g.textpoint text").all_text_contents()
         assert marks.count("✗") == 4 and marks.count("✓") == 8
+        colours = " ".join(grid.locator(".colorbar text").all_text_contents())  # issue 22
+        assert "error ÷ allowed" in colours and "log10" not in colours, colours
         page.screenshot(path=str(ARTIFACTS / "candidates-overview.png"), full_page=True)
 
         # the detail below the grid is the first failing candidate's; its worst failure opens
@@ -72,3 +74,31 @@ def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(
         assert "FAIL · total in set" in body
     finally:
         context.close()
+
+
+def test_the_sidebar_and_the_run_page_name_the_candidate_that_fails(saved_run, chromium, app_url):
+    """Issue 22: a run of several candidates: the sidebar lists each with its verdict (not
+    one file next to the run's FAIL), and the Run page's sentence names the failing file,
+    provider and level."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    page.goto(f"{app_url}/?run={urllib.parse.quote(str(saved_run))}")  # the Run page
+    page.get_by_role("heading", name="Run a validation").wait_for()
+    settle(page)
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text("6 ONNX candidates, each with its verdict:").wait_for()
+    text = sidebar.inner_text()
+    assert "dynamo.onnx" not in text.split("6 ONNX candidates")[0]  # no one file for the run
+    for line in (
+        "PASS #0 dynamo.onnx (CPU, disable)", "PASS #1 dynamo.onnx (CPU, all)",
+        "PASS #2 legacy.onnx (CPU, disable)", "PASS #3 legacy.onnx (CPU, all)",
+        "FAIL #4 buggy.onnx (CPU, disable)", "FAIL #5 buggy.onnx (CPU, all)",
+    ):  # fmt: skip
+        assert line in " ".join(text.split()), text
+    main = page.locator('[data-testid="stMain"]').inner_text()
+    assert "fails in 2 of 2 input sets on #4 buggy.onnx (CPU, disable)." in main, main
+    assert "fails in 2 of 2 input sets on #5 buggy.onnx (CPU, all)." in main
+    settle(page)
+    page.screenshot(path=str(ARTIFACTS / "candidates-run-page.png"))
+    context.close()

@@ -73,7 +73,7 @@ def test_suggest_turns_the_page_the_badge_and_the_sidebar_reports_to_pass_at_onc
     page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
     _wait_badge(page, "PASS")  # the same rerun: no other page opened in between
     settle(page)
-    assert "0 failing comparison(s)" in _sidebar(page).inner_text()
+    assert "0 failing comparisons" in _sidebar(page).inner_text()
     assert "last_hidden_state: atol" in _sidebar_tolerances(page)
     shot(page, "state-01-suggest-fp16-pass")
 
@@ -244,3 +244,90 @@ def test_a_wrong_pair_is_said_in_words_and_the_last_good_run_stays(page, tmp_pat
     assert "The previous run (demo:cnn) is still the current one." in body
     _wait_badge(page, "PASS")  # demo:cnn's verdict
     shot(page, "state-05-wrong-pair")
+
+
+def _origin(page) -> str:
+    found = re.match(r"https?://[^/]+", page.url)
+    assert found, page.url
+    return found.group(0)
+
+
+def _radio(page, label: str, option: str) -> None:
+    page.locator('[data-testid="stRadio"]').filter(has_text=label).get_by_text(option).click()
+    settle(page)
+
+
+def _type(page, label: str, text: str) -> None:
+    box = page.get_by_role("textbox", name=label, exact=True)
+    box.fill(text)
+    box.press("Enter")
+    settle(page)
+
+
+def test_the_run_form_keeps_what_you_typed_across_pages_and_runs_what_it_shows(page, tmp_path):
+    """Issue 22: after a `?demo=broken` start, a model and an ONNX path typed into the form
+    are still there after another page was shown, and Run validates them (not the demo)."""
+    from tests.wrong_pair import write_wrong_pair
+
+    pt2, onnx = write_wrong_pair(tmp_path)
+    pg = page.context.new_page()  # a fresh session, started as `?demo=broken` starts one
+    pg.set_default_timeout(60_000)
+    try:
+        pg.goto(f"{_origin(page)}/?demo=broken")
+        pg.get_by_text(re.compile(r"demo:broken: FAIL in")).wait_for(timeout=RUN_TIMEOUT_MS)
+        settle(pg)
+        _radio(pg, "PyTorch model", "Path on this machine")
+        _type(pg, "Model", str(pt2))
+        _radio(pg, "ONNX file", "Path on this machine")
+        _type(pg, "ONNX path", str(onnx))
+        pg.get_by_text("ONNX signature").wait_for()
+        for title in ("Overview", "Tolerances", "Run"):
+            nav(pg, title)
+        _assert_no_exception(pg, "back on Run")
+        assert pg.get_by_role("textbox", name="Model", exact=True).input_value() == str(pt2)
+        assert pg.get_by_role("textbox", name="ONNX path", exact=True).input_value() == str(onnx)
+        assert pg.locator('[data-testid="stSelectbox"]').filter(has_text="Demo").count() == 0
+        pg.get_by_role("textbox", name="ONNX path", exact=True).scroll_into_view_if_needed()
+        shot(pg, "state-06-form-kept-across-pages")
+        pg.get_by_role("button", name="Run", exact=True).click()
+        pg.get_by_text("Likely a wrong pair").first.wait_for(timeout=RUN_TIMEOUT_MS)
+        settle(pg)
+        body = pg.locator("body").inner_text()
+        assert f"{pt2.name} with" in body and onnx.name in body  # what the form showed ran
+        assert "The previous run (demo:broken) is still the current one." in body
+    finally:
+        pg.close()
+
+
+def test_the_layers_page_compares_layers_for_this_run_and_the_box_does_not_stick(page):
+    """Issue 22: the Layers page re-runs the current run with layers compared; the Run page's
+    box is not left ticked for the next run; a layers refusal names widgets, not flags."""
+    run_demo(page, "broken")
+    nav(page, "Layers")
+    page.get_by_role("button", name="Compare layers for this run").click()
+    page.get_by_text("DIVERGES", exact=True).wait_for(timeout=RUN_TIMEOUT_MS)
+    settle(page)
+    body = page.locator("body").inner_text()
+    assert "Pad" in body and "Values in graph order" in body
+    shot(page, "state-07-layers-for-this-run")
+    nav(page, "Run")
+    box = page.get_by_role("checkbox", name=re.compile("^Compare layers"))
+    assert not box.is_checked()
+    # ticked with a second ONNX file: Run is off and says why in the form's words
+    box.check(force=True)
+    settle(page)
+    _radio(page, "PyTorch model", "Built-in demo")
+    more = page.get_by_role("textbox", name=re.compile("^More ONNX files"))
+    more.fill("/tmp/other.onnx")
+    more.press("Control+Enter")
+    settle(page)
+    why = page.get_by_text(re.compile(r"Run is off: Compare layers needs a PyTorch model and one"))
+    why.wait_for()
+    assert "--" not in why.inner_text()
+    assert page.get_by_role("button", name="Run", exact=True).is_disabled()
+    page.get_by_role("button", name="Run", exact=True).scroll_into_view_if_needed()
+    shot(page, "state-08-layers-refusal-in-words")
+    more.fill("")
+    more.press("Control+Enter")
+    page.get_by_role("checkbox", name=re.compile("^Compare layers")).uncheck(force=True)
+    settle(page)

@@ -266,6 +266,48 @@ def test_candidates_grid_marks_each_candidate_and_output(side_by_side):
     assert "&lt;i&gt;odd" in fig.layout.yaxis.categoryarray[4]
 
 
+def test_candidates_grid_colours_cells_on_the_judgement_scale(side_by_side):
+    """Issue 22: the grid's colour is worst error ÷ allowed (parity.judge.judgement), the
+    scale of every other grid: a passing cell is on the green side, a failing one red."""
+    from parity.judge.judgement import RATIO_SPAN, cell_look
+    from parity.show.candidate_figures import candidates_grid
+    from parity.show.candidate_views import candidate_cells
+
+    fig = candidates_grid(side_by_side)
+    heat = fig.data[0]
+    assert (heat.zmin, heat.zmax) == (-RATIO_SPAN, RATIO_SPAN)
+    assert heat.colorbar.title.text == "error ÷ allowed"
+    assert "log10" not in fig.layout.title.text
+    rows, columns = list(heat.y), list(heat.x)
+    seen = 0
+    for cell in candidate_cells(side_by_side):
+        i = next(k for k, r in enumerate(rows) if r.startswith(f"#{cell.candidate.index} "))
+        z = heat.z[i][columns.index(cell.name)]
+        assert z == cell_look(cell.worst).z
+        assert (z < 0) == cell.worst.status.passed
+        seen += 1
+    assert seen == 6 * 2
+
+
+def test_a_failing_sentence_names_its_candidate_and_counts_its_own_sets(side_by_side):
+    """Issue 22: in a run with several candidates a verdict sentence says which file,
+    provider and level fails, and counts that candidate's input sets only."""
+    from parity.show.sentences import failing_outputs, output_sentence
+
+    failing = failing_outputs(side_by_side)
+    assert sorted((c.candidate, c.name) for c in failing) == [
+        (2, "logits"), (2, "total"), (3, "logits"), (3, "total")
+    ]  # fmt: skip
+    by = {
+        c.candidate: output_sentence(side_by_side, c, None) for c in failing if c.name == "logits"
+    }
+    assert by[2].startswith("logits fails in 2 of 2 input sets on #2 buggy.onnx (CPU, disable).")
+    assert by[3].startswith("logits fails in 2 of 2 input sets on #3 buggy.onnx (CPU, all).")
+    single = side_by_side.for_candidate(2)
+    alone = {c.name: output_sentence(single, c, None) for c in failing_outputs(single)}
+    assert alone["logits"].startswith("logits fails in 2 of 2 input sets. In set")  # no "on #"
+
+
 def test_rejudged_run_judges_every_candidate(side_by_side):
     from parity.tolerances import Tolerance, Tolerances
 

@@ -235,3 +235,69 @@ def test_json_html_and_saved_run_together_cost_one_model_run(tmp_path: Path, cap
     assert code == 0, capsys.readouterr().err
     assert calls.read_text().splitlines() == ["call"]
     assert all((tmp_path / name).stat().st_size > 0 for name in outputs.values())
+
+
+def test_an_unknown_flag_of_a_command_prints_that_commands_usage(capsys):
+    """Issue 22: `validate --bogus` shows validate's usage (its flags), not the top level's;
+    no flag is guessed from an abbreviation (sweep's neither)."""
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "--model", "demo:cnn", "--bogus", "1"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith("usage: parity validate ") and "--input-sets" in err
+    assert err.strip().endswith("parity validate: error: unrecognized arguments: --bogus 1")
+    with pytest.raises(SystemExit):
+        main(["validate", "--model", "demo:cnn", "--at", "1e-4"])
+    assert "unrecognized arguments: --at 1e-4" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sweep", "m.json", "--out", "x", "--work", "2"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: parity sweep ") and "unrecognized arguments: --work 2" in err
+
+
+def _counting_loaders(calls: list[str]):
+    from dataclasses import replace
+
+    from parity.run.config import default_loaders
+
+    base = default_loaders()
+
+    def load_torch_model(spec, *, weights=None):
+        calls.append("torch")
+        return base.load_torch_model(spec, weights=weights)
+
+    def load_onnx(path):
+        calls.append("onnx")
+        return base.load_onnx(path)
+
+    return replace(base, load_torch_model=load_torch_model, load_onnx=load_onnx)
+
+
+def test_typos_are_refused_before_the_torch_model_loads():
+    """Issue 22: a --dim name the ONNX inputs lack is refused once the ONNX signature is
+    read, before torch loads the model; an unknown demo: name before anything loads."""
+    from parity.errors import UsageError
+    from parity.load.demos import demo_onnx_path
+    from parity.pipeline import RunConfig, run_validation
+
+    calls: list[str] = []
+    config = RunConfig(model="demo:cnn", onnx=None, dims={"batchh": 3})
+    with pytest.raises(UsageError, match="--dim batchh: the ONNX inputs have no symbolic dim"):
+        run_validation(config, loaders=_counting_loaders(calls))
+    assert calls == ["onnx"]
+    calls.clear()
+    config = RunConfig(model="demo:cn", onnx=str(demo_onnx_path("cnn")))
+    with pytest.raises(UsageError, match="unknown demo 'cn'; known demos: cnn"):
+        run_validation(config, loaders=_counting_loaders(calls))
+    assert calls == []
+
+
+def test_a_python_file_without_its_callable_is_told_the_factory_form(tmp_path: Path, capsys):
+    net = tmp_path / "net.py"
+    net.write_text("import torch\n\ndef build():\n    return torch.nn.Linear(4, 2)\n")
+    from parity.load.demos import demo_onnx_path
+
+    code = main(["validate", "--model", str(net), "--onnx", str(demo_onnx_path("cnn"))])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"give it as {net}:CALLABLE" in err and "state dict" not in err

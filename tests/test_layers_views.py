@@ -161,9 +161,9 @@ def test_divergence_sentence_names_module_op_node_and_jump():
     result = chain()
     text = views.divergence_sentence(result)
     assert text.startswith("The export starts to diverge in blocks.2.fc1: Gemm node /n6/Gemm")
-    assert "1e+03x the largest error flowing into it" in text
+    assert "1e+03× the largest error flowing into it" in text
     assert views.jump_words(_value(0, "a", status="diverges")).endswith(
-        "x the noise floor (no matched value feeds it)"
+        "× the noise floor (no matched value feeds it)"
     )
     clean = LayersResult("c", "m", 5, 0, 0, None, (_value(0, "a"),))
     assert views.divergence_sentence(clean).startswith("No divergence")
@@ -288,3 +288,21 @@ def test_the_html_report_looks_the_same_whatever_plotly_template_the_process_use
 
     assert body(themed) == body(plain)
     assert themed.count('"type":"icicle"') == 1  # the module tree's trace, no theme entries
+
+
+def test_the_part_outside_any_module_has_one_name_and_jumps_read_with_the_times_sign():
+    """Issue 22: the sentence, the terminal and the module tree said "(no torch module)",
+    "(top level)" and "(own ops)" for the same part; jumps read "8.21e+06x" beside "×"."""
+    from parity.labels import OUTSIDE_MODULES
+    from parity.layers.text import format_layers
+
+    values = [_value(0, "blk.fc", ratio=0.1), _value(1, "", ratio=50.0, status="diverges")]
+    result = LayersResult("c", "m", 2, 0, 0, values[1], tuple(values), threshold=10.0)
+    sentence = views.divergence_sentence(result)
+    assert f"diverge in {OUTSIDE_MODULES}: Gemm node" in sentence
+    assert "1e+03× the largest error flowing into it" in sentence and "x the" not in sentence
+    assert OUTSIDE_MODULES in format_layers(result)
+    (icicle,) = lf.module_tree(result, threshold=10.0).data
+    labels = [str(x) for x in icicle.labels]
+    assert any(x.startswith(OUTSIDE_MODULES) for x in labels), labels
+    assert not any("own ops" in x or "top level" in x or "no torch module" in x for x in labels)

@@ -30,3 +30,19 @@ def test_a_lone_double_dash_is_a_code_span_so_no_em_dash_replaces_it():
         "start it with: streamlit run app.py -- --trust-code"
     )
     assert md_text("--flag a--b") == md_text("--flag a--b").replace("`", "")  # not lone
+
+
+def test_counts_and_alls_read_as_people_say_them():
+    """Issue 22: "all 2 outputs pass" and "1 outputs" read as "both outputs" and "1 output"."""
+    from parity.text import all_text, count_text, times_text
+
+    assert [count_text(n, "output") for n in (0, 1, 2, 1234)] == [
+        "0 outputs", "1 output", "2 outputs", "1,234 outputs"
+    ]  # fmt: skip
+    assert count_text(1, "input set") == "1 input set"
+    assert [all_text(n, "output") for n in (1, 2, 3)] == [
+        "the one output", "both outputs", "all 3 outputs"
+    ]  # fmt: skip
+    assert [times_text(x) for x in (0.13, 4.2, 48123.0, 1.2e10, float("inf"))] == [
+        "0.13 times", "4.2 times", "48,100 times", "1.20e+10 times", "an unbounded multiple of"
+    ]  # fmt: skip

@@ -53,6 +53,7 @@ CHUNK_ELEMENTS = 1 << 16  # L2-sized, as parity.judge.compare_pass (measured fas
 MAX_PROFILE_LEN = 1 << 18  # entries per axis: 262,144 (a 256k vocabulary stays per token)
 CONTRAST = 4.0  # concentrated indices stand out at least this many times over the rest
 MAX_LISTED = 1024  # at most this many indices are called concentrated along one axis
+TOO_FEW = 2 * int(CONTRAST)  # fewer mismatches than this, sharing no index: nothing to tell
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +99,12 @@ class WhereProfile:
     covered: int  # mismatches at a concentrated index of at least one axis
     axes: tuple[AxisProfile, ...]
     summary: str
+
+    @property
+    def pattern(self) -> tuple[object, ...]:
+        """Per axis, where the mismatches are, comparable across input sets of other sizes:
+        ``"edges"`` for an axis' first and last index, else its concentrated indices."""
+        return tuple("edges" if _at_edges(a) else a.concentrated for a in self.axes)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON report's ``outputs[].where`` block."""
@@ -178,6 +185,8 @@ def where_profile(
     axes = []
     for axis, a in enumerate(acc):
         entries = concentrated_entries(a.m, a.t) if a.size > 1 else []
+        if not entries and a.size > 1 and total_m > 1:
+            entries = _shared_entry(a.m, a.t)
         indices = _entry_indices(entries, a.bin, a.size)
         axes.append(
             AxisProfile(axis, names[axis], a.size, a.bin, a.m, a.t, a.max_abs, a.max_ratio, indices)
@@ -256,6 +265,15 @@ def _pieces(shape: tuple[int, ...], chunk: int) -> Iterator[tuple[tuple, int, in
     for outer in np.ndindex(*shape[:s]):
         for lo in range(0, shape[s], block):
             yield (*outer, slice(lo, min(shape[s], lo + block))), s, lo
+
+
+def _shared_entry(n_mismatch: np.ndarray, n_judged: np.ndarray) -> list[int]:
+    """[j] when every mismatch lies at entry j of an axis where other entries were judged
+    too: a fact, not a statistic, however few the mismatches are; else []."""
+    hits = np.flatnonzero(n_mismatch)
+    if hits.size == 1 and np.count_nonzero(n_judged) > 1:
+        return [int(hits[0])]
+    return []
 
 
 def _entry_indices(entries: list[int], bin_size: int, size: int) -> tuple[int, ...]:
@@ -340,6 +358,11 @@ def _summary(
     chosen = [a for a in axes if a.concentrated]
     if not chosen:
         pct = 100.0 * n_mismatch / n_judged if n_judged else 0.0
+        if n_mismatch < TOO_FEW:
+            return (
+                f"the {count} ({pct:.3g}% of the elements) are too few to tell whether they "
+                "gather along any axis, and they share no index"
+            )
         return (
             f"the {count} ({pct:.3g}% of the elements) are spread over the output: "
             "no index along any axis stands out"
@@ -350,7 +373,12 @@ def _summary(
     places = [f"{_indices_text(a.concentrated)} of {a.label}" for a in chosen]
     if len(chosen) > 1 and in_block == n_mismatch:  # where the axes' indices cross: a block
         text = f"all {count} lie where {' meet '.join(places)}"
+    elif len(chosen) == 2 and all(_at_edges(a) for a in chosen):
+        text = f"{share} lie {_border_text(chosen[0], chosen[1])}"
     else:
+        places = [
+            _edges_text(a) if _at_edges(a) else p for a, p in zip(chosen, places, strict=True)
+        ]
         text = f"{share} lie at {' or at '.join(places)}"
     others = [a for a in axes if not a.concentrated and a.size > 1]
     everywhere = [a for a in others if bool(np.all(a.n_mismatch[a.n_judged > 0] > 0))]
@@ -359,6 +387,32 @@ def _summary(
     elif everywhere:
         text += ", in every entry of " + " and ".join(a.label for a in everywhere)
     return text
+
+
+def _at_edges(a: AxisProfile) -> bool:
+    """The concentrated indices are the axis' first and last (and the axis has a middle)."""
+    return a.size > 2 and a.concentrated == (0, a.size - 1)
+
+
+def _edges_text(a: AxisProfile) -> str:
+    """``the edges of axis 2 (height), indices 0 and 31``."""
+    return f"the edges of {a.label}, indices 0 and {a.size - 1}"
+
+
+def _border_text(first: AxisProfile, second: AxisProfile) -> str:
+    """Two axes at their edges: a border; an image's when the axes are named height and
+    width. ``along the image's border (indices 0 and 31 of axis 2 (height) and of axis 3
+    (width))``."""
+    names = {str(first.name or "").lower(), str(second.name or "").lower()}
+    what = "the image's border" if names == {"height", "width"} else "the border"
+    if first.size == second.size:
+        where = f"indices 0 and {first.size - 1} of {first.label} and of {second.label}"
+    else:
+        where = (
+            f"indices 0 and {first.size - 1} of {first.label}, 0 and {second.size - 1} of "
+            f"{second.label}"
+        )
+    return f"along {what} ({where})"
 
 
 # --------------------------------------------------------------------------- from a run

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import plotly.graph_objects as go
 
+from parity.labels import OUTSIDE_MODULES
 from parity.layers import views
 
 if TYPE_CHECKING:
@@ -231,7 +232,7 @@ def _max_order(values: list[LayerValue]) -> int:
 
 _HOVER = (
     "#%{x} %{customdata[0]} (%{customdata[1]})<br>module %{customdata[2]}<br>"
-    "error ratio %{customdata[3]}<br>max |error| %{customdata[4]}<br>jump %{customdata[5]}x"
+    "error ratio %{customdata[3]}<br>max |error| %{customdata[4]}<br>jump %{customdata[5]}×"
     "<br>status %{customdata[6]}"
 )
 
@@ -255,6 +256,13 @@ def _hover_rows(values: list[LayerValue]) -> np.ndarray:
 OWN = "#own"  # id suffix of a module's own ops (no named_modules() path contains "#")
 
 
+def _path_text(path: str) -> str:
+    """A tree node's module path in hover text: the root's own ops are outside any module."""
+    if path == OWN:
+        return OUTSIDE_MODULES
+    return (path or views.ROOT_LABEL).replace(OWN, " (own ops)")
+
+
 def _with_own_leaves(nodes: list[views.ModuleNode]) -> list[views.ModuleNode]:
     """A module with children that also computes values itself (a residual add) gets a leaf
     "(own ops)" for them, so no part of the icicle is left blank."""
@@ -267,7 +275,7 @@ def _with_own_leaves(nodes: list[views.ModuleNode]) -> list[views.ModuleNode]:
                     n,
                     path=n.path + OWN,
                     parent=n.path,
-                    label="(own ops)",
+                    label="(own ops)" if n.path else OUTSIDE_MODULES,
                     n_values=n.n_own,
                     worst=n.own_worst,
                     n_divergent=n.own_divergent,
@@ -344,7 +352,7 @@ def module_tree(
             customdata=np.array(
                 [
                     [
-                        esc((n.path or views.ROOT_LABEL).replace(OWN, " (own ops)"), 100),
+                        esc(_path_text(n.path), 100),
                         views.fmt(n.worst),
                         esc(n.worst_value, 80),
                         esc(n.worst_op),

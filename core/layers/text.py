@@ -4,8 +4,10 @@ and the jump's wording come from parity.layers.views, as in the dashboard and th
 
 from __future__ import annotations
 
+from parity.labels import OUTSIDE_MODULES
 from parity.layers.result import LayersResult, LayerValue
 from parity.layers.views import fmt, jump_words
+from parity.text import ratio_text
 
 
 def format_layers(result: LayersResult, *, after: int = 4) -> str:
@@ -28,7 +30,7 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
         jumped = max(result.values, key=lambda v: v.jump or 0.0, default=None)
         if jumped is not None and jumped.jump:
             lines.append(
-                f"  largest jump: {_where(jumped)}  {jumped.jump:.3g}x (error_ratio "
+                f"  largest jump: {_where(jumped)}  {ratio_text(jumped.jump)} (error_ratio "
                 f"{fmt(jumped.error_ratio)}, under the threshold {fmt(result.threshold)})"
             )
         return "\n".join(lines)
@@ -49,6 +51,6 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
 def _where(v: LayerValue) -> str:
     if v.torch_module is None and v.torch_node is None:  # ONNX against ONNX: no module
         return f"{v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}"
-    module = v.torch_module if v.torch_module else "(top level)"
+    module = v.torch_module if v.torch_module else OUTSIDE_MODULES
     node = f" fx {v.torch_node!r}" if v.torch_node and v.torch_node != v.onnx_value else ""
     return f"{module!r}: {v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}{node}"

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from parity.labels import OUTSIDE_MODULES
 from parity.layers.result import LayerStatus
-from parity.text import number_text
+from parity.text import number_text, ratio_text
 
 if TYPE_CHECKING:
     from parity.layers.result import KeptValue, LayersResult, LayerValue
@@ -161,7 +162,7 @@ def divergence_sentence(result: LayersResult) -> str:
             f"No divergence: none of the {result.matched} matched intermediate values jumps "
             "above what flows into it."
         )
-    where = first.torch_module or "(no torch module)"
+    where = first.torch_module or OUTSIDE_MODULES
     parts = [
         f"The export starts to diverge in {where}: {first.onnx_op} node {first.onnx_node} "
         f"(value {first.onnx_value}, input set {first.input_set})"
@@ -179,8 +180,8 @@ def jump_words(v: LayerValue) -> str:
     if v.jump is None:
         return "no jump measured"
     if not v.inputs:
-        return f"{fmt(v.jump)}x the noise floor (no matched value feeds it)"
-    return f"{fmt(v.jump)}x the largest error flowing into it"
+        return f"{ratio_text(v.jump)} the noise floor (no matched value feeds it)"
+    return f"{ratio_text(v.jump)} the largest error flowing into it"
 
 
 def limits(result: LayersResult) -> list[str]:

@@ -307,6 +307,12 @@ def _load_archive(
     path: Path, *, allow_code: bool, max_memory: int | None = None
 ) -> tuple[nn.Module, str, Any]:
     """A torch.export archive (restricted reader) or a TorchScript archive (code)."""
+    if path.suffix == ".py":  # a factory's file without its callable
+        raise ModelLoadError(
+            f"cannot load model {path}: a Python file is read as a factory: give it as "
+            f"{path}:CALLABLE, the function or class in it that returns the torch.nn.Module "
+            f"(e.g. {path}:build)"
+        )
     kind = _archive_kind(path)
     if kind == "exported_program":
         from parity.run.budget import MemoryBudget

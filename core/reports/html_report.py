@@ -22,8 +22,8 @@ from parity.labels import status_label
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
-from parity.show.sentences import failing_outputs, output_sentence
-from parity.text import number_text, tolerance_text
+from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
+from parity.text import all_text, count_text, number_text, tolerance_text
 from parity.verdict import Verdict
 from parity.version import __version__
 
@@ -110,21 +110,28 @@ def _failing(run: ValidationRun) -> list[tuple[OutputComparison, WhereProfile | 
     return [(c, where_of(run, c)) for c in failing_outputs(run)]
 
 
+def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WhereProfile | None]]:
+    """Where the output's other failing input sets have their mismatches (the headline
+    sentence weighs every set)."""
+    return [(x.input_set, where_of(run, x)) for x in other_failing_sets(run, c)]
+
+
 def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]) -> str:
     """The verdict, then one plain sentence per failing output (what, how bad, where)."""
     n_fail = len({c.name for c in run.comparisons if not c.status.passed})
     n_out = len(run.output_names)
     n_sets = len(run.input_sets) or len({c.input_set for c in run.comparisons})
-    sets = f"{n_sets} input set{_s(n_sets)}"
+    sets = count_text(n_sets, "input set")
     summary = {
-        Verdict.PASS: f"all {n_out} outputs pass on {sets}",
-        Verdict.FAIL: f"{n_fail} of {n_out} output{_s(n_out)} fail on {sets}",
+        Verdict.PASS: f"{all_text(n_out, 'output')} pass{'es' if n_out == 1 else ''} on {sets}",
+        Verdict.FAIL: f"{n_fail} of {count_text(n_out, 'output')} "
+        f"fail{'s' if n_out == 1 else ''} on {sets}",
         Verdict.ERROR: "the run could not be completed",
     }[run.verdict]
     lead = ""
     if failing:
         items = "".join(
-            f"<li>{_e(output_sentence(run, c, where))}</li>"
+            f"<li>{_e(output_sentence(run, c, where, _others(run, c)))}</li>"
             for c, where in failing[:MAX_DETAILED_OUTPUTS]
         )
         more = len(failing) - MAX_DETAILED_OUTPUTS
@@ -498,13 +505,14 @@ ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead li{margin:6px 0
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;
 white-space:nowrap}
-table.outputs td:last-child{white-space:pre-line;min-width:240px}
+table.outputs{width:100%}table.outputs th{white-space:normal}
+table.outputs td:last-child{white-space:pre-line;min-width:200px;overflow-wrap:anywhere}
 table.kv td{white-space:normal;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 th{background:#f6f8fa}table.kv th{width:180px}
 tr.fail td.status{color:#cf222e;font-weight:700}tr.pass td.status{color:#1a7f37}
 td.bad{background:#ffebe9;color:#cf222e;font-weight:600}td.name{font-family:monospace}
-.bar{width:80px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
+.bar{width:48px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
 .bar span{display:block;height:8px;background:#cf222e}
 .note{background:#fff8c5;padding:6px 10px;border-radius:4px}
 .where{background:#ffebe9;padding:6px 10px;border-radius:4px}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from parity.errors import UsageError
-from parity.load.specs import is_hf_spec
+from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind
 from parity.tolerances import Tolerances
 
@@ -105,6 +105,10 @@ def check_config(config: RunConfig) -> None:
         raise UsageError(f"--layers-memory must be >= 1 MB, got {config.layers_memory_mb}")
     if config.n_input_sets < 1:
         raise UsageError(f"the number of input sets must be >= 1, got {config.n_input_sets}")
+    if (demo := demo_name(config.model)) is not None:  # a typo, said before anything loads
+        from parity.load.demos import get_demo
+
+        get_demo(demo)
     _check_candidates(config)
     if config.model is not None and config.reference_file is not None:
         raise UsageError("give either --model or --reference, not both")

@@ -499,8 +499,8 @@ def error_histogram(
         secondary_y=True,
     )
     lo, hi = float(lx[0]), float(lx[-1])
-    marks = ((atol, "atol", ATOL_COLOR, 1.0), (worst, "worst", FAIL_COLOR, 0.86))
-    for value, label, color, top in marks:  # labels at two heights: they never overlap
+    marks = ((atol, "atol", ATOL_COLOR, 0), (worst, "worst", FAIL_COLOR, 16))
+    for value, label, color, shift in marks:
         if value is None or not (value > 0 and math.isfinite(value)):
             continue
         x = math.log10(value)
@@ -508,16 +508,21 @@ def error_histogram(
         fig.add_trace(
             go.Scatter(
                 x=[x, x],
-                y=[0, top],
-                mode="lines+text",
-                text=["", f"{label} {value:.3g}"],
-                textposition="top left" if label == "worst" else "top right",
+                y=[0, 1.05],
+                mode="lines",
                 line={"color": color, "dash": "dash", "width": 2},
-                name=f"{label} = {value:.3g}",
+                name=f"{label} = {number_text(value)}",
                 hoverinfo="name",
             ),
             secondary_y=True,
         )
+        # the label above the plot area, at two heights: never clipped by the plot's top,
+        # never drawn over the curve, never over the other label
+        fig.add_annotation(
+            x=x, xref="x", y=1.0, yref="paper", yanchor="bottom", yshift=shift,
+            text=f"{label} {number_text(value)}", showarrow=False,
+            font={"color": color, "size": 12}, bgcolor="rgba(255,255,255,0.85)",
+        )  # fmt: skip
     tickvals, ticktext = _exp_ticks(lo, hi)
     parts = [f"{hist.n_total:,} elements"]
     if hist.n_zero:
@@ -529,8 +534,8 @@ def error_histogram(
         xaxis={"title": "|onnx - ref|", "tickvals": tickvals, "ticktext": ticktext},
         bargap=0.05,
         legend={"orientation": "h", "y": -0.25},
-        margin={"l": 60, "r": 60, "t": 70, "b": 40},
-        height=380,
+        margin={"l": 60, "r": 60, "t": 100, "b": 40},
+        height=400,
     )
     fig.update_yaxes(title_text="elements", type="log", dtick=1, secondary_y=False)
     fig.update_yaxes(
@@ -655,6 +660,7 @@ class GridCell:
     column: str
     comparison: OutputComparison
     select: tuple = ()
+    note: str = ""  # more hover words (a candidates grid: on how many sets it fails)
 
 
 def judgement_grid(
@@ -686,6 +692,8 @@ def judgement_grid(
         else:
             z[i, j] = look.z
         text = f"{rows[i]} · {columns[j]}<br>{plot_text(look.words)}"
+        if cell.note:
+            text += f"<br>{plot_text(cell.note)}"
         hover[i][j] = text
         xs.append(columns[j])
         ys.append(rows[i])

@@ -7,7 +7,7 @@ from parity.labels import status_label, wrong_pair_note
 from parity.results import OutputComparison, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.rows import COLUMNS, comparison_rows
-from parity.text import aligned_table, number_text, shape_text
+from parity.text import aligned_table, count_text, number_text, shape_text
 
 TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
 
@@ -23,7 +23,7 @@ def format_table(run: ValidationRun) -> str:
 
 
 def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+    return count_text(n, noun)
 
 
 def format_verdict(run: ValidationRun) -> str:

@@ -7,34 +7,91 @@ part is parity.judge.where's summary.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 from parity.judge.judgement import comparison_ratio
 from parity.judge.where import WhereProfile
 from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun
-from parity.text import number_text, ratio_text, shape_text, tolerance_text
+from parity.text import number_text, shape_text, times_text, tolerance_text
 
-__all__ = ["failing_outputs", "output_sentence"]
+__all__ = [
+    "candidate_words",
+    "failing_outputs",
+    "other_failing_sets",
+    "output_sentence",
+]
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def failing_outputs(run: ValidationRun) -> list[OutputComparison]:
-    """One comparison per failing output name (its worst input set), worst output first."""
-    best: dict[str, OutputComparison] = {}
+    """One comparison per failing output name (its worst input set), worst output first; in
+    a run with several candidates, one per failing (candidate, output)."""
+    best: dict[tuple[int, str], OutputComparison] = {}
     for c in worst_first(c for c in run.comparisons if not c.status.passed):
-        best.setdefault(c.name, c)
+        best.setdefault((c.candidate, c.name), c)
     return list(best.values())
 
 
-def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile | None) -> str:
+def candidate_words(run: ValidationRun, c: OutputComparison) -> str:
+    """`` on #2 wrong.onnx (CPU, all)``: which candidate a comparison judges, in a run with
+    several ("" in a run with one, where the file is the run's)."""
+    if not run.is_multi_candidate:
+        return ""
+    info = next((i for i in run.candidate_list if i.index == c.candidate), None)
+    return f" on {info.label}" if info is not None else ""
+
+
+def other_failing_sets(run: ValidationRun, c: OutputComparison) -> list[OutputComparison]:
+    """The output's other failing input sets (same candidate), in set order: what a headline
+    sentence weighs besides its worst set."""
+    return [
+        x
+        for x in run.comparisons
+        if x.name == c.name
+        and x.candidate == c.candidate
+        and x.input_set != c.input_set
+        and not x.status.passed
+    ]
+
+
+def _other_sets_words(
+    where: WhereProfile, others: Sequence[tuple[int, WhereProfile | None]]
+) -> str:
+    """What the other failing sets say about where: the same place in all of them, or each
+    one's own summary (at most three)."""
+    known = [(k, w) for k, w in others if w is not None]
+    if not known:
+        return ""
+    sets = [str(k) for k, _ in known]
+    named = f"set {sets[0]}" if len(sets) == 1 else f"sets {', '.join(sets[:-1])} and {sets[-1]}"
+    if all(w.pattern == where.pattern for _, w in known):
+        return f"; the same holds in {named}"
+    return "".join(f"; in set {k}, {w.summary}" for k, w in known[:3])
+
+
+def output_sentence(
+    run: ValidationRun,
+    c: OutputComparison,
+    where: WhereProfile | None,
+    others: Sequence[tuple[int, WhereProfile | None]] = (),
+) -> str:
     """``mask fails in 2 of 2 input sets. In set 0, 248 of 2,048 elements (12.1%) are out of
-    tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (4.81e+04× the allowed error); all
-    248 mismatches lie at ...``"""
+    tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (the reference reads 0.5 there, ONNX
+    0.019), 48,100 times the allowed error; all 248 mismatches lie along ...``"""
     unit = "steps" if run.is_generation else "input sets"
-    n_sets = len({x.input_set for x in run.comparisons if x.name == c.name})
-    n_failing = len(
-        {x.input_set for x in run.comparisons if x.name == c.name and not x.status.passed}
-    )
+    mine = [x for x in run.comparisons if x.name == c.name and x.candidate == c.candidate]
+    n_sets = len({x.input_set for x in mine})
+    n_failing = len({x.input_set for x in mine if not x.status.passed})
+    on = candidate_words(run, c)
     head = (
-        f"{c.name} fails in {n_failing} of {n_sets} {unit}." if n_sets > 1 else f"{c.name} fails."
+        f"{c.name} fails in {n_failing} of {n_sets} {unit}{on}."
+        if n_sets > 1
+        else f"{c.name} fails{on}."
     )
     at = f"In set {c.input_set}, " if n_sets > 1 else ""
     if c.status is Status.SHAPE_MISMATCH:
@@ -59,11 +116,16 @@ def output_sentence(run: ValidationRun, c: OutputComparison, where: WhereProfile
         if s is not None and s.max_abs is not None:
             ratio = comparison_ratio(c)
             text += f", the worst off by {number_text(s.max_abs)}"
+            if _finite(s.ref_at_worst) and _finite(s.onnx_at_worst):  # in the output's units
+                text += (
+                    f" (the reference reads {number_text(s.ref_at_worst)} there, ONNX "
+                    f"{number_text(s.onnx_at_worst)})"
+                )
             if ratio is not None:
-                text += f" ({ratio_text(ratio)} the allowed error)"
+                text += f", {times_text(ratio)} the allowed error"
         parts.append(text)
     body = "; ".join(parts) or (c.message.splitlines()[0] if c.message else "it fails")
     sentence = f"{head} {at}{body}"
-    if where is not None:
-        sentence += f"; {where.summary}"
+    if where is not None:  # the worst set's place, then what the other failing sets say
+        sentence += f"; {where.summary}" + _other_sets_words(where, others)
     return sentence + "."

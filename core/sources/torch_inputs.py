@@ -42,8 +42,12 @@ def timed_input_sets(
     config: RunConfig, signature: OnnxSignature, timings: dict[str, float]
 ) -> Iterator[InputSet]:
     """`input_sets`, the time spent making them added to ``timings["inputs"]`` (the work
-    the caller does between them is not counted)."""
-    sets = input_sets(config, signature)
+    the caller does between them is not counted). The options (--dim names, ranges, sizes)
+    are checked now, before the first set is asked for."""
+    return _timed(input_sets(config, signature), timings)
+
+
+def _timed(sets: Iterator[InputSet], timings: dict[str, float]) -> Iterator[InputSet]:
     while True:
         t0 = time.perf_counter()
         input_set = next(sets, None)
@@ -83,14 +87,15 @@ class TorchSource:
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
         from parity.run.runner import model_binding, run_torch
 
+        self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
+        sets = timed_input_sets(self._config, signature, self.timings)  # refuses typos first
         t0 = time.perf_counter()
         self._report("load", f"loading model {self.model}", 0.05)
         self._torch = self._loaders.load_torch_model(
             self.model, weights=self._config.weights, max_memory=self._config.max_memory
         )
         self.timings["load_model"] = time.perf_counter() - t0
-        self.timings["inputs"] = self.timings["torch"] = 0.0
-        for input_set in timed_input_sets(self._config, signature, self.timings):
+        for input_set in sets:
             self._report("torch", f"torch on {set_name(input_set)}", None)
             self._binding = model_binding(self._torch, input_set.feeds)
             reference = run_torch(self._torch, input_set, signature)

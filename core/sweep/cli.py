@@ -27,6 +27,7 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
         "sweep",
         help="validate every pair of a manifest, each in its own process, locally or on Ray",
         description="Exit 2: some pair could not be run; 1: some pair failed; 0: all pass.",
+        allow_abbrev=False,
     )
     s.add_argument("manifest", metavar="MANIFEST", help="JSON manifest (schema parity.sweep/1)")
     s.add_argument("--out", required=True, metavar="DIR", help="results folder")
