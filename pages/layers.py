@@ -14,8 +14,8 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.tables import status_style
+from parity.layers import birth_words, views
 from parity.layers import figures as lf
-from parity.layers import views
 from parity.results import ValidationRun
 
 GOTO_INSPECT = "parity_layers_goto_inspect"
@@ -88,6 +88,11 @@ def verdict(result) -> None:
         else:
             st.markdown(":orange-background[**NOTHING COMPARED**]")
         st.text(views.divergence_sentence(result))
+        sentence = birth_words.birth_sentence(result)
+        if sentence:
+            st.text(sentence)
+        for line in birth_words.other_lines(result):
+            st.text(f"• {line}")
         if first is not None:
             st.code(first.torch_module or "(no torch module)", language=None)
             cols = st.columns(4)

@@ -236,6 +236,7 @@ def _layers(run: ValidationRun) -> str:
     parts = ["<section><h2>Layers</h2>"]
     cls = "diverges" if result.first_divergence is not None else "note"
     parts.append(f"<p class='{cls}'>{_e(views.divergence_sentence(result))}</p>")
+    parts.append(_confirmation_html(result))
     parts.append(f"<p>{_e('Criterion: ' + str(result.criterion))}</p>")
     limits = views.limits(result)
     if limits:
@@ -251,6 +252,21 @@ def _layers(run: ValidationRun) -> str:
         parts.append(_layer_rows(result))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _confirmation_html(result) -> str:
+    """The first divergence's node re-run alone on torch's inputs, and the values carried."""
+    from parity.layers.birth_words import birth_sentence, other_lines
+
+    sentence = birth_sentence(result)
+    html = f"<p class='confirmation'>{_e(sentence)}</p>" if sentence else ""
+    others = other_lines(result)
+    if others:
+        items = "".join(f"<li>{_e(line)}</li>" for line in others)
+        html += (
+            f"<p>Flagged by the criterion but not born there:</p><ul class='limits'>{items}</ul>"
+        )
+    return html
 
 
 def _has_modules(result) -> bool:
