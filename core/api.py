@@ -137,6 +137,7 @@ def validate(
     provider: str = "CPUExecutionProvider",
     ort_opt_level: str = "all",
     layers: bool = False,
+    repro: str | os.PathLike[str] | None = None,
     reference: str | os.PathLike[str] | None = None,
     weights: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
@@ -158,6 +159,9 @@ def validate(
         tolerances JSON file).
     layers: also compare intermediate values and name the op where the export starts to
         diverge (``run.layers``, as ``parity validate --layers``); never changes the verdict.
+    repro: a folder to write a standalone repro of the confirmed first divergence to (as
+        ``--repro DIR``; implies `layers`; a clean run writes nothing, see
+        parity.layers.repro).
 
     Raises a `parity.ParityError` subclass (one line: what and where) when the run cannot be
     made. A model whose numbers disagree is not an error: check `.passed` / `.failing`, or
@@ -191,13 +195,23 @@ def validate(
             feeds=feeds,
             provider=provider,
             ort_opt_level=ort_opt_level,
-            layers=layers,
+            layers=layers or repro is not None,
             tolerances=tol,
             reference_file=None if reference is None else os.fspath(reference),
         )
         from parity.pipeline import run_validation
 
         run = run_validation(config, progress=progress, loaders=loaders)
+        if repro is not None:  # while the ONNX file (its README reads it) still exists
+            from parity.layers.repro import write_repro
+
+            write_repro(
+                run.layers,
+                repro,
+                command=f"parity.validate({spec or type(model).__name__!r}, "
+                f"{onnx_label or onnx_path!r}, repro={os.fspath(repro)!r})",
+                onnx_path=onnx_path,
+            )
     if onnx_label is not None:  # the temp file is gone: name what the caller gave
         candidates = tuple(replace(c, onnx=onnx_label) for c in run.candidates)
         run = replace(run, onnx=onnx_label, candidates=candidates)

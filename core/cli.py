@@ -6,6 +6,7 @@ Exit codes: 0 every output passes, 1 some output fails, 2 the run could not be m
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -179,6 +180,13 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         metavar="MB",
         help="most memory for ONNX Runtime's extra outputs per batch (default 1024)",
     )
+    layers.add_argument(
+        "--repro",
+        metavar="DIR",
+        help="write a standalone repro of the confirmed first divergence to DIR (model.onnx, "
+        "test_data_set_0/*.pb, repro.py, README.md; numpy+onnx+onnxruntime only); "
+        "implies --layers",
+    )
     limits = v.add_argument_group("limits")
     limits.add_argument(
         "--timeout",
@@ -311,7 +319,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         tolerances=tolerances_from_args(args),
         reference_file=args.reference,
         hf=hf,
-        layers=args.layers,
+        layers=args.layers or bool(args.repro),
         layers_memory_mb=args.layers_memory,
         timeout=args.timeout,
         max_memory=_max_memory(args),
@@ -348,6 +356,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
         getattr(args, "model_explorer", None)
         and args.command == "validate"
         and not getattr(args, "layers", False)
+        and not getattr(args, "repro", None)
     ):
         raise UsageError("--model-explorer needs --layers (it colours the compared layers)")
     for attr, what in _OUTPUTS:
@@ -374,6 +383,11 @@ def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
         write_html_report(run, args.html)
     if getattr(args, "model_explorer", None):
         _write_model_explorer(run, args.model_explorer)
+    if getattr(args, "repro", None):
+        from parity.layers.repro import write_repro
+
+        command = "parity " + " ".join(shlex.quote(a) for a in (args.argv or ()))
+        print(write_repro(run.layers, args.repro, command=command, onnx_path=run.onnx).message)
 
 
 def _write_model_explorer(run: ValidationRun, path: str) -> None:
@@ -412,6 +426,7 @@ def _demos() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # said in a repro's README
     set_debug(
         bool(getattr(args, "debug", False))
     )  # torch's and ORT's own logs, see parity.load.quiet

@@ -104,6 +104,31 @@ def verdict(result) -> None:
         st.text(f"Matched by {result.matching or '?'}: {result.matched} values compared.")
 
 
+def repro_download(run: ValidationRun, result) -> None:
+    """The confirmed first divergence as a standalone repro folder (.zip), as --repro DIR."""
+    from parity.layers.repro import no_repro_reason, repro_zip
+
+    reason = no_repro_reason(result)
+    if reason is not None:
+        if result.first_divergence is not None:
+            st.caption(reason)
+        return
+    try:
+        data = repro_zip(result, command="the Parity dashboard (Layers page)", onnx_path=run.onnx)
+    except Exception as exc:  # the file moved since the run: say so, keep the page
+        st.caption(f"no repro: {type(exc).__name__}: {exc}")
+        return
+    st.download_button(
+        "Download a standalone repro (.zip)",
+        data=data,
+        file_name="repro.zip",
+        mime="application/zip",
+        help="model.onnx (this node alone), test_data_set_0/*.pb (torch's values), repro.py "
+        "(numpy + onnx + onnxruntime only; exit 1 while it disagrees) and README.md",
+        key="layers_repro_zip",
+    )
+
+
 def show_limits(result) -> None:
     """Unmatched values and the engine's notes (how it matched, what it left out), as text."""
     lines = views.limits(result)
@@ -222,6 +247,7 @@ def page() -> None:
         _no_layers(run)
         return
     verdict(result)
+    repro_download(run, result)
     show_limits(result)
     if not result.values:
         st.warning("No intermediate value was compared, so there is nothing to draw.")
