@@ -138,6 +138,7 @@ def validate(
     ort_opt_level: str = "all",
     layers: bool = False,
     repro: str | os.PathLike[str] | None = None,
+    noise_floor: bool = False,
     reference: str | os.PathLike[str] | None = None,
     weights: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
@@ -162,6 +163,9 @@ def validate(
     repro: a folder to write a standalone repro of the confirmed first divergence to (as
         ``--repro DIR``; implies `layers`; a clean run writes nothing, see
         parity.layers.repro).
+    noise_floor: also run the torch model in float64; each float32 output's
+        ``run.outputs[i].noise`` (torch_error, onnx_error, ratio) says whether ONNX's error is
+        rounding (as ``--noise-floor``); the verdict stays the tolerance's.
 
     Raises a `parity.ParityError` subclass (one line: what and where) when the run cannot be
     made. A model whose numbers disagree is not an error: check `.passed` / `.failing`, or
@@ -196,6 +200,7 @@ def validate(
             provider=provider,
             ort_opt_level=ort_opt_level,
             layers=layers or repro is not None,
+            noise_floor=noise_floor,
             tolerances=tol,
             reference_file=None if reference is None else os.fspath(reference),
         )

@@ -187,6 +187,13 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         "test_data_set_0/*.pb, repro.py, README.md; numpy+onnx+onnxruntime only); "
         "implies --layers",
     )
+    v.add_argument(
+        "--noise-floor",
+        action="store_true",
+        help="also run the torch model in float64 and say, per float32 output, whether ONNX's "
+        'error is float32 rounding (adds "noise" to --json outputs; the verdict stays the '
+        "tolerance's)",
+    )
     limits = v.add_argument_group("limits")
     limits.add_argument(
         "--timeout",
@@ -321,6 +328,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         hf=hf,
         layers=args.layers or bool(args.repro),
         layers_memory_mb=args.layers_memory,
+        noise_floor=args.noise_floor,
         timeout=args.timeout,
         max_memory=_max_memory(args),
     )
@@ -510,6 +518,13 @@ def _format(run: ValidationRun) -> str:
         text = format_candidates(run)
     else:
         text = format_run(run)
+    if any(c.noise is not None for c in run.comparisons):
+        from parity.judge.noise import noise_lines
+
+        lines = noise_lines(run.comparisons)
+        text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
+            f"  {line}" for line in lines
+        )
     if run.layers is not None:
         from parity.layers.text import format_layers
 

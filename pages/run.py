@@ -27,6 +27,8 @@ CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable 
 N_SETS_DEFAULT = 2
 LAYERS_KEY = "run_layers"
 LAYERS_PREF = "parity_compare_layers"
+NOISE_KEY = "run_noise_floor"
+NOISE_PREF = "parity_noise_floor"
 _MASK_RE = re.compile("mask", re.IGNORECASE)
 
 
@@ -41,13 +43,22 @@ def run_config(**kwargs):
 
 def demo_config(name: str):
     return run_config(
-        model=demo_spec(name), onnx=None, n_input_sets=N_SETS_DEFAULT, layers=compare_layers()
+        model=demo_spec(name),
+        onnx=None,
+        n_input_sets=N_SETS_DEFAULT,
+        layers=compare_layers(),
+        noise_floor=noise_floor(),
     )
 
 
 def compare_layers() -> bool:
     """The "Compare layers" checkbox (RunConfig.layers): one switch for demo and custom runs."""
     return bool(st.session_state.get(LAYERS_KEY, False))
+
+
+def noise_floor() -> bool:
+    """The "Measure rounding noise" checkbox (RunConfig.noise_floor)."""
+    return bool(st.session_state.get(NOISE_KEY, False))
 
 
 def execute(config, *, label: str) -> bool:
@@ -455,6 +466,15 @@ def page() -> None:
         help="Also compares the intermediate values of both sides (slower); the Layers page "
         "shows where the error is born. Same as `parity validate --layers`.",
     )
+    st.checkbox(
+        "Measure rounding noise: run the torch model once more in float64",
+        value=st.session_state.get(NOISE_PREF, False),
+        key=NOISE_KEY,
+        on_change=lambda: st.session_state.update({NOISE_PREF: st.session_state[NOISE_KEY]}),
+        help="Says, per float32 output, whether ONNX's error is float32 rounding (about "
+        "torch's own error against float64) or not. The verdict stays the tolerance's. "
+        "Same as `parity validate --noise-floor`.",
+    )
     from parity.load.demos import DEMOS
 
     for name in DEMOS:  # a demo button clicked on the last rerun: run it before drawing
@@ -538,6 +558,7 @@ def page() -> None:
                 reference_file=reference,
                 hf=hf_options,
                 layers=compare_layers(),
+                noise_floor=noise_floor() and bool(model),
                 timeout=float(timeout) or None,
                 **settings,
             )

@@ -54,6 +54,7 @@ def render_html_report(run: ValidationRun) -> str:
             _grid(run),
             _outputs_table(run),
             _failing_details(run, failing),
+            _noise(run),
             _layers(run),
             _tolerances(run),
             _provenance(run),
@@ -222,6 +223,19 @@ def _grid(run: ValidationRun) -> str:
     parts.append(_input_sets_table(run))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _noise(run: ValidationRun) -> str:
+    """--noise-floor: per float32 output, whether ONNX's error is float32 rounding."""
+    if not any(c.noise is not None for c in run.comparisons):
+        return ""
+    from parity.judge.noise import noise_lines
+
+    items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.comparisons))
+    return (
+        "<section><h2>Rounding noise</h2><p>Against torch run again in float64 (the verdict "
+        f"stays the tolerance's):</p><ul class='noise'>{items}</ul></section>"
+    )
 
 
 def _layers(run: ValidationRun) -> str:
