@@ -225,6 +225,7 @@ def _with_layers(
         provider=candidate.provider,
         opt_level=candidate.opt_level,
         memory_mb=config.layers_memory_mb,
+        confirm=config.layers_confirm,
         progress=lambda message: report("layers", message, None),
     )
     timings = {**run.timings, "layers": time.perf_counter() - t0}

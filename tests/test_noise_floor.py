@@ -159,3 +159,50 @@ def test_overview_inspect_and_run_pages(blocks) -> None:
     at.switch_page("pages/run.py").run()
     (box,) = [c for c in at.checkbox if c.key == "run_noise_floor"]
     assert box.label.startswith("Measure rounding noise")
+
+
+class TinyBert(torch.nn.Module):
+    """transformers' BERT (random weights): it builds its attention mask in its dtype, and
+    its trace fixes that to float32 (a cast, a lifted constant, masked_fill's fill value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import BertConfig, BertModel
+
+        config = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=128)  # fmt: skip
+        self.bert = BertModel(config, add_pooling_layer=False)
+
+    def forward(self, input_ids, attention_mask):
+        return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def test_a_pt2_runs_in_float64_where_its_trace_fixed_float32(tmp_path: Path) -> None:
+    from parity.load.torch_model import load_torch_model
+    from parity.results import InputSet
+    from parity.run.float64 import float64_model, run_float64
+    from parity.signature import OnnxSignature, TensorSpec
+
+    torch.manual_seed(0)
+    model = TinyBert().eval()
+    ids, mask = torch.randint(0, 1000, (2, 16)), torch.ones(2, 16, dtype=torch.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask})
+        torch.export.save(program, tmp_path / "bert.pt2")
+    with torch.no_grad():
+        exact = model.double()(ids, mask).numpy()
+    loaded = float64_model(load_torch_model(str(tmp_path / "bert.pt2")))
+    assert loaded.model is not None, loaded.note
+    signature = OnnxSignature(
+        inputs=(TensorSpec("input_ids", "int64", (2, 16)),
+                TensorSpec("attention_mask", "int64", (2, 16))),
+        outputs=(TensorSpec("last_hidden_state", "float32", (2, 16, 64)),),
+        opset=18, producer="test", ir_version=8,
+    )  # fmt: skip
+    feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    arrays, note = run_float64(loaded.model, InputSet(0, feeds), signature)
+    assert arrays is not None, note
+    (y,) = arrays.values()
+    assert y.dtype == "float64"
+    assert abs(y - exact).max() < 1e-10  # float64 all the way, the mask included

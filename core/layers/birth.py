@@ -96,14 +96,18 @@ def confirm_births(
         if s not in captured:
             wanted = _wanted(checked, s, selections, known)
             captured[s] = _capture(capture, by_set[s], wanted, arrays_of, budget)
-        outcome, c, got = _check(v, selections[(v.onnx_value, s)], captured[s], by_set[s], proto,
-                                 onnx_path, provider, opt_level)  # fmt: skip
+        c, case = _check(
+            v,
+            selections[(v.onnx_value, s)],
+            captured[s],
+            by_set[s],
+            proto,
+            onnx_path,
+            (provider, opt_level),
+        )
         confirmations.append(c)
-        if outcome is Outcome.BORN:
+        if c.outcome == Outcome.BORN:
             first = v
-            assert got is not None and isinstance(got, tuple)
-            cut, inputs, expected, out = got
-            case = ReproCase(v, cut, inputs, expected, out, provider, opt_level)
             break
     carried = {
         (c.order, c.input_set, c.onnx_value) for c in confirmations if c.outcome == Outcome.CARRIED
@@ -178,11 +182,13 @@ def _check(
     input_set: InputSet,
     proto: onnx.ModelProto,
     onnx_path: str | Path,
-    provider: str,
-    opt_level: str,
-) -> tuple[Outcome, Confirmation, tuple | None]:
-    def unconfirmed(reason: str, nodes: int = 0) -> tuple[Outcome, Confirmation, None]:
-        return Outcome.UNCONFIRMED, _confirmation(v, Outcome.UNCONFIRMED, None, nodes, reason), None
+    runtime: tuple[str, str],
+) -> tuple[Confirmation, ReproCase | None]:
+    """Run one flagged value's cut on torch's inputs; the case for a repro when born."""
+    provider, opt_level = runtime
+
+    def unconfirmed(reason: str, nodes: int = 0) -> tuple[Confirmation, None]:
+        return _confirmation(v, Outcome.UNCONFIRMED, None, nodes, reason), None
 
     if isinstance(selection, confirm.Refused):
         return unconfirmed(selection.reason)
@@ -204,10 +210,13 @@ def _check(
     outcome = (
         Outcome.BORN if criterion.reappears(stats, v.max_abs, str(got.dtype)) else Outcome.CARRIED
     )
+    confirmation = _confirmation(v, outcome, stats, n, None)
+    if outcome is not Outcome.BORN:
+        return confirmation, None
     if got.shape != expected.shape:
         c = confirm.with_output_shape(c, got)
     feeds = confirm.feeds_for(c, inputs)
-    return outcome, _confirmation(v, outcome, stats, n, None), (c, feeds, expected, got)
+    return confirmation, ReproCase(v, c, feeds, expected, got, provider, opt_level)
 
 
 def _confirmation(

@@ -36,6 +36,7 @@ class RunConfig:
     hf: HfOptions | None = None  # prompts, steps, export path of an "hf:DIR" model
     layers: bool = False  # also compare intermediate values (parity.layers)
     layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (parity.layers)
+    layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
     noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise)
     timeout: float | None = None  # seconds for the whole run (parity.run.deadline); None: no limit
     max_memory: int | None = (

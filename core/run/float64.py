@@ -46,7 +46,31 @@ def float64_model(model: Any) -> Float64Model:
         )
     from dataclasses import replace
 
+    if isinstance(double, torch.fx.GraphModule):
+        _double_graph(double)
     return Float64Model(replace(model, module=double), "")
+
+
+def _double_graph(gm: torch.fx.GraphModule) -> None:
+    """A traced graph (a .pt2's module) fixes float32 where the trace saw it: casts
+    (``aten.to(x, torch.float32)``, an attention mask's ``dtype=``), metadata asserts and
+    lifted float constants. Say float64 there too, or a float32 mask meets float64 scores."""
+    for name, value in list(vars(gm).items()):
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            setattr(gm, name, value.double())
+    for module in gm.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+                setattr(module, name, value.double())
+    swap = {torch.float32: torch.float64}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        node.args = tuple(swap.get(a, a) if isinstance(a, torch.dtype) else a for a in node.args)
+        node.kwargs = {
+            k: swap.get(v, v) if isinstance(v, torch.dtype) else v for k, v in node.kwargs.items()
+        }
+    gm.recompile()
 
 
 def run_float64(
