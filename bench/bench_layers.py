@@ -7,7 +7,10 @@ random weights: 6 layers, hidden 384), exported with ``torch.onnx.export(dynamo=
 a ``torch.export`` program that is also saved as the ``.pt2`` Parity validates against.
 Times: a plain ``run_validation``; the same with ``layers=True`` (first in the process, so
 it pays for importing the exporter's decomposition tables, then warm); ``verify_onnx_program``
-on the in-memory ONNXProgram with compare_intermediates=True.
+on the in-memory ONNXProgram with compare_intermediates=True. Then, on a copy with one bias
+nudged in layer 3 (so there are flagged values to confirm): ``--layers`` with the confirmation
+(each flagged node re-run alone on torch's inputs) against without it, and ``--noise-floor``
+(one more torch pass in float64) against a plain run.
 
 Memory (each run its own process, peak RSS of that process): a model whose intermediates
 add up to several GB per side (LayerNorm/GELU/scale/residual blocks on a [4, 2048, 2048]
@@ -169,6 +172,7 @@ def speed(work: Path, *, n_seq: int, skip_verify: bool) -> None:
             )
             times["verify_onnx_program(compare_intermediates=True)"] = time.perf_counter() - t0
         print(f"  verify_onnx_program compared {len(infos)} values")
+    confirmation_and_noise(work, base)
     plain = times["plain"]
     for label, seconds in times.items():
         print(f"  {label:52s} {seconds:8.2f} s   {seconds / plain:6.1f}x plain")
@@ -178,6 +182,64 @@ def speed(work: Path, *, n_seq: int, skip_verify: bool) -> None:
             f"  verify / layers: {verify / times['layers']:.1f}x (warm), "
             f"{verify / times['layers (first in process)']:.1f}x (first in process)"
         )
+
+
+def confirmation_and_noise(work: Path, base, repeats: int = 2) -> None:
+    """Confirmation on/off and --noise-floor vs plain, on MiniLM with one nudged bias."""
+    import onnx
+
+    from parity.pipeline import run_validation
+    from tests.layers_plant import plant
+
+    proto = onnx.load(str(work / "minilm.onnx"), load_external_data=False)
+    target = next(
+        n.name
+        for n in proto.graph.node
+        if n.op_type == "Add" and "encoder.layer.3.intermediate" in _scope(n)
+    )
+    planted = work / "minilm-planted.onnx"
+    plant(work / "minilm.onnx", planted, target, "bias", 0.05)
+    bug = _with(base, onnx=str(planted))
+    cases = (
+        ("plain (planted)", bug),
+        ("--noise-floor (planted)", _with(bug, noise_floor=True)),
+        ("--layers, no confirmation (planted)", _with(bug, layers=True, layers_confirm=False)),
+        ("--layers, confirmation (planted)", _with(bug, layers=True)),
+    )
+    times: dict[str, float] = {}
+    runs = {}
+    with _quiet():
+        run_validation(_with(bug, layers=True))  # warm: the exporter's tables, the .pt2
+        for _ in range(repeats):
+            for label, config in cases:
+                t0 = time.perf_counter()
+                runs[label] = run_validation(config)
+                seconds = time.perf_counter() - t0
+                times[label] = min(times.get(label, seconds), seconds)
+    layers = runs["--layers, confirmation (planted)"].layers
+    first = layers.first_divergence
+    c = layers.confirmation_of(first)
+    print(
+        f"  planted {target!r}: first divergence {first.onnx_value if first else None} "
+        f"({c.outcome if c else 'no confirmation'}); "
+        f"{len(layers.with_outcome('carried'))} carried, "
+        f"{len(layers.with_outcome('unconfirmed'))} unconfirmed"
+    )
+    noise = runs["--noise-floor (planted)"].comparisons[0].noise
+    print(f"  noise floor on the planted export: {noise}")
+    for label, seconds in times.items():
+        print(f"  {label:52s} {seconds:8.2f} s (best of {repeats})")
+    on, off = (
+        times["--layers, confirmation (planted)"],
+        times["--layers, no confirmation (planted)"],
+    )
+    print(f"  confirmation adds {100 * (on / off - 1):+.1f} % to --layers (goal <= 20 %)")
+    ratio = times["--noise-floor (planted)"] / times["plain (planted)"]
+    print(f"  --noise-floor / plain: {ratio:.2f}x (goal <= 2.2x)")
+
+
+def _scope(node) -> str:
+    return next((p.value for p in node.metadata_props if p.key == "namespace"), "")
 
 
 def _with(config, **changes):

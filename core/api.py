@@ -102,6 +102,8 @@ def validate(
     provider: str = "CPUExecutionProvider",
     ort_opt_level: str = "all",
     layers: bool = False,
+    repro: str | os.PathLike[str] | None = None,
+    noise_floor: bool = False,
     reference: str | os.PathLike[str] | None = None,
     weights: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
@@ -123,6 +125,12 @@ def validate(
         tolerances JSON file).
     layers: also compare intermediate values and name the op where the export starts to
         diverge (``run.layers``, as ``parity validate --layers``); never changes the verdict.
+    repro: a folder to write a standalone repro of the confirmed first divergence to (as
+        ``--repro DIR``; implies `layers`; a clean run writes nothing, see
+        parity.layers.repro).
+    noise_floor: also run the torch model in float64; each float32 output's
+        ``run.outputs[i].noise`` (torch_error, onnx_error, ratio) says whether ONNX's error is
+        rounding (as ``--noise-floor``); the verdict stays the tolerance's.
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -132,7 +140,8 @@ def validate(
         return _validate(
             model, onnx, inputs=inputs, input_sets=input_sets, dims=dims, seed=seed,
             atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
-            ort_opt_level=ort_opt_level, layers=layers, reference=reference, weights=weights,
+            ort_opt_level=ort_opt_level, layers=layers, repro=repro, noise_floor=noise_floor,
+            reference=reference, weights=weights,
             progress=progress,
         )  # fmt: skip
     except ParityError as exc:
@@ -151,6 +160,8 @@ API_KEYWORDS = {
     "--provider": "provider=",
     "--ort-opt-level": "ort_opt_level=",
     "--layers": "layers=",
+    "--repro": "repro=",
+    "--noise-floor": "noise_floor=",
     "--reference": "reference=",
     "--weights": "weights=",
     "--model": "model=",
@@ -188,6 +199,8 @@ def _validate(
     provider: str,
     ort_opt_level: str,
     layers: bool,
+    repro: str | os.PathLike[str] | None,
+    noise_floor: bool,
     reference: str | os.PathLike[str] | None,
     weights: str | os.PathLike[str] | None,
     progress: ProgressCallback | None,
@@ -220,13 +233,24 @@ def _validate(
             feeds=feeds,
             provider=provider,
             ort_opt_level=ort_opt_level,
-            layers=layers,
+            layers=layers or repro is not None,
+            noise_floor=noise_floor,
             tolerances=tol,
             reference_file=None if reference is None else os.fspath(reference),
         )
         from parity.pipeline import run_validation
 
         run = run_validation(config, progress=progress, loaders=loaders)
+        if repro is not None:  # while the ONNX file (its README reads it) still exists
+            from parity.layers.repro import write_repro
+
+            write_repro(
+                run.layers,
+                repro,
+                command=f"parity.validate({spec or type(model).__name__!r}, "
+                f"{onnx_label or onnx_path!r}, repro={os.fspath(repro)!r})",
+                onnx_path=onnx_path,
+            )
     if onnx_label is not None:  # the temp file is gone: name what the caller gave
         candidates = tuple(replace(c, onnx=onnx_label) for c in run.candidates)
         run = replace(run, onnx=onnx_label, candidates=candidates)

@@ -6,6 +6,7 @@ Exit codes: 0 every output passes, 1 some output fails, 2 the run could not be m
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -207,6 +208,20 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         metavar="MB",
         help="most memory for ONNX Runtime's extra outputs per batch (default 1024)",
     )
+    layers.add_argument(
+        "--repro",
+        metavar="DIR",
+        help="write a standalone repro of the confirmed first divergence to DIR (model.onnx, "
+        "test_data_set_0/*.pb, repro.py, README.md; numpy+onnx+onnxruntime only); "
+        "implies --layers",
+    )
+    v.add_argument(
+        "--noise-floor",
+        action="store_true",
+        help="also run the torch model in float64 and say, per float32 output, whether ONNX's "
+        'error is float32 rounding (adds "noise" to --json outputs; the verdict stays the '
+        "tolerance's)",
+    )
     limits = v.add_argument_group("limits")
     limits.add_argument(
         "--timeout",
@@ -340,8 +355,9 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         tolerances=tolerances_from_args(args),
         reference_file=args.reference,
         hf=hf,
-        layers=args.layers,
+        layers=args.layers or bool(args.repro),
         layers_memory_mb=args.layers_memory,
+        noise_floor=args.noise_floor,
         timeout=args.timeout,
         max_memory=_max_memory(args),
     )
@@ -378,6 +394,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
         getattr(args, "model_explorer", None)
         and args.command == "validate"
         and not getattr(args, "layers", False)
+        and not getattr(args, "repro", None)
     ):
         raise UsageError("--model-explorer needs --layers (it colours the compared layers)")
     if getattr(args, "write_fixed", None) and not getattr(args, "layers", False):
@@ -408,6 +425,11 @@ def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
         _write_model_explorer(run, args.model_explorer)
     if getattr(args, "write_fixed", None):
         _write_fixed(run, args.write_fixed)
+    if getattr(args, "repro", None):
+        from parity.layers.repro import write_repro
+
+        command = "parity " + " ".join(shlex.quote(a) for a in (args.argv or ()))
+        print(write_repro(run.layers, args.repro, command=command, onnx_path=run.onnx).message)
 
 
 def _write_fixed(run: ValidationRun, path: str) -> None:
@@ -463,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args._commands.get(getattr(args, "command", None), parser)
         command.error(f"unrecognized arguments: {' '.join(unknown)}")
     del args._commands
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # said in a repro's README
     set_debug(
         bool(getattr(args, "debug", False))
     )  # torch's and ORT's own logs, see parity.load.quiet
@@ -546,6 +569,13 @@ def _format(run: ValidationRun) -> str:
         text = format_candidates(run)
     else:
         text = format_run(run)
+    if any(c.noise is not None for c in run.comparisons):
+        from parity.judge.noise import noise_lines
+
+        lines = noise_lines(run.comparisons)
+        text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
+            f"  {line}" for line in lines
+        )
     if run.layers is not None:
         from parity.layers.precision_view import precision_lines
         from parity.layers.text import format_layers

@@ -8,6 +8,7 @@ rtol).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -88,6 +89,27 @@ class ErrorStats:
 
 
 @dataclass(frozen=True)
+class Noise:
+    """An output's float32 rounding noise, measured against the reference run in float64
+    (parity.judge.noise): `torch_error` = max |torch32 - torch64|, `onnx_error` = max
+    |onnx - torch64|, `ratio` = onnx_error / torch_error (None where torch_error is 0)."""
+
+    torch_error: float
+    onnx_error: float
+    ratio: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        def num(x: float | None) -> float | None:
+            return None if x is None or not math.isfinite(x) else float(x)
+
+        return {
+            "torch_error": num(self.torch_error),
+            "onnx_error": num(self.onnx_error),
+            "ratio": num(self.ratio),
+        }
+
+
+@dataclass(frozen=True)
 class OutputComparison:
     """The verdict and statistics for one (input set, output)."""
 
@@ -108,6 +130,7 @@ class OutputComparison:
     excluded_max_abs: float | None = None  # largest finite |onnx - ref| among them
     candidate: int = 0  # which candidate (ValidationRun.candidates) this row judges
     notes: tuple[str, ...] = ()  # in `message` after the verdict; kept when re-judged
+    noise: Noise | None = None  # --noise-floor: against a float64 reference run
 
     @property
     def n_judged(self) -> int:

@@ -207,6 +207,10 @@ def page() -> None:
             f"{tolerance_text(comp.tolerance)}"
             + (f"  \n{md_text(comp.message)}" if comp.message else "")
         )
+        if comp.noise is not None:
+            from parity.judge.noise import noise_sentence
+
+            st.text(f"Rounding noise: {noise_sentence(comp.noise)}")
     if ref is None or onnx is None:
         st.warning("This run holds no values for this output on both sides; nothing to draw.")
         return

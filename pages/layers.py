@@ -17,8 +17,8 @@ from parity.dashboard.candidates import candidate_selector
 from parity.dashboard.tables import NUMBER_FORMAT, status_style
 from parity.dashboard.text import md_text
 from parity.labels import OUTSIDE_MODULES
+from parity.layers import birth_words, views
 from parity.layers import figures as lf
-from parity.layers import views
 from parity.results import ValidationRun
 from parity.text import ratio_text
 
@@ -136,6 +136,11 @@ def verdict(result) -> None:
         else:
             st.markdown(":orange-background[**NOTHING COMPARED**]")
         st.text(views.divergence_sentence(result))
+        sentence = birth_words.birth_sentence(result)
+        if sentence:
+            st.text(sentence)
+        for line in birth_words.other_lines(result):
+            st.text(f"• {line}")
         if first is not None:
             if first.torch_module is None and first.torch_node is None:  # ONNX against ONNX
                 st.code(f"{first.onnx_node} -> {first.onnx_value}", language=None)
@@ -148,6 +153,31 @@ def verdict(result) -> None:
             cols[3].metric("max |error|", views.fmt(first.max_abs))
         st.text(f"Criterion: {result.criterion}")
         st.text(f"Matched by {result.matching or '?'}: {result.matched} values compared.")
+
+
+def repro_download(run: ValidationRun, result) -> None:
+    """The confirmed first divergence as a standalone repro folder (.zip), as --repro DIR."""
+    from parity.layers.repro import no_repro_reason, repro_zip
+
+    reason = no_repro_reason(result)
+    if reason is not None:
+        if result.first_divergence is not None:
+            st.caption(reason)
+        return
+    try:
+        data = repro_zip(result, command="the Parity dashboard (Layers page)", onnx_path=run.onnx)
+    except Exception as exc:  # the file moved since the run: say so, keep the page
+        st.caption(f"no repro: {type(exc).__name__}: {exc}")
+        return
+    st.download_button(
+        "Download a standalone repro (.zip)",
+        data=data,
+        file_name="repro.zip",
+        mime="application/zip",
+        help="model.onnx (this node alone), test_data_set_0/*.pb (torch's values), repro.py "
+        "(numpy + onnx + onnxruntime only; exit 1 while it disagrees) and README.md",
+        key="layers_repro_zip",
+    )
 
 
 def show_limits(result) -> None:
@@ -304,6 +334,7 @@ def page() -> None:
         _no_layers(run)
         return
     verdict(result)
+    repro_download(run, result)
     show_limits(result)
     precision(run, result)
     if not result.values:

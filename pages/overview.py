@@ -82,6 +82,18 @@ def verdict_banner(run: ValidationRun) -> None:
     st.caption(f"model {md_code(shown_path(run.model))} · ONNX {onnx}")
 
 
+def noise_section(run: ValidationRun) -> None:
+    """--noise-floor: per float32 output, whether ONNX's error is float32 rounding (text)."""
+    if not any(c.noise is not None for c in run.comparisons):
+        return
+    from parity.judge.noise import noise_lines
+
+    with st.container(border=True):
+        st.markdown("**Rounding noise** (against torch run again in float64)")
+        for line in noise_lines(run.comparisons):
+            st.text(line)
+
+
 def page() -> None:
     st.title("Overview")
     if st.session_state.pop(GOTO_INSPECT, False):
@@ -99,6 +111,7 @@ def page() -> None:
         if could_not_run(run):
             return
     failing_sentences(run)
+    noise_section(run)
 
     worst = worst_failure(run)
     if worst is not None:

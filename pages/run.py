@@ -32,6 +32,7 @@ LAYERS_ONE_CANDIDATE = (
     "Compare layers needs a PyTorch model and one ONNX file at one execution provider and one "
     "optimisation level: untick it, or leave one of each."
 )
+NOISE_KEY = "run_noise_floor"
 
 
 # ------------------------------------------------------------------------- running
@@ -39,7 +40,11 @@ LAYERS_ONE_CANDIDATE = (
 
 def demo_config(name: str):
     return run_config(
-        model=demo_spec(name), onnx=None, n_input_sets=N_SETS_DEFAULT, layers=compare_layers()
+        model=demo_spec(name),
+        onnx=None,
+        n_input_sets=N_SETS_DEFAULT,
+        layers=compare_layers(),
+        noise_floor=noise_floor(),
     )
 
 
@@ -54,6 +59,11 @@ def _stateful_number(column, label: str, low: int, high: int, default: int, key:
     Streamlit log "created with a default value but also had its value set via the Session
     State API" (with a stack)."""
     return column.number_input(label, low, high, key=state.form_widget(key, default))
+
+
+def noise_floor() -> bool:
+    """The "Measure rounding noise" checkbox (RunConfig.noise_floor)."""
+    return bool(st.session_state.get(NOISE_KEY, False))
 
 
 def run_demo(name: str) -> None:
@@ -444,6 +454,13 @@ def page() -> None:
         "(slower); the Layers page shows where the error is born. The Layers page can also "
         "re-run the current run with layers compared.",
     )
+    st.checkbox(
+        "Measure rounding noise: run the torch model once more in float64",
+        key=state.form_widget(NOISE_KEY, False),  # kept while other pages are shown
+        help="Says, per float32 output, whether ONNX's error is float32 rounding (about "
+        "torch's own error against float64) or not. The verdict stays the tolerance's. "
+        "Same as `parity validate --noise-floor`.",
+    )
     from parity.load.demos import DEMOS
 
     for name in DEMOS:  # a demo button clicked on the last rerun: run it before drawing
@@ -537,6 +554,7 @@ def page() -> None:
                 reference_file=reference,
                 hf=hf_options,
                 layers=compare_layers(),
+                noise_floor=noise_floor() and bool(model),
                 timeout=float(timeout) or None,
                 **settings,
             )

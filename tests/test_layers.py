@@ -169,6 +169,9 @@ def test_planted_bug_is_named(
     assert first.torch_module == scope
     assert first.onnx_value == planted
     assert first.status == "diverges"
+    born = result.confirmation_of(first)  # re-run alone on torch's inputs: it still errs
+    assert born is not None and born.outcome == "born", result.confirmations
+    assert born.max_abs is not None and born.max_abs * 10 >= first.max_abs
     # the error is born there: every earlier value passes, on every input set
     assert all(v.status == "pass" for v in result.values if v.order < first.order)
     assert result.kept_value(first.order, first.input_set) is not None

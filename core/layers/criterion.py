@@ -66,3 +66,16 @@ def judge(
         return Judgement(LayerStatus.PASS, jump, inputs_nonfinite)
     status = LayerStatus.DIVERGES if jump >= MIN_JUMP else LayerStatus.CARRIED
     return Judgement(status, jump, inputs_nonfinite)
+
+
+def reappears(alone: ValueStats, in_run: float | None, dtype: str = "float32") -> bool:
+    """Re-run alone on the reference's values of its inputs, a flagged node still errs: a
+    shape or one-sided NaN/Inf, or an error above the noise threshold that is at least
+    1/`MIN_JUMP` of its max |error| in the full run (`in_run`). Else the error was carried:
+    an op that shrinks its values (GELU of negative inputs) has a tiny scale, so its own
+    rounding alone can pass the threshold while being a small part of what it passes on."""
+    if not alone.shape_ok or alone.n_nonfinite_mismatch:
+        return True
+    if (alone.error_ratio or 0.0) <= threshold_for(dtype):
+        return False
+    return in_run is None or (alone.max_abs or 0.0) * MIN_JUMP >= in_run

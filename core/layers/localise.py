@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from parity.layers import criterion
+from parity.layers.birth import confirm_births
 from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
 from parity.layers.onnx_graph import GraphIndex, read_graph
 from parity.layers.onnx_runs import ExtraOutputs, plan_batches
@@ -147,9 +148,11 @@ def localise(
     memory_mb: int = DEFAULT_MEMORY_MB,
     keep_mb: int = DEFAULT_KEEP_MB,
     progress: Callable[[str], None] | None = None,
+    confirm: bool = True,
 ) -> LayersResult:
     """Compare the matched intermediate values of `model` and the ONNX file on every input
-    set and judge where the error is born (parity.layers.criterion)."""
+    set and judge where the error is born (parity.layers.criterion); with `confirm`, each
+    flagged value's node is re-run alone on torch's inputs (parity.layers.birth)."""
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
     say("reading the ONNX graph")
@@ -202,6 +205,22 @@ def localise(
 
     values = _values(compared, graph, inputs_of)
     first = next((v for v in values if LayerStatus(v.status).born), None)
+    births = None
+    if confirm and first is not None:
+        say("confirming: re-running flagged nodes alone on torch's inputs")
+        births = confirm_births(
+            values,
+            _known(compared),
+            proto=runner.proto,
+            onnx_path=onnx_path,
+            input_sets=input_sets,
+            capture=plan.capture,
+            arrays_of=lambda value: _torch_arrays(value, plan.matching),
+            provider=provider,
+            opt_level=opt_level,
+            memory_mb=memory_mb,
+        )
+        values, first = list(births.values), births.first
     keep = [k for k in keeper.kept if first is not None and k.input_set == first.input_set]
     notes = [
         *plan.notes,
@@ -218,6 +237,8 @@ def localise(
             f"{missing} matched (value, input set) pairs were never produced by the torch "
             "side (modules not called on that input): not compared"
         )
+    if births is not None:
+        notes.extend(births.notes)
     if keeper.skipped and first is not None:
         notes.append(
             f"arrays of {keeper.skipped} values near the first divergence not kept "
@@ -235,7 +256,18 @@ def localise(
         threshold=criterion.THRESHOLD,
         min_jump=criterion.MIN_JUMP,
         kept=tuple(keep),
+        confirmations=() if births is None else births.confirmations,
+        repro=None if births is None else births.case,
     )
+
+
+def _known(compared: dict[tuple[str, int], _Compared]) -> dict[int, dict[str, Pair]]:
+    """Per input set: the ONNX values compared with the same shape on both sides -> pair."""
+    known: dict[int, dict[str, Pair]] = {}
+    for (_value, s), c in compared.items():
+        if c.stats.shape_ok:
+            known.setdefault(s, {})[c.onnx_value] = c.pair
+    return known
 
 
 def _requested(plan: Plan, graph: GraphIndex) -> list[str]:

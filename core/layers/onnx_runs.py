@@ -53,6 +53,11 @@ class ExtraOutputs:
         self._proto = proto if self._external else onnx.load(str(self.path))
         self._n_outputs = len(self._proto.graph.output)
 
+    @property
+    def proto(self) -> onnx.ModelProto:
+        """The file's model (weights inline unless they are external files)."""
+        return self._proto
+
     @contextmanager
     def session(self, names: Sequence[str]) -> Iterator[Any]:
         """A session whose outputs are `names` (plus the graph's own); closed after use."""

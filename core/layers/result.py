@@ -112,6 +112,73 @@ class LayerValue:
         )
 
 
+class Outcome(StrEnum):
+    """What re-running a flagged value's node alone on the reference's inputs said."""
+
+    BORN = "born"  # the error reappears from exact inputs: it is made here
+    CARRIED = "carried"  # the node alone agrees: the error was passed on, not made
+    UNCONFIRMED = "unconfirmed"  # could not be run alone (inputs not all matched, ...)
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """One value the criterion flagged, re-run alone (parity.layers.birth).
+
+    `max_abs` / `error_ratio` are the node's error alone, fed with the reference's values of
+    its inputs; `nodes` how many ONNX nodes that took; `reason` why it could not be run."""
+
+    order: int
+    input_set: int
+    onnx_value: str
+    onnx_node: str
+    onnx_op: str
+    torch_module: str | None
+    outcome: str
+    max_abs: float | None = None
+    error_ratio: float | None = None
+    nodes: int = 0
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "input_set": self.input_set,
+            "onnx_value": self.onnx_value,
+            "onnx_node": self.onnx_node,
+            "onnx_op": self.onnx_op,
+            "torch_module": self.torch_module,
+            "outcome": str(self.outcome),
+            "alone": self.alone_json(),
+            "nodes": self.nodes,
+            "reason": self.reason,
+        }
+
+    def alone_json(self) -> dict[str, Any] | None:
+        if self.outcome == Outcome.UNCONFIRMED:
+            return None
+        return {
+            "max_abs": finite_or_none(self.max_abs),
+            "error_ratio": finite_or_none(self.error_ratio),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Confirmation:
+        alone = data.get("alone") or {}
+        return cls(
+            order=int(data["order"]),
+            input_set=int(data["input_set"]),
+            onnx_value=str(data["onnx_value"]),
+            onnx_node=str(data.get("onnx_node", "")),
+            onnx_op=str(data.get("onnx_op", "")),
+            torch_module=_opt_str(data.get("torch_module")),
+            outcome=str(data["outcome"]),
+            max_abs=_opt_float(alone.get("max_abs")),
+            error_ratio=_opt_float(alone.get("error_ratio")),
+            nodes=int(data.get("nodes") or 0),
+            reason=_opt_str(data.get("reason")),
+        )
+
+
 @dataclass(frozen=True)
 class KeptValue:
     """Both sides' arrays of one value, kept so it can be inspected like an output."""
@@ -150,6 +217,20 @@ class LayersResult:
     # what a lower-precision candidate should keep in higher precision, as plain JSON
     # (parity.layers.qdq, parity.layers.fp16): keys in FINDINGS, merged into to_json()
     findings: Mapping[str, Any] = field(default_factory=dict)
+    # flagged values re-run alone, in (order, input_set) order (parity.layers.birth)
+    confirmations: tuple[Confirmation, ...] = ()
+    repro: Any = field(default=None, compare=False)  # parity.layers.birth.ReproCase
+
+    def confirmation_of(self, v: LayerValue | None) -> Confirmation | None:
+        if v is None:
+            return None
+        for c in self.confirmations:
+            if (c.order, c.input_set, c.onnx_value) == (v.order, v.input_set, v.onnx_value):
+                return c
+        return None
+
+    def with_outcome(self, outcome: str) -> tuple[Confirmation, ...]:
+        return tuple(c for c in self.confirmations if c.outcome == outcome)
 
     @property
     def input_sets(self) -> tuple[int, ...]:
@@ -183,15 +264,38 @@ class LayersResult:
             "unmatched_torch": self.unmatched_torch,
             "threshold": finite_or_none(self.threshold),
             "min_jump": finite_or_none(self.min_jump),
-            "first_divergence": None if first is None else first.to_json(),
+            "first_divergence": None if first is None else self._first_json(first),
+            "carried": [c.to_json() for c in self.with_outcome(Outcome.CARRIED)],
+            "unconfirmed": [c.to_json() for c in self.with_outcome(Outcome.UNCONFIRMED)],
             "notes": list(self.notes),
             "values": [v.to_json() for v in self.values],
             **{k: v for k, v in self.findings.items() if k in FINDINGS},
         }
 
+    def _first_json(self, first: LayerValue) -> dict[str, Any]:
+        c = self.confirmation_of(first)
+        return {
+            **first.to_json(),
+            "alone": None if c is None else c.alone_json(),
+            "confirmation": None if c is None else str(c.outcome),
+            "alone_nodes": None if c is None else c.nodes,
+        }
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any], kept: tuple[KeptValue, ...] = ()) -> LayersResult:
         first = data.get("first_divergence")
+        confirmations = [
+            Confirmation.from_json(c)
+            for key in ("carried", "unconfirmed")
+            for c in data.get(key) or ()
+        ]
+        if first is not None and first.get("confirmation") == Outcome.BORN:
+            confirmations.append(
+                Confirmation.from_json(
+                    {**first, "outcome": Outcome.BORN, "nodes": first.get("alone_nodes")}
+                )
+            )
+        confirmations.sort(key=lambda c: (c.order, c.input_set))
         return cls(
             criterion=str(data["criterion"]),
             matching=str(data.get("matching", "")),
@@ -205,6 +309,7 @@ class LayersResult:
             min_jump=_opt_float(data.get("min_jump")),
             kept=kept,
             findings={k: data[k] for k in FINDINGS if k in data},
+            confirmations=tuple(confirmations),
         )
 
 

@@ -5,6 +5,7 @@ and the jump's wording come from parity.layers.views, as in the dashboard and th
 from __future__ import annotations
 
 from parity.labels import OUTSIDE_MODULES
+from parity.layers.birth_words import birth_sentence, other_lines
 from parity.layers.result import LayersResult, LayerValue
 from parity.layers.views import fmt, jump_words
 from parity.text import ratio_text
@@ -25,6 +26,7 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
     if first is None:
         worst = max(result.values, key=lambda v: v.error_ratio or 0.0, default=None)
         lines.append("  no value diverges (see the criterion in the JSON report)")
+        lines.extend(_confirmed(result))
         if worst is not None:
             lines.append(f"  largest error: {_where(worst)}  error_ratio {fmt(worst.error_ratio)}")
         jumped = max(result.values, key=lambda v: v.jump or 0.0, default=None)
@@ -39,6 +41,7 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
         f"  error_ratio {fmt(first.error_ratio)} ({jump_words(first)}); "
         f"max abs {fmt(first.max_abs)}, max rel {fmt(first.max_rel)}, status {first.status}"
     )
+    lines.extend(_confirmed(result))
     later = result.after_first(after)
     if later:
         lines.append("  then:")
@@ -46,6 +49,13 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
             f"    {_where(v)}  error_ratio {fmt(v.error_ratio)}  {v.status}" for v in later
         )
     return "\n".join(lines)
+
+
+def _confirmed(result: LayersResult) -> list[str]:
+    """Re-running flagged nodes alone: what it said of the first, and which were carried."""
+    sentence = birth_sentence(result)
+    lines = [f"  {sentence}"] if sentence else []
+    return lines + [f"  {line}" for line in other_lines(result)]
 
 
 def _where(v: LayerValue) -> str:

@@ -55,6 +55,7 @@ def render_html_report(run: ValidationRun) -> str:
             _grid(run),
             _outputs_table(run),
             _failing_details(run, failing),
+            _noise(run),
             _layers(run),
             _tolerances(run),
             _provenance(run),
@@ -233,6 +234,19 @@ def _grid(run: ValidationRun) -> str:
     return "".join(parts)
 
 
+def _noise(run: ValidationRun) -> str:
+    """--noise-floor: per float32 output, whether ONNX's error is float32 rounding."""
+    if not any(c.noise is not None for c in run.comparisons):
+        return ""
+    from parity.judge.noise import noise_lines
+
+    items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.comparisons))
+    return (
+        "<section><h2>Rounding noise</h2><p>Against torch run again in float64 (the verdict "
+        f"stays the tolerance's):</p><ul class='noise'>{items}</ul></section>"
+    )
+
+
 def _layers(run: ValidationRun) -> str:
     """The layers comparison, when the run has one: where the error is born, in words, along
     the graph's depth and over the module tree (parity.layers draws and words it)."""
@@ -245,6 +259,7 @@ def _layers(run: ValidationRun) -> str:
     parts = ["<section><h2>Layers</h2>"]
     cls = "diverges" if result.first_divergence is not None else "note"
     parts.append(f"<p class='{cls}'>{_e(views.divergence_sentence(result))}</p>")
+    parts.append(_confirmation_html(result))
     parts.append(f"<p>{_e('Criterion: ' + str(result.criterion))}</p>")
     limits = views.limits(result)
     if limits:
@@ -268,6 +283,21 @@ def _layers(run: ValidationRun) -> str:
         parts.append(_layer_rows(result))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _confirmation_html(result) -> str:
+    """The first divergence's node re-run alone on torch's inputs, and the values carried."""
+    from parity.layers.birth_words import birth_sentence, other_lines
+
+    sentence = birth_sentence(result)
+    html = f"<p class='confirmation'>{_e(sentence)}</p>" if sentence else ""
+    others = other_lines(result)
+    if others:
+        items = "".join(f"<li>{_e(line)}</li>" for line in others)
+        html += (
+            f"<p>Flagged by the criterion but not born there:</p><ul class='limits'>{items}</ul>"
+        )
+    return html
 
 
 def _has_modules(result) -> bool:

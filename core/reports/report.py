@@ -92,6 +92,7 @@ def output_dict(c: OutputComparison, where: WhereProfile | None = None) -> dict[
     return {
         **ComparisonRow.from_comparison(c).to_json(),
         "where": where.to_json() if where is not None else None,
+        "noise": c.noise.to_json() if c.noise is not None else None,
     }
 
 

@@ -49,6 +49,7 @@ from parity.results import (
     GenerationInfo,
     GenerationStep,
     InputSet,
+    Noise,
     OutputComparison,
     OutputSet,
     Provenance,
@@ -403,6 +404,7 @@ def _comparison_json(c: OutputComparison) -> dict[str, Any]:
         "excluded_max_abs": _num(c.excluded_max_abs),
         "candidate": int(c.candidate),
         "notes": list(c.notes),
+        "noise": None if c.noise is None else c.noise.to_json(),
         "profile": None,
     }
 
@@ -811,6 +813,19 @@ def _comparison_from_json(
             sj.string(n, f"{at}.notes[{j}]")
             for j, n in enumerate(sj.array(entry.get("notes", []), f"{at}.notes"))
         ),
+        noise=_noise_from_json(entry.get("noise"), f"{at}.noise"),
+    )
+
+
+def _noise_from_json(raw: Any, at: str) -> Noise | None:
+    if raw is None:
+        return None
+    raw = sj.obj(raw, at)
+    ratio = _unnum(raw.get("ratio"), f"{at}.ratio")
+    return Noise(
+        torch_error=_unnum(raw.get("torch_error"), f"{at}.torch_error") or 0.0,
+        onnx_error=_unnum(raw.get("onnx_error"), f"{at}.onnx_error") or 0.0,
+        ratio=ratio,
     )
 
 

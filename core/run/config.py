@@ -38,6 +38,8 @@ class RunConfig:
     hf: HfOptions | None = None  # prompts, steps, export path of an "hf:DIR" model
     layers: bool = False  # also compare intermediate values (parity.layers)
     layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (parity.layers)
+    layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
+    noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise)
     timeout: float | None = None  # seconds for the whole run (parity.run.deadline); None: no limit
     max_memory: int | None = (
         None  # bytes of inputs/feeds/reference a run may hold (parity.run.budget)
@@ -182,6 +184,8 @@ def _check_candidates(config: RunConfig) -> None:
             "--layers compares one ONNX file against a torch model: give one --onnx, one "
             "--provider and one --ort-opt-level (ONNX against ONNX takes several)"
         )
+    if config.noise_floor and config.kind in (RunKind.ONNX, RunKind.REFERENCE):
+        raise UsageError("--noise-floor needs a torch model to run in float64 (--model SPEC)")
     if config.n_candidates > 1 and config.kind is RunKind.HF_GENERATE:
         raise UsageError(
             "an hf: model's generate() steps are validated against one ONNX file: give one "

@@ -48,6 +48,9 @@ class Case:
     crop: Mapping[str, Crop] = field(default_factory=dict)
     part: str = ""  # the file of a multi-file export that runs this case ("": the only file)
     ignore: Mapping[str, str] = field(default_factory=dict)  # candidate outputs not compared: why
+    # --noise-floor: the reference run again in float64 (None: not run; `float64_note` why)
+    float64: Mapping[str, np.ndarray] | None = None
+    float64_note: str = ""
 
 
 class Source(Protocol):

@@ -95,12 +95,35 @@ class TorchSource:
             self.model, weights=self._config.weights, max_memory=self._config.max_memory
         )
         self.timings["load_model"] = time.perf_counter() - t0
+        double = None
+        if self._config.noise_floor:
+            from parity.run.float64 import float64_model
+
+            double = float64_model(self._torch)
+            self.timings["float64"] = 0.0
         for input_set in sets:
             self._report("torch", f"torch on {set_name(input_set)}", None)
             self._binding = model_binding(self._torch, input_set.feeds)
             reference = run_torch(self._torch, input_set, signature)
             self.timings["torch"] += reference.seconds
-            yield Case(input_set=input_set, reference=reference)
+            case = Case(input_set=input_set, reference=reference)
+            if double is not None:
+                case = self._with_float64(case, double, signature)
+            yield case
+
+    def _with_float64(self, case: Case, double: Any, signature: OnnxSignature) -> Case:
+        """The case with the float64 run's outputs (or the note saying why there are none)."""
+        from dataclasses import replace
+
+        from parity.run.float64 import run_float64
+
+        if double.model is None:
+            return replace(case, float64_note=double.note)
+        self._report("torch", f"torch in float64 on {set_name(case.input_set)}", None)
+        t0 = time.perf_counter()
+        arrays, note = run_float64(double.model, case.input_set, signature)
+        self.timings["float64"] += time.perf_counter() - t0
+        return replace(case, float64=arrays, float64_note=note)
 
     @property
     def torch_model(self) -> Any:

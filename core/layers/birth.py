@@ -1,0 +1,254 @@
+"""Confirm where an error is born: re-run each flagged value's node alone on exact inputs.
+
+The criterion (parity.layers.criterion) measures each value against its own size, so an op
+that changes the scale (GELU of mostly negative inputs, ReLU, a mask) can make a carried
+error look like a jump. For each value it flags, in graph order, the node that makes it (and
+the unmatched nodes just upstream of it, parity.layers.confirm) runs alone in ONNX Runtime,
+fed with the reference's (torch's) values of its inputs, and its output is compared with the
+reference's. The first whose error reappears is the first divergence (`born`); a flagged
+value whose node alone agrees is `carried`; one that cannot be run alone is `unconfirmed`
+(never silently confirmed).
+
+One more torch pass per input set that has a flagged value captures only the arrays the
+checked nodes need, within the memory budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from parity.errors import OnnxRunError
+from parity.layers import confirm, criterion
+from parity.layers.matching import Pair
+from parity.layers.result import Confirmation, LayerStatus, LayerValue, Outcome
+from parity.layers.stats import value_stats
+from parity.results import InputSet
+
+MAX_CHECKED = 16  # flagged values re-run alone at most (the first born ends the search)
+
+
+@dataclass(frozen=True)
+class ReproCase:
+    """What a repro needs: the cut, the reference's values of its inputs and output, and
+    what ONNX Runtime made of them."""
+
+    value: LayerValue
+    cut: confirm.Cut
+    inputs: Mapping[str, np.ndarray]
+    expected: np.ndarray
+    got: np.ndarray
+    provider: str
+    opt_level: str
+
+
+@dataclass(frozen=True)
+class Births:
+    values: tuple[LayerValue, ...]  # carried ones re-labelled "carried"
+    first: LayerValue | None
+    confirmations: tuple[Confirmation, ...]
+    case: ReproCase | None
+    notes: tuple[str, ...]
+
+
+def confirm_births(
+    values: Sequence[LayerValue],
+    known: Mapping[int, Mapping[str, Pair]],
+    *,
+    proto: onnx.ModelProto,
+    onnx_path: str | Path,
+    input_sets: Sequence[InputSet],
+    capture: Any,
+    arrays_of: Callable[[Any], list[np.ndarray]],
+    provider: str,
+    opt_level: str,
+    memory_mb: int,
+) -> Births:
+    """Check the flagged `values` in order until one is born. `known[s]` maps each ONNX
+    value compared on input set `s` (same shape on both sides) to its torch pair."""
+    flagged = [v for v in values if LayerStatus(v.status).born]
+    if not flagged:
+        return Births(tuple(values), None, (), None, ())
+    checked = flagged[:MAX_CHECKED]
+    producers = confirm.producers_of(proto)
+    by_set = {s.index: s for s in input_sets}
+    selections: dict[tuple[str, int], confirm.Selection | confirm.Refused] = {}
+    for v in checked:
+        feeds = by_set[v.input_set].feeds
+        selections[(v.onnx_value, v.input_set)] = confirm.select(
+            proto,
+            v.onnx_value,
+            (set(known.get(v.input_set, {})) - {v.onnx_value}) | set(feeds),
+            producers=producers,
+        )
+    budget = max(1, memory_mb) << 20
+    captured: dict[int, dict[str, np.ndarray]] = {}
+    confirmations: list[Confirmation] = []
+    first: LayerValue | None = None
+    case: ReproCase | None = None
+    for v in checked:
+        s = v.input_set
+        if s not in captured:
+            wanted = _wanted(checked, s, selections, known)
+            captured[s] = _capture(capture, by_set[s], wanted, arrays_of, budget)
+        c, case = _check(
+            v,
+            selections[(v.onnx_value, s)],
+            captured[s],
+            by_set[s],
+            proto,
+            onnx_path,
+            (provider, opt_level),
+        )
+        confirmations.append(c)
+        if c.outcome == Outcome.BORN:
+            first = v
+            break
+    carried = {
+        (c.order, c.input_set, c.onnx_value) for c in confirmations if c.outcome == Outcome.CARRIED
+    }
+    relabelled = tuple(
+        replace(v, status=LayerStatus.CARRIED.value)
+        if (v.order, v.input_set, v.onnx_value) in carried
+        else v
+        for v in values
+    )
+    notes = [_summary(confirmations, len(flagged), first)]
+    if first is None:  # the criterion's first that was not shown carried, said unconfirmed
+        first = next((v for v in relabelled if LayerStatus(v.status).born), None)
+    return Births(relabelled, first, tuple(confirmations), case, tuple(notes))
+
+
+def _wanted(
+    checked: Sequence[LayerValue],
+    s: int,
+    selections: Mapping[tuple[str, int], confirm.Selection | confirm.Refused],
+    known: Mapping[int, Mapping[str, Pair]],
+) -> dict[str, Pair]:
+    """ONNX value -> torch pair whose array input set `s` must capture."""
+    pairs = known.get(s, {})
+    wanted: dict[str, Pair] = {}
+    for v in checked:
+        if v.input_set != s:
+            continue
+        sel = selections[(v.onnx_value, s)]
+        if isinstance(sel, confirm.Refused):
+            continue
+        for name in (v.onnx_value, *sel.inputs):
+            if name in pairs:
+                wanted[name] = pairs[name]
+    return wanted
+
+
+def _capture(
+    capture: Any,
+    input_set: InputSet,
+    wanted: Mapping[str, Pair],
+    arrays_of: Callable[[Any], list[np.ndarray]],
+    budget: int,
+) -> dict[str, np.ndarray]:
+    """One torch pass keeping copies of the wanted values (within `budget` bytes)."""
+    by_key: dict[str, list[str]] = {}
+    for name, pair in wanted.items():
+        by_key.setdefault(pair.key, []).append(name)
+    kept: dict[str, np.ndarray] = {}
+    used = 0
+
+    def on_value(key: str, value: Any) -> None:
+        nonlocal used
+        arrays = arrays_of(value)
+        if not arrays:
+            return
+        for name in by_key.get(key, ()):
+            if name in kept or used + arrays[0].nbytes > budget:
+                continue  # a module called twice: its first call, as compared
+            kept[name] = np.array(arrays[0], copy=True)
+            used += arrays[0].nbytes
+
+    if by_key:
+        capture.run(input_set, by_key.keys(), on_value)
+    return kept
+
+
+def _check(
+    v: LayerValue,
+    selection: confirm.Selection | confirm.Refused,
+    refs: Mapping[str, np.ndarray],
+    input_set: InputSet,
+    proto: onnx.ModelProto,
+    onnx_path: str | Path,
+    runtime: tuple[str, str],
+) -> tuple[Confirmation, ReproCase | None]:
+    """Run one flagged value's cut on torch's inputs; the case for a repro when born."""
+    provider, opt_level = runtime
+
+    def unconfirmed(reason: str, nodes: int = 0) -> tuple[Confirmation, None]:
+        return _confirmation(v, Outcome.UNCONFIRMED, None, nodes, reason), None
+
+    if isinstance(selection, confirm.Refused):
+        return unconfirmed(selection.reason)
+    n = len(selection.nodes)
+    arrays = {**{k: np.asarray(a) for k, a in input_set.feeds.items()}, **refs}
+    missing = [i for i in (v.onnx_value, *selection.inputs) if i not in arrays]
+    if missing:
+        return unconfirmed(
+            f"torch's value of {missing[0]!r} was not captured (over the memory budget)", n
+        )
+    expected = arrays[v.onnx_value]
+    inputs = {name: arrays[name] for name in selection.inputs}
+    c = confirm.build(proto, selection, inputs, expected, base_dir=Path(onnx_path).parent)
+    try:
+        got = confirm.run_cut(c, inputs, provider=provider, opt_level=opt_level)
+    except OnnxRunError as exc:
+        return unconfirmed(exc.message, n)
+    stats = value_stats(expected, got)
+    outcome = (
+        Outcome.BORN if criterion.reappears(stats, v.max_abs, str(got.dtype)) else Outcome.CARRIED
+    )
+    confirmation = _confirmation(v, outcome, stats, n, None)
+    if outcome is not Outcome.BORN:
+        return confirmation, None
+    if got.shape != expected.shape:
+        c = confirm.with_output_shape(c, got)
+    feeds = confirm.feeds_for(c, inputs)
+    return confirmation, ReproCase(v, c, feeds, expected, got, provider, opt_level)
+
+
+def _confirmation(
+    v: LayerValue, outcome: Outcome, stats: Any, nodes: int, reason: str | None
+) -> Confirmation:
+    return Confirmation(
+        order=v.order,
+        input_set=v.input_set,
+        onnx_value=v.onnx_value,
+        onnx_node=v.onnx_node,
+        onnx_op=v.onnx_op,
+        torch_module=v.torch_module,
+        outcome=outcome.value,
+        max_abs=None if stats is None else (stats.max_abs if stats.shape_ok else None),
+        error_ratio=None if stats is None else stats.error_ratio,
+        nodes=nodes,
+        reason=reason,
+    )
+
+
+def _summary(
+    confirmations: Sequence[Confirmation], n_flagged: int, first: LayerValue | None
+) -> str:
+    counts = {o: sum(1 for c in confirmations if c.outcome == o) for o in Outcome}
+    text = (
+        f"confirmation: {len(confirmations)} of the {n_flagged} flagged values re-run alone in "
+        "ONNX Runtime on torch's values of their inputs: "
+        f"{counts[Outcome.BORN]} born, {counts[Outcome.CARRIED]} carried, "
+        f"{counts[Outcome.UNCONFIRMED]} unconfirmed"
+    )
+    if first is None and not counts[Outcome.UNCONFIRMED] and n_flagged == len(confirmations):
+        text += "; every flagged value agrees alone: the error is carried from no matched op"
+    elif counts[Outcome.BORN] == 0:
+        text += "; none was confirmed: the first divergence named is the criterion's alone"
+    return text
