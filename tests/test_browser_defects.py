@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import launch, serve_app
+
+from tests.browser import launch, serve_app
 
 pytestmark = pytest.mark.browser
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TinyArtifacts
 
 from parity.errors import UsageError
+from tests.conftest import TinyArtifacts
 
 _CHUNK = b"\0" * (1 << 20)
 
@@ -337,7 +337,7 @@ _EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from hf_models import make_llama_dir
+    from tests.hf_models import make_llama_dir
 
     return Path(make_llama_dir(tmp_path_factory.mktemp("llama") / "llama"))
 
