@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import launch, serve_app
+from tests.browser import serve_app
 
 pytestmark = pytest.mark.browser
 
@@ -33,13 +33,9 @@ def server(tmp_path_factory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright import sync_api
-
-    with sync_api.sync_playwright() as pw:
-        chromium = launch(pw)
-        yield chromium
-        chromium.close()
+def browser(chromium):
+    """The session's one Chromium (a second sync_playwright cannot start beside it)."""
+    return chromium
 
 
 def _settle(page) -> None:

@@ -21,7 +21,7 @@ REPORT_FIELDS = [
     "onnx_dtype", "n_elements", "n_excluded", "max_abs", "max_rel", "mean_abs", "rms", "p99_abs",
     "n_mismatch", "mismatch_fraction", "n_nan_mismatch", "n_inf_mismatch", "worst_index",
     "ref_at_worst", "onnx_at_worst", "cosine", "snr_db", "atol", "rtol", "min_atol_to_pass",
-    "message", "where",
+    "message", "where", "noise",
 ]  # fmt: skip
 
 
