@@ -576,6 +576,10 @@ def _format(run: ValidationRun) -> str:
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
             f"  {line}" for line in lines
         )
+        from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
+
+        head, *rest = noise_suggestion_lines(suggest_noise_tolerances(run))
+        text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
     if run.layers is not None:
         from parity.layers.precision_view import precision_lines
         from parity.layers.text import format_layers

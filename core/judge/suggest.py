@@ -1,5 +1,6 @@
-"""Tolerance ladders (1-2-5 per decade), per-output tolerances suggested from a run, and an
-output's mismatch fraction against atol (the Tolerances page's curve).
+"""Tolerance ladders (1-2-5 per decade), per-output tolerances suggested from a run (from the
+smallest passing atol, or from the measured float32 rounding noise), and an output's mismatch
+fraction against atol (the Tolerances page's curve).
 
 A float slider cannot span 1e-9..10; a ladder of 1, 2, 5 per decade can, and the values it
 offers are the round numbers people write in tolerance files. Suggestions come from the
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parity.judge.noise import ROUNDING_RATIO, noise_sentence
 from parity.labels import status_label
-from parity.results import ValidationRun
+from parity.results import Noise, ValidationRun
+from parity.text import number_text, tolerance_text
 from parity.tolerances import Tolerance, Tolerances
 
 MANTISSAS = (1, 2, 5)
@@ -100,6 +103,160 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
         atol = round_up_125(margin * worst)
         tolerances = tolerances.with_output(name, Tolerance(atol=atol, rtol=current.rtol))
     return Suggestion(tolerances=tolerances, min_atols=min_atols, notes=notes, margin=margin)
+
+
+def round_up_2sig(value: float) -> float:
+    """Smallest number of two significant digits >= value (0 stays 0): a tolerance that
+    prints exactly (``9.7e-08``), so the one shown is the one that was checked."""
+    if value <= 0:
+        return 0.0
+    candidate = float(f"{value:.1e}")
+    if candidate < value:
+        exp = math.floor(math.log10(candidate))
+        candidate = float(f"{candidate + 10.0 ** (exp - 1):.1e}")
+    return candidate
+
+
+NOISE_MULTIPLES = (2.0, 5.0, 10.0)
+"""The k offered in "k x rounding noise", smallest first (see suggest_noise_tolerances)."""
+
+
+@dataclass(frozen=True)
+class NoiseSuggestion:
+    """Per-output tolerances of k x torch's own float32 error (``--noise-floor``), and the
+    run re-judged with them: what they pass and what they still fail."""
+
+    tolerances: Tolerances
+    k: float
+    atols: dict[str, float]  # outputs given k x rounding noise
+    torch_errors: dict[str, float]  # their rounding noise: largest max|torch32 - torch64|
+    noise: dict[str, Noise]  # each such output's worst noise (largest ratio) over its sets
+    passes: dict[str, bool]  # every output, re-judged under `tolerances`
+    notes: dict[str, str]  # outputs that kept their tolerance, and why
+    passed: bool  # the whole run passes under `tolerances`
+
+    @property
+    def still_failing(self) -> tuple[str, ...]:
+        return tuple(name for name, ok in self.passes.items() if not ok)
+
+
+def has_noise(run: ValidationRun) -> bool:
+    """The run measured rounding noise (``--noise-floor``) for at least one output."""
+    return any(c.noise is not None for c in run.comparisons)
+
+
+def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> NoiseSuggestion:
+    """Per float32 output with a noise floor: atol = k x torch's own float32 error (its
+    largest ``max|torch32 - torch64|`` over input sets and candidates; rtol 0, since the
+    noise is an absolute bound), rounded up to two significant digits. Other outputs keep
+    the run's tolerance and get a note.
+
+    Why k x torch's error: ONNX judged against torch float32 errs by at most its own error
+    against float64 plus torch's, so an export that only rounds differently (ratio near 1)
+    passes at k = 2, and one whose error is thousands x the rounding fails at any k offered.
+
+    k (None: chosen): the smallest of NOISE_MULTIPLES (2, 5, 10) under which every output
+    whose error looks like rounding (ratio <= ROUNDING_RATIO) passes; outputs that do not
+    look like rounding never choose it, so a bug cannot loosen the tolerance for itself. If
+    none of them passes every rounding output, 10 (ROUNDING_RATIO: past it the error is not
+    rounding any more) and what fails is said. The suggestion is checked: `passes` and
+    `passed` are the run re-judged with it."""
+    atom: dict[str, float] = {}
+    worst: dict[str, Noise] = {}
+    notes: dict[str, str] = {}
+    for name in run.output_names:
+        mine = [c for c in run.comparisons if c.name == name]
+        stuck = next((c for c in mine if not c.can_rejudge), None)
+        if stuck is not None:
+            status = status_label(stuck.status)
+            notes[name] = f"{status} in input set {stuck.input_set}: no tolerance fixes it"
+            continue
+        floors = [c.noise for c in mine]
+        if not floors or any(n is None for n in floors):
+            notes[name] = "rounding noise not measured: keeps its tolerance"
+            continue
+        atom[name] = max(n.torch_error for n in floors)
+        worst[name] = max(floors, key=_noise_rank)
+    if k is None:
+        rounding = [name for name, n in worst.items() if _noise_rank(n) <= ROUNDING_RATIO]
+        k = NOISE_MULTIPLES[-1]
+        for candidate in NOISE_MULTIPLES:
+            if all(_judged(run, atom, candidate).get(name, False) for name in rounding):
+                k = candidate
+                break
+    tolerances = _noise_tolerances(run, atom, k)
+    judged = run.rejudge(tolerances)
+    passes = {name: name not in judged.failing for name in run.output_names}
+    return NoiseSuggestion(
+        tolerances=tolerances,
+        k=float(k),
+        atols={name: tolerances.for_output(name).atol for name in atom},
+        torch_errors=atom,
+        noise=worst,
+        passes=passes,
+        notes=notes,
+        passed=judged.passed,
+    )
+
+
+def _noise_rank(n: Noise) -> float:
+    """How far from rounding: the ratio (inf when torch is exact and ONNX is not)."""
+    if n.ratio is None:
+        return float("inf") if n.onnx_error > 0 else 0.0
+    return n.ratio
+
+
+def _noise_tolerances(run: ValidationRun, atom: dict[str, float], k: float) -> Tolerances:
+    tolerances = run.tolerances
+    for name, torch_error in atom.items():
+        tolerances = tolerances.with_output(
+            name, Tolerance(atol=round_up_2sig(k * torch_error), rtol=0.0)
+        )
+    return tolerances
+
+
+def _judged(run: ValidationRun, atom: dict[str, float], k: float) -> dict[str, bool]:
+    failing = set(run.rejudge(_noise_tolerances(run, atom, k)).failing)
+    return {name: name not in failing for name in run.output_names}
+
+
+def noise_suggestion_lines(s: NoiseSuggestion) -> list[str]:
+    """The suggestion and its check, in words: a headline, then one line per output (its
+    tolerance, whether it passes, and for one that still fails, that it is not rounding),
+    then the same tolerances as ``--tol`` flags. The terminal and the Tolerances page show
+    these lines."""
+    times = f"{s.k:g}\u00d7"
+    if s.passed:
+        verdict = "the run passes with it"
+    elif s.still_failing:
+        verb = "still fails" if len(s.still_failing) == 1 else "still fail"
+        verdict = f"{', '.join(s.still_failing)} {verb} with it"
+    else:
+        verdict = "the run still fails with it"
+    lines = [
+        f"Suggested tolerance: {times} rounding noise (atol = {times} torch's own float32 "
+        f"error, rtol 0), checked: {verdict}"
+    ]
+    for name, ok in s.passes.items():
+        if name in s.atols:
+            n = s.noise[name]
+            tol = tolerance_text(Tolerance(atol=s.atols[name], rtol=0.0))
+            figure = f"{tol} ({times} {number_text(s.torch_errors[name])})"
+            if ok:
+                lines.append(f"{name}: {figure}: passes")
+            elif _noise_rank(n) > ROUNDING_RATIO:
+                lines.append(
+                    f"{name}: {figure}: still fails: {noise_sentence(n)}, a bug that no "
+                    "rounding tolerance should pass"
+                )
+            else:
+                lines.append(f"{name}: {figure}: still fails at {times} rounding noise")
+        else:
+            lines.append(f"{name}: {s.notes.get(name, 'keeps its tolerance')}")
+    flags = " ".join(f"--tol {name}={atol:g}:0" for name, atol in s.atols.items())
+    if flags:
+        lines.append(f"As flags: {flags}")
+    return lines
 
 
 def pooled_mismatch_curve(
