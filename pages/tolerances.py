@@ -21,8 +21,12 @@ from parity.dashboard.text import md_code, md_text
 from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
 from parity.judge.suggest import (
     DEFAULT_MARGIN,
+    NOISE_MULTIPLES,
+    has_noise,
     ladder,
+    noise_suggestion_lines,
     pooled_mismatch_curve,
+    suggest_noise_tolerances,
     suggest_tolerances,
     with_value,
 )
@@ -34,6 +38,7 @@ from parity.tolerances import Tolerance, Tolerances
 ATOL_LADDER = ladder(-9, 1)
 RTOL_LADDER = ladder(-9, 0, zero=True)
 CURVE_ATOLS = np.logspace(-9, 1, 81)
+MULTIPLES = ", ".join(f"{k:g}" for k in NOISE_MULTIPLES)
 NOT_FIXABLE = "shape/dtype/missing: no tolerance fixes it"
 EDITOR_PREFIX = "tol_editor_"
 EDIT_ERROR = "tol_edit_error"
@@ -95,11 +100,40 @@ def _suggest(run: ValidationRun, margin: float) -> None:
     st.session_state["tol_suggest_notes"] = suggestion.notes
 
 
+def _apply(tolerances: Tolerances) -> None:
+    """A checked suggestion, applied as it was shown (its notes belong to the other Suggest)."""
+    state.set_tolerances(tolerances)
+    st.session_state.pop("tol_suggest_notes", None)
+
+
+def noise_suggestion(stored: ValidationRun, judged: ValidationRun, tol: Tolerances) -> None:
+    """--noise-floor: "k x rounding noise" per output (parity.judge.suggest), checked by
+    re-judging the run with it before it is offered, and applied with one click."""
+    if not has_noise(judged):
+        return
+    found = state.run_memo(
+        "tol_noise", stored, tol.dumps(), lambda: suggest_noise_tolerances(judged)
+    )
+    head, *rest = noise_suggestion_lines(found)
+    b_col, text_col = st.columns([2, 3], vertical_alignment="center")
+    b_col.button(
+        f"Suggest {found.k:g}× rounding noise", icon=":material/blur_on:", on_click=_apply,
+        args=(found.tolerances,), key="tol_suggest_noise",
+        help="Per output: atol = k × torch's own float32 error (against torch run again in "
+        f"float64), rtol 0; k the smallest of {MULTIPLES} that passes every output whose error "
+        "looks like rounding. An output it still fails is not rounding.",
+    )  # fmt: skip
+    text_col.caption(md_text(head))
+    with st.expander("Rounding-noise tolerance per output"):
+        st.text("\n".join(rest))
+
+
 def controls(raw: ValidationRun) -> None:
     """The controls and what they decide. Every change goes to the session's tolerances in
     a callback, before the script reruns, so this page, the sidebar's badge and its reports
     are drawn from the same tolerances in the same rerun."""
     tol = state.tolerances()
+    stored = raw
     _sync_sliders(tol)
     c1, c2 = st.columns(2)
     with c1:
@@ -180,6 +214,7 @@ def controls(raw: ValidationRun) -> None:
     notes = st.session_state.get("tol_suggest_notes")
     if notes:
         st.caption("Suggest: " + "; ".join(f"{md_code(k)}: {md_text(v)}" for k, v in notes.items()))
+    noise_suggestion(stored, everything, tol)
 
     st.subheader("Mismatch fraction against atol")
     cols = st.columns(min(len(names), 2) or 1)

@@ -1,4 +1,4 @@
-""""k x rounding noise" as a tolerance (issue 20): with --noise-floor, Parity suggests per
+"""The "k x rounding noise" tolerance (issue 20): with --noise-floor, Parity suggests per
 output atol = k x torch's own float32 error, checks it by re-judging the run, and says when
 an output still fails under it (a bug, not rounding). Real exports: a clean dynamo export and
 the same file with one bias nudged; the CLI in-process, its printed flags fed back to it."""
