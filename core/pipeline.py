@@ -314,6 +314,7 @@ def _run_cases(
                     case.float64,
                     case.float64_note
                     or "noise floor not measured: this kind of run has no float64 reference",
+                    case.exclude,
                 )
             t_compare += time.perf_counter() - t0
             slot.outputs.append(shown)

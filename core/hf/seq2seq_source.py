@@ -11,6 +11,7 @@ from them. Parity does not export encoder-decoder models itself: --onnx names th
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -69,6 +70,12 @@ def is_seq2seq(config: RunConfig) -> bool:
     return config.model is not None and is_encoder_decoder_dir(hf_directory(config.model))
 
 
+SEQ2SEQ_NO_FLOAT64 = (
+    "noise floor not measured: an encoder-decoder model's calls are not made again in float64 "
+    "(decoder-only and one-forward hf: models are)"
+)
+
+
 class Seq2SeqSource:
     """Each case: one call of generate() (the encoder's, or a decoder step's)."""
 
@@ -112,7 +119,7 @@ class Seq2SeqSource:
         for call in capture.calls:
             part = part_for(call, self._parts)
             if part is not None:
-                yield _case(call, part)
+                yield dataclasses.replace(_case(call, part), float64_note=SEQ2SEQ_NO_FLOAT64)
 
     def _captured(self, *, decoder: bool = True) -> tuple[LoadedSeq2Seq, Seq2SeqCapture]:
         if self._loaded is None or self._capture is None:

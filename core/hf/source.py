@@ -10,6 +10,7 @@ legitimately differ where nothing attends).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -61,6 +62,7 @@ class HfSource:
         self._loaded: LoadedHfModel | None = None
         self._capture: Capture | None = None
         self._export: dict[str, Any] = dict(NOT_EXPORTED)
+        self._noise_floor = config.noise_floor
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -124,9 +126,23 @@ class HfSource:
         return str(result.path)
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        _, capture = self._captured(signature)
-        for call in capture.calls:
-            yield _case(call, signature)
+        loaded, capture = self._captured(signature)
+        doubles: Sequence[CapturedCall | None] = [None] * len(capture.calls)
+        note = ""
+        if self._noise_floor:  # every call again in float64 (parity.hf.float64)
+            from parity.hf.float64 import float64_calls
+
+            self._report("torch", "torch in float64 on every captured call", None)
+            t0 = time.perf_counter()
+            made, note = float64_calls(loaded.model, capture.calls)
+            self.timings["float64"] = time.perf_counter() - t0
+            doubles = made or doubles
+        for call, double in zip(capture.calls, doubles, strict=True):
+            case = _case(call, signature)
+            if double is not None:
+                names = tuple(signature.output_names)
+                case = dataclasses.replace(case, float64=reference_outputs(double, names))
+            yield dataclasses.replace(case, float64_note=note) if note else case
 
     def provenance(self) -> Provenance:
         return Provenance(kind=RunKind.HF_GENERATE, seed=self._seed)

@@ -19,16 +19,28 @@ from parity.text import number_text
 ROUNDING_RATIO = 10.0  # ONNX's float64 error at most this x torch's own: rounding noise
 
 
-def noise_of(ref32: np.ndarray, onnx: np.ndarray, ref64: np.ndarray) -> Noise | None:
-    """Noise of one float output; None when the arrays cannot be compared so."""
+def noise_of(
+    ref32: np.ndarray, onnx: np.ndarray, ref64: np.ndarray, exclude: np.ndarray | None = None
+) -> Noise | None:
+    """Noise of one float output over the elements the verdict judges (`exclude`, the run's
+    exclusion mask broadcastable to the output: True is not judged, e.g. padding); None when
+    the arrays cannot be compared so."""
     if not (ref32.shape == onnx.shape == ref64.shape) or ref32.size == 0:
         return None
     if not all(np.issubdtype(a.dtype, np.floating) for a in (ref32, onnx, ref64)):
         return None
     r64 = ref64.astype(np.float64, copy=False)
     with np.errstate(all="ignore"):
-        torch_error = _max_abs(ref32.astype(np.float64) - r64)
-        onnx_error = _max_abs(onnx.astype(np.float64) - r64)
+        torch_diff = ref32.astype(np.float64) - r64
+        onnx_diff = onnx.astype(np.float64) - r64
+    if exclude is not None:
+        try:
+            judged = ~np.broadcast_to(np.asarray(exclude, dtype=bool), ref32.shape)
+        except ValueError:
+            return None
+        torch_diff, onnx_diff = torch_diff[judged], onnx_diff[judged]
+    torch_error = _max_abs(torch_diff)
+    onnx_error = _max_abs(onnx_diff)
     ratio = onnx_error / torch_error if torch_error > 0 else None
     return Noise(torch_error, onnx_error, ratio)
 
@@ -44,9 +56,10 @@ def with_noise(
     onnx: Mapping[str, np.ndarray],
     ref64: Mapping[str, np.ndarray] | None,
     note: str = "",
+    exclude: Mapping[str, np.ndarray] | None = None,
 ) -> list[OutputComparison]:
-    """Each float32 output's comparison with its noise (or, when the float64 run could not
-    be made, a note saying why and noise None)."""
+    """Each float32 output's comparison with its noise over the elements it judges (or,
+    when the float64 run could not be made, a note saying why and noise None)."""
     out = []
     for c in comparisons:
         if c.ref_dtype != "float32":
@@ -56,7 +69,8 @@ def with_noise(
             out.append(replace(c, notes=(*c.notes, note)) if note else c)
             continue
         a, b, r = ref32.get(c.name), onnx.get(c.name), ref64.get(c.name)
-        noise = None if a is None or b is None or r is None else noise_of(a, b, r)
+        mask = (exclude or {}).get(c.name)
+        noise = None if a is None or b is None or r is None else noise_of(a, b, r, mask)
         out.append(replace(c, noise=noise))
     return out
 

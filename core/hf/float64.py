@@ -1,0 +1,81 @@
+"""--noise-floor for hf: models: every captured forward call once more, in float64.
+
+The model is copied and cast with ``.double()``; each call is made again with the inputs it
+was captured with (ids, mask, positions; float inputs such as pixels cast to float64) and
+its past KV cache cast to float64, so torch's float32 call and the float64 one differ only
+by rounding. The result is the call with float64 logits, present cache and outputs, read by
+parity.hf.feeds.reference_outputs under the ONNX names like the float32 call. A model that
+cannot be run so gives None and a note, never a failed run.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from parity.errors import first_line
+from parity.hf.capture import CACHE_KEYWORDS, CapturedCall, _to_numpy, forward_outputs
+from parity.hf.loading import quiet_transformers
+
+NOT_MEASURED = "noise floor not measured"
+
+
+def float64_calls(
+    model: Any, calls: Sequence[CapturedCall]
+) -> tuple[tuple[CapturedCall, ...] | None, str]:
+    """Each call made again by a float64 copy of `model`, or (None, why not)."""
+    import torch
+
+    floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if floats - {torch.float32, torch.float64}:
+        return None, f"{NOT_MEASURED}: the model is not float32"
+    try:
+        double = copy.deepcopy(model).double().eval()
+    except Exception as exc:
+        return None, f"{NOT_MEASURED}: cannot cast to float64 ({first_line(exc)})"
+    out = []
+    for call in calls:
+        try:
+            out.append(_call_again(double, call))
+        except Exception as exc:
+            return None, f"{NOT_MEASURED}: the model failed in float64 ({first_line(exc)})"
+    return tuple(out), ""
+
+
+def _call_again(model: Any, call: CapturedCall) -> CapturedCall:
+    import torch
+
+    from parity.hf.export import cache_tensors, make_cache
+
+    kwargs: dict[str, Any] = {name: _tensor(a) for name, a in call.inputs.items()}
+    with torch.inference_mode(), quiet_transformers():
+        if call.encoder:
+            return replace(call, outputs=forward_outputs(model(**kwargs)))
+        params = inspect.signature(model.forward).parameters
+        cache_kw = next(k for k in CACHE_KEYWORDS if k in params)
+        past = [_tensor(a) for kv in call.past for a in kv] if call.past_length else []
+        kwargs[cache_kw] = make_cache(past, model.config)
+        kept = call.logits.shape[1] if call.logits is not None and call.logits.ndim == 3 else 0
+        if kept and "logits_to_keep" in params:
+            kwargs["logits_to_keep"] = kept
+        output = model(**kwargs, use_cache=True)
+        flat = [_to_numpy(t) for t in cache_tensors(output.past_key_values)]
+        logits = _to_numpy(output.logits)
+    if kept:
+        logits = logits[:, -kept:]
+    present = tuple((flat[2 * i], flat[2 * i + 1]) for i in range(len(flat) // 2))
+    return replace(call, logits=logits, present=present)
+
+
+def _tensor(array: np.ndarray) -> Any:
+    import torch
+
+    a = np.asarray(array)
+    if a.dtype == np.float32:
+        a = a.astype(np.float64)
+    return torch.from_numpy(np.array(a, copy=True, order="C"))
