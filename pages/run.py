@@ -53,14 +53,6 @@ def compare_layers() -> bool:
     return bool(st.session_state.get(LAYERS_KEY, False))
 
 
-def _stateful_number(column, label: str, low: int, high: int, default: int, key: str) -> float:
-    """A number input whose value lives in session state only (kept across pages by
-    state.form_widget): `run_demo` sets these keys, and a widget given a default as well makes
-    Streamlit log "created with a default value but also had its value set via the Session
-    State API" (with a stack)."""
-    return column.number_input(label, low, high, key=state.form_widget(key, default))
-
-
 def noise_floor() -> bool:
     """The "Measure rounding noise" checkbox (RunConfig.noise_floor)."""
     return bool(st.session_state.get(NOISE_KEY, False))
@@ -179,7 +171,8 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
 
     For "Stored reference outputs" the spec is "reference:PATH" (no torch model runs).
     """
-    source = st.radio(
+    source = state.form_widget(
+        st.radio,
         "PyTorch model",
         [
             "Built-in demo",
@@ -190,7 +183,7 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             ONNX_ONLY,
         ],
         horizontal=True,
-        key=state.form_widget("model_source"),
+        key="model_source",
         help="Stored reference outputs: torch's outputs saved earlier (`parity validate "
         "--save-reference REF.npz`), for when the model is not at hand. Needs the feeds "
         "they were computed on (below). None: the first ONNX file (at the first provider "
@@ -200,14 +193,15 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     if source == ONNX_ONLY:
         return ONNX_ONLY, None, None
     if source == "Hugging Face directory (LLM)":
-        directory = st.text_input(
+        directory = state.form_widget(
+            st.text_input,
             "Local transformers directory (config, weights, tokenizer; never downloaded)",
-            key=state.form_widget("hf_dir"), placeholder="/models/my-llm",
+            key="hf_dir", placeholder="/models/my-llm",
         ).strip()  # fmt: skip
         return (hf_spec(directory) if directory else None), None, None
     if source == "Stored reference outputs":
-        path = st.text_input(
-            "Reference outputs (.npz path on this machine)", key=state.form_widget("ref_path"),
+        path = state.form_widget(
+            st.text_input, "Reference outputs (.npz path on this machine)", key="ref_path",
             placeholder="ref.npz",
         ).strip()  # fmt: skip
         up = st.file_uploader("...or upload it", type=["npz"], key="ref_upload")
@@ -216,21 +210,23 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             path = str(uploaded)
         return (reference_spec(path) if path else None), None, None
     if source == "Built-in demo":
-        name = st.selectbox("Demo", state.demo_names(), key=state.form_widget("model_demo"))
+        name = state.form_widget(st.selectbox, "Demo", state.demo_names(), key="model_demo")
         return demo_spec(name), None, name
     if source == "Path on this machine":
-        spec = st.text_input(
+        spec = state.form_widget(
+            st.text_input,
             "Model",
-            key=state.form_widget("model_path"),
+            key="model_path",
             placeholder="model.pt2 | scripted.pt | my_models.py:build | package.module:build",
             help="A torch.export .pt2 (read without running code). TorchScript archives "
             "and FILE.py:CALLABLE / package.module:CALLABLE factories are code: the dashboard "
             "runs them only when started with `parity dashboard --trust-code` (from a "
             "checkout: `streamlit run app.py -- --trust-code`).",
         ).strip()
-        weights = st.text_input(
+        weights = state.form_widget(
+            st.text_input,
             "Weights (optional)",
-            key=state.form_widget("weights_path"),
+            key="weights_path",
             placeholder="weights.safetensors",
         ).strip()
         return spec or None, weights or None, None
@@ -251,10 +247,11 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
 
 def choose_more_onnx() -> tuple[str, ...]:
     """More ONNX files to compare side by side (paths and uploads): candidates of one run."""
-    text = st.text_area(
+    text = state.form_widget(
+        st.text_area,
         "More ONNX files to compare side by side (optional; paths on this machine, one per "
         "line)",
-        key=state.form_widget("onnx_more"), height=68,
+        key="onnx_more", height=68,
         help="Every file x provider x optimisation level is a candidate; the reference runs "
         "once per input set.",
     )  # fmt: skip
@@ -276,11 +273,12 @@ ONNX_ONLY = "None: ONNX against ONNX"
 def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
     options = (["The demo's export"] if demo else []) + (["Let Parity export it"] if hf else [])
     options += ["Path on this machine", "Upload"]
-    source = st.radio(
+    source = state.form_widget(
+        st.radio,
         "ONNX file",
         options,
         horizontal=True,
-        key=state.form_widget("onnx_source_hf" if hf else f"onnx_source_{bool(demo)}"),
+        key="onnx_source_hf" if hf else f"onnx_source_{bool(demo)}",
     )
     if source == "The demo's export":
         return state.demo_onnx_path(demo)
@@ -291,8 +289,8 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         )
         return HF_EXPORT
     if source == "Path on this machine":
-        path = st.text_input(
-            "ONNX path", key=state.form_widget("onnx_path"), placeholder="/path/to/model.onnx",
+        path = state.form_widget(
+            st.text_input, "ONNX path", key="onnx_path", placeholder="/path/to/model.onnx",
             help="External-data files are read from beside it.",
         ).strip()  # fmt: skip
         return path or None
@@ -314,27 +312,30 @@ def choose_hf_settings():
     """Prompts, steps, weights and overrides of an `hf:DIR` run -> parity.hf.HfOptions."""
     from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, options_from_text
 
-    prompts = st.text_area(
+    prompts = state.form_widget(
+        st.text_area,
         "Prompts (one per line; several form a left-padded batch)",
-        DEFAULT_PROMPT,
-        key=state.form_widget("hf_prompts", DEFAULT_PROMPT),
-    )  # fmt: skip
+        key="hf_prompts",
+        default=DEFAULT_PROMPT,
+    )
     c1, c2 = st.columns(2)
     steps = int(
-        c1.number_input(
+        state.form_widget(
+            c1.number_input,
             "Max new tokens (1 prefill + N-1 decode steps)",
             1,
             64,
-            DEFAULT_MAX_NEW_TOKENS,
-            key=state.form_widget("hf_steps", DEFAULT_MAX_NEW_TOKENS),
-        )  # fmt: skip
+            key="hf_steps",
+            default=DEFAULT_MAX_NEW_TOKENS,
+        )
     )
-    random_weights = c2.checkbox(
-        "Random weights (build from the config only)", key=state.form_widget("hf_rand")
+    random_weights = state.form_widget(
+        c2.checkbox, "Random weights (build from the config only)", key="hf_rand"
     )
-    overrides = st.text_input(
+    overrides = state.form_widget(
+        st.text_input,
         "Config overrides (KEY=VALUE, comma-separated)",
-        key=state.form_widget("hf_overrides"),
+        key="hf_overrides",
         placeholder="num_hidden_layers=1",
     )  # fmt: skip
     return options_from_text(
@@ -355,37 +356,44 @@ def choose_settings(signature) -> dict:
         for i, dim in enumerate(sym):
             with cols[i % len(cols)]:
                 dims[dim] = int(
-                    st.number_input(
+                    state.form_widget(
+                        st.number_input,
                         md_text(dim),
                         min_value=1,
                         max_value=1 << 20,
-                        value=default_dim_size(dim),
-                        key=state.form_widget(f"dim_{dim}", default_dim_size(dim)),
-                    )  # fmt: skip
+                        key=f"dim_{dim}",
+                        default=default_dim_size(dim),
+                    )
                 )
     settings["dims"] = dims
     c1, c2, c3, c4 = st.columns(4)
     settings["n_input_sets"] = int(
-        _stateful_number(c1, "Input sets", 1, 16, N_SETS_DEFAULT, "n_sets")
+        state.form_widget(
+            c1.number_input, "Input sets", 1, 16, key="n_sets", default=N_SETS_DEFAULT
+        )
     )
-    settings["seed"] = int(_stateful_number(c2, "Seed", 0, 2**31 - 1, 0, "seed"))
+    settings["seed"] = int(
+        state.form_widget(c2.number_input, "Seed", 0, 2**31 - 1, key="seed", default=0)
+    )
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
     settings["provider"] = tuple(
-        c3.multiselect(
+        state.form_widget(
+            c3.multiselect,
             "Execution providers",
             providers,
+            key="provider",
             default=[cpu if cpu in providers else providers[0]],
-            key=state.form_widget("provider", [cpu if cpu in providers else providers[0]]),
             help="Several: one candidate each, side by side.",
         )
     )
     settings["ort_opt_level"] = tuple(
-        c4.multiselect(
+        state.form_widget(
+            c4.multiselect,
             "ORT optimisation levels",
             ORT_OPT_LEVELS,
+            key="opt",
             default=["all"],
-            key=state.form_widget("opt", ["all"]),
             help="Several: one candidate each (e.g. disable and all: do the fusions change "
             "the numbers?).",
         )
@@ -400,16 +408,15 @@ def choose_settings(signature) -> dict:
         for t in int_inputs:
             a, b = st.columns(2)
             name = md_text(t.name)
-            lo = a.number_input(
-                f"{name} low",
-                value=DEFAULT_INT_RANGE[0],
-                key=state.form_widget(f"lo_{t.name}", DEFAULT_INT_RANGE[0]),
-            )
-            hi = b.number_input(
-                f"{name} high",
-                value=DEFAULT_INT_RANGE[1],
-                key=state.form_widget(f"hi_{t.name}", DEFAULT_INT_RANGE[1]),
-            )
+            # step=1: an integer input (with no value given, its numbers set its type)
+            lo = state.form_widget(
+                a.number_input, f"{name} low", step=1, key=f"lo_{t.name}",
+                default=DEFAULT_INT_RANGE[0],
+            )  # fmt: skip
+            hi = state.form_widget(
+                b.number_input, f"{name} high", step=1, key=f"hi_{t.name}",
+                default=DEFAULT_INT_RANGE[1],
+            )  # fmt: skip
             if (int(lo), int(hi)) != DEFAULT_INT_RANGE:
                 ranges[t.name] = (int(lo), int(hi))
     settings["int_ranges"] = ranges
@@ -447,16 +454,20 @@ def page() -> None:
     )
     if st.session_state.pop(LAYERS_DONE, False):  # a run compared layers: the next need not
         state.set_form({LAYERS_KEY: False})
-    st.checkbox(
+    state.form_widget(  # kept while other pages are shown
+        st.checkbox,
         "Compare layers: find the op where the export starts to diverge",
-        key=state.form_widget(LAYERS_KEY, False),  # kept while other pages are shown
+        key=LAYERS_KEY,
+        default=False,
         help="For the next run: also compares the intermediate values of both sides "
         "(slower); the Layers page shows where the error is born. The Layers page can also "
         "re-run the current run with layers compared.",
     )
-    st.checkbox(
+    state.form_widget(  # kept while other pages are shown
+        st.checkbox,
         "Measure rounding noise: run the torch model once more in float64",
-        key=state.form_widget(NOISE_KEY, False),  # kept while other pages are shown
+        key=NOISE_KEY,
+        default=False,
         help="Says, per float32 output, whether ONNX's error is float32 rounding (about "
         "torch's own error against float64) or not. The verdict stays the tolerance's. "
         "Same as `parity validate --noise-floor`.",
@@ -533,10 +544,9 @@ def page() -> None:
         )
         layers_off = compare_layers() and (n_candidates > 1 or onnx_only)
         ready = ready and not layers_off
-        timeout = st.number_input(
-            "Time limit (seconds; 0 = none)", min_value=0, max_value=86400,
-            value=0,
-            key=state.form_widget("timeout", 0),
+        timeout = state.form_widget(
+            st.number_input, "Time limit (seconds; 0 = none)", min_value=0, max_value=86400,
+            key="timeout", default=0,
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip
         b_col, why_col = st.columns([1, 5], vertical_alignment="center")

@@ -8,6 +8,7 @@ hash Streamlit computes from a sample.
 
 from __future__ import annotations
 
+import inspect
 import time
 import traceback
 from collections.abc import Callable, Hashable
@@ -185,15 +186,30 @@ def clear_layer_target() -> None:
 # ------------------------------------------------------------------------- the Run form
 
 
-def form_widget(key: str, default: object = None) -> str:
-    """Seed the Run form's widget `key` before it is drawn, and return the key.
+# A widget's own default, by the name its function gives it: value (number_input,
+# text_input, text_area, checkbox, toggle, slider...), default (multiselect, pills...), index
+# (selectbox, radio).
+WIDGET_DEFAULTS = ("value", "default", "index")
+
+
+def form_widget(widget: Callable[..., T], *args, key: str, default: object = None, **kwargs) -> T:
+    """Draw the Run form's widget `key` (`widget(*args, key=key, **kwargs)`: `st.number_input`,
+    a column's `checkbox`, ...) with its value kept across pages; return the widget's value.
 
     Streamlit drops a widget's key at the end of a rerun that does not draw it (another page
     was shown), so the form would come back at its defaults. Its value lives on in a plain
-    key (FORM, refreshed by `keep_form` each time the form is drawn) and is put back here;
-    a key never seen takes `default`. The widget keeps its own constant default too (the
-    same `default`): the browser draws a re-created widget from it, and a widget whose
-    default changed would be a new widget. The value in its key wins.
+    key (FORM, refreshed by `keep_form` each time the form is drawn) and is put back in the
+    widget's key before it is drawn; a key never seen takes `default`.
+
+    A key seeded so is a value set through the Session State API: the widget is then drawn
+    with no default of its own (its value, default or index argument, by name or position,
+    is left out), as a widget given both makes Streamlit log "created with a default value
+    but also had its value set via the Session State API". These widgets are identified by
+    their key alone (Streamlit's key_as_main_identity), so leaving it out never makes a new
+    widget. Only a key with neither a kept value nor `default` is drawn at the widget's own
+    default (the first option of a radio or selectbox, or what the call passes). A
+    number_input given no value takes its type from its other numbers: give an integer one an
+    int min_value, max_value or step.
     """
     kept = st.session_state.setdefault(FORM, {})
     if key not in st.session_state:
@@ -202,7 +218,11 @@ def form_widget(key: str, default: object = None) -> str:
         if value is not None:
             st.session_state[key] = value
     kept.setdefault(key, st.session_state.get(key))
-    return key
+    call = inspect.signature(widget).bind_partial(*args, key=key, **kwargs)
+    if key in st.session_state:
+        for name in WIDGET_DEFAULTS:
+            call.arguments.pop(name, None)
+    return widget(*call.args, **call.kwargs)
 
 
 def keep_form() -> None:

@@ -76,11 +76,6 @@ def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(
         context.close()
 
 
-@pytest.mark.xfail(
-    reason="open after the merge of issues 22/23 (see the stop-18 note): the form's "
-    "kept widgets and the merged sidebar/Inspect layout",
-    strict=False,
-)
 def test_the_sidebar_and_the_run_page_name_the_candidate_that_fails(saved_run, chromium, app_url):
     """Issue 22: a run of several candidates: the sidebar lists each with its verdict (not
     one file next to the run's FAIL), and the Run page's sentence names the failing file,

@@ -131,11 +131,6 @@ def _tiny_onnx(folder: Path) -> Path:
     return path
 
 
-@pytest.mark.xfail(
-    reason="open after the merge of issues 22/23 (see the stop-18 note): the form's "
-    "kept widgets and the merged sidebar/Inspect layout",
-    strict=False,
-)
 def test_a_demo_from_the_url_logs_no_widget_state_warning(browser, tmp_path):
     """`?demo=NAME` sets the form's widgets through session state (run_demo): a widget that
     also had a default made Streamlit log a warning with a stack (once per server)."""
