@@ -194,7 +194,9 @@ def localise(
     held = None
     if confirm:
         feeds = {n for s in input_sets for n in s.feeds}
-        held = HeldRefs(runner.proto, requested, feeds, budget)
+        # a quarter of the budget, beside a batch's ONNX arrays; past it, the confirmation
+        # captures what it needs in a torch pass of its own, as before
+        held = HeldRefs(runner.proto, requested, feeds, budget // 4)
     comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held)
 
     for b, batch in enumerate(batches):
