@@ -184,7 +184,7 @@ def speed(work: Path, *, n_seq: int, skip_verify: bool) -> None:
         )
 
 
-def confirmation_and_noise(work: Path, base, repeats: int = 2) -> None:
+def confirmation_and_noise(work: Path, base, repeats: int = 3) -> None:
     """Confirmation on/off and --noise-floor vs plain, on MiniLM with one nudged bias."""
     import onnx
 

@@ -129,3 +129,83 @@ def test_cli_json_has_alone(deep, tmp_path: Path) -> None:
     first = json.loads(out.read_text())["layers"]["first_divergence"]
     assert first["torch_module"] == f"blocks.{PLANTED_BLOCK}"
     assert first["alone"]["max_abs"] > 0.04
+
+
+def test_confirmation_reads_the_comparison_pass_and_decides_the_same(deep, monkeypatch) -> None:
+    """The flagged nodes are fed torch's values held from the comparison pass: the
+    confirmation runs no torch pass of its own, and every outcome and figure is the one its
+    own capture pass gives."""
+    from parity.layers import birth, torch_side
+    from parity.layers.localise import localise
+    from parity.load.onnx_model import load_onnx
+    from parity.load.torch_model import load_torch_model
+    from parity.run.inputs import make_input_sets
+
+    signature = load_onnx(deep.onnx).signature
+    sets = make_input_sets(signature, dims={}, n_sets=1, seed=0)
+    model = load_torch_model(str(deep.pt2))
+    passes: list[int] = []
+    real_run = torch_side.FxCapture.run
+
+    def counting(self, input_set, wanted, on_value):
+        passes.append(len(wanted))
+        return real_run(self, input_set, wanted, on_value)
+
+    monkeypatch.setattr(torch_side.FxCapture, "run", counting)
+
+    def torch_passes(**options):
+        passes.clear()
+        result = localise(model, deep.onnx, sets, signature, **options)
+        return result, len(passes)
+
+    _, without = torch_passes(confirm=False)
+    held, with_held = torch_passes()
+    monkeypatch.setattr(birth.HeldRefs, "covering", lambda *_a, **_k: None)
+    own, with_own = torch_passes()
+    assert with_held == without and with_own == without + 1
+    assert len(held.confirmations) > 1  # block 6's Gelu carried, then the planted block
+    assert held.confirmations == own.confirmations
+    assert held.first_divergence == own.first_divergence
+    assert held.values == own.values
+
+
+def test_held_refs_keep_a_value_while_a_later_cut_reads_it() -> None:
+    from onnx import TensorProto, helper
+
+    from parity.layers.birth import HeldRefs
+
+    def vi(name):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"]),
+            helper.make_node("Neg", ["a"], ["b"]),
+            helper.make_node("Add", ["b", "a"], ["c"]),
+            helper.make_node("Exp", ["c"], ["d"]),
+        ],
+        "g",
+        [vi("x")],
+        [vi("d")],
+    )
+    proto = helper.make_model(graph)
+    one = np.ones(2, np.float32)  # 8 bytes
+    names = ("a", "b", "c", "d")
+
+    def pass_(flagged: str | None, budget: int = 1 << 20) -> HeldRefs:
+        held = HeldRefs(proto, names, ("x",), budget)
+        for name in names:
+            held.offer(name, 0, one * names.index(name), name == flagged)
+        return held
+
+    assert pass_(None).reads == {"a": (), "b": ("a",), "c": ("b", "a"), "d": ("c",)}
+    clean = pass_(None)
+    assert clean.used == 0  # every value let go once the last cut reading it was compared
+    assert clean.covering(0, ["a"], 1 << 20) is None
+    flagged = pass_("c")
+    kept = flagged.covering(0, ["c", "b", "a"], 1 << 20)
+    assert kept is not None and sorted(kept) == ["a", "b", "c"]
+    assert kept["b"].tolist() == [1.0, 1.0]
+    assert flagged.used == 24  # d: no cut reads it, and it is not flagged
+    assert flagged.covering(0, ["c", "b", "a"], 16) is None  # more than the capture keeps
+    assert pass_("c", budget=16).covering(0, ["c", "b", "a"], 1 << 20) is None

@@ -9,13 +9,17 @@ reference's. The first whose error reappears is the first divergence (`born`); a
 value whose node alone agrees is `carried`; one that cannot be run alone is `unconfirmed`
 (never silently confirmed).
 
-One more torch pass per input set that has a flagged value captures only the arrays the
-checked nodes need, within the memory budget.
+The arrays the checked nodes need are torch's values from the comparison pass, held by
+`HeldRefs` while that pass produces them (each only as long as a later value's cut may read
+it); an input set whose arrays were not all held (over the memory budget, or a cut that reads
+other values than foreseen) gets one more torch pass capturing only those arrays, within the
+memory budget. Either way the cuts are fed the same arrays, so the outcome is the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -56,6 +60,106 @@ class Births:
     notes: tuple[str, ...]
 
 
+class HeldRefs:
+    """Torch's values a confirmation may read, held as the comparison pass produces them, so
+    that the confirmation needs no torch pass of its own where they all fit in `budget`.
+
+    Before the pass, each value that can be compared gets its cut's inputs as
+    `confirm.select` would choose them were every such value matched (`reads`). During the
+    pass (`offer`, in the order torch produces the values) a value is held while a value
+    whose cut reads it is still to come; the first `MAX_CHECKED` flagged values of each input
+    set, and what their cuts read, are held to the end. `covering` hands them over only when
+    they are every array the confirmation wants and within the budget its own capture keeps
+    (then that capture would have kept them all, and the same arrays are fed)."""
+
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        comparable: Collection[str],
+        feeds: Collection[str],
+        budget: int,
+    ) -> None:
+        comparable = frozenset(comparable)
+        known = comparable | frozenset(feeds)
+        producers = confirm.producers_of(proto)
+        initializers = {t.name for t in proto.graph.initializer}
+        self.reads: dict[str, tuple[str, ...]] = {}
+        self._readers: dict[str, list[str]] = {}
+        for name in comparable:
+            sel = confirm.select(
+                proto,
+                name,
+                _AllBut(known, name),
+                producers=producers,
+                initializers=initializers,
+            )
+            if isinstance(sel, confirm.Refused):
+                continue
+            self.reads[name] = tuple(i for i in sel.inputs if i in comparable)
+            for i in self.reads[name]:
+                self._readers.setdefault(i, []).append(name)
+        self.budget = budget
+        self.used = 0
+        self.dropped = 0  # arrays not held for the budget
+        self._held: dict[int, dict[str, np.ndarray]] = {}
+        self._pinned: dict[int, set[str]] = {}
+        self._flagged: dict[int, int] = {}
+        self._done: dict[int, set[str]] = {}
+
+    def offer(self, name: str, s: int, ref: np.ndarray, flagged: bool) -> None:
+        """Torch's value of `name` on input set `s`, just compared (`flagged` by the
+        criterion)."""
+        done = self._done.setdefault(s, set())
+        pinned = self._pinned.setdefault(s, set())
+        held = self._held.setdefault(s, {})
+        done.add(name)
+        if flagged and self._flagged.get(s, 0) < MAX_CHECKED:
+            self._flagged[s] = self._flagged.get(s, 0) + 1
+            pinned.add(name)
+            pinned.update(self.reads.get(name, ()))
+        if name not in held and (name in pinned or self._still_read(name, done)):
+            if self.used + ref.nbytes > self.budget:
+                self.dropped += 1
+            else:
+                held[name] = np.array(ref, copy=True)
+                self.used += ref.nbytes
+        for i in self.reads.get(name, ()):
+            if i in held and i not in pinned and not self._still_read(i, done):
+                self.used -= held.pop(i).nbytes
+
+    def _still_read(self, name: str, done: set[str]) -> bool:
+        return any(r not in done for r in self._readers.get(name, ()))
+
+    def covering(
+        self, s: int, wanted: Collection[str], budget: int
+    ) -> dict[str, np.ndarray] | None:
+        """The held arrays of `wanted` on input set `s`, or None unless all are held and
+        they fit in `budget` bytes."""
+        held = self._held.get(s, {})
+        if any(n not in held for n in wanted):
+            return None
+        if sum(held[n].nbytes for n in wanted) > budget:
+            return None
+        return {n: held[n] for n in wanted}
+
+
+class _AllBut(AbstractSet):
+    """`names` without `name`, not copied (a membership test for `confirm.select`)."""
+
+    def __init__(self, names: frozenset[str], name: str) -> None:
+        self._names = names
+        self._name = name
+
+    def __contains__(self, item: object) -> bool:
+        return item != self._name and item in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in self._names if n != self._name)
+
+    def __len__(self) -> int:
+        return len(self._names) - (self._name in self._names)
+
+
 def confirm_births(
     values: Sequence[LayerValue],
     known: Mapping[int, Mapping[str, Pair]],
@@ -68,9 +172,11 @@ def confirm_births(
     provider: str,
     opt_level: str,
     memory_mb: int,
+    held: HeldRefs | None = None,
 ) -> Births:
     """Check the flagged `values` in order until one is born. `known[s]` maps each ONNX
-    value compared on input set `s` (same shape on both sides) to its torch pair."""
+    value compared on input set `s` (same shape on both sides) to its torch pair; `held`,
+    torch's values kept from the comparison pass (used where they cover an input set)."""
     flagged = [v for v in values if LayerStatus(v.status).born]
     if not flagged:
         return Births(tuple(values), None, (), None, ())
@@ -95,7 +201,10 @@ def confirm_births(
         s = v.input_set
         if s not in captured:
             wanted = _wanted(checked, s, selections, known)
-            captured[s] = _capture(capture, by_set[s], wanted, arrays_of, budget)
+            kept = None if held is None else held.covering(s, wanted, budget)
+            if kept is None:
+                kept = _capture(capture, by_set[s], wanted, arrays_of, budget)
+            captured[s] = kept
         c, case = _check(
             v,
             selections[(v.onnx_value, s)],

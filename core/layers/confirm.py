@@ -14,6 +14,7 @@ Reused by layer-level confirmation (parity.layers.birth), by the repro folder
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,14 +62,16 @@ def select(
     *,
     max_nodes: int = MAX_NODES,
     producers: Mapping[str, int] | None = None,
+    initializers: Collection[str] | None = None,
 ) -> Selection | Refused:
-    """The nodes making `output` from values in `known`, initializers and Constants."""
+    """The nodes making `output` from values in `known`, initializers and Constants.
+    (`producers` and `initializers`, the graph's, can be given by a caller selecting many.)"""
     graph = proto.graph
     producer = producers if producers is not None else producers_of(proto)
     if output not in producer:
         return Refused(f"no node of the ONNX graph makes {output!r}")
-    inits = {t.name for t in graph.initializer}
-    known = set(known)
+    inits = initializers if initializers is not None else {t.name for t in graph.initializer}
+    known = known if isinstance(known, AbstractSet) else set(known)
     chosen: set[int] = set()
     inputs: set[str] = set()
     weights: dict[str, None] = {}

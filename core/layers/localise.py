@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from parity.layers import criterion
-from parity.layers.birth import confirm_births
+from parity.layers.birth import HeldRefs, confirm_births
 from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
 from parity.layers.onnx_graph import GraphIndex, read_graph
 from parity.layers.onnx_runs import ExtraOutputs, plan_batches
@@ -86,11 +86,16 @@ class _Comparer:
     """Compares each matched value the moment torch produces it; keeps statistics only."""
 
     def __init__(
-        self, graph: GraphIndex, inputs_of: dict[str, tuple[str, ...]], keeper: _Keeper
+        self,
+        graph: GraphIndex,
+        inputs_of: dict[str, tuple[str, ...]],
+        keeper: _Keeper,
+        held: HeldRefs | None = None,
     ) -> None:
         self.graph = graph
         self.inputs_of = inputs_of
         self.keeper = keeper
+        self.held = held  # torch's values the confirmation will read
         self.compared: dict[tuple[str, int], _Compared] = {}
 
     def callback(
@@ -135,6 +140,8 @@ class _Comparer:
         c = _Compared(pair, name, s, tuple(ref.shape), stats, judgement, dtype)
         self.compared[(pair.onnx_value, s)] = c
         self.keeper.offer(self.graph.values[name].order, c, ref, onnx)
+        if self.held is not None:
+            self.held.offer(name, s, ref, judgement.status.born)
 
 
 def localise(
@@ -184,7 +191,13 @@ def localise(
     batches = plan_batches(requested, sizes, budget)
     runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level)
     inputs_of = graph.matched_inputs(p.onnx_value for p in plan.pairs)
-    comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20))
+    held = None
+    if confirm:
+        feeds = {n for s in input_sets for n in s.feeds}
+        # a quarter of the budget, beside a batch's ONNX arrays; past it, the confirmation
+        # captures what it needs in a torch pass of its own, as before
+        held = HeldRefs(runner.proto, requested, feeds, budget // 4)
+    comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held)
 
     for b, batch in enumerate(batches):
         in_batch = frozenset(batch)
@@ -219,6 +232,7 @@ def localise(
             provider=provider,
             opt_level=opt_level,
             memory_mb=memory_mb,
+            held=held,
         )
         values, first = list(births.values), births.first
     keep = [k for k in keeper.kept if first is not None and k.input_set == first.input_set]
