@@ -118,11 +118,17 @@ def serve_app(
 
 
 def settle(page, pause_ms: int = 300) -> None:
-    """Wait until Streamlit is not running a script (its status widget is hidden).
+    """Wait until Streamlit is not running a script (its status widget is hidden) and has
+    dropped what the last run did not draw again.
 
     The pause first lets a rerun that was just started show its status widget."""
     page.wait_for_timeout(pause_ms)
     page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
+    # elements of the previous run that this run has not drawn again yet are still shown,
+    # marked stale: a locator may find them beside the new ones until they go
+    page.wait_for_function(
+        "() => !document.querySelector('[data-stale=\"true\"]')", timeout=RUN_TIMEOUT_MS
+    )
 
 
 def nav(page, title: str) -> None:

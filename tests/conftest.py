@@ -9,12 +9,16 @@ Browser tests (marked `browser`, which every test using `chromium` is) run last,
 module in their usual order: Playwright's sync API marks its event loop as running between
 calls, so no other test's asyncio code may run while the session's Chromium is open.
 
-`python -m pytest` runs everything; `-m "not slow and not browser"` is the quick loop (no
-transformers exports, sweeps, wheel builds or Chromium).
+`python -m pytest` runs everything on pytest-xdist workers (pyproject's addopts: `-n auto
+--dist loadfile`, sized by pytest_xdist_auto_num_workers below); each worker builds its own
+session fixtures, and a module runs whole on one worker. `-n 0` runs in this process alone
+(for a debugger); `-m "not slow and not browser"` is the quick loop (no transformers
+exports, sweeps, wheel builds or Chromium).
 """
 
 from __future__ import annotations
 
+import os
 import textwrap
 import warnings
 from collections.abc import Iterator
@@ -233,17 +237,29 @@ def app_url() -> Iterator[str]:
     tests; a saved run or a sweep opens in it as ?run=PATH or ?sweep=DIR."""
     from tests.browser import ARTIFACTS, serve_app
 
-    with serve_app(ARTIFACTS / "streamlit.log") as url:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one server, one log per worker
+    with serve_app(ARTIFACTS / f"streamlit-{worker}.log") as url:
         yield url
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): one worker per CPU and one more, 2 to 4. Much of the
+    suite waits (browser pages, sweep timeouts, servers starting), so a 2-core machine keeps
+    busy with 3; each worker builds its own session fixtures and holds ~2 GB."""
+    return max(2, min(len(os.sched_getaffinity(0)) + 1, 4))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses the session's Chromium `browser`, and run the modules that
-    hold browser tests after all others (a stable sort: each group keeps its order)."""
-    browser_modules = set()
+    """Mark every test that uses the session's Chromium `browser`; run the modules that hold
+    browser tests after all others, and in each group the modules holding `slow` tests
+    first, so the longest start early on the workers (a stable sort: modules stay whole and
+    keep their tests' order; `--dist loadfile` hands modules out in this order)."""
+    browser_modules, slow_modules = set(), set()
     for item in items:
         if "chromium" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)
         if item.get_closest_marker("browser") is not None:
             browser_modules.add(item.path)
-    items.sort(key=lambda item: item.path in browser_modules)
+        if item.get_closest_marker("slow") is not None:
+            slow_modules.add(item.path)
+    items.sort(key=lambda item: (item.path in browser_modules, item.path not in slow_modules))

@@ -124,3 +124,36 @@ def write_tokens_onnx(path: Path, model_zoo) -> Path:
             dynamic_axes={name: {0: "batch", 1: "seq"} for name in names},
         )
     return path
+
+
+def summary_without_times(out: Path) -> dict:
+    """summary.json without the pairs' seconds (which differ run to run)."""
+    data = json.loads((out / "summary.json").read_text())
+    for pair in data["pairs"]:
+        pair.pop("seconds")
+    return data
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """The command lines of this machine's processes that contain `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(cmdline)
+    return found
+
+
+def tiny_zoo(tmp_path: Path, model_zoo, tiny_artifacts) -> Path:
+    """tmp_path/zoo holding the tiny model and its export (see copy_tiny)."""
+    zoo = tmp_path / "zoo"
+    copy_tiny(zoo, model_zoo, tiny_artifacts)
+    return zoo
+
+
+GOOD = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
+"""A passing pair's arguments in a tiny_zoo folder."""

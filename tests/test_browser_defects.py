@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import serve_app
+from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, serve_app, settle
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-RUN_TIMEOUT_MS = 180_000
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +35,7 @@ def browser(chromium):
 
 
 def _settle(page) -> None:
-    page.wait_for_timeout(1000)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
+    settle(page, 1000)
 
 
 def _not_found_dialogs(page) -> int:
