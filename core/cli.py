@@ -581,11 +581,9 @@ def _format(run: ValidationRun) -> str:
         head, *rest = noise_suggestion_lines(suggest_noise_tolerances(run))
         text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
     if run.layers is not None:
-        from parity.layers.precision_view import precision_lines
-        from parity.layers.text import format_layers
+        from parity.layers.text import format_run_layers
 
-        text += "\n\n" + format_layers(run.layers)
-        text += "".join(f"\n  {line}" for line in precision_lines(run.layers))
+        text += "\n\n" + format_run_layers(run)
     return text
 
 

@@ -95,6 +95,27 @@ def test_layers_take_several_candidates_each_with_its_own_result(two_candidates)
     assert [c["layers"]["matched"] for c in data["candidates"]] == [7, 7, 7]
 
 
+def test_the_terminal_prints_every_candidates_layers_under_its_label(
+    files, tmp_path: Path, capsys
+) -> None:
+    """Several candidates compared layer by layer: the terminal printed the first one's
+    layers only; now each candidate's own, in order, under the label tables use."""
+    code, report, _ = _validate(
+        tmp_path, "--onnx", str(files["rms"]), "--onnx", str(files["rms16"]),
+        "--ort-opt-level", "disable,all", "--atol", "1e-1", "--rtol", "1e-1",
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    labels = [f"#{c['index']} " for c in report["candidates"]]
+    assert len(labels) == 3
+    heads = [line for line in printed.splitlines() if line.startswith("Layers of candidate ")]
+    assert [h.removeprefix("Layers of candidate ")[:3] for h in heads] == labels
+    blocks = printed.split("Layers of candidate ")[1:]
+    assert "no value diverges" in blocks[0]  # float32 at another level: nothing born
+    for block in blocks[1:]:  # the float16 file at both levels: x*x overflows
+        assert "diverges first at Mul node 'square' -> 'sq'" in block, block
+        assert "keep in float32 (node_block_list): square" in block, block
+
+
 def test_the_layers_page_has_the_candidate_selector(two_candidates) -> None:
     at = AppTest.from_file(APP, default_timeout=180)
     at.session_state["parity_run"] = two_candidates

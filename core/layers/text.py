@@ -4,11 +4,17 @@ and the jump's wording come from parity.layers.views, as in the dashboard and th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from parity.labels import OUTSIDE_MODULES
 from parity.layers.birth_words import birth_sentence, other_lines
+from parity.layers.precision_view import precision_lines
 from parity.layers.result import LayersResult, LayerValue
 from parity.layers.views import fmt, jump_words
 from parity.text import ratio_text
+
+if TYPE_CHECKING:  # annotation only
+    from parity.results import ValidationRun
 
 
 def format_layers(result: LayersResult, *, after: int = 4) -> str:
@@ -64,3 +70,21 @@ def _where(v: LayerValue) -> str:
     module = v.torch_module if v.torch_module else OUTSIDE_MODULES
     node = f" fx {v.torch_node!r}" if v.torch_node and v.torch_node != v.onnx_value else ""
     return f"{module!r}: {v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}{node}"
+
+
+def format_run_layers(run: ValidationRun) -> str:
+    """The terminal's layers section: the result and its precision lines; when several
+    candidates were compared layer by layer (ONNX against ONNX), each candidate's own under
+    its label, in the candidates' order, so none is left out."""
+    if len(run.candidate_layers) > 1:
+        return "\n\n".join(
+            f"Layers of candidate {c.label}:\n" + _with_precision(run.candidate_layers[c.index])
+            for c in run.candidates
+            if c.index in run.candidate_layers
+        )
+    assert run.layers is not None
+    return _with_precision(run.layers)
+
+
+def _with_precision(result: LayersResult) -> str:
+    return format_layers(result) + "".join(f"\n  {line}" for line in precision_lines(result))
