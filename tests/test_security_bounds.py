@@ -17,60 +17,8 @@ import numpy as np
 import pytest
 
 from parity.errors import UsageError
+from tests.archive_edits import ZERO_MIB, first_expr, json_edit, rewrite_zip
 from tests.conftest import TinyArtifacts
-
-_CHUNK = b"\0" * (1 << 20)
-
-
-def _rewrite(
-    src: Path,
-    dst: Path,
-    edits: dict[str, Callable[[bytes], bytes]],
-    *,
-    zeros: dict[str, int] | None = None,
-) -> Path:
-    """Copy a zip, passing the members whose names end with a key through its function;
-    `zeros`: members (by suffix) replaced by that many zero bytes, deflated and streamed."""
-    zeros = zeros or {}
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
-        for info in zin.infolist():
-            size = next((n for s, n in zeros.items() if info.filename.endswith(s)), None)
-            if size is not None:
-                target = zipfile.ZipInfo(info.filename)
-                target.compress_type = zipfile.ZIP_DEFLATED
-                with zout.open(target, "w") as member:
-                    for _ in range(size // len(_CHUNK)):
-                        member.write(_CHUNK)
-                continue
-            data = zin.read(info.filename)
-            for suffix, edit in edits.items():
-                if info.filename.endswith(suffix):
-                    data = edit(data)
-            zout.writestr(info.filename, data)
-    return dst
-
-
-def _json_edit(change: Callable[[dict], None]) -> Callable[[bytes], bytes]:
-    def edit(data: bytes) -> bytes:
-        document = json.loads(data)
-        change(document)
-        return json.dumps(document).encode()
-
-    return edit
-
-
-def _first_expr(document: object) -> dict:
-    stack = [document]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if "expr_str" in item:
-                return item
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    raise AssertionError("no expression in the archive")
-
 
 _BATCH = (
     """
@@ -149,10 +97,10 @@ def test_crafted_expressions_are_refused_in_one_line_and_quickly(
     for name, text in EXPRESSIONS.items():
 
         def plant(document: dict, text: str = text) -> None:
-            _first_expr(document)["expr_str"] = text
+            first_expr(document)["expr_str"] = text
 
-        bad = _rewrite(
-            tiny_artifacts.pt2, tmp_path / f"{name}.pt2", {"models/model.json": _json_edit(plant)}
+        bad = rewrite_zip(
+            tiny_artifacts.pt2, tmp_path / f"{name}.pt2", {"models/model.json": json_edit(plant)}
         )
         cases[name] = ["validate", "--model", str(bad), "--onnx", str(tiny_artifacts.onnx)]
         cases[name] += ["--timeout", "60"]
@@ -199,18 +147,18 @@ def test_weights_are_sized_from_their_declaration_before_anything_is_read(
     tiny_artifacts: TinyArtifacts, tmp_path: Path
 ) -> None:
     config = "model_weights_config.json"
-    empty = _rewrite(
+    empty = rewrite_zip(
         tiny_artifacts.pt2,
         tmp_path / "empty.pt2",
-        {config: _json_edit(_weight([16384, 16384])), "weights/weight_0": lambda _: b""},
+        {config: json_edit(_weight([16384, 16384])), "weights/weight_0": lambda _: b""},
     )
-    deflated = _rewrite(  # 64 MiB of zeros where [3, 4] float32 (48 bytes) is declared
+    deflated = rewrite_zip(  # 64 MiB of zeros where [3, 4] float32 (48 bytes) is declared
         tiny_artifacts.pt2, tmp_path / "deflated.pt2", {}, zeros={"weights/weight_0": 64 << 20}
     )
-    consistent = _rewrite(  # 64 MiB of zeros, declared [4096, 4096] float32: over 16M
+    consistent = rewrite_zip(  # 64 MiB of zeros, declared [4096, 4096] float32: over 16M
         tiny_artifacts.pt2,
         tmp_path / "big.pt2",
-        {config: _json_edit(_weight([4096, 4096]))},
+        {config: json_edit(_weight([4096, 4096]))},
         zeros={"weights/weight_0": 64 << 20},
     )
     assert deflated.stat().st_size < 1 << 20 and consistent.stat().st_size < 1 << 20
@@ -257,7 +205,7 @@ def test_a_pickled_payload_is_sized_by_what_its_own_zip_inflates_to(
         for info in zin.infolist():
             zout.writestr(info.filename, zin.read(info.filename))
     assert len(deflated.getvalue()) < 1 << 20
-    bad = _rewrite(
+    bad = rewrite_zip(
         tiny_artifacts.pt2,
         tmp_path / "samples.pt2",
         {"sample_inputs/model.pt": lambda _: deflated.getvalue()},
@@ -286,8 +234,8 @@ def _npz(path: Path, members: dict[str, tuple[str, tuple[int, ...]] | np.ndarray
                     header = {"descr": dtype, "fortran_order": False, "shape": shape}
                     np.lib.format.write_array_header_1_0(member, header)
                 n_bytes = int(np.prod(shape)) * (1 if dtype == "raw" else np.dtype(dtype).itemsize)
-                for _ in range(n_bytes // len(_CHUNK)):
-                    member.write(_CHUNK)
+                for _ in range(n_bytes // len(ZERO_MIB)):
+                    member.write(ZERO_MIB)
     assert path.stat().st_size < 1 << 20
     return path
 

@@ -25,6 +25,7 @@ from onnx import TensorProto, helper
 
 from parity.errors import ModelLoadError
 from parity.load.torch_model import is_code_spec, load_torch_model
+from tests.archive_edits import first_expr, json_edit, rewrite_zip
 
 
 class _Payload:
@@ -43,40 +44,6 @@ def _saved(obj: object) -> bytes:
     return buffer.getvalue()
 
 
-def _rewrite(src: Path, dst: Path, edits: dict[str, Callable[[bytes], bytes]]) -> Path:
-    """Copy a zip, passing the members whose names end with a key through its function."""
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
-        for info in zin.infolist():
-            data = zin.read(info.filename)
-            for suffix, edit in edits.items():
-                if info.filename.endswith(suffix):
-                    data = edit(data)
-            zout.writestr(info.filename, data)
-    return dst
-
-
-def _json_edit(change: Callable[[dict], None]) -> Callable[[bytes], bytes]:
-    def edit(data: bytes) -> bytes:
-        document = json.loads(data)
-        change(document)
-        return json.dumps(document).encode()
-
-    return edit
-
-
-def _first_expr(document: object) -> dict:
-    stack = [document]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if "expr_str" in item:
-                return item
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    raise AssertionError("no symbolic expression in the archive")
-
-
 def _use_pickle_weight(marker: Path) -> dict[str, Callable[[bytes], bytes]]:
     def mark(document: dict) -> None:
         entry = document["config"]["fc.weight"]
@@ -84,7 +51,7 @@ def _use_pickle_weight(marker: Path) -> dict[str, Callable[[bytes], bytes]]:
         entry["use_pickle"] = True
 
     return {
-        "model_weights_config.json": _json_edit(mark),
+        "model_weights_config.json": json_edit(mark),
         "data/weights/weight_0": lambda _: _saved(_Payload(marker)),
     }
 
@@ -94,7 +61,7 @@ def _attacks(marker: Path) -> dict[str, dict[str, Callable[[bytes], bytes]]]:
         document["guards_code"] = [f"open({str(marker)!r}, 'w') is not None"]
 
     def expr(document: dict) -> None:
-        _first_expr(document)["expr_str"] = f"open({str(marker)!r}, 'w')"
+        first_expr(document)["expr_str"] = f"open({str(marker)!r}, 'w')"
 
     return {
         # FX writes value names into the code it exec()s: every "x" (keys too) renamed.
@@ -105,8 +72,8 @@ def _attacks(marker: Path) -> dict[str, dict[str, Callable[[bytes], bytes]]]:
         },
         "sample_inputs": {"sample_inputs/model.pt": lambda _: _saved(_Payload(marker))},
         "use_pickle_weight": _use_pickle_weight(marker),
-        "guards_code": {"models/model.json": _json_edit(guards)},
-        "sympy_expression": {"models/model.json": _json_edit(expr)},
+        "guards_code": {"models/model.json": json_edit(guards)},
+        "sympy_expression": {"models/model.json": json_edit(expr)},
     }
 
 
@@ -115,7 +82,7 @@ ATTACKS = ["sample_inputs", "use_pickle_weight", "guards_code", "sympy_expressio
 
 def _attack_file(kind: str, pt2: Path, tmp_path: Path, suffix: str = ".pt2") -> tuple[Path, Path]:
     marker = tmp_path / f"ran-{kind}"
-    return _rewrite(pt2, tmp_path / f"attack{suffix}", _attacks(marker)[kind]), marker
+    return rewrite_zip(pt2, tmp_path / f"attack{suffix}", _attacks(marker)[kind]), marker
 
 
 @pytest.mark.parametrize("kind", ATTACKS)
@@ -160,8 +127,8 @@ def test_a_graph_calling_a_python_function_is_refused(tiny_artifacts, tmp_path) 
         node = document["graph_module"]["graph"]["nodes"][0]
         node["target"] = "torch.os.system"
 
-    path = _rewrite(
-        tiny_artifacts.pt2, tmp_path / "m.pt2", {"models/model.json": _json_edit(target)}
+    path = rewrite_zip(
+        tiny_artifacts.pt2, tmp_path / "m.pt2", {"models/model.json": json_edit(target)}
     )
     with pytest.raises(ModelLoadError) as info:
         load_torch_model(str(path))

@@ -107,7 +107,7 @@ def capture_generate(
     def before(_module: Any, _args: tuple, kwargs: dict[str, Any]) -> None:
         pending.clear()
         pending["inputs"] = {
-            name: _to_numpy(kwargs[name])
+            name: to_numpy(kwargs[name])
             for name in TENSOR_INPUTS
             if isinstance(kwargs.get(name), torch.Tensor)
         }
@@ -127,7 +127,7 @@ def capture_generate(
                 index=len(calls),
                 inputs=pending["inputs"],
                 past=past,
-                logits=_to_numpy(output.logits),
+                logits=to_numpy(output.logits),
                 present=present,
                 seconds=seconds,
             )
@@ -239,7 +239,7 @@ def forward_outputs(output: Any) -> dict[str, np.ndarray]:
     import torch
 
     items = output.items() if isinstance(output, Mapping) else ()
-    return {str(name): _to_numpy(value) for name, value in items if isinstance(value, torch.Tensor)}
+    return {str(name): to_numpy(value) for name, value in items if isinstance(value, torch.Tensor)}
 
 
 def _cache_of(kwargs: Mapping[str, Any]) -> Any:
@@ -279,7 +279,7 @@ def _cache_arrays(cache: Any) -> tuple[KeyValue, ...]:
         raise ModelRunError(f"hf: unsupported cache type {type(cache).__name__}")
     if any(k.dim() != 4 or k.numel() == 0 for k, _ in pairs):
         return ()
-    return tuple((_to_numpy(k), _to_numpy(v)) for k, v in pairs)
+    return tuple((to_numpy(k), to_numpy(v)) for k, v in pairs)
 
 
 def _empty_like_time(array: np.ndarray) -> np.ndarray:
@@ -289,7 +289,8 @@ def _empty_like_time(array: np.ndarray) -> np.ndarray:
     return np.zeros(shape, dtype=array.dtype)
 
 
-def _to_numpy(tensor: Any) -> np.ndarray:
+def to_numpy(tensor: Any) -> np.ndarray:
+    """A captured tensor as its own numpy copy (bfloat16, which numpy lacks, as float32)."""
     import torch
 
     t = tensor.detach().cpu()

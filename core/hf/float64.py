@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from parity.errors import first_line
-from parity.hf.capture import CACHE_KEYWORDS, CapturedCall, _to_numpy, forward_outputs
+from parity.hf.capture import CACHE_KEYWORDS, CapturedCall, forward_outputs, to_numpy
 from parity.hf.loading import quiet_transformers
 
 NOT_MEASURED = "noise floor not measured"
@@ -64,8 +64,8 @@ def _call_again(model: Any, call: CapturedCall) -> CapturedCall:
         if kept and "logits_to_keep" in params:
             kwargs["logits_to_keep"] = kept
         output = model(**kwargs, use_cache=True)
-        flat = [_to_numpy(t) for t in cache_tensors(output.past_key_values)]
-        logits = _to_numpy(output.logits)
+        flat = [to_numpy(t) for t in cache_tensors(output.past_key_values)]
+        logits = to_numpy(output.logits)
     if kept:
         logits = logits[:, -kept:]
     present = tuple((flat[2 * i], flat[2 * i + 1]) for i in range(len(flat) // 2))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from parity.errors import ModelRunError, first_line
-from parity.hf.capture import KeyValue, _cache_arrays, _to_numpy
+from parity.hf.capture import KeyValue, _cache_arrays, to_numpy
 from parity.hf.loading import quiet_transformers
 
 ENCODER = "encoder"
@@ -110,7 +110,7 @@ def capture_seq2seq(
         pending["t_encoder"] = time.perf_counter()
 
     def encoder_after(_module: Any, _args: tuple, _kwargs: dict[str, Any], output: Any) -> None:
-        hidden = _to_numpy(output[0])
+        hidden = to_numpy(output[0])
         encoder_out[LAST_HIDDEN] = hidden
         feeds = {k: v for k, v in encoder_inputs.items() if k in ENCODER_INPUTS}
         calls.append(
@@ -130,7 +130,7 @@ def capture_seq2seq(
         if not isinstance(ids, torch.Tensor):
             raise ModelRunError("hf: generate() called the decoder without decoder_input_ids")
         cache = kwargs.get("past_key_values")
-        pending["ids"] = _to_numpy(ids)
+        pending["ids"] = to_numpy(ids)
         pending["self"] = _cache_arrays(getattr(cache, "self_attention_cache", None))
         pending["cross"] = _cache_arrays(getattr(cache, "cross_attention_cache", None))
         pending["t0"] = time.perf_counter()
@@ -155,7 +155,7 @@ def capture_seq2seq(
                 mask=mask,
                 past=(pending["self"], pending["cross"]),
                 present=(self_present, cross_present),
-                logits=_to_numpy(output.logits),
+                logits=to_numpy(output.logits),
                 padding=padding,
                 seconds=seconds,
             )
