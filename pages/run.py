@@ -556,6 +556,11 @@ def page() -> None:
             )
         elif layers_off:
             why_col.caption(f":red[Run is off:] {md_text(LAYERS_ONE_CANDIDATE)}")
+        elif not settings.get("provider", 1) or not settings.get("ort_opt_level", 1):
+            why_col.caption(
+                ":red[Run is off:] choose at least one execution provider and one ORT "
+                "optimisation level."
+            )
         if b_col.button("Run", type="primary", disabled=not ready, key="run_custom"):
             config = run_config(
                 model=model,

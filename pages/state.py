@@ -36,6 +36,7 @@ VIEWS = "parity_candidate_views"
 DEMO_ENV = "PARITY_DEMO"
 T = TypeVar("T")
 FORM = "parity_run_form"  # the Run form's widget values, kept while other pages are shown
+FORM_SET = "parity_run_form_set"  # form keys set through the Session State API on this rerun
 RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to run it again
 
 
@@ -186,12 +187,6 @@ def clear_layer_target() -> None:
 # ------------------------------------------------------------------------- the Run form
 
 
-# A widget's own default, by the name its function gives it: value (number_input,
-# text_input, text_area, checkbox, toggle, slider...), default (multiselect, pills...), index
-# (selectbox, radio).
-WIDGET_DEFAULTS = ("value", "default", "index")
-
-
 def form_widget(widget: Callable[..., T], *args, key: str, default: object = None, **kwargs) -> T:
     """Draw the Run form's widget `key` (`widget(*args, key=key, **kwargs)`: `st.number_input`,
     a column's `checkbox`, ...) with its value kept across pages; return the widget's value.
@@ -201,28 +196,50 @@ def form_widget(widget: Callable[..., T], *args, key: str, default: object = Non
     key (FORM, refreshed by `keep_form` each time the form is drawn) and is put back in the
     widget's key before it is drawn; a key never seen takes `default`.
 
-    A key seeded so is a value set through the Session State API: the widget is then drawn
-    with no default of its own (its value, default or index argument, by name or position,
-    is left out), as a widget given both makes Streamlit log "created with a default value
-    but also had its value set via the Session State API". These widgets are identified by
-    their key alone (Streamlit's key_as_main_identity), so leaving it out never makes a new
-    widget. Only a key with neither a kept value nor `default` is drawn at the widget's own
-    default (the first option of a radio or selectbox, or what the call passes). A
-    number_input given no value takes its type from its other numbers: give an integer one an
-    int min_value, max_value or step.
+    The widget's own default (value, default or index) is always its current value, so a
+    widget the browser mounts afresh (a rerun under load, the page's layout shifting) shows
+    what the form holds instead of the call's literal (an empty multiselect left Run off
+    with no reason shown). On the rerun that set the key through the Session State API
+    (seeded here, or `set_form`) the default is left out instead: Streamlit logs "created
+    with a default value but also had its value set via the Session State API" for a widget
+    given both, and sends the value itself on that rerun. Defaults are not part of these
+    widgets' identity (Streamlit's key_as_main_identity), so neither choice makes a new
+    widget. A number_input given no value takes its type from its other numbers: give an
+    integer one an int min_value, max_value or step.
     """
     kept = st.session_state.setdefault(FORM, {})
+    set_now = st.session_state.setdefault(FORM_SET, set())
     if key not in st.session_state:
         value = kept.get(key)
         value = default if value is None else value
         if value is not None:
             st.session_state[key] = value
+            set_now.add(key)
     kept.setdefault(key, st.session_state.get(key))
     call = inspect.signature(widget).bind_partial(*args, key=key, **kwargs)
     if key in st.session_state:
-        for name in WIDGET_DEFAULTS:
-            call.arguments.pop(name, None)
+        own_default(call, st.session_state[key], set_through_api=key in set_now)
     return widget(*call.args, **call.kwargs)
+
+
+def own_default(call: inspect.BoundArguments, value: object, *, set_through_api: bool) -> None:
+    """Make `value` the widget's own default in `call` (its value, default or index
+    argument, whichever its function takes), or leave that argument out."""
+    params = call.signature.parameters
+    name = next((n for n in ("index", "default", "value") if n in params), None)
+    if name is None:
+        return
+    call.arguments.pop(name, None)
+    if set_through_api:
+        return
+    options = list(call.arguments.get("options", ()))
+    if name == "index":  # radio, selectbox: the position of the value among the options
+        if value not in options:
+            return
+        value = options.index(value)
+    elif name == "default":  # multiselect: only what it can show
+        value = [v for v in value if v in options]
+    call.arguments[name] = value
 
 
 def keep_form() -> None:
@@ -231,6 +248,7 @@ def keep_form() -> None:
     for key in list(kept):
         if key in st.session_state:
             kept[key] = st.session_state[key]
+    st.session_state[FORM_SET] = set()  # the next rerun has set nothing yet
 
 
 def set_form(values: dict) -> None:
@@ -238,6 +256,7 @@ def set_form(values: dict) -> None:
     is drawn on this rerun."""
     st.session_state.setdefault(FORM, {}).update(values)
     st.session_state.update(values)
+    st.session_state.setdefault(FORM_SET, set()).update(values)
 
 
 def set_run_config(run: ValidationRun, config) -> None:

@@ -297,6 +297,32 @@ def test_a_demo_run_puts_its_own_settings_in_the_form():
     assert "the worst off by" in markdown  # the worst error, in words (parity.show.sentences)
 
 
+def test_the_form_widgets_carry_their_values_as_their_own_defaults_after_a_demo_run():
+    """A widget the browser mounts afresh shows its proto's default: after the rerun that
+    seeded the form, each default is the form's value, never the call's literal (an empty
+    providers list left Run off with no reason shown)."""
+    at = _run_demo(_app(), "cnn")
+    at.run()  # a rerun that sets nothing through the Session State API
+    assert not at.exception
+    for key in ("provider", "opt"):
+        widget = at.multiselect(key=key)
+        assert widget.value, key
+        assert [widget.options[i] for i in widget.proto.default] == widget.value, key
+    assert at.radio(key="model_source").proto.default == 0  # "Built-in demo"
+    demo = at.selectbox(key="model_demo")
+    assert demo.options[demo.proto.default] == "cnn"
+    assert at.number_input(key="n_sets").proto.default == at.number_input(key="n_sets").value
+
+
+def test_run_is_off_with_its_reason_when_no_provider_or_level_is_chosen():
+    at = _app()
+    assert not at.button(key="run_custom").disabled
+    at.multiselect(key="provider").set_value([]).run()
+    assert not at.exception
+    assert at.button(key="run_custom").disabled
+    assert any("choose at least one execution provider" in c.value for c in at.caption)
+
+
 def test_demo_query_parameter_runs_that_demo_on_first_open():
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
     at.query_params["demo"] = "broken"
