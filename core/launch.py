@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from parity.errors import UsageError
 
 DEFAULT_PORT = 8501
 DEFAULT_HOST = "localhost"
+STOP_GRACE_S = 10.0
+"""How long Streamlit may take to stop after Ctrl-C before it is killed."""
 RUN_ENV = "PARITY_RUN"
 """A saved run to open in every new session (the dashboard's ?run=PATH)."""
 SWEEP_ENV = "PARITY_SWEEP"
@@ -166,18 +169,41 @@ def dashboard_main(args: argparse.Namespace, validate) -> int:
 
 
 def _serve(command: list[str], env: dict[str, str], args: argparse.Namespace) -> int:
+    """Run Streamlit until it ends; Ctrl-C stops it cleanly. SIGINT is caught by a handler,
+    not as KeyboardInterrupt: a terminal sends it to Streamlit too, which may then exit
+    before this process raised, and an interrupt landing just after `wait` returned would
+    escape as a traceback."""
     shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
     print(f"Parity dashboard: http://{shown}:{args.port}/  (Ctrl-C stops it)", flush=True)
-    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    interrupted: list[float] = []
+    previous = signal.signal(
+        signal.SIGINT, lambda signum, frame: interrupted.append(time.monotonic())
+    )
     try:
-        return proc.wait()
-    except KeyboardInterrupt:  # the terminal sent SIGINT to the child too
-        with suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGINT)
+        proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+        code = _wait(proc, interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if not interrupted:
+        return code
+    print("parity: dashboard stopped", file=sys.stderr)
+    return 0
+
+
+def _wait(proc: subprocess.Popen[bytes], interrupted: list[float]) -> int:
+    """Streamlit's exit status. After Ctrl-C it gets one SIGINT of its own (`kill -INT` to
+    this process alone must stop it too) and is killed if still running STOP_GRACE_S later."""
+    forwarded = False
+    while True:
         try:
-            proc.wait(timeout=10)
+            return proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        print("parity: dashboard stopped", file=sys.stderr)
-        return 0
+            if not interrupted:
+                continue
+            if not forwarded:
+                forwarded = True
+                with suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGINT)
+            elif time.monotonic() > interrupted[0] + STOP_GRACE_S:
+                proc.kill()
+                return proc.wait()

@@ -139,11 +139,12 @@ def test_the_installed_cli_fails_demo_broken_and_passes_demo_cnn(user, broken_ru
 def dashboard(user, tmp_path: Path):
     """start(*ARGS): `python -m parity dashboard ARGS --port P` from the wheel, in its own
     process group, until it answers; yields its URL. Stopped with Ctrl-C (SIGINT to the
-    group, as a terminal sends it), which must end it cleanly."""
+    group, as a terminal sends it) or, given `alone=True`, with `kill -INT` to its process
+    alone; either must end it cleanly, Streamlit with it."""
     folder, env = user
-    started: list[tuple[subprocess.Popen, Path]] = []
+    started: list[tuple[subprocess.Popen, Path, bool]] = []
 
-    def start(*args: str) -> str:
+    def start(*args: str, alone: bool = False) -> str:
         port = free_port()
         log = tmp_path / f"dashboard-{port}.log"
         command = [sys.executable, "-m", "parity", "dashboard", *args, "--port", str(port)]
@@ -152,7 +153,7 @@ def dashboard(user, tmp_path: Path):
             command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        started.append((proc, log))
+        started.append((proc, log, alone))
         url = f"http://localhost:{port}"
         deadline = time.monotonic() + 600  # the validation runs before the server starts
         while True:
@@ -167,9 +168,9 @@ def dashboard(user, tmp_path: Path):
             time.sleep(0.5)
 
     yield start
-    for proc, log in started:
+    for proc, log, alone in started:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.kill(proc.pid, signal.SIGINT) if alone else os.killpg(proc.pid, signal.SIGINT)
             try:
                 code = proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -178,6 +179,8 @@ def dashboard(user, tmp_path: Path):
                 pytest.fail(f"Ctrl-C did not stop parity dashboard:\n{log.read_text()[-3000:]}")
             text = log.read_text()
             assert code == 0 and "parity: dashboard stopped" in text, text[-3000:]
+            with pytest.raises(ProcessLookupError):  # Streamlit stopped with it
+                os.killpg(proc.pid, 0)
         ARTIFACTS.mkdir(exist_ok=True)
         shutil.copy(log, ARTIFACTS / f"wheel-{log.name}")
 
@@ -208,7 +211,7 @@ def test_installed_dashboard_opens_on_the_validation_its_flags_give(chromium, da
 @pytest.mark.slow
 def test_installed_dashboard_opens_a_saved_run(chromium, dashboard, broken_run):
     _, saved = broken_run
-    url = dashboard(str(saved))
+    url = dashboard(str(saved), alone=True)
     body = _opened_on_a_failing_mask(chromium, url, "dashboard-saved-run")
     assert "FAIL" in body and "demo:broken" in body  # no model flag: the run is the file
 
