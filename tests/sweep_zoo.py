@@ -23,6 +23,16 @@ def make():
 '''
 
 
+HANGER = '''
+"""A model factory that never returns and burns no CPU meanwhile, as a deadlock would."""
+import threading
+
+
+def make():
+    threading.Event().wait()
+'''
+
+
 def write_loop_onnx(path: Path, trip_count: int = 10**15) -> Path:
     """x [batch, 4] -> y [batch, 3] after a Loop of `trip_count` no-op iterations: a hang
     inside ONNX Runtime's native code, like a pathological export."""
@@ -82,11 +92,13 @@ def copy_tiny(folder: Path, model_zoo, tiny_artifacts) -> None:
 
 
 def write_zoo(folder: Path, model_zoo, tiny_artifacts) -> Path:
-    """The five kinds of pair, and the manifest naming them."""
+    """The five kinds of pair, and the manifest naming them. The hanging pair waits rather
+    than spins (a sweep kills either the same way; tests/test_sweep.py's interrupt test
+    kills pairs spinning in ONNX Runtime), so its timeout costs no core."""
     copy_tiny(folder, model_zoo, tiny_artifacts)
     (folder / "corrupt.onnx").write_bytes(b"\x08\x07not an onnx protobuf")
     (folder / "crasher.py").write_text(CRASHER)
-    write_loop_onnx(folder / "loop.onnx")
+    (folder / "hanger.py").write_text(HANGER)
     tiny = ["--model", "models.py:make_tiny"]
     return write_manifest(
         folder,
@@ -95,7 +107,7 @@ def write_zoo(folder: Path, model_zoo, tiny_artifacts) -> Path:
             {"name": "failing", "args": [*tiny, "--onnx=tiny.onnx", "--weights=other_weights.pt"]},
             {"name": "corrupt", "args": [*tiny, "--onnx", "corrupt.onnx"]},
             {"name": "crashing", "args": ["--model", "crasher.py:make", "--onnx", "tiny.onnx"]},
-            {"name": "hanging", "args": [*tiny, "--onnx", "loop.onnx"]},
+            {"name": "hanging", "args": ["--model", "hanger.py:make", "--onnx", "tiny.onnx"]},
         ],
         defaults=["--input-sets", "2"],
     )

@@ -1,5 +1,5 @@
 """`parity sweep --engine ray` end to end: real pairs in real processes on real local Ray
-clusters (started in this process, or in a `parity sweep` process of its own).
+clusters, each started by a `parity sweep` process of its own.
 
 Kept apart from tests/test_sweep.py so that the suite's workers run the two long modules
 side by side.
@@ -28,6 +28,45 @@ from tests.sweep_zoo import (
 TIMEOUT_S = "30"  # the hanging pair is killed after this; every other pair takes seconds
 
 
+HANG_S = 400
+"""A sweep of tiny pairs on a local Ray cluster still running after this has hung."""
+
+
+def _start_sweep(
+    args: list[str], *, code: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """`parity sweep ARGS` (or `code` given ARGS) in its own process group."""
+    command = (
+        [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "parity", *args]
+    )
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    """Its end, killed whole with the Ray cluster it started if it hangs: a hang fails the
+    test instead of stalling it."""
+    try:
+        out, err = proc.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{' '.join(proc.args)} hung (killed after {HANG_S} s)")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _sweep_process(
+    args: list[str], *, code: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return _finish(_start_sweep(args, code=code, env=env))
+
+
 @pytest.mark.slow
 def test_local_and_ray_sweeps_give_the_same_summary_on_passing_failing_crashing_and_hanging_pairs(
     tmp_path, model_zoo, tiny_artifacts, capsys
@@ -36,9 +75,13 @@ def test_local_and_ray_sweeps_give_the_same_summary_on_passing_failing_crashing_
     local, on_ray = tmp_path / "local", tmp_path / "ray"
     common = ["sweep", str(manifest), "--workers", "2", "--timeout", TIMEOUT_S]
 
+    # side by side: the Ray sweep in a process of its own (a local cluster of 2 CPUs)
+    ray_sweep = _start_sweep([*common, "--out", str(on_ray), "--engine", "ray"])
     assert main([*common, "--out", str(local)]) == 2
     printed = capsys.readouterr().out
-    assert main([*common, "--out", str(on_ray), "--engine", "ray"]) == 2  # a local cluster, 2 CPUs
+    done = _finish(ray_sweep)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "ERROR  hanging: timed out" in done.stdout
 
     summary = summary_without_times(local)
     assert summary == summary_without_times(on_ray)
@@ -94,35 +137,6 @@ ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, object_store_memory=12
          log_to_driver=False)
 sys.exit(main(sys.argv[1:]))
 """
-
-
-HANG_S = 400
-"""A sweep of two tiny pairs on a local Ray cluster still running after this has hung."""
-
-
-def _sweep_process(
-    args: list[str], *, code: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    """`parity sweep ARGS` in its own process group (or `code` given ARGS), killed whole with
-    the Ray cluster it started if it hangs: a hang fails the test instead of stalling it."""
-    command = (
-        [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "parity", *args]
-    )
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, **(env or {})},
-    )
-    try:
-        out, err = proc.communicate(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"parity {' '.join(args)} hung (killed after {HANG_S} s)")
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 @pytest.mark.slow
