@@ -85,6 +85,7 @@ def serve_app(
         sys.executable, "-m", "streamlit", "run", "app.py",
         "--server.port", str(port), "--server.headless", "true",
         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+        "--server.fileWatcherType", "none",  # no test edits the app's files: save the CPU
         *server_args,
     ]  # fmt: skip
     if script_args:

@@ -16,7 +16,7 @@ from playwright import sync_api
 
 from tests.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 
 VIEWPORT = {"width": 1500, "height": 2400}  # tall: a screenshot shows each page whole
 

@@ -18,13 +18,14 @@ import pytest
 
 from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, serve_app, settle
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    env = {"PARITY_CACHE_DIR": str(tmp_path_factory.mktemp("demo-cache"))}
-    with serve_app(ARTIFACTS / "streamlit-defects.log", env=env) as url:
+def server() -> Iterator[str]:
+    """A fresh server (its first request is this module's): Streamlit routes a server's
+    first script differently (its pages/-folder mode is on until st.navigation is called)."""
+    with serve_app(ARTIFACTS / "streamlit-defects.log") as url:
         yield url
 
 
@@ -130,8 +131,7 @@ def test_a_demo_from_the_url_logs_no_widget_state_warning(browser, tmp_path):
     """`?demo=NAME` sets the form's widgets through session state (run_demo): a widget that
     also had a default made Streamlit log a warning with a stack (once per server)."""
     log = tmp_path / "streamlit.log"
-    env = {"PARITY_CACHE_DIR": str(tmp_path / "cache")}
-    with serve_app(log, env=env) as url:
+    with serve_app(log) as url:  # a fresh server: the warning is logged once per server
         page = browser.new_page()
         page.set_default_timeout(60_000)
         page.goto(f"{url}/?demo=cnn")

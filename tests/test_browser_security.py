@@ -18,7 +18,7 @@ import pytest
 from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, serve_app, settle
 from tests.payloads import FAILING, IMAGE, write_payload_models
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 
 ROOT = Path(__file__).resolve().parents[1]
 PAUSE_MS = 1000

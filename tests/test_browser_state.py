@@ -16,7 +16,7 @@ import pytest
 
 from tests.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 
 PAGES = ("Run", "Overview", "Inspect", "Layers", "Tolerances", "Sweep")
 

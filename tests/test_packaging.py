@@ -10,6 +10,7 @@ Also held here: `parity dashboard`'s Streamlit options are the checkout's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -167,20 +168,36 @@ def dashboard(user, tmp_path: Path):
                 pytest.fail(f"parity dashboard did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
 
-    yield start
-    for proc, log, alone in started:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGINT) if alone else os.killpg(proc.pid, signal.SIGINT)
-            try:
-                code = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+    try:
+        yield start
+        for proc, log, alone in started:
+            _stop_cleanly(proc, log, alone)
+    finally:  # whatever failed above, no dashboard outlives the test
+        for proc, _, _ in started:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                pytest.fail(f"Ctrl-C did not stop parity dashboard:\n{log.read_text()[-3000:]}")
-            text = log.read_text()
-            assert code == 0 and "parity: dashboard stopped" in text, text[-3000:]
-            with pytest.raises(ProcessLookupError):  # Streamlit stopped with it
-                os.killpg(proc.pid, 0)
+            proc.wait()
+
+
+def _stop_cleanly(proc: subprocess.Popen, log: Path, alone: bool) -> None:
+    """Ctrl-C (or `kill -INT` to the process alone) ends it with exit 0, its last words,
+    and Streamlit gone with it."""
+    try:
+        if proc.poll() is not None:
+            return
+        if alone:
+            os.kill(proc.pid, signal.SIGINT)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"Ctrl-C did not stop parity dashboard:\n{log.read_text()[-3000:]}")
+        text = log.read_text()
+        assert code == 0 and "parity: dashboard stopped" in text, text[-3000:]
+        with pytest.raises(ProcessLookupError):  # Streamlit stopped with it
+            os.killpg(proc.pid, 0)
+    finally:
         ARTIFACTS.mkdir(exist_ok=True)
         shutil.copy(log, ARTIFACTS / f"wheel-{log.name}")
 
