@@ -67,6 +67,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serving(url: str, proc: subprocess.Popen, *, within_s: float) -> bool:
+    """Whether the Streamlit server at `url` answers its health check within `within_s`;
+    False as soon as `proc` (the process serving it) has ended."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.3)
+
+
 @contextmanager
 def serve_app(
     log: Path,
@@ -97,17 +113,8 @@ def serve_app(
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"streamlit did not start; see {log}")
-                time.sleep(0.3)
+            if not serving(url, proc, within_s=60):
+                pytest.fail(f"streamlit did not start; see {log}")
             yield url
         finally:
             proc.terminate()

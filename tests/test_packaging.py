@@ -17,15 +17,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import tomllib
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, free_port, settle
+from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, free_port, serving, settle
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_SHIPPED = shutil.ignore_patterns(
@@ -156,17 +154,9 @@ def dashboard(user, tmp_path: Path):
         )  # fmt: skip
         started.append((proc, log, alone))
         url = f"http://localhost:{port}"
-        deadline = time.monotonic() + 600  # the validation runs before the server starts
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        return url
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"parity dashboard did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        if not serving(url, proc, within_s=600):  # the validation runs before the server starts
+            pytest.fail(f"parity dashboard did not start:\n{log.read_text()[-3000:]}")
+        return url
 
     try:
         yield start
