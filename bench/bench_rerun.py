@@ -8,9 +8,9 @@ the packaged dashboard with Parity's settings (`parity.launch.SERVER_OPTIONS`, S
 default collection kept: a closed session's uploads are removed by that collection), and
 the dashboard without it, each on the same saved run (`parity validate --model
 demo:broken --layers`) in headless Chromium, and clicks the Layers page's "Error measure"
-radio `--clicks` times. Per rerun it prints the browser's wall time (click until the
-server's last websocket message for that rerun) and the server's CPU seconds (its process, all threads, measured
-over the clicks with a pause after each so the collection after the last rerun is counted).
+radio `--clicks` times. Per rerun it prints the wall time (click until the server's last
+websocket message for that rerun) and the server's CPU seconds (its process, all threads,
+measured over the clicks with a pause after each, so each collection is counted).
 
     python bench/bench_rerun.py                 # 12 clicks per app
     python bench/bench_rerun.py --clicks 30
