@@ -46,6 +46,7 @@ SERVER_OPTIONS: dict[str, str] = {
     "client.showSidebarNavigation": "true",
     "theme.base": "light",
     "runner.magicEnabled": "false",
+    "runner.postScriptGC": "false",
 }
 """Streamlit settings of every dashboard (the address, port and serverAddress are flags)."""
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import streamlit as st
 
 from parity.dashboard import state
@@ -19,7 +21,18 @@ def run_config(**kwargs):
 
 
 def execute(config, *, label: str) -> bool:
-    """Run `config` with live progress; on success it becomes the current run."""
+    """Run `config` with live progress; on success it becomes the current run.
+
+    Then one full garbage collection: the server runs with `runner.postScriptGC = false`
+    (parity.launch), so the cycles a run leaves (an export's graph, the replaced run) are
+    collected here, where they are made, not after every click."""
+    try:
+        return _execute(config, label)
+    finally:
+        gc.collect()
+
+
+def _execute(config, label: str) -> bool:
     from parity.pipeline import run_validation
 
     shown = md_text(label)

@@ -1,11 +1,13 @@
 """Uploaded files on disk: private to one session, written once per upload, gone with it.
 
 Loaders take paths (a file's suffix says what it is), so an upload is written to disk. The
-folder is made per session by tempfile (mode 0700, unpredictable name) and held in
-st.session_state as a TemporaryDirectory: its finalizer removes it when Streamlit drops the
-session, and at exit. Each upload gets a fresh folder inside it, keyed by the upload's
-file_id, so the bytes are written once per upload (never re-read or hashed on a rerun), and
-nothing planted by another user, and no link, can stand in for a file.
+folder is made per session by tempfile (mode 0700, unpredictable name), a TemporaryDirectory
+held in a session-scoped `st.cache_resource`: Streamlit releases it (and it is removed) when
+the session disconnects, with no wait for a garbage collection, and its finalizer removes it
+at exit. A session that reconnects gets a fresh folder; its uploads are written again on the
+next rerun from the bytes Streamlit still holds. Each upload gets a fresh folder inside it,
+keyed by the upload's file_id, so the bytes are written once per upload (never re-read or
+hashed on a rerun), and nothing planted by another user, and no link, can stand in for a file.
 
 Files uploaded together (an ONNX model and its external-data files, or a .zip of them) go
 side by side into one fresh folder per set of file_ids (`upload_group`): written once,
@@ -28,6 +30,7 @@ from parity.files.atomic import write_bytes
 from parity.load.unzip import extract_flat
 
 SESSION_KEY = "parity_uploads"
+"""Set in a session once it has uploaded: its folder exists (or is made again on reconnect)."""
 PREFIX = "parity-uploads-"
 
 
@@ -50,12 +53,18 @@ class _Group:
     error: str | None = None
 
 
+def _release(box: _SessionUploads) -> None:
+    box.folder.cleanup()
+
+
+@st.cache_resource(scope="session", on_release=_release, show_spinner=False)
+def _session_box() -> _SessionUploads:
+    return _SessionUploads(tempfile.TemporaryDirectory(prefix=PREFIX))
+
+
 def _session_uploads() -> _SessionUploads:
-    box = st.session_state.get(SESSION_KEY)
-    if box is None:
-        box = _SessionUploads(tempfile.TemporaryDirectory(prefix=PREFIX))
-        st.session_state[SESSION_KEY] = box
-    return box
+    st.session_state[SESSION_KEY] = True
+    return _session_box()
 
 
 def upload_paths(slot: str, uploads: Iterable) -> tuple[Path, ...]:
@@ -176,7 +185,7 @@ def _names(names: list[str], *, most: int = 8) -> str:
 def shown_path(path: str) -> str:
     """How a page names a file: an upload by its file name (its private folder is of no use
     to the user), any other path or spec (demo:cnn, hf:DIR) as it is."""
-    box = st.session_state.get(SESSION_KEY)
-    if box is not None and path and Path(path).is_relative_to(box.folder.name):
+    uploaded = bool(st.session_state.get(SESSION_KEY) and path)
+    if uploaded and Path(path).is_relative_to(_session_box().folder.name):
         return Path(path).name
     return path

@@ -1,12 +1,15 @@
 """parity.dashboard.uploads' groups: files uploaded together, side by side, once per set, gone with
 it.
 
-Streamlit's session state in bare mode (no server); the uploads are BytesIO objects with a
-name and a file_id, as Streamlit's UploadedFile is.
+Streamlit's session state in bare mode (no server), where a session-scoped cache cannot be
+read: each test's session folder is made once by the test (its release when a session
+disconnects is tested in a real browser, test_browser_security.py). The uploads are BytesIO
+objects with a name and a file_id, as Streamlit's UploadedFile is.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import tempfile
 import zipfile
@@ -50,11 +53,12 @@ def zipped(name: str, members: dict[str, bytes]) -> Upload:
 @pytest.fixture(autouse=True)
 def session(tmp_path, monkeypatch) -> Iterator[Path]:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    box = functools.cache(uploads._session_box.__wrapped__)
+    monkeypatch.setattr(uploads, "_session_box", box)
     st.session_state.pop(SESSION_KEY, None)
     yield tmp_path
-    box = st.session_state.pop(SESSION_KEY, None)
-    if box is not None:
-        box.folder.cleanup()
+    if st.session_state.pop(SESSION_KEY, None):
+        box().folder.cleanup()
 
 
 def test_files_uploaded_together_sit_side_by_side_once_per_set(session):
