@@ -139,6 +139,18 @@ def settle(page, pause_ms: int = 300) -> None:
     )
 
 
+def settle_loaded(page) -> None:
+    """After a goto: wait until the new session's first run has ended (the app's script
+    state goes from "initial" through "running" to "notRunning") and nothing stale is left.
+    No pause is needed, unlike settle() after a click: a fresh page starts in "initial"."""
+    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(
+        state="attached", timeout=RUN_TIMEOUT_MS
+    )
+    page.wait_for_function(
+        "() => !document.querySelector('[data-stale=\"true\"]')", timeout=RUN_TIMEOUT_MS
+    )
+
+
 def nav(page, title: str) -> None:
     """Open a page from the sidebar and wait for its title (the page's h1) and its run."""
     page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()

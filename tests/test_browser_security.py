@@ -15,7 +15,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, serve_app, settle
+from parity.dashboard.routes import PAGES
+from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, serve_app, settle, settle_loaded
 from tests.payloads import FAILING, IMAGE, write_payload_models
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
@@ -44,16 +45,21 @@ def _markup_from_names(page) -> list[str]:
 
 
 def test_a_page_under_a_foreign_host_name_is_refused_and_runs_nothing(server, chromium):
-    """Every URL, as the server's first script runs (Streamlit's pages/-folder mode is on
-    until st.navigation is first called: /run would otherwise run pages/run.py alone)."""
+    """Every kind of URL. The first is the server's first script, which Streamlit routes in
+    its pages/-folder mode (on until st.navigation is first called: /run would otherwise run
+    pages/run.py alone); after it every path goes through st.navigation, so each page's
+    URL, the root, and modules of pages/ that are not pages (unknown paths) stand for all."""
     port, cache = server
     context = chromium.new_context(viewport={"width": 1200, "height": 700})
     page = context.new_page()
+    urls = [url for _, _, _, url in PAGES]
     stems = sorted(p.stem for p in (ROOT / "pages").glob("*.py") if p.stem != "__init__")
-    for path in ["run", *stems, ""]:
+    not_pages = [stem for stem in stems if stem not in urls]
+    assert "run" in urls and {"frame", "access"} <= set(not_pages)
+    for path in ["run", *urls, "frame", "access", "no-such-page", ""]:
         page.goto(f"http://evil.example:{port}/{path}?demo=cnn&run=/etc/passwd")
         page.get_by_text("does not serve this page").wait_for(timeout=60_000)
-        settle(page, PAUSE_MS)
+        settle_loaded(page)
         body = page.locator("body").inner_text()
         assert "evil.example:" in body and "PARITY_ALLOWED_HOSTS" in body, path
         for drawn in ("Run a validation", "Run demo", "demo:cnn", "Saved runs", "Overview"):
