@@ -134,6 +134,11 @@ def settle(page, pause_ms: int = 300) -> None:
     page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=RUN_TIMEOUT_MS)
     # elements of the previous run that this run has not drawn again yet are still shown,
     # marked stale: a locator may find them beside the new ones until they go
+    _no_stale(page)
+
+
+def _no_stale(page) -> None:
+    """Wait until no element of a previous run that this run has not drawn again is shown."""
     page.wait_for_function(
         "() => !document.querySelector('[data-stale=\"true\"]')", timeout=RUN_TIMEOUT_MS
     )
@@ -146,9 +151,7 @@ def settle_loaded(page) -> None:
     page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(
         state="attached", timeout=RUN_TIMEOUT_MS
     )
-    page.wait_for_function(
-        "() => !document.querySelector('[data-stale=\"true\"]')", timeout=RUN_TIMEOUT_MS
-    )
+    _no_stale(page)
 
 
 def nav(page, title: str) -> None:
