@@ -273,6 +273,11 @@ def test_public_surface_is_exactly_the_api() -> None:
         "ExportError",
         "SavedRunError",
         "WriteError",
+        "BudgetError",
+        "RunTimeout",
+        "FieldError",
+        "ExpressionError",
+        "Interrupted",
         "__version__",
     }
     # importing the API imports neither torch, onnxruntime nor streamlit
