@@ -21,7 +21,6 @@ leaves no temp file behind.
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.errors import ParityError, UsageError
-from parity.results import ValidationRun
+from parity.results import ValidationRun, register_run_files
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
 from parity.tolerances import (
@@ -46,46 +45,34 @@ from parity.tolerances import (
 __all__ = ["ValidationRun", "assert_export_close", "validate"]
 
 
-def run_json(run: ValidationRun) -> dict[str, Any]:
-    """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity); `run.to_json()`."""
-    from parity.reports.report import report_dict
+class _ReportFiles:
+    """ValidationRun's files (`run.to_json()`, `run.save(...)`, `run.write_html(...)`, the
+    notebook view), registered with parity.results, which cannot import parity.reports (it
+    stands on parity.results). Each imports its module when called: plotly is slow to import,
+    and `parity --help` does not need it."""
 
-    return report_dict(run)
+    def report(self, run: ValidationRun) -> dict[str, Any]:
+        from parity.reports.report import report_dict
 
+        return report_dict(run)
 
-def save(run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
-    """Write a saved run (reopens with `parity report` and in the dashboard); `run.save(path)`."""
-    from parity.reports.saved_run import save_run
+    def save(self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool) -> Path:
+        from parity.reports.saved_run import save_run
 
-    return save_run(run, path, keep_outputs=keep_outputs)
+        return save_run(run, path, keep_outputs=keep_outputs)
 
+    def write_html(self, run: ValidationRun, path: str | os.PathLike[str]) -> Path:
+        from parity.reports.html_report import write_html_report
 
-def write_html(run: ValidationRun, path: str | os.PathLike[str]) -> Path:
-    """Write the offline HTML report; `run.write_html(path)`."""
-    from parity.reports.html_report import write_html_report
+        return write_html_report(run, path)
 
-    return write_html_report(run, path)
+    def html(self, run: ValidationRun) -> str:
+        from parity.reports.html_report import render_html_report
 
-
-def notebook_html(run: ValidationRun) -> str:
-    """The offline HTML report, framed: a notebook shows verdict, table and figures."""
-    from parity.reports.html_report import render_html_report
-
-    page = html.escape(render_html_report(run), quote=True)
-    return (
-        f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
-        'sandbox="allow-scripts"></iframe>'
-    )
+        return render_html_report(run)
 
 
-# The run's own methods for the above (run.to_json(), run.save(...), run.write_html(...), the
-# notebook view). They are attached here, not written in parity.results, because parity.reports
-# stands on parity.results: a method there calling it would be an import cycle. Importing
-# anything of parity imports this module first (parity/__init__), so every run has them.
-ValidationRun.to_json = run_json
-ValidationRun.save = save
-ValidationRun.write_html = write_html
-ValidationRun._repr_html_ = notebook_html
+register_run_files(_ReportFiles())
 
 
 def validate(

@@ -8,12 +8,14 @@ rtol).
 
 from __future__ import annotations
 
+import html
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -274,8 +276,8 @@ class ValidationRun:
 
     The one run class: `parity.validate`, the CLI, the dashboard, sweeps and saved runs all
     give this. Runs are immutable: `rejudge` returns a new one. `to_json`, `save`,
-    `write_html` and the notebook view are added by `parity.api` (they stand on
-    `parity.reports`, which stands on this module).
+    `write_html` and the notebook view call `parity.reports` through `RunFiles` (it stands on
+    this module, which therefore cannot import it).
 
     `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
     is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
@@ -464,3 +466,53 @@ class ValidationRun:
             tolerances=tolerances,
             comparisons=tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.comparisons),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity)."""
+        return _run_files().report(self)
+
+    def save(self, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
+        """Write a saved run (it reopens with `parity report` and in the dashboard)."""
+        return _run_files().save(self, path, keep_outputs=keep_outputs)
+
+    def write_html(self, path: str | os.PathLike[str]) -> Path:
+        """Write the offline HTML report."""
+        return _run_files().write_html(self, path)
+
+    def _repr_html_(self) -> str:
+        """The offline HTML report, framed: a notebook shows verdict, table and figures."""
+        page = html.escape(_run_files().html(self), quote=True)
+        return (
+            f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
+            'sandbox="allow-scripts"></iframe>'
+        )
+
+
+class RunFiles(Protocol):
+    """What turns a run into its files: `parity.reports`, which stands on this module, so this
+    module cannot import it. `parity.api` registers the one implementation when `parity` is
+    imported (importing any of its modules does that first); ValidationRun's methods call it."""
+
+    def report(self, run: ValidationRun) -> dict[str, Any]: ...
+
+    def save(
+        self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool
+    ) -> Path: ...
+
+    def write_html(self, run: ValidationRun, path: str | os.PathLike[str]) -> Path: ...
+
+    def html(self, run: ValidationRun) -> str: ...
+
+
+_RUN_FILES: list[RunFiles] = []
+
+
+def register_run_files(files: RunFiles) -> None:
+    """Set the one RunFiles (parity.api does, once)."""
+    _RUN_FILES[:] = [files]
+
+
+def _run_files() -> RunFiles:
+    if not _RUN_FILES:  # only if parity/__init__ was bypassed
+        raise RuntimeError("parity.reports is not wired to ValidationRun: import parity first")
+    return _RUN_FILES[0]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from parity.errors import UsageError
+from parity.errors import Interrupted, UsageError
 from parity.files.atomic import atomic_path, write_text
 from parity.sweep.pair_process import command as pair_command
 from parity.sweep.plan import PairJob
@@ -60,10 +60,6 @@ class PairResult:
     started: bool = True
     """False for a pair that never ran (refused by the engine, lost by Ray before it ran):
     `--resume` runs it again."""
-
-
-class Interrupted(Exception):
-    """The sweep was stopped while this pair ran (its process was killed)."""
 
 
 def run_pair(job: PairJob, should_stop: Callable[[], bool] | None = None) -> PairResult:
