@@ -11,6 +11,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from parity.arg_parser import Parser
 from parity.errors import ParityError, UsageError, WriteError, describe_error
 from parity.load.quiet import set_debug
 from parity.path_flags import reads, writes
@@ -25,7 +26,7 @@ MODEL_EXPLORER_HELP = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="parity",
         allow_abbrev=False,
         description="Check, element by element, that an ONNX export gives the numbers of its "
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     from parity.sweep.cli import add_sweep_parser
 
     add_sweep_parser(sub)
-    parser.set_defaults(_commands=dict(sub.choices))  # each command's own usage, for errors
+    parser.set_defaults(_commands=dict(sub.choices))  # each command's own flags, for errors
     return parser
 
 
@@ -480,11 +481,7 @@ def _demos() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said with the command's usage (`validate`'s flags), not the top level's
-        command = args._commands.get(getattr(args, "command", None), parser)
-        command.error(f"unrecognized arguments: {' '.join(unknown)}")
-    del args._commands
+    args = parser.parse_args(argv)  # one line on a usage error, with a did-you-mean
     args.argv = list(sys.argv[1:] if argv is None else argv)  # said in a repro's README
     set_debug(
         bool(getattr(args, "debug", False))
