@@ -51,3 +51,96 @@ def test_a_bad_value_is_one_line_too(capsys):
     assert capsys.readouterr().err == (
         "parity validate: error: argument --input-sets: invalid int value: 'two'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("ref", "onnx", "expected"),
+    [
+        (0.066812, 0.066847, ("0.06681", "0.06685")),
+        (0.5, 0.481, ("0.5", "0.481")),  # apart already: the short form
+        (1.23456e-5, 1.23459e-5, ("1.23456e-05", "1.23459e-05")),
+        (0.25, 0.25, ("0.25", "0.25")),  # one value: no digits added
+        (float("nan"), 0.1, ("nan", "0.1")),
+        (None, 1.0, ("-", "1")),
+    ],
+)
+def test_a_pair_of_numbers_gets_the_digits_that_tell_them_apart(ref, onnx, expected):
+    from parity.text import number_pair_text
+
+    assert number_pair_text(ref, onnx) == expected
+
+
+def test_float32_neighbours_read_differently():
+    import numpy as np
+
+    from parity.text import number_pair_text
+
+    a = np.float32(0.0668)
+    b = np.nextafter(a, np.float32(1))
+    ref, onnx = number_pair_text(float(a), float(b))
+    assert float(ref) < float(onnx)  # apart, in the right order
+
+
+def _shifted_export(tmp_path):
+    """y = x + b exported with b = 0, then b moved by 3.5e-5: at x = 0.0668 torch reads
+    0.066835, ONNX 0.0668, alike to number_text's three digits."""
+    import torch
+
+    class AddBias(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.zeros(4))
+
+        def forward(self, x):
+            return x + self.b
+
+    model = AddBias().eval()
+    x = torch.full((2, 4), 0.0668)
+    path = tmp_path / "add.onnx"
+    torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False)
+    with torch.no_grad():
+        model.b.add_(3.5e-5)
+    return model, path, x
+
+
+def _worst_values(text: str) -> tuple[str, str]:
+    import re
+
+    found = re.search(r"Worst element at index \[[^\]]*\]: ref (\S+), onnx (\S+)", text)
+    assert found, text
+    return found.group(1).rstrip(","), found.group(2)
+
+
+def test_assert_export_close_prints_worst_values_that_differ(tmp_path):
+    import parity
+
+    model, path, x = _shifted_export(tmp_path)
+    with pytest.raises(AssertionError) as caught:
+        parity.assert_export_close(model, str(path), inputs={"x": x.numpy()})
+    ref, onnx = _worst_values(str(caught.value))
+    assert ref != onnx, str(caught.value)
+    assert abs(float(ref) - 0.066835) < 1e-5 and abs(float(onnx) - 0.0668) < 1e-5
+
+
+def test_the_terminal_prints_worst_values_that_differ(tmp_path, capsys):
+    import numpy as np
+
+    model, path, x = _shifted_export(tmp_path)
+    factory = tmp_path / "shifted.py"
+    factory.write_text(
+        "import torch\n"
+        "class AddBias(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.b = torch.nn.Parameter(torch.full((4,), 3.5e-5))\n"
+        "    def forward(self, x):\n"
+        "        return x + self.b\n"
+        "def make():\n"
+        "    return AddBias().eval()\n"
+    )
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=x.numpy())
+    argv = ["validate", "--model", f"{factory}:make", "--onnx", str(path), "--inputs", str(feeds)]
+    assert main(argv) == 1
+    ref, onnx = _worst_values(capsys.readouterr().out)
+    assert ref != onnx and abs(float(ref) - 0.066835) < 1e-5
