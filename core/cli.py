@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import textwrap
 import traceback
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ from parity.errors import ParityError, UsageError, WriteError, describe_error
 from parity.load.quiet import set_debug
 from parity.path_flags import reads, writes
 from parity.results import ValidationRun
+from parity.run.signature_mismatch import SignatureMismatch
 from parity.show.format import format_run, format_verdict
 from parity.tolerances import Tolerance, Tolerances, parse_tol_arg
 from parity.verdict import ExitCode, Verdict
@@ -590,6 +592,8 @@ def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException)
     hint = " (--debug shows the traceback)" if kind == "internal" and not args.debug else ""
     unwritten = _write_error_report(args, kind, message, exc)
     print(f"parity: error: {message}{hint}{unwritten}", file=sys.stderr)
+    if isinstance(exc, SignatureMismatch):  # the wrapper to write, after the one line
+        print(textwrap.indent(exc.detail, "    "), file=sys.stderr)
     return ExitCode.ERROR
 
 

@@ -144,3 +144,57 @@ def test_the_terminal_prints_worst_values_that_differ(tmp_path, capsys):
     assert main(argv) == 1
     ref, onnx = _worst_values(capsys.readouterr().out)
     assert ref != onnx and abs(float(ref) - 0.066835) < 1e-5
+
+
+def _stateful_pair(tmp_path):
+    """A TorchScript whose forward(x, sr) computes what an ONNX file with the inputs
+    (input, state, sr) computes (the state unused), as silero-vad ships its two files."""
+    import torch
+
+    class Scripted(torch.nn.Module):
+        def forward(self, x, sr):
+            return x * 2 + sr
+
+    class Exported(torch.nn.Module):
+        def forward(self, input, state, sr):
+            return input * 2 + sr + 0 * state.sum()
+
+    script = tmp_path / "vad.jit"
+    torch.jit.script(Scripted()).save(str(script))
+    onnx_path = tmp_path / "vad.onnx"
+    feeds = (torch.randn(1, 8), torch.zeros(2, 1, 4), torch.ones(1))
+    torch.onnx.export(
+        Exported(), feeds, str(onnx_path), input_names=["input", "state", "sr"],
+        output_names=["output"], dynamo=False,
+    )  # fmt: skip
+    return script, onnx_path
+
+
+def test_a_signature_mismatch_shows_both_signatures_and_the_wrapper(tmp_path, capsys):
+    script, onnx_path = _stateful_pair(tmp_path)
+    assert main(["validate", "--model", str(script), "--onnx", str(onnx_path)]) == 2
+    err = capsys.readouterr().err
+    first, *wrapper = err.splitlines()
+    assert first.startswith("parity: error: the model's forward(x, sr) does not take the ONNX ")
+    assert "inputs (input, state, sr)" in first and "--model wrap.py:make" in first
+    code = "\n".join(line.removeprefix("    ") for line in wrapper)
+    assert "def forward(self, input, state, sr):" in code
+    assert "return self.inner(input, sr)" in code and f"torch.jit.load({str(script)!r})" in code
+
+    # the wrapper as printed is the fix: with it, the pair validates and passes
+    (tmp_path / "wrap.py").write_text(code + "\n")
+    spec = f"{tmp_path / 'wrap.py'}:make"
+    assert main(["validate", "--model", spec, "--onnx", str(onnx_path)]) == 0, capsys.readouterr()
+
+
+def test_the_api_raises_the_mismatch_with_the_wrapper_as_detail(tmp_path):
+    import torch
+
+    import parity
+    from parity.errors import ModelRunError
+
+    script, onnx_path = _stateful_pair(tmp_path)
+    with pytest.raises(ModelRunError) as caught:
+        parity.validate(torch.jit.load(str(script)), str(onnx_path))
+    assert "forward(x, sr)" in str(caught.value) and "(input, state, sr)" in str(caught.value)
+    assert "def forward(self, input, state, sr):" in caught.value.detail
