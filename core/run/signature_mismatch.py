@@ -92,7 +92,7 @@ def wrapper_code(model: TorchModel, params: Sequence[str], onnx_inputs: Sequence
     unused = [names[n] for n in spare]
     note = f"; {', '.join(unused)} not passed on" if unused else ""
     load = _load_line(model)
-    signature = ", ".join(params)
+    signature = f"the model's forward({', '.join(params)})"
     imports = ["import torch"]
     if "load_torch_model" in load:
         imports.append("from parity.load.torch_model import load_torch_model")
@@ -108,7 +108,7 @@ def wrapper_code(model: TorchModel, params: Sequence[str], onnx_inputs: Sequence
             "        self.inner = inner",
             "",
             f"    def forward(self, {', '.join(names.values())}):  # the ONNX file's inputs",
-            f"        return self.inner({', '.join(call)})  # the model's forward({signature}){note}",
+            f"        return self.inner({', '.join(call)})  # {signature}{note}",
             "",
             "",
             "def make():",
