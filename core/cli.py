@@ -116,7 +116,8 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=SIZE",
-        help="size of a symbolic input dim (repeatable)",
+        help="size of a symbolic input dim (repeatable); INPUT:AXIS=SIZE sizes a dynamic dim "
+        "the ONNX file leaves unnamed",
     )
     inputs.add_argument(
         "--input-sets",
@@ -295,7 +296,7 @@ def parse_list(text: str, flag: str) -> tuple[str, ...]:
 
 def parse_dims(items: Sequence[str]) -> dict[str, int]:
     dims = {}
-    for name, value in _parse_pairs(items, "--dim", "NAME=SIZE").items():
+    for name, value in _parse_pairs(items, "--dim", "NAME=SIZE or INPUT:AXIS=SIZE").items():
         try:
             dims[name] = int(value)
         except ValueError as exc:

@@ -198,3 +198,73 @@ def test_the_api_raises_the_mismatch_with_the_wrapper_as_detail(tmp_path):
         parity.validate(torch.jit.load(str(script)), str(onnx_path))
     assert "forward(x, sr)" in str(caught.value) and "(input, state, sr)" in str(caught.value)
     assert "def forward(self, input, state, sr):" in caught.value.detail
+
+
+@pytest.fixture
+def unnamed_pair(tmp_path):
+    """An ONNX file whose inputs' dynamic dims have no names (input [1, ?], state [2, ?, 4],
+    as silero-vad's), and the torch factory computing the same."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    inputs = [
+        helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, None]),
+        helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, None, 4]),
+    ]
+    output = helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, None])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    node = helper.make_node("Mul", ["input", "two"], ["output"])
+    graph = helper.make_graph([node], "g", inputs, [output], [two])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx_path = tmp_path / "unnamed.onnx"
+    onnx.save(model, str(onnx_path))
+    factory = tmp_path / "double.py"
+    factory.write_text(
+        "import torch\n"
+        "class Double(torch.nn.Module):\n"
+        "    def forward(self, input, state):\n"
+        "        return input * 2\n"
+        "def make():\n"
+        "    return Double()\n"
+    )
+    return ["validate", "--model", f"{factory}:make", "--onnx", str(onnx_path)]
+
+
+def test_dim_input_axis_sizes_an_unnamed_dynamic_dim(unnamed_pair, capsys):
+    argv = [*unnamed_pair, "--dim", "input:1=100", "--dim", "state:1=3", "--input-sets", "2"]
+    assert main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "input set 0: input(1, 100), state(2, 3, 4)" in out
+    assert "input set 1: input(1, 104), state(2, 4, 4)" in out  # grown like a named dim
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("len=100", "no symbolic dim 'len'; symbolic dims: (none); unnamed dynamic dims "
+         "(INPUT:AXIS): input:1, state:1"),
+        ("state:2=100", "--dim state:2: that axis is fixed at 4 in the ONNX file"),
+        ("state:7=100", "--dim state:7: input 'state' has axes 0 to 2 (shape [2, ?, 4])"),
+        ("input:1=0", "--dim input:1=0: a size must be an integer >= 1"),
+    ],
+)  # fmt: skip
+def test_a_bad_input_axis_dim_is_one_line_naming_what_to_give(unnamed_pair, capsys, flag, expected):
+    assert main([*unnamed_pair, "--dim", flag]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+
+
+def test_input_axis_of_a_symbolic_dim_points_at_its_name(tiny_artifacts, model_zoo, capsys):
+    import onnx
+
+    from parity.load.onnx_model import read_signature
+
+    signature = read_signature(onnx.load(str(tiny_artifacts.onnx)))
+    spec = next(s for s in signature.inputs if s.symbolic_dims)
+    axis = next(k for k, d in enumerate(spec.shape) if isinstance(d, str))
+    argv = ["validate", "--model", model_zoo.spec("make_tiny"), "--onnx", str(tiny_artifacts.onnx)]
+    assert main([*argv, "--dim", f"{spec.name}:{axis}=5"]) == 2
+    err = capsys.readouterr().err
+    assert f"that axis is the symbolic dim {spec.shape[axis]!r}; give --dim" in err
