@@ -8,13 +8,16 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import textwrap
 import traceback
 from collections.abc import Sequence
 
+from parity.arg_parser import Parser
 from parity.errors import ParityError, UsageError, WriteError, describe_error
 from parity.load.quiet import set_debug
 from parity.path_flags import reads, writes
 from parity.results import ValidationRun
+from parity.run.signature_mismatch import SignatureMismatch
 from parity.show.format import format_run, format_verdict
 from parity.tolerances import Tolerance, Tolerances, parse_tol_arg
 from parity.verdict import ExitCode, Verdict
@@ -25,7 +28,7 @@ MODEL_EXPLORER_HELP = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="parity",
         allow_abbrev=False,
         description="Check, element by element, that an ONNX export gives the numbers of its "
@@ -70,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     from parity.sweep.cli import add_sweep_parser
 
     add_sweep_parser(sub)
-    parser.set_defaults(_commands=dict(sub.choices))  # each command's own usage, for errors
+    parser.set_defaults(_commands=dict(sub.choices))  # each command's own flags, for errors
     return parser
 
 
@@ -113,7 +116,8 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=SIZE",
-        help="size of a symbolic input dim (repeatable)",
+        help="size of a symbolic input dim (repeatable); INPUT:AXIS=SIZE sizes a dynamic dim "
+        "the ONNX file leaves unnamed",
     )
     inputs.add_argument(
         "--input-sets",
@@ -292,7 +296,7 @@ def parse_list(text: str, flag: str) -> tuple[str, ...]:
 
 def parse_dims(items: Sequence[str]) -> dict[str, int]:
     dims = {}
-    for name, value in _parse_pairs(items, "--dim", "NAME=SIZE").items():
+    for name, value in _parse_pairs(items, "--dim", "NAME=SIZE or INPUT:AXIS=SIZE").items():
         try:
             dims[name] = int(value)
         except ValueError as exc:
@@ -480,11 +484,7 @@ def _demos() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said with the command's usage (`validate`'s flags), not the top level's
-        command = args._commands.get(getattr(args, "command", None), parser)
-        command.error(f"unrecognized arguments: {' '.join(unknown)}")
-    del args._commands
+    args = parser.parse_args(argv)  # one line on a usage error, with a did-you-mean
     args.argv = list(sys.argv[1:] if argv is None else argv)  # said in a repro's README
     set_debug(
         bool(getattr(args, "debug", False))
@@ -593,6 +593,8 @@ def _fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException)
     hint = " (--debug shows the traceback)" if kind == "internal" and not args.debug else ""
     unwritten = _write_error_report(args, kind, message, exc)
     print(f"parity: error: {message}{hint}{unwritten}", file=sys.stderr)
+    if isinstance(exc, SignatureMismatch):  # the wrapper to write, after the one line
+        print(textwrap.indent(exc.detail, "    "), file=sys.stderr)
     return ExitCode.ERROR
 
 

@@ -446,7 +446,7 @@ def _parameter_names(module: nn.Module, kind: str) -> tuple[str, ...]:
             return tuple(str(k) for k in (kwargs_spec.context or ()))
         except Exception:
             return ()
-    if kind == "torchscript":
+    if kind == "torchscript" or isinstance(module, torch.jit.ScriptModule):  # or in memory
         try:
             args = module.forward.schema.arguments  # type: ignore[union-attr]
             return tuple(a.name for a in args if a.name != "self")

@@ -13,7 +13,9 @@ Sizes of dims that are not fixed numbers:
 
 - a symbolic dim takes its size from ``dims`` by name, else a default by name
   (``default_dim_size``): batch-like names -> 2, sequence-like -> 16, height/width-like -> 32,
-  anything else -> 8; an unnamed (unknown) dim -> 8. One name means one size everywhere.
+  anything else -> 8; an unnamed (unknown) dim -> 8, or ``dims["INPUT:AXIS"]`` (the CLI's
+  ``--dim INPUT:AXIS=N``: files such as silero-vad's leave dynamic dims unnamed). One name
+  means one size everywhere.
 - set 0 uses these sizes. Set ``k`` grows each one by ``k * step`` where ``step`` is the largest
   power of two dividing the set-0 size, capped at 32 (``grown_dim_size``): divisibility that
   models often rely on is kept (224 -> 256 -> 288; 2 -> 4 -> 6; 16 -> 32 -> 48; 3 -> 4 -> 5),
@@ -114,20 +116,67 @@ def iter_input_sets(
     """
     dims = dict(dims or {})
     int_ranges = dict(int_ranges or {})
-    _check_options(signature, dims=dims, n_sets=n_sets, seed=seed, int_ranges=int_ranges)
-    base = {name: dims.get(name, default_dim_size(name)) for name in signature.symbolic_dims}
+    axes = _axis_dims(signature, dims)
+    named = {name: size for name, size in dims.items() if name not in axes}
+    _check_options(signature, dims=named, n_sets=n_sets, seed=seed, int_ranges=int_ranges)
+    base = {name: named.get(name, default_dim_size(name)) for name in signature.symbolic_dims}
+    base.update(axes)  # "INPUT:AXIS" keys: the unnamed dims sized one by one
     _check_budget(signature, base, n_sets, budget or MemoryBudget())
     return _generate_sets(signature, base, n_sets, seed, int_ranges)
+
+
+def unnamed_dims(signature: OnnxSignature) -> tuple[str, ...]:
+    """``INPUT:AXIS`` of every dynamic dim the ONNX file leaves unnamed (``--dim`` sizes them
+    by these keys)."""
+    return tuple(
+        f"{spec.name}:{axis}"
+        for spec in signature.inputs
+        for axis, dim in enumerate(spec.shape)
+        if dim is None
+    )
+
+
+def _axis_dims(signature: OnnxSignature, dims: Mapping[str, int]) -> dict[str, int]:
+    """The ``INPUT:AXIS`` entries of `dims` (a symbolic dim's own name wins), checked: the
+    axis exists and is unnamed and dynamic; UsageError naming the flag otherwise."""
+    axes: dict[str, int] = {}
+    by_name = {spec.name: spec for spec in signature.inputs}
+    for key, size in dims.items():
+        name, sep, axis_text = key.rpartition(":")
+        if key in signature.symbolic_dims or not sep or name not in by_name:
+            continue
+        spec = by_name[name]
+        if not axis_text.isdigit() or int(axis_text) >= spec.rank:
+            raise UsageError(
+                f"--dim {key}: input {name!r} has axes 0 to {spec.rank - 1} "
+                f"(shape {spec.shape_text()})"
+            )
+        dim = spec.shape[int(axis_text)]
+        if isinstance(dim, str):
+            raise UsageError(
+                f"--dim {key}: that axis is the symbolic dim {dim!r}; give --dim {dim}=N"
+            )
+        if isinstance(dim, int):
+            raise UsageError(f"--dim {key}: that axis is fixed at {dim} in the ONNX file")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise UsageError(f"--dim {key}={size}: a size must be an integer >= 1")
+        axes[f"{name}:{int(axis_text)}"] = size
+    return axes
 
 
 def _set_shapes(
     signature: OnnxSignature, base: Mapping[str, int], index: int
 ) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
-    """(symbolic dim sizes, shape of every input) of set `index`."""
+    """(dim sizes, shape of every input) of set `index`; `base` holds the symbolic dims'
+    sizes and those of unnamed dims given by ``INPUT:AXIS``."""
     sizes = {name: grown_dim_size(size, index) for name, size in base.items()}
     unknown = grown_dim_size(default_dim_size(None), index)
     shapes = {
-        spec.name: tuple(_size(d, sizes, unknown) for d in spec.shape) for spec in signature.inputs
+        spec.name: tuple(
+            sizes.get(f"{spec.name}:{axis}", unknown) if d is None else _size(d, sizes, unknown)
+            for axis, d in enumerate(spec.shape)
+        )
+        for spec in signature.inputs
     }
     return sizes, shapes
 
@@ -361,9 +410,11 @@ def _check_options(
     symbolic = signature.symbolic_dims
     for name, size in dims.items():
         if name not in symbolic:
+            unnamed = unnamed_dims(signature)
             raise UsageError(
                 f"--dim {name}: the ONNX inputs have no symbolic dim {name!r}; "
                 f"symbolic dims: {', '.join(symbolic) or '(none)'}"
+                + (f"; unnamed dynamic dims (INPUT:AXIS): {', '.join(unnamed)}" if unnamed else "")
             )
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise UsageError(f"--dim {name}={size}: a size must be an integer >= 1")
