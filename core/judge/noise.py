@@ -242,14 +242,16 @@ def noise_rank(n: Noise) -> float:
 def output_floors(comparisons: Sequence[OutputComparison]) -> dict[str, tuple[Noise, float, int]]:
     """Per float32 output with noise everywhere it was measured: its worst noise (largest
     ratio) over input sets and candidates, its floor (the largest torch_error: what a
-    "k x rounding noise" tolerance multiplies) and over how many comparisons. The noise line
+    "k x rounding noise" tolerance multiplies) and over how many input sets. The noise line
     and the suggestion both read these, so they show the same numbers."""
     found: dict[str, list[Noise]] = {}
+    sets: dict[str, set[int]] = {}
     for c in comparisons:
         if c.ref_dtype == "float32" and c.noise is not None:
             found.setdefault(c.name, []).append(c.noise)
+            sets.setdefault(c.name, set()).add(c.input_set)
     return {
-        name: (max(ns, key=noise_rank), max(n.torch_error for n in ns), len(ns))
+        name: (max(ns, key=noise_rank), max(n.torch_error for n in ns), len(sets[name]))
         for name, ns in found.items()
     }
 
@@ -270,6 +272,6 @@ def noise_lines(comparisons: Sequence[OutputComparison]) -> list[str]:
             f" ({side} {number_text(n.torch_error)}, ONNX {number_text(n.onnx_error)} off float64"
         )
         if floor != n.torch_error:
-            figures += f"; {side} up to {number_text(floor)} over {count} comparisons"
+            figures += f"; {side} up to {number_text(floor)} over {count} input sets"
         lines.append(f"{name}: {noise_sentence(n)}{figures})")
     return lines

@@ -247,11 +247,11 @@ def noise_suggestion_lines(s: NoiseSuggestion) -> list[str]:
                 lines.append(f"{name}: {figure}: passes")
             elif noise_rank(n) > ROUNDING_RATIO:
                 why = (
-                    "more than quantization explains"
+                    ""
                     if n.precision == "int8"
-                    else "a bug that no rounding tolerance should pass"
+                    else ", a bug that no rounding tolerance should pass"
                 )
-                lines.append(f"{name}: {figure}: still fails: {noise_sentence(n)}, {why}")
+                lines.append(f"{name}: {figure}: still fails: {noise_sentence(n)}{why}")
             else:
                 lines.append(f"{name}: {figure}: still fails at {times} rounding noise")
         else:
