@@ -62,7 +62,7 @@ def _precisions(proto: onnx.ModelProto) -> dict[str, OutputPrecision]:
     producers = {o: n for n in graph.node for o in n.output if o}
     initializers = {t.name: t for t in graph.initializer}
     constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant" and n.output}
-    types = _declared_types(proto)
+    types = value_types(proto)
     out: dict[str, OutputPrecision] = {}
     for output in graph.output:
         lowest, tensors = "float32", 0
@@ -94,14 +94,15 @@ def _precisions(proto: onnx.ModelProto) -> dict[str, OutputPrecision]:
     return out
 
 
-def _declared_types(proto: onnx.ModelProto) -> dict[str, int]:
-    """Element types the file states, with shape inference's where it can make them."""
+def value_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """Value name -> element type: what the file states, with shape inference's where it
+    can make them, and each Cast's `to`."""
     graph = proto.graph
     types = {t.name: t.data_type for t in graph.initializer}
     infos = [*graph.input, *graph.value_info, *graph.output]
-    # a converter's out-of-order casts, unknown domains: what is declared
+    # unknown domains, a cycle: what is declared
     with contextlib.suppress(Exception):
-        infos += list(onnx.shape_inference.infer_shapes(proto).graph.value_info)
+        infos += list(onnx.shape_inference.infer_shapes(_sorted(proto)).graph.value_info)
     for v in infos:
         if v.type.tensor_type.elem_type:
             types.setdefault(v.name, v.type.tensor_type.elem_type)
@@ -110,6 +111,21 @@ def _declared_types(proto: onnx.ModelProto) -> dict[str, int]:
             to = next((a.i for a in node.attribute if a.name == "to"), 0)
             types.setdefault(node.output[0], to)
     return types
+
+
+def _sorted(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """`proto`, its nodes in an order shape inference can follow (ONNX Runtime's float16
+    converter appends its input casts after their readers)."""
+    from parity.load.onnx_model import topological_nodes
+
+    ordered = topological_nodes(proto.graph)
+    if ordered is None or list(ordered) == list(proto.graph.node):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    del copy.graph.node[:]
+    copy.graph.node.extend(ordered)
+    return copy
 
 
 def _lower(a: str, b: str) -> str:
