@@ -202,3 +202,82 @@ def test_the_noise_line_and_the_suggestion_use_the_same_floor(files: Files) -> N
     assert len(run.input_sets) == 2 and worst.torch_error != floor  # the two sets differ
     assert f"torch float32 up to {number_text(floor)} over 2 input sets" in line, line
     assert f"({s.k:g}× {number_text(floor)})" in "\n".join(noise_suggestion_lines(s))
+
+
+class OffsetNet(torch.nn.Module):
+    """((x + 1000) transposed - 1000) transposed back @ w: values near 1000 pass a Transpose,
+    where bfloat16's 8-bit mantissa keeps little of x."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x + 1000.0).t() - 1000.0).t() @ self.w
+
+
+def test_a_bfloat16_file_is_judged_against_torchs_own_bfloat16_error(tmp_path: Path) -> None:
+    """Only its Transposes run in bfloat16 (all ONNX Runtime's CPU provider can): the
+    values near 1000 are rounded there, as torch in bfloat16 rounds them."""
+    from tests.precision_models import to_bfloat16
+
+    torch.manual_seed(0)
+    model = OffsetNet().eval()
+    f32 = tmp_path / "offset.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 8),), str(f32), dynamo=False,
+                          input_names=["x"], output_names=["y"])  # fmt: skip
+    ops = sorted({n.op_type for n in onnx.load(str(f32)).graph.node} - {"Transpose"})
+    bf16 = to_bfloat16(f32, tmp_path / "offset_bf16.onnx", op_block_list=ops)
+    assert output_precisions(bf16)["y"].precision == "bfloat16"
+    run = validate(model, bf16, noise_floor=True)
+    (c,) = run.outputs
+    assert c.noise is not None and c.noise.precision == "bfloat16", c.notes
+    assert c.noise.ratio is not None and c.noise.ratio < 10, c.noise
+    assert c.noise.onnx_error > 0.1  # far past float32 rounding: bfloat16's, not a bug
+    assert noise_sentence(c.noise).startswith("within bfloat16 rounding: ")
+
+
+class Inverse(torch.nn.Module):
+    """x @ inverse(a): CPU torch has no float16 linalg.inv ("Low precision dtypes not
+    supported"), so its float16 error is emulated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.randn(8, 8) + 8 * torch.eye(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ torch.linalg.inv(self.a)
+
+
+def test_where_torch_cannot_run_float16_its_error_is_emulated_and_said() -> None:
+    from parity.load.torch_model import from_object
+    from parity.results import InputSet, Noise
+    from parity.run.float64 import low_model, run_low
+    from parity.signature import OnnxSignature, TensorSpec
+
+    torch.manual_seed(0)
+    model = Inverse().eval()
+    signature = OnnxSignature(
+        inputs=(TensorSpec("x", "float32", (4, 8)),),
+        outputs=(TensorSpec("y", "float32", (4, 8)),),
+        opset=18, producer="test", ir_version=8,
+    )  # fmt: skip
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    low = low_model(from_object(model), "float16")
+    arrays, note = run_low(low, InputSet(0, {"x": x}), signature)
+    assert arrays is not None, note
+    assert low.emulated == (
+        "weights, inputs and each op's float output rounded to float16, computed in float32"
+    )
+    with torch.no_grad():
+        exact = model.double()(torch.from_numpy(x).double()).numpy()
+    error = float(np.abs(arrays["y"] - exact).max())
+    assert 1e-5 < error < 1e-2  # float16's rounding, not float32's (~1e-8)
+    sentence = noise_sentence(Noise(error, error / 2, 0.5, precision="float16",
+                                    emulated=low.emulated))  # fmt: skip
+    assert sentence == (
+        "within float16 rounding: 0.5× torch's own float16 error (emulated: weights, inputs "
+        "and each op's float output rounded to float16, computed in float32)"
+    )
