@@ -50,7 +50,7 @@ class Files:
     int8_bug: Path
 
 
-def _quantize(source: Path, path: Path) -> Path:
+def _quantize(source: Path, path: Path, fmt: str = "QDQ") -> Path:
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -69,7 +69,7 @@ def _quantize(source: Path, path: Path) -> Path:
             return next(self.sets, None)
 
     quantize_static(
-        str(source), str(path), Reader(), quant_format=QuantFormat.QDQ,
+        str(source), str(path), Reader(), quant_format=getattr(QuantFormat, fmt),
         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
     )  # fmt: skip
     return path
@@ -281,3 +281,15 @@ def test_where_torch_cannot_run_float16_its_error_is_emulated_and_said() -> None
         "within float16 rounding: 0.5× torch's own float16 error (emulated: weights, inputs "
         "and each op's float output rounded to float16, computed in float32)"
     )
+
+
+def test_an_int8_qoperator_file_is_int8_too(files: Files, tmp_path: Path) -> None:
+    """QLinearConv / QLinearMatMul ops, the output dequantized at the end."""
+    qop = _quantize(files.f32, tmp_path / "net_qop.onnx", "QOperator")
+    ops = {n.op_type for n in onnx.load(str(qop)).graph.node}
+    assert "QLinearConv" in ops and "QuantizeLinear" in ops
+    found = output_precisions(qop)["y"]
+    assert found.precision == "int8" and found.scale is not None and found.tensors >= 3
+    run = _run(files, qop)
+    for c in run.outputs:
+        assert c.noise.precision == "int8" and c.noise.ratio <= 10, c.noise

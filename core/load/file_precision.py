@@ -100,9 +100,10 @@ def value_types(proto: onnx.ModelProto) -> dict[str, int]:
     graph = proto.graph
     types = {t.name: t.data_type for t in graph.initializer}
     infos = [*graph.input, *graph.value_info, *graph.output]
-    # unknown domains, a cycle: what is declared
-    with contextlib.suppress(Exception):
-        infos += list(onnx.shape_inference.infer_shapes(_sorted(proto)).graph.value_info)
+    if _has_sixteen_bit(graph):  # only 16-bit types are looked for: most files have none
+        # unknown domains, a cycle: what is declared
+        with contextlib.suppress(Exception):
+            infos += list(onnx.shape_inference.infer_shapes(_light(proto)).graph.value_info)
     for v in infos:
         if v.type.tensor_type.elem_type:
             types.setdefault(v.name, v.type.tensor_type.elem_type)
@@ -113,19 +114,43 @@ def value_types(proto: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def _sorted(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """`proto`, its nodes in an order shape inference can follow (ONNX Runtime's float16
-    converter appends its input casts after their readers)."""
+def _has_sixteen_bit(graph: onnx.GraphProto) -> bool:
+    typed = [*graph.input, *graph.output, *graph.value_info]
+    if any(v.type.tensor_type.elem_type in _SIXTEEN for v in typed):
+        return True
+    if any(t.data_type in _SIXTEEN for t in graph.initializer):
+        return True
+    return any(
+        n.op_type == "Cast" and any(a.name == "to" and a.i in _SIXTEEN for a in n.attribute)
+        for n in graph.node
+    )
+
+
+def _light(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """What shape inference needs for types only: the nodes in an order it can follow (ONNX
+    Runtime's float16 converter appends its input casts after their readers), initializers
+    as typed graph inputs (their bytes are never copied)."""
     from parity.load.onnx_model import topological_nodes
 
-    ordered = topological_nodes(proto.graph)
-    if ordered is None or list(ordered) == list(proto.graph.node):
-        return proto
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    del copy.graph.node[:]
-    copy.graph.node.extend(ordered)
-    return copy
+    graph = proto.graph
+    ordered = topological_nodes(graph)
+    light = onnx.helper.make_graph(
+        list(ordered if ordered is not None else graph.node),
+        graph.name,
+        [
+            *graph.input,
+            *(
+                onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                for t in graph.initializer
+            ),
+        ],
+        list(graph.output),
+        value_info=list(graph.value_info),
+    )
+    model = onnx.helper.make_model(light, opset_imports=list(proto.opset_import))
+    model.ir_version = max(proto.ir_version, 4)
+    model.functions.extend(proto.functions)
+    return model
 
 
 def _lower(a: str, b: str) -> str:
