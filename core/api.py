@@ -115,9 +115,11 @@ def validate(
     repro: a folder to write a standalone repro of the confirmed first divergence to (as
         ``--repro DIR``; implies `layers`; a clean run writes nothing, see
         parity.layers.repro).
-    noise_floor: also run the torch model in float64; each float32 output's
-        ``run.outputs[i].noise`` (torch_error, onnx_error, ratio) says whether ONNX's error is
-        rounding (as ``--noise-floor``); the verdict stays the tolerance's.
+    noise_floor: also run the torch model in float64 (and at a float16 / bfloat16 file's
+        precision); each float32 output's ``run.outputs[i].noise`` (torch_error, onnx_error,
+        ratio, precision) says whether ONNX's error is rounding at the precision the file
+        computes it (int8: its quantization noise), as ``--noise-floor``; the verdict stays
+        the tolerance's.
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers

@@ -222,9 +222,10 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument(
         "--noise-floor",
         action="store_true",
-        help="also run the torch model in float64 and say, per float32 output, whether ONNX's "
-        'error is float32 rounding (adds "noise" to --json outputs; the verdict stays the '
-        "tolerance's)",
+        help="also run the torch model in float64 (and at a float16/bfloat16 file's "
+        "precision) and say, per float32 output, whether ONNX's error is rounding at the "
+        'precision the file computes it (int8: quantization noise) (adds "noise" to --json '
+        "outputs; the verdict stays the tolerance's)",
     )
     limits = v.add_argument_group("limits")
     limits.add_argument(

@@ -269,6 +269,7 @@ def _run_cases(
             slot.fit = fit_signature(signature, slot.candidate.signature)
             if slot.fit.error is not None:
                 slot.fail(InputError(slot.fit.error))
+    precisions = _noise_precisions(config, source, slots)
     cases: list[Case] = []
     t_onnx = t_compare = 0.0
     many = len(slots) > 1
@@ -315,6 +316,8 @@ def _run_cases(
                     case.float64_note
                     or "noise floor not measured: this kind of run has no float64 reference",
                     case.exclude,
+                    precisions=precisions.get(slot.index),
+                    at_precision=case.at_precision,
                 )
             t_compare += time.perf_counter() - t0
             slot.outputs.append(shown)
@@ -357,6 +360,21 @@ def _run_cases(
         generation=generation,
         candidates=tuple(slot.info() for slot in slots),
     )
+
+
+def _noise_precisions(config: RunConfig, source: Source, slots: list[_Slot]) -> dict:
+    """--noise-floor: each candidate's output precisions (parity.load.file_precision), and
+    the source told which 16-bit precisions to run torch at too."""
+    if not config.noise_floor:
+        return {}
+    from parity.load.file_precision import output_precisions
+
+    found = {s.index: output_precisions(s.candidate.path) for s in slots if s.candidate is not None}
+    sixteen = {p.precision for f in found.values() for p in f.values()} & {"float16", "bfloat16"}
+    measure = getattr(source, "measure_noise_at", None)
+    if sixteen and measure is not None:
+        measure(sixteen)
+    return found
 
 
 def _fraction(done: int, total: int | None) -> float | None:

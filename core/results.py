@@ -90,15 +90,39 @@ class ErrorStats:
     snr_db: float | None
 
 
+NOISE_PRECISIONS = ("float32", "float16", "bfloat16", "int8")  # `outputs[].noise.precision`
+
+
+@dataclass(frozen=True)
+class PrecisionRun:
+    """The reference run once more at a 16-bit precision (``--noise-floor`` on a float16 /
+    bfloat16 candidate): its outputs by ONNX name (None: not run, `note` says why), and how
+    it was emulated where torch could not run at that precision ("" where it did)."""
+
+    arrays: Mapping[str, np.ndarray] | None
+    emulated: str = ""
+    note: str = ""
+
+
 @dataclass(frozen=True)
 class Noise:
-    """An output's float32 rounding noise, measured against the reference run in float64
-    (parity.judge.noise): `torch_error` = max |torch32 - torch64|, `onnx_error` = max
-    |onnx - torch64|, `ratio` = onnx_error / torch_error (None where torch_error is 0)."""
+    """An output's rounding noise at the candidate's precision, measured against the reference
+    run in float64 (parity.judge.noise): `onnx_error` = max |onnx - torch64|; `torch_error` =
+    the floor: max |torch - torch64| with torch run at `precision` (float32, float16,
+    bfloat16; `emulated` says how where torch could not run at it), or for int8 the
+    quantization noise sqrt(n) x scale/2 + clipped (`scale` the compared value's quantization
+    scale, `tensors` = n the activations quantized upstream, `clipped` the most float64 lies
+    outside the range its DequantizeLinear can give); `ratio` = onnx_error / torch_error
+    (None where torch_error is 0)."""
 
     torch_error: float
     onnx_error: float
     ratio: float | None
+    precision: str = "float32"
+    scale: float | None = None
+    tensors: int = 0
+    clipped: float = 0.0  # int8: how far float64 lies outside the output's range, at most
+    emulated: str = ""
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | None:
@@ -108,6 +132,15 @@ class Noise:
             "torch_error": num(self.torch_error),
             "onnx_error": num(self.onnx_error),
             "ratio": num(self.ratio),
+            "precision": self.precision,
+            "quantization": None
+            if self.precision != "int8"
+            else {
+                "scale": num(self.scale),
+                "tensors": int(self.tensors),
+                "clipped": num(self.clipped),
+            },
+            "emulated": self.emulated or None,
         }
 
 

@@ -33,7 +33,8 @@ def precision_lines(result: LayersResult) -> list[str]:
                 "nothing born diverging (write it with --write-fixed FILE.onnx)"
             )
         else:
-            lines.append(f"keeping {block} in float32 did not fix the float16 file")
+            dtype = check.get("dtype") or "float16"
+            lines.append(f"keeping {block} in float32 did not fix the {dtype} file")
     return lines
 
 

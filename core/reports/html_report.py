@@ -235,15 +235,17 @@ def _grid(run: ValidationRun) -> str:
 
 
 def _noise(run: ValidationRun) -> str:
-    """--noise-floor: per float32 output, whether ONNX's error is float32 rounding."""
+    """--noise-floor: per float32 output, whether ONNX's error is rounding at the precision
+    the candidate computes it (parity.judge.noise says it)."""
     if not any(c.noise is not None for c in run.comparisons):
         return ""
     from parity.judge.noise import noise_lines
 
     items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.comparisons))
     return (
-        "<section><h2>Rounding noise</h2><p>Against torch run again in float64 (the verdict "
-        f"stays the tolerance's):</p><ul class='noise'>{items}</ul></section>"
+        "<section><h2>Rounding noise</h2><p>At each output's precision, against torch run "
+        "again in float64 (the verdict stays the tolerance's):</p>"
+        f"<ul class='noise'>{items}</ul></section>"
     )
 
 

@@ -44,6 +44,7 @@ from parity.files.atomic import atomic_output
 from parity.files.hashing import file_sha256
 from parity.load.specs import demo_name
 from parity.results import (
+    NOISE_PRECISIONS,
     CandidateInfo,
     ErrorStats,
     GenerationInfo,
@@ -822,10 +823,20 @@ def _noise_from_json(raw: Any, at: str) -> Noise | None:
         return None
     raw = sj.obj(raw, at)
     ratio = _unnum(raw.get("ratio"), f"{at}.ratio")
+    precision = sj.string(raw.get("precision", "float32"), f"{at}.precision")
+    if precision not in NOISE_PRECISIONS:
+        raise sj.FieldError(f"{at}.precision: expected one of {', '.join(NOISE_PRECISIONS)}")
+    quantization = raw.get("quantization")
+    q = {} if quantization is None else sj.obj(quantization, f"{at}.quantization")
     return Noise(
         torch_error=_unnum(raw.get("torch_error"), f"{at}.torch_error") or 0.0,
         onnx_error=_unnum(raw.get("onnx_error"), f"{at}.onnx_error") or 0.0,
         ratio=ratio,
+        precision=precision,
+        scale=_unnum(q.get("scale"), f"{at}.quantization.scale"),
+        tensors=sj.integer(q.get("tensors", 0), f"{at}.quantization.tensors"),
+        clipped=_unnum(q.get("clipped"), f"{at}.quantization.clipped") or 0.0,
+        emulated=sj.optional(sj.string, raw.get("emulated"), f"{at}.emulated") or "",
     )
 
 
