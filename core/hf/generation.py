@@ -112,6 +112,8 @@ def free_run(
     chosen = np.zeros((batch, n_new), dtype=np.int64)
     parted: dict[int, TokenDivergence] = {}
     for step in range(n_new):
+        if deadline is not None:
+            deadline.check()
         call = CapturedCall(
             index=step, inputs=inputs, past=past, logits=None, present=(), seconds=0.0
         )
