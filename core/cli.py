@@ -561,9 +561,11 @@ def _main(args: argparse.Namespace) -> int:
 
 def _format(run: ValidationRun) -> str:
     if run.is_generation:
+        from parity.hf.generation_report import summary_line
         from parity.hf.steps_text import format_steps_table
 
         text = format_steps_table(run) + "\n\n" + format_verdict(run)
+        text += "".join(f"\n{line}" for line in [summary_line(run)] if line)
     elif run.is_multi_candidate:  # candidates side by side
         from parity.show.candidates_text import format_candidates
 

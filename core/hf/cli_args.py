@@ -57,6 +57,12 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
         "question-answering, image-classification, object-detection, feature-extraction, "
         "text-generation, ...) whose class builds the model (default: config.architectures)",
     )
+    group.add_argument(
+        "--no-generation",
+        action="store_true",
+        help="causal LMs: skip free-running generation (ONNX Runtime generating greedily on "
+        "its own after the steps, compared token by token with torch's generate())",
+    )
     writes(
         group.add_argument(
             "--export-path",
@@ -76,6 +82,7 @@ def hf_flags_given(args: argparse.Namespace) -> bool:
         or getattr(args, "config_override", None)
         or getattr(args, "export_path", None)
         or getattr(args, "task", None)
+        or getattr(args, "no_generation", False)
     )
 
 
@@ -90,4 +97,5 @@ def hf_options_from_args(args: argparse.Namespace) -> HfOptions:
         config_overrides=parse_config_overrides(getattr(args, "config_override", None) or ()),
         export_path=getattr(args, "export_path", None),
         task=getattr(args, "task", None),
+        generation=not getattr(args, "no_generation", False),
     )

@@ -287,9 +287,12 @@ def _provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
 
 
 def _generation_json(g: GenerationInfo) -> dict[str, Any]:
+    from parity.hf.generation_report import generation_json
+
     return {
         "summary": _jsonable(g.summary),
         "steps": [{f.name: getattr(s, f.name) for f in fields(GenerationStep)} for s in g.steps],
+        **_jsonable(generation_json(g)),  # free-running generation: "prompts", "note"
     }
 
 
@@ -306,7 +309,14 @@ def _generation_from_json(raw: Mapping[str, Any] | None) -> GenerationInfo | Non
             values[f.name] = check(sj.field(step, f.name, at), f"{at}.{f.name}")
         steps.append(GenerationStep(**values))
     summary = sj.obj(sj.field(raw, "summary", "generation"), "generation.summary")
-    return GenerationInfo(summary=dict(summary), steps=tuple(steps))
+    from parity.hf.generation_report import prompts_from_json
+
+    return GenerationInfo(
+        summary=dict(summary),
+        steps=tuple(steps),
+        prompts=prompts_from_json(raw.get("prompts")),  # none in runs saved before it
+        free_run_note=sj.string(raw.get("note", ""), "generation.note"),
+    )
 
 
 def _from_extra(extra: Mapping[str, Any]) -> tuple[Provenance, GenerationInfo | None]:
