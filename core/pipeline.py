@@ -239,6 +239,12 @@ def _with_layers(
         confirm=config.layers_confirm,
         progress=lambda message: report("layers", message, None),
     )
+    model = getattr(source, "torch_model", None)
+    if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
+        from parity.layers.qdq import torch_exclusions
+
+        report("layers", "simulating exclusions from quantization", None)
+        layers = torch_exclusions(layers, candidate, run, model)
     timings = {**run.timings, "layers": time.perf_counter() - t0}
     return replace(run, layers=layers, timings=timings)
 
