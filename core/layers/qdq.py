@@ -1,5 +1,5 @@
-"""A QDQ-quantized candidate: which tensor's quantization loses the most, what to exclude,
-and that exclusion checked without re-calibrating.
+"""A QDQ-quantized candidate: which tensor's quantization loses the most, and what to
+exclude from quantization, measured.
 
 For each quantized tensor NAME (the candidate has NAME, NAME_QuantizeLinear_Output and
 NAME_DequantizeLinear_Output) the comparison records, against the reference's float NAME,
@@ -10,12 +10,13 @@ into the producer (Conv+Relu: the candidate's Conv writes NAME, the reference's 
 the value before the pair is not the reference's computation, and what flowed in is the
 worst SQNR after the pairs feeding that producer.
 
-The tensor losing the most is named as the first divergence (not the next op's output, where
-the loss shows). Excluding only its producer does not help (its consumer still quantizes
-it): the suggestion is its producer (and the op folded into it) and its consumers, the node
-names for ``quantize_static(..., nodes_to_exclude=...)``. It is checked by bypassing the
-tensor's pair in a copy of the candidate (the folded op put back in float) and comparing the
-output SQNR over every input set before and after.
+The tensor losing the most (its pair bypassed, the outputs' SQNR gains the most) is named
+as the first divergence, not the next op's output where the loss shows. What to exclude is
+searched apart (parity.layers.qdq_search): each quantized conv/matmul and adjacent pairs,
+simulated as ``quantize_static(..., nodes_to_exclude=...)`` would make them and run on the
+run's inputs; the best outputs' SQNR is suggested with its gain. Against a float ONNX file
+(`qdq_findings`) and against a torch model (`torch_exclusions`, the float weights read from
+its parameters) alike.
 """
 
 from __future__ import annotations
