@@ -142,6 +142,8 @@ def qdq_findings(
 
 def exclusion_notes(search: Search, n_sets: int) -> list[str]:
     """What the exclusion search suggests and how it was measured, in words."""
+    if not search.possible:
+        return list(search.notes)
     sets = f"{n_sets} input set{'s' if n_sets != 1 else ''}"
     how = (
         f"{len(search.tried)} exclusions simulated (each quantized conv/matmul alone, then "

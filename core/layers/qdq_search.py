@@ -25,6 +25,7 @@ best single gains first, at most MAX_TRIED simulations in all.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from onnx import helper, numpy_helper
 
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 MAX_TRIED = 48  # simulated exclusions per candidate file (each one ONNX Runtime session)
+MAX_SECONDS = 300.0  # and no more started after this long
 MIN_GAIN_DB = 0.5  # a smaller gain is noise: nothing is suggested (nor a second node)
 _REMOVABLE = frozenset({"Relu", "Clip"})  # quantized only when their input is (ORT's rule)
 _FALLBACK_OPS = frozenset(  # ops onnxruntime's quantizer handles, if its registry is absent
@@ -69,6 +71,8 @@ class Search:
         from parity.files.json_output import finite_or_none
 
         found: dict[str, Any] = {}
+        if not self.possible:
+            return found
         if self.best is not None:
             found["exclude_from_quantization"] = list(self.best.nodes)
         best = self.best
@@ -103,33 +107,49 @@ def search_exclusions(
     float_weights: FloatWeights,
     reference_graph: onnx.GraphProto | None = None,
     max_tried: int = MAX_TRIED,
+    max_seconds: float = MAX_SECONDS,
 ) -> Search:
     """Simulate excluding each quantized compute node, then adjacent pairs, and keep the
     exclusion with the best outputs' SQNR against `references` (one mapping of output name
     -> array per input set, the reference's outputs on `feeds`)."""
+    nodes = quantized_compute_nodes(candidate.graph)
+    if not nodes:
+        note = (
+            "no exclusion searched: no Conv, ConvTranspose, MatMul or Gemm reads a "
+            "dequantized value (not a QDQ file)"
+        )
+        return Search(None, (), 0, None, (note,))
     names = [o.name for o in candidate.graph.output]
     measure = _Measure(provider, feeds, references, names)
+    start = time.perf_counter()
     before = measure(candidate)
-    nodes = quantized_compute_nodes(candidate.graph)
     pairs = adjacent_pairs(candidate.graph, nodes)
     possible = len(nodes) + len(pairs)
     notes: list[str] = []
     simulator = _Simulator(candidate, float_weights, reference_graph)
     tried: list[Tried] = []
-    singles = nodes[:max_tried]
-    for name in singles:
+
+    def more() -> bool:
+        return len(tried) < max_tried and time.perf_counter() - start < max_seconds
+
+    for name in nodes:
+        if not more():
+            break
         tried.append(Tried((name,), measure(simulator.excluding({name}))))
     gain = {t.nodes[0]: t.sqnr_db if t.sqnr_db is not None else -math.inf for t in tried}
     ranked = sorted(
         (p for p in pairs if p[0] in gain and p[1] in gain),
         key=lambda p: -(gain[p[0]] + gain[p[1]]),
     )
-    for a, b in ranked[: max(0, max_tried - len(tried))]:
+    for a, b in ranked:
+        if not more():
+            break
         tried.append(Tried((a, b), measure(simulator.excluding({a, b}))))
     if len(tried) < possible:
         notes.append(
-            f"{len(tried)} of {possible} candidate exclusions simulated (at most {max_tried}: "
-            "every quantized node alone first, then adjacent pairs, best single gains first)"
+            f"{len(tried)} of {possible} candidate exclusions simulated (at most {max_tried} "
+            f"and {max_seconds:.0f} s: every quantized node alone first, in graph order, then "
+            "adjacent pairs, best single gains first)"
         )
     notes.extend(simulator.notes())
     scored = [t for t in tried if t.sqnr_db is not None]
