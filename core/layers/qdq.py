@@ -34,6 +34,7 @@ from parity.files.json_output import finite_or_none
 from parity.layers.onnx_side import DQ_SUFFIX, Q_SUFFIX
 from parity.layers.qdq_search import (
     MIN_GAIN_DB,
+    OutputsSqnr,
     Search,
     reference_weights,
     search_exclusions,
@@ -105,8 +106,8 @@ def qdq_findings(
     search = search_exclusions(
         cand_proto,
         provider=candidate.provider,
-        feeds=outputs.feeds,
-        references=[dict(zip(outputs.names, r, strict=True)) for r in outputs.ref],
+        feeds=outputs.measure.feeds,
+        references=outputs.measure.references,
         float_weights=reference_weights(_initializers(ref_proto, reference.path)),
         reference_graph=ref_proto.graph,
     )
@@ -207,7 +208,6 @@ class _Outputs:
 
         fit = fit_signature(reference.signature, candidate.signature)
         self.names = [o.name for o in ref_proto.graph.output]
-        self.provider = candidate.provider
         self.feeds = [
             {k: np.ascontiguousarray(a) for k, a in fit.feeds(s).feeds.items()} for s in input_sets
         ]
@@ -217,26 +217,12 @@ class _Outputs:
             )
             for s in input_sets
         ]
-        self.sqnr_before = self._sqnr(candidate.session)
+        refs = [dict(zip(self.names, r, strict=True)) for r in self.ref]
+        self.measure = OutputsSqnr(candidate.provider, self.feeds, refs, self.names)
+        self.sqnr_before = self.measure.of_session(candidate.session)
 
     def bypassed(self, model: onnx.ModelProto) -> float | None:
-        from parity.load.sessions import open_session
-
-        session = open_session(model.SerializeToString(), provider=self.provider)
-        return self._sqnr(session)
-
-    def _sqnr(self, session: Any) -> float | None:
-        signal = noise = 0.0
-        for feeds, ref in zip(self.feeds, self.ref, strict=True):
-            got = session.run(self.names, feeds)
-            for r, o in zip(ref, got, strict=True):
-                r64, o64 = np.asarray(r, np.float64), np.asarray(o, np.float64)
-                if r64.shape != o64.shape:
-                    continue
-                ok = np.isfinite(r64) & np.isfinite(o64)
-                signal += float(np.square(r64[ok]).sum())
-                noise += float(np.square(o64[ok] - r64[ok]).sum())
-        return _ratio(signal, noise)
+        return self.measure.of_model(model)
 
 
 def _db(x: float | None) -> str:
@@ -378,12 +364,6 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     copy = onnx.NodeProto()
     copy.CopyFrom(node)
     return copy
-
-
-def _ratio(signal: float, noise: float) -> float | None:
-    if signal <= 0 or noise <= 0:
-        return None
-    return 10.0 * math.log10(signal / noise)
 
 
 def torch_exclusions(result: LayersResult, candidate: Any, run: Any, model: Any) -> LayersResult:

@@ -120,7 +120,7 @@ def search_exclusions(
         )
         return Search(None, (), 0, None, (note,))
     names = [o.name for o in candidate.graph.output]
-    measure = _Measure(provider, feeds, references, names)
+    measure = OutputsSqnr(provider, feeds, references, names)
     start = time.perf_counter()
     before = measure(candidate)
     pairs = adjacent_pairs(candidate.graph, nodes)
@@ -209,8 +209,9 @@ def adjacent_pairs(graph: onnx.GraphProto, nodes: Sequence[str]) -> list[tuple[s
     return pairs
 
 
-class _Measure:
-    """The outputs' SQNR of a model (a copy of the candidate) over every input set."""
+class OutputsSqnr:
+    """The outputs' SQNR (dB, over every input set and output) of the candidate or of a
+    copy of it, against the reference's outputs on the same feeds."""
 
     def __init__(
         self,
@@ -225,18 +226,20 @@ class _Measure:
         self.names = names
 
     def __call__(self, model: onnx.ModelProto | None) -> float | None:
+        """A copy's SQNR; None when it cannot be built or run."""
         if model is None:
             return None
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
         try:
-            session = ort.InferenceSession(
-                model.SerializeToString(), sess_options=options, providers=[self.provider]
-            )
+            return self.of_model(model)
         except Exception:
             return None
+
+    def of_model(self, model: onnx.ModelProto) -> float | None:
+        from parity.load.sessions import open_session
+
+        return self.of_session(open_session(model.SerializeToString(), provider=self.provider))
+
+    def of_session(self, session: Any) -> float | None:
         signal = noise = 0.0
         for feeds, ref in zip(self.feeds, self.references, strict=True):
             got = session.run(self.names, feeds)
