@@ -188,3 +188,11 @@ def test_simulated_exclusion_of_each_conv_matches_requantizing(files) -> None:
         again = quantize(files["float"], files["root"] / f"sim_{name}.onnx", [name])
         assert abs(simulated - sqnr_db(files["float"], again)) < 1, name
     assert not simulator.dequantized_weights  # every weight found in the torch model
+
+
+def test_a_float_range_wider_than_the_calibrated_one_is_counted_too(files, capsys) -> None:
+    main(["validate", "--model", str(files["root"] / "net.pt2"), "--onnx", str(files["qdq"]),
+          "--float-range=-2:2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "x uniform in [-2, 2] (--float-range)" in out
+    assert "elements (5" in out and "clipped by its first QuantizeLinear" in out  # about half

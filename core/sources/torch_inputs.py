@@ -19,8 +19,9 @@ from parity.sources import Case
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
     """The user's feeds (one set per file, then one per mapping given to the Python API;
     labelled with what a quantized input's QuantizeLinear clips), else generated sets
-    (seeded, dims grown; a quantized input within its calibrated range): made one at a
-    time, after their size is checked against the memory budget (parity.run.budget)."""
+    (seeded, dims grown; a quantized input within its calibrated range unless the user's
+    --float-range says otherwise, and then labelled likewise): made one at a time, after
+    their size is checked against the memory budget (parity.run.budget)."""
     from parity.run.budget import MemoryBudget
     from parity.run.inputs import (
         given_input_sets,
@@ -34,7 +35,7 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
         files = iter_input_files(config.input_files, signature, budget=budget)
         given = given_input_sets(config.feeds, signature, first=len(config.input_files))
         return with_clipping_notes(itertools.chain(files, given), signature.calibrated)
-    return iter_input_sets(
+    generated = iter_input_sets(
         signature,
         dims=config.dims,
         n_sets=config.n_input_sets,
@@ -44,6 +45,8 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
         float_range=config.float_range,
         budget=budget,
     )
+    # a --float-range wider than a quantized input's calibrated range is clipped there too
+    return with_clipping_notes(generated, signature.calibrated)
 
 
 def timed_input_sets(
