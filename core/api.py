@@ -83,6 +83,7 @@ def validate(
     input_sets: int = 1,
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
+    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
     tolerances: TolerancesLike = None,
@@ -106,7 +107,10 @@ def validate(
         included); None only for a ``demo:`` model.
     inputs: input name -> numpy array or torch tensor (one input set), a sequence of such
         mappings (one set each), or None to generate sets from the ONNX signature exactly as
-        the CLI does (`input_sets`, `dims`, `seed`).
+        the CLI does (`input_sets`, `dims`, `seed`, `float_range`).
+    float_range: generated float inputs drawn uniformly in [low, high]: a (low, high) for
+        every float input, or input name -> (low, high) (as ``--float-range``). Default:
+        standard normal, or a quantized file's calibrated input range.
     atol, rtol, tolerances: the pass rule |onnx - ref| <= atol + rtol * |ref|; `tolerances`
         adds per-output values (mapping name -> atol or (atol, rtol), a ``Tolerances``, or a
         tolerances JSON file).
@@ -128,7 +132,7 @@ def validate(
     try:
         return _validate(
             model, onnx, inputs=inputs, input_sets=input_sets, dims=dims, seed=seed,
-            atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
+            float_range=float_range, atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
             ort_opt_level=ort_opt_level, layers=layers, repro=repro, noise_floor=noise_floor,
             reference=reference, weights=weights,
             progress=progress,
@@ -140,6 +144,7 @@ def validate(
 API_KEYWORDS = {
     "--dim": "dims=",
     "--seed": "seed=",
+    "--float-range": "float_range=",
     "--input-sets": "input_sets=",
     "--inputs": "inputs=",
     "--atol": "atol=",
@@ -182,6 +187,7 @@ def _validate(
     input_sets: int,
     dims: Mapping[str, int] | None,
     seed: int,
+    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None,
     atol: float,
     rtol: float,
     tolerances: TolerancesLike,
@@ -219,6 +225,8 @@ def _validate(
             dims=dict(dims or {}),
             n_input_sets=input_sets,
             seed=seed,
+            float_range=None if isinstance(float_range, Mapping) else float_range,
+            float_ranges=dict(float_range) if isinstance(float_range, Mapping) else {},
             feeds=feeds,
             provider=provider,
             ort_opt_level=ort_opt_level,

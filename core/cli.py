@@ -135,6 +135,15 @@ def add_validate_arguments(v: argparse.ArgumentParser) -> None:
         metavar="NAME=LOW:HIGH",
         help="range [LOW, HIGH) of an integer input (repeatable)",
     )
+    inputs.add_argument(
+        "--float-range",
+        action="append",
+        default=[],
+        metavar="[NAME=]LO:HI",
+        help="draw generated float inputs uniformly in [LO, HI]: every one, or input NAME "
+        "(repeatable; --float-range=-1:1 for a negative LO). Default: standard normal, or a "
+        "quantized input's calibrated range",
+    )
     reads(
         inputs.add_argument(
             "--inputs",
@@ -321,6 +330,27 @@ def parse_int_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
     return ranges
 
 
+def parse_float_ranges(
+    items: Sequence[str],
+) -> tuple[tuple[float, float] | None, dict[str, tuple[float, float]]]:
+    """--float-range values: (the range for every float input or None, per input)."""
+    from parity.run.inputs import parse_float_range
+
+    every: tuple[float, float] | None = None
+    ranges: dict[str, tuple[float, float]] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        if not sep:
+            if every is not None:
+                raise UsageError(f"--float-range {item}: give one LO:HI for every input")
+            every = parse_float_range(item, "--float-range")
+        elif not name:
+            raise UsageError(f"--float-range {item!r}: expected [NAME=]LO:HI")
+        else:
+            ranges[name] = parse_float_range(value, f"--float-range {name}")
+    return every, ranges
+
+
 def tolerances_from_args(args: argparse.Namespace, *, base: Tolerances | None = None) -> Tolerances:
     """--tolerances file (else `base`) first, then --atol/--rtol over its default, then --tol."""
     tolerances = Tolerances.load(args.tolerances) if args.tolerances else (base or Tolerances())
@@ -346,6 +376,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
     hf = None
     if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
         hf = hf_options_from_args(args)
+    float_range, float_ranges = parse_float_ranges(args.float_range)
     config = RunConfig(
         model=args.model,
         onnx=tuple(args.onnx) or None,
@@ -354,6 +385,8 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         n_input_sets=args.input_sets,
         seed=args.seed,
         int_ranges=parse_int_ranges(args.int_range),
+        float_range=float_range,
+        float_ranges=float_ranges,
         input_files=tuple(args.inputs),
         provider=parse_list(args.provider, "--provider"),
         ort_opt_level=parse_list(args.ort_opt_level, "--ort-opt-level"),

@@ -23,6 +23,7 @@ import numpy as np
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
 from parity.judge.noise import with_noise
+from parity.load.calibration import merged
 from parity.messages import with_notes
 from parity.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
 from parity.run.candidates import (
@@ -238,6 +239,12 @@ def _with_layers(
         confirm=config.layers_confirm,
         progress=lambda message: report("layers", message, None),
     )
+    model = getattr(source, "torch_model", None)
+    if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
+        from parity.layers.qdq import torch_exclusions
+
+        report("layers", "simulating exclusions from quantization", None)
+        layers = torch_exclusions(layers, candidate, run, model)
     timings = {**run.timings, "layers": time.perf_counter() - t0}
     return replace(run, layers=layers, timings=timings)
 
@@ -264,6 +271,11 @@ def _run_cases(
     timings: dict[str, float] = {}
     first = next(s.candidate for s in slots if s.candidate is not None)
     signature = getattr(source, "reference_signature", None) or first.signature
+    # generated inputs stay within every candidate's calibrated range (a quantized file)
+    signature = replace(
+        signature,
+        calibrated=merged(s.candidate.signature.calibrated for s in slots if s.candidate),
+    )
     for slot in slots:
         if slot.candidate is not None:
             slot.fit = fit_signature(signature, slot.candidate.signature)

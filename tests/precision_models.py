@@ -117,8 +117,15 @@ def conv_net(path: Path, *, relu_after_third: bool = False, seed: int = 0) -> Pa
     return _save(graph, path)
 
 
-def quantize_qdq(source: Path, path: Path, *, exclude: list[str] | None = None) -> Path:
-    """onnxruntime.quantization.quantize_static, QDQ int8, calibrated on 8 fixed inputs."""
+def quantize_qdq(
+    source: Path,
+    path: Path,
+    *,
+    exclude: list[str] | None = None,
+    calibration: list[dict[str, np.ndarray]] | None = None,
+) -> Path:
+    """onnxruntime.quantization.quantize_static, QDQ int8 (per-tensor weights), calibrated
+    on `calibration` (default: 8 fixed standard normal x[1, 3, 8, 8])."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -129,8 +136,11 @@ def quantize_qdq(source: Path, path: Path, *, exclude: list[str] | None = None) 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             self.sets = iter(
-                {"x": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)}
-                for i in range(8)
+                calibration
+                or [
+                    {"x": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+                    for i in range(8)
+                ]
             )
 
         def get_next(self):

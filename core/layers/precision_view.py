@@ -17,10 +17,12 @@ def precision_lines(result: LayersResult) -> list[str]:
     exclude = f.get("exclude_from_quantization")
     if exclude:
         check = f.get("exclusion_check") or {}
+        tried = check.get("tried")
         lines.append(
-            f"keep in float (quantize_static nodes_to_exclude): {', '.join(exclude)}; checked "
-            f"without re-calibrating: outputs' SQNR {_db(check.get('sqnr_db_before'))} -> "
-            f"{_db(check.get('sqnr_db_after'))}"
+            f"keep in float (quantize_static nodes_to_exclude): {', '.join(exclude)}; "
+            f"simulated without re-calibrating: outputs' SQNR {_db(check.get('sqnr_db_before'))}"
+            f" -> {_db(check.get('sqnr_db_after'))}"
+            + (f", the best of {tried} exclusions tried" if tried else "")
         )
     check = f.get("keep_float32_check")
     if check:

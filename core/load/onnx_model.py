@@ -171,12 +171,15 @@ def read_signature(proto: onnx.ModelProto, *, where: Path | str = "model") -> On
     outputs = tuple(_tensor_spec(v, where=where, role="output") for v in graph.output)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    from parity.load.calibration import input_ranges
+
     return OnnxSignature(
         inputs=inputs,
         outputs=outputs,
         opset=int(opset),
         producer=producer,
         ir_version=int(proto.ir_version),
+        calibrated=input_ranges(proto),
     )
 
 

@@ -17,25 +17,36 @@ from parity.sources import Case
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
-    """The user's feeds (one set per file, then one per mapping given to the Python API),
-    else generated sets (seeded, dims grown): made one at a time, after their size is
-    checked against the memory budget (parity.run.budget)."""
+    """The user's feeds (one set per file, then one per mapping given to the Python API;
+    labelled with what a quantized input's QuantizeLinear clips), else generated sets
+    (seeded, dims grown; a quantized input within its calibrated range unless the user's
+    --float-range says otherwise, and then labelled likewise): made one at a time, after
+    their size is checked against the memory budget (parity.run.budget)."""
     from parity.run.budget import MemoryBudget
-    from parity.run.inputs import given_input_sets, iter_input_files, iter_input_sets
+    from parity.run.inputs import (
+        given_input_sets,
+        iter_input_files,
+        iter_input_sets,
+        with_clipping_notes,
+    )
 
     budget = MemoryBudget.of(config.max_memory)
     if config.n_given_sets:
         files = iter_input_files(config.input_files, signature, budget=budget)
         given = given_input_sets(config.feeds, signature, first=len(config.input_files))
-        return itertools.chain(files, given)
-    return iter_input_sets(
+        return with_clipping_notes(itertools.chain(files, given), signature.calibrated)
+    generated = iter_input_sets(
         signature,
         dims=config.dims,
         n_sets=config.n_input_sets,
         seed=config.seed,
         int_ranges=config.int_ranges,
+        float_ranges=config.float_ranges,
+        float_range=config.float_range,
         budget=budget,
     )
+    # a --float-range wider than a quantized input's calibrated range is clipped there too
+    return with_clipping_notes(generated, signature.calibrated)
 
 
 def timed_input_sets(
