@@ -33,6 +33,7 @@ from onnx import TensorProto
 from parity.errors import OnnxLoadError, UsageError, first_line
 from parity.files.hashing import update_with_file
 from parity.files.kinds import not_a_regular_file
+from parity.files.safe_read import open_regular
 from parity.load.dtypes import from_onnx_elem_type
 from parity.load.quiet import apply_ort_default_severity, ort_severity
 from parity.signature import Dim, OnnxSignature, TensorSpec
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     import onnxruntime
 
 ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
+_MAX_PROTO = 2 << 30  # protobuf cannot parse more; weights past it live in external data
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,13 @@ class OnnxModel:
 def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
     """Read, check and describe an ONNX file; external-data files are looked up beside it."""
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise _load_error(p, "no such file")
-    if not p.is_file():
-        raise _load_error(p, f"not a file: it is {not_a_regular_file(p)}")
-    try:
-        proto = onnx.load(str(p), load_external_data=False)
+    try:  # a regular file only (a FIFO or /dev/zero is named), read at most protobuf's 2 GiB
+        with open_regular(p, what="ONNX file", limit=_MAX_PROTO, error=OnnxLoadError) as fh:
+            proto = onnx.load(fh, load_external_data=False)
+    except OnnxLoadError:
+        raise
     except Exception as exc:  # protobuf DecodeError, OSError, onnx errors: all mean "unreadable"
         raise _load_error(p, f"not a readable ONNX protobuf ({first_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version == 0:

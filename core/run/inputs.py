@@ -40,11 +40,14 @@ import os
 import re
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from parity.errors import InputError, UsageError, first_line
+from parity.files.safe_read import open_regular
 from parity.load.dtypes import FLOAT_NAMES, INT_NAMES, numpy_dtype
 from parity.results import InputSet
 from parity.run.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
@@ -263,14 +266,21 @@ def _read_input_files(paths: list[Path], signature: OnnxSignature) -> Iterator[I
 
 
 def _npz_headers(path: Path, *, where: str) -> tuple[NpyHeader, ...]:
-    if not path.is_file():
-        raise InputError(f"{where}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
-    try:
-        return npz_headers(path)
-    except Exception as exc:
-        raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
+    with _open_npz(path, where) as fh:
+        try:
+            return npz_headers(fh)
+        except Exception as exc:
+            raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
+
+
+@contextmanager
+def _open_npz(path: Path, where: str) -> Iterator[BinaryIO]:
+    """The .npz, if a regular file (a FIFO or /dev/zero named in one line) and a zip."""
+    with open_regular(path, what="inputs file", limit=None, error=InputError) as fh:
+        if not zipfile.is_zipfile(fh):
+            raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
+        fh.seek(0)
+        yield fh
 
 
 def given_input_sets(
@@ -435,13 +445,9 @@ def _generate(
 
 
 def _read_npz(path: Path, *, where: str) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise InputError(f"{where}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
     feeds: dict[str, np.ndarray] = {}
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with _open_npz(path, where) as fh, np.load(fh, allow_pickle=False) as archive:
             for name in archive.files:
                 try:
                     feeds[name] = archive[name]
