@@ -220,6 +220,10 @@ def _validate(
         prepared = from_object(model)
         spec = prepared.spec
         loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
+    if repro is not None:  # a bad folder is refused before the run, not after it
+        from parity.files.atomic import check_folder_writable
+
+        check_folder_writable(os.fspath(repro), "repro folder")
     feeds = _input_mappings(inputs)
     with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
         onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))
