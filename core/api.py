@@ -107,6 +107,8 @@ def validate(
     reference: str | os.PathLike[str] | None = None,
     weights: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
+    max_memory: int | str | None = None,
+    timeout: float | None = None,
 ) -> ValidationRun:
     """Run `model` and `onnx` on the same inputs and compare every output element.
 
@@ -131,6 +133,11 @@ def validate(
     noise_floor: also run the torch model in float64; each float32 output's
         ``run.outputs[i].noise`` (torch_error, onnx_error, ratio) says whether ONNX's error is
         rounding (as ``--noise-floor``); the verdict stays the tolerance's.
+    max_memory: bytes (or "512M", "16G") of arrays the run may hold, as ``--max-memory``:
+        given inputs, generated sets and the float64 copy of `noise_floor` are checked
+        against it before they are made (default 4 GiB).
+    timeout: seconds the run may take, ONNX Runtime's session setup included; past it a
+        `parity.RunTimeout` (torch itself cannot be interrupted: it is checked between steps).
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -142,7 +149,7 @@ def validate(
             atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
             ort_opt_level=ort_opt_level, layers=layers, repro=repro, noise_floor=noise_floor,
             reference=reference, weights=weights,
-            progress=progress,
+            progress=progress, max_memory=max_memory, timeout=timeout,
         )  # fmt: skip
     except ParityError as exc:
         raise in_api_words(exc) from exc.__cause__
@@ -166,6 +173,8 @@ API_KEYWORDS = {
     "--weights": "weights=",
     "--model": "model=",
     "--onnx": "onnx=",
+    "--max-memory": "max_memory=",
+    "--timeout": "timeout=",
 }
 """The CLI flag a core message names -> the keyword argument of `validate` that sets it."""
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?: (?=[^\s:;,]))?")
@@ -183,6 +192,15 @@ def in_api_words(exc: ParityError) -> ParityError:
     exc.message = worded
     exc.args = (worded,)
     return exc
+
+
+def _max_memory(value: int | str | None) -> int | None:
+    """max_memory= as bytes: an int, or a size such as "512M" (parse_size's words)."""
+    if value is None or isinstance(value, int):
+        return value
+    from parity.run.budget import parse_size
+
+    return parse_size(str(value))
 
 
 def _validate(
@@ -204,6 +222,8 @@ def _validate(
     reference: str | os.PathLike[str] | None,
     weights: str | os.PathLike[str] | None,
     progress: ProgressCallback | None,
+    max_memory: int | str | None = None,
+    timeout: float | None = None,
 ) -> ValidationRun:
     tol = tolerances_of(
         tolerances,
@@ -241,6 +261,8 @@ def _validate(
             noise_floor=noise_floor,
             tolerances=tol,
             reference_file=None if reference is None else os.fspath(reference),
+            max_memory=_max_memory(max_memory),
+            timeout=timeout,
         )
         from parity.pipeline import run_validation
 

@@ -29,8 +29,9 @@ make_input_sets(signature, *, dims={}, n_sets=1, seed=0, int_ranges={}, budget=N
     Both refuse (BudgetError) before allocating when all sets would exceed the budget.
 load_input_files(paths, signature, *, budget=None) -> tuple[InputSet, ...]   one set per
     .npz (no pickle), sizes read from .npy headers first; iter_input_files: one at a time.
-given_input_sets(mappings, signature, *, first=0) -> Iterator[InputSet]   one set per mapping
-    of input name -> array or tensor (the Python API), checked like a file's feeds.
+given_input_sets(mappings, signature, *, first=0, budget=None) -> Iterator[InputSet]   one set
+    per mapping of input name -> array or tensor (the Python API), checked like a file's
+    feeds; their copied sizes checked against the budget first.
 check_feeds(feeds, signature, *, where) -> None    InputError naming the input
 """
 
@@ -284,14 +285,34 @@ def _open_npz(path: Path, where: str) -> Iterator[BinaryIO]:
 
 
 def given_input_sets(
-    given: Iterable[Mapping[str, object]], signature: OnnxSignature, *, first: int = 0
+    given: Iterable[Mapping[str, object]],
+    signature: OnnxSignature,
+    *,
+    first: int = 0,
+    budget: MemoryBudget | None = None,
 ) -> Iterable[InputSet]:
     """One input set per mapping of input name -> array (numpy, or anything with
-    ``.numpy()`` such as a CPU torch tensor), checked like a file's feeds."""
+    ``.numpy()`` such as a CPU torch tensor), checked like a file's feeds. Each array's
+    size once copied (its shape times its itemsize: a zero-stride `broadcast_to` view holds
+    little but is copied whole) is checked against `budget`, all sets together, first."""
+    budget = budget or MemoryBudget()
+    total = 0
     for index, mapping in enumerate(given, start=first):
         where = f"inputs[{index - first}]"
         if not isinstance(mapping, Mapping):
             raise InputError(f"{where}: expected a mapping of input name -> array")
+        for name, value in mapping.items():
+            shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+            try:
+                n_bytes = array_bytes(tuple(shape), numpy_dtype(str(dtype).removeprefix("torch.")))
+            except Exception:  # not an array: _as_array says what it is
+                continue
+            total += n_bytes
+            budget.check(
+                total,
+                f"{where}[{str(name)!r}] ({dtype} {list(shape)}, once copied)",
+                proceed="give smaller arrays",
+            )
         feeds = {
             str(name): _as_array(value, f"{where}[{name!r}]") for name, value in mapping.items()
         }

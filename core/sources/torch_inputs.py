@@ -26,7 +26,9 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
     budget = MemoryBudget.of(config.max_memory)
     if config.n_given_sets:
         files = iter_input_files(config.input_files, signature, budget=budget)
-        given = given_input_sets(config.feeds, signature, first=len(config.input_files))
+        given = given_input_sets(
+            config.feeds, signature, first=len(config.input_files), budget=budget
+        )
         return itertools.chain(files, given)
     return iter_input_sets(
         signature,
@@ -97,9 +99,10 @@ class TorchSource:
         self.timings["load_model"] = time.perf_counter() - t0
         double = None
         if self._config.noise_floor:
+            from parity.run.budget import MemoryBudget
             from parity.run.float64 import float64_model
 
-            double = float64_model(self._torch)
+            double = float64_model(self._torch, MemoryBudget.of(self._config.max_memory))
             self.timings["float64"] = 0.0
         for input_set in sets:
             self._report("torch", f"torch on {set_name(input_set)}", None)
