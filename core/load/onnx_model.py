@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import TensorProto
 
-from parity.errors import OnnxLoadError, UsageError, first_line
+from parity.errors import OnnxLoadError, RunTimeout, UsageError, first_line
 from parity.files.hashing import update_with_file
 from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import open_regular
@@ -207,6 +207,8 @@ def make_session(
         )
     try:
         return open_session(model.path, provider=provider, opt_level=opt_level)
+    except RunTimeout:  # the run's time limit, not the file's fault
+        raise
     except Exception as exc:
         raise _load_error(model.path, f"ONNX Runtime ({provider}): {first_line(exc)}") from exc
 
