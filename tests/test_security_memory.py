@@ -89,3 +89,59 @@ def _tiny_onnx(module: torch.nn.Module) -> bytes:
         )  # fmt: skip
         _ONNX[0] = buffer.getvalue()
     return _ONNX[0]
+
+
+EXITS_IN_FLOAT64 = """
+import sys
+
+import torch
+
+
+class ExitsInFloat64(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        if x.dtype == torch.float64:
+            sys.exit(7)
+        return self.fc(x)
+
+
+def make():
+    torch.manual_seed(0)
+    return ExitsInFloat64()
+"""
+
+
+def test_a_model_that_exits_in_float64_keeps_the_verdict(tmp_path, capsys) -> None:
+    """sys.exit(7) inside the float64 run made Parity exit 7 silently."""
+    from parity.cli import main
+
+    factory = tmp_path / "exits.py"
+    factory.write_text(EXITS_IN_FLOAT64)
+    onnx_file = tmp_path / "exits.onnx"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("exits", factory)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.onnx.export(
+        module.make(), (torch.randn(2, 4),), str(onnx_file), input_names=["x"],
+        output_names=["y"], dynamic_axes={"x": {0: "batch"}}, dynamo=False,
+    )  # fmt: skip
+    code = main(["validate", "--model", f"{factory}:make", "--onnx", str(onnx_file),
+                 "--noise-floor"])  # fmt: skip
+    assert code == 0, capsys.readouterr()
+    from parity.load.onnx_model import load_onnx
+    from parity.load.torch_model import load_torch_model
+    from parity.results import InputSet
+    from parity.run.float64 import float64_model, run_float64
+
+    double = float64_model(load_torch_model(f"{factory}:make"))
+    arrays, note = run_float64(
+        double.model,
+        InputSet(0, {"x": np.ones((2, 4), np.float32)}),
+        load_onnx(onnx_file).signature,
+    )
+    assert arrays is None and note.endswith("(it called sys.exit(7))")

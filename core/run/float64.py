@@ -117,8 +117,11 @@ def run_float64(
         with quiet_torch(), torch.inference_mode():
             result = model.module(*binding.args, **binding.kwargs)
         named = match_outputs(flatten_outputs(result), signature.output_names)
-    except Exception as exc:
-        return None, f"noise floor not measured: the model failed in float64 ({first_line(exc)})"
+    except (Exception, SystemExit) as exc:  # a model's sys.exit() must not end Parity silently
+        cause = f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else None
+        return None, (
+            f"noise floor not measured: the model failed in float64 ({cause or first_line(exc)})"
+        )
     arrays = {}
     for name, value in named.items():
         if isinstance(value, torch.Tensor):
