@@ -95,6 +95,8 @@ def validate(
     reference: str | os.PathLike[str] | None = None,
     weights: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
+    max_memory: int | str | None = None,
+    timeout: float | None = None,
 ) -> ValidationRun:
     """Run `model` and `onnx` on the same inputs and compare every output element.
 
@@ -124,6 +126,11 @@ def validate(
         ratio, precision) says whether ONNX's error is rounding at the precision the file
         computes it (int8: its quantization noise), as ``--noise-floor``; the verdict stays
         the tolerance's.
+    max_memory: bytes (or "512M", "16G") of arrays the run may hold, as ``--max-memory``:
+        given inputs, generated sets and the float64 copy of `noise_floor` are checked
+        against it before they are made (default 4 GiB).
+    timeout: seconds the run may take, ONNX Runtime's session setup included; past it a
+        `parity.RunTimeout` (torch itself cannot be interrupted: it is checked between steps).
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -135,7 +142,7 @@ def validate(
             float_range=float_range, atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
             ort_opt_level=ort_opt_level, layers=layers, repro=repro, noise_floor=noise_floor,
             reference=reference, weights=weights,
-            progress=progress,
+            progress=progress, max_memory=max_memory, timeout=timeout,
         )  # fmt: skip
     except ParityError as exc:
         raise in_api_words(exc) from exc.__cause__
@@ -160,6 +167,8 @@ API_KEYWORDS = {
     "--weights": "weights=",
     "--model": "model=",
     "--onnx": "onnx=",
+    "--max-memory": "max_memory=",
+    "--timeout": "timeout=",
 }
 """The CLI flag a core message names -> the keyword argument of `validate` that sets it."""
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?: (?=[^\s:;,]))?")
@@ -177,6 +186,15 @@ def in_api_words(exc: ParityError) -> ParityError:
     exc.message = worded
     exc.args = (worded,)
     return exc
+
+
+def _max_memory(value: int | str | None) -> int | None:
+    """max_memory= as bytes: an int, or a size such as "512M" (parse_size's words)."""
+    if value is None or isinstance(value, int):
+        return value
+    from parity.run.budget import parse_size
+
+    return parse_size(str(value))
 
 
 def _validate(
@@ -199,6 +217,8 @@ def _validate(
     reference: str | os.PathLike[str] | None,
     weights: str | os.PathLike[str] | None,
     progress: ProgressCallback | None,
+    max_memory: int | str | None = None,
+    timeout: float | None = None,
 ) -> ValidationRun:
     tol = tolerances_of(
         tolerances,
@@ -215,6 +235,10 @@ def _validate(
         prepared = from_object(model)
         spec = prepared.spec
         loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
+    if repro is not None:  # a bad folder is refused before the run, not after it
+        from parity.files.atomic import check_folder_writable
+
+        check_folder_writable(os.fspath(repro), "repro folder")
     feeds = _input_mappings(inputs)
     with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
         onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))
@@ -234,6 +258,8 @@ def _validate(
             noise_floor=noise_floor,
             tolerances=tol,
             reference_file=None if reference is None else os.fspath(reference),
+            max_memory=_max_memory(max_memory),
+            timeout=timeout,
         )
         from parity.pipeline import run_validation
 

@@ -440,6 +440,36 @@ def _check_outputs(args: argparse.Namespace) -> None:
     for attr, what in _OUTPUTS:
         if getattr(args, attr, None):
             check_writable(getattr(args, attr), what)
+    if getattr(args, "repro", None) is not None:  # `--repro ''` too: refused, not ignored
+        from parity.files.atomic import check_folder_writable
+
+        check_folder_writable(args.repro, "repro folder")
+    if getattr(args, "write_fixed", None):
+        _check_write_fixed(args)
+
+
+def _check_write_fixed(args: argparse.Namespace) -> None:
+    """--write-fixed writes a reference converted again: it needs ONNX against ONNX, and it
+    may not name a file the same run reads or writes (the float32 reference, a report)."""
+    from parity.files.atomic import same_file
+
+    if args.model or args.reference or len(args.onnx) < 2:
+        raise UsageError(
+            "--write-fixed needs ONNX against ONNX: no --model or --reference, the float32 "
+            "reference as the first --onnx and the float16 candidate after it"
+        )
+    named = [("--onnx", path) for path in args.onnx]
+    named += [("--inputs", path) for path in args.inputs]
+    named += [
+        (f"--{a.replace('_', '-')}", getattr(args, a, None)) for a in ("weights", "tolerances")
+    ]
+    named += [(f"--{a.replace('_', '-')}", getattr(args, a, None)) for a, _ in _OUTPUTS[:-1]]
+    for flag, path in named:
+        if path and same_file(args.write_fixed, path):
+            raise UsageError(
+                f"--write-fixed {args.write_fixed} is also {flag} {path}: writing it would "
+                "overwrite that file; name another one"
+            )
 
 
 def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
@@ -471,15 +501,20 @@ def _write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
 
 
 def _write_fixed(run: ValidationRun, path: str) -> None:
-    """The float16 file with layers.keep_float32 kept in float32 (parity.layers.fp16)."""
+    """The float16 file with layers.keep_float32 kept in float32 (parity.layers.fp16). A run
+    with nothing to fix keeps its verdict and reports: a note says why nothing was written."""
     from parity.layers.fp16 import write_fixed
 
     reference = run.provenance.reference_file
-    if run.layers is None or reference is None:
-        raise UsageError(
-            f"no fixed file to write to {path}: --write-fixed needs --layers and a reference "
-            "ONNX file (ONNX against ONNX)"
+    check = run.layers.findings.get("keep_float32_check") if run.layers is not None else None
+    if reference is None or not check or not check.get("fixed"):
+        why = (
+            "nothing needed fixing (no float16 value diverged for a node kept in float32 to cure)"
+            if not check
+            else "keeping the nodes found in float32 did not fix the float16 file"
         )
+        print(f"--write-fixed: nothing written to {path}: {why}")
+        return
     write_fixed(run.layers, reference, path)
 
 

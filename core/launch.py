@@ -254,7 +254,12 @@ def _dashboard(args: argparse.Namespace, validate, stop: _StopSignals) -> int:
                 elif path.is_file():
                     env[RUN_ENV] = str(path.resolve())
                 else:
-                    raise UsageError(f"{args.path}: no such saved run or sweep folder")
+                    from parity.files.kinds import not_a_regular_file
+
+                    kind = not_a_regular_file(path)  # a FIFO, a device: named for what it is
+                    if kind in ("", "missing"):
+                        raise UsageError(f"{args.path}: no such saved run or sweep folder")
+                    raise UsageError(f"{args.path} is {kind}, not a saved run or sweep folder")
         return _serve(streamlit_command(args), env, args, stop)
     finally:
         if scratch is not None:

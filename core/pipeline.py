@@ -100,10 +100,20 @@ def run_validation(
     disagree is not an error, it is a run whose verdict is "fail". Temp folders the run
     made (an hf: export without --export-path) are removed when it returns or raises.
     """
+    deadline = Deadline(config.timeout)
+    with deadline.active():  # ONNX Runtime's session setups are bounded by it too
+        return _run_validation(config, progress, loaders, deadline)
+
+
+def _run_validation(
+    config: RunConfig,
+    progress: ProgressCallback | None,
+    loaders: Loaders | None,
+    deadline: Deadline,
+) -> ValidationRun:
     loaders = shared_loaders(loaders or default_loaders())
     report = ProgressReporter(progress)
     t_start = time.perf_counter()
-    deadline = Deadline(config.timeout)
     check_config(config)
     reference = None
     specs = expand_specs(config.onnx_files, config.providers, config.ort_opt_levels)

@@ -55,13 +55,20 @@ def test_write_fixed_writes_a_float16_file_whose_values_no_longer_overflow(rms) 
     assert all(v.status != "nonfinite" for v in result.values)
 
 
-def test_write_fixed_without_a_fix_is_a_one_line_usage_error(tmp_path: Path, capsys) -> None:
+def test_write_fixed_without_a_fix_keeps_the_verdict_and_says_so(tmp_path: Path, capsys) -> None:
+    """Nothing to fix is not an error: the exit code is the verdict's, the JSON report is the
+    comparison, and a note says why no file was written (issue 36)."""
     ref = mlp(tmp_path / "mlp.onnx")
     f16 = to_float16(ref, tmp_path / "mlp_fp16.onnx")
+    report = tmp_path / "r.json"
     code = main(["validate", "--onnx", str(ref), "--onnx", str(f16), "--layers", "--atol", "1e-2",
-                 "--write-fixed", str(tmp_path / "f.onnx")])  # fmt: skip
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and "no fixed float16 file" in err
+                 "--json", str(report), "--write-fixed", str(tmp_path / "f.onnx")])  # fmt: skip
+    captured = capsys.readouterr()
+    data = json.loads(report.read_text())
+    assert data["verdict"] in ("pass", "fail") and code == {"pass": 0, "fail": 1}[data["verdict"]]
+    assert data["outputs"] and "layers" in data
+    assert "--write-fixed: nothing written to" in captured.out
+    assert "nothing needed fixing" in captured.out and captured.err.strip() == ""
     assert not (tmp_path / "f.onnx").exists()
 
 

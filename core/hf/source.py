@@ -140,7 +140,7 @@ class HfSource:
 
             self._report("torch", "torch in float64 on every captured call", None)
             t0 = time.perf_counter()
-            made, note = float64_calls(loaded.model, capture.calls)
+            made, note = float64_calls(loaded.model, capture.calls, max_memory=self._max_memory)
             self.timings["float64"] = time.perf_counter() - t0
             doubles = made or doubles
         for call, double in zip(capture.calls, doubles, strict=True):

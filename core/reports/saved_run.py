@@ -31,6 +31,7 @@ import platform
 import struct
 import zipfile
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +43,7 @@ import parity.files.strict_json as sj
 from parity.errors import ParityError, SavedRunError
 from parity.files.atomic import atomic_output
 from parity.files.hashing import file_sha256
+from parity.files.safe_read import open_regular
 from parity.load.specs import demo_name
 from parity.results import (
     NOISE_PRECISIONS,
@@ -516,7 +518,7 @@ class _Member:
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """The manifest alone (cheap: no array is read or checked)."""
     path = Path(path)
-    with _open_zip(path) as zf:
+    with _open_file(path) as fh, _open_zip(fh, path) as zf:
         return _read_manifest(zf, path)
 
 
@@ -530,7 +532,7 @@ def load_run(
     into memory (the small ones) are checked against `budget` before any is read.
     """
     path = Path(path)
-    with _open_zip(path) as zf, open(path, "rb") as fh:
+    with _open_file(path) as fh, _open_zip(fh, path) as zf:
         manifest = _read_manifest(zf, path)
         members = _locate_members(zf, fh, manifest, path)
         (budget or MemoryBudget()).check(
@@ -559,13 +561,17 @@ def load_run(
             raise SavedRunError(f"{path}: malformed {MANIFEST} ({exc!r})") from exc
 
 
-def _open_zip(path: Path) -> zipfile.ZipFile:
+def _open_file(path: Path) -> AbstractContextManager[BinaryIO]:
+    """The saved run's file, if it is a regular one: a URL's `?run=/dev/zero` or a FIFO is
+    refused in one line (parity.files.safe_read)."""
+    if not os.path.lexists(path):
+        raise SavedRunError(f"saved run {path} not found")
+    return open_regular(path, what="saved run", limit=None, error=SavedRunError)
+
+
+def _open_zip(fh: BinaryIO, path: Path) -> zipfile.ZipFile:
     try:
-        return zipfile.ZipFile(path)
-    except FileNotFoundError as exc:
-        raise SavedRunError(f"saved run {path} not found") from exc
-    except IsADirectoryError as exc:
-        raise SavedRunError(f"saved run {path} is a directory, not a file") from exc
+        return zipfile.ZipFile(fh)
     except OSError as exc:
         raise SavedRunError(f"cannot read saved run {path}: {exc.strerror or exc}") from exc
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError) as exc:

@@ -23,6 +23,7 @@ import torch
 from parity.errors import first_line
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet
+from parity.run.budget import MemoryBudget
 from parity.signature import OnnxSignature
 
 
@@ -32,7 +33,27 @@ class Float64Model:
     note: str  # why not, when model is None
 
 
-def float64_model(model: Any) -> Float64Model:
+def float64_bytes(module: torch.nn.Module) -> int:
+    """What casting a copy of `module` to float64 allocates: the copy (every tensor it holds)
+    and the float64 tensors that replace its floating ones, counted before either is made."""
+    seen: set[int] = set()
+    total = 0
+    tensors = [*module.parameters(), *module.buffers()]
+    for sub in module.modules():  # a traced graph's lifted constants are plain attributes
+        tensors += [v for v in vars(sub).values() if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        total += t.numel() * t.element_size()
+        if t.is_floating_point():
+            total += t.numel() * 8
+    return total
+
+
+def float64_model(model: Any, budget: MemoryBudget | None = None) -> Float64Model:
+    """The model cast to float64 (or None and why). Its size is checked against `budget`
+    (--max-memory) before the copy is made: BudgetError, one line."""
     module = getattr(model, "module", None)
     if getattr(model, "kind", "") == "torchscript":
         return Float64Model(None, "noise floor not measured: a TorchScript model fixes its dtypes")
@@ -41,6 +62,11 @@ def float64_model(model: Any) -> Float64Model:
     floats = {p.dtype for p in module.parameters()} | {b.dtype for b in module.buffers()}
     if floats - {torch.float32, torch.float64} and floats & {torch.float16, torch.bfloat16}:
         return Float64Model(None, "noise floor not measured: the model is not float32")
+    (budget or MemoryBudget()).check(
+        float64_bytes(module),
+        "the float64 copy of the model for --noise-floor",
+        proceed="leave out --noise-floor for this model",
+    )
     try:
         with warnings.catch_warnings():  # deepcopy of a .pt2's module: pytree deprecations
             warnings.simplefilter("ignore")
@@ -97,8 +123,11 @@ def run_float64(
         with quiet_torch(), torch.inference_mode():
             result = model.module(*binding.args, **binding.kwargs)
         named = match_outputs(flatten_outputs(result), signature.output_names)
-    except Exception as exc:
-        return None, f"noise floor not measured: the model failed in float64 ({first_line(exc)})"
+    except (Exception, SystemExit) as exc:  # a model's sys.exit() must not end Parity silently
+        cause = f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else None
+        return None, (
+            f"noise floor not measured: the model failed in float64 ({cause or first_line(exc)})"
+        )
     arrays = {}
     for name, value in named.items():
         if isinstance(value, torch.Tensor):

@@ -36,8 +36,9 @@ make_input_sets(signature, *, dims={}, n_sets=1, seed=0, int_ranges={}, float_ra
     Both refuse (BudgetError) before allocating when all sets would exceed the budget.
 load_input_files(paths, signature, *, budget=None) -> tuple[InputSet, ...]   one set per
     .npz (no pickle), sizes read from .npy headers first; iter_input_files: one at a time.
-given_input_sets(mappings, signature, *, first=0) -> Iterator[InputSet]   one set per mapping
-    of input name -> array or tensor (the Python API), checked like a file's feeds.
+given_input_sets(mappings, signature, *, first=0, budget=None) -> Iterator[InputSet]   one set
+    per mapping of input name -> array or tensor (the Python API), checked like a file's
+    feeds; their copied sizes checked against the budget first.
 with_clipping_notes(sets, calibrated) -> Iterator[InputSet]   given sets, each labelled with
     how many elements of a quantized input its QuantizeLinear clips
 parse_float_range(text, where) -> (low, high)     "LO:HI", UsageError naming `where`
@@ -50,13 +51,15 @@ import os
 import re
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from parity.errors import InputError, UsageError, first_line
+from parity.files.safe_read import open_regular
 from parity.load.dtypes import FLOAT_NAMES, INT_NAMES, numpy_dtype
 from parity.results import InputSet
 from parity.run.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
@@ -407,25 +410,52 @@ def _read_input_files(paths: list[Path], signature: OnnxSignature) -> Iterator[I
 
 
 def _npz_headers(path: Path, *, where: str) -> tuple[NpyHeader, ...]:
-    if not path.is_file():
-        raise InputError(f"{where}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
-    try:
-        return npz_headers(path)
-    except Exception as exc:
-        raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
+    with _open_npz(path, where) as fh:
+        try:
+            return npz_headers(fh)
+        except Exception as exc:
+            raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
+
+
+@contextmanager
+def _open_npz(path: Path, where: str) -> Iterator[BinaryIO]:
+    """The .npz, if a regular file (a FIFO or /dev/zero named in one line) and a zip."""
+    with open_regular(path, what="inputs file", limit=None, error=InputError) as fh:
+        if not zipfile.is_zipfile(fh):
+            raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
+        fh.seek(0)
+        yield fh
 
 
 def given_input_sets(
-    given: Iterable[Mapping[str, object]], signature: OnnxSignature, *, first: int = 0
+    given: Iterable[Mapping[str, object]],
+    signature: OnnxSignature,
+    *,
+    first: int = 0,
+    budget: MemoryBudget | None = None,
 ) -> Iterable[InputSet]:
     """One input set per mapping of input name -> array (numpy, or anything with
-    ``.numpy()`` such as a CPU torch tensor), checked like a file's feeds."""
+    ``.numpy()`` such as a CPU torch tensor), checked like a file's feeds. Each array's
+    size once copied (its shape times its itemsize: a zero-stride `broadcast_to` view holds
+    little but is copied whole) is checked against `budget`, all sets together, first."""
+    budget = budget or MemoryBudget()
+    total = 0
     for index, mapping in enumerate(given, start=first):
         where = f"inputs[{index - first}]"
         if not isinstance(mapping, Mapping):
             raise InputError(f"{where}: expected a mapping of input name -> array")
+        for name, value in mapping.items():
+            shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+            try:
+                n_bytes = array_bytes(tuple(shape), numpy_dtype(str(dtype).removeprefix("torch.")))
+            except Exception:  # not an array: _as_array says what it is
+                continue
+            total += n_bytes
+            budget.check(
+                total,
+                f"{where}[{str(name)!r}] ({dtype} {list(shape)}, once copied)",
+                proceed="give smaller arrays",
+            )
         feeds = {
             str(name): _as_array(value, f"{where}[{name!r}]") for name, value in mapping.items()
         }
@@ -627,13 +657,9 @@ def _generate(
 
 
 def _read_npz(path: Path, *, where: str) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise InputError(f"{where}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
     feeds: dict[str, np.ndarray] = {}
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with _open_npz(path, where) as fh, np.load(fh, allow_pickle=False) as archive:
             for name in archive.files:
                 try:
                     feeds[name] = archive[name]

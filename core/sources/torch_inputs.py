@@ -33,7 +33,9 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
     budget = MemoryBudget.of(config.max_memory)
     if config.n_given_sets:
         files = iter_input_files(config.input_files, signature, budget=budget)
-        given = given_input_sets(config.feeds, signature, first=len(config.input_files))
+        given = given_input_sets(
+            config.feeds, signature, first=len(config.input_files), budget=budget
+        )
         return with_clipping_notes(itertools.chain(files, given), signature.calibrated)
     generated = iter_input_sets(
         signature,
@@ -115,9 +117,10 @@ class TorchSource:
         double = None
         lows: dict[str, Any] = {}
         if self._config.noise_floor:
+            from parity.run.budget import MemoryBudget
             from parity.run.float64 import float64_model, low_model
 
-            double = float64_model(self._torch)
+            double = float64_model(self._torch, MemoryBudget.of(self._config.max_memory))
             self.timings["float64"] = 0.0
             lows = {p: low_model(self._torch, p) for p in self._noise_at}
         for input_set in sets:
