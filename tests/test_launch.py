@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from parity.launch import STOPPED_LINE
-from tests.browser import free_port, serving
+from tests.browser import RUN_TIMEOUT_MS, free_port, serving, settle
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +165,24 @@ def test_help_documents_the_exit_codes():
     parser = build_parser()
     text = parser._subparsers._group_actions[0].choices["dashboard"].format_help()
     assert "Exit status: 2 when stopped" in text and "SIGHUP" in text
+
+
+@pytest.mark.browser
+def test_max_upload_sets_the_limit_of_an_installed_dashboard(tmp_path, dashboards, chromium):
+    """An installed dashboard has no .streamlit/config.toml: --max-upload is where its limit
+    is set (its settings are flags, which outrank STREAMLIT_* variables), and the Run page
+    says so."""
+    dashboard = Dashboard(tmp_path, "--max-upload", "7")
+    dashboards.append(dashboard)
+    assert serving(dashboard.url, dashboard.proc, within_s=300), dashboard.stderr()[-3000:]
+    context = chromium.new_context(viewport={"width": 1400, "height": 1600})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(RUN_TIMEOUT_MS)
+        page.goto(dashboard.url)
+        page.get_by_text("Uploads up to 7 MB").first.wait_for()  # the server's own option
+        settle(page)
+        body = page.locator("body").inner_text()
+    finally:
+        context.close()
+    assert "set with parity dashboard --max-upload MB" in body, body
