@@ -186,3 +186,19 @@ def test_max_upload_sets_the_limit_of_an_installed_dashboard(tmp_path, dashboard
     finally:
         context.close()
     assert "set with parity dashboard --max-upload MB" in body, body
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_streamlit_does_not_outlive_a_launcher_killed_outright(tmp_path, dashboards):
+    """SIGKILL leaves the launcher no handler: Streamlit was told at its start to end with
+    its parent (what the temp folder then holds is left behind)."""
+    dashboard = Dashboard(tmp_path)
+    dashboards.append(dashboard)
+    assert serving(dashboard.url, dashboard.proc, within_s=300), dashboard.stderr()[-3000:]
+    children = dashboard.children()
+    assert children
+
+    assert dashboard.stop(signal.SIGKILL) == -signal.SIGKILL
+
+    assert _gone(children, within_s=30), [p.cmdline() for p in children if _alive(p)]
+    assert not _answers(dashboard.port)
