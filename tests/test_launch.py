@@ -202,3 +202,34 @@ def test_streamlit_does_not_outlive_a_launcher_killed_outright(tmp_path, dashboa
 
     assert _gone(children, within_s=30), [p.cmdline() for p in children if _alive(p)]
     assert not _answers(dashboard.port)
+
+
+def test_a_signal_inside_the_models_call_still_reads_stopped(tmp_path, dashboards):
+    """The torch run wraps whatever its model raises into a ModelRunError; a stop signal that
+    lands inside the model's forward is still the stop, not "torch model raised ..."."""
+    import torch
+
+    factory = tmp_path / "selfstop.py"
+    factory.write_text(
+        "import os, signal, torch\n"
+        "class SelfStop(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        return x * 2\n"
+        "def make():\n"
+        "    return SelfStop()\n"
+    )
+    onnx_path = tmp_path / "double.onnx"
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    torch.onnx.export(Double(), (torch.zeros(2, 3),), str(onnx_path), dynamo=False)
+    dashboard = Dashboard(tmp_path, "--model", f"{factory}:make", "--onnx", str(onnx_path))
+    dashboards.append(dashboard)
+    code = dashboard.proc.wait(timeout=300)
+    stderr = dashboard.stderr()
+    assert code == 2, stderr[-3000:]
+    assert stderr.strip().splitlines() == [STOPPED_LINE]
+    assert "Parity dashboard: http" not in dashboard.out.read_text()
