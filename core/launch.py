@@ -63,6 +63,13 @@ SERVER_OPTIONS: dict[str, str] = {
     "runner.postScriptGC": "false",
 }
 """Streamlit settings of every dashboard (the address, port and serverAddress are flags)."""
+UPLOAD_OPTION = "server.maxUploadSize"
+UPLOAD_LIMIT_WHERE = (
+    "parity dashboard --max-upload MB; from a checkout, server.maxUploadSize in "
+    ".streamlit/config.toml"
+)
+"""Where the uploads limit is set, as the Run page says it (an installed dashboard has no
+.streamlit/ folder, and its settings are flags, which outrank Streamlit's env variables)."""
 
 DASHBOARD_HELP = """\
 Start the dashboard (bound to localhost) and print its address; Ctrl-C stops it.
@@ -113,6 +120,13 @@ def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
         "(repeatable; needed with --host 0.0.0.0)",
     )
     serve.add_argument(
+        "--max-upload",
+        type=int,
+        default=None,
+        metavar="MB",
+        help=f"largest file a user may upload, in MB (default {SERVER_OPTIONS[UPLOAD_OPTION]})",
+    )
+    serve.add_argument(
         "--trust-code",
         action="store_true",
         help="let the dashboard load TorchScript files and Python factories (code) that "
@@ -145,8 +159,10 @@ handler to stop it)."""
 
 def streamlit_command(args: argparse.Namespace) -> list[str]:
     """The `streamlit run` command line of this dashboard."""
+    max_upload = getattr(args, "max_upload", None)
     options = {
         **SERVER_OPTIONS,
+        **({UPLOAD_OPTION: str(max_upload)} if max_upload is not None else {}),
         "server.address": args.host,
         "server.port": str(args.port),
         "browser.serverAddress": "localhost" if args.host in ("0.0.0.0", "::") else args.host,
@@ -232,6 +248,8 @@ def dashboard_main(args: argparse.Namespace, validate) -> int:
 def _dashboard(args: argparse.Namespace, validate, stop: _StopSignals) -> int:
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: give a port between 1 and 65535")
+    if getattr(args, "max_upload", None) is not None and args.max_upload < 1:
+        raise UsageError(f"--max-upload {args.max_upload}: give a size in MB, at least 1")
     env = dict(os.environ)
     if args.allow_host:
         names = [n for n in env.get(HOSTS_ENV, "").split(",") if n.strip()] + args.allow_host

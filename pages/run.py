@@ -19,6 +19,7 @@ from parity.dashboard.uploads import shown_path, upload_onnx, upload_path, uploa
 from parity.dashboard.where_views import failing_sentences
 from parity.errors import InputError, ParityError
 from parity.labels import wrong_pair_note
+from parity.launch import UPLOAD_LIMIT_WHERE
 from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from parity.results import ValidationRun
 from parity.show.sentences import failing_outputs
@@ -514,7 +515,7 @@ def page() -> None:
 
     st.subheader("Your model")
     st.caption(
-        f"Uploads up to {state.upload_limit_mb():,} MB (set in .streamlit/config.toml); "
+        f"Uploads up to {state.upload_limit_mb():,} MB (set with {md_text(UPLOAD_LIMIT_WHERE)}); "
         "big files are better given as a path on this machine."
     )
     with st.container(border=True):

@@ -3,6 +3,9 @@ answered in one line with the one meant, exit 2."""
 
 from __future__ import annotations
 
+import functools
+import json
+
 import pytest
 
 from parity.cli import main
@@ -268,3 +271,55 @@ def test_input_axis_of_a_symbolic_dim_points_at_its_name(tiny_artifacts, model_z
     assert main([*argv, "--dim", f"{spec.name}:{axis}=5"]) == 2
     err = capsys.readouterr().err
     assert f"that axis is the symbolic dim {spec.shape[axis]!r}; give --dim" in err
+
+
+@functools.cache
+def _undecomposable_op():
+    """A custom op whose registered decomposition raises: torch's run_decompositions (the
+    ONNX exporter's pre-conversion step) fails on any program holding it, as it did on a
+    real .pt2 (facenet-pytorch's MTCNN) in issue 37."""
+    import torch
+
+    @torch.library.custom_op("parity_test::wobble", mutates_args=(), schema="(Tensor x) -> Tensor")
+    def wobble(x):
+        return x.sin()
+
+    @wobble.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    @torch._decomp.register_decomposition(torch.ops.parity_test.wobble.default)
+    def _(x):
+        raise RuntimeError("cannot decompose wobble here")
+
+    return torch.ops.parity_test.wobble
+
+
+def test_layers_on_a_pt2_torch_cannot_decompose_say_torch_failed_and_the_factory_route(
+    tmp_path, capsys
+):
+    import torch
+
+    wobble = _undecomposable_op()
+
+    class Wobbly(torch.nn.Module):
+        def forward(self, x):
+            return wobble(x) * 2
+
+    class Plain(torch.nn.Module):
+        def forward(self, x):
+            return x.sin() * 2
+
+    x = torch.randn(2, 3)
+    pt2, onnx_path = tmp_path / "wobbly.pt2", tmp_path / "wobbly.onnx"
+    torch.export.save(torch.export.export(Wobbly(), (x,)), str(pt2))
+    torch.onnx.export(Plain(), (x,), str(onnx_path), dynamo=True, input_names=["x"])
+    report = tmp_path / "r.json"
+    argv = ["validate", "--model", str(pt2), "--onnx", str(onnx_path), "--layers"]
+    assert main([*argv, "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    (note,) = [n for n in json.loads(report.read_text())["layers"]["notes"] if "decompos" in n]
+    assert note.startswith("torch itself failed to run the ONNX exporter's decompositions on ")
+    assert "cannot decompose wobble here" in note and "torch's failure" in note
+    assert "--model FILE.py:CALLABLE" in note and "on this torch" not in note
+    assert note in out  # the terminal says the same

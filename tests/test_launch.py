@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from parity.launch import STOPPED_LINE
-from tests.browser import free_port, serving
+from tests.browser import RUN_TIMEOUT_MS, free_port, serving, settle
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +165,71 @@ def test_help_documents_the_exit_codes():
     parser = build_parser()
     text = parser._subparsers._group_actions[0].choices["dashboard"].format_help()
     assert "Exit status: 2 when stopped" in text and "SIGHUP" in text
+
+
+@pytest.mark.browser
+def test_max_upload_sets_the_limit_of_an_installed_dashboard(tmp_path, dashboards, chromium):
+    """An installed dashboard has no .streamlit/config.toml: --max-upload is where its limit
+    is set (its settings are flags, which outrank STREAMLIT_* variables), and the Run page
+    says so."""
+    dashboard = Dashboard(tmp_path, "--max-upload", "7")
+    dashboards.append(dashboard)
+    assert serving(dashboard.url, dashboard.proc, within_s=300), dashboard.stderr()[-3000:]
+    context = chromium.new_context(viewport={"width": 1400, "height": 1600})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(RUN_TIMEOUT_MS)
+        page.goto(dashboard.url)
+        page.get_by_text("Uploads up to 7 MB").first.wait_for()  # the server's own option
+        settle(page)
+        body = page.locator("body").inner_text()
+    finally:
+        context.close()
+    assert "set with parity dashboard --max-upload MB" in body, body
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_streamlit_does_not_outlive_a_launcher_killed_outright(tmp_path, dashboards):
+    """SIGKILL leaves the launcher no handler: Streamlit was told at its start to end with
+    its parent (what the temp folder then holds is left behind)."""
+    dashboard = Dashboard(tmp_path)
+    dashboards.append(dashboard)
+    assert serving(dashboard.url, dashboard.proc, within_s=300), dashboard.stderr()[-3000:]
+    children = dashboard.children()
+    assert children
+
+    assert dashboard.stop(signal.SIGKILL) == -signal.SIGKILL
+
+    assert _gone(children, within_s=30), [p.cmdline() for p in children if _alive(p)]
+    assert not _answers(dashboard.port)
+
+
+def test_a_signal_inside_the_models_call_still_reads_stopped(tmp_path, dashboards):
+    """The torch run wraps whatever its model raises into a ModelRunError; a stop signal that
+    lands inside the model's forward is still the stop, not "torch model raised ..."."""
+    import torch
+
+    factory = tmp_path / "selfstop.py"
+    factory.write_text(
+        "import os, signal, torch\n"
+        "class SelfStop(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        return x * 2\n"
+        "def make():\n"
+        "    return SelfStop()\n"
+    )
+    onnx_path = tmp_path / "double.onnx"
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    torch.onnx.export(Double(), (torch.zeros(2, 3),), str(onnx_path), dynamo=False)
+    dashboard = Dashboard(tmp_path, "--model", f"{factory}:make", "--onnx", str(onnx_path))
+    dashboards.append(dashboard)
+    code = dashboard.proc.wait(timeout=300)
+    stderr = dashboard.stderr()
+    assert code == 2, stderr[-3000:]
+    assert stderr.strip().splitlines() == [STOPPED_LINE]
+    assert "Parity dashboard: http" not in dashboard.out.read_text()

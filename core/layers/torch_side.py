@@ -171,13 +171,27 @@ def exporter_program(
     try:
         decomposed = _decomposed(program)
     except Exception as exc:
-        text = str(exc).strip().splitlines()
-        return None, [
-            *notes,
-            "could not apply the ONNX exporter's decompositions on this torch "
-            f"({type(exc).__name__}: {text[0] if text else ''})",
-        ]
+        return None, [*notes, decomposition_failure(exc, saved=model.program is not None)]
     return decomposed, notes
+
+
+def decomposition_failure(exc: BaseException, *, saved: bool) -> str:
+    """Why there is no decomposed program: torch itself failed to run the exporter's
+    decompositions (not a version to change, not the ONNX file); for a .pt2, the route that
+    works: the model itself, which Parity exports afresh."""
+    text = str(exc).strip().splitlines()
+    cause = f"{type(exc).__name__}: {text[0] if text else ''}"
+    what = "the .pt2's program" if saved else "torch.export's program of the model"
+    said = (
+        f"torch itself failed to run the ONNX exporter's decompositions on {what} ({cause}); "
+        "this is torch's failure, not the ONNX file's"
+    )
+    if saved:
+        said += (
+            ": compare layers with the model instead of its .pt2, --model FILE.py:CALLABLE "
+            "(a factory returning the nn.Module; Parity exports it afresh)"
+        )
+    return said
 
 
 _DECOMPOSED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()

@@ -36,9 +36,8 @@ from parity.load.dtypes import from_ort_type
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet, OutputSet
 from parity.run.deadline import Deadline
-from parity.run.input_binding import InputBinding, bind_inputs
+from parity.run.input_binding import InputBinding, bind_inputs, signature_mismatch
 from parity.run.inputs import check_feeds
-from parity.run.signature_mismatch import signature_mismatch
 from parity.signature import OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
