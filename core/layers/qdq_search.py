@@ -19,7 +19,8 @@ onnxruntime's QDQ quantizer does (checked on ORT 1.32 against re-quantizing):
 
 Candidates: every quantized Conv / ConvTranspose / MatMul / Gemm alone (the first conv
 included), then pairs of adjacent ones (one feeds the other through ops that are neither),
-best single gains first, at most MAX_TRIED simulations in all.
+best single gains first, at most MAX_TRIED simulations and MAX_SECONDS in all (the notes
+say how many were tried). Checked against re-quantizing, conv by conv, in the tests.
 """
 
 from __future__ import annotations

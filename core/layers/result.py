@@ -19,7 +19,7 @@ from parity.files.json_output import finite_or_none
 FINDINGS = (
     "quantized",  # per quantized tensor and input set: SQNR before/after its Q/DQ pair
     "exclude_from_quantization",  # node names for quantize_static(nodes_to_exclude=...)
-    "exclusion_check",  # {"sqnr_db_before", "sqnr_db_after"}: that suggestion, checked
+    "exclusion_check",  # the search that chose it: SQNR before/after, gain, tried (qdq_search)
     "keep_float32",  # reference node names to keep out of a float16 conversion
     "keep_float32_check",  # that suggestion, re-converted and re-validated
 )
