@@ -158,15 +158,30 @@ def with_noise(
                     else f"{precision} noise floor not measured: this kind of run measures "
                     "torch in float32 only"
                 )
-            elif run.arrays.get(c.name) is not None:
-                noise = noise_of(run.arrays[c.name], b, r, mask, precision=precision,
-                                 emulated=run.emulated)  # fmt: skip
+            elif (low := run.arrays.get(c.name)) is None:
+                why = f"{precision} noise floor not measured: torch in {precision} gave no {c.name}"
+            elif _overflows(low, r):
+                why = (
+                    f"{precision} noise floor not measured: torch in {precision} gives Inf/NaN "
+                    "where float64 is finite"
+                )
+            else:
+                noise = noise_of(low, b, r, mask, precision=precision, emulated=run.emulated)
         else:
             a = ref32.get(c.name)
             noise = None if a is None else noise_of(a, b, r, mask)
         notes = c.notes if not why or why in c.notes else (*c.notes, why)
         out.append(replace(c, noise=noise, notes=notes))
     return out
+
+
+def _overflows(low: np.ndarray, ref64: np.ndarray) -> bool:
+    """torch at a 16-bit precision is not finite where float64 is (it overflowed): its error
+    is no floor."""
+    if low.shape != ref64.shape:
+        return False
+    with np.errstate(all="ignore"):
+        return bool(np.any(~np.isfinite(low) & np.isfinite(ref64)))
 
 
 def floor_words(noise: Noise) -> str:
