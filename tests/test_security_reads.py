@@ -264,3 +264,21 @@ def test_run_url_naming_a_device_or_fifo_is_refused_in_one_line(kind, nodes) -> 
 def test_the_helpers_error_is_a_parity_error() -> None:
     with pytest.raises(ParityError):
         read_text("/dev/zero", what="", error=UsageError)
+
+
+def test_a_run_saved_under_a_future_schema_is_called_that(tmp_path: Path, cli) -> None:
+    """Not "altered, damaged, or saved by an older Parity": a newer one may seal otherwise."""
+    from parity.cli import main
+    from tests.test_security_io import edited_run
+
+    saved = tmp_path / "run.parity.npz"
+    assert main(["validate", "--model", "demo:broken", "--save-run", str(saved)]) == 1
+    future = edited_run(
+        saved,
+        tmp_path / "future.parity.npz",
+        lambda text: text.replace('"parity.run/1"', '"parity.run/2"'),
+        reseal=False,
+    )
+    line = one_error_line(cli("report", str(future)))
+    assert "saved-run schema 'parity.run/2' is not supported" in line, line
+    assert "altered" not in line
