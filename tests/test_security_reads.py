@@ -282,3 +282,13 @@ def test_a_run_saved_under_a_future_schema_is_called_that(tmp_path: Path, cli) -
     line = one_error_line(cli("report", str(future)))
     assert "saved-run schema 'parity.run/2' is not supported" in line, line
     assert "altered" not in line
+
+
+def test_garbage_onnx_bytes_are_named_as_bytes_not_a_temp_path(model_zoo) -> None:
+    import parity
+    from parity.errors import OnnxLoadError
+
+    with pytest.raises(OnnxLoadError) as raised:
+        parity.validate(model_zoo.build("make_tiny"), b"\x00not an onnx file")
+    message = raised.value.message
+    assert "<ONNX bytes in memory>" in message and "parity-api-" not in message, message
