@@ -292,3 +292,23 @@ def test_garbage_onnx_bytes_are_named_as_bytes_not_a_temp_path(model_zoo) -> Non
         parity.validate(model_zoo.build("make_tiny"), b"\x00not an onnx file")
     message = raised.value.message
     assert "<ONNX bytes in memory>" in message and "parity-api-" not in message, message
+
+
+def test_sweep_url_naming_a_folder_whose_summary_is_a_fifo_says_so(tmp_path: Path) -> None:
+    """The Sweep page's ?sweep= (and its path field) read through the same helper."""
+    from streamlit.testing.v1 import AppTest
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    os.mkfifo(folder / "summary.json")
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["sweep"] = str(folder)
+    _ends(at.run)
+    assert not at.exception, at.exception
+    shown = [
+        e.value.replace("\\", "")
+        for kind in ("error", "caption", "markdown", "text")
+        for e in getattr(at, kind)
+        if "summary.json" in str(e.value)
+    ]
+    assert any("is a named pipe, not a file" in text for text in shown), shown
