@@ -114,3 +114,39 @@ def test_deadline_call_hands_back_the_value_or_the_error() -> None:
     with pytest.raises(RunTimeout, match="waiting for the gate was abandoned"):
         Deadline(0.05).call(gate.wait, "waiting for the gate")
     gate.set()
+
+
+def test_the_run_pages_time_limit_covers_the_session_setup(tmp_path: Path) -> None:
+    """What a dashboard user gets: the error line says the setup was abandoned, and the
+    last good run stays the current one."""
+    import torch
+    from streamlit.testing.v1 import AppTest
+
+    class Relu(torch.nn.Module):
+        def forward(self, v0):
+            return torch.relu(v0)
+
+    pt2 = tmp_path / "relu.pt2"
+    torch.export.save(torch.export.export(Relu(), (torch.zeros(1, 4),)), str(pt2))
+    relus = _relu_chain(tmp_path / "relus40k.onnx", 40_000)
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    at = AppTest.from_file(app, default_timeout=300)
+    at.run()
+    at.button(key="demo_cnn").click().run()
+    good = at.session_state["parity_run"]
+    at.radio(key="model_source").set_value("Path on this machine").run()
+    at.text_input(key="model_path").set_value(str(pt2)).run()
+    at.radio(key="onnx_source_False").set_value("Path on this machine").run()
+    at.text_input(key="onnx_path").set_value(str(relus)).run()  # read here, before the clock
+    at.number_input(key="timeout").set_value(1).run()
+    try:
+        at.button(key="run_custom").click().run()
+    finally:
+        _wait_for_abandoned_setups()
+    assert not at.exception
+    errors = [e.value.replace("\\", "") for e in at.error]  # markdown escapes dropped
+    assert any(
+        "(timeout): timed out after 1 s: ONNX Runtime's session setup was abandoned" in e
+        for e in errors
+    ), errors
+    assert at.session_state["parity_run"] is good

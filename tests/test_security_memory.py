@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from parity.errors import BudgetError
-from tests.test_security_io import one_error_line
+from tests.test_security_io import Ran, one_error_line
 
 
 def test_noise_floor_copy_over_max_memory_is_refused_in_one_line(
@@ -27,10 +27,7 @@ def test_noise_floor_copy_over_max_memory_is_refused_in_one_line(
     code = main([*args, "--max-memory", "150", "--noise-floor"])
     captured = capsys.readouterr()
 
-    class Ran:
-        returncode, stderr = code, captured.err
-
-    line = one_error_line(Ran)
+    line = one_error_line(Ran(code, captured.err))
     assert "the float64 copy of the model for --noise-floor needs 180 B" in line, line
     assert "over the 150 B memory budget" in line and captured.out == ""
 

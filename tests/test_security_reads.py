@@ -264,3 +264,51 @@ def test_run_url_naming_a_device_or_fifo_is_refused_in_one_line(kind, nodes) -> 
 def test_the_helpers_error_is_a_parity_error() -> None:
     with pytest.raises(ParityError):
         read_text("/dev/zero", what="", error=UsageError)
+
+
+def test_a_run_saved_under_a_future_schema_is_called_that(tmp_path: Path, cli) -> None:
+    """Not "altered, damaged, or saved by an older Parity": a newer one may seal otherwise."""
+    from parity.cli import main
+    from tests.test_security_io import edited_run
+
+    saved = tmp_path / "run.parity.npz"
+    assert main(["validate", "--model", "demo:broken", "--save-run", str(saved)]) == 1
+    future = edited_run(
+        saved,
+        tmp_path / "future.parity.npz",
+        lambda text: text.replace('"parity.run/1"', '"parity.run/2"'),
+        reseal=False,
+    )
+    line = one_error_line(cli("report", str(future)))
+    assert "saved-run schema 'parity.run/2' is not supported" in line, line
+    assert "altered" not in line
+
+
+def test_garbage_onnx_bytes_are_named_as_bytes_not_a_temp_path(model_zoo) -> None:
+    import parity
+    from parity.errors import OnnxLoadError
+
+    with pytest.raises(OnnxLoadError) as raised:
+        parity.validate(model_zoo.build("make_tiny"), b"\x00not an onnx file")
+    message = raised.value.message
+    assert "<ONNX bytes in memory>" in message and "parity-api-" not in message, message
+
+
+def test_sweep_url_naming_a_folder_whose_summary_is_a_fifo_says_so(tmp_path: Path) -> None:
+    """The Sweep page's ?sweep= (and its path field) read through the same helper."""
+    from streamlit.testing.v1 import AppTest
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    os.mkfifo(folder / "summary.json")
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["sweep"] = str(folder)
+    _ends(at.run)
+    assert not at.exception, at.exception
+    shown = [
+        e.value.replace("\\", "")
+        for kind in ("error", "caption", "markdown", "text")
+        for e in getattr(at, kind)
+        if "summary.json" in str(e.value)
+    ]
+    assert any("is a named pipe, not a file" in text for text in shown), shown

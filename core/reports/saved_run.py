@@ -592,6 +592,7 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise SavedRunError(f"{path}: {MANIFEST} cannot be read ({exc})") from exc
     if zf.comment != _manifest_seal(raw):
+        _refuse_other_schema(raw, path)  # a newer Parity may seal its runs otherwise
         what = "has no manifest hash" if not zf.comment else "does not match its manifest hash"
         raise SavedRunError(
             f"{path}: {MANIFEST} {what} (the file was altered, damaged, or saved by an older "
@@ -611,6 +612,19 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     if not isinstance(manifest.get("members"), dict):
         raise SavedRunError(f"{path}: {MANIFEST} has no member table")
     return manifest
+
+
+def _refuse_other_schema(raw: bytes, path: Path) -> None:
+    """A manifest that names another saved-run schema is said to be that, not damage."""
+    try:
+        schema = sj.loads(raw).get("schema")
+    except (sj.FieldError, AttributeError):
+        return
+    if isinstance(schema, str) and schema != SCHEMA and schema.startswith("parity.run/"):
+        raise SavedRunError(
+            f"{path}: saved-run schema {schema[:40]!r} is not supported (this Parity reads "
+            f"{SCHEMA}; open it with the Parity that saved it, or a newer one)"
+        )
 
 
 def _locate_members(
