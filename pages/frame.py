@@ -55,7 +55,7 @@ def listed_pages() -> tuple[tuple[str, str, str, str], ...]:
     generation (a causal LM's hf: run)."""
     run = state.raw_run()
     g = run.generation if run is not None else None
-    if g is None or not (g.prompts or g.free_run_note):
+    if g is None or not g.prompts:
         return PAGES
     at = [url for *_, url in PAGES].index("layers") + 1
     return (*PAGES[:at], GENERATION_PAGE, *PAGES[at:])

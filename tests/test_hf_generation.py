@@ -302,8 +302,9 @@ def test_the_terminal_prints_each_outputs_noise_and_the_layers_notes(
     noise = text.split("Rounding noise (against torch in float64):\n", 1)[1].split("\n\n")[0]
     names = {o["name"] for o in data["outputs"]}
     assert all(o["noise"] is not None for o in data["outputs"])
-    for name in names:  # one sentence per output (its worst step)
-        assert f"  {name}: within float32 rounding" in noise, noise
+    for name in names:  # one sentence per output (its worst step), with its figures
+        line = next(x for x in noise.splitlines() if x.startswith(f"  {name}: "))
+        assert "float32 rounding" in line and line.endswith("off float64)"), line
     notes = data["layers"].get("notes") or []
     for note in notes:
         assert note in text
