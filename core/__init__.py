@@ -25,6 +25,7 @@ from parity.errors import (
     ParityError,
     RunTimeout,
     SavedRunError,
+    SignatureMismatch,
     UsageError,
     WriteError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "Interrupted",
     "ModelLoadError",
     "ModelRunError",
+    "SignatureMismatch",
     "OnnxLoadError",
     "OnnxRunError",
     "ParityError",

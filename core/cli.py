@@ -86,7 +86,7 @@ def unknown_arguments(parser: argparse.ArgumentParser, unknown: Sequence[str]) -
         if not item.startswith("-") or item == "-":
             continue
         guess = close_match(item.partition("=")[0], flags)
-        if guess is not None and guess not in guesses:
+        if guess is not None and guess != item.partition("=")[0] and guess not in guesses:
             guesses.append(guess)
     message = f"unrecognized arguments: {' '.join(unknown)}"
     if guesses:

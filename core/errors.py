@@ -76,6 +76,10 @@ class ModelRunError(ParityError):
     kind = "model_run"
 
 
+class SignatureMismatch(ModelRunError):
+    """The torch model refused the ONNX file's inputs: `detail` is the wrapper to write."""
+
+
 class OnnxRunError(ParityError):
     kind = "onnx_run"
 

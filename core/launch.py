@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -203,6 +204,8 @@ class _StopSignals:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # in-process from a thread (a test, a notebook): Python allows no handler
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
         return self

@@ -272,6 +272,7 @@ def test_public_surface_is_exactly_the_api() -> None:
         "OnnxRunError",
         "ExportError",
         "SavedRunError",
+        "SignatureMismatch",
         "WriteError",
         "BudgetError",
         "RunTimeout",

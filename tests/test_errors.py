@@ -28,7 +28,9 @@ def package_exceptions() -> dict[str, type[BaseException]]:
             continue
         module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module, inspect.isclass):
-            if issubclass(obj, BaseException) and obj.__module__ == module.__name__:
+            # errors only: a BaseException that is not an Exception is control flow (the
+            # launcher's stop signal, like KeyboardInterrupt), never raised to a caller
+            if issubclass(obj, Exception) and obj.__module__ == module.__name__:
                 found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return found
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from parity.errors import ModelRunError
+from parity.errors import SignatureMismatch
 
 if TYPE_CHECKING:
     from parity.load.torch_model import TorchModel
@@ -79,10 +79,6 @@ def binding_text(by: str | None, note: str | None) -> str:
     if by == BY_NAME:
         return "by name"
     return f"by position ({note})" if note else "by position"
-
-
-class SignatureMismatch(ModelRunError):
-    """The torch model refused the ONNX file's inputs: `detail` is the wrapper to write."""
 
 
 def model_parameters(model: TorchModel) -> tuple[str, ...]:

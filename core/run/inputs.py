@@ -7,7 +7,8 @@ Generated values (deterministic: input ``k`` of set ``i`` draws from
   ``float_ranges={"name": (low, high)}`` or ``float_range=(low, high)`` (every float input)
   draws uniformly in [low, high] instead; a graph input of a quantized file (one its
   QuantizeLinear reads, ``signature.calibrated``) is drawn uniformly in that calibrated range
-  unless the user set one, so nothing generated is clipped there (the set's label says so);
+  unless the user set one or the range holds [-2.5, 2.5] (standard normal fits: kept), so almost
+  nothing generated is clipped there (the set's label says so);
 - integer inputs: uniform in ``DEFAULT_INT_RANGE`` = [0, 100), half-open, clipped to what the
   dtype holds; ``int_ranges={"name": (low, high)}`` sets another half-open range;
 - bool inputs: True or False with equal odds;
@@ -300,10 +301,21 @@ def _float_ranges(
             ranges[name] = _FloatRange(*map(float, given[name]), "--float-range")
         elif every is not None:
             ranges[name] = _FloatRange(*map(float, every), "--float-range")
-        elif name in calibrated:
+        elif name in calibrated and not _normal_fits(calibrated[name]):
             c = calibrated[name]
             ranges[name] = _FloatRange(c.low, c.high, "the calibrated range of its QuantizeLinear")
     return ranges
+
+
+NORMAL_FITS = 2.5  # a calibrated range holding [-2.5, 2.5] holds 98.8 % of a standard normal
+
+
+def _normal_fits(calibrated: Any) -> bool:
+    """A quantized input calibrated on data like the default's (its range holds +-2.5 sigma
+    of a standard normal) keeps standard normal inputs, its tails clipped there counted:
+    uniform over a range that wide would triple their variance and saturate what the
+    calibration never saw."""
+    return calibrated.low <= -NORMAL_FITS and calibrated.high >= NORMAL_FITS
 
 
 def _check_float_range(bounds: object, where: str) -> None:
