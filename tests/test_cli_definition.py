@@ -77,3 +77,13 @@ def test_each_hf_flag_alone_counts_as_given(item):
     assert not hf_flags_given(parser.parse_args(["validate", "--model", "demo:cnn"]))
     args = parser.parse_args(["validate", "--model", "demo:cnn", item.names[0], *value])
     assert hf_flags_given(args)
+
+
+def test_report_and_dashboard_share_validates_flags_not_copies():
+    """A flag two commands take is one value of the table: the same words in both helps."""
+    by_name = {c.name: {f.names[0]: f for f in c.flags} for c in COMMANDS}
+    validate = by_name["validate"]
+    shared = set(by_name["report"]) & set(validate)
+    assert {"--json", "--html", "--model-explorer", "--atol", "--tol", "--max-memory"} <= shared
+    assert all(by_name["report"][name] is validate[name] for name in shared)
+    assert all(by_name["dashboard"][name] is validate[name] for name in validate)

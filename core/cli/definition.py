@@ -45,6 +45,7 @@ class Flag:
         return self.names[0].lstrip("-").replace("-", "_")
 
     def add_to(self, target: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+        """add_argument with the fields that are set, then the action's path mark."""
         kwargs: dict[str, Any] = {}
         for field in ("help", "metavar", "type", "action", "nargs"):
             if getattr(self, field) is not None:
@@ -65,6 +66,7 @@ class Flag:
 
 
 def flag(*names: str, **fields: Any) -> Flag:
+    """`flag("--json", metavar="FILE", ...)`: a Flag written as add_argument is called."""
     return Flag(names, **fields)
 
 
@@ -83,6 +85,8 @@ class Group:
 
 @dataclass(frozen=True)
 class Command:
+    """A subcommand: its one-line help in `parity --help`, its groups in its own --help."""
+
     name: str
     help: str
     groups: tuple[Group, ...] = ()
@@ -365,8 +369,18 @@ HF = Group(
 )
 """The flags only `--model hf:DIR` uses (parity.hf.cli_args turns them into HfOptions)."""
 
-VALIDATION_GROUPS = (MODEL, INPUTS, RUNTIME, TOLERANCES, REPORTS, LAYERS, NOISE_FLOOR, LIMITS)
-VALIDATION_GROUPS += (DEBUG, HF)
+VALIDATION_GROUPS = (
+    MODEL,
+    INPUTS,
+    RUNTIME,
+    TOLERANCES,
+    REPORTS,
+    LAYERS,
+    NOISE_FLOOR,
+    LIMITS,
+    DEBUG,
+    HF,
+)
 """validate's flags, in --help's order (also the dashboard's: it can open on a validation)."""
 
 VALIDATE = Command(
