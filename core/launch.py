@@ -94,47 +94,6 @@ A validation whose outputs fail still opens: its FAIL is on the page.
 """
 
 
-def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
-    """The dashboard's own flags; `validate`'s model flags are added by the caller."""
-    parser.add_argument(
-        "path",
-        nargs="?",
-        metavar="PATH",
-        help="a saved run (.parity.npz) or a `parity sweep` folder to open",
-    )
-    serve = parser.add_argument_group("dashboard")
-    serve.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
-    )
-    serve.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        metavar="ADDR",
-        help=f"address to bind (default {DEFAULT_HOST}); see --allow-host for 0.0.0.0",
-    )
-    serve.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a host name (or IP) the dashboard may be opened under besides localhost "
-        "(repeatable; needed with --host 0.0.0.0)",
-    )
-    serve.add_argument(
-        "--max-upload",
-        type=int,
-        default=None,
-        metavar="MB",
-        help=f"largest file a user may upload, in MB (default {SERVER_OPTIONS[UPLOAD_OPTION]})",
-    )
-    serve.add_argument(
-        "--trust-code",
-        action="store_true",
-        help="let the dashboard load TorchScript files and Python factories (code) that "
-        "users upload or name: everyone who can reach it can then run code here",
-    )
-
-
 def dashboard_script() -> Path:
     """The packaged dashboard's main script (parity.dashboard's main.py), found without
     importing Streamlit."""

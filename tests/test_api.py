@@ -171,7 +171,8 @@ def test_one_run_class_for_the_api_the_cli_and_saved_runs(exported, tmp_path: Pa
     """`parity.ValidationRun` is `parity.results.ValidationRun`: the CLI's run (and a reopened
     saved run) is an instance, with the API's questions and the same `rejudge`."""
     import parity.results
-    from parity.cli import _validate, build_parser
+    from parity.cli import build_parser
+    from parity.cli.run import _validate
     from parity.reports.saved_run import load_run
 
     model, x, program = exported
