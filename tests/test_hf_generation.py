@@ -304,7 +304,7 @@ def test_the_terminal_prints_each_outputs_noise_and_the_layers_notes(
     assert all(o["noise"] is not None for o in data["outputs"])
     for name in names:  # one sentence per output (its worst step), with its figures
         line = next(x for x in noise.splitlines() if x.startswith(f"  {name}: "))
-        assert "float32 rounding" in line and line.endswith("off float64)"), line
+        assert "float32 rounding" in line and "off float64" in line and line.endswith(")"), line
     notes = data["layers"].get("notes") or []
     for note in notes:
         assert note in text
