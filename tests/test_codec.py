@@ -415,6 +415,24 @@ def test_a_manifest_written_before_the_codec_still_reads(tmp_path: Path) -> None
         assert old.provenance.config is None and old.candidate_layers == {}
 
 
+def test_a_manifest_from_before_provenance_had_a_type_still_reads(tmp_path: Path) -> None:
+    """Runs saved before "provenance" and "generation" existed kept both in "extra"."""
+    path = save_run(generation_run(), tmp_path / "g.parity.npz")
+    manifest = read_manifest(path)
+    del manifest["provenance"], manifest["generation"]
+    steps = [{"index": 0, "step": 0, "phase": "prefill", "label": "step 0", "batch": 1}]
+    manifest["extra"] = {"kind": "hf_generate", "seed": 4, "summary": {"task": "t"}, "steps": steps}
+    with np.load(path, allow_pickle=False) as arrays:
+        run = codec.run_from_json(
+            manifest,
+            lambda member, where: arrays[str(member).removesuffix(".npy")],
+            SavedFrom(str(path), {}, {}, True),
+        )
+    assert (run.provenance.kind, run.provenance.seed) == (RunKind.HF_GENERATE, 4)
+    assert run.generation.steps == (GenerationStep(0, 0, "prefill", "step 0", 1, 0, 0),)
+    assert run.generation.prompts == ()
+
+
 def test_every_noise_round_trips_through_its_codec() -> None:
     for noise in NOISES:
         assert codec.noise_from_json(_json(codec.noise_to_json(noise)), "noise") == noise

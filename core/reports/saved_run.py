@@ -13,8 +13,9 @@ that ``np.load(path, allow_pickle=False)`` can also read, holding
 - one ``.npy`` member per array: ``inputs/S/K.npy`` (feed K of input set S), ``ref/S/K.npy``
   and ``onnx/S/K.npy`` (output K of set S on each side), ``exclude/S/K.npy`` (the
   exclusion mask of an output of set S: elements the verdict did not judge),
-  ``profiles/C/KEY.npy`` (the
-  re-judge profile of comparison C). User-chosen names live only in the manifest.
+  ``profiles/C/K.npy`` (the re-judge profile of comparison C), ``layers/K/{ref,onnx}.npy``
+  and ``layers/cN/K/...`` (kept layer values, the run's and candidate N's). User-chosen names
+  live only in the manifest.
 
 Why this shape: members are written by ``np.lib.format.write_array`` straight into the zip
 (no second copy of a big output), stored uncompressed and 64-byte aligned, so reading maps
