@@ -70,12 +70,14 @@ __all__ = [
     "provenance_from_json",
     "provenance_to_json",
     "report_json",
+    "row_to_json",
     "run_from_json",
     "run_to_json",
     "signature_from_json",
     "signature_to_json",
     "stats_from_json",
     "stats_to_json",
+    "where_to_json",
 ]
 
 REPORT_SCHEMA = "parity.report/1"
@@ -151,9 +153,62 @@ def report_output_json(c: OutputComparison, where: WhereProfile | None = None) -
     """One ``outputs[]`` entry: the comparison's table row as JSON (parity.show.rows); `where`
     (parity.judge.where, failing outputs whose arrays were kept) says where its mismatches are."""
     return {
-        **ComparisonRow.from_comparison(c).to_json(),
-        "where": where.to_json() if where is not None else None,
+        **row_to_json(ComparisonRow.from_comparison(c)),
+        "where": where_to_json(where),
         "noise": noise_to_json(c.noise),
+    }
+
+
+def row_to_json(row: ComparisonRow) -> dict[str, Any]:
+    """The comparison's table row (parity.show.rows) as ``outputs[]`` names it (these names
+    and meanings are fixed). Not yet strict: `report_json` makes non-finite numbers null."""
+    return {
+        "candidate": row.candidate,
+        "input_set": row.input_set,
+        "name": row.name,
+        "status": row.status.value,
+        "ref_shape": _shape(row.ref_shape),
+        "onnx_shape": _shape(row.onnx_shape),
+        "ref_dtype": row.ref_dtype,
+        "onnx_dtype": row.onnx_dtype,
+        "n_elements": row.n_elements,
+        "n_excluded": row.n_excluded,  # not judged (e.g. padding), counted apart
+        "max_abs": row.max_abs,
+        "max_rel": row.max_rel,
+        "mean_abs": row.mean_abs,
+        "rms": row.rms,
+        "p99_abs": row.p99_abs,
+        "n_mismatch": row.n_mismatch,
+        "mismatch_fraction": row.mismatch_fraction,
+        "n_nan_mismatch": row.n_nan_mismatch,
+        "n_inf_mismatch": row.n_inf_mismatch,
+        "worst_index": _shape(row.worst_index),
+        "ref_at_worst": row.ref_at_worst,
+        "onnx_at_worst": row.onnx_at_worst,
+        "cosine": row.cosine,
+        "snr_db": row.snr_db,
+        "atol": row.atol,
+        "rtol": row.rtol,
+        "min_atol_to_pass": row.min_atol_to_pass,
+        "message": row.message,
+    }
+
+
+def where_to_json(where: WhereProfile | None) -> dict[str, Any] | None:
+    """``outputs[].where``: the summary, and per axis the indices mismatches concentrate at."""
+    if where is None:
+        return None
+    return {
+        "summary": where.summary,
+        "axes": [
+            {
+                "axis": a.axis,
+                "name": a.name,
+                "size": a.size,
+                "concentrated": [int(i) for i in a.concentrated],
+            }
+            for a in where.axes
+        ],
     }
 
 
