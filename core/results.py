@@ -446,7 +446,7 @@ class ValidationRun:
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
             candidates=(info,),
-            layers=(  # a reopened run keeps the first candidate's layers only
+            layers=(  # a run saved before each candidate's were kept has the first's only
                 self.candidate_layers.get(index)
                 if self.candidate_layers
                 else self.layers
