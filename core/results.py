@@ -9,7 +9,6 @@ rtol).
 from __future__ import annotations
 
 import html
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -124,25 +123,6 @@ class Noise:
     clipped: float = 0.0  # int8: how far float64 lies outside the output's range, at most
     emulated: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        def num(x: float | None) -> float | None:
-            return None if x is None or not math.isfinite(x) else float(x)
-
-        return {
-            "torch_error": num(self.torch_error),
-            "onnx_error": num(self.onnx_error),
-            "ratio": num(self.ratio),
-            "precision": self.precision,
-            "quantization": None
-            if self.precision != "int8"
-            else {
-                "scale": num(self.scale),
-                "tensors": int(self.tensors),
-                "clipped": num(self.clipped),
-            },
-            "emulated": self.emulated or None,
-        }
-
 
 @dataclass(frozen=True)
 class OutputComparison:
@@ -242,6 +222,8 @@ class Provenance:
     reference_opt_level: str | None = None
     inputs_by: str | None = None  # torch got the feeds by "name" or by "position"
     inputs_note: str | None = None  # why by position (parity.run.input_binding)
+    # the settings the run was made with, as JSON (parity.run.config_json): to make it again
+    config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -464,7 +446,7 @@ class ValidationRun:
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
             candidates=(info,),
-            layers=(  # a reopened run keeps the first candidate's layers only
+            layers=(  # a run saved before each candidate's were kept has the first's only
                 self.candidate_layers.get(index)
                 if self.candidate_layers
                 else self.layers

@@ -286,7 +286,7 @@ def test_json_saved_run_html_and_terminal_keep_and_say_it(llama_dir, files, tmp_
 
 
 def _run_prompts(data) -> list[PromptGeneration]:
-    from parity.hf.generation_report import prompts_from_json
+    from parity.reports.codec import prompts_from_json
 
     return list(prompts_from_json(data["generation"]["prompts"]))
 

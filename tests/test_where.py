@@ -13,6 +13,7 @@ import pytest
 from parity.cli import main
 from parity.judge.compare import compare_outputs
 from parity.judge.where import MAX_PROFILE_LEN, concentrated_entries, where_profile
+from parity.reports.codec import where_to_json
 from parity.reports.report import report_dict
 from parity.reports.saved_run import load_run
 from parity.tolerances import Tolerance
@@ -36,7 +37,12 @@ def test_one_channel(image: np.ndarray) -> None:
     where = where_profile(image, onnx, TOL, names=NAMES)
     assert [a.concentrated for a in where.axes] == [(), (3,), (), ()]
     assert where.summary.startswith("all 2,048 mismatches lie at index 3 of axis 1")
-    assert where.to_json()["axes"][1] == {"axis": 1, "name": None, "size": 4, "concentrated": [3]}
+    assert where_to_json(where)["axes"][1] == {
+        "axis": 1,
+        "name": None,
+        "size": 4,
+        "concentrated": [3],
+    }
 
 
 def test_a_one_pixel_border_names_both_image_axes(image: np.ndarray) -> None:

@@ -30,7 +30,6 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -105,21 +104,6 @@ class WhereProfile:
         """Per axis, where the mismatches are, comparable across input sets of other sizes:
         ``"edges"`` for an axis' first and last index, else its concentrated indices."""
         return tuple("edges" if _at_edges(a) else a.concentrated for a in self.axes)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON report's ``outputs[].where`` block."""
-        return {
-            "summary": self.summary,
-            "axes": [
-                {
-                    "axis": a.axis,
-                    "name": a.name,
-                    "size": a.size,
-                    "concentrated": [int(i) for i in a.concentrated],
-                }
-                for a in self.axes
-            ],
-        }
 
 
 # --------------------------------------------------------------------------- the rule

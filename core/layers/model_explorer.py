@@ -14,13 +14,13 @@ the nodes where a divergence starts are drawn in purple whatever their value.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parity.errors import UsageError
 from parity.files.atomic import write_output
+from parity.files.json_output import dumps
 from parity.layers import views
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class NodeData:
     skipped: int  # compared values whose node has no name (Model Explorer cannot address them)
 
     def to_json(self) -> str:
-        return json.dumps(self.document, indent=1, allow_nan=False)
+        return dumps(self.document, indent=1)
 
 
 def node_data(

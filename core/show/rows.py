@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from parity.labels import StatusStyle, badness_of, status_label
 from parity.results import OutputComparison, Status, ValidationRun
@@ -217,42 +216,6 @@ class ComparisonRow:
             return getattr(self, _NUMBERS[key])
         return self.cell(key, style)
 
-    # ------------------------------------------------------------------ JSON
-
-    def to_json(self) -> dict[str, Any]:
-        """``outputs[]`` of the report (parity.report/1: these names and meanings are fixed).
-        Not yet strict: parity.files.json_output.strict makes non-finite numbers null."""
-        return {
-            "candidate": self.candidate,
-            "input_set": self.input_set,
-            "name": self.name,
-            "status": self.status.value,
-            "ref_shape": _shape(self.ref_shape),
-            "onnx_shape": _shape(self.onnx_shape),
-            "ref_dtype": self.ref_dtype,
-            "onnx_dtype": self.onnx_dtype,
-            "n_elements": self.n_elements,
-            "n_excluded": self.n_excluded,  # not judged (e.g. padding), counted apart
-            "max_abs": self.max_abs,
-            "max_rel": self.max_rel,
-            "mean_abs": self.mean_abs,
-            "rms": self.rms,
-            "p99_abs": self.p99_abs,
-            "n_mismatch": self.n_mismatch,
-            "mismatch_fraction": self.mismatch_fraction,
-            "n_nan_mismatch": self.n_nan_mismatch,
-            "n_inf_mismatch": self.n_inf_mismatch,
-            "worst_index": None if self.worst_index is None else list(self.worst_index),
-            "ref_at_worst": self.ref_at_worst,
-            "onnx_at_worst": self.onnx_at_worst,
-            "cosine": self.cosine,
-            "snr_db": self.snr_db,
-            "atol": self.atol,
-            "rtol": self.rtol,
-            "min_atol_to_pass": self.min_atol_to_pass,
-            "message": self.message,
-        }
-
 
 def comparison_rows(run: ValidationRun) -> tuple[ComparisonRow, ...]:
     """One row per comparison, in the run's order (row k is ``run.comparisons[k]``)."""
@@ -327,7 +290,3 @@ def _total(values: Iterable[int | None]) -> int | None:
 
 def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
-
-
-def _shape(shape: tuple[int, ...] | None) -> list[int] | None:
-    return None if shape is None else [int(d) for d in shape]

@@ -7,7 +7,6 @@ manifest order; `total` and `complete` say how many there will be.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from parity.errors import UsageError
 from parity.files import strict_json
 from parity.files.atomic import write_text
+from parity.files.json_output import dumps
 from parity.files.safe_read import read_bytes
 from parity.sweep import SCHEMA
 from parity.sweep.execute import RECORD, PairResult, Worst
@@ -89,7 +89,7 @@ def summary_dict(manifest: str, total: int, results: list[PairResult]) -> dict[s
 
 
 def write_summary(out: Path, data: dict[str, Any]) -> Path:
-    return write_text(out / SUMMARY, json.dumps(data, indent=2, allow_nan=False) + "\n")
+    return write_text(out / SUMMARY, dumps(data) + "\n")
 
 
 def exit_code(results: list[PairResult], total: int) -> ExitCode:
@@ -103,7 +103,7 @@ def exit_code(results: list[PairResult], total: int) -> ExitCode:
 
 def write_record(job: PairJob, result: PairResult) -> None:
     record = {"schema": SCHEMA, "key": job.key, "result": result_dict(result)}
-    write_text(Path(job.out_dir) / RECORD, json.dumps(record, indent=2, allow_nan=False) + "\n")
+    write_text(Path(job.out_dir) / RECORD, dumps(record) + "\n")
 
 
 def load_record(job: PairJob) -> PairResult | None:

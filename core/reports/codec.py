@@ -1,0 +1,830 @@
+"""The one codec: every result type to and from JSON-able dicts.
+
+Two forms share it. The JSON report (`report_json`, schema ``parity.report/1``) is strict and
+read by people and CI: non-finite numbers are null, and its fields keep their names and
+meanings once they exist. A saved run's manifest (`run_to_json` / `run_from_json`) must
+reopen the run exactly: figures are written losslessly, arrays go to the container
+(parity.reports.saved_run) through an `ArrayPut` and come back through an `ArrayGet`.
+Each result type has one ``X_to_json`` and one ``X_from_json`` here, so a field added to a
+type is added once, for both forms. The number policy is parity.files.json_output's; reading
+checks each field with parity.files.strict_json (FieldError naming its dotted path).
+
+Manifests written by earlier Parity versions still read: fields added since are optional,
+and runs saved before provenance had a type ("extra") are read by `_from_extra`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import parity.files.strict_json as sj
+from parity.files.json_output import exact, from_exact, plain, strict
+from parity.judge.where import WhereProfile, where_of
+from parity.labels import wrong_pair_note
+from parity.results import (
+    NOISE_PRECISIONS,
+    CandidateInfo,
+    ErrorStats,
+    GenerationInfo,
+    GenerationStep,
+    InputSet,
+    Noise,
+    OutputComparison,
+    OutputSet,
+    PromptGeneration,
+    Provenance,
+    RunKind,
+    SavedFrom,
+    Status,
+    TokenDivergence,
+    ValidationRun,
+)
+from parity.show.rows import ComparisonRow
+from parity.signature import OnnxSignature, TensorSpec
+from parity.tolerances import Tolerance, Tolerances
+
+if TYPE_CHECKING:
+    from parity.layers.result import LayersResult
+
+__all__ = [
+    "REPORT_SCHEMA",
+    "ArrayGet",
+    "ArrayPut",
+    "candidate_from_json",
+    "candidate_to_json",
+    "comparison_from_json",
+    "comparison_to_json",
+    "generation_from_json",
+    "generation_report_json",
+    "generation_to_json",
+    "layers_from_json",
+    "layers_to_json",
+    "noise_from_json",
+    "noise_to_json",
+    "prompt_to_json",
+    "prompts_from_json",
+    "provenance_from_json",
+    "provenance_to_json",
+    "report_json",
+    "row_to_json",
+    "run_from_json",
+    "run_to_json",
+    "signature_from_json",
+    "signature_to_json",
+    "stats_from_json",
+    "stats_to_json",
+    "where_to_json",
+]
+
+REPORT_SCHEMA = "parity.report/1"
+
+ArrayPut = Callable[[str, np.ndarray, str], str]
+"""(member name, array, what it is, for errors) -> the member name the manifest records."""
+ArrayGet = Callable[[Any, str], np.ndarray]
+"""(member name as the manifest has it, its dotted path) -> the array (FieldError if absent)."""
+
+
+# ---------------------------------------------------------------------------------------
+# the JSON report (parity.report/1)
+
+
+def report_json(run: ValidationRun) -> dict[str, Any]:
+    """The run's JSON report (strict: null, never NaN or Infinity)."""
+    data: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "verdict": run.verdict,
+        "model": run.model,
+        "onnx": run.onnx,
+        "environment": dict(run.environment),
+        "tolerances": run.tolerances.to_json(),
+        "input_sets": [
+            {"index": s.index, "label": s.label, "inputs": s.describe()} for s in run.input_sets
+        ],
+        "candidates": [report_candidate_json(run, info) for info in run.candidate_list],
+        "outputs": [report_output_json(c, where_of(run, c)) for c in run.comparisons],
+        "errors": [],  # a run that could not be made has parity.reports.report's error report
+        "likely_wrong_pair": wrong_pair_note(run) is not None,
+        "wrong_pair_note": wrong_pair_note(run),  # the sentence (parity.labels), or null
+        "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
+    }
+    if run.provenance.inputs_by is not None:  # how torch got the feeds (parity.run.input_binding)
+        data["input_matching"] = {
+            "by": run.provenance.inputs_by,
+            "note": run.provenance.inputs_note or "",
+        }
+    if run.provenance.kind is RunKind.ONNX:  # ONNX against ONNX: what the reference was
+        data["reference"] = {
+            "kind": "onnx",
+            "onnx": run.provenance.reference_file,
+            "provider": run.provenance.reference_provider,
+            "ort_opt_level": run.provenance.reference_opt_level,
+        }
+    if run.signature is not None:
+        data["opset"] = run.signature.opset
+        data["producer"] = run.signature.producer
+    if run.generation is not None:  # LLM runs (parity.hf)
+        from parity.hf.summary import judged_summary, masked_positions_json, steps_json
+
+        data["summary"] = judged_summary(run)
+        data["steps"] = steps_json(run)
+        data["masked_positions"] = masked_positions_json(run)
+        if run.generation.prompts or run.generation.free_run_note:  # causal LMs
+            data["generation"] = generation_report_json(run.generation)
+    if run.layers is not None:
+        data["layers"] = run.layers.to_json()
+    return strict(data)
+
+
+def report_candidate_json(run: ValidationRun, info: CandidateInfo) -> dict[str, Any]:
+    """One ``candidates[]`` entry (file x provider x level): how it ran and its own verdict."""
+    data = candidate_to_json(info)
+    head = {k: data.pop(k) for k in ("index", "onnx", "provider", "ort_opt_level")}
+    data["seconds"] = round(float(info.seconds), 6)
+    if info.index in run.candidate_layers:
+        data["layers"] = run.candidate_layers[info.index].to_json()
+    return {**head, "verdict": run.candidate_verdict(info.index), **data}
+
+
+def report_output_json(c: OutputComparison, where: WhereProfile | None = None) -> dict[str, Any]:
+    """One ``outputs[]`` entry: the comparison's table row as JSON (parity.show.rows); `where`
+    (parity.judge.where, failing outputs whose arrays were kept) says where its mismatches are."""
+    return {
+        **row_to_json(ComparisonRow.from_comparison(c)),
+        "where": where_to_json(where),
+        "noise": noise_to_json(c.noise),
+    }
+
+
+def row_to_json(row: ComparisonRow) -> dict[str, Any]:
+    """The comparison's table row (parity.show.rows) as ``outputs[]`` names it (these names
+    and meanings are fixed). Not yet strict: `report_json` makes non-finite numbers null."""
+    return {
+        "candidate": row.candidate,
+        "input_set": row.input_set,
+        "name": row.name,
+        "status": row.status.value,
+        "ref_shape": _shape(row.ref_shape),
+        "onnx_shape": _shape(row.onnx_shape),
+        "ref_dtype": row.ref_dtype,
+        "onnx_dtype": row.onnx_dtype,
+        "n_elements": row.n_elements,
+        "n_excluded": row.n_excluded,  # not judged (e.g. padding), counted apart
+        "max_abs": row.max_abs,
+        "max_rel": row.max_rel,
+        "mean_abs": row.mean_abs,
+        "rms": row.rms,
+        "p99_abs": row.p99_abs,
+        "n_mismatch": row.n_mismatch,
+        "mismatch_fraction": row.mismatch_fraction,
+        "n_nan_mismatch": row.n_nan_mismatch,
+        "n_inf_mismatch": row.n_inf_mismatch,
+        "worst_index": _shape(row.worst_index),
+        "ref_at_worst": row.ref_at_worst,
+        "onnx_at_worst": row.onnx_at_worst,
+        "cosine": row.cosine,
+        "snr_db": row.snr_db,
+        "atol": row.atol,
+        "rtol": row.rtol,
+        "min_atol_to_pass": row.min_atol_to_pass,
+        "message": row.message,
+    }
+
+
+def where_to_json(where: WhereProfile | None) -> dict[str, Any] | None:
+    """``outputs[].where``: the summary, and per axis the indices mismatches concentrate at."""
+    if where is None:
+        return None
+    return {
+        "summary": where.summary,
+        "axes": [
+            {
+                "axis": a.axis,
+                "name": a.name,
+                "size": a.size,
+                "concentrated": [int(i) for i in a.concentrated],
+            }
+            for a in where.axes
+        ],
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# a saved run's manifest: the run whole
+
+
+def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True) -> dict[str, Any]:
+    """Everything of `run` but its container's own fields (schema, identity, members)."""
+    input_sets = []
+    for s, input_set in enumerate(run.input_sets):
+        masks = run.exclusions[s] if s < len(run.exclusions) else {}
+        input_sets.append(_input_set_to_json(input_set, s, masks, put))
+    return {
+        "model": run.model,
+        "onnx": run.onnx,
+        "environment": {str(k): str(v) for k, v in run.environment.items()},
+        "signature": signature_to_json(run.signature),
+        "tolerances": run.tolerances.to_json(),
+        "input_sets": input_sets,
+        "comparisons": [comparison_to_json(c, put, k) for k, c in enumerate(run.comparisons)],
+        "ref_outputs": _output_sets_to_json("ref", run.ref_outputs, put) if keep_outputs else [],
+        "onnx_outputs": _output_sets_to_json("onnx", run.onnx_outputs, put) if keep_outputs else [],
+        "outputs_kept": bool(keep_outputs and (run.ref_outputs or run.onnx_outputs)),
+        "timings": {str(k): exact(v) for k, v in run.timings.items()},
+        "provenance": provenance_to_json(run.provenance),
+        "generation": None if run.generation is None else generation_to_json(run.generation),
+        "layers": None if run.layers is None else layers_to_json(run.layers, put, "layers"),
+        "candidates": [candidate_to_json(info) for info in run.candidates],
+        "candidate_layers": [
+            {"candidate": int(k), "is_layers": True}  # the same result: its arrays once
+            if layers is run.layers
+            else {"candidate": int(k), "layers": layers_to_json(layers, put, f"layers/c{k}")}
+            for k, layers in run.candidate_layers.items()
+        ],
+    }
+
+
+def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> ValidationRun:
+    """The run a manifest holds, every field type-checked (sj.FieldError names the first bad
+    one). Fields added since a run was saved take their defaults."""
+    input_sets, exclusions = [], []
+    for i, entry in enumerate(sj.array(sj.field(m, "input_sets", "manifest"), "input_sets")):
+        input_set, masks = _input_set_from_json(entry, f"input_sets[{i}]", get)
+        input_sets.append(input_set)
+        exclusions.append(masks)
+    comparisons = [
+        comparison_from_json(entry, f"comparisons[{c}]", get)
+        for c, entry in enumerate(sj.array(sj.field(m, "comparisons", "manifest"), "comparisons"))
+    ]
+    if "provenance" in m:
+        provenance = provenance_from_json(sj.obj(m["provenance"], "provenance"))
+        generation = generation_from_json(
+            sj.optional(sj.obj, sj.field(m, "generation", "manifest"), "generation")
+        )
+    else:
+        provenance, generation = _from_extra(sj.optional(sj.obj, m.get("extra"), "extra") or {})
+    timings = {
+        k: from_exact(v, f"timings.{k}")
+        for k, v in sj.obj(sj.field(m, "timings", "manifest"), "timings").items()
+    }
+    environment = {
+        k: sj.string(v, f"environment.{k}")
+        for k, v in sj.obj(sj.field(m, "environment", "manifest"), "environment").items()
+    }
+    layers = layers_from_json(m.get("layers"), get, "layers")
+    return ValidationRun(
+        model=sj.string(sj.field(m, "model", "manifest"), "model"),
+        onnx=sj.string(sj.field(m, "onnx", "manifest"), "onnx"),
+        signature=signature_from_json(sj.field(m, "signature", "manifest")),
+        tolerances=Tolerances.from_json(sj.field(m, "tolerances", "manifest"), source="tolerances"),
+        environment=environment,
+        input_sets=tuple(input_sets),
+        comparisons=tuple(comparisons),
+        ref_outputs=_output_sets_from_json(m, "ref_outputs", get),
+        onnx_outputs=_output_sets_from_json(m, "onnx_outputs", get),
+        exclusions=tuple(exclusions),
+        timings=timings,
+        provenance=provenance,
+        generation=generation,
+        saved=saved,
+        layers=layers,
+        candidates=candidates_from_json(m.get("candidates")),
+        candidate_layers=_candidate_layers_from_json(m.get("candidate_layers"), layers, get),
+    )
+
+
+def _named_arrays_to_json(
+    arrays: Mapping[str, np.ndarray], prefix: str, put: ArrayPut, what: Callable[[str], str]
+) -> list[dict[str, Any]]:
+    """{NAME: array} as [{"name": NAME, "member": PREFIX/K.npy}]: user names stay in the
+    manifest, never in member names."""
+    return [
+        {"name": name, "member": put(f"{prefix}/{k}.npy", array, what(name))}
+        for k, (name, array) in enumerate(arrays.items())
+    ]
+
+
+def _named_arrays_from_json(value: Any, at: str, get: ArrayGet) -> dict[str, np.ndarray]:
+    result = {}
+    for k, item in enumerate(sj.array(value, at)):
+        item = sj.obj(item, f"{at}[{k}]")
+        name = sj.string(sj.field(item, "name", f"{at}[{k}]"), f"{at}[{k}].name")
+        result[name] = get(sj.field(item, "member", f"{at}[{k}]"), f"{at}[{k}].member")
+    return result
+
+
+def _input_set_to_json(
+    s: InputSet, position: int, masks: Mapping[str, np.ndarray], put: ArrayPut
+) -> dict[str, Any]:
+    """One input set: its feeds and its outputs' exclusion masks as members, its label."""
+    at = f"of set {s.index}"
+    return {
+        "index": s.index,
+        "label": s.label,
+        "feeds": _named_arrays_to_json(
+            s.feeds, f"inputs/{position}", put, lambda n: f"input {n!r} {at}"
+        ),
+        "exclude": _named_arrays_to_json(
+            {name: np.asarray(mask, dtype=bool) for name, mask in masks.items()},
+            f"exclude/{position}",
+            put,
+            lambda n: f"exclusion mask of output {n!r} {at}",
+        ),
+    }
+
+
+def _input_set_from_json(
+    entry: Any, at: str, get: ArrayGet
+) -> tuple[InputSet, dict[str, np.ndarray]]:
+    entry = sj.obj(entry, at)
+    input_set = InputSet(
+        index=sj.integer(sj.field(entry, "index", at), f"{at}.index"),
+        feeds=_named_arrays_from_json(sj.field(entry, "feeds", at), f"{at}.feeds", get),
+        label=sj.string(sj.field(entry, "label", at), f"{at}.label"),
+    )
+    return input_set, _named_arrays_from_json(entry.get("exclude", []), f"{at}.exclude", get)
+
+
+def _output_sets_to_json(
+    side: str, sets: tuple[OutputSet, ...], put: ArrayPut
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "seconds": exact(output_set.seconds),
+            "arrays": _named_arrays_to_json(
+                output_set.arrays,
+                f"{side}/{s}",
+                put,
+                lambda n, s=s: f"{side} output {n!r} of set {s}",
+            ),
+            "notes": [str(n) for n in output_set.notes],
+        }
+        for s, output_set in enumerate(sets)
+    ]
+
+
+def _output_sets_from_json(m: Mapping[str, Any], key: str, get: ArrayGet) -> tuple[OutputSet, ...]:
+    result = []
+    for i, entry in enumerate(sj.array(sj.field(m, key, "manifest"), key)):
+        at = f"{key}[{i}]"
+        entry = sj.obj(entry, at)
+        result.append(
+            OutputSet(
+                arrays=_named_arrays_from_json(sj.field(entry, "arrays", at), f"{at}.arrays", get),
+                seconds=from_exact(sj.field(entry, "seconds", at), f"{at}.seconds") or 0.0,
+                notes=_texts(entry.get("notes", []), f"{at}.notes"),
+            )
+        )
+    return tuple(result)
+
+
+def _texts(value: Any, at: str) -> tuple[str, ...]:
+    return tuple(sj.string(n, f"{at}[{j}]") for j, n in enumerate(sj.array(value, at)))
+
+
+# ---------------------------------------------------------------------------------------
+# one comparison: statistics, rounding noise, re-judge profile
+
+
+def comparison_to_json(c: OutputComparison, put: ArrayPut, position: int) -> dict[str, Any]:
+    """One comparison, exactly; its re-judge profile as members profiles/POSITION/K."""
+    return {
+        "input_set": c.input_set,
+        "name": c.name,
+        "status": c.status.value,
+        "tolerance": c.tolerance.to_json(),
+        "ref_shape": _shape(c.ref_shape),
+        "onnx_shape": _shape(c.onnx_shape),
+        "ref_dtype": c.ref_dtype,
+        "onnx_dtype": c.onnx_dtype,
+        "n_elements": int(c.n_elements),
+        "stats": None if c.stats is None else stats_to_json(c.stats),
+        "n_mismatch": None if c.n_mismatch is None else int(c.n_mismatch),
+        "message": c.message,
+        "n_excluded": int(c.n_excluded),
+        "excluded_max_abs": exact(c.excluded_max_abs),
+        "candidate": int(c.candidate),
+        "notes": list(c.notes),
+        "noise": noise_to_json(c.noise),
+        "profile": None
+        if c.profile is None
+        else {
+            key: put(
+                f"profiles/{position}/{i}.npy",
+                np.asarray(value),
+                f"profile {key!r} of output {c.name!r}",
+            )
+            for i, (key, value) in enumerate(c.profile.to_arrays().items())
+        },
+    }
+
+
+def comparison_from_json(entry: Any, at: str, get: ArrayGet) -> OutputComparison:
+    entry = sj.obj(entry, at)
+
+    def field(key: str) -> Any:
+        return sj.field(entry, key, at)
+
+    status = sj.string(field("status"), f"{at}.status")
+    if status not in {s.value for s in Status}:
+        raise sj.FieldError(f"{at}.status: unknown status {status!r}")
+    tolerance = sj.obj(field("tolerance"), f"{at}.tolerance")
+    if set(tolerance) != {"atol", "rtol"}:
+        raise sj.FieldError(f'{at}.tolerance: expected {{"atol": number, "rtol": number}}')
+    profile = None
+    raw_profile = sj.optional(sj.obj, field("profile"), f"{at}.profile")
+    if raw_profile is not None:
+        from parity.judge.error_profile import ErrorProfile
+
+        profile = ErrorProfile.from_arrays(
+            {str(key): get(member, f"{at}.profile.{key}") for key, member in raw_profile.items()}
+        )
+    raw_stats = sj.optional(sj.obj, field("stats"), f"{at}.stats")
+    return OutputComparison(
+        input_set=sj.integer(field("input_set"), f"{at}.input_set"),
+        name=sj.string(field("name"), f"{at}.name"),
+        status=Status(status),
+        tolerance=Tolerance(
+            atol=sj.number(tolerance["atol"], f"{at}.tolerance.atol", minimum=0),
+            rtol=sj.number(tolerance["rtol"], f"{at}.tolerance.rtol", minimum=0),
+        ),
+        ref_shape=sj.optional(sj.shape, field("ref_shape"), f"{at}.ref_shape"),
+        onnx_shape=sj.optional(sj.shape, field("onnx_shape"), f"{at}.onnx_shape"),
+        ref_dtype=sj.optional(sj.string, field("ref_dtype"), f"{at}.ref_dtype"),
+        onnx_dtype=sj.optional(sj.string, field("onnx_dtype"), f"{at}.onnx_dtype"),
+        n_elements=sj.integer(field("n_elements"), f"{at}.n_elements"),
+        stats=None if raw_stats is None else stats_from_json(raw_stats, f"{at}.stats"),
+        profile=profile,
+        n_mismatch=sj.optional(sj.integer, field("n_mismatch"), f"{at}.n_mismatch"),
+        message=sj.string(field("message"), f"{at}.message"),
+        n_excluded=sj.integer(entry.get("n_excluded", 0), f"{at}.n_excluded"),
+        excluded_max_abs=from_exact(entry.get("excluded_max_abs"), f"{at}.excluded_max_abs"),
+        candidate=sj.integer(entry.get("candidate", 0), f"{at}.candidate"),
+        notes=_texts(entry.get("notes", []), f"{at}.notes"),
+        noise=noise_from_json(entry.get("noise"), f"{at}.noise"),
+    )
+
+
+_COUNTS = ("n_nan_mismatch", "n_inf_mismatch")
+
+
+def stats_to_json(stats: ErrorStats) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(ErrorStats):
+        value = getattr(stats, f.name)
+        if f.name == "worst_index":
+            out[f.name] = _shape(value)
+        else:
+            out[f.name] = int(value) if f.name in _COUNTS else exact(value)
+    return out
+
+
+def stats_from_json(raw: Any, at: str) -> ErrorStats:
+    raw = sj.obj(raw, at)
+    values: dict[str, Any] = {}
+    for f in fields(ErrorStats):
+        value, where = sj.field(raw, f.name, at), f"{at}.{f.name}"
+        if f.name == "worst_index":
+            values[f.name] = sj.optional(sj.shape, value, where)
+        elif f.name in _COUNTS:
+            values[f.name] = sj.integer(value, where)
+        else:
+            values[f.name] = from_exact(value, where)
+    return ErrorStats(**values)
+
+
+def noise_to_json(n: Noise | None) -> dict[str, Any] | None:
+    """``outputs[].noise``, the same in the report and the manifest (strict: null for
+    non-finite)."""
+    if n is None:
+        return None
+    return strict(
+        {
+            "torch_error": n.torch_error,
+            "onnx_error": n.onnx_error,
+            "ratio": n.ratio,
+            "precision": n.precision,
+            "quantization": None
+            if n.precision != "int8"
+            else {"scale": n.scale, "tensors": int(n.tensors), "clipped": n.clipped},
+            "emulated": n.emulated or None,
+        }
+    )
+
+
+def noise_from_json(raw: Any, at: str) -> Noise | None:
+    """Noise read back; precision, quantization and emulated are absent before they existed."""
+    if raw is None:
+        return None
+    raw = sj.obj(raw, at)
+    precision = sj.string(raw.get("precision", "float32"), f"{at}.precision")
+    if precision not in NOISE_PRECISIONS:
+        raise sj.FieldError(f"{at}.precision: expected one of {', '.join(NOISE_PRECISIONS)}")
+    quantization = raw.get("quantization")
+    q = {} if quantization is None else sj.obj(quantization, f"{at}.quantization")
+    return Noise(
+        torch_error=from_exact(raw.get("torch_error"), f"{at}.torch_error") or 0.0,
+        onnx_error=from_exact(raw.get("onnx_error"), f"{at}.onnx_error") or 0.0,
+        ratio=from_exact(raw.get("ratio"), f"{at}.ratio"),
+        precision=precision,
+        scale=from_exact(q.get("scale"), f"{at}.quantization.scale"),
+        tensors=sj.integer(q.get("tensors", 0), f"{at}.quantization.tensors"),
+        clipped=from_exact(q.get("clipped"), f"{at}.quantization.clipped") or 0.0,
+        emulated=sj.optional(sj.string, raw.get("emulated"), f"{at}.emulated") or "",
+    )
+
+
+def _shape(shape: tuple[int, ...] | None) -> list[int] | None:
+    return None if shape is None else [int(d) for d in shape]
+
+
+# ---------------------------------------------------------------------------------------
+# candidates and provenance
+
+
+def candidate_to_json(info: CandidateInfo) -> dict[str, Any]:
+    data = {f.name: getattr(info, f.name) for f in fields(CandidateInfo)}
+    data["notes"] = [str(n) for n in info.notes]
+    data["seconds"] = exact(info.seconds)
+    return data
+
+
+_CANDIDATE_TEXTS = ("onnx", "provider", "ort_opt_level")
+_CANDIDATE_OPTIONAL = ("onnx_sha256", "error", "error_kind")
+
+
+def candidate_from_json(entry: Any, at: str) -> CandidateInfo:
+    entry = sj.obj(entry, at)
+    values: dict[str, Any] = {"index": sj.integer(sj.field(entry, "index", at), f"{at}.index")}
+    for key in _CANDIDATE_TEXTS:
+        values[key] = sj.string(sj.field(entry, key, at), f"{at}.{key}")
+    for key in _CANDIDATE_OPTIONAL:
+        values[key] = sj.optional(sj.string, entry.get(key), f"{at}.{key}")
+    values["notes"] = _texts(entry.get("notes", []), f"{at}.notes")
+    values["seconds"] = from_exact(entry.get("seconds"), f"{at}.seconds") or 0.0
+    return CandidateInfo(**values)
+
+
+def candidates_from_json(raw: Any) -> tuple[CandidateInfo, ...]:
+    """The candidates of a run (absent in runs saved before there were several: ())."""
+    items = sj.array(raw or [], "candidates")
+    return tuple(candidate_from_json(entry, f"candidates[{i}]") for i, entry in enumerate(items))
+
+
+def provenance_to_json(p: Provenance) -> dict[str, Any]:
+    return plain({f.name: getattr(p, f.name) for f in fields(Provenance)})
+
+
+_PROVENANCE_INTS = ("opset", "seed")
+_PROVENANCE_OBJECTS = ("config",)  # the run's settings (parity.run.config_json)
+
+
+def provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
+    """Provenance read back; a key this Parity does not know is skipped, one it knows is
+    checked (each is absent in runs saved before it existed)."""
+    known = {f.name for f in fields(Provenance)}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known or key == "kind":
+            continue
+        if key in _PROVENANCE_OBJECTS:
+            values[key] = sj.optional(sj.obj, value, f"provenance.{key}")
+            continue
+        check = sj.integer if key in _PROVENANCE_INTS else sj.string
+        values[key] = sj.optional(check, value, f"provenance.{key}")
+    kind = sj.optional(sj.string, raw.get("kind"), "provenance.kind") or RunKind.TORCH
+    if kind not in {k.value for k in RunKind}:
+        raise sj.FieldError(f"provenance.kind: unknown kind {kind!r}")
+    return Provenance(kind=RunKind(kind), **values)
+
+
+# ---------------------------------------------------------------------------------------
+# an hf: run: steps, summary, free-running generation
+
+
+def generation_to_json(g: GenerationInfo) -> dict[str, Any]:
+    """The manifest's "generation": summary, steps, and the report's prompts and note."""
+    return {
+        "summary": plain(g.summary),
+        "steps": [{f.name: getattr(s, f.name) for f in fields(GenerationStep)} for s in g.steps],
+        **plain(generation_report_json(g)),
+    }
+
+
+def generation_from_json(raw: Mapping[str, Any] | None) -> GenerationInfo | None:
+    if raw is None:
+        return None
+    steps = []
+    for i, step in enumerate(sj.array(sj.field(raw, "steps", "generation"), "generation.steps")):
+        at = f"generation.steps[{i}]"
+        step = sj.obj(step, at)
+        values = {}
+        for f in fields(GenerationStep):
+            check = sj.string if f.name in ("phase", "label") else sj.integer
+            values[f.name] = check(sj.field(step, f.name, at), f"{at}.{f.name}")
+        steps.append(GenerationStep(**values))
+    summary = sj.obj(sj.field(raw, "summary", "generation"), "generation.summary")
+    return GenerationInfo(
+        summary=dict(summary),
+        steps=tuple(steps),
+        prompts=prompts_from_json(raw.get("prompts")),  # none in runs saved before it
+        free_run_note=sj.string(raw.get("note", ""), "generation.note"),
+    )
+
+
+def generation_report_json(g: GenerationInfo) -> dict[str, Any]:
+    """The report's "generation": {"prompts": [...]} (and "note" when it was not run)."""
+    data: dict[str, Any] = {"prompts": [prompt_to_json(p) for p in g.prompts]}
+    if g.free_run_note:
+        data["note"] = g.free_run_note
+    return data
+
+
+DIVERGENCE_FIELDS = tuple(f.name for f in fields(TokenDivergence))
+
+
+def prompt_to_json(p: PromptGeneration) -> dict[str, Any]:
+    d = p.first_divergence
+    return {
+        "prompt": p.prompt,
+        "torch_tokens": list(p.torch_tokens),
+        "onnx_tokens": list(p.onnx_tokens),
+        "torch_text": p.torch_text,
+        "onnx_text": p.onnx_text,
+        "match_ratio": p.match_ratio,
+        "first_divergence": None if d is None else {f: getattr(d, f) for f in DIVERGENCE_FIELDS},
+        "torch_pieces": list(p.torch_pieces),
+        "onnx_pieces": list(p.onnx_pieces),
+    }
+
+
+def prompts_from_json(raw: Any, at: str = "generation.prompts") -> tuple[PromptGeneration, ...]:
+    """Prompts read back (sj.FieldError naming the field when malformed)."""
+    if raw is None:
+        return ()
+    return tuple(_prompt_from_json(item, f"{at}[{i}]") for i, item in enumerate(sj.array(raw, at)))
+
+
+def _prompt_from_json(raw: Any, at: str) -> PromptGeneration:
+    raw = sj.obj(raw, at)
+    d = raw.get("first_divergence")
+
+    def ints(key: str) -> tuple[int, ...]:
+        items = sj.array(sj.field(raw, key, at), f"{at}.{key}")
+        return tuple(sj.integer(v, f"{at}.{key}[{i}]") for i, v in enumerate(items))
+
+    return PromptGeneration(
+        prompt=sj.string(sj.field(raw, "prompt", at), f"{at}.prompt"),
+        torch_tokens=ints("torch_tokens"),
+        onnx_tokens=ints("onnx_tokens"),
+        torch_text=sj.string(sj.field(raw, "torch_text", at), f"{at}.torch_text"),
+        onnx_text=sj.string(sj.field(raw, "onnx_text", at), f"{at}.onnx_text"),
+        first_divergence=None if d is None else _divergence_from_json(d, f"{at}.first_divergence"),
+        torch_pieces=_texts(raw.get("torch_pieces", []), f"{at}.torch_pieces"),
+        onnx_pieces=_texts(raw.get("onnx_pieces", []), f"{at}.onnx_pieces"),
+    )
+
+
+def _divergence_from_json(raw: Any, at: str) -> TokenDivergence:
+    raw = sj.obj(raw, at)
+
+    def get(key: str, check: Any) -> Any:
+        return check(sj.field(raw, key, at), f"{at}.{key}")
+
+    def figure(key: str) -> float:  # null: a non-finite value written as strict JSON
+        value = sj.optional(sj.number, raw.get(key), f"{at}.{key}")
+        return float("inf") if value is None else value
+
+    return TokenDivergence(
+        position=get("position", sj.integer),
+        torch_token=get("torch_token", sj.integer),
+        onnx_token=get("onnx_token", sj.integer),
+        torch_margin=figure("torch_margin"),
+        logits_error=figure("logits_error"),
+        near_tie=get("near_tie", sj.boolean),
+        logits_passed=sj.boolean(raw.get("logits_passed", False), f"{at}.logits_passed"),
+        torch_piece=sj.string(raw.get("torch_piece", ""), f"{at}.torch_piece"),
+        onnx_piece=sj.string(raw.get("onnx_piece", ""), f"{at}.onnx_piece"),
+    )
+
+
+def _from_extra(extra: Mapping[str, Any]) -> tuple[Provenance, GenerationInfo | None]:
+    """Provenance and generation info of a run saved before they had types ("extra")."""
+    provenance = provenance_from_json(extra)
+    if extra.get("kind") != RunKind.HF_GENERATE:
+        return provenance, None
+    keys = [f.name for f in fields(GenerationStep)]
+    steps = [{k: step.get(k, 0) for k in keys} for step in extra.get("steps") or []]
+    return provenance, generation_from_json({"summary": extra.get("summary") or {}, "steps": steps})
+
+
+# ---------------------------------------------------------------------------------------
+# the ONNX signature
+
+
+def signature_to_json(signature: OnnxSignature | None) -> dict[str, Any] | None:
+    if signature is None:
+        return None
+
+    def spec(t: TensorSpec) -> dict[str, Any]:
+        return {"name": t.name, "dtype": t.dtype, "shape": list(t.shape)}
+
+    return {
+        "inputs": [spec(t) for t in signature.inputs],
+        "outputs": [spec(t) for t in signature.outputs],
+        "opset": signature.opset,
+        "producer": signature.producer,
+        "ir_version": signature.ir_version,
+    }
+
+
+def signature_from_json(data: Any) -> OnnxSignature | None:
+    if data is None:
+        return None
+    data = sj.obj(data, "signature")
+
+    def specs(key: str) -> tuple[TensorSpec, ...]:
+        result = []
+        for i, t in enumerate(sj.array(sj.field(data, key, "signature"), f"signature.{key}")):
+            at = f"signature.{key}[{i}]"
+            t = sj.obj(t, at)
+            result.append(
+                TensorSpec(
+                    name=sj.string(sj.field(t, "name", at), f"{at}.name"),
+                    dtype=sj.string(sj.field(t, "dtype", at), f"{at}.dtype"),
+                    shape=sj.shape(sj.field(t, "shape", at), f"{at}.shape", named=True),
+                )
+            )
+        return tuple(result)
+
+    return OnnxSignature(
+        inputs=specs("inputs"),
+        outputs=specs("outputs"),
+        opset=sj.integer(sj.field(data, "opset", "signature"), "signature.opset"),
+        producer=sj.string(sj.field(data, "producer", "signature"), "signature.producer"),
+        ir_version=sj.integer(sj.field(data, "ir_version", "signature"), "signature.ir_version"),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# --layers: the report's "layers" block, with its kept arrays as members
+
+
+def layers_to_json(layers: LayersResult, put: ArrayPut, prefix: str) -> dict[str, Any]:
+    """The report's layers block (LayersResult.to_json, parity.layers.result) and its kept
+    arrays as members PREFIX/K/{ref,onnx}."""
+    data = layers.to_json()
+    data["kept"] = [
+        {
+            "order": k.order,
+            "input_set": k.input_set,
+            "onnx_value": k.onnx_value,
+            "ref": put(f"{prefix}/{i}/ref.npy", k.ref, f"layer value {k.onnx_value!r}"),
+            "onnx": put(f"{prefix}/{i}/onnx.npy", k.onnx, f"layer value {k.onnx_value!r}"),
+        }
+        for i, k in enumerate(layers.kept)
+    ]
+    return data
+
+
+def layers_from_json(data: Any, get: ArrayGet, at: str) -> LayersResult | None:
+    if data is None:
+        return None
+    from parity.layers.result import KeptValue, LayersResult
+
+    data = sj.obj(data, at)
+    kept = []
+    for i, k in enumerate(sj.array(data.get("kept") or [], f"{at}.kept")):
+        where = f"{at}.kept[{i}]"
+        k = sj.obj(k, where)
+        kept.append(
+            KeptValue(
+                order=sj.integer(sj.field(k, "order", where), f"{where}.order"),
+                input_set=sj.integer(sj.field(k, "input_set", where), f"{where}.input_set"),
+                onnx_value=sj.string(sj.field(k, "onnx_value", where), f"{where}.onnx_value"),
+                ref=get(sj.field(k, "ref", where), f"{where}.ref"),
+                onnx=get(sj.field(k, "onnx", where), f"{where}.onnx"),
+            )
+        )
+    return LayersResult.from_json(data, kept=tuple(kept))
+
+
+def _candidate_layers_from_json(
+    raw: Any, layers: LayersResult | None, get: ArrayGet
+) -> dict[int, LayersResult]:
+    """Each candidate's layers (absent in runs saved before they were kept: {})."""
+    result = {}
+    for i, entry in enumerate(sj.array(raw or [], "candidate_layers")):
+        at = f"candidate_layers[{i}]"
+        entry = sj.obj(entry, at)
+        index = sj.integer(sj.field(entry, "candidate", at), f"{at}.candidate")
+        if sj.boolean(entry.get("is_layers", False), f"{at}.is_layers"):
+            if layers is None:
+                raise sj.FieldError(f"{at}.is_layers: the run has no layers")
+            result[index] = layers
+        else:
+            result[index] = layers_from_json(sj.field(entry, "layers", at), get, f"{at}.layers")
+    return result
