@@ -219,16 +219,15 @@ def _with_layers(
     candidate: Candidate | None,
     report: ProgressReporter,
 ) -> ValidationRun:
-    """The same source's model and the same input sets, with intermediate values compared
+    """The same source's torch side (its model and its per-case forward: an hf: run's
+    captured generate() calls) and the same input sets, with intermediate values compared
     (parity.layers); never changes the outputs' verdict. One candidate (check_config)."""
-    from parity.layers.localise import HF_NOT_COMPARED, localise_run, not_compared
+    from parity.layers.localise import localise_run
 
-    if config.kind is RunKind.HF_GENERATE:
-        return replace(run, layers=not_compared(HF_NOT_COMPARED))
     assert candidate is not None
     t0 = time.perf_counter()
     layers = localise_run(
-        getattr(source, "torch_model", None),
+        source.torch_side(),
         candidate.path,
         run.input_sets,
         candidate.signature,

@@ -37,7 +37,7 @@ from parity.results import (
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
-from parity.sources import Case, Crop
+from parity.sources import Case, Crop, TorchSide
 
 PADDING = "padding, never attended"
 NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
@@ -155,6 +155,13 @@ class HfSource:
             summary=build_summary(*self._summary_input(), comparisons, timings),
             steps=tuple(generation_step(call) for call in capture.calls),
         )
+
+    def torch_side(self) -> TorchSide:
+        """The model, replayed on each captured call (parity.hf.layers_side)."""
+        from parity.hf.layers_side import hf_torch_side
+
+        loaded, capture = self._captured()
+        return hf_torch_side(loaded, capture.calls)
 
     def _summary_input(self) -> tuple[str, LoadedHfModel, HfOptions, Capture, dict[str, Any]]:
         loaded, capture = self._captured()

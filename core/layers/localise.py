@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from parity.layers import criterion
-from parity.layers.birth import HeldRefs, confirm_births
+from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
 from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
 from parity.layers.onnx_graph import GraphIndex, read_graph
 from parity.layers.onnx_runs import ExtraOutputs, plan_batches
@@ -27,6 +27,7 @@ from parity.layers.stats import ValueStats, value_stats
 from parity.layers.torch_side import tensor_leaves, to_numpy
 from parity.results import InputSet
 from parity.signature import OnnxSignature
+from parity.sources import NO_TORCH_MODEL, TorchSide
 
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_KEEP_MB = 64
@@ -91,11 +92,13 @@ class _Comparer:
         inputs_of: dict[str, tuple[str, ...]],
         keeper: _Keeper,
         held: HeldRefs | None = None,
+        exclude: Exclude | None = None,
     ) -> None:
         self.graph = graph
         self.inputs_of = inputs_of
         self.keeper = keeper
         self.held = held  # torch's values the confirmation will read
+        self.exclude = exclude  # elements not judged (an hf: run's padding)
         self.compared: dict[tuple[str, int], _Compared] = {}
 
     def callback(
@@ -113,15 +116,18 @@ class _Comparer:
                     continue
                 if (pair.onnx_value, s) in self.compared:
                     continue  # a module called twice: its first call is compared
-                self.compare(pair, arrays[0], onnx_values, s)
+                twins = sum(1 for a in arrays if a.shape == arrays[0].shape)
+                self.compare(pair, arrays[0], onnx_values, s, twins)
                 if matching == FX_NAMES:  # one pair per value: ONNX Runtime's array is done
                     onnx_values.pop(pair.onnx_value, None)
 
         return on_value
 
-    def compare(self, pair: Pair, ref: np.ndarray, onnx_values: dict, s: int) -> None:
-        name, onnx = _pick(pair, ref, onnx_values)
-        stats = value_stats(ref, onnx)
+    def compare(
+        self, pair: Pair, ref: np.ndarray, onnx_values: dict, s: int, twins: int = 1
+    ) -> None:
+        name, onnx = _pick(pair, ref, onnx_values, twins)
+        stats = value_stats(ref, masked(onnx, ref, self.exclude, s))
         ins = self.inputs_of.get(pair.onnx_value, ())
         prior = [self.compared[(i, s)] for i in ins if (i, s) in self.compared]
         dtype = str(onnx.dtype)
@@ -145,7 +151,7 @@ class _Comparer:
 
 
 def localise(
-    model: Any,
+    model: Any | TorchSide,
     onnx_path: str | Path,
     input_sets: Sequence[InputSet],
     signature: OnnxSignature,
@@ -157,15 +163,17 @@ def localise(
     progress: Callable[[str], None] | None = None,
     confirm: bool = True,
 ) -> LayersResult:
-    """Compare the matched intermediate values of `model` and the ONNX file on every input
-    set and judge where the error is born (parity.layers.criterion); with `confirm`, each
-    flagged value's node is re-run alone on torch's inputs (parity.layers.birth)."""
+    """Compare the matched intermediate values of `model` (a TorchModel, or a source's
+    TorchSide) and the ONNX file on every input set and judge where the error is born
+    (parity.layers.criterion); with `confirm`, each flagged value's node is re-run alone on
+    torch's inputs (parity.layers.birth)."""
+    side = model if isinstance(model, TorchSide) else TorchSide(model)
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
     say("reading the ONNX graph")
     graph = read_graph(onnx_path)
     say("matching ONNX values to the torch model")
-    plan = make_plan(model, graph, input_sets[0], signature)
+    plan = make_plan(side, graph, input_sets[0], signature)
     if not plan.pairs:
         return _empty(plan, graph)
 
@@ -197,7 +205,7 @@ def localise(
         # a quarter of the budget, beside a batch's ONNX arrays; past it, the confirmation
         # captures what it needs in a torch pass of its own, as before
         held = HeldRefs(runner.proto, requested, feeds, budget // 4)
-    comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held)
+    comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held, side.exclude)
 
     for b, batch in enumerate(batches):
         in_batch = frozenset(batch)
@@ -233,6 +241,8 @@ def localise(
             opt_level=opt_level,
             memory_mb=memory_mb,
             held=held,
+            each_set=side.steps,
+            exclude=side.exclude,
         )
         values, first = list(births.values), births.first
     keep = [k for k in keeper.kept if first is not None and k.input_set == first.input_set]
@@ -301,12 +311,18 @@ def _torch_arrays(value: Any, matching: str) -> list[np.ndarray]:
     return [a for a in arrays if a is not None]
 
 
-def _pick(pair: Pair, ref: np.ndarray, onnx_values: dict) -> tuple[str, np.ndarray]:
-    """The ONNX array for a pair: in module mode the last boundary value of ref's shape."""
-    for name in (pair.onnx_value, *pair.candidates[:_MAX_CANDIDATES]):
-        a = onnx_values.get(name)
-        if a is not None and a.shape == ref.shape:
-            return name, a
+def _pick(pair: Pair, ref: np.ndarray, onnx_values: dict, twins: int = 1) -> tuple[str, np.ndarray]:
+    """The ONNX array for a pair: in module mode the last boundary value of ref's shape.
+    A module returning `twins` tensors of that shape (rotary embeddings' cos and sin) made
+    them last, in order: its first one is the `twins`-th last."""
+    fits = [
+        name
+        for name in dict.fromkeys((pair.onnx_value, *pair.candidates[:_MAX_CANDIDATES]))
+        if name in onnx_values and onnx_values[name].shape == ref.shape
+    ]
+    if fits:
+        name = fits[min(twins, len(fits)) - 1]
+        return name, onnx_values[name]
     return pair.onnx_value, onnx_values[pair.onnx_value]
 
 
@@ -359,33 +375,22 @@ def _empty(plan: Plan, graph: GraphIndex) -> LayersResult:
 
 
 def localise_run(
-    model: Any,
+    side: TorchSide | None,
     onnx_path: str | Path,
     input_sets: Sequence[InputSet],
     signature: OnnxSignature,
     **options: Any,
 ) -> LayersResult:
-    """`localise` for a validation run: never raises, never changes the outputs' verdict;
-    whatever stopped it is said in the result's notes."""
-    if model is None:
-        return not_compared(
-            "stored reference outputs hold no intermediate values: localising needs the "
-            "torch model (--model)"
-        )
+    """`localise` for a validation run (`side`: the source's torch side): never raises,
+    never changes the outputs' verdict; whatever stopped it is said in the result's notes."""
+    if side is None or side.model is None:
+        return not_compared(NO_TORCH_MODEL if side is None else side.missing or NO_TORCH_MODEL)
     try:
-        return localise(model, onnx_path, input_sets, signature, **options)
+        return localise(side, onnx_path, input_sets, signature, **options)
     except Exception as exc:  # the outputs' verdict stands; say why layers could not
         from parity.errors import describe_error
 
         return not_compared(f"localisation stopped: {describe_error(exc)[1]}")
-
-
-HF_NOT_COMPARED = (
-    "hf: runs validate every generate() step (prefill and each decode step with its KV "
-    "cache) at the outputs only; no intermediate value was compared. To localise, export "
-    "the model's forward (a .pt2, or FILE.py:CALLABLE + --weights) and validate that pair "
-    "with --layers"
-)
 
 
 def not_compared(reason: str) -> LayersResult:

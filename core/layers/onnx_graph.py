@@ -122,6 +122,25 @@ class GraphIndex:
         }
         return replace(self, values=values)
 
+    def rebased(self, prefix: str) -> GraphIndex:
+        """Dynamo scopes of an export wrapper ("model.model.layers.1") spelled from the
+        wrapped module ("model.layers.1"): `prefix` ("model.") dropped where it leads. A
+        legacy graph, or one whose scopes do not carry the prefix, is returned as is."""
+        head = prefix.rstrip(".")
+        if self.exporter != DYNAMO or not head:
+            return self
+        scopes = [v.scope for v in self.values.values() if v.scope]
+        if not scopes or not any(s == head or s.startswith(prefix) for s in scopes):
+            return self
+
+        def strip(scope: str | None) -> str | None:
+            if scope is None or scope == head:
+                return "" if scope == head else scope
+            return scope.removeprefix(prefix)
+
+        values = {n: replace(v, scope=strip(v.scope)) for n, v in self.values.items()}
+        return replace(self, values=values)
+
     def module_boundaries(self) -> dict[str, tuple[str, ...]]:
         """module path -> values made inside it and read outside it (or graph outputs), in
         graph order: where that module's output must be."""
