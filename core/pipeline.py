@@ -134,7 +134,8 @@ def run_validation(
             run = with_onnx_layers(run, config, reference, [s.candidate for s in slots], report)
             deadline.check()
         elif config.layers:
-            run = _with_layers(run, config, source, slots[0].candidate, report)
+            lead = _sessions_released(slots)
+            run = _with_layers(run, config, source, lead, report)
             deadline.check()
     return run
 
@@ -210,6 +211,19 @@ def _check_tolerance_names(
         for part in candidate.parts.values() or (candidate,):
             names.update(dict.fromkeys(part.signature.output_names))
     config.tolerances.check_outputs(tuple(names))
+
+
+def _sessions_released(slots: list[_Slot]) -> Candidate | None:
+    """The first candidate without its ONNX Runtime session, every slot's session let go:
+    --layers opens its own session with extra outputs, and a model's weights held twice
+    (a 2.5 GB LLM's) would be more than the layers memory bound allows."""
+    lead = slots[0].candidate
+    for slot in slots:
+        slot.candidate = None
+    if lead is None:
+        return None
+    parts = {k: replace(p, session=None) for k, p in lead.parts.items()}
+    return replace(lead, session=None, parts=parts)
 
 
 def _with_layers(

@@ -144,6 +144,11 @@ class HeldRefs:
     def _still_read(self, name: str, done: set[str]) -> bool:
         return any(r not in done for r in self._readers.get(name, ()))
 
+    def release(self, s: int) -> None:
+        """Input set `s`'s arrays are no longer needed."""
+        for array in self._held.pop(s, {}).values():
+            self.used -= array.nbytes
+
     def covering(
         self, s: int, wanted: Collection[str], budget: int
     ) -> dict[str, np.ndarray] | None:
@@ -189,6 +194,7 @@ def confirm_births(
     held: HeldRefs | None = None,
     each_set: bool = False,
     exclude: Exclude | None = None,
+    weights_dir: str | Path | None = None,
 ) -> Births:
     """Check the flagged `values` in order until one is born (with `each_set`, until one is
     born on every input set: the steps of one generation each get their own first). `known[s]`
@@ -225,7 +231,13 @@ def confirm_births(
             wanted = _wanted(checked, s, selections, known)
             kept = None if held is None else held.covering(s, wanted, budget)
             if kept is None:
-                kept = _capture(capture, by_set[s], wanted, arrays_of, budget)
+                # what was held for this set is not read: let it go before torch runs again,
+                # and keep what is captured, with what other sets hold, within the budget
+                room = budget
+                if held is not None:
+                    held.release(s)
+                    room = max(budget - held.used, budget // 4)
+                kept = _capture(capture, by_set[s], wanted, arrays_of, room)
             captured[s] = kept
         c, born_case = _check(
             v,
@@ -233,7 +245,7 @@ def confirm_births(
             captured[s],
             by_set[s],
             proto,
-            onnx_path,
+            Path(weights_dir) if weights_dir is not None else Path(onnx_path).parent,
             (provider, opt_level),
             exclude,
         )
@@ -246,6 +258,8 @@ def confirm_births(
                 break
         if s in decided or last_of_set[s] is v:
             captured.pop(s, None)  # this input set's arrays are read no more
+            if held is not None:
+                held.release(s)
     carried = {
         (c.order, c.input_set, c.onnx_value) for c in confirmations if c.outcome == Outcome.CARRIED
     }
@@ -336,7 +350,7 @@ def _check(
     refs: Mapping[str, np.ndarray],
     input_set: InputSet,
     proto: onnx.ModelProto,
-    onnx_path: str | Path,
+    weights_dir: Path,
     runtime: tuple[str, str],
     exclude: Exclude | None = None,
 ) -> tuple[Confirmation, ReproCase | None]:
@@ -357,7 +371,7 @@ def _check(
         )
     expected = arrays[v.onnx_value]
     inputs = {name: arrays[name] for name in selection.inputs}
-    c = confirm.build(proto, selection, inputs, expected, base_dir=Path(onnx_path).parent)
+    c = confirm.build(proto, selection, inputs, expected, base_dir=weights_dir)
     try:
         got = confirm.run_cut(c, inputs, provider=provider, opt_level=opt_level)
     except OnnxRunError as exc:

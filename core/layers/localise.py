@@ -243,6 +243,7 @@ def localise(
             held=held,
             each_set=side.steps,
             exclude=side.exclude,
+            weights_dir=runner.weights_dir,
         )
         values, first = list(births.values), births.first
     keep = [k for k in keeper.kept if first is not None and k.input_set == first.input_set]
