@@ -162,3 +162,43 @@ def test_cli_writes_the_steps_first_divergences_and_a_repro(
         onnx.load_tensor(str(repro / "test_data_set_0" / "output_0.pb"))
     )
     assert np.isfinite(expected).all()
+
+
+def test_encoder_own_and_optimum_exports_compare_the_same_modules(tmp_path):
+    """A one-forward model (BERT, feature extraction): Parity's dynamo export (its wrapper's
+    `model.` scope dropped) and Optimum's legacy export both pair with BertModel's modules."""
+    import torch
+    import transformers
+    from optimum.exporters import onnx as exporters
+
+    from tests.hf_models import make_tokenizer
+
+    tokenizer = make_tokenizer(
+        specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]"),
+        decoder=False,
+        input_names=("input_ids", "token_type_ids", "attention_mask"),
+    )
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(2)
+    directory = tmp_path / "bert"
+    transformers.BertModel(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    exporters.main_export(str(directory), output=tmp_path / "optimum", task="feature-extraction")
+    options = HfOptions(prompts=PROMPTS, export_path=str(tmp_path / "own.onnx"))
+    modules = []
+    for onnx_path in (None, str(tmp_path / "optimum" / "model.onnx")):
+        run = run_validation(
+            RunConfig(model=f"hf:{directory}", onnx=onnx_path, hf=options, layers=True)
+        )
+        assert run.verdict == "pass" and run.layers.matched > 0
+        assert run.layers.first_divergence is None
+        modules.append({v.torch_module for v in run.layers.values})
+    shared = modules[0] & modules[1]
+    assert "encoder.layer.1.output.dense" in shared

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from parity.hf.capture import CACHE_KEYWORDS, CapturedCall
+from parity.hf.export import make_cache
 from parity.hf.loading import LoadedHfModel, quiet_transformers
+from parity.hf.seq2seq_capture import ENCODER, Seq2SeqCall
 from parity.results import InputSet
 from parity.sources import TorchSide
 
@@ -81,8 +83,6 @@ def replay(model: Any, call: CapturedCall, cache_kw: str | None) -> Any:
         name: torch.from_numpy(np.array(value)) for name, value in call.inputs.items()
     }
     if not call.encoder and cache_kw is not None:
-        from parity.hf.export import make_cache
-
         flat = [torch.from_numpy(np.array(a)) for kv in call.past for a in kv]
         kwargs[cache_kw] = make_cache(flat if call.past_length else [], model.config)
         kwargs["use_cache"] = True
@@ -113,3 +113,77 @@ def padding_of(call: CapturedCall, shape: tuple[int, ...]) -> np.ndarray | None:
                 index[axis] = slice(None)
                 return rows[tuple(index)]
     return None
+
+
+def seq2seq_torch_side(model: Any, calls: Sequence[Seq2SeqCall], *, encoder: bool) -> TorchSide:
+    """An encoder-decoder model's torch side for one file of its export: the encoder (its
+    modules are what Optimum's encoder file scopes) on the encoder call, or the whole model
+    (`decoder.*`, `lm_head`) on each decoder call, its self- and cross-attention caches
+    rebuilt from the captured past (empty before the first step, as generate() had them)."""
+    by_index = {call.index: call for call in calls}
+    module = model.get_encoder() if encoder else model
+
+    def call(input_set: InputSet) -> Any:
+        return replay_seq2seq(model, by_index[input_set.index])
+
+    def exclude(index: int, shape: tuple[int, ...]) -> np.ndarray | None:
+        captured = by_index.get(index)
+        pad = None if captured is None else captured.padding
+        if pad is None or len(shape) < 2 or shape[0] != pad.shape[0]:
+            return None
+        for axis in (1, 2):
+            if len(shape) > axis and shape[axis] == pad.shape[1]:
+                index_ = [slice(None), *([None] * (len(shape) - 1))]
+                index_[axis] = slice(None)
+                return pad[tuple(index_)]
+        return None
+
+    what = "the encoder call" if encoder else "each decoder call, its caches rebuilt"
+    return TorchSide(
+        HfTorchModel(module),
+        call=call,
+        traceable=False,
+        steps=not encoder,
+        exclude=exclude,
+        notes=(
+            f"torch side: the hf: model's {'encoder' if encoder else 'modules'}, hooked on {what}",
+            "encoder positions the attention mask pads are not judged in intermediate values",
+        ),
+    )
+
+
+def replay_seq2seq(model: Any, call: Seq2SeqCall) -> Any:
+    """torch's forward on one captured encoder-decoder call, with the tensors captured then."""
+    import torch
+    from transformers.modeling_outputs import BaseModelOutput
+
+    def tensor(name: str) -> Any:
+        return torch.from_numpy(np.array(call.feeds[name]))
+
+    with torch.inference_mode(), quiet_transformers():
+        if call.role == ENCODER:
+            return model.get_encoder()(**{name: tensor(name) for name in call.feeds})
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        caches = []
+        for attention in ("decoder", "encoder"):
+            flat = []
+            layer = 0
+            while f"past_key_values.{layer}.{attention}.key" in call.feeds:
+                flat += [
+                    tensor(f"past_key_values.{layer}.{attention}.key"),
+                    tensor(f"past_key_values.{layer}.{attention}.value"),
+                ]
+                layer += 1
+            if call.past_length == 0:
+                flat = []
+            caches.append(make_cache(flat, model.config) if flat else DynamicCache())
+        kwargs: dict[str, Any] = {
+            "decoder_input_ids": tensor("input_ids"),
+            "encoder_outputs": BaseModelOutput(last_hidden_state=tensor("encoder_hidden_states")),
+            "past_key_values": EncoderDecoderCache(*caches),
+            "use_cache": True,
+        }
+        if "encoder_attention_mask" in call.feeds:
+            kwargs["attention_mask"] = tensor("encoder_attention_mask")
+        return model(**kwargs)
