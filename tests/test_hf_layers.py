@@ -150,12 +150,20 @@ def test_cli_writes_the_steps_first_divergences_and_a_repro(
     report, repro = tmp_path / "report.json", tmp_path / "repro"
     argv = ["validate", "--model", f"hf:{llama_dir}", "--onnx", str(bug), "--layers"]
     argv += ["--prompt", PROMPTS[0], "--max-new-tokens", "2", "--json", str(report)]
+    html, saved = tmp_path / "report.html", tmp_path / "run.parity"
+    argv += ["--html", str(html), "--save-run", str(saved)]
     assert main([*argv, "--repro", str(repro)]) == 1
     out = capsys.readouterr().out
     assert "first divergence per input set:" in out
     assert f"step 2 · decode: '{BUGGED_MODULE}'" in out
     data = json.loads(report.read_text())
     assert data["layers"]["first_divergence"]["torch_module"] == BUGGED_MODULE
+    assert BUGGED_MODULE in html.read_text()
+    from parity.reports.saved_run import load_run
+
+    reopened = load_run(saved).layers
+    assert reopened.first_divergence.torch_module == BUGGED_MODULE
+    assert [v.input_set for v in reopened.firsts] == [0, 1]
     cut = onnx.load(str(repro / "model.onnx"))
     assert [n.op_type for n in cut.graph.node][-1] == "MatMul"  # down_proj, and what feeds it
     expected = numpy_helper.to_array(
