@@ -22,6 +22,7 @@ import numpy as np
 
 from parity.hf.capture import CACHE_KEYWORDS, CapturedCall
 from parity.hf.export import make_cache
+from parity.hf.feeds import full_attention_mask
 from parity.hf.loading import LoadedHfModel, quiet_transformers
 from parity.hf.seq2seq_capture import ENCODER, Seq2SeqCall
 from parity.results import InputSet
@@ -96,19 +97,23 @@ def padding_of(call: CapturedCall, shape: tuple[int, ...]) -> np.ndarray | None:
     2 of a (batch, heads, positions, ...) value."""
     if "input_ids" not in call.inputs and "attention_mask" not in call.inputs:
         return None
-    from parity.hf.feeds import full_attention_mask
-
     pad = full_attention_mask(call) == 0
-    if not pad.any() or len(shape) < 2 or shape[0] != pad.shape[0]:
+    if not pad.any():
         return None
-    batch, total = pad.shape
     ids = call.inputs.get("input_ids")
     current = pad[:, -ids.shape[1] :] if ids is not None and ids.ndim == 2 else pad
+    return positions_mask((current, pad), shape)
+
+
+def positions_mask(masks: Sequence[np.ndarray], shape: tuple[int, ...]) -> np.ndarray | None:
+    """The first of `masks` (each (batch, positions), True where padded) whose positions
+    match a value of `shape` at axis 1, else at axis 2 (a (batch, heads, positions, ...)
+    value), placed there to broadcast; None when none fits or the batch differs."""
     for axis in (1, 2):
         if len(shape) <= axis:
             break
-        for rows in (current, pad):
-            if shape[axis] == rows.shape[1]:
+        for rows in masks:
+            if shape[0] == rows.shape[0] and shape[axis] == rows.shape[1]:
                 index = [slice(None), *([None] * (len(shape) - 1))]
                 index[axis] = slice(None)
                 return rows[tuple(index)]
@@ -129,14 +134,7 @@ def seq2seq_torch_side(model: Any, calls: Sequence[Seq2SeqCall], *, encoder: boo
     def exclude(index: int, shape: tuple[int, ...]) -> np.ndarray | None:
         captured = by_index.get(index)
         pad = None if captured is None else captured.padding
-        if pad is None or len(shape) < 2 or shape[0] != pad.shape[0]:
-            return None
-        for axis in (1, 2):
-            if len(shape) > axis and shape[axis] == pad.shape[1]:
-                index_ = [slice(None), *([None] * (len(shape) - 1))]
-                index_[axis] = slice(None)
-                return pad[tuple(index_)]
-        return None
+        return None if pad is None else positions_mask((pad,), shape)
 
     what = "the encoder call" if encoder else "each decoder call, its caches rebuilt"
     return TorchSide(
