@@ -85,7 +85,7 @@ MERGED_LAYERS = (
     "a merged decoder computes every step inside If branches, whose values cannot be made "
     "graph outputs: give decoder_model.onnx or decoder_with_past_model.onnx with --onnx to "
     "compare its intermediate values"
-)
+)  # the causal LM's sentence is parity.hf.layers_side.MERGED_DECODER
 
 
 class Seq2SeqSource:
