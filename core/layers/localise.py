@@ -196,15 +196,17 @@ def localise(
         plan.capture.run(input_set, by_key.keys(), probe)
 
     budget = max(1, memory_mb) << 20
-    batches = plan_batches(requested, sizes, budget)
+    # the budget bounds every array held at once: a batch's ONNX values and torch's values
+    # held for the confirmation (an eighth; past it, the confirmation captures what it
+    # needs in a torch pass of its own, after the batches, within the whole budget)
+    held_budget = budget // 8 if confirm else 0
+    batches = plan_batches(requested, sizes, max(1, budget - held_budget))
     runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level)
     inputs_of = graph.matched_inputs(p.onnx_value for p in plan.pairs)
     held = None
     if confirm:
         feeds = {n for s in input_sets for n in s.feeds}
-        # a quarter of the budget, beside a batch's ONNX arrays; past it, the confirmation
-        # captures what it needs in a torch pass of its own, as before
-        held = HeldRefs(runner.proto, requested, feeds, budget // 4)
+        held = HeldRefs(runner.proto, requested, feeds, held_budget)
     comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held, side.exclude)
 
     for b, batch in enumerate(batches):
@@ -250,9 +252,10 @@ def localise(
     notes = [
         *plan.notes,
         f"ONNX Runtime ({provider}, optimisation level {opt_level}) re-ran the graph with the "
-        f"matched values as extra outputs, in {len(batches)} batch(es) of at most "
-        f"{memory_mb} MB; a value marked as an output is not fused away, so ONNX Runtime's "
-        "optimised graph for intermediates can differ slightly from the plain run's",
+        f"matched values as extra outputs, in {len(batches)} batch(es) within "
+        f"{memory_mb} MB (torch's values held for the confirmation included); a value marked "
+        "as an output is not fused away, so ONNX Runtime's optimised graph for intermediates "
+        "can differ slightly from the plain run's",
         f"{len(plan.pairs)} values x {len(input_sets)} input set(s) compared in "
         f"{time.perf_counter() - start:.2f} s",
     ]
