@@ -64,9 +64,37 @@ def test_decoder_with_past_bug_is_born_in_that_blocks_feed_forward(t5, tmp_path)
     assert {v.torch_module for v in layers.firsts} == {first.torch_module}
 
 
-def test_merged_decoder_and_folder_say_which_file_to_give(t5):
+def test_merged_decoder_compares_each_branch_and_names_the_bug_on_every_step(t5, tmp_path):
+    """Optimum's merged decoder: one If on use_cache_branch. Each branch is compared as a
+    graph of its own, on the steps that run it (step 0: no cache; later steps: the cache);
+    the planted weight is shared by both branches, so every step names it."""
     model_dir, folder = t5
-    merged = _run(model_dir, folder / "decoder_model_merged.onnx").layers
-    assert merged.matched == 0 and "decoder_with_past_model.onnx" in merged.notes[0]
+    clean = _run(model_dir, folder / "decoder_model_merged.onnx")
+    assert clean.verdict == "pass" and clean.layers.first_divergence is None
+    assert {v.status for v in clean.layers.values} == {LayerStatus.PASS.value}
+    steps = sorted(s.index for s in clean.input_sets)
+    assert len(steps) == 3 and {v.input_set for v in clean.layers.values} == set(steps)
+    assert "merged decoder" in clean.layers.notes[0]
+
+    model = onnx.load(str(folder / "decoder_model_merged.onnx"))
+    branch = model.graph.node[0].attribute[0].g
+    node = next(n for n in branch.node if n.name == WO)
+    weight = next(t for t in model.graph.initializer if t.name in node.input)
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 3, weight.name))
+    bug = tmp_path / "decoder_model_merged.onnx"
+    onnx.save(model, str(bug))
+    layers = _run(model_dir, bug).layers
+    first = layers.first_divergence
+    assert first.torch_module == "decoder.block.1.layer.2.DenseReluDense.wo"
+    assert first.input_set == steps[0]  # decoder step 0: the no-cache branch
+    assert layers.confirmation_of(first).outcome == Outcome.BORN
+    assert [(v.input_set, v.torch_module) for v in layers.firsts] == [
+        (s, first.torch_module) for s in steps
+    ]
+    assert layers.repro is not None and layers.repro.value.input_set == steps[0]
+
+
+def test_a_folder_says_which_file_to_give(t5):
+    model_dir, folder = t5
     whole = _run(model_dir, folder).layers
     assert whole.matched == 0 and "give one of them with --onnx" in whole.notes[0]

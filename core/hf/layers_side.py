@@ -28,12 +28,6 @@ from parity.hf.seq2seq_capture import ENCODER, Seq2SeqCall
 from parity.results import InputSet
 from parity.sources import TorchSide
 
-MERGED_DECODER = (
-    "a merged decoder (use_cache_branch) computes every step inside If branches, whose values "
-    "cannot be made graph outputs: give the decoder with past on its own (Optimum's "
-    "decoder_with_past_model.onnx, or model.onnx from a recent optimum-cli) to compare its "
-    "intermediate values"
-)
 WRAPPER_PREFIX = "model."  # parity.hf.export's wrappers hold the model as `.model`
 
 

@@ -78,14 +78,9 @@ SEQ2SEQ_NO_FLOAT64 = (
 
 FOLDER_LAYERS = (
     "an encoder-decoder export folder runs several files: give one of them with --onnx "
-    "(encoder_model.onnx, decoder_model.onnx or decoder_with_past_model.onnx) to compare its "
-    "intermediate values"
+    "(encoder_model.onnx, decoder_model_merged.onnx, decoder_model.onnx or "
+    "decoder_with_past_model.onnx) to compare its intermediate values"
 )
-MERGED_LAYERS = (
-    "a merged decoder computes every step inside If branches, whose values cannot be made "
-    "graph outputs: give decoder_model.onnx or decoder_with_past_model.onnx with --onnx to "
-    "compare its intermediate values"
-)  # the causal LM's sentence is parity.hf.layers_side.MERGED_DECODER
 
 
 class Seq2SeqSource:
@@ -184,13 +179,12 @@ class Seq2SeqSource:
         return Provenance(kind=RunKind.HF_GENERATE, seed=self._seed)
 
     def torch_side(self) -> TorchSide:
-        """One file of the export: the encoder, or the model on its decoder calls
-        (parity.hf.layers_side). A folder or a merged decoder: none, and why."""
+        """One file of the export: the encoder, or the model on its decoder calls (a merged
+        decoder's too: parity.layers compares each branch), parity.hf.layers_side. A folder:
+        none, and why."""
         if len(self._parts) != 1:
             return TorchSide(None, missing=FOLDER_LAYERS)
         role = self._parts[0].role
-        if role is Role.MERGED:
-            return TorchSide(None, missing=MERGED_LAYERS)
         from parity.hf.layers_side import seq2seq_torch_side
 
         loaded, capture = self._captured()

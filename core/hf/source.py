@@ -63,7 +63,6 @@ class HfSource:
         self._capture: Capture | None = None
         self._export: dict[str, Any] = dict(NOT_EXPORTED)
         self._noise_floor = config.noise_floor
-        self._merged = False  # an Optimum merged decoder (use_cache_branch): no layers
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -127,7 +126,6 @@ class HfSource:
         return str(result.path)
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        self._merged = "use_cache_branch" in signature.input_names
         loaded, capture = self._captured(signature)
         doubles: Sequence[CapturedCall | None] = [None] * len(capture.calls)
         note = ""
@@ -160,10 +158,8 @@ class HfSource:
 
     def torch_side(self) -> TorchSide:
         """The model, replayed on each captured call (parity.hf.layers_side)."""
-        from parity.hf.layers_side import MERGED_DECODER, hf_torch_side
+        from parity.hf.layers_side import hf_torch_side
 
-        if self._merged:
-            return TorchSide(None, missing=MERGED_DECODER)
         loaded, capture = self._captured()
         return hf_torch_side(loaded, capture.calls)
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from parity.layers import criterion
 from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
 from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
-from parity.layers.onnx_graph import GraphIndex, read_graph
+from parity.layers.onnx_graph import GraphIndex, index_graph, merged_branches, read_graph
 from parity.layers.onnx_runs import ExtraOutputs, plan_batches
 from parity.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
 from parity.layers.stats import ValueStats, value_stats
@@ -166,12 +167,110 @@ def localise(
     """Compare the matched intermediate values of `model` (a TorchModel, or a source's
     TorchSide) and the ONNX file on every input set and judge where the error is born
     (parity.layers.criterion); with `confirm`, each flagged value's node is re-run alone on
-    torch's inputs (parity.layers.birth)."""
+    torch's inputs (parity.layers.birth). A merged decoder's two branches are each compared
+    as a graph of their own, on the input sets that run them."""
     side = model if isinstance(model, TorchSide) else TorchSide(model)
     say = progress or (lambda _msg: None)
+    options = {
+        "provider": provider,
+        "opt_level": opt_level,
+        "memory_mb": memory_mb,
+        "keep_mb": keep_mb,
+        "say": say,
+        "confirm": confirm,
+    }
+    merged = merged_branches(onnx_path)
+    if merged is None:
+        return _localise_graph(side, onnx_path, None, input_sets, signature, **options)
+    name, branches = merged
+    results: list[tuple[bool, LayersResult]] = []
+    for value in (False, True):  # the no-cache branch runs the first step
+        sets = [s for s in input_sets if name in s.feeds and _truth(s.feeds[name]) == value]
+        if sets:
+            say(f"merged decoder: the {BRANCH_WORDS[value]} branch")
+            proto = branches.pop(value)
+            result = _localise_graph(side, onnx_path, proto, sets, signature, **options)
+            del proto
+            results.append((value, result))
+    if not results:
+        return not_compared(f"no input set feeds the merged decoder's {name!r}")
+    return _merged(results, name)
+
+
+BRANCH_WORDS = {False: "no-cache", True: "cache"}
+
+
+def _truth(array: Any) -> bool:
+    flat = np.asarray(array).ravel()
+    return bool(flat[0]) if flat.size else False
+
+
+def _merged(results: list[tuple[bool, LayersResult]], name: str) -> LayersResult:
+    """One result from a merged decoder's branches: each branch's orders follow the one
+    before it (two graphs have no common order); the first divergence is the earliest input
+    set's, and its repro comes with it."""
+    from dataclasses import replace
+
+    offset = 0
+    values: list[LayerValue] = []
+    confirmations: list[Any] = []
+    kept: list[KeptValue] = []
+    firsts: list[tuple[LayerValue, Any]] = []
+    notes = [
+        f"merged decoder: the input sets with {name} false ran its no-cache branch, the others "
+        "its cache branch; each branch is compared as a graph of its own (the cache branch's "
+        "orders follow the no-cache branch's)"
+    ]
+    for value, r in results:
+
+        def shift(v: LayerValue, by: int = offset) -> LayerValue:
+            return replace(v, order=v.order + by, inputs=tuple(i + by for i in v.inputs))
+
+        values += [shift(v) for v in r.values]
+        confirmations += [replace(c, order=c.order + offset) for c in r.confirmations]
+        kept += [replace(k, order=k.order + offset) for k in r.kept]
+        if r.first_divergence is not None:
+            firsts.append((shift(r.first_divergence), r.repro))
+        notes += [f"{BRANCH_WORDS[value]} branch: {note}" for note in r.notes]
+        offset += 1 + max((v.order for v in r.values), default=0)
+    first, repro = min(firsts, key=lambda f: f[0].input_set, default=(None, None))
+    head = results[0][1]
+    values.sort(key=lambda v: (v.order, v.input_set))
+    return LayersResult(
+        criterion=head.criterion,
+        matching=next((r.matching for _, r in results if r.matched), head.matching),
+        matched=sum(r.matched for _, r in results),
+        unmatched_onnx=sum(r.unmatched_onnx for _, r in results),
+        unmatched_torch=max(r.unmatched_torch for _, r in results),
+        first_divergence=first,
+        values=tuple(values),
+        notes=tuple(notes),
+        threshold=head.threshold,
+        min_jump=head.min_jump,
+        kept=tuple(k for k in kept if first is not None and k.input_set == first.input_set),
+        confirmations=tuple(sorted(confirmations, key=lambda c: (c.order, c.input_set))),
+        repro=repro,
+    )
+
+
+def _localise_graph(
+    side: TorchSide,
+    onnx_path: str | Path,
+    proto: onnx.ModelProto | None,
+    input_sets: Sequence[InputSet],
+    signature: OnnxSignature,
+    *,
+    provider: str,
+    opt_level: str,
+    memory_mb: int,
+    keep_mb: int,
+    say: Callable[[str], None],
+    confirm: bool,
+) -> LayersResult:
+    """`localise` on one graph: the file's, or `proto` (a merged decoder's branch)."""
     start = time.perf_counter()
     say("reading the ONNX graph")
-    graph = read_graph(onnx_path)
+    graph = read_graph(onnx_path) if proto is None else index_graph(proto)
     say("matching ONNX values to the torch model")
     plan = make_plan(side, graph, input_sets[0], signature)
     if not plan.pairs:
@@ -201,7 +300,7 @@ def localise(
     # needs in a torch pass of its own, after the batches, within the whole budget)
     held_budget = budget // 8 if confirm else 0
     batches = plan_batches(requested, sizes, max(1, budget - held_budget))
-    runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level)
+    runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level, proto=proto)
     inputs_of = graph.matched_inputs(p.onnx_value for p in plan.pairs)
     held = None
     if confirm:

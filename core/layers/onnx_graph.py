@@ -170,7 +170,51 @@ class GraphIndex:
 
 def read_graph(path: str | Path) -> GraphIndex:
     """Index an ONNX file's main graph (weights are not read)."""
+    return index_graph(onnx.load(str(path), load_external_data=False))
+
+
+def merged_branches(path: str | Path) -> tuple[str, dict[bool, onnx.ModelProto]] | None:
+    """A merged decoder (Optimum's: one If on a boolean graph input, `use_cache_branch`,
+    whose branches are the decoder without and with past) as two plain graphs, one per
+    value of that input: (input name, {False: else branch, True: then branch}); None for
+    any other file. The branches' values cannot be graph outputs inside the If; flattened,
+    each branch is a graph like any export, with the file's initializers (external weights
+    stay references to their files)."""
     proto = onnx.load(str(path), load_external_data=False)
+    graph = proto.graph
+    inputs = {i.name: i for i in graph.input}
+    if len(graph.node) != 1 or graph.node[0].op_type != "If":
+        return None
+    node = graph.node[0]
+    condition = inputs.get(node.input[0])
+    if condition is None or condition.type.tensor_type.elem_type != onnx.TensorProto.BOOL:
+        return None
+    branches = {a.name: a.g for a in node.attribute if a.name in ("then_branch", "else_branch")}
+    if len(branches) != 2:
+        return None
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.initializer):
+        proto = onnx.load(str(path))  # inline weights: the flattened graphs carry them
+    flat: dict[bool, onnx.ModelProto] = {}
+    for value, key in ((True, "then_branch"), (False, "else_branch")):
+        branch = branches[key]
+        model = onnx.ModelProto()
+        model.CopyFrom(proto)
+        del model.graph.node[:]
+        model.graph.node.extend(branch.node)
+        renamed = [
+            onnx.helper.make_node("Identity", [b.name], [out], name=f"parity_branch_{out}")
+            for b, out in zip(branch.output, node.output, strict=True)
+            if b.name != out
+        ]
+        model.graph.node.extend(renamed)
+        model.graph.initializer.extend(branch.initializer)
+        model.graph.value_info.extend(branch.value_info)
+        flat[value] = model
+    return condition.name, flat
+
+
+def index_graph(proto: onnx.ModelProto) -> GraphIndex:
+    """Index a model's main graph (its weights are not read)."""
     graph = proto.graph
     types = {vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info}
     types.update({vi.name: vi.type.tensor_type.elem_type for vi in graph.output})

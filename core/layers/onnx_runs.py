@@ -58,15 +58,21 @@ class ExtraOutputs:
         provider: str,
         opt_level: str,
         externalize_over: int = EXTERNALIZE_OVER,
+        proto: onnx.ModelProto | None = None,
     ) -> None:
+        """`proto`: the model to run instead of the file's own graph (a merged decoder's
+        branch, parity.layers.onnx_graph.merged_branches); its external weights are the
+        file's."""
         self.path = Path(path).absolute()  # links to its external data must not be relative
         self.provider = provider
         self.opt_level = opt_level
-        proto = onnx.load(str(self.path), load_external_data=False)
+        given = proto
+        if proto is None:
+            proto = onnx.load(str(self.path), load_external_data=False)
         self._external = _uses_external_data(proto)
         self.weights_dir = self.path.parent  # where the proto's external data is read from
         if not self._external:
-            proto = onnx.load(str(self.path))
+            proto = given if given is not None else onnx.load(str(self.path))
             if _initializer_bytes(proto) > externalize_over:
                 self.weights_dir = _externalized(proto, self)
                 self._external = True
