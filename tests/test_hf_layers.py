@@ -210,3 +210,19 @@ def test_encoder_own_and_optimum_exports_compare_the_same_modules(tmp_path):
         modules.append({v.torch_module for v in run.layers.values})
     shared = modules[0] & modules[1]
     assert "encoder.layer.1.output.dense" in shared
+
+
+def test_merged_decoder_compares_both_branches_and_names_the_bug(llama_dir, optimum_file, tmp_path):
+    """A merged decoder (one If on use_cache_branch, made by Optimum's merge_decoders): the
+    prefill runs the no-cache branch, the decode steps the cache branch; each branch is
+    compared as a graph of its own and both name the planted MLP weight."""
+    from optimum.onnx import merge_decoders
+
+    bug = tmp_path / "bug.onnx"
+    _triple_down_proj(optimum_file, bug)
+    merged = tmp_path / "decoder_model_merged.onnx"
+    merge_decoders(str(bug), str(bug), save_path=str(merged))
+    assert "use_cache_branch" in {i.name for i in onnx.load(str(merged)).graph.input}
+    run = _run(llama_dir, str(merged))
+    _assert_names_the_bug(run)
+    assert "merged decoder" in run.layers.notes[0]
