@@ -21,7 +21,13 @@ import onnx
 from parity.layers import criterion
 from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
 from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
-from parity.layers.onnx_graph import GraphIndex, index_graph, merged_branches, read_graph
+from parity.layers.onnx_graph import (
+    GraphIndex,
+    flattened_branch,
+    index_graph,
+    merged_condition,
+    read_graph,
+)
 from parity.layers.onnx_runs import ExtraOutputs, plan_batches
 from parity.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
 from parity.layers.stats import ValueStats, value_stats
@@ -179,16 +185,15 @@ def localise(
         "say": say,
         "confirm": confirm,
     }
-    merged = merged_branches(onnx_path)
-    if merged is None:
+    name = merged_condition(onnx_path)
+    if name is None:
         return _localise_graph(side, onnx_path, None, input_sets, signature, **options)
-    name, branches = merged
     results: list[tuple[bool, LayersResult]] = []
     for value in (False, True):  # the no-cache branch runs the first step
         sets = [s for s in input_sets if name in s.feeds and _truth(s.feeds[name]) == value]
         if sets:
             say(f"merged decoder: the {BRANCH_WORDS[value]} branch")
-            proto = branches.pop(value)
+            proto = flattened_branch(onnx_path, value)  # one branch in memory at a time
             result = _localise_graph(side, onnx_path, proto, sets, signature, **options)
             del proto
             results.append((value, result))

@@ -173,44 +173,50 @@ def read_graph(path: str | Path) -> GraphIndex:
     return index_graph(onnx.load(str(path), load_external_data=False))
 
 
-def merged_branches(path: str | Path) -> tuple[str, dict[bool, onnx.ModelProto]] | None:
-    """A merged decoder (Optimum's: one If on a boolean graph input, `use_cache_branch`,
-    whose branches are the decoder without and with past) as two plain graphs, one per
-    value of that input: (input name, {False: else branch, True: then branch}); None for
-    any other file. The branches' values cannot be graph outputs inside the If; flattened,
-    each branch is a graph like any export, with the file's initializers (external weights
-    stay references to their files)."""
+def merged_condition(path: str | Path) -> str | None:
+    """The boolean graph input (`use_cache_branch`) of a merged decoder (Optimum's: one If
+    on it, whose branches are the decoder without and with past), else None."""
     proto = onnx.load(str(path), load_external_data=False)
+    return None if _merged_if(proto) is None else proto.graph.node[0].input[0]
+
+
+def flattened_branch(path: str | Path, value: bool) -> onnx.ModelProto:
+    """A merged decoder's branch for its condition's `value` as a plain graph, with the
+    file's initializers (external weights stay references to their files; inline ones are
+    read once, for this branch only). The values inside an If cannot be graph outputs;
+    flattened, the branch is a graph like any export's."""
+    proto = onnx.load(str(path), load_external_data=False)
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        proto = onnx.load(str(path))  # inline weights: the flattened graph carries them
+    node = _merged_if(proto)
+    assert node is not None, "not a merged decoder (see merged_condition)"
+    branch = next(
+        a.g for a in node.attribute if a.name == ("then_branch" if value else "else_branch")
+    )
     graph = proto.graph
-    inputs = {i.name: i for i in graph.input}
+    outputs = list(node.output)
+    graph.ClearField("node")
+    graph.node.extend(branch.node)
+    graph.node.extend(
+        onnx.helper.make_node("Identity", [b.name], [out], name=f"parity_branch_{out}")
+        for b, out in zip(branch.output, outputs, strict=True)
+        if b.name != out
+    )
+    graph.initializer.extend(branch.initializer)
+    graph.value_info.extend(branch.value_info)
+    return proto
+
+
+def _merged_if(proto: onnx.ModelProto) -> onnx.NodeProto | None:
+    graph = proto.graph
     if len(graph.node) != 1 or graph.node[0].op_type != "If":
         return None
     node = graph.node[0]
-    condition = inputs.get(node.input[0])
+    condition = next((i for i in graph.input if i.name == node.input[0]), None)
     if condition is None or condition.type.tensor_type.elem_type != onnx.TensorProto.BOOL:
         return None
-    branches = {a.name: a.g for a in node.attribute if a.name in ("then_branch", "else_branch")}
-    if len(branches) != 2:
-        return None
-    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.initializer):
-        proto = onnx.load(str(path))  # inline weights: the flattened graphs carry them
-    flat: dict[bool, onnx.ModelProto] = {}
-    for value, key in ((True, "then_branch"), (False, "else_branch")):
-        branch = branches[key]
-        model = onnx.ModelProto()
-        model.CopyFrom(proto)
-        del model.graph.node[:]
-        model.graph.node.extend(branch.node)
-        renamed = [
-            onnx.helper.make_node("Identity", [b.name], [out], name=f"parity_branch_{out}")
-            for b, out in zip(branch.output, node.output, strict=True)
-            if b.name != out
-        ]
-        model.graph.node.extend(renamed)
-        model.graph.initializer.extend(branch.initializer)
-        model.graph.value_info.extend(branch.value_info)
-        flat[value] = model
-    return condition.name, flat
+    names = {a.name for a in node.attribute}
+    return node if {"then_branch", "else_branch"} <= names else None
 
 
 def index_graph(proto: onnx.ModelProto) -> GraphIndex:
