@@ -145,7 +145,8 @@ def _run_validation(
             run = with_onnx_layers(run, config, reference, [s.candidate for s in slots], report)
             deadline.check()
         elif config.layers:
-            run = _with_layers(run, config, source, slots[0].candidate, report)
+            lead = _sessions_released(slots)
+            run = _with_layers(run, config, source, lead, report)
             deadline.check()
     return run
 
@@ -223,6 +224,19 @@ def _check_tolerance_names(
     config.tolerances.check_outputs(tuple(names))
 
 
+def _sessions_released(slots: list[_Slot]) -> Candidate | None:
+    """The first candidate without its ONNX Runtime session, every slot's session let go:
+    --layers opens its own session with extra outputs, and a model's weights held twice
+    (a 2.5 GB LLM's) would be more than the layers memory bound allows."""
+    lead = slots[0].candidate
+    for slot in slots:
+        slot.candidate = None
+    if lead is None:
+        return None
+    parts = {k: replace(p, session=None) for k, p in lead.parts.items()}
+    return replace(lead, session=None, parts=parts)
+
+
 def _with_layers(
     run: ValidationRun,
     config: RunConfig,
@@ -230,16 +244,15 @@ def _with_layers(
     candidate: Candidate | None,
     report: ProgressReporter,
 ) -> ValidationRun:
-    """The same source's model and the same input sets, with intermediate values compared
+    """The same source's torch side (its model and its per-case forward: an hf: run's
+    captured generate() calls) and the same input sets, with intermediate values compared
     (parity.layers); never changes the outputs' verdict. One candidate (check_config)."""
-    from parity.layers.localise import HF_NOT_COMPARED, localise_run, not_compared
+    from parity.layers.localise import localise_run
 
-    if config.kind is RunKind.HF_GENERATE:
-        return replace(run, layers=not_compared(HF_NOT_COMPARED))
     assert candidate is not None
     t0 = time.perf_counter()
     layers = localise_run(
-        getattr(source, "torch_model", None),
+        source.torch_side(),
         candidate.path,
         run.input_sets,
         candidate.signature,

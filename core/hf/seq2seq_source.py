@@ -60,7 +60,7 @@ from parity.results import (
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
-from parity.sources import Case
+from parity.sources import Case, TorchSide
 
 _TIMING_KEYS = {"load": "load_model"}
 
@@ -73,6 +73,13 @@ def is_seq2seq(config: RunConfig) -> bool:
 SEQ2SEQ_NO_FLOAT64 = (
     "noise floor not measured: an encoder-decoder model's calls are not made again in float64 "
     "(decoder-only and one-forward hf: models are)"
+)
+
+
+FOLDER_LAYERS = (
+    "an encoder-decoder export folder runs several files: give one of them with --onnx "
+    "(encoder_model.onnx, decoder_model_merged.onnx, decoder_model.onnx or "
+    "decoder_with_past_model.onnx) to compare its intermediate values"
 )
 
 
@@ -170,6 +177,18 @@ class Seq2SeqSource:
 
     def provenance(self) -> Provenance:
         return Provenance(kind=RunKind.HF_GENERATE, seed=self._seed)
+
+    def torch_side(self) -> TorchSide:
+        """One file of the export: the encoder, or the model on its decoder calls (a merged
+        decoder's too: parity.layers compares each branch), parity.hf.layers_side. A folder:
+        none, and why."""
+        if len(self._parts) != 1:
+            return TorchSide(None, missing=FOLDER_LAYERS)
+        role = self._parts[0].role
+        from parity.hf.layers_side import seq2seq_torch_side
+
+        loaded, capture = self._captured()
+        return seq2seq_torch_side(loaded.model, capture.calls, encoder=role is Role.ENCODER)
 
     def generation(
         self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]

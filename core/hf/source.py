@@ -40,7 +40,7 @@ from parity.run.config import RunConfig
 from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
-from parity.sources import Case, Crop
+from parity.sources import Case, Crop, TorchSide
 from parity.tolerances import Tolerances
 
 PADDING = "padding, never attended"
@@ -182,6 +182,13 @@ class HfSource:
             prompts=self._prompts,
             free_run_note=self._free_note,
         )
+
+    def torch_side(self) -> TorchSide:
+        """The model, replayed on each captured call (parity.hf.layers_side)."""
+        from parity.hf.layers_side import hf_torch_side
+
+        loaded, capture = self._captured()
+        return hf_torch_side(loaded, capture.calls)
 
     def _summary_input(self) -> tuple[str, LoadedHfModel, HfOptions, Capture, dict[str, Any]]:
         loaded, capture = self._captured()

@@ -37,6 +37,20 @@ from parity.results import InputSet
 MAX_CHECKED = 16  # flagged values re-run alone at most (the first born ends the search)
 
 
+Exclude = Callable[[int, tuple[int, ...]], "np.ndarray | None"]
+
+
+def masked(onnx: np.ndarray, ref: np.ndarray, exclude: Exclude | None, s: int) -> np.ndarray:
+    """`onnx` with the reference's values where input set `s` excludes elements (an hf:
+    run's padding, where exports legitimately differ): those elements are not judged."""
+    if exclude is None or onnx.shape != ref.shape:
+        return onnx
+    where = exclude(s, tuple(ref.shape))
+    if where is None or not where.any():
+        return onnx
+    return np.where(where, ref, onnx)
+
+
 @dataclass(frozen=True)
 class ReproCase:
     """What a repro needs: the cut, the reference's values of its inputs and output, and
@@ -130,6 +144,11 @@ class HeldRefs:
     def _still_read(self, name: str, done: set[str]) -> bool:
         return any(r not in done for r in self._readers.get(name, ()))
 
+    def release(self, s: int) -> None:
+        """Input set `s`'s arrays are no longer needed."""
+        for array in self._held.pop(s, {}).values():
+            self.used -= array.nbytes
+
     def covering(
         self, s: int, wanted: Collection[str], budget: int
     ) -> dict[str, np.ndarray] | None:
@@ -173,14 +192,19 @@ def confirm_births(
     opt_level: str,
     memory_mb: int,
     held: HeldRefs | None = None,
+    each_set: bool = False,
+    exclude: Exclude | None = None,
+    weights_dir: str | Path | None = None,
 ) -> Births:
-    """Check the flagged `values` in order until one is born. `known[s]` maps each ONNX
-    value compared on input set `s` (same shape on both sides) to its torch pair; `held`,
-    torch's values kept from the comparison pass (used where they cover an input set)."""
+    """Check the flagged `values` in order until one is born (with `each_set`, until one is
+    born on every input set: the steps of one generation each get their own first). `known[s]`
+    maps each ONNX value compared on input set `s` (same shape on both sides) to its torch
+    pair; `held`, torch's values kept from the comparison pass (used where they cover an
+    input set)."""
     flagged = [v for v in values if LayerStatus(v.status).born]
     if not flagged:
         return Births(tuple(values), None, (), None, ())
-    checked = flagged[:MAX_CHECKED]
+    checked = _to_check(flagged, each_set)
     producers = confirm.producers_of(proto)
     by_set = {s.index: s for s in input_sets}
     selections: dict[tuple[str, int], confirm.Selection | confirm.Refused] = {}
@@ -197,27 +221,45 @@ def confirm_births(
     confirmations: list[Confirmation] = []
     first: LayerValue | None = None
     case: ReproCase | None = None
+    decided: set[int] = set()  # input sets whose first born is found
+    last_of_set = {v.input_set: v for v in checked}
     for v in checked:
         s = v.input_set
+        if s in decided:
+            continue
         if s not in captured:
             wanted = _wanted(checked, s, selections, known)
             kept = None if held is None else held.covering(s, wanted, budget)
             if kept is None:
-                kept = _capture(capture, by_set[s], wanted, arrays_of, budget)
+                # what was held for this set is not read: let it go before torch runs again,
+                # and keep what is captured, with what other sets hold, within the budget
+                room = budget
+                if held is not None:
+                    held.release(s)
+                    room = max(budget - held.used, budget // 4)
+                kept = _capture(capture, by_set[s], wanted, arrays_of, room)
             captured[s] = kept
-        c, case = _check(
+        c, born_case = _check(
             v,
             selections[(v.onnx_value, s)],
             captured[s],
             by_set[s],
             proto,
-            onnx_path,
+            Path(weights_dir) if weights_dir is not None else Path(onnx_path).parent,
             (provider, opt_level),
+            exclude,
         )
         confirmations.append(c)
         if c.outcome == Outcome.BORN:
-            first = v
-            break
+            decided.add(s)
+            if first is None:
+                first, case = v, born_case
+            if not each_set:
+                break
+        if s in decided or last_of_set[s] is v:
+            captured.pop(s, None)  # this input set's arrays are read no more
+            if held is not None:
+                held.release(s)
     carried = {
         (c.order, c.input_set, c.onnx_value) for c in confirmations if c.outcome == Outcome.CARRIED
     }
@@ -231,6 +273,24 @@ def confirm_births(
     if first is None:  # the criterion's first that was not shown carried, said unconfirmed
         first = next((v for v in relabelled if LayerStatus(v.status).born), None)
     return Births(relabelled, first, tuple(confirmations), case, tuple(notes))
+
+
+def _to_check(flagged: Sequence[LayerValue], each_set: bool) -> list[LayerValue]:
+    """The first MAX_CHECKED flagged values; with `each_set`, MAX_CHECKED in all, taken
+    input set by input set in turn so that every set's first flagged values are among them."""
+    if not each_set:
+        return list(flagged[:MAX_CHECKED])
+    by_set: dict[int, list[LayerValue]] = {}
+    for v in flagged:
+        by_set.setdefault(v.input_set, []).append(v)
+    chosen: list[LayerValue] = []
+    rank = 0
+    while len(chosen) < MAX_CHECKED and any(rank < len(vs) for vs in by_set.values()):
+        chosen += [vs[rank] for vs in by_set.values() if rank < len(vs)]
+        rank += 1
+    chosen = chosen[:MAX_CHECKED]
+    order = {id(v): k for k, v in enumerate(flagged)}
+    return sorted(chosen, key=lambda v: order[id(v)])
 
 
 def _wanted(
@@ -290,8 +350,9 @@ def _check(
     refs: Mapping[str, np.ndarray],
     input_set: InputSet,
     proto: onnx.ModelProto,
-    onnx_path: str | Path,
+    weights_dir: Path,
     runtime: tuple[str, str],
+    exclude: Exclude | None = None,
 ) -> tuple[Confirmation, ReproCase | None]:
     """Run one flagged value's cut on torch's inputs; the case for a repro when born."""
     provider, opt_level = runtime
@@ -310,12 +371,12 @@ def _check(
         )
     expected = arrays[v.onnx_value]
     inputs = {name: arrays[name] for name in selection.inputs}
-    c = confirm.build(proto, selection, inputs, expected, base_dir=Path(onnx_path).parent)
+    c = confirm.build(proto, selection, inputs, expected, base_dir=weights_dir)
     try:
         got = confirm.run_cut(c, inputs, provider=provider, opt_level=opt_level)
     except OnnxRunError as exc:
         return unconfirmed(exc.message, n)
-    stats = value_stats(expected, got)
+    stats = value_stats(expected, masked(got, expected, exclude, input_set.index))
     outcome = (
         Outcome.BORN if criterion.reappears(stats, v.max_abs, str(got.dtype)) else Outcome.CARRIED
     )

@@ -16,17 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from parity.layers import criterion
-from parity.layers.birth import HeldRefs, confirm_births
+from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
 from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
-from parity.layers.onnx_graph import GraphIndex, read_graph
+from parity.layers.onnx_graph import (
+    GraphIndex,
+    flattened_branch,
+    index_graph,
+    merged_condition,
+    read_graph,
+)
 from parity.layers.onnx_runs import ExtraOutputs, plan_batches
 from parity.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
 from parity.layers.stats import ValueStats, value_stats
 from parity.layers.torch_side import tensor_leaves, to_numpy
 from parity.results import InputSet
 from parity.signature import OnnxSignature
+from parity.sources import NO_TORCH_MODEL, TorchSide
 
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_KEEP_MB = 64
@@ -91,11 +99,13 @@ class _Comparer:
         inputs_of: dict[str, tuple[str, ...]],
         keeper: _Keeper,
         held: HeldRefs | None = None,
+        exclude: Exclude | None = None,
     ) -> None:
         self.graph = graph
         self.inputs_of = inputs_of
         self.keeper = keeper
         self.held = held  # torch's values the confirmation will read
+        self.exclude = exclude  # elements not judged (an hf: run's padding)
         self.compared: dict[tuple[str, int], _Compared] = {}
 
     def callback(
@@ -113,15 +123,18 @@ class _Comparer:
                     continue
                 if (pair.onnx_value, s) in self.compared:
                     continue  # a module called twice: its first call is compared
-                self.compare(pair, arrays[0], onnx_values, s)
+                twins = sum(1 for a in arrays if a.shape == arrays[0].shape)
+                self.compare(pair, arrays[0], onnx_values, s, twins)
                 if matching == FX_NAMES:  # one pair per value: ONNX Runtime's array is done
                     onnx_values.pop(pair.onnx_value, None)
 
         return on_value
 
-    def compare(self, pair: Pair, ref: np.ndarray, onnx_values: dict, s: int) -> None:
-        name, onnx = _pick(pair, ref, onnx_values)
-        stats = value_stats(ref, onnx)
+    def compare(
+        self, pair: Pair, ref: np.ndarray, onnx_values: dict, s: int, twins: int = 1
+    ) -> None:
+        name, onnx = _pick(pair, ref, onnx_values, twins)
+        stats = value_stats(ref, masked(onnx, ref, self.exclude, s))
         ins = self.inputs_of.get(pair.onnx_value, ())
         prior = [self.compared[(i, s)] for i in ins if (i, s) in self.compared]
         dtype = str(onnx.dtype)
@@ -145,7 +158,7 @@ class _Comparer:
 
 
 def localise(
-    model: Any,
+    model: Any | TorchSide,
     onnx_path: str | Path,
     input_sets: Sequence[InputSet],
     signature: OnnxSignature,
@@ -157,15 +170,114 @@ def localise(
     progress: Callable[[str], None] | None = None,
     confirm: bool = True,
 ) -> LayersResult:
-    """Compare the matched intermediate values of `model` and the ONNX file on every input
-    set and judge where the error is born (parity.layers.criterion); with `confirm`, each
-    flagged value's node is re-run alone on torch's inputs (parity.layers.birth)."""
+    """Compare the matched intermediate values of `model` (a TorchModel, or a source's
+    TorchSide) and the ONNX file on every input set and judge where the error is born
+    (parity.layers.criterion); with `confirm`, each flagged value's node is re-run alone on
+    torch's inputs (parity.layers.birth). A merged decoder's two branches are each compared
+    as a graph of their own, on the input sets that run them."""
+    side = model if isinstance(model, TorchSide) else TorchSide(model)
     say = progress or (lambda _msg: None)
+    options = {
+        "provider": provider,
+        "opt_level": opt_level,
+        "memory_mb": memory_mb,
+        "keep_mb": keep_mb,
+        "say": say,
+        "confirm": confirm,
+    }
+    name = merged_condition(onnx_path)
+    if name is None:
+        return _localise_graph(side, onnx_path, None, input_sets, signature, **options)
+    results: list[tuple[bool, LayersResult]] = []
+    for value in (False, True):  # the no-cache branch runs the first step
+        sets = [s for s in input_sets if name in s.feeds and _truth(s.feeds[name]) == value]
+        if sets:
+            say(f"merged decoder: the {BRANCH_WORDS[value]} branch")
+            proto = flattened_branch(onnx_path, value)  # one branch in memory at a time
+            result = _localise_graph(side, onnx_path, proto, sets, signature, **options)
+            del proto
+            results.append((value, result))
+    if not results:
+        return not_compared(f"no input set feeds the merged decoder's {name!r}")
+    return _merged(results, name)
+
+
+BRANCH_WORDS = {False: "no-cache", True: "cache"}
+
+
+def _truth(array: Any) -> bool:
+    flat = np.asarray(array).ravel()
+    return bool(flat[0]) if flat.size else False
+
+
+def _merged(results: list[tuple[bool, LayersResult]], name: str) -> LayersResult:
+    """One result from a merged decoder's branches: each branch's orders follow the one
+    before it (two graphs have no common order); the first divergence is the earliest input
+    set's, and its repro comes with it."""
+    from dataclasses import replace
+
+    offset = 0
+    values: list[LayerValue] = []
+    confirmations: list[Any] = []
+    kept: list[KeptValue] = []
+    firsts: list[tuple[LayerValue, Any]] = []
+    notes = [
+        f"merged decoder: the input sets with {name} false ran its no-cache branch, the others "
+        "its cache branch; each branch is compared as a graph of its own (the cache branch's "
+        "orders follow the no-cache branch's)"
+    ]
+    for value, r in results:
+
+        def shift(v: LayerValue, by: int = offset) -> LayerValue:
+            return replace(v, order=v.order + by, inputs=tuple(i + by for i in v.inputs))
+
+        values += [shift(v) for v in r.values]
+        confirmations += [replace(c, order=c.order + offset) for c in r.confirmations]
+        kept += [replace(k, order=k.order + offset) for k in r.kept]
+        if r.first_divergence is not None:
+            firsts.append((shift(r.first_divergence), r.repro))
+        notes += [f"{BRANCH_WORDS[value]} branch: {note}" for note in r.notes]
+        offset += 1 + max((v.order for v in r.values), default=0)
+    first, repro = min(firsts, key=lambda f: f[0].input_set, default=(None, None))
+    head = results[0][1]
+    values.sort(key=lambda v: (v.order, v.input_set))
+    return LayersResult(
+        criterion=head.criterion,
+        matching=next((r.matching for _, r in results if r.matched), head.matching),
+        matched=sum(r.matched for _, r in results),
+        unmatched_onnx=sum(r.unmatched_onnx for _, r in results),
+        unmatched_torch=max(r.unmatched_torch for _, r in results),
+        first_divergence=first,
+        values=tuple(values),
+        notes=tuple(notes),
+        threshold=head.threshold,
+        min_jump=head.min_jump,
+        kept=tuple(k for k in kept if first is not None and k.input_set == first.input_set),
+        confirmations=tuple(sorted(confirmations, key=lambda c: (c.order, c.input_set))),
+        repro=repro,
+    )
+
+
+def _localise_graph(
+    side: TorchSide,
+    onnx_path: str | Path,
+    proto: onnx.ModelProto | None,
+    input_sets: Sequence[InputSet],
+    signature: OnnxSignature,
+    *,
+    provider: str,
+    opt_level: str,
+    memory_mb: int,
+    keep_mb: int,
+    say: Callable[[str], None],
+    confirm: bool,
+) -> LayersResult:
+    """`localise` on one graph: the file's, or `proto` (a merged decoder's branch)."""
     start = time.perf_counter()
     say("reading the ONNX graph")
-    graph = read_graph(onnx_path)
+    graph = read_graph(onnx_path) if proto is None else index_graph(proto)
     say("matching ONNX values to the torch model")
-    plan = make_plan(model, graph, input_sets[0], signature)
+    plan = make_plan(side, graph, input_sets[0], signature)
     if not plan.pairs:
         return _empty(plan, graph)
 
@@ -188,16 +300,18 @@ def localise(
         plan.capture.run(input_set, by_key.keys(), probe)
 
     budget = max(1, memory_mb) << 20
-    batches = plan_batches(requested, sizes, budget)
-    runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level)
+    # the budget bounds every array held at once: a batch's ONNX values and torch's values
+    # held for the confirmation (an eighth; past it, the confirmation captures what it
+    # needs in a torch pass of its own, after the batches, within the whole budget)
+    held_budget = budget // 8 if confirm else 0
+    batches = plan_batches(requested, sizes, max(1, budget - held_budget))
+    runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level, proto=proto)
     inputs_of = graph.matched_inputs(p.onnx_value for p in plan.pairs)
     held = None
     if confirm:
         feeds = {n for s in input_sets for n in s.feeds}
-        # a quarter of the budget, beside a batch's ONNX arrays; past it, the confirmation
-        # captures what it needs in a torch pass of its own, as before
-        held = HeldRefs(runner.proto, requested, feeds, budget // 4)
-    comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held)
+        held = HeldRefs(runner.proto, requested, feeds, held_budget)
+    comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held, side.exclude)
 
     for b, batch in enumerate(batches):
         in_batch = frozenset(batch)
@@ -233,15 +347,19 @@ def localise(
             opt_level=opt_level,
             memory_mb=memory_mb,
             held=held,
+            each_set=side.steps,
+            exclude=side.exclude,
+            weights_dir=runner.weights_dir,
         )
         values, first = list(births.values), births.first
     keep = [k for k in keeper.kept if first is not None and k.input_set == first.input_set]
     notes = [
         *plan.notes,
         f"ONNX Runtime ({provider}, optimisation level {opt_level}) re-ran the graph with the "
-        f"matched values as extra outputs, in {len(batches)} batch(es) of at most "
-        f"{memory_mb} MB; a value marked as an output is not fused away, so ONNX Runtime's "
-        "optimised graph for intermediates can differ slightly from the plain run's",
+        f"matched values as extra outputs, in {len(batches)} batch(es) within "
+        f"{memory_mb} MB (torch's values held for the confirmation included); a value marked "
+        "as an output is not fused away, so ONNX Runtime's optimised graph for intermediates "
+        "can differ slightly from the plain run's",
         f"{len(plan.pairs)} values x {len(input_sets)} input set(s) compared in "
         f"{time.perf_counter() - start:.2f} s",
     ]
@@ -301,12 +419,18 @@ def _torch_arrays(value: Any, matching: str) -> list[np.ndarray]:
     return [a for a in arrays if a is not None]
 
 
-def _pick(pair: Pair, ref: np.ndarray, onnx_values: dict) -> tuple[str, np.ndarray]:
-    """The ONNX array for a pair: in module mode the last boundary value of ref's shape."""
-    for name in (pair.onnx_value, *pair.candidates[:_MAX_CANDIDATES]):
-        a = onnx_values.get(name)
-        if a is not None and a.shape == ref.shape:
-            return name, a
+def _pick(pair: Pair, ref: np.ndarray, onnx_values: dict, twins: int = 1) -> tuple[str, np.ndarray]:
+    """The ONNX array for a pair: in module mode the last boundary value of ref's shape.
+    A module returning `twins` tensors of that shape (rotary embeddings' cos and sin) made
+    them last, in order: its first one is the `twins`-th last."""
+    fits = [
+        name
+        for name in dict.fromkeys((pair.onnx_value, *pair.candidates[:_MAX_CANDIDATES]))
+        if name in onnx_values and onnx_values[name].shape == ref.shape
+    ]
+    if fits:
+        name = fits[min(twins, len(fits)) - 1]
+        return name, onnx_values[name]
     return pair.onnx_value, onnx_values[pair.onnx_value]
 
 
@@ -360,33 +484,22 @@ def _empty(plan: Plan, graph: GraphIndex) -> LayersResult:
 
 
 def localise_run(
-    model: Any,
+    side: TorchSide | None,
     onnx_path: str | Path,
     input_sets: Sequence[InputSet],
     signature: OnnxSignature,
     **options: Any,
 ) -> LayersResult:
-    """`localise` for a validation run: never raises, never changes the outputs' verdict;
-    whatever stopped it is said in the result's notes."""
-    if model is None:
-        return not_compared(
-            "stored reference outputs hold no intermediate values: localising needs the "
-            "torch model (--model)"
-        )
+    """`localise` for a validation run (`side`: the source's torch side): never raises,
+    never changes the outputs' verdict; whatever stopped it is said in the result's notes."""
+    if side is None or side.model is None:
+        return not_compared(NO_TORCH_MODEL if side is None else side.missing or NO_TORCH_MODEL)
     try:
-        return localise(model, onnx_path, input_sets, signature, **options)
+        return localise(side, onnx_path, input_sets, signature, **options)
     except Exception as exc:  # the outputs' verdict stands; say why layers could not
         from parity.errors import describe_error
 
         return not_compared(f"localisation stopped: {describe_error(exc)[1]}")
-
-
-HF_NOT_COMPARED = (
-    "hf: runs validate every generate() step (prefill and each decode step with its KV "
-    "cache) at the outputs only; no intermediate value was compared. To localise, export "
-    "the model's forward (a .pt2, or FILE.py:CALLABLE + --weights) and validate that pair "
-    "with --layers"
-)
 
 
 def not_compared(reason: str) -> LayersResult:

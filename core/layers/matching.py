@@ -20,6 +20,7 @@ from parity.layers.onnx_graph import DYNAMO, LEGACY, GraphIndex, fx_text
 from parity.layers.torch_side import FxCapture, HookCapture, exporter_program
 from parity.results import InputSet
 from parity.signature import OnnxSignature
+from parity.sources import TorchSide
 
 FX_NAMES = "fx names"
 MODULE_BOUNDARIES = "module boundaries"
@@ -45,8 +46,13 @@ class Plan:
     notes: tuple[str, ...]
 
 
-def make_plan(model: Any, graph: GraphIndex, input_set: InputSet, signature: OnnxSignature) -> Plan:
-    notes: list[str] = []
+def make_plan(
+    model: Any | TorchSide, graph: GraphIndex, input_set: InputSet, signature: OnnxSignature
+) -> Plan:
+    """How the ONNX values pair with `model`'s (a TorchModel, or a source's TorchSide)."""
+    side = model if isinstance(model, TorchSide) else TorchSide(model)
+    model = side.model
+    notes: list[str] = [*side.notes]
     kind = getattr(model, "kind", "")
     if kind == "torchscript":
         return _nothing(
@@ -55,7 +61,9 @@ def make_plan(model: Any, graph: GraphIndex, input_set: InputSet, signature: Onn
             "graph names no ONNX value, so no intermediate value was compared (give the "
             "model as a .pt2 or FILE.py:CALLABLE to localise)",
         )
-    if graph.exporter == DYNAMO:
+    if side.scope_prefix:
+        graph = graph.rebased(side.scope_prefix)
+    if graph.exporter == DYNAMO and side.traceable:
         program, why = exporter_program(model, input_set, signature)
         notes.extend(why)
         if program is not None:
@@ -63,7 +71,7 @@ def make_plan(model: Any, graph: GraphIndex, input_set: InputSet, signature: Onn
             if plan.pairs:
                 return plan
             notes.extend(plan.notes)
-    elif graph.exporter != LEGACY:
+    elif graph.exporter not in (LEGACY, DYNAMO):
         notes.append(
             "the ONNX file carries neither the dynamo exporter's node metadata nor the "
             "legacy exporter's scoped node names (renamed by an optimiser?)"
@@ -75,7 +83,7 @@ def make_plan(model: Any, graph: GraphIndex, input_set: InputSet, signature: Onn
                 "give the model as FILE.py:CALLABLE (+ --weights) to compare module outputs"
             )
         return _nothing(graph, *notes)
-    return _module_plan(model, graph, signature, notes, input_set)
+    return _module_plan(side, graph, signature, notes, input_set)
 
 
 def _nothing(graph: GraphIndex, *notes: str) -> Plan:
@@ -169,15 +177,16 @@ def _runnable(program: Any) -> Any:
 
 
 def _module_plan(
-    model: Any,
+    side: TorchSide,
     graph: GraphIndex,
     signature: OnnxSignature,
     notes: list[str],
     input_set: InputSet,
 ) -> Plan:
+    model = side.model
     if not hasattr(model.module, "named_modules"):
         return _nothing(graph, *notes, "the torch model has no named_modules() to hook")
-    capture = HookCapture(model, signature)
+    capture = HookCapture(model, signature, call=side.call)
     graph = graph.resolve_legacy(capture.paths)
     boundaries = graph.module_boundaries()
     folds = capture.folds(input_set, boundaries)

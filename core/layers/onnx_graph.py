@@ -122,6 +122,25 @@ class GraphIndex:
         }
         return replace(self, values=values)
 
+    def rebased(self, prefix: str) -> GraphIndex:
+        """Dynamo scopes of an export wrapper ("model.model.layers.1") spelled from the
+        wrapped module ("model.layers.1"): `prefix` ("model.") dropped where it leads. A
+        legacy graph, or one whose scopes do not carry the prefix, is returned as is."""
+        head = prefix.rstrip(".")
+        if self.exporter != DYNAMO or not head:
+            return self
+        scopes = [v.scope for v in self.values.values() if v.scope]
+        if not scopes or not any(s == head or s.startswith(prefix) for s in scopes):
+            return self
+
+        def strip(scope: str | None) -> str | None:
+            if scope is None or scope == head:
+                return "" if scope == head else scope
+            return scope.removeprefix(prefix)
+
+        values = {n: replace(v, scope=strip(v.scope)) for n, v in self.values.items()}
+        return replace(self, values=values)
+
     def module_boundaries(self) -> dict[str, tuple[str, ...]]:
         """module path -> values made inside it and read outside it (or graph outputs), in
         graph order: where that module's output must be."""
@@ -151,7 +170,57 @@ class GraphIndex:
 
 def read_graph(path: str | Path) -> GraphIndex:
     """Index an ONNX file's main graph (weights are not read)."""
+    return index_graph(onnx.load(str(path), load_external_data=False))
+
+
+def merged_condition(path: str | Path) -> str | None:
+    """The boolean graph input (`use_cache_branch`) of a merged decoder (Optimum's: one If
+    on it, whose branches are the decoder without and with past), else None."""
     proto = onnx.load(str(path), load_external_data=False)
+    return None if _merged_if(proto) is None else proto.graph.node[0].input[0]
+
+
+def flattened_branch(path: str | Path, value: bool) -> onnx.ModelProto:
+    """A merged decoder's branch for its condition's `value` as a plain graph, with the
+    file's initializers (external weights stay references to their files; inline ones are
+    read once, for this branch only). The values inside an If cannot be graph outputs;
+    flattened, the branch is a graph like any export's."""
+    proto = onnx.load(str(path), load_external_data=False)
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        proto = onnx.load(str(path))  # inline weights: the flattened graph carries them
+    node = _merged_if(proto)
+    assert node is not None, "not a merged decoder (see merged_condition)"
+    branch = next(
+        a.g for a in node.attribute if a.name == ("then_branch" if value else "else_branch")
+    )
+    graph = proto.graph
+    outputs = list(node.output)
+    graph.ClearField("node")
+    graph.node.extend(branch.node)
+    graph.node.extend(
+        onnx.helper.make_node("Identity", [b.name], [out], name=f"parity_branch_{out}")
+        for b, out in zip(branch.output, outputs, strict=True)
+        if b.name != out
+    )
+    graph.initializer.extend(branch.initializer)
+    graph.value_info.extend(branch.value_info)
+    return proto
+
+
+def _merged_if(proto: onnx.ModelProto) -> onnx.NodeProto | None:
+    graph = proto.graph
+    if len(graph.node) != 1 or graph.node[0].op_type != "If":
+        return None
+    node = graph.node[0]
+    condition = next((i for i in graph.input if i.name == node.input[0]), None)
+    if condition is None or condition.type.tensor_type.elem_type != onnx.TensorProto.BOOL:
+        return None
+    names = {a.name for a in node.attribute}
+    return node if {"then_branch", "else_branch"} <= names else None
+
+
+def index_graph(proto: onnx.ModelProto) -> GraphIndex:
+    """Index a model's main graph (its weights are not read)."""
     graph = proto.graph
     types = {vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info}
     types.update({vi.name: vi.type.tensor_type.elem_type for vi in graph.output})

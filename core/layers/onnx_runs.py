@@ -19,6 +19,8 @@ import onnx
 from parity.errors import OnnxRunError, first_line
 from parity.results import InputSet
 
+EXTERNALIZE_OVER = 64 << 20  # inline weights past this are moved to a temp file
+
 
 def plan_batches(
     names: Sequence[str], nbytes: Mapping[str, int], budget: int
@@ -41,21 +43,46 @@ def plan_batches(
 
 
 class ExtraOutputs:
-    """Sessions over one ONNX file with chosen values added as outputs."""
+    """Sessions over one ONNX file with chosen values added as outputs.
 
-    def __init__(self, path: str | Path, *, provider: str, opt_level: str) -> None:
+    The graph is held without its weights: external weights stay in their files (ONNX
+    Runtime is told their folder), and a file whose weights are inline and over
+    `externalize_over` bytes has them written once to a temp folder as external data, so
+    that neither the model kept here nor the bytes handed to ONNX Runtime for each batch
+    hold a second copy of the weights (and no graph nears protobuf's 2 GB)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        provider: str,
+        opt_level: str,
+        externalize_over: int = EXTERNALIZE_OVER,
+        proto: onnx.ModelProto | None = None,
+    ) -> None:
+        """`proto`: the model to run instead of the file's own graph (a merged decoder's
+        branch, parity.layers.onnx_graph.merged_branches); its external weights are the
+        file's."""
         self.path = Path(path).absolute()  # links to its external data must not be relative
         self.provider = provider
         self.opt_level = opt_level
-        proto = onnx.load(str(self.path), load_external_data=False)
+        given = proto
+        if proto is None:
+            proto = onnx.load(str(self.path), load_external_data=False)
         self._external = _uses_external_data(proto)
-        # inline weights are read once here; external ones stay files that ORT maps
-        self._proto = proto if self._external else onnx.load(str(self.path))
+        self.weights_dir = self.path.parent  # where the proto's external data is read from
+        if not self._external:
+            proto = given if given is not None else onnx.load(str(self.path))
+            if _initializer_bytes(proto) > externalize_over:
+                self.weights_dir = _externalized(proto, self)
+                self._external = True
+        self._proto = proto
         self._n_outputs = len(self._proto.graph.output)
 
     @property
     def proto(self) -> onnx.ModelProto:
-        """The file's model (weights inline unless they are external files)."""
+        """The file's model (weights inline unless they are external files in
+        `weights_dir`)."""
         return self._proto
 
     @contextmanager
@@ -69,22 +96,23 @@ class ExtraOutputs:
         for name in names:
             if name not in existing:
                 graph.output.append(onnx.ValueInfoProto(name=name))
-        with _model_source(self._proto, self.path, self._external) as source:
-            try:
-                # no arena: it keeps (and grows in powers of two) what the extra outputs needed;
-                # external weights stay in their files, read from the model's folder
-                session = open_session(
-                    source,
-                    provider=self.provider,
-                    opt_level=self.opt_level,
-                    cpu_arena=False,
-                    external_folder=self.path.parent if self._external else None,
-                )
-            except Exception as exc:
-                raise OnnxRunError(
-                    f"ONNX Runtime refused {self.path} with intermediate values as outputs: "
-                    f"{first_line(exc)}"
-                ) from exc
+        source = self._proto.SerializeToString()  # the graph: weights stay in their files
+        try:
+            # no arena: it keeps (and grows in powers of two) what the extra outputs needed
+            session = open_session(
+                source,
+                provider=self.provider,
+                opt_level=self.opt_level,
+                cpu_arena=False,
+                external_folder=self.weights_dir if self._external else None,
+            )
+        except Exception as exc:
+            raise OnnxRunError(
+                f"ONNX Runtime refused {self.path} with intermediate values as outputs: "
+                f"{first_line(exc)}"
+            ) from exc
+        finally:
+            del source
         try:
             yield session
         finally:
@@ -108,10 +136,24 @@ def _uses_external_data(proto: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
 
 
-@contextmanager
-def _model_source(proto: onnx.ModelProto, path: Path, external: bool) -> Iterator[Any]:
-    """Bytes for ONNX Runtime. External weights are not read: the session is told their
-    folder (ONNX Runtime refuses links to them from a temp folder: "External data path
-    escapes model directory")."""
-    del path, external
-    yield proto.SerializeToString()
+def _initializer_bytes(proto: onnx.ModelProto) -> int:
+    return sum(len(t.raw_data) for t in proto.graph.initializer)
+
+
+def _externalized(proto: onnx.ModelProto, owner: object) -> Path:
+    """Write `proto`'s inline weights to a temp folder as external data (their raw bytes
+    are dropped from `proto`); the folder is removed when `owner` is collected."""
+    import shutil
+    import tempfile
+    import weakref
+
+    from onnx.external_data_helper import (
+        convert_model_to_external_data,
+        write_external_data_tensors,
+    )
+
+    folder = Path(tempfile.mkdtemp(prefix="parity-layers-weights-"))
+    weakref.finalize(owner, shutil.rmtree, folder, ignore_errors=True)
+    convert_model_to_external_data(proto, location="weights.bin", size_threshold=1024)
+    write_external_data_tensors(proto, str(folder))  # clears each tensor's raw_data
+    return folder

@@ -248,6 +248,16 @@ class LayersResult:
                 return k
         return None
 
+    @property
+    def firsts(self) -> tuple[LayerValue, ...]:
+        """Each input set's first divergence (an hf: run's: each step's), in input-set order;
+        sets where nothing diverges have none."""
+        found: dict[int, LayerValue] = {}
+        for v in self.values:
+            if v.input_set not in found and LayerStatus(v.status).born:
+                found[v.input_set] = v
+        return tuple(found[s] for s in sorted(found))
+
     def after_first(self, n: int = 5) -> tuple[LayerValue, ...]:
         """The next `n` values after the first divergence on its input set (for the terminal)."""
         first = self.first_divergence
@@ -268,6 +278,7 @@ class LayersResult:
             "threshold": finite_or_none(self.threshold),
             "min_jump": finite_or_none(self.min_jump),
             "first_divergence": None if first is None else self._first_json(first),
+            "first_divergence_by_input_set": [self._first_json(v) for v in self.firsts],
             "carried": [c.to_json() for c in self.with_outcome(Outcome.CARRIED)],
             "unconfirmed": [c.to_json() for c in self.with_outcome(Outcome.UNCONFIRMED)],
             "notes": list(self.notes),

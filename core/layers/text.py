@@ -4,6 +4,7 @@ and the jump's wording come from parity.layers.views, as in the dashboard and th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from parity.labels import OUTSIDE_MODULES
@@ -18,7 +19,9 @@ if TYPE_CHECKING:  # annotation only
     from parity.results import ValidationRun
 
 
-def format_layers(result: LayersResult, *, after: int = 4) -> str:
+def format_layers(
+    result: LayersResult, *, after: int = 4, labels: Mapping[int, str] | None = None
+) -> str:
     other = "candidate" if result.matching == "onnx names" else "torch"  # ONNX against ONNX
     head = (
         f"Layers: {result.matched} values matched ({result.matching}); "
@@ -63,6 +66,7 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
         lines.extend(
             f"    {_where(v)}  error_ratio {fmt(v.error_ratio)}  {v.status}" for v in later
         )
+    lines.extend(_per_set(result, labels or {}))
     return "\n".join(lines)
 
 
@@ -81,6 +85,24 @@ def _threshold_words(result: LayersResult, v: LayerValue) -> str:
     if threshold == criterion.THRESHOLD:
         return f"the threshold {fmt(threshold)}"
     return f"its {v.dtype} threshold {fmt(threshold)}"
+
+
+def _per_set(result: LayersResult, labels: Mapping[int, str]) -> list[str]:
+    """Each input set's (an hf: run's: each step's) first divergence, when several sets ran."""
+    if len(result.input_sets) < 2:
+        return []
+    firsts = {v.input_set: v for v in result.firsts}
+    lines = ["  first divergence per input set:"]
+    for s in result.input_sets:
+        name = labels.get(s) or f"input set {s}"
+        v = firsts.get(s)
+        if v is None:
+            lines.append(f"    {name}: none")
+            continue
+        c = result.confirmation_of(v)
+        said = f", {c.outcome} alone" if c is not None else ", not re-run alone"
+        lines.append(f"    {name}: {_where(v)}  {v.status}{said}")
+    return lines
 
 
 def _confirmed(result: LayersResult) -> list[str]:
@@ -109,8 +131,10 @@ def format_run_layers(run: ValidationRun) -> str:
             if c.index in run.candidate_layers
         )
     assert run.layers is not None
-    return _with_precision(run.layers)
+    labels = {s.index: s.label for s in run.input_sets if s.label}
+    return _with_precision(run.layers, labels)
 
 
-def _with_precision(result: LayersResult) -> str:
-    return format_layers(result) + "".join(f"\n  {line}" for line in precision_lines(result))
+def _with_precision(result: LayersResult, labels: Mapping[int, str] | None = None) -> str:
+    text = format_layers(result, labels=labels)
+    return text + "".join(f"\n  {line}" for line in precision_lines(result))

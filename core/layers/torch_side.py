@@ -83,14 +83,27 @@ class _Handing(torch.fx.Interpreter):
 class HookCapture:
     """Forward hooks on named modules; the model is run as the plain validation runs it."""
 
-    def __init__(self, model: Any, signature: OnnxSignature) -> None:
-        self.model = model  # parity.load.torch_model.TorchModel
+    def __init__(
+        self,
+        model: Any,
+        signature: OnnxSignature,
+        call: Callable[[InputSet], Any] | None = None,
+    ) -> None:
+        self.model = model  # parity.load.torch_model.TorchModel, or a source's model
         self.signature = signature
+        self.call = call  # the source's forward on one case (an hf: captured call)
         self.paths = {name for name, _ in model.module.named_modules()}
 
-    def run(self, input_set: InputSet, wanted: Collection[str], on_value: ValueCallback) -> None:
+    def forward(self, input_set: InputSet) -> None:
+        """torch on one case, as the run's reference was made."""
+        if self.call is not None:
+            self.call(input_set)
+            return
         from parity.run.runner import run_torch
 
+        run_torch(self.model, input_set, self.signature)
+
+    def run(self, input_set: InputSet, wanted: Collection[str], on_value: ValueCallback) -> None:
         modules = dict(self.model.module.named_modules())
         handles = []
         try:
@@ -101,7 +114,7 @@ class HookCapture:
                         on_value(_path, output)
 
                     handles.append(modules[path].register_forward_hook(hook))
-            run_torch(self.model, input_set, self.signature)
+            self.forward(input_set)
         finally:
             for h in handles:
                 h.remove()
@@ -110,7 +123,6 @@ class HookCapture:
         """Modules the exporter folded into the op before them (a BatchNorm after a Conv):
         leaf P (scoped in ONNX) -> leaf Q (no scope) where Q's input is P's very output
         tensor and Q makes a new tensor. P's ONNX value then holds Q's result."""
-        from parity.run.runner import run_torch
 
         scoped = set(scoped)
         # id -> (weak reference, module): an id alone can be reused once a tensor is freed
@@ -140,7 +152,7 @@ class HookCapture:
             if path and not list(module.children()):
                 handles.append(module.register_forward_hook(after(path)))
         try:
-            run_torch(self.model, input_set, self.signature)
+            self.forward(input_set)
         finally:
             for h in handles:
                 h.remove()

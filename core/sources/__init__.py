@@ -6,7 +6,9 @@ stored reference outputs (`stored`), the captured generate() calls of an hf: mod
 (`parity.hf.source`), a reference ONNX file (`onnx_reference`; its `reference_signature` is
 the signature cases are made for, where other sources take the first candidate's).
 A new kind of run is a new Source; a new way to run the ONNX side is a new candidate in
-the loop (parity.run.candidates). Neither is a new orchestrator.
+the loop (parity.run.candidates). Neither is a new orchestrator. `--layers` is the same loop
+with intermediate values compared: each source hands its torch side (`torch_side()`) to
+parity.layers, or says why it has none.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -63,6 +65,39 @@ class Case:
     at_precision: Mapping[str, PrecisionRun] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TorchSide:
+    """What --layers needs from a source: the torch model and how to call it on one case.
+
+    `model`: a parity.load.torch_model.TorchModel, or any object with `module` (an
+    nn.Module whose named_modules() are hooked), `kind` and `parameter_names`; None when
+    the source has no torch model (`missing` says why, in words). `call(input_set)` runs
+    torch's forward on one case exactly as its reference outputs were made (an hf: run's
+    captured generate() call, its KV cache included); None: parity.run.runner.run_torch.
+    `scope_prefix`: the export wrapper's attribute that the dynamo exporter's module scopes
+    carry before `model.module`'s own paths ("model." for Parity's hf: exports).
+    `traceable`: torch.export of `model` may be tried for FX-name matching. `steps`: the
+    cases are the steps of one generation, each confirmed to its own first divergence.
+    `exclude(case index, shape)`: a bool mask broadcastable to an intermediate value of that
+    shape, True where it is not judged (padding no query attends), or None.
+    """
+
+    model: Any
+    call: Callable[[InputSet], Any] | None = None
+    scope_prefix: str = ""
+    traceable: bool = True
+    steps: bool = False
+    exclude: Callable[[int, tuple[int, ...]], np.ndarray | None] | None = None
+    missing: str = ""
+    notes: tuple[str, ...] = ()
+
+
+NO_TORCH_MODEL = (
+    "stored reference outputs hold no intermediate values: localising needs the torch "
+    "model (--model)"
+)
+
+
 class Source(Protocol):
     """What the loop needs from a kind of run (see parity.pipeline.run_validation)."""
 
@@ -94,4 +129,9 @@ class Source(Protocol):
         self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]
     ) -> GenerationInfo | None:
         """What an hf: run adds to the run (None for other sources)."""
+        ...
+
+    def torch_side(self) -> TorchSide:
+        """The torch model and its per-case forward for --layers, asked after the cases ran
+        (`TorchSide(None, missing=...)` where the source has none)."""
         ...

@@ -19,7 +19,7 @@ from parity.run.config import RunConfig
 from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
-from parity.sources import Case
+from parity.sources import Case, TorchSide
 from parity.sources.torch_inputs import set_name, timed_input_sets
 
 
@@ -77,3 +77,7 @@ class OnnxReferenceSource:
 
     def generation(self, comparisons: Any, timings: Any) -> None:
         return None
+
+    def torch_side(self) -> TorchSide:
+        """None: ONNX against ONNX compares intermediates ONNX-side (parity.layers.onnx_run)."""
+        return TorchSide(None, missing="the reference is an ONNX file: no torch model")

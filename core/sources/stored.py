@@ -12,7 +12,7 @@ from parity.run.budget import MemoryBudget
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
-from parity.sources import Case
+from parity.sources import NO_TORCH_MODEL, Case, TorchSide
 from parity.sources.torch_inputs import input_sets
 
 
@@ -52,3 +52,6 @@ class StoredSource:
 
     def generation(self, comparisons: Any, timings: Any) -> None:
         return None
+
+    def torch_side(self) -> TorchSide:
+        return TorchSide(None, missing=NO_TORCH_MODEL)

@@ -13,7 +13,7 @@ from parity.results import InputSet, Provenance, RunKind
 from parity.run.config import Loaders, RunConfig
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
-from parity.sources import Case
+from parity.sources import Case, TorchSide
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
@@ -168,11 +168,11 @@ class TorchSource:
         self.timings["float64"] += time.perf_counter() - t0
         return replace(case, float64=arrays, float64_note=note)
 
-    @property
-    def torch_model(self) -> Any:
-        """The loaded model (parity.load.torch_model.TorchModel) once cases() has run; parity.layers
-        localises with it."""
-        return self._torch
+    def torch_side(self) -> TorchSide:
+        """The loaded model, run as the cases were (parity.run.runner.run_torch)."""
+        if self._torch is None:
+            return TorchSide(None, missing="the torch model was not loaded")
+        return TorchSide(self._torch)
 
     def provenance(self) -> Provenance:
         return Provenance(
