@@ -251,8 +251,9 @@ def _with_layers(
 
     assert candidate is not None
     t0 = time.perf_counter()
+    side = source.torch_side()
     layers = localise_run(
-        source.torch_side(),
+        side,
         candidate.path,
         run.input_sets,
         candidate.signature,
@@ -262,7 +263,7 @@ def _with_layers(
         confirm=config.layers_confirm,
         progress=lambda message: report("layers", message, None),
     )
-    model = getattr(source, "torch_model", None)
+    model = side.model if side is not None else None
     if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
         from parity.layers.qdq import torch_exclusions
 

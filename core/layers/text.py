@@ -45,6 +45,7 @@ def format_layers(
                 f"  largest jump: {_where(jumped)}  {ratio_text(jumped.jump)} (error_ratio "
                 f"{fmt(jumped.error_ratio)}, under {_threshold_words(result, jumped)})"
             )
+        lines.extend(_notes(result))
         return "\n".join(lines)
     born = LayerStatus(first.status).born
     if born:
@@ -67,7 +68,13 @@ def format_layers(
             f"    {_where(v)}  error_ratio {fmt(v.error_ratio)}  {v.status}" for v in later
         )
     lines.extend(_per_set(result, labels or {}))
+    lines.extend(_notes(result))
     return "\n".join(lines)
+
+
+def _notes(result: LayersResult) -> list[str]:
+    """What the run says about how it compared (its torch side, what was left out)."""
+    return [f"  note: {note}" for note in result.notes]
 
 
 _STATUS_WORDS = {
