@@ -19,8 +19,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from parity.judge.judgement import element_errors
 from parity.judge.pass_rule import allowed, exceeds
+from parity.judge.ratio import element_errors
 from parity.judge.where import AxisProfile, WhereProfile
 from parity.labels import set_label
 from parity.results import OutputComparison, ValidationRun
