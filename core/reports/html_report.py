@@ -1,9 +1,9 @@
 """A self-contained HTML report: one file that opens offline, for people who won't run Python.
 
 Plotly's script is inlined once; every figure is a div that calls it, so the page makes no
-network request. Figures come from parity.show.figures over parity.show.views' reduced views (block
-max-pooled heatmaps, numpy-binned histograms), so the file stays a few MB whatever the
-output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing output.
+network request. Figures come from parity.show.figures over parity.show.reductions' reduced
+views (block max-pooled heatmaps, numpy-binned histograms), so the file stays a few MB whatever
+the output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing output.
 """
 
 from __future__ import annotations
@@ -428,7 +428,7 @@ def _failing_output(
         )
         return f"{head}<p class='note'>{_e(reason)}.</p></article>"
     import parity.show.figures as figures
-    import parity.show.views as views
+    import parity.show.reductions as views
 
     ref, onnx = arrays
     exclude = run.exclusion(c.input_set, c.name)  # views show what the verdict judged
