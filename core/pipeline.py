@@ -140,7 +140,7 @@ def _run_validation(
         deadline.check()
         run = _run_cases(config, source, slots, report, t_start, deadline)
         if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
-            from parity.layers.onnx_run import with_onnx_layers
+            from parity.layers.onnx_reference_run import with_onnx_layers
 
             run = with_onnx_layers(run, config, reference, [s.candidate for s in slots], report)
             deadline.check()

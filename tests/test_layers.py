@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from parity.cli import main
+from parity.layers.extra_outputs import plan_batches
 from parity.layers.localise import localise
-from parity.layers.onnx_runs import plan_batches
 from parity.layers.stats import value_stats
 from parity.load.onnx_model import load_onnx
 from parity.load.torch_model import load_torch_model

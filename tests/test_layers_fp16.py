@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from parity.cli import main
-from parity.layers.onnx_side import localise_onnx
+from parity.layers.onnx_vs_onnx import localise_onnx
 from parity.results import InputSet
 from tests.precision_models import mlp, rms_mlp, to_float16
 
