@@ -22,7 +22,7 @@ import numpy as np
 
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
-from parity.judge.noise import with_noise
+from parity.judge.noise_floor import with_noise
 from parity.load.calibration import merged
 from parity.messages import with_notes
 from parity.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun

@@ -208,7 +208,7 @@ def page() -> None:
             + (f"  \n{md_text(comp.message)}" if comp.message else "")
         )
         if comp.noise is not None:
-            from parity.judge.noise import noise_sentence
+            from parity.judge.noise_floor import noise_sentence
 
             st.text(f"Rounding noise: {noise_sentence(comp.noise)}")
     if ref is None or onnx is None:

@@ -71,7 +71,7 @@ def test_the_cli_prints_an_hf_runs_noise_and_suggestion(vit, capsys) -> None:
 def test_a_half_precision_model_gets_a_note_not_a_failed_run(vit) -> None:
     import transformers
 
-    from parity.hf.float64 import float64_calls
+    from parity.hf.noise_floor_calls import float64_calls
 
     model = transformers.ViTForImageClassification.from_pretrained(vit[0]).half()
     calls, note = float64_calls(model, ())

@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from parity.api import validate
 from parity.cli import main
-from parity.judge.noise import noise_lines, noise_sentence
+from parity.judge.noise_floor import noise_lines, noise_sentence
 from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
 from parity.load.file_precision import output_precisions
 from parity.reports.saved_run import load_run
@@ -254,7 +254,7 @@ class Inverse(torch.nn.Module):
 def test_where_torch_cannot_run_float16_its_error_is_emulated_and_said() -> None:
     from parity.load.torch_model import from_object
     from parity.results import InputSet, Noise
-    from parity.run.float64 import low_model, run_low
+    from parity.run.noise_floor_runs import low_model, run_low
     from parity.signature import OnnxSignature, TensorSpec
 
     torch.manual_seed(0)

@@ -237,10 +237,10 @@ def _grid(run: ValidationRun) -> str:
 
 def _noise(run: ValidationRun) -> str:
     """--noise-floor: per float32 output, whether ONNX's error is rounding at the precision
-    the candidate computes it (parity.judge.noise says it)."""
+    the candidate computes it (parity.judge.noise_floor says it)."""
     if not any(c.noise is not None for c in run.comparisons):
         return ""
-    from parity.judge.noise import noise_lines
+    from parity.judge.noise_floor import noise_lines
 
     items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.comparisons))
     return (
