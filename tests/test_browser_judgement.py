@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, run_demo, settle
+from tests.helpers.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, run_demo, settle
 
 pytestmark = pytest.mark.browser
 

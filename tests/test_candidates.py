@@ -13,7 +13,7 @@ import pytest
 from parity.cli import main
 from parity.pipeline import RunConfig, run_validation
 from parity.run.config import default_loaders
-from tests.candidate_exports import Exports
+from tests.helpers.candidate_exports import Exports
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from parity.cli import main
 from parity.hf.options import HfOptions
 from parity.judge.suggest import suggest_noise_tolerances
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_models import PROMPTS
-from tests.hf_tasks import make_vit_dir
+from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_tasks import make_vit_dir
 
 pytestmark = pytest.mark.slow  # exports transformers models
 

@@ -24,7 +24,7 @@ from parity.layers.stats import value_stats
 from parity.load.onnx_model import load_onnx
 from parity.load.torch_model import load_torch_model
 from parity.run.inputs import make_input_sets
-from tests.layers_plant import plant
+from tests.helpers.plant_bug import plant
 
 NET_SOURCE = textwrap.dedent(
     '''

@@ -19,7 +19,7 @@ from parity.pipeline import RunConfig, run_validation
 from parity.reports.html_report import render_html_report
 from parity.reports.saved_run import load_run
 from parity.results import Noise
-from tests.layers_planted import PlantedExport, planted_export
+from tests.helpers.planted_blocks import PlantedExport, planted_export
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerance
 from parity.load.file_precision import output_precisions
 from parity.reports.saved_run import load_run
 from parity.text import number_text
-from tests.precision_models import to_float16
+from tests.helpers.precision_models import to_float16
 
 
 class ConvNet(torch.nn.Module):
@@ -219,7 +219,7 @@ class OffsetNet(torch.nn.Module):
 def test_a_bfloat16_file_is_judged_against_torchs_own_bfloat16_error(tmp_path: Path) -> None:
     """Only its Transposes run in bfloat16 (all ONNX Runtime's CPU provider can): the
     values near 1000 are rounded there, as torch in bfloat16 rounds them."""
-    from tests.precision_models import to_bfloat16
+    from tests.helpers.precision_models import to_bfloat16
 
     torch.manual_seed(0)
     model = OffsetNet().eval()
