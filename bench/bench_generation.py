@@ -32,7 +32,7 @@ def build(folder: Path, args: argparse.Namespace) -> tuple[str, Path]:
     from optimum.exporters.onnx import main_export
 
     sys.path.insert(0, str(ROOT))
-    from tests.hf_models import SPECIAL, save_model
+    from tests.helpers.hf_models import SPECIAL, save_model
 
     config = transformers.LlamaConfig(
         vocab_size=args.vocab,

@@ -189,7 +189,7 @@ def confirmation_and_noise(work: Path, base, repeats: int = 3) -> None:
     import onnx
 
     from parity.pipeline import run_validation
-    from tests.layers_plant import plant
+    from tests.helpers.plant_bug import plant
 
     proto = onnx.load(str(work / "minilm.onnx"), load_external_data=False)
     target = next(

@@ -54,7 +54,7 @@ def build_model(directory: Path, n_layers: int) -> float:
     import torch
     import transformers
 
-    from tests.hf_models import SPECIAL, make_tokenizer
+    from tests.helpers.hf_models import SPECIAL, make_tokenizer
 
     config = transformers.Qwen2Config(**{**QWEN25_05B, "num_hidden_layers": n_layers}, **SPECIAL)
     torch.manual_seed(0)

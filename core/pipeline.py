@@ -22,7 +22,7 @@ import numpy as np
 
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
-from parity.judge.noise import with_noise
+from parity.judge.noise_floor import with_noise
 from parity.load.calibration import merged
 from parity.messages import with_notes
 from parity.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
@@ -140,7 +140,7 @@ def _run_validation(
         deadline.check()
         run = _run_cases(config, source, slots, report, t_start, deadline)
         if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
-            from parity.layers.onnx_run import with_onnx_layers
+            from parity.layers.onnx_reference_run import with_onnx_layers
 
             run = with_onnx_layers(run, config, reference, [s.candidate for s in slots], report)
             deadline.check()

@@ -106,7 +106,7 @@ class PrecisionRun:
 @dataclass(frozen=True)
 class Noise:
     """An output's rounding noise at the candidate's precision, measured against the reference
-    run in float64 (parity.judge.noise): `onnx_error` = max |onnx - torch64|; `torch_error` =
+    run in float64 (parity.judge.noise_floor): `onnx_error` = max |onnx - torch64|; `torch_error` =
     the floor: max |torch - torch64| with torch run at `precision` (float32, float16,
     bfloat16; `emulated` says how where torch could not run at it), or for int8 the
     quantization noise sqrt(n) x scale/2 + clipped (`scale` the compared value's quantization

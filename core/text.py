@@ -81,7 +81,7 @@ def axis_text(axis: int, size: int | None = None, name: str | None = None) -> st
 
 
 def ratio_text(value: float | None) -> str:
-    """An error in units of the allowed error (parity.judge.judgement): ``0.13×``, ``4.81e+04×``."""
+    """An error in units of the allowed error (parity.judge.ratio): ``0.13×``, ``4.81e+04×``."""
     return "-" if value is None else number_text(value) + "×"
 
 

@@ -1,6 +1,6 @@
 """Inspect page: one output of one input set, element by element.
 
-Every view comes from parity.show.views (pooled slices, binned histograms, samples), so the
+Every view comes from parity.show.reductions (pooled slices, binned histograms, samples), so the
 browser never receives a raw tensor; per-output results that do not depend on the widgets
 (worst elements, histogram, sample) are kept per run in the session.
 """
@@ -19,7 +19,7 @@ from parity.judge.where import where_profile
 from parity.labels import set_label, status_label
 from parity.results import ValidationRun
 from parity.show import figures as fg
-from parity.show import views as ins
+from parity.show import reductions as ins
 from parity.text import shape_text, tolerance_text
 
 KIND_LABELS = {
@@ -208,7 +208,7 @@ def page() -> None:
             + (f"  \n{md_text(comp.message)}" if comp.message else "")
         )
         if comp.noise is not None:
-            from parity.judge.noise import noise_sentence
+            from parity.judge.noise_floor import noise_sentence
 
             st.text(f"Rounding noise: {noise_sentence(comp.noise)}")
     if ref is None or onnx is None:

@@ -86,7 +86,7 @@ def noise_section(run: ValidationRun) -> None:
     """--noise-floor: per float32 output, whether ONNX's error is float32 rounding (text)."""
     if not any(c.noise is not None for c in run.comparisons):
         return
-    from parity.judge.noise import noise_lines
+    from parity.judge.noise_floor import noise_lines
 
     with st.container(border=True):
         st.markdown("**Rounding noise** (against torch run again in float64)")

@@ -202,17 +202,17 @@ def tokens_onnx(model_zoo: ModelZoo, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture(scope="session")
 def candidate_exports(tmp_path_factory: pytest.TempPathFactory):
-    """The six exports of tests/candidate_exports.py (dynamo, legacy, buggy, fp16, renamed,
+    """The six exports of tests/helpers/candidate_exports.py (dynamo, legacy, buggy, fp16, renamed,
     the .pt2), made once for the CLI, dashboard and browser tests of candidates."""
-    from tests.candidate_exports import build
+    from tests.helpers.candidate_exports import build
 
     return build(tmp_path_factory.mktemp("candidates"))
 
 
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A tiny Llama directory (tests/hf_models.py); tests read it, never write into it."""
-    from tests.hf_models import make_llama_dir
+    """A tiny Llama directory (tests/helpers/hf_models.py); tests read it, never write into it."""
+    from tests.helpers.hf_models import make_llama_dir
 
     return make_llama_dir(tmp_path_factory.mktemp("llama"))
 
@@ -223,7 +223,7 @@ def chromium() -> Iterator[object]:
     context (its own Streamlit session, cookies, downloads)."""
     from playwright import sync_api
 
-    from tests.browser import HOST_RULES, launch
+    from tests.helpers.browser import HOST_RULES, launch
 
     with sync_api.sync_playwright() as pw:
         browser = launch(pw, HOST_RULES)
@@ -235,7 +235,7 @@ def chromium() -> Iterator[object]:
 def app_url() -> Iterator[str]:
     """The URL of one `streamlit run app.py` (default settings) for the session's browser
     tests; a saved run or a sweep opens in it as ?run=PATH or ?sweep=DIR."""
-    from tests.browser import ARTIFACTS, serve_app
+    from tests.helpers.browser import ARTIFACTS, serve_app
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one server, one log per worker
     with serve_app(ARTIFACTS / f"streamlit-{worker}.log") as url:

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from parity.dashboard.text import md_text
 from parity.tolerances import Tolerance, Tolerances
-from tests.candidate_exports import Exports
+from tests.helpers.candidate_exports import Exports
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 240

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from parity.dashboard.text import md_code, md_text
-from tests.payloads import FAILING, NAMES, write_payload_models
+from tests.helpers.payloads import FAILING, NAMES, write_payload_models
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 DANGEROUS = ("![", "](", "<a", "<img", ":red[", "$x$", "**b**", "http:", ":material/")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright import sync_api
 
-from tests.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
+from tests.helpers.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 

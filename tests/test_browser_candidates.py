@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import ARTIFACTS, settle
+from tests.helpers.browser import ARTIFACTS, settle
 
 pytestmark = pytest.mark.browser
 

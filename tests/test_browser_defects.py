@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, serve_app, settle
+from tests.helpers.browser import ARTIFACTS, RUN_TIMEOUT_MS, serve_app, settle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from parity.cli import main
-from tests.browser import ARTIFACTS, settle_loaded
-from tests.hf_models import PROMPTS
+from tests.helpers.browser import ARTIFACTS, settle_loaded
+from tests.helpers.hf_models import PROMPTS
 from tests.test_hf_generation import N_NEW, files  # noqa: F401 - the module's fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, settle, shot
+from tests.helpers.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, settle, shot
 
 pytestmark = pytest.mark.browser
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, run_demo, settle
+from tests.helpers.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, run_demo, settle
 
 pytestmark = pytest.mark.browser
 
@@ -123,7 +123,7 @@ def test_the_histogram_labels_atol_and_worst_above_the_plot_where_nothing_clips_
     """Issue 22: "atol" was clipped at the plot's top and "worst" drawn over the curve. In
     Chromium at 1280 px: both labels are whole, above the plot area, apart from each other."""
     from parity.show import figures as fg
-    from parity.show import views as ins
+    from parity.show import reductions as ins
 
     rng = np.random.default_rng(2)
     ref = rng.standard_normal(10_000)

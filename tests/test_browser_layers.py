@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import ARTIFACTS, settle
+from tests.helpers.browser import ARTIFACTS, settle
 
 pytestmark = pytest.mark.browser
 
@@ -23,7 +23,7 @@ VIEWPORT = {"width": 1500, "height": 2600}
 
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory) -> Path:
-    from tests.layers_planted import planted_export, planted_layers_run
+    from tests.helpers.planted_blocks import planted_export, planted_layers_run
 
     out = tmp_path_factory.mktemp("layers-browser")
     path = out / "planted.parity.npz"

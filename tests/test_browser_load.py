@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.browser import ARTIFACTS, serve_app, settle
+from tests.helpers.browser import ARTIFACTS, serve_app, settle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

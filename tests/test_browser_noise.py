@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser import nav, run_demo, settle, shot
+from tests.helpers.browser import nav, run_demo, settle, shot
 
 pytestmark = pytest.mark.browser
 

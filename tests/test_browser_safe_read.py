@@ -14,7 +14,7 @@ from urllib.parse import quote, urlparse
 
 import pytest
 
-from tests.browser import open_page, settle_loaded
+from tests.helpers.browser import open_page, settle_loaded
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

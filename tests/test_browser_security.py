@@ -1,7 +1,7 @@
 """The dashboard under attack, in real Chromium: a rebinding host name, markup in names.
 
 The session's Chromium maps made-up names to 127.0.0.1 (--host-resolver-rules, see
-tests.browser.HOST_RULES), which is what DNS rebinding achieves: a page under a foreign name
+tests.helpers.browser.HOST_RULES), which is what DNS rebinding achieves: a page under a foreign name
 talking to the local dashboard. The servers here are the module's own: a cold demo cache,
 allowed host names, a private temp folder.
 """
@@ -16,8 +16,8 @@ from urllib.parse import urlparse
 import pytest
 
 from parity.dashboard.routes import PAGES
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, serve_app, settle, settle_loaded
-from tests.payloads import FAILING, IMAGE, write_payload_models
+from tests.helpers.browser import ARTIFACTS, RUN_TIMEOUT_MS, nav, serve_app, settle, settle_loaded
+from tests.helpers.payloads import FAILING, IMAGE, write_payload_models
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
+from tests.helpers.browser import RUN_TIMEOUT_MS, nav, run_demo, settle, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a minute of pages, first of its group
 
@@ -219,7 +219,7 @@ def test_after_a_run_the_verdict_and_the_failing_output_are_what_you_land_on(pag
 
 
 def test_a_wrong_pair_is_said_in_words_and_the_last_good_run_stays(page, tmp_path):
-    from tests.wrong_pair import write_wrong_pair
+    from tests.helpers.wrong_pair import write_wrong_pair
 
     pt2, onnx = write_wrong_pair(tmp_path)
     run_demo(page, "cnn")
@@ -267,7 +267,7 @@ def _type(page, label: str, text: str) -> None:
 def test_the_run_form_keeps_what_you_typed_across_pages_and_runs_what_it_shows(page, tmp_path):
     """Issue 22: after a `?demo=broken` start, a model and an ONNX path typed into the form
     are still there after another page was shown, and Run validates them (not the demo)."""
-    from tests.wrong_pair import write_wrong_pair
+    from tests.helpers.wrong_pair import write_wrong_pair
 
     pt2, onnx = write_wrong_pair(tmp_path)
     pg = page.context.new_page()  # a fresh session, started as `?demo=broken` starts one

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from parity.cli import main
-from tests.browser import nav, settle, shot
-from tests.sweep_zoo import copy_tiny, write_manifest, write_tokens_onnx
+from tests.helpers.browser import nav, settle, shot
+from tests.helpers.sweep_zoo import copy_tiny, write_manifest, write_tokens_onnx
 
 pytestmark = pytest.mark.browser
 

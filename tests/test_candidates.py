@@ -13,7 +13,7 @@ import pytest
 from parity.cli import main
 from parity.pipeline import RunConfig, run_validation
 from parity.run.config import default_loaders
-from tests.candidate_exports import Exports
+from tests.helpers.candidate_exports import Exports
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +267,7 @@ def test_candidates_grid_marks_each_candidate_and_output(side_by_side):
 
 
 def test_candidates_grid_colours_cells_on_the_judgement_scale(side_by_side):
-    """Issue 22: the grid's colour is worst error ÷ allowed (parity.judge.judgement), the
+    """Issue 22: the grid's colour is worst error ÷ allowed (parity.judge.ratio), the
     scale of every other grid: a passing cell is on the green side, a failing one red."""
     from parity.show.candidate_figures import candidates_grid
     from parity.show.candidate_views import candidate_cells

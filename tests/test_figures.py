@@ -10,7 +10,7 @@ import pytest
 from parity.judge.compare import compare_outputs
 from parity.results import InputSet, OutputComparison, ValidationRun
 from parity.show import figures as fg
-from parity.show import views as ins
+from parity.show import reductions as ins
 from parity.tolerances import Tolerance, Tolerances
 
 MAX_FIGURE_BYTES = 2 * 1024 * 1024

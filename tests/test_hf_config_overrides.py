@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from parity.cli import main  # noqa: E402
 from parity.hf.loading import load_hf_model  # noqa: E402
-from tests.hf_models import make_llama_dir  # noqa: E402
+from tests.helpers.hf_models import make_llama_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from parity.hf.options import HfOptions
 from parity.pipeline import RunConfig, run_validation
 from parity.results import PromptGeneration, TokenDivergence
 from parity.tolerances import Tolerance, Tolerances
-from tests.hf_models import PROMPTS, SPECIAL
-from tests.hf_tasks import optimum_export
+from tests.helpers.hf_models import PROMPTS, SPECIAL
+from tests.helpers.hf_tasks import optimum_export
 
 pytestmark = pytest.mark.slow  # exports transformers models
 
@@ -96,7 +96,7 @@ def plain_ort_greedy(path: Path, ids: np.ndarray, mask: np.ndarray, n: int) -> n
     outputs = [o.name for o in session.get_outputs()]
     batch = ids.shape[0]
     past = {
-        name: np.zeros((batch, 2, 0, 8), np.float32)  # 2 kv heads of 8 (tests/hf_models.py)
+        name: np.zeros((batch, 2, 0, 8), np.float32)  # 2 kv heads of 8 (tests/helpers/hf_models.py)
         for name in wanted
         if name.startswith("past_key_values.")
     }

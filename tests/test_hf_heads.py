@@ -17,8 +17,8 @@ from parity.hf.heads import choose_model_class
 from parity.hf.options import HfOptions
 from parity.hf.summary import judged_summary
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_models import PROMPTS
-from tests.hf_tasks import bert_config, optimum_export, save_text_model
+from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_tasks import bert_config, optimum_export, save_text_model
 
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")

@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from parity.hf.options import HfOptions
 from parity.layers.result import LayerStatus, Outcome
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_models import PROMPTS
+from tests.helpers.hf_models import PROMPTS
 
 pytestmark = pytest.mark.slow  # exports transformers models
 
@@ -179,7 +179,7 @@ def test_encoder_own_and_optimum_exports_compare_the_same_modules(tmp_path):
     import transformers
     from optimum.exporters import onnx as exporters
 
-    from tests.hf_models import make_tokenizer
+    from tests.helpers.hf_models import make_tokenizer
 
     tokenizer = make_tokenizer(
         specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]"),

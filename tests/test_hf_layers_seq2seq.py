@@ -13,8 +13,8 @@ from onnx import numpy_helper
 from parity.hf.options import HfOptions
 from parity.layers.result import LayerStatus, Outcome
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_models import PROMPTS
-from tests.hf_seq2seq_models import export_optimum, make_seq2seq_dir
+from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_seq2seq_models import export_optimum, make_seq2seq_dir
 
 pytestmark = pytest.mark.slow  # exports transformers models
 

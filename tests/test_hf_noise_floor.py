@@ -18,8 +18,8 @@ from parity.cli import main
 from parity.hf.options import HfOptions
 from parity.judge.suggest import suggest_noise_tolerances
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_models import PROMPTS
-from tests.hf_tasks import make_vit_dir
+from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_tasks import make_vit_dir
 
 pytestmark = pytest.mark.slow  # exports transformers models
 
@@ -71,7 +71,7 @@ def test_the_cli_prints_an_hf_runs_noise_and_suggestion(vit, capsys) -> None:
 def test_a_half_precision_model_gets_a_note_not_a_failed_run(vit) -> None:
     import transformers
 
-    from parity.hf.float64 import float64_calls
+    from parity.hf.noise_floor_calls import float64_calls
 
     model = transformers.ViTForImageClassification.from_pretrained(vit[0]).half()
     calls, note = float64_calls(model, ())

@@ -21,8 +21,8 @@ from parity.hf.options import HfOptions
 from parity.hf.steps_text import format_steps_table
 from parity.hf.summary import judged_summary, steps_json
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_models import PROMPTS
-from tests.hf_seq2seq_models import (
+from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_seq2seq_models import (
     FAMILIES,
     FRAMES,
     MEL_BINS,

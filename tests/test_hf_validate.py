@@ -23,7 +23,7 @@ from parity.hf.options import HfOptions
 from parity.hf.steps_text import format_steps_table
 from parity.hf.summary import judged_summary, masked_positions_json, steps_json
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_models import PROMPTS, SPECIAL, make_tokenizer, save_model
+from tests.helpers.hf_models import PROMPTS, SPECIAL, make_tokenizer, save_model
 
 pytestmark = pytest.mark.slow  # exports transformers models
 
@@ -367,7 +367,7 @@ def test_views_and_saved_runs_show_what_the_verdict_judged_padding_excluded(llam
     # the HTML report showed a worst element at a padding position (0.257 for a present
     # key/value whose stats said 7.45e-8). Now the masks travel with the run, saved or not.
     from parity.reports.saved_run import load_run, save_run
-    from parity.show import views as ins
+    from parity.show import reductions as ins
 
     reopened = load_run(save_run(llama_run, tmp_path / "llm.parity.npz"))
     excluded = [c for c in llama_run.comparisons if c.n_excluded]

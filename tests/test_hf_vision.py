@@ -15,7 +15,7 @@ from parity.cli import main
 from parity.hf.media import generated_inputs
 from parity.hf.summary import judged_summary
 from parity.pipeline import RunConfig, run_validation
-from tests.hf_tasks import make_vit_dir, make_yolos_dir, optimum_export
+from tests.helpers.hf_tasks import make_vit_dir, make_yolos_dir, optimum_export
 
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")
@@ -109,7 +109,7 @@ def test_own_export_of_an_image_model(exported, tmp_path) -> None:
 
 def test_an_audio_classifier_validates_on_generated_waveforms(tmp_path) -> None:
     """Audio: seeded waveforms through the directory's feature extractor (input_values)."""
-    from tests.hf_tasks import make_wav2vec2_dir
+    from tests.helpers.hf_tasks import make_wav2vec2_dir
 
     directory = make_wav2vec2_dir(tmp_path / "w2v")
     onnx = optimum_export(directory, tmp_path / "onnx", "audio-classification")

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from parity.launch import STOPPED_LINE
-from tests.browser import RUN_TIMEOUT_MS, free_port, serving, settle
+from tests.helpers.browser import RUN_TIMEOUT_MS, free_port, serving, settle
 
 pytestmark = pytest.mark.slow
 

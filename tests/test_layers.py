@@ -18,13 +18,13 @@ import pytest
 import torch
 
 from parity.cli import main
+from parity.layers.extra_outputs import plan_batches
 from parity.layers.localise import localise
-from parity.layers.onnx_runs import plan_batches
 from parity.layers.stats import value_stats
 from parity.load.onnx_model import load_onnx
 from parity.load.torch_model import load_torch_model
 from parity.run.inputs import make_input_sets
-from tests.layers_plant import plant
+from tests.helpers.plant_bug import plant
 
 NET_SOURCE = textwrap.dedent(
     '''

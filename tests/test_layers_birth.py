@@ -17,8 +17,8 @@ from parity.layers.result import LayersResult
 from parity.layers.text import format_layers
 from parity.pipeline import RunConfig, run_validation
 from parity.reports.html_report import render_html_report
-from tests.layers_deep import CARRIED_BLOCK, PLANTED_BLOCK, DeepExport, deep_export
-from tests.layers_planted import PLANTED_MODULE, planted_export
+from tests.helpers.layers_deep import CARRIED_BLOCK, PLANTED_BLOCK, DeepExport, deep_export
+from tests.helpers.planted_blocks import PLANTED_MODULE, planted_export
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import onnx
 import pytest
 
 from parity.cli import main
-from parity.layers.onnx_side import localise_onnx
+from parity.layers.onnx_vs_onnx import localise_onnx
 from parity.results import InputSet
-from tests.precision_models import mlp, rms_mlp, to_float16
+from tests.helpers.precision_models import mlp, rms_mlp, to_float16
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_a_bfloat16_file_keeps_the_transposes_whose_rounding_is_born_in_float32(
     no MatMul, Add or Sub kernels there): rounding values near 1000 to bfloat16 is born at
     the Sub that takes 1000 away. The Sub already computes in float32, so the Transposes
     upstream are kept; converted again (retyped to bfloat16) and compared, nothing is born."""
-    from tests.precision_models import offset_transposes, to_bfloat16
+    from tests.helpers.precision_models import offset_transposes, to_bfloat16
 
     ref = offset_transposes(tmp_path / "ot.onnx")
     bf16 = to_bfloat16(ref, tmp_path / "ot_bf16.onnx", op_block_list=["Add", "Sub", "MatMul"])

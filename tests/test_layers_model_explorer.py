@@ -22,7 +22,7 @@ from parity.layers.localise import localise
 from parity.load.onnx_model import load_onnx
 from parity.load.torch_model import load_torch_model
 from parity.run.inputs import make_input_sets
-from tests.layers_plant import plant
+from tests.helpers.plant_bug import plant
 
 dacite = pytest.importorskip("dacite")
 node_data_builder = pytest.importorskip("model_explorer.node_data_builder")

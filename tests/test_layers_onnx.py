@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from parity.cli import main
 from parity.pipeline import RunConfig, run_validation
 from parity.tolerances import Tolerance, Tolerances
-from tests.precision_models import mlp, rms_mlp, to_float16
+from tests.helpers.precision_models import mlp, rms_mlp, to_float16
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -134,7 +134,7 @@ def test_the_layers_page_has_the_candidate_selector(two_candidates) -> None:
 def test_a_bfloat16_file_is_compared_by_name_in_bfloat16(tmp_path: Path) -> None:
     """ORT's numpy bridge has no bfloat16: its values come back through OrtValues, are
     judged at bfloat16's threshold, and the candidate says what the CPU computed."""
-    from tests.precision_models import transposes
+    from tests.helpers.precision_models import transposes
 
     ref = transposes(tmp_path / "t32.onnx", bfloat16=False)
     bf16 = transposes(tmp_path / "tbf16.onnx", bfloat16=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from parity.cli import main
-from tests.precision_models import conv_net, output_sqnr_db, quantize_qdq
+from tests.helpers.precision_models import conv_net, output_sqnr_db, quantize_qdq
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["conv", "conv+relu"])

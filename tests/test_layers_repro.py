@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from parity.api import validate
 from parity.cli import main
-from tests.layers_deep import PLANTED_BLOCK, DeepExport, deep_export
+from tests.helpers.layers_deep import PLANTED_BLOCK, DeepExport, deep_export
 
 # what numpy, onnx and onnxruntime import themselves
 ALLOWED = {

@@ -1,5 +1,6 @@
 """The layers views on the real engine: a real dynamo export with a bug planted in block 2's
-fc1 (tests/layers_planted.py), validated by the real pipeline with layers on, real ONNX Runtime.
+fc1 (tests/helpers/planted_blocks.py), validated by the real pipeline with layers on, real ONNX
+Runtime.
 
 Each test asks what a user would: does the picture point at the planted layer, does a clean
 export show nothing, does the Model Explorer file address nodes that exist in the ONNX graph.
@@ -18,7 +19,7 @@ from parity.cli import main
 from parity.layers import figures as lf
 from parity.layers import views
 from parity.layers.model_explorer import DIVERGES_COLOR
-from tests.layers_planted import PLANTED_MODULE, planted_export, planted_layers_run
+from tests.helpers.planted_blocks import PLANTED_MODULE, planted_export, planted_layers_run
 from tests.test_layers_page import APP, TIMEOUT
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from parity.layers.onnx_runs import ExtraOutputs
+from parity.layers.extra_outputs import ExtraOutputs
 from parity.load.sessions import open_session
 from parity.results import InputSet
 

@@ -14,12 +14,12 @@ import torch
 
 from parity.api import validate
 from parity.cli import main
-from parity.judge.noise import noise_sentence
+from parity.judge.noise_floor import noise_sentence
 from parity.pipeline import RunConfig, run_validation
 from parity.reports.html_report import render_html_report
 from parity.reports.saved_run import load_run
 from parity.results import Noise
-from tests.layers_planted import PlantedExport, planted_export
+from tests.helpers.planted_blocks import PlantedExport, planted_export
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +185,7 @@ class TinyBert(torch.nn.Module):
 def test_a_pt2_runs_in_float64_where_its_trace_fixed_float32(tmp_path: Path) -> None:
     from parity.load.torch_model import load_torch_model
     from parity.results import InputSet
-    from parity.run.float64 import float64_model, run_float64
+    from parity.run.noise_floor_runs import float64_model, run_float64
     from parity.signature import OnnxSignature, TensorSpec
 
     torch.manual_seed(0)

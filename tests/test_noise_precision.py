@@ -18,12 +18,12 @@ from onnx import numpy_helper
 
 from parity.api import validate
 from parity.cli import main
-from parity.judge.noise import noise_lines, noise_sentence
+from parity.judge.noise_floor import noise_lines, noise_sentence
 from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
 from parity.load.file_precision import output_precisions
 from parity.reports.saved_run import load_run
 from parity.text import number_text
-from tests.precision_models import to_float16
+from tests.helpers.precision_models import to_float16
 
 
 class ConvNet(torch.nn.Module):
@@ -219,7 +219,7 @@ class OffsetNet(torch.nn.Module):
 def test_a_bfloat16_file_is_judged_against_torchs_own_bfloat16_error(tmp_path: Path) -> None:
     """Only its Transposes run in bfloat16 (all ONNX Runtime's CPU provider can): the
     values near 1000 are rounded there, as torch in bfloat16 rounds them."""
-    from tests.precision_models import to_bfloat16
+    from tests.helpers.precision_models import to_bfloat16
 
     torch.manual_seed(0)
     model = OffsetNet().eval()
@@ -254,7 +254,7 @@ class Inverse(torch.nn.Module):
 def test_where_torch_cannot_run_float16_its_error_is_emulated_and_said() -> None:
     from parity.load.torch_model import from_object
     from parity.results import InputSet, Noise
-    from parity.run.float64 import low_model, run_low
+    from parity.run.noise_floor_runs import low_model, run_low
     from parity.signature import OnnxSignature, TensorSpec
 
     torch.manual_seed(0)

@@ -19,7 +19,7 @@ from parity.judge.suggest import (
 )
 from parity.pipeline import RunConfig, run_validation
 from parity.tolerances import Tolerance, Tolerances
-from tests.layers_planted import PlantedExport, planted_export
+from tests.helpers.planted_blocks import PlantedExport, planted_export
 
 
 @pytest.fixture(scope="module")

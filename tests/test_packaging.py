@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import ARTIFACTS, RUN_TIMEOUT_MS, free_port, serving, settle
+from tests.helpers.browser import ARTIFACTS, RUN_TIMEOUT_MS, free_port, serving, settle
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_SHIPPED = shutil.ignore_patterns(

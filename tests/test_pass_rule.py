@@ -12,7 +12,6 @@ import pytest
 
 from parity.judge.compare import compare_outputs
 from parity.judge.exact_ints import exact_diff
-from parity.judge.judgement import element_errors
 from parity.judge.pass_rule import (
     allowed,
     element_mismatch,
@@ -21,6 +20,7 @@ from parity.judge.pass_rule import (
     exceeds_into,
     one_sided,
 )
+from parity.judge.ratio import element_errors
 from parity.tolerances import Tolerance
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from parity.cli import main
 from parity.errors import OnnxLoadError
 from parity.load.onnx_model import load_onnx
-from tests.precision_models import mlp, to_float16
+from tests.helpers.precision_models import mlp, to_float16
 
 
 @pytest.fixture(scope="module")

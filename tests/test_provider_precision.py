@@ -15,7 +15,7 @@ from parity.dashboard.text import md_text
 from parity.load.provider_precision import precision_notes, provider_precision
 from parity.pipeline import RunConfig, run_validation
 from parity.tolerances import Tolerance, Tolerances
-from tests.precision_models import rms_mlp, to_float16
+from tests.helpers.precision_models import rms_mlp, to_float16
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 CPU = "CPUExecutionProvider"

@@ -18,7 +18,7 @@ from parity.cli import main
 from parity.load.torch_model import load_torch_model
 from parity.pipeline import RunConfig, run_validation
 from parity.run.input_binding import BY_NAME, BY_POSITION, NO_NAMES, bind_inputs
-from tests.hf_tasks import bert_config, optimum_export
+from tests.helpers.hf_tasks import bert_config, optimum_export
 
 pytest.importorskip("optimum.exporters.onnx")
 transformers = pytest.importorskip("transformers")

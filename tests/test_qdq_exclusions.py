@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 from parity.cli import main
-from tests.precision_models import quantize_qdq
+from tests.helpers.precision_models import quantize_qdq
 
 
 def _net():

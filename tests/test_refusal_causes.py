@@ -82,7 +82,7 @@ def test_a_raw_pickle_as_model_is_not_called_a_torch_save_file(tmp_path):
 def test_malicious_pytorch_model_bin_is_refused_as_pickle_not_tf(tmp_path):
     pytest.importorskip("transformers")
     from parity.hf.loading import load_hf_model
-    from tests.hf_models import make_llama_dir
+    from tests.helpers.hf_models import make_llama_dir
 
     directory = Path(make_llama_dir(tmp_path / "evil"))
     (directory / "model.safetensors").unlink()

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from parity.errors import UsageError
-from tests.archive_edits import ZERO_MIB, first_expr, json_edit, rewrite_zip
 from tests.conftest import TinyArtifacts
+from tests.helpers.archive_edits import ZERO_MIB, first_expr, json_edit, rewrite_zip
 
 _BATCH = (
     """
@@ -285,7 +285,7 @@ _EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.hf_models import make_llama_dir
+    from tests.helpers.hf_models import make_llama_dir
 
     return Path(make_llama_dir(tmp_path_factory.mktemp("llama") / "llama"))
 

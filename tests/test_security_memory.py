@@ -33,7 +33,7 @@ def test_noise_floor_copy_over_max_memory_is_refused_in_one_line(
 
 
 def test_float64_bytes_counts_the_copy_and_its_float64_tensors() -> None:
-    from parity.run.float64 import float64_bytes
+    from parity.run.noise_floor_runs import float64_bytes
 
     model = torch.nn.Linear(4, 3)  # 15 float32 numbers: a 60 B copy and 120 B in float64
     model.register_buffer("steps", torch.zeros(5, dtype=torch.int64))  # copied, not cast
@@ -41,7 +41,7 @@ def test_float64_bytes_counts_the_copy_and_its_float64_tensors() -> None:
 
 
 def test_hf_noise_floor_copy_is_budgeted_too() -> None:
-    from parity.hf.float64 import float64_calls
+    from parity.hf.noise_floor_calls import float64_calls
 
     with pytest.raises(BudgetError, match="float64 copy of the model for --noise-floor"):
         float64_calls(torch.nn.Linear(64, 64), [], max_memory=1024)
@@ -133,7 +133,7 @@ def test_a_model_that_exits_in_float64_keeps_the_verdict(tmp_path, capsys) -> No
     from parity.load.onnx_model import load_onnx
     from parity.load.torch_model import load_torch_model
     from parity.results import InputSet
-    from parity.run.float64 import float64_model, run_float64
+    from parity.run.noise_floor_runs import float64_model, run_float64
 
     double = float64_model(load_torch_model(f"{factory}:make"))
     arrays, note = run_float64(

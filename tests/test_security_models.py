@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 from parity.errors import ModelLoadError
 from parity.load.torch_model import is_code_spec, load_torch_model
-from tests.archive_edits import first_expr, json_edit, rewrite_zip
+from tests.helpers.archive_edits import first_expr, json_edit, rewrite_zip
 
 
 class _Payload:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from parity.errors import WriteError
-from tests.precision_models import mlp, to_float16
+from tests.helpers.precision_models import mlp, to_float16
 from tests.test_security_io import Ran, one_error_line
 
 FLAGS = ["--json", "--html", "--save-run", "--save-reference", "--model-explorer"]

@@ -15,7 +15,7 @@ from parity.path_flags import PathFlags
 from parity.sweep.index import render_index
 from parity.sweep.manifest import load_manifest
 from parity.sweep.plan import plan_jobs
-from tests.sweep_zoo import (
+from tests.helpers.sweep_zoo import (
     GOOD,
     copy_tiny,
     processes_mentioning,
@@ -344,7 +344,7 @@ def test_interrupting_a_sweep_kills_its_running_pairs_and_keeps_thesummary_witho
 ):
     import time
 
-    from tests.sweep_zoo import write_loop_onnx
+    from tests.helpers.sweep_zoo import write_loop_onnx
 
     zoo = tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
     write_loop_onnx(zoo / "loop.onnx")

@@ -16,7 +16,7 @@ import pytest
 
 from parity.cli import main
 from parity.sweep.pair_process import descendants
-from tests.sweep_zoo import copy_tiny
+from tests.helpers.sweep_zoo import copy_tiny
 
 GOOD = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
 

@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from parity.cli import main
-from tests.sweep_zoo import copy_tiny, write_manifest
+from tests.helpers.sweep_zoo import copy_tiny, write_manifest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from parity.cli import main
-from tests.sweep_zoo import (
+from tests.helpers.sweep_zoo import (
     GOOD,
     processes_mentioning,
     summary_without_times,

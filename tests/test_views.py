@@ -1,4 +1,4 @@
-"""parity.show.views (slices, pooling, histogram, worst elements, sampling) and
+"""parity.show.reductions (slices, pooling, histogram, worst elements, sampling) and
 parity.judge.suggest,
 checked against plain numpy on synthetic arrays."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from parity.judge.suggest import ladder, nearest, round_up_125, with_value
-from parity.show import views as ins
+from parity.show import reductions as ins
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from parity.labels import wrong_pair_note
 from parity.pipeline import RunConfig, run_validation
 from parity.reports.report import report_dict
 from parity.show.format import format_run
-from tests.wrong_pair import write_wrong_pair
+from tests.helpers.wrong_pair import write_wrong_pair
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 

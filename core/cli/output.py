@@ -103,7 +103,7 @@ def format_text(run: ValidationRun) -> str:
     else:
         text = format_run(run)
     if any(c.noise is not None for c in run.comparisons):
-        from parity.judge.noise import noise_lines
+        from parity.judge.noise_floor import noise_lines
 
         lines = noise_lines(run.comparisons)
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(

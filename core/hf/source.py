@@ -135,8 +135,8 @@ class HfSource:
         loaded, capture = self._captured(signature)
         doubles: Sequence[CapturedCall | None] = [None] * len(capture.calls)
         note = ""
-        if self._noise_floor:  # every call again in float64 (parity.hf.float64)
-            from parity.hf.float64 import float64_calls
+        if self._noise_floor:  # every call again in float64 (parity.hf.noise_floor_calls)
+            from parity.hf.noise_floor_calls import float64_calls
 
             self._report("torch", "torch in float64 on every captured call", None)
             t0 = time.perf_counter()

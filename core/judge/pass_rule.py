@@ -6,7 +6,7 @@ boolean outputs are decided exactly in their own type (the difference from
 :mod:`parity.judge.exact_ints`, the comparison without rounding here). Every judge and view
 asks this module: the chunked statistics (:mod:`parity.judge.compare_pass`), the re-judge
 profile (:mod:`parity.judge.error_profile`), the element views and colours
-(:mod:`parity.judge.judgement`, :mod:`parity.show`) and the scatter's pass band.
+(:mod:`parity.judge.ratio`, :mod:`parity.show`) and the scatter's pass band.
 
 `allowed` is computed as ``|ref| * rtol + atol`` (float64) everywhere, so a view and the
 verdict never disagree on an element at the line.

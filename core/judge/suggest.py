@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parity.judge.noise import (
+from parity.judge.noise_floor import (
     ROUNDING_RATIO,
     floor_words,
     noise_rank,
@@ -154,7 +154,7 @@ def has_noise(run: ValidationRun) -> bool:
 
 def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> NoiseSuggestion:
     """Per float32 output with a noise floor: atol = k x its floor, torch's own error at the
-    candidate's precision or int8's quantization noise (parity.judge.noise; its
+    candidate's precision or int8's quantization noise (parity.judge.noise_floor; its
     largest ``max|torch32 - torch64|`` over input sets and candidates; rtol 0, since the
     noise is an absolute bound), rounded up to two significant digits. Other outputs keep
     the run's tolerance and get a note.

@@ -2,7 +2,7 @@
 
 For every axis of the output and every index along it, the profile holds how many judged
 elements mismatch at the tolerance (and so the mismatch fraction) and the largest error there
-(|error| and error ÷ allowed, parity.judge.judgement). From it each axis gets the indices where the
+(|error| and error ÷ allowed, parity.judge.ratio). From it each axis gets the indices where the
 mismatches *concentrate* (the rule below, also in docs/cli.md), and the output a summary such
 as ``all 248 mismatches lie at indices {0, 31} of axis 2 (height) or at indices {0, 31} of
 axis 3 (width), in all 2 entries of axis 0 (batch)``.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parity.judge.chunks import CHUNK_ELEMENTS, pieces
-from parity.judge.judgement import element_errors
+from parity.judge.ratio import element_errors
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.tolerances import Tolerance
 

@@ -240,7 +240,7 @@ def fp16_findings(
     config: Any,
     dtype: str = "float16",
 ) -> LayersResult:
-    from parity.layers.onnx_side import localise_onnx
+    from parity.layers.onnx_vs_onnx import localise_onnx
 
     notes = list(result.notes)
     born = _born(result)

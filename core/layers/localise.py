@@ -20,6 +20,7 @@ import onnx
 
 from parity.layers import criterion
 from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
+from parity.layers.extra_outputs import ExtraOutputs, plan_batches
 from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
 from parity.layers.onnx_graph import (
     GraphIndex,
@@ -28,7 +29,6 @@ from parity.layers.onnx_graph import (
     merged_condition,
     read_graph,
 )
-from parity.layers.onnx_runs import ExtraOutputs, plan_batches
 from parity.layers.result import KeptValue, LayersResult, LayerStatus, LayerValue
 from parity.layers.stats import ValueStats, value_stats
 from parity.layers.torch_side import tensor_leaves, to_numpy

@@ -2,7 +2,7 @@
 comparison and checked before it is said: a QDQ file's worst-quantized tensor
 (parity.layers.qdq), a float16/bfloat16 file's nodes to keep in float32 (parity.layers.fp16).
 
-`Recorder` sees each compared value while both sides' arrays exist (parity.layers.onnx_side's
+`Recorder` sees each compared value while both sides' arrays exist (parity.layers.onnx_vs_onnx's
 `on_values`) and keeps numbers only.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from parity.layers.onnx_side import Match, sqnr_db
+from parity.layers.onnx_vs_onnx import Match, sqnr_db
 from parity.layers.qdq import Quantized
 from parity.layers.result import LayersResult
 

@@ -31,7 +31,7 @@ import onnx
 from onnx import numpy_helper
 
 from parity.files.json_output import finite_or_none
-from parity.layers.onnx_side import DQ_SUFFIX, Q_SUFFIX
+from parity.layers.onnx_vs_onnx import DQ_SUFFIX, Q_SUFFIX
 from parity.layers.qdq_search import (
     MIN_GAIN_DB,
     OutputsSqnr,

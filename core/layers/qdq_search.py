@@ -473,7 +473,7 @@ class _Simulator:
         if value in self._float:
             return self._float[value]
         dequantized, half_step = _dequantize(dq, self.inits)
-        from parity.layers.onnx_side import DQ_SUFFIX
+        from parity.layers.onnx_vs_onnx import DQ_SUFFIX
 
         names = list(dict.fromkeys([value.removesuffix(DQ_SUFFIX), dq.input[0].removesuffix(
             "_quantized"), value]))  # fmt: skip

@@ -1,5 +1,5 @@
 """The precision each output of an ONNX file is computed at, read from the file (for
-``--noise-floor``: the floor is measured at that precision, parity.judge.noise).
+``--noise-floor``: the floor is measured at that precision, parity.judge.noise_floor).
 
 An output's precision is the lowest of what it depends on: int8 where a quantizing node
 (``QuantizeLinear``, ``QLinear*``, ``*Integer``, ...) lies upstream of it, else bfloat16 or

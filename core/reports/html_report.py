@@ -1,9 +1,9 @@
 """A self-contained HTML report: one file that opens offline, for people who won't run Python.
 
 Plotly's script is inlined once; every figure is a div that calls it, so the page makes no
-network request. Figures come from parity.show.figures over parity.show.views' reduced views (block
-max-pooled heatmaps, numpy-binned histograms), so the file stays a few MB whatever the
-output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing output.
+network request. Figures come from parity.show.figures over parity.show.reductions' reduced
+views (block max-pooled heatmaps, numpy-binned histograms), so the file stays a few MB whatever
+the output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing output.
 """
 
 from __future__ import annotations
@@ -237,10 +237,10 @@ def _grid(run: ValidationRun) -> str:
 
 def _noise(run: ValidationRun) -> str:
     """--noise-floor: per float32 output, whether ONNX's error is rounding at the precision
-    the candidate computes it (parity.judge.noise says it)."""
+    the candidate computes it (parity.judge.noise_floor says it)."""
     if not any(c.noise is not None for c in run.comparisons):
         return ""
-    from parity.judge.noise import noise_lines
+    from parity.judge.noise_floor import noise_lines
 
     items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.comparisons))
     return (
@@ -428,7 +428,7 @@ def _failing_output(
         )
         return f"{head}<p class='note'>{_e(reason)}.</p></article>"
     import parity.show.figures as figures
-    import parity.show.views as views
+    import parity.show.reductions as views
 
     ref, onnx = arrays
     exclude = run.exclusion(c.input_set, c.name)  # views show what the verdict judged

@@ -42,7 +42,7 @@ class RunConfig:
     layers: bool = False  # also compare intermediate values (parity.layers)
     layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (parity.layers)
     layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
-    noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise)
+    noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise_floor)
     timeout: float | None = None  # seconds for the whole run (parity.run.deadline); None: no limit
     max_memory: int | None = (
         None  # bytes of inputs/feeds/reference a run may hold (parity.run.budget)

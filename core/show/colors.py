@@ -1,6 +1,6 @@
 """How a judgement looks, on one scale everywhere: colours of error ÷ allowed error.
 
-``ratio = |onnx - ref| / (atol + rtol * |ref|)`` (:mod:`parity.judge.judgement`) is at most
+``ratio = |onnx - ref| / (atol + rtol * |ref|)`` (:mod:`parity.judge.ratio`) is at most
 1 for an element that passes, so 1 is the pass line whatever the tolerance and whatever the
 output's scale. Colours are drawn on ``log10(ratio)`` over a fixed span (``1e-3`` to ``1e3``
 times the allowed error): greens below the line, turning yellow close to it, reds above it,
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parity.judge.judgement import comparison_ratio
+from parity.judge.ratio import comparison_ratio
 from parity.labels import status_label
 from parity.results import OutputComparison, Status
 from parity.text import number_text, ratio_text

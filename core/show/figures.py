@@ -1,6 +1,6 @@
 """Plotly figures of a run, shared by the dashboard and the HTML report.
 
-Each builder takes small result objects (parity.show.views views, parity.results values, numpy
+Each builder takes small result objects (parity.show.reductions views, parity.results values, numpy
 arrays of at most a few thousand points) and returns a `go.Figure`. None of them sees a
 raw tensor: heatmaps arrive block-max-pooled and histograms arrive binned, so every figure
 stays well under ~2 MB of JSON whatever the output's size. Plotly reads a subset of HTML
@@ -19,8 +19,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from parity.judge.judgement import element_errors
 from parity.judge.pass_rule import allowed, exceeds
+from parity.judge.ratio import element_errors
 from parity.judge.where import AxisProfile, WhereProfile
 from parity.labels import set_label
 from parity.results import OutputComparison, ValidationRun
@@ -32,7 +32,7 @@ from parity.show.colors import (
     cell_look,
     ratio_z,
 )
-from parity.show.views import (
+from parity.show.reductions import (
     JUDGED_KINDS,
     ErrorHistogram,
     ScatterSample,

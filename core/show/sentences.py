@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from parity.judge.judgement import comparison_ratio
+from parity.judge.ratio import comparison_ratio
 from parity.judge.where import WhereProfile
 from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun

@@ -79,5 +79,6 @@ class OnnxReferenceSource:
         return None
 
     def torch_side(self) -> TorchSide:
-        """None: ONNX against ONNX compares intermediates ONNX-side (parity.layers.onnx_run)."""
+        """None: ONNX against ONNX compares intermediates ONNX-side
+        (parity.layers.onnx_reference_run)."""
         return TorchSide(None, missing="the reference is an ONNX file: no torch model")

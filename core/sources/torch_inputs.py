@@ -118,7 +118,7 @@ class TorchSource:
         lows: dict[str, Any] = {}
         if self._config.noise_floor:
             from parity.run.budget import MemoryBudget
-            from parity.run.float64 import float64_model, low_model
+            from parity.run.noise_floor_runs import float64_model, low_model
 
             double = float64_model(self._torch, MemoryBudget.of(self._config.max_memory))
             self.timings["float64"] = 0.0
@@ -140,7 +140,7 @@ class TorchSource:
         from dataclasses import replace
 
         from parity.results import PrecisionRun
-        from parity.run.float64 import run_low
+        from parity.run.noise_floor_runs import run_low
 
         runs = {}
         for precision, low in lows.items():
@@ -158,7 +158,7 @@ class TorchSource:
         """The case with the float64 run's outputs (or the note saying why there are none)."""
         from dataclasses import replace
 
-        from parity.run.float64 import run_float64
+        from parity.run.noise_floor_runs import run_float64
 
         if double.model is None:
             return replace(case, float64_note=double.note)

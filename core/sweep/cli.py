@@ -37,9 +37,9 @@ def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 
 def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from parity.sweep.driver import run_sweep
     from parity.sweep.manifest import load_manifest
     from parity.sweep.progress import Progress
-    from parity.sweep.run import run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers {args.workers}: must be at least 1")

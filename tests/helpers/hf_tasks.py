@@ -34,7 +34,7 @@ def bert_config(**extra):
 
 def save_text_model(model, directory: Path) -> str:
     """save_pretrained with an encoder tokenizer (WordLevel, right padding)."""
-    from tests.hf_models import make_tokenizer
+    from tests.helpers.hf_models import make_tokenizer
 
     model.save_pretrained(directory)
     make_tokenizer(

@@ -7,7 +7,7 @@ name for its producer's float output and adds ``NAME_QuantizeLinear_Output`` and
 candidate's consumers read in its place: ``NAME_DequantizeLinear_Output`` where the tensor is
 quantized, else ``NAME``. The criterion, the result types and the outputs are the torch
 side's (parity.layers.criterion, parity.layers.result); both sides stream through
-parity.layers.onnx_runs in batches under a memory budget planned from inferred shapes.
+parity.layers.extra_outputs in batches under a memory budget planned from inferred shapes.
 
 Contract:
 match_values(reference: GraphIndex, candidate: GraphIndex) -> list[Match]
@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from parity.layers import criterion
+from parity.layers.extra_outputs import ExtraOutputs, plan_batches
 from parity.layers.localise import (
     DEFAULT_KEEP_MB,
     DEFAULT_MEMORY_MB,
@@ -39,7 +40,6 @@ from parity.layers.localise import (
 )
 from parity.layers.matching import Pair
 from parity.layers.onnx_graph import GraphIndex, read_graph
-from parity.layers.onnx_runs import ExtraOutputs, plan_batches
 from parity.layers.result import LayersResult, LayerStatus
 from parity.results import InputSet
 

@@ -33,7 +33,7 @@ def float64_calls(
     import torch
 
     from parity.run.budget import MemoryBudget
-    from parity.run.float64 import float64_bytes
+    from parity.run.noise_floor_runs import float64_bytes
 
     floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if floats - {torch.float32, torch.float64}:

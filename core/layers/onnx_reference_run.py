@@ -1,5 +1,5 @@
 """`--layers` for ONNX against ONNX in a validation run: every candidate against the
-reference file (parity.layers.onnx_side), and, for a quantized or a float16/bfloat16
+reference file (parity.layers.onnx_vs_onnx), and, for a quantized or a float16/bfloat16
 candidate, what to keep in higher precision (parity.layers.qdq, parity.layers.fp16).
 
 Never raises and never changes the outputs' verdict: whatever stopped it is said in the
@@ -23,7 +23,7 @@ def layers_for(
 ) -> LayersResult:
     """One candidate's layers against the reference (both parity.run.candidates.Candidate)."""
     from parity.errors import describe_error
-    from parity.layers.onnx_side import localise_onnx
+    from parity.layers.onnx_vs_onnx import localise_onnx
     from parity.layers.precision import precision_findings
 
     try:

@@ -32,7 +32,7 @@ def deep_export(out: Path, *, n: int = 32, batch: int = 4) -> DeepExport:
     import torch
     from torch import nn
 
-    from tests.layers_plant import plant
+    from tests.helpers.plant_bug import plant
 
     class Block(nn.Module):
         def __init__(self, scale: float, shift: float) -> None:

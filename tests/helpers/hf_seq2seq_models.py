@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.hf_models import make_tokenizer
+from tests.helpers.hf_models import make_tokenizer
 
 FAMILIES = ("t5", "bart", "whisper")
 TASKS = {

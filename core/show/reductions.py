@@ -27,14 +27,14 @@ from typing import Literal
 import numpy as np
 
 from parity.judge.chunks import flat_chunks
-from parity.judge.judgement import element_errors
+from parity.judge.ratio import element_errors
 from parity.text import axis_text
 from parity.tolerances import Tolerance
 
 ErrorKind = Literal["signed", "abs", "rel"]
 ValueKind = Literal["signed", "abs", "rel", "ratio", "fails", "ref", "onnx"]
 JUDGED_KINDS = ("ratio", "fails")
-"""Views that need a tolerance: error ÷ allowed error (parity.judge.judgement), and the same for the
+"""Views that need a tolerance: error ÷ allowed error (parity.judge.ratio), and the same for the
 failing elements only (passing ones blank)."""
 ERROR_KINDS: tuple[ErrorKind, ...] = ("signed", "abs", "rel")
 
