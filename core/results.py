@@ -207,6 +207,8 @@ class Provenance:
     reference_opt_level: str | None = None
     inputs_by: str | None = None  # torch got the feeds by "name" or by "position"
     inputs_note: str | None = None  # why by position (parity.run.input_binding)
+    # the settings the run was made with, as JSON (parity.run.config_json): to make it again
+    config: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

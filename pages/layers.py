@@ -74,14 +74,19 @@ COLUMN_CONFIG = {
 
 
 def layers_config(run: ValidationRun):
-    """The config that made `run` (this session ran it), again with layers compared: for a run
-    with several candidates, the one the pages show. None when there is none to re-run (a
-    reopened saved run) or nothing to compare layers against (no PyTorch model)."""
+    """The config that made `run` (this session ran it, or the settings an opened run
+    carries), again with layers compared: for a run with several candidates, the one the
+    pages show. None when the run does not say how it was made or there is nothing to compare
+    layers against (no PyTorch model)."""
     from dataclasses import replace
 
     from parity.results import RunKind
+    from parity.run.config_json import config_of_run
 
-    config = state.run_config_of(state.raw_run())
+    raw = state.raw_run()
+    config = state.run_config_of(raw)
+    if config is None and raw is not None:
+        config = config_of_run(raw)
     if config is None or config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
         return None
     if config.n_candidates > 1:

@@ -12,6 +12,15 @@ import streamlit as st
 
 from parity.dashboard import routes, running, state
 from parity.dashboard.access import trust_code
+from parity.dashboard.run_form import (
+    LAYERS_KEY,
+    N_SETS_DEFAULT,
+    NOISE_KEY,
+    ONNX_ONLY,
+    kept_settings,
+    onnx_source_key,
+    with_kept_hf,
+)
 from parity.dashboard.running import execute, run_config
 from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.text import md_code, md_text
@@ -25,14 +34,11 @@ from parity.show.sentences import failing_outputs
 from parity.text import all_text
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
-N_SETS_DEFAULT = 2
-LAYERS_KEY = "run_layers"
 LAYERS_DONE = running.LAYERS_DONE
 LAYERS_ONE_CANDIDATE = (
     "Compare layers needs a PyTorch model and one ONNX file at one execution provider and one "
     "optimisation level: untick it, or leave one of each."
 )
-NOISE_KEY = "run_noise_floor"
 
 
 # ------------------------------------------------------------------------- running
@@ -266,8 +272,6 @@ def choose_more_onnx() -> tuple[str, ...]:
 # choose_onnx's answer when Parity is to export the Hugging Face model itself. (A comment,
 # not a docstring: Streamlit's magic would draw a bare string on the page.)
 HF_EXPORT = "hf-export"
-# choose_model's answer for "no model": ONNX against ONNX (the first file is the reference).
-ONNX_ONLY = "None: ONNX against ONNX"
 
 
 def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
@@ -278,7 +282,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         "ONNX file",
         options,
         horizontal=True,
-        key="onnx_source_hf" if hf else f"onnx_source_{bool(demo)}",
+        key=onnx_source_key(demo=bool(demo), hf=hf),
     )
     if source == "The demo's export":
         return state.demo_onnx_path(demo)
@@ -424,7 +428,14 @@ def choose_settings(signature) -> dict:
         "Your own feeds (optional): one .npz per input set, arrays named by ONNX input",
         type=["npz"], accept_multiple_files=True, key="feeds_upload",
     )  # fmt: skip
-    settings["input_files"] = tuple(str(p) for p in upload_paths("feeds", feeds or []))
+    typed = state.form_widget(
+        st.text_area, "...or their paths on this machine (one per line)", key="feeds_paths",
+        height=68,
+    )  # fmt: skip
+    settings["input_files"] = tuple(
+        [line.strip() for line in typed.splitlines() if line.strip()]
+        + [str(p) for p in upload_paths("feeds", feeds or [])]
+    )
     if settings["input_files"]:  # each file is one input set at its own sizes
         settings.update(dims={}, n_input_sets=1, int_ranges={})
     return settings
@@ -567,11 +578,12 @@ def page() -> None:
                 onnx=None if onnx_path == HF_EXPORT else (onnx_path, *more_onnx),
                 weights=weights,
                 reference_file=reference,
-                hf=hf_options,
+                hf=with_kept_hf(hf_options, model),
                 layers=compare_layers(),
                 noise_floor=noise_floor() and bool(model),
                 timeout=float(timeout) or None,
                 **settings,
+                **kept_settings(model),
             )
             label = model or (f"reference {reference}" if reference else f"reference {onnx_path}")
             execute(config, label=label)

@@ -277,6 +277,9 @@ def _provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
     for key, value in raw.items():
         if key not in known or key == "kind":
             continue
+        if key == "config":  # the run's settings (parity.run.config_json); absent before
+            values[key] = sj.optional(sj.obj, value, "provenance.config")
+            continue
         check = sj.integer if key in _PROVENANCE_INTS else sj.string
         values[key] = sj.optional(check, value, f"provenance.{key}")
     kind = sj.optional(sj.string, raw.get("kind"), "provenance.kind") or RunKind.TORCH
