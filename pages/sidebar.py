@@ -48,6 +48,8 @@ def render_sidebar() -> None:
             onnx = (
                 f"{len(run.candidates)} ONNX candidates, each with its verdict:"
                 if run.is_multi_candidate
+                else "ONNX: the demo's own export"
+                if _own_demo_export(run)
                 else f"ONNX {md_code(_short(shown_path(run.onnx)))}"
             )
             st.caption(
@@ -78,6 +80,18 @@ def candidate_lines(run: ValidationRun) -> str:
 def verdict_badge_of(verdict: str, *, size: str = "") -> str:
     color, text = VERDICT_STYLE.get(verdict, ("gray", verdict.upper()))
     return f"{size}:{color}-background[**{text}**]"
+
+
+def _own_demo_export(run: ValidationRun) -> bool:
+    """A demo run on the demo's own export (a file in Parity's cache, of no use to name)."""
+    from parity.load.specs import demo_name
+
+    config = state.run_config_of(run)
+    if config is None:
+        from parity.run.config_json import config_of_run
+
+        config = config_of_run(run)
+    return demo_name(run.model) is not None and config is not None and not config.onnx_files
 
 
 def _short(path: str, keep: int = 42) -> str:
