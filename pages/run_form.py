@@ -19,6 +19,7 @@ import streamlit as st
 from parity.dashboard import state
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind, ValidationRun
+from parity.run.config_json import is_demo_export
 
 LAYERS_KEY = "run_layers"
 NOISE_KEY = "run_noise_floor"
@@ -60,6 +61,8 @@ def form_values(config) -> dict[str, Any]:
         values.update({f"lo_{name}": int(low), f"hi_{name}": int(high)})
     files = list(config.onnx_files)
     first, more = (files[0], files[1:]) if files else (None, [])
+    if demo_name(config.model) is not None and first is not None and is_demo_export(first):
+        first = None  # "The demo's export": the form gives the cached file's path
     values["onnx_more"] = "\n".join(more)
     if first is not None:
         values["onnx_path"] = first

@@ -25,7 +25,7 @@ from parity.results import ValidationRun
 PATH_KEY = "parity_saved_open_path"
 UPLOAD_KEY = "parity_saved_upload"
 SAVE_PATH_KEY = "parity_saved_save_path"
-MESSAGE_KEY = "parity_saved_message"
+MESSAGE_KEY = state.SAVED_MESSAGE
 DEFAULT_SAVE_PATH = "run.parity.npz"
 BROWSER_DOWNLOAD_LIMIT = 512 << 20
 """Above this many bytes of raw arrays the saved run is offered as save-to-path only:

@@ -85,13 +85,9 @@ def verdict_badge_of(verdict: str, *, size: str = "") -> str:
 def _own_demo_export(run: ValidationRun) -> bool:
     """A demo run on the demo's own export (a file in Parity's cache, of no use to name)."""
     from parity.load.specs import demo_name
+    from parity.run.config_json import is_demo_export
 
-    config = state.run_config_of(run)
-    if config is None:
-        from parity.run.config_json import config_of_run
-
-        config = config_of_run(run)
-    return demo_name(run.model) is not None and config is not None and not config.onnx_files
+    return demo_name(run.model) is not None and is_demo_export(run.onnx)
 
 
 def _short(path: str, keep: int = 42) -> str:

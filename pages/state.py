@@ -38,6 +38,7 @@ T = TypeVar("T")
 FORM = "parity_run_form"  # the Run form's widget values, kept while other pages are shown
 FORM_SET = "parity_run_form_set"  # form keys set through the Session State API on this rerun
 RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to run it again
+SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ def set_run(run: ValidationRun) -> None:
     st.session_state.pop(TARGET, None)
     st.session_state.pop(LAYER_TARGET, None)
     st.session_state.pop(VIEWS, None)
+    st.session_state.pop(SAVED_MESSAGE, None)  # "Opened FILE" is stale once another run shows
     st.session_state[CANDIDATE] = _first_bad_candidate(run)
 
 

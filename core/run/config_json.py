@@ -143,7 +143,7 @@ def config_of_run(run: ValidationRun) -> RunConfig | None:
         model = None
     if onnx_reference_path(run.model) is not None:
         files = (onnx_reference_path(run.model), *files)
-    if demo_name(model) is not None and all(_is_demo_export(f) for f in files):
+    if demo_name(model) is not None and all(is_demo_export(f) for f in files):
         files = ()  # the demo's own export: made (or found in the cache) again
     return RunConfig(
         model=model,
@@ -159,7 +159,8 @@ def config_of_run(run: ValidationRun) -> RunConfig | None:
     )
 
 
-def _is_demo_export(path: str) -> bool:
+def is_demo_export(path: str) -> bool:
+    """A file in Parity's demo cache: a demo's own export, made again when missing."""
     from parity.load.demos import demo_cache_dir
 
     return Path(path).parent == demo_cache_dir()
