@@ -18,13 +18,14 @@ from parity.dashboard.tables import (
 )
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
-from parity.dashboard.where_views import failing_sentences
+from parity.dashboard.where_views import failing_sentences, where_for
 from parity.labels import worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.figures import verdict_grid
 from parity.show.rows import comparison_rows
-from parity.text import all_text
+from parity.show.sentences import failing_outputs
+from parity.show.summary import findings, headline, notes
 
 GOTO_INSPECT = state.GOTO_INSPECT
 
@@ -62,14 +63,9 @@ def _on_grid_select() -> None:
 
 
 def verdict_banner(run: ValidationRun) -> None:
-    n = len(run.comparisons)
-    n_fail = sum(not c.status.passed for c in run.comparisons)
-    text = (
-        f"every output passes in {all_text(len(run.input_sets), 'input set')}"
-        if n_fail == 0
-        else f"{n_fail} of {n} comparisons fail"
-    )
-    st.markdown(verdict_badge(run, size="# ") + f" &nbsp; {text}")
+    """The verdict in plain words (parity.show.summary), the same as the HTML report's."""
+    st.markdown(verdict_badge(run, size="# "))
+    st.markdown(f"#### {md_text(headline(run))}")
     for info in run.candidate_list:  # what the provider really computed, by the verdict
         for note in precision_notes(info.notes):
             who = f"{info.label}: " if run.is_multi_candidate else ""
@@ -80,6 +76,26 @@ def verdict_banner(run: ValidationRun) -> None:
         else md_code(shown_path(run.onnx))
     )
     st.caption(f"model {md_code(shown_path(run.model))} · ONNX {onnx}")
+
+
+def findings_section(run: ValidationRun) -> None:
+    """What is known about why it fails (where it starts to diverge, rounding or a bug), in
+    the HTML report's words, before the numbers."""
+    where = {}
+    for c in failing_outputs(run):
+        profile = where_for(run, c)
+        if profile is not None:
+            where[c.name] = profile.summary
+    found = findings(run, where)
+    if found:
+        st.markdown("**What we found**")
+        st.markdown("\n".join(f"- {md_text(line)}" for line in found))
+
+
+def technical_notes(run: ValidationRun) -> None:
+    """The conditions the verdict holds under (tolerances, inputs fed by position): last."""
+    st.subheader("Technical notes")
+    st.markdown("\n".join(f"- {md_text(line)}" for line in notes(run)))
 
 
 def noise_section(run: ValidationRun) -> None:
@@ -110,6 +126,9 @@ def page() -> None:
         run = candidate_selector(run, key="candidate_overview")
         if could_not_run(run):
             return
+    findings_section(run)
+    if failing_outputs(run):
+        st.subheader("In numbers")
     failing_sentences(run)
     noise_section(run)
 
@@ -176,6 +195,7 @@ def page() -> None:
         for s in run.input_sets
     ]
     st.dataframe(rows, hide_index=True, width="stretch")
+    technical_notes(run)
 
 
 page()

@@ -214,7 +214,7 @@ def test_report_says_the_verdict_then_findings_then_numbers_then_technical_notes
     numbers = text.index("<h2>In numbers")
     times = text.index("times the allowed error")
     notes = text.index("<h2>Technical notes")
-    atol = text.index("Each element passes when |ONNX - reference| &lt;= atol")
+    atol = text.index("Each element passes when |ONNX \u2212 reference| \u2264 atol")
     assert headline < findings < numbers < times < notes < atol
     assert "atol" not in text[text.index("<body>") : numbers]  # no jargon before the numbers
     found = re.findall(r"<li>(.*?)</li>", text[findings : text.index("</ul>", findings)])

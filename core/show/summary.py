@@ -95,10 +95,11 @@ def findings(run: ValidationRun, where: Mapping[str, str] | None = None) -> tupl
     layers = run.layers
     first = layers.first_divergence if layers is not None else None
     if first is not None:
-        where = first.torch_module or OUTSIDE_MODULES
+        node = f"{first.onnx_op} node {first.onnx_node}"
         found.append(
-            f"The export starts to diverge in {where}, at its {first.onnx_op} node "
-            f"{first.onnx_node}."
+            f"The export starts to diverge in {first.torch_module}, at its {node}."
+            if first.torch_module
+            else f"The export starts to diverge at the {node}, {OUTSIDE_MODULES[1:-1]}."
         )
         confirmation = layers.confirmation_of(first)
         outcome = getattr(confirmation, "outcome", None)
@@ -136,7 +137,7 @@ def _noise_findings(run: ValidationRun) -> list[str]:
                 "(float64) run as PyTorch itself is; a looser tolerance is the answer."
             )
         else:
-            times = "far" if ratio is None else f"{ratio:,.0f} times"
+            times = "far" if ratio is None else f"{float(f'{ratio:.2g}'):,.0f} times"
             lines.append(
                 f"{name}: not rounding: ONNX is {times} further from an exact (float64) run "
                 "than PyTorch's own float32 error, which points to a bug in the export."
@@ -154,8 +155,8 @@ def notes(run: ValidationRun) -> tuple[str, ...]:
         else ""
     )
     out.append(
-        f"Each element passes when |ONNX - reference| <= atol + rtol x |reference|, at "
-        f"{tolerance_text(tolerances.default)}{per_output}."
+        "Each element passes when |ONNX \u2212 reference| \u2264 atol + rtol \u00b7 |reference|, "
+        f"at {tolerance_text(tolerances.default)}{per_output}."
     )
     if run.provenance.inputs_by == BY_POSITION:
         said = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
