@@ -44,7 +44,8 @@ def open_initial_run() -> None:
         return
     st.session_state[OPENED_KEY] = path
     scratch = "run" not in st.query_params and os.environ.get(RUN_SCRATCH_ENV)
-    open_and_say(Path(path).expanduser(), shown=None if scratch else path)
+    # the launcher's own copy, written just now in its private folder: no need to hash it again
+    open_and_say(Path(path).expanduser(), shown=None if scratch else path, verify=not scratch)
 
 
 def render_saved_run_controls() -> None:
@@ -99,13 +100,13 @@ def _save_controls(run: ValidationRun) -> None:
 # --------------------------------------------------------------------------- actions
 
 
-def open_saved_run(path: str | Path) -> ValidationRun:
+def open_saved_run(path: str | Path, *, verify: bool = True) -> ValidationRun:
     """Load a saved run and make it the session's current run, its settings the Run form's
     (raises SavedRunError)."""
     from parity.dashboard.run_form import fill_from_run
     from parity.reports.saved_run import load_run
 
-    run = load_run(path)
+    run = load_run(path, verify=verify)
     state.set_run(run)
     fill_from_run(run)
     return run
@@ -151,12 +152,12 @@ def _open_upload() -> None:
     open_and_say(path, shown=upload.name)
 
 
-def open_and_say(path: Path, *, shown: str | None) -> bool:
+def open_and_say(path: Path, *, shown: str | None, verify: bool = True) -> bool:
     """Open a saved run and say so under the sidebar's controls: the run's model and files,
     and `shown` (the file's name as the user gave it; None for the launcher's own copy of the
     run it validated, a temp file of no use to the user)."""
     try:
-        run = open_saved_run(path)
+        run = open_saved_run(path, verify=verify)
     except ParityError as exc:
         state.set_failure(exc)
         what = md_code(shown) if shown is not None else "the run"
