@@ -28,6 +28,8 @@ from parity.show.sentences import failing_outputs
 from parity.show.summary import findings, headline, notes
 
 GOTO_INSPECT = state.GOTO_INSPECT
+TABLE = "overview_table"  # widget keys: their selections open the Inspect page
+GRID = "overview_grid"
 
 
 def comparison_frame(run: ValidationRun) -> pd.DataFrame:
@@ -42,8 +44,7 @@ def worst_failure(run: ValidationRun) -> OutputComparison | None:
 
 
 def _on_table_select() -> None:
-    event = st.session_state.get("overview_table")
-    rows = event.selection.rows if event is not None else []
+    rows = state.selected_rows(TABLE)
     run = state.current_view()
     if rows and run is not None:
         c = run.comparisons[rows[0]]
@@ -52,9 +53,7 @@ def _on_table_select() -> None:
 
 
 def _on_grid_select() -> None:
-    event = st.session_state.get("overview_grid")
-    points = event.selection.points if event is not None else []
-    for p in points:
+    for p in state.selected_points(GRID):
         data = p.get("customdata")
         if data:
             state.set_target(int(data[0]), str(data[1]))
@@ -156,7 +155,7 @@ def page() -> None:
         column_order=fitting_columns(frame, leave_out=("min_atol",)),
         on_select=_on_table_select,
         selection_mode="single-row",
-        key="overview_table",
+        key=TABLE,
     )
 
     is_llm = run.is_generation
@@ -182,7 +181,7 @@ def page() -> None:
         width="stretch",
         on_select=_on_grid_select,
         selection_mode="points",
-        key="overview_grid",
+        key=GRID,
     )
 
     st.subheader("Input sets")

@@ -81,9 +81,9 @@ def run_demo(name: str) -> None:
 def autorun_demo() -> None:
     """`?demo=NAME` in the URL (or PARITY_DEMO) runs that demo once per session."""
     name = st.query_params.get("demo") or os.environ.get(state.DEMO_ENV)
-    if not name or st.session_state.get("parity_autorun") == name:
+    if not name or st.session_state.get(state.AUTORUN) == name:
         return
-    st.session_state["parity_autorun"] = name
+    st.session_state[state.AUTORUN] = name
     if name not in state.demo_names():
         st.warning(f"Unknown demo {md_code(name)}; demos: {', '.join(state.demo_names())}")
         return
