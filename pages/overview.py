@@ -16,7 +16,7 @@ from parity.dashboard.tables import (
     rows_frame,
     status_style,
 )
-from parity.dashboard.text import md_code, md_text
+from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.dashboard.where_views import failing_sentences, where_for
 from parity.labels import worst_first
@@ -85,7 +85,7 @@ def findings_section(run: ValidationRun) -> None:
         profile = where_for(run, c)
         if profile is not None:
             where[c.name] = profile.summary
-    found = findings(run, where)
+    found = [dashboard_words(line) for line in findings(run, where)]  # widgets, not flags
     if found:
         st.markdown("**What we found**")
         st.markdown("\n".join(f"- {md_text(line)}" for line in found))

@@ -89,11 +89,9 @@ def findings(run: ValidationRun, where: Mapping[str, str] | None = None) -> tupl
     if run.verdict is not Verdict.FAIL:
         return ()
     found: list[str] = []
-    for name, said in list((where or {}).items())[:MAX_NOISE_FINDINGS]:
-        if said:
-            found.append(f"In {name}, {said}.")
     layers = run.layers
     first = layers.first_divergence if layers is not None else None
+    born = False
     if first is not None:
         node = f"{first.onnx_op} node {first.onnx_node}"
         found.append(
@@ -102,20 +100,25 @@ def findings(run: ValidationRun, where: Mapping[str, str] | None = None) -> tupl
             else f"The export starts to diverge at the {node}, {OUTSIDE_MODULES[1:-1]}."
         )
         confirmation = layers.confirmation_of(first)
-        outcome = getattr(confirmation, "outcome", None)
-        if outcome == "born":
+        born = getattr(confirmation, "outcome", None) == "born"
+        if born:
             found.append(
                 f"Not rounding: run alone on PyTorch's exact inputs, that {first.onnx_op} node "
                 "still gives a different answer, so the error is made there (a bug in the "
                 "export, not float32 noise carried along)."
             )
-    found += _noise_findings(run)
-    if layers is None and not any(c.noise is not None for c in run.comparisons):
-        found.append(
-            "Not measured in this run: where inside the model the outputs start to differ "
-            "(compare layers) and whether the difference is float32 rounding (measure "
-            "rounding noise)."
-        )
+    noise = _noise_findings(run)
+    found += noise
+    for name, said in list((where or {}).items())[:MAX_NOISE_FINDINGS]:
+        if said:
+            found.append(f"In {name}, {said}.")
+    missing = []
+    if layers is None:
+        missing.append("where inside the model the outputs start to differ (--layers)")
+    if not noise and not born:
+        missing.append("whether the difference is float32 rounding (--noise-floor)")
+    if missing:
+        found.append(f"Not measured in this run: {' and '.join(missing)}.")
     return tuple(found)
 
 
