@@ -49,7 +49,7 @@ def render_sidebar() -> None:
                 f"{len(run.candidates)} ONNX candidates, each with its verdict:"
                 if run.is_multi_candidate
                 else "ONNX: the demo's own export"
-                if _own_demo_export(run)
+                if own_demo_export(run)
                 else f"ONNX {md_code(_short(shown_path(run.onnx)))}"
             )
             st.caption(
@@ -82,7 +82,7 @@ def verdict_badge_of(verdict: str, *, size: str = "") -> str:
     return f"{size}:{color}-background[**{text}**]"
 
 
-def _own_demo_export(run: ValidationRun) -> bool:
+def own_demo_export(run: ValidationRun) -> bool:
     """A demo run on the demo's own export (a file in Parity's cache, of no use to name)."""
     from parity.load.specs import demo_name
     from parity.run.config_json import is_demo_export
