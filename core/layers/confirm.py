@@ -187,19 +187,10 @@ def run_cut(
     opt_level: str = "all",
 ) -> np.ndarray:
     """ONNX Runtime's value of the cut's output, fed with `arrays`."""
-    import onnxruntime as ort
+    from parity.load.sessions import open_session
 
-    from parity.load.onnx_model import ORT_OPT_LEVELS
-
-    g = ort.GraphOptimizationLevel
-    levels = [g.ORT_DISABLE_ALL, g.ORT_ENABLE_BASIC, g.ORT_ENABLE_EXTENDED, g.ORT_ENABLE_ALL]
-    options = ort.SessionOptions()
-    options.graph_optimization_level = levels[ORT_OPT_LEVELS.index(opt_level)]
-    options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(
-            c.model.SerializeToString(), sess_options=options, providers=[provider]
-        )
+        session = open_session(c.model.SerializeToString(), provider=provider, opt_level=opt_level)
         (value,) = session.run([c.output], feeds_for(c, arrays))
     except Exception as exc:
         raise OnnxRunError(

@@ -61,9 +61,7 @@ class ExtraOutputs:
     @contextmanager
     def session(self, names: Sequence[str]) -> Iterator[Any]:
         """A session whose outputs are `names` (plus the graph's own); closed after use."""
-        import onnxruntime as ort
-
-        from parity.load.onnx_model import ORT_OPT_LEVELS
+        from parity.load.sessions import open_session
 
         graph = self._proto.graph
         del graph.output[self._n_outputs :]
@@ -71,19 +69,16 @@ class ExtraOutputs:
         for name in names:
             if name not in existing:
                 graph.output.append(onnx.ValueInfoProto(name=name))
-        options = ort.SessionOptions()
-        options.graph_optimization_level = _levels(ort)[ORT_OPT_LEVELS.index(self.opt_level)]
-        options.log_severity_level = 3
-        # no arena: it keeps (and grows in powers of two) what the extra outputs needed
-        options.enable_cpu_mem_arena = False
-        if self._external:  # weights stay in their files, read from the model's folder
-            options.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", str(self.path.parent)
-            )
         with _model_source(self._proto, self.path, self._external) as source:
             try:
-                session = ort.InferenceSession(
-                    source, sess_options=options, providers=[self.provider]
+                # no arena: it keeps (and grows in powers of two) what the extra outputs needed;
+                # external weights stay in their files, read from the model's folder
+                session = open_session(
+                    source,
+                    provider=self.provider,
+                    opt_level=self.opt_level,
+                    cpu_arena=False,
+                    external_folder=self.path.parent if self._external else None,
                 )
             except Exception as exc:
                 raise OnnxRunError(
@@ -107,11 +102,6 @@ class ExtraOutputs:
                 f"values as outputs: {first_line(exc)}"
             ) from exc
         return dict(zip(names, values, strict=True))
-
-
-def _levels(ort: Any) -> list[Any]:
-    g = ort.GraphOptimizationLevel
-    return [g.ORT_DISABLE_ALL, g.ORT_ENABLE_BASIC, g.ORT_ENABLE_EXTENDED, g.ORT_ENABLE_ALL]
 
 
 def _uses_external_data(proto: onnx.ModelProto) -> bool:

@@ -159,13 +159,9 @@ class _Outputs:
         self.sqnr_before = self._sqnr(candidate.session)
 
     def bypassed(self, model: onnx.ModelProto) -> float | None:
-        import onnxruntime as ort
+        from parity.load.sessions import open_session
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        session = ort.InferenceSession(
-            model.SerializeToString(), sess_options=options, providers=[self.provider]
-        )
+        session = open_session(model.SerializeToString(), provider=self.provider)
         return self._sqnr(session)
 
     def _sqnr(self, session: Any) -> float | None:

@@ -34,13 +34,11 @@ from parity.errors import OnnxLoadError, UsageError, first_line
 from parity.files.hashing import update_with_file
 from parity.files.kinds import not_a_regular_file
 from parity.load.dtypes import from_onnx_elem_type
-from parity.load.quiet import apply_ort_default_severity, ort_severity
+from parity.load.sessions import ORT_OPT_LEVELS, open_session
 from parity.signature import Dim, OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
     import onnxruntime
-
-ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
 @dataclass(frozen=True)
@@ -193,8 +191,6 @@ def make_session(
     model: OnnxModel, *, provider: str = "CPUExecutionProvider", opt_level: str = "all"
 ) -> onnxruntime.InferenceSession:
     """An ONNX Runtime session on one provider at one graph-optimisation level."""
-    import onnxruntime as ort
-
     available = available_providers()
     if provider not in available:
         raise UsageError(
@@ -205,18 +201,8 @@ def make_session(
             f"unknown ORT optimisation level {opt_level!r}; choose one of "
             f"{', '.join(ORT_OPT_LEVELS)}"
         )
-    levels = {
-        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }
-    options = ort.SessionOptions()
-    options.graph_optimization_level = levels[opt_level]
-    options.log_severity_level = ort_severity()  # ORT's own lines would precede Parity's one
-    apply_ort_default_severity()
     try:
-        return ort.InferenceSession(str(model.path), sess_options=options, providers=[provider])
+        return open_session(model.path, provider=provider, opt_level=opt_level)
     except Exception as exc:
         raise _load_error(model.path, f"ONNX Runtime ({provider}): {first_line(exc)}") from exc
 

@@ -104,21 +104,20 @@ def _provider_graph_types(path: Path, provider: str) -> tuple[dict[str, int], di
     """Node name, and value name, -> the element type of the node's first typed output
     (of that value) in the graph `provider` ran. A node ONNX Runtime replaced (a function
     it inlined) is found by its output's name."""
-    import onnxruntime as ort
+    from parity.load.sessions import open_session
 
     with tempfile.TemporaryDirectory(prefix="parity-precision-") as tmp:
         written = Path(tmp) / "provider_graph.onnx"
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.optimized_model_filepath = str(written)
-        options.log_severity_level = 3
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name", "weights.bin"
+        session = open_session(
+            path,
+            provider=provider,
+            opt_level="disable",
+            optimized_path=written,
+            config=(
+                ("session.optimized_model_external_initializers_file_name", "weights.bin"),
+                ("session.optimized_model_external_initializers_min_size_in_bytes", "1024"),
+            ),
         )
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
-        )
-        session = ort.InferenceSession(str(path), sess_options=options, providers=[provider])
         del session
         graph_proto = onnx.load(str(written), load_external_data=False)
     types = _types(onnx.shape_inference.infer_shapes(graph_proto).graph)
