@@ -14,6 +14,7 @@ from parity.dashboard import routes, running, state
 from parity.dashboard.access import trust_code
 from parity.dashboard.run_form import (
     LAYERS_KEY,
+    LIMITS,
     N_SETS_DEFAULT,
     NOISE_KEY,
     ONNX_ONLY,
@@ -328,7 +329,7 @@ def choose_hf_settings():
             c1.number_input,
             "Max new tokens (1 prefill + N-1 decode steps)",
             1,
-            64,
+            LIMITS["hf_steps"][1],
             key="hf_steps",
             default=DEFAULT_MAX_NEW_TOKENS,
         )
@@ -364,7 +365,7 @@ def choose_settings(signature) -> dict:
                         st.number_input,
                         md_text(dim),
                         min_value=1,
-                        max_value=1 << 20,
+                        max_value=LIMITS["dim"][1],
                         key=f"dim_{dim}",
                         default=default_dim_size(dim),
                     )
@@ -373,11 +374,15 @@ def choose_settings(signature) -> dict:
     c1, c2, c3, c4 = st.columns(4)
     settings["n_input_sets"] = int(
         state.form_widget(
-            c1.number_input, "Input sets", 1, 16, key="n_sets", default=N_SETS_DEFAULT
+            c1.number_input,
+            "Input sets",
+            *LIMITS["n_sets"],
+            key="n_sets",
+            default=N_SETS_DEFAULT,
         )
     )
     settings["seed"] = int(
-        state.form_widget(c2.number_input, "Seed", 0, 2**31 - 1, key="seed", default=0)
+        state.form_widget(c2.number_input, "Seed", *LIMITS["seed"], key="seed", default=0)
     )
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
@@ -556,7 +561,8 @@ def page() -> None:
         layers_off = compare_layers() and (n_candidates > 1 or onnx_only)
         ready = ready and not layers_off
         timeout = state.form_widget(
-            st.number_input, "Time limit (seconds; 0 = none)", min_value=0, max_value=86400,
+            st.number_input, "Time limit (seconds; 0 = none)", min_value=0,
+            max_value=LIMITS["timeout"][1],
             key="timeout", default=0,
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip

@@ -25,6 +25,13 @@ LAYERS_KEY = "run_layers"
 NOISE_KEY = "run_noise_floor"
 N_SETS_DEFAULT = 2
 BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
+LIMITS = {  # (min, max) of the form's number inputs: a run opened from elsewhere is clamped
+    "n_sets": (1, 16),
+    "seed": (0, 2**31 - 1),
+    "timeout": (0, 86400),
+    "dim": (1, 1 << 20),
+    "hf_steps": (1, 64),
+}
 
 MODEL_SOURCES = (
     DEMO := "Built-in demo",
@@ -49,13 +56,13 @@ def form_values(config) -> dict[str, Any]:
     values: dict[str, Any] = {
         LAYERS_KEY: bool(config.layers),
         NOISE_KEY: bool(config.noise_floor),
-        "n_sets": int(config.n_input_sets),
-        "seed": int(config.seed),
+        "n_sets": _clamped(config.n_input_sets, "n_sets"),
+        "seed": _clamped(config.seed, "seed"),
         "provider": list(config.providers),
         "opt": list(config.ort_opt_levels),
-        "timeout": int(config.timeout or 0),
+        "timeout": _clamped(round(config.timeout or 0), "timeout"),
         "feeds_paths": "\n".join(config.input_files),
-        **{f"dim_{name}": int(size) for name, size in config.dims.items()},
+        **{f"dim_{name}": _clamped(size, "dim") for name, size in config.dims.items()},
     }
     for name, (low, high) in config.int_ranges.items():
         values.update({f"lo_{name}": int(low), f"hi_{name}": int(high)})
@@ -86,6 +93,11 @@ def form_values(config) -> dict[str, Any]:
     return values
 
 
+def _clamped(value: int, key: str) -> int:
+    low, high = LIMITS[key]
+    return min(max(int(value), low), high)
+
+
 def _hf_values(options) -> dict[str, Any]:
     if options is None:
         return {}
@@ -95,7 +107,7 @@ def _hf_values(options) -> dict[str, Any]:
     )
     return {
         "hf_prompts": "\n".join(options.prompts),
-        "hf_steps": int(options.max_new_tokens),
+        "hf_steps": _clamped(options.max_new_tokens, "hf_steps"),
         "hf_rand": bool(options.random_weights),
         "hf_overrides": overrides,
     }
@@ -111,7 +123,10 @@ def fill_from_run(run: ValidationRun) -> bool:
     if config is None:
         st.session_state.pop(BASE, None)
         return False
-    state.set_form(form_values(config))
+    values = form_values(config)
+    providers = [p for p in values["provider"] if p in state.available_providers()]
+    values["provider"] = providers or ["CPUExecutionProvider"]  # what this machine has
+    state.set_form(values)
     st.session_state[BASE] = config
     return True
 

@@ -172,3 +172,22 @@ def test_the_layers_page_compares_layers_of_an_opened_run_in_one_click(broken_sa
     assert not at.exception, at.exception
     run = at.session_state["parity_run"]
     assert run.layers is not None and run.layers.first_divergence.onnx_op == "Pad"
+
+
+def test_an_opened_run_beyond_the_forms_limits_or_providers_fits_the_form(
+    broken_saved: Path, tmp_path
+):
+    """A run made on another machine (a provider this one lacks) or with more than the form
+    takes (input sets): the form shows what it can run here, never an error."""
+    run = load_run(broken_saved)
+    carried = {
+        **run.provenance.config,
+        "providers": ["CUDAExecutionProvider"],
+        "n_input_sets": 40,
+        "timeout": 10**6,
+    }
+    other = replace(run, provenance=replace(run.provenance, config=carried), saved=None)
+    at = _open(save_run(other, tmp_path / "other.parity.npz"))
+    assert at.multiselect(key="provider").value == ["CPUExecutionProvider"]
+    assert at.number_input(key="n_sets").value == 16
+    assert at.number_input(key="timeout").value == 86400
