@@ -7,7 +7,7 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, candidates_overview, could_not_run
-from parity.dashboard.sidebar import own_demo_export, verdict_badge
+from parity.dashboard.sidebar import own_export_words, verdict_badge
 from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
     fitting_columns,
@@ -72,8 +72,8 @@ def verdict_banner(run: ValidationRun) -> None:
     onnx = (
         f"{len(run.candidates)} candidates"
         if run.is_multi_candidate
-        else "the demo's own export"
-        if own_demo_export(run)
+        else own_export_words(run)
+        if own_export_words(run)
         else md_code(shown_path(run.onnx))
     )
     st.caption(f"model {md_code(shown_path(run.model))} · ONNX {onnx}")

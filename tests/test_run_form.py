@@ -191,3 +191,22 @@ def test_an_opened_run_beyond_the_forms_limits_or_providers_fits_the_form(
     assert at.multiselect(key="provider").value == ["CPUExecutionProvider"]
     assert at.number_input(key="n_sets").value == 16
     assert at.number_input(key="timeout").value == 86400
+
+
+def test_an_export_parity_made_itself_is_named_for_what_it_is_never_by_its_temp_path(
+    broken_saved: Path,
+):
+    from parity.dashboard.sidebar import own_export_words
+
+    run = load_run(broken_saved)
+    assert own_export_words(run) == "the demo's own export"
+    hf_config = {**run.provenance.config, "model": "hf:/models/llm", "hf": None}
+    hf_run = replace(
+        run,
+        model="hf:/models/llm",
+        onnx="/tmp/parity-x1/model.onnx",
+        provenance=replace(run.provenance, config=hf_config),
+    )
+    assert own_export_words(hf_run) == "Parity's own export of the model (removed after the run)"
+    given = replace(run, model="m.pt2", onnx="m.onnx")
+    assert own_export_words(given) is None
