@@ -32,6 +32,7 @@ from parity.labels import wrong_pair_note
 from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from parity.results import ValidationRun
 from parity.show.sentences import failing_outputs
+from parity.show.summary import headline
 from parity.text import all_text
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
@@ -133,6 +134,7 @@ def show_current(run: ValidationRun) -> None:
         left, right = st.columns([3, 2])
         with left:
             st.markdown(verdict_badge(run, size="### ") + f" &nbsp; {md_code(run.model)}")
+            st.markdown(md_text(headline(run)))  # the Overview's and the report's words
             if run.is_multi_candidate:
                 from parity.show.candidate_views import verdict_counts
 
@@ -150,6 +152,9 @@ def show_current(run: ValidationRun) -> None:
                 verb = "passes" if len(run.output_names) == 1 else "pass"
                 st.markdown(f"{said[0].upper()}{said[1:]} {verb} in every input set.")
             st.page_link(routes.OVERVIEW, label="Open the overview", icon=":material/table_chart:")
+            if run.layers is not None:
+                where = "Where it starts to diverge"
+                st.page_link(routes.LAYERS, label=where, icon=":material/account_tree:")
         with right:
             rows = [{"step": k, "seconds": round(v, 3)} for k, v in run.timings.items()]
             if rows:

@@ -115,6 +115,8 @@ def test_an_opened_run_fills_the_form_and_run_makes_that_run_again(broken_saved:
     assert at.selectbox(key="model_demo").value == "broken"  # not the form's default demo:cnn
     assert at.radio(key="onnx_source_True").value == "The demo's export"
     assert at.number_input(key="n_sets").value == 1  # the run's, not the form's default 2
+    said = "\n".join(m.value for m in at.markdown)
+    assert "The export does not match PyTorch" in said  # the Overview's words, on landing
     opened = at.session_state["parity_run"]
     at.checkbox(key="run_layers").check().run()
     at.button(key="run_custom").click().run()
