@@ -12,14 +12,20 @@ Nothing in this package imports Streamlit; the dashboard and the CLI stand on th
 
 from parity.api import ValidationRun, assert_export_close, validate
 from parity.errors import (
+    BudgetError,
     ExportError,
+    ExpressionError,
+    FieldError,
     InputError,
+    Interrupted,
     ModelLoadError,
     ModelRunError,
     OnnxLoadError,
     OnnxRunError,
     ParityError,
+    RunTimeout,
     SavedRunError,
+    SignatureMismatch,
     UsageError,
     WriteError,
 )
@@ -27,13 +33,19 @@ from parity.tolerances import Tolerance, Tolerances
 from parity.version import __version__
 
 __all__ = [
+    "BudgetError",
     "ExportError",
+    "ExpressionError",
+    "FieldError",
     "InputError",
+    "Interrupted",
     "ModelLoadError",
     "ModelRunError",
+    "SignatureMismatch",
     "OnnxLoadError",
     "OnnxRunError",
     "ParityError",
+    "RunTimeout",
     "SavedRunError",
     "Tolerance",
     "Tolerances",

@@ -21,7 +21,6 @@ leaves no temp file behind.
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.errors import ParityError, UsageError
-from parity.results import ValidationRun
+from parity.results import ValidationRun, register_run_files
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
 from parity.tolerances import (
@@ -46,46 +45,34 @@ from parity.tolerances import (
 __all__ = ["ValidationRun", "assert_export_close", "validate"]
 
 
-def run_json(run: ValidationRun) -> dict[str, Any]:
-    """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity); `run.to_json()`."""
-    from parity.reports.report import report_dict
+class _ReportFiles:
+    """ValidationRun's files (`run.to_json()`, `run.save(...)`, `run.write_html(...)`, the
+    notebook view), registered with parity.results, which cannot import parity.reports (it
+    stands on parity.results). Each imports its module when called: plotly is slow to import,
+    and `parity --help` does not need it."""
 
-    return report_dict(run)
+    def report(self, run: ValidationRun) -> dict[str, Any]:
+        from parity.reports.report import report_dict
 
+        return report_dict(run)
 
-def save(run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
-    """Write a saved run (reopens with `parity report` and in the dashboard); `run.save(path)`."""
-    from parity.reports.saved_run import save_run
+    def save(self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool) -> Path:
+        from parity.reports.saved_run import save_run
 
-    return save_run(run, path, keep_outputs=keep_outputs)
+        return save_run(run, path, keep_outputs=keep_outputs)
 
+    def write_html(self, run: ValidationRun, path: str | os.PathLike[str]) -> Path:
+        from parity.reports.html_report import write_html_report
 
-def write_html(run: ValidationRun, path: str | os.PathLike[str]) -> Path:
-    """Write the offline HTML report; `run.write_html(path)`."""
-    from parity.reports.html_report import write_html_report
+        return write_html_report(run, path)
 
-    return write_html_report(run, path)
+    def html(self, run: ValidationRun) -> str:
+        from parity.reports.html_report import render_html_report
 
-
-def notebook_html(run: ValidationRun) -> str:
-    """The offline HTML report, framed: a notebook shows verdict, table and figures."""
-    from parity.reports.html_report import render_html_report
-
-    page = html.escape(render_html_report(run), quote=True)
-    return (
-        f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
-        'sandbox="allow-scripts"></iframe>'
-    )
+        return render_html_report(run)
 
 
-# The run's own methods for the above (run.to_json(), run.save(...), run.write_html(...), the
-# notebook view). They are attached here, not written in parity.results, because parity.reports
-# stands on parity.results: a method there calling it would be an import cycle. Importing
-# anything of parity imports this module first (parity/__init__), so every run has them.
-ValidationRun.to_json = run_json
-ValidationRun.save = save
-ValidationRun.write_html = write_html
-ValidationRun._repr_html_ = notebook_html
+register_run_files(_ReportFiles())
 
 
 def validate(
@@ -96,6 +83,7 @@ def validate(
     input_sets: int = 1,
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
+    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None = None,
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
     tolerances: TolerancesLike = None,
@@ -107,6 +95,8 @@ def validate(
     reference: str | os.PathLike[str] | None = None,
     weights: str | os.PathLike[str] | None = None,
     progress: ProgressCallback | None = None,
+    max_memory: int | str | None = None,
+    timeout: float | None = None,
 ) -> ValidationRun:
     """Run `model` and `onnx` on the same inputs and compare every output element.
 
@@ -119,7 +109,10 @@ def validate(
         included); None only for a ``demo:`` model.
     inputs: input name -> numpy array or torch tensor (one input set), a sequence of such
         mappings (one set each), or None to generate sets from the ONNX signature exactly as
-        the CLI does (`input_sets`, `dims`, `seed`).
+        the CLI does (`input_sets`, `dims`, `seed`, `float_range`).
+    float_range: generated float inputs drawn uniformly in [low, high]: a (low, high) for
+        every float input, or input name -> (low, high) (as ``--float-range``). Default:
+        standard normal, or a quantized file's calibrated input range.
     atol, rtol, tolerances: the pass rule |onnx - ref| <= atol + rtol * |ref|; `tolerances`
         adds per-output values (mapping name -> atol or (atol, rtol), a ``Tolerances``, or a
         tolerances JSON file).
@@ -128,9 +121,16 @@ def validate(
     repro: a folder to write a standalone repro of the confirmed first divergence to (as
         ``--repro DIR``; implies `layers`; a clean run writes nothing, see
         parity.layers.repro).
-    noise_floor: also run the torch model in float64; each float32 output's
-        ``run.outputs[i].noise`` (torch_error, onnx_error, ratio) says whether ONNX's error is
-        rounding (as ``--noise-floor``); the verdict stays the tolerance's.
+    noise_floor: also run the torch model in float64 (and at a float16 / bfloat16 file's
+        precision); each float32 output's ``run.outputs[i].noise`` (torch_error, onnx_error,
+        ratio, precision) says whether ONNX's error is rounding at the precision the file
+        computes it (int8: its quantization noise), as ``--noise-floor``; the verdict stays
+        the tolerance's.
+    max_memory: bytes (or "512M", "16G") of arrays the run may hold, as ``--max-memory``:
+        given inputs, generated sets and the float64 copy of `noise_floor` are checked
+        against it before they are made (default 4 GiB).
+    timeout: seconds the run may take, ONNX Runtime's session setup included; past it a
+        `parity.RunTimeout` (torch itself cannot be interrupted: it is checked between steps).
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -139,10 +139,10 @@ def validate(
     try:
         return _validate(
             model, onnx, inputs=inputs, input_sets=input_sets, dims=dims, seed=seed,
-            atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
+            float_range=float_range, atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
             ort_opt_level=ort_opt_level, layers=layers, repro=repro, noise_floor=noise_floor,
             reference=reference, weights=weights,
-            progress=progress,
+            progress=progress, max_memory=max_memory, timeout=timeout,
         )  # fmt: skip
     except ParityError as exc:
         raise in_api_words(exc) from exc.__cause__
@@ -151,6 +151,7 @@ def validate(
 API_KEYWORDS = {
     "--dim": "dims=",
     "--seed": "seed=",
+    "--float-range": "float_range=",
     "--input-sets": "input_sets=",
     "--inputs": "inputs=",
     "--atol": "atol=",
@@ -166,6 +167,8 @@ API_KEYWORDS = {
     "--weights": "weights=",
     "--model": "model=",
     "--onnx": "onnx=",
+    "--max-memory": "max_memory=",
+    "--timeout": "timeout=",
 }
 """The CLI flag a core message names -> the keyword argument of `validate` that sets it."""
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?: (?=[^\s:;,]))?")
@@ -185,6 +188,15 @@ def in_api_words(exc: ParityError) -> ParityError:
     return exc
 
 
+def _max_memory(value: int | str | None) -> int | None:
+    """max_memory= as bytes: an int, or a size such as "512M" (parse_size's words)."""
+    if value is None or isinstance(value, int):
+        return value
+    from parity.run.budget import parse_size
+
+    return parse_size(str(value))
+
+
 def _validate(
     model: Any,
     onnx: Any,
@@ -193,6 +205,7 @@ def _validate(
     input_sets: int,
     dims: Mapping[str, int] | None,
     seed: int,
+    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None,
     atol: float,
     rtol: float,
     tolerances: TolerancesLike,
@@ -204,6 +217,8 @@ def _validate(
     reference: str | os.PathLike[str] | None,
     weights: str | os.PathLike[str] | None,
     progress: ProgressCallback | None,
+    max_memory: int | str | None = None,
+    timeout: float | None = None,
 ) -> ValidationRun:
     tol = tolerances_of(
         tolerances,
@@ -220,6 +235,10 @@ def _validate(
         prepared = from_object(model)
         spec = prepared.spec
         loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
+    if repro is not None:  # a bad folder is refused before the run, not after it
+        from parity.files.atomic import check_folder_writable
+
+        check_folder_writable(os.fspath(repro), "repro folder")
     feeds = _input_mappings(inputs)
     with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
         onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))
@@ -230,6 +249,8 @@ def _validate(
             dims=dict(dims or {}),
             n_input_sets=input_sets,
             seed=seed,
+            float_range=None if isinstance(float_range, Mapping) else float_range,
+            float_ranges=dict(float_range) if isinstance(float_range, Mapping) else {},
             feeds=feeds,
             provider=provider,
             ort_opt_level=ort_opt_level,
@@ -237,10 +258,18 @@ def _validate(
             noise_floor=noise_floor,
             tolerances=tol,
             reference_file=None if reference is None else os.fspath(reference),
+            max_memory=_max_memory(max_memory),
+            timeout=timeout,
         )
         from parity.pipeline import run_validation
 
-        run = run_validation(config, progress=progress, loaders=loaders)
+        try:
+            run = run_validation(config, progress=progress, loaders=loaders)
+        except ParityError as exc:  # name what the caller gave, not the temp file it went to
+            if onnx_label is not None and onnx_path:
+                exc.message = exc.message.replace(onnx_path, onnx_label)
+                exc.args = (exc.message,)
+            raise
         if repro is not None:  # while the ONNX file (its README reads it) still exists
             from parity.layers.repro import write_repro
 

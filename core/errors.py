@@ -76,6 +76,10 @@ class ModelRunError(ParityError):
     kind = "model_run"
 
 
+class SignatureMismatch(ModelRunError):
+    """The torch model refused the ONNX file's inputs: `detail` is the wrapper to write."""
+
+
 class OnnxRunError(ParityError):
     kind = "onnx_run"
 
@@ -135,3 +139,25 @@ class RunTimeout(ParityError):
     """The run went past its time limit (--timeout)."""
 
     kind = "timeout"
+
+
+class FieldError(ParityError, ValueError):
+    """A field of a JSON file (tolerances, a saved run's manifest, a sweep manifest) has the
+    wrong type or value; the text says where and what. Readers turn it into their own error
+    naming the file; a ValueError too, as it was before it joined this tree."""
+
+    kind = "usage"
+
+
+class ExpressionError(ParityError, ValueError):
+    """A .pt2's symbolic-shape expression that is not plain arithmetic; `text` is the
+    expression (set by parity.load.pt2_sympy's parser). The loader names the member."""
+
+    kind = "model_load"
+    text: str = ""
+
+
+class Interrupted(ParityError):
+    """A sweep was stopped while this pair ran (its process was killed): not a result."""
+
+    kind = "interrupted"

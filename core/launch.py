@@ -5,28 +5,43 @@ at: a saved run, a sweep folder, or a validation given by `validate`'s own flags
 here first (with its progress in this terminal) and opens as a saved run with no click.
 Streamlit runs in a child process, so this module never imports it; its settings are the
 ones a checkout's `.streamlit/config.toml` holds (SERVER_OPTIONS, held to it by a test).
+
+Stopping: SIGINT, SIGTERM and SIGHUP end the launcher at any point with one line and exit 2,
+and Streamlit with it: it runs in its own session (so only the launcher decides when it ends),
+is stopped as a process group, and on Linux dies with the launcher even if the launcher is
+killed outright. The port is held from before the validation until Streamlit takes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from parity.errors import UsageError
+from parity.verdict import ExitCode
 
 DEFAULT_PORT = 8501
 DEFAULT_HOST = "localhost"
 STOP_GRACE_S = 10.0
 """How long Streamlit may take to stop after Ctrl-C before it is killed."""
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+"""What stops a dashboard: Ctrl-C, `kill`, and the terminal closing."""
+STOPPED_LINE = "parity: dashboard stopped"
 RUN_ENV = "PARITY_RUN"
 """A saved run to open in every new session (the dashboard's ?run=PATH)."""
 RUN_SCRATCH_ENV = "PARITY_RUN_SCRATCH"
@@ -52,6 +67,13 @@ SERVER_OPTIONS: dict[str, str] = {
     "runner.postScriptGC": "false",
 }
 """Streamlit settings of every dashboard (the address, port and serverAddress are flags)."""
+UPLOAD_OPTION = "server.maxUploadSize"
+UPLOAD_LIMIT_WHERE = (
+    "parity dashboard --max-upload MB; from a checkout, server.maxUploadSize in "
+    ".streamlit/config.toml"
+)
+"""Where the uploads limit is set, as the Run page says it (an installed dashboard has no
+.streamlit/ folder, and its settings are flags, which outrank Streamlit's env variables)."""
 
 DASHBOARD_HELP = """\
 Start the dashboard (bound to localhost) and print its address; Ctrl-C stops it.
@@ -67,41 +89,12 @@ the host names it trusts (DNS rebinding): localhost, and each --allow-host NAME 
 comma-separated names in PARITY_ALLOWED_HOSTS), e.g.
   parity dashboard --host 0.0.0.0 --allow-host mybox.lan --allow-host 192.168.1.20
 Everyone who can reach it can then read files this machine's user can read.
+
+Exit status: 2 when stopped (Ctrl-C, SIGTERM or SIGHUP, while validating or serving: Streamlit
+and its temp files go with it) or when it could not start (bad flags, a --port in use, a
+validation that could not be made, the server failing); 0 when the server ended by itself.
+A validation whose outputs fail still opens: its FAIL is on the page.
 """
-
-
-def add_dashboard_arguments(parser: argparse.ArgumentParser) -> None:
-    """The dashboard's own flags; `validate`'s model flags are added by the caller."""
-    parser.add_argument(
-        "path",
-        nargs="?",
-        metavar="PATH",
-        help="a saved run (.parity.npz) or a `parity sweep` folder to open",
-    )
-    serve = parser.add_argument_group("dashboard")
-    serve.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
-    )
-    serve.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        metavar="ADDR",
-        help=f"address to bind (default {DEFAULT_HOST}); see --allow-host for 0.0.0.0",
-    )
-    serve.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a host name (or IP) the dashboard may be opened under besides localhost "
-        "(repeatable; needed with --host 0.0.0.0)",
-    )
-    serve.add_argument(
-        "--trust-code",
-        action="store_true",
-        help="let the dashboard load TorchScript files and Python factories (code) that "
-        "users upload or name: everyone who can reach it can then run code here",
-    )
 
 
 def dashboard_script() -> Path:
@@ -113,10 +106,26 @@ def dashboard_script() -> Path:
     return Path(spec.origin).parent / "main.py"
 
 
+_CHILD_BOOT = """\
+import os, signal, sys
+if sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: end with the launcher
+    if os.getppid() != {launcher}:  # it ended before prctl took hold
+        sys.exit(0)
+from streamlit.web.cli import main
+main(prog_name="streamlit")
+"""
+"""`python -m streamlit`, told first to end when the launcher does (a SIGKILL leaves no
+handler to stop it)."""
+
+
 def streamlit_command(args: argparse.Namespace) -> list[str]:
     """The `streamlit run` command line of this dashboard."""
+    max_upload = getattr(args, "max_upload", None)
     options = {
         **SERVER_OPTIONS,
+        **({UPLOAD_OPTION: str(max_upload)} if max_upload is not None else {}),
         "server.address": args.host,
         "server.port": str(args.port),
         "browser.serverAddress": "localhost" if args.host in ("0.0.0.0", "::") else args.host,
@@ -125,8 +134,8 @@ def streamlit_command(args: argparse.Namespace) -> list[str]:
     script_args = ["--trust-code"] if args.trust_code else []
     return [
         sys.executable,
-        "-m",
-        "streamlit",
+        "-c",
+        _CHILD_BOOT.format(launcher=os.getpid()),
         "run",
         str(dashboard_script()),
         *flags,
@@ -139,76 +148,238 @@ def validation_given(args: argparse.Namespace) -> bool:
     return bool(args.model or args.onnx or args.reference)
 
 
+class _Stopped(BaseException):
+    """A stop signal landed while the launcher validated: unwinds the validation. A
+    BaseException, so that no `except Exception` in the core or a library takes it for a
+    failure of its own."""
+
+
+class _StopSignals:
+    """SIGINT, SIGTERM and SIGHUP recorded while the dashboard runs. While `unwinding`, the
+    first one raises _Stopped where the launcher is; a second one (the first swallowed by a
+    library) ends the process on the spot. Otherwise they are only recorded: the serving loop
+    looks at them."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.unwinding = True
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # in-process from a thread (a test, a notebook): Python allows no handler
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+        if not self.unwinding:
+            return
+        if len(self.received) == 1:
+            raise _Stopped
+        _say_stopped()
+        os._exit(ExitCode.ERROR)
+
+
+def _say_stopped() -> None:
+    """The one line a stopped dashboard prints (the terminal may be gone after SIGHUP)."""
+    with suppress(OSError, ValueError):
+        clear = "\r\033[K" if sys.stderr.isatty() else ""  # the validation's progress line
+        print(f"{clear}{STOPPED_LINE}", file=sys.stderr, flush=True)
+
+
 def dashboard_main(args: argparse.Namespace, validate) -> int:
-    """Run the validation the flags give (if any), then serve until Ctrl-C. `validate`
-    is the CLI's own (args -> ValidationRun), so the run is the one `parity validate` makes."""
+    """Run the validation the flags give (if any), then serve until stopped. `validate`
+    is the CLI's own (args -> ValidationRun), so the run is the one `parity validate` makes.
+    A stop signal at any point ends it with STOPPED_LINE and exit 2."""
+    with _StopSignals() as stop:
+        try:
+            return _dashboard(args, validate, stop)
+        except _Stopped:
+            pass
+        except BaseException:
+            if not stop.received:
+                raise
+            # an interrupt a library turned into an error of its own ("export failed: ...")
+        _say_stopped()
+        return ExitCode.ERROR
+
+
+def _dashboard(args: argparse.Namespace, validate, stop: _StopSignals) -> int:
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: give a port between 1 and 65535")
+    if getattr(args, "max_upload", None) is not None and args.max_upload < 1:
+        raise UsageError(f"--max-upload {args.max_upload}: give a size in MB, at least 1")
     env = dict(os.environ)
     if args.allow_host:
         names = [n for n in env.get(HOSTS_ENV, "").split(",") if n.strip()] + args.allow_host
         env[HOSTS_ENV] = ",".join(names)
+    if validation_given(args) and args.path:
+        raise UsageError(f"give either PATH ({args.path}) or a model to validate, not both")
     scratch = None
     try:
-        if validation_given(args):
-            if args.path:
-                raise UsageError(f"give either PATH ({args.path}) or a model to validate, not both")
-            from parity.reports.saved_run import save_run
+        with _held_port(args.host, args.port):  # refused in seconds, before any validation
+            if validation_given(args):
+                from parity.reports.saved_run import save_run
 
-            run = validate(args)
-            scratch = Path(tempfile.mkdtemp(prefix="parity-dashboard-"))
-            env[RUN_ENV] = str(save_run(run, scratch / "run.parity.npz"))
-            env[RUN_SCRATCH_ENV] = "1"
-        elif args.path:
-            path = Path(args.path).expanduser()
-            if path.is_dir():
-                env[SWEEP_ENV] = str(path.resolve())
-            elif path.is_file():
-                env[RUN_ENV] = str(path.resolve())
-            else:
-                raise UsageError(f"{args.path}: no such saved run or sweep folder")
-        return _serve(streamlit_command(args), env, args)
+                run = validate(args)
+                scratch = Path(tempfile.mkdtemp(prefix="parity-dashboard-"))
+                env[RUN_ENV] = str(save_run(run, scratch / "run.parity.npz"))
+                env[RUN_SCRATCH_ENV] = "1"
+            elif args.path:
+                path = Path(args.path).expanduser()
+                if path.is_dir():
+                    env[SWEEP_ENV] = str(path.resolve())
+                elif path.is_file():
+                    env[RUN_ENV] = str(path.resolve())
+                else:
+                    from parity.files.kinds import not_a_regular_file
+
+                    kind = not_a_regular_file(path)  # a FIFO, a device: named for what it is
+                    if kind in ("", "missing"):
+                        raise UsageError(f"{args.path}: no such saved run or sweep folder")
+                    raise UsageError(f"{args.path} is {kind}, not a saved run or sweep folder")
+        return _serve(streamlit_command(args), env, args, stop)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _serve(command: list[str], env: dict[str, str], args: argparse.Namespace) -> int:
-    """Run Streamlit until it ends; Ctrl-C stops it cleanly. SIGINT is caught by a handler,
-    not as KeyboardInterrupt: a terminal sends it to Streamlit too, which may then exit
-    before this process raised, and an interrupt landing just after `wait` returned would
-    escape as a traceback."""
+@contextmanager
+def _held_port(host: str, port: int) -> Iterator[None]:
+    """Listen on `host`:`port` for the block, as Streamlit will (every address the host
+    resolves to), so that a port in use is refused now and nobody takes it meanwhile;
+    UsageError naming --port (and a free one) if it is taken."""
+    held = _listen(host, port)
+    if held is None:
+        raise UsageError(
+            f"--port {port}: another program (another dashboard?) is listening on "
+            f"{host}:{port}; choose a free port, e.g. --port {_free_port(host, port)}"
+        )
+    try:
+        yield
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _listen(host: str, port: int) -> list[socket.socket] | None:
+    """Sockets listening on every address of `host` at `port` (tornado's binding: address
+    reuse on, IPv6 sockets IPv6 only, an absent ::1 skipped); None if the port is taken."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host}: not an address of this machine ({exc.strerror})") from exc
+    held: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, kind, proto, _, address in infos:
+            if (family, address[:2]) in seen:
+                continue
+            seen.add((family, address[:2]))
+            sock = socket.socket(family, kind, proto)
+            held.append(sock)
+            if os.name != "nt":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+                sock.listen(1)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    for s in held:
+                        s.close()
+                    return None
+                if family == socket.AF_INET6 and exc.errno == errno.EADDRNOTAVAIL:
+                    continue  # no IPv6 loopback here: tornado skips it too
+                raise UsageError(f"--host {host}: cannot listen on {address[0]}: {exc}") from exc
+    except BaseException:
+        for sock in held:
+            sock.close()
+        raise
+    return held
+
+
+def _free_port(host: str, port: int) -> int:
+    """A port near `port` that is free on `host` now (else one the system picks)."""
+    for candidate in range(port + 1, min(port + 50, 65536)):
+        with suppress(UsageError):
+            held = _listen(host, candidate)
+            if held is not None:
+                for sock in held:
+                    sock.close()
+                return candidate
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _serve(
+    command: list[str], env: dict[str, str], args: argparse.Namespace, stop: _StopSignals
+) -> int:
+    """Run Streamlit in its own session until it ends or a stop signal comes; then stop its
+    process group. Signals are only recorded here (no exception can land between starting
+    Streamlit and stopping it)."""
+    stop.unwinding = False
+    if stop.received:
+        raise _Stopped
     shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
     print(f"Parity dashboard: http://{shown}:{args.port}/  (Ctrl-C stops it)", flush=True)
-    interrupted: list[float] = []
-    previous = signal.signal(
-        signal.SIGINT, lambda signum, frame: interrupted.append(time.monotonic())
-    )
+    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
-        code = _wait(proc, interrupted)
+        code = _wait(proc, stop)
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if not interrupted:
-        return code
-    print("parity: dashboard stopped", file=sys.stderr)
-    return 0
+        _stop_group(proc)
+    if stop.received:
+        raise _Stopped
+    if code != 0:
+        print(f"parity: error: the dashboard's server ended with exit {code}", file=sys.stderr)
+        return ExitCode.ERROR
+    return code
 
 
-def _wait(proc: subprocess.Popen[bytes], interrupted: list[float]) -> int:
-    """Streamlit's exit status. After Ctrl-C it gets one SIGINT of its own (`kill -INT` to
-    this process alone must stop it too) and is killed if still running STOP_GRACE_S later."""
-    forwarded = False
+def _wait(proc: subprocess.Popen[bytes], stop: _StopSignals) -> int:
+    """Streamlit's exit status. After a stop signal its group gets SIGTERM (Streamlit's own
+    clean shutdown) and is killed if still running STOP_GRACE_S later."""
+    stopping_since = None
     while True:
         try:
-            return proc.wait(timeout=0.5)
+            return proc.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
-            if not interrupted:
+            if not stop.received:
                 continue
-            if not forwarded:
-                forwarded = True
-                with suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGINT)
-            elif time.monotonic() > interrupted[0] + STOP_GRACE_S:
-                proc.kill()
+            if stopping_since is None:
+                stopping_since = time.monotonic()
+                _signal_group(proc, signal.SIGTERM)
+            elif time.monotonic() > stopping_since + STOP_GRACE_S:
+                _signal_group(proc, _KILL)
                 return proc.wait()
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Whatever of Streamlit's process group is left: killed, Streamlit reaped."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_GRACE_S)
+    _signal_group(proc, _KILL)
+    proc.wait()
+
+
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signum)
+        else:  # pragma: no cover - Windows: no process groups
+            proc.send_signal(signum)

@@ -23,6 +23,7 @@ import numpy as np
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
 from parity.judge.noise import with_noise
+from parity.load.calibration import merged
 from parity.messages import with_notes
 from parity.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
 from parity.run.candidates import (
@@ -100,10 +101,20 @@ def run_validation(
     disagree is not an error, it is a run whose verdict is "fail". Temp folders the run
     made (an hf: export without --export-path) are removed when it returns or raises.
     """
+    deadline = Deadline(config.timeout)
+    with deadline.active():  # ONNX Runtime's session setups are bounded by it too
+        return _run_validation(config, progress, loaders, deadline)
+
+
+def _run_validation(
+    config: RunConfig,
+    progress: ProgressCallback | None,
+    loaders: Loaders | None,
+    deadline: Deadline,
+) -> ValidationRun:
     loaders = shared_loaders(loaders or default_loaders())
     report = ProgressReporter(progress)
     t_start = time.perf_counter()
-    deadline = Deadline(config.timeout)
     check_config(config)
     reference = None
     specs = expand_specs(config.onnx_files, config.providers, config.ort_opt_levels)
@@ -239,6 +250,12 @@ def _with_layers(
         confirm=config.layers_confirm,
         progress=lambda message: report("layers", message, None),
     )
+    model = getattr(source, "torch_model", None)
+    if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
+        from parity.layers.qdq import torch_exclusions
+
+        report("layers", "simulating exclusions from quantization", None)
+        layers = torch_exclusions(layers, candidate, run, model)
     timings = {**run.timings, "layers": time.perf_counter() - t0}
     return replace(run, layers=layers, timings=timings)
 
@@ -265,11 +282,17 @@ def _run_cases(
     timings: dict[str, float] = {}
     first = next(s.candidate for s in slots if s.candidate is not None)
     signature = getattr(source, "reference_signature", None) or first.signature
+    # generated inputs stay within every candidate's calibrated range (a quantized file)
+    signature = replace(
+        signature,
+        calibrated=merged(s.candidate.signature.calibrated for s in slots if s.candidate),
+    )
     for slot in slots:
         if slot.candidate is not None:
             slot.fit = fit_signature(signature, slot.candidate.signature)
             if slot.fit.error is not None:
                 slot.fail(InputError(slot.fit.error))
+    precisions = _noise_precisions(config, source, slots)
     cases: list[Case] = []
     t_onnx = t_compare = 0.0
     many = len(slots) > 1
@@ -316,17 +339,22 @@ def _run_cases(
                     case.float64_note
                     or "noise floor not measured: this kind of run has no float64 reference",
                     case.exclude,
+                    precisions=precisions.get(slot.index),
+                    at_precision=case.at_precision,
                 )
             t_compare += time.perf_counter() - t0
             slot.outputs.append(shown)
             slot.comparisons.extend(replace(c, candidate=slot.index) for c in judged)
     deadline.check()
     _raise_if_none_loaded(slots)
+    lead = next(s for s in slots if s.candidate is not None)
+    free_run = getattr(source, "free_run", None)  # causal LMs: ONNX Runtime generates alone
+    if free_run is not None and lead.error is None:
+        free_run(lead.candidate, config.tolerances, deadline)
     report("done", "done", 1.0)
     timings.update(source.timings)
     timings["onnxruntime"] = t_onnx
     timings["compare"] = t_compare
-    lead = next(s for s in slots if s.candidate is not None)
     assert lead.candidate is not None
     provenance = replace(
         source.provenance(),
@@ -359,6 +387,21 @@ def _run_cases(
         generation=generation,
         candidates=tuple(slot.info() for slot in slots),
     )
+
+
+def _noise_precisions(config: RunConfig, source: Source, slots: list[_Slot]) -> dict:
+    """--noise-floor: each candidate's output precisions (parity.load.file_precision), and
+    the source told which 16-bit precisions to run torch at too."""
+    if not config.noise_floor:
+        return {}
+    from parity.load.file_precision import output_precisions
+
+    found = {s.index: output_precisions(s.candidate.path) for s in slots if s.candidate is not None}
+    sixteen = {p.precision for f in found.values() for p in f.values()} & {"float16", "bfloat16"}
+    measure = getattr(source, "measure_noise_at", None)
+    if sixteen and measure is not None:
+        measure(sixteen)
+    return found
 
 
 def _fraction(done: int, total: int | None) -> float | None:

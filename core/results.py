@@ -8,12 +8,14 @@ rtol).
 
 from __future__ import annotations
 
+import html
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -88,15 +90,39 @@ class ErrorStats:
     snr_db: float | None
 
 
+NOISE_PRECISIONS = ("float32", "float16", "bfloat16", "int8")  # `outputs[].noise.precision`
+
+
+@dataclass(frozen=True)
+class PrecisionRun:
+    """The reference run once more at a 16-bit precision (``--noise-floor`` on a float16 /
+    bfloat16 candidate): its outputs by ONNX name (None: not run, `note` says why), and how
+    it was emulated where torch could not run at that precision ("" where it did)."""
+
+    arrays: Mapping[str, np.ndarray] | None
+    emulated: str = ""
+    note: str = ""
+
+
 @dataclass(frozen=True)
 class Noise:
-    """An output's float32 rounding noise, measured against the reference run in float64
-    (parity.judge.noise): `torch_error` = max |torch32 - torch64|, `onnx_error` = max
-    |onnx - torch64|, `ratio` = onnx_error / torch_error (None where torch_error is 0)."""
+    """An output's rounding noise at the candidate's precision, measured against the reference
+    run in float64 (parity.judge.noise): `onnx_error` = max |onnx - torch64|; `torch_error` =
+    the floor: max |torch - torch64| with torch run at `precision` (float32, float16,
+    bfloat16; `emulated` says how where torch could not run at it), or for int8 the
+    quantization noise sqrt(n) x scale/2 + clipped (`scale` the compared value's quantization
+    scale, `tensors` = n the activations quantized upstream, `clipped` the most float64 lies
+    outside the range its DequantizeLinear can give); `ratio` = onnx_error / torch_error
+    (None where torch_error is 0)."""
 
     torch_error: float
     onnx_error: float
     ratio: float | None
+    precision: str = "float32"
+    scale: float | None = None
+    tensors: int = 0
+    clipped: float = 0.0  # int8: how far float64 lies outside the output's range, at most
+    emulated: str = ""
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | None:
@@ -106,6 +132,15 @@ class Noise:
             "torch_error": num(self.torch_error),
             "onnx_error": num(self.onnx_error),
             "ratio": num(self.ratio),
+            "precision": self.precision,
+            "quantization": None
+            if self.precision != "int8"
+            else {
+                "scale": num(self.scale),
+                "tensors": int(self.tensors),
+                "clipped": num(self.clipped),
+            },
+            "emulated": self.emulated or None,
         }
 
 
@@ -253,11 +288,66 @@ class GenerationStep:
 
 
 @dataclass(frozen=True)
+class TokenDivergence:
+    """Where ONNX Runtime's free-running tokens first part from torch's (parity.hf.generation).
+
+    `position` counts new tokens from 0. `torch_margin` is torch's top-1 minus top-2 logit
+    there; `logits_error` the max |onnx - torch| of that position's logits, both given the
+    same prefix (every earlier token agreed). `near_tie`: the logits pass the run's tolerance
+    (`logits_passed`) and the margin is within what their error can flip, so rounding chose
+    the token, not a bug. Judged at the tolerances of the run that made it.
+    """
+
+    position: int
+    torch_token: int
+    onnx_token: int
+    torch_margin: float
+    logits_error: float
+    near_tie: bool
+    logits_passed: bool
+    torch_piece: str = ""  # each token's text, decoded alone
+    onnx_piece: str = ""
+
+
+@dataclass(frozen=True)
+class PromptGeneration:
+    """One prompt generated freely by ONNX Runtime beside torch's greedy generate(): new
+    tokens only, their texts, each token decoded alone (`*_pieces`), where they part."""
+
+    prompt: str
+    torch_tokens: tuple[int, ...]
+    onnx_tokens: tuple[int, ...]
+    torch_text: str
+    onnx_text: str
+    first_divergence: TokenDivergence | None = None
+    torch_pieces: tuple[str, ...] = ()
+    onnx_pieces: tuple[str, ...] = ()
+
+    @property
+    def match_ratio(self) -> float:
+        """The fraction of new-token positions where both chose the same token."""
+        n = max(len(self.torch_tokens), len(self.onnx_tokens))
+        if n == 0:
+            return 1.0
+        same = sum(a == b for a, b in zip(self.torch_tokens, self.onnx_tokens, strict=False))
+        return same / n
+
+
+@dataclass(frozen=True)
 class GenerationInfo:
-    """What an hf: run adds: its summary (plain JSON, the report's "summary") and steps."""
+    """What an hf: run adds: its summary (plain JSON, the report's "summary") and steps;
+    for a causal LM, each prompt generated freely by ONNX Runtime (`prompts`; () when not
+    run, `free_run_note` says why)."""
 
     summary: Mapping[str, Any]
     steps: tuple[GenerationStep, ...]
+    prompts: tuple[PromptGeneration, ...] = ()
+    free_run_note: str = ""
+
+    @property
+    def diverged(self) -> tuple[PromptGeneration, ...]:
+        """The prompts whose ONNX tokens part from torch's."""
+        return tuple(p for p in self.prompts if p.first_divergence is not None)
 
 
 @dataclass(frozen=True)
@@ -276,8 +366,8 @@ class ValidationRun:
 
     The one run class: `parity.validate`, the CLI, the dashboard, sweeps and saved runs all
     give this. Runs are immutable: `rejudge` returns a new one. `to_json`, `save`,
-    `write_html` and the notebook view are added by `parity.api` (they stand on
-    `parity.reports`, which stands on this module).
+    `write_html` and the notebook view call `parity.reports` through `RunFiles` (it stands on
+    this module, which therefore cannot import it).
 
     `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
     is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
@@ -466,3 +556,53 @@ class ValidationRun:
             tolerances=tolerances,
             comparisons=tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.comparisons),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity)."""
+        return _run_files().report(self)
+
+    def save(self, path: str | os.PathLike[str], *, keep_outputs: bool = True) -> Path:
+        """Write a saved run (it reopens with `parity report` and in the dashboard)."""
+        return _run_files().save(self, path, keep_outputs=keep_outputs)
+
+    def write_html(self, path: str | os.PathLike[str]) -> Path:
+        """Write the offline HTML report."""
+        return _run_files().write_html(self, path)
+
+    def _repr_html_(self) -> str:
+        """The offline HTML report, framed: a notebook shows verdict, table and figures."""
+        page = html.escape(_run_files().html(self), quote=True)
+        return (
+            f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
+            'sandbox="allow-scripts"></iframe>'
+        )
+
+
+class RunFiles(Protocol):
+    """What turns a run into its files: `parity.reports`, which stands on this module, so this
+    module cannot import it. `parity.api` registers the one implementation when `parity` is
+    imported (importing any of its modules does that first); ValidationRun's methods call it."""
+
+    def report(self, run: ValidationRun) -> dict[str, Any]: ...
+
+    def save(
+        self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool
+    ) -> Path: ...
+
+    def write_html(self, run: ValidationRun, path: str | os.PathLike[str]) -> Path: ...
+
+    def html(self, run: ValidationRun) -> str: ...
+
+
+_RUN_FILES: list[RunFiles] = []
+
+
+def register_run_files(files: RunFiles) -> None:
+    """Set the one RunFiles (parity.api does, once)."""
+    _RUN_FILES[:] = [files]
+
+
+def _run_files() -> RunFiles:
+    if not _RUN_FILES:  # only if parity/__init__ was bypassed
+        raise RuntimeError("parity.reports is not wired to ValidationRun: import parity first")
+    return _RUN_FILES[0]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from parity.load.calibration import Calibrated
 
 Dim = int | str | None
 """A dimension: a fixed size, a symbolic name (``"batch"``), or unknown (``None``)."""
@@ -33,6 +37,8 @@ class OnnxSignature:
     opset: int
     producer: str
     ir_version: int
+    # graph inputs a QuantizeLinear reads, with the range it keeps (parity.load.calibration)
+    calibrated: tuple[Calibrated, ...] = field(default=(), compare=False)
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ __all__ = [
     "count_text",
     "axis_text",
     "number_text",
+    "number_pair_text",
     "parse_number",
     "plot_number_format",
     "ratio_text",
@@ -47,6 +48,21 @@ def number_text(value: float | None, digits: int | None = None) -> str:
     if digits is not None:
         return f"{value:.{digits}g}"
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+
+
+def number_pair_text(a: float | None, b: float | None) -> tuple[str, str]:
+    """Two numbers read side by side (the reference's and ONNX's at one element): number_text's
+    short form, or as many more significant digits as it takes for two different values to
+    read differently (``0.066812`` / ``0.066847``, never ``0.0668`` / ``0.0668``)."""
+    texts = number_text(a), number_text(b)
+    finite = a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
+    if texts[0] != texts[1] or not finite or float(a) == float(b):
+        return texts  # different already, the same value, or nan / inf (said in full)
+    for digits in range(4, 18):  # 17 significant digits tell any two doubles apart
+        texts = number_text(a, digits), number_text(b, digits)
+        if texts[0] != texts[1]:
+            break
+    return texts
 
 
 def plot_number_format(digits: int | None = None) -> str:

@@ -95,16 +95,9 @@ class Tolerances:
 
     @classmethod
     def load(cls, path: str | Path) -> Tolerances:
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            raise UsageError(f"cannot read tolerances file {path}: {exc.strerror or exc}") from exc
-        if len(raw) > MAX_FILE_BYTES:
-            raise UsageError(
-                f"tolerances file {path} is larger than {MAX_FILE_BYTES >> 20} MiB; "
-                "not a tolerances file"
-            )
+        from parity.files.safe_read import read_bytes
+
+        raw = read_bytes(path, what="tolerances file", limit=MAX_FILE_BYTES, error=UsageError)
         try:
             data = strict_json.loads(raw)
         except strict_json.FieldError as exc:

@@ -13,8 +13,9 @@ import numpy as np
 import streamlit as st
 from PIL import Image
 
+from parity.dashboard import state
 from parity.dashboard.access import foreign_host, refuse
-from parity.dashboard.routes import PAGES
+from parity.dashboard.routes import GENERATION_PAGE, PAGES
 from parity.dashboard.saved_runs import open_initial_run
 from parity.dashboard.sidebar import render_sidebar
 from parity.launch import SWEEP_ENV
@@ -49,20 +50,32 @@ def land_on_sweep(at_root: bool, sweep_page: st.Page) -> None:
         st.switch_page(sweep_page, query_params=st.query_params.to_dict())
 
 
+def listed_pages() -> tuple[tuple[str, str, str, str], ...]:
+    """PAGES, with the Generation page after Layers while the current run has free-running
+    generation (a causal LM's hf: run)."""
+    run = state.raw_run()
+    g = run.generation if run is not None else None
+    if g is None or not g.prompts:
+        return PAGES
+    at = [url for *_, url in PAGES].index("layers") + 1
+    return (*PAGES[:at], GENERATION_PAGE, *PAGES[at:])
+
+
 def main() -> None:
     st.set_page_config(page_title="Parity", page_icon=page_icon(), layout="wide")
     # The Run page is always the default (served at /): were the Sweep page the default
     # when ?sweep=DIR is given, /sweep?sweep=DIR would name no page ("Page not found").
+    host = foreign_host()  # DNS rebinding: checked before anything runs (access.py)
+    if host is None:  # before the pages are listed: a saved LLM run lists Generation at once
+        open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
     pages = {
         url: st.Page(path, title=title, icon=icon, url_path=url, default=(url == "run"))
-        for path, title, icon, url in PAGES
+        for path, title, icon, url in listed_pages()
     }
-    host = foreign_host()  # DNS rebinding: checked before anything runs (access.py)
     page = st.navigation(list(pages.values()), position="hidden" if host is not None else "sidebar")
     if host is not None:
         refuse(host)
     land_on_sweep(page is pages["run"], pages["sweep"])
-    open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
     try:
         page.run()
     except Exception:  # a page's bug: Streamlit shows it; the sidebar still shows the run

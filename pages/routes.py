@@ -25,5 +25,9 @@ PAGES = (
 )
 """(file, title, icon, url path) of each page, in the sidebar's order."""
 
+GENERATION = str(HERE / "generation.py")
+GENERATION_PAGE = (GENERATION, "Generation", ":material/text_fields:", "generation")
+"""Listed after Layers, only while the current run has free-running generation (causal LMs)."""
+
 MAIN = str(HERE / "main.py")
 """The script Streamlit runs for `parity dashboard` (app.py runs the same frame)."""

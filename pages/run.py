@@ -29,6 +29,7 @@ from parity.dashboard.uploads import shown_path, upload_onnx, upload_path, uploa
 from parity.dashboard.where_views import failing_sentences
 from parity.errors import InputError, ParityError
 from parity.labels import wrong_pair_note
+from parity.launch import UPLOAD_LIMIT_WHERE
 from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from parity.results import ValidationRun
 from parity.show.sentences import failing_outputs
@@ -434,6 +435,7 @@ def choose_settings(signature) -> dict:
             if (int(lo), int(hi)) != DEFAULT_INT_RANGE:
                 ranges[t.name] = (int(lo), int(hi))
     settings["int_ranges"] = ranges
+    settings["float_range"] = _float_range(signature)
     feeds = st.file_uploader(
         "Your own feeds (optional): one .npz per input set, arrays named by ONNX input",
         type=["npz"], accept_multiple_files=True, key="feeds_upload",
@@ -447,8 +449,33 @@ def choose_settings(signature) -> dict:
         + [str(p) for p in upload_paths("feeds", feeds or [])]
     )
     if settings["input_files"]:  # each file is one input set at its own sizes
-        settings.update(dims={}, n_input_sets=1, int_ranges={})
+        settings.update(dims={}, n_input_sets=1, int_ranges={}, float_range=None)
     return settings
+
+
+def _float_range(signature) -> tuple[float, float] | None:
+    """The Float inputs range field (--float-range LO:HI), when the file has float inputs."""
+    from parity.load.dtypes import FLOAT_NAMES
+    from parity.run.inputs import parse_float_range
+
+    floats = [
+        t for t in (signature.inputs if signature is not None else ()) if t.dtype in FLOAT_NAMES
+    ]
+    if not floats:
+        return None
+    text = state.form_widget(
+        st.text_input, "Float inputs range", key="float_range", default="",
+        placeholder="LO:HI, e.g. -1:1",
+        help="Generated float inputs drawn uniformly in [LO, HI]. Blank: standard normal, or "
+        "a quantized file's calibrated input range (its QuantizeLinear's).",
+    )  # fmt: skip
+    if not str(text).strip():
+        return None
+    try:
+        return parse_float_range(str(text).strip(), "Float inputs range")
+    except ParityError as exc:
+        st.error(exc.message)
+        return None
 
 
 # ------------------------------------------------------------------------- page
@@ -509,7 +536,7 @@ def page() -> None:
 
     st.subheader("Your model")
     st.caption(
-        f"Uploads up to {state.upload_limit_mb():,} MB (set in .streamlit/config.toml); "
+        f"Uploads up to {state.upload_limit_mb():,} MB (set with {md_text(UPLOAD_LIMIT_WHERE)}); "
         "big files are better given as a path on this machine."
     )
     with st.container(border=True):

@@ -71,6 +71,7 @@ _FLAG_WIDGETS = {
     "--seed": "Seed",
     "--dim": "Sizes of the symbolic dims",
     "--int-range": "Integer inputs",
+    "--float-range": "Float inputs range",
     "--inputs": "Your own feeds",
     "--reference": "Stored reference outputs",
     "--timeout": "Time limit",

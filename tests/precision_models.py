@@ -117,8 +117,15 @@ def conv_net(path: Path, *, relu_after_third: bool = False, seed: int = 0) -> Pa
     return _save(graph, path)
 
 
-def quantize_qdq(source: Path, path: Path, *, exclude: list[str] | None = None) -> Path:
-    """onnxruntime.quantization.quantize_static, QDQ int8, calibrated on 8 fixed inputs."""
+def quantize_qdq(
+    source: Path,
+    path: Path,
+    *,
+    exclude: list[str] | None = None,
+    calibration: list[dict[str, np.ndarray]] | None = None,
+) -> Path:
+    """onnxruntime.quantization.quantize_static, QDQ int8 (per-tensor weights), calibrated
+    on `calibration` (default: 8 fixed standard normal x[1, 3, 8, 8])."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -129,8 +136,11 @@ def quantize_qdq(source: Path, path: Path, *, exclude: list[str] | None = None) 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             self.sets = iter(
-                {"x": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)}
-                for i in range(8)
+                calibration
+                or [
+                    {"x": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+                    for i in range(8)
+                ]
             )
 
         def get_next(self):
@@ -178,3 +188,39 @@ def transposes(path: Path, *, bfloat16: bool, seed: int = 0) -> Path:
         [w],
     )
     return _save(graph, path)
+
+
+def offset_transposes(path: Path, *, seed: int = 0, offset: float = 1000.0) -> Path:
+    """x[b, 8] -> Add(offset) -> Transpose -> Transpose -> Sub(offset) -> MatMul -> y: the
+    transposed values sit near `offset`, where bfloat16's 8-bit mantissa keeps little of x,
+    so rounding them there is born as a divergence at the Sub that takes the offset away."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(np.full((1, 8), offset, np.float32), "off"),
+        numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "off"], ["a"], name="add"),
+        helper.make_node("Transpose", ["a"], ["t1"], perm=[1, 0], name="tr1"),
+        helper.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0], name="tr2"),
+        helper.make_node("Sub", ["t2", "off"], ["s"], name="sub"),
+        helper.make_node("MatMul", ["s", "w"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "offset_transposes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])],
+        inits,
+    )
+    return _save(graph, path)
+
+
+def to_bfloat16(source: Path, path: Path, *, op_block_list: list[str]) -> Path:
+    """ONNX Runtime's float16 converter (keep_io_types=True, these ops kept in float32),
+    retyped to bfloat16 (parity.layers.fp16.convert: ONNX Runtime has no bfloat16
+    converter); on the CPU provider only data movement runs in bfloat16."""
+    from parity.layers.fp16 import convert
+
+    onnx.save(convert(source, True, [], "bfloat16", op_block_list), str(path))
+    return path

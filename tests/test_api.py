@@ -171,7 +171,8 @@ def test_one_run_class_for_the_api_the_cli_and_saved_runs(exported, tmp_path: Pa
     """`parity.ValidationRun` is `parity.results.ValidationRun`: the CLI's run (and a reopened
     saved run) is an instance, with the API's questions and the same `rejudge`."""
     import parity.results
-    from parity.cli import _validate, build_parser
+    from parity.cli import build_parser
+    from parity.cli.run import _validate
     from parity.reports.saved_run import load_run
 
     model, x, program = exported
@@ -272,7 +273,13 @@ def test_public_surface_is_exactly_the_api() -> None:
         "OnnxRunError",
         "ExportError",
         "SavedRunError",
+        "SignatureMismatch",
         "WriteError",
+        "BudgetError",
+        "RunTimeout",
+        "FieldError",
+        "ExpressionError",
+        "Interrupted",
         "__version__",
     }
     # importing the API imports neither torch, onnxruntime nor streamlit
@@ -284,25 +291,39 @@ def test_public_surface_is_exactly_the_api() -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
-def readme_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## From Python", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+def python_blocks(page: str, section: str | None = None) -> list[str]:
+    """The ```python blocks of a page (README.md, docs/api.md), of one `## section` if given."""
+    text = (ROOT / page).read_text()
+    if section is not None:
+        text = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = readme_examples()
+def test_api_page_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = python_blocks("docs/api.md")
     assert len(blocks) == 2
     monkeypatch.chdir(tmp_path)
     notebook: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exec(compile(blocks[0], "README:From Python", "exec"), notebook)
+        exec(compile(blocks[0], "docs/api.md:notebook", "exec"), notebook)
         assert notebook["run"].passed
         assert (tmp_path / "parity.html").exists()
         suite: dict = {}
-        exec(compile(blocks[1], "README:pytest", "exec"), suite)
+        exec(compile(blocks[1], "docs/api.md:pytest", "exec"), suite)
         suite["test_export_matches"]()
+
+
+def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's five lines of Python run as shown and pass."""
+    (block,) = python_blocks("README.md", "From Python")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(block, "README:From Python", "exec"), namespace)
+    assert namespace["run"].passed
+    assert namespace["run"].failing == ()
 
 
 def test_a_failing_pytest_shows_the_message_not_parity_internals(tmp_path: Path) -> None:
@@ -333,3 +354,17 @@ def test_a_failing_pytest_shows_the_message_not_parity_internals(tmp_path: Path)
     assert "Mismatched elements: 3 / 6" in done.stdout
     assert "assert_export_close(model, buffer.getvalue()" in done.stdout  # the user's line
     assert "options = {" not in done.stdout and "core/api.py" not in done.stdout
+
+
+def test_a_runs_methods_are_declared_on_its_class() -> None:
+    """to_json, save, write_html and the notebook view are ValidationRun's own methods, typed
+    in parity.results (what a type checker and help() read), not attached from elsewhere."""
+    import typing
+
+    from parity import results
+
+    for name in ("to_json", "save", "write_html", "_repr_html_"):
+        method = ValidationRun.__dict__[name]
+        assert method.__module__ == "parity.results", name
+        assert typing.get_type_hints(method)["return"] in (dict[str, typing.Any], Path, str)
+    assert results._RUN_FILES, "parity.api wires parity.reports in when parity is imported"

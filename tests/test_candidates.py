@@ -269,9 +269,9 @@ def test_candidates_grid_marks_each_candidate_and_output(side_by_side):
 def test_candidates_grid_colours_cells_on_the_judgement_scale(side_by_side):
     """Issue 22: the grid's colour is worst error ÷ allowed (parity.judge.judgement), the
     scale of every other grid: a passing cell is on the green side, a failing one red."""
-    from parity.judge.judgement import RATIO_SPAN, cell_look
     from parity.show.candidate_figures import candidates_grid
     from parity.show.candidate_views import candidate_cells
+    from parity.show.colors import RATIO_SPAN, cell_look
 
     fig = candidates_grid(side_by_side)
     heat = fig.data[0]

@@ -141,7 +141,7 @@ def test_verdict_grid_colours_by_error_over_allowed_and_marks_each_cell_clickabl
 
 
 def test_a_passing_runs_largest_error_is_green_and_a_failing_cell_red():
-    from parity.judge.judgement import cell_look
+    from parity.show.colors import cell_look
 
     near_line = cell_look(_compared(0, "y", 9.9e-6))
     just_over = cell_look(_compared(0, "y", 1.2e-5))

@@ -243,3 +243,91 @@ def test_not_an_npz_and_missing_file(tmp_path: Path) -> None:
         load_input_files([npy], TEXT)
     with pytest.raises(InputError, match="no such file"):
         load_input_files([tmp_path / "none.npz"], TEXT)
+
+
+def test_float_ranges_draw_uniformly_per_input_or_for_every_float_input() -> None:
+    every = make_input_sets(IMAGE, float_range=(2.0, 3.0))[0]
+    for name in ("pixels", "scale"):
+        a = np.asarray(every.feeds[name], np.float64)
+        assert a.min() >= 2.0 and a.max() <= 3.0 and a.std() > 0.2
+    assert "pixels uniform in [2, 3] (--float-range)" in every.label
+    one = make_input_sets(IMAGE, float_range=(2.0, 3.0), float_ranges={"pixels": (-1.0, 0.0)})[0]
+    assert one.feeds["pixels"].max() <= 0.0 and one.feeds["scale"].min() >= 2.0
+    plain = make_input_sets(IMAGE)[0]  # the default stays standard normal
+    assert plain.feeds["pixels"].min() < -2 and "uniform" not in plain.label
+
+
+def test_a_quantized_input_is_generated_within_its_calibrated_range() -> None:
+    from dataclasses import replace
+
+    from parity.load.calibration import Calibrated
+
+    c = Calibrated("pixels", -1.0, 0.9921875, 1 / 128, 0)
+    sig = replace(IMAGE, calibrated=(c,))
+    s = make_input_sets(sig, dims={"height": 64, "width": 64})[0]
+    pixels = s.feeds["pixels"]
+    assert pixels.min() >= -1.0 and pixels.max() <= 0.9921875
+    assert pixels.max() > 0.95 and pixels.min() < -0.95  # the whole range, not a corner
+    assert "pixels uniform in [-1, 0.9922] (the calibrated range of its QuantizeLinear)" in (
+        s.label
+    )
+    assert s.feeds["scale"].min() < -1.5  # not quantized: standard normal
+    user = make_input_sets(sig, float_range=(0.0, 0.5))[0]  # the user's range wins
+    assert user.feeds["pixels"].max() <= 0.5 and "--float-range" in user.label
+
+
+def test_clipping_notes_count_what_the_quantizer_clips() -> None:
+    from parity.load.calibration import Calibrated
+    from parity.results import InputSet
+    from parity.run.inputs import with_clipping_notes
+
+    c = Calibrated("x", -1.0, 1.0, 0.01, 0)
+    x = np.array([-2.0, -1.004, -1.006, 0.0, 1.004, 1.2, np.nan], np.float32)
+    (s,) = with_clipping_notes([InputSet(0, {"x": x}, "set 0: f.npz")], [c])
+    assert s.label.startswith("set 0: f.npz; x: 3 of 7 elements (42.9%) outside")
+    (inside,) = with_clipping_notes([InputSet(0, {"x": x[3:5]}, "set 0")], [c])
+    assert inside.label == "set 0"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"float_ranges": {"nope": (0.0, 1.0)}}, "float inputs: pixels, scale"),
+        ({"float_range": (1.0, 1.0)}, "LO < HI"),
+        ({"float_range": (0.0, float("inf"))}, "finite"),
+    ],
+)
+def test_bad_float_ranges_are_usage_errors(kwargs: dict, needle: str) -> None:
+    with pytest.raises(UsageError, match=needle):
+        make_input_sets(IMAGE, **kwargs)
+    with pytest.raises(UsageError, match="not a float"):
+        make_input_sets(TEXT, float_ranges={"input_ids": (0.0, 1.0)})
+
+
+def test_float_range_flag_parsing_and_refusals(tmp_path: Path, capsys) -> None:
+    from parity.cli import main, parse_float_ranges
+
+    assert parse_float_ranges(["-1:1", "x=0:2.5"]) == ((-1.0, 1.0), {"x": (0.0, 2.5)})
+    for bad, needle in [
+        (["1:0"], "LO < HI"),
+        (["a:b"], "expected numbers LO:HI"),
+        (["x=1"], "--float-range x: expected numbers"),
+        (["1:2", "3:4"], "one LO:HI for every input"),
+    ]:
+        with pytest.raises(UsageError, match=needle):
+            parse_float_ranges(bad)
+    np.savez(tmp_path / "f.npz", x=np.zeros((2, 8), np.float32))
+    code = main(["validate", "--model", "demo:cnn", "--inputs", str(tmp_path / "f.npz"),
+                 "--float-range=0:1"])  # fmt: skip
+    assert code == 2
+    assert "--float-range does not apply with --inputs" in capsys.readouterr().err
+
+
+def test_the_api_float_range_keyword() -> None:
+    import parity
+
+    run = parity.validate("demo:cnn", float_range=(0.0, 0.5))
+    (x,) = run.input_sets[0].feeds.values()
+    assert x.min() >= 0.0 and x.max() <= 0.5
+    with pytest.raises(UsageError, match=r"^float_range=nope: the ONNX model has no input"):
+        parity.validate("demo:cnn", float_range={"nope": (0.0, 1.0)})

@@ -77,3 +77,32 @@ def test_report_and_saved_run_keep_layers(tmp_path) -> None:
     kept = back.layers.kept_value(1, 0)
     assert kept is not None
     np.testing.assert_array_equal(kept.onnx - kept.ref, np.full((2, 3), 0.5, np.float32))
+
+
+def test_a_first_divergence_the_criterion_calls_carried_is_not_said_to_diverge() -> None:
+    """A quantized file names the tensor whose Q/DQ pair loses the most as its first
+    divergence, though the criterion alone may judge it carried: the terminal says it was
+    named, and why the criterion differs, never 'diverges first ... status carried'."""
+    from parity.layers.text import format_layers
+
+    value = LayerValue(
+        order=3, onnx_value="c1", onnx_node="conv1", onnx_op="Conv", torch_module=None,
+        torch_node=None, input_set=0, shape=(1, 8), max_abs=0.5, max_rel=0.1, scale=1.0,
+        error_ratio=0.2, jump=2.0, cosine=0.99, status="carried", inputs=(1,),
+    )  # fmt: skip
+    result = LayersResult(
+        criterion="", matching="onnx names", matched=1, unmatched_onnx=0, unmatched_torch=0,
+        first_divergence=value, values=(value,), notes=(),
+    )  # fmt: skip
+    text = format_layers(result)
+    assert "diverges first" not in text and "status carried" not in text
+    assert "named as the first divergence: Conv node 'conv1' -> 'c1', input set 0" in text
+    assert "judges it carried: its error is no bigger than the error flowing into it" in text
+    born = format_layers(
+        LayersResult(
+            criterion="", matching="onnx names", matched=1, unmatched_onnx=0, unmatched_torch=0,
+            first_divergence=replace(value, status="diverges"),
+            values=(value,), notes=(),
+        )
+    )  # fmt: skip
+    assert "diverges first at Conv node 'conv1'" in born and "status diverges" in born

@@ -1,6 +1,6 @@
-"""The repository's layout, held to the tree: the README's Layout section lists every module
-of core/ (the package `parity`) and pages/ (`parity.dashboard`) and nothing that is gone, and
-pyproject.toml's explicit `packages` are exactly the package folders."""
+"""The repository's layout, held to the tree: the layout page (docs/layout.md) lists every
+module of core/ (the package `parity`) and pages/ (`parity.dashboard`) and nothing that is gone,
+and pyproject.toml's explicit `packages` are exactly the package folders."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"parity": ROOT / "core", "parity.dashboard": ROOT / "pages"}
+LAYOUT_PAGE = ROOT / "docs" / "layout.md"
 ENTRY_INDENT = 8
 """A layout line indented by at most this many spaces names a module or a folder."""
 
 
-def layout_block(readme: str) -> str:
-    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
-    found = re.search(r"^```\n(.*?)^```", section, re.S | re.M)
-    assert found, "no fenced block in the README's Layout section"
+def layout_block(page: str) -> str:
+    """The layout page's first fenced block (the tree)."""
+    found = re.search(r"^```\n(.*?)^```", page, re.S | re.M)
+    assert found, "no fenced block on the layout page"
     return found.group(1)
 
 
@@ -67,21 +68,21 @@ def on_disk(top: Path) -> dict[str, tuple[set[str], set[str]]]:
     return folders
 
 
-def test_the_readme_layout_lists_every_module_of_core_and_pages():
-    shown = listed(layout_block((ROOT / "README.md").read_text(encoding="utf-8")))
+def test_the_layout_page_lists_every_module_of_core_and_pages():
+    shown = listed(layout_block(LAYOUT_PAGE.read_text(encoding="utf-8")))
     problems = []
     for top in PACKAGES.values():
         for folder, (modules, subfolders) in on_disk(top).items():
             got_modules, got_subfolders = shown.get(folder, (set(), set()))
             for what, want, got in (("module", modules, got_modules),
                                     ("folder", subfolders, got_subfolders)):  # fmt: skip
-                problems += [f"{folder}{n}: not in the README's layout ({what})"
+                problems += [f"{folder}{n}: not in docs/layout.md ({what})"
                              for n in sorted(want - got)]  # fmt: skip
-                problems += [f"{folder}{n}: in the README's layout, not in the tree ({what})"
+                problems += [f"{folder}{n}: in docs/layout.md, not in the tree ({what})"
                              for n in sorted(got - want)]  # fmt: skip
     for folder in sorted(shown):
         if folder.startswith(("core/", "pages/")) and not (ROOT / folder).is_dir():
-            problems.append(f"{folder}: in the README's layout, not in the tree (folder)")
+            problems.append(f"{folder}: in docs/layout.md, not in the tree (folder)")
     assert problems == []
 
 

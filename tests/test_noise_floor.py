@@ -66,9 +66,14 @@ def test_json_terminal_html_and_saved_run(blocks, tmp_path: Path, capsys) -> Non
     assert "Rounding noise (against torch in float64):" in text
     assert "y: not rounding: " in text
     noise = json.loads(out.read_text())["outputs"][0]["noise"]
-    assert set(noise) == {"torch_error", "onnx_error", "ratio"} and noise["ratio"] > 1000
+    assert set(noise) == {
+        "torch_error", "onnx_error", "ratio", "precision", "quantization", "emulated"
+    }  # fmt: skip
+    assert noise["ratio"] > 1000 and noise["precision"] == "float32"
+    assert noise["quantization"] is None and noise["emulated"] is None
     back = load_run(saved)
     assert back.comparisons[0].noise.ratio == pytest.approx(noise["ratio"])
+    assert back.comparisons[0].noise.precision == "float32"
     assert "Rounding noise" in render_html_report(back)
     plain = tmp_path / "plain.json"
     main(["validate", "--model", str(blocks.pt2), "--onnx", str(blocks.onnx), "--json", str(plain)])

@@ -12,7 +12,8 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from parity.cli import _validate, build_parser, main
+from parity.cli import build_parser, main
+from parity.cli.run import _validate
 from parity.sweep.execute import PairResult
 from parity.sweep.summary import counts, exit_code, result_dict, result_from_dict
 from parity.verdict import ExitCode, Verdict

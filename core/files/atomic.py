@@ -1,5 +1,9 @@
 """Atomic file writes: every file Parity writes goes through here.
 
+Only a regular file (or nothing) is ever replaced: a device, FIFO, socket or folder at the
+path, or a link to one, is refused in one line (`refuse_special`), up front by
+`check_writable` and again at the write.
+
 A report, saved run or cache file is written to a hidden temp file in the same folder (same
 filesystem, so the final `os.replace` is atomic) and renamed into place only when complete:
 a killed process, a full disk or a size limit leaves the previous file whole. Temp files a
@@ -36,19 +40,44 @@ def _remove_stale(path: Path) -> None:
             stale.unlink()
 
 
+def replaceable(path: str | os.PathLike[str]) -> str:
+    """'' when a write may replace `path` (nothing there, a regular file, a link to one, a
+    dangling link), else what is there: a device, FIFO, socket or folder, or a link to one.
+    `os.replace` would swap a regular file in for the node (as root, `--json /dev/null`
+    would destroy the system's /dev/null)."""
+    kind = not_a_regular_file(path)
+    if kind in ("", "missing") or kind.endswith("which does not exist"):
+        return ""
+    return kind
+
+
+def refuse_special(path: str | os.PathLike[str], what: str = "") -> None:
+    """WriteError unless `path` is replaceable (see `replaceable`)."""
+    kind = replaceable(path)
+    if kind:
+        shown = f"{what} {os.fspath(path)}" if what else os.fspath(path)
+        raise WriteError(
+            f"cannot write {shown}: it is {kind}; Parity replaces only a regular file",
+            path=os.fspath(path),
+        )
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path next to `path`; on normal exit it replaces `path` atomically.
 
     The caller creates the temp file (any writer that takes a path: zipfile, numpy, ...).
     On an exception the temp file is removed and `path` is untouched. OSError propagates:
-    callers turn it into their one-line error.
+    callers turn it into their one-line error. A device, FIFO, socket or folder at `path`
+    (or a link to one) is a WriteError, before and again just before the rename.
     """
     path = Path(path)
+    refuse_special(path)
     _remove_stale(path)
     tmp = _tmp_name(path)
     try:
         yield tmp
+        refuse_special(path)
         os.replace(tmp, path)
     finally:
         with suppress(FileNotFoundError):
@@ -84,6 +113,7 @@ def _cause(exc: OSError) -> str:
 @contextmanager
 def atomic_output(path: str | os.PathLike[str], what: str) -> Iterator[Path]:
     """`atomic_path` for a user-named output: an OSError becomes one `WriteError` line."""
+    refuse_special(path, what)
     try:
         with atomic_path(path) as tmp:
             yield tmp
@@ -126,6 +156,7 @@ def check_writable(path: str | os.PathLike[str], what: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise WriteError(f"cannot write {what} {path}: it is a directory", path=str(path))
+    refuse_special(path, what)
     if not path.parent.is_dir():
         raise WriteError(f"cannot write {what} {path}: {_no_folder(path.parent)}", path=str(path))
     probe = _tmp_name(path)
@@ -136,3 +167,39 @@ def check_writable(path: str | os.PathLike[str], what: str) -> None:
     os.close(fd)
     with suppress(OSError):
         probe.unlink()
+
+
+def check_folder_writable(folder: str | os.PathLike[str], what: str) -> None:
+    """Refuse, before any work, an output folder (`--repro DIR`) that is empty text, a file
+    or a device, or that cannot be made or written to."""
+    if not os.fspath(folder).strip():
+        raise WriteError(f"{what}: give a folder name, not an empty one", path="")
+    path = Path(folder)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            kind = not_a_regular_file(path) or "a file"
+            raise WriteError(
+                f"cannot write {what} {path}: it is {kind}, not a folder", path=str(path)
+            )
+        check_writable(path / "repro.parity-probe", what)
+        return
+    for ancestor in path.parents:
+        if ancestor.is_dir():
+            check_writable(ancestor / f"{path.name}.parity-probe", what)
+            return
+        kind = not_a_regular_file(ancestor)
+        if kind != "missing":
+            raise WriteError(
+                f"cannot write {what} {path}: {ancestor} is {kind or 'a file'}, not a folder",
+                path=str(path),
+            )
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file (through links and `..`), existing or not."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)

@@ -3,6 +3,7 @@
 Contract:
 not_a_regular_file(path) -> str   '' for a regular file (or a link to one), else e.g.
     "missing", "a folder", "a character device", "a symlink to /dev/zero (a character device)"
+kind_of(st_mode) -> str           "a folder", "a named pipe", ... ("not a regular file")
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ def not_a_regular_file(path: str | os.PathLike[str]) -> str:
             mode = p.stat().st_mode
         except OSError:
             return f"a symlink to {target}, which does not exist"
-        return "" if stat.S_ISREG(mode) else f"a symlink to {target} ({_kind(mode)})"
-    return "" if stat.S_ISREG(own.st_mode) else _kind(own.st_mode)
+        return "" if stat.S_ISREG(mode) else f"a symlink to {target} ({kind_of(mode)})"
+    return "" if stat.S_ISREG(own.st_mode) else kind_of(own.st_mode)
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a stat mode is, in words, when it is not a regular file."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")

@@ -14,15 +14,13 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from parity.errors import FieldError
+
 MAX_DEPTH = 32
 """Nesting deeper than this is refused (Parity's own files nest 6 levels)."""
 MAX_INT = 2**63 - 1
 
 T = TypeVar("T")
-
-
-class FieldError(ValueError):
-    """A field of a JSON file has the wrong type or value; the text says where and what."""
 
 
 def _show(value: Any) -> str:

@@ -25,6 +25,9 @@ CACHE_KEYWORDS = ("past_key_values", "cache")
 TENSOR_INPUTS = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids")
 
 KeyValue = tuple[np.ndarray, np.ndarray]
+# A model's generation_config may ask greedy search to penalise repeats; free-running
+# generation (parity.hf.generation) takes the plain argmax, so torch's generate() does too.
+PLAIN_GREEDY = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class Capture:
     generated: tuple[str, ...]  # the continuation of each prompt
     seconds: float
     inputs: str = ""  # how a one-forward model's inputs were made (the summary says it)
+    new_tokens: np.ndarray | None = None  # generate()'s new token ids, (batch, new tokens)
 
 
 def capture_generate(
@@ -149,6 +153,7 @@ def capture_generate(
                 num_beams=1,
                 use_cache=True,
                 pad_token_id=tokenizer.pad_token_id,
+                **PLAIN_GREEDY,
             )
     except ModelRunError:
         raise
@@ -162,7 +167,13 @@ def capture_generate(
         raise ModelRunError("hf: generate() made no forward call")
     new_tokens = sequences[:, input_ids.shape[1] :]
     generated = tuple(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
-    return Capture(calls=tuple(calls), prompts=tuple(prompts), generated=generated, seconds=seconds)
+    return Capture(
+        calls=tuple(calls),
+        prompts=tuple(prompts),
+        generated=generated,
+        seconds=seconds,
+        new_tokens=to_numpy(new_tokens),
+    )
 
 
 def capture_forward(

@@ -1,4 +1,5 @@
-"""The `hf:DIR` flags of `parity validate` (the per-step table it prints: parity.hf.steps_text).
+"""The `hf:DIR` flags of `parity validate` read into HfOptions (the flags themselves are
+parity.cli.definition.HF; the per-step table a run prints: parity.hf.steps_text).
 
 Importing this module never imports transformers, so `parity --help` works without the extra.
 """
@@ -13,70 +14,24 @@ from parity.hf.options import (
     HfOptions,
     parse_config_overrides,
 )
-from parity.path_flags import writes
 
 
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the flags that only `--model hf:DIR` uses."""
-    group = parser.add_argument_group(
-        "Hugging Face models (--model hf:DIR): an LLM is validated on every generate() "
-        "step, an encoder on one forward"
-    )
-    group.add_argument(
-        "--prompt",
-        action="append",
-        default=[],
-        metavar="TEXT",
-        help=f"prompt; repeat for a left-padded batch (default {DEFAULT_PROMPT!r})",
-    )
-    group.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        metavar="N",
-        help="tokens generate() adds greedily: N forward calls, 1 prefill + N-1 decode "
-        f"steps (default {DEFAULT_MAX_NEW_TOKENS})",
-    )
-    group.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="build the model from its config with random weights (weights are not read)",
-    )
-    group.add_argument(
-        "--config-override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="change the config before building the model, e.g. num_hidden_layers=1",
-    )
-    group.add_argument(
-        "--task",
-        default=None,
-        metavar="TASK",
-        help="the task (Optimum's names: text-classification, token-classification, "
-        "question-answering, image-classification, object-detection, feature-extraction, "
-        "text-generation, ...) whose class builds the model (default: config.architectures)",
-    )
-    writes(
-        group.add_argument(
-            "--export-path",
-            metavar="FILE",
-            default=None,
-            help="where Parity's own export goes when --onnx is not given (default: a temp dir)",
-        )
-    )
+    """Add the flags that only `--model hf:DIR` uses (their table: parity.cli.definition.HF)."""
+    from parity.cli.definition import HF
+
+    HF.add_to(parser)
 
 
 def hf_flags_given(args: argparse.Namespace) -> bool:
     """Whether any flag that only an hf: model uses was given (so another model refuses it)."""
-    return bool(
-        getattr(args, "prompt", None)
-        or getattr(args, "max_new_tokens", None) is not None
-        or getattr(args, "random_weights", False)
-        or getattr(args, "config_override", None)
-        or getattr(args, "export_path", None)
-        or getattr(args, "task", None)
-    )
+    from parity.cli.definition import HF
+
+    for item in HF.flags:
+        value = getattr(args, item.dest, None)
+        if value is not None and value is not False and value != [] and value != "":
+            return True
+    return False
 
 
 def hf_options_from_args(args: argparse.Namespace) -> HfOptions:
@@ -90,4 +45,5 @@ def hf_options_from_args(args: argparse.Namespace) -> HfOptions:
         config_overrides=parse_config_overrides(getattr(args, "config_override", None) or ()),
         export_path=getattr(args, "export_path", None),
         task=getattr(args, "task", None),
+        generation=not getattr(args, "no_generation", False),
     )

@@ -26,14 +26,23 @@ NOT_MEASURED = "noise floor not measured"
 
 
 def float64_calls(
-    model: Any, calls: Sequence[CapturedCall]
+    model: Any, calls: Sequence[CapturedCall], *, max_memory: int | None = None
 ) -> tuple[tuple[CapturedCall, ...] | None, str]:
-    """Each call made again by a float64 copy of `model`, or (None, why not)."""
+    """Each call made again by a float64 copy of `model`, or (None, why not). The copy's
+    size is checked against --max-memory first (BudgetError)."""
     import torch
+
+    from parity.run.budget import MemoryBudget
+    from parity.run.float64 import float64_bytes
 
     floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if floats - {torch.float32, torch.float64}:
         return None, f"{NOT_MEASURED}: the model is not float32"
+    MemoryBudget.of(max_memory).check(
+        float64_bytes(model),
+        "the float64 copy of the model for --noise-floor",
+        proceed="leave out --noise-floor for this model",
+    )
     try:
         double = copy.deepcopy(model).double().eval()
     except Exception as exc:

@@ -219,14 +219,19 @@ def refuse_remote_code(directory: str) -> None:
     transformers sees it): Parity never imports a directory's Python files."""
     import json
 
+    from parity.files.safe_read import read_bytes
+
     for name in CODE_FILES:
         path = Path(directory) / name
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             continue
-        if path.stat().st_size > _MAX_CODE_FILE_BYTES:
+        if path.is_file() and path.stat().st_size > _MAX_CODE_FILE_BYTES:
             raise ModelLoadError(f"hf:{directory}: {name} is over {_MAX_CODE_FILE_BYTES >> 20} MB")
+        raw = read_bytes(
+            path, what=f"hf:{directory}:", limit=_MAX_CODE_FILE_BYTES, error=ModelLoadError
+        )
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(raw)
         except ValueError:
             continue  # transformers says what is wrong with it
         if isinstance(data, dict) and "auto_map" in data:

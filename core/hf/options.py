@@ -30,6 +30,7 @@ class HfOptions:
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
     export_path: str | None = None  # where Parity's own export goes (None: a temp dir)
     task: str | None = None  # Optimum's task name; None: the class config.architectures names
+    generation: bool = True  # causal LMs: ONNX Runtime also generates on its own afterwards
 
     def __post_init__(self) -> None:
         if not self.prompts:

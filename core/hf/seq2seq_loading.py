@@ -34,9 +34,12 @@ AUDIO_INPUT = "input_features"
 def is_encoder_decoder_dir(directory: str) -> bool:
     """Whether config.json says encoder-decoder (read as JSON; anything unreadable is left
     to the regular loader, which says what is wrong)."""
+    from parity.errors import ParityError
+    from parity.files.safe_read import read_text
+
     try:
-        data = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_text(Path(directory) / "config.json", what="", error=ParityError))
+    except (ParityError, ValueError):
         return False
     return isinstance(data, dict) and data.get("is_encoder_decoder") is True
 

@@ -31,13 +31,17 @@ from parity.results import (
     InputSet,
     OutputComparison,
     OutputSet,
+    PromptGeneration,
     Provenance,
     RunKind,
 )
+from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
+from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
 from parity.sources import Case, Crop
+from parity.tolerances import Tolerances
 
 PADDING = "padding, never attended"
 NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
@@ -63,6 +67,8 @@ class HfSource:
         self._capture: Capture | None = None
         self._export: dict[str, Any] = dict(NOT_EXPORTED)
         self._noise_floor = config.noise_floor
+        self._prompts: tuple[PromptGeneration, ...] = ()  # free-running generation
+        self._free_note = ""
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -134,7 +140,7 @@ class HfSource:
 
             self._report("torch", "torch in float64 on every captured call", None)
             t0 = time.perf_counter()
-            made, note = float64_calls(loaded.model, capture.calls)
+            made, note = float64_calls(loaded.model, capture.calls, max_memory=self._max_memory)
             self.timings["float64"] = time.perf_counter() - t0
             doubles = made or doubles
         for call, double in zip(capture.calls, doubles, strict=True):
@@ -143,6 +149,25 @@ class HfSource:
                 names = tuple(signature.output_names)
                 case = dataclasses.replace(case, float64=reference_outputs(double, names))
             yield dataclasses.replace(case, float64_note=note) if note else case
+
+    def free_run(
+        self, candidate: Candidate, tolerances: Tolerances, deadline: Deadline | None = None
+    ) -> None:
+        """After the cases: ONNX Runtime generates on its own (parity.hf.generation)."""
+        if not self.options.generation:
+            self._free_note = "free-running generation not run (--no-generation)"
+            return
+        from parity.hf.generation import generate_beside
+
+        loaded, capture = self._captured()
+        if loaded.encoder:
+            return
+        self._report("generation", "ONNX Runtime generates on its own", None)
+        t0 = time.perf_counter()
+        self._prompts, self._free_note = generate_beside(
+            loaded, capture, candidate, tolerances, deadline=deadline
+        )
+        self.timings["generation"] = time.perf_counter() - t0
 
     def provenance(self) -> Provenance:
         return Provenance(kind=RunKind.HF_GENERATE, seed=self._seed)
@@ -154,6 +179,8 @@ class HfSource:
         return GenerationInfo(
             summary=build_summary(*self._summary_input(), comparisons, timings),
             steps=tuple(generation_step(call) for call in capture.calls),
+            prompts=self._prompts,
+            free_run_note=self._free_note,
         )
 
     def _summary_input(self) -> tuple[str, LoadedHfModel, HfOptions, Capture, dict[str, Any]]:

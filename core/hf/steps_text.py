@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from parity.hf.generation_report import generation_lines
 from parity.hf.media import MEDIA_INPUTS
 from parity.hf.options import format_overrides
-from parity.hf.summary import judged_summary
+from parity.hf.summary import PHASES, judged_summary
 from parity.labels import status_label, worst_first
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.text import aligned_table, number_text, shape_text
@@ -85,6 +86,8 @@ def format_steps_table(run: ValidationRun) -> str:
     if details:
         parts += ["", *details]
     parts += ["", format_hf_summary(run)]
+    if run.generation is not None and (free := generation_lines(run.generation)):
+        parts += ["", *free]
     return "\n".join(parts)
 
 
@@ -121,9 +124,7 @@ def format_hf_summary(run: ValidationRun) -> str:
     masked = s.get("masked") or {}
     times = s.get("timings") or {}
     time_text = " · ".join(
-        f"{name} {times[name]:.2f} s"
-        for name in ("load", "capture", "export", "onnxruntime", "compare", "total")
-        if times.get(name) is not None
+        f"{name} {times[name]:.2f} s" for name in PHASES if times.get(name) is not None
     )
     lines = [
         f"model:     {s.get('model', run.model)} — {s.get('model_type', '?')} "

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from parity.judge.chunks import CHUNK_ELEMENTS, flat, flat_chunks
 from parity.judge.error_profile import (
     HIST_BINS,
     HIST_ROUND_UP,
@@ -44,14 +45,15 @@ from parity.judge.error_profile import (
     hist_bin,
     hist_edge,
 )
-from parity.judge.exact_ints import count_mismatch, exact_diff, is_integer_pair
+from parity.judge.exact_ints import exact_diff, is_integer_pair
 from parity.judge.hull import simplify_hull, upper_left_hull
+from parity.judge.pass_rule import exact_int_mismatch, exceeds_into, one_sided
 from parity.results import ErrorStats
 from parity.tolerances import Tolerance
 
 __all__ = ["DEFAULT_CHUNK_ELEMENTS", "empty_stats", "measure"]
 
-DEFAULT_CHUNK_ELEMENTS = 65536  # 512 KB per float64 buffer: L2-sized (measured, bench/)
+DEFAULT_CHUNK_ELEMENTS = CHUNK_ELEMENTS
 
 _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are not merged
 _HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
@@ -68,7 +70,7 @@ def measure(
     chunk = max(1, min(int(chunk_elements), n))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # handled, not warned
         acc = _Pass(n, chunk, tolerance, integers=is_integer_pair(ref, onnx))
-        for start, rc, oc in _chunks(ref, onnx, n, chunk):
+        for start, rc, oc in flat_chunks(ref, onnx, chunk):
             acc.feed(rc, oc, start)
         return _finish(acc, ref, onnx, tolerance)
 
@@ -128,7 +130,7 @@ class _Pass:
             mag, ge, absref = exact_diff(ref_chunk, onnx_chunk)
             np.copyto(D, mag, casting="unsafe")
             np.negative(D, out=D, where=~ge)
-            n_fail = count_mismatch(mag, absref, self.atol, self.rtol)
+            n_fail = int(np.count_nonzero(exact_int_mismatch(mag, absref, self.atol, self.rtol)))
             self._finite(R, D, float(np.einsum("i,i->", D, D)), start, None, n_fail)
             return
         np.copyto(Ob, onnx_chunk, casting="unsafe")
@@ -140,12 +142,10 @@ class _Pass:
             self._nonfinite(R, Ob, start)
 
     def _nonfinite(self, R: np.ndarray, Ob: np.ndarray, start: int) -> None:
-        rn, on, ri, oi = np.isnan(R), np.isnan(Ob), np.isinf(R), np.isinf(Ob)
-        nan_mm = rn != on
-        inf_mm = (ri & ~oi & ~on) | (oi & ~ri & ~rn) | (ri & oi & (R != Ob))
+        nan_mm, inf_mm = one_sided(R, Ob)
         self.n_nan += int(np.count_nonzero(nan_mm))
         self.n_inf += int(np.count_nonzero(inf_mm))
-        pos = np.flatnonzero(~(rn | on | ri | oi))
+        pos = np.flatnonzero(np.isfinite(R) & np.isfinite(Ob))
         m = pos.size
         if m == 0:
             return
@@ -178,16 +178,11 @@ class _Pass:
         if m > self.max_abs:
             self.max_abs = m
             self.worst = start + (int(pos[i]) if pos is not None else i)
-        # the run's own tolerance, exactly
+        # the run's own tolerance, exactly (nothing fails while the largest error is <= atol)
         if n_fail is not None:  # counted in the values' own type (integers)
             self.n_mismatch += n_fail
         elif m > self.atol:
-            if self.rtol == 0.0:
-                np.greater(D, self.atol, out=M)
-            else:
-                np.multiply(R, self.rtol, out=T)
-                np.add(T, self.atol, out=T)
-                np.greater(D, T, out=M)
+            exceeds_into(D, R, self.atol, self.rtol, scratch=T, out=M)
             self.n_mismatch += int(np.count_nonzero(M))
         # histogram of d: bin = ceil(bits / 2**49)
         np.add(D.view(np.int64), HIST_ROUND_UP, out=Ix)
@@ -427,20 +422,6 @@ class _Pass:
         return d[order], r[order]
 
 
-def _flat(a: np.ndarray) -> np.ndarray:
-    """A flat view when the memory allows one (memmaps stay memmaps); else a flat iterator."""
-    if a.flags.c_contiguous:
-        return a.reshape(-1)
-    return a.flat  # type: ignore[return-value]  # slicing a flatiter copies only that slice
-
-
-def _chunks(ref: np.ndarray, onnx: np.ndarray, n: int, chunk: int):
-    fr, fo = _flat(ref), _flat(onnx)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        yield start, np.asarray(fr[start:stop]), np.asarray(fo[start:stop])
-
-
 def _sample(
     fr: Any, fo: Any, n: int, cutoff: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -483,7 +464,7 @@ def _finish(
     acc: _Pass, ref: np.ndarray, onnx: np.ndarray, tol: Tolerance
 ) -> tuple[ErrorStats, ErrorProfile, int]:
     n, m = acc.n, acc.n_finite
-    fr, fo = _flat(ref), _flat(onnx)
+    fr, fo = flat(ref), flat(onnx)
     nonfinite = acc.n_nan + acc.n_inf
     n_mismatch = acc.n_mismatch + nonfinite
     top_d, top_r = acc.top_pairs()

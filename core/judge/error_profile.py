@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from parity.judge.pass_rule import allowed, exceeds
 from parity.tolerances import Tolerance
 
 __all__ = [
@@ -117,9 +118,9 @@ class ErrorProfile:
             return math.inf
         r = np.concatenate([self.hull_r, self.top_r, [0.0]])
         d = np.concatenate([self.hull_d, self.top_d, [self.zero_ref_max]])
-        allowed = tol.atol + tol.rtol * r
+        limit = allowed(r, tol.atol, tol.rtol)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(allowed > 0, d / allowed, np.where(d > 0, math.inf, 0.0))
+            ratio = np.where(limit > 0, d / limit, np.where(d > 0, math.inf, 0.0))
         return float(ratio.max())
 
     def passes(self, tol: Tolerance) -> bool:
@@ -133,9 +134,9 @@ class ErrorProfile:
     def _finite_passes(self, atol: float, rtol: float) -> bool:
         if self.zero_ref_max > atol:
             return False
-        if self.hull_d.size and bool(np.any(self.hull_d > atol + rtol * self.hull_r)):
+        if self.hull_d.size and bool(np.any(exceeds(self.hull_d, self.hull_r, atol, rtol))):
             return False
-        return not (self.top_d.size and bool(np.any(self.top_d > atol + rtol * self.top_r)))
+        return not (self.top_d.size and bool(np.any(exceeds(self.top_d, self.top_r, atol, rtol))))
 
     # -- counts ---------------------------------------------------------------------------
 
@@ -162,7 +163,7 @@ class ErrorProfile:
             return n, n, n
         if self._finite_passes(atol, rtol):
             return extra, extra, extra
-        top_fail = int(np.count_nonzero(self.top_d > atol + rtol * self.top_r))
+        top_fail = int(np.count_nonzero(exceeds(self.top_d, self.top_r, atol, rtol)))
         complete = self.top_d.size >= self.n_finite
         if complete or (self.top_d.size and atol >= self.top_d[-1]):
             return top_fail + extra, top_fail + extra, top_fail + extra
@@ -175,7 +176,7 @@ class ErrorProfile:
         else:
             rest = self.n_finite - self.top_d.size
             if self.sample_d.size:
-                share = float(np.mean(self.sample_d > atol + rtol * self.sample_r))
+                share = float(np.mean(exceeds(self.sample_d, self.sample_r, atol, rtol)))
             else:
                 share = (above + in_bin * fraction) / max(self.n_finite, 1)
             estimate = top_fail + round(rest * share)

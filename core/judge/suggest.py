@@ -1,6 +1,6 @@
 """Tolerance ladders (1-2-5 per decade), per-output tolerances suggested from a run (from the
-smallest passing atol, or from the measured float32 rounding noise), and an output's mismatch
-fraction against atol (the Tolerances page's curve).
+smallest passing atol, or from the rounding noise measured at each output's precision), and an
+output's mismatch fraction against atol (the Tolerances page's curve).
 
 A float slider cannot span 1e-9..10; a ladder of 1, 2, 5 per decade can, and the values it
 offers are the round numbers people write in tolerance files. Suggestions come from the
@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parity.judge.noise import ROUNDING_RATIO, noise_sentence
+from parity.judge.noise import (
+    ROUNDING_RATIO,
+    floor_words,
+    noise_rank,
+    noise_sentence,
+    output_floors,
+)
 from parity.labels import status_label
 from parity.results import Noise, ValidationRun
 from parity.text import number_text, tolerance_text
@@ -123,7 +129,8 @@ NOISE_MULTIPLES = (2.0, 5.0, 10.0)
 
 @dataclass(frozen=True)
 class NoiseSuggestion:
-    """Per-output tolerances of k x torch's own float32 error (``--noise-floor``), and the
+    """Per-output tolerances of k x the output's floor (``--noise-floor``: torch's own error at
+    the candidate's precision, or int8's quantization noise), and the
     run re-judged with them: what they pass and what they still fail."""
 
     tolerances: Tolerances
@@ -146,7 +153,8 @@ def has_noise(run: ValidationRun) -> bool:
 
 
 def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> NoiseSuggestion:
-    """Per float32 output with a noise floor: atol = k x torch's own float32 error (its
+    """Per float32 output with a noise floor: atol = k x its floor, torch's own error at the
+    candidate's precision or int8's quantization noise (parity.judge.noise; its
     largest ``max|torch32 - torch64|`` over input sets and candidates; rtol 0, since the
     noise is an absolute bound), rounded up to two significant digits. Other outputs keep
     the run's tolerance and get a note.
@@ -164,6 +172,7 @@ def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> Nois
     atom: dict[str, float] = {}
     worst: dict[str, Noise] = {}
     notes: dict[str, str] = {}
+    floors = output_floors(run.comparisons)
     for name in run.output_names:
         mine = [c for c in run.comparisons if c.name == name]
         stuck = next((c for c in mine if not c.can_rejudge), None)
@@ -171,14 +180,12 @@ def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> Nois
             status = status_label(stuck.status)
             notes[name] = f"{status} in input set {stuck.input_set}: no tolerance fixes it"
             continue
-        floors = [c.noise for c in mine]
-        if not floors or any(n is None for n in floors):
+        if not mine or any(c.noise is None for c in mine) or name not in floors:
             notes[name] = "rounding noise not measured: keeps its tolerance"
             continue
-        atom[name] = max(n.torch_error for n in floors)
-        worst[name] = max(floors, key=_noise_rank)
+        worst[name], atom[name], _ = floors[name]
     if k is None:
-        rounding = [name for name, n in worst.items() if _noise_rank(n) <= ROUNDING_RATIO]
+        rounding = [name for name, n in worst.items() if noise_rank(n) <= ROUNDING_RATIO]
         k = NOISE_MULTIPLES[-1]
         for candidate in NOISE_MULTIPLES:
             if all(_judged(run, atom, candidate).get(name, False) for name in rounding):
@@ -197,13 +204,6 @@ def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> Nois
         notes=notes,
         passed=judged.passed,
     )
-
-
-def _noise_rank(n: Noise) -> float:
-    """How far from rounding: the ratio (inf when torch is exact and ONNX is not)."""
-    if n.ratio is None:
-        return float("inf") if n.onnx_error > 0 else 0.0
-    return n.ratio
 
 
 def _noise_tolerances(run: ValidationRun, atom: dict[str, float], k: float) -> Tolerances:
@@ -233,9 +233,10 @@ def noise_suggestion_lines(s: NoiseSuggestion) -> list[str]:
         verdict = f"{', '.join(s.still_failing)} {verb} with it"
     else:
         verdict = "the run still fails with it"
+    kinds = " / ".join(dict.fromkeys(floor_words(n) for n in s.noise.values()))
     lines = [
-        f"Suggested tolerance: {times} rounding noise (atol = {times} torch's own float32 "
-        f"error, rtol 0), checked: {verdict}"
+        f"Suggested tolerance: {times} rounding noise (atol = {times} "
+        f"{kinds or 'the rounding noise'}, rtol 0), checked: {verdict}"
     ]
     for name, ok in s.passes.items():
         if name in s.atols:
@@ -244,11 +245,13 @@ def noise_suggestion_lines(s: NoiseSuggestion) -> list[str]:
             figure = f"{tol} ({times} {number_text(s.torch_errors[name])})"
             if ok:
                 lines.append(f"{name}: {figure}: passes")
-            elif _noise_rank(n) > ROUNDING_RATIO:
-                lines.append(
-                    f"{name}: {figure}: still fails: {noise_sentence(n)}, a bug that no "
-                    "rounding tolerance should pass"
+            elif noise_rank(n) > ROUNDING_RATIO:
+                why = (
+                    ""
+                    if n.precision == "int8"
+                    else ", a bug that no rounding tolerance should pass"
                 )
+                lines.append(f"{name}: {figure}: still fails: {noise_sentence(n)}{why}")
             else:
                 lines.append(f"{name}: {figure}: still fails at {times} rounding noise")
         else:

@@ -3,7 +3,7 @@
 For every axis of the output and every index along it, the profile holds how many judged
 elements mismatch at the tolerance (and so the mismatch fraction) and the largest error there
 (|error| and error ÷ allowed, parity.judge.judgement). From it each axis gets the indices where the
-mismatches *concentrate* (the rule below, also in the README), and the output a summary such
+mismatches *concentrate* (the rule below, also in docs/cli.md), and the output a summary such
 as ``all 248 mismatches lie at indices {0, 31} of axis 2 (height) or at indices {0, 31} of
 axis 3 (width), in all 2 entries of axis 0 (batch)``.
 
@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from parity.judge.chunks import CHUNK_ELEMENTS, pieces
 from parity.judge.judgement import element_errors
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.tolerances import Tolerance
@@ -49,7 +50,6 @@ __all__ = [
     "where_profile",
 ]
 
-CHUNK_ELEMENTS = 1 << 16  # L2-sized, as parity.judge.compare_pass (measured fastest there and here)
 MAX_PROFILE_LEN = 1 << 18  # entries per axis: 262,144 (a 256k vocabulary stays per token)
 CONTRAST = 4.0  # concentrated indices stand out at least this many times over the rest
 MAX_LISTED = 1024  # at most this many indices are called concentrated along one axis
@@ -168,7 +168,7 @@ def where_profile(
     mask = None if exclude is None else np.broadcast_to(np.asarray(exclude, dtype=bool), shape)
     acc = [_AxisAcc(size) for size in shape]
     total_m = total_t = 0
-    for key, s, lo in _pieces(shape, chunk_elements):
+    for key, s, lo in pieces(shape, chunk_elements):
         abs_err, ratio, fails = element_errors(ref[key], onnx[key], tolerance)
         judged = None if mask is None else ~mask[key]
         if judged is not None:
@@ -250,23 +250,6 @@ def _nanmax(a: np.ndarray, judged: np.ndarray | None) -> float:
     return float(np.max(a[judged])) if judged.any() else math.nan
 
 
-def _pieces(shape: tuple[int, ...], chunk: int) -> Iterator[tuple[tuple, int, int]]:
-    """(index key, split axis s, first index along s): pieces of about `chunk` elements that
-    fix one index of every axis before s and take a block of axis s and all axes after it."""
-    nd = len(shape)
-    if nd == 0:
-        yield (), 0, 0
-        return
-    if 0 in shape:
-        return
-    tail = [math.prod(shape[k + 1 :]) for k in range(nd)]
-    s = next(k for k in range(nd) if tail[k] <= chunk)
-    block = max(1, chunk // tail[s])
-    for outer in np.ndindex(*shape[:s]):
-        for lo in range(0, shape[s], block):
-            yield (*outer, slice(lo, min(shape[s], lo + block))), s, lo
-
-
 def _shared_entry(n_mismatch: np.ndarray, n_judged: np.ndarray) -> list[int]:
     """[j] when every mismatch lies at entry j of an axis where other entries were judged
     too: a fact, not a statistic, however few the mismatches are; else []."""
@@ -302,7 +285,7 @@ def _covered(ref, onnx, tolerance, mask, axes, total_m, chunk) -> tuple[int, int
         flags[list(a.concentrated)] = True
         member[a.axis] = flags
     union = both = 0
-    for key, s, _ in _pieces(shape, chunk):
+    for key, s, _ in pieces(shape, chunk):
         _, _, fails = element_errors(ref[key], onnx[key], tolerance)
         if mask is not None:
             fails = fails & ~mask[key]

@@ -337,6 +337,7 @@ def _values(
                 cosine=st.cosine,
                 status=c.judgement.status.value,
                 inputs=tuple(graph.values[i].order for i in inputs_of.get(value, ())),
+                dtype=c.dtype,
             )
         )
     values.sort(key=lambda v: (v.order, v.input_set))

@@ -9,7 +9,7 @@ comparison and checked before it is said: a QDQ file's worst-quantized tensor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,14 +57,9 @@ def precision_findings(
         from parity.layers.qdq import qdq_findings
 
         return qdq_findings(result, reference, candidate, input_sets, recorder.quantized)
-    if "float16" in recorder.sixteen_bit:
+    if recorder.sixteen_bit:
         from parity.layers.fp16 import fp16_findings
 
-        return fp16_findings(result, reference, candidate, input_sets, config)
-    if recorder.sixteen_bit:
-        note = (
-            "bfloat16 file: no nodes to keep in float32 are suggested (ONNX Runtime's "
-            "converter, which checks them, makes float16 files only)"
-        )
-        return replace(result, notes=(*result.notes, note))
+        dtype = "float16" if "float16" in recorder.sixteen_bit else "bfloat16"
+        return fp16_findings(result, reference, candidate, input_sets, config, dtype)
     return result

@@ -17,10 +17,12 @@ def precision_lines(result: LayersResult) -> list[str]:
     exclude = f.get("exclude_from_quantization")
     if exclude:
         check = f.get("exclusion_check") or {}
+        tried = check.get("tried")
         lines.append(
-            f"keep in float (quantize_static nodes_to_exclude): {', '.join(exclude)}; checked "
-            f"without re-calibrating: outputs' SQNR {_db(check.get('sqnr_db_before'))} -> "
-            f"{_db(check.get('sqnr_db_after'))}"
+            f"keep in float (quantize_static nodes_to_exclude): {', '.join(exclude)}; "
+            f"simulated without re-calibrating: outputs' SQNR {_db(check.get('sqnr_db_before'))}"
+            f" -> {_db(check.get('sqnr_db_after'))}"
+            + (f", the best of {tried} exclusions tried" if tried else "")
         )
     check = f.get("keep_float32_check")
     if check:
@@ -33,7 +35,8 @@ def precision_lines(result: LayersResult) -> list[str]:
                 "nothing born diverging (write it with --write-fixed FILE.onnx)"
             )
         else:
-            lines.append(f"keeping {block} in float32 did not fix the float16 file")
+            dtype = check.get("dtype") or "float16"
+            lines.append(f"keeping {block} in float32 did not fix the {dtype} file")
     return lines
 
 

@@ -1,5 +1,5 @@
-"""A QDQ-quantized candidate: which tensor's quantization loses the most, what to exclude,
-and that exclusion checked without re-calibrating.
+"""A QDQ-quantized candidate: which tensor's quantization loses the most, and what to
+exclude from quantization, measured.
 
 For each quantized tensor NAME (the candidate has NAME, NAME_QuantizeLinear_Output and
 NAME_DequantizeLinear_Output) the comparison records, against the reference's float NAME,
@@ -10,12 +10,13 @@ into the producer (Conv+Relu: the candidate's Conv writes NAME, the reference's 
 the value before the pair is not the reference's computation, and what flowed in is the
 worst SQNR after the pairs feeding that producer.
 
-The tensor losing the most is named as the first divergence (not the next op's output, where
-the loss shows). Excluding only its producer does not help (its consumer still quantizes
-it): the suggestion is its producer (and the op folded into it) and its consumers, the node
-names for ``quantize_static(..., nodes_to_exclude=...)``. It is checked by bypassing the
-tensor's pair in a copy of the candidate (the folded op put back in float) and comparing the
-output SQNR over every input set before and after.
+The tensor losing the most (its pair bypassed, the outputs' SQNR gains the most) is named
+as the first divergence, not the next op's output where the loss shows. What to exclude is
+searched apart (parity.layers.qdq_search): each quantized conv/matmul and adjacent pairs,
+simulated as ``quantize_static(..., nodes_to_exclude=...)`` would make them and run on the
+run's inputs; the best outputs' SQNR is suggested with its gain. Against a float ONNX file
+(`qdq_findings`) and against a torch model (`torch_exclusions`, the float weights read from
+its parameters) alike.
 """
 
 from __future__ import annotations
@@ -27,9 +28,17 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from parity.files.json_output import finite_or_none
 from parity.layers.onnx_side import DQ_SUFFIX, Q_SUFFIX
+from parity.layers.qdq_search import (
+    MIN_GAIN_DB,
+    OutputsSqnr,
+    Search,
+    reference_weights,
+    search_exclusions,
+)
 from parity.layers.result import LayersResult
 
 
@@ -94,18 +103,21 @@ def qdq_findings(
             f"{len(why)} quantized tensors' pairs could not be bypassed (e.g. "
             f"{next(iter(why))!r}: {next(iter(why.values()))})"
         )
+    search = search_exclusions(
+        cand_proto,
+        provider=candidate.provider,
+        feeds=outputs.measure.feeds,
+        references=outputs.measure.references,
+        float_weights=reference_weights(_initializers(ref_proto, reference.path)),
+        reference_graph=ref_proto.graph,
+    )
+    findings.update(search.findings())
     scored = [(g, t) for t, g in gains.items() if g is not None]
     if not scored or base is None:
         notes.append("no quantized tensor's loss could be measured")
+        notes.extend(exclusion_notes(search, len(input_sets)))
         return replace(result, findings=findings, notes=tuple(notes))
     after, tensor = max(scored)
-    exclude = _exclusions(tensor, ref_proto.graph, ref_nodes, cand_nodes)
-    findings["exclude_from_quantization"] = exclude
-    findings["exclusion_check"] = {
-        "sqnr_db_before": finite_or_none(base),
-        "sqnr_db_after": finite_or_none(after),
-        "bypassed": exclude,
-    }
     s = min(
         (q.input_set for q in quantized if q.tensor == tensor),
         key=lambda k: next(
@@ -118,18 +130,68 @@ def qdq_findings(
         (v for v in result.values if v.onnx_value == tensor and v.input_set == s),
         result.first_divergence,
     )
-    notes += [
+    notes.append(
         f"quantized file: the first divergence is the tensor whose Q/DQ pair loses the most "
         f"({tensor!r}: with its producer and consumers in float the outputs' SQNR goes from "
         f"{_db(base)} to {_db(after)}), not the next op's output where the loss shows; "
         "values are compared "
         "after their Q/DQ pair, quantized[] has each pair's SQNR before and after",
-        f"suggested: quantize_static(..., nodes_to_exclude={exclude!r}) (its producer and "
-        "consumers: excluding only the producer leaves the consumer quantizing it); checked "
-        "without re-calibrating, in a copy of the candidate whose Q/DQ pairs around those "
-        "nodes are bypassed (their weights and inputs read in float from the reference)",
-    ]
+    )
+    notes.extend(exclusion_notes(search, len(input_sets)))
     return replace(result, findings=findings, notes=tuple(notes), first_divergence=first)
+
+
+def exclusion_notes(search: Search, n_sets: int) -> list[str]:
+    """What the exclusion search suggests and how it was measured, in words."""
+    if not search.possible:
+        return list(search.notes)
+    sets = f"{n_sets} input set{'s' if n_sets != 1 else ''}"
+    how = (
+        f"{len(search.tried)} exclusions simulated (each quantized conv/matmul alone, then "
+        "adjacent pairs): in a copy of the quantized file the excluded nodes read their "
+        "weights in float and lose the Q/DQ pairs no other quantized node keeps, run with "
+        f"ONNX Runtime on the run's {sets}; not re-calibrated"
+    )
+    best = search.best
+    if best is None:
+        top = max(
+            (t for t in search.tried if t.sqnr_db is not None),
+            key=lambda t: t.sqnr_db,  # type: ignore[arg-type, return-value]
+            default=None,
+        )
+        tail = f" (best {list(top.nodes)}: {_db(top.sqnr_db)})" if top is not None else ""
+        return [
+            f"no exclusion suggested: none raises the outputs' SQNR ({_db(search.before)}) by "
+            f"{MIN_GAIN_DB} dB or more{tail}; {how}",
+            *search.notes,
+        ]
+    gain = best.sqnr_db - search.before if search.before is not None else None  # type: ignore[operator]
+    return [
+        f"suggested: quantize_static(..., nodes_to_exclude={list(best.nodes)!r}): outputs' "
+        f"SQNR {_db(search.before)} -> {_db(best.sqnr_db)}"
+        + (f" (+{gain:.1f} dB)" if gain is not None else "")
+        + f", the best of {how}",
+        *search.notes,
+    ]
+
+
+def _initializers(proto: onnx.ModelProto, path: Any) -> Any:
+    """name -> the float file's initializer as an array (external data read beside it)."""
+    from pathlib import Path
+
+    inits = {t.name: t for t in proto.graph.initializer}
+    base = str(Path(str(path)).parent)
+
+    def array(name: str) -> np.ndarray | None:
+        t = inits.get(name)
+        if t is None:
+            return None
+        try:
+            return numpy_helper.to_array(t, base_dir=base)
+        except Exception:
+            return None
+
+    return array
 
 
 MAX_BYPASSED = 48  # quantized tensors whose pair is bypassed one at a time
@@ -146,7 +208,6 @@ class _Outputs:
 
         fit = fit_signature(reference.signature, candidate.signature)
         self.names = [o.name for o in ref_proto.graph.output]
-        self.provider = candidate.provider
         self.feeds = [
             {k: np.ascontiguousarray(a) for k, a in fit.feeds(s).feeds.items()} for s in input_sets
         ]
@@ -156,26 +217,12 @@ class _Outputs:
             )
             for s in input_sets
         ]
-        self.sqnr_before = self._sqnr(candidate.session)
+        refs = [dict(zip(self.names, r, strict=True)) for r in self.ref]
+        self.measure = OutputsSqnr(candidate.provider, self.feeds, refs, self.names)
+        self.sqnr_before = self.measure.of_session(candidate.session)
 
     def bypassed(self, model: onnx.ModelProto) -> float | None:
-        from parity.load.sessions import open_session
-
-        session = open_session(model.SerializeToString(), provider=self.provider)
-        return self._sqnr(session)
-
-    def _sqnr(self, session: Any) -> float | None:
-        signal = noise = 0.0
-        for feeds, ref in zip(self.feeds, self.ref, strict=True):
-            got = session.run(self.names, feeds)
-            for r, o in zip(ref, got, strict=True):
-                r64, o64 = np.asarray(r, np.float64), np.asarray(o, np.float64)
-                if r64.shape != o64.shape:
-                    continue
-                ok = np.isfinite(r64) & np.isfinite(o64)
-                signal += float(np.square(r64[ok]).sum())
-                noise += float(np.square(o64[ok] - r64[ok]).sum())
-        return _ratio(signal, noise)
+        return self.measure.of_model(model)
 
 
 def _db(x: float | None) -> str:
@@ -319,7 +366,87 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     return copy
 
 
-def _ratio(signal: float, noise: float) -> float | None:
-    if signal <= 0 or noise <= 0:
+def torch_exclusions(result: LayersResult, candidate: Any, run: Any, model: Any) -> LayersResult:
+    """The torch route (``--model m.pt2 --onnx int8.onnx --layers``): the same measured
+    exclusion search as against a float ONNX file, against torch's outputs on the run's
+    input sets, the float weights read from the torch model's parameters. `result` comes
+    back unchanged for a file that quantizes nothing."""
+    head = onnx.load(str(candidate.path), load_external_data=False)
+    if not any(n.op_type == "DequantizeLinear" for n in head.graph.node):
+        return result
+    from parity.run.candidates import fit_signature
+
+    try:
+        proto = onnx.load(str(candidate.path))
+        fit = fit_signature(run.signature, candidate.signature)
+        search = search_exclusions(
+            proto,
+            provider=candidate.provider,
+            feeds=[fit.feeds(s).feeds for s in run.input_sets],
+            references=[dict(o.arrays) for o in run.ref_outputs],
+            float_weights=torch_weights(model),
+        )
+    except Exception as exc:  # the outputs' verdict and the localisation stand
+        from parity.errors import describe_error
+
+        note = f"exclusions not searched: {describe_error(exc)[1]}"
+        return replace(result, notes=(*result.notes, note))
+    findings = {**result.findings, **search.findings()}
+    notes = (*result.notes, *exclusion_notes(search, len(run.input_sets)))
+    return replace(result, findings=findings, notes=notes)
+
+
+_SAME_SIZE = 64  # torch arrays of a weight's shape checked by value when no name matches
+
+
+def torch_weights(model: Any) -> Any:
+    """A FloatWeights (parity.layers.qdq_search) over the torch model's parameters,
+    buffers and constants: by name (an exporter keeps state-dict names), else by value
+    among the arrays of the weight's shape; each checked against the dequantized weight."""
+    import re
+
+    tensors: dict[str, Any] = {}
+    program = getattr(model, "program", None)
+    if program is not None:
+        tensors.update(getattr(program, "state_dict", {}) or {})
+        tensors.update(getattr(program, "constants", {}) or {})
+    else:
+        state = getattr(getattr(model, "module", None), "state_dict", None)
+        if callable(state):
+            tensors.update(state())
+
+    def key(name: str) -> str:
+        return re.sub(r"\W", "_", name).removeprefix("p_").removeprefix("b_")
+
+    by_key = {key(n): t for n, t in tensors.items()}
+    cache: dict[str, np.ndarray | None] = {}
+
+    def array(name: str) -> np.ndarray | None:
+        if name not in cache:
+            t = tensors.get(name, by_key.get(key(name)))
+            cache[name] = _to_numpy(t)
+        return cache[name]
+
+    by_name = reference_weights(array)
+
+    def find(names: Any, dequantized: np.ndarray, half_step: float) -> np.ndarray | None:
+        found = by_name(names, dequantized, half_step)
+        if found is not None:
+            return found
+        same = [n for n, t in tensors.items() if tuple(getattr(t, "shape", ())) in (
+            dequantized.shape, dequantized.shape[::-1])][:_SAME_SIZE]  # fmt: skip
+        return reference_weights(array)(same, dequantized, half_step)
+
+    return find
+
+
+def _to_numpy(t: Any) -> np.ndarray | None:
+    if t is None or not hasattr(t, "detach"):
         return None
-    return 10.0 * math.log10(signal / noise)
+    try:
+        t = t.detach().cpu()
+        if not t.is_floating_point():
+            return None
+        return t.float().numpy() if str(t.dtype) == "torch.bfloat16" else t.numpy()
+    except Exception:
+        return None

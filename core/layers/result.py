@@ -19,7 +19,7 @@ from parity.files.json_output import finite_or_none
 FINDINGS = (
     "quantized",  # per quantized tensor and input set: SQNR before/after its Q/DQ pair
     "exclude_from_quantization",  # node names for quantize_static(nodes_to_exclude=...)
-    "exclusion_check",  # {"sqnr_db_before", "sqnr_db_after"}: that suggestion, checked
+    "exclusion_check",  # the search that chose it: SQNR before/after, gain, tried (qdq_search)
     "keep_float32",  # reference node names to keep out of a float16 conversion
     "keep_float32_check",  # that suggestion, re-converted and re-validated
 )
@@ -67,6 +67,7 @@ class LayerValue:
     status: str
     inputs: tuple[int, ...] = ()
     sqnr_db: float | None = None  # 10 log10(sum ref^2 / sum err^2); ONNX against ONNX
+    dtype: str = ""  # the candidate's dtype of it: its threshold is that dtype's ("": float32)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +88,7 @@ class LayerValue:
             "status": str(self.status),
             "inputs": [int(i) for i in self.inputs],
             "sqnr_db": finite_or_none(self.sqnr_db),
+            "dtype": self.dtype or None,
         }
 
     @classmethod
@@ -109,6 +111,7 @@ class LayerValue:
             status=str(data["status"]),
             inputs=tuple(int(i) for i in data.get("inputs") or ()),
             sqnr_db=_opt_float(data.get("sqnr_db")),
+            dtype=_opt_str(data.get("dtype")) or "",
         )
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from parity.labels import OUTSIDE_MODULES
+from parity.layers import criterion
 from parity.layers.birth_words import birth_sentence, other_lines
 from parity.layers.precision_view import precision_lines
-from parity.layers.result import LayersResult, LayerValue
+from parity.layers.result import LayersResult, LayerStatus, LayerValue
 from parity.layers.views import fmt, jump_words
 from parity.text import ratio_text
 
@@ -39,13 +40,21 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
         if jumped is not None and jumped.jump:
             lines.append(
                 f"  largest jump: {_where(jumped)}  {ratio_text(jumped.jump)} (error_ratio "
-                f"{fmt(jumped.error_ratio)}, under the threshold {fmt(result.threshold)})"
+                f"{fmt(jumped.error_ratio)}, under {_threshold_words(result, jumped)})"
             )
         return "\n".join(lines)
-    lines.append(f"  diverges first at {_where(first)}, input set {first.input_set}")
+    born = LayerStatus(first.status).born
+    if born:
+        lines.append(f"  diverges first at {_where(first)}, input set {first.input_set}")
+    else:  # named by a precision check (a QDQ pair's loss), not by the criterion
+        lines.append(
+            f"  named as the first divergence: {_where(first)}, input set {first.input_set} "
+            f"(the criterion alone judges it {_STATUS_WORDS.get(first.status, first.status)})"
+        )
+    status = f", status {first.status}" if born else ""
     lines.append(
         f"  error_ratio {fmt(first.error_ratio)} ({jump_words(first)}); "
-        f"max abs {fmt(first.max_abs)}, max rel {fmt(first.max_rel)}, status {first.status}"
+        f"max abs {fmt(first.max_abs)}, max rel {fmt(first.max_rel)}{status}"
     )
     lines.extend(_confirmed(result))
     later = result.after_first(after)
@@ -55,6 +64,23 @@ def format_layers(result: LayersResult, *, after: int = 4) -> str:
             f"    {_where(v)}  error_ratio {fmt(v.error_ratio)}  {v.status}" for v in later
         )
     return "\n".join(lines)
+
+
+_STATUS_WORDS = {
+    LayerStatus.CARRIED.value: "carried: its error is no bigger than the error flowing into it",
+    LayerStatus.PASS.value: "within its threshold",
+    LayerStatus.NOT_COMPARED.value: "not comparable",
+}
+
+
+def _threshold_words(result: LayersResult, v: LayerValue) -> str:
+    """The threshold `v` was judged at: its dtype's (float16 and bfloat16 are looser)."""
+    if not v.dtype:
+        return f"the threshold {fmt(result.threshold)}"
+    threshold = criterion.threshold_for(v.dtype)
+    if threshold == criterion.THRESHOLD:
+        return f"the threshold {fmt(threshold)}"
+    return f"its {v.dtype} threshold {fmt(threshold)}"
 
 
 def _confirmed(result: LayersResult) -> list[str]:

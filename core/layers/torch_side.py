@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -170,13 +171,27 @@ def exporter_program(
     try:
         decomposed = _decomposed(program)
     except Exception as exc:
-        text = str(exc).strip().splitlines()
-        return None, [
-            *notes,
-            "could not apply the ONNX exporter's decompositions on this torch "
-            f"({type(exc).__name__}: {text[0] if text else ''})",
-        ]
+        return None, [*notes, decomposition_failure(exc, saved=model.program is not None)]
     return decomposed, notes
+
+
+def decomposition_failure(exc: BaseException, *, saved: bool) -> str:
+    """Why there is no decomposed program: torch itself failed to run the exporter's
+    decompositions (not a version to change, not the ONNX file); for a .pt2, the route that
+    works: the model itself, which Parity exports afresh."""
+    text = str(exc).strip().splitlines()
+    cause = f"{type(exc).__name__}: {text[0] if text else ''}"
+    what = "the .pt2's program" if saved else "torch.export's program of the model"
+    said = (
+        f"torch itself failed to run the ONNX exporter's decompositions on {what} ({cause}); "
+        "this is torch's failure, not the ONNX file's"
+    )
+    if saved:
+        said += (
+            ": compare layers with the model instead of its .pt2, --model FILE.py:CALLABLE "
+            "(a factory returning the nn.Module; Parity exports it afresh)"
+        )
+    return said
 
 
 _DECOMPOSED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -184,14 +199,18 @@ _DECOMPOSED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 def _decomposed(program: Any) -> Any:
     """The exporter's own pre-conversion step (decompositions, type promotion): the graph
-    whose node names the ONNX values carry. Cached per program (the dashboard reruns)."""
-    if program in _DECOMPOSED:
-        return _DECOMPOSED[program]
+    whose node names the ONNX values carry. Cached per program (the dashboard reruns).
+
+    Under the export lock: the decompositions change torch's global state as an export
+    does, and two threads decomposing at once named the wrong first divergence."""
     from torch.onnx._internal.exporter import _core
 
-    with quiet_torch(), contextlib.redirect_stdout(None):
-        decomposed = _core._prepare_exported_program_for_export(program, registry=_registry())
-    _DECOMPOSED[program] = decomposed
+    with export_lock():
+        if program in _DECOMPOSED:
+            return _DECOMPOSED[program]
+        with quiet_torch(), _no_stdout():
+            decomposed = _core._prepare_exported_program_for_export(program, registry=_registry())
+        _DECOMPOSED[program] = decomposed
     return decomposed
 
 
@@ -200,8 +219,18 @@ def _registry() -> Any:
     from torch.onnx._internal.exporter import _registration
 
     # quiet: it logs a warning per torchvision op when torchvision is not installed
-    with quiet_torch(), contextlib.redirect_stdout(None):
+    with export_lock(), quiet_torch(), _no_stdout():
         return _registration.ONNXRegistry.from_torchlib()
+
+
+@contextlib.contextmanager
+def _no_stdout() -> Iterator[None]:
+    """The exporter's prints dropped. Only under the export lock, so that two blocks never
+    interleave their save and restore of sys.stdout; a sink rather than None, so another
+    thread that writes to sys.stdout meanwhile writes nowhere instead of failing, and
+    sys.stdout is restored whatever the block raises."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
 
 
 def _export(model: Any, input_set: InputSet, signature: OnnxSignature) -> Any:

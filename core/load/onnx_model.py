@@ -30,15 +30,18 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import TensorProto
 
-from parity.errors import OnnxLoadError, UsageError, first_line
+from parity.errors import OnnxLoadError, RunTimeout, UsageError, first_line
 from parity.files.hashing import update_with_file
 from parity.files.kinds import not_a_regular_file
+from parity.files.safe_read import open_regular
 from parity.load.dtypes import from_onnx_elem_type
 from parity.load.sessions import ORT_OPT_LEVELS, open_session
 from parity.signature import Dim, OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
     import onnxruntime
+
+_MAX_PROTO = 2 << 30  # protobuf cannot parse more; weights past it live in external data
 
 
 @dataclass(frozen=True)
@@ -52,12 +55,13 @@ class OnnxModel:
 def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
     """Read, check and describe an ONNX file; external-data files are looked up beside it."""
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise _load_error(p, "no such file")
-    if not p.is_file():
-        raise _load_error(p, f"not a file: it is {not_a_regular_file(p)}")
-    try:
-        proto = onnx.load(str(p), load_external_data=False)
+    try:  # a regular file only (a FIFO or /dev/zero is named), read at most protobuf's 2 GiB
+        with open_regular(p, what="ONNX file", limit=_MAX_PROTO, error=OnnxLoadError) as fh:
+            proto = onnx.load(fh, load_external_data=False)
+    except OnnxLoadError:
+        raise
     except Exception as exc:  # protobuf DecodeError, OSError, onnx errors: all mean "unreadable"
         raise _load_error(p, f"not a readable ONNX protobuf ({first_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version == 0:
@@ -171,12 +175,15 @@ def read_signature(proto: onnx.ModelProto, *, where: Path | str = "model") -> On
     outputs = tuple(_tensor_spec(v, where=where, role="output") for v in graph.output)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    from parity.load.calibration import input_ranges
+
     return OnnxSignature(
         inputs=inputs,
         outputs=outputs,
         opset=int(opset),
         producer=producer,
         ir_version=int(proto.ir_version),
+        calibrated=input_ranges(proto),
     )
 
 
@@ -203,6 +210,8 @@ def make_session(
         )
     try:
         return open_session(model.path, provider=provider, opt_level=opt_level)
+    except RunTimeout:  # the run's time limit, not the file's fault
+        raise
     except Exception as exc:
         raise _load_error(model.path, f"ONNX Runtime ({provider}): {first_line(exc)}") from exc
 

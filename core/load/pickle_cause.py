@@ -46,10 +46,13 @@ def pickle_cause(exc: BaseException, data: bytes) -> str:
 
 def file_pickle_cause(exc: BaseException, path: str | os.PathLike[str]) -> str:
     """`pickle_cause` for a file, read from its first MiB (enough to say what it is)."""
+    from parity.errors import ParityError
+    from parity.files.safe_read import open_regular
+
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, what="", limit=None, error=ParityError) as f:
             head = f.read(1 << 20)
-    except OSError:
+    except (OSError, ParityError):
         head = b""
     return pickle_cause(exc, head)
 

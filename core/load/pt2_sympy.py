@@ -31,6 +31,8 @@ from typing import Any
 
 import sympy
 
+from parity.errors import ExpressionError
+
 MAX_CHARS = 4000
 MAX_DEPTH = 100  # nested calls / operators (a deep conv stack nests a few per layer)
 _MAX_BITS = 4096  # an integer (or a Rational's parts, a Float's magnitude) past this is no shape
@@ -58,13 +60,6 @@ _SYMPY = (
     + ("StrictGreaterThan", "GreaterThan", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not")
 )
 _POWERS = frozenset({"Pow", "PowByNatural", "FloatPow", "LShift", "RShift"})
-
-
-class ExpressionError(ValueError):
-    """An expression that is not plain symbolic-shape arithmetic; `text` is the expression
-    (set by parse_expression)."""
-
-    text: str = ""
 
 
 @functools.cache

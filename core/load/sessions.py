@@ -4,7 +4,10 @@ Outputs, intermediate values, confirmation cuts, QDQ bypass trials and provider-
 probes all run through `open_session`, so a choice about sessions (log severity, the memory
 arena, where external weights are read from, thread counts) is made once and holds for every
 run. Errors are ONNX Runtime's own: each caller turns them into its one line, which names
-what it was doing.
+what it was doing. Inside a run with a time limit (`Deadline.active`, set by
+parity.pipeline.run_validation: the CLI's --timeout, the dashboard's time limit, the API's
+timeout=) a setup still going at the deadline is abandoned: RunTimeout, while ONNX Runtime
+finishes it in a background thread (it cannot be stopped).
 
 Contract:
 ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parity.load.quiet import apply_ort_default_severity, ort_severity
+from parity.run.deadline import current as current_deadline
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -70,4 +74,11 @@ def open_session(
     for key, value in config:
         options.add_session_config_entry(key, value)
     source = model if isinstance(model, bytes) else str(Path(model))
-    return ort.InferenceSession(source, sess_options=options, providers=[provider])
+
+    def make() -> onnxruntime.InferenceSession:
+        return ort.InferenceSession(source, sess_options=options, providers=[provider])
+
+    deadline = current_deadline()  # the run's time limit covers the setup (parity.run.deadline)
+    if deadline is None:
+        return make()
+    return deadline.call(make, "ONNX Runtime's session setup")

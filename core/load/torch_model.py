@@ -48,6 +48,7 @@ from torch import nn
 
 from parity.errors import ModelLoadError, UsageError, first_line
 from parity.files.hashing import update_with_file
+from parity.files.safe_read import check_regular
 from parity.load.pickle_cause import file_pickle_cause, is_raw_pickle
 from parity.load.pt2_archive import is_pt2, load_pt2
 from parity.load.quiet import quiet_torch
@@ -133,8 +134,7 @@ def _load(
             update_with_file(digest, Path(factory[0]))
     else:
         path = Path(spec)
-        if not path.is_file():
-            raise ModelLoadError(f"cannot load model {spec}: no such file")
+        _regular_file(path, f"cannot load model {spec}: no such file", "model")
         module, kind, program = _load_archive(path, allow_code=allow_code, max_memory=max_memory)
         update_with_file(digest, path)
 
@@ -251,9 +251,16 @@ def _load_factory(spec: str, target: str, attr: str) -> nn.Module:
     return obj
 
 
+def _regular_file(path: Path, missing: str, what: str) -> None:
+    """A model or weights file must be a regular one: `/dev/zero` or a FIFO is named for what
+    it is (parity.files.safe_read), and a file that is not there says `missing`."""
+    if not path.exists() and not path.is_symlink():
+        raise ModelLoadError(missing)
+    check_regular(path, what=what, error=ModelLoadError)
+
+
 def _import_file(spec: str, path: Path) -> Any:
-    if not path.is_file():
-        raise ModelLoadError(f"cannot load model {spec}: no such file {path}")
+    _regular_file(path, f"cannot load model {spec}: no such file {path}", "model")
     path = path.resolve()
     name = "parity_user_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     module_spec = importlib.util.spec_from_file_location(name, path)
@@ -352,8 +359,7 @@ def _load_archive(
 
 
 def _apply_weights(module: nn.Module, path: Path) -> None:
-    if not path.is_file():
-        raise ModelLoadError(f"cannot load weights {path}: no such file")
+    _regular_file(path, f"cannot load weights {path}: no such file", "weights")
     state = _read_state_dict(path)
     expected = set(module.state_dict())
     missing = sorted(expected - set(state))
@@ -446,7 +452,7 @@ def _parameter_names(module: nn.Module, kind: str) -> tuple[str, ...]:
             return tuple(str(k) for k in (kwargs_spec.context or ()))
         except Exception:
             return ()
-    if kind == "torchscript":
+    if kind == "torchscript" or isinstance(module, torch.jit.ScriptModule):  # or in memory
         try:
             args = module.forward.schema.arguments  # type: ignore[union-attr]
             return tuple(a.name for a in args if a.name != "self")

@@ -55,8 +55,10 @@ def extract_flat(
     """Unpack `archive`'s files side by side into `dest` (see the module docstring)."""
     if isinstance(archive, (str, os.PathLike)):
         shown = shown or Path(archive).name
+        from parity.files.safe_read import open_regular
+
         try:
-            with open(archive, "rb") as fp:
+            with open_regular(archive, what="", limit=None, error=InputError) as fp:
                 return _extract(fp, Path(dest), max_bytes, max_members, shown)
         except OSError as exc:
             raise InputError(f"{shown}: cannot read it ({exc.strerror or exc})") from exc

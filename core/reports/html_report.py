@@ -58,6 +58,7 @@ def render_html_report(run: ValidationRun) -> str:
             _outputs_table(run),
             _failing_details(run, failing),
             _noise(run),
+            _generation(run),
             _layers(run),
             _technical_notes(run),
             _tolerances(run),
@@ -244,16 +245,48 @@ def _grid(run: ValidationRun) -> str:
 
 
 def _noise(run: ValidationRun) -> str:
-    """--noise-floor: per float32 output, whether ONNX's error is float32 rounding."""
+    """--noise-floor: per float32 output, whether ONNX's error is rounding at the precision
+    the candidate computes it (parity.judge.noise says it)."""
     if not any(c.noise is not None for c in run.comparisons):
         return ""
     from parity.judge.noise import noise_lines
 
     items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.comparisons))
     return (
-        "<section><h2>Rounding noise</h2><p>Against torch run again in float64 (the verdict "
-        f"stays the tolerance's):</p><ul class='noise'>{items}</ul></section>"
+        "<section><h2>Rounding noise</h2><p>At each output's precision, against torch run "
+        "again in float64 (the verdict stays the tolerance's):</p>"
+        f"<ul class='noise'>{items}</ul></section>"
     )
+
+
+def _generation(run: ValidationRun) -> str:
+    """Causal LMs: ONNX Runtime's free-running tokens beside torch's, where they part."""
+    g = run.generation
+    if g is None or not (g.prompts or g.free_run_note):
+        return ""
+    from parity.hf.generation_report import parting_words, tie_words
+
+    parts = ["<section><h2>Free-running generation</h2>"]
+    if g.free_run_note:
+        parts.append(f"<p class='note'>{_e(g.free_run_note)}</p>")
+    if g.prompts:
+        parts.append(
+            "<p>ONNX Runtime generated greedily on its own (its own KV cache fed back) from "
+            "the same prompts, for as many new tokens as torch's generate() (the verdict "
+            "stays the tolerances'):</p><table class='generation'><tr><th>prompt</th>"
+            "<th>torch</th><th>ONNX Runtime</th><th>match</th><th>where they part</th></tr>"
+        )
+        for p in g.prompts:
+            d = p.first_divergence
+            where = parting_words(p) + ("" if d is None else f"; {tie_words(d)}")
+            cls = "" if d is None else (" class='tie'" if d.near_tie else " class='diverges'")
+            parts.append(
+                f"<tr{cls}><td>{_e(p.prompt)}</td><td>{_e(p.torch_text)}</td>"
+                f"<td>{_e(p.onnx_text)}</td><td>{p.match_ratio:.0%}</td><td>{_e(where)}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def _layers(run: ValidationRun) -> str:

@@ -60,6 +60,10 @@ def report_dict(run: ValidationRun) -> dict[str, Any]:
         data["summary"] = judged_summary(run)
         data["steps"] = steps_json(run)
         data["masked_positions"] = masked_positions_json(run)
+        if run.generation.prompts or run.generation.free_run_note:  # causal LMs
+            from parity.hf.generation_report import generation_json
+
+            data["generation"] = generation_json(run.generation)  # free-running generation
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
     return strict(data)

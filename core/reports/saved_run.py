@@ -31,6 +31,7 @@ import platform
 import struct
 import zipfile
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,8 +43,10 @@ import parity.files.strict_json as sj
 from parity.errors import ParityError, SavedRunError
 from parity.files.atomic import atomic_output
 from parity.files.hashing import file_sha256
+from parity.files.safe_read import open_regular
 from parity.load.specs import demo_name
 from parity.results import (
+    NOISE_PRECISIONS,
     CandidateInfo,
     ErrorStats,
     GenerationInfo,
@@ -289,9 +292,12 @@ def _provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
 
 
 def _generation_json(g: GenerationInfo) -> dict[str, Any]:
+    from parity.hf.generation_report import generation_json
+
     return {
         "summary": _jsonable(g.summary),
         "steps": [{f.name: getattr(s, f.name) for f in fields(GenerationStep)} for s in g.steps],
+        **_jsonable(generation_json(g)),  # free-running generation: "prompts", "note"
     }
 
 
@@ -308,7 +314,14 @@ def _generation_from_json(raw: Mapping[str, Any] | None) -> GenerationInfo | Non
             values[f.name] = check(sj.field(step, f.name, at), f"{at}.{f.name}")
         steps.append(GenerationStep(**values))
     summary = sj.obj(sj.field(raw, "summary", "generation"), "generation.summary")
-    return GenerationInfo(summary=dict(summary), steps=tuple(steps))
+    from parity.hf.generation_report import prompts_from_json
+
+    return GenerationInfo(
+        summary=dict(summary),
+        steps=tuple(steps),
+        prompts=prompts_from_json(raw.get("prompts")),  # none in runs saved before it
+        free_run_note=sj.string(raw.get("note", ""), "generation.note"),
+    )
 
 
 def _from_extra(extra: Mapping[str, Any]) -> tuple[Provenance, GenerationInfo | None]:
@@ -508,7 +521,7 @@ class _Member:
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """The manifest alone (cheap: no array is read or checked)."""
     path = Path(path)
-    with _open_zip(path) as zf:
+    with _open_file(path) as fh, _open_zip(fh, path) as zf:
         return _read_manifest(zf, path)
 
 
@@ -522,7 +535,7 @@ def load_run(
     into memory (the small ones) are checked against `budget` before any is read.
     """
     path = Path(path)
-    with _open_zip(path) as zf, open(path, "rb") as fh:
+    with _open_file(path) as fh, _open_zip(fh, path) as zf:
         manifest = _read_manifest(zf, path)
         members = _locate_members(zf, fh, manifest, path)
         (budget or MemoryBudget()).check(
@@ -551,13 +564,17 @@ def load_run(
             raise SavedRunError(f"{path}: malformed {MANIFEST} ({exc!r})") from exc
 
 
-def _open_zip(path: Path) -> zipfile.ZipFile:
+def _open_file(path: Path) -> AbstractContextManager[BinaryIO]:
+    """The saved run's file, if it is a regular one: a URL's `?run=/dev/zero` or a FIFO is
+    refused in one line (parity.files.safe_read)."""
+    if not os.path.lexists(path):
+        raise SavedRunError(f"saved run {path} not found")
+    return open_regular(path, what="saved run", limit=None, error=SavedRunError)
+
+
+def _open_zip(fh: BinaryIO, path: Path) -> zipfile.ZipFile:
     try:
-        return zipfile.ZipFile(path)
-    except FileNotFoundError as exc:
-        raise SavedRunError(f"saved run {path} not found") from exc
-    except IsADirectoryError as exc:
-        raise SavedRunError(f"saved run {path} is a directory, not a file") from exc
+        return zipfile.ZipFile(fh)
     except OSError as exc:
         raise SavedRunError(f"cannot read saved run {path}: {exc.strerror or exc}") from exc
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError) as exc:
@@ -578,6 +595,7 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise SavedRunError(f"{path}: {MANIFEST} cannot be read ({exc})") from exc
     if zf.comment != _manifest_seal(raw):
+        _refuse_other_schema(raw, path)  # a newer Parity may seal its runs otherwise
         what = "has no manifest hash" if not zf.comment else "does not match its manifest hash"
         raise SavedRunError(
             f"{path}: {MANIFEST} {what} (the file was altered, damaged, or saved by an older "
@@ -597,6 +615,19 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     if not isinstance(manifest.get("members"), dict):
         raise SavedRunError(f"{path}: {MANIFEST} has no member table")
     return manifest
+
+
+def _refuse_other_schema(raw: bytes, path: Path) -> None:
+    """A manifest that names another saved-run schema is said to be that, not damage."""
+    try:
+        schema = sj.loads(raw).get("schema")
+    except (sj.FieldError, AttributeError):
+        return
+    if isinstance(schema, str) and schema != SCHEMA and schema.startswith("parity.run/"):
+        raise SavedRunError(
+            f"{path}: saved-run schema {schema[:40]!r} is not supported (this Parity reads "
+            f"{SCHEMA}; open it with the Parity that saved it, or a newer one)"
+        )
 
 
 def _locate_members(
@@ -825,10 +856,20 @@ def _noise_from_json(raw: Any, at: str) -> Noise | None:
         return None
     raw = sj.obj(raw, at)
     ratio = _unnum(raw.get("ratio"), f"{at}.ratio")
+    precision = sj.string(raw.get("precision", "float32"), f"{at}.precision")
+    if precision not in NOISE_PRECISIONS:
+        raise sj.FieldError(f"{at}.precision: expected one of {', '.join(NOISE_PRECISIONS)}")
+    quantization = raw.get("quantization")
+    q = {} if quantization is None else sj.obj(quantization, f"{at}.quantization")
     return Noise(
         torch_error=_unnum(raw.get("torch_error"), f"{at}.torch_error") or 0.0,
         onnx_error=_unnum(raw.get("onnx_error"), f"{at}.onnx_error") or 0.0,
         ratio=ratio,
+        precision=precision,
+        scale=_unnum(q.get("scale"), f"{at}.quantization.scale"),
+        tensors=sj.integer(q.get("tensors", 0), f"{at}.quantization.tensors"),
+        clipped=_unnum(q.get("clipped"), f"{at}.quantization.clipped") or 0.0,
+        emulated=sj.optional(sj.string, raw.get("emulated"), f"{at}.emulated") or "",
     )
 
 

@@ -109,7 +109,7 @@ def read_npy_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
     return tuple(int(d) for d in shape), bool(fortran), dtype
 
 
-def npz_headers(path: str | Path) -> tuple[NpyHeader, ...]:
+def npz_headers(path: str | Path | BinaryIO) -> tuple[NpyHeader, ...]:
     """What `np.load` would allocate for every member, whatever its name, reading only each
     member's first bytes.
 

@@ -29,6 +29,9 @@ class RunConfig:
     n_input_sets: int = 1
     seed: int = 0
     int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # generated float inputs drawn uniformly in [low, high]: per input, or every float input
+    float_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    float_range: tuple[float, float] | None = None
     input_files: tuple[str, ...] = ()
     feeds: tuple[Mapping[str, Any], ...] = ()  # input sets given as arrays (the Python API)
     provider: str | Sequence[str] = "CPUExecutionProvider"  # several: one candidate each
@@ -120,6 +123,7 @@ def check_config(config: RunConfig) -> None:
         ("--dim", bool(config.dims)),
         ("--input-sets", config.n_input_sets != 1),
         ("--int-range", bool(config.int_ranges)),
+        ("--float-range", bool(config.float_ranges) or config.float_range is not None),
     )
     if config.kind is RunKind.HF_GENERATE:
         # Given inputs feed a one-forward model (each set one forward); the source refuses

@@ -2,7 +2,9 @@
 
 ONNX Runtime can be stopped from another thread (`RunOptions.terminate = True`; checked
 between nodes and inside Loop bodies), so an ORT call is given run options that a timer
-terminates when the deadline passes. Torch cannot be interrupted: the run loop checks the
+terminates when the deadline passes; a session's setup, which cannot be stopped, is waited
+for only until the deadline (`Deadline.call`, used by parity.load.sessions through
+`current()`). Torch cannot be interrupted: the run loop checks the
 deadline between steps, and the CLI adds a watchdog (`start_watchdog`) that ends the process
 with exit 2 a grace period later. Writes are atomic, so an ended process leaves no
 half-written file.
@@ -15,9 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from parity.errors import RunTimeout
+
+T = TypeVar("T")
 
 WATCHDOG_GRACE = 3.0
 """Seconds past the deadline before the CLI's watchdog ends a process stuck in torch."""
@@ -48,6 +53,44 @@ class Deadline:
             raise self.error()
 
     @contextmanager
+    def active(self) -> Iterator[Deadline]:
+        """Make this the deadline of the run in this context (`current()`): code that cannot
+        be handed one, such as the session factory, reads it there."""
+        token = _CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT.reset(token)
+
+    def call(self, make: Callable[[], T], what: str) -> T:
+        """`make()` bounded by the deadline. ONNX Runtime cannot stop a session's setup (a
+        graph of 10^6 nodes takes minutes): with a limit it runs in a worker thread, and past
+        the deadline the run raises RunTimeout while the worker is abandoned; it finishes,
+        and its memory is freed, in the background."""
+        if self._end is None:
+            return make()
+        self.check()
+        done: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                done["value"] = make()
+            except BaseException as exc:  # handed to the waiting thread
+                done["error"] = exc
+
+        worker = threading.Thread(target=work, name=f"parity {what}", daemon=True)
+        worker.start()
+        worker.join(self.remaining())
+        if worker.is_alive():
+            raise RunTimeout(
+                f"{timeout_message(self.seconds or 0.0)}: {what} was abandoned (it finishes "
+                "in the background, and its memory is freed then)"
+            )
+        if "error" in done:
+            raise done["error"]
+        return done["value"]
+
+    @contextmanager
     def ort_run_options(self) -> Iterator[Any]:
         """ORT RunOptions that a timer terminates at the deadline (None without a limit).
 
@@ -72,6 +115,14 @@ class Deadline:
             raise
         finally:
             timer.cancel()
+
+
+_CURRENT: ContextVar[Deadline | None] = ContextVar("parity_deadline", default=None)
+
+
+def current() -> Deadline | None:
+    """The deadline of the run in progress in this context (`Deadline.active`), if any."""
+    return _CURRENT.get()
 
 
 def _terminate(options: Any) -> None:

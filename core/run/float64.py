@@ -1,8 +1,13 @@
-"""The reference model once more in float64, for the noise floor (``--noise-floor``).
+"""The reference model once more in float64, and at a 16-bit candidate's precision, for the
+noise floor (``--noise-floor``).
 
 A float32 module (an nn.Module, or a .pt2's program module) is copied and cast with
-``.double()``; its float32 inputs are cast to float64. Anything that cannot be run so gives
-None and a note, never a failed run.
+``.double()``; its float32 inputs are cast to float64. For a float16 / bfloat16 candidate it
+is also copied and cast to that type (its float inputs too), so torch's own error at that
+precision is measured the same way; where torch has no kernel for an op at that type on this
+device, the run is emulated instead (`EMULATED`): weights, inputs and every op's float
+output rounded to that type, computed in float32. Anything that cannot be run so gives None
+and a note, never a failed run.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import torch
 from parity.errors import first_line
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet
+from parity.run.budget import MemoryBudget
 from parity.signature import OnnxSignature
 
 
@@ -27,7 +33,27 @@ class Float64Model:
     note: str  # why not, when model is None
 
 
-def float64_model(model: Any) -> Float64Model:
+def float64_bytes(module: torch.nn.Module) -> int:
+    """What casting a copy of `module` to float64 allocates: the copy (every tensor it holds)
+    and the float64 tensors that replace its floating ones, counted before either is made."""
+    seen: set[int] = set()
+    total = 0
+    tensors = [*module.parameters(), *module.buffers()]
+    for sub in module.modules():  # a traced graph's lifted constants are plain attributes
+        tensors += [v for v in vars(sub).values() if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        total += t.numel() * t.element_size()
+        if t.is_floating_point():
+            total += t.numel() * 8
+    return total
+
+
+def float64_model(model: Any, budget: MemoryBudget | None = None) -> Float64Model:
+    """The model cast to float64 (or None and why). Its size is checked against `budget`
+    (--max-memory) before the copy is made: BudgetError, one line."""
     module = getattr(model, "module", None)
     if getattr(model, "kind", "") == "torchscript":
         return Float64Model(None, "noise floor not measured: a TorchScript model fixes its dtypes")
@@ -36,6 +62,11 @@ def float64_model(model: Any) -> Float64Model:
     floats = {p.dtype for p in module.parameters()} | {b.dtype for b in module.buffers()}
     if floats - {torch.float32, torch.float64} and floats & {torch.float16, torch.bfloat16}:
         return Float64Model(None, "noise floor not measured: the model is not float32")
+    (budget or MemoryBudget()).check(
+        float64_bytes(module),
+        "the float64 copy of the model for --noise-floor",
+        proceed="leave out --noise-floor for this model",
+    )
     try:
         with warnings.catch_warnings():  # deepcopy of a .pt2's module: pytree deprecations
             warnings.simplefilter("ignore")
@@ -51,18 +82,19 @@ def float64_model(model: Any) -> Float64Model:
     return Float64Model(replace(model, module=double), "")
 
 
-def _double_graph(gm: torch.fx.GraphModule) -> None:
+def _double_graph(gm: torch.fx.GraphModule, dtype: torch.dtype = torch.float64) -> None:
     """A traced graph (a .pt2's module) fixes float32 where the trace saw it: casts
     (``aten.to(x, torch.float32)``, an attention mask's ``dtype=``), metadata asserts and
-    lifted float constants. Say float64 there too, or a float32 mask meets float64 scores."""
+    lifted float constants. Say float64 (`dtype`) there too, or a float32 mask meets float64
+    scores."""
     for name, value in list(vars(gm).items()):
         if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
-            setattr(gm, name, value.double())
+            setattr(gm, name, value.to(dtype))
     for module in gm.modules():
         for name, value in list(vars(module).items()):
             if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
-                setattr(module, name, value.double())
-    swap = {torch.float32: torch.float64}
+                setattr(module, name, value.to(dtype))
+    swap = {torch.float32: dtype}
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -91,8 +123,11 @@ def run_float64(
         with quiet_torch(), torch.inference_mode():
             result = model.module(*binding.args, **binding.kwargs)
         named = match_outputs(flatten_outputs(result), signature.output_names)
-    except Exception as exc:
-        return None, f"noise floor not measured: the model failed in float64 ({first_line(exc)})"
+    except (Exception, SystemExit) as exc:  # a model's sys.exit() must not end Parity silently
+        cause = f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else None
+        return None, (
+            f"noise floor not measured: the model failed in float64 ({cause or first_line(exc)})"
+        )
     arrays = {}
     for name, value in named.items():
         if isinstance(value, torch.Tensor):
@@ -100,3 +135,140 @@ def run_float64(
     if not any(a.dtype == np.float64 for a in arrays.values()):
         return None, "noise floor not measured: the model still computes in float32 after .double()"
     return arrays, ""
+
+
+EMULATED = "weights, inputs and each op's float output rounded to {dtype}, computed in float32"
+"""How torch's own error is measured where torch cannot run the model at that precision."""
+
+_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class LowModel:
+    """The reference at a 16-bit precision (mutable, private to one run): the cast copy, or
+    after its first failure, the float32 model run emulated (`emulated` says how)."""
+
+    precision: str
+    base: Any  # the float32 TorchModel
+    cast: Any = None  # TorchModel whose module is cast to `precision`, None once it failed
+    emulated: str = ""  # "" while torch runs at that precision; else EMULATED's words
+
+
+def low_model(model: Any, precision: str) -> LowModel | str:
+    """The reference cast to `precision` ("float16" / "bfloat16"), or why not."""
+    module = getattr(model, "module", None)
+    if getattr(model, "kind", "") == "torchscript":
+        return f"{precision} noise floor not measured: a TorchScript model fixes its dtypes"
+    if not isinstance(module, torch.nn.Module):
+        return f"{precision} noise floor not measured: the model is not an nn.Module"
+    dtype = _TORCH_DTYPES[precision]
+    from dataclasses import replace
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cast = copy.deepcopy(module).to(dtype).eval()
+        if isinstance(cast, torch.fx.GraphModule):
+            _double_graph(cast, dtype)
+    except Exception:
+        return LowModel(precision, model, None, EMULATED.format(dtype=precision))
+    return LowModel(precision, model, replace(model, module=cast))
+
+
+def run_low(
+    low: LowModel, input_set: InputSet, signature: OnnxSignature
+) -> tuple[dict[str, np.ndarray] | None, str]:
+    """The reference's outputs at `low.precision` keyed by ONNX output name (as float32),
+    or (None, why). The first failure of the cast model switches to emulation for good."""
+    dtype = _TORCH_DTYPES[low.precision]
+    if low.cast is not None:
+        arrays, error = _run_cast(low.cast, input_set, signature, dtype)
+        if arrays is not None:
+            return arrays, ""
+        low.cast, low.emulated = None, EMULATED.format(dtype=low.precision)
+    arrays, error = _run_emulated(low.base, input_set, signature, dtype)
+    if arrays is None:
+        return None, f"{low.precision} noise floor not measured: the model failed ({error})"
+    return arrays, ""
+
+
+def _feeds(input_set: InputSet, signature: OnnxSignature, dtype: torch.dtype) -> dict:
+    tensors = {}
+    for name in signature.input_names:
+        if name in input_set.feeds:
+            a = np.asarray(input_set.feeds[name])
+            t = torch.from_numpy(np.array(a, copy=True, order="C"))
+            if t.dtype in (torch.float32, torch.float64):
+                t = t.to(dtype)
+            tensors[name] = t
+    return tensors
+
+
+def _outputs(result: Any, signature: OnnxSignature) -> dict[str, np.ndarray]:
+    from parity.run.runner import flatten_outputs, match_outputs
+
+    named = match_outputs(flatten_outputs(result), signature.output_names)
+    arrays = {}
+    for name, value in named.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            if value.dtype in (torch.float16, torch.bfloat16):
+                value = value.float()
+            arrays[name] = value.numpy()
+    return arrays
+
+
+def _run_cast(
+    model: Any, input_set: InputSet, signature: OnnxSignature, dtype: torch.dtype
+) -> tuple[dict[str, np.ndarray] | None, str]:
+    from parity.run.runner import model_binding
+
+    binding = model_binding(model, _feeds(input_set, signature, dtype))
+    try:
+        with quiet_torch(), torch.inference_mode():
+            return _outputs(model.module(*binding.args, **binding.kwargs), signature), ""
+    except Exception as exc:  # no kernel at that type here (e.g. "not implemented for 'Half'")
+        return None, first_line(exc)
+
+
+class _Rounding(torch.overrides.TorchFunctionMode):
+    """Every float32 tensor an op returns, rounded to `dtype` (and back to float32)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        return torch.utils._pytree.tree_map(self._round, out)
+
+    def _round(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            return value.to(self.dtype).to(torch.float32)
+        return value
+
+
+def _run_emulated(
+    model: Any, input_set: InputSet, signature: OnnxSignature, dtype: torch.dtype
+) -> tuple[dict[str, np.ndarray] | None, str]:
+    from dataclasses import replace
+
+    from parity.run.runner import model_binding
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rounded = copy.deepcopy(model.module).eval()
+        with torch.no_grad():
+            for tensor in [*rounded.parameters(), *rounded.buffers()]:
+                if tensor.dtype == torch.float32:
+                    tensor.copy_(tensor.to(dtype).to(torch.float32))
+        feeds = {
+            k: v.to(torch.float32) if v.dtype == dtype else v
+            for k, v in _feeds(input_set, signature, dtype).items()
+        }
+        binding = model_binding(replace(model, module=rounded), feeds)
+        with quiet_torch(), torch.inference_mode(), _Rounding(dtype):
+            return _outputs(rounded(*binding.args, **binding.kwargs), signature), ""
+    except Exception as exc:
+        return None, first_line(exc)

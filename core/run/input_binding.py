@@ -8,14 +8,27 @@ name when every positional name is fed and every feed has a name the model knows
 by position in the ONNX order, and the binding says why (the report shows it), because a
 position-matched pair whose inputs are ordered differently feeds the wrong tensors.
 
+When the call fails because the model's parameters are not the ONNX inputs (a stateful
+TorchScript's ``forward(x, sr)`` against its ONNX file's ``(input, state, sr)``: torch says only
+"forward() expected at most 3 argument(s) but received 4"), `signature_mismatch` says both
+signatures and writes the few-line wrapper factory that fixes it.
+
 Contract: bind_inputs(feeds, *, keyword, positional) -> InputBinding
+signature_mismatch(model, onnx_inputs, binding, cause) -> SignatureMismatch | None
 """
 
 from __future__ import annotations
 
+import keyword as python_keyword
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from parity.errors import SignatureMismatch
+
+if TYPE_CHECKING:
+    from parity.load.torch_model import TorchModel
 
 BY_NAME = "name"
 BY_POSITION = "position"
@@ -66,3 +79,92 @@ def binding_text(by: str | None, note: str | None) -> str:
     if by == BY_NAME:
         return "by name"
     return f"by position ({note})" if note else "by position"
+
+
+def model_parameters(model: TorchModel) -> tuple[str, ...]:
+    """forward()'s parameters in order, as far as the model records them."""
+    positional = tuple(getattr(model, "positional_names", ()))
+    return positional + tuple(n for n in model.parameter_names if n not in positional)
+
+
+def signature_mismatch(
+    model: TorchModel, onnx_inputs: Sequence[str], binding: InputBinding, cause: str
+) -> SignatureMismatch | None:
+    """The error for a call that failed because the model's parameters are not the ONNX
+    inputs (fed by position, and the names disagree); None for any other failure."""
+    params = model_parameters(model)
+    if binding.by != BY_POSITION or binding.note == NO_NAMES or not params:
+        return None
+    if list(params) == list(onnx_inputs):
+        return None
+    message = (
+        f"the model's forward({', '.join(params)}) does not take the ONNX file's inputs "
+        f"({', '.join(onnx_inputs)}); torch said: {cause}. Write a factory whose forward() "
+        "takes the ONNX inputs and calls the model (below), and give it as the model "
+        "(--model wrap.py:make)"
+    )
+    return SignatureMismatch(message, detail=wrapper_code(model, params, onnx_inputs))
+
+
+def _identifier(name: str, taken: set[str]) -> str:
+    """`name` as a Python parameter name (ONNX names may hold dots); unique among `taken`."""
+    text = re.sub(r"\W", "_", name) or "x"
+    if text[0].isdigit() or python_keyword.iskeyword(text) or text == "self":
+        text = f"in_{text}"
+    while text in taken:
+        text += "_"
+    taken.add(text)
+    return text
+
+
+def _load_line(model: TorchModel) -> str:
+    """The line of make() that loads the model as Parity did."""
+    spec = model.spec
+    if model.kind == "torchscript":
+        return f"inner = torch.jit.load({spec!r})"
+    if model.kind == "exported_program" and not spec.startswith("<"):
+        return f"inner = torch.export.load({spec!r}).module()"
+    if model.kind in ("factory", "demo"):
+        return f"inner = load_torch_model({spec!r}).module  # as Parity loads it"
+    return "inner = ...  # your model"
+
+
+def wrapper_code(model: TorchModel, params: Sequence[str], onnx_inputs: Sequence[str]) -> str:
+    """A factory file whose forward() takes the ONNX inputs in their order and passes the
+    model's parameters on: by name where both sides use the name, the rest in order."""
+    taken: set[str] = set()
+    names = {onnx: _identifier(onnx, taken) for onnx in onnx_inputs}
+    spare = [onnx for onnx in onnx_inputs if onnx not in params]
+    call = []
+    for param in params:
+        if param in names:
+            call.append(names[param])
+        elif spare:
+            call.append(names[spare.pop(0)])
+    unused = [names[n] for n in spare]
+    note = f"; {', '.join(unused)} not passed on" if unused else ""
+    load = _load_line(model)
+    signature = f"the model's forward({', '.join(params)})"
+    imports = ["import torch"]
+    if "load_torch_model" in load:
+        imports.append("from parity.load.torch_model import load_torch_model")
+    return "\n".join(
+        [
+            "# wrap.py, then: parity validate --model wrap.py:make --onnx YOUR.onnx",
+            *imports,
+            "",
+            "",
+            "class Wrapped(torch.nn.Module):",
+            "    def __init__(self, inner):",
+            "        super().__init__()",
+            "        self.inner = inner",
+            "",
+            f"    def forward(self, {', '.join(names.values())}):  # the ONNX file's inputs",
+            f"        return self.inner({', '.join(call)})  # {signature}{note}",
+            "",
+            "",
+            "def make():",
+            f"    {load}",
+            "    return Wrapped(inner)",
+        ]
+    )

@@ -15,14 +15,17 @@ a live run, so ``parity validate --model M --save-reference REF.npz`` followed b
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from parity.errors import InputError, UsageError
 from parity.files.atomic import atomic_output
+from parity.files.safe_read import open_regular
 from parity.results import OutputSet, ValidationRun
 from parity.run.budget import MemoryBudget, describe_largest, npz_headers
 from parity.signature import OnnxSignature
@@ -111,11 +114,16 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray], *, what: str) -> None:
 
 
 def _read_npz(path: Path, budget: MemoryBudget) -> dict[str, np.ndarray]:
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise UsageError(f"reference file {path} not found")
+    with open_regular(path, what="reference file", limit=None, error=InputError) as fh:
+        return _read_npz_file(fh, path, budget)
+
+
+def _read_npz_file(fh: BinaryIO, path: Path, budget: MemoryBudget) -> dict[str, np.ndarray]:
     try:
-        with open(path, "rb") as fh:
-            magic = fh.read(6)
+        magic = fh.read(6)
+        fh.seek(0)
     except OSError as exc:
         raise InputError(f"cannot read reference file {path}: {exc.strerror or exc}") from exc
     if magic.startswith(np.lib.format.MAGIC_PREFIX):
@@ -126,7 +134,7 @@ def _read_npz(path: Path, budget: MemoryBudget) -> dict[str, np.ndarray]:
     if not magic.startswith(b"PK"):
         raise InputError(f"reference file {path} is not an .npz file (not a zip archive)")
     try:
-        headers = npz_headers(path)
+        headers = npz_headers(fh)
     except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"reference file {path} is not a readable .npz ({exc})") from exc
     budget.check(
@@ -135,7 +143,8 @@ def _read_npz(path: Path, budget: MemoryBudget) -> dict[str, np.ndarray]:
         proceed="store fewer or smaller outputs",
     )
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        fh.seek(0)
+        with np.load(fh, allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
     except ValueError as exc:
         if "pickle" in str(exc):

@@ -36,7 +36,7 @@ from parity.load.dtypes import from_ort_type
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet, OutputSet
 from parity.run.deadline import Deadline
-from parity.run.input_binding import InputBinding, bind_inputs
+from parity.run.input_binding import InputBinding, bind_inputs, signature_mismatch
 from parity.run.inputs import check_feeds
 from parity.signature import OnnxSignature, TensorSpec
 
@@ -92,6 +92,10 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
+        cause = f"{type(exc).__name__}: {first_line(exc)}"
+        mismatch = signature_mismatch(model, list(tensors), binding, cause)
+        if mismatch is not None:
+            raise mismatch from exc
         raise ModelRunError(
             f"torch model raised {type(exc).__name__} on input set {input_set.index}: "
             f"{first_line(exc)}{_precision_hint(model.module, input_set)}"

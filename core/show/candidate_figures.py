@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from parity.judge.judgement import FAIL_TEXT, STRUCTURAL_COLOR
 from parity.results import CandidateInfo, ValidationRun
 from parity.show.candidate_views import candidate_cells
+from parity.show.colors import FAIL_TEXT, STRUCTURAL_COLOR
 from parity.show.figures import GridCell, judgement_grid, plot_text
 from parity.verdict import Verdict
 

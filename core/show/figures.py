@@ -19,18 +19,19 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from parity.judge.judgement import (
+from parity.judge.judgement import element_errors
+from parity.judge.pass_rule import allowed, exceeds
+from parity.judge.where import AxisProfile, WhereProfile
+from parity.labels import set_label
+from parity.results import OutputComparison, ValidationRun
+from parity.show.colors import (
     RATIO_COLORBAR,
     RATIO_COLORSCALE,
     RATIO_SPAN,
     STRUCTURAL_COLOR,
     cell_look,
-    element_errors,
     ratio_z,
 )
-from parity.judge.where import AxisProfile, WhereProfile
-from parity.labels import set_label
-from parity.results import OutputComparison, ValidationRun
 from parity.show.views import (
     JUDGED_KINDS,
     ErrorHistogram,
@@ -90,7 +91,7 @@ def _color_values(
     """z values for plotly (float32, no infinities), colour settings, and a colour-bar note.
 
     Infinite cells (one-sided NaN/Inf) are drawn at the end of the scale and counted. Judged
-    views (error ÷ allowed) use the one ratio scale of parity.judge.judgement, the pass line marked;
+    views (error ÷ allowed) use the one ratio scale of parity.show.colors, the pass line marked;
     the other error views get the tolerance marked on their colour bar when it is given.
     """
     v = view.values.astype(np.float64, copy=True)
@@ -552,7 +553,7 @@ def error_histogram(
 def onnx_vs_ref_scatter(sample: ScatterSample, *, tolerance: Tolerance) -> go.Figure:
     """ONNX against reference values, points outside the pass band in red, band drawn."""
     r, o = sample.ref, sample.onnx
-    fail = np.abs(o - r) > tolerance.atol + tolerance.rtol * np.abs(r)
+    fail = exceeds(np.abs(o - r), np.abs(r), tolerance.atol, tolerance.rtol)
     fig = go.Figure()
     if r.size:
         lo, hi = float(min(r.min(), o.min())), float(max(r.max(), o.max()))
@@ -561,7 +562,7 @@ def onnx_vs_ref_scatter(sample: ScatterSample, *, tolerance: Tolerance) -> go.Fi
     if hi <= lo:
         lo, hi = lo - 1.0, hi + 1.0
     xs = np.linspace(lo, hi, 201)
-    band = tolerance.atol + tolerance.rtol * np.abs(xs)
+    band = allowed(np.abs(xs), tolerance.atol, tolerance.rtol)
     fig.add_trace(
         go.Scatter(
             x=np.concatenate([xs, xs[::-1]]),
@@ -672,7 +673,7 @@ def judgement_grid(
     column_title: str = "output",
 ) -> go.Figure:
     """Rows x columns of comparisons, each cell coloured by its worst error ÷ allowed error
-    (parity.judge.judgement: the same scale in every run, greens pass, reds fail) and marked in
+    (parity.show.colors: the same scale in every run, greens pass, reds fail) and marked in
     words (✓, ✗, shape, dtype, missing) so the verdict reads without colour. Shape, dtype
     and missing cells are drawn in their own colour, never left empty. Row and column
     labels are plain text (plot_text); a click on a mark selects its `select` data.

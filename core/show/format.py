@@ -7,7 +7,7 @@ from parity.labels import status_label, wrong_pair_note
 from parity.results import OutputComparison, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.rows import COLUMNS, comparison_rows
-from parity.text import aligned_table, count_text, number_text, shape_text
+from parity.text import aligned_table, count_text, number_pair_text, shape_text
 
 TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
 
@@ -54,10 +54,8 @@ def format_failure(c: OutputComparison, where: WhereProfile | None = None) -> st
     lines = [line.strip() for line in c.message.splitlines() if line.strip()]
     s = c.stats
     if s is not None and s.worst_index is not None and c.status is Status.FAIL:
-        lines.append(
-            f"Worst element at index {list(s.worst_index)}: "
-            f"ref {number_text(s.ref_at_worst)}, onnx {number_text(s.onnx_at_worst)}"
-        )
+        ref, onnx = number_pair_text(s.ref_at_worst, s.onnx_at_worst)
+        lines.append(f"Worst element at index {list(s.worst_index)}: ref {ref}, onnx {onnx}")
     if where is not None:
         lines.append(f"Where: {where.summary}")
     head = f"set {c.input_set} {c.name}: "

@@ -14,7 +14,7 @@ from parity.judge.judgement import comparison_ratio
 from parity.judge.where import WhereProfile
 from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun
-from parity.text import number_text, shape_text, times_text, tolerance_text
+from parity.text import number_pair_text, number_text, shape_text, times_text, tolerance_text
 
 __all__ = [
     "candidate_words",
@@ -117,10 +117,8 @@ def output_sentence(
             ratio = comparison_ratio(c)
             text += f", the worst off by {number_text(s.max_abs)}"
             if _finite(s.ref_at_worst) and _finite(s.onnx_at_worst):  # in the output's units
-                text += (
-                    f" (the reference reads {number_text(s.ref_at_worst)} there, ONNX "
-                    f"{number_text(s.onnx_at_worst)})"
-                )
+                ref, onnx = number_pair_text(s.ref_at_worst, s.onnx_at_worst)
+                text += f" (the reference reads {ref} there, ONNX {onnx})"
             if ratio is not None:
                 text += f", {times_text(ratio)} the allowed error"
         parts.append(text)

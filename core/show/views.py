@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from parity.judge.chunks import flat_chunks
 from parity.judge.judgement import element_errors
 from parity.text import axis_text
 from parity.tolerances import Tolerance
@@ -358,19 +359,12 @@ class ErrorHistogram:
         return np.sqrt(self.edges[:-1] * self.edges[1:])
 
 
-def _flat_chunks(ref: np.ndarray, onnx: np.ndarray, chunk: int):
-    r = np.asarray(ref).reshape(-1)
-    o = np.asarray(onnx).reshape(-1)
-    for start in range(0, r.size, chunk):
-        yield start, r[start : start + chunk], o[start : start + chunk]
-
-
 def _judged_chunks(ref: np.ndarray, onnx: np.ndarray, exclude: np.ndarray | None, chunk: int):
     """(flat positions, ref, onnx) of the judged elements, chunk by chunk."""
     flat_exclude = None
     if exclude is not None:
         flat_exclude = _full_mask(exclude, np.shape(ref)).reshape(-1)
-    for start, r, o in _flat_chunks(ref, onnx, chunk):
+    for start, r, o in flat_chunks(ref, onnx, chunk):
         pos = np.arange(start, start + r.size)
         if flat_exclude is not None:
             keep = ~flat_exclude[start : start + r.size]
@@ -564,7 +558,7 @@ def sample_pairs(
 
 def _count_nonfinite_pairs(ref: np.ndarray, onnx: np.ndarray) -> int:
     n = 0
-    for _, r, o in _flat_chunks(ref, onnx, CHUNK_ELEMENTS):
+    for _, r, o in flat_chunks(ref, onnx, CHUNK_ELEMENTS):
         if np.issubdtype(r.dtype, np.floating) or np.issubdtype(o.dtype, np.floating):
             n += int((~(np.isfinite(r) & np.isfinite(o))).sum())
     return n

@@ -18,7 +18,14 @@ from typing import Protocol
 
 import numpy as np
 
-from parity.results import GenerationInfo, InputSet, OutputComparison, OutputSet, Provenance
+from parity.results import (
+    GenerationInfo,
+    InputSet,
+    OutputComparison,
+    OutputSet,
+    PrecisionRun,
+    Provenance,
+)
 from parity.signature import OnnxSignature
 
 
@@ -51,6 +58,9 @@ class Case:
     # --noise-floor: the reference run again in float64 (None: not run; `float64_note` why)
     float64: Mapping[str, np.ndarray] | None = None
     float64_note: str = ""
+    # ... and at a 16-bit candidate's precision, by precision (a source that can: see
+    # TorchSource.measure_noise_at)
+    at_precision: Mapping[str, PrecisionRun] = field(default_factory=dict)
 
 
 class Source(Protocol):

@@ -51,12 +51,13 @@ class OnnxReferenceSource:
         raise UsageError("ONNX against ONNX needs the files to compare (--onnx)")
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
-        """Cases for the reference's own signature (`signature` is the run's, the same)."""
+        """Cases for the reference's own signature (`signature` is the run's, the same, with
+        the candidates' calibrated input ranges that generated inputs keep within)."""
         from parity.run.runner import run_onnx
 
         ref = self.reference
         self.timings["inputs"] = self.timings["reference_onnx"] = 0.0
-        for input_set in timed_input_sets(self._config, ref.signature, self.timings):
+        for input_set in timed_input_sets(self._config, signature, self.timings):
             self._report("reference", f"reference ONNX on {set_name(input_set)}", None)
             outputs = run_onnx(
                 ref.session, input_set, signature=ref.signature, deadline=self._deadline

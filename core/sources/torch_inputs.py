@@ -17,25 +17,38 @@ from parity.sources import Case
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
-    """The user's feeds (one set per file, then one per mapping given to the Python API),
-    else generated sets (seeded, dims grown): made one at a time, after their size is
-    checked against the memory budget (parity.run.budget)."""
+    """The user's feeds (one set per file, then one per mapping given to the Python API;
+    labelled with what a quantized input's QuantizeLinear clips), else generated sets
+    (seeded, dims grown; a quantized input within its calibrated range unless the user's
+    --float-range says otherwise, and then labelled likewise): made one at a time, after
+    their size is checked against the memory budget (parity.run.budget)."""
     from parity.run.budget import MemoryBudget
-    from parity.run.inputs import given_input_sets, iter_input_files, iter_input_sets
+    from parity.run.inputs import (
+        given_input_sets,
+        iter_input_files,
+        iter_input_sets,
+        with_clipping_notes,
+    )
 
     budget = MemoryBudget.of(config.max_memory)
     if config.n_given_sets:
         files = iter_input_files(config.input_files, signature, budget=budget)
-        given = given_input_sets(config.feeds, signature, first=len(config.input_files))
-        return itertools.chain(files, given)
-    return iter_input_sets(
+        given = given_input_sets(
+            config.feeds, signature, first=len(config.input_files), budget=budget
+        )
+        return with_clipping_notes(itertools.chain(files, given), signature.calibrated)
+    generated = iter_input_sets(
         signature,
         dims=config.dims,
         n_sets=config.n_input_sets,
         seed=config.seed,
         int_ranges=config.int_ranges,
+        float_ranges=config.float_ranges,
+        float_range=config.float_range,
         budget=budget,
     )
+    # a --float-range wider than a quantized input's calibrated range is clipped there too
+    return with_clipping_notes(generated, signature.calibrated)
 
 
 def timed_input_sets(
@@ -76,6 +89,12 @@ class TorchSource:
         self._report = report
         self._torch: Any = None
         self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
+        self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
+
+    def measure_noise_at(self, precisions: Any) -> None:
+        """--noise-floor: also run torch at these precisions ("float16", "bfloat16": the
+        candidates' own), so their floor is torch's error at that precision."""
+        self._noise_at = tuple(sorted(set(precisions)))
 
     def default_onnx(self, workdir: Any) -> str:
         if (demo := demo_name(self.model)) is not None:
@@ -96,11 +115,14 @@ class TorchSource:
         )
         self.timings["load_model"] = time.perf_counter() - t0
         double = None
+        lows: dict[str, Any] = {}
         if self._config.noise_floor:
-            from parity.run.float64 import float64_model
+            from parity.run.budget import MemoryBudget
+            from parity.run.float64 import float64_model, low_model
 
-            double = float64_model(self._torch)
+            double = float64_model(self._torch, MemoryBudget.of(self._config.max_memory))
             self.timings["float64"] = 0.0
+            lows = {p: low_model(self._torch, p) for p in self._noise_at}
         for input_set in sets:
             self._report("torch", f"torch on {set_name(input_set)}", None)
             self._binding = model_binding(self._torch, input_set.feeds)
@@ -109,7 +131,28 @@ class TorchSource:
             case = Case(input_set=input_set, reference=reference)
             if double is not None:
                 case = self._with_float64(case, double, signature)
+            if lows:
+                case = self._with_low(case, lows, signature)
             yield case
+
+    def _with_low(self, case: Case, lows: dict[str, Any], signature: OnnxSignature) -> Case:
+        """The case with torch's outputs at each 16-bit precision a candidate computes in."""
+        from dataclasses import replace
+
+        from parity.results import PrecisionRun
+        from parity.run.float64 import run_low
+
+        runs = {}
+        for precision, low in lows.items():
+            if isinstance(low, str):  # why it cannot be run
+                runs[precision] = PrecisionRun(None, note=low)
+                continue
+            self._report("torch", f"torch in {precision} on {set_name(case.input_set)}", None)
+            t0 = time.perf_counter()
+            arrays, note = run_low(low, case.input_set, signature)
+            self.timings["float64"] += time.perf_counter() - t0
+            runs[precision] = PrecisionRun(arrays, low.emulated, note)
+        return replace(case, at_precision=runs)
 
     def _with_float64(self, case: Case, double: Any, signature: OnnxSignature) -> Case:
         """The case with the float64 run's outputs (or the note saying why there are none)."""

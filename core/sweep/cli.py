@@ -1,4 +1,5 @@
-"""`parity sweep MANIFEST --out DIR`: the subcommand's flags and its entry point.
+"""`parity sweep MANIFEST --out DIR`: the subcommand's entry point (its flags are in
+parity.cli.definition's table).
 
 Exit 2 when any pair could not be run (or the manifest is wrong), else 1 when any pair
 failed, else 0.
@@ -20,49 +21,6 @@ from parity.sweep.summary import counts
 from parity.verdict import ExitCode, Verdict
 
 DEFAULT_TIMEOUT_S = 3600.0
-
-
-def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser(
-        "sweep",
-        help="validate every pair of a manifest, each in its own process, locally or on Ray",
-        description="Exit 2: some pair could not be run; 1: some pair failed; 0: all pass.",
-        allow_abbrev=False,
-    )
-    s.add_argument("manifest", metavar="MANIFEST", help="JSON manifest (schema parity.sweep/1)")
-    s.add_argument("--out", required=True, metavar="DIR", help="results folder")
-    s.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        metavar="N",
-        help="pairs at once (default: this machine's CPU count; with --ray-address: no limit)",
-    )
-    s.add_argument(
-        "--engine",
-        choices=["local", "ray"],
-        default="local",
-        help="local: processes on this machine (default); ray: one Ray task per pair "
-        "(pip install -e '.[ray]')",
-    )
-    s.add_argument(
-        "--ray-address",
-        metavar="ADDR",
-        help="an existing Ray cluster (e.g. ray://head:10001 or auto); default: a local one",
-    )
-    s.add_argument(
-        "--resume",
-        action="store_true",
-        help="skip pairs already done with the same arguments, input files and versions",
-    )
-    s.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help=f"seconds per pair before its process is killed (default {DEFAULT_TIMEOUT_S:g}; "
-        "0: none)",
-    )
 
 
 def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -9,7 +9,6 @@ every pair folder holds a report.json.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,8 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from parity.errors import UsageError
+from parity.errors import Interrupted, UsageError
+from parity.files import strict_json
 from parity.files.atomic import atomic_path, write_text
+from parity.files.safe_read import open_regular, read_bytes
 from parity.sweep.pair_process import command as pair_command
 from parity.sweep.plan import PairJob
 from parity.verdict import ExitCode, Verdict
@@ -60,10 +61,6 @@ class PairResult:
     started: bool = True
     """False for a pair that never ran (refused by the engine, lost by Ray before it ran):
     `--resume` runs it again."""
-
-
-class Interrupted(Exception):
-    """The sweep was stopped while this pair ran (its process was killed)."""
 
 
 def run_pair(job: PairJob, should_stop: Callable[[], bool] | None = None) -> PairResult:
@@ -214,12 +211,11 @@ def _remove_previous(job: PairJob) -> None:
 
 
 def read_json(path: Path, limit: int = _MAX_REPORT) -> dict[str, Any] | None:
-    """A JSON object from a file of at most `limit` bytes; None when absent or not that."""
+    """A JSON object from a regular file of at most `limit` bytes; None when absent or not
+    that (a FIFO, a link to a device, NaN or Infinity literals: parity.files.safe_read)."""
     try:
-        if path.stat().st_size > limit:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = strict_json.loads(read_bytes(path, what="", limit=limit, error=UsageError))
+    except (UsageError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -264,10 +260,10 @@ def _error_line(tail: str) -> str | None:
 
 def _tail(path: Path) -> str:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, what="", limit=None, error=UsageError) as fh:
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
+            return fh.read(_LOG_TAIL).decode("utf-8", errors="replace")
+    except (OSError, UsageError):
         return ""
 
 

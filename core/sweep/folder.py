@@ -11,10 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import UsageError
+from parity.files import strict_json
+from parity.files.safe_read import read_bytes
 from parity.sweep import SCHEMA
 from parity.sweep.execute import PairResult, read_json
 from parity.sweep.plan import REPORT
 from parity.sweep.summary import SUMMARY, result_from_dict
+
+MAX_SUMMARY = 256 << 20
+"""A summary of 10^5 pairs is a few tens of MB; past this it is not one."""
 
 
 @dataclass(frozen=True)
@@ -51,26 +56,47 @@ class SweepFolder:
 
 def load_sweep(path: str | Path) -> SweepFolder:
     folder = Path(path).expanduser()
-    summary = read_json(folder / SUMMARY)
-    if summary is None:
-        raise UsageError(f"{folder}: no readable {SUMMARY} (is it a `parity sweep --out` folder?)")
+    summary = _read_summary(folder)
     if summary.get("schema") != SCHEMA:
         raise UsageError(f"{folder / SUMMARY}: schema is not {SCHEMA!r}")
     pairs = []
     for i, entry in enumerate(summary.get("pairs") or []):
         try:
             pair = result_from_dict(entry)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise UsageError(f"{folder / SUMMARY}: pairs[{i}] is malformed ({exc})") from exc
+        if Path(pair.name).name != pair.name or pair.name in (".", ".."):
+            raise UsageError(
+                f"{folder / SUMMARY}: pairs[{i}]: name {pair.name!r} is not a folder inside "
+                "the sweep folder"
+            )
         pairs.append(pair)
+    total = summary.get("total")
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
+        raise UsageError(f"{folder / SUMMARY}: total {total!r} is not a count of pairs")
     return SweepFolder(
         path=folder,
         manifest=str(summary.get("manifest", "")),
-        total=int(summary.get("total") or len(pairs)),
+        total=total or len(pairs),
         complete=bool(summary.get("complete")),
         pairs=tuple(pairs),
         outputs={p.name: _cells(folder / p.name / REPORT) for p in pairs},
     )
+
+
+def _read_summary(folder: Path) -> dict:
+    """The folder's summary.json: a regular file, bounded, strict JSON (no Infinity)."""
+    where = folder / SUMMARY
+    if not where.exists() and not where.is_symlink():
+        raise UsageError(f"{folder}: no readable {SUMMARY} (is it a `parity sweep --out` folder?)")
+    raw = read_bytes(where, what="sweep summary", limit=MAX_SUMMARY, error=UsageError)
+    try:
+        summary = strict_json.loads(raw)
+    except strict_json.FieldError as exc:
+        raise UsageError(f"{where}: {exc}") from exc
+    if not isinstance(summary, dict):
+        raise UsageError(f"{where}: not a JSON object; is it a `parity sweep --out` folder?")
+    return summary
 
 
 def _cells(report_path: Path) -> dict[str, OutputCell]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import parity.files.strict_json as strict_json
 from parity.errors import UsageError
+from parity.files.safe_read import read_bytes
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.path_flags import PathFlags
 from parity.sweep import SCHEMA
@@ -78,13 +79,12 @@ def load_manifest(
     """
     path = Path(path)
     shown = str(path)
+    if not path.exists() and not path.is_symlink():
+        raise UsageError(f"cannot read manifest {shown}: no such file")
     try:
-        size = path.stat().st_size
-        if size > MAX_MANIFEST_BYTES:
-            raise UsageError(f"{shown}: {size} bytes, more than a manifest may hold")
-        data = strict_json.loads(path.read_bytes())
-    except OSError as exc:
-        raise UsageError(f"cannot read manifest {shown}: {exc.strerror or exc}") from exc
+        data = strict_json.loads(
+            read_bytes(path, what="manifest", limit=MAX_MANIFEST_BYTES, error=UsageError)
+        )
     except strict_json.FieldError as exc:
         raise UsageError(f"{shown}: {exc}") from exc
     root = path.resolve().parent

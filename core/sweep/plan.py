@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from parity.errors import ParityError
+from parity.files.hashing import file_sha256
 from parity.sweep.manifest import (
     MODEL_FLAG,
     Manifest,
@@ -126,10 +128,11 @@ def _digest(path: Path, kind: str) -> str:
                 if p.is_file()
             )
             return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
-        with open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
+        return file_sha256(path)  # a regular file only: a FIFO is not read
     except OSError as exc:  # vanished since the manifest was checked: the run will say so
         return f"unreadable: {os.strerror(exc.errno) if exc.errno else exc}"
+    except ParityError as exc:
+        return f"unreadable: {exc.message}"
 
 
 def gpu_provider(args: tuple[str, ...]) -> str | None:

@@ -13,7 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from parity.errors import UsageError
+from parity.files import strict_json
 from parity.files.atomic import write_text
+from parity.files.safe_read import read_bytes
 from parity.sweep import SCHEMA
 from parity.sweep.execute import RECORD, PairResult, Worst
 from parity.sweep.plan import PairJob
@@ -21,6 +24,7 @@ from parity.verdict import ExitCode, Verdict
 
 SUMMARY = "summary.json"
 VERDICTS = tuple(Verdict)
+_MAX_RECORD = 1 << 20  # one pair's record: a few hundred bytes
 
 
 def result_dict(result: PairResult) -> dict[str, Any]:
@@ -107,11 +111,12 @@ def load_record(job: PairJob) -> PairResult | None:
     report, and its --html / --save-run files) are all still there."""
     folder = Path(job.out_dir)
     try:
-        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        raw = read_bytes(folder / RECORD, what="pair record", limit=_MAX_RECORD, error=UsageError)
+        record = strict_json.loads(raw)
         if record.get("key") != job.key or not job.report_path.is_file():
             return None
         result = result_from_dict(record["result"], key=job.key)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (UsageError, OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     written = [name for name in (result.html, result.saved_run) if name]
     if result.name != job.name or not all((folder / name).is_file() for name in written):

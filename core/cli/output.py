@@ -1,0 +1,169 @@
+"""What a command writes: the report files a run asks for, the terminal text of a run, and
+the one error line (with the --json error report) when it could not be made."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import textwrap
+import traceback
+
+from parity.cli.values import tolerances_from_args
+from parity.errors import ParityError, UsageError, WriteError
+from parity.results import ValidationRun
+from parity.run.input_binding import SignatureMismatch
+from parity.show.format import format_run, format_verdict
+from parity.tolerances import Tolerances
+from parity.verdict import ExitCode
+
+
+def progress_printer():
+    """Live progress on a terminal's stderr (None when stderr is not a terminal)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(event) -> None:
+        print(f"\r\033[K[{event.elapsed:6.1f}s] {event.message}", end="", file=sys.stderr)
+        if event.step == "done":
+            print("\r\033[K", end="", file=sys.stderr)
+
+    return show
+
+
+def write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
+    """The files the flags ask for, each written atomically (paths checked before the run)."""
+    from parity.reports.report import report_dict, write_json
+
+    if getattr(args, "save_run", None):
+        from parity.reports.saved_run import save_run
+
+        save_run(run, args.save_run)
+    if getattr(args, "save_reference", None):
+        from parity.run.reference import save_reference_outputs
+
+        save_reference_outputs(args.save_reference, run)
+    if args.json:
+        write_json(args.json, report_dict(run))
+    if args.html:
+        from parity.reports.html_report import write_html_report
+
+        write_html_report(run, args.html)
+    if getattr(args, "model_explorer", None):
+        _write_model_explorer(run, args.model_explorer)
+    if getattr(args, "write_fixed", None):
+        _write_fixed(run, args.write_fixed)
+    if getattr(args, "repro", None):
+        from parity.layers.repro import write_repro
+
+        command = "parity " + " ".join(shlex.quote(a) for a in (args.argv or ()))
+        print(write_repro(run.layers, args.repro, command=command, onnx_path=run.onnx).message)
+
+
+def _write_fixed(run: ValidationRun, path: str) -> None:
+    """The float16 file with layers.keep_float32 kept in float32 (parity.layers.fp16). A run
+    with nothing to fix keeps its verdict and reports: a note says why nothing was written."""
+    from parity.layers.fp16 import write_fixed
+
+    reference = run.provenance.reference_file
+    check = run.layers.findings.get("keep_float32_check") if run.layers is not None else None
+    if reference is None or not check or not check.get("fixed"):
+        why = (
+            "nothing needed fixing (no float16 value diverged for a node kept in float32 to cure)"
+            if not check
+            else "keeping the nodes found in float32 did not fix the float16 file"
+        )
+        print(f"--write-fixed: nothing written to {path}: {why}")
+        return
+    write_fixed(run.layers, reference, path)
+
+
+def _write_model_explorer(run: ValidationRun, path: str) -> None:
+    from parity.layers.model_explorer import write_node_data
+
+    if run.layers is None:
+        raise UsageError(
+            f"no layers comparison to write to {path}: this run was made without --layers"
+        )
+    write_node_data(run.layers, path, pass_line=run.layers.threshold, onnx_path=run.onnx)
+
+
+def format_text(run: ValidationRun) -> str:
+    """A run as the terminal shows it: table or steps, noise, layers."""
+    if run.is_generation:
+        from parity.hf.generation_report import summary_line
+        from parity.hf.steps_text import format_steps_table
+
+        text = format_steps_table(run) + "\n\n" + format_verdict(run)
+        text += "".join(f"\n{line}" for line in [summary_line(run)] if line)
+    elif run.is_multi_candidate:  # candidates side by side
+        from parity.show.candidates_text import format_candidates
+
+        text = format_candidates(run)
+    else:
+        text = format_run(run)
+    if any(c.noise is not None for c in run.comparisons):
+        from parity.judge.noise import noise_lines
+
+        lines = noise_lines(run.comparisons)
+        text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
+            f"  {line}" for line in lines
+        )
+        from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
+
+        head, *rest = noise_suggestion_lines(suggest_noise_tolerances(run))
+        text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
+    if run.layers is not None:
+        from parity.layers.text import format_run_layers
+
+        text += "\n\n" + format_run_layers(run)
+    return text
+
+
+def fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:
+    """A run that could not be made: its one line (and --json error report), exit 2."""
+    if args.debug:
+        traceback.print_exception(exc)
+    hint = " (--debug shows the traceback)" if kind == "internal" and not args.debug else ""
+    unwritten = write_error_report(args, kind, message, exc)
+    print(f"parity: error: {message}{hint}{unwritten}", file=sys.stderr)
+    if isinstance(exc, SignatureMismatch):  # the wrapper to write, after the one line
+        print(textwrap.indent(exc.detail, "    "), file=sys.stderr)
+    return ExitCode.ERROR
+
+
+def write_error_report(
+    args: argparse.Namespace, kind: str, message: str, exc: BaseException
+) -> str:
+    """Write the --json error report; '' or, if it cannot be written, text for the one line."""
+    if not getattr(args, "json", None):
+        return ""
+    if isinstance(exc, WriteError) and exc.path == str(args.json):
+        return ""
+    from parity.reports.report import error_report_dict, write_json
+
+    try:
+        tolerances = tolerances_from_args(args)
+    except ParityError:
+        tolerances = Tolerances()
+    try:
+        write_json(
+            args.json,
+            error_report_dict(
+                model=getattr(args, "model", None) or getattr(args, "run", None),
+                onnx=_first(getattr(args, "onnx", None)),
+                tolerances=tolerances,
+                kind=kind,
+                message=message,
+            ),
+        )
+    except WriteError as write_exc:
+        return f"; and {write_exc.message}"
+    return ""
+
+
+def _first(value: str | list[str] | None) -> str | None:
+    """--onnx is repeatable: an error report names the first file."""
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value

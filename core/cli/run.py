@@ -1,0 +1,220 @@
+"""Executing a parsed command: the up-front checks, the validation or the re-judged saved
+run, the --timeout watchdog, and the exit code (0 pass, 1 fail, 2 could not be made)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from parity.cli.definition import build_parser
+from parity.cli.output import fail, format_text, progress_printer, write_error_report, write_outputs
+from parity.cli.values import (
+    max_memory_bytes,
+    parse_dims,
+    parse_float_ranges,
+    parse_int_ranges,
+    parse_list,
+    tolerances_from_args,
+)
+from parity.errors import UsageError, describe_error
+from parity.load.quiet import set_debug
+from parity.results import ValidationRun
+from parity.verdict import ExitCode, Verdict
+
+
+def _validate(args: argparse.Namespace) -> ValidationRun:
+    """validate's flags as one RunConfig, run (hf: flags only with an hf: model)."""
+    from parity.hf.cli_args import hf_flags_given, hf_options_from_args
+    from parity.load.specs import is_hf_spec
+    from parity.pipeline import RunConfig, run_validation
+
+    hf = None
+    if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
+        hf = hf_options_from_args(args)
+    float_range, float_ranges = parse_float_ranges(args.float_range)
+    config = RunConfig(
+        model=args.model,
+        onnx=tuple(args.onnx) or None,
+        weights=args.weights,
+        dims=parse_dims(args.dim),
+        n_input_sets=args.input_sets,
+        seed=args.seed,
+        int_ranges=parse_int_ranges(args.int_range),
+        float_range=float_range,
+        float_ranges=float_ranges,
+        input_files=tuple(args.inputs),
+        provider=parse_list(args.provider, "--provider"),
+        ort_opt_level=parse_list(args.ort_opt_level, "--ort-opt-level"),
+        tolerances=tolerances_from_args(args),
+        reference_file=args.reference,
+        hf=hf,
+        layers=args.layers or bool(args.repro),
+        layers_memory_mb=args.layers_memory,
+        noise_floor=args.noise_floor,
+        timeout=args.timeout,
+        max_memory=max_memory_bytes(args),
+    )
+    return run_validation(config, progress=progress_printer())
+
+
+_OUTPUTS = (
+    ("save_run", "saved run"),
+    ("save_reference", "reference outputs"),
+    ("json", "JSON report"),
+    ("html", "HTML report"),
+    ("model_explorer", "Model Explorer node data"),
+    ("write_fixed", "fixed float16 file"),
+)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an unwritable --json/--html/--save-* path before the run, not after it."""
+    from parity.files.atomic import check_writable
+
+    if (
+        getattr(args, "model_explorer", None)
+        and args.command == "validate"
+        and not getattr(args, "layers", False)
+        and not getattr(args, "repro", None)
+    ):
+        raise UsageError("--model-explorer needs --layers (it colours the compared layers)")
+    if getattr(args, "write_fixed", None) and not getattr(args, "layers", False):
+        raise UsageError("--write-fixed needs --layers (it writes what the layers found)")
+    for attr, what in _OUTPUTS:
+        if getattr(args, attr, None):
+            check_writable(getattr(args, attr), what)
+    if getattr(args, "repro", None) is not None:  # `--repro ''` too: refused, not ignored
+        from parity.files.atomic import check_folder_writable
+
+        check_folder_writable(args.repro, "repro folder")
+    if getattr(args, "write_fixed", None):
+        _check_write_fixed(args)
+
+
+def _check_write_fixed(args: argparse.Namespace) -> None:
+    """--write-fixed writes a reference converted again: it needs ONNX against ONNX, and it
+    may not name a file the same run reads or writes (the float32 reference, a report)."""
+    from parity.files.atomic import same_file
+
+    if args.model or args.reference or len(args.onnx) < 2:
+        raise UsageError(
+            "--write-fixed needs ONNX against ONNX: no --model or --reference, the float32 "
+            "reference as the first --onnx and the float16 candidate after it"
+        )
+    named = [("--onnx", path) for path in args.onnx]
+    named += [("--inputs", path) for path in args.inputs]
+    named += [
+        (f"--{a.replace('_', '-')}", getattr(args, a, None)) for a in ("weights", "tolerances")
+    ]
+    named += [(f"--{a.replace('_', '-')}", getattr(args, a, None)) for a, _ in _OUTPUTS[:-1]]
+    for flag, path in named:
+        if path and same_file(args.write_fixed, path):
+            raise UsageError(
+                f"--write-fixed {args.write_fixed} is also {flag} {path}: writing it would "
+                "overwrite that file; name another one"
+            )
+
+
+def _report(args: argparse.Namespace) -> ValidationRun:
+    """A saved run reopened (within --max-memory), re-judged when tolerance flags are given."""
+    from parity.reports.saved_run import load_run
+    from parity.run.budget import MemoryBudget
+
+    run = load_run(args.run, budget=MemoryBudget.of(max_memory_bytes(args)))
+    if args.tolerances or args.atol is not None or args.rtol is not None or args.tol:
+        run = run.rejudge(tolerances_from_args(args, base=run.tolerances))
+    return run
+
+
+def _demos() -> int:
+    from parity.load.demos import DEMOS
+
+    for demo in DEMOS.values():
+        print(f"demo:{demo.name:<12} {demo.title}")
+        if demo.tolerances is not None:
+            flags = " ".join(
+                f"--tol {name}={t.atol:g}:{t.rtol:g}" for name, t in demo.tolerances.outputs.items()
+            )
+            print(f"{'':17} passes with: {flags}")
+    return ExitCode.PASS
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`parity ARGS` (the console script): the exit code, 0 / 1 / 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # one line on a usage error, with a did-you-mean
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # said in a repro's README
+    set_debug(bool(getattr(args, "debug", False)))  # torch's and ORT's logs: parity.load.quiet
+    if args.command == "demos":
+        return _demos()
+    if args.command == "sweep":
+        from parity.sweep.cli import sweep_main
+
+        return sweep_main(args, parser)
+    watchdog = _start_watchdog(args)
+    try:
+        return _main(args)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+def _start_watchdog(args: argparse.Namespace):
+    """--timeout: torch cannot be interrupted, so past the deadline (and a grace period for
+    ORT's own termination) the process ends with exit 2; writes are atomic."""
+    if getattr(args, "timeout", None) is None:
+        return None
+    from parity.errors import RunTimeout
+    from parity.run.deadline import start_watchdog, timeout_message
+
+    def on_timeout() -> None:
+        message = timeout_message(args.timeout)
+        unwritten = write_error_report(args, "timeout", message, RunTimeout(message))
+        print(f"parity: error: {message}{unwritten}", file=sys.stderr, flush=True)
+
+    return start_watchdog(args.timeout, on_timeout)
+
+
+def _made_and_written(
+    args: argparse.Namespace, make: Callable[[argparse.Namespace], ValidationRun]
+) -> ValidationRun:
+    """What `validate` and `report` do before their verdict: the output paths checked, the
+    run made, its terminal text printed, then the files it asks for written."""
+    _check_outputs(args)
+    run = make(args)
+    print(format_text(run))
+    write_outputs(run, args)
+    return run
+
+
+def _validate_and_write(args: argparse.Namespace) -> ValidationRun:
+    """`parity validate` up to its verdict (the dashboard opens on the run it makes)."""
+    return _made_and_written(args, _validate)
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from parity.launch import dashboard_main
+
+    try:
+        return dashboard_main(args, _validate_and_write)
+    except Exception as exc:  # the validation it opens on could not be made: one line
+        return fail(args, *describe_error(exc), exc)
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.command == "dashboard":
+        return _dashboard(args)
+    try:
+        run = _made_and_written(args, _validate if args.command == "validate" else _report)
+    except KeyboardInterrupt:
+        print("parity: interrupted", file=sys.stderr)
+        return ExitCode.ERROR
+    except Exception as exc:  # a ParityError, or a bug the core did not classify: one line
+        return fail(args, *describe_error(exc), exc)
+    if run.verdict is Verdict.ERROR:  # a candidate could not be run; the others are reported
+        for info in run.candidate_list:
+            if info.error is not None:
+                print(f"parity: error: candidate {info.label}: {info.error}", file=sys.stderr)
+        return ExitCode.ERROR
+    return run.verdict.exit_code

@@ -1,0 +1,115 @@
+"""Generation page (causal LMs): does ONNX Runtime, left to generate on its own, write what
+torch wrote?
+
+Per prompt: the sentence of where the texts part and whether it is a near tie
+(parity.hf.generation_report), then both texts token by token with the first difference
+marked; below, the KV cache as steps x layers grids (keys, values) coloured by error ÷
+allowed like every grid. Token texts are the model's output, the prompt the user's: shown as
+text or in a dataframe, never as markdown.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from parity.dashboard import state
+from parity.dashboard.candidates import candidate_selector
+from parity.hf.generation_figures import KINDS, kv_cache_grid
+from parity.hf.generation_report import parting_words, tie_words
+from parity.results import PromptGeneration
+
+FIRST_DIFFERENCE = "✗ first difference"
+
+
+def token_rows(p: PromptGeneration) -> pd.DataFrame:
+    """One row per new token: torch's and ONNX Runtime's token (text and id), and whether
+    they agree; the first difference is marked in words."""
+    parted = p.first_divergence.position if p.first_divergence is not None else None
+    n = max(len(p.torch_tokens), len(p.onnx_tokens))
+    rows = []
+    for i in range(n):
+        torch_id = p.torch_tokens[i] if i < len(p.torch_tokens) else None
+        onnx_id = p.onnx_tokens[i] if i < len(p.onnx_tokens) else None
+        mark = "✓ same" if torch_id == onnx_id else "· differs"
+        rows.append(
+            {
+                "position": i,
+                "torch token": _piece(p.torch_pieces, i),
+                "torch id": torch_id,
+                "ONNX token": _piece(p.onnx_pieces, i),
+                "ONNX id": onnx_id,
+                "": FIRST_DIFFERENCE if i == parted else mark,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _piece(pieces: tuple[str, ...], i: int) -> str:
+    return repr(pieces[i]) if i < len(pieces) else ""
+
+
+def _first_difference_style(frame: pd.DataFrame):
+    def colour(row: pd.Series) -> list[str]:
+        bad = row[""] == FIRST_DIFFERENCE
+        return ["background-color: #ffebe9; font-weight: 600" if bad else ""] * len(row)
+
+    return frame.style.apply(colour, axis=1)
+
+
+def render() -> None:
+    st.title("Generation")
+    run = state.current_run()
+    if run is None:
+        st.info("No run yet: validate a causal LM (hf:DIR) on the **Run** page.")
+        return
+    view = candidate_selector(run, key="parity_generation_candidate")
+    g = view.generation
+    if g is None or not (g.prompts or g.free_run_note):
+        st.info("This run has no free-running generation: it is made for causal LMs (hf:DIR).")
+        return
+    if g.free_run_note:
+        st.text(g.free_run_note)
+    if g.prompts:
+        st.caption(
+            "ONNX Runtime generated greedily on its own (its own KV cache fed back) from the "
+            "same prompts, for as many new tokens as torch's generate(). The verdict stays "
+            "the tolerances'."
+        )
+    for i, p in enumerate(g.prompts, 1):
+        st.subheader(f"Prompt {i}")
+        st.text(p.prompt)
+        words = parting_words(p)
+        if p.first_divergence is not None:
+            words += "\n" + tie_words(p.first_divergence)
+        (st.text if p.first_divergence is None else _warn)(words)
+        left, right = st.columns(2)
+        left.caption("torch")
+        left.text(p.torch_text)
+        right.caption("ONNX Runtime")
+        right.text(p.onnx_text)
+        st.dataframe(
+            _first_difference_style(token_rows(p)),
+            hide_index=True,
+            key=f"parity_generation_tokens_{i}",
+        )
+    st.subheader("KV cache")
+    st.caption(
+        "Each step's present key/value per layer, fed torch's own inputs (the step "
+        "comparison), coloured by worst error ÷ allowed."
+    )
+    for kind in KINDS:
+        fig = kv_cache_grid(view, kind)
+        if fig is None:
+            st.text("No present.{i}.key/value outputs were compared.")
+            break
+        st.plotly_chart(fig, width="stretch", key=f"parity_generation_kv_{kind}")
+
+
+def _warn(text: str) -> None:
+    """A warning box whose words stay text (st.warning reads markdown)."""
+    with st.container(border=True):
+        st.text(text)
+
+
+render()

@@ -1,0 +1,110 @@
+"""One pass rule in one module (parity.judge.pass_rule): no other module of the package
+writes `atol + rtol * |ref|` in code, and the verdict's count, the re-judge profile, the
+element views and the chunked hot loop decide every element alike."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parity.judge.compare import compare_outputs
+from parity.judge.exact_ints import exact_diff
+from parity.judge.judgement import element_errors
+from parity.judge.pass_rule import (
+    allowed,
+    element_mismatch,
+    exact_int_mismatch,
+    exceeds,
+    exceeds_into,
+    one_sided,
+)
+from parity.tolerances import Tolerance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _mentions(node: ast.AST, word: str) -> bool:
+    names = (n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in ast.walk(node))
+    return any(word in name for name in names)
+
+
+def rule_written_out(tree: ast.AST) -> list[int]:
+    """Lines of `atol + rtol * x` (either order of either operation) in code."""
+    lines = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+            continue
+        for this, other in ((node.left, node.right), (node.right, node.left)):
+            product = isinstance(other, ast.BinOp) and isinstance(other.op, ast.Mult)
+            if product and _mentions(this, "atol") and _mentions(other, "rtol"):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_pass_rule_is_written_in_one_module():
+    found = []
+    for top in ("core", "pages"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            lines = rule_written_out(ast.parse(path.read_text(encoding="utf-8")))
+            found += [f"{path.relative_to(ROOT)}:{n}" for n in lines]
+    assert len(found) == 1 and found[0].startswith("core/judge/pass_rule.py:"), found
+
+
+def test_the_scan_finds_the_rule_written_out():
+    tree = ast.parse("fail = d > tol.atol + tol.rtol * np.abs(r)\nband = rtol * x + atol\n")
+    assert rule_written_out(tree) == [1, 2]
+
+
+def _pairs(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ref = rng.standard_normal(5000).astype(np.float32)
+    onnx = ref + (rng.standard_normal(5000) * 1e-4).astype(np.float32)
+    onnx[::97] = ref[::97] * np.float32(1.01)  # some near the rtol line
+    ref[:6] = [np.nan, np.nan, np.inf, np.inf, -np.inf, 1.0]
+    onnx[:6] = [np.nan, 1.0, np.inf, -np.inf, 3.0, np.nan]
+    return ref, onnx
+
+
+@pytest.mark.parametrize(("atol", "rtol"), [(1e-5, 0.0), (1e-4, 1e-2), (0.0, 0.0), (3e-4, 0.0)])
+def test_the_verdict_the_profile_and_the_element_views_agree(atol, rtol):
+    ref, onnx = _pairs()
+    tol = Tolerance(atol=atol, rtol=rtol)
+    c = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol, chunk_elements=512)
+    _, _, fails = element_mismatch(ref, onnx, atol, rtol)
+    _, ratio, view_fails = element_errors(ref, onnx, tol)
+    assert c.n_mismatch == int(fails.sum()) == int(view_fails.sum())
+    assert bool((ratio > 1.0).sum() == fails.sum())
+    assert c.profile is not None
+    assert c.profile.n_mismatch(tol) == c.n_mismatch
+    # NaN both sides and equal Inf pass; one-sided NaN/Inf and opposite Infs fail
+    assert fails[:6].tolist() == [False, True, False, True, True, True]
+
+
+def test_one_sided_counts_nan_and_inf_apart():
+    ref = np.array([np.nan, np.nan, np.inf, np.inf, 1.0, -np.inf])
+    onnx = np.array([np.nan, 2.0, np.inf, -np.inf, np.inf, np.nan])
+    nan_mm, inf_mm = one_sided(ref, onnx)
+    assert nan_mm.tolist() == [False, True, False, False, False, True]
+    assert inf_mm.tolist() == [False, False, False, True, True, False]
+
+
+def test_the_hot_loop_decides_as_the_rule():
+    rng = np.random.default_rng(1)
+    d, r = np.abs(rng.standard_normal(1000)), np.abs(rng.standard_normal(1000))
+    for atol, rtol in ((0.5, 0.0), (0.1, 0.7)):
+        out = exceeds_into(d, r, atol, rtol, scratch=np.empty(1000), out=np.empty(1000, bool))
+        assert np.array_equal(out, exceeds(d, r, atol, rtol))
+        assert np.array_equal(out, d > allowed(r, atol, rtol))
+
+
+def test_integers_are_decided_without_rounding():
+    ref = np.array([2**60, 2**60, 5, -7], dtype=np.int64)
+    onnx = np.array([2**60 + 1, 2**60, 6, -7], dtype=np.int64)
+    mag, _, absref = exact_diff(ref, onnx)
+    assert exact_int_mismatch(mag, absref, 0.0, 0.0).tolist() == [True, False, True, False]
+    assert exact_int_mismatch(mag, absref, 1.0, 0.0).tolist() == [False] * 4
+    _, _, fails = element_mismatch(ref, onnx, 0.0, 0.0)
+    assert fails.tolist() == [True, False, True, False]
