@@ -44,6 +44,9 @@ STOP_SIGNALS = tuple(
 STOPPED_LINE = "parity: dashboard stopped"
 RUN_ENV = "PARITY_RUN"
 """A saved run to open in every new session (the dashboard's ?run=PATH)."""
+RUN_SCRATCH_ENV = "PARITY_RUN_SCRATCH"
+"""Set when PARITY_RUN is this launcher's temp copy of the run it validated: the dashboard
+names the run by its model and files, never by that file."""
 SWEEP_ENV = "PARITY_SWEEP"
 """A sweep folder to open in every new session (the dashboard's ?sweep=DIR)."""
 HOSTS_ENV = "PARITY_ALLOWED_HOSTS"
@@ -227,6 +230,7 @@ def _dashboard(args: argparse.Namespace, validate, stop: _StopSignals) -> int:
                 run = validate(args)
                 scratch = Path(tempfile.mkdtemp(prefix="parity-dashboard-"))
                 env[RUN_ENV] = str(save_run(run, scratch / "run.parity.npz"))
+                env[RUN_SCRATCH_ENV] = "1"
             elif args.path:
                 path = Path(args.path).expanduser()
                 if path.is_dir():

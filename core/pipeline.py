@@ -36,6 +36,7 @@ from parity.run.candidates import (
     shared_loaders,
 )
 from parity.run.config import Loaders, RunConfig, check_config, default_loaders
+from parity.run.config_json import config_json
 from parity.run.deadline import Deadline
 from parity.run.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
 from parity.signature import OnnxSignature
@@ -375,6 +376,7 @@ def _run_cases(
         opset=lead.candidate.signature.opset,
         producer=lead.candidate.signature.producer,
         ort_opt_level=lead.candidate.opt_level,
+        config=config_json(config),
     )
     comparisons = [c for slot in slots for c in slot.comparisons]
     n_sets = len(cases)

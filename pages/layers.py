@@ -23,6 +23,7 @@ from parity.results import ValidationRun
 from parity.text import ratio_text
 
 GOTO_INSPECT = "parity_layers_goto_inspect"
+TABLE = "layers_table"  # the values table's widget key (its selection)
 
 
 def _status_text(v) -> str:
@@ -74,14 +75,19 @@ COLUMN_CONFIG = {
 
 
 def layers_config(run: ValidationRun):
-    """The config that made `run` (this session ran it), again with layers compared: for a run
-    with several candidates, the one the pages show. None when there is none to re-run (a
-    reopened saved run) or nothing to compare layers against (no PyTorch model)."""
+    """The config that made `run` (this session ran it, or the settings an opened run
+    carries), again with layers compared: for a run with several candidates, the one the
+    pages show. None when the run does not say how it was made or there is nothing to compare
+    layers against (no PyTorch model)."""
     from dataclasses import replace
 
     from parity.results import RunKind
+    from parity.run.config_json import config_of_run
 
-    config = state.run_config_of(state.raw_run())
+    raw = state.raw_run()
+    config = state.run_config_of(raw)
+    if config is None and raw is not None:
+        config = config_of_run(raw)
     if config is None or config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
         return None
     if config.n_candidates > 1:
@@ -208,14 +214,14 @@ def precision(run: ValidationRun, result) -> None:
             st.code(call, language="python")
         reference = run.provenance.reference_file
         if fix_call(result) and reference:
-            key = ("parity_fixed_fp16", reference, tuple(result.findings["keep_float32"]))
+            key = (state.FIXED_FP16, reference, tuple(result.findings["keep_float32"]))
             if st.button("Make the fixed float16 file", key="layers_make_fixed"):
                 from parity.layers.fp16 import convert
 
                 check = result.findings["keep_float32_check"]
                 model = convert(reference, bool(check["keep_io_types"]), check["node_block_list"])
-                st.session_state["parity_fixed_fp16"] = (key, model.SerializeToString())
-            made = st.session_state.get("parity_fixed_fp16")
+                st.session_state[state.FIXED_FP16] = (key, model.SerializeToString())
+            made = st.session_state.get(state.FIXED_FP16)
             if made and made[0] == key:
                 st.download_button(
                     "Download fixed.onnx",
@@ -227,12 +233,11 @@ def precision(run: ValidationRun, result) -> None:
 
 
 def _on_select() -> None:
-    event = st.session_state.get("layers_table")
-    rows = event.selection.rows if event is not None else []
-    frame = st.session_state.get("layers_frame")
+    rows = state.selected_rows(TABLE)
+    frame = st.session_state.get(state.LAYERS_FRAME)
     if rows and frame is not None and rows[0] < len(frame):
         row = frame.iloc[rows[0]]
-        st.session_state["layers_picked"] = (int(row["order"]), int(row["set"]))
+        st.session_state[state.LAYERS_PICKED] = (int(row["order"]), int(row["set"]))
 
 
 def values_table(run: ValidationRun, result) -> None:
@@ -251,7 +256,7 @@ def values_table(run: ValidationRun, result) -> None:
         hit = hay.apply(lambda col: col.str.contains(text, case=False, regex=False)).any(axis=1)
         shown = shown[hit]
     shown = shown.reset_index(drop=True)
-    st.session_state["layers_frame"] = shown
+    st.session_state[state.LAYERS_FRAME] = shown
     st.caption(
         f"{len(shown):,} of {len(frame):,} rows (value × input set), in graph order; click a "
         "header to sort. Select a row whose arrays are kept to open it in the Inspect page."
@@ -264,9 +269,9 @@ def values_table(run: ValidationRun, result) -> None:
         column_config=COLUMN_CONFIG,
         on_select=_on_select,
         selection_mode="single-row",
-        key="layers_table",
+        key=TABLE,
     )
-    picked = st.session_state.pop("layers_picked", None)
+    picked = st.session_state.pop(state.LAYERS_PICKED, None)
     if picked is None:
         return
     order, input_set = picked

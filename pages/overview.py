@@ -7,7 +7,7 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, candidates_overview, could_not_run
-from parity.dashboard.sidebar import verdict_badge
+from parity.dashboard.sidebar import own_export_words, verdict_badge
 from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
     fitting_columns,
@@ -16,17 +16,20 @@ from parity.dashboard.tables import (
     rows_frame,
     status_style,
 )
-from parity.dashboard.text import md_code, md_text
+from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.uploads import shown_path
-from parity.dashboard.where_views import failing_sentences
+from parity.dashboard.where_views import failing_sentences, where_for
 from parity.labels import worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.figures import verdict_grid
 from parity.show.rows import comparison_rows
-from parity.text import all_text
+from parity.show.sentences import failing_outputs
+from parity.show.summary import findings, headline, notes
 
 GOTO_INSPECT = state.GOTO_INSPECT
+TABLE = "overview_table"  # widget keys: their selections open the Inspect page
+GRID = "overview_grid"
 
 
 def comparison_frame(run: ValidationRun) -> pd.DataFrame:
@@ -41,8 +44,7 @@ def worst_failure(run: ValidationRun) -> OutputComparison | None:
 
 
 def _on_table_select() -> None:
-    event = st.session_state.get("overview_table")
-    rows = event.selection.rows if event is not None else []
+    rows = state.selected_rows(TABLE)
     run = state.current_view()
     if rows and run is not None:
         c = run.comparisons[rows[0]]
@@ -51,9 +53,7 @@ def _on_table_select() -> None:
 
 
 def _on_grid_select() -> None:
-    event = st.session_state.get("overview_grid")
-    points = event.selection.points if event is not None else []
-    for p in points:
+    for p in state.selected_points(GRID):
         data = p.get("customdata")
         if data:
             state.set_target(int(data[0]), str(data[1]))
@@ -62,14 +62,9 @@ def _on_grid_select() -> None:
 
 
 def verdict_banner(run: ValidationRun) -> None:
-    n = len(run.comparisons)
-    n_fail = sum(not c.status.passed for c in run.comparisons)
-    text = (
-        f"every output passes in {all_text(len(run.input_sets), 'input set')}"
-        if n_fail == 0
-        else f"{n_fail} of {n} comparisons fail"
-    )
-    st.markdown(verdict_badge(run, size="# ") + f" &nbsp; {text}")
+    """The verdict in plain words (parity.show.summary), the same as the HTML report's."""
+    st.markdown(verdict_badge(run, size="# "))
+    st.markdown(f"#### {md_text(headline(run))}")
     for info in run.candidate_list:  # what the provider really computed, by the verdict
         for note in precision_notes(info.notes):
             who = f"{info.label}: " if run.is_multi_candidate else ""
@@ -77,9 +72,31 @@ def verdict_banner(run: ValidationRun) -> None:
     onnx = (
         f"{len(run.candidates)} candidates"
         if run.is_multi_candidate
+        else own_export_words(run)
+        if own_export_words(run)
         else md_code(shown_path(run.onnx))
     )
     st.caption(f"model {md_code(shown_path(run.model))} · ONNX {onnx}")
+
+
+def findings_section(run: ValidationRun) -> None:
+    """What is known about why it fails (where it starts to diverge, rounding or a bug), in
+    the HTML report's words, before the numbers."""
+    where = {}
+    for c in failing_outputs(run):
+        profile = where_for(run, c)
+        if profile is not None:
+            where[c.name] = profile.summary
+    found = [dashboard_words(line) for line in findings(run, where)]  # widgets, not flags
+    if found:
+        st.markdown("**What we found**")
+        st.markdown("\n".join(f"- {md_text(line)}" for line in found))
+
+
+def technical_notes(run: ValidationRun) -> None:
+    """The conditions the verdict holds under (tolerances, inputs fed by position): last."""
+    st.subheader("Technical notes")
+    st.markdown("\n".join(f"- {md_text(line)}" for line in notes(run)))
 
 
 def noise_section(run: ValidationRun) -> None:
@@ -110,6 +127,9 @@ def page() -> None:
         run = candidate_selector(run, key="candidate_overview")
         if could_not_run(run):
             return
+    findings_section(run)
+    if failing_outputs(run):
+        st.subheader("In numbers")
     failing_sentences(run)
     noise_section(run)
 
@@ -137,7 +157,7 @@ def page() -> None:
         column_order=fitting_columns(frame, leave_out=("min_atol",)),
         on_select=_on_table_select,
         selection_mode="single-row",
-        key="overview_table",
+        key=TABLE,
     )
 
     is_llm = run.is_generation
@@ -163,7 +183,7 @@ def page() -> None:
         width="stretch",
         on_select=_on_grid_select,
         selection_mode="points",
-        key="overview_grid",
+        key=GRID,
     )
 
     st.subheader("Input sets")
@@ -176,6 +196,7 @@ def page() -> None:
         for s in run.input_sets
     ]
     st.dataframe(rows, hide_index=True, width="stretch")
+    technical_notes(run)
 
 
 page()

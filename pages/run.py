@@ -12,6 +12,16 @@ import streamlit as st
 
 from parity.dashboard import routes, running, state
 from parity.dashboard.access import trust_code
+from parity.dashboard.run_form import (
+    LAYERS_KEY,
+    LIMITS,
+    N_SETS_DEFAULT,
+    NOISE_KEY,
+    ONNX_ONLY,
+    kept_settings,
+    onnx_source_key,
+    with_kept_hf,
+)
 from parity.dashboard.running import execute, run_config
 from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.text import md_code, md_text
@@ -23,17 +33,15 @@ from parity.launch import UPLOAD_LIMIT_WHERE
 from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from parity.results import ValidationRun
 from parity.show.sentences import failing_outputs
+from parity.show.summary import headline
 from parity.text import all_text
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
-N_SETS_DEFAULT = 2
-LAYERS_KEY = "run_layers"
 LAYERS_DONE = running.LAYERS_DONE
 LAYERS_ONE_CANDIDATE = (
     "Compare layers needs a PyTorch model and one ONNX file at one execution provider and one "
     "optimisation level: untick it, or leave one of each."
 )
-NOISE_KEY = "run_noise_floor"
 
 
 # ------------------------------------------------------------------------- running
@@ -76,9 +84,9 @@ def run_demo(name: str) -> None:
 def autorun_demo() -> None:
     """`?demo=NAME` in the URL (or PARITY_DEMO) runs that demo once per session."""
     name = st.query_params.get("demo") or os.environ.get(state.DEMO_ENV)
-    if not name or st.session_state.get("parity_autorun") == name:
+    if not name or st.session_state.get(state.AUTORUN) == name:
         return
-    st.session_state["parity_autorun"] = name
+    st.session_state[state.AUTORUN] = name
     if name not in state.demo_names():
         st.warning(f"Unknown demo {md_code(name)}; demos: {', '.join(state.demo_names())}")
         return
@@ -127,6 +135,7 @@ def show_current(run: ValidationRun) -> None:
         left, right = st.columns([3, 2])
         with left:
             st.markdown(verdict_badge(run, size="### ") + f" &nbsp; {md_code(run.model)}")
+            st.markdown(md_text(headline(run)))  # the Overview's and the report's words
             if run.is_multi_candidate:
                 from parity.show.candidate_views import verdict_counts
 
@@ -144,6 +153,9 @@ def show_current(run: ValidationRun) -> None:
                 verb = "passes" if len(run.output_names) == 1 else "pass"
                 st.markdown(f"{said[0].upper()}{said[1:]} {verb} in every input set.")
             st.page_link(routes.OVERVIEW, label="Open the overview", icon=":material/table_chart:")
+            if run.layers is not None:
+                where = "Where it starts to diverge"
+                st.page_link(routes.LAYERS, label=where, icon=":material/account_tree:")
         with right:
             rows = [{"step": k, "seconds": round(v, 3)} for k, v in run.timings.items()]
             if rows:
@@ -267,8 +279,6 @@ def choose_more_onnx() -> tuple[str, ...]:
 # choose_onnx's answer when Parity is to export the Hugging Face model itself. (A comment,
 # not a docstring: Streamlit's magic would draw a bare string on the page.)
 HF_EXPORT = "hf-export"
-# choose_model's answer for "no model": ONNX against ONNX (the first file is the reference).
-ONNX_ONLY = "None: ONNX against ONNX"
 
 
 def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
@@ -279,7 +289,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         "ONNX file",
         options,
         horizontal=True,
-        key="onnx_source_hf" if hf else f"onnx_source_{bool(demo)}",
+        key=onnx_source_key(demo=bool(demo), hf=hf),
     )
     if source == "The demo's export":
         return state.demo_onnx_path(demo)
@@ -325,7 +335,7 @@ def choose_hf_settings():
             c1.number_input,
             "Max new tokens (1 prefill + N-1 decode steps)",
             1,
-            64,
+            LIMITS["hf_steps"][1],
             key="hf_steps",
             default=DEFAULT_MAX_NEW_TOKENS,
         )
@@ -361,7 +371,7 @@ def choose_settings(signature) -> dict:
                         st.number_input,
                         md_text(dim),
                         min_value=1,
-                        max_value=1 << 20,
+                        max_value=LIMITS["dim"][1],
                         key=f"dim_{dim}",
                         default=default_dim_size(dim),
                     )
@@ -370,11 +380,15 @@ def choose_settings(signature) -> dict:
     c1, c2, c3, c4 = st.columns(4)
     settings["n_input_sets"] = int(
         state.form_widget(
-            c1.number_input, "Input sets", 1, 16, key="n_sets", default=N_SETS_DEFAULT
+            c1.number_input,
+            "Input sets",
+            *LIMITS["n_sets"],
+            key="n_sets",
+            default=N_SETS_DEFAULT,
         )
     )
     settings["seed"] = int(
-        state.form_widget(c2.number_input, "Seed", 0, 2**31 - 1, key="seed", default=0)
+        state.form_widget(c2.number_input, "Seed", *LIMITS["seed"], key="seed", default=0)
     )
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
@@ -426,7 +440,14 @@ def choose_settings(signature) -> dict:
         "Your own feeds (optional): one .npz per input set, arrays named by ONNX input",
         type=["npz"], accept_multiple_files=True, key="feeds_upload",
     )  # fmt: skip
-    settings["input_files"] = tuple(str(p) for p in upload_paths("feeds", feeds or []))
+    typed = state.form_widget(
+        st.text_area, "...or their paths on this machine (one per line)", key="feeds_paths",
+        height=68,
+    )  # fmt: skip
+    settings["input_files"] = tuple(
+        [line.strip() for line in typed.splitlines() if line.strip()]
+        + [str(p) for p in upload_paths("feeds", feeds or [])]
+    )
     if settings["input_files"]:  # each file is one input set at its own sizes
         settings.update(dims={}, n_input_sets=1, int_ranges={}, float_range=None)
     return settings
@@ -572,7 +593,8 @@ def page() -> None:
         layers_off = compare_layers() and (n_candidates > 1 or onnx_only)
         ready = ready and not layers_off
         timeout = state.form_widget(
-            st.number_input, "Time limit (seconds; 0 = none)", min_value=0, max_value=86400,
+            st.number_input, "Time limit (seconds; 0 = none)", min_value=0,
+            max_value=LIMITS["timeout"][1],
             key="timeout", default=0,
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip
@@ -594,11 +616,12 @@ def page() -> None:
                 onnx=None if onnx_path == HF_EXPORT else (onnx_path, *more_onnx),
                 weights=weights,
                 reference_file=reference,
-                hf=hf_options,
+                hf=with_kept_hf(hf_options, model),
                 layers=compare_layers(),
                 noise_floor=noise_floor() and bool(model),
                 timeout=float(timeout) or None,
                 **settings,
+                **kept_settings(model),
             )
             label = model or (f"reference {reference}" if reference else f"reference {onnx_path}")
             execute(config, label=label)

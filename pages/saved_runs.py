@@ -19,13 +19,13 @@ from parity.dashboard import state
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import upload_path
 from parity.errors import ParityError
-from parity.launch import RUN_ENV
+from parity.launch import RUN_ENV, RUN_SCRATCH_ENV
 from parity.results import ValidationRun
 
 PATH_KEY = "parity_saved_open_path"
 UPLOAD_KEY = "parity_saved_upload"
 SAVE_PATH_KEY = "parity_saved_save_path"
-MESSAGE_KEY = "parity_saved_message"
+MESSAGE_KEY = state.SAVED_MESSAGE
 DEFAULT_SAVE_PATH = "run.parity.npz"
 BROWSER_DOWNLOAD_LIMIT = 512 << 20
 """Above this many bytes of raw arrays the saved run is offered as save-to-path only:
@@ -43,7 +43,9 @@ def open_initial_run() -> None:
     if not path or st.session_state.get(OPENED_KEY) == path:
         return
     st.session_state[OPENED_KEY] = path
-    open_and_say(Path(path).expanduser(), shown=path)
+    scratch = "run" not in st.query_params and os.environ.get(RUN_SCRATCH_ENV)
+    # the launcher's own copy, written just now in its private folder: no need to hash it again
+    open_and_say(Path(path).expanduser(), shown=None if scratch else path, verify=not scratch)
 
 
 def render_saved_run_controls() -> None:
@@ -98,12 +100,15 @@ def _save_controls(run: ValidationRun) -> None:
 # --------------------------------------------------------------------------- actions
 
 
-def open_saved_run(path: str | Path) -> ValidationRun:
-    """Load a saved run and make it the session's current run (raises SavedRunError)."""
+def open_saved_run(path: str | Path, *, verify: bool = True) -> ValidationRun:
+    """Load a saved run and make it the session's current run, its settings the Run form's
+    (raises SavedRunError)."""
+    from parity.dashboard.run_form import fill_from_run
     from parity.reports.saved_run import load_run
 
-    run = load_run(path)
+    run = load_run(path, verify=verify)
     state.set_run(run)
+    fill_from_run(run)
     return run
 
 
@@ -147,16 +152,46 @@ def _open_upload() -> None:
     open_and_say(path, shown=upload.name)
 
 
-def open_and_say(path: Path, *, shown: str) -> bool:
-    """Open a saved run and say so under the sidebar's controls (`shown`: its name there)."""
+def open_and_say(path: Path, *, shown: str | None, verify: bool = True) -> bool:
+    """Open a saved run and say so under the sidebar's controls: the run's model and files,
+    and `shown` (the file's name as the user gave it; None for the launcher's own copy of the
+    run it validated, a temp file of no use to the user)."""
     try:
-        run = open_saved_run(path)
+        run = open_saved_run(path, verify=verify)
     except ParityError as exc:
         state.set_failure(exc)
-        _say(False, f"Could not open {md_code(shown)}: {md_text(exc.message)}")
+        what = md_code(shown) if shown is not None else "the run"
+        _say(False, f"Could not open {what}: {md_text(exc.message)}")
         return False
-    _say(True, f"Opened {md_code(shown)}: {run.verdict}, {len(run.comparisons)} comparison(s).")
+    said = f"{md_code(shown)}: " if shown is not None else ""
+    _say(True, f"Opened {said}{md_text(run_words(run))}, {run.verdict.upper()}.")
     return True
+
+
+def run_words(run: ValidationRun) -> str:
+    """A run named by its model and files, as a user gave them: "demo:broken (its demo's
+    export)", "m.pt2 against m.onnx", "3 ONNX files against ref.onnx"."""
+    from parity.run.config_json import config_of_run
+
+    config = config_of_run(run)
+    files = config.onnx_files if config is not None else (run.onnx,)
+    names = [Path(f).name for f in files]
+    if config is not None and config.model is None and config.reference_file is None:
+        return f"{names[0]} against {', '.join(names[1:]) or 'itself'}"  # ONNX against ONNX
+    model = shown_model(run.model)
+    if not names:
+        return f"{model} with its own export"
+    return f"{model} against {', '.join(names)}"
+
+
+def shown_model(spec: str) -> str:
+    """A model as named on screen: a spec (demo:, hf:) as it is, a file by its name."""
+    from parity.load.specs import reference_path
+
+    if ":" in spec.split("/")[0] and not Path(spec).exists():
+        ref = reference_path(spec)
+        return f"reference outputs {Path(ref).name}" if ref else spec
+    return Path(spec).name
 
 
 def _save_path() -> None:

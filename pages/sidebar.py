@@ -48,6 +48,8 @@ def render_sidebar() -> None:
             onnx = (
                 f"{len(run.candidates)} ONNX candidates, each with its verdict:"
                 if run.is_multi_candidate
+                else f"ONNX: {own_export_words(run)}"
+                if own_export_words(run)
                 else f"ONNX {md_code(_short(shown_path(run.onnx)))}"
             )
             st.caption(
@@ -78,6 +80,22 @@ def candidate_lines(run: ValidationRun) -> str:
 def verdict_badge_of(verdict: str, *, size: str = "") -> str:
     color, text = VERDICT_STYLE.get(verdict, ("gray", verdict.upper()))
     return f"{size}:{color}-background[**{text}**]"
+
+
+def own_export_words(run: ValidationRun) -> str | None:
+    """How to name the ONNX file of a run on an export Parity made itself (a file in the demo
+    cache, or an hf: export in a temp folder since removed: of no use to name); else None."""
+    from parity.load.specs import demo_name, is_hf_spec
+    from parity.run.config_json import config_of_run, is_demo_export
+
+    if demo_name(run.model) is not None and is_demo_export(run.onnx):
+        return "the demo's own export"
+    if is_hf_spec(run.model):
+        config = state.run_config_of(run) or config_of_run(run)
+        kept = config is not None and config.hf is not None and config.hf.export_path
+        if config is not None and not config.onnx_files and not kept:
+            return "Parity's own export of the model (removed after the run)"
+    return None
 
 
 def _short(path: str, keep: int = 42) -> str:

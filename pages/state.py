@@ -38,6 +38,11 @@ T = TypeVar("T")
 FORM = "parity_run_form"  # the Run form's widget values, kept while other pages are shown
 FORM_SET = "parity_run_form_set"  # form keys set through the Session State API on this rerun
 RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to run it again
+SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
+AUTORUN = "parity_autorun"  # the ?demo=NAME (or PARITY_DEMO) this session has run
+FIXED_FP16 = "parity_fixed_fp16"  # (what it was made from, its bytes): the Layers page's fix
+LAYERS_FRAME = "parity_layers_frame"  # the Layers page's table as shown (filtered)
+LAYERS_PICKED = "parity_layers_picked"  # (order, input set) of the row selected in it
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ def set_run(run: ValidationRun) -> None:
     st.session_state.pop(TARGET, None)
     st.session_state.pop(LAYER_TARGET, None)
     st.session_state.pop(VIEWS, None)
+    st.session_state.pop(SAVED_MESSAGE, None)  # "Opened FILE" is stale once another run shows
     st.session_state[CANDIDATE] = _first_bad_candidate(run)
 
 
@@ -182,6 +188,18 @@ def layer_target() -> tuple[int, int] | None:
 
 def clear_layer_target() -> None:
     st.session_state.pop(LAYER_TARGET, None)
+
+
+def selected_rows(widget_key: str) -> list[int]:
+    """The rows selected in the dataframe drawn under `widget_key` (on_select)."""
+    event = st.session_state.get(widget_key)
+    return list(event.selection.rows) if event is not None else []
+
+
+def selected_points(widget_key: str) -> list:
+    """The points selected in the plotly chart drawn under `widget_key` (on_select)."""
+    event = st.session_state.get(widget_key)
+    return list(event.selection.points) if event is not None else []
 
 
 # ------------------------------------------------------------------------- the Run form

@@ -61,6 +61,7 @@ def md_code(value: object) -> str:
 # names flags (the CLI's words); the dashboard says which widget to change instead.
 _FLAG_WIDGETS = {
     "--layers": "Compare layers",
+    "--noise-floor": "Measure rounding noise",
     "--model": "PyTorch model",
     "--weights": "Weights",
     "--onnx": "ONNX file",

@@ -46,7 +46,7 @@ def test_newcomer_finds_the_broken_output_and_where_it_fails(page):
 
     nav(page, "Overview")
     body = page.locator("body").inner_text()
-    assert "FAIL" in body and "comparisons fail" in body
+    assert "FAIL" in body and "The export does not match PyTorch" in body
     page.locator(".js-plotly-plot").first.wait_for()
     shot(page, "03-overview-broken")
 

@@ -40,7 +40,7 @@ def test_overview_grid_shows_six_candidates_and_inspect_opens_the_failing_one(
         page = context.new_page()
         page.set_default_timeout(180_000)  # a loaded CI machine draws slowly
         page.goto(f"{app_url}/overview?run={urllib.parse.quote(str(saved_run))}")
-        page.get_by_role("heading", name="Candidates").wait_for()
+        page.get_by_role("heading", name="Candidates", exact=True).wait_for()
         settle(page)
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
         settle(page)

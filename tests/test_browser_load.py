@@ -30,7 +30,7 @@ def test_concurrent_sessions_on_a_cold_cache_each_get_their_own_demo_verdict(chr
     together, two of them of the same demo): none fails, and each shows the verdict of its
     own demo. (Every demo's export and verdict: tests/test_demos.py.)"""
     demos = [*LOAD_SESSIONS, "broken"]
-    env = {"PARITY_CACHE_DIR": str(tmp_path / "cold-cache")}
+    env = {"PARITY_CACHE_DIR": str(tmp_path / "cold-cache"), "PARITY_DEMO_SHIPPED": "0"}
     with serve_app(ARTIFACTS / "streamlit-load.log", env=env) as url:
         pages = []
         for demo in demos:

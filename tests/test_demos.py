@@ -29,6 +29,7 @@ def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     cache = tmp_path_factory.mktemp("parity-demos")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(demos.CACHE_ENV, str(cache))
+        patch.setenv(demos.SHIPPED_ENV, "0")  # this code's exports, not the shipped files
         yield cache
 
 

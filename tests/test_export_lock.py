@@ -21,6 +21,7 @@ from parity.load.export_lock import LOCK_NAME, export_lock
 
 def test_concurrent_demo_exports_on_a_cold_cache_all_succeed(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(demos.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(demos.SHIPPED_ENV, "0")  # real exports, not the shipped files
     names = ["cnn", "broken", "cnn", "transformer", "broken", "cnn"]
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         paths = list(pool.map(demos.demo_onnx_path, names))

@@ -169,7 +169,10 @@ def test_report_of_a_passing_run_has_no_failing_section(tmp_path: Path) -> None:
     run = build_run({"y": (a, a)})
     text = write_html_report(run, tmp_path / "r.html").read_text()
     assert run.verdict == "pass"
-    assert "Failing outputs" not in text and "the one output passes on 1 input set" in text
+    assert "Failing outputs" not in text and "What we found" not in text
+    assert (
+        "The export matches PyTorch: the one output agrees within the allowed error on 1 " in text
+    )
 
 
 def test_report_of_a_saved_run_equals_report_of_the_live_run(tmp_path: Path, mixed_run):
@@ -199,11 +202,34 @@ def test_many_failing_outputs_are_capped_worst_first(tmp_path: Path) -> None:
     assert "6 more failing outputs" in text and "out00" in text.split("more failing outputs")[1]
 
 
+def test_report_says_the_verdict_then_findings_then_numbers_then_technical_notes(
+    tmp_path: Path, mixed_run: ValidationRun
+) -> None:
+    """A stakeholder reads the verdict in words first, then what is known about why; the
+    numbers (and the allowed error's multiples) come after, the tolerances and the way the
+    inputs were fed last (issue 37)."""
+    text = write_html_report(mixed_run, tmp_path / "r.html").read_text()
+    headline = text.index("The export does not match PyTorch: 3 of ")
+    findings = text.index("<ul class='findings'>")
+    numbers = text.index("<h2>In numbers")
+    times = text.index("times the allowed error")
+    notes = text.index("<h2>Technical notes")
+    atol = text.index("Each element passes when |ONNX \u2212 reference| \u2264 atol")
+    assert headline < findings < numbers < times < notes < atol
+    assert "atol" not in text[text.index("<body>") : numbers]  # no jargon before the numbers
+    found = re.findall(r"<li>(.*?)</li>", text[findings : text.index("</ul>", findings)])
+    assert any(line.startswith("In big, all 10,000 mismatches lie") for line in found), found
+    assert any(
+        line.startswith("Not measured in this run: where inside the model") for line in found
+    )
+
+
 def test_report_leads_with_one_sentence_per_failing_output_and_ends_with_files(
     tmp_path: Path, mixed_run: ValidationRun
 ) -> None:
     text = write_html_report(mixed_run, tmp_path / "r.html").read_text()
-    lead = re.findall(r"<li>(.*?)</li>", text[: text.index("<h2>")])
+    start = text.index("<h2>In numbers")
+    lead = re.findall(r"<li>(.*?)</li>", text[start : text.index("</ul>", start)])
     assert len(lead) == 3  # the evil name, big, reshaped (worst first): before any section
     big = next(x for x in lead if x.startswith("big "))
     assert big.startswith("big fails in 2 of 2 input sets. In set 0, 10,000 of 4,194,304")

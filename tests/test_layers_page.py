@@ -51,11 +51,24 @@ def _all_markdown(at: AppTest) -> str:
     return "\n".join(parts)
 
 
-def test_a_run_without_layers_says_how_to_get_them(demo_run):
+def test_a_run_without_layers_offers_to_compare_them_in_one_click(demo_run):
+    """The run carries the settings that made it: the page runs it again with layers."""
     at = _open(demo_run)
     (info,) = at.info
-    assert "Compare layers" in info.value and "--layers" in info.value
+    assert "Run it again comparing every intermediate value" in info.value
+    assert at.button(key="layers_rerun").label == "Compare layers for this run"
     assert not at.get("plotly_chart")
+
+
+def test_a_run_without_a_torch_model_says_how_to_get_layers(demo_run):
+    from parity.results import RunKind
+
+    provenance = replace(demo_run.provenance, config=None, kind=RunKind.REFERENCE)
+    run = replace(demo_run, model="reference:ref.npz", provenance=provenance)
+    at = _open(run)
+    (info,) = at.info
+    assert "Compare layers" in info.value and "--layers" in info.value
+    assert not at.button and not at.get("plotly_chart")
 
 
 def test_the_page_states_the_first_divergence_draws_it_and_lists_every_value(demo_run):

@@ -37,6 +37,13 @@ DEMO_VERSION = "1"
 
 CACHE_ENV = "PARITY_CACHE_DIR"
 _DEFAULT_CACHE = Path("~/.cache/parity/demos")
+SHIPPED_DIR = Path(__file__).resolve().parent / "demo_exports"
+"""The demos' exports as the package ships them, named as the cache names them (so a file
+is used only by the torch and onnx versions that made it): a fresh install's first demo run
+copies one instead of exporting (the export is most of a first `--model demo:broken`).
+Written by `python -m parity.load.demos` (write_shipped_exports)."""
+SHIPPED_ENV = "PARITY_DEMO_SHIPPED"
+"""Set to 0 to export every demo afresh (tests of the exporter path)."""
 
 
 @dataclass(frozen=True)
@@ -175,9 +182,12 @@ def demo_onnx_path(name: str) -> Path:
         with export_lock(cache_dir):
             if path.is_file():  # another thread or process exported it while we waited
                 return path
-            model = export_demo(demo)
+            shipped = SHIPPED_DIR / path.name
             with atomic_path(path) as tmp:
-                onnx.save(model, str(tmp))
+                if shipped.is_file() and os.environ.get(SHIPPED_ENV, "1") != "0":
+                    tmp.write_bytes(shipped.read_bytes())  # this torch's and onnx's export
+                else:
+                    onnx.save(export_demo(demo), str(tmp))
     except OSError as exc:
         raise ExportError(f"cannot write demo cache {cache_dir}: {exc.strerror or exc}") from exc
     return path
@@ -188,3 +198,29 @@ def export_demo(demo: Demo) -> onnx.ModelProto:
     import parity.load.demo_models as demo_models
 
     return demo_models.export_demo(demo.name)
+
+
+def write_shipped_exports(folder: Path = SHIPPED_DIR) -> list[Path]:
+    """Export every demo into `folder` under this torch's and onnx's cache names, removing
+    the files of other versions (run when a demo, DEMO_VERSION or the pinned torch change)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, demo in DEMOS.items():
+        model = export_demo(demo)
+        for node in model.graph.node:  # no stack traces: they name this machine's files
+            kept = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
+        path = folder / f"{name}-{demo_cache_key(name)}.onnx"
+        with atomic_path(path) as tmp:
+            onnx.save(model, str(tmp))
+        written.append(path)
+    for old in folder.glob("*.onnx"):
+        if old not in written:
+            old.unlink()
+    return written
+
+
+if __name__ == "__main__":
+    for shipped_path in write_shipped_exports():
+        print(shipped_path)

@@ -36,7 +36,6 @@ from typing import Any
 from parity.errors import ModelLoadError, first_line
 from parity.load.export_lock import export_lock
 from parity.load.pickle_cause import pickle_cause
-from parity.load.pt2_sympy import ExpressionError, parse_expressions
 from parity.run.budget import MemoryBudget, format_size
 
 MODEL_NAME = "model"  # the one program torch.export.save writes and torch.export.load returns
@@ -414,6 +413,8 @@ def _check_strings(path: Path, member: str, document: Any) -> dict[str, Any]:
                 ok = _DOTTED_RE.fullmatch(item) is not None
             if not ok:
                 raise _refused(path, member, f"{key} {item[:60]!r} is not a plain name")
+    from parity.load.pt2_sympy import ExpressionError, parse_expressions  # sympy: 0.4 s
+
     try:
         return parse_expressions(expr_texts)
     except ExpressionError as exc:

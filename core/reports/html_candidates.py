@@ -13,6 +13,7 @@ from parity.labels import status_label
 from parity.results import ValidationRun
 from parity.show.candidate_views import candidate_cells, verdict_counts
 from parity.show.format import reference_text
+from parity.show.summary import headline
 from parity.text import number_text
 
 __all__ = ["candidates_header", "candidate_heading", "candidates_section"]
@@ -33,7 +34,8 @@ def candidates_header(run: ValidationRun) -> str:
     return (
         f"<header><h1>Parity report</h1>"
         f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
-        f"<p class='summary'>{_e(summary)}</p><p>{_e(reference_text(run))}</p></header>"
+        f"<p class='summary'>{_e(headline(run))}</p><p>{_e(summary)}</p>"
+        f"<p>{_e(reference_text(run))}</p></header>"
     )
 
 

@@ -20,10 +20,11 @@ from parity.files.atomic import write_output
 from parity.judge.where import WhereProfile, where_of
 from parity.labels import status_label
 from parity.results import OutputComparison, Status, ValidationRun
-from parity.run.input_binding import BY_POSITION, binding_text
+from parity.run.input_binding import binding_text
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
-from parity.text import all_text, count_text, number_text, tolerance_text
+from parity.show.summary import notes, plain_summary
+from parity.text import number_text, tolerance_text
 from parity.verdict import Verdict
 from parity.version import __version__
 
@@ -50,14 +51,16 @@ def render_html_report(run: ValidationRun) -> str:
         sections = _candidate_sections(run)
     else:
         failing = _failing(run)
-        sections = [
+        sections = [  # plain words first (parity.show.summary), the numbers, then the notes
             _header(run, failing),
+            _numbers_lead(run, failing),
             _grid(run),
             _outputs_table(run),
             _failing_details(run, failing),
             _noise(run),
             _generation(run),
             _layers(run),
+            _technical_notes(run),
             _tolerances(run),
             _provenance(run),
             _environment(run),
@@ -119,36 +122,42 @@ def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WherePro
 
 
 def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]) -> str:
-    """The verdict, then one plain sentence per failing output (what, how bad, where)."""
-    n_fail = len({c.name for c in run.comparisons if not c.status.passed})
-    n_out = len(run.output_names)
-    n_sets = len(run.input_sets) or len({c.input_set for c in run.comparisons})
-    sets = count_text(n_sets, "input set")
-    summary = {
-        Verdict.PASS: f"{all_text(n_out, 'output')} pass{'es' if n_out == 1 else ''} on {sets}",
-        Verdict.FAIL: f"{n_fail} of {count_text(n_out, 'output')} "
-        f"fail{'s' if n_out == 1 else ''} on {sets}",
-        Verdict.ERROR: "the run could not be completed",
-    }[run.verdict]
-    lead = ""
-    if failing:
-        items = "".join(
-            f"<li>{_e(output_sentence(run, c, where, _others(run, c)))}</li>"
-            for c, where in failing[:MAX_DETAILED_OUTPUTS]
-        )
-        more = len(failing) - MAX_DETAILED_OUTPUTS
-        if more > 0:
-            items += f"<li>{more} more failing output{_s(more)}: see the table below.</li>"
-        lead = f"<ul class='lead'>{items}</ul>"
+    """The verdict in plain words, what was compared, then the findings (where the export
+    starts to diverge, rounding or a bug): a reader who stops here knows the answer."""
+    where = {c.name: w.summary for c, w in failing if w is not None}
+    plain = plain_summary(run, where)
+    found = ""
+    if plain.findings:
+        items = "".join(f"<li>{_e(line)}</li>" for line in plain.findings)
+        found = f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
     model = f"<p class='what'>{_e(run.model)} against {_e(run.onnx)}</p>"
-    if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
-        inputs = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
-        model += f"<p class='note'>{_e('inputs fed ' + inputs)}</p>"
     return (
         f"<header><h1>Parity report</h1>"
         f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
-        f"<p class='summary'>{_e(summary)}</p>{lead}{model}</header>"
+        f"<p class='summary'>{_e(plain.headline)}</p>{model}{found}</header>"
     )
+
+
+def _numbers_lead(
+    run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]
+) -> str:
+    """One sentence per failing output (what, how bad, where), worst first: the numbers."""
+    if not failing:
+        return ""
+    items = "".join(
+        f"<li>{_e(output_sentence(run, c, where, _others(run, c)))}</li>"
+        for c, where in failing[:MAX_DETAILED_OUTPUTS]
+    )
+    more = len(failing) - MAX_DETAILED_OUTPUTS
+    if more > 0:
+        items += f"<li>{more} more failing output{_s(more)}: see the table below.</li>"
+    return f"<section><h2>In numbers</h2><ul class='lead'>{items}</ul></section>"
+
+
+def _technical_notes(run: ValidationRun) -> str:
+    """What the verdict holds under, for the engineer (parity.show.summary.notes)."""
+    items = "".join(f"<li>{_e(line)}</li>" for line in notes(run))
+    return f"<section><h2>Technical notes</h2><ul class='notes'>{items}</ul></section>"
 
 
 def _provenance(run: ValidationRun) -> str:
@@ -564,6 +573,8 @@ color:#fff}.verdict.pass{background:#1a7f37}.verdict.fail{background:#cf222e}
 .verdict.error{background:#9a6700}.summary{font-size:18px}
 table.side td.ok{color:#1a7f37}h2.candidate{border-bottom:2px solid #cf222e}
 ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead li{margin:6px 0}
+ul.findings{font-size:16px;line-height:1.5;padding-left:20px}ul.findings li{margin:6px 0}
+h2.findings{font-size:17px;margin:14px 0 4px}
 .what{color:#656d76;font-size:13px;overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;

@@ -1,0 +1,166 @@
+"""A run's settings as JSON, carried by the run (`Provenance.config`) and its saved file, so
+that a run opened later (`parity dashboard RUN.parity.npz`, `--model ...`, a sweep pair) can be
+shown in the dashboard's Run form and made again with what the user changes.
+
+Only what defines the run is kept: the files as the user named them (no ONNX file for a demo's
+or an hf: model's own export), the inputs' settings, the candidates, the switches. Arrays
+given to the Python API as feeds are not (their count is: `given_feeds`). The tolerances are
+the run's own (`ValidationRun.tolerances`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import parity.files.strict_json as sj
+from parity.errors import ParityError
+from parity.results import ValidationRun
+from parity.run.config import RunConfig
+from parity.tolerances import Tolerances
+
+
+def config_json(config: RunConfig) -> dict[str, Any]:
+    """`config` as JSON-native values (lists, dicts), equal to itself after a JSON round trip."""
+    hf = config.hf
+    return {
+        "model": config.model,
+        "onnx": list(config.onnx_files),
+        "weights": config.weights,
+        "dims": {str(k): int(v) for k, v in config.dims.items()},
+        "n_input_sets": int(config.n_input_sets),
+        "seed": int(config.seed),
+        "int_ranges": {str(k): [int(lo), int(hi)] for k, (lo, hi) in config.int_ranges.items()},
+        "input_files": [str(p) for p in config.input_files],
+        "given_feeds": len(config.feeds),
+        "providers": list(config.providers),
+        "ort_opt_levels": list(config.ort_opt_levels),
+        "reference_file": config.reference_file,
+        "hf": None
+        if hf is None
+        else {
+            "prompts": list(hf.prompts),
+            "max_new_tokens": int(hf.max_new_tokens),
+            "random_weights": bool(hf.random_weights),
+            "config_overrides": dict(hf.config_overrides),
+            "export_path": hf.export_path,
+            "task": hf.task,
+        },
+        "layers": bool(config.layers),
+        "layers_memory_mb": int(config.layers_memory_mb),
+        "noise_floor": bool(config.noise_floor),
+        "timeout": None if config.timeout is None else float(config.timeout),
+        "max_memory": config.max_memory,
+    }
+
+
+def config_from_json(data: Mapping[str, Any], tolerances: Tolerances | None = None) -> RunConfig:
+    """The RunConfig `config_json` wrote (at `tolerances`); strict_json.FieldError names the
+    first field that is not what it should be. Fields a newer Parity added are ignored."""
+    data = sj.obj(dict(data), "config")
+
+    def get(key: str, check, default: Any = None, **kwargs: Any) -> Any:
+        return (
+            sj.optional(check, data.get(key), f"config.{key}", **kwargs) if key in data else default
+        )
+
+    def texts(key: str) -> tuple[str, ...]:
+        items = sj.array(data.get(key) or [], f"config.{key}")
+        return tuple(sj.string(v, f"config.{key}[{i}]") for i, v in enumerate(items))
+
+    dims = {
+        sj.string(k, "config.dims"): sj.integer(v, f"config.dims.{k}", minimum=1)
+        for k, v in sj.obj(data.get("dims") or {}, "config.dims").items()
+    }
+    ranges = {}
+    for name, pair in sj.obj(data.get("int_ranges") or {}, "config.int_ranges").items():
+        at = f"config.int_ranges.{name}"
+        pair = sj.array(pair, at)
+        if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in pair):
+            raise sj.FieldError(f"{at}: expected [low, high], got {pair!r}")
+        ranges[name] = (int(pair[0]), int(pair[1]))
+    onnx = texts("onnx")
+    providers = texts("providers") or ("CPUExecutionProvider",)
+    levels = texts("ort_opt_levels") or ("all",)
+    return RunConfig(
+        model=get("model", sj.string),
+        onnx=onnx or None,
+        weights=get("weights", sj.string),
+        dims=dims,
+        n_input_sets=get("n_input_sets", sj.integer, 1, minimum=1) or 1,
+        seed=get("seed", sj.integer, 0) or 0,
+        int_ranges=ranges,
+        input_files=texts("input_files"),
+        provider=providers,
+        ort_opt_level=levels,
+        tolerances=tolerances or Tolerances(),
+        reference_file=get("reference_file", sj.string),
+        hf=_hf_from_json(data.get("hf")),
+        layers=bool(get("layers", sj.boolean, False)),
+        layers_memory_mb=get("layers_memory_mb", sj.integer, 1024, minimum=1) or 1024,
+        noise_floor=bool(get("noise_floor", sj.boolean, False)),
+        timeout=get("timeout", sj.number, None, minimum=0.0) or None,
+        max_memory=get("max_memory", sj.integer),
+    )
+
+
+def _hf_from_json(raw: Any):
+    if raw is None:
+        return None
+    from parity.hf.options import HfOptions
+
+    raw = sj.obj(raw, "config.hf")
+    prompts = sj.array(sj.field(raw, "prompts", "config.hf"), "config.hf.prompts")
+    return HfOptions(
+        prompts=tuple(sj.string(p, f"config.hf.prompts[{i}]") for i, p in enumerate(prompts)),
+        max_new_tokens=sj.integer(raw.get("max_new_tokens", 1), "config.hf.max_new_tokens"),
+        random_weights=sj.boolean(raw.get("random_weights", False), "config.hf.random_weights"),
+        config_overrides=sj.obj(raw.get("config_overrides") or {}, "config.hf.config_overrides"),
+        export_path=sj.optional(sj.string, raw.get("export_path"), "config.hf.export_path"),
+        task=sj.optional(sj.string, raw.get("task"), "config.hf.task"),
+    )
+
+
+def config_of_run(run: ValidationRun) -> RunConfig | None:
+    """The settings that made `run`, at its tolerances: the ones it carries, else (a run saved
+    before runs carried them) what its files, candidates and input sets tell. None when they
+    cannot be read (a hand-edited file); the run itself still opens."""
+    from parity.load.specs import demo_name, onnx_reference_path, reference_path
+
+    carried = run.provenance.config
+    if carried is not None:
+        try:
+            return config_from_json(carried, run.tolerances)
+        except (sj.FieldError, ParityError):
+            return None
+    p = run.provenance
+    infos = run.candidate_list
+    files = tuple(dict.fromkeys(i.onnx for i in infos))
+    model: str | None = run.model
+    reference = reference_path(run.model)
+    if reference is not None or onnx_reference_path(run.model) is not None:
+        model = None
+    if onnx_reference_path(run.model) is not None:
+        files = (onnx_reference_path(run.model), *files)
+    if demo_name(model) is not None and all(is_demo_export(f) for f in files):
+        files = ()  # the demo's own export: made (or found in the cache) again
+    return RunConfig(
+        model=model,
+        onnx=files or None,
+        weights=p.weights_file,
+        n_input_sets=max(len(run.input_sets), 1),
+        seed=p.seed or 0,
+        provider=tuple(dict.fromkeys(i.provider for i in infos)) or ("CPUExecutionProvider",),
+        ort_opt_level=tuple(dict.fromkeys(i.ort_opt_level for i in infos)) or ("all",),
+        tolerances=run.tolerances,
+        reference_file=reference,
+        layers=run.layers is not None,
+    )
+
+
+def is_demo_export(path: str) -> bool:
+    """A file in Parity's demo cache: a demo's own export, made again when missing."""
+    from parity.load.demos import demo_cache_dir
+
+    return Path(path).parent == demo_cache_dir()

@@ -1,0 +1,152 @@
+"""The Run form is the run on screen: a run opened from elsewhere (`parity dashboard --model
+...`, a saved run, a sweep pair, an upload) fills the form with the settings that made it
+(`parity.run.config_json.config_of_run`), so Run makes it again with what the user changed.
+
+The form's widget keys live here, beside the one function that maps a RunConfig onto them;
+the Run page draws the widgets under these keys. What the form has no widget for (the
+tolerances, the layers' memory, the memory bound) is kept as the opened run's (`base`) and
+given to a Run of the same model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+
+from parity.dashboard import state
+from parity.load.specs import demo_name, is_hf_spec
+from parity.results import RunKind, ValidationRun
+from parity.run.config_json import is_demo_export
+
+LAYERS_KEY = "run_layers"
+NOISE_KEY = "run_noise_floor"
+N_SETS_DEFAULT = 2
+BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
+LIMITS = {  # (min, max) of the form's number inputs: a run opened from elsewhere is clamped
+    "n_sets": (1, 16),
+    "seed": (0, 2**31 - 1),
+    "timeout": (0, 86400),
+    "dim": (1, 1 << 20),
+    "hf_steps": (1, 64),
+}
+
+MODEL_SOURCES = (
+    DEMO := "Built-in demo",
+    PATH := "Path on this machine",
+    UPLOAD := "Upload",
+    HF := "Hugging Face directory (LLM)",
+    REFERENCE := "Stored reference outputs",
+    ONNX_ONLY := "None: ONNX against ONNX",
+)
+DEMO_EXPORT = "The demo's export"
+HF_EXPORT_CHOICE = "Let Parity export it"
+ONNX_PATH = "Path on this machine"
+
+
+def onnx_source_key(*, demo: bool, hf: bool) -> str:
+    """The key of the "ONNX file" radio: one per kind of model (their options differ)."""
+    return "onnx_source_hf" if hf else f"onnx_source_{bool(demo)}"
+
+
+def form_values(config) -> dict[str, Any]:
+    """The Run form's widget values that show `config` (a parity.run.config.RunConfig)."""
+    values: dict[str, Any] = {
+        LAYERS_KEY: bool(config.layers),
+        NOISE_KEY: bool(config.noise_floor),
+        "n_sets": _clamped(config.n_input_sets, "n_sets"),
+        "seed": _clamped(config.seed, "seed"),
+        "provider": list(config.providers),
+        "opt": list(config.ort_opt_levels),
+        "timeout": _clamped(round(config.timeout or 0), "timeout"),
+        "feeds_paths": "\n".join(config.input_files),
+        **{f"dim_{name}": _clamped(size, "dim") for name, size in config.dims.items()},
+    }
+    for name, (low, high) in config.int_ranges.items():
+        values.update({f"lo_{name}": int(low), f"hi_{name}": int(high)})
+    files = list(config.onnx_files)
+    first, more = (files[0], files[1:]) if files else (None, [])
+    if demo_name(config.model) is not None and first is not None and is_demo_export(first):
+        first = None  # "The demo's export": the form gives the cached file's path
+    values["onnx_more"] = "\n".join(more)
+    if first is not None:
+        values["onnx_path"] = first
+    demo = demo_name(config.model)
+    hf = is_hf_spec(config.model)
+    kind = config.kind
+    if kind is RunKind.ONNX:
+        values["model_source"] = ONNX_ONLY
+    elif kind is RunKind.REFERENCE:
+        values.update(model_source=REFERENCE, ref_path=config.reference_file or "")
+    elif hf:
+        values.update(model_source=HF, hf_dir=config.model.removeprefix("hf:"))
+        values.update(_hf_values(config.hf))
+    elif demo is not None:
+        values.update(model_source=DEMO, model_demo=demo)
+    else:
+        values.update(model_source=PATH, model_path=config.model, weights_path=config.weights or "")
+    own_export = DEMO_EXPORT if demo is not None else HF_EXPORT_CHOICE
+    key = onnx_source_key(demo=demo is not None, hf=hf)
+    values[key] = own_export if first is None and (demo or hf) else ONNX_PATH
+    return values
+
+
+def _clamped(value: int, key: str) -> int:
+    low, high = LIMITS[key]
+    return min(max(int(value), low), high)
+
+
+def _hf_values(options) -> dict[str, Any]:
+    if options is None:
+        return {}
+    overrides = ", ".join(
+        f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+        for k, v in options.config_overrides.items()
+    )
+    return {
+        "hf_prompts": "\n".join(options.prompts),
+        "hf_steps": _clamped(options.max_new_tokens, "hf_steps"),
+        "hf_rand": bool(options.random_weights),
+        "hf_overrides": overrides,
+    }
+
+
+def fill_from_run(run: ValidationRun) -> bool:
+    """Make the Run form show the settings that made `run` (call before the form is drawn on
+    this rerun: from a callback, or before the page runs). False when the run does not say
+    them; the form is then left as it was."""
+    from parity.run.config_json import config_of_run
+
+    config = config_of_run(run)
+    if config is None:
+        st.session_state.pop(BASE, None)
+        return False
+    values = form_values(config)
+    providers = [p for p in values["provider"] if p in state.available_providers()]
+    values["provider"] = providers or ["CPUExecutionProvider"]  # what this machine has
+    state.set_form(values)
+    st.session_state[BASE] = config
+    return True
+
+
+def kept_settings(model: str | None) -> dict[str, Any]:
+    """The settings the form has no widget for, from the run that filled it, for a Run of the
+    same model (another model starts at the defaults: its outputs have other names)."""
+    base = state.run_config_of(state.raw_run()) or st.session_state.get(BASE)
+    if base is None or base.model != model:
+        return {}
+    return {
+        "tolerances": base.tolerances,
+        "layers_memory_mb": base.layers_memory_mb,
+        "max_memory": base.max_memory,
+    }
+
+
+def with_kept_hf(options, model: str | None):
+    """An hf: run's export path and task (no widget) kept from the run that filled the form."""
+    base = state.run_config_of(state.raw_run()) or st.session_state.get(BASE)
+    if options is None or base is None or base.model != model or base.hf is None:
+        return options
+    return replace(options, export_path=base.hf.export_path, task=base.hf.task)
