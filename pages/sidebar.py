@@ -85,11 +85,12 @@ def verdict_badge_of(verdict: str, *, size: str = "") -> str:
 def own_export_words(run: ValidationRun) -> str | None:
     """How to name the ONNX file of a run on an export Parity made itself (a file in the demo
     cache, or an hf: export in a temp folder since removed: of no use to name); else None."""
-    from parity.load.specs import demo_name, is_hf_spec
-    from parity.run.config_json import config_of_run, is_demo_export
+    from parity.load.specs import is_hf_spec
+    from parity.run.config_json import config_of_run
+    from parity.show.summary import DEMO_EXPORT, onnx_words
 
-    if demo_name(run.model) is not None and is_demo_export(run.onnx):
-        return "the demo's own export"
+    if onnx_words(run) == DEMO_EXPORT:
+        return DEMO_EXPORT
     if is_hf_spec(run.model):
         config = state.run_config_of(run) or config_of_run(run)
         kept = config is not None and config.hf is not None and config.hf.export_path

@@ -76,3 +76,16 @@ def test_the_overview_opens_with_the_verdict_then_findings_then_numbers_then_not
     assert "atol" not in "\n".join(texts[: position["numbers"]])
     subheaders = [s.value for s in at.subheader]
     assert subheaders.index("In numbers") < subheaders.index("Technical notes")
+
+
+def test_the_html_report_names_a_demo_export_for_what_it_is_not_its_cache_path():
+    """A reader of the report gets "the demo's own export", never Parity's cache folder."""
+    import html as html_lib
+
+    from parity import validate
+    from parity.reports.html_report import render_html_report
+
+    run = validate("demo:broken")
+    header = render_html_report(run).split("<header>", 1)[1].split("</header>", 1)[0]
+    assert "demo:broken against the demo's own export" in html_lib.unescape(header)
+    assert html_lib.escape(run.onnx) not in header and run.onnx not in header

@@ -23,7 +23,7 @@ from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import binding_text
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
-from parity.show.summary import notes, plain_summary
+from parity.show.summary import notes, onnx_words, plain_summary
 from parity.text import number_text, tolerance_text
 from parity.verdict import Verdict
 from parity.version import __version__
@@ -130,7 +130,7 @@ def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfi
     if plain.findings:
         items = "".join(f"<li>{_e(line)}</li>" for line in plain.findings)
         found = f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
-    model = f"<p class='what'>{_e(run.model)} against {_e(run.onnx)}</p>"
+    model = f"<p class='what'>{_e(run.model)} against {_e(onnx_words(run))}</p>"
     return (
         f"<header><h1>Parity report</h1>"
         f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"

@@ -41,6 +41,20 @@ def reference_words(run: ValidationRun) -> str:
     return "PyTorch"
 
 
+DEMO_EXPORT = "the demo's own export"
+
+
+def onnx_words(run: ValidationRun) -> str:
+    """The run's ONNX file as a reader should see it: a demo's export by what it is (its path
+    is Parity's cache, of no use to a reader), any other file by its path."""
+    from parity.load.specs import demo_name
+    from parity.run.config_json import is_demo_export
+
+    if demo_name(run.model) is not None and is_demo_export(run.onnx):
+        return DEMO_EXPORT
+    return run.onnx
+
+
 def headline(run: ValidationRun) -> str:
     """The verdict as a sentence: "The export does not match PyTorch: 1 of 2 outputs differ
     beyond the allowed error." """
