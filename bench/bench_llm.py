@@ -9,11 +9,11 @@ by the first run with --export-path and timed with it).
 
 Each run is `parity validate --model hf:DIR --onnx FILE --max-new-tokens 4` in its own
 process: plain, `--layers` (intermediate values of every step compared, confirmation
-included, default --layers-memory) and `--noise-floor` (every call again in float64); wall
-time and peak RSS (getrusage of the child), printed against the model's float32 size and
-the plain run. Goals (issue 40): plain <= 2.5x the float32 size in peak memory; --layers
-<= plain + 1.5 GB and <= 5x plain time; generation <= 1.5x plain (free-running generation
-is measured when the report has a `generation.prompts` block, else said missing).
+included, default --layers-memory) and `--noise-floor` (every call again in float64), each
+with `--no-generation`, then the default run (free-running generation after the steps);
+wall time and peak RSS (getrusage of the child), printed against the model's float32 size
+and the plain run. Goals (issue 40): plain <= 2.5x the float32 size in peak memory;
+--layers <= plain + 1.5 GB and <= 5x plain time; generation <= 1.5x plain.
 
     nice python bench/bench_llm.py                       # builds the model in a temp dir
     nice python bench/bench_llm.py --work /tmp/llm       # keeps (and reuses) the files
@@ -147,13 +147,22 @@ def main() -> None:
         for name, onnx_file in files:
             given = [*base, "--onnx", str(onnx_file)]
             for label, extra in (
-                ("plain", []),
-                ("--layers", ["--layers"]),
-                ("--noise-floor", ["--noise-floor"]),
+                ("plain", ["--no-generation"]),
+                ("--layers", ["--layers", "--no-generation"]),
+                ("--noise-floor", ["--noise-floor", "--no-generation"]),
+                ("+ generation", []),
             ):
                 code, wall, peak, data = run([*given, *extra], work / f"{name}{label}.json")
                 rows.append((f"{name}: {label}", code, wall, peak))
-                generation_seen |= bool((data.get("generation") or {}).get("prompts"))
+                prompts = (data.get("generation") or {}).get("prompts")
+                generation_seen |= bool(prompts)
+                if prompts:
+                    same = sum(p.get("first_divergence") is None for p in prompts)
+                    seconds = (data.get("timings") or {}).get("generation", 0.0)
+                    print(
+                        f"  {name} generation: {seconds:.1f} s of the run; {same} of "
+                        f"{len(prompts)} prompts give torch's tokens"
+                    )
                 layers = data.get("layers") or {}
                 if layers:
                     first = layers.get("first_divergence")
@@ -174,12 +183,15 @@ def main() -> None:
         for name, (wall, peak) in plain.items():
             print(f"{name}: plain peak {peak / size:.2f}x the float32 size (goal <= 2.5x)")
             for label, _code, w, p in rows:
-                if label.startswith(f"{name}: --"):
+                if label.startswith((f"{name}: --", f"{name}: +")):
                     print(
                         f"{name}: {label.split(': ')[1]:14s} {w / wall:5.2f}x plain time, "
                         f"{(p - peak) / GB:+.2f} GB over plain"
                     )
-        print("goals: --layers <= plain + 1.5 GB and <= 5x plain time")
+        print(
+            "goals: --layers <= plain + 1.5 GB and <= 5x plain time; + generation <= 1.5x plain "
+            "(plain and the others with --no-generation)"
+        )
         if not generation_seen:
             print(
                 "generation: not measured (no generation.prompts in the reports: free-running "
