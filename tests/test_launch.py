@@ -121,7 +121,9 @@ def test_a_stop_signal_while_serving_ends_streamlit_and_removes_the_temp_folder(
 def test_ctrl_c_during_the_demos_export_prints_one_line_and_exits_2(tmp_path, dashboards):
     """The demo's export starts on a cold cache (its lock file appears); Ctrl-C lands in it."""
     cache = tmp_path / "cache"
-    dashboard = Dashboard(tmp_path, "--model", "demo:cnn", env={"PARITY_CACHE_DIR": str(cache)})
+    # a real export (not the shipped one copied in): the interrupt must land inside torch's
+    env = {"PARITY_CACHE_DIR": str(cache), "PARITY_DEMO_SHIPPED": "0"}
+    dashboard = Dashboard(tmp_path, "--model", "demo:cnn", env=env)
     dashboards.append(dashboard)
     deadline = time.monotonic() + 300
     while not (cache / ".parity-export.lock").exists():
