@@ -59,6 +59,8 @@ _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are no
 _HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
 _HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
+_ROUND_UP = np.uint64(HIST_ROUND_UP)
+_SHIFT = np.uint64(HIST_SHIFT)
 
 
 def measure(
@@ -100,6 +102,7 @@ class _Pass:
         self.n_nan = 0
         self.n_inf = 0
         self.hist = np.zeros(HIST_BINS, dtype=np.int64)
+        self.top_bin = -1  # the highest non-empty histogram bin
         # p99 (exact): keep every error above a threshold that is a proven lower bound of the
         # final k-th largest error (a histogram edge below the k-th largest seen so far).
         self.k_keep = max(n - math.floor(0.99 * (n - 1)) + 2, TOP_PAIRS) if n else TOP_PAIRS
@@ -119,6 +122,8 @@ class _Pass:
         self.zero_max = -math.inf
         self.lines: list[tuple[float, float]] = []
         self.slack_rel = _HULL_SLACK
+        self.pre: tuple[float, float] | None = None  # the fast path's (rk, th), see _prefilter
+        self.samp_r = self.samp_d = np.zeros(0)
 
     # -- one chunk ---------------------------------------------------------------------
 
@@ -133,12 +138,12 @@ class _Pass:
             n_fail = int(np.count_nonzero(exact_int_mismatch(mag, absref, self.atol, self.rtol)))
             self._finite(R, D, float(np.einsum("i,i->", D, D)), start, None, n_fail)
             return
-        np.copyto(Ob, onnx_chunk, casting="unsafe")
-        np.subtract(Ob, R, out=D)
+        np.subtract(onnx_chunk, R, out=D, casting="unsafe")  # the cast fused into the pass
         dd = float(np.einsum("i,i->", D, D))
         if math.isfinite(dd):  # every pair finite (a NaN/Inf anywhere makes the sum non-finite)
             self._finite(R, D, dd, start, None)
         else:
+            np.copyto(Ob, onnx_chunk, casting="unsafe")
             self._nonfinite(R, Ob, start)
 
     def _nonfinite(self, R: np.ndarray, Ob: np.ndarray, start: int) -> None:
@@ -185,9 +190,12 @@ class _Pass:
             exceeds_into(D, R, self.atol, self.rtol, scratch=T, out=M)
             self.n_mismatch += int(np.count_nonzero(M))
         # histogram of d: bin = ceil(bits / 2**49)
-        np.add(D.view(np.int64), HIST_ROUND_UP, out=Ix)
-        np.right_shift(Ix, HIST_SHIFT, out=Ix)
-        self.hist += np.bincount(Ix, minlength=HIST_BINS)
+        U = Ix.view(np.uint64)  # d >= 0: the bits + HIST_ROUND_UP never reach the sign bit
+        np.add(D.view(np.uint64), _ROUND_UP, out=U)
+        np.right_shift(U, _SHIFT, out=U)  # unsigned: faster than the int64 shift
+        counts = np.bincount(Ix)  # up to the chunk's largest bin, not all HIST_BINS
+        self.hist[: counts.size] += counts
+        self.top_bin = max(self.top_bin, counts.size - 1)
         # candidates for the exact p99 and the top errors
         self._raise_tp()
         if self.tp_ties >= 0 and m >= self.tp:
@@ -218,11 +226,14 @@ class _Pass:
         is below at least k others, so nothing equal to tp needs keeping.
         """
         j0 = hist_bin(self.tp) if self.tp > 0 else 0  # tp only rises: look above it
-        from_top = np.cumsum(self.hist[j0:][::-1])
+        top = self.top_bin  # bins above it are empty (they add nothing to the counts)
+        if top < j0:
+            return
+        from_top = np.cumsum(self.hist[j0 : top + 1][::-1])
         reach = int(np.searchsorted(from_top, self.k_keep))
         if reach >= from_top.size:  # fewer than k_keep errors above tp so far
             return
-        j = HIST_BINS - 1 - reach
+        j = top - reach
         edge = float(hist_edge(j - 1)) if j >= 1 else -math.inf
         if edge > self.tp:
             self.tp, self.tp_ties = edge, -1
@@ -258,6 +269,67 @@ class _Pass:
     def _hull_candidates(
         self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
     ) -> None:
+        """max_rel, the ref == 0 maximum and the hull's new points; see _prefilter for the
+        fast path, taken once there is a hull and a max_rel."""
+        if self.hull_r.size == 0 or self.max_rel < 0.0 or self.samp_r.size == 0:
+            self._hull_candidates_full(R, D, m, T, M)
+            return
+        if self.pre is None:
+            self.pre = self._prefilter()
+        rk, th = self.pre
+        M2 = self.M2[: R.size]
+        np.greater(D, th, out=M)
+        np.less(R, rk, out=M2)
+        np.logical_or(M, M2, out=M)
+        idx = np.flatnonzero(M)
+        if idx.size == 0:
+            return
+        r, d = R[idx], D[idx]
+        zero = r == 0.0
+        if zero.any():
+            zmax = float(d[zero].max())
+            if zmax > self.zero_max:
+                self.zero_max = zmax
+            r, d = r[~zero], d[~zero]
+        if r.size == 0:
+            return
+        rel = float((d / r).max())
+        if rel > self.max_rel:
+            self.max_rel, self.pre = rel, None
+        # the full path's stage 1 and 2 on the survivors: the same points are merged
+        flag = (d > float(self.hull_d[-1])) | (r < float(self.hull_r[0]))
+        for s, a in self.lines:
+            flag |= d > r * s + a
+        r, d = r[flag], d[flag]
+        if r.size:
+            above = d > self._envelope(r)
+            r, d = r[above], d[above]
+        if r.size:
+            self._merge_hull(r, d)
+
+    def _prefilter(self) -> tuple[float, float]:
+        """(rk, th): every point the full path could use has |ref| < rk or d > th.
+
+        For |ref| >= rk: a stage-1 line (rising: the hull's d rises with r) is at least its
+        value at rk, computed with the same roundings; d > d_top >= th; and d / |ref| can
+        exceed max_rel only when d > max_rel * rk, which th bounds from below with a margin
+        for rounding. So two comparisons per element leave a few survivors for the exact
+        tests. rk is the hull vertex that leaves the fewest survivors in a sample of the
+        first chunk (any vertex is correct; the choice is only about speed).
+        """
+        hr = self.hull_r
+        th = np.full(hr.size, float(self.hull_d[-1]))
+        for s, a in self.lines:
+            np.minimum(th, hr * s + a, out=th)
+        np.minimum(th, (self.max_rel * hr) * (1.0 - 2.0**-50), out=th)
+        left = np.searchsorted(self.samp_r, hr)
+        above = self.samp_d.size - np.searchsorted(self.samp_d, th, side="right")
+        v = int(np.argmin(left + above))
+        return float(hr[v]), float(th[v])
+
+    def _hull_candidates_full(
+        self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
+    ) -> None:
         """Find the chunk's points above the hull envelope E (see _rebuild_tables).
 
         Stage 1 (every element, a few cheap passes): d above the inner polygon of E through
@@ -289,6 +361,8 @@ class _Pass:
             # Start from the hull of every 61st element: its envelope lies below the full
             # one, so it is a valid filter, and the first merge stays small.
             rs, ds = R[::61], D[::61]
+            if self.samp_r.size == 0:  # the prefilter's sample (see _prefilter)
+                self.samp_r, self.samp_d = np.sort(rs), np.sort(ds)
             keep = rs > 0.0
             if keep.any():
                 self._merge_hull(rs[keep], ds[keep])
@@ -357,6 +431,7 @@ class _Pass:
         never hides a new vertex (beyond the slack, which also absorbs rounding).
         """
         hr, hd = self.hull_r, self.hull_d
+        self.pre = None
         if hr.size == 0:
             return
         r_top, d_top = float(hr[-1]), float(hd[-1])
