@@ -178,9 +178,9 @@ class _Pass:
         np.abs(D, out=D)
         np.abs(R, out=R)
         self.sum_abs += float(D.sum())
-        i = int(D.argmax())
-        m = float(D[i])
-        if m > self.max_abs:
+        m = float(D.max())
+        if m > self.max_abs:  # the first of the largest, like argmax; rarely needed
+            i = int(D.argmax())
             self.max_abs = m
             self.worst = start + (int(pos[i]) if pos is not None else i)
         # the run's own tolerance, exactly (nothing fails while the largest error is <= atol)
