@@ -6,8 +6,11 @@ statistic is exact (p99 included) and computed in float64. It also builds the
 :class:`~parity.judge.error_profile.ErrorProfile`.
 
 How the profile's hull is kept small and fast: each chunk finds the few points above the
-current hull: a cheap test against an inner polygon of the hull (three vertices) for every
-element, then the hull itself (np.interp) for the few survivors, then a merge. Points within
+current hull: once there is a hull, two comparisons per element (|ref| below one vertex's r,
+or d above a bound that every line of the test below, d_top and max_rel reach right of it;
+:meth:`_Pass._prefilter`) leave about 1-2 % of the elements; on those (on every element of
+the first chunk), a test against an inner polygon of the hull (three vertices), then the
+hull itself (np.interp), then a merge. max_rel comes from the same survivors, exactly. Points within
 ``hull_slack`` above the hull are not merged (this keeps data lying exactly on a line, e.g.
 an all-zero ONNX output, fast). ``hull_slack`` is ``2**-44 * max_abs`` unless the hull grew
 past 2048 vertices (errors lying on a concave curve, e.g. proportional to sqrt|ref|): then it
@@ -20,10 +23,11 @@ reads, about 1 % of the elements), or, when errors pile up in a few bins, the k-
 kept value with its ties counted. Extra memory: seven chunk buffers (~3 MB at the default
 chunk) plus those kept errors (~1-2 % of the elements, 8 bytes each; 58 MiB at 100M).
 
-Cost: about two dozen vectorised float64 passes per chunk (casts, difference, three
-einsum sums, abs, argmax, histogram, candidate tests), each over an L2-sized chunk. See
-bench/README.md for measurements against numpy, Polygraphy and torch.testing, and for why a
-fused numba kernel was measured and not kept.
+Cost: about fifteen vectorised float64 passes per chunk (cast, difference, three einsum
+sums, two abs, sum, max, histogram key and np.bincount, the p99 and hull comparisons), each
+over an L2-sized chunk; the sums' chunking is part of the result (their rounding), so the
+chunk size stays. See docs/benchmarks.md and bench/README.md for measurements against
+numpy, Polygraphy and torch.testing, and for why a fused numba kernel was not kept.
 """
 
 from __future__ import annotations
