@@ -300,14 +300,16 @@ class _Pass:
         rel = float((d / r).max())
         if rel > self.max_rel:
             self.max_rel, self.pre = rel, None
-        # the full path's stage 1 and 2 on the survivors: the same points are merged
+        # the full path's stages 2 and 1 on the survivors (stage 2 first: it leaves fewer;
+        # the same points pass both in either order), so the same points are merged
+        above = d > self._envelope(r)
+        if not above.any():
+            return
+        r, d = r[above], d[above]
         flag = (d > float(self.hull_d[-1])) | (r < float(self.hull_r[0]))
         for s, a in self.lines:
             flag |= d > r * s + a
         r, d = r[flag], d[flag]
-        if r.size:
-            above = d > self._envelope(r)
-            r, d = r[above], d[above]
         if r.size:
             self._merge_hull(r, d)
 
