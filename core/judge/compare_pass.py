@@ -106,6 +106,7 @@ class _Pass:
         self.n_inf = 0
         self.hist = np.zeros(HIST_BINS, dtype=np.int64)
         self.top_bin = -1  # the highest non-empty histogram bin
+        self.tp_key, self.tp_bin = math.nan, 0  # tp_bin = hist_bin(tp) while tp_key == tp
         # p99 (exact): keep every error above a threshold that is a proven lower bound of the
         # final k-th largest error (a histogram edge below the k-th largest seen so far).
         self.k_keep = max(n - math.floor(0.99 * (n - 1)) + 2, TOP_PAIRS) if n else TOP_PAIRS
@@ -229,7 +230,11 @@ class _Pass:
         Everything the final top k can hold is above it, and an error equal to the edge
         is below at least k others, so nothing equal to tp needs keeping.
         """
-        j0 = hist_bin(self.tp) if self.tp > 0 else 0  # tp only rises: look above it
+        if self.n_finite < self.k_keep:  # fewer than k_keep errors so far
+            return
+        if self.tp_key != self.tp:  # tp's bin, worked out once per tp
+            self.tp_key, self.tp_bin = self.tp, hist_bin(self.tp) if self.tp > 0 else 0
+        j0 = self.tp_bin  # tp only rises: look above it
         top = self.top_bin  # bins above it are empty (they add nothing to the counts)
         if top < j0:
             return
@@ -238,7 +243,9 @@ class _Pass:
         if reach >= from_top.size:  # fewer than k_keep errors above tp so far
             return
         j = top - reach
-        edge = float(hist_edge(j - 1)) if j >= 1 else -math.inf
+        if j - 1 < j0:  # edge(j - 1) <= edge(j0 - 1) < tp: no higher edge
+            return
+        edge = float(hist_edge(j - 1))
         if edge > self.tp:
             self.tp, self.tp_ties = edge, -1
 
