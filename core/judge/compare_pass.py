@@ -323,17 +323,23 @@ class _Pass:
     def _prefilter(self) -> tuple[float, float]:
         """(rk, th): every point the full path could use has |ref| < rk or d > th.
 
-        For |ref| >= rk: a stage-1 line (rising: the hull's d rises with r) is at least its
-        value at rk, computed with the same roundings; d > d_top >= th; and d / |ref| can
+        For |ref| >= rk, a point merged into the hull passes stage 1 (a line, rising since
+        the hull's d rises with r, is at least its value at rk, computed with the same
+        roundings; or d > d_top) and stage 2 (d > the vertex's d, below); and d / |ref| can
         exceed max_rel only when d > max_rel * rk, which th bounds from below with a margin
         for rounding. So two comparisons per element leave a few survivors for the exact
         tests. rk is the hull vertex that leaves the fewest survivors in a sample of the
         first chunk (any vertex is correct; the choice is only about speed).
         """
-        hr = self.hull_r
-        th = np.full(hr.size, float(self.hull_d[-1]))
+        hr, hd = self.hull_r, self.hull_d
+        th = np.full(hr.size, float(hd[-1]))
         for s, a in self.lines:
             np.minimum(th, hr * s + a, out=th)
+        # A merged point also passes stage 2: d > E(r) + slack, and np.interp's E is at
+        # least hd[v] right of hr[v] (slope >= 0 times x - xp[j] >= 0, plus hd[j] >= hd[v])
+        # as long as its slopes are finite (an infinite one can give -inf).
+        if bool(np.isfinite(np.diff(hd) / np.diff(hr)).all()):
+            np.maximum(th, hd, out=th)
         np.minimum(th, (self.max_rel * hr) * (1.0 - 2.0**-50), out=th)
         left = np.searchsorted(self.samp_r, hr)
         above = self.samp_d.size - np.searchsorted(self.samp_d, th, side="right")
