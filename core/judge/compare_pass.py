@@ -7,7 +7,7 @@ statistic is exact (p99 included) and computed in float64. It also builds the
 
 How the profile's hull is kept small and fast: each chunk finds the few points above the
 current hull: once there is a hull, two comparisons per element (|ref| below one vertex's r,
-or d above a bound that every line of the test below, d_top and max_rel reach right of it;
+or d above a bound that a merged point or a new max_rel must exceed right of that r;
 :meth:`_Pass._prefilter`) leave ~0.1-2 % of the elements; on those (on every element of
 the first chunk), a test against an inner polygon of the hull (three vertices), then the
 hull itself (np.interp), then a merge. max_rel comes from the same survivors, exactly. Points within
