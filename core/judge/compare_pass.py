@@ -6,8 +6,11 @@ statistic is exact (p99 included) and computed in float64. It also builds the
 :class:`~parity.judge.error_profile.ErrorProfile`.
 
 How the profile's hull is kept small and fast: each chunk finds the few points above the
-current hull: a cheap test against an inner polygon of the hull (three vertices) for every
-element, then the hull itself (np.interp) for the few survivors, then a merge. Points within
+current hull: once there is a hull, two comparisons per element (|ref| below one vertex's r,
+or d above a bound that a merged point or a new max_rel must exceed right of that r;
+:meth:`_Pass._prefilter`) leave ~0.1-2 % of the elements; on those (on every element of
+the first chunk), a test against an inner polygon of the hull (three vertices), then the
+hull itself (np.interp), then a merge. max_rel comes from the same survivors, exactly. Points within
 ``hull_slack`` above the hull are not merged (this keeps data lying exactly on a line, e.g.
 an all-zero ONNX output, fast). ``hull_slack`` is ``2**-44 * max_abs`` unless the hull grew
 past 2048 vertices (errors lying on a concave curve, e.g. proportional to sqrt|ref|): then it
@@ -17,13 +20,14 @@ until it fits.
 p99 is exact in one pass: errors above a threshold are kept; the threshold is a histogram
 edge proven to lie below the k-th largest error (k = what np.percentile's linear method
 reads, about 1 % of the elements), or, when errors pile up in a few bins, the k-th largest
-kept value with its ties counted. Extra memory: seven chunk buffers (~3 MB at the default
+kept value with its ties counted. Extra memory: six chunk buffers (~2.2 MB at the default
 chunk) plus those kept errors (~1-2 % of the elements, 8 bytes each; 58 MiB at 100M).
 
-Cost: about two dozen vectorised float64 passes per chunk (casts, difference, three
-einsum sums, abs, argmax, histogram, candidate tests), each over an L2-sized chunk. See
-bench/README.md for measurements against numpy, Polygraphy and torch.testing, and for why a
-fused numba kernel was measured and not kept.
+Cost: about fifteen vectorised float64 passes per chunk (cast, difference, three einsum
+sums, two abs, sum, max, histogram key and np.bincount, the p99 and hull comparisons), each
+over an L2-sized chunk; the sums' chunking is part of the result (their rounding), so the
+chunk size stays. See docs/benchmarks.md and bench/README.md for measurements against
+numpy, Polygraphy and torch.testing, and for why a fused numba kernel was not kept.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are no
 _HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
 _HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
+_ROUND_UP = np.uint64(HIST_ROUND_UP)
+_SHIFT = np.uint64(HIST_SHIFT)
 
 
 def measure(
@@ -86,7 +92,6 @@ class _Pass:
         self.Ob = np.empty(chunk)
         self.D = np.empty(chunk)
         self.T = np.empty(chunk)
-        self.Ix = np.empty(chunk, dtype=np.int64)
         self.M = np.empty(chunk, dtype=bool)
         self.M2 = np.empty(chunk, dtype=bool)
         # sums and extremes over finite pairs
@@ -100,6 +105,8 @@ class _Pass:
         self.n_nan = 0
         self.n_inf = 0
         self.hist = np.zeros(HIST_BINS, dtype=np.int64)
+        self.top_bin = -1  # the highest non-empty histogram bin
+        self.tp_key, self.tp_bin = math.nan, 0  # tp_bin = hist_bin(tp) while tp_key == tp
         # p99 (exact): keep every error above a threshold that is a proven lower bound of the
         # final k-th largest error (a histogram edge below the k-th largest seen so far).
         self.k_keep = max(n - math.floor(0.99 * (n - 1)) + 2, TOP_PAIRS) if n else TOP_PAIRS
@@ -119,6 +126,8 @@ class _Pass:
         self.zero_max = -math.inf
         self.lines: list[tuple[float, float]] = []
         self.slack_rel = _HULL_SLACK
+        self.pre: tuple[float, float] | None = None  # the fast path's (rk, th), see _prefilter
+        self.samp_r = self.samp_d = np.zeros(0)
 
     # -- one chunk ---------------------------------------------------------------------
 
@@ -133,12 +142,12 @@ class _Pass:
             n_fail = int(np.count_nonzero(exact_int_mismatch(mag, absref, self.atol, self.rtol)))
             self._finite(R, D, float(np.einsum("i,i->", D, D)), start, None, n_fail)
             return
-        np.copyto(Ob, onnx_chunk, casting="unsafe")
-        np.subtract(Ob, R, out=D)
+        np.subtract(onnx_chunk, R, out=D, casting="unsafe")  # the cast fused into the pass
         dd = float(np.einsum("i,i->", D, D))
         if math.isfinite(dd):  # every pair finite (a NaN/Inf anywhere makes the sum non-finite)
             self._finite(R, D, dd, start, None)
         else:
+            np.copyto(Ob, onnx_chunk, casting="unsafe")
             self._nonfinite(R, Ob, start)
 
     def _nonfinite(self, R: np.ndarray, Ob: np.ndarray, start: int) -> None:
@@ -165,7 +174,8 @@ class _Pass:
         n_fail: int | None = None,
     ) -> None:
         k = R.size
-        T, Ix, M = self.T[:k], self.Ix[:k], self.M[:k]
+        T, M = self.T[:k], self.M[:k]
+        Ix = T.view(np.int64)  # the histogram's keys reuse the scratch: fewer bytes in cache
         self.n_finite += k
         self.dd += dd
         self.rd += float(np.einsum("i,i->", R, D))
@@ -173,9 +183,9 @@ class _Pass:
         np.abs(D, out=D)
         np.abs(R, out=R)
         self.sum_abs += float(D.sum())
-        i = int(D.argmax())
-        m = float(D[i])
-        if m > self.max_abs:
+        m = float(D.max())
+        if m > self.max_abs:  # the first of the largest, like argmax; rarely needed
+            i = int(D.argmax())
             self.max_abs = m
             self.worst = start + (int(pos[i]) if pos is not None else i)
         # the run's own tolerance, exactly (nothing fails while the largest error is <= atol)
@@ -185,9 +195,12 @@ class _Pass:
             exceeds_into(D, R, self.atol, self.rtol, scratch=T, out=M)
             self.n_mismatch += int(np.count_nonzero(M))
         # histogram of d: bin = ceil(bits / 2**49)
-        np.add(D.view(np.int64), HIST_ROUND_UP, out=Ix)
-        np.right_shift(Ix, HIST_SHIFT, out=Ix)
-        self.hist += np.bincount(Ix, minlength=HIST_BINS)
+        U = Ix.view(np.uint64)  # d >= 0: the bits + HIST_ROUND_UP never reach the sign bit
+        np.add(D.view(np.uint64), _ROUND_UP, out=U)
+        np.right_shift(U, _SHIFT, out=U)  # unsigned: faster than the int64 shift
+        counts = np.bincount(Ix)  # up to the chunk's largest bin, not all HIST_BINS
+        self.hist[: counts.size] += counts
+        self.top_bin = max(self.top_bin, counts.size - 1)
         # candidates for the exact p99 and the top errors
         self._raise_tp()
         if self.tp_ties >= 0 and m >= self.tp:
@@ -217,13 +230,22 @@ class _Pass:
         Everything the final top k can hold is above it, and an error equal to the edge
         is below at least k others, so nothing equal to tp needs keeping.
         """
-        j0 = hist_bin(self.tp) if self.tp > 0 else 0  # tp only rises: look above it
-        from_top = np.cumsum(self.hist[j0:][::-1])
+        if self.n_finite < self.k_keep:  # fewer than k_keep errors so far
+            return
+        if self.tp_key != self.tp:  # tp's bin, worked out once per tp
+            self.tp_key, self.tp_bin = self.tp, hist_bin(self.tp) if self.tp > 0 else 0
+        j0 = self.tp_bin  # tp only rises: look above it
+        top = self.top_bin  # bins above it are empty (they add nothing to the counts)
+        if top < j0:
+            return
+        from_top = np.cumsum(self.hist[j0 : top + 1][::-1])
         reach = int(np.searchsorted(from_top, self.k_keep))
         if reach >= from_top.size:  # fewer than k_keep errors above tp so far
             return
-        j = HIST_BINS - 1 - reach
-        edge = float(hist_edge(j - 1)) if j >= 1 else -math.inf
+        j = top - reach
+        if j - 1 < j0:  # edge(j - 1) <= edge(j0 - 1) < tp: no higher edge
+            return
+        edge = float(hist_edge(j - 1))
         if edge > self.tp:
             self.tp, self.tp_ties = edge, -1
 
@@ -258,6 +280,75 @@ class _Pass:
     def _hull_candidates(
         self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
     ) -> None:
+        """max_rel, the ref == 0 maximum and the hull's new points; see _prefilter for the
+        fast path, taken once there is a hull and a max_rel."""
+        if self.hull_r.size == 0 or self.max_rel < 0.0 or self.samp_r.size == 0:
+            self._hull_candidates_full(R, D, m, T, M)
+            return
+        if self.pre is None:
+            self.pre = self._prefilter()
+        rk, th = self.pre
+        M2 = self.M2[: R.size]
+        np.greater(D, th, out=M)
+        np.less(R, rk, out=M2)
+        np.logical_or(M, M2, out=M)
+        idx = np.flatnonzero(M)
+        if idx.size == 0:
+            return
+        r, d = R[idx], D[idx]
+        zero = r == 0.0
+        if zero.any():
+            zmax = float(d[zero].max())
+            if zmax > self.zero_max:
+                self.zero_max = zmax
+            r, d = r[~zero], d[~zero]
+        if r.size == 0:
+            return
+        rel = float((d / r).max())
+        if rel > self.max_rel:
+            self.max_rel, self.pre = rel, None
+        # the full path's stages 2 and 1 on the survivors (stage 2 first: it leaves fewer;
+        # the same points pass both in either order), so the same points are merged
+        above = d > self._envelope(r)
+        if not above.any():
+            return
+        r, d = r[above], d[above]
+        flag = (d > float(self.hull_d[-1])) | (r < float(self.hull_r[0]))
+        for s, a in self.lines:
+            flag |= d > r * s + a
+        r, d = r[flag], d[flag]
+        if r.size:
+            self._merge_hull(r, d)
+
+    def _prefilter(self) -> tuple[float, float]:
+        """(rk, th): every point the full path could use has |ref| < rk or d > th.
+
+        For |ref| >= rk, a point merged into the hull passes stage 1 (a line, rising since
+        the hull's d rises with r, is at least its value at rk, computed with the same
+        roundings; or d > d_top) and stage 2 (d > the vertex's d, below); and d / |ref| can
+        exceed max_rel only when d > max_rel * rk, which th bounds from below with a margin
+        for rounding. So two comparisons per element leave a few survivors for the exact
+        tests. rk is the hull vertex that leaves the fewest survivors in a sample of the
+        first chunk (any vertex is correct; the choice is only about speed).
+        """
+        hr, hd = self.hull_r, self.hull_d
+        th = np.full(hr.size, float(hd[-1]))
+        for s, a in self.lines:
+            np.minimum(th, hr * s + a, out=th)
+        # A merged point also passes stage 2: d > E(r) + slack, and np.interp's E is at
+        # least hd[v] right of hr[v] (slope >= 0 times x - xp[j] >= 0, plus hd[j] >= hd[v])
+        # as long as its slopes are finite (an infinite one can give -inf).
+        if bool(np.isfinite(np.diff(hd) / np.diff(hr)).all()):
+            np.maximum(th, hd, out=th)
+        np.minimum(th, (self.max_rel * hr) * (1.0 - 2.0**-50), out=th)
+        left = np.searchsorted(self.samp_r, hr)
+        above = self.samp_d.size - np.searchsorted(self.samp_d, th, side="right")
+        v = int(np.argmin(left + above))
+        return float(hr[v]), float(th[v])
+
+    def _hull_candidates_full(
+        self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
+    ) -> None:
         """Find the chunk's points above the hull envelope E (see _rebuild_tables).
 
         Stage 1 (every element, a few cheap passes): d above the inner polygon of E through
@@ -289,6 +380,8 @@ class _Pass:
             # Start from the hull of every 61st element: its envelope lies below the full
             # one, so it is a valid filter, and the first merge stays small.
             rs, ds = R[::61], D[::61]
+            if self.samp_r.size == 0:  # the prefilter's sample (see _prefilter)
+                self.samp_r, self.samp_d = np.sort(rs), np.sort(ds)
             keep = rs > 0.0
             if keep.any():
                 self._merge_hull(rs[keep], ds[keep])
@@ -357,6 +450,7 @@ class _Pass:
         never hides a new vertex (beyond the slack, which also absorbs rounding).
         """
         hr, hd = self.hull_r, self.hull_d
+        self.pre = None
         if hr.size == 0:
             return
         r_top, d_top = float(hr[-1]), float(hd[-1])
