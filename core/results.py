@@ -389,6 +389,8 @@ class ValidationRun:
     `write_html` and the notebook view call `parity.reports` through `RunFiles` (it stands on
     this module, which therefore cannot import it).
 
+    `outputs` are the judged rows (the JSON report's `outputs`; `comparisons` is an alias of
+    it); `candidate(i)` reads one candidate's rows, ONNX outputs and layers from the fields.
     `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
     is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
     """
