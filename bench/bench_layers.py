@@ -225,7 +225,7 @@ def confirmation_and_noise(work: Path, base, repeats: int = 3) -> None:
         f"{len(layers.with_outcome('carried'))} carried, "
         f"{len(layers.with_outcome('unconfirmed'))} unconfirmed"
     )
-    noise = runs["--noise-floor (planted)"].comparisons[0].noise
+    noise = runs["--noise-floor (planted)"].outputs[0].noise
     print(f"  noise floor on the planted export: {noise}")
     for label, seconds in times.items():
         print(f"  {label:52s} {seconds:8.2f} s (best of {repeats})")

@@ -392,7 +392,7 @@ def _run_cases(
         tolerances=config.tolerances,
         environment=environment(providers, also=source.environment_modules),
         input_sets=tuple(c.input_set for c in cases),
-        comparisons=tuple(comparisons),
+        outputs=tuple(comparisons),
         ref_outputs=tuple(c.reference for c in cases),
         onnx_outputs=tuple(o for slot in slots for o in slot.outputs),
         exclusions=tuple(dict(c.exclude) for c in cases),

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -255,6 +256,45 @@ class CandidateInfo:
 
 
 @dataclass(frozen=True)
+class CandidateRun:
+    """One candidate's share of a run (`ValidationRun.candidate`): its info, its comparisons,
+    its ONNX outputs and its layers, read from the run's fields without copying an array, so
+    no reader works out where a candidate's rows and output sets lie."""
+
+    info: CandidateInfo
+    outputs: tuple[OutputComparison, ...]  # its (input set, output) rows, in the run's order
+    # one OutputSet per input set, in `input_sets` order (empty ones for a candidate that could
+    # not run); () when the run kept no outputs
+    onnx_outputs: tuple[OutputSet, ...]
+    layers: LayersResult | None = None  # --layers: its intermediate values against the reference
+
+    @property
+    def index(self) -> int:
+        return self.info.index
+
+    @property
+    def label(self) -> str:
+        return self.info.label
+
+    @property
+    def verdict(self) -> Verdict:
+        """ERROR when it could not be run; PASS when it has rows and every one passes."""
+        if self.info.error is not None:
+            return Verdict.ERROR
+        ok = bool(self.outputs) and all(c.status.passed for c in self.outputs)
+        return Verdict.PASS if ok else Verdict.FAIL
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASS
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        """Names of its outputs that fail in at least one input set (as `ValidationRun.failing`)."""
+        return tuple(dict.fromkeys(c.name for c in self.outputs if not c.status.passed))
+
+
+@dataclass(frozen=True)
 class GenerationStep:
     """One captured forward call of an hf: run: which step, which phase, its sizes."""
 
@@ -349,6 +389,8 @@ class ValidationRun:
     `write_html` and the notebook view call `parity.reports` through `RunFiles` (it stands on
     this module, which therefore cannot import it).
 
+    `outputs` are the judged rows (the JSON report's `outputs`; `comparisons` is an alias of
+    it); `candidate(i)` reads one candidate's rows, ONNX outputs and layers from the fields.
     `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
     is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
     """
@@ -359,7 +401,7 @@ class ValidationRun:
     tolerances: Tolerances
     environment: Mapping[str, str]
     input_sets: tuple[InputSet, ...]
-    comparisons: tuple[OutputComparison, ...]
+    outputs: tuple[OutputComparison, ...]  # one row per (input set, output) per candidate
     ref_outputs: tuple[OutputSet, ...] = ()
     onnx_outputs: tuple[OutputSet, ...] = ()
     exclusions: tuple[Mapping[str, np.ndarray], ...] = ()
@@ -371,7 +413,7 @@ class ValidationRun:
     # Every way the ONNX side ran (file x provider x opt level); () in runs saved before
     # candidates existed: one candidate, index 0, is implied (see `candidate_list`).
     # `onnx_outputs` holds every candidate's output sets, candidate after candidate, each in
-    # `input_sets` order (the saved-run layout): read one candidate's with `outputs_of`.
+    # `input_sets` order (the saved-run layout): read one candidate's with `candidate(i)`.
     candidates: tuple[CandidateInfo, ...] = ()
     # --layers with several candidates (ONNX against ONNX): each one's, by candidate index
     candidate_layers: Mapping[int, LayersResult] = field(default_factory=dict)
@@ -382,7 +424,7 @@ class ValidationRun:
         be run at all (the CLI's exit 2); else FAIL."""
         if any(c.error is not None for c in self.candidates):
             return Verdict.ERROR
-        if all(c.status.passed for c in self.comparisons) and self.comparisons:
+        if all(c.status.passed for c in self.outputs) and self.outputs:
             return Verdict.PASS
         return Verdict.FAIL
 
@@ -394,13 +436,14 @@ class ValidationRun:
     @property
     def failing(self) -> tuple[str, ...]:
         """Names of the outputs that fail (any status but pass) in at least one input set."""
-        bad = {c.name for c in self.comparisons if not c.status.passed}
+        bad = {c.name for c in self.outputs if not c.status.passed}
         return tuple(name for name in self.output_names if name in bad)
 
     @property
-    def outputs(self) -> tuple[OutputComparison, ...]:
-        """One typed row per (input set, output): status, shapes, statistics, message."""
-        return self.comparisons
+    def comparisons(self) -> tuple[OutputComparison, ...]:
+        """Deprecated alias of `outputs` (the same tuple): the name the JSON report and the
+        docs use is `outputs`; this one stays so that older code and the dashboard run."""
+        return self.outputs
 
     @property
     def candidate_list(self) -> tuple[CandidateInfo, ...]:
@@ -415,56 +458,58 @@ class ValidationRun:
     def is_multi_candidate(self) -> bool:
         return len(self.candidates) > 1
 
-    def candidate(self, index: int) -> CandidateInfo:
-        """The candidate numbered `index` (KeyError if the run has none)."""
-        info = next((c for c in self.candidate_list if c.index == index), None)
-        if info is None:
-            raise KeyError(index)
-        return info
+    @cached_property
+    def candidate_runs(self) -> tuple[CandidateRun, ...]:
+        """Every candidate's view (`candidate_list` order), built once per run: its rows by
+        `OutputComparison.candidate`, its output sets by its place in `onnx_outputs`."""
+        rows: dict[int, list[OutputComparison]] = {}
+        for c in self.outputs:
+            rows.setdefault(c.candidate, []).append(c)
+        many, n = self.is_multi_candidate, len(self.input_sets)
+        views = []
+        for k, info in enumerate(self.candidate_list):
+            if not many:
+                sets, layers = self.onnx_outputs, self.layers
+            else:  # a run saved before each candidate's layers were kept has the first's only
+                sets = self.onnx_outputs[k * n : (k + 1) * n]
+                layers = (
+                    self.candidate_layers.get(info.index)
+                    if self.candidate_layers
+                    else self.layers
+                    if k == 0
+                    else None
+                )
+            views.append(CandidateRun(info, tuple(rows.get(info.index, ())), sets, layers))
+        return tuple(views)
 
-    def candidate_verdict(self, index: int) -> Verdict:
-        """One candidate's verdict: ERROR, PASS or FAIL."""
-        info = self.candidate(index)
-        if info.error is not None:
-            return Verdict.ERROR
-        mine = [c for c in self.comparisons if c.candidate == index]
-        return Verdict.PASS if mine and all(c.status.passed for c in mine) else Verdict.FAIL
+    def candidate(self, index: int) -> CandidateRun:
+        """The candidate numbered `index`: its info, rows, ONNX outputs and layers (KeyError
+        if the run has none)."""
+        for view in self.candidate_runs:
+            if view.index == index:
+                return view
+        raise KeyError(index)
 
     def for_candidate(self, index: int) -> ValidationRun:
         """The run as if `index` had been its only candidate: the view every single-candidate
         reader (pages, Inspect, HTML details) works on. Rejudge the whole run first."""
-        info = self.candidate(index)
+        view = self.candidate(index)
         if not self.is_multi_candidate:
             return self
+        info = view.info
         return replace(
             self,
             onnx=info.onnx,
-            comparisons=tuple(c for c in self.comparisons if c.candidate == index),
-            onnx_outputs=self.outputs_of(index),
+            outputs=view.outputs,
+            onnx_outputs=view.onnx_outputs,
             environment={**self.environment, "provider": info.provider},
             provenance=replace(
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
             candidates=(info,),
-            layers=(  # a run saved before each candidate's were kept has the first's only
-                self.candidate_layers.get(index)
-                if self.candidate_layers
-                else self.layers
-                if self.candidates.index(info) == 0
-                else None
-            ),
+            layers=view.layers,
             candidate_layers={},
         )
-
-    def outputs_of(self, index: int) -> tuple[OutputSet, ...]:
-        """Candidate `index`'s ONNX outputs: one OutputSet per input set, in `input_sets`
-        order (empty ones for a candidate that could not run); () when none were kept."""
-        info = self.candidate(index)
-        if not self.is_multi_candidate:
-            return self.onnx_outputs
-        n = len(self.input_sets)
-        k = self.candidates.index(info)
-        return self.onnx_outputs[k * n : (k + 1) * n]
 
     @property
     def is_generation(self) -> bool:
@@ -491,7 +536,7 @@ class ValidationRun:
             (i for i, s in enumerate(self.input_sets) if s.index == c.input_set), c.input_set
         )
         sides = []
-        for outputs in (self.ref_outputs, self.outputs_of(c.candidate)):
+        for outputs in (self.ref_outputs, self.candidate(c.candidate).onnx_outputs):
             found = outputs[position].arrays.get(c.name) if position < len(outputs) else None
             sides.append(None if found is None else np.asarray(found))
         return sides[0], sides[1]
@@ -499,12 +544,12 @@ class ValidationRun:
     @property
     def output_names(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
-        for c in self.comparisons:
+        for c in self.outputs:
             seen.setdefault(c.name, None)
         return tuple(seen)
 
     def comparison(self, input_set: int, name: str) -> OutputComparison:
-        for c in self.comparisons:
+        for c in self.outputs:
             if c.input_set == input_set and c.name == name:
                 return c
         raise KeyError((input_set, name))
@@ -534,7 +579,7 @@ class ValidationRun:
         return replace(
             self,
             tolerances=tolerances,
-            comparisons=tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.comparisons),
+            outputs=tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.outputs),
         )
 
     def to_json(self) -> dict[str, Any]:

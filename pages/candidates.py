@@ -53,9 +53,8 @@ def could_not_run(view: ValidationRun) -> bool:
 
 def candidates_frame(run: ValidationRun) -> pd.DataFrame:
     rows = []
-    for i in run.candidate_list:
-        verdict = run.candidate_verdict(i.index)
-        mine = [c for c in run.comparisons if c.candidate == i.index]
+    for view in run.candidate_runs:
+        i, verdict = view.info, view.verdict
         rows.append(
             {
                 "#": i.index,
@@ -63,7 +62,7 @@ def candidates_frame(run: ValidationRun) -> pd.DataFrame:
                 "ONNX file": i.onnx,
                 "provider": i.provider,
                 "opt level": i.ort_opt_level,
-                "failing": sum(not c.status.passed for c in mine),
+                "failing": sum(not c.status.passed for c in view.outputs),
                 "ORT s": round(i.seconds, 3),
                 "error / notes": i.error or "; ".join(i.notes),
             }

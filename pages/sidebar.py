@@ -72,8 +72,7 @@ def candidate_lines(run: ValidationRun) -> str:
     """One line per candidate of a run with several: its verdict badge, then which file,
     provider and level it is (the sidebar's list)."""
     return "  \n".join(
-        f"{verdict_badge_of(run.candidate_verdict(i.index))} {md_text(i.label)}"
-        for i in run.candidate_list
+        f"{verdict_badge_of(v.verdict)} {md_text(v.label)}" for v in run.candidate_runs
     )
 
 

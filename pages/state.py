@@ -85,9 +85,9 @@ def set_run(run: ValidationRun) -> None:
 
 def _first_bad_candidate(run: ValidationRun) -> int:
     """Pages open on the first candidate that does not pass (else the first)."""
-    infos = run.candidate_list
-    bad = [i.index for i in infos if run.candidate_verdict(i.index) == "fail"]
-    return bad[0] if bad else infos[0].index
+    views = run.candidate_runs
+    bad = [v.index for v in views if v.verdict == "fail"]
+    return bad[0] if bad else views[0].index
 
 
 def candidate_index(run: ValidationRun) -> int:

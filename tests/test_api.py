@@ -299,9 +299,11 @@ def python_blocks(page: str, section: str | None = None) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_api_page_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_page_examples_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     blocks = python_blocks("docs/api.md")
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     monkeypatch.chdir(tmp_path)
     notebook: dict = {}
     with warnings.catch_warnings():
@@ -312,6 +314,9 @@ def test_api_page_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         suite: dict = {}
         exec(compile(blocks[1], "docs/api.md:pytest", "exec"), suite)
         suite["test_export_matches"]()
+        capsys.readouterr()
+        exec(compile(blocks[2], "docs/api.md:candidates", "exec"), notebook)  # the same run
+    assert capsys.readouterr().out.strip().endswith("CPU, all) pass ()")
 
 
 def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -165,7 +165,7 @@ def test_inspect_pools_a_large_output_and_says_by_how_much():
     run = ValidationRun(
         model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
         environment={}, input_sets=(InputSet(0, {"x": np.zeros(1, np.float32)}),),
-        comparisons=(comparison,), ref_outputs=(OutputSet({"big": ref}),),
+        outputs=(comparison,), ref_outputs=(OutputSet({"big": ref}),),
         onnx_outputs=(OutputSet({"big": onnx}),),
     )  # fmt: skip
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
@@ -193,7 +193,7 @@ def test_inspect_reuses_its_views_when_the_session_tolerances_differ_from_the_ru
     run = ValidationRun(
         model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
         environment={}, input_sets=(InputSet(0, {"x": np.zeros(1, np.float32)}),),
-        comparisons=(comparison,), ref_outputs=(OutputSet({"y": ref}),),
+        outputs=(comparison,), ref_outputs=(OutputSet({"y": ref}),),
         onnx_outputs=(OutputSet({"y": onnx}),),
     )  # fmt: skip
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
@@ -228,7 +228,7 @@ def test_inspect_shows_what_the_verdict_judged_and_says_what_it_excluded():
     assert comparison.status.passed and comparison.stats.max_abs < 1e-6
     run = ValidationRun(
         model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
-        environment={}, input_sets=(case.input_set,), comparisons=tuple(comparisons),
+        environment={}, input_sets=(case.input_set,), outputs=tuple(comparisons),
         ref_outputs=(case.reference,), onnx_outputs=(shown,), exclusions=(case.exclude,),
     )  # fmt: skip
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)

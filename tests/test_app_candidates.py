@@ -57,7 +57,7 @@ def test_run_page_runs_every_file_at_every_level_as_candidates(side_by_side: App
     got = [(Path(c.onnx).name, c.ort_opt_level) for c in run.candidates]
     assert got == [(f, lv) for f in ("dynamo.onnx", "legacy.onnx", "buggy.onnx")
                    for lv in ("disable", "all")]  # fmt: skip
-    assert [run.candidate_verdict(i) for i in range(6)] == ["pass"] * 4 + ["fail"] * 2
+    assert [run.candidate(i).verdict for i in range(6)] == ["pass"] * 4 + ["fail"] * 2
     said = md_text("6 candidates: 4 pass, 2 fail")  # names and counts are shown as text
     assert any(said in m.value for m in side_by_side.markdown)
 

@@ -8,10 +8,13 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parity.cli import main
 from parity.pipeline import RunConfig, run_validation
+from parity.reports.saved_run import load_run, save_run
+from parity.results import ValidationRun
 from parity.run.config import default_loaders
 from tests.helpers.candidate_exports import Exports
 
@@ -92,16 +95,17 @@ def test_the_reference_runs_once_per_input_set_and_a_shared_file_loads_once(expo
     assert view.onnx == str(exports.legacy) and len(view.comparisons) == 3 * 2
     # each candidate's outputs: one OutputSet per input set, the arrays behind its comparisons
     for info in run.candidates:
-        outputs = run.outputs_of(info.index)
+        outputs = run.candidate(info.index).onnx_outputs
         assert len(outputs) == len(run.input_sets) == 3
-        for c in (c for c in run.comparisons if c.candidate == info.index):
+        for c in run.candidate(info.index).outputs:
             position = [s.index for s in run.input_sets].index(c.input_set)
             assert run.arrays(c)[1] is outputs[position].arrays[c.name]
-    same = zip(view.onnx_outputs, run.outputs_of(4), view.outputs_of(4), strict=True)
+    mine = run.candidate(4).onnx_outputs
+    same = zip(view.onnx_outputs, mine, view.candidate(4).onnx_outputs, strict=True)
     assert all(a is b is c for a, b, c in same)
-    assert not any(a is b for a, b in zip(run.outputs_of(4), run.outputs_of(0), strict=True))
+    assert not any(a is b for a, b in zip(mine, run.candidate(0).onnx_outputs, strict=True))
     with pytest.raises(KeyError):
-        run.outputs_of(6)
+        run.candidate(6)
     assert view.provenance.ort_opt_level == "basic"
 
 
@@ -227,6 +231,64 @@ def test_saved_run_and_parity_report_keep_every_candidate(exports: Exports, tmp_
     assert [c["verdict"] for c in _report(out)["candidates"]] == ["pass", "fail"]
 
 
+def _by_arithmetic(run: ValidationRun, k: int) -> tuple[tuple, tuple]:
+    """Candidate k's rows and output sets as readers used to find them: rows by their
+    `candidate`, output sets at [k * n, (k + 1) * n) of `onnx_outputs`."""
+    info = run.candidates[k]
+    n = len(run.input_sets)
+    rows = tuple(c for c in run.outputs if c.candidate == info.index)
+    return rows, run.onnx_outputs[k * n : (k + 1) * n]
+
+
+def test_each_candidate_view_has_its_own_rows_and_outputs_live_and_reopened(
+    exports: Exports, tmp_path: Path
+):
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07not a protobuf" * 20)
+    config = RunConfig(
+        model=str(exports.pt2),
+        onnx=(str(exports.dynamo), str(exports.buggy), str(corrupt)),
+        n_input_sets=2,
+    )
+    run = run_validation(config)
+    assert run.comparisons is run.outputs  # the deprecated alias is the same tuple
+    views = run.candidate_runs
+    assert views is run.candidate_runs  # built once per run
+    assert [v.index for v in views] == [0, 1, 2]
+    assert [v.verdict for v in views] == ["pass", "fail", "error"]
+    assert [v.passed for v in views] == [True, False, False]
+    assert views[0].failing == () and views[1].failing == ("logits", "total") == run.failing
+    assert views[2].outputs == () and all(not s.arrays for s in views[2].onnx_outputs)
+    for k, view in enumerate(views):
+        rows, sets = _by_arithmetic(run, k)
+        assert view is run.candidate(view.index) and view.info is run.candidates[k]
+        assert view.outputs == rows and len(view.onnx_outputs) == 2
+        assert all(a is b for a, b in zip(view.onnx_outputs, sets, strict=True))  # not copied
+        assert {c.candidate for c in view.outputs} <= {view.index}
+    assert views[0].outputs and views[1].outputs
+    assert views[0].onnx_outputs[0] is not views[1].onnx_outputs[0]
+
+    path = save_run(run, tmp_path / "run.parity.npz")
+    reopened = load_run(path)
+    assert reopened.comparisons is reopened.outputs
+    again = reopened.candidate_runs
+    assert [v.verdict for v in again] == ["pass", "fail", "error"]
+    for k, (live, back) in enumerate(zip(views, again, strict=True)):
+        rows, sets = _by_arithmetic(reopened, k)
+        assert back.outputs == rows and all(
+            a is b for a, b in zip(back.onnx_outputs, sets, strict=True)
+        )
+        assert [(c.input_set, c.name, c.status) for c in back.outputs] == [
+            (c.input_set, c.name, c.status) for c in live.outputs
+        ]
+        for old, new in zip(live.onnx_outputs, back.onnx_outputs, strict=True):
+            assert old.arrays.keys() == new.arrays.keys()
+            assert all(np.array_equal(old.arrays[n], new.arrays[n]) for n in old.arrays)
+    loose = reopened.rejudge(atol=0.1)
+    assert [v.verdict for v in loose.candidate_runs] == ["pass", "pass", "error"]
+    assert reopened.candidate(1).verdict == "fail"  # rejudge makes a new run and new views
+
+
 @pytest.fixture(scope="module")
 def side_by_side(exports: Exports, tmp_path_factory: pytest.TempPathFactory):
     """dynamo, buggy and a legacy copy whose file name is markup, at two levels, 2 sets."""
@@ -313,5 +375,5 @@ def test_rejudged_run_judges_every_candidate(side_by_side):
 
     loose = side_by_side.rejudge(Tolerances(default=Tolerance(atol=0.1, rtol=0.0)))
     assert loose.verdict == "pass"
-    assert [loose.candidate_verdict(i.index) for i in loose.candidates] == ["pass"] * 6
-    assert side_by_side.candidate_verdict(2) == "fail"
+    assert [v.verdict for v in loose.candidate_runs] == ["pass"] * 6
+    assert side_by_side.candidate(2).verdict == "fail"

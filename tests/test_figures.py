@@ -107,7 +107,7 @@ def _run(comparisons: tuple[OutputComparison, ...], n_sets: int = 2) -> Validati
     sets = tuple(InputSet(i, {"image": np.zeros((1, 3, 8 * (i + 1), 8))}) for i in range(n_sets))
     return ValidationRun(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
-        input_sets=sets, comparisons=comparisons,
+        input_sets=sets, outputs=comparisons,
     )  # fmt: skip
 
 

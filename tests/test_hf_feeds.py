@@ -196,7 +196,7 @@ def test_rejudging_keeps_the_notes_after_the_verdict(tmp_path):
     assert not tight.status.passed and tight.message == c.message
     run = ValidationRun(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
-        input_sets=(InputSet(0, {}),), comparisons=(c,),
+        input_sets=(InputSet(0, {}),), outputs=(c,),
     )  # fmt: skip
     reopened = load_run(save_run(run, tmp_path / "run.parity.npz"))
     assert reopened.comparisons[0].notes == c.notes

@@ -39,7 +39,7 @@ def build_run(pairs: dict[str, tuple[np.ndarray, np.ndarray]], *, n_sets: int = 
     return ValidationRun(
         model="demo:test", onnx="model.onnx", signature=sig, tolerances=Tolerances(tol),
         environment={"onnxruntime": "1.32", "provider": "CPUExecutionProvider"},
-        input_sets=tuple(sets), comparisons=tuple(comps), ref_outputs=tuple(refs),
+        input_sets=tuple(sets), outputs=tuple(comps), ref_outputs=tuple(refs),
         onnx_outputs=tuple(onnxs),
     )  # fmt: skip
 

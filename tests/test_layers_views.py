@@ -235,7 +235,7 @@ def test_the_html_report_gets_a_layers_section_offline_and_escaped():
 
     run = ValidationRun(
         model="m.pt2", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
-        input_sets=(), comparisons=(), layers=chain(module=EVIL),
+        input_sets=(), outputs=(), layers=chain(module=EVIL),
     )  # fmt: skip
     page = render_html_report(run)
     section = page[page.index("<h2>Layers</h2>") :]
@@ -271,7 +271,7 @@ def test_the_html_report_looks_the_same_whatever_plotly_template_the_process_use
 
     run = ValidationRun(
         model="m.pt2", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
-        input_sets=(), comparisons=(), layers=chain(module=EVIL),
+        input_sets=(), outputs=(), layers=chain(module=EVIL),
     )  # fmt: skip
     before = pio.templates.default
     try:

@@ -45,7 +45,7 @@ def _run(names: tuple[str, ...]) -> ValidationRun:
     )  # fmt: skip
     return ValidationRun(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
-        input_sets=(), comparisons=comps,
+        input_sets=(), outputs=comps,
     )  # fmt: skip
 
 

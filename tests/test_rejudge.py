@@ -260,7 +260,7 @@ def test_validation_run_rejudge_uses_per_output_tolerances():
         tolerances=Tolerances(),
         environment={},
         input_sets=(),
-        comparisons=(a, b),
+        outputs=(a, b),
     )
     assert run.verdict == "fail"
     loose = Tolerances(default=Tolerance(1.0, 0.0), outputs={"z": Tolerance(1e-4, 0.0)})
@@ -312,7 +312,7 @@ def test_pooled_mismatch_curve_is_the_judged_elements_mismatching_over_every_set
         tolerances=Tolerances(),
         environment={},
         input_sets=(),
-        comparisons=comparisons,
+        outputs=comparisons,
     )
     judged = [_direct(*sets[0]), tuple(a[~exclude] for a in _direct(*sets[1]))]
     atols = np.logspace(-9, 0, 19)

@@ -31,7 +31,7 @@ def _run(comparison: OutputComparison) -> ValidationRun:
         model="demo:x", onnx="x.onnx", signature=None, tolerances=Tolerances(),
         environment={"torch": "t", "onnx": "o", "onnxruntime": "r", "provider": "CPU"},
         input_sets=(InputSet(0, {"x": np.zeros((2, 3), np.float32)}),),
-        comparisons=(comparison,),
+        outputs=(comparison,),
     )  # fmt: skip
 
 

@@ -37,7 +37,7 @@ def _run(*comparisons) -> ValidationRun:
     return ValidationRun(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
         input_sets=tuple(InputSet(i, {"x": np.zeros(2, np.float32)}) for i in sets),
-        comparisons=tuple(comparisons),
+        outputs=tuple(comparisons),
     )  # fmt: skip
 
 

@@ -104,7 +104,7 @@ def make_run(outputs: dict[str, np.ndarray], *, noise: float = 1e-3, n_sets: int
         tolerances=Tolerances(Tolerance(1e-5, 0.0), {next(iter(outputs)): Tolerance(1e-3, 1e-2)}),
         environment={"torch": "2.13.0", "onnxruntime": "1.32"},
         input_sets=tuple(input_sets),
-        comparisons=tuple(comparisons),
+        outputs=tuple(comparisons),
         ref_outputs=tuple(refs),
         onnx_outputs=tuple(onnxs),
         timings={"torch": 0.5, "compare": float("nan")},
@@ -183,9 +183,7 @@ def test_loaded_profiles_rejudge_exactly_like_the_live_run(tmp_path: Path) -> No
     live = replace(
         live,
         onnx_outputs=(OutputSet({"logits": onnx}),),
-        comparisons=(
-            compare_outputs(ref, onnx, name="logits", input_set=0, tolerance=Tolerance()),
-        ),
+        outputs=(compare_outputs(ref, onnx, name="logits", input_set=0, tolerance=Tolerance()),),
     )
     loaded = load_run(save_run(live, tmp_path / "r.parity.npz"))
     for atol, rtol in [(1e-6, 0.0), (1e-3, 0.0), (1e-2, 1e-2), (10.0, 0.0)]:
@@ -240,7 +238,7 @@ def test_save_and_load_hold_no_second_copy_of_a_big_output(tmp_path: Path) -> No
         run,
         ref_outputs=(OutputSet({"big": big}),),
         onnx_outputs=(OutputSet({"big": big}),),
-        comparisons=(),
+        outputs=(),
     )
     tracemalloc.start()
     try:

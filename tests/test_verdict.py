@@ -52,7 +52,7 @@ def test_runs_candidates_and_the_cli_give_the_enums(tiny, tmp_path: Path) -> Non
     for onnx_path, verdict in ((good, Verdict.PASS), (bad, Verdict.FAIL)):
         args = ["validate", "--model", str(pt2), "--onnx", str(onnx_path)]
         run = _validate(build_parser().parse_args(args))
-        assert run.verdict is verdict and run.candidate_verdict(0) is verdict
+        assert run.verdict is verdict and run.candidate(0).verdict is verdict
         report = tmp_path / f"{verdict}.json"
         code = main([*args, "--json", str(report)])
         assert code is verdict.exit_code

@@ -261,7 +261,7 @@ def test_the_headline_sentence_weighs_every_failing_input_set() -> None:
         comps.append(compare_outputs(ref, onnx, name="y", input_set=k, tolerance=TOL))
     run = ValidationRun(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(TOL), environment={},
-        input_sets=tuple(sets), comparisons=tuple(comps), ref_outputs=tuple(refs),
+        input_sets=tuple(sets), outputs=tuple(comps), ref_outputs=tuple(refs),
         onnx_outputs=tuple(onnxs),
     )  # fmt: skip
     (worst,) = failing_outputs(run)

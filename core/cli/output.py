@@ -102,10 +102,10 @@ def format_text(run: ValidationRun) -> str:
         text = format_candidates(run)
     else:
         text = format_run(run)
-    if any(c.noise is not None for c in run.comparisons):
+    if any(c.noise is not None for c in run.outputs):
         from parity.judge.noise_floor import noise_lines
 
-        lines = noise_lines(run.comparisons)
+        lines = noise_lines(run.outputs)
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
             f"  {line}" for line in lines
         )

@@ -19,7 +19,7 @@ KINDS = ("key", "value")
 
 def cache_layers(run: ValidationRun) -> tuple[int, ...]:
     """The layers whose present key/value the run compared (() for a run without a cache)."""
-    found = {int(m.group(1)) for c in run.comparisons if (m := PRESENT_NAME.match(c.name))}
+    found = {int(m.group(1)) for c in run.outputs if (m := PRESENT_NAME.match(c.name))}
     return tuple(sorted(found))
 
 
@@ -29,10 +29,10 @@ def kv_cache_grid(run: ValidationRun, kind: str) -> go.Figure | None:
     layers = cache_layers(run)
     if not layers:
         return None
-    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.comparisons})
+    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.outputs})
     labels = {s: set_label(run, s) for s in sets}
     cells = []
-    for c in run.comparisons:
+    for c in run.outputs:
         m = PRESENT_NAME.match(c.name)
         if m and m.group(2) == kind and c.input_set in labels:
             cell = GridCell(labels[c.input_set], f"layer {m.group(1)}", c, (c.input_set, c.name))

@@ -52,7 +52,7 @@ def format_steps_table(run: ValidationRun) -> str:
     details: list[str] = []
     for i, input_set in enumerate(run.input_sets):
         step = steps[i] if i < len(steps) else None
-        mine = [c for c in run.comparisons if c.input_set == input_set.index]
+        mine = [c for c in run.outputs if c.input_set == input_set.index]
         wanted = ("logits", "last_hidden_state") if seq2seq else (main,)
         logits = next((c for w in wanted for c in mine if c.name == w), None)
         presents = [

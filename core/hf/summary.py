@@ -89,12 +89,12 @@ def judged_summary(run: ValidationRun) -> dict[str, Any]:
     if run.generation is None:
         return {}
     summary = dict(run.generation.summary)
-    if run.comparisons:
+    if run.outputs:
         steps = run.generation.steps
-        ok = [s.label for s in steps if set_passed(run.comparisons, s.index)]
+        ok = [s.label for s in steps if set_passed(run.outputs, s.index)]
         summary["steps_ok"] = len(ok)
         summary["failed_steps"] = [s.label for s in steps if s.label not in ok]
-        summary["masked"] = masked_summary(run.comparisons)
+        summary["masked"] = masked_summary(run.outputs)
     return summary
 
 
@@ -111,7 +111,7 @@ def steps_json(run: ValidationRun) -> list[dict[str, Any]]:
             "batch": s.batch,
             "sequence_length": s.sequence_length,
             "past_length": s.past_length,
-            "ok": set_passed(run.comparisons, s.index),
+            "ok": set_passed(run.outputs, s.index),
         }
         for s in run.generation.steps
     ]
@@ -126,7 +126,7 @@ def masked_positions_json(run: ValidationRun) -> list[dict[str, Any]]:
             "n_masked": c.n_excluded,
             "max_abs": c.excluded_max_abs,
         }
-        for c in run.comparisons
+        for c in run.outputs
         if c.n_excluded
     ]
 

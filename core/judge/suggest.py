@@ -86,7 +86,7 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
     for name in run.output_names:
         current = run.tolerances.for_output(name)
         worst: float | None = 0.0
-        for c in run.comparisons:
+        for c in run.outputs:
             if c.name != name:
                 continue
             if not c.can_rejudge:
@@ -149,7 +149,7 @@ class NoiseSuggestion:
 
 def has_noise(run: ValidationRun) -> bool:
     """The run measured rounding noise (``--noise-floor``) for at least one output."""
-    return any(c.noise is not None for c in run.comparisons)
+    return any(c.noise is not None for c in run.outputs)
 
 
 def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> NoiseSuggestion:
@@ -172,9 +172,9 @@ def suggest_noise_tolerances(run: ValidationRun, k: float | None = None) -> Nois
     atom: dict[str, float] = {}
     worst: dict[str, Noise] = {}
     notes: dict[str, str] = {}
-    floors = output_floors(run.comparisons)
+    floors = output_floors(run.outputs)
     for name in run.output_names:
-        mine = [c for c in run.comparisons if c.name == name]
+        mine = [c for c in run.outputs if c.name == name]
         stuck = next((c for c in mine if not c.can_rejudge), None)
         if stuck is not None:
             status = status_label(stuck.status)
@@ -270,7 +270,7 @@ def pooled_mismatch_curve(
     re-judge profiles alone. None when no comparison of it has a profile or judges any."""
     total = None
     n = 0
-    for c in run.comparisons:
+    for c in run.outputs:
         if c.name != name or c.profile is None:
             continue
         frac = np.asarray(c.profile.mismatch_curve(atols, rtol), dtype=np.float64)

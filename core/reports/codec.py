@@ -105,7 +105,7 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
             {"index": s.index, "label": s.label, "inputs": s.describe()} for s in run.input_sets
         ],
         "candidates": [report_candidate_json(run, info) for info in run.candidate_list],
-        "outputs": [report_output_json(c, where_of(run, c)) for c in run.comparisons],
+        "outputs": [report_output_json(c, where_of(run, c)) for c in run.outputs],
         "errors": [],  # a run that could not be made has parity.reports.report's error report
         "likely_wrong_pair": wrong_pair_note(run) is not None,
         "wrong_pair_note": wrong_pair_note(run),  # the sentence (parity.labels), or null
@@ -146,7 +146,7 @@ def report_candidate_json(run: ValidationRun, info: CandidateInfo) -> dict[str, 
     data["seconds"] = round(float(info.seconds), 6)
     if info.index in run.candidate_layers:
         data["layers"] = run.candidate_layers[info.index].to_json()
-    return {**head, "verdict": run.candidate_verdict(info.index), **data}
+    return {**head, "verdict": run.candidate(info.index).verdict, **data}
 
 
 def report_output_json(c: OutputComparison, where: WhereProfile | None = None) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "signature": signature_to_json(run.signature),
         "tolerances": run.tolerances.to_json(),
         "input_sets": input_sets,
-        "comparisons": [comparison_to_json(c, put, k) for k, c in enumerate(run.comparisons)],
+        "comparisons": [comparison_to_json(c, put, k) for k, c in enumerate(run.outputs)],
         "ref_outputs": _output_sets_to_json("ref", run.ref_outputs, put) if keep_outputs else [],
         "onnx_outputs": _output_sets_to_json("onnx", run.onnx_outputs, put) if keep_outputs else [],
         "outputs_kept": bool(keep_outputs and (run.ref_outputs or run.onnx_outputs)),
@@ -282,7 +282,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         tolerances=Tolerances.from_json(sj.field(m, "tolerances", "manifest"), source="tolerances"),
         environment=environment,
         input_sets=tuple(input_sets),
-        comparisons=tuple(comparisons),
+        outputs=tuple(comparisons),
         ref_outputs=_output_sets_from_json(m, "ref_outputs", get),
         onnx_outputs=_output_sets_from_json(m, "onnx_outputs", get),
         exclusions=tuple(exclusions),

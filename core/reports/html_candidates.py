@@ -50,7 +50,7 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
     )
     rows = []
     for i in infos:
-        verdict = run.candidate_verdict(i.index)
+        verdict = run.candidate(i.index).verdict
         said = i.error if i.error is not None else "; ".join(i.notes)
         rows.append(
             f"<tr class='{'pass' if verdict == 'pass' else 'fail'}'><td>{i.index}</td>"
@@ -89,8 +89,8 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
 
 
 def candidate_heading(run: ValidationRun, index: int) -> str:
-    info = next(i for i in run.candidate_list if i.index == index)
+    view = run.candidate(index)
     return (
-        f"<h2 class='candidate'>Candidate {_e(info.label)}: "
-        f"{_e(run.candidate_verdict(index).upper())}</h2><p class='name'>{_e(info.onnx)}</p>"
+        f"<h2 class='candidate'>Candidate {_e(view.label)}: "
+        f"{_e(view.verdict.upper())}</h2><p class='name'>{_e(view.info.onnx)}</p>"
     )

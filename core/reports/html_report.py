@@ -103,11 +103,7 @@ def _candidate_sections(run: ValidationRun) -> list[str]:
 
 
 def _failing_views(run: ValidationRun) -> list[ValidationRun]:
-    return [
-        run.for_candidate(i.index)
-        for i in run.candidate_list
-        if run.candidate_verdict(i.index) is Verdict.FAIL
-    ]
+    return [run.for_candidate(v.index) for v in run.candidate_runs if v.verdict is Verdict.FAIL]
 
 
 def _failing(run: ValidationRun) -> list[tuple[OutputComparison, WhereProfile | None]]:
@@ -190,8 +186,8 @@ def _outputs_table(run: ValidationRun) -> str:
         + "</tr>"
         for row in comparison_rows(run)
     ]
-    n_pass = sum(c.status.passed for c in run.comparisons)
-    caption = f"{n_pass} of {len(run.comparisons)} (input set, output) pairs pass"
+    n_pass = sum(c.status.passed for c in run.outputs)
+    caption = f"{n_pass} of {len(run.outputs)} (input set, output) pairs pass"
     return (
         f"<section><h2>Outputs</h2><p>{_e(caption)}.</p>"
         f"<div class='scroll'><table class='outputs'>{head}{''.join(rows)}</table></div></section>"
@@ -235,7 +231,7 @@ def _input_sets_table(run: ValidationRun) -> str:
 
 def _grid(run: ValidationRun) -> str:
     parts = ["<section><h2>Input sets</h2>"]
-    if run.comparisons:
+    if run.outputs:
         from parity.show.figures import verdict_grid
 
         parts.append(_figure_html(verdict_grid(run), "grid"))
@@ -247,11 +243,11 @@ def _grid(run: ValidationRun) -> str:
 def _noise(run: ValidationRun) -> str:
     """--noise-floor: per float32 output, whether ONNX's error is rounding at the precision
     the candidate computes it (parity.judge.noise_floor says it)."""
-    if not any(c.noise is not None for c in run.comparisons):
+    if not any(c.noise is not None for c in run.outputs):
         return ""
     from parity.judge.noise_floor import noise_lines
 
-    items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.comparisons))
+    items = "".join(f"<li>{_e(line)}</li>" for line in noise_lines(run.outputs))
     return (
         "<section><h2>Rounding noise</h2><p>At each output's precision, against torch run "
         "again in float64 (the verdict stays the tolerance's):</p>"
@@ -416,9 +412,7 @@ def _failing_details(
 def _failing_output(
     run: ValidationRun, c: OutputComparison, where: WhereProfile | None, *, kept: bool
 ) -> str:
-    others = sorted(
-        x.input_set for x in run.comparisons if x.name == c.name and not x.status.passed
-    )
+    others = sorted(x.input_set for x in run.outputs if x.name == c.name and not x.status.passed)
     sets = f"input set {c.input_set}" + (
         f" (fails on sets {', '.join(map(str, others))})" if len(others) > 1 else ""
     )
@@ -519,7 +513,7 @@ def figure_count(run: ValidationRun) -> int:
     layers = getattr(run, "layers", None)
     depth = 1 if layers is not None and layers.values else 0
     depth += 1 if depth and _has_modules(layers) else 0  # the module tree
-    return (1 if run.comparisons else 0) + FIGURES_PER_FAILING_OUTPUT * detailed + profiles + depth
+    return (1 if run.outputs else 0) + FIGURES_PER_FAILING_OUTPUT * detailed + profiles + depth
 
 
 def _numeric(a: np.ndarray) -> bool:

@@ -27,23 +27,25 @@ class CandidateCell:
 
 def candidate_cells(run: ValidationRun) -> list[CandidateCell]:
     """Every (candidate, output) that was judged, candidates in order, outputs in run order."""
-    grouped: dict[tuple[int, str], list[OutputComparison]] = {}
-    for c in run.comparisons:
-        grouped.setdefault((c.candidate, c.name), []).append(c)
     cells = []
-    for info in run.candidate_list:
+    for view in run.candidate_runs:
+        if view.info.error is not None:
+            continue
+        grouped: dict[str, list[OutputComparison]] = {}
+        for c in view.outputs:
+            grouped.setdefault(c.name, []).append(c)
         for name in run.output_names:
-            mine = grouped.get((info.index, name))
-            if not mine or info.error is not None:
-                continue
-            failing = sum(not c.status.passed for c in mine)
-            cells.append(CandidateCell(info, name, worst_first(mine)[0], failing, len(mine)))
+            if mine := grouped.get(name):
+                failing = sum(not c.status.passed for c in mine)
+                cells.append(
+                    CandidateCell(view.info, name, worst_first(mine)[0], failing, len(mine))
+                )
     return cells
 
 
 def verdict_counts(run: ValidationRun) -> dict[Verdict, int]:
     """How many candidates pass, fail, could not run (keys read as "pass", "fail", "error")."""
     counts = dict.fromkeys(Verdict, 0)
-    for info in run.candidate_list:
-        counts[run.candidate_verdict(info.index)] += 1
+    for view in run.candidate_runs:
+        counts[view.verdict] += 1
     return counts

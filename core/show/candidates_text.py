@@ -29,7 +29,7 @@ def _cell(c: OutputComparison | None, info: CandidateInfo) -> str:
 def candidates_table(run: ValidationRun) -> str:
     """Rows: (input set, output); columns: candidates #0, #1, ... (named in the legend)."""
     infos = run.candidate_list
-    by_key = {(c.candidate, c.input_set, c.name): c for c in run.comparisons}
+    by_key = {(c.candidate, c.input_set, c.name): c for c in run.outputs}
     multi_set = len(run.input_sets) > 1
     header = (["set"] if multi_set else []) + ["output"] + [f"#{i.index}" for i in infos]
     rows = [header]
@@ -42,16 +42,15 @@ def candidates_table(run: ValidationRun) -> str:
 
 def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
     """``PASS``, ``FAIL: 2 of 4 comparisons failed: logits`` or ``ERROR: <why>``."""
-    verdict = run.candidate_verdict(info.index)
-    if verdict is Verdict.ERROR:
+    view = run.candidate(info.index)
+    if view.verdict is Verdict.ERROR:
         return f"ERROR: {info.error}"
-    mine = [c for c in run.comparisons if c.candidate == info.index]
-    failing = [c for c in mine if not c.status.passed]
+    failing = [c for c in view.outputs if not c.status.passed]
     if not failing:
         return "PASS"
-    names = list(dict.fromkeys(c.name for c in failing))
+    names = view.failing
     where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    return f"FAIL: {len(failing)} of {len(mine)} comparisons failed: {where}"
+    return f"FAIL: {len(failing)} of {len(view.outputs)} comparisons failed: {where}"
 
 
 def overall_verdict_text(run: ValidationRun) -> str:
@@ -62,7 +61,7 @@ def overall_verdict_text(run: ValidationRun) -> str:
         f"{len(infos)} candidates × {len(run.output_names)} output(s) × {n_sets} {unit}"
         f"{'' if n_sets == 1 else 's'}"
     )
-    verdicts = {i.index: run.candidate_verdict(i.index) for i in infos}
+    verdicts = {v.index: v.verdict for v in run.candidate_runs}
     bad = [i for i in infos if verdicts[i.index] is not Verdict.PASS]
     if not bad:
         return f"PASS: every candidate passes every output ({size})"
@@ -75,7 +74,7 @@ def overall_verdict_text(run: ValidationRun) -> str:
 
 
 def _worst_failure(run: ValidationRun, info: CandidateInfo) -> str | None:
-    failing = [c for c in run.comparisons if c.candidate == info.index and not c.status.passed]
+    failing = [c for c in run.candidate(info.index).outputs if not c.status.passed]
     if not failing:
         return None
     text = f"{info.label}, worst:\n" + _indent(format_failure(worst_first(failing)[0]))

@@ -763,11 +763,11 @@ def judgement_grid(
 def verdict_grid(run: ValidationRun) -> go.Figure:
     """Input sets x outputs (:func:`judgement_grid`). A failure that appears only at some
     input sizes stands out as one odd row; a click selects (input set, output name)."""
-    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.comparisons})
+    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.outputs})
     labels = {s: set_label(run, s) for s in sets}
     cells = [
         GridCell(labels[c.input_set], c.name, c, (c.input_set, c.name))
-        for c in run.comparisons
+        for c in run.outputs
         if c.input_set in labels
     ]
     return judgement_grid(

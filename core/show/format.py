@@ -29,13 +29,13 @@ def _count(n: int, noun: str) -> str:
 def format_verdict(run: ValidationRun) -> str:
     unit = "step" if run.is_generation else "input set"
     size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
-    failing = [c for c in run.comparisons if not c.status.passed]
+    failing = [c for c in run.outputs if not c.status.passed]
     if not failing:
         return f"PASS: every output within tolerance ({size})"
     names = sorted({c.name for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (
-        f"FAIL: {len(failing)} of {len(run.comparisons)} comparisons ({size}) failed: {where}"
+        f"FAIL: {len(failing)} of {len(run.outputs)} comparisons ({size}) failed: {where}"
         + _wrong_pair_line(run)
     )
 
@@ -82,7 +82,7 @@ def run_head(run: ValidationRun, *, onnx: bool = True) -> str:
 
 def format_run(run: ValidationRun) -> str:
     head = run_head(run)
-    failures = [format_failure(c, where_of(run, c)) for c in run.comparisons if not c.status.passed]
+    failures = [format_failure(c, where_of(run, c)) for c in run.outputs if not c.status.passed]
     parts = [head, format_input_sets(run), "", format_table(run)]
     if failures:
         parts += ["", *failures]

@@ -218,8 +218,8 @@ class ComparisonRow:
 
 
 def comparison_rows(run: ValidationRun) -> tuple[ComparisonRow, ...]:
-    """One row per comparison, in the run's order (row k is ``run.comparisons[k]``)."""
-    return tuple(ComparisonRow.from_comparison(c) for c in run.comparisons)
+    """One row per comparison, in the run's order (row k is ``run.outputs[k]``)."""
+    return tuple(ComparisonRow.from_comparison(c) for c in run.outputs)
 
 
 def output_rows(run: ValidationRun) -> tuple[ComparisonRow, ...]:

@@ -32,7 +32,7 @@ def failing_outputs(run: ValidationRun) -> list[OutputComparison]:
     """One comparison per failing output name (its worst input set), worst output first; in
     a run with several candidates, one per failing (candidate, output)."""
     best: dict[tuple[int, str], OutputComparison] = {}
-    for c in worst_first(c for c in run.comparisons if not c.status.passed):
+    for c in worst_first(c for c in run.outputs if not c.status.passed):
         best.setdefault((c.candidate, c.name), c)
     return list(best.values())
 
@@ -42,8 +42,10 @@ def candidate_words(run: ValidationRun, c: OutputComparison) -> str:
     several ("" in a run with one, where the file is the run's)."""
     if not run.is_multi_candidate:
         return ""
-    info = next((i for i in run.candidate_list if i.index == c.candidate), None)
-    return f" on {info.label}" if info is not None else ""
+    try:
+        return f" on {run.candidate(c.candidate).label}"
+    except KeyError:
+        return ""
 
 
 def other_failing_sets(run: ValidationRun, c: OutputComparison) -> list[OutputComparison]:
@@ -51,11 +53,8 @@ def other_failing_sets(run: ValidationRun, c: OutputComparison) -> list[OutputCo
     sentence weighs besides its worst set."""
     return [
         x
-        for x in run.comparisons
-        if x.name == c.name
-        and x.candidate == c.candidate
-        and x.input_set != c.input_set
-        and not x.status.passed
+        for x in run.candidate(c.candidate).outputs
+        if x.name == c.name and x.input_set != c.input_set and not x.status.passed
     ]
 
 
@@ -84,7 +83,7 @@ def output_sentence(
     tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (the reference reads 0.5 there, ONNX
     0.019), 48,100 times the allowed error; all 248 mismatches lie along ...``"""
     unit = "steps" if run.is_generation else "input sets"
-    mine = [x for x in run.comparisons if x.name == c.name and x.candidate == c.candidate]
+    mine = [x for x in run.candidate(c.candidate).outputs if x.name == c.name]
     n_sets = len({x.input_set for x in mine})
     n_failing = len({x.input_set for x in mine if not x.status.passed})
     on = candidate_words(run, c)

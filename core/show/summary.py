@@ -72,7 +72,7 @@ def headline(run: ValidationRun) -> str:
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
     failing = run.failing
     structural = any(
-        c.status not in (Status.PASS, Status.FAIL) for c in run.comparisons if c.name in failing
+        c.status not in (Status.PASS, Status.FAIL) for c in run.outputs if c.name in failing
     )
     how = (
         "do not match (a shape, a type or a missing output)"
@@ -84,7 +84,7 @@ def headline(run: ValidationRun) -> str:
 
 
 def _candidates_headline(run: ValidationRun, ref: str) -> str:
-    verdicts = [run.candidate_verdict(i.index) for i in run.candidate_list]
+    verdicts = [v.verdict for v in run.candidate_runs]
     n = len(verdicts)
     bad = sum(v is not Verdict.PASS for v in verdicts)
     errors = sum(v is Verdict.ERROR for v in verdicts)
@@ -139,7 +139,7 @@ def findings(run: ValidationRun, where: Mapping[str, str] | None = None) -> tupl
 def _noise_findings(run: ValidationRun) -> list[str]:
     """Per failing output whose rounding noise was measured: rounding, or not."""
     worst: dict[str, object] = {}
-    for c in run.comparisons:
+    for c in run.outputs:
         if c.noise is None or c.status.passed:
             continue
         held = worst.get(c.name)
