@@ -227,8 +227,7 @@ def _validate(
             run = run_validation(config, progress=progress, loaders=loaders)
         except ParityError as exc:  # name what the caller gave, not the temp file it went to
             if onnx_label is not None and onnx_path:
-                exc.message = exc.message.replace(onnx_path, onnx_label)
-                exc.args = (exc.message,)
+                exc.replace_text(onnx_path, onnx_label)
             raise
         if repro is not None:  # while the ONNX file (its README reads it) still exists
             from parity.layers.repro import write_repro

@@ -40,6 +40,15 @@ class ParityError(Exception):
         """This error's one line in `front`'s words (a flag, a keyword, a widget)."""
         return worded(self.body, self.setting, front)
 
+    def replace_text(self, old: str, new: str) -> None:
+        """Say `new` wherever the text says `old` (a temp path the user never gave), in
+        every front end's words."""
+        self.body = tuple(p.replace(old, new) if isinstance(p, str) else p for p in self.body)
+        if self.setting is not None:
+            self.setting = Setting(self.setting.name, self.setting.item.replace(old, new))
+        self.message = self.message.replace(old, new)
+        self.args = (self.message,)
+
     def in_words(self, front: Front) -> ParityError:
         """This error, its message said in `front`'s words (the same object, same class)."""
         self.message = self.words(front)

@@ -9,6 +9,7 @@ is the one place a setting's three names are written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -99,9 +100,33 @@ def word(name: str, front: Front) -> str:
     return words.flag
 
 
+_BY_FLAG = {words.flag: name for name, words in SETTINGS.items()} | {"--tolerances": "tolerances"}
+# The fallback for text that still writes flags (a run's findings, raise sites not yet
+# converted to `Setting` / `Mention`): the API's keyword takes the value after the flag
+# ("--max-memory 8G" -> "max_memory=8G"); the dashboard's widget drops the CLI's placeholder
+# ("--model SPEC").
+_API_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?: (?=[^\s:;,]))?")
+_WIDGET_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?:\s+(?:SPEC|REF\.npz|FEEDS\.npz|FILE))?")
+
+
+def flags_said(text: str, front: Front) -> str:
+    """`text`'s `parity validate` flags in `front`'s words; a flag that front has no word for
+    stays. For text written before its settings were named by field (prefer `Mention`)."""
+    if front is Front.CLI:
+        return text
+    pattern = _API_FLAG if front is Front.API else _WIDGET_FLAG
+
+    def said(match: re.Match[str]) -> str:
+        name = _BY_FLAG.get(match[1])
+        said = match[1] if name is None else word(name, front)
+        return match[0] if said == match[1] else said
+
+    return pattern.sub(said, text)
+
+
 def _said(part: Part, front: Front) -> str:
     if isinstance(part, str):
-        return part
+        return flags_said(part, front)
     said = word(part.name, front)
     if not part.metavar or (part.placeholder and front is Front.DASHBOARD):
         return said

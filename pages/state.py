@@ -19,7 +19,6 @@ from typing import TypeVar
 import streamlit as st
 
 from parity.dashboard.access import trust_code
-from parity.dashboard.text import dashboard_words
 from parity.errors import ParityError, describe_error
 from parity.results import ValidationRun
 from parity.settings import Front
@@ -160,7 +159,6 @@ def set_failure(error: BaseException) -> None:
     kind, message = describe_error(error)
     if isinstance(error, ParityError):  # the form's widgets, not the CLI's flags
         message = error.words(Front.DASHBOARD)
-    message = dashboard_words(message)  # flags still written in a message's text
     detail = isinstance(error, ParityError) and error.detail
     detail = detail or "".join(traceback.format_exception(error)).strip()
     st.session_state[RUN_ERROR] = RunFailure(kind, message, detail)

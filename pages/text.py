@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import string
 
-from parity.settings import SETTINGS
+from parity.settings import Front, flags_said
 
 _PUNCT = frozenset(string.punctuation)
 # GFM turns bare URLs and e-mail addresses in text into links even when escaped: a word
@@ -59,19 +59,8 @@ def md_code(value: object) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-# For text that still writes `parity validate` flags (a run's findings, an error raised with
-# a flag in its text): each flag becomes the Run form's widget that sets it (parity.settings'
-# table). An error that names its setting is worded from it (ParityError.words).
-_FLAG_WIDGETS = {w.flag: w.widget for w in SETTINGS.values() if w.widget is not None}
-_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?:\s+(?:SPEC|REF\.npz|FEEDS\.npz|FILE))?")
-
-
 def dashboard_words(message: str) -> str:
-    """A core message (which names `parity validate` flags) in the dashboard's words: each
-    flag becomes the widget that sets it ("--provider" -> "“Execution providers”")."""
-
-    def widget(m: re.Match) -> str:
-        name = _FLAG_WIDGETS.get(m.group(1))
-        return f"“{name}”" if name else m.group(0)
-
-    return _FLAG.sub(widget, message)
+    """Text that names `parity validate` flags (a run's findings) in the dashboard's words:
+    each flag becomes the widget that sets it ("--provider" -> "“Execution providers”"). An
+    error says its own (`ParityError.words(Front.DASHBOARD)`)."""
+    return flags_said(message, Front.DASHBOARD)

@@ -77,7 +77,8 @@ def parse_config_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key or not key.replace("_", "a").replace(".", "a").isalnum():
         raise UsageError(
-            f"--config-override {text!r}: expected KEY=VALUE, e.g. num_hidden_layers=1"
+            "expected KEY=VALUE, e.g. num_hidden_layers=1",
+            setting=Setting("config_override", repr(text)),
         )
     if key.startswith("_"):
         raise UsageError(
@@ -111,8 +112,9 @@ def typed_override(config: Any, key: str, value: Any) -> Any:
     expected = _fits(current, value)
     if expected:
         raise UsageError(
-            f"--config-override {key}={shown}: {name}.{key} takes {expected} "
-            f"(it is {json.dumps(current) if not isinstance(current, str) else current})"
+            f"{name}.{key} takes {expected} "
+            f"(it is {json.dumps(current) if not isinstance(current, str) else current})",
+            setting=Setting("config_override", f"{key}={shown}"),
         )
     return float(value) if type(current) is float else value
 

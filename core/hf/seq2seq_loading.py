@@ -27,6 +27,7 @@ from parity.hf.loading import (
     require_transformers,
 )
 from parity.hf.media import generated_inputs, is_media_model, load_processor
+from parity.settings import Mention, Setting
 
 AUDIO_INPUT = "input_features"
 
@@ -136,8 +137,9 @@ def encoder_inputs(
             features = given.get(AUDIO_INPUT)
             if features is None or features.ndim != 3:
                 raise InputError(
-                    f"--inputs: an audio model needs {AUDIO_INPUT!r} (batch, mel bins, frames); "
-                    f"the file has {sorted(given)}"
+                    f": an audio model needs {AUDIO_INPUT!r} (batch, mel bins, frames); "
+                    f"the file has {sorted(given)}",
+                    setting=Setting("input_files"),
                 )
             return {AUDIO_INPUT: np.ascontiguousarray(features, dtype=np.float32)}, "given"
         transformers = require_transformers()
@@ -147,8 +149,12 @@ def encoder_inputs(
         return {k: np.asarray(v) for k, v in made.feeds.items()}, made.described
     if given is not None:
         raise InputError(
-            "--inputs applies to audio models (input_features); a text model's encoder "
-            "inputs are its --prompt texts"
+            (
+                "applies to audio models (input_features); a text model's encoder inputs are its ",
+                Mention("prompt"),
+                " texts",
+            ),
+            setting=Setting("input_files"),
         )
     encoded = loaded.tokenizer(list(prompts), return_tensors="np", padding=True)
     ids = np.asarray(encoded["input_ids"], dtype=np.int64)
