@@ -14,7 +14,7 @@ from typing import Any
 
 from parity.errors import UsageError
 from parity.load.specs import HF_PREFIX
-from parity.settings import Setting
+from parity.settings import Mention, Setting
 
 DEFAULT_PROMPT = "Continue: it rains, what should I do?"
 DEFAULT_MAX_NEW_TOKENS = 3
@@ -35,9 +35,9 @@ class HfOptions:
 
     def __post_init__(self) -> None:
         if not self.prompts:
-            raise UsageError("hf: give at least one --prompt")
+            raise UsageError(("hf: give at least one ", Mention("prompt")))
         if any(not isinstance(p, str) or not p.strip() for p in self.prompts):
-            raise UsageError("hf: every --prompt must be a non-empty text")
+            raise UsageError(("hf: every ", Mention("prompt"), " must be a non-empty text"))
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise UsageError(
                 f"must be >= 1, got {self.max_new_tokens!r}", setting=Setting("max_new_tokens")

@@ -400,7 +400,11 @@ def _budgeted(paths: Iterable[str | os.PathLike[str]], budget: MemoryBudget | No
             total,
             f"inputs file {path} ({describe_largest(headers)})"
             if len(paths) == 1
-            else f"the --inputs files up to {path} ({describe_largest(headers)})",
+            else (
+                "the ",
+                Mention("input_files"),
+                f" files up to {path} ({describe_largest(headers)})",
+            ),
             proceed="feed smaller arrays",
         )
     return paths
@@ -678,8 +682,11 @@ def _generate(
     if dtype == "bool":
         return rng.random(shape) < 0.5
     raise InputError(
-        f"input {spec.name!r} has dtype {dtype}, which Parity cannot generate; "
-        "pass your own feeds with --inputs FILE.npz"
+        (
+            f"input {spec.name!r} has dtype {dtype}, which Parity cannot generate; "
+            "pass your own feeds with ",
+            Mention("input_files", "FILE.npz", placeholder=True),
+        )
     )
 
 
