@@ -479,7 +479,9 @@ def _float_range(signature) -> tuple[float, float] | None:
 # ------------------------------------------------------------------------- page
 
 
-def why_not_run(config, *, unreadable: str | None, onnx_path: str | None, chosen: bool):
+def why_not_run(
+    config, *, unreadable: str | None, onnx_path: str | None, chosen: bool
+) -> tuple[str, str] | None:
     """Why the Run button is off: None (it is on), or (lead, reason) for its caption; the
     rules are `parity.run.config.config_problem`'s, said in the form's words."""
     if unreadable is not None:
@@ -574,16 +576,14 @@ def page() -> None:
             try:
                 hf_options = choose_hf_settings()
             except ParityError as exc:
-                st.error(md_text(exc.message))
+                st.error(md_text(exc.words(Front.DASHBOARD)))
             settings = {}
         else:
             settings = choose_settings(signature)
         reference = reference_path(model)
         chosen = bool(model)  # a model, a reference, or ONNX files only
-        if reference is not None:
+        if reference is not None:  # its feeds: config_problem says when they are missing
             model = None
-            if not settings["input_files"]:
-                st.info("Reference outputs need the feeds they were computed on: add them above.")
         if onnx_only:
             model = None
         timeout = state.form_widget(
