@@ -126,7 +126,7 @@ def flags_said(text: str, front: Front) -> str:
 
 def _said(part: Part, front: Front) -> str:
     if isinstance(part, str):
-        return flags_said(part, front)
+        return part
     said = word(part.name, front)
     if not part.metavar or (part.placeholder and front is Front.DASHBOARD):
         return said
@@ -134,10 +134,13 @@ def _said(part: Part, front: Front) -> str:
 
 
 def worded(body: Sequence[Part], setting: Setting | None, front: Front) -> str:
-    """An error's one line for `front`: its setting's word, the item, then the body."""
+    """An error's one line for `front`: its setting's word, the item, then the body. Text
+    that names no setting by field goes through `flags_said` (what it says is all flags);
+    one that does is said as written (a shell command in it keeps its flags)."""
     text = "".join(_said(part, front) for part in body)
     if setting is None:
-        return text
+        named = any(isinstance(part, Mention) for part in body)
+        return text if named else flags_said(text, front)
     said = word(setting.name, front)
     if setting.item:
         joint = "" if said.endswith("=") else " "

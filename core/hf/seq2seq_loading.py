@@ -106,8 +106,12 @@ def _seq2seq_class(config: Any, model_type: str, directory: str, task: str | Non
         return chosen
     if task is not None:
         raise ModelLoadError(
-            f"hf:{directory}: --task {task} is not an encoder-decoder task, and this directory "
-            f"holds one ({model_type}); its tasks: {', '.join(_seq2seq_tasks(model_type))}"
+            (
+                f"hf:{directory}: ",
+                Mention("task", str(task)),
+                f" is not an encoder-decoder task, and this directory holds one ({model_type}); "
+                f"its tasks: {', '.join(_seq2seq_tasks(model_type))}",
+            )
         )
     names = _seq2seq_tasks(model_type)
     if not names:
