@@ -22,7 +22,6 @@ leaves no temp file behind.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from parity.errors import ParityError, UsageError
 from parity.results import ValidationRun, register_run_files
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
+from parity.settings import Front
 from parity.tolerances import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -145,47 +145,7 @@ def validate(
             progress=progress, max_memory=max_memory, timeout=timeout,
         )  # fmt: skip
     except ParityError as exc:
-        raise in_api_words(exc) from exc.__cause__
-
-
-API_KEYWORDS = {
-    "--dim": "dims=",
-    "--seed": "seed=",
-    "--float-range": "float_range=",
-    "--input-sets": "input_sets=",
-    "--inputs": "inputs=",
-    "--atol": "atol=",
-    "--rtol": "rtol=",
-    "--tol": "tolerances=",
-    "--tolerances": "tolerances=",
-    "--provider": "provider=",
-    "--ort-opt-level": "ort_opt_level=",
-    "--layers": "layers=",
-    "--repro": "repro=",
-    "--noise-floor": "noise_floor=",
-    "--reference": "reference=",
-    "--weights": "weights=",
-    "--model": "model=",
-    "--onnx": "onnx=",
-    "--max-memory": "max_memory=",
-    "--timeout": "timeout=",
-}
-"""The CLI flag a core message names -> the keyword argument of `validate` that sets it."""
-_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?: (?=[^\s:;,]))?")
-
-
-def in_api_words(exc: ParityError) -> ParityError:
-    """The same error with the CLI flags it names worded as `validate`'s keywords
-    (``--dim batch: ...`` -> ``dims=batch: ...``); flags the API has no keyword for stay."""
-
-    def word(match: re.Match[str]) -> str:
-        keyword = API_KEYWORDS.get(match[1])
-        return match[0] if keyword is None else keyword
-
-    worded = _FLAG.sub(word, exc.message)
-    exc.message = worded
-    exc.args = (worded,)
-    return exc
+        raise exc.in_words(Front.API) from exc.__cause__
 
 
 def _max_memory(value: int | str | None) -> int | None:
@@ -267,8 +227,7 @@ def _validate(
             run = run_validation(config, progress=progress, loaders=loaders)
         except ParityError as exc:  # name what the caller gave, not the temp file it went to
             if onnx_label is not None and onnx_path:
-                exc.message = exc.message.replace(onnx_path, onnx_label)
-                exc.args = (exc.message,)
+                exc.replace_text(onnx_path, onnx_label)
             raise
         if repro is not None:  # while the ONNX file (its README reads it) still exists
             from parity.layers.repro import write_repro

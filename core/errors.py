@@ -6,8 +6,10 @@ shows it with the details folded away. Anything else escaping the core is a bug.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from parity.settings import Front, Part, Setting, worded
 
 
 class ParityError(Exception):
@@ -15,13 +17,43 @@ class ParityError(Exception):
 
     kind = "error"
 
-    def __init__(self, message: str, *, detail: str = "") -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(
+        self,
+        message: str | Sequence[Part],
+        *,
+        detail: str = "",
+        setting: Setting | None = None,
+    ) -> None:
+        """`message` is the body without the setting's name (a sentence naming other
+        settings is a sequence of text and `Mention`s); `setting` is what it is about.
+        `message` (the attribute) is the CLI's words until `in_words` rewords it."""
+        self.body: tuple[Part, ...] = (message,) if isinstance(message, str) else tuple(message)
+        self.setting = setting
         self.detail = detail
+        self.message = worded(self.body, setting, Front.CLI)
+        super().__init__(self.message)
 
     def __str__(self) -> str:
         return self.message
+
+    def words(self, front: Front) -> str:
+        """This error's one line in `front`'s words (a flag, a keyword, a widget)."""
+        return worded(self.body, self.setting, front)
+
+    def replace_text(self, old: str, new: str) -> None:
+        """Say `new` wherever the text says `old` (a temp path the user never gave), in
+        every front end's words."""
+        self.body = tuple(p.replace(old, new) if isinstance(p, str) else p for p in self.body)
+        if self.setting is not None:
+            self.setting = Setting(self.setting.name, self.setting.item.replace(old, new))
+        self.message = self.message.replace(old, new)
+        self.args = (self.message,)
+
+    def in_words(self, front: Front) -> ParityError:
+        """This error, its message said in `front`'s words (the same object, same class)."""
+        self.message = self.words(front)
+        self.args = (self.message,)
+        return self
 
 
 _MAX_LINE = 1000  # a joined line stops growing here

@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 
 import parity.files.strict_json as strict_json
 from parity.errors import UsageError
+from parity.settings import Setting
 from parity.text import parse_number
 
 DEFAULT_ATOL = 1e-5  # Optimum's default
@@ -127,13 +128,13 @@ def parse_tol_arg(text: str, default: Tolerance) -> tuple[str, Tolerance]:
     """Parse ``NAME=ATOL[:RTOL]`` (the CLI's ``--tol``); rtol falls back to the default's."""
     name, sep, value = text.rpartition("=")
     if not sep or not name:
-        raise UsageError(f"--tol {text!r}: expected NAME=ATOL[:RTOL]")
+        raise UsageError("expected NAME=ATOL[:RTOL]", setting=Setting("tolerances", repr(text)))
     atol_text, _, rtol_text = value.partition(":")
     try:
         atol = parse_number(atol_text)
         rtol = parse_number(rtol_text) if rtol_text else default.rtol
     except ValueError as exc:
-        raise UsageError(f"--tol {text!r}: {exc}") from exc
+        raise UsageError(str(exc), setting=Setting("tolerances", repr(text))) from exc
     return name, Tolerance(atol=atol, rtol=rtol)
 
 

@@ -32,16 +32,14 @@ from parity.labels import wrong_pair_note
 from parity.launch import UPLOAD_LIMIT_WHERE
 from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
 from parity.results import ValidationRun
+from parity.run.config import config_problem
+from parity.settings import Front, Setting
 from parity.show.sentences import failing_outputs
 from parity.show.summary import headline
 from parity.text import all_text
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 LAYERS_DONE = running.LAYERS_DONE
-LAYERS_ONE_CANDIDATE = (
-    "Compare layers needs a PyTorch model and one ONNX file at one execution provider and one "
-    "optimisation level: untick it, or leave one of each."
-)
 
 
 # ------------------------------------------------------------------------- running
@@ -472,13 +470,30 @@ def _float_range(signature) -> tuple[float, float] | None:
     if not str(text).strip():
         return None
     try:
-        return parse_float_range(str(text).strip(), "Float inputs range")
+        return parse_float_range(str(text).strip(), Setting("float_range"))
     except ParityError as exc:
-        st.error(exc.message)
+        st.error(md_text(exc.words(Front.DASHBOARD)))
         return None
 
 
 # ------------------------------------------------------------------------- page
+
+
+def why_not_run(
+    config, *, unreadable: str | None, onnx_path: str | None, chosen: bool
+) -> tuple[str, str] | None:
+    """Why the Run button is off: None (it is on), or (lead, reason) for its caption; the
+    rules are `parity.run.config.config_problem`'s, said in the form's words."""
+    if unreadable is not None:
+        return ", the ONNX file cannot be read:", unreadable
+    if not chosen:
+        return ":", "choose a PyTorch model."
+    if not onnx_path:
+        return ":", "choose an ONNX file."
+    problem = config_problem(config)
+    if problem is not None:
+        return ":", problem.words(Front.DASHBOARD)
+    return None
 
 
 def demo_cards() -> None:
@@ -561,68 +576,41 @@ def page() -> None:
             try:
                 hf_options = choose_hf_settings()
             except ParityError as exc:
-                st.error(md_text(exc.message))
+                st.error(md_text(exc.words(Front.DASHBOARD)))
             settings = {}
         else:
             settings = choose_settings(signature)
         reference = reference_path(model)
-        if reference is not None:
+        chosen = bool(model)  # a model, a reference, or ONNX files only
+        if reference is not None:  # its feeds: config_problem says when they are missing
             model = None
-            if not settings["input_files"]:
-                st.info("Reference outputs need the feeds they were computed on: add them above.")
-        enough = True
         if onnx_only:
             model = None
-            n = (1 + len(more_onnx)) * len(settings["provider"]) * len(settings["ort_opt_level"])
-            enough = n >= 2
-            if not enough:
-                st.info(
-                    "ONNX against ONNX: add a second file above, or choose several providers "
-                    "or optimisation levels (the first file at the first of each is the "
-                    "reference)."
-                )
-        ready = bool((model or onnx_only or (reference and settings["input_files"])) and onnx_path)
-        ready = ready and (hf_options is not None or not is_hf)
-        ready = ready and enough and unreadable is None
-        ready = ready and bool(settings.get("provider", 1) and settings.get("ort_opt_level", 1))
-        n_candidates = (
-            (1 + len(more_onnx))
-            * len(settings.get("provider", (1,)))
-            * len(settings.get("ort_opt_level", (1,)))
-        )
-        layers_off = compare_layers() and (n_candidates > 1 or onnx_only)
-        ready = ready and not layers_off
         timeout = state.form_widget(
             st.number_input, "Time limit (seconds; 0 = none)", min_value=0,
             max_value=LIMITS["timeout"][1],
             key="timeout", default=0,
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip
+        config = run_config(
+            model=model,
+            onnx=None if onnx_path in (None, HF_EXPORT) else (onnx_path, *more_onnx),
+            weights=weights,
+            reference_file=reference,
+            hf=with_kept_hf(hf_options, model),
+            layers=compare_layers(),
+            noise_floor=noise_floor() and bool(model),
+            timeout=float(timeout) or None,
+            **settings,
+            **kept_settings(model),
+        )
+        why = why_not_run(config, unreadable=unreadable, onnx_path=onnx_path, chosen=chosen)
+        if why is None and is_hf and hf_options is None:  # its settings' error is above them
+            why = (":", "fix the model's settings above.")
         b_col, why_col = st.columns([1, 5], vertical_alignment="center")
-        if unreadable is not None:
-            why_col.caption(
-                f":red[Run is off, the ONNX file cannot be read:] {md_text(unreadable)}"
-            )
-        elif layers_off:
-            why_col.caption(f":red[Run is off:] {md_text(LAYERS_ONE_CANDIDATE)}")
-        elif not settings.get("provider", 1) or not settings.get("ort_opt_level", 1):
-            why_col.caption(
-                ":red[Run is off:] choose at least one execution provider and one ORT "
-                "optimisation level."
-            )
-        if b_col.button("Run", type="primary", disabled=not ready, key="run_custom"):
-            config = run_config(
-                model=model,
-                onnx=None if onnx_path == HF_EXPORT else (onnx_path, *more_onnx),
-                weights=weights,
-                reference_file=reference,
-                hf=with_kept_hf(hf_options, model),
-                layers=compare_layers(),
-                noise_floor=noise_floor() and bool(model),
-                timeout=float(timeout) or None,
-                **settings,
-                **kept_settings(model),
-            )
+        if why:
+            why_col.caption(f":red[Run is off{why[0]}] {md_text(why[1])}")
+        if b_col.button("Run", type="primary", disabled=why is not None, key="run_custom"):
             label = model or (f"reference {reference}" if reference else f"reference {onnx_path}")
             execute(config, label=label)
             st.rerun()  # redraw the summary and any failure above with the new state

@@ -19,9 +19,9 @@ from typing import TypeVar
 import streamlit as st
 
 from parity.dashboard.access import trust_code
-from parity.dashboard.text import dashboard_words
 from parity.errors import ParityError, describe_error
 from parity.results import ValidationRun
+from parity.settings import Front
 from parity.tolerances import Tolerances
 
 RUN = "parity_run"
@@ -157,7 +157,8 @@ def suspect_run() -> ValidationRun | None:
 def set_failure(error: BaseException) -> None:
     """Remember why the last run failed; the previous good run stays current."""
     kind, message = describe_error(error)
-    message = dashboard_words(message)  # the form's widgets, not the CLI's flags
+    if isinstance(error, ParityError):  # the form's widgets, not the CLI's flags
+        message = error.words(Front.DASHBOARD)
     detail = isinstance(error, ParityError) and error.detail
     detail = detail or "".join(traceback.format_exception(error)).strip()
     st.session_state[RUN_ERROR] = RunFailure(kind, message, detail)

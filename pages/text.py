@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 import string
 
+from parity.settings import Front, flags_said
+
 _PUNCT = frozenset(string.punctuation)
 # GFM turns bare URLs and e-mail addresses in text into links even when escaped: a word
 # joiner (U+2060, invisible) where the pattern would start keeps them text.
@@ -57,53 +59,8 @@ def md_code(value: object) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-# The Run form's widgets, by the `parity validate` flag each one stands for: a core message
-# names flags (the CLI's words); the dashboard says which widget to change instead.
-_FLAG_WIDGETS = {
-    "--layers": "Compare layers",
-    "--noise-floor": "Measure rounding noise",
-    "--model": "PyTorch model",
-    "--weights": "Weights",
-    "--onnx": "ONNX file",
-    "--provider": "Execution providers",
-    "--ort-opt-level": "ORT optimisation levels",
-    "--input-sets": "Input sets",
-    "--seed": "Seed",
-    "--dim": "Sizes of the symbolic dims",
-    "--int-range": "Integer inputs",
-    "--float-range": "Float inputs range",
-    "--inputs": "Your own feeds",
-    "--reference": "Stored reference outputs",
-    "--timeout": "Time limit",
-    "--prompt": "Prompts",
-    "--max-new-tokens": "Max new tokens",
-    "--config-override": "Config overrides",
-}
-_PHRASES = (  # whole refusals that read better said again than translated flag by flag
-    (
-        re.compile(
-            r"--layers compares one ONNX file: give one --onnx, one --provider and one "
-            r"--ort-opt-level"
-        ),  # fmt: skip
-        "Compare layers works on one ONNX file at one execution provider and one optimisation "
-        "level: untick Compare layers, or leave one of each",
-    ),
-    (
-        re.compile(r"--layers needs a torch model \(--model SPEC\)"),
-        "Compare layers needs a PyTorch model",
-    ),  # fmt: skip
-)
-_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?:\s+(?:SPEC|REF\.npz|FEEDS\.npz|FILE))?")
-
-
 def dashboard_words(message: str) -> str:
-    """A core message (which names `parity validate` flags) in the dashboard's words: each
-    flag becomes the widget that sets it ("--provider" -> "“Execution providers”")."""
-    for pattern, words in _PHRASES:
-        message = pattern.sub(words, message)
-
-    def widget(m: re.Match) -> str:
-        name = _FLAG_WIDGETS.get(m.group(1))
-        return f"“{name}”" if name else m.group(0)
-
-    return _FLAG.sub(widget, message)
+    """Text that names `parity validate` flags (a run's findings) in the dashboard's words:
+    each flag becomes the widget that sets it ("--provider" -> "“Execution providers”"). An
+    error says its own (`ParityError.words(Front.DASHBOARD)`)."""
+    return flags_said(message, Front.DASHBOARD)

@@ -57,3 +57,54 @@ def test_the_worded_error_is_still_the_same_parity_error_class(tiny, tiny_artifa
     with pytest.raises(ParityError) as caught:
         parity.validate(tiny, tiny_artifacts.onnx, dims={"zz": 3})
     assert caught.value.kind == "usage" and caught.value.message == str(caught.value)
+
+
+def test_an_error_names_its_setting_and_each_front_end_words_it():
+    """Issue 38: the setting is a field, not a flag in the text; no front end rewords."""
+    from parity.settings import Front, Mention, Setting
+
+    error = UsageError("a seed must be an integer >= 0", setting=Setting("seed", "-1"))
+    assert error.body == ("a seed must be an integer >= 0",)
+    assert error.message == "--seed -1: a seed must be an integer >= 0"  # the CLI's, as before
+    assert error.words(Front.API) == "seed=-1: a seed must be an integer >= 0"
+    assert error.words(Front.DASHBOARD) == "“Seed” -1: a seed must be an integer >= 0"
+    feeds = Mention("input_files", "F.npz", placeholder=True)
+    mentioned = UsageError(("needs the feeds (", feeds, ")"), setting=Setting("reference_file"))
+    assert mentioned.message == "--reference needs the feeds (--inputs F.npz)"
+    assert mentioned.words(Front.API) == "reference needs the feeds (inputs=F.npz)"
+    assert mentioned.words(Front.DASHBOARD) == (
+        "“Stored reference outputs” needs the feeds (“Your own feeds”)"
+    )
+
+
+def test_every_api_keyword_in_the_settings_table_is_a_keyword_of_validate():
+    import inspect
+
+    from parity.settings import SETTINGS
+
+    keywords = inspect.signature(parity.validate).parameters
+    named = {w.keyword for w in SETTINGS.values() if w.keyword is not None}
+    assert named <= set(keywords), named - set(keywords)
+    assert len({w.flag for w in SETTINGS.values()}) == len(SETTINGS)  # one setting per flag
+
+
+def test_a_setting_error_survives_pickling_in_its_words():
+    """A sweep's worker sends its error back pickled: the setting comes with it."""
+    import pickle
+
+    from parity.run.budget import parse_size
+    from parity.settings import Front
+
+    with pytest.raises(UsageError) as caught:
+        parse_size("1x")
+    back = pickle.loads(pickle.dumps(caught.value))
+    assert back.message == "--max-memory '1x': expected a size such as 512M, 16G or 1T"
+    assert back.words(Front.API) == "max_memory='1x': expected a size such as 512M, 16G or 1T"
+
+
+def test_a_memory_refusal_in_the_api_names_max_memory_with_a_value(tiny, tiny_artifacts):
+    with pytest.raises(parity.BudgetError) as caught:
+        parity.validate(tiny, tiny_artifacts.onnx, input_sets=64, dims={"batch": 4096},
+                        max_memory="1K")  # fmt: skip
+    message = str(caught.value)
+    assert "raise the budget with max_memory=" in message and "--" not in message, message

@@ -320,7 +320,9 @@ def test_run_is_off_with_its_reason_when_no_provider_or_level_is_chosen():
     at.multiselect(key="provider").set_value([]).run()
     assert not at.exception
     assert at.button(key="run_custom").disabled
-    assert any("choose at least one execution provider" in c.value for c in at.caption)
+    # check_config's reason, naming the form's widgets (tests/test_run_form.py: any reason)
+    reason = "give at least one “Execution providers” and one “ORT optimisation levels”"
+    assert any(reason in c.value for c in at.caption)
 
 
 def test_demo_query_parameter_runs_that_demo_on_first_open():

@@ -321,7 +321,7 @@ def test_the_layers_page_compares_layers_for_this_run_and_the_box_does_not_stick
     more.fill("/tmp/other.onnx")
     more.press("Control+Enter")
     settle(page)
-    why = page.get_by_text(re.compile(r"Run is off: Compare layers needs a PyTorch model and one"))
+    why = page.get_by_text(re.compile(r"Run is off: “Compare layers” compares one ONNX file"))
     why.wait_for()
     assert "--" not in why.inner_text()
     assert page.get_by_role("button", name="Run", exact=True).is_disabled()

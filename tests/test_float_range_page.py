@@ -29,7 +29,8 @@ def test_a_bad_float_inputs_range_is_said_in_the_widget_words() -> None:
     at.run()
     at.text_input(key="float_range").set_value("1:0").run()
     assert not at.exception, at.exception
-    assert any("Float inputs range: need finite LO < HI" in e.value for e in at.error)
+    shown = [e.value.replace("\\", "") for e in at.error]  # text: its punctuation escaped
+    assert any("“Float inputs range”: need finite LO < HI, got 1:0" in e for e in shown), shown
     at.button(key="run_custom").click().run()
     (x,) = at.session_state["parity_run"].input_sets[0].feeds.values()
     assert np.asarray(x).min() < -1  # the default: standard normal

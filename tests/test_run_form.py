@@ -212,3 +212,41 @@ def test_an_export_parity_made_itself_is_named_for_what_it_is_never_by_its_temp_
     assert own_export_words(hf_run) == "Parity's own export of the model (removed after the run)"
     given = replace(run, model="m.pt2", onnx="m.onnx")
     assert own_export_words(given) is None
+
+
+def _run_is_off(at: AppTest) -> list[str]:
+    return [c.value for c in at.caption if "Run is off" in c.value]
+
+
+def test_the_run_button_asks_check_config_and_shows_its_reason_in_the_forms_words():
+    """Issue 38: the Run page does not re-code check_config's rules: a config it refuses
+    turns Run off with its reason (widgets, not flags); a valid one turns Run on."""
+    from parity.dashboard.run_form import LAYERS_KEY
+    from parity.run.config import config_problem
+    from parity.settings import Front
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.button(key="run_custom").disabled and not _run_is_off(at)
+    # two levels against a torch model: two candidates, fine without layers ...
+    at.multiselect(key="opt").set_value(["all", "basic"]).run()
+    assert not at.button(key="run_custom").disabled and not _run_is_off(at)
+    # ... refused with them, in check_config's words said for the dashboard
+    at.checkbox(key=LAYERS_KEY).check().run()
+    assert at.button(key="run_custom").disabled
+    problem = config_problem(
+        RunConfig(model="m.pt2", onnx=("a.onnx",), ort_opt_level=("all", "basic"), layers=True)
+    )
+    assert problem is not None
+    reason = problem.words(Front.DASHBOARD)
+    assert reason.startswith("“Compare layers” compares one ONNX file") and "--" not in reason
+    assert _run_is_off(at) == [f":red[Run is off:] {md_text(reason)}"]
+    # no level at all: check_config's first rule, and back on once one is chosen
+    at.checkbox(key=LAYERS_KEY).uncheck().run()
+    at.multiselect(key="opt").set_value([]).run()
+    assert at.button(key="run_custom").disabled
+    assert "ORT optimisation levels" in _run_is_off(at)[0]
+    at.multiselect(key="opt").set_value(["basic"]).run()
+    assert not at.button(key="run_custom").disabled and not _run_is_off(at)
+    assert not at.exception, at.exception

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Sequence
 
 from parity.errors import UsageError
+from parity.settings import Setting
 from parity.tolerances import Tolerance, Tolerances, parse_tol_arg
 
 
@@ -34,9 +35,11 @@ def parse_dims(items: Sequence[str]) -> dict[str, int]:
         try:
             dims[name] = int(value)
         except ValueError as exc:
-            raise UsageError(f"--dim {name}={value}: SIZE must be an integer") from exc
+            raise UsageError(
+                "SIZE must be an integer", setting=Setting("dims", f"{name}={value}")
+            ) from exc
         if dims[name] < 0:
-            raise UsageError(f"--dim {name}={value}: SIZE must be >= 0")
+            raise UsageError("SIZE must be >= 0", setting=Setting("dims", f"{name}={value}"))
     return dims
 
 
@@ -47,9 +50,14 @@ def parse_int_ranges(items: Sequence[str]) -> dict[str, tuple[int, int]]:
         try:
             bounds = (int(low), int(high))
         except ValueError as exc:
-            raise UsageError(f"--int-range {name}={value}: expected integers LOW:HIGH") from exc
+            raise UsageError(
+                "expected integers LOW:HIGH", setting=Setting("int_ranges", f"{name}={value}")
+            ) from exc
         if not sep or bounds[0] >= bounds[1]:
-            raise UsageError(f"--int-range {name}={value}: expected LOW:HIGH with LOW < HIGH")
+            raise UsageError(
+                "expected LOW:HIGH with LOW < HIGH",
+                setting=Setting("int_ranges", f"{name}={value}"),
+            )
         ranges[name] = bounds
     return ranges
 
@@ -66,12 +74,14 @@ def parse_float_ranges(
         name, sep, value = item.rpartition("=")
         if not sep:
             if every is not None:
-                raise UsageError(f"--float-range {item}: give one LO:HI for every input")
-            every = parse_float_range(item, "--float-range")
+                raise UsageError(
+                    "give one LO:HI for every input", setting=Setting("float_range", str(item))
+                )
+            every = parse_float_range(item, Setting("float_range"))
         elif not name:
-            raise UsageError(f"--float-range {item!r}: expected [NAME=]LO:HI")
+            raise UsageError("expected [NAME=]LO:HI", setting=Setting("float_range", repr(item)))
         else:
-            ranges[name] = parse_float_range(value, f"--float-range {name}")
+            ranges[name] = parse_float_range(value, Setting("float_range", name))
     return every, ranges
 
 

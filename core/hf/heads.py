@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.errors import ModelLoadError, UsageError
+from parity.settings import Setting
 
 GENERATE = "generate"  # a causal LM: every generate() step
 FORWARD = "forward"  # one forward call (encoders, classifiers, detectors)
@@ -174,7 +175,8 @@ def task_named(name: str) -> Task:
     key = SYNONYMS.get(key, key)
     if key not in BY_NAME:
         raise UsageError(
-            f"--task {name!r}: not a task hf: validates; tasks: {', '.join(TASK_NAMES)}"
+            f"not a task hf: validates; tasks: {', '.join(TASK_NAMES)}",
+            setting=Setting("task", repr(name)),
         )
     return BY_NAME[key]
 

@@ -21,6 +21,7 @@ import numpy as np
 from parity.errors import first_line
 from parity.hf.capture import CACHE_KEYWORDS, CapturedCall, forward_outputs, to_numpy
 from parity.hf.loading import quiet_transformers
+from parity.settings import Mention
 
 NOT_MEASURED = "noise floor not measured"
 
@@ -40,8 +41,8 @@ def float64_calls(
         return None, f"{NOT_MEASURED}: the model is not float32"
     MemoryBudget.of(max_memory).check(
         float64_bytes(model),
-        "the float64 copy of the model for --noise-floor",
-        proceed="leave out --noise-floor for this model",
+        ("the float64 copy of the model for ", Mention("noise_floor")),
+        proceed=("leave out ", Mention("noise_floor"), " for this model"),
     )
     try:
         double = copy.deepcopy(model).double().eval()

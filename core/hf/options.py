@@ -14,6 +14,7 @@ from typing import Any
 
 from parity.errors import UsageError
 from parity.load.specs import HF_PREFIX
+from parity.settings import Mention, Setting
 
 DEFAULT_PROMPT = "Continue: it rains, what should I do?"
 DEFAULT_MAX_NEW_TOKENS = 3
@@ -34,11 +35,13 @@ class HfOptions:
 
     def __post_init__(self) -> None:
         if not self.prompts:
-            raise UsageError("hf: give at least one --prompt")
+            raise UsageError(("hf: give at least one ", Mention("prompt")))
         if any(not isinstance(p, str) or not p.strip() for p in self.prompts):
-            raise UsageError("hf: every --prompt must be a non-empty text")
+            raise UsageError(("hf: every ", Mention("prompt"), " must be a non-empty text"))
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens!r}")
+            raise UsageError(
+                f"must be >= 1, got {self.max_new_tokens!r}", setting=Setting("max_new_tokens")
+            )
         if self.task is not None:
             from parity.hf.heads import task_named
 
@@ -74,13 +77,19 @@ def parse_config_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key or not key.replace("_", "a").replace(".", "a").isalnum():
         raise UsageError(
-            f"--config-override {text!r}: expected KEY=VALUE, e.g. num_hidden_layers=1"
+            "expected KEY=VALUE, e.g. num_hidden_layers=1",
+            setting=Setting("config_override", repr(text)),
         )
     if key.startswith("_"):
-        raise UsageError(f"--config-override {key}: not a config field (private or dunder name)")
+        raise UsageError(
+            "not a config field (private or dunder name)",
+            setting=Setting("config_override", str(key)),
+        )
     raw = raw.strip()
     if not raw:
-        raise UsageError(f"--config-override {key}: needs a value, e.g. {key}=1")
+        raise UsageError(
+            f"needs a value, e.g. {key}=1", setting=Setting("config_override", str(key))
+        )
     try:
         value: Any = json.loads(raw)
     except json.JSONDecodeError:
@@ -95,14 +104,17 @@ def typed_override(config: Any, key: str, value: Any) -> Any:
     fields = set(config.to_dict()) | set(getattr(config, "attribute_map", None) or {})
     name = type(config).__name__
     if key.startswith("_") or key not in fields:
-        raise UsageError(f"--config-override {key}: {name} has no field {key!r}")
+        raise UsageError(
+            f"{name} has no field {key!r}", setting=Setting("config_override", str(key))
+        )
     current = getattr(config, key, None)
     shown = value if isinstance(value, str) else json.dumps(value)
     expected = _fits(current, value)
     if expected:
         raise UsageError(
-            f"--config-override {key}={shown}: {name}.{key} takes {expected} "
-            f"(it is {json.dumps(current) if not isinstance(current, str) else current})"
+            f"{name}.{key} takes {expected} "
+            f"(it is {json.dumps(current) if not isinstance(current, str) else current})",
+            setting=Setting("config_override", f"{key}={shown}"),
         )
     return float(value) if type(current) is float else value
 

@@ -27,6 +27,7 @@ from parity.hf.loading import (
     require_transformers,
 )
 from parity.hf.media import generated_inputs, is_media_model, load_processor
+from parity.settings import Mention, Setting
 
 AUDIO_INPUT = "input_features"
 
@@ -105,8 +106,12 @@ def _seq2seq_class(config: Any, model_type: str, directory: str, task: str | Non
         return chosen
     if task is not None:
         raise ModelLoadError(
-            f"hf:{directory}: --task {task} is not an encoder-decoder task, and this directory "
-            f"holds one ({model_type}); its tasks: {', '.join(_seq2seq_tasks(model_type))}"
+            (
+                f"hf:{directory}: ",
+                Mention("task", str(task)),
+                f" is not an encoder-decoder task, and this directory holds one ({model_type}); "
+                f"its tasks: {', '.join(_seq2seq_tasks(model_type))}",
+            )
         )
     names = _seq2seq_tasks(model_type)
     if not names:
@@ -136,8 +141,9 @@ def encoder_inputs(
             features = given.get(AUDIO_INPUT)
             if features is None or features.ndim != 3:
                 raise InputError(
-                    f"--inputs: an audio model needs {AUDIO_INPUT!r} (batch, mel bins, frames); "
-                    f"the file has {sorted(given)}"
+                    f": an audio model needs {AUDIO_INPUT!r} (batch, mel bins, frames); "
+                    f"the file has {sorted(given)}",
+                    setting=Setting("input_files"),
                 )
             return {AUDIO_INPUT: np.ascontiguousarray(features, dtype=np.float32)}, "given"
         transformers = require_transformers()
@@ -147,8 +153,12 @@ def encoder_inputs(
         return {k: np.asarray(v) for k, v in made.feeds.items()}, made.described
     if given is not None:
         raise InputError(
-            "--inputs applies to audio models (input_features); a text model's encoder "
-            "inputs are its --prompt texts"
+            (
+                "applies to audio models (input_features); a text model's encoder inputs are its ",
+                Mention("prompt"),
+                " texts",
+            ),
+            setting=Setting("input_files"),
         )
     encoded = loaded.tokenizer(list(prompts), return_tensors="np", padding=True)
     ids = np.asarray(encoded["input_ids"], dtype=np.int64)

@@ -21,6 +21,7 @@ import numpy as np
 from parity.errors import InputError, UsageError
 from parity.hf.feeds import _cast
 from parity.hf.seq2seq_capture import DECODER, ENCODER, LAST_HIDDEN, Seq2SeqCall
+from parity.settings import Setting
 from parity.signature import OnnxSignature
 
 ENCODER_FILE = "encoder_model.onnx"
@@ -74,8 +75,9 @@ def folder_files(folder: str | Path) -> dict[str, str]:
     chosen = [name for name in (*decoders, ENCODER_FILE) if name in present]
     if not chosen:
         raise UsageError(
-            f"--onnx {folder}: a folder must hold an Optimum encoder-decoder export "
-            f"({', '.join(FOLDER_FILES)}); none of them is there"
+            f"a folder must hold an Optimum encoder-decoder export "
+            f"({', '.join(FOLDER_FILES)}); none of them is there",
+            setting=Setting("onnx", str(folder)),
         )
     return {name: present[name] for name in chosen}
 

@@ -59,6 +59,7 @@ from parity.results import (
 )
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
+from parity.settings import Mention
 from parity.signature import OnnxSignature
 from parity.sources import Case, TorchSide
 
@@ -112,9 +113,13 @@ class Seq2SeqSource:
 
     def default_onnx(self, workdir: Callable[[], Path]) -> str:
         raise UsageError(
-            f"{self.model} is an encoder-decoder model: give --onnx FOLDER, an Optimum export "
-            "(optimum-cli export onnx --model DIR --task text2text-generation-with-past "
-            "FOLDER; automatic-speech-recognition-with-past for audio), or one of its files"
+            (
+                f"{self.model} is an encoder-decoder model: give ",
+                Mention("onnx", "FOLDER"),
+                ", an Optimum export (optimum-cli export onnx --model DIR --task "
+                "text2text-generation-with-past FOLDER; automatic-speech-recognition-with-past "
+                "for audio), or one of its files",
+            )
         )
 
     def cases(
@@ -295,7 +300,10 @@ def _one_given_set(config: RunConfig) -> str | None:
     generate() run)."""
     if config.n_given_sets > 1:
         raise UsageError(
-            "an encoder-decoder hf: model takes one --inputs file (its encoder's inputs for "
-            f"one generate() run), got {config.n_given_sets}"
+            (
+                "an encoder-decoder hf: model takes one ",
+                Mention("input_files"),
+                f" file (its encoder's inputs for one generate() run), got {config.n_given_sets}",
+            )
         )
     return config.input_files[0] if config.input_files else None

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parity.run.budget import MemoryBudget
+from parity.settings import Mention
 
 _WIDTH = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "word_embed_proj_dim")
 _LAYERS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers") + (
@@ -95,7 +96,7 @@ def check_model_size(config: Any, what: str, max_memory: int | None) -> None:
         parameters * _BYTES_PER_PARAMETER,
         f"{what}'s model (an estimated {parameters:,} float32 parameters from "
         f"its config: {fields or 'nested configs'})",
-        proceed="shrink it with --config-override (e.g. num_hidden_layers=2)",
+        proceed=("shrink it with ", Mention("config_override"), " (e.g. num_hidden_layers=2)"),
     )
 
 

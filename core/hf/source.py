@@ -39,6 +39,7 @@ from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
 from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
+from parity.settings import Setting
 from parity.signature import OnnxSignature
 from parity.sources import Case, Crop, TorchSide
 from parity.tolerances import Tolerances
@@ -231,8 +232,9 @@ def _forward_inputs(
     if files or given:
         if not loaded.encoder:
             raise UsageError(
-                "--inputs does not apply to a model that generates: its inputs are the "
-                "forward calls generate() makes"
+                "does not apply to a model that generates: its inputs are the forward calls "
+                "generate() makes",
+                setting=Setting("input_files"),
             )
         from parity.run.budget import MemoryBudget
         from parity.run.inputs import iter_feed_files

@@ -53,6 +53,7 @@ from parity.load.pickle_cause import file_pickle_cause, is_raw_pickle
 from parity.load.pt2_archive import is_pt2, load_pt2
 from parity.load.quiet import quiet_torch
 from parity.load.specs import demo_name
+from parity.settings import Mention
 
 KINDS = ("demo", "exported_program", "torchscript", "factory", "module")
 
@@ -328,20 +329,31 @@ def _load_archive(
         return module, "exported_program", program
     if kind == "onnx":
         raise ModelLoadError(
-            f"cannot load model {path}: this is an ONNX file; give it as --onnx and the "
-            "torch model as --model"
+            (
+                f"cannot load model {path}: this is an ONNX file; give it as ",
+                Mention("onnx"),
+                " and the torch model as ",
+                Mention("model"),
+            )
         )
     if kind == "torch_save":
         with open(path, "rb") as f:
             what = "a raw pickle" if is_raw_pickle(f.read(64)) else "a torch.save file"
         raise ModelLoadError(
-            f"cannot load model {path}: {what} (a pickle) is not a model Parity "
-            "loads; for a state dict give the model as FILE.py:CALLABLE and the file as --weights"
+            (
+                f"cannot load model {path}: {what} (a pickle) is not a model Parity loads; for "
+                "a state dict give the model as FILE.py:CALLABLE and the file as ",
+                Mention("weights"),
+            )
         )
     if kind != "torchscript":
         raise ModelLoadError(
-            f"cannot load model {path}: not a TorchScript or torch.export archive "
-            "(for a state dict, give the model as FILE.py:CALLABLE and the file as --weights)"
+            (
+                f"cannot load model {path}: not a TorchScript or torch.export archive (for a "
+                "state dict, give the model as FILE.py:CALLABLE and the file as ",
+                Mention("weights"),
+                ")",
+            )
         )
     if not allow_code:
         raise ModelLoadError(

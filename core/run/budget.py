@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -19,6 +19,7 @@ from typing import BinaryIO
 import numpy as np
 
 from parity.errors import BudgetError, UsageError
+from parity.settings import Mention, Part, Setting
 
 DEFAULT_MAX_MEMORY = 4 << 30
 """4 GiB: arrays one run may hold before it is refused (raise it with --max-memory)."""
@@ -32,10 +33,14 @@ def parse_size(text: str) -> int:
     """'16G', '512M', '1.5GiB', '1000000' (bytes) -> bytes."""
     match = _SIZE_RE.match(str(text))
     if not match:
-        raise UsageError(f"--max-memory {text!r}: expected a size such as 512M, 16G or 1T")
+        raise UsageError(
+            "expected a size such as 512M, 16G or 1T", setting=Setting("max_memory", repr(text))
+        )
     value = float(match.group(1)) * _UNITS[match.group(2).upper()]
     if not math.isfinite(value) or value < 1:
-        raise UsageError(f"--max-memory {text!r}: expected a size of at least 1 byte")
+        raise UsageError(
+            "expected a size of at least 1 byte", setting=Setting("max_memory", repr(text))
+        )
     return int(value)
 
 
@@ -54,6 +59,10 @@ def array_bytes(shape: Iterable[int], dtype: np.dtype | str) -> int:
     return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
 
 
+def _parts(text: str | Sequence[Part]) -> tuple[Part, ...]:
+    return (text,) if isinstance(text, str) else tuple(text)
+
+
 @dataclass(frozen=True)
 class MemoryBudget:
     """At most `limit` bytes of arrays that a file or a flag decides the size of."""
@@ -64,17 +73,24 @@ class MemoryBudget:
     def of(cls, max_memory: int | None) -> MemoryBudget:
         return cls() if max_memory is None else cls(int(max_memory))
 
-    def check(self, n_bytes: int, what: str, *, proceed: str) -> None:
+    def check(
+        self, n_bytes: int, what: str | Sequence[Part], *, proceed: str | Sequence[Part]
+    ) -> None:
         """Refuse `what` (needing `n_bytes`) past the limit: one line, size and ways out."""
         if n_bytes > self.limit:
-            raise_it = (
-                f", or raise the budget with --max-memory {_suggest(n_bytes)}"
+            raise_it: tuple[Part, ...] = (
+                (", or raise the budget with ", Mention("max_memory", _suggest(n_bytes)))
                 if n_bytes <= _LARGEST_SUGGESTION
-                else ""
+                else ()
             )
             raise BudgetError(
-                f"{what} needs {format_size(n_bytes)}, over the "
-                f"{format_size(self.limit)} memory budget; {proceed}{raise_it}"
+                (
+                    *_parts(what),
+                    f" needs {format_size(n_bytes)}, over the "
+                    f"{format_size(self.limit)} memory budget; ",
+                    *_parts(proceed),
+                    *raise_it,
+                )
             )
 
 

@@ -5,13 +5,14 @@ refused, so nothing is silently ignored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from parity.errors import UsageError
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind
+from parity.settings import Mention, Part, Setting
 from parity.tolerances import Tolerances
 
 if TYPE_CHECKING:  # annotation only: parity.hf stands on parity.run
@@ -106,99 +107,174 @@ def default_loaders() -> Loaders:
 
 def check_config(config: RunConfig) -> None:
     """UsageError (one line) for a config that cannot run or sets what its kind ignores."""
+    problem = config_problem(config)
+    if problem is not None:
+        raise problem
+
+
+def config_problem(config: RunConfig) -> UsageError | None:
+    """Why `config` cannot run (the first reason, as the error `check_config` raises), or
+    None: the CLI, the API and the Run page's button all ask this one function."""
+    return next(_problems(config), None)
+
+
+def _problems(config: RunConfig) -> Iterator[UsageError]:
     if config.layers and config.layers_memory_mb < 1:
-        raise UsageError(f"--layers-memory must be >= 1 MB, got {config.layers_memory_mb}")
+        yield UsageError(
+            f"must be >= 1 MB, got {config.layers_memory_mb}", setting=Setting("layers_memory_mb")
+        )
     if config.n_input_sets < 1:
-        raise UsageError(f"the number of input sets must be >= 1, got {config.n_input_sets}")
+        yield UsageError(f"the number of input sets must be >= 1, got {config.n_input_sets}")
     if (demo := demo_name(config.model)) is not None:  # a typo, said before anything loads
         from parity.load.demos import get_demo
 
-        get_demo(demo)
-    _check_candidates(config)
+        try:
+            get_demo(demo)
+        except UsageError as exc:
+            yield exc
+    yield from _candidate_problems(config)
     if config.model is not None and config.reference_file is not None:
-        raise UsageError("give either --model or --reference, not both")
+        yield UsageError(("give either ", Mention("model"), " or ", _REFERENCE_ALONE, ", not both"))
     if config.reference_file is not None and not config.n_given_sets:
-        raise UsageError("--reference needs the feeds it was computed on (--inputs FEEDS.npz)")
+        yield UsageError(
+            ("needs the feeds it was computed on (", _FEEDS, ")"),
+            setting=Setting("reference_file"),
+        )
     generated = _set_flags(
-        ("--dim", bool(config.dims)),
-        ("--input-sets", config.n_input_sets != 1),
-        ("--int-range", bool(config.int_ranges)),
-        ("--float-range", bool(config.float_ranges) or config.float_range is not None),
+        ("dims", bool(config.dims)),
+        ("n_input_sets", config.n_input_sets != 1),
+        ("int_ranges", bool(config.int_ranges)),
+        ("float_range", bool(config.float_ranges) or config.float_range is not None),
     )
     if config.kind is RunKind.HF_GENERATE:
         # Given inputs feed a one-forward model (each set one forward); the source refuses
         # them for a model that generates, which only loading the model tells.
-        ignored = _set_flags(("--weights", config.weights is not None)) + generated
+        ignored = _set_flags(("weights", config.weights is not None)) + generated
         if ignored:
-            raise UsageError(
-                f"{', '.join(ignored)} {_do(ignored)} not apply to an hf: model: its inputs are "
-                "its prompts, generated pixels or audio, or --inputs files; its weights come "
-                "from its directory"
+            yield UsageError(
+                (
+                    *_listed(ignored),
+                    f" {_do(ignored)} not apply to an hf: model: its inputs are its prompts, "
+                    "generated pixels or audio, or ",
+                    Mention("input_files"),
+                    " files; its weights come from its directory",
+                )
             )
         return
     if config.hf is not None:
-        raise UsageError(
-            "--prompt, --max-new-tokens, --random-weights, --config-override, --task and "
-            "--export-path apply only to --model hf:DIR"
+        hf_only = ["prompt", "max_new_tokens", "random_weights", "config_override", "task"]
+        yield UsageError(
+            (
+                *_listed(hf_only),
+                " and ",
+                Mention("export_path"),
+                " apply only to ",
+                Mention("model", "hf:DIR", placeholder=True),
+            )
         )
     if config.n_given_sets and generated:
-        raise UsageError(
-            f"{', '.join(generated)} {_do(generated)} not apply with --inputs: each file is "
-            "one input set, at its own sizes"
+        yield UsageError(
+            (
+                *_listed(generated),
+                f" {_do(generated)} not apply with ",
+                Mention("input_files"),
+                ": each file is one input set, at its own sizes",
+            )
         )
     if config.kind is RunKind.REFERENCE and config.weights is not None:
-        raise UsageError("--weights does not apply to --reference (there is no torch model)")
+        yield UsageError(
+            ("does not apply to ", _REFERENCE_ALONE, " (there is no torch model)"),
+            setting=Setting("weights"),
+        )
 
 
-def _check_candidates(config: RunConfig) -> None:
+_MODEL = Mention("model", "SPEC", placeholder=True)
+_REFERENCE = Mention("reference_file", "REF.npz", placeholder=True)
+_REFERENCE_ALONE = Mention("reference_file")
+_FEEDS = Mention("input_files", "FEEDS.npz", placeholder=True)
+_ONE_OF_EACH = (
+    "give one ",
+    Mention("onnx"),
+    ", one ",
+    Mention("provider"),
+    " and one ",
+    Mention("ort_opt_level"),
+)
+
+
+def _candidate_problems(config: RunConfig) -> Iterator[UsageError]:
     """Providers ONNX Runtime has here, known levels, and something to compare."""
     from parity.load.onnx_model import ORT_OPT_LEVELS, available_providers
 
     if not config.providers or not config.ort_opt_levels:
-        raise UsageError("give at least one --provider and one --ort-opt-level")
+        yield UsageError(
+            ("give at least one ", Mention("provider"), " and one ", Mention("ort_opt_level"))
+        )
+        return
     available = available_providers()
     missing = [p for p in config.providers if p not in available]
     if missing:
-        raise UsageError(
+        yield UsageError(
             f"ONNX Runtime provider {', '.join(map(repr, missing))} not available here; "
             f"available: {', '.join(available)}"
         )
     unknown = [level for level in config.ort_opt_levels if level not in ORT_OPT_LEVELS]
     if unknown:
-        raise UsageError(
+        yield UsageError(
             f"unknown ORT optimisation level {', '.join(map(repr, unknown))}; choose from "
             f"{', '.join(ORT_OPT_LEVELS)}"
         )
     if config.kind is RunKind.ONNX:
         if not config.onnx_files:
-            raise UsageError(
-                "give a model (--model SPEC), stored reference outputs (--reference REF.npz "
-                "with --inputs), or ONNX files to compare (--onnx REF.onnx --onnx OTHER.onnx)"
-            )
+            yield UsageError(
+                (
+                    "give a model (", _MODEL, "), stored reference outputs (", _REFERENCE,
+                    " with ", Mention("input_files"), "), or ONNX files to compare (",
+                    Mention("onnx", "REF.onnx", placeholder=True), " ",
+                    Mention("onnx", "OTHER.onnx", placeholder=True), ")",
+                )
+            )  # fmt: skip
+            return
         if config.n_candidates < 1:
-            raise UsageError(
-                "ONNX against ONNX needs a second candidate: another --onnx, or several "
-                "--provider / --ort-opt-level values (the first file at the first provider "
-                "and level is the reference)"
-            )
+            yield UsageError(
+                (
+                    "ONNX against ONNX needs a second candidate: another ", Mention("onnx"),
+                    ", or several ", Mention("provider"), " / ", Mention("ort_opt_level"),
+                    " values (the first file at the first provider and level is the reference)",
+                )
+            )  # fmt: skip
         if config.weights is not None:
-            raise UsageError("--weights does not apply to ONNX against ONNX (no torch model)")
+            yield UsageError(
+                "does not apply to ONNX against ONNX (no torch model)", setting=Setting("weights")
+            )
     if config.n_candidates > 1 and config.layers and config.kind is not RunKind.ONNX:
-        raise UsageError(
-            "--layers compares one ONNX file against a torch model: give one --onnx, one "
-            "--provider and one --ort-opt-level (ONNX against ONNX takes several)"
-        )
+        yield UsageError(
+            ("compares one ONNX file against a torch model: ", *_ONE_OF_EACH,
+             " (ONNX against ONNX takes several)"),
+            setting=Setting("layers"),
+        )  # fmt: skip
     if config.noise_floor and config.kind in (RunKind.ONNX, RunKind.REFERENCE):
-        raise UsageError("--noise-floor needs a torch model to run in float64 (--model SPEC)")
-    if config.n_candidates > 1 and config.kind is RunKind.HF_GENERATE:
-        raise UsageError(
-            "an hf: model's generate() steps are validated against one ONNX file: give one "
-            "--onnx, one --provider and one --ort-opt-level"
+        yield UsageError(
+            ("needs a torch model to run in float64 (", _MODEL, ")"),
+            setting=Setting("noise_floor"),
         )
+    if config.n_candidates > 1 and config.kind is RunKind.HF_GENERATE:
+        yield UsageError(
+            ("an hf: model's generate() steps are validated against one ONNX file: ",
+             *_ONE_OF_EACH),
+        )  # fmt: skip
 
 
 def _set_flags(*flags: tuple[str, bool]) -> list[str]:
     return [name for name, given in flags if given]
+
+
+def _listed(names: list[str]) -> list[Part]:
+    """Settings named in a row: "--dim, --seed" (each front end's words)."""
+    parts: list[Part] = []
+    for k, name in enumerate(names):
+        parts += [", "] * bool(k) + [Mention(name)]
+    return parts
 
 
 def _do(flags: list[str]) -> str:

@@ -42,7 +42,7 @@ given_input_sets(mappings, signature, *, first=0, budget=None) -> Iterator[Input
     feeds; their copied sizes checked against the budget first.
 with_clipping_notes(sets, calibrated) -> Iterator[InputSet]   given sets, each labelled with
     how many elements of a quantized input its QuantizeLinear clips
-parse_float_range(text, where) -> (low, high)     "LO:HI", UsageError naming `where`
+parse_float_range(text, where) -> (low, high)     "LO:HI", UsageError about `where` (a Setting)
 check_feeds(feeds, signature, *, where) -> None    InputError naming the input
 """
 
@@ -64,6 +64,7 @@ from parity.files.safe_read import open_regular
 from parity.load.dtypes import FLOAT_NAMES, INT_NAMES, numpy_dtype
 from parity.results import InputSet
 from parity.run.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
+from parity.settings import Mention, Setting
 from parity.signature import Dim, OnnxSignature, TensorSpec
 
 DEFAULT_INT_RANGE: tuple[int, int] = (0, 100)
@@ -174,18 +175,23 @@ def _axis_dims(signature: OnnxSignature, dims: Mapping[str, int]) -> dict[str, i
         spec = by_name[name]
         if not axis_text.isdigit() or int(axis_text) >= spec.rank:
             raise UsageError(
-                f"--dim {key}: input {name!r} has axes 0 to {spec.rank - 1} "
-                f"(shape {spec.shape_text()})"
+                f"input {name!r} has axes 0 to {spec.rank - 1} (shape {spec.shape_text()})",
+                setting=Setting("dims", key),
             )
         dim = spec.shape[int(axis_text)]
         if isinstance(dim, str):
             raise UsageError(
-                f"--dim {key}: that axis is the symbolic dim {dim!r}; give --dim {dim}=N"
+                (f"that axis is the symbolic dim {dim!r}; give ", Mention("dims", f"{dim}=N")),
+                setting=Setting("dims", key),
             )
         if isinstance(dim, int):
-            raise UsageError(f"--dim {key}: that axis is fixed at {dim} in the ONNX file")
+            raise UsageError(
+                f"that axis is fixed at {dim} in the ONNX file", setting=Setting("dims", str(key))
+            )
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise UsageError(f"--dim {key}={size}: a size must be an integer >= 1")
+            raise UsageError(
+                "a size must be an integer >= 1", setting=Setting("dims", f"{key}={size}")
+            )
         axes[f"{name}:{int(axis_text)}"] = size
     return axes
 
@@ -230,7 +236,7 @@ def _check_budget(
     budget.check(
         total + scratch,
         f"generating {sets} (largest: input {name!r} {dtypes.get(name)} {shape}{where})",
-        proceed="use smaller --dim sizes or fewer --input-sets",
+        proceed=("use smaller ", Mention("dims"), " sizes or fewer ", Mention("n_input_sets")),
     )
 
 
@@ -283,17 +289,15 @@ def _float_ranges(
         if name not in floats:
             kinds = {spec.name: spec.dtype for spec in signature.inputs}
             raise UsageError(
-                f"--float-range {name}: "
-                + (
-                    f"input {name!r} is {kinds[name]}, not a float"
-                    if name in kinds
-                    else f"the ONNX model has no input {name!r}; float inputs: "
-                    f"{', '.join(floats) or '(none)'}"
-                )
+                f"input {name!r} is {kinds[name]}, not a float"
+                if name in kinds
+                else f"the ONNX model has no input {name!r}; float inputs: "
+                f"{', '.join(floats) or '(none)'}",
+                setting=Setting("float_range", name),
             )
-        _check_float_range(bounds, f"--float-range {name}")
+        _check_float_range(bounds, Setting("float_range", name))
     if every is not None:
-        _check_float_range(every, "--float-range")
+        _check_float_range(every, Setting("float_range"))
     calibrated = {c.name: c for c in getattr(signature, "calibrated", ())}
     ranges: dict[str, _FloatRange] = {}
     for name in floats:
@@ -318,16 +322,21 @@ def _normal_fits(calibrated: Any) -> bool:
     return calibrated.low <= -NORMAL_FITS and calibrated.high >= NORMAL_FITS
 
 
-def _check_float_range(bounds: object, where: str) -> None:
+def _check_float_range(bounds: object, where: Setting) -> None:
     try:
         low, high = (float(b) for b in bounds)  # type: ignore[union-attr]
     except (TypeError, ValueError) as exc:
-        raise UsageError(f"{where}: expected two numbers LO:HI") from exc
+        raise UsageError(_said(where, "expected two numbers LO:HI"), setting=where) from exc
     if not (np.isfinite(low) and np.isfinite(high) and low < high):
-        raise UsageError(f"{where}: need finite LO < HI, got {low:g}:{high:g}")
+        raise UsageError(_said(where, f"need finite LO < HI, got {low:g}:{high:g}"), setting=where)
 
 
-def parse_float_range(text: str, where: str) -> tuple[float, float]:
+def _said(where: Setting, body: str) -> str:
+    """The body after "--float-range NAME: " or after "--float-range: " (no input named)."""
+    return body if where.item else f": {body}"
+
+
+def parse_float_range(text: str, where: Setting) -> tuple[float, float]:
     """``"LO:HI"`` as (low, high): finite numbers with LO < HI (UsageError naming `where`)."""
     low, sep, high = text.partition(":")
     try:
@@ -335,7 +344,7 @@ def parse_float_range(text: str, where: str) -> tuple[float, float]:
     except ValueError:
         bounds = None
     if not sep or bounds is None:
-        raise UsageError(f"{where}: expected numbers LO:HI, got {text!r}")
+        raise UsageError(_said(where, f"expected numbers LO:HI, got {text!r}"), setting=where)
     _check_float_range(bounds, where)
     return bounds
 
@@ -391,7 +400,11 @@ def _budgeted(paths: Iterable[str | os.PathLike[str]], budget: MemoryBudget | No
             total,
             f"inputs file {path} ({describe_largest(headers)})"
             if len(paths) == 1
-            else f"the --inputs files up to {path} ({describe_largest(headers)})",
+            else (
+                "the ",
+                Mention("input_files"),
+                f" files up to {path} ({describe_largest(headers)})",
+            ),
             proceed="feed smaller arrays",
         )
     return paths
@@ -587,35 +600,41 @@ def _check_options(
         if name not in symbolic:
             unnamed = unnamed_dims(signature)
             raise UsageError(
-                f"--dim {name}: the ONNX inputs have no symbolic dim {name!r}; "
+                f"the ONNX inputs have no symbolic dim {name!r}; "
                 f"symbolic dims: {', '.join(symbolic) or '(none)'}"
-                + (f"; unnamed dynamic dims (INPUT:AXIS): {', '.join(unnamed)}" if unnamed else "")
+                + (f"; unnamed dynamic dims (INPUT:AXIS): {', '.join(unnamed)}" if unnamed else ""),
+                setting=Setting("dims", name),
             )
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise UsageError(f"--dim {name}={size}: a size must be an integer >= 1")
+            raise UsageError(
+                "a size must be an integer >= 1", setting=Setting("dims", f"{name}={size}")
+            )
     if not isinstance(n_sets, int) or not 1 <= n_sets <= MAX_INPUT_SETS:
         raise UsageError(
-            f"--input-sets {n_sets}: need at least 1 and at most {MAX_INPUT_SETS} input sets"
+            f"need at least 1 and at most {MAX_INPUT_SETS} input sets",
+            setting=Setting("n_input_sets", str(n_sets)),
         )
     if not isinstance(seed, int) or seed < 0:
-        raise UsageError(f"--seed {seed}: a seed must be an integer >= 0")
+        raise UsageError("a seed must be an integer >= 0", setting=Setting("seed", str(seed)))
     by_name = {spec.name: spec for spec in signature.inputs}
     for name, bounds in int_ranges.items():
         if name not in by_name:
             raise UsageError(
-                f"--int-range {name}: the ONNX model has no input {name!r}; inputs: "
-                f"{', '.join(by_name) or '(none)'}"
+                f"the ONNX model has no input {name!r}; inputs: {', '.join(by_name) or '(none)'}",
+                setting=Setting("int_ranges", name),
             )
         low, high = bounds
         if by_name[name].dtype not in INT_NAMES:
             raise UsageError(
-                f"--int-range {name}: input {name!r} is {by_name[name].dtype}, not an integer"
+                f"input {name!r} is {by_name[name].dtype}, not an integer",
+                setting=Setting("int_ranges", name),
             )
         info = np.iinfo(by_name[name].dtype)
         if not low < high or low < info.min or high - 1 > info.max:
             raise UsageError(
-                f"--int-range {name}={low}:{high}: need low < high within "
-                f"{by_name[name].dtype} ([{info.min}, {info.max}]); the range is half-open"
+                f"need low < high within {by_name[name].dtype} ([{info.min}, {info.max}]); "
+                "the range is half-open",
+                setting=Setting("int_ranges", f"{name}={low}:{high}"),
             )
 
 
@@ -663,8 +682,11 @@ def _generate(
     if dtype == "bool":
         return rng.random(shape) < 0.5
     raise InputError(
-        f"input {spec.name!r} has dtype {dtype}, which Parity cannot generate; "
-        "pass your own feeds with --inputs FILE.npz"
+        (
+            f"input {spec.name!r} has dtype {dtype}, which Parity cannot generate; "
+            "pass your own feeds with ",
+            Mention("input_files", "FILE.npz", placeholder=True),
+        )
     )
 
 

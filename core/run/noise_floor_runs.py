@@ -24,6 +24,7 @@ from parity.errors import first_line
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet
 from parity.run.budget import MemoryBudget
+from parity.settings import Mention
 from parity.signature import OnnxSignature
 
 
@@ -64,8 +65,8 @@ def float64_model(model: Any, budget: MemoryBudget | None = None) -> Float64Mode
         return Float64Model(None, "noise floor not measured: the model is not float32")
     (budget or MemoryBudget()).check(
         float64_bytes(module),
-        "the float64 copy of the model for --noise-floor",
-        proceed="leave out --noise-floor for this model",
+        ("the float64 copy of the model for ", Mention("noise_floor")),
+        proceed=("leave out ", Mention("noise_floor"), " for this model"),
     )
     try:
         with warnings.catch_warnings():  # deepcopy of a .pt2's module: pytree deprecations

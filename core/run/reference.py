@@ -28,6 +28,7 @@ from parity.files.atomic import atomic_output
 from parity.files.safe_read import open_regular
 from parity.results import OutputSet, ValidationRun
 from parity.run.budget import MemoryBudget, describe_largest, npz_headers
+from parity.settings import Mention
 from parity.signature import OnnxSignature
 
 _SET_KEY = re.compile(r"^set(\d+)/(.+)$")
@@ -51,8 +52,12 @@ def load_reference_outputs(
     if len(grouped) != n_sets:
         holds = f"{len(grouped)} input set" + ("s" if len(grouped) != 1 else "")
         raise UsageError(
-            f"reference file {path} holds {holds}, but {n_sets} input set"
-            f"{'s were' if n_sets != 1 else ' was'} given (one --inputs file per set)"
+            (
+                f"reference file {path} holds {holds}, but {n_sets} input set"
+                f"{'s were' if n_sets != 1 else ' was'} given (one ",
+                Mention("input_files"),
+                " file per set)",
+            )
         )
     result = []
     for i, group in enumerate(grouped):

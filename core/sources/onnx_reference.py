@@ -18,6 +18,7 @@ from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
 from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
+from parity.settings import Mention
 from parity.signature import OnnxSignature
 from parity.sources import Case, TorchSide
 from parity.sources.torch_inputs import set_name, timed_input_sets
@@ -48,7 +49,7 @@ class OnnxReferenceSource:
         return self.reference.signature
 
     def default_onnx(self, workdir: Any) -> str:
-        raise UsageError("ONNX against ONNX needs the files to compare (--onnx)")
+        raise UsageError(("ONNX against ONNX needs the files to compare (", Mention("onnx"), ")"))
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
         """Cases for the reference's own signature (`signature` is the run's, the same, with

@@ -11,6 +11,7 @@ from parity.results import Provenance, RunKind
 from parity.run.budget import MemoryBudget
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
+from parity.settings import Mention, Setting
 from parity.signature import OnnxSignature
 from parity.sources import NO_TORCH_MODEL, Case, TorchSide
 from parity.sources.torch_inputs import input_sets
@@ -31,7 +32,7 @@ class StoredSource:
         self._report = report
 
     def default_onnx(self, workdir: Any) -> str:
-        raise UsageError("--onnx is required with --reference")
+        raise UsageError(("is required with ", Mention("reference_file")), setting=Setting("onnx"))
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
         from parity.run.reference import load_reference_outputs

@@ -12,6 +12,7 @@ from parity.load.specs import demo_name
 from parity.results import InputSet, Provenance, RunKind
 from parity.run.config import Loaders, RunConfig
 from parity.run.progress import ProgressReporter
+from parity.settings import Setting
 from parity.signature import OnnxSignature
 from parity.sources import Case, TorchSide
 
@@ -101,7 +102,9 @@ class TorchSource:
             from parity.load.demos import demo_onnx_path
 
             return str(demo_onnx_path(demo))
-        raise UsageError("--onnx is required (only a demo:NAME model has a built-in ONNX file)")
+        raise UsageError(
+            "is required (only a demo:NAME model has a built-in ONNX file)", setting=Setting("onnx")
+        )
 
     def cases(self, signature: OnnxSignature) -> Iterator[Case]:
         from parity.run.runner import model_binding, run_torch
