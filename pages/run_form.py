@@ -14,17 +14,14 @@ import json
 from dataclasses import replace
 from typing import Any
 
-import streamlit as st
-
 from parity.dashboard import state
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind, ValidationRun
 from parity.run.config_json import is_demo_export
 
-LAYERS_KEY = "run_layers"
-NOISE_KEY = "run_noise_floor"
+LAYERS_KEY = state.RUN_LAYERS  # the names run.py imports (it still reads them itself)
+NOISE_KEY = state.RUN_NOISE
 N_SETS_DEFAULT = 2
-BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
 LIMITS = {  # (min, max) of the form's number inputs: a run opened from elsewhere is clamped
     "n_sets": (1, 16),
     "seed": (0, 2**31 - 1),
@@ -54,8 +51,8 @@ def onnx_source_key(*, demo: bool, hf: bool) -> str:
 def form_values(config) -> dict[str, Any]:
     """The Run form's widget values that show `config` (a parity.run.config.RunConfig)."""
     values: dict[str, Any] = {
-        LAYERS_KEY: bool(config.layers),
-        NOISE_KEY: bool(config.noise_floor),
+        state.RUN_LAYERS: bool(config.layers),
+        state.RUN_NOISE: bool(config.noise_floor),
         "n_sets": _clamped(config.n_input_sets, "n_sets"),
         "seed": _clamped(config.seed, "seed"),
         "provider": list(config.providers),
@@ -121,20 +118,20 @@ def fill_from_run(run: ValidationRun) -> bool:
 
     config = config_of_run(run)
     if config is None:
-        st.session_state.pop(BASE, None)
+        state.pop(state.FORM_BASE)
         return False
     values = form_values(config)
     providers = [p for p in values["provider"] if p in state.available_providers()]
     values["provider"] = providers or ["CPUExecutionProvider"]  # what this machine has
     state.set_form(values)
-    st.session_state[BASE] = config
+    state.put(state.FORM_BASE, config)
     return True
 
 
 def kept_settings(model: str | None) -> dict[str, Any]:
     """The settings the form has no widget for, from the run that filled it, for a Run of the
     same model (another model starts at the defaults: its outputs have other names)."""
-    base = state.run_config_of(state.raw_run()) or st.session_state.get(BASE)
+    base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
     if base is None or base.model != model:
         return {}
     return {
@@ -146,7 +143,7 @@ def kept_settings(model: str | None) -> dict[str, Any]:
 
 def with_kept_hf(options, model: str | None):
     """An hf: run's export path and task (no widget) kept from the run that filled the form."""
-    base = state.run_config_of(state.raw_run()) or st.session_state.get(BASE)
+    base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
     if options is None or base is None or base.model != model or base.hf is None:
         return options
     return replace(options, export_path=base.hf.export_path, task=base.hf.task)
