@@ -45,7 +45,7 @@ ONNX_PATH = "Path on this machine"
 
 def onnx_source_key(*, demo: bool, hf: bool) -> str:
     """The key of the "ONNX file" radio: one per kind of model (their options differ)."""
-    return "onnx_source_hf" if hf else f"onnx_source_{bool(demo)}"
+    return f"{state.RUN_ONNX_SOURCE_PREFIX}{'hf' if hf else bool(demo)}"
 
 
 def form_values(config) -> dict[str, Any]:
@@ -53,37 +53,44 @@ def form_values(config) -> dict[str, Any]:
     values: dict[str, Any] = {
         state.RUN_LAYERS: bool(config.layers),
         state.RUN_NOISE: bool(config.noise_floor),
-        "n_sets": _clamped(config.n_input_sets, "n_sets"),
-        "seed": _clamped(config.seed, "seed"),
-        "provider": list(config.providers),
-        "opt": list(config.ort_opt_levels),
-        "timeout": _clamped(round(config.timeout or 0), "timeout"),
-        "feeds_paths": "\n".join(config.input_files),
-        **{f"dim_{name}": _clamped(size, "dim") for name, size in config.dims.items()},
+        state.RUN_N_SETS: _clamped(config.n_input_sets, "n_sets"),
+        state.RUN_SEED: _clamped(config.seed, "seed"),
+        state.RUN_PROVIDER: list(config.providers),
+        state.RUN_OPT: list(config.ort_opt_levels),
+        state.RUN_TIMEOUT: _clamped(round(config.timeout or 0), "timeout"),
+        state.RUN_FEEDS_PATHS: "\n".join(config.input_files),
+        **{state.RUN_DIM_PREFIX + n: _clamped(size, "dim") for n, size in config.dims.items()},
     }
     for name, (low, high) in config.int_ranges.items():
-        values.update({f"lo_{name}": int(low), f"hi_{name}": int(high)})
+        values.update(
+            {state.RUN_LOW_PREFIX + name: int(low), state.RUN_HIGH_PREFIX + name: int(high)}
+        )
     files = list(config.onnx_files)
     first, more = (files[0], files[1:]) if files else (None, [])
     if demo_name(config.model) is not None and first is not None and is_demo_export(first):
         first = None  # "The demo's export": the form gives the cached file's path
-    values["onnx_more"] = "\n".join(more)
+    values[state.RUN_ONNX_MORE] = "\n".join(more)
     if first is not None:
-        values["onnx_path"] = first
+        values[state.RUN_ONNX_PATH] = first
     demo = demo_name(config.model)
     hf = is_hf_spec(config.model)
     kind = config.kind
     if kind is RunKind.ONNX:
-        values["model_source"] = ONNX_ONLY
+        values[state.RUN_MODEL_SOURCE] = ONNX_ONLY
     elif kind is RunKind.REFERENCE:
-        values.update(model_source=REFERENCE, ref_path=config.reference_file or "")
+        values.update(
+            {state.RUN_MODEL_SOURCE: REFERENCE, state.RUN_REF_PATH: config.reference_file or ""}
+        )
     elif hf:
-        values.update(model_source=HF, hf_dir=config.model.removeprefix("hf:"))
+        values.update(
+            {state.RUN_MODEL_SOURCE: HF, state.RUN_HF_DIR: config.model.removeprefix("hf:")}
+        )
         values.update(_hf_values(config.hf))
     elif demo is not None:
-        values.update(model_source=DEMO, model_demo=demo)
+        values.update({state.RUN_MODEL_SOURCE: DEMO, state.RUN_MODEL_DEMO: demo})
     else:
-        values.update(model_source=PATH, model_path=config.model, weights_path=config.weights or "")
+        path = {state.RUN_MODEL_PATH: config.model, state.RUN_WEIGHTS_PATH: config.weights or ""}
+        values.update({state.RUN_MODEL_SOURCE: PATH, **path})
     own_export = DEMO_EXPORT if demo is not None else HF_EXPORT_CHOICE
     key = onnx_source_key(demo=demo is not None, hf=hf)
     values[key] = own_export if first is None and (demo or hf) else ONNX_PATH
@@ -103,10 +110,10 @@ def _hf_values(options) -> dict[str, Any]:
         for k, v in options.config_overrides.items()
     )
     return {
-        "hf_prompts": "\n".join(options.prompts),
-        "hf_steps": _clamped(options.max_new_tokens, "hf_steps"),
-        "hf_rand": bool(options.random_weights),
-        "hf_overrides": overrides,
+        state.RUN_HF_PROMPTS: "\n".join(options.prompts),
+        state.RUN_HF_STEPS: _clamped(options.max_new_tokens, "hf_steps"),
+        state.RUN_HF_RAND: bool(options.random_weights),
+        state.RUN_HF_OVERRIDES: overrides,
     }
 
 
@@ -121,8 +128,8 @@ def fill_from_run(run: ValidationRun) -> bool:
         state.pop(state.FORM_BASE)
         return False
     values = form_values(config)
-    providers = [p for p in values["provider"] if p in state.available_providers()]
-    values["provider"] = providers or ["CPUExecutionProvider"]  # what this machine has
+    providers = [p for p in values[state.RUN_PROVIDER] if p in state.available_providers()]
+    values[state.RUN_PROVIDER] = providers or ["CPUExecutionProvider"]  # what this machine has
     state.set_form(values)
     state.put(state.FORM_BASE, config)
     return True

@@ -52,6 +52,38 @@ AUTORUN = "parity_autorun"  # the ?demo=NAME (or PARITY_DEMO) this session has r
 RUN_LAYERS = "run_layers"  # widget: the "compare layers" checkbox
 RUN_NOISE = "run_noise_floor"  # widget: the "noise floor" checkbox
 LAYERS_DONE = "parity_layers_done"  # a run compared layers: the Run page unticks its box
+RUN_MODEL_SOURCE = "model_source"  # widget: where the model comes from (run_form.MODEL_SOURCES)
+RUN_MODEL_DEMO = "model_demo"  # widget: the demo's name
+RUN_MODEL_PATH = "model_path"  # widget: the model's path (or spec)
+RUN_WEIGHTS_PATH = "weights_path"  # widget: the weights' path
+RUN_MODEL_UPLOAD = "model_upload"  # widget: an uploaded model
+RUN_WEIGHTS_UPLOAD = "w_up"  # widget: uploaded weights
+RUN_HF_DIR = "hf_dir"  # widget: a Hugging Face model directory
+RUN_HF_PROMPTS = "hf_prompts"  # widget: its prompts, one a line
+RUN_HF_STEPS = "hf_steps"  # widget: tokens to generate
+RUN_HF_RAND = "hf_rand"  # widget: random weights (config only)
+RUN_HF_OVERRIDES = "hf_overrides"  # widget: config overrides, k=v, ...
+RUN_REF_PATH = "ref_path"  # widget: stored reference outputs' path
+RUN_REF_UPLOAD = "ref_upload"  # widget: uploaded reference outputs
+RUN_ONNX_SOURCE_PREFIX = "onnx_source_"  # widget prefix: the ONNX file radio, one per model kind
+RUN_ONNX_PATH = "onnx_path"  # widget: the ONNX file's path
+RUN_ONNX_UPLOAD = "onnx_upload"  # widget: an uploaded ONNX file
+RUN_ONNX_MORE = "onnx_more"  # widget: more ONNX files (candidates), one a line
+RUN_ONNX_MORE_UPLOAD = "onnx_more_upload"  # widget: more uploaded ONNX files
+RUN_DIM_PREFIX = "dim_"  # widget prefix: each symbolic dimension's size
+RUN_N_SETS = "n_sets"  # widget: input sets to make
+RUN_SEED = "seed"  # widget: their seed
+RUN_PROVIDER = "provider"  # widget: execution providers
+RUN_OPT = "opt"  # widget: ORT optimisation levels
+RUN_LOW_PREFIX = "lo_"  # widget prefix: an integer input's low end
+RUN_HIGH_PREFIX = "hi_"  # widget prefix: its high end
+RUN_FEEDS_UPLOAD = "feeds_upload"  # widget: uploaded input .npz files
+RUN_FEEDS_PATHS = "feeds_paths"  # widget: input .npz paths, one a line
+RUN_FLOAT_RANGE = "float_range"  # widget: float inputs' range
+RUN_TIMEOUT = "timeout"  # widget: the run's time limit (s)
+RUN_DEMO_PREFIX = "demo_"  # widget prefix: each demo's Run button
+RUN_CUSTOM = "run_custom"  # widget: the Run button
+RUN_OPEN_WRONG_PAIR = "open_wrong_pair"  # widget: "Open this run anyway"
 
 # --- uploads (uploads.py)
 UPLOADS = "parity_uploads"  # True once this session saved an upload to a temporary folder
