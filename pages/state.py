@@ -86,7 +86,7 @@ RUN_CUSTOM = "run_custom"  # widget: the Run button
 RUN_OPEN_WRONG_PAIR = "open_wrong_pair"  # widget: "Open this run anyway"
 
 # --- uploads (uploads.py)
-UPLOADS = "parity_uploads"  # True once this session saved an upload to a temporary folder
+UPLOADS = "parity_uploads"  # True once this session uploaded: its folder exists (or is remade)
 
 # --- page frame (frame.py)
 SWEEP_LANDED = "parity_sweep_landed"  # ?sweep=DIR has opened the Sweep page once

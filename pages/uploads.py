@@ -30,8 +30,6 @@ from parity.errors import InputError
 from parity.files.atomic import write_bytes
 from parity.load.unzip import extract_flat
 
-SESSION_KEY = state.UPLOADS  # the name tests import
-"""Set in a session once it has uploaded: its folder exists (or is made again on reconnect)."""
 PREFIX = "parity-uploads-"
 
 
