@@ -16,7 +16,7 @@ from parity.show.format import reference_text
 
 
 def _sync(key: str) -> None:
-    state.set_candidate(st.session_state[key])
+    state.set_candidate(state.get(key))
 
 
 def candidate_selector(run: ValidationRun, *, key: str) -> ValidationRun:
@@ -26,8 +26,7 @@ def candidate_selector(run: ValidationRun, *, key: str) -> ValidationRun:
         return run
     infos = {i.index: i for i in run.candidate_list}
     current = state.candidate_index(run)
-    if st.session_state.get(key) != current:
-        st.session_state[key] = current  # another page (or the grid) chose
+    state.put_if_changed(key, current)  # another page (or the grid) chose
     st.selectbox(
         "Candidate",
         list(infos),
@@ -71,14 +70,12 @@ def candidates_frame(run: ValidationRun) -> pd.DataFrame:
 
 
 def _on_grid_select() -> None:
-    event = st.session_state.get("candidates_grid")
-    points = event.selection.points if event is not None else []
-    for p in points:
+    for p in state.selected_points(state.CANDIDATES_GRID):
         data = p.get("customdata")
         if data and int(data[2]) >= 0:  # a cell of a candidate that ran
             state.set_candidate(int(data[0]))
             state.set_target(int(data[2]), str(data[1]))
-            st.session_state[state.GOTO_INSPECT] = True
+            state.put(state.GOTO_INSPECT, True)
             return
 
 
@@ -91,7 +88,9 @@ def candidates_overview(run: ValidationRun) -> None:
     parts += [f"{counts['error']} could not be run"] * bool(counts["error"])
     st.subheader("Candidates")
     st.markdown(md_text(f"{', '.join(parts)}; {reference_text(run)}"))
-    st.dataframe(candidates_frame(run), hide_index=True, width="stretch", key="candidates_table")
+    st.dataframe(
+        candidates_frame(run), hide_index=True, width="stretch", key=state.CANDIDATES_TABLE
+    )
     st.caption(
         "Each cell: the candidate's worst input set for that output. Click a cell's mark to "
         "inspect it."
@@ -101,5 +100,5 @@ def candidates_overview(run: ValidationRun) -> None:
         width="stretch",
         on_select=_on_grid_select,
         selection_mode="points",
-        key="candidates_grid",
+        key=state.CANDIDATES_GRID,
     )

@@ -37,15 +37,12 @@ def initial_sweep() -> str | None:
     return st.query_params.get("sweep") or os.environ.get(SWEEP_ENV) or None
 
 
-LANDED_KEY = "parity_sweep_landed"
-
-
 def land_on_sweep(at_root: bool, sweep_page: st.Page) -> None:
     """`/?sweep=DIR` (or `parity dashboard DIR`) opens the Sweep page, once per session:
     after that the root URL is the Run page again."""
-    if not initial_sweep() or st.session_state.get(LANDED_KEY):
+    if not initial_sweep() or state.get(state.SWEEP_LANDED):
         return
-    st.session_state[LANDED_KEY] = True
+    state.put(state.SWEEP_LANDED, True)
     if at_root:
         st.switch_page(sweep_page, query_params=st.query_params.to_dict())
 

@@ -63,7 +63,7 @@ def render() -> None:
     if run is None:
         st.info("No run yet: validate a causal LM (hf:DIR) on the **Run** page.")
         return
-    view = candidate_selector(run, key="parity_generation_candidate")
+    view = candidate_selector(run, key=state.CANDIDATE_GENERATION)
     g = view.generation
     if g is None or not (g.prompts or g.free_run_note):
         st.info("This run has no free-running generation: it is made for causal LMs (hf:DIR).")
@@ -91,7 +91,7 @@ def render() -> None:
         st.dataframe(
             _first_difference_style(token_rows(p)),
             hide_index=True,
-            key=f"parity_generation_tokens_{i}",
+            key=f"{state.GEN_TOKENS_PREFIX}{i}",
         )
     st.subheader("KV cache")
     st.caption(
@@ -103,7 +103,7 @@ def render() -> None:
         if fig is None:
             st.text("No present.{i}.key/value outputs were compared.")
             break
-        st.plotly_chart(fig, width="stretch", key=f"parity_generation_kv_{kind}")
+        st.plotly_chart(fig, width="stretch", key=f"{state.GEN_KV_PREFIX}{kind}")
 
 
 def _warn(text: str) -> None:

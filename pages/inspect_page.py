@@ -29,7 +29,6 @@ KIND_LABELS = {
     "signed": "signed error",
     "rel": "relative error",
 }
-CACHE = "parity_inspect_cache"
 WORST_K = 25
 WORST_COLUMN_CONFIG = {  # fits the page's right column (~360 px at 1280 px), no scrolling
     "index": st.column_config.TextColumn("index", width=96),
@@ -49,28 +48,28 @@ def _cached(run: ValidationRun, key: tuple, compute):
     tolerances: a re-judge is a new object on every rerun, and these views read the
     tensors only, never the tolerances.
     """
-    return state.run_memo(CACHE, run, key, compute)
+    return state.run_memo(state.INSPECT_CACHE, run, key, compute)
 
 
 def _choose_target(run: ValidationRun) -> tuple[int, str]:
     sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.comparisons})
     names = list(run.output_names)
     target = state.target()
-    if target is not None and st.session_state.get("insp_applied") != target:
-        st.session_state["insp_applied"] = target
+    if target is not None and state.get(state.INSP_APPLIED) != target:
+        state.put(state.INSP_APPLIED, target)
         if target[0] in sets:
-            st.session_state["insp_set"] = target[0]
+            state.put(state.INSP_SET, target[0])
         if target[1] in names:
-            st.session_state["insp_out"] = target[1]
-    if st.session_state.get("insp_set") not in sets:
-        st.session_state["insp_set"] = sets[0]
-    if st.session_state.get("insp_out") not in names:
+            state.put(state.INSP_OUT, target[1])
+    if state.get(state.INSP_SET) not in sets:
+        state.put(state.INSP_SET, sets[0])
+    if state.get(state.INSP_OUT) not in names:
         failing = [c.name for c in run.comparisons if not c.status.passed]
-        st.session_state["insp_out"] = failing[0] if failing else names[0]
+        state.put(state.INSP_OUT, failing[0] if failing else names[0])
     c1, c2 = st.columns(2)
-    name = c1.selectbox("Output", names, key="insp_out")
+    name = c1.selectbox("Output", names, key=state.INSP_OUT)
     set_index = c2.selectbox(
-        "Input set", sets, key="insp_set", format_func=lambda i: set_label(run, i)
+        "Input set", sets, key=state.INSP_SET, format_func=lambda i: set_label(run, i)
     )
     return int(set_index), str(name)
 
@@ -131,7 +130,7 @@ def _layer_value(run: ValidationRun):
         f"{found.onnx_value} · {found.onnx_op} node {found.onnx_node} · module "
         f"{found.torch_module or '-'} · {set_label(run, set_index)} · layers status {found.status}"
     )
-    if st.button("Back to the outputs", key="insp_layer_back", icon=":material/undo:"):
+    if st.button("Back to the outputs", key=state.INSP_LAYER_BACK, icon=":material/undo:"):
         state.clear_layer_target()
         st.rerun()
     name = f"layer {order}"
@@ -179,7 +178,7 @@ def _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, is_la
             "least four times every other index's) and the "
             "largest error ÷ allowed error there (line; 1 is the pass line)."
         )
-        st.plotly_chart(fg.where_figure(where), width="stretch", key="insp_where")
+        st.plotly_chart(fg.where_figure(where), width="stretch", key=state.INSP_WHERE)
 
 
 def page() -> None:
@@ -189,7 +188,7 @@ def page() -> None:
         st.info("No run yet. Start one on the Run page.")
         st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
-    run = candidate_selector(run, key="candidate_inspect")
+    run = candidate_selector(run, key=state.CANDIDATE_INSPECT)
     if could_not_run(run):
         return
     layer = _layer_value(run)
@@ -228,7 +227,7 @@ def page() -> None:
             "they are blank in the error views and left out of the worst elements, the "
             "histogram and the scatter, as they were left out of the verdict."
         )
-    key = f"insp_{set_index}_{name}"
+    key = f"{state.INSP_SLICE_PREFIX}{set_index}_{name}"
     stored = state.raw_view()
     _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, layer is not None)
     worst = _cached(
@@ -241,10 +240,10 @@ def page() -> None:
     spec = _choose_slice(tuple(ref.shape), worst_index, key, names)
     c1, c2 = st.columns([3, 1])
     kind = c1.radio("Show", list(KIND_LABELS), format_func=KIND_LABELS.get, horizontal=True,
-                    key="insp_kind")  # fmt: skip
+                    key=state.INSP_KIND)  # fmt: skip
     judged = kind in ins.JUDGED_KINDS  # always on the log ratio scale, the pass line at 1
     log_color = c2.toggle(
-        "Log colour", value=True, key="insp_log", disabled=kind == "signed" or judged
+        "Log colour", value=True, key=state.INSP_LOG, disabled=kind == "signed" or judged
     )
     tol = comp.tolerance
     view, ms = state.timed(
@@ -263,7 +262,7 @@ def page() -> None:
             ),  # fmt: skip
             width="stretch",
             theme=None,  # keep the figure's own colour scales
-            key="insp_heatmap",
+            key=state.INSP_HEATMAP,
         )
         st.caption(
             f"Slice {spec.describe(ref.shape)}: {view.pooling_text()}; computed in {ms:.0f} ms. "
@@ -290,7 +289,7 @@ def page() -> None:
         fg.slice_panels(*panels, err_small, log_color=log_color, tolerance=tol, names=names),
         width="stretch",
         theme=None,
-        key="insp_side",
+        key=state.INSP_SIDE,
     )
 
     h_col, s_col = st.columns(2)
@@ -304,7 +303,7 @@ def page() -> None:
         st.plotly_chart(
             fg.error_histogram(hist, atol=comp.tolerance.atol, worst=worst_abs),
             width="stretch",
-            key="insp_hist",
+            key=state.INSP_HIST,
         )
     with s_col:
         sample = _cached(
@@ -317,7 +316,7 @@ def page() -> None:
         st.plotly_chart(
             fg.onnx_vs_ref_scatter(sample, tolerance=comp.tolerance),
             width="stretch",
-            key="insp_scatter",
+            key=state.INSP_SCATTER,
         )
 
 

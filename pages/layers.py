@@ -22,9 +22,6 @@ from parity.layers import figures as lf
 from parity.results import ValidationRun
 from parity.text import ratio_text
 
-GOTO_INSPECT = "parity_layers_goto_inspect"
-TABLE = "layers_table"  # the values table's widget key (its selection)
-
 
 def _status_text(v) -> str:
     """✓ pass, ✗ for a status where an error is born, · for the rest (carried, not compared)."""
@@ -123,7 +120,7 @@ def _no_layers(run: ValidationRun) -> None:
         "Compare layers for this run",
         type="primary",
         icon=":material/account_tree:",
-        key="layers_rerun",
+        key=state.LAYERS_RERUN,
     )
     if clicked and execute(config, label=f"{run.model} with layers"):
         st.rerun()
@@ -182,7 +179,7 @@ def repro_download(run: ValidationRun, result) -> None:
         mime="application/zip",
         help="model.onnx (this node alone), test_data_set_0/*.pb (torch's values), repro.py "
         "(numpy + onnx + onnxruntime only; exit 1 while it disagrees) and README.md",
-        key="layers_repro_zip",
+        key=state.LAYERS_REPRO_ZIP,
     )
 
 
@@ -215,39 +212,39 @@ def precision(run: ValidationRun, result) -> None:
         reference = run.provenance.reference_file
         if fix_call(result) and reference:
             key = (state.FIXED_FP16, reference, tuple(result.findings["keep_float32"]))
-            if st.button("Make the fixed float16 file", key="layers_make_fixed"):
+            if st.button("Make the fixed float16 file", key=state.LAYERS_MAKE_FIXED):
                 from parity.layers.fp16 import convert
 
                 check = result.findings["keep_float32_check"]
                 model = convert(reference, bool(check["keep_io_types"]), check["node_block_list"])
-                st.session_state[state.FIXED_FP16] = (key, model.SerializeToString())
-            made = st.session_state.get(state.FIXED_FP16)
+                state.put(state.FIXED_FP16, (key, model.SerializeToString()))
+            made = state.get(state.FIXED_FP16)
             if made and made[0] == key:
                 st.download_button(
                     "Download fixed.onnx",
                     data=made[1],
                     file_name="fixed.onnx",
                     mime="application/octet-stream",
-                    key="layers_fixed_download",
+                    key=state.LAYERS_FIXED_DOWNLOAD,
                 )
 
 
 def _on_select() -> None:
-    rows = state.selected_rows(TABLE)
-    frame = st.session_state.get(state.LAYERS_FRAME)
+    rows = state.selected_rows(state.LAYERS_TABLE)
+    frame = state.get(state.LAYERS_FRAME)
     if rows and frame is not None and rows[0] < len(frame):
         row = frame.iloc[rows[0]]
-        st.session_state[state.LAYERS_PICKED] = (int(row["order"]), int(row["set"]))
+        state.put(state.LAYERS_PICKED, (int(row["order"]), int(row["set"])))
 
 
 def values_table(run: ValidationRun, result) -> None:
     frame = value_rows(result)
     c1, c2, c3 = st.columns([2, 1, 2])
     statuses = sorted(frame["status"].unique())
-    chosen = c1.multiselect("Status", statuses, default=statuses, key="layers_status")
+    chosen = c1.multiselect("Status", statuses, default=statuses, key=state.LAYERS_STATUS)
     sets = ["all"] + sorted(int(s) for s in frame["set"].unique())
-    which = c2.selectbox("Input set", sets, key="layers_set")
-    text = c3.text_input("Module, op, node or value contains", key="layers_text").strip()
+    which = c2.selectbox("Input set", sets, key=state.LAYERS_SET)
+    text = c3.text_input("Module, op, node or value contains", key=state.LAYERS_TEXT).strip()
     shown = frame[frame["status"].isin(chosen)]
     if which != "all":
         shown = shown[shown["set"] == which]
@@ -256,7 +253,7 @@ def values_table(run: ValidationRun, result) -> None:
         hit = hay.apply(lambda col: col.str.contains(text, case=False, regex=False)).any(axis=1)
         shown = shown[hit]
     shown = shown.reset_index(drop=True)
-    st.session_state[state.LAYERS_FRAME] = shown
+    state.put(state.LAYERS_FRAME, shown)
     st.caption(
         f"{len(shown):,} of {len(frame):,} rows (value × input set), in graph order; click a "
         "header to sort. Select a row whose arrays are kept to open it in the Inspect page."
@@ -269,15 +266,15 @@ def values_table(run: ValidationRun, result) -> None:
         column_config=COLUMN_CONFIG,
         on_select=_on_select,
         selection_mode="single-row",
-        key=TABLE,
+        key=state.LAYERS_TABLE,
     )
-    picked = st.session_state.pop(state.LAYERS_PICKED, None)
+    picked = state.pop(state.LAYERS_PICKED)
     if picked is None:
         return
     order, input_set = picked
     if views.kept(result, order, input_set) is not None:
         state.set_layer_target(order, input_set)
-        st.session_state[GOTO_INSPECT] = True
+        state.put(state.LAYERS_GOTO_INSPECT, True)
         st.rerun()
     st.info(
         "The arrays of this value were not kept (the comparison streams every value and keeps "
@@ -298,7 +295,7 @@ def model_explorer_download(run: ValidationRun, result, metric: str, pass_line) 
         file_name=f"parity-layers-{metric}.json",
         mime="application/json",
         icon=":material/download:",
-        key="layers_me_download",
+        key=state.LAYERS_ME_DOWNLOAD,
     )
     skipped = f"; {data.skipped} unnamed node(s) left out" if data.skipped else ""
     st.caption(
@@ -326,14 +323,14 @@ def _graph_name(path: str) -> str:
 
 def page() -> None:
     st.title("Layers")
-    if st.session_state.pop(GOTO_INSPECT, False):
+    if state.pop(state.LAYERS_GOTO_INSPECT, False):
         st.switch_page(routes.INSPECT)
     run = state.current_run()
     if run is None:
         st.info("No run yet. Start one on the Run page.")
         st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
-    run = candidate_selector(run, key="candidate_layers")  # each candidate's own layers
+    run = candidate_selector(run, key=state.CANDIDATE_LAYERS)  # each candidate's own layers
     result = getattr(run, "layers", None)
     if result is None:
         _no_layers(run)
@@ -354,19 +351,19 @@ def page() -> None:
             "max_abs": "max |error|",
         }[m],
         horizontal=True,
-        key="layers_metric",
+        key=state.LAYERS_METRIC,
     )
     pass_line = views.pass_line(result, metric, run.tolerances.default.atol)
     st.plotly_chart(
         lf.depth_plot(result, metric=metric, threshold=pass_line),
         width="stretch",
-        key="layers_depth",
+        key=state.LAYERS_DEPTH,
     )
     st.subheader("Module tree")
     st.plotly_chart(
         lf.module_tree(result, metric=metric, threshold=pass_line),
         width="stretch",
-        key="layers_tree",
+        key=state.LAYERS_TREE,
     )
     st.subheader("Values in graph order")
     values_table(run, result)

@@ -27,10 +27,6 @@ from parity.show.rows import comparison_rows
 from parity.show.sentences import failing_outputs
 from parity.show.summary import findings, headline, notes
 
-GOTO_INSPECT = state.GOTO_INSPECT
-TABLE = "overview_table"  # widget keys: their selections open the Inspect page
-GRID = "overview_grid"
-
 
 def comparison_frame(run: ValidationRun) -> pd.DataFrame:
     """One row per (input set, output), row k being ``run.comparisons[k]`` (parity.show.rows)."""
@@ -44,20 +40,20 @@ def worst_failure(run: ValidationRun) -> OutputComparison | None:
 
 
 def _on_table_select() -> None:
-    rows = state.selected_rows(TABLE)
+    rows = state.selected_rows(state.OVERVIEW_TABLE)
     run = state.current_view()
     if rows and run is not None:
         c = run.comparisons[rows[0]]
         state.set_target(c.input_set, c.name)
-        st.session_state[GOTO_INSPECT] = True
+        state.put(state.GOTO_INSPECT, True)
 
 
 def _on_grid_select() -> None:
-    for p in state.selected_points(GRID):
+    for p in state.selected_points(state.OVERVIEW_GRID):
         data = p.get("customdata")
         if data:
             state.set_target(int(data[0]), str(data[1]))
-            st.session_state[GOTO_INSPECT] = True
+            state.put(state.GOTO_INSPECT, True)
             return
 
 
@@ -113,7 +109,7 @@ def noise_section(run: ValidationRun) -> None:
 
 def page() -> None:
     st.title("Overview")
-    if st.session_state.pop(GOTO_INSPECT, False):
+    if state.pop(state.GOTO_INSPECT, False):
         st.switch_page(routes.INSPECT)
     run = state.current_run()
     if run is None:
@@ -124,7 +120,7 @@ def page() -> None:
     if run.is_multi_candidate:  # candidates side by side, then one candidate in detail
         candidates_overview(run)
         st.subheader("One candidate in detail")
-        run = candidate_selector(run, key="candidate_overview")
+        run = candidate_selector(run, key=state.CANDIDATE_OVERVIEW)
         if could_not_run(run):
             return
     findings_section(run)
@@ -136,7 +132,7 @@ def page() -> None:
     worst = worst_failure(run)
     if worst is not None:
         label = f"Inspect the worst failure: {md_code(worst.name)} in set {worst.input_set}"
-        if st.button(label, type="primary", icon=":material/grid_on:", key="inspect_worst"):
+        if st.button(label, type="primary", icon=":material/grid_on:", key=state.INSPECT_WORST):
             state.set_target(worst.input_set, worst.name)
             st.switch_page(routes.INSPECT)
 
@@ -157,7 +153,7 @@ def page() -> None:
         column_order=fitting_columns(frame, leave_out=("min_atol",)),
         on_select=_on_table_select,
         selection_mode="single-row",
-        key=TABLE,
+        key=state.OVERVIEW_TABLE,
     )
 
     is_llm = run.is_generation
@@ -183,7 +179,7 @@ def page() -> None:
         width="stretch",
         on_select=_on_grid_select,
         selection_mode="points",
-        key=GRID,
+        key=state.OVERVIEW_GRID,
     )
 
     st.subheader("Input sets")

@@ -14,17 +14,14 @@ import json
 from dataclasses import replace
 from typing import Any
 
-import streamlit as st
-
 from parity.dashboard import state
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind, ValidationRun
 from parity.run.config_json import is_demo_export
 
-LAYERS_KEY = "run_layers"
-NOISE_KEY = "run_noise_floor"
+LAYERS_KEY = state.RUN_LAYERS  # the names run.py imports (it still reads them itself)
+NOISE_KEY = state.RUN_NOISE
 N_SETS_DEFAULT = 2
-BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
 LIMITS = {  # (min, max) of the form's number inputs: a run opened from elsewhere is clamped
     "n_sets": (1, 16),
     "seed": (0, 2**31 - 1),
@@ -48,45 +45,52 @@ ONNX_PATH = "Path on this machine"
 
 def onnx_source_key(*, demo: bool, hf: bool) -> str:
     """The key of the "ONNX file" radio: one per kind of model (their options differ)."""
-    return "onnx_source_hf" if hf else f"onnx_source_{bool(demo)}"
+    return f"{state.RUN_ONNX_SOURCE_PREFIX}{'hf' if hf else bool(demo)}"
 
 
 def form_values(config) -> dict[str, Any]:
     """The Run form's widget values that show `config` (a parity.run.config.RunConfig)."""
     values: dict[str, Any] = {
-        LAYERS_KEY: bool(config.layers),
-        NOISE_KEY: bool(config.noise_floor),
-        "n_sets": _clamped(config.n_input_sets, "n_sets"),
-        "seed": _clamped(config.seed, "seed"),
-        "provider": list(config.providers),
-        "opt": list(config.ort_opt_levels),
-        "timeout": _clamped(round(config.timeout or 0), "timeout"),
-        "feeds_paths": "\n".join(config.input_files),
-        **{f"dim_{name}": _clamped(size, "dim") for name, size in config.dims.items()},
+        state.RUN_LAYERS: bool(config.layers),
+        state.RUN_NOISE: bool(config.noise_floor),
+        state.RUN_N_SETS: _clamped(config.n_input_sets, "n_sets"),
+        state.RUN_SEED: _clamped(config.seed, "seed"),
+        state.RUN_PROVIDER: list(config.providers),
+        state.RUN_OPT: list(config.ort_opt_levels),
+        state.RUN_TIMEOUT: _clamped(round(config.timeout or 0), "timeout"),
+        state.RUN_FEEDS_PATHS: "\n".join(config.input_files),
+        **{state.RUN_DIM_PREFIX + n: _clamped(size, "dim") for n, size in config.dims.items()},
     }
     for name, (low, high) in config.int_ranges.items():
-        values.update({f"lo_{name}": int(low), f"hi_{name}": int(high)})
+        values.update(
+            {state.RUN_LOW_PREFIX + name: int(low), state.RUN_HIGH_PREFIX + name: int(high)}
+        )
     files = list(config.onnx_files)
     first, more = (files[0], files[1:]) if files else (None, [])
     if demo_name(config.model) is not None and first is not None and is_demo_export(first):
         first = None  # "The demo's export": the form gives the cached file's path
-    values["onnx_more"] = "\n".join(more)
+    values[state.RUN_ONNX_MORE] = "\n".join(more)
     if first is not None:
-        values["onnx_path"] = first
+        values[state.RUN_ONNX_PATH] = first
     demo = demo_name(config.model)
     hf = is_hf_spec(config.model)
     kind = config.kind
     if kind is RunKind.ONNX:
-        values["model_source"] = ONNX_ONLY
+        values[state.RUN_MODEL_SOURCE] = ONNX_ONLY
     elif kind is RunKind.REFERENCE:
-        values.update(model_source=REFERENCE, ref_path=config.reference_file or "")
+        values.update(
+            {state.RUN_MODEL_SOURCE: REFERENCE, state.RUN_REF_PATH: config.reference_file or ""}
+        )
     elif hf:
-        values.update(model_source=HF, hf_dir=config.model.removeprefix("hf:"))
+        values.update(
+            {state.RUN_MODEL_SOURCE: HF, state.RUN_HF_DIR: config.model.removeprefix("hf:")}
+        )
         values.update(_hf_values(config.hf))
     elif demo is not None:
-        values.update(model_source=DEMO, model_demo=demo)
+        values.update({state.RUN_MODEL_SOURCE: DEMO, state.RUN_MODEL_DEMO: demo})
     else:
-        values.update(model_source=PATH, model_path=config.model, weights_path=config.weights or "")
+        path = {state.RUN_MODEL_PATH: config.model, state.RUN_WEIGHTS_PATH: config.weights or ""}
+        values.update({state.RUN_MODEL_SOURCE: PATH, **path})
     own_export = DEMO_EXPORT if demo is not None else HF_EXPORT_CHOICE
     key = onnx_source_key(demo=demo is not None, hf=hf)
     values[key] = own_export if first is None and (demo or hf) else ONNX_PATH
@@ -106,10 +110,10 @@ def _hf_values(options) -> dict[str, Any]:
         for k, v in options.config_overrides.items()
     )
     return {
-        "hf_prompts": "\n".join(options.prompts),
-        "hf_steps": _clamped(options.max_new_tokens, "hf_steps"),
-        "hf_rand": bool(options.random_weights),
-        "hf_overrides": overrides,
+        state.RUN_HF_PROMPTS: "\n".join(options.prompts),
+        state.RUN_HF_STEPS: _clamped(options.max_new_tokens, "hf_steps"),
+        state.RUN_HF_RAND: bool(options.random_weights),
+        state.RUN_HF_OVERRIDES: overrides,
     }
 
 
@@ -121,20 +125,20 @@ def fill_from_run(run: ValidationRun) -> bool:
 
     config = config_of_run(run)
     if config is None:
-        st.session_state.pop(BASE, None)
+        state.pop(state.FORM_BASE)
         return False
     values = form_values(config)
-    providers = [p for p in values["provider"] if p in state.available_providers()]
-    values["provider"] = providers or ["CPUExecutionProvider"]  # what this machine has
+    providers = [p for p in values[state.RUN_PROVIDER] if p in state.available_providers()]
+    values[state.RUN_PROVIDER] = providers or ["CPUExecutionProvider"]  # what this machine has
     state.set_form(values)
-    st.session_state[BASE] = config
+    state.put(state.FORM_BASE, config)
     return True
 
 
 def kept_settings(model: str | None) -> dict[str, Any]:
     """The settings the form has no widget for, from the run that filled it, for a Run of the
     same model (another model starts at the defaults: its outputs have other names)."""
-    base = state.run_config_of(state.raw_run()) or st.session_state.get(BASE)
+    base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
     if base is None or base.model != model:
         return {}
     return {
@@ -146,7 +150,7 @@ def kept_settings(model: str | None) -> dict[str, Any]:
 
 def with_kept_hf(options, model: str | None):
     """An hf: run's export path and task (no widget) kept from the run that filled the form."""
-    base = state.run_config_of(state.raw_run()) or st.session_state.get(BASE)
+    base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
     if options is None or base is None or base.model != model or base.hf is None:
         return options
     return replace(options, export_path=base.hf.export_path, task=base.hf.task)

@@ -11,7 +11,7 @@ from parity.dashboard import state
 from parity.dashboard.text import md_text
 from parity.labels import wrong_pair_note
 
-LAYERS_DONE = "parity_layers_done"  # a run compared layers: the Run page unticks its box
+LAYERS_DONE = state.LAYERS_DONE  # the name run.py reads
 
 
 def run_config(**kwargs):
@@ -37,7 +37,7 @@ def _execute(config, label: str) -> bool:
 
     shown = md_text(label)
     if config.layers:
-        st.session_state[LAYERS_DONE] = True
+        state.put(state.LAYERS_DONE, True)
     with st.status(f"Running {shown} ...", expanded=True) as status:
         bar = st.progress(0.0, text="starting")
         log = st.empty()

@@ -22,17 +22,10 @@ from parity.errors import ParityError
 from parity.launch import RUN_ENV, RUN_SCRATCH_ENV
 from parity.results import ValidationRun
 
-PATH_KEY = "parity_saved_open_path"
-UPLOAD_KEY = "parity_saved_upload"
-SAVE_PATH_KEY = "parity_saved_save_path"
-MESSAGE_KEY = state.SAVED_MESSAGE
 DEFAULT_SAVE_PATH = "run.parity.npz"
 BROWSER_DOWNLOAD_LIMIT = 512 << 20
 """Above this many bytes of raw arrays the saved run is offered as save-to-path only:
 a browser download holds the whole file in the server's memory."""
-
-
-OPENED_KEY = "parity_saved_initial"
 
 
 def open_initial_run() -> None:
@@ -40,9 +33,9 @@ def open_initial_run() -> None:
     import os
 
     path = st.query_params.get("run") or os.environ.get(RUN_ENV)
-    if not path or st.session_state.get(OPENED_KEY) == path:
+    if not path or state.get(state.SAVED_OPENED) == path:
         return
-    st.session_state[OPENED_KEY] = path
+    state.put(state.SAVED_OPENED, path)
     scratch = "run" not in st.query_params and os.environ.get(RUN_SCRATCH_ENV)
     # the launcher's own copy, written just now in its private folder: no need to hash it again
     open_and_say(Path(path).expanduser(), shown=None if scratch else path, verify=not scratch)
@@ -53,29 +46,31 @@ def render_saved_run_controls() -> None:
     st.markdown("#### Saved runs")
     st.text_input(
         "Open a saved run (path on this machine)",
-        key=PATH_KEY,
+        key=state.SAVED_OPEN_PATH,
         placeholder="run.parity.npz",
         help="A file written by `parity validate --save-run` or by **Save run** below.",
     )
-    st.button("Open", key="parity_saved_open", on_click=_open_path, width="stretch")
+    st.button("Open", key=state.SAVED_OPEN, on_click=_open_path, width="stretch")
     st.file_uploader(
         f"…or upload one (up to {state.upload_limit_mb()} MB)",
         type=["npz", "zip"],
-        key=UPLOAD_KEY,
+        key=state.SAVED_UPLOAD,
         on_change=_open_upload,
     )
     run = state.current_run()
     if run is not None:
         _save_controls(run)
-    message = st.session_state.get(MESSAGE_KEY)
+    message = state.get(state.SAVED_MESSAGE)
     if message is not None:
         ok, text = message  # markdown, user strings already made text by _say's callers
         st.caption(f":green[✓] {text}" if ok else f":red[✗] {text}")
 
 
 def _save_controls(run: ValidationRun) -> None:
-    st.text_input("Save to (path on this machine)", value=DEFAULT_SAVE_PATH, key=SAVE_PATH_KEY)
-    st.button("Save run", key="parity_saved_save", on_click=_save_path, width="stretch")
+    st.text_input(
+        "Save to (path on this machine)", value=DEFAULT_SAVE_PATH, key=state.SAVED_SAVE_PATH
+    )
+    st.button("Save run", key=state.SAVED_SAVE, on_click=_save_path, width="stretch")
     if raw_bytes(run) <= BROWSER_DOWNLOAD_LIMIT:
         st.download_button(
             "Download saved run",
@@ -137,7 +132,7 @@ def raw_bytes(run: ValidationRun) -> int:
 
 
 def _open_path() -> None:
-    path = str(st.session_state.get(PATH_KEY, "")).strip()
+    path = str(state.get(state.SAVED_OPEN_PATH, "")).strip()
     if not path:
         _say(False, "Type the path of a saved run first.")
         return
@@ -145,7 +140,7 @@ def _open_path() -> None:
 
 
 def _open_upload() -> None:
-    upload = st.session_state.get(UPLOAD_KEY)
+    upload = state.get(state.SAVED_UPLOAD)
     if upload is None:
         return
     path = upload_path("saved_run", upload)
@@ -198,7 +193,7 @@ def _save_path() -> None:
     from parity.reports.saved_run import save_run
 
     run = state.current_run()
-    target = str(st.session_state.get(SAVE_PATH_KEY, "")).strip() or DEFAULT_SAVE_PATH
+    target = str(state.get(state.SAVED_SAVE_PATH, "")).strip() or DEFAULT_SAVE_PATH
     if run is None:
         _say(False, "No run to save yet.")
         return
@@ -211,4 +206,4 @@ def _save_path() -> None:
 
 
 def _say(ok: bool, text: str) -> None:
-    st.session_state[MESSAGE_KEY] = (ok, text)
+    state.put(state.SAVED_MESSAGE, (ok, text))

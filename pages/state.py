@@ -24,25 +24,160 @@ from parity.results import ValidationRun
 from parity.settings import Front
 from parity.tolerances import Tolerances
 
-RUN = "parity_run"
-TOLERANCES = "parity_tolerances"
-RUN_ERROR = "parity_run_error"
-SUSPECT = "parity_wrong_pair_run"
-TARGET = "parity_inspect_target"
-LAYER_TARGET = "parity_inspect_layer"
-GOTO_INSPECT = "parity_goto_inspect"  # set by a click on a grid: the Overview switches page
-CANDIDATE = "parity_candidate"  # the candidate pages show, of a run with several
-VIEWS = "parity_candidate_views"
 DEMO_ENV = "PARITY_DEMO"
 T = TypeVar("T")
+
+# Every `st.session_state` key (widget keys too) is named here, and only this module touches
+# `st.session_state` (tests/test_state_keys.py holds the pages to it): a page reads and writes
+# through get/put/pop/has or a named helper below. The string values are what running sessions
+# and tests use: never change one.
+
+# --- the current run (every page)
+RUN = "parity_run"  # the stored ValidationRun, as run or opened
+TOLERANCES = "parity_tolerances"  # the session's Tolerances (the run is re-judged at them)
+RUN_ERROR = "parity_run_error"  # RunFailure of the last failed run
+SUSPECT = "parity_wrong_pair_run"  # a finished run that likely pairs the wrong files
+TARGET = "parity_inspect_target"  # (input set, output) the Inspect page opens on
+LAYER_TARGET = "parity_inspect_layer"  # (order, input set) of a layer value to inspect
+GOTO_INSPECT = "parity_goto_inspect"  # set by a click on a grid: the Overview switches page
+CANDIDATE = "parity_candidate"  # the candidate pages show, of a run with several
+VIEWS = "parity_candidate_views"  # run_memo slot: the stored run as each candidate alone
+
+# --- Run page and its form (run.py, run_form.py, running.py)
 FORM = "parity_run_form"  # the Run form's widget values, kept while other pages are shown
 FORM_SET = "parity_run_form_set"  # form keys set through the Session State API on this rerun
 RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to run it again
-SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
+FORM_BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
 AUTORUN = "parity_autorun"  # the ?demo=NAME (or PARITY_DEMO) this session has run
+RUN_LAYERS = "run_layers"  # widget: the "compare layers" checkbox
+RUN_NOISE = "run_noise_floor"  # widget: the "noise floor" checkbox
+LAYERS_DONE = "parity_layers_done"  # a run compared layers: the Run page unticks its box
+RUN_MODEL_SOURCE = "model_source"  # widget: where the model comes from (run_form.MODEL_SOURCES)
+RUN_MODEL_DEMO = "model_demo"  # widget: the demo's name
+RUN_MODEL_PATH = "model_path"  # widget: the model's path (or spec)
+RUN_WEIGHTS_PATH = "weights_path"  # widget: the weights' path
+RUN_MODEL_UPLOAD = "model_upload"  # widget: an uploaded model
+RUN_WEIGHTS_UPLOAD = "w_up"  # widget: uploaded weights
+RUN_HF_DIR = "hf_dir"  # widget: a Hugging Face model directory
+RUN_HF_PROMPTS = "hf_prompts"  # widget: its prompts, one a line
+RUN_HF_STEPS = "hf_steps"  # widget: tokens to generate
+RUN_HF_RAND = "hf_rand"  # widget: random weights (config only)
+RUN_HF_OVERRIDES = "hf_overrides"  # widget: config overrides, k=v, ...
+RUN_REF_PATH = "ref_path"  # widget: stored reference outputs' path
+RUN_REF_UPLOAD = "ref_upload"  # widget: uploaded reference outputs
+RUN_ONNX_SOURCE_PREFIX = "onnx_source_"  # widget prefix: the ONNX file radio, one per model kind
+RUN_ONNX_PATH = "onnx_path"  # widget: the ONNX file's path
+RUN_ONNX_UPLOAD = "onnx_upload"  # widget: an uploaded ONNX file
+RUN_ONNX_MORE = "onnx_more"  # widget: more ONNX files (candidates), one a line
+RUN_ONNX_MORE_UPLOAD = "onnx_more_upload"  # widget: more uploaded ONNX files
+RUN_DIM_PREFIX = "dim_"  # widget prefix: each symbolic dimension's size
+RUN_N_SETS = "n_sets"  # widget: input sets to make
+RUN_SEED = "seed"  # widget: their seed
+RUN_PROVIDER = "provider"  # widget: execution providers
+RUN_OPT = "opt"  # widget: ORT optimisation levels
+RUN_LOW_PREFIX = "lo_"  # widget prefix: an integer input's low end
+RUN_HIGH_PREFIX = "hi_"  # widget prefix: its high end
+RUN_FEEDS_UPLOAD = "feeds_upload"  # widget: uploaded input .npz files
+RUN_FEEDS_PATHS = "feeds_paths"  # widget: input .npz paths, one a line
+RUN_FLOAT_RANGE = "float_range"  # widget: float inputs' range
+RUN_TIMEOUT = "timeout"  # widget: the run's time limit (s)
+RUN_DEMO_PREFIX = "demo_"  # widget prefix: each demo's Run button
+RUN_CUSTOM = "run_custom"  # widget: the Run button
+RUN_OPEN_WRONG_PAIR = "open_wrong_pair"  # widget: "Open this run anyway"
+
+# --- uploads (uploads.py)
+UPLOADS = "parity_uploads"  # True once this session uploaded: its folder exists (or is remade)
+
+# --- page frame (frame.py)
+SWEEP_LANDED = "parity_sweep_landed"  # ?sweep=DIR has opened the Sweep page once
+
+# --- candidates (candidates.py): the selector's widget key on each page, the Overview's views
+CANDIDATE_OVERVIEW = "candidate_overview"  # widget: the Overview's candidate selectbox
+CANDIDATE_INSPECT = "candidate_inspect"  # widget: the Inspect page's candidate selectbox
+CANDIDATE_LAYERS = "candidate_layers"  # widget: the Layers page's candidate selectbox
+CANDIDATE_TOLERANCES = "candidate_tolerances"  # widget: the Tolerances page's selectbox
+CANDIDATE_GENERATION = "parity_generation_candidate"  # widget: the Generation page's one
+CANDIDATES_TABLE = "candidates_table"  # widget: the candidates table
+CANDIDATES_GRID = "candidates_grid"  # widget: the candidates x outputs grid (its selection)
+
+# --- Overview (overview.py)
+OVERVIEW_TABLE = "overview_table"  # widget: the outputs table (a selection opens Inspect)
+OVERVIEW_GRID = "overview_grid"  # widget: the outputs x input sets grid (likewise)
+INSPECT_WORST = "inspect_worst"  # widget: the "inspect the worst failure" button
+
+# --- Inspect (inspect_page.py, where_views.py)
+INSPECT_CACHE = "parity_inspect_cache"  # run_memo slot: the Inspect page's tensor views
+WHERE_CACHE = "parity_where_cache"  # run_memo slot: where-the-errors-are profiles
+INSP_APPLIED = "insp_applied"  # the TARGET last applied to the two selectboxes
+INSP_OUT = "insp_out"  # widget: the output selectbox
+INSP_SET = "insp_set"  # widget: the input set selectbox
+INSP_LAYER_BACK = "insp_layer_back"  # widget: "Back to the outputs" from a layer value
+INSP_WHERE = "insp_where"  # widget: the where-the-errors-are chart
+INSP_KIND = "insp_kind"  # widget: which error the heatmap shows
+INSP_LOG = "insp_log"  # widget: log colour scale
+INSP_HEATMAP = "insp_heatmap"  # widget: the heatmap
+INSP_SIDE = "insp_side"  # widget: the side-by-side view's choice
+INSP_HIST = "insp_hist"  # widget: the error histogram
+INSP_SCATTER = "insp_scatter"  # widget: the ref vs onnx scatter
+INSP_SLICE_PREFIX = "insp_"  # widget prefix: the slice choosers, + "{set}_{output}_row", ...
+
+# --- Layers (layers.py)
+LAYERS_GOTO_INSPECT = "parity_layers_goto_inspect"  # a picked row: the page opens Inspect
 FIXED_FP16 = "parity_fixed_fp16"  # (what it was made from, its bytes): the Layers page's fix
 LAYERS_FRAME = "parity_layers_frame"  # the Layers page's table as shown (filtered)
 LAYERS_PICKED = "parity_layers_picked"  # (order, input set) of the row selected in it
+LAYERS_TABLE = "layers_table"  # widget: the values table (its selection)
+LAYERS_RERUN = "layers_rerun"  # widget: the "run again with layers" button
+LAYERS_REPRO_ZIP = "layers_repro_zip"  # widget: the repro zip download
+LAYERS_MAKE_FIXED = "layers_make_fixed"  # widget: "Make the fixed float16 file"
+LAYERS_FIXED_DOWNLOAD = "layers_fixed_download"  # widget: its download
+LAYERS_STATUS = "layers_status"  # widget: the status filter
+LAYERS_SET = "layers_set"  # widget: the input set filter
+LAYERS_TEXT = "layers_text"  # widget: the "contains" filter
+LAYERS_ME_DOWNLOAD = "layers_me_download"  # widget: the Model Explorer data download
+LAYERS_METRIC = "layers_metric"  # widget: the metric the figures show
+LAYERS_DEPTH = "layers_depth"  # widget: the module tree's depth
+LAYERS_TREE = "layers_tree"  # widget: the module tree
+
+# --- Saved runs (saved_runs.py, in the sidebar)
+SAVED_OPEN_PATH = "parity_saved_open_path"  # widget: the path of a saved run to open
+SAVED_UPLOAD = "parity_saved_upload"  # widget: an uploaded saved run
+SAVED_SAVE_PATH = "parity_saved_save_path"  # widget: where to save the current run
+SAVED_OPEN = "parity_saved_open"  # widget: the Open button
+SAVED_SAVE = "parity_saved_save"  # widget: the Save button
+SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
+SAVED_OPENED = "parity_saved_initial"  # the ?run=PATH this session has opened
+
+# --- Sweep (sweep.py)
+SWEEP_FOLDER = "parity_sweep_folder"  # the SweepFolder opened
+SWEEP_PATH = "parity_sweep_path"  # widget: the folder's path
+SWEEP_OPEN = "parity_sweep_open"  # widget: the Open button
+SWEEP_ERROR = "parity_sweep_error"  # why the last open failed (one line)
+SWEEP_OPENED = "parity_sweep_initial"  # the ?sweep=DIR this session has opened
+SWEEP_ONLY_BAD = "parity_sweep_only_bad"  # widget: "Only failing and error pairs"
+SWEEP_TABLE = "parity_sweep_table"  # widget: the pairs table (its selection)
+SWEEP_PICKED = "parity_sweep_picked"  # the pair picked in it
+SWEEP_GOTO_OVERVIEW = "parity_sweep_goto_overview"  # a pair opened: the page goes to Overview
+
+# --- Tolerances (tolerances.py)
+TOL_EDITOR_PREFIX = "tol_editor_"  # widget prefix: the per-output editor (+ a nonce)
+TOL_EDIT_ERROR = "tol_edit_error"  # the lines a refused edit left
+TOL_EDIT_NONCE = "tol_edit_nonce"  # bumped on each edit: the editor is drawn afresh
+TOL_ATOL = "tol_atol"  # widget: the default atol slider
+TOL_RTOL = "tol_rtol"  # widget: the default rtol slider
+TOL_SUGGEST_NOTES = "tol_suggest_notes"  # the notes of the last suggestion applied
+TOL_SUGGEST_NOISE = "tol_suggest_noise"  # widget: "suggest from the noise floor"
+TOL_PASS_TABLE = "tol_pass_table"  # widget: the pass table
+TOL_MARGIN = "tol_margin"  # widget: the suggestion's margin
+TOL_SUGGEST = "tol_suggest"  # widget: the suggest button
+TOL_DOWNLOAD = "tol_download"  # widget: the tolerances file download
+TOL_CURVE_PREFIX = "tol_curve_"  # widget prefix: each output's pass-rate curve
+TOL_CURVES = "tol_curves"  # run_memo slot: mismatch-vs-atol curves
+TOL_NOISE = "tol_noise"  # run_memo slot: the noise-floor suggestion
+
+# --- Generation (generation.py)
+GEN_TOKENS_PREFIX = "parity_generation_tokens_"  # widget prefix: each prompt's token table
+GEN_KV_PREFIX = "parity_generation_kv_"  # widget prefix: each KV-cache figure
 
 
 @dataclass(frozen=True)
@@ -52,6 +187,34 @@ class RunFailure:
     kind: str
     message: str
     detail: str
+
+
+# ------------------------------------------------------------------------- plain access
+
+
+def get(key: str, default: object = None):
+    """The value under `key` (a constant above), else `default`."""
+    return st.session_state.get(key, default)
+
+
+def put(key: str, value: object) -> None:
+    st.session_state[key] = value
+
+
+def pop(key: str, default: object = None):
+    """Remove `key`; its value, else `default`."""
+    return st.session_state.pop(key, default)
+
+
+def has(key: str) -> bool:
+    return key in st.session_state
+
+
+def put_if_changed(key: str, value: object) -> None:
+    """Set `key` only when it differs: writing a widget's key on every rerun would make
+    Streamlit log a Session State API warning for a widget given a default."""
+    if st.session_state.get(key) != value:
+        st.session_state[key] = value
 
 
 # ------------------------------------------------------------------------- the current run

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from parity.dashboard import routes
+from parity.dashboard import routes, state
 from parity.dashboard.frame import initial_sweep
 from parity.dashboard.saved_runs import open_and_say
 from parity.dashboard.tables import status_style
@@ -24,37 +24,29 @@ from parity.sweep.folder import SweepFolder, load_sweep
 from parity.sweep.plan import REPORT
 from parity.text import number_text
 
-FOLDER = "parity_sweep_folder"
-PATH_KEY = "parity_sweep_path"
-ERROR_KEY = "parity_sweep_error"
-OPENED_KEY = "parity_sweep_initial"
-ONLY_BAD_KEY = "parity_sweep_only_bad"
-TABLE_KEY = "parity_sweep_table"
-PICKED_KEY = "parity_sweep_picked"
-GOTO_OVERVIEW = "parity_sweep_goto_overview"
 VERDICT_TEXT = {"pass": "✓ pass", "fail": "✗ fail", "error": "⚠ error"}
 CELL_MARK = {"pass": "✓"}
 
 
 def main() -> None:
-    if st.session_state.pop(GOTO_OVERVIEW, False):
+    if state.pop(state.SWEEP_GOTO_OVERVIEW, False):
         st.switch_page(routes.OVERVIEW)
     st.title("Sweep")
     _open_from_url()
-    opened: SweepFolder | None = st.session_state.get(FOLDER)
-    if opened is not None and PATH_KEY not in st.session_state:  # back from another page
-        st.session_state[PATH_KEY] = str(opened.path)
+    opened: SweepFolder | None = state.get(state.SWEEP_FOLDER)
+    if opened is not None and not state.has(state.SWEEP_PATH):  # back from another page
+        state.put(state.SWEEP_PATH, str(opened.path))
     st.text_input(
         "Sweep folder (the --out of `parity sweep`, a path on this machine)",
-        key=PATH_KEY,
+        key=state.SWEEP_PATH,
         placeholder="results",
     )
-    st.button("Open", key="parity_sweep_open", on_click=_open_typed)
-    error = st.session_state.get(ERROR_KEY)
+    st.button("Open", key=state.SWEEP_OPEN, on_click=_open_typed)
+    error = state.get(state.SWEEP_ERROR)
     if error:
         st.error("Could not open that sweep folder.", icon=":material/error:")
         st.text(error)  # paths and messages are text, never markdown
-    sweep: SweepFolder | None = st.session_state.get(FOLDER)
+    sweep: SweepFolder | None = state.get(state.SWEEP_FOLDER)
     if sweep is None:
         st.caption("Run `parity sweep MANIFEST --out DIR`, then open DIR here (or `?sweep=DIR`).")
         return
@@ -69,28 +61,28 @@ def main() -> None:
 
 def _open_from_url() -> None:
     path = initial_sweep()
-    if path and st.session_state.get(OPENED_KEY) != path:
-        st.session_state[OPENED_KEY] = path
-        st.session_state[PATH_KEY] = path
+    if path and state.get(state.SWEEP_OPENED) != path:
+        state.put(state.SWEEP_OPENED, path)
+        state.put(state.SWEEP_PATH, path)
         _open(path)
 
 
 def _open_typed() -> None:
-    path = str(st.session_state.get(PATH_KEY, "")).strip()
+    path = str(state.get(state.SWEEP_PATH, "")).strip()
     if not path:
-        st.session_state[ERROR_KEY] = "type the path of a sweep folder first"
+        state.put(state.SWEEP_ERROR, "type the path of a sweep folder first")
         return
     _open(path)
 
 
 def _open(path: str) -> None:
     try:
-        st.session_state[FOLDER] = load_sweep(Path(path))
+        state.put(state.SWEEP_FOLDER, load_sweep(Path(path)))
     except ParityError as exc:
-        st.session_state[ERROR_KEY] = exc.message
+        state.put(state.SWEEP_ERROR, exc.message)
         return
-    st.session_state.pop(ERROR_KEY, None)
-    st.session_state.pop(PICKED_KEY, None)
+    state.pop(state.SWEEP_ERROR)
+    state.pop(state.SWEEP_PICKED)
 
 
 def shown_pairs(sweep: SweepFolder, *, only_bad: bool) -> list[PairResult]:
@@ -100,22 +92,21 @@ def shown_pairs(sweep: SweepFolder, *, only_bad: bool) -> list[PairResult]:
 
 def _on_pick() -> None:
     """A row was selected: open that pair's saved run and go to Overview, or say why not."""
-    sweep: SweepFolder | None = st.session_state.get(FOLDER)
-    event = st.session_state.get(TABLE_KEY)
-    rows = event.selection.rows if event is not None else []
+    sweep: SweepFolder | None = state.get(state.SWEEP_FOLDER)
+    rows = state.selected_rows(state.SWEEP_TABLE)
     if sweep is None or not rows:
-        st.session_state.pop(PICKED_KEY, None)
+        state.pop(state.SWEEP_PICKED)
         return
-    pairs = shown_pairs(sweep, only_bad=bool(st.session_state.get(ONLY_BAD_KEY)))
+    pairs = shown_pairs(sweep, only_bad=bool(state.get(state.SWEEP_ONLY_BAD)))
     if rows[0] >= len(pairs):
         return
     name = pairs[rows[0]].name
     path = sweep.saved_run(name)
     if path is not None and open_and_say(path, shown=str(path)):
-        st.session_state.pop(PICKED_KEY, None)
-        st.session_state[GOTO_OVERVIEW] = True
+        state.pop(state.SWEEP_PICKED)
+        state.put(state.SWEEP_GOTO_OVERVIEW, True)
     else:
-        st.session_state[PICKED_KEY] = name
+        state.put(state.SWEEP_PICKED, name)
 
 
 # ------------------------------------------------------------------------------ drawing
@@ -123,14 +114,14 @@ def _on_pick() -> None:
 
 def _summary(sweep: SweepFolder) -> None:
     counts = {v: sum(p.verdict == v for p in sweep.pairs) for v in VERDICT_TEXT}
-    state = (
+    still = (
         ""
         if sweep.complete
         else f" (still running: {len(sweep.pairs)} of {sweep.total} done; Open again to refresh)"
     )
     st.text(
         f"{len(sweep.pairs)} pair(s): {counts['pass']} pass, {counts['fail']} fail, "
-        f"{counts['error']} error{state}\nfolder {sweep.path}\nmanifest {sweep.manifest}"
+        f"{counts['error']} error{still}\nfolder {sweep.path}\nmanifest {sweep.manifest}"
     )
 
 
@@ -154,7 +145,7 @@ def pairs_frame(sweep: SweepFolder, *, only_bad: bool) -> pd.DataFrame:
 def _pairs_table(sweep: SweepFolder) -> bool:
     """The summary table; returns whether only failing and error pairs are shown."""
     st.subheader("Pairs")
-    only_bad = st.toggle("Only failing and error pairs", key=ONLY_BAD_KEY)
+    only_bad = st.toggle("Only failing and error pairs", key=state.SWEEP_ONLY_BAD)
     frame = pairs_frame(sweep, only_bad=only_bad)
     if frame.empty:
         st.caption("No pair to show.")
@@ -174,14 +165,14 @@ def _pairs_table(sweep: SweepFolder) -> bool:
         },
         on_select=_on_pick,
         selection_mode="single-row",
-        key=TABLE_KEY,
+        key=state.SWEEP_TABLE,
     )
     return only_bad
 
 
 def _picked(sweep: SweepFolder) -> None:
     """The selected pair, when it has no saved run to open (or its run could not open)."""
-    name = st.session_state.get(PICKED_KEY)
+    name = state.get(state.SWEEP_PICKED)
     pair = next((p for p in sweep.pairs if p.name == name), None)
     if pair is None:
         return

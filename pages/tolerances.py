@@ -40,41 +40,36 @@ RTOL_LADDER = ladder(-9, 0, zero=True)
 CURVE_ATOLS = np.logspace(-9, 1, 81)
 MULTIPLES = ", ".join(f"{k:g}" for k in NOISE_MULTIPLES)
 NOT_FIXABLE = "shape/dtype/missing: no tolerance fixes it"
-EDITOR_PREFIX = "tol_editor_"
-EDIT_ERROR = "tol_edit_error"
-EDIT_NONCE = "tol_edit_nonce"
 
 
 def _editor_key(run: ValidationRun, tol: Tolerances) -> str:
     """A fresh editor whenever the tolerances change (an edit, Suggest, a new run), so it
     always shows the session's tolerances and never a stale delta of its own."""
-    nonce = st.session_state.get(EDIT_NONCE, 0)  # a refused edit redraws it too
+    nonce = state.get(state.TOL_EDIT_NONCE, 0)  # a refused edit redraws it too
     digest = hashlib.sha256(f"{id(run)}|{nonce}|{tol.dumps()}".encode()).hexdigest()[:16]
-    return EDITOR_PREFIX + digest
+    return state.TOL_EDITOR_PREFIX + digest
 
 
 def _sync_sliders(tol: Tolerances) -> None:
     """The sliders show the session's tolerances (set before they are drawn; a key Streamlit
     dropped while another page was shown is set again, never read missing)."""
-    if st.session_state.get("tol_atol") != tol.default.atol:
-        st.session_state["tol_atol"] = tol.default.atol
-    if st.session_state.get("tol_rtol") != tol.default.rtol:
-        st.session_state["tol_rtol"] = tol.default.rtol
+    state.put_if_changed(state.TOL_ATOL, tol.default.atol)
+    state.put_if_changed(state.TOL_RTOL, tol.default.rtol)
 
 
 def _on_slider() -> None:
     tol = state.tolerances()
-    atol = float(st.session_state.get("tol_atol", tol.default.atol))
-    rtol = float(st.session_state.get("tol_rtol", tol.default.rtol))
+    atol = float(state.get(state.TOL_ATOL, tol.default.atol))
+    rtol = float(state.get(state.TOL_RTOL, tol.default.rtol))
     state.set_tolerances(tol.with_default(Tolerance(atol=atol, rtol=rtol)))
 
 
 def _on_edit(key: str, names: list[str]) -> None:
-    edits = (st.session_state.get(key) or {}).get("edited_rows", {})
+    edits = (state.get(key) or {}).get("edited_rows", {})
     tol, errors = apply_edits(state.tolerances(), names, edits)
     state.set_tolerances(tol)
-    st.session_state[EDIT_ERROR] = errors
-    st.session_state[EDIT_NONCE] = st.session_state.get(EDIT_NONCE, 0) + 1
+    state.put(state.TOL_EDIT_ERROR, errors)
+    state.put(state.TOL_EDIT_NONCE, state.get(state.TOL_EDIT_NONCE, 0) + 1)
 
 
 def pass_table(run: ValidationRun) -> pd.DataFrame:
@@ -90,20 +85,23 @@ def _curves(run: ValidationRun, name: str, rtol: float) -> np.ndarray | None:
     """Mismatch fraction against CURVE_ATOLS over every input set, cached for this run
     (~1.5 ms a comparison: an LLM run has hundreds)."""
     return state.run_memo(
-        "tol_curves", run, (name, rtol), lambda: pooled_mismatch_curve(run, name, CURVE_ATOLS, rtol)
+        state.TOL_CURVES,
+        run,
+        (name, rtol),
+        lambda: pooled_mismatch_curve(run, name, CURVE_ATOLS, rtol),
     )
 
 
 def _suggest(run: ValidationRun, margin: float) -> None:
     suggestion = suggest_tolerances(run, margin=margin)
     state.set_tolerances(suggestion.tolerances)
-    st.session_state["tol_suggest_notes"] = suggestion.notes
+    state.put(state.TOL_SUGGEST_NOTES, suggestion.notes)
 
 
 def _apply(tolerances: Tolerances) -> None:
     """A checked suggestion, applied as it was shown (its notes belong to the other Suggest)."""
     state.set_tolerances(tolerances)
-    st.session_state.pop("tol_suggest_notes", None)
+    state.pop(state.TOL_SUGGEST_NOTES)
 
 
 def noise_suggestion(stored: ValidationRun, judged: ValidationRun, tol: Tolerances) -> None:
@@ -112,13 +110,13 @@ def noise_suggestion(stored: ValidationRun, judged: ValidationRun, tol: Toleranc
     if not has_noise(judged):
         return
     found = state.run_memo(
-        "tol_noise", stored, tol.dumps(), lambda: suggest_noise_tolerances(judged)
+        state.TOL_NOISE, stored, tol.dumps(), lambda: suggest_noise_tolerances(judged)
     )
     head, *rest = noise_suggestion_lines(found)
     b_col, text_col = st.columns([2, 3], vertical_alignment="center")
     b_col.button(
         f"Suggest {found.k:g}× rounding noise", icon=":material/blur_on:", on_click=_apply,
-        args=(found.tolerances,), key="tol_suggest_noise",
+        args=(found.tolerances,), key=state.TOL_SUGGEST_NOISE,
         help="Per output: atol = k × torch's own float32 error (against torch run again in "
         f"float64), rtol 0; k the smallest of {MULTIPLES} that passes every output whose error "
         "looks like rounding. An output it still fails is not rounding.",
@@ -139,12 +137,12 @@ def controls(raw: ValidationRun) -> None:
     with c1:
         st.select_slider(
             "Global atol", options=with_value(ATOL_LADDER, tol.default.atol),
-            format_func=fmt, key="tol_atol", on_change=_on_slider,
+            format_func=fmt, key=state.TOL_ATOL, on_change=_on_slider,
         )  # fmt: skip
     with c2:
         st.select_slider(
             "Global rtol", options=with_value(RTOL_LADDER, tol.default.rtol),
-            format_func=fmt, key="tol_rtol", on_change=_on_slider,
+            format_func=fmt, key=state.TOL_RTOL, on_change=_on_slider,
         )  # fmt: skip
     st.markdown(
         "**Per-output overrides** — type an atol or rtol in an output's row to give it its own "
@@ -166,7 +164,7 @@ def controls(raw: ValidationRun) -> None:
             "rtol": st.column_config.TextColumn("rtol", help="blank: the global rtol"),
         },
     )
-    for line in st.session_state.get(EDIT_ERROR) or ():
+    for line in state.get(state.TOL_EDIT_ERROR) or ():
         st.error(f"Not applied: {md_text(line)}", icon=":material/error:")
 
     judged, ms = state.timed(raw.rejudge, tol)
@@ -174,7 +172,7 @@ def controls(raw: ValidationRun) -> None:
     if judged.is_multi_candidate:  # every candidate re-judged live, then one in detail
         st.markdown(verdict_badge(judged, size="## ") + " &nbsp; over every candidate")
         st.dataframe(candidates_frame(judged), hide_index=True, width="stretch")
-        judged = candidate_selector(judged, key="candidate_tolerances")
+        judged = candidate_selector(judged, key=state.CANDIDATE_TOLERANCES)
         raw = raw.for_candidate(judged.candidates[0].index)
     table = pass_table(judged)
     n_pass = int(table["status"].str.startswith("✓").sum())
@@ -187,18 +185,18 @@ def controls(raw: ValidationRun) -> None:
         hide_index=True,
         width="stretch",
         column_config=ROW_COLUMN_CONFIG,
-        key="tol_pass_table",
+        key=state.TOL_PASS_TABLE,
     )
     st.caption(f"Re-judged {len(judged.comparisons)} comparison(s) in {ms:.1f} ms.")
 
     s1, s2, s3 = st.columns([1, 1, 2])
     margin = s1.number_input("Suggest margin (x min atol)", 1.0, 100.0, DEFAULT_MARGIN, 0.5,
-                             key="tol_margin")  # fmt: skip
+                             key=state.TOL_MARGIN)  # fmt: skip
     s2.button(
         "Suggest", icon=":material/auto_fix_high:", on_click=_suggest, args=(everything, margin),
         help="Per output: margin x the smallest atol that passes in every input set, "
         "rounded up to 1-2-5, at the output's rtol.",
-        key="tol_suggest",
+        key=state.TOL_SUGGEST,
     )  # fmt: skip
     with s3:
         st.download_button(
@@ -208,10 +206,10 @@ def controls(raw: ValidationRun) -> None:
             mime="application/json",
             icon=":material/download:",
             on_click="ignore",
-            key="tol_download",
+            key=state.TOL_DOWNLOAD,
         )
         st.caption("Use it with `parity validate --tolerances tolerances.json`.")
-    notes = st.session_state.get("tol_suggest_notes")
+    notes = state.get(state.TOL_SUGGEST_NOTES)
     if notes:
         st.caption("Suggest: " + "; ".join(f"{md_code(k)}: {md_text(v)}" for k, v in notes.items()))
     noise_suggestion(stored, everything, tol)
@@ -228,7 +226,7 @@ def controls(raw: ValidationRun) -> None:
             st.plotly_chart(
                 mismatch_curve(CURVE_ATOLS, {name: curve}, atol=t.atol,
                                title=f"{name} (rtol {fmt(t.rtol)})"),
-                width="stretch", key=f"tol_curve_{name}",
+                width="stretch", key=f"{state.TOL_CURVE_PREFIX}{name}",
             )  # fmt: skip
 
 

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import streamlit as st
 
+from parity.dashboard import state
 from parity.errors import InputError
 from parity.files.atomic import write_bytes
 from parity.load.unzip import extract_flat
 
-SESSION_KEY = "parity_uploads"
-"""Set in a session once it has uploaded: its folder exists (or is made again on reconnect)."""
 PREFIX = "parity-uploads-"
 
 
@@ -63,7 +62,7 @@ def _session_box() -> _SessionUploads:
 
 
 def _session_uploads() -> _SessionUploads:
-    st.session_state[SESSION_KEY] = True
+    state.put(state.UPLOADS, True)
     return _session_box()
 
 
@@ -71,7 +70,7 @@ def upload_paths(slot: str, uploads: Iterable) -> tuple[Path, ...]:
     """Paths of the files now in one upload widget (`slot` names it); files the widget no
     longer holds are removed."""
     uploads = list(uploads)
-    if not uploads and not st.session_state.get(SESSION_KEY):
+    if not uploads and not state.get(state.UPLOADS):
         return ()  # the session's folder is made on its first upload
     box = _session_uploads()
     before = box.paths.get(slot, {})
@@ -111,7 +110,7 @@ def upload_group(slot: str, uploads: Iterable, *, max_bytes: int) -> tuple[Path,
     remembered for the set: a bad zip is read once) when the files cannot be placed.
     """
     uploads = list(uploads)
-    if not uploads and not st.session_state.get(SESSION_KEY):
+    if not uploads and not state.get(state.UPLOADS):
         return ()
     box = _session_uploads()
     ids = frozenset(upload.file_id for upload in uploads)
@@ -185,7 +184,7 @@ def _names(names: list[str], *, most: int = 8) -> str:
 def shown_path(path: str) -> str:
     """How a page names a file: an upload by its file name (its private folder is of no use
     to the user), any other path or spec (demo:cnn, hf:DIR) as it is."""
-    uploaded = bool(st.session_state.get(SESSION_KEY) and path)
+    uploaded = bool(state.get(state.UPLOADS) and path)
     if uploaded and Path(path).is_relative_to(_session_box().folder.name):
         return Path(path).name
     return path

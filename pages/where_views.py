@@ -11,15 +11,13 @@ from parity.judge.where import WhereProfile, where_of
 from parity.results import OutputComparison, ValidationRun
 from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
 
-CACHE = "parity_where_cache"
-
 
 def where_for(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
     """parity.judge.where.where_of(run, c), computed once per stored run, output and tolerance (a
     pass over the tensors: never on every rerun)."""
     stored = state.raw_run()  # the stored run; a candidate's comparisons carry its index
     key = (c.candidate, c.input_set, c.name, c.tolerance.atol, c.tolerance.rtol)
-    return state.run_memo(CACHE, stored, key, lambda: where_of(run, c))
+    return state.run_memo(state.WHERE_CACHE, stored, key, lambda: where_of(run, c))
 
 
 def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WhereProfile | None]]:

@@ -20,7 +20,8 @@ import pytest
 import streamlit as st
 
 from parity.dashboard import uploads
-from parity.dashboard.uploads import SESSION_KEY, shown_path, upload_group, upload_onnx
+from parity.dashboard.state import UPLOADS as SESSION_KEY
+from parity.dashboard.uploads import shown_path, upload_group, upload_onnx
 from parity.errors import InputError
 
 MB = 1 << 20
