@@ -149,7 +149,8 @@ def main() -> None:
             for label, extra in (
                 ("plain", ["--no-generation"]),
                 ("--layers", ["--layers", "--no-generation"]),
-                ("--noise-floor", ["--noise-floor", "--no-generation"]),
+                # the float64 copy of a 0.5B model is 5.5 GiB, over the 4 GiB default budget
+                ("--noise-floor", ["--noise-floor", "--no-generation", "--max-memory", "8G"]),
                 ("+ generation", []),
             ):
                 code, wall, peak, data = run([*given, *extra], work / f"{name}{label}.json")

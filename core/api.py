@@ -273,7 +273,7 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
     from parity.judge.where import where_of
     from parity.show.format import format_failure
 
-    failures = [format_failure(c, where_of(run, c)) for c in run.comparisons if not c.status.passed]
+    failures = [format_failure(c, where_of(run, c)) for c in run.outputs if not c.status.passed]
     head = (
         f"ONNX export does not match the model: {len(run.failing)} output(s) fail "
         f"({', '.join(run.failing)})"

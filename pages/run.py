@@ -10,13 +10,11 @@ import os
 
 import streamlit as st
 
-from parity.dashboard import routes, running, state
+from parity.dashboard import routes, state
 from parity.dashboard.access import trust_code
 from parity.dashboard.run_form import (
-    LAYERS_KEY,
     LIMITS,
     N_SETS_DEFAULT,
-    NOISE_KEY,
     ONNX_ONLY,
     kept_settings,
     onnx_source_key,
@@ -39,7 +37,6 @@ from parity.show.summary import headline
 from parity.text import all_text
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
-LAYERS_DONE = running.LAYERS_DONE
 
 
 # ------------------------------------------------------------------------- running
@@ -57,12 +54,12 @@ def demo_config(name: str):
 
 def compare_layers() -> bool:
     """The "Compare layers" checkbox (RunConfig.layers): one switch for demo and custom runs."""
-    return bool(st.session_state.get(LAYERS_KEY, False))
+    return bool(state.get(state.RUN_LAYERS, False))
 
 
 def noise_floor() -> bool:
     """The "Measure rounding noise" checkbox (RunConfig.noise_floor)."""
-    return bool(st.session_state.get(NOISE_KEY, False))
+    return bool(state.get(state.RUN_NOISE, False))
 
 
 def run_demo(name: str) -> None:
@@ -82,9 +79,9 @@ def run_demo(name: str) -> None:
 def autorun_demo() -> None:
     """`?demo=NAME` in the URL (or PARITY_DEMO) runs that demo once per session."""
     name = st.query_params.get("demo") or os.environ.get(state.DEMO_ENV)
-    if not name or st.session_state.get(state.AUTORUN) == name:
+    if not name or state.get(state.AUTORUN) == name:
         return
-    st.session_state[state.AUTORUN] = name
+    state.put(state.AUTORUN, name)
     if name not in state.demo_names():
         st.warning(f"Unknown demo {md_code(name)}; demos: {', '.join(state.demo_names())}")
         return
@@ -123,7 +120,9 @@ def show_wrong_pair() -> None:
     current = state.raw_run()
     if current is not None:
         st.caption(f"The previous run ({md_code(current.model)}) is still the current one.")
-    if st.button("Open this run anyway", key="open_wrong_pair", icon=":material/open_in_new:"):
+    if st.button(
+        "Open this run anyway", key=state.RUN_OPEN_WRONG_PAIR, icon=":material/open_in_new:"
+    ):
         state.set_run(run)
         st.rerun()
 
@@ -194,7 +193,7 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
             ONNX_ONLY,
         ],
         horizontal=True,
-        key="model_source",
+        key=state.RUN_MODEL_SOURCE,
         help="Stored reference outputs: torch's outputs saved earlier (`parity validate "
         "--save-reference REF.npz`), for when the model is not at hand. Needs the feeds "
         "they were computed on (below). None: the first ONNX file (at the first provider "
@@ -207,27 +206,27 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
         directory = state.form_widget(
             st.text_input,
             "Local transformers directory (config, weights, tokenizer; never downloaded)",
-            key="hf_dir", placeholder="/models/my-llm",
+            key=state.RUN_HF_DIR, placeholder="/models/my-llm",
         ).strip()  # fmt: skip
         return (hf_spec(directory) if directory else None), None, None
     if source == "Stored reference outputs":
         path = state.form_widget(
-            st.text_input, "Reference outputs (.npz path on this machine)", key="ref_path",
+            st.text_input, "Reference outputs (.npz path on this machine)", key=state.RUN_REF_PATH,
             placeholder="ref.npz",
         ).strip()  # fmt: skip
-        up = st.file_uploader("...or upload it", type=["npz"], key="ref_upload")
+        up = st.file_uploader("...or upload it", type=["npz"], key=state.RUN_REF_UPLOAD)
         uploaded = upload_path("reference", up)
         if uploaded is not None:
             path = str(uploaded)
         return (reference_spec(path) if path else None), None, None
     if source == "Built-in demo":
-        name = state.form_widget(st.selectbox, "Demo", state.demo_names(), key="model_demo")
+        name = state.form_widget(st.selectbox, "Demo", state.demo_names(), key=state.RUN_MODEL_DEMO)
         return demo_spec(name), None, name
     if source == "Path on this machine":
         spec = state.form_widget(
             st.text_input,
             "Model",
-            key="model_path",
+            key=state.RUN_MODEL_PATH,
             placeholder="model.pt2 | scripted.pt | my_models.py:build | package.module:build",
             help="A torch.export .pt2 (read without running code). TorchScript archives "
             "and FILE.py:CALLABLE / package.module:CALLABLE factories are code: the dashboard "
@@ -237,7 +236,7 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
         weights = state.form_widget(
             st.text_input,
             "Weights (optional)",
-            key="weights_path",
+            key=state.RUN_WEIGHTS_PATH,
             placeholder="weights.safetensors",
         ).strip()
         return spec or None, weights or None, None
@@ -247,9 +246,11 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
         if trusted
         else "Model file (.pt2; TorchScript is code: start with `parity dashboard --trust-code`)",
         type=["pt2", *CODE_UPLOAD_TYPES] if trusted else ["pt2"],
-        key="model_upload",
+        key=state.RUN_MODEL_UPLOAD,
     )
-    wup = st.file_uploader("Weights (optional .safetensors)", type=["safetensors"], key="w_up")
+    wup = st.file_uploader(
+        "Weights (optional .safetensors)", type=["safetensors"], key=state.RUN_WEIGHTS_UPLOAD
+    )
     model_file, weights_file = upload_path("model", up), upload_path("weights", wup)
     spec = str(model_file) if model_file is not None else None
     weights = str(weights_file) if weights_file is not None else None
@@ -262,13 +263,16 @@ def choose_more_onnx() -> tuple[str, ...]:
         st.text_area,
         "More ONNX files to compare side by side (optional; paths on this machine, one per "
         "line)",
-        key="onnx_more", height=68,
+        key=state.RUN_ONNX_MORE, height=68,
         help="Every file x provider x optimisation level is a candidate; the reference runs "
         "once per input set.",
     )  # fmt: skip
     paths = [line.strip() for line in text.splitlines() if line.strip()]
     ups = st.file_uploader(
-        "...or upload them", type=["onnx"], accept_multiple_files=True, key="onnx_more_upload"
+        "...or upload them",
+        type=["onnx"],
+        accept_multiple_files=True,
+        key=state.RUN_ONNX_MORE_UPLOAD,
     )
     paths += [str(p) for p in upload_paths("onnx_more", ups or [])]
     return tuple(paths)
@@ -299,7 +303,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         return HF_EXPORT
     if source == "Path on this machine":
         path = state.form_widget(
-            st.text_input, "ONNX path", key="onnx_path", placeholder="/path/to/model.onnx",
+            st.text_input, "ONNX path", key=state.RUN_ONNX_PATH, placeholder="/path/to/model.onnx",
             help="External-data files are read from beside it.",
         ).strip()  # fmt: skip
         return path or None
@@ -307,7 +311,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         "ONNX file: the .onnx with its external-data files (select them together), or a .zip "
         "of them",
         accept_multiple_files=True,  # any extension: external-data files have their own
-        key="onnx_upload",
+        key=state.RUN_ONNX_UPLOAD,
     )
     try:
         path = upload_onnx("onnx", ups or [], max_bytes=state.upload_limit_mb() << 20)
@@ -324,7 +328,7 @@ def choose_hf_settings():
     prompts = state.form_widget(
         st.text_area,
         "Prompts (one per line; several form a left-padded batch)",
-        key="hf_prompts",
+        key=state.RUN_HF_PROMPTS,
         default=DEFAULT_PROMPT,
     )
     c1, c2 = st.columns(2)
@@ -334,17 +338,17 @@ def choose_hf_settings():
             "Max new tokens (1 prefill + N-1 decode steps)",
             1,
             LIMITS["hf_steps"][1],
-            key="hf_steps",
+            key=state.RUN_HF_STEPS,
             default=DEFAULT_MAX_NEW_TOKENS,
         )
     )
     random_weights = state.form_widget(
-        c2.checkbox, "Random weights (build from the config only)", key="hf_rand"
+        c2.checkbox, "Random weights (build from the config only)", key=state.RUN_HF_RAND
     )
     overrides = state.form_widget(
         st.text_input,
         "Config overrides (KEY=VALUE, comma-separated)",
-        key="hf_overrides",
+        key=state.RUN_HF_OVERRIDES,
         placeholder="num_hidden_layers=1",
     )  # fmt: skip
     return options_from_text(
@@ -370,7 +374,7 @@ def choose_settings(signature) -> dict:
                         md_text(dim),
                         min_value=1,
                         max_value=LIMITS["dim"][1],
-                        key=f"dim_{dim}",
+                        key=state.RUN_DIM_PREFIX + dim,
                         default=default_dim_size(dim),
                     )
                 )
@@ -381,12 +385,12 @@ def choose_settings(signature) -> dict:
             c1.number_input,
             "Input sets",
             *LIMITS["n_sets"],
-            key="n_sets",
+            key=state.RUN_N_SETS,
             default=N_SETS_DEFAULT,
         )
     )
     settings["seed"] = int(
-        state.form_widget(c2.number_input, "Seed", *LIMITS["seed"], key="seed", default=0)
+        state.form_widget(c2.number_input, "Seed", *LIMITS["seed"], key=state.RUN_SEED, default=0)
     )
     providers = state.available_providers()
     cpu = "CPUExecutionProvider"
@@ -395,7 +399,7 @@ def choose_settings(signature) -> dict:
             c3.multiselect,
             "Execution providers",
             providers,
-            key="provider",
+            key=state.RUN_PROVIDER,
             default=[cpu if cpu in providers else providers[0]],
             help="Several: one candidate each, side by side.",
         )
@@ -405,7 +409,7 @@ def choose_settings(signature) -> dict:
             c4.multiselect,
             "ORT optimisation levels",
             ORT_OPT_LEVELS,
-            key="opt",
+            key=state.RUN_OPT,
             default=["all"],
             help="Several: one candidate each (e.g. disable and all: do the fusions change "
             "the numbers?).",
@@ -423,11 +427,11 @@ def choose_settings(signature) -> dict:
             name = md_text(t.name)
             # step=1: an integer input (with no value given, its numbers set its type)
             lo = state.form_widget(
-                a.number_input, f"{name} low", step=1, key=f"lo_{t.name}",
+                a.number_input, f"{name} low", step=1, key=state.RUN_LOW_PREFIX + t.name,
                 default=DEFAULT_INT_RANGE[0],
             )  # fmt: skip
             hi = state.form_widget(
-                b.number_input, f"{name} high", step=1, key=f"hi_{t.name}",
+                b.number_input, f"{name} high", step=1, key=state.RUN_HIGH_PREFIX + t.name,
                 default=DEFAULT_INT_RANGE[1],
             )  # fmt: skip
             if (int(lo), int(hi)) != DEFAULT_INT_RANGE:
@@ -436,10 +440,10 @@ def choose_settings(signature) -> dict:
     settings["float_range"] = _float_range(signature)
     feeds = st.file_uploader(
         "Your own feeds (optional): one .npz per input set, arrays named by ONNX input",
-        type=["npz"], accept_multiple_files=True, key="feeds_upload",
+        type=["npz"], accept_multiple_files=True, key=state.RUN_FEEDS_UPLOAD,
     )  # fmt: skip
     typed = state.form_widget(
-        st.text_area, "...or their paths on this machine (one per line)", key="feeds_paths",
+        st.text_area, "...or their paths on this machine (one per line)", key=state.RUN_FEEDS_PATHS,
         height=68,
     )  # fmt: skip
     settings["input_files"] = tuple(
@@ -462,7 +466,7 @@ def _float_range(signature) -> tuple[float, float] | None:
     if not floats:
         return None
     text = state.form_widget(
-        st.text_input, "Float inputs range", key="float_range", default="",
+        st.text_input, "Float inputs range", key=state.RUN_FLOAT_RANGE, default="",
         placeholder="LO:HI, e.g. -1:1",
         help="Generated float inputs drawn uniformly in [LO, HI]. Blank: standard normal, or "
         "a quantized file's calibrated input range (its QuantizeLinear's).",
@@ -504,7 +508,7 @@ def demo_cards() -> None:
     for col, (name, demo) in zip(cols, DEMOS.items(), strict=True):
         with col, st.container(border=True):
             st.markdown(f"**{demo.title}**")
-            st.button(f"Run demo:{name}", key=f"demo_{name}", type="primary")
+            st.button(f"Run demo:{name}", key=state.RUN_DEMO_PREFIX + name, type="primary")
             first = demo.description.split(". ")[0].rstrip(".") + "."
             st.caption(first, help=demo.description)
 
@@ -515,12 +519,12 @@ def page() -> None:
         "Parity runs your PyTorch model and its ONNX export on the same inputs and shows, "
         "element by element, where they disagree."
     )
-    if st.session_state.pop(LAYERS_DONE, False):  # a run compared layers: the next need not
-        state.set_form({LAYERS_KEY: False})
+    if state.pop(state.LAYERS_DONE, False):  # a run compared layers: the next need not
+        state.set_form({state.RUN_LAYERS: False})
     state.form_widget(  # kept while other pages are shown
         st.checkbox,
         "Compare layers: find the op where the export starts to diverge",
-        key=LAYERS_KEY,
+        key=state.RUN_LAYERS,
         default=False,
         help="For the next run: also compares the intermediate values of both sides "
         "(slower); the Layers page shows where the error is born. The Layers page can also "
@@ -529,7 +533,7 @@ def page() -> None:
     state.form_widget(  # kept while other pages are shown
         st.checkbox,
         "Measure rounding noise: run the torch model once more in float64",
-        key=NOISE_KEY,
+        key=state.RUN_NOISE,
         default=False,
         help="Says, per float32 output, whether ONNX's error is float32 rounding (about "
         "torch's own error against float64) or not. The verdict stays the tolerance's. "
@@ -538,7 +542,7 @@ def page() -> None:
     from parity.load.demos import DEMOS
 
     for name in DEMOS:  # a demo button clicked on the last rerun: run it before drawing
-        if st.session_state.get(f"demo_{name}"):
+        if state.get(state.RUN_DEMO_PREFIX + name):
             run_demo(name)
     autorun_demo()
     show_failure()
@@ -589,7 +593,7 @@ def page() -> None:
         timeout = state.form_widget(
             st.number_input, "Time limit (seconds; 0 = none)", min_value=0,
             max_value=LIMITS["timeout"][1],
-            key="timeout", default=0,
+            key=state.RUN_TIMEOUT, default=0,
             help="ONNX Runtime is stopped at the limit; torch is checked between input sets.",
         )  # fmt: skip
         config = run_config(
@@ -610,7 +614,7 @@ def page() -> None:
         b_col, why_col = st.columns([1, 5], vertical_alignment="center")
         if why:
             why_col.caption(f":red[Run is off{why[0]}] {md_text(why[1])}")
-        if b_col.button("Run", type="primary", disabled=why is not None, key="run_custom"):
+        if b_col.button("Run", type="primary", disabled=why is not None, key=state.RUN_CUSTOM):
             label = model or (f"reference {reference}" if reference else f"reference {onnx_path}")
             execute(config, label=label)
             st.rerun()  # redraw the summary and any failure above with the new state

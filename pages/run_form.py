@@ -19,8 +19,6 @@ from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind, ValidationRun
 from parity.run.config_json import is_demo_export
 
-LAYERS_KEY = state.RUN_LAYERS  # the names run.py imports (it still reads them itself)
-NOISE_KEY = state.RUN_NOISE
 N_SETS_DEFAULT = 2
 LIMITS = {  # (min, max) of the form's number inputs: a run opened from elsewhere is clamped
     "n_sets": (1, 16),

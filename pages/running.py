@@ -11,8 +11,6 @@ from parity.dashboard import state
 from parity.dashboard.text import md_text
 from parity.labels import wrong_pair_note
 
-LAYERS_DONE = state.LAYERS_DONE  # the name run.py reads
-
 
 def run_config(**kwargs):
     from parity.pipeline import RunConfig

@@ -221,7 +221,7 @@ def _run_is_off(at: AppTest) -> list[str]:
 def test_the_run_button_asks_check_config_and_shows_its_reason_in_the_forms_words():
     """Issue 38: the Run page does not re-code check_config's rules: a config it refuses
     turns Run off with its reason (widgets, not flags); a valid one turns Run on."""
-    from parity.dashboard.run_form import LAYERS_KEY
+    from parity.dashboard.state import RUN_LAYERS as LAYERS_KEY
     from parity.run.config import config_problem
     from parity.settings import Front
 
