@@ -7,6 +7,7 @@ planted bug triples layer 1's MLP down_proj weight in the ONNX initializer feedi
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 from pathlib import Path
 
@@ -158,7 +159,11 @@ def test_cli_writes_the_steps_first_divergences_and_a_repro(
     assert f"step 2 · decode: '{BUGGED_MODULE}'" in out
     data = json.loads(report.read_text())
     assert data["layers"]["first_divergence"]["torch_module"] == BUGGED_MODULE
-    assert BUGGED_MODULE in html.read_text()
+    page = html.read_text()
+    assert BUGGED_MODULE in page
+    # the HTML report lists each step's first divergence as the terminal does
+    assert "First divergence per input set:" in page
+    assert html_lib.escape(f"step 2 · decode: '{BUGGED_MODULE}'") in page
     from parity.reports.saved_run import load_run
 
     reopened = load_run(saved).layers

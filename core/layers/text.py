@@ -95,20 +95,28 @@ def _threshold_words(result: LayersResult, v: LayerValue) -> str:
 
 
 def _per_set(result: LayersResult, labels: Mapping[int, str]) -> list[str]:
-    """Each input set's (an hf: run's: each step's) first divergence, when several sets ran."""
+    lines = per_set_lines(result, labels)
+    return (
+        ["  first divergence per input set:", *(f"    {line}" for line in lines)] if lines else []
+    )
+
+
+def per_set_lines(result: LayersResult, labels: Mapping[int, str]) -> list[str]:
+    """Each input set's (an hf: run's: each step's) first divergence, one line each, when
+    several sets ran (the terminal and the HTML report both list these)."""
     if len(result.input_sets) < 2:
         return []
     firsts = {v.input_set: v for v in result.firsts}
-    lines = ["  first divergence per input set:"]
+    lines = []
     for s in result.input_sets:
         name = labels.get(s) or f"input set {s}"
         v = firsts.get(s)
         if v is None:
-            lines.append(f"    {name}: none")
+            lines.append(f"{name}: none")
             continue
         c = result.confirmation_of(v)
         said = f", {c.outcome} alone" if c is not None else ", not re-run alone"
-        lines.append(f"    {name}: {_where(v)}  {v.status}{said}")
+        lines.append(f"{name}: {_where(v)}  {v.status}{said}")
     return lines
 
 

@@ -298,6 +298,13 @@ def _layers(run: ValidationRun) -> str:
     cls = "diverges" if result.first_divergence is not None else "note"
     parts.append(f"<p class='{cls}'>{_e(views.divergence_sentence(result))}</p>")
     parts.append(_confirmation_html(result))
+    from parity.layers.text import per_set_lines
+
+    labels = {s.index: s.label for s in run.input_sets if s.label}
+    per_set = per_set_lines(result, labels)  # an hf: run's steps, each its own divergence
+    if per_set:
+        items = "".join(f"<li>{_e(line)}</li>" for line in per_set)
+        parts.append(f"<p>First divergence per input set:</p><ul class='limits'>{items}</ul>")
     parts.append(f"<p>{_e('Criterion: ' + str(result.criterion))}</p>")
     limits = views.limits(result)
     if limits:
