@@ -28,8 +28,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from parity.load.provider_precision import SIXTEEN_BIT, has_sixteen_bit
+
 _RANK = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}  # lower precision: higher rank
-_SIXTEEN = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 _PASS_THROUGH = {"Cast", "CastLike", "Identity", "DequantizeLinear", "QuantizeLinear"}
 _QUANTIZING = {"QuantizeLinear", "DynamicQuantizeLinear", "QGemm", "QAttention"}
 _INTEGER = {"MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulNBits"}
@@ -73,7 +74,7 @@ def _precisions(proto: onnx.ModelProto) -> dict[str, OutputPrecision]:
             if value in seen or not value:
                 continue
             seen.add(value)
-            lowest = _lower(lowest, _SIXTEEN.get(types.get(value, 0), "float32"))
+            lowest = _lower(lowest, SIXTEEN_BIT.get(types.get(value, 0), "float32"))
             node = producers.get(value)
             if node is None:
                 continue
@@ -100,7 +101,7 @@ def value_types(proto: onnx.ModelProto) -> dict[str, int]:
     graph = proto.graph
     types = {t.name: t.data_type for t in graph.initializer}
     infos = [*graph.input, *graph.value_info, *graph.output]
-    if _has_sixteen_bit(graph):  # only 16-bit types are looked for: most files have none
+    if has_sixteen_bit(graph):  # only 16-bit types are looked for: most files have none
         # unknown domains, a cycle: what is declared
         with contextlib.suppress(Exception):
             infos += list(onnx.shape_inference.infer_shapes(_light(proto)).graph.value_info)
@@ -112,18 +113,6 @@ def value_types(proto: onnx.ModelProto) -> dict[str, int]:
             to = next((a.i for a in node.attribute if a.name == "to"), 0)
             types.setdefault(node.output[0], to)
     return types
-
-
-def _has_sixteen_bit(graph: onnx.GraphProto) -> bool:
-    typed = [*graph.input, *graph.output, *graph.value_info]
-    if any(v.type.tensor_type.elem_type in _SIXTEEN for v in typed):
-        return True
-    if any(t.data_type in _SIXTEEN for t in graph.initializer):
-        return True
-    return any(
-        n.op_type == "Cast" and any(a.name == "to" and a.i in _SIXTEEN for a in n.attribute)
-        for n in graph.node
-    )
 
 
 def _light(proto: onnx.ModelProto) -> onnx.ModelProto:

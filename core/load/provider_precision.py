@@ -25,7 +25,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
-_SIXTEEN = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+SIXTEEN_BIT = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 _WIDE = {TensorProto.FLOAT, TensorProto.DOUBLE}
 _NOT_COMPUTE = {"Cast", "CastLike", "Constant", "Identity"}
 NOTE_START = "ONNX Runtime ran "
@@ -56,7 +56,7 @@ def provider_precision(path: str | Path, provider: str) -> ProviderPrecision | N
     """How many of the file's 16-bit nodes `provider` ran in float32 (see module doc)."""
     try:
         proto = onnx.load(str(path), load_external_data=False)
-        if not _has_sixteen_bit(proto.graph):
+        if not has_sixteen_bit(proto.graph):
             return None
         sixteen = _sixteen_bit_nodes(proto)
         if not sixteen:
@@ -68,18 +68,18 @@ def provider_precision(path: str | Path, provider: str) -> ProviderPrecision | N
     in_float32 = sum(
         1 for name, (_, out) in sixteen.items() if by_node.get(name, by_value.get(out)) in _WIDE
     )
-    return ProviderPrecision(provider, _SIXTEEN[dtype], len(sixteen), in_float32)
+    return ProviderPrecision(provider, SIXTEEN_BIT[dtype], len(sixteen), in_float32)
 
 
-def _has_sixteen_bit(graph: onnx.GraphProto) -> bool:
+def has_sixteen_bit(graph: onnx.GraphProto) -> bool:
     """A cheap look (no inference) for anything 16-bit: most files have none."""
     typed = [*graph.input, *graph.output, *graph.value_info]
-    if any(v.type.tensor_type.elem_type in _SIXTEEN for v in typed):
+    if any(v.type.tensor_type.elem_type in SIXTEEN_BIT for v in typed):
         return True
-    if any(t.data_type in _SIXTEEN for t in graph.initializer):
+    if any(t.data_type in SIXTEEN_BIT for t in graph.initializer):
         return True
     return any(
-        n.op_type == "Cast" and any(a.name == "to" and a.i in _SIXTEEN for a in n.attribute)
+        n.op_type == "Cast" and any(a.name == "to" and a.i in SIXTEEN_BIT for a in n.attribute)
         for n in graph.node
     )
 
@@ -94,7 +94,7 @@ def _sixteen_bit_nodes(proto: onnx.ModelProto) -> dict[str, tuple[int, str]]:
     for node in proto.graph.node:
         if node.op_type in _NOT_COMPUTE or not node.name or names[node.name] > 1:
             continue
-        out = next((o for o in node.output if types.get(o) in _SIXTEEN), None)
+        out = next((o for o in node.output if types.get(o) in SIXTEEN_BIT), None)
         if out is not None:
             found[node.name] = (types[out], out)
     return found
