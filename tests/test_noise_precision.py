@@ -23,7 +23,7 @@ from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerance
 from parity.load.file_precision import output_precisions
 from parity.reports.saved_run import load_run
 from parity.text import number_text
-from tests.helpers.precision_models import to_float16
+from tests.helpers.precision_models import quantize_qdq, to_float16
 
 
 class ConvNet(torch.nn.Module):
@@ -51,28 +51,10 @@ class Files:
 
 
 def _quantize(source: Path, path: Path, fmt: str = "QDQ") -> Path:
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            rng = np.random.default_rng(7)
-            self.sets = iter(
-                {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)
-            )
-
-        def get_next(self):
-            return next(self.sets, None)
-
-    quantize_static(
-        str(source), str(path), Reader(), quant_format=getattr(QuantFormat, fmt),
-        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-    )  # fmt: skip
-    return path
+    """int8 with ONNX Runtime's quantizer, calibrated on 8 standard normal sets (seed 7)."""
+    rng = np.random.default_rng(7)
+    calibration = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
+    return quantize_qdq(source, path, calibration=calibration, quant_format=fmt)
 
 
 def _scaled(source: Path, path: Path, name: str, factor: float) -> Path:

@@ -123,9 +123,11 @@ def quantize_qdq(
     *,
     exclude: list[str] | None = None,
     calibration: list[dict[str, np.ndarray]] | None = None,
+    quant_format: str = "QDQ",
 ) -> Path:
-    """onnxruntime.quantization.quantize_static, QDQ int8 (per-tensor weights), calibrated
-    on `calibration` (default: 8 fixed standard normal x[1, 3, 8, 8])."""
+    """onnxruntime.quantization.quantize_static, int8 (per-tensor weights) in QDQ format (or
+    `quant_format="QOperator"`), calibrated on `calibration` (default: 8 fixed standard
+    normal x[1, 3, 8, 8])."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -147,7 +149,7 @@ def quantize_qdq(
             return next(self.sets, None)
 
     quantize_static(
-        str(source), str(path), Reader(), quant_format=QuantFormat.QDQ,
+        str(source), str(path), Reader(), quant_format=getattr(QuantFormat, quant_format),
         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
         nodes_to_exclude=list(exclude or []),
     )  # fmt: skip
