@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,7 @@ from parity.cli import main
 from parity.judge.noise_floor import noise_lines, noise_sentence
 from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
 from parity.load.file_precision import output_precisions
+from parity.results import Noise
 from parity.reports.saved_run import load_run
 from parity.text import number_text
 from tests.helpers.precision_models import quantize_qdq, to_float16
@@ -175,15 +176,32 @@ def test_cli_json_and_saved_run_carry_the_precision(files: Files, tmp_path: Path
 
 def test_the_noise_line_and_the_suggestion_use_the_same_floor(files: Files) -> None:
     """With several input sets the floor is their largest torch error: the noise line shows
-    it where it differs from the worst set's, and the suggestion multiplies that number."""
+    it where it differs from the worst set's, and the suggestion multiplies that number.
+
+    Which measured set has the worst ratio and which the largest torch error depends on the
+    CPU's rounding order, so the two sets' noise is set from the real measurement to known,
+    distinct values: set 0 has the worse ratio, set 1 the larger torch error."""
     run = _run(files, files.f32)
+    assert len(run.input_sets) == 2
+    measured = max(c.noise.torch_error for c in run.comparisons if c.noise is not None)
+    assert measured > 0
+    noises = {
+        0: Noise(torch_error=measured, onnx_error=3 * measured, ratio=3.0),
+        1: Noise(torch_error=4 * measured, onnx_error=4 * measured, ratio=1.0),
+    }
+    outputs = tuple(replace(c, noise=noises[c.input_set]) for c in run.outputs)
+    run = replace(run, outputs=outputs)
     (line,) = noise_lines(run.comparisons)
     s = suggest_noise_tolerances(run)
     floor = s.torch_errors["y"]
-    worst = max((c.noise for c in run.comparisons), key=lambda n: n.ratio)
-    assert len(run.input_sets) == 2 and worst.torch_error != floor  # the two sets differ
+    assert floor == 4 * measured  # the largest torch error, not the worst set's
+    assert f"torch float32 {number_text(measured)}," in line, line  # the worst set's figures
     assert f"torch float32 up to {number_text(floor)} over 2 input sets" in line, line
     assert f"({s.k:g}× {number_text(floor)})" in "\n".join(noise_suggestion_lines(s))
+    # One set alone: its floor is its own torch error and no "up to" is said.
+    alone = replace(run, outputs=tuple(c for c in outputs if c.input_set == 0))
+    (line,) = noise_lines(alone.comparisons)
+    assert "up to" not in line, line
 
 
 class OffsetNet(torch.nn.Module):
