@@ -32,6 +32,7 @@ _WORDS = {
     Status.SHAPE_MISMATCH: "shape mismatch",
     Status.DTYPE_MISMATCH: "dtype mismatch",
     Status.MISSING: "missing",
+    Status.ERROR: "ONNX Runtime error",
 }
 _TERMINAL = {  # capitals draw the eye down a plain-text column
     Status.PASS: "pass",
@@ -39,6 +40,7 @@ _TERMINAL = {  # capitals draw the eye down a plain-text column
     Status.SHAPE_MISMATCH: "SHAPE",
     Status.DTYPE_MISMATCH: "DTYPE",
     Status.MISSING: "MISSING",
+    Status.ERROR: "ERROR",
 }
 _MARK = {  # one grid cell: a tick, a cross, or what kind of mismatch
     Status.PASS: "✓",
@@ -46,6 +48,7 @@ _MARK = {  # one grid cell: a tick, a cross, or what kind of mismatch
     Status.SHAPE_MISMATCH: "shape",
     Status.DTYPE_MISMATCH: "dtype",
     Status.MISSING: "missing",
+    Status.ERROR: "error",
 }
 
 

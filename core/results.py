@@ -35,6 +35,7 @@ class Status(StrEnum):
     SHAPE_MISMATCH = "shape_mismatch"
     DTYPE_MISMATCH = "dtype_mismatch"
     MISSING = "missing"
+    ERROR = "error"  # ONNX Runtime raised on this input set: `message` holds its first line
 
     @property
     def passed(self) -> bool:
@@ -370,6 +371,43 @@ class GenerationInfo:
         return tuple(p for p in self.prompts if p.first_divergence is not None)
 
 
+FROZEN_KINDS = ("size", "branch")  # `frozen[].kind`
+
+
+@dataclass(frozen=True)
+class FrozenNode:
+    """A node of the ONNX graph that holds a size (or a branch) tracing froze at the
+    export's size (parity.frozen): the JSON report's top-level `frozen` list. `dims` maps each
+    dim the constant equals to its value at the export's size ({"height": 64, "width": 48});
+    `source` is the torch line the exporter recorded (``models.py:18``) or None; `confirmed`:
+    the file passes at the recovered size and the graph with the constant recomputed agrees
+    with torch at the failing size (a node is shown only once confirmed, unless said)."""
+
+    node: str
+    op: str
+    kind: str  # FROZEN_KINDS
+    constant: tuple[float, ...]
+    dims: Mapping[str, int]
+    source: str | None = None
+    confirmed: bool = False
+    text: str = ""  # the one sentence every front shows (parity.frozen's words)
+
+
+FINDING_KINDS = ("bug", "rounding", "frozen", "near_tie", "error", "static_axis", "unmeasured")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One conclusion of a run (the JSON report's `findings[]`): made once, in
+    parity.show.findings, and rendered as-is by the terminal, JSON, HTML, Overview and API.
+    `output` / `candidate` are None where the finding is about the whole run."""
+
+    kind: str  # FINDING_KINDS
+    text: str
+    output: str | None = None
+    candidate: int | None = None
+
+
 @dataclass(frozen=True)
 class SavedFrom:
     """Where a reopened run was saved, and what was hashed then (parity.reports.saved_run)."""
@@ -417,6 +455,8 @@ class ValidationRun:
     candidates: tuple[CandidateInfo, ...] = ()
     # --layers with several candidates (ONNX against ONNX): each one's, by candidate index
     candidate_layers: Mapping[int, LayersResult] = field(default_factory=dict)
+    # nodes holding a size or branch frozen at export (parity.frozen), confirmed ones first
+    frozen: tuple[FrozenNode, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
