@@ -21,8 +21,8 @@ from parity.cli import main
 from parity.judge.noise_floor import noise_lines, noise_sentence
 from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
 from parity.load.file_precision import output_precisions
-from parity.results import Noise
 from parity.reports.saved_run import load_run
+from parity.results import Noise
 from parity.text import number_text
 from tests.helpers.precision_models import quantize_qdq, to_float16
 
