@@ -54,7 +54,6 @@ from parity.run.budget import MemoryBudget, read_npy_header
 from parity.version import __version__
 
 SCHEMA = "parity.run/1"
-SUFFIX = ".parity.npz"
 MANIFEST = "manifest.json"
 
 _ALIGN = 64  # npy data starts 64-byte aligned inside the file, as in a plain .npy
