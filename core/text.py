@@ -1,8 +1,10 @@
 """How numbers, shapes and tolerances read as text, in the terminal, the HTML report and the
-dashboard: one policy for undefined and non-finite values, one shape notation."""
+dashboard: one policy for undefined and non-finite values, one shape notation, one way a user's
+string is escaped into HTML and into plotly's text."""
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from collections.abc import Sequence
@@ -12,10 +14,12 @@ __all__ = [
     "aligned_table",
     "all_text",
     "count_text",
+    "html_text",
     "axis_text",
     "number_text",
     "number_pair_text",
     "parse_number",
+    "plot_text",
     "plot_number_format",
     "ratio_text",
     "shape_text",
@@ -143,3 +147,14 @@ def aligned_table(rows: Sequence[Sequence[str]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def html_text(value: object) -> str:
+    """A user string as literal text in HTML: element content or a quoted attribute."""
+    return html.escape(str(value), quote=True)
+
+
+def plot_text(value: object) -> str:
+    """A user string as literal text in a plotly label, title, legend or hover text (plotly
+    reads a subset of HTML there; quotes need no escaping)."""
+    return html.escape(str(value), quote=False)

@@ -10,7 +10,6 @@ from them) go in through `plot_text`.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from parity.judge.where import AxisProfile, WhereProfile
 from parity.labels import set_label
 from parity.results import OutputComparison, ValidationRun
 from parity.show.colors import (
+    FAIL_COLOR,
+    PASS_COLOR,
     RATIO_COLORBAR,
     RATIO_COLORSCALE,
     RATIO_SPAN,
@@ -41,11 +42,9 @@ from parity.show.reductions import (
     WorstElements,
     as_2d_shape,
 )
-from parity.text import number_text, plot_number_format
+from parity.text import number_text, plot_number_format, plot_text
 from parity.tolerances import Tolerance
 
-PASS_COLOR = "#1a7f37"
-FAIL_COLOR = "#cf222e"
 ATOL_COLOR = "#0969da"
 ERROR_SCALE = "Inferno"
 SIGNED_SCALE = "RdBu_r"
@@ -61,11 +60,6 @@ _KIND_LABEL = {
     "ref": "reference (torch)",
     "onnx": "ONNX Runtime",
 }
-
-
-def plot_text(value: object) -> str:
-    """A user string as literal text in a plotly label, title, legend or hover text."""
-    return html.escape(str(value), quote=False)
 
 
 def _exp_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
