@@ -253,3 +253,17 @@ def test_axis_titles_name_the_onnx_dims_and_leave_added_axes_blank():
     vector = np.arange(16.0)
     view = ins.slice_view(vector, vector + 1, ins.default_slice(vector.shape))
     assert view.axis_titles(("seq",)) == ("seq (axis 0, size 16)", "")
+
+
+def test_worst_elements_break_ties_by_lowest_index_whatever_the_partition_order():
+    # 3,000 elements tied at one error, two larger ones, one excluded tie: the rows are the
+    # two larger, then the lowest-index ties (argpartition alone picks among the ties in an
+    # order numpy's SIMD sorts make differ between CPUs)
+    ref = np.zeros(3000, dtype=np.float32)
+    onnx = np.full(3000, 1e-3, dtype=np.float32)
+    onnx[2500], onnx[7] = 5e-3, np.inf
+    exclude = np.zeros(3000, dtype=bool)
+    exclude[1] = True
+    for chunk in (3000, 64):
+        worst = ins.worst_elements(ref, onnx, k=6, exclude=exclude, chunk_elements=chunk)
+        assert [r.index for r in worst.rows] == [(7,), (2500,), (0,), (2,), (3,), (4,)]
