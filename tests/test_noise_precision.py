@@ -55,7 +55,7 @@ def _quantize(source: Path, path: Path, fmt: str = "QDQ") -> Path:
     """int8 with ONNX Runtime's quantizer, calibrated on 8 standard normal sets (seed 7)."""
     rng = np.random.default_rng(7)
     calibration = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
-    return quantize_qdq(source, path, calibration=calibration, quant_format=fmt)
+    return quantize_qdq(source, path, calibration=calibration, quant_format=fmt, reduce_range=True)
 
 
 def _scaled(source: Path, path: Path, name: str, factor: float) -> Path:
