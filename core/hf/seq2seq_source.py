@@ -61,7 +61,7 @@ from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
 from parity.settings import Mention
 from parity.signature import OnnxSignature
-from parity.sources import Case, TorchSide
+from parity.sources import Case, Source, TorchSide
 
 _TIMING_KEYS = {"load": "load_model"}
 
@@ -84,7 +84,7 @@ FOLDER_LAYERS = (
 )
 
 
-class Seq2SeqSource:
+class Seq2SeqSource(Source):
     """Each case: one call of generate() (the encoder's, or a decoder step's)."""
 
     environment_modules: tuple[str, ...] = ("transformers",)

@@ -41,14 +41,14 @@ from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.settings import Setting
 from parity.signature import OnnxSignature
-from parity.sources import Case, Crop, TorchSide
+from parity.sources import Case, Crop, Source, TorchSide
 from parity.tolerances import Tolerances
 
 PADDING = "padding, never attended"
 NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
 
 
-class HfSource:
+class HfSource(Source):
     """Each case: one captured forward call of generate() (or an encoder's forward)."""
 
     environment_modules: tuple[str, ...] = ("transformers",)
@@ -132,7 +132,9 @@ class HfSource:
         }
         return str(result.path)
 
-    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+    def cases(
+        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
+    ) -> Iterator[Case]:
         loaded, capture = self._captured(signature)
         doubles: Sequence[CapturedCall | None] = [None] * len(capture.calls)
         note = ""
