@@ -175,7 +175,7 @@ class OutputComparison:
 
     def rejudge(self, tolerance: Tolerance) -> OutputComparison:
         """The same comparison judged at another tolerance, from the profile alone."""
-        if not self.can_rejudge:
+        if not self.can_rejudge or self.profile is None:  # can_rejudge: a profile is kept
             return replace(self, tolerance=tolerance)
         passed = self.profile.passes(tolerance)
         n_mismatch = self.profile.n_mismatch(tolerance)

@@ -9,9 +9,8 @@ from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.labels import verdict_label
 from parity.results import ValidationRun
+from parity.show.colors import VERDICT_BADGE
 from parity.text import count_text
-
-BADGE_COLORS = {"pass": "green", "fail": "red", "error": "orange"}  # Streamlit's named colours
 
 
 def verdict_badge(run: ValidationRun, *, size: str = "") -> str:
@@ -78,7 +77,7 @@ def candidate_lines(run: ValidationRun) -> str:
 
 
 def verdict_badge_of(verdict: str, *, size: str = "") -> str:
-    return f"{size}:{BADGE_COLORS[verdict]}-background[**{verdict_label(verdict)}**]"
+    return f"{size}:{VERDICT_BADGE[verdict]}-background[**{verdict_label(verdict)}**]"
 
 
 def own_export_words(run: ValidationRun) -> str | None:

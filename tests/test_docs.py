@@ -72,5 +72,8 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert any(line.strip() == install for line in ci.splitlines())
     assert "mkdocs build --strict" in ci
     lines = [line.strip() for line in ci.splitlines()]
-    for check in ("ruff check .", "ruff format --check ."):
-        assert lines.index(check) < lines.index(install), f"{check} runs before the tests"
+    checks = {line.split("#")[0].strip() for line in lines}
+    for check in ("ruff check .", "ruff format --check .", "mypy"):
+        assert check in checks, f"{check} runs in .ci/run"
+        index = next(i for i, line in enumerate(lines) if line.split("#")[0].strip() == check)
+        assert index < lines.index(install), f"{check} runs before the tests"

@@ -91,7 +91,7 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
                 worst = None
                 notes[name] = f"NaN/Inf mismatch in input set {c.input_set}: no atol passes"
                 break
-            worst = max(worst, float(m))
+            worst = max(worst or 0.0, float(m))  # None only after a break
         min_atols[name] = worst
         if worst is None:
             continue

@@ -34,6 +34,7 @@ __all__ = [
     "RATIO_COLORSCALE",
     "RATIO_SPAN",
     "STRUCTURAL_COLOR",
+    "VERDICT_BADGE",
     "WARN_COLOR",
     "CellLook",
     "cell_look",
@@ -52,6 +53,8 @@ PASS_COLOR = "#1a7f37"
 WARN_COLOR = "#f2cc60"
 FAIL_COLOR = "#cf222e"
 """A failing mark in a figure (the first divergence, the failing elements)."""
+VERDICT_BADGE = {"pass": "green", "fail": "red", "error": "orange"}
+"""A verdict's badge colour in the dashboard (Streamlit's named colours: `:green-background`)."""
 PASS_TEXT = "#1f2328"
 FAIL_TEXT = "#ffffff"
 STRUCTURAL_COLOR = "#6639ba"

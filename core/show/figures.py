@@ -406,8 +406,7 @@ def slice_panels(
         subplot_titles=("reference (torch)", "ONNX Runtime", _KIND_LABEL[error_view.kind]),
         horizontal_spacing=0.08,
     )
-    ranges = [_finite_range(v.values) for v in (ref_view, onnx_view)]
-    ranges = [r for r in ranges if r is not None]
+    ranges = [r for v in (ref_view, onnx_view) if (r := _finite_range(v.values)) is not None]
     lo = min((r[0] for r in ranges), default=0.0)
     hi = max((r[1] for r in ranges), default=1.0)
     for col, view in ((1, ref_view), (2, onnx_view)):
@@ -877,6 +876,6 @@ def _profile_bars(a: AxisProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         pad = n - fraction.size
         fraction = np.pad(fraction, (0, pad)).reshape(-1, k).max(axis=1)
         ratio = np.pad(ratio, (0, pad)).reshape(-1, k).max(axis=1)
-        hot = np.pad(hot, (0, pad)).reshape(-1, k).any(axis=1)
+        hot = np.asarray(np.pad(hot, (0, pad)).reshape(-1, k).any(axis=1))
     starts = np.arange(fraction.size) * k * a.bin
     return starts, fraction, ratio, hot
