@@ -183,21 +183,15 @@ def test_batches_under_a_tiny_budget_give_the_same_numbers(net: NetExports, tmp_
         net.dynamo, buggy, _node(net.dynamo, "LayerNormalization", "blocks.1.norm"), "scale", 0.02
     )
     # Unoptimised, each node runs its own kernel whichever values a batch marks as outputs:
-    # the numbers are the same bit for bit. Optimised, ONNX Runtime may fuse across a value one
-    # batch leaves unmarked, and whether a fused kernel rounds differently depends on the CPU
-    # (FMA or not): there the verdicts are the same, the last bits need not be.
+    # the numbers are the same bit for bit. (Optimised, ONNX Runtime may fuse across a value
+    # one batch leaves unmarked, and whether a fused kernel rounds differently depends on the
+    # CPU, FMA or not: equality there would rest on the machine. The default level's batches
+    # are run by the other tests here.)
     one = _localise(str(net.pt2), buggy, opt_level="disable")
     many = _localise(str(net.pt2), buggy, opt_level="disable", memory_mb=1, keep_mb=0)
     assert [v.error_ratio for v in one.values] == [v.error_ratio for v in many.values]
     assert one.first_divergence == many.first_divergence
     assert many.kept == ()
-    one = _localise(str(net.pt2), buggy)
-    many = _localise(str(net.pt2), buggy, memory_mb=1, keep_mb=0)
-    assert [(v.onnx_value, v.input_set, v.status) for v in one.values] == [
-        (v.onnx_value, v.input_set, v.status) for v in many.values
-    ]
-    assert one.first_divergence is not None and many.first_divergence is not None
-    assert one.first_divergence.onnx_value == many.first_divergence.onnx_value
     assert plan_batches(["a", "b", "c"], {"a": 3, "b": 3, "c": 9}, 6) == [("a", "b"), ("c",)]
 
 
