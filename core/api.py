@@ -21,11 +21,12 @@ leaves no temp file behind.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from parity.tolerances import (
     tolerances_of,
 )
 
-__all__ = ["ValidationRun", "assert_export_close", "validate"]
+__all__ = ["ValidateOptions", "ValidationRun", "assert_export_close", "validate"]
 
 
 class _ReportFiles:
@@ -75,29 +76,59 @@ class _ReportFiles:
 register_run_files(_ReportFiles())
 
 
-def validate(
-    model: Any,
-    onnx: Any = None,
-    *,
-    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-    input_sets: int = 1,
-    dims: Mapping[str, int] | None = None,
-    seed: int = 0,
-    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None = None,
-    atol: float = DEFAULT_ATOL,
-    rtol: float = DEFAULT_RTOL,
-    tolerances: TolerancesLike = None,
-    provider: str = "CPUExecutionProvider",
-    ort_opt_level: str = "all",
-    layers: bool = False,
-    repro: str | os.PathLike[str] | None = None,
-    noise_floor: bool = False,
-    reference: str | os.PathLike[str] | None = None,
-    weights: str | os.PathLike[str] | None = None,
-    progress: ProgressCallback | None = None,
-    max_memory: int | str | None = None,
-    timeout: float | None = None,
-) -> ValidationRun:
+@dataclass(frozen=True)
+class ValidateOptions:
+    """`validate`'s (and `assert_export_close`'s) keyword arguments, declared once: their
+    names, types and defaults here; their meanings in validate's docstring. `validate`'s
+    signature is made from these fields."""
+
+    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    input_sets: int = 1
+    dims: Mapping[str, int] | None = None
+    seed: int = 0
+    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None = None
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    tolerances: TolerancesLike = None
+    provider: str = "CPUExecutionProvider"
+    ort_opt_level: str = "all"
+    layers: bool = False
+    repro: str | os.PathLike[str] | None = None
+    noise_floor: bool = False
+    reference: str | os.PathLike[str] | None = None
+    weights: str | os.PathLike[str] | None = None
+    progress: ProgressCallback | None = None
+    max_memory: int | str | None = None
+    timeout: float | None = None
+
+
+def _options_of(function: str, given: Mapping[str, Any]) -> ValidateOptions:
+    """The keywords given, as ValidateOptions; an unknown one is Python's own TypeError."""
+    known = {f.name for f in fields(ValidateOptions)}
+    for name in given:
+        if name not in known:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+    return ValidateOptions(**given)
+
+
+def _signature_with_options(function: Any) -> Any:
+    """`function(model, onnx=None, **options)` shown (help(), inspect, notebooks) with each
+    ValidateOptions field as a keyword of its own."""
+    head = list(inspect.signature(function).parameters.values())[:2]
+    keywords = [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
+        )
+        for f in fields(ValidateOptions)
+    ]
+    function.__signature__ = inspect.Signature(
+        [*head, *keywords], return_annotation="ValidationRun"
+    )
+    return function
+
+
+@_signature_with_options
+def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
     """Run `model` and `onnx` on the same inputs and compare every output element.
 
     model: an ``nn.Module`` (run in eval mode under ``inference_mode``), a
@@ -137,13 +168,7 @@ def validate(
     disagree is not an error: check `.passed` / `.failing`, or use `assert_export_close`.
     """
     try:
-        return _validate(
-            model, onnx, inputs=inputs, input_sets=input_sets, dims=dims, seed=seed,
-            float_range=float_range, atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
-            ort_opt_level=ort_opt_level, layers=layers, repro=repro, noise_floor=noise_floor,
-            reference=reference, weights=weights,
-            progress=progress, max_memory=max_memory, timeout=timeout,
-        )  # fmt: skip
+        return _validate(model, onnx, _options_of("validate", options))
     except ParityError as exc:
         raise exc.in_words(Front.API) from exc.__cause__
 
@@ -157,33 +182,12 @@ def _max_memory(value: int | str | None) -> int | None:
     return parse_size(str(value))
 
 
-def _validate(
-    model: Any,
-    onnx: Any,
-    *,
-    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
-    input_sets: int,
-    dims: Mapping[str, int] | None,
-    seed: int,
-    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None,
-    atol: float,
-    rtol: float,
-    tolerances: TolerancesLike,
-    provider: str,
-    ort_opt_level: str,
-    layers: bool,
-    repro: str | os.PathLike[str] | None,
-    noise_floor: bool,
-    reference: str | os.PathLike[str] | None,
-    weights: str | os.PathLike[str] | None,
-    progress: ProgressCallback | None,
-    max_memory: int | str | None = None,
-    timeout: float | None = None,
-) -> ValidationRun:
+def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
+    o = options
     tol = tolerances_of(
-        tolerances,
-        Tolerance(atol=atol, rtol=rtol),
-        explicit=(atol, rtol) != (DEFAULT_ATOL, DEFAULT_RTOL),
+        o.tolerances,
+        Tolerance(atol=o.atol, rtol=o.rtol),
+        explicit=(o.atol, o.rtol) != (DEFAULT_ATOL, DEFAULT_RTOL),
     )
     loaders = default_loaders()
     spec: str | None
@@ -195,48 +199,48 @@ def _validate(
         prepared = from_object(model)
         spec = prepared.spec
         loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
-    if repro is not None:  # a bad folder is refused before the run, not after it
+    if o.repro is not None:  # a bad folder is refused before the run, not after it
         from parity.files.atomic import check_folder_writable
 
-        check_folder_writable(os.fspath(repro), "repro folder")
-    feeds = _input_mappings(inputs)
+        check_folder_writable(os.fspath(o.repro), "repro folder")
+    feeds = _input_mappings(o.inputs)
     with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
         onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))
         config = RunConfig(
             model=spec,
             onnx=onnx_path,
-            weights=None if weights is None else os.fspath(weights),
-            dims=dict(dims or {}),
-            n_input_sets=input_sets,
-            seed=seed,
-            float_range=None if isinstance(float_range, Mapping) else float_range,
-            float_ranges=dict(float_range) if isinstance(float_range, Mapping) else {},
+            weights=None if o.weights is None else os.fspath(o.weights),
+            dims=dict(o.dims or {}),
+            n_input_sets=o.input_sets,
+            seed=o.seed,
+            float_range=None if isinstance(o.float_range, Mapping) else o.float_range,
+            float_ranges=dict(o.float_range) if isinstance(o.float_range, Mapping) else {},
             feeds=feeds,
-            provider=provider,
-            ort_opt_level=ort_opt_level,
-            layers=layers or repro is not None,
-            noise_floor=noise_floor,
+            provider=o.provider,
+            ort_opt_level=o.ort_opt_level,
+            layers=o.layers or o.repro is not None,
+            noise_floor=o.noise_floor,
             tolerances=tol,
-            reference_file=None if reference is None else os.fspath(reference),
-            max_memory=_max_memory(max_memory),
-            timeout=timeout,
+            reference_file=None if o.reference is None else os.fspath(o.reference),
+            max_memory=_max_memory(o.max_memory),
+            timeout=o.timeout,
         )
         from parity.pipeline import run_validation
 
         try:
-            run = run_validation(config, progress=progress, loaders=loaders)
+            run = run_validation(config, progress=o.progress, loaders=loaders)
         except ParityError as exc:  # name what the caller gave, not the temp file it went to
             if onnx_label is not None and onnx_path:
                 exc.replace_text(onnx_path, onnx_label)
             raise
-        if repro is not None:  # while the ONNX file (its README reads it) still exists
+        if o.repro is not None:  # while the ONNX file (its README reads it) still exists
             from parity.layers.repro import write_repro
 
             write_repro(
                 run.layers,
-                repro,
+                o.repro,
                 command=f"parity.validate({spec or type(model).__name__!r}, "
-                f"{onnx_label or onnx_path!r}, repro={os.fspath(repro)!r})",
+                f"{onnx_label or onnx_path!r}, repro={os.fspath(o.repro)!r})",
                 onnx_path=onnx_path,
             )
     if onnx_label is not None:  # the temp file is gone: name what the caller gave
@@ -245,6 +249,7 @@ def _validate(
     return run
 
 
+@_signature_with_options
 def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
     """`validate(model, onnx, **options)`; raises AssertionError unless every output passes.
 
@@ -267,6 +272,7 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
         ...
     """
     __tracebackhide__ = True  # pytest shows the caller's line and this message, not our locals
+    _options_of("assert_export_close", options)  # an unknown keyword named as this function's
     run = validate(model, onnx, **options)
     if run.passed:
         return run

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from parity.results import OutputComparison, Status, ValidationRun
+from parity.verdict import Verdict
 
 __all__ = [
     "OUTSIDE_MODULES",
@@ -16,6 +17,7 @@ __all__ = [
     "badness_of",
     "set_label",
     "status_label",
+    "verdict_label",
     "worst_first",
     "wrong_pair_note",
 ]
@@ -63,6 +65,12 @@ def status_label(status: Status, style: StatusStyle = "words") -> str:
     if style == "marked":
         return f"{'✓' if status.passed else '✗'} {words}"
     return "FAIL" if status is Status.FAIL else words  # the one word a reader looks for
+
+
+def verdict_label(verdict: str) -> str:
+    """A verdict in capitals, the word a reader looks for: ``PASS``, ``FAIL``, ``ERROR`` (the
+    terminal's headline, the HTML report's banner, the dashboard's badge)."""
+    return Verdict(verdict).name
 
 
 def badness(c: OutputComparison) -> tuple[bool, bool, float, float]:

@@ -197,9 +197,7 @@ def _load_slot(
 ) -> _Slot:
     slot = _Slot(index, spec)
     try:  # a source that splits an export into files (encoder-decoder) says which
-        slot.candidate = load_candidate(
-            spec, loaders, report, parts_of=getattr(source, "onnx_parts", None)
-        )
+        slot.candidate = load_candidate(spec, loaders, report, parts_of=source.onnx_parts)
     except _CANDIDATE_ERRORS as exc:
         slot.fail(exc)
     return slot
@@ -280,7 +278,7 @@ def _source_cases(source: Source, signature: OnnxSignature, first: Candidate) ->
     if not first.parts:
         return source.cases(signature)
     signatures = {part: c.signature for part, c in first.parts.items()}
-    return source.cases(signature, parts=signatures)  # type: ignore[call-arg]
+    return source.cases(signature, parts=signatures)
 
 
 def _run_cases(
@@ -295,7 +293,7 @@ def _run_cases(
 
     timings: dict[str, float] = {}
     first = next(s.candidate for s in slots if s.candidate is not None)
-    signature = getattr(source, "reference_signature", None) or first.signature
+    signature = source.reference_signature or first.signature
     # generated inputs stay within every candidate's calibrated range (a quantized file)
     signature = replace(
         signature,
@@ -362,9 +360,9 @@ def _run_cases(
     deadline.check()
     _raise_if_none_loaded(slots)
     lead = next(s for s in slots if s.candidate is not None)
-    free_run = getattr(source, "free_run", None)  # causal LMs: ONNX Runtime generates alone
-    if free_run is not None and lead.error is None:
-        free_run(lead.candidate, config.tolerances, deadline)
+    if lead.error is None:  # causal LMs: ONNX Runtime generates alone
+        assert lead.candidate is not None
+        source.free_run(lead.candidate, config.tolerances, deadline)
     report("done", "done", 1.0)
     timings.update(source.timings)
     timings["onnxruntime"] = t_onnx
@@ -412,9 +410,8 @@ def _noise_precisions(config: RunConfig, source: Source, slots: list[_Slot]) -> 
 
     found = {s.index: output_precisions(s.candidate.path) for s in slots if s.candidate is not None}
     sixteen = {p.precision for f in found.values() for p in f.values()} & {"float16", "bfloat16"}
-    measure = getattr(source, "measure_noise_at", None)
-    if sixteen and measure is not None:
-        measure(sixteen)
+    if sixteen:
+        source.measure_noise_at(sixteen)
     return found
 
 

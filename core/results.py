@@ -8,7 +8,6 @@ rtol).
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,6 +21,7 @@ import numpy as np
 from parity.judge.error_profile import ErrorProfile
 from parity.messages import failure_message, with_notes
 from parity.signature import OnnxSignature
+from parity.text import html_text
 from parity.tolerances import Tolerance, Tolerances, TolerancesLike, tolerances_of
 from parity.verdict import Verdict
 
@@ -175,7 +175,7 @@ class OutputComparison:
 
     def rejudge(self, tolerance: Tolerance) -> OutputComparison:
         """The same comparison judged at another tolerance, from the profile alone."""
-        if not self.can_rejudge:
+        if not self.can_rejudge or self.profile is None:  # can_rejudge: a profile is kept
             return replace(self, tolerance=tolerance)
         passed = self.profile.passes(tolerance)
         n_mismatch = self.profile.n_mismatch(tolerance)
@@ -636,7 +636,7 @@ class ValidationRun:
 
     def _repr_html_(self) -> str:
         """The offline HTML report, framed: a notebook shows verdict, table and figures."""
-        page = html.escape(_run_files().html(self), quote=True)
+        page = html_text(_run_files().html(self))
         return (
             f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
             'sandbox="allow-scripts"></iframe>'

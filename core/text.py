@@ -1,8 +1,10 @@
 """How numbers, shapes and tolerances read as text, in the terminal, the HTML report and the
-dashboard: one policy for undefined and non-finite values, one shape notation."""
+dashboard: one policy for undefined and non-finite values, one shape notation, one way a user's
+string is escaped into HTML and into plotly's text."""
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from collections.abc import Sequence
@@ -12,10 +14,14 @@ __all__ = [
     "aligned_table",
     "all_text",
     "count_text",
+    "html_text",
     "axis_text",
     "number_text",
     "number_pair_text",
+    "multiple_text",
     "parse_number",
+    "percent_text",
+    "plot_text",
     "plot_number_format",
     "ratio_text",
     "shape_text",
@@ -55,9 +61,10 @@ def number_pair_text(a: float | None, b: float | None) -> tuple[str, str]:
     short form, or as many more significant digits as it takes for two different values to
     read differently (``0.066812`` / ``0.066847``, never ``0.0668`` / ``0.0668``)."""
     texts = number_text(a), number_text(b)
-    finite = a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
-    if texts[0] != texts[1] or not finite or float(a) == float(b):
-        return texts  # different already, the same value, or nan / inf (said in full)
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return texts  # undefined, or nan / inf (said in full)
+    if texts[0] != texts[1] or float(a) == float(b):
+        return texts  # different already, or the same value
     for digits in range(4, 18):  # 17 significant digits tell any two doubles apart
         texts = number_text(a, digits), number_text(b, digits)
         if texts[0] != texts[1]:
@@ -83,6 +90,19 @@ def axis_text(axis: int, size: int | None = None, name: str | None = None) -> st
 def ratio_text(value: float | None) -> str:
     """An error in units of the allowed error (parity.judge.ratio): ``0.13×``, ``4.81e+04×``."""
     return "-" if value is None else number_text(value) + "×"
+
+
+def multiple_text(value: float) -> str:
+    """A measured multiple in a sentence, to two significant digits (a noise ratio: ``0.9×``,
+    ``3,600×``); ratio_text is the table's form (number_text's three digits)."""
+    if value >= 100:
+        return f"{float(f'{value:.2g}'):,.0f}\u00d7"
+    return f"{value:.2g}\u00d7"
+
+
+def percent_text(fraction: float | None) -> str:
+    """A fraction as a percentage, three significant digits: ``0.3%`` (None reads as 0)."""
+    return f"{100 * (fraction or 0.0):.3g}%"
 
 
 def times_text(value: float) -> str:
@@ -143,3 +163,14 @@ def aligned_table(rows: Sequence[Sequence[str]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def html_text(value: object) -> str:
+    """A user string as literal text in HTML: element content or a quoted attribute."""
+    return html.escape(str(value), quote=True)
+
+
+def plot_text(value: object) -> str:
+    """A user string as literal text in a plotly label, title, legend or hover text (plotly
+    reads a subset of HTML there; quotes need no escaping)."""
+    return html.escape(str(value), quote=False)

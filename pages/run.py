@@ -13,9 +13,18 @@ import streamlit as st
 from parity.dashboard import routes, state
 from parity.dashboard.access import trust_code
 from parity.dashboard.run_form import (
+    DEMO,
+    DEMO_EXPORT,
+    HF,
+    HF_EXPORT_CHOICE,
     LIMITS,
+    MODEL_SOURCES,
     N_SETS_DEFAULT,
     ONNX_ONLY,
+    ONNX_PATH,
+    PATH,
+    REFERENCE,
+    UPLOAD,
     kept_settings,
     onnx_source_key,
     with_kept_hf,
@@ -66,11 +75,11 @@ def run_demo(name: str) -> None:
     """Run a demo, and make the "Your model" form show what ran (demo, its export, sets)."""
     state.set_form(
         {
-            "model_source": "Built-in demo",
-            "model_demo": name,
-            "onnx_source_True": "The demo's export",
-            "n_sets": N_SETS_DEFAULT,
-            "seed": 0,
+            state.RUN_MODEL_SOURCE: DEMO,
+            state.RUN_MODEL_DEMO: name,
+            onnx_source_key(demo=True, hf=False): DEMO_EXPORT,
+            state.RUN_N_SETS: N_SETS_DEFAULT,
+            state.RUN_SEED: 0,
         }
     )
     execute(demo_config(name), label=demo_spec(name))
@@ -179,19 +188,12 @@ def show_signature(signature) -> None:
 def choose_model() -> tuple[str | None, str | None, str | None]:
     """(model spec, weights path, demo name) from the user's choice.
 
-    For "Stored reference outputs" the spec is "reference:PATH" (no torch model runs).
+    For REFERENCE ("Stored reference outputs") the spec is "reference:PATH" (no torch model runs).
     """
     source = state.form_widget(
         st.radio,
         "PyTorch model",
-        [
-            "Built-in demo",
-            "Path on this machine",
-            "Upload",
-            "Hugging Face directory (LLM)",
-            "Stored reference outputs",
-            ONNX_ONLY,
-        ],
+        list(MODEL_SOURCES),
         horizontal=True,
         key=state.RUN_MODEL_SOURCE,
         help="Stored reference outputs: torch's outputs saved earlier (`parity validate "
@@ -202,14 +204,14 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
     weights = None
     if source == ONNX_ONLY:
         return ONNX_ONLY, None, None
-    if source == "Hugging Face directory (LLM)":
+    if source == HF:
         directory = state.form_widget(
             st.text_input,
             "Local transformers directory (config, weights, tokenizer; never downloaded)",
             key=state.RUN_HF_DIR, placeholder="/models/my-llm",
         ).strip()  # fmt: skip
         return (hf_spec(directory) if directory else None), None, None
-    if source == "Stored reference outputs":
+    if source == REFERENCE:
         path = state.form_widget(
             st.text_input, "Reference outputs (.npz path on this machine)", key=state.RUN_REF_PATH,
             placeholder="ref.npz",
@@ -219,10 +221,10 @@ def choose_model() -> tuple[str | None, str | None, str | None]:
         if uploaded is not None:
             path = str(uploaded)
         return (reference_spec(path) if path else None), None, None
-    if source == "Built-in demo":
+    if source == DEMO:
         name = state.form_widget(st.selectbox, "Demo", state.demo_names(), key=state.RUN_MODEL_DEMO)
         return demo_spec(name), None, name
-    if source == "Path on this machine":
+    if source == PATH:
         spec = state.form_widget(
             st.text_input,
             "Model",
@@ -284,8 +286,8 @@ HF_EXPORT = "hf-export"
 
 
 def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
-    options = (["The demo's export"] if demo else []) + (["Let Parity export it"] if hf else [])
-    options += ["Path on this machine", "Upload"]
+    options = ([DEMO_EXPORT] if demo else []) + ([HF_EXPORT_CHOICE] if hf else [])
+    options += [ONNX_PATH, UPLOAD]
     source = state.form_widget(
         st.radio,
         "ONNX file",
@@ -293,15 +295,15 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
         horizontal=True,
         key=onnx_source_key(demo=bool(demo), hf=hf),
     )
-    if source == "The demo's export":
+    if source == DEMO_EXPORT:
         return state.demo_onnx_path(demo)
-    if source == "Let Parity export it":
+    if source == HF_EXPORT_CHOICE:
         st.caption(
             "torch.onnx.export (dynamo) with Optimum's input/output names and dynamic dims "
             "inferred from the captured calls."
         )
         return HF_EXPORT
-    if source == "Path on this machine":
+    if source == ONNX_PATH:
         path = state.form_widget(
             st.text_input, "ONNX path", key=state.RUN_ONNX_PATH, placeholder="/path/to/model.onnx",
             help="External-data files are read from beside it.",

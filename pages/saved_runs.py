@@ -19,6 +19,7 @@ from parity.dashboard import state
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import upload_path
 from parity.errors import ParityError
+from parity.labels import verdict_label
 from parity.launch import RUN_ENV, RUN_SCRATCH_ENV
 from parity.results import ValidationRun
 
@@ -159,7 +160,7 @@ def open_and_say(path: Path, *, shown: str | None, verify: bool = True) -> bool:
         _say(False, f"Could not open {what}: {md_text(exc.message)}")
         return False
     said = f"{md_code(shown)}: " if shown is not None else ""
-    _say(True, f"Opened {said}{md_text(run_words(run))}, {run.verdict.upper()}.")
+    _say(True, f"Opened {said}{md_text(run_words(run))}, {verdict_label(run.verdict)}.")
     return True
 
 

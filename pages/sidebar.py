@@ -7,10 +7,10 @@ import streamlit as st
 from parity.dashboard import state
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
+from parity.labels import verdict_label
 from parity.results import ValidationRun
+from parity.show.colors import VERDICT_BADGE
 from parity.text import count_text
-
-VERDICT_STYLE = {"pass": ("green", "PASS"), "fail": ("red", "FAIL"), "error": ("orange", "ERROR")}
 
 
 def verdict_badge(run: ValidationRun, *, size: str = "") -> str:
@@ -77,8 +77,7 @@ def candidate_lines(run: ValidationRun) -> str:
 
 
 def verdict_badge_of(verdict: str, *, size: str = "") -> str:
-    color, text = VERDICT_STYLE.get(verdict, ("gray", verdict.upper()))
-    return f"{size}:{color}-background[**{text}**]"
+    return f"{size}:{VERDICT_BADGE[verdict]}-background[**{verdict_label(verdict)}**]"
 
 
 def own_export_words(run: ValidationRun) -> str | None:

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import streamlit as st
 
@@ -404,7 +404,7 @@ def form_widget(widget: Callable[..., T], *args, key: str, default: object = Non
     return widget(*call.args, **call.kwargs)
 
 
-def own_default(call: inspect.BoundArguments, value: object, *, set_through_api: bool) -> None:
+def own_default(call: inspect.BoundArguments, value: Any, *, set_through_api: bool) -> None:
     """Make `value` the widget's own default in `call` (its value, default or index
     argument, whichever its function takes), or leave that argument out."""
     params = call.signature.parameters

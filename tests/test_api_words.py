@@ -108,3 +108,25 @@ def test_a_memory_refusal_in_the_api_names_max_memory_with_a_value(tiny, tiny_ar
                         max_memory="1K")  # fmt: skip
     message = str(caught.value)
     assert "raise the budget with max_memory=" in message and "--" not in message, message
+
+
+def test_validate_and_assert_export_close_take_the_options_declared_once():
+    """Their keywords are ValidateOptions' fields (names and defaults, in order), and a
+    keyword that is not one is Python's TypeError naming the function called."""
+    import dataclasses
+    import inspect
+
+    from parity.api import ValidateOptions
+
+    options = dataclasses.fields(ValidateOptions)
+    for function in (parity.validate, parity.assert_export_close):
+        params = list(inspect.signature(function).parameters.values())
+        assert [p.name for p in params] == ["model", "onnx", *(f.name for f in options)]
+        assert [p.default for p in params[2:]] == [f.default for f in options]
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:])
+    for function in (parity.validate, parity.assert_export_close):
+        name = function.__name__
+        with pytest.raises(
+            TypeError, match=rf"^{name}\(\) got an unexpected keyword .*'input_set'"
+        ):
+            function(None, input_set=2)

@@ -8,14 +8,15 @@ import sys
 
 import pytest
 
+from parity.cli.definition import HF
 from parity.errors import ModelLoadError, UsageError
-from parity.hf.cli_args import add_hf_arguments, hf_options_from_args
+from parity.hf.cli_args import hf_options_from_args
 from parity.hf.options import DEFAULT_PROMPT, INSTALL_HINT
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_hf_arguments(parser)
+    HF.add_to(parser)
     return parser.parse_args(argv)
 
 

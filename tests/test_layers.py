@@ -182,8 +182,13 @@ def test_batches_under_a_tiny_budget_give_the_same_numbers(net: NetExports, tmp_
     plant(
         net.dynamo, buggy, _node(net.dynamo, "LayerNormalization", "blocks.1.norm"), "scale", 0.02
     )
-    one = _localise(str(net.pt2), buggy)
-    many = _localise(str(net.pt2), buggy, memory_mb=1, keep_mb=0)
+    # Unoptimised, each node runs its own kernel whichever values a batch marks as outputs:
+    # the numbers are the same bit for bit. (Optimised, ONNX Runtime may fuse across a value
+    # one batch leaves unmarked, and whether a fused kernel rounds differently depends on the
+    # CPU, FMA or not: equality there would rest on the machine. The default level's batches
+    # are run by the other tests here.)
+    one = _localise(str(net.pt2), buggy, opt_level="disable")
+    many = _localise(str(net.pt2), buggy, opt_level="disable", memory_mb=1, keep_mb=0)
     assert [v.error_ratio for v in one.values] == [v.error_ratio for v in many.values]
     assert one.first_divergence == many.first_divergence
     assert many.kept == ()

@@ -21,8 +21,8 @@ from parity.cli import main
 from parity.judge.noise_floor import noise_lines, noise_sentence
 from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
 from parity.load.file_precision import output_precisions
-from parity.results import Noise
 from parity.reports.saved_run import load_run
+from parity.results import Noise
 from parity.text import number_text
 from tests.helpers.precision_models import quantize_qdq, to_float16
 
@@ -55,7 +55,7 @@ def _quantize(source: Path, path: Path, fmt: str = "QDQ") -> Path:
     """int8 with ONNX Runtime's quantizer, calibrated on 8 standard normal sets (seed 7)."""
     rng = np.random.default_rng(7)
     calibration = [{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
-    return quantize_qdq(source, path, calibration=calibration, quant_format=fmt)
+    return quantize_qdq(source, path, calibration=calibration, quant_format=fmt, reduce_range=True)
 
 
 def _scaled(source: Path, path: Path, name: str, factor: float) -> Path:

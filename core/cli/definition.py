@@ -518,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="parity", allow_abbrev=False, description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
-        extra = {"description": command.description} if command.description else {}
+        extra: dict[str, Any] = {"description": command.description} if command.description else {}
         if command.raw_description:
             extra["formatter_class"] = argparse.RawDescriptionHelpFormatter
         p = sub.add_parser(command.name, help=command.help, allow_abbrev=False, **extra)

@@ -29,7 +29,7 @@ class Parser(argparse.ArgumentParser):
         message = self._with_suggestion(message)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         """As argparse's, but arguments nobody took are refused by the command they were
         given to (its flags are the ones a did-you-mean looks among)."""
         parsed, unknown = self.parse_known_args(args, namespace)

@@ -39,7 +39,7 @@ def strict(value: Any) -> Any:
     if isinstance(value, (int, np.integer)):
         return int(value)
     if isinstance(value, (float, np.floating)):
-        return finite_or_none(value)
+        return finite_or_none(float(value))
     return value
 
 

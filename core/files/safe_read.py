@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 from parity.errors import ParityError
 from parity.files.kinds import kind_of, not_a_regular_file
@@ -91,7 +91,7 @@ class _Bounded(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         n = max(0, min(len(view), self._limit - self._pos))
         if n == 0:
@@ -146,7 +146,7 @@ def open_regular(
     what: str,
     limit: int | None,
     error: type[ParityError],
-) -> Iterator[BinaryIO]:
+) -> Iterator[io.BufferedReader[Any]]:
     """A buffered, seekable reader on the regular file `path`, bounded by `limit` bytes (None:
     by its size when opened). A bigger file is refused before anything is read."""
     fd = _open_fd(path, what, error)
@@ -159,7 +159,7 @@ def open_regular(
         raise
     raw = _Bounded(fd, size if limit is None else limit)
     with io.BufferedReader(raw) as fh:
-        yield fh  # type: ignore[misc]
+        yield fh
 
 
 def read_bytes(

@@ -16,13 +16,6 @@ from parity.hf.options import (
 )
 
 
-def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the flags that only `--model hf:DIR` uses (their table: parity.cli.definition.HF)."""
-    from parity.cli.definition import HF
-
-    HF.add_to(parser)
-
-
 def hf_flags_given(args: argparse.Namespace) -> bool:
     """Whether any flag that only an hf: model uses was given (so another model refuses it)."""
     from parity.cli.definition import HF

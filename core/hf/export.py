@@ -223,7 +223,7 @@ class _quiet_exporter:
         self._level = self._logger.level
         self._logger.setLevel(logging.ERROR)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._logger.setLevel(self._level)
         self._warnings.__exit__(*exc)
 
@@ -241,6 +241,7 @@ class DecoderStep:
                 f"export: FAILED: {type(model).__name__}.forward takes no KV cache "
                 f"(none of {list(CACHE_KEYWORDS)})"
             )
+        cache_key: str = cache_kw  # narrowed, for the step below
         takes_positions = "position_ids" in forward_params
 
         class _DecoderStep(torch.nn.Module):
@@ -250,7 +251,7 @@ class DecoderStep:
                 self.takes_positions = takes_positions
 
             def step(self, input_ids: Any, attention_mask: Any, past: list[Any], **kw: Any) -> Any:
-                kw[cache_kw] = make_cache(past, model.config)
+                kw[cache_key] = make_cache(past, model.config)
                 out = self.model(
                     input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **kw
                 )

@@ -301,7 +301,7 @@ class quiet_transformers:
         logging.set_verbosity_error()
         logging.disable_progress_bar()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._logging.set_verbosity(self._level)
         if self._bars:
             self._logging.enable_progress_bar()

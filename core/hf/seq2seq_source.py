@@ -12,7 +12,6 @@ from them. Parity does not export encoder-decoder models itself: --onnx names th
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from parity.errors import UsageError
-from parity.hf.options import HfOptions, hf_directory
+from parity.hf.options import hf_directory
 from parity.hf.seq2seq_capture import DECODER, Seq2SeqCall, Seq2SeqCapture, capture_seq2seq
 from parity.hf.seq2seq_loading import (
     LoadedSeq2Seq,
@@ -39,7 +38,7 @@ from parity.hf.seq2seq_parts import (
     parts_of,
     reference_for,
 )
-from parity.hf.source import NOT_EXPORTED, PADDING, logits_crop
+from parity.hf.source import NOT_EXPORTED, HfSourceBase, call_case
 from parity.hf.steps_text import SEQ2SEQ
 from parity.hf.summary import (
     PHASES,
@@ -53,9 +52,6 @@ from parity.results import (
     GenerationStep,
     InputSet,
     OutputComparison,
-    OutputSet,
-    Provenance,
-    RunKind,
 )
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
@@ -84,22 +80,13 @@ FOLDER_LAYERS = (
 )
 
 
-class Seq2SeqSource:
+class Seq2SeqSource(HfSourceBase):
     """Each case: one call of generate() (the encoder's, or a decoder step's)."""
 
-    environment_modules: tuple[str, ...] = ("transformers",)
-
     def __init__(self, config: RunConfig, report: ProgressReporter) -> None:
-        assert config.model is not None
-        self.model: str = config.model
-        self.n_cases: int | None = None
-        self.timings: dict[str, float] = {}
-        self.options: HfOptions = config.hf or HfOptions()
+        super().__init__(config, report)
         self._inputs_file = _one_given_set(config)
         self._given_feeds = config.feeds[0] if config.feeds else None
-        self._max_memory = config.max_memory
-        self._seed = config.seed
-        self._report = report
         self._loaded: LoadedSeq2Seq | None = None
         self._capture: Seq2SeqCapture | None = None
         self._parts: tuple[Part, ...] = ()
@@ -135,33 +122,32 @@ class Seq2SeqSource:
 
     def _captured(self, *, decoder: bool = True) -> tuple[LoadedSeq2Seq, Seq2SeqCapture]:
         if self._loaded is None or self._capture is None:
-            self._report("load", f"loading {self.model}", 0.02)
-            t0 = time.perf_counter()
-            self._loaded = load_seq2seq(
-                hf_directory(self.model),
-                random_weights=self.options.random_weights,
-                config_overrides=self.options.config_overrides,
-                seed=self._seed,
-                task=self.options.task,
-                max_memory=self._max_memory,
+            self._loaded = self._load_timed(
+                lambda: load_seq2seq(
+                    hf_directory(self.model),
+                    random_weights=self.options.random_weights,
+                    config_overrides=self.options.config_overrides,
+                    seed=self._seed,
+                    task=self.options.task,
+                    max_memory=self._max_memory,
+                )
             )
-            self.timings["load_model"] = time.perf_counter() - t0
             what = f"generate(): {self.options.max_new_tokens} new token(s)" if decoder else ""
             self._report("capture", what or "the encoder's forward", 0.15)
             prompts = () if self._loaded.audio else self.options.prompts
             inputs, self._inputs_made = encoder_inputs(
                 self._loaded, prompts=prompts, seed=self._seed, given=self._given_inputs()
             )
-            self._capture = capture_seq2seq(
-                self._loaded.model,
-                inputs,
-                max_new_tokens=self.options.max_new_tokens,
-                tokenizer=self._loaded.tokenizer,
-                prompts=prompts,
-                decoder=decoder,
+            self._capture = self._counted(
+                capture_seq2seq(
+                    self._loaded.model,
+                    inputs,
+                    max_new_tokens=self.options.max_new_tokens,
+                    tokenizer=self._loaded.tokenizer,
+                    prompts=prompts,
+                    decoder=decoder,
+                )
             )
-            self.timings["capture"] = self._capture.seconds
-            self.n_cases = len(self._capture.calls)
         return self._loaded, self._capture
 
     def _given_inputs(self) -> dict[str, np.ndarray] | None:
@@ -179,9 +165,6 @@ class Seq2SeqSource:
         if self._inputs_file is not None:
             return f"{shapes} from {self._inputs_file}"
         return f"{shapes}: {self._inputs_made}"
-
-    def provenance(self) -> Provenance:
-        return Provenance(kind=RunKind.HF_GENERATE, seed=self._seed)
 
     def torch_side(self) -> TorchSide:
         """One file of the export: the encoder, or the model on its decoder calls (a merged
@@ -263,20 +246,11 @@ class Seq2SeqSource:
 def _case(call: Seq2SeqCall, part: Part) -> Case:
     ignore = ignored_outputs(call, part)
     reference = {k: v for k, v in reference_for(call, part.signature).items() if k not in ignore}
-    exclude: dict[str, np.ndarray] = {}
-    for name, array in reference.items():
-        where = padding_mask(call, name, tuple(array.shape))
-        if where is not None and where.any():
-            exclude[name] = where
-    crop = logits_crop(reference.get("logits"))
-    return Case(
-        input_set=InputSet(
-            index=call.index, feeds=feeds_for(call, part.signature), label=call.label
-        ),
-        reference=OutputSet(arrays=reference, seconds=call.seconds),
-        exclude=exclude,
-        exclude_reason=PADDING,
-        crop={"logits": crop} if crop is not None else {},
+    return call_case(
+        InputSet(index=call.index, feeds=feeds_for(call, part.signature), label=call.label),
+        reference,
+        call.seconds,
+        lambda name, shape: padding_mask(call, name, shape),
         part=part.key,
         ignore=ignore,
     )

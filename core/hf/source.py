@@ -14,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -41,15 +41,26 @@ from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.settings import Setting
 from parity.signature import OnnxSignature
-from parity.sources import Case, Crop, TorchSide
+from parity.sources import Case, Crop, Source, TorchSide
 from parity.tolerances import Tolerances
 
 PADDING = "padding, never attended"
 NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
 
+_Loaded = TypeVar("_Loaded")
+_Capture = TypeVar("_Capture", bound="_Captured")
 
-class HfSource:
-    """Each case: one captured forward call of generate() (or an encoder's forward)."""
+
+class _Captured(Protocol):  # Capture and Seq2SeqCapture
+    seconds: float
+    calls: Sequence[Any]
+
+
+class HfSourceBase(Source):
+    """What the hf: sources share (causal LMs and one-forward models here, encoder-decoder
+    models in parity.hf.seq2seq_source): the run's settings, loading the model and
+    capturing its calls once with their timings, the provenance, and how one captured call
+    becomes a Case. Each subclass keeps what differs: what it loads, captures and exports."""
 
     environment_modules: tuple[str, ...] = ("transformers",)
 
@@ -60,10 +71,62 @@ class HfSource:
         self.timings: dict[str, float] = {}
         self.options: HfOptions = config.hf or HfOptions()
         self._seed = config.seed
-        self._input_files = config.input_files  # one forward each (one-forward models only)
-        self._given = config.feeds  # input sets given as arrays (the Python API)
         self._max_memory = config.max_memory
         self._report = report
+
+    def _load_timed(self, load: Callable[[], _Loaded]) -> _Loaded:
+        """`load()` (the model from its directory), said and timed as load_model."""
+        self._report("load", f"loading {self.model}", 0.02)
+        t0 = time.perf_counter()
+        loaded = load()
+        self.timings["load_model"] = time.perf_counter() - t0
+        return loaded
+
+    def _counted(self, capture: _Capture) -> _Capture:
+        """A capture made: its time, and the number of cases it gives."""
+        self.timings["capture"] = capture.seconds
+        self.n_cases = len(capture.calls)
+        return capture
+
+    def provenance(self) -> Provenance:
+        return Provenance(kind=RunKind.HF_GENERATE, seed=self._seed)
+
+
+def call_case(
+    input_set: InputSet,
+    reference: Mapping[str, np.ndarray],
+    seconds: float | None,
+    padding: Callable[[str, tuple[int, ...]], np.ndarray | None],
+    *,
+    part: str = "",
+    ignore: Mapping[str, str] | None = None,
+) -> Case:
+    """One captured call as a case: torch's outputs, the positions `padding(name, shape)`
+    says no query attends left out, the logits cropped to the positions torch kept."""
+    exclude: dict[str, np.ndarray] = {}
+    for name, array in reference.items():
+        where = padding(name, tuple(array.shape))
+        if where is not None and where.any():
+            exclude[name] = where
+    crop = logits_crop(reference.get(LOGITS))
+    return Case(
+        input_set=input_set,
+        reference=OutputSet(arrays=dict(reference), seconds=seconds),
+        exclude=exclude,
+        exclude_reason=PADDING,
+        crop={LOGITS: crop} if crop is not None else {},
+        part=part,
+        ignore=dict(ignore or {}),
+    )
+
+
+class HfSource(HfSourceBase):
+    """Each case: one captured forward call of generate() (or an encoder's forward)."""
+
+    def __init__(self, config: RunConfig, report: ProgressReporter) -> None:
+        super().__init__(config, report)
+        self._input_files = config.input_files  # one forward each (one-forward models only)
+        self._given = config.feeds  # input sets given as arrays (the Python API)
         self._loaded: LoadedHfModel | None = None
         self._capture: Capture | None = None
         self._export: dict[str, Any] = dict(NOT_EXPORTED)
@@ -75,19 +138,18 @@ class HfSource:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
         choose the model's class when its config does not say (parity.hf.heads)."""
         if self._loaded is None or self._capture is None:
-            self._report("load", f"loading {self.model}", 0.02)
-            t0 = time.perf_counter()
-            self._loaded = load_hf_model(
-                hf_directory(self.model),
-                random_weights=self.options.random_weights,
-                config_overrides=self.options.config_overrides,
-                seed=self._seed,
-                task=self.options.task,
-                onnx_outputs=output_ranks(signature),
-                max_memory=self._max_memory,
+            self._loaded = self._load_timed(
+                lambda: load_hf_model(
+                    hf_directory(self.model),
+                    random_weights=self.options.random_weights,
+                    config_overrides=self.options.config_overrides,
+                    seed=self._seed,
+                    task=self.options.task,
+                    onnx_outputs=output_ranks(signature),
+                    max_memory=self._max_memory,
+                )
             )
-            self.timings["load_model"] = time.perf_counter() - t0
-            self._capture = _capture(
+            capture = _capture(
                 self._loaded,
                 self.options,
                 self._report,
@@ -99,8 +161,7 @@ class HfSource:
                     max_memory=self._max_memory,
                 ),
             )
-            self.timings["capture"] = self._capture.seconds
-            self.n_cases = len(self._capture.calls)
+            self._capture = self._counted(capture)
         return self._loaded, self._capture
 
     def default_onnx(self, workdir: Callable[[], Path]) -> str:
@@ -132,7 +193,9 @@ class HfSource:
         }
         return str(result.path)
 
-    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+    def cases(
+        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
+    ) -> Iterator[Case]:
         loaded, capture = self._captured(signature)
         doubles: Sequence[CapturedCall | None] = [None] * len(capture.calls)
         note = ""
@@ -169,9 +232,6 @@ class HfSource:
             loaded, capture, candidate, tolerances, deadline=deadline
         )
         self.timings["generation"] = time.perf_counter() - t0
-
-    def provenance(self) -> Provenance:
-        return Provenance(kind=RunKind.HF_GENERATE, seed=self._seed)
 
     def generation(
         self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]
@@ -251,19 +311,11 @@ def _forward_inputs(
 
 def _case(call: CapturedCall, signature: OnnxSignature) -> Case:
     """One call: its feeds, torch's outputs, the logits crop and the padding excluded."""
-    reference = reference_outputs(call, tuple(signature.output_names))
-    exclude: dict[str, np.ndarray] = {}
-    for name, array in reference.items():
-        where = masked_positions(call, name, tuple(array.shape))
-        if where is not None and where.any():
-            exclude[name] = where
-    crop = logits_crop(reference.get(LOGITS))
-    return Case(
-        input_set=InputSet(index=call.index, feeds=onnx_feeds(call, signature), label=call.label),
-        reference=OutputSet(arrays=reference, seconds=call.seconds),
-        exclude=exclude,
-        exclude_reason=PADDING,
-        crop={LOGITS: crop} if crop is not None else {},
+    return call_case(
+        InputSet(index=call.index, feeds=onnx_feeds(call, signature), label=call.label),
+        reference_outputs(call, tuple(signature.output_names)),
+        call.seconds,
+        lambda name, shape: masked_positions(call, name, shape),
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from parity.results import Noise, OutputComparison, PrecisionRun
+from parity.text import multiple_text as _times  # a measured multiple in a sentence
 from parity.text import number_text
 
 ROUNDING_RATIO = 10.0  # ONNX's float64 error at most this x the floor: rounding noise
@@ -139,7 +140,7 @@ def with_noise(
         noise = None
         if b is None or r is None:
             pass
-        elif precision == "int8":
+        elif precision == "int8" and found is not None:  # int8: a precision was found
             scale = getattr(found, "scale", None)
             if scale is None:
                 why = (
@@ -234,17 +235,6 @@ def _int8_sentence(noise: Noise) -> str:
         f"more than int8 quantization noise: {_times(ratio)} it ({formula}); inputs outside the "
         "calibrated range, or a bug"
     )
-
-
-def _times(ratio: float) -> str:
-    if ratio >= 100:
-        return f"{float(f'{ratio:.2g}'):,.0f}\u00d7"
-    return f"{ratio:.2g}\u00d7"
-
-
-def is_rounding(noise: Noise) -> bool:
-    """The error looks like the precision's own rounding (ratio at most ROUNDING_RATIO)."""
-    return noise_rank(noise) <= ROUNDING_RATIO
 
 
 def noise_rank(n: Noise) -> float:

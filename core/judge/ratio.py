@@ -45,7 +45,7 @@ def element_errors(
     return d, ratio, fails
 
 
-def _divide(d: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+def _divide(d: np.ndarray, allowed: np.ndarray) -> np.ndarray | np.float64:
     """d / allowed, where nothing allowed (atol 0 at ref 0) is inf for an error, 0 for none."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.divide(d, allowed)

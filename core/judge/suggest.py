@@ -45,14 +45,6 @@ def with_value(values: tuple[float, ...], value: float) -> tuple[float, ...]:
     return tuple(sorted((*values, float(value))))
 
 
-def nearest(values: tuple[float, ...], value: float) -> float:
-    """The ladder entry nearest to `value` on a log scale (0 maps to 0 when offered)."""
-    if value <= 0:
-        return values[0]
-    positive = [v for v in values if v > 0]
-    return min(positive, key=lambda v: abs(math.log10(v) - math.log10(value)))
-
-
 def round_up_125(value: float) -> float:
     """Smallest 1-2-5 number >= value (0 stays 0)."""
     if value <= 0:
@@ -99,7 +91,7 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
                 worst = None
                 notes[name] = f"NaN/Inf mismatch in input set {c.input_set}: no atol passes"
                 break
-            worst = max(worst, float(m))
+            worst = max(worst or 0.0, float(m))  # None only after a break
         min_atols[name] = worst
         if worst is None:
             continue

@@ -12,7 +12,6 @@ a subset of HTML in its text.
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -22,14 +21,12 @@ import plotly.graph_objects as go
 
 from parity.labels import OUTSIDE_MODULES
 from parity.layers import views
+from parity.show.colors import FAIL_COLOR, PASS_COLOR, WARN_COLOR
+from parity.text import plot_text
 
 if TYPE_CHECKING:
     from parity.layers.result import LayersResult, LayerValue
 
-PASS_COLOR = "#1a7f37"
-WARN_COLOR = "#f2cc60"
-FAIL_COLOR = "#cf222e"
-NO_DATA_COLOR = "#d0d7de"
 SET_COLORS = ("#0969da", "#8250df", "#bf8700", "#1b7c83", "#953800", "#6e7781")
 MAX_POINTS_PER_SET = 3000
 TREE_MAX_DEPTH = 5
@@ -42,7 +39,7 @@ def esc(text: object, limit: int | None = None) -> str:
     if limit is not None and len(s) > limit:
         keep = (limit - 1) // 2
         s = s[:keep] + "…" + s[-(limit - 1 - keep) :]
-    return html.escape(s, quote=False)
+    return plot_text(s)
 
 
 def _log10(x: float | None) -> float:

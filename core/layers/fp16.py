@@ -208,7 +208,7 @@ def upstream_sixteen(model: onnx.ModelProto, node: str, limit: int = MAX_NODES) 
     if start is None:
         return []
     found: list[str] = []
-    seen: set[str] = set()
+    seen: set[int] = set()  # the nodes visited, by id
     frontier = list(start.input)
     while frontier and len(found) < limit:
         following = []

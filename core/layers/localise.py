@@ -177,7 +177,7 @@ def localise(
     as a graph of their own, on the input sets that run them."""
     side = model if isinstance(model, TorchSide) else TorchSide(model)
     say = progress or (lambda _msg: None)
-    options = {
+    options: dict[str, Any] = {
         "provider": provider,
         "opt_level": opt_level,
         "memory_mb": memory_mb,

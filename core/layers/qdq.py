@@ -156,7 +156,7 @@ def exclusion_notes(search: Search, n_sets: int) -> list[str]:
     if best is None:
         top = max(
             (t for t in search.tried if t.sqnr_db is not None),
-            key=lambda t: t.sqnr_db,  # type: ignore[arg-type, return-value]
+            key=lambda t: t.sqnr_db,
             default=None,
         )
         tail = f" (best {list(top.nodes)}: {_db(top.sqnr_db)})" if top is not None else ""
@@ -165,7 +165,7 @@ def exclusion_notes(search: Search, n_sets: int) -> list[str]:
             f"{MIN_GAIN_DB} dB or more{tail}; {how}",
             *search.notes,
         ]
-    gain = best.sqnr_db - search.before if search.before is not None else None  # type: ignore[operator]
+    gain = best.sqnr_db - search.before if search.before is not None else None
     return [
         f"suggested: quantize_static(..., nodes_to_exclude={list(best.nodes)!r}): outputs' "
         f"SQNR {_db(search.before)} -> {_db(best.sqnr_db)}"

@@ -159,7 +159,12 @@ def search_exclusions(
         alone = [t for t in scored if len(t.nodes) == 1 and t.nodes[0] in best.nodes]
         near = [t for t in alone if t.sqnr_db >= best.sqnr_db - MIN_GAIN_DB]  # type: ignore[operator]
         best = max(near, key=lambda t: t.sqnr_db, default=best)  # type: ignore[arg-type, return-value]
-    if best is not None and (before is not None and best.sqnr_db - before < MIN_GAIN_DB):
+    if (
+        best is not None
+        and best.sqnr_db is not None
+        and before is not None
+        and best.sqnr_db - before < MIN_GAIN_DB
+    ):
         best = None
     return Search(before, tuple(tried), possible, best, tuple(notes))
 

@@ -17,7 +17,7 @@ import functools
 import io
 import warnings
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import numpy as np
@@ -293,7 +293,3 @@ def to_numpy(value: Any) -> np.ndarray | None:
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(array, copy=True, order="C"))
-
-
-def feeds_in_order(feeds: Mapping[str, np.ndarray], names: tuple[str, ...]) -> list[str]:
-    return [n for n in names if n in feeds]

@@ -35,14 +35,6 @@ def metric_of(value: LayerValue, metric: str) -> float | None:
     return math.inf if math.isnan(x) else x
 
 
-def worse(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return max(a, b)
-
-
 def worst_per_value(values: Iterable[LayerValue], metric: str) -> dict[str, LayerValue]:
     """For each ONNX value, its LayerValue at the input set where `metric` is worst."""
     best: dict[str, LayerValue] = {}

@@ -122,11 +122,18 @@ def _imports(data: bytes) -> Iterator[str]:
             elif name == "MEMOIZE":
                 memo[len(memo)] = pushed[-1] if pushed else None
             elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-                memo[int(arg)] = pushed[-1] if pushed else None
+                memo[_memo_key(arg)] = pushed[-1] if pushed else None
             elif name in ("GET", "BINGET", "LONG_BINGET"):
-                pushed.append(memo.get(int(arg)))
+                pushed.append(memo.get(_memo_key(arg)))
             elif name != "FRAME":
                 pushed.append(arg if isinstance(arg, str) and "UNICODE" in name else None)
             del pushed[:-2]
     except (ValueError, EOFError):  # a truncated or junk payload: what was read so far
         return
+
+
+def _memo_key(arg: object) -> int:
+    """A PUT / GET opcode's memo index (pickletools gives an int; anything else is junk)."""
+    if not isinstance(arg, int):
+        raise ValueError(f"memo index {arg!r}")
+    return arg

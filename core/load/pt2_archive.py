@@ -16,7 +16,7 @@ checked against torch's own allow-lists. Torch's own tensor-record reader and de
 do the rest, under the export lock (torch's deserializer keeps global state), so the format
 stays torch's.
 
-Contract: is_pt2(path) -> bool; load_pt2_module(path) -> torch.fx.GraphModule;
+Contract: is_pt2(path) -> bool;
 load_pt2(path) -> (torch.fx.GraphModule, ExportedProgram)
     raises ModelLoadError (one line, naming the member) for anything refused or unreadable.
 """
@@ -80,11 +80,6 @@ def is_pt2(path: str | Path) -> bool:
     except (OSError, zipfile.BadZipFile, KeyError, RuntimeError):
         return False
     return False
-
-
-def load_pt2_module(path: str | Path, *, budget: MemoryBudget | None = None) -> Any:
-    """The archive's program as a runnable module; nothing in the file is executed."""
-    return load_pt2(path, budget=budget)[0]
 
 
 def load_pt2(path: str | Path, *, budget: MemoryBudget | None = None) -> tuple[Any, Any]:

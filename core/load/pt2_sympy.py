@@ -163,7 +163,7 @@ def _literal_exponent(name: str, node: ast.AST) -> None:
     ):
         node = node.args[0]
     value = node.value if isinstance(node, ast.Constant) else None
-    if type(value) in (int, float) and abs(value) > _MAX_EXPONENT:
+    if isinstance(value, int | float) and abs(value) > _MAX_EXPONENT:
         raise ExpressionError(f"{name} exponent {str(value)[:20]} is too large")
 
 

@@ -18,7 +18,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 _SILENT = logging.CRITICAL + 1
 ORT_ERRORS, ORT_FATAL = 3, 4
@@ -86,7 +86,7 @@ def _exit() -> None:
         for name, level in _saved_levels.items():
             logging.getLogger(name).setLevel(level)
         _saved_levels.clear()
-        warnings.filters[:] = _saved_filters
+        cast(list, warnings.filters)[:] = _saved_filters  # typeshed: a Sequence; it is a list
         mutated = getattr(warnings, "_filters_mutated", None)  # drops cached decisions
         if mutated is not None:
             mutated()

@@ -38,7 +38,7 @@ def hf_spec(directory: str) -> str:
 
 
 def is_hf_spec(spec: str | None) -> bool:
-    return bool(spec) and spec.startswith(HF_PREFIX)
+    return spec is not None and spec.startswith(HF_PREFIX)
 
 
 def reference_spec(path: str) -> str:

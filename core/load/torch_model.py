@@ -447,7 +447,7 @@ def _to_eval(module: nn.Module) -> None:
         try:
             from torch.ao.quantization import move_exported_model_to_eval
 
-            move_exported_model_to_eval(module)  # type: ignore[arg-type]
+            move_exported_model_to_eval(module)
         except Exception:
             pass
 
@@ -456,17 +456,17 @@ def _parameter_names(module: nn.Module, kind: str) -> tuple[str, ...]:
     """Names forward() accepts by keyword; () when inputs must go by position."""
     if kind == "exported_program":
         # An ExportedProgram takes by keyword only what was given by keyword at export.
-        in_spec = getattr(module, "_in_spec", None)
-        try:
+        in_spec: Any = getattr(module, "_in_spec", None)
+        try:  # None or another shape of spec: no keywords (the except below)
             kwargs_spec = (
                 in_spec.child(1) if hasattr(in_spec, "child") else in_spec.children_specs[1]
-            )  # type: ignore[union-attr]
+            )
             return tuple(str(k) for k in (kwargs_spec.context or ()))
         except Exception:
             return ()
     if kind == "torchscript" or isinstance(module, torch.jit.ScriptModule):  # or in memory
         try:
-            args = module.forward.schema.arguments  # type: ignore[union-attr]
+            args = module.forward.schema.arguments
             return tuple(a.name for a in args if a.name != "self")
         except Exception:
             return ()

@@ -348,6 +348,10 @@ def _input_set_from_json(
     return input_set, _named_arrays_from_json(entry.get("exclude", []), f"{at}.exclude", get)
 
 
+def _output_what(side: str, s: int) -> Callable[[str], str]:
+    return lambda n: f"{side} output {n!r} of set {s}"
+
+
 def _output_sets_to_json(
     side: str, sets: tuple[OutputSet, ...], put: ArrayPut
 ) -> list[dict[str, Any]]:
@@ -358,7 +362,7 @@ def _output_sets_to_json(
                 output_set.arrays,
                 f"{side}/{s}",
                 put,
-                lambda n, s=s: f"{side} output {n!r} of set {s}",
+                _output_what(side, s),
             ),
             "notes": [str(n) for n in output_set.notes],
         }

@@ -2,25 +2,21 @@
 candidate, the outputs x candidates table (max abs and pass/FAIL, as in the terminal), and
 the candidates x outputs grid. parity.reports.html_report places it and adds each failing
 candidate's
-details; every user string goes through html.escape here."""
+details; every user string goes through parity.text.html_text here."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 
-from parity.labels import status_label
+from parity.labels import status_label, verdict_label
 from parity.results import ValidationRun
 from parity.show.candidate_views import candidate_cells, verdict_counts
 from parity.show.format import reference_text
 from parity.show.summary import headline
+from parity.text import html_text as _e
 from parity.text import number_text
 
 __all__ = ["candidates_header", "candidate_heading", "candidates_section"]
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def candidates_header(run: ValidationRun) -> str:
@@ -33,7 +29,7 @@ def candidates_header(run: ValidationRun) -> str:
     summary = f"{', '.join(parts)} ({len(run.output_names)} outputs, {sets} input sets)"
     return (
         f"<header><h1>Parity report</h1>"
-        f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
+        f"<div class='verdict {run.verdict}'>{_e(verdict_label(run.verdict))}</div>"
         f"<p class='summary'>{_e(headline(run))}</p><p>{_e(summary)}</p>"
         f"<p>{_e(reference_text(run))}</p></header>"
     )
@@ -55,7 +51,7 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
         rows.append(
             f"<tr class='{'pass' if verdict == 'pass' else 'fail'}'><td>{i.index}</td>"
             f"<td class='name'>{_e(i.onnx)}</td><td>{_e(i.provider)}</td>"
-            f"<td>{_e(i.ort_opt_level)}</td><td class='status'>{_e(verdict.upper())}</td>"
+            f"<td>{_e(i.ort_opt_level)}</td><td class='status'>{_e(verdict_label(verdict))}</td>"
             f"<td>{i.seconds:.3f} s</td><td>{_e(said)}</td></tr>"
         )
     cells = {(c.candidate.index, c.name): c for c in candidate_cells(run)}
@@ -92,5 +88,5 @@ def candidate_heading(run: ValidationRun, index: int) -> str:
     view = run.candidate(index)
     return (
         f"<h2 class='candidate'>Candidate {_e(view.label)}: "
-        f"{_e(view.verdict.upper())}</h2><p class='name'>{_e(view.info.onnx)}</p>"
+        f"{_e(verdict_label(view.verdict))}</h2><p class='name'>{_e(view.info.onnx)}</p>"
     )

@@ -8,7 +8,6 @@ the output sizes: about 4.8 MB of plotly.js plus well under 1 MB per failing out
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -18,12 +17,13 @@ import numpy as np
 
 from parity.files.atomic import write_output
 from parity.judge.where import WhereProfile, where_of
-from parity.labels import status_label
+from parity.labels import status_label, verdict_label
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import binding_text
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
 from parity.show.summary import notes, onnx_words, plain_summary
+from parity.text import html_text as _e
 from parity.text import number_text, tolerance_text
 from parity.verdict import Verdict
 from parity.version import __version__
@@ -129,7 +129,7 @@ def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfi
     model = f"<p class='what'>{_e(run.model)} against {_e(onnx_words(run))}</p>"
     return (
         f"<header><h1>Parity report</h1>"
-        f"<div class='verdict {run.verdict}'>{_e(run.verdict.upper())}</div>"
+        f"<div class='verdict {run.verdict}'>{_e(verdict_label(run.verdict))}</div>"
         f"<p class='summary'>{_e(plain.headline)}</p>{model}{found}</header>"
     )
 
@@ -559,10 +559,6 @@ def _finite(value: object) -> bool:
 
 def _s(n: int) -> str:
     return "" if n == 1 else "s"
-
-
-def _e(text: str) -> str:
-    return html.escape(str(text), quote=True)
 
 
 _CSS = """

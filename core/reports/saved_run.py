@@ -27,6 +27,7 @@ hash is checked against the manifest before use, so an altered file is refused.
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import os
 import platform
@@ -37,7 +38,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, Literal
 
 import numpy as np
 
@@ -54,7 +55,6 @@ from parity.run.budget import MemoryBudget, read_npy_header
 from parity.version import __version__
 
 SCHEMA = "parity.run/1"
-SUFFIX = ".parity.npz"
 MANIFEST = "manifest.json"
 
 _ALIGN = 64  # npy data starts 64-byte aligned inside the file, as in a plain .npy
@@ -101,7 +101,7 @@ def _manifest_seal(manifest: bytes) -> bytes:
 class _HashingWriter:
     """File-like that hashes what passes through, so hashing costs no second read."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: IO[bytes]) -> None:
         self._raw = raw
         self.sha256 = hashlib.sha256()
         self.size = 0
@@ -266,7 +266,7 @@ def load_run(
             raise SavedRunError(f"{path}: malformed {MANIFEST} ({exc!r})") from exc
 
 
-def _open_file(path: Path) -> AbstractContextManager[BinaryIO]:
+def _open_file(path: Path) -> AbstractContextManager[io.BufferedReader]:
     """The saved run's file, if it is a regular one: a URL's `?run=/dev/zero` or a FIFO is
     refused in one line (parity.files.safe_read)."""
     if not os.path.lexists(path):
@@ -274,7 +274,7 @@ def _open_file(path: Path) -> AbstractContextManager[BinaryIO]:
     return open_regular(path, what="saved run", limit=None, error=SavedRunError)
 
 
-def _open_zip(fh: BinaryIO, path: Path) -> zipfile.ZipFile:
+def _open_zip(fh: io.BufferedReader, path: Path) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(fh)
     except OSError as exc:
@@ -333,7 +333,7 @@ def _refuse_other_schema(raw: bytes, path: Path) -> None:
 
 
 def _locate_members(
-    zf: zipfile.ZipFile, fh: BinaryIO, manifest: dict[str, Any], path: Path
+    zf: zipfile.ZipFile, fh: io.BufferedReader, manifest: dict[str, Any], path: Path
 ) -> dict[str, _Member]:
     """Find each listed member's bytes in the file; refuse anything we would have to inflate."""
     file_size = os.fstat(fh.fileno()).st_size
@@ -364,7 +364,7 @@ def _locate_members(
     return located
 
 
-def _verify(fh: BinaryIO, member: _Member, expected: str, path: Path) -> None:
+def _verify(fh: io.BufferedReader, member: _Member, expected: str, path: Path) -> None:
     digest = hashlib.sha256()
     buffer = bytearray(min(_CHUNK, max(member.size, 1)))
     view = memoryview(buffer)
@@ -383,7 +383,7 @@ def _verify(fh: BinaryIO, member: _Member, expected: str, path: Path) -> None:
         )
 
 
-def _read_array(fh: BinaryIO, member: _Member, path: Path) -> np.ndarray:
+def _read_array(fh: io.BufferedReader, member: _Member, path: Path) -> np.ndarray:
     """One .npy member, without pickle: mapped when big, read when small."""
     fh.seek(member.data_start)
     try:
@@ -404,7 +404,7 @@ def _read_array(fh: BinaryIO, member: _Member, path: Path) -> np.ndarray:
             f"{path}: member {member.name!r} holds {member.size} bytes, "
             f"but its header describes {dtype} {list(shape)}"
         )
-    order = "F" if fortran else "C"
+    order: Literal["C", "F"] = "F" if fortran else "C"
     if n_bytes < _SMALL_MEMBER:
         data = fh.read(n_bytes)
         return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape, order=order)

@@ -14,7 +14,7 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import numpy as np
 
@@ -112,7 +112,7 @@ class NpyHeader:
         return array_bytes(self.shape, self.dtype)
 
 
-def read_npy_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+def read_npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran order, dtype) of the .npy at ``fh``'s position, which is left at the
     data. numpy's own reader for versions 1.0 and 2.0, never pickle; ValueError otherwise."""
     version = np.lib.format.read_magic(fh)
@@ -125,7 +125,7 @@ def read_npy_header(fh: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
     return tuple(int(d) for d in shape), bool(fortran), dtype
 
 
-def npz_headers(path: str | Path | BinaryIO) -> tuple[NpyHeader, ...]:
+def npz_headers(path: str | Path | IO[bytes]) -> tuple[NpyHeader, ...]:
     """What `np.load` would allocate for every member, whatever its name, reading only each
     member's first bytes.
 
@@ -147,6 +147,7 @@ def npz_headers(path: str | Path | BinaryIO) -> tuple[NpyHeader, ...]:
                     f"members {seen[key]!r} and {info.filename!r} are both read as {key!r}"
                 )
             seen[key] = info.filename
+            shape: tuple[int, ...]
             with zf.open(info) as member:
                 if member.read(len(magic)) != magic:  # np.load returns its bytes
                     shape, dtype = (info.file_size,), np.dtype("u1")

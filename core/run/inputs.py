@@ -66,6 +66,7 @@ from parity.results import InputSet
 from parity.run.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
 from parity.settings import Mention, Setting
 from parity.signature import Dim, OnnxSignature, TensorSpec
+from parity.text import percent_text
 
 DEFAULT_INT_RANGE: tuple[int, int] = (0, 100)
 """Half-open [low, high) range for generated integer inputs (token ids, indices, ...)."""
@@ -230,12 +231,12 @@ def _check_budget(
                 scratch = max(scratch, array_bytes(shape, _draw_dtype(dtypes[name])))
             if n_bytes > largest[0]:
                 largest = (n_bytes, name, list(shape), index)
-    _, name, shape, index = largest
+    _, name, largest_shape, index = largest
     sets = f"{n_sets} input sets" if n_sets > 1 else "the input set"
     where = f" in set {index}" if n_sets > 1 else ""
     budget.check(
         total + scratch,
-        f"generating {sets} (largest: input {name!r} {dtypes.get(name)} {shape}{where})",
+        f"generating {sets} (largest: input {name!r} {dtypes.get(name)} {largest_shape}{where})",
         proceed=("use smaller ", Mention("dims"), " sizes or fewer ", Mention("n_input_sets")),
     )
 
@@ -302,13 +303,19 @@ def _float_ranges(
     ranges: dict[str, _FloatRange] = {}
     for name in floats:
         if name in given:
-            ranges[name] = _FloatRange(*map(float, given[name]), "--float-range")
+            ranges[name] = _float_range(given[name], "--float-range")
         elif every is not None:
-            ranges[name] = _FloatRange(*map(float, every), "--float-range")
+            ranges[name] = _float_range(every, "--float-range")
         elif name in calibrated and not _normal_fits(calibrated[name]):
             c = calibrated[name]
             ranges[name] = _FloatRange(c.low, c.high, "the calibrated range of its QuantizeLinear")
     return ranges
+
+
+def _float_range(bounds: Any, why: str) -> _FloatRange:
+    """Two checked numbers LO, HI (_check_float_range) as a range."""
+    low, high = (float(b) for b in bounds)
+    return _FloatRange(low, high, why)
 
 
 NORMAL_FITS = 2.5  # a calibrated range holding [-2.5, 2.5] holds 98.8 % of a standard normal
@@ -322,9 +329,9 @@ def _normal_fits(calibrated: Any) -> bool:
     return calibrated.low <= -NORMAL_FITS and calibrated.high >= NORMAL_FITS
 
 
-def _check_float_range(bounds: object, where: Setting) -> None:
+def _check_float_range(bounds: Any, where: Setting) -> None:
     try:
-        low, high = (float(b) for b in bounds)  # type: ignore[union-attr]
+        low, high = (float(b) for b in bounds)
     except (TypeError, ValueError) as exc:
         raise UsageError(_said(where, "expected two numbers LO:HI"), setting=where) from exc
     if not (np.isfinite(low) and np.isfinite(high) and low < high):
@@ -390,16 +397,16 @@ def iter_feed_files(
 
 def _budgeted(paths: Iterable[str | os.PathLike[str]], budget: MemoryBudget | None) -> list[Path]:
     """The paths, once their sizes (from the .npy headers) fit the budget together."""
-    paths = [Path(raw) for raw in paths]
+    checked = [Path(raw) for raw in paths]
     budget = budget or MemoryBudget()
     total = 0
-    for path in paths:
+    for path in checked:
         headers = _npz_headers(path, where=f"inputs file {path}")
         total += sum(h.n_bytes for h in headers)
         budget.check(
             total,
             f"inputs file {path} ({describe_largest(headers)})"
-            if len(paths) == 1
+            if len(checked) == 1
             else (
                 "the ",
                 Mention("input_files"),
@@ -407,7 +414,7 @@ def _budgeted(paths: Iterable[str | os.PathLike[str]], budget: MemoryBudget | No
             ),
             proceed="feed smaller arrays",
         )
-    return paths
+    return checked
 
 
 def read_feeds_file(
@@ -470,8 +477,9 @@ def given_input_sets(
         if not isinstance(mapping, Mapping):
             raise InputError(f"{where}: expected a mapping of input name -> array")
         for name, value in mapping.items():
-            shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-            try:
+            shape: Any = getattr(value, "shape", None)
+            dtype = getattr(value, "dtype", None)
+            try:  # shape None: not an array (tuple(None) raises)
                 n_bytes = array_bytes(tuple(shape), numpy_dtype(str(dtype).removeprefix("torch.")))
             except Exception:  # not an array: _as_array says what it is
                 continue
@@ -503,7 +511,7 @@ def with_clipping_notes(sets: Iterable[InputSet], calibrated: Iterable[Any]) -> 
             if n:
                 size = np.asarray(array).size
                 clauses.append(
-                    f"{name}: {n:,} of {size:,} elements ({100 * n / size:.3g}%) outside its "
+                    f"{name}: {n:,} of {size:,} elements ({percent_text(n / size)}) outside its "
                     f"calibrated range {c.text()}, clipped by its first QuantizeLinear"
                 )
         if clauses:
@@ -540,7 +548,8 @@ def _as_array(value: object, where: str) -> np.ndarray:
         detach = getattr(value, "detach", None)
         value = detach() if callable(detach) else value
         cpu = getattr(value, "cpu", None)
-        return np.asarray((cpu() if callable(cpu) else value).numpy())
+        on_cpu: Any = cpu() if callable(cpu) else value
+        return np.asarray(on_cpu.numpy())
     raise InputError(
         f"{where}: expected a numpy array or a torch tensor, got {type(value).__name__}"
     )

@@ -6,7 +6,7 @@ A single-candidate run keeps parity.show.format's per-output table; this is the 
 
 from __future__ import annotations
 
-from parity.labels import status_label, worst_first
+from parity.labels import status_label, verdict_label, worst_first
 from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
 from parity.show.format import format_failure, format_input_sets, run_head
 from parity.text import aligned_table, number_text
@@ -44,13 +44,14 @@ def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
     """``PASS``, ``FAIL: 2 of 4 comparisons failed: logits`` or ``ERROR: <why>``."""
     view = run.candidate(info.index)
     if view.verdict is Verdict.ERROR:
-        return f"ERROR: {info.error}"
+        return f"{verdict_label(Verdict.ERROR)}: {info.error}"
     failing = [c for c in view.outputs if not c.status.passed]
     if not failing:
-        return "PASS"
+        return verdict_label(Verdict.PASS)
     names = view.failing
     where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    return f"FAIL: {len(failing)} of {len(view.outputs)} comparisons failed: {where}"
+    head = verdict_label(Verdict.FAIL)
+    return f"{head}: {len(failing)} of {len(view.outputs)} comparisons failed: {where}"
 
 
 def overall_verdict_text(run: ValidationRun) -> str:
@@ -64,12 +65,12 @@ def overall_verdict_text(run: ValidationRun) -> str:
     verdicts = {v.index: v.verdict for v in run.candidate_runs}
     bad = [i for i in infos if verdicts[i.index] is not Verdict.PASS]
     if not bad:
-        return f"PASS: every candidate passes every output ({size})"
+        return f"{verdict_label(Verdict.PASS)}: every candidate passes every output ({size})"
     errors = sum(v is Verdict.ERROR for v in verdicts.values())
     fails = sum(v is Verdict.FAIL for v in verdicts.values())
     counts = [f"{fails} of {len(infos)} fail"] * bool(fails)
     counts += [f"{errors} could not be run"] * bool(errors)
-    head = "ERROR" if errors else "FAIL"
+    head = verdict_label(Verdict.ERROR if errors else Verdict.FAIL)
     return f"{head}: {', '.join(counts)} ({size}): " + ", ".join(i.label for i in bad)
 
 

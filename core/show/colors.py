@@ -26,12 +26,16 @@ from parity.results import OutputComparison, Status
 from parity.text import number_text, ratio_text
 
 __all__ = [
+    "FAIL_COLOR",
     "FAIL_TEXT",
+    "PASS_COLOR",
     "PASS_TEXT",
     "RATIO_COLORBAR",
     "RATIO_COLORSCALE",
     "RATIO_SPAN",
     "STRUCTURAL_COLOR",
+    "VERDICT_BADGE",
+    "WARN_COLOR",
     "CellLook",
     "cell_look",
     "ratio_color",
@@ -44,6 +48,13 @@ RATIO_SPAN = 3.0
 _EPS_Z = 1e-3  # keeps a passing value on the green side of the line and a failing one off it
 _PASS_STOPS = ((-3.0, "#5aae61"), (-2.0, "#a6d96a"), (-1.0, "#d9ef8b"), (0.0, "#fee08b"))
 _FAIL_STOPS = ((0.0, "#e0392b"), (1.5, "#a50026"), (3.0, "#5c0011"))
+PASS_COLOR = "#1a7f37"
+"""A passing line or mark drawn in a figure (the pass line, a tolerance's own line)."""
+WARN_COLOR = "#f2cc60"
+FAIL_COLOR = "#cf222e"
+"""A failing mark in a figure (the first divergence, the failing elements)."""
+VERDICT_BADGE = {"pass": "green", "fail": "red", "error": "orange"}
+"""A verdict's badge colour in the dashboard (Streamlit's named colours: `:green-background`)."""
 PASS_TEXT = "#1f2328"
 FAIL_TEXT = "#ffffff"
 STRUCTURAL_COLOR = "#6639ba"

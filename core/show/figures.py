@@ -10,7 +10,6 @@ from them) go in through `plot_text`.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from parity.judge.where import AxisProfile, WhereProfile
 from parity.labels import set_label
 from parity.results import OutputComparison, ValidationRun
 from parity.show.colors import (
+    FAIL_COLOR,
+    PASS_COLOR,
     RATIO_COLORBAR,
     RATIO_COLORSCALE,
     RATIO_SPAN,
@@ -41,11 +42,9 @@ from parity.show.reductions import (
     WorstElements,
     as_2d_shape,
 )
-from parity.text import number_text, plot_number_format
+from parity.text import number_text, plot_number_format, plot_text
 from parity.tolerances import Tolerance
 
-PASS_COLOR = "#1a7f37"
-FAIL_COLOR = "#cf222e"
 ATOL_COLOR = "#0969da"
 ERROR_SCALE = "Inferno"
 SIGNED_SCALE = "RdBu_r"
@@ -61,11 +60,6 @@ _KIND_LABEL = {
     "ref": "reference (torch)",
     "onnx": "ONNX Runtime",
 }
-
-
-def plot_text(value: object) -> str:
-    """A user string as literal text in a plotly label, title, legend or hover text."""
-    return html.escape(str(value), quote=False)
 
 
 def _exp_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
@@ -412,8 +406,7 @@ def slice_panels(
         subplot_titles=("reference (torch)", "ONNX Runtime", _KIND_LABEL[error_view.kind]),
         horizontal_spacing=0.08,
     )
-    ranges = [_finite_range(v.values) for v in (ref_view, onnx_view)]
-    ranges = [r for r in ranges if r is not None]
+    ranges = [r for v in (ref_view, onnx_view) if (r := _finite_range(v.values)) is not None]
     lo = min((r[0] for r in ranges), default=0.0)
     hi = max((r[1] for r in ranges), default=1.0)
     for col, view in ((1, ref_view), (2, onnx_view)):
@@ -883,6 +876,6 @@ def _profile_bars(a: AxisProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         pad = n - fraction.size
         fraction = np.pad(fraction, (0, pad)).reshape(-1, k).max(axis=1)
         ratio = np.pad(ratio, (0, pad)).reshape(-1, k).max(axis=1)
-        hot = np.pad(hot, (0, pad)).reshape(-1, k).any(axis=1)
+        hot = np.asarray(np.pad(hot, (0, pad)).reshape(-1, k).any(axis=1))
     starts = np.arange(fraction.size) * k * a.bin
     return starts, fraction, ratio, hot

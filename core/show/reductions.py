@@ -453,6 +453,19 @@ class WorstElements:
         ]
 
 
+def _top_k(a: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k largest values of `a`, ties at the k-th value resolved to the lowest
+    positions (argpartition alone picks among ties in an order that differs between CPUs)."""
+    if a.size <= k:
+        return np.arange(a.size)
+    if k <= 0:
+        return np.arange(0)
+    kth = np.partition(a, a.size - k)[a.size - k]  # the k-th largest value
+    above = np.flatnonzero(a > kth)
+    tied = np.flatnonzero(a == kth)[: k - above.size]
+    return np.concatenate([above, tied])
+
+
 def worst_elements(
     ref: np.ndarray,
     onnx: np.ndarray,
@@ -472,7 +485,7 @@ def worst_elements(
     for pos, r, o in _judged_chunks(ref, onnx, exclude, chunk_elements):
         a = error_values(r, o, "abs")
         n_total += a.size
-        top = np.argpartition(-a, k - 1)[:k] if a.size > k else np.arange(a.size)
+        top = _top_k(a, k)
         cand_idx.append(pos[top])
         cand_err.append(a[top])
     if not cand_idx or k <= 0:

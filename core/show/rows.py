@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from parity.labels import StatusStyle, badness_of, status_label
 from parity.results import OutputComparison, Status, ValidationRun
-from parity.text import number_text, shape_text
+from parity.text import number_text, percent_text, shape_text
 
 __all__ = ["COLUMNS", "Column", "ComparisonRow", "comparison_rows", "output_rows"]
 
@@ -167,8 +167,7 @@ class ComparisonRow:
         """``3 / 1,000 (0.3%)``; '-' when not judged element by element."""
         if self.n_mismatch is None:
             return "-"
-        percent = 100 * (self.mismatch_fraction or 0)
-        return f"{self.n_mismatch:,} / {self.n_judged:,} ({percent:.3g}%)"
+        return f"{self.n_mismatch:,} / {self.n_judged:,} ({percent_text(self.mismatch_fraction)})"
 
     def nonfinite_text(self) -> str:
         """``NaN / Inf`` one-sided counts, '-' when there are none (or nothing judged)."""

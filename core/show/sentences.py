@@ -14,7 +14,14 @@ from parity.judge.ratio import comparison_ratio
 from parity.judge.where import WhereProfile
 from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun
-from parity.text import number_pair_text, number_text, shape_text, times_text, tolerance_text
+from parity.text import (
+    number_pair_text,
+    number_text,
+    percent_text,
+    shape_text,
+    times_text,
+    tolerance_text,
+)
 
 __all__ = [
     "candidate_words",
@@ -104,9 +111,9 @@ def output_sentence(
     if c.status is Status.DTYPE_MISMATCH:
         parts.append(f"its dtype is {c.ref_dtype} in the reference but {c.onnx_dtype} in ONNX")
     if c.n_mismatch:
-        pct = 100.0 * (c.mismatch_fraction or 0.0)
         text = (
-            f"{c.n_mismatch:,} of {c.n_judged:,} elements ({pct:.3g}%) are out of tolerance "
+            f"{c.n_mismatch:,} of {c.n_judged:,} elements ({percent_text(c.mismatch_fraction)}) "
+            "are out of tolerance "
             f"({tolerance_text(c.tolerance)})"
         )
         s = c.stats

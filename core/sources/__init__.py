@@ -13,10 +13,10 @@ parity.layers, or says why it has none.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -29,6 +29,11 @@ from parity.results import (
     Provenance,
 )
 from parity.signature import OnnxSignature
+from parity.tolerances import Tolerances
+
+if TYPE_CHECKING:
+    from parity.run.candidates import Candidate
+    from parity.run.deadline import Deadline
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,12 @@ NO_TORCH_MODEL = (
 
 
 class Source(Protocol):
-    """What the loop needs from a kind of run (see parity.pipeline.run_validation)."""
+    """What the loop needs from a kind of run (see parity.pipeline.run_validation).
+
+    Every source subclasses it: the capabilities only some kinds have (`reference_signature`,
+    `onnx_parts`, `cases(parts=)`, `measure_noise_at`, `free_run`) are declared here with the
+    default that means "this kind does not do that", so the loop calls them unconditionally.
+    """
 
     model: str  # the run's model text (a spec, or "reference:FILE")
     n_cases: int | None  # for progress; None until known
@@ -111,15 +121,39 @@ class Source(Protocol):
         UsageError. `workdir()` makes a temp folder that is removed when the run ends."""
         ...
 
-    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+    def cases(
+        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
+    ) -> Iterator[Case]:
         """The cases, made lazily, for an ONNX file with this signature.
 
-        A source whose export may be several files (an encoder-decoder folder) also has
-        `onnx_parts(path) -> {part: file}` (first: the main file, whose signature is the
-        run's) and takes `cases(signature, parts={part: signature})`; each case says its
-        `part`. The loop asks for parts only when `onnx_parts` gives more than one file.
+        A source whose export may be several files (an encoder-decoder folder) splits it with
+        `onnx_parts` and is given `parts={part: signature}`; each case says its `part`. The
+        loop passes parts only when `onnx_parts` gives more than one file (else None).
         """
         ...
+
+    @property
+    def reference_signature(self) -> OnnxSignature | None:
+        """The signature cases are made for when it is not the first candidate's (a reference
+        ONNX file's own); None: the first candidate's."""
+        return None
+
+    def onnx_parts(self, path: str) -> Mapping[str, str]:
+        """The files of an export by part, the main file (whose signature is the run's) first;
+        default: the one file."""
+        return {"": path}
+
+    def measure_noise_at(self, precisions: Collection[str]) -> None:
+        """--noise-floor with 16-bit candidates: also run the reference at these precisions
+        ("float16", "bfloat16"), where the source can; default: it cannot (nothing to do)."""
+        return None
+
+    def free_run(
+        self, candidate: Candidate, tolerances: Tolerances, deadline: Deadline | None = None
+    ) -> None:
+        """After the cases: let the candidate run on its own (a causal LM generating);
+        default: nothing to run."""
+        return None
 
     def provenance(self) -> Provenance:
         """Kind, hashes and files this source read (the loop adds the ONNX side)."""

@@ -8,7 +8,7 @@ export against last release's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from parity.errors import UsageError
@@ -20,11 +20,11 @@ from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.settings import Mention
 from parity.signature import OnnxSignature
-from parity.sources import Case, TorchSide
+from parity.sources import Case, Source, TorchSide
 from parity.sources.torch_inputs import set_name, timed_input_sets
 
 
-class OnnxReferenceSource:
+class OnnxReferenceSource(Source):
     """Each case: an input set, and the reference ONNX file run on it once."""
 
     environment_modules: tuple[str, ...] = ()
@@ -51,7 +51,9 @@ class OnnxReferenceSource:
     def default_onnx(self, workdir: Any) -> str:
         raise UsageError(("ONNX against ONNX needs the files to compare (", Mention("onnx"), ")"))
 
-    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+    def cases(
+        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
+    ) -> Iterator[Case]:
         """Cases for the reference's own signature (`signature` is the run's, the same, with
         the candidates' calibrated input ranges that generated inputs keep within)."""
         from parity.run.runner import run_onnx

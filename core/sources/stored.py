@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from parity.errors import UsageError
@@ -13,11 +13,11 @@ from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
 from parity.settings import Mention, Setting
 from parity.signature import OnnxSignature
-from parity.sources import NO_TORCH_MODEL, Case, TorchSide
+from parity.sources import NO_TORCH_MODEL, Case, Source, TorchSide
 from parity.sources.torch_inputs import input_sets
 
 
-class StoredSource:
+class StoredSource(Source):
     """Each case: one --inputs file and the reference outputs stored for it."""
 
     environment_modules: tuple[str, ...] = ()
@@ -34,7 +34,9 @@ class StoredSource:
     def default_onnx(self, workdir: Any) -> str:
         raise UsageError(("is required with ", Mention("reference_file")), setting=Setting("onnx"))
 
-    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+    def cases(
+        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
+    ) -> Iterator[Case]:
         from parity.run.reference import load_reference_outputs
 
         self._report("reference", f"reading reference outputs {self.reference_file}", 0.08)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from parity.errors import UsageError
@@ -14,7 +14,7 @@ from parity.run.config import Loaders, RunConfig
 from parity.run.progress import ProgressReporter
 from parity.settings import Setting
 from parity.signature import OnnxSignature
-from parity.sources import Case, TorchSide
+from parity.sources import Case, Source, TorchSide
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
@@ -75,7 +75,7 @@ def set_name(input_set: InputSet) -> str:
     return input_set.label or f"input set {input_set.index}"
 
 
-class TorchSource:
+class TorchSource(Source):
     """Each case: an input set, and the torch model run on it once."""
 
     environment_modules: tuple[str, ...] = ()
@@ -92,7 +92,7 @@ class TorchSource:
         self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
         self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
 
-    def measure_noise_at(self, precisions: Any) -> None:
+    def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor: also run torch at these precisions ("float16", "bfloat16": the
         candidates' own), so their floor is torch's error at that precision."""
         self._noise_at = tuple(sorted(set(precisions)))
@@ -106,7 +106,9 @@ class TorchSource:
             "is required (only a demo:NAME model has a built-in ONNX file)", setting=Setting("onnx")
         )
 
-    def cases(self, signature: OnnxSignature) -> Iterator[Case]:
+    def cases(
+        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
+    ) -> Iterator[Case]:
         from parity.run.runner import model_binding, run_torch
 
         self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)

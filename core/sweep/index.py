@@ -6,7 +6,6 @@ is escaped text. Links are relative, so the folder can be copied or served as it
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from urllib.parse import quote
 from parity import __version__
 from parity.files.atomic import write_text
 from parity.sweep.plan import REPORT
+from parity.text import html_text as _e
 from parity.text import number_text
 
 INDEX = "index.html"
@@ -70,7 +70,3 @@ def _row(pair: Mapping[str, Any]) -> str:
         f"<td class='n'>{'' if seconds is None else f'{float(seconds):.1f}'}</td>"
         f"<td>{_e(str(detail))}</td></tr>"
     )
-
-
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
