@@ -148,6 +148,8 @@ def _run_validation(
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
         run = _run_cases(config, source, slots, report, t_start, deadline)
+        run = _with_frozen(run, config, source, slots, report)
+        deadline.check()
         if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
             from parity.layers.onnx_reference_run import with_onnx_layers
 
@@ -231,6 +233,26 @@ def _check_tolerance_names(
         for part in candidate.parts.values() or (candidate,):
             names.update(dict.fromkeys(part.signature.output_names))
     config.tolerances.check_outputs(tuple(names))
+
+
+def _with_frozen(
+    run: ValidationRun,
+    config: RunConfig,
+    source: Source,
+    slots: list[_Slot],
+    report: ProgressReporter,
+) -> ValidationRun:
+    """A failing run of a file with dynamic axes: the nodes holding a size frozen at export,
+    each confirmed by real runs (parity.run.frozen_search); its time in ``timings["frozen"]``."""
+    from parity.run.frozen_search import should_look, with_frozen
+
+    lead = slots[0].candidate
+    if lead is None or not hasattr(source, "reference_at") or not should_look(run, config):
+        return run
+    report("frozen", "looking for sizes frozen at export", None)
+    t0 = time.perf_counter()
+    run = with_frozen(run, config, source, lead)
+    return replace(run, timings={**run.timings, "frozen": time.perf_counter() - t0})
 
 
 def _sessions_released(slots: list[_Slot]) -> Candidate | None:

@@ -113,6 +113,8 @@ def format_text(run: ValidationRun) -> str:
 
         head, *rest = noise_suggestion_lines(suggest_noise_tolerances(run))
         text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
+    if run.frozen:  # parity.judge.frozen: each confirmed node, its sentence as it is
+        text += "\n\nFrozen at export:\n" + "\n".join(f"  {f.text}" for f in run.frozen)
     if run.layers is not None:
         from parity.layers.text import format_run_layers
 

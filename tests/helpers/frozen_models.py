@@ -7,7 +7,9 @@ batch 1, 64 x 48: an export size none of Parity's default sizes equals.
 - ``pos_embed``: position embeddings interpolated to ``int(x.shape[-1] // 8)`` (a Resize to
   8 x 6; the Add after it raises elsewhere);
 - ``pad32``: the width padded to a multiple of 32 only ``if w % 32`` (a branch tracing kept);
-- ``clean``: the control, global average pooling written ``mean((2, 3))``.
+- ``clean``: the control, global average pooling written ``mean((2, 3))``;
+- ``scaled``: a Mul by 32.0 that is the model's own number, not a size (with a nudged bias in
+  the file it fails at every size, and nothing may be named frozen).
 
 The source is written to ``DIR/models.py`` so that ``models.py:pool`` is a model spec, and the
 exporters record lines of that file (LINES below says which line holds what).
@@ -86,6 +88,15 @@ SOURCE = textwrap.dedent(
             return self.fc(self.conv(x).mean((2, 3)))
 
 
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x).mean((2, 3)) * 32.0
+
+
     def _seeded(cls):
         torch.manual_seed(0)
         return cls().eval()
@@ -109,12 +120,16 @@ SOURCE = textwrap.dedent(
 
     def clean():
         return _seeded(Clean)
+
+
+    def scaled():
+        return _seeded(Scaled)
     '''
 ).lstrip()
 
 EXPORT_SHAPE = (1, 3, 64, 48)  # batch 1, height 64, width 48
 DYNAMIC_AXES = {"x": {0: "batch", 2: "height", 3: "width"}}
-NAMES = ("pool", "flatten", "pos_embed", "pad32", "clean")
+NAMES = ("pool", "flatten", "pos_embed", "pad32", "clean", "scaled")
 
 
 def line_of(text: str) -> int:
@@ -166,3 +181,17 @@ def export(root: Path, name: str, *, dynamo: bool) -> Path:
                 dynamic_axes=DYNAMIC_AXES,
             )  # fmt: skip
     return path
+
+
+def nudged(path: Path, name: str, delta: float) -> Path:
+    """A copy of the export with initializer `name` moved by `delta`: a real value bug."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    for init in model.graph.initializer:
+        if init.name == name:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) + delta, name))
+    out = path.with_name(path.stem + "_nudged.onnx")
+    onnx.save(model, str(out))
+    return out
