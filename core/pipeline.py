@@ -244,14 +244,16 @@ def _with_frozen(
 ) -> ValidationRun:
     """A failing run of a file with dynamic axes: the nodes holding a size frozen at export,
     each confirmed by real runs (parity.run.frozen_search); its time in ``timings["frozen"]``."""
-    from parity.run.frozen_search import should_look, with_frozen
+    from parity.run.frozen_search import should_look, static_axes, with_frozen
 
     lead = slots[0].candidate
-    if lead is None or not hasattr(source, "reference_at") or not should_look(run, config):
+    if lead is None or not hasattr(source, "reference_at") or run.is_multi_candidate:
         return run
-    report("frozen", "looking for sizes frozen at export", None)
     t0 = time.perf_counter()
-    run = with_frozen(run, config, source, lead)
+    if should_look(run, config):
+        report("frozen", "looking for sizes frozen at export", None)
+        run = with_frozen(run, config, source, lead)
+    run = replace(run, static_axes=static_axes(run, config, source))
     return replace(run, timings={**run.timings, "frozen": time.perf_counter() - t0})
 
 

@@ -338,7 +338,7 @@ def _json(value: object) -> object:
 
 
 # fields added to the report after the golden file was written (additive, per the contract)
-LATER_FIELDS = {"first_divergence_by_input_set", "frozen"}
+LATER_FIELDS = {"first_divergence_by_input_set", "frozen", "static_axes"}
 
 
 def _as_then(value: object) -> object:
@@ -436,6 +436,11 @@ def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> Non
         "text": frozen.text,
     }
     assert codec.frozen_from_json(None) == ()
+    from parity.results import StaticAxis
+
+    axis = StaticAxis("x", 2, 64, 80, "Input 'x' is fixed at 64 on axis 2 in the ONNX file.")
+    assert _reopen(replace(run, static_axes=(axis,)), tmp_path, "s").static_axes == (axis,)
+    assert codec.static_axes_from_json(None) == ()
 
 
 def test_generation_prompts_survive_a_save(tmp_path: Path) -> None:

@@ -152,3 +152,23 @@ def test_the_terminal_and_the_html_report_say_the_frozen_node(exports, capsys) -
     out = capsys.readouterr().out
     assert "Frozen at export:" in out and "node '/Div' divides by 3072" in out
     assert "node &#x27;/Div&#x27; divides by 3072" in html.read_text()
+
+
+def test_an_axis_dynamo_made_static_is_said_in_one_line(exports) -> None:
+    """torch.export specialised height and width (the model reads ints from the shape): the
+    file takes only 64 x 48 though the torch model runs at other sizes; it passes at its one
+    size, and each fixed axis is said."""
+    code, report = validate(exports, "pos_embed", onnx_of(exports, "pos_embed", "dynamo"))
+    assert code == 0
+    axes = {(a["input"], a["axis"], a["size"]) for a in report["static_axes"]}
+    assert axes == {("x", 2, 64), ("x", 3, 48)}
+    assert all(
+        "fixed at" in a["text"] and "torch model" in a["text"] for a in report["static_axes"]
+    )
+    assert report["frozen"] == []
+
+
+def test_a_static_axis_the_torch_model_needs_is_not_said(exports) -> None:
+    """The clean control fixes only its channels (3), which the model needs: nothing is said."""
+    code, report = validate(exports, "clean", onnx_of(exports, "clean", "dynamo"))
+    assert code == 0 and report["static_axes"] == []

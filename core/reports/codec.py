@@ -41,6 +41,7 @@ from parity.results import (
     Provenance,
     RunKind,
     SavedFrom,
+    StaticAxis,
     Status,
     TokenDivergence,
     ValidationRun,
@@ -113,6 +114,7 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         "wrong_pair_note": wrong_pair_note(run),  # the sentence (parity.labels), or null
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
         "frozen": [frozen_to_json(f) for f in run.frozen],
+        "static_axes": [static_axis_to_json(a) for a in run.static_axes],
     }
     if run.provenance.inputs_by is not None:  # how torch got the feeds (parity.run.input_binding)
         data["input_matching"] = {
@@ -248,6 +250,7 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
             for k, layers in run.candidate_layers.items()
         ],
         "frozen": [frozen_to_json(f) for f in run.frozen],
+        "static_axes": [static_axis_to_json(a) for a in run.static_axes],
     }
 
 
@@ -298,6 +301,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         candidates=candidates_from_json(m.get("candidates")),
         candidate_layers=_candidate_layers_from_json(m.get("candidate_layers"), layers, get),
         frozen=frozen_from_json(m.get("frozen")),
+        static_axes=static_axes_from_json(m.get("static_axes")),
     )
 
 
@@ -617,6 +621,35 @@ def frozen_from_json(raw: Any) -> tuple[FrozenNode, ...]:
                 dims={str(k): sj.integer(v, f"{at}.dims.{k}") for k, v in dims.items()},
                 source=sj.optional(sj.string, entry.get("source"), f"{at}.source"),
                 confirmed=sj.boolean(entry.get("confirmed", False), f"{at}.confirmed"),
+                text=sj.string(entry.get("text", ""), f"{at}.text"),
+            )
+        )
+    return tuple(found)
+
+
+def static_axis_to_json(a: StaticAxis) -> dict[str, Any]:
+    """One ``static_axes[]`` entry: an axis the file fixes where torch takes other sizes."""
+    return {
+        "input": a.input,
+        "axis": int(a.axis),
+        "size": int(a.size),
+        "torch_size": int(a.torch_size),
+        "text": a.text,
+    }
+
+
+def static_axes_from_json(raw: Any) -> tuple[StaticAxis, ...]:
+    """The run's static axes (absent in runs saved before they were looked for: ())."""
+    found = []
+    for i, entry in enumerate(sj.array(raw or [], "static_axes")):
+        at = f"static_axes[{i}]"
+        entry = sj.obj(entry, at)
+        found.append(
+            StaticAxis(
+                input=sj.string(sj.field(entry, "input", at), f"{at}.input"),
+                axis=sj.integer(sj.field(entry, "axis", at), f"{at}.axis"),
+                size=sj.integer(sj.field(entry, "size", at), f"{at}.size"),
+                torch_size=sj.integer(sj.field(entry, "torch_size", at), f"{at}.torch_size"),
                 text=sj.string(entry.get("text", ""), f"{at}.text"),
             )
         )

@@ -240,6 +240,7 @@ def _grid(run: ValidationRun) -> str:
     if run.frozen:
         items = "".join(f"<li>{_e(f.text)}</li>" for f in run.frozen)
         parts.append(f"<h2 class='findings'>Frozen at export</h2><ul class='frozen'>{items}</ul>")
+    parts += [f"<p class='static-axis'>{_e(a.text)}</p>" for a in run.static_axes]
     parts.append(_input_sets_table(run))
     parts.append("</section>")
     return "".join(parts)

@@ -22,7 +22,7 @@ from parity.errors import ParityError
 from parity.judge.compare import compare_outputs
 from parity.judge.frozen import find_frozen
 from parity.judge.frozen_graph import load, user_frame
-from parity.results import InputSet, Status, ValidationRun
+from parity.results import InputSet, StaticAxis, Status, ValidationRun
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
 from parity.signature import OnnxSignature
@@ -132,6 +132,63 @@ def with_frozen(
 
     nodes = find_frozen(model, dynamic_dims(signature), failing, passing, check, retrace)
     return replace(run, frozen=nodes)
+
+
+MAX_STATIC_CHECKS = 3  # torch runs spent asking whether a fixed axis takes other sizes
+STATIC_MIN = 8  # smaller fixed axes (channels, a batch of 1) are the model's own, not asked
+STATIC_STEP = 16
+_PROBE = "parity_static_axis"
+
+
+def static_axes(run: ValidationRun, config: RunConfig, source: Any) -> tuple[StaticAxis, ...]:
+    """Input axes the file fixes (at STATIC_MIN or more) where the torch model also runs at
+    the size + STATIC_STEP: one torch run each, at most MAX_STATIC_CHECKS."""
+    signature = run.signature
+    if (
+        signature is None
+        or config.model is None
+        or config.n_given_sets
+        or not run.input_sets
+        or not hasattr(source, "reference_at")
+    ):
+        return ()
+    base = set_dims(signature, run.input_sets[0])
+    found: list[StaticAxis] = []
+    checks = 0
+    for k, spec in enumerate(signature.inputs):
+        for axis, d in enumerate(spec.shape):
+            if not isinstance(d, int) or d < STATIC_MIN or checks >= MAX_STATIC_CHECKS:
+                continue
+            checks += 1
+            shape = tuple(_PROBE if a == axis else x for a, x in enumerate(spec.shape))
+            probe = replace(
+                signature,
+                inputs=tuple(
+                    replace(t, shape=shape) if i == k else t for i, t in enumerate(signature.inputs)
+                ),
+            )
+            size = d + STATIC_STEP
+            try:
+                input_set = make_input_sets(
+                    probe, dims={**base, _PROBE: size}, n_sets=1, seed=config.seed
+                )[0]
+                source.reference_at(input_set, probe)
+            except ParityError:
+                continue
+            except Exception:
+                continue
+            found.append(
+                StaticAxis(spec.name, axis, d, size, static_text(spec.name, axis, d, size))
+            )
+    return tuple(found)
+
+
+def static_text(name: str, axis: int, size: int, other: int) -> str:
+    return (
+        f"Input {name!r} is fixed at {size} on axis {axis} in the ONNX file, though the torch "
+        f"model also runs at {other}: the file takes only that size (export it with a dynamic "
+        "dim there if it should take any)."
+    )
 
 
 def _folder(path: str):
