@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -74,10 +75,14 @@ class Explanation:
 
 @dataclass
 class _Budget:
+    """Checks left, and the time they may take (a big model's failing run whose constants are
+    no sizes must not cost 24 more runs of it)."""
+
     left: int = MAX_CHECKS
+    until: float = math.inf  # time.monotonic() past which no check starts
 
     def take(self) -> bool:
-        if self.left <= 0:
+        if self.left <= 0 or time.monotonic() > self.until:
             return False
         self.left -= 1
         return True
@@ -94,13 +99,15 @@ def find_frozen(
     passing: Sequence[Mapping[str, int]],
     check: Check,
     retrace: Retrace | None = None,
+    seconds: float = math.inf,
 ) -> tuple[FrozenNode, ...]:
     """The confirmed frozen nodes of `model` (empty when none is confirmed). `dims`: the
     dynamic dims' names (``height``, or ``x:2`` for an unnamed one); `failing` / `passing`:
-    the sizes of the run's input sets that failed or passed."""
+    the sizes of the run's input sets that failed or passed; `seconds`: no check starts after
+    that long."""
     if not failing or not dims:
         return ()
-    budget = _Budget()
+    budget = _Budget(until=time.monotonic() + seconds)
     found = _sizes(model, dims, failing[0], check, budget)
     branches = _branches(model, dims, failing[0], passing, check, budget)
     nodes = list(found) + list(branches)

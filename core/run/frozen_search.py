@@ -23,9 +23,13 @@ from parity.judge.compare import compare_outputs
 from parity.judge.frozen import find_frozen
 from parity.judge.frozen_graph import load, user_frame
 from parity.results import InputSet, StaticAxis, Status, ValidationRun
+from parity.run.budget import MemoryBudget
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
 from parity.signature import OnnxSignature
+
+SEARCH_TIMES = 4  # the search may take this many times the run's own torch + ORT time
+MIN_SEARCH_SECONDS = 10.0
 
 
 def dynamic_dims(signature: OnnxSignature) -> list[str]:
@@ -85,6 +89,7 @@ def with_frozen(
 
     folder = str(_folder(candidate.path))
     refs: dict[tuple, Any] = {}  # torch's outputs by size: each size is run once
+    budget = MemoryBudget.of(config.max_memory)
 
     def check(dims: Mapping[str, int], patched: bytes | None) -> bool | None:
         try:
@@ -96,6 +101,7 @@ def with_frozen(
                 int_ranges=config.int_ranges,
                 float_ranges=config.float_ranges,
                 float_range=config.float_range,
+                budget=budget,
             )[0]
             key = tuple(sorted(dims.items()))
             if key not in refs:
@@ -130,7 +136,11 @@ def with_frozen(
     def retrace(dims: Mapping[str, int]) -> dict[str, str]:
         return _retrace(source, signature, model, dims, config)
 
-    nodes = find_frozen(model, dynamic_dims(signature), failing, passing, check, retrace)
+    spent = run.timings.get("torch", 0.0) + run.timings.get("onnxruntime", 0.0)
+    seconds = max(MIN_SEARCH_SECONDS, SEARCH_TIMES * spent)
+    nodes = find_frozen(
+        model, dynamic_dims(signature), failing, passing, check, retrace, seconds=seconds
+    )
     return replace(run, frozen=nodes)
 
 
