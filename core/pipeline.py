@@ -285,10 +285,12 @@ def _with_layers(
     assert candidate is not None
     t0 = time.perf_counter()
     side = source.torch_side()
+    raised = {c.input_set for c in run.outputs if c.status is Status.ERROR}
+    sets = tuple(s for s in run.input_sets if s.index not in raised)  # where ORT ran
     layers = localise_run(
         side,
         candidate.path,
-        run.input_sets,
+        sets or run.input_sets,
         candidate.signature,
         provider=candidate.provider,
         opt_level=candidate.opt_level,

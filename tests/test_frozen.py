@@ -172,3 +172,35 @@ def test_a_static_axis_the_torch_model_needs_is_not_said(exports) -> None:
     """The clean control fixes only its channels (3), which the model needs: nothing is said."""
     code, report = validate(exports, "clean", onnx_of(exports, "clean", "dynamo"))
     assert code == 0 and report["static_axes"] == []
+
+
+def test_the_dashboard_shows_the_error_cell_and_the_frozen_node(exports) -> None:
+    """Overview: the sets x outputs grid with an error cell and the frozen node beside it;
+    Inspect opens on the run (the raising set has no ONNX values to draw) without an error."""
+    from streamlit.testing.v1 import AppTest
+
+    import parity
+
+    app = str(Path(__file__).resolve().parent.parent / "app.py")
+    run = parity.validate(
+        f"{exports / 'models.py'}:flatten",
+        onnx_of(exports, "flatten", "legacy"),
+        input_sets=2,
+        dims={"batch": 1, "height": 64, "width": 48},
+    )
+    assert [c.status.value for c in run.outputs] == ["pass", "error"]
+    assert run.frozen and run.frozen[0].node == "/Reshape"
+    at = AppTest.from_file(app, default_timeout=120)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = run.tolerances
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    text = "\n".join(m.value for m in at.markdown)
+    assert "Frozen at export" in text and "/Reshape" in text
+    grid = next(
+        json.loads(c.proto.spec) for c in at.get("plotly_chart") if "× outputs" in c.proto.spec
+    )
+    marks = json.dumps(grid["data"], ensure_ascii=False)
+    assert "error" in marks and "✓" in marks
+    at.switch_page("pages/inspect_page.py").run()
+    assert not at.exception

@@ -83,11 +83,9 @@ def model_numbers(model: onnx.ModelProto) -> frozenset[int]:
 
 
 def suspects(model: onnx.ModelProto) -> list[Suspect]:
-    """Constants feeding a shape input, or a scalar Div / Mul whose value is a whole number >= 2
-    (a Concat of constants feeding a shape counts element by element through its node)."""
+    """Constants feeding a shape input, or a scalar Div / Mul whose value is a whole number >= 2."""
     graph = model.graph
     constants = _constants(graph)
-    producers = {out: node for node in graph.node for out in node.output}
     found: list[Suspect] = []
     for position, node in enumerate(graph.node):
         slots: tuple[int, ...] = SHAPE_INPUTS.get(node.op_type, ())
@@ -116,7 +114,6 @@ def suspects(model: onnx.ModelProto) -> list[Suspect]:
                     source=stack_source(node),
                 )
             )
-    del producers
     return found
 
 

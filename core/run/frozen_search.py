@@ -234,17 +234,26 @@ def _retrace(
 ) -> dict[str, str]:
     """ONNX node name -> FILE:LINE, from torch.jit.trace at `dims` (legacy exports name nodes
     ``/scope/Op_k``; the k-th traced op of that kind in that scope is its source)."""
-    module = getattr(source, "torch_module", None)
+    loaded = getattr(source, "torch_model", None)
+    module = getattr(loaded, "module", None)
     if module is None:
         return {}
     import torch
 
+    from parity.run.runner import model_binding
+
     try:
         input_set = make_input_sets(signature, dims=dict(dims), n_sets=1, seed=config.seed)[0]
-        args = tuple(torch.from_numpy(np.array(input_set.feeds[n])) for n in signature.input_names)
+        feeds = {n: torch.from_numpy(np.array(input_set.feeds[n])) for n in signature.input_names}
+        binding = model_binding(loaded, feeds)  # by name or by position, as the run fed it
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            traced = torch.jit.trace(module, args, check_trace=False)
+            if binding.kwargs and not binding.args:
+                traced = torch.jit.trace(
+                    module, example_kwarg_inputs=dict(binding.kwargs), check_trace=False
+                )
+            else:
+                traced = torch.jit.trace(module, tuple(binding.args), check_trace=False)
         graph = traced.inlined_graph
     except Exception:
         return {}

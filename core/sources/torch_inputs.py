@@ -102,9 +102,9 @@ class TorchSource:
         return run_torch(self._torch, input_set, signature)
 
     @property
-    def torch_module(self) -> Any:
-        """The loaded torch module (re-traced for a legacy export's source lines), or None."""
-        return getattr(self._torch, "module", None)
+    def torch_model(self) -> Any:
+        """The loaded TorchModel (re-traced for a legacy export's source lines), or None."""
+        return self._torch
 
     def measure_noise_at(self, precisions: Any) -> None:
         """--noise-floor: also run torch at these precisions ("float16", "bfloat16": the
