@@ -16,10 +16,13 @@ The sentence each `FrozenNode.text` holds is made here, for every front to show 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -45,7 +48,10 @@ MAX_CHECKS = 24  # torch + ONNX Runtime runs the search may make, all told
 MAX_SIZES = 6  # export sizes tried
 MAX_PLANS = 16  # sets of constants recomputed together, tried at a failing size
 STRIDES = (2, 4, 8, 16, 32)  # a size read after a strided layer: height // 8
-MAX_SIZE = 1 << 16  # a larger constant is no size (an INT64_MAX Slice end)
+MAX_SIZE = 1 << 24  # a larger constant is no size (an INT64_MAX Slice end)
+MAX_COMBINATIONS = 6000  # export sizes scored (pure arithmetic), at most
+MAX_STRIDED = 512  # a constant above it is not taken for a size // stride
+MAX_SPLIT = 8  # a product of two dims is split into sizes at most 8 times apart
 _BATCH_WORDS = ("batch", "n", "b", "bs", "bsz", "num_samples")
 
 
@@ -88,8 +94,13 @@ class _Budget:
         return True
 
 
+_BATCH: ContextVar[frozenset[str]] = ContextVar("parity_frozen_batch", default=frozenset())
+
+
 def is_batch(name: str) -> bool:
-    return "batch" in name.lower() or name.lower() in _BATCH_WORDS
+    """A batch dim: named like one, or (the caller says, find_frozen's `batch`) the first axis
+    of an input, as a legacy export's unnamed ``x_dynamic_axes_1`` is."""
+    return name in _BATCH.get() or "batch" in name.lower() or name.lower() in _BATCH_WORDS
 
 
 def find_frozen(
@@ -100,6 +111,7 @@ def find_frozen(
     check: Check,
     retrace: Retrace | None = None,
     seconds: float = math.inf,
+    batch: Collection[str] = (),
 ) -> tuple[FrozenNode, ...]:
     """The confirmed frozen nodes of `model` (empty when none is confirmed). `dims`: the
     dynamic dims' names (``height``, or ``x:2`` for an unnamed one); `failing` / `passing`:
@@ -107,6 +119,22 @@ def find_frozen(
     that long."""
     if not failing or not dims:
         return ()
+    token = _BATCH.set(frozenset(batch))
+    try:
+        return _find(model, dims, failing, passing, check, retrace, seconds)
+    finally:
+        _BATCH.reset(token)
+
+
+def _find(
+    model: onnx.ModelProto,
+    dims: Sequence[str],
+    failing: Sequence[Mapping[str, int]],
+    passing: Sequence[Mapping[str, int]],
+    check: Check,
+    retrace: Retrace | None,
+    seconds: float,
+) -> tuple[FrozenNode, ...]:
     budget = _Budget(until=time.monotonic() + seconds)
     found = _sizes(model, dims, failing[0], check, budget)
     branches = _branches(model, dims, failing[0], passing, check, budget)
@@ -132,18 +160,26 @@ def _add_source(text: str, source: str) -> str:
 # --- sizes -----------------------------------------------------------------------------------
 
 
-def _explanations(value: float, dims: Sequence[str]) -> list[Explanation]:
+def _explanations(value: float, dims: Sequence[str]) -> tuple[Explanation, ...]:
     """Every way `value` can be a dim, a product of two dims, or a dim // stride (the value
     itself is checked later against a size)."""
+    return _cached_explanations(value, tuple(dims), _BATCH.get())
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_explanations(
+    value: float, dims: tuple[str, ...], batch: frozenset[str]
+) -> tuple[Explanation, ...]:
+    del batch  # a key only: is_batch reads it
     if value < 1 or value != int(value) or value > MAX_SIZE:
-        return []
+        return ()
     if value == 1:
-        return [Explanation((d,), 1) for d in dims if is_batch(d)]
+        return tuple(Explanation((d,), 1) for d in dims if is_batch(d))
     found = [Explanation((d,)) for d in dims]
     found += [Explanation((d,), s) for d in dims for s in STRIDES]
     sizes = [d for d in dims if not is_batch(d)]  # height x width, never batch x height
     found += [Explanation(pair) for pair in itertools.combinations(sizes, 2)]
-    return found
+    return tuple(found)
 
 
 def _size_candidates(
@@ -153,37 +189,41 @@ def _size_candidates(
     the best explanation of every element (a product of two dims weighs most; an element equal
     to a weight's size, a model number, little); the squarest split of a product comes first,
     the larger dim first where two are as square."""
-    per_dim: dict[str, set[int]] = {d: set() for d in dims}
-    for value, _ in elements:
+    counted = Counter(elements)  # a transformer repeats its shapes in every layer
+    per_dim: dict[str, Counter[int]] = {d: Counter() for d in dims}
+    for value, _ in counted:
         if value != int(value) or not 1 <= value <= MAX_SIZE:
             continue
         v = int(value)
         for d in dims:
             if v == 1 and is_batch(d):
-                per_dim[d].add(1)
+                per_dim[d][1] += 1
             if v >= 2:
-                per_dim[d].add(v)
+                per_dim[d][v] += 1
+            if 2 <= v <= MAX_STRIDED:  # a grid read after a stride: height // 8
                 per_dim[d].update(v * s for s in STRIDES)
-        for a in range(2, int(math.isqrt(v)) + 1):
-            if v % a == 0 and a >= 4:
+        for a in range(4, int(math.isqrt(v)) + 1):
+            if v % a == 0 and v // a <= MAX_SPLIT * a:  # height x width, roughly square
                 for d in dims:
                     per_dim[d].update((a, v // a))
     scored = []
-    options = [sorted(per_dim[d]) + [None] for d in dims]
-    if math.prod(len(o) for o in options) > 200_000:
-        options = [o[:40] + [None] for o in options]
+    keep = max(2, int(MAX_COMBINATIONS ** (1 / max(len(dims), 1))) - 1)
+    options = [
+        sorted(per_dim[d], key=lambda v, d=d: (-per_dim[d][v], _unlikely(d, v)))[:keep] + [None]
+        for d in dims
+    ]
     for combo in itertools.product(*options):
         sizes = {d: v for d, v in zip(dims, combo, strict=True) if v is not None}
         if not sizes:
             continue
         score, used, squareness = 0.0, set(), 0.0
-        for value, model_number in elements:
+        for (value, model_number), n in counted.items():
             best = None
             for e in _explanations(value, list(sizes)):
                 if e.value(sizes) == value and (best is None or e.weight(model_number) > best[0]):
                     best = (e.weight(model_number), e)
             if best is not None:
-                score += best[0]
+                score += best[0] * n
                 used.update(best[1].dims)
                 if len(best[1].dims) == 2:
                     a, b = (sizes[d] for d in best[1].dims)

@@ -44,6 +44,17 @@ def dynamic_dims(signature: OnnxSignature) -> list[str]:
     return list(names)
 
 
+def first_axis_dims(signature: OnnxSignature) -> set[str]:
+    """Dynamic dims at axis 0 of an input (a batch, whatever its name)."""
+    found = set()
+    for spec in signature.inputs:
+        if spec.shape and isinstance(spec.shape[0], str):
+            found.add(spec.shape[0])
+        elif spec.shape and spec.shape[0] is None:
+            found.add(f"{spec.name}:0")
+    return found
+
+
 def set_dims(signature: OnnxSignature, input_set: InputSet) -> dict[str, int]:
     """The size of every dynamic dim in one input set."""
     sizes: dict[str, int] = {}
@@ -139,7 +150,14 @@ def with_frozen(
     spent = run.timings.get("torch", 0.0) + run.timings.get("onnxruntime", 0.0)
     seconds = max(MIN_SEARCH_SECONDS, SEARCH_TIMES * spent)
     nodes = find_frozen(
-        model, dynamic_dims(signature), failing, passing, check, retrace, seconds=seconds
+        model,
+        dynamic_dims(signature),
+        failing,
+        passing,
+        check,
+        retrace,
+        seconds=seconds,
+        batch=first_axis_dims(signature),
     )
     return replace(run, frozen=nodes)
 
