@@ -83,7 +83,7 @@ class ValidateOptions:
     signature is made from these fields."""
 
     inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
-    input_sets: int = 1
+    input_sets: int | None = None
     dims: Mapping[str, int] | None = None
     seed: int = 0
     float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None = None
@@ -140,7 +140,8 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
         included); None only for a ``demo:`` model.
     inputs: input name -> numpy array or torch tensor (one input set), a sequence of such
         mappings (one set each), or None to generate sets from the ONNX signature exactly as
-        the CLI does (`input_sets`, `dims`, `seed`, `float_range`).
+        the CLI does (`input_sets`, `dims`, `seed`, `float_range`). `input_sets` None: two
+        sizes for a file with dynamic axes (the second grows every dynamic dim), one otherwise.
     float_range: generated float inputs drawn uniformly in [low, high]: a (low, high) for
         every float input, or input name -> (low, high) (as ``--float-range``). Default:
         standard normal, or a quantized file's calibrated input range.

@@ -119,7 +119,7 @@ def wrong_pair_note(run: ValidationRun) -> str | None:
     Decided on shapes: outputs are paired by name, else by position, so a wrong pair still
     yields comparisons under the ONNX file's names; what gives it away is that no pair in
     any input set has the same shape on both sides (or one side is missing throughout)."""
-    comps = run.outputs
+    comps = [c for c in run.outputs if c.status is not Status.ERROR]  # raised: no shape to say
     if not comps or any(c.ref_shape is not None and c.ref_shape == c.onnx_shape for c in comps):
         return None
     names = ", ".join(dict.fromkeys(c.name for c in comps))

@@ -25,7 +25,14 @@ from parity.judge.compare import compare_outputs
 from parity.judge.noise_floor import with_noise
 from parity.load.calibration import merged
 from parity.messages import with_notes
-from parity.results import CandidateInfo, OutputComparison, OutputSet, RunKind, ValidationRun
+from parity.results import (
+    CandidateInfo,
+    OutputComparison,
+    OutputSet,
+    RunKind,
+    Status,
+    ValidationRun,
+)
 from parity.run.candidates import (
     Candidate,
     CandidateSpec,
@@ -38,6 +45,7 @@ from parity.run.candidates import (
 from parity.run.config import Loaders, RunConfig, check_config, default_loaders
 from parity.run.config_json import config_json
 from parity.run.deadline import Deadline
+from parity.run.ort_errors import is_set_failure, ort_error_line
 from parity.run.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
 from parity.signature import OnnxSignature
 from parity.sources import Case, Source
@@ -140,6 +148,8 @@ def _run_validation(
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
         run = _run_cases(config, source, slots, report, t_start, deadline)
+        run = _with_frozen(run, config, source, slots, report)
+        deadline.check()
         if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
             from parity.layers.onnx_reference_run import with_onnx_layers
 
@@ -223,6 +233,28 @@ def _check_tolerance_names(
     config.tolerances.check_outputs(tuple(names))
 
 
+def _with_frozen(
+    run: ValidationRun,
+    config: RunConfig,
+    source: Source,
+    slots: list[_Slot],
+    report: ProgressReporter,
+) -> ValidationRun:
+    """A failing run of a file with dynamic axes: the nodes holding a size frozen at export,
+    each confirmed by real runs (parity.run.frozen_search); its time in ``timings["frozen"]``."""
+    from parity.run.frozen_search import should_look, static_axes, with_frozen
+
+    lead = slots[0].candidate
+    if lead is None or not hasattr(source, "reference_at") or run.is_multi_candidate:
+        return run
+    t0 = time.perf_counter()
+    if should_look(run, config):
+        report("frozen", "looking for sizes frozen at export", None)
+        run = with_frozen(run, config, source, lead)
+    run = replace(run, static_axes=static_axes(run, config, source))
+    return replace(run, timings={**run.timings, "frozen": time.perf_counter() - t0})
+
+
 def _sessions_released(slots: list[_Slot]) -> Candidate | None:
     """The first candidate without its ONNX Runtime session, every slot's session let go:
     --layers opens its own session with extra outputs, and a model's weights held twice
@@ -251,10 +283,12 @@ def _with_layers(
     assert candidate is not None
     t0 = time.perf_counter()
     side = source.torch_side()
+    raised = {c.input_set for c in run.outputs if c.status is Status.ERROR}
+    sets = tuple(s for s in run.input_sets if s.index not in raised)  # where ORT ran
     layers = localise_run(
         side,
         candidate.path,
-        run.input_sets,
+        sets or run.input_sets,
         candidate.signature,
         provider=candidate.provider,
         opt_level=candidate.opt_level,
@@ -330,6 +364,14 @@ def _run_cases(
                     signature=part.signature,
                     deadline=deadline,
                 )
+            except OnnxRunError as exc:
+                if not is_set_failure(str(exc.detail or exc.message)):
+                    raise  # out of memory: the machine's limit, not the file's
+                # the file ran and broke on this input set: that set's failure, not the run's
+                slot.outputs.append(OutputSet(arrays={}))
+                rows = error_rows(case, part.signature.output_names, exc, config.tolerances)
+                slot.comparisons.extend(replace(c, candidate=slot.index) for c in rows)
+                continue
             except _CANDIDATE_ERRORS as exc:
                 if not many:
                     raise  # one candidate: the run could not be made, as it always was
@@ -445,6 +487,35 @@ def compare_case(
         )
         comparisons.append(_with_notes(comparison, note, case.exclude_reason))
     return replace(onnx, arrays=shown), comparisons
+
+
+def error_rows(
+    case: Case, onnx_names: tuple[str, ...], exc: OnnxRunError, tolerances: Tolerances
+) -> list[OutputComparison]:
+    """One `Status.ERROR` row per output of a set ONNX Runtime raised on: every ONNX output
+    the case judges, then reference-only ones, each with ORT's first line (node and op)."""
+    ref = case.reference.arrays
+    names = [n for n in onnx_names if n not in case.ignore]
+    names += [n for n in ref if n not in names and n not in case.ignore]
+    message = f"ONNX Runtime raised: {ort_error_line(exc.detail or exc.message)}"
+    rows = []
+    for name in names:
+        array = ref.get(name)
+        rows.append(
+            OutputComparison(
+                input_set=case.input_set.index,
+                name=name,
+                status=Status.ERROR,
+                tolerance=tolerances.for_output(name),
+                ref_shape=None if array is None else tuple(int(d) for d in array.shape),
+                onnx_shape=None,
+                ref_dtype=None if array is None else str(array.dtype),
+                onnx_dtype=None,
+                n_elements=0 if array is None else int(array.size),
+                message=message,
+            )
+        )
+    return rows
 
 
 def _cropped(case: Case, name: str, array: np.ndarray | None) -> tuple[np.ndarray | None, str]:

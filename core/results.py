@@ -393,6 +393,19 @@ class FrozenNode:
     text: str = ""  # the one sentence every front shows (parity.frozen's words)
 
 
+@dataclass(frozen=True)
+class StaticAxis:
+    """An input axis the ONNX file fixes although the torch model runs at other sizes (the
+    dynamo exporter made an LSTM's time axis static): the JSON report's `static_axes`.
+    `text` is the one line every front shows (parity.run.frozen_search's words)."""
+
+    input: str
+    axis: int
+    size: int  # the file's fixed size
+    torch_size: int  # another size torch ran at
+    text: str = ""
+
+
 FINDING_KINDS = ("bug", "rounding", "frozen", "near_tie", "error", "static_axis", "unmeasured")
 
 
@@ -457,6 +470,8 @@ class ValidationRun:
     candidate_layers: Mapping[int, LayersResult] = field(default_factory=dict)
     # nodes holding a size or branch frozen at export (parity.frozen), confirmed ones first
     frozen: tuple[FrozenNode, ...] = ()
+    # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
+    static_axes: tuple[StaticAxis, ...] = ()
 
     @property
     def verdict(self) -> Verdict:

@@ -171,16 +171,24 @@ def page() -> None:
     st.caption(
         "Colour: the worst error ÷ allowed error (atol + rtol·|ref|), the same scale in every "
         "run: greens pass (yellow close to the line), reds fail, purple cannot be compared "
-        "element by element (shape, dtype, missing). ✓ / ✗ say it without colour. Click a "
-        "cell's mark to inspect it."
+        "element by element (shape, dtype, missing, or error: ONNX Runtime raised at that "
+        "size). ✓ / ✗ say it without colour. Click a cell's mark to inspect it."
     )
-    st.plotly_chart(
-        verdict_grid(run),
-        width="stretch",
-        on_select=_on_grid_select,
-        selection_mode="points",
-        key=state.OVERVIEW_GRID,
-    )
+    for axis in run.static_axes:  # an axis the file fixes where torch takes any size
+        st.caption(":material/straighten: " + md_text(axis.text))
+    grid, frozen = st.columns([3, 2]) if run.frozen else (st.container(), None)
+    with grid:
+        st.plotly_chart(
+            verdict_grid(run),
+            width="stretch",
+            on_select=_on_grid_select,
+            selection_mode="points",
+            key=state.OVERVIEW_GRID,
+        )
+    if frozen is not None:  # parity.judge.frozen: confirmed nodes, their sentences as they are
+        with frozen.container(border=True):
+            st.markdown("**Frozen at export**")
+            st.markdown("\n".join(f"- {md_text(f.text)}" for f in run.frozen))
 
     st.subheader("Input sets")
     rows = [

@@ -338,7 +338,7 @@ def _json(value: object) -> object:
 
 
 # fields added to the report after the golden file was written (additive, per the contract)
-LATER_FIELDS = {"first_divergence_by_input_set"}
+LATER_FIELDS = {"first_divergence_by_input_set", "frozen", "static_axes"}
 
 
 def _as_then(value: object) -> object:
@@ -390,6 +390,57 @@ def test_every_field_added_this_session_survives_a_save(tmp_path: Path) -> None:
             np.testing.assert_array_equal(mine.onnx, theirs.onnx)
     assert back.candidates == run.candidates
     assert [c.notes for c in back.comparisons] == [c.notes for c in run.comparisons]
+
+
+def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> None:
+    """Status error (ONNX Runtime raised on that set) and `frozen` reopen as they were; the
+    JSON report carries both; a run saved before `frozen` existed reopens with none."""
+    from parity.results import FrozenNode, Status
+
+    run = rich_run()
+    raised = replace(
+        run.outputs[0],
+        status=Status.ERROR,
+        stats=None,
+        profile=None,
+        n_mismatch=None,
+        onnx_shape=None,
+        onnx_dtype=None,
+        message="ONNX Runtime raised: Reshape node '/Reshape': requested shape:{1,8,3072}",
+    )
+    frozen = FrozenNode(
+        node="/Div",
+        op="Div",
+        kind="size",
+        constant=(3072.0,),
+        dims={"height": 64, "width": 48},
+        source="models.py:18",
+        confirmed=True,
+        text="This export only works at its own size: node '/Div' divides by 3072.",
+    )
+    run = replace(run, outputs=(raised, *run.outputs[1:]), frozen=(frozen,))
+    back = _reopen(run, tmp_path)
+    assert back.outputs[0].status is Status.ERROR
+    assert back.outputs[0].message == raised.message
+    assert back.frozen == (frozen,)
+    report = _json(report_dict(back))
+    assert report["outputs"][0]["status"] == "error"
+    assert report["frozen"][0] == {
+        "node": "/Div",
+        "op": "Div",
+        "kind": "size",
+        "constant": [3072.0],
+        "dims": {"height": 64, "width": 48},
+        "source": "models.py:18",
+        "confirmed": True,
+        "text": frozen.text,
+    }
+    assert codec.frozen_from_json(None) == ()
+    from parity.results import StaticAxis
+
+    axis = StaticAxis("x", 2, 64, 80, "Input 'x' is fixed at 64 on axis 2 in the ONNX file.")
+    assert _reopen(replace(run, static_axes=(axis,)), tmp_path, "s").static_axes == (axis,)
+    assert codec.static_axes_from_json(None) == ()
 
 
 def test_generation_prompts_survive_a_save(tmp_path: Path) -> None:

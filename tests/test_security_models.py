@@ -204,10 +204,6 @@ CLI_CASES = {  # (model spec, ONNX file or None for the tiny export)
         None,
     ),
     "raw_pickle": lambda arts, zoo, tmp: (_raw_pickle(tmp / "raw.pt"), None),
-    "ort_run_error": lambda arts, zoo, tmp: (
-        zoo.spec("make_tiny"),
-        _failing_reshape(tmp / "reshape.onnx"),
-    ),
     "pickled_weights": lambda arts, zoo, tmp: (zoo.spec("make_tiny"), None),
 }
 
@@ -215,6 +211,27 @@ CLI_CASES = {  # (model spec, ONNX file or None for the tiny export)
 def _raw_pickle(path: Path) -> Path:
     path.write_bytes(pickle.dumps({"w": 1}))
     return path
+
+
+def test_onnx_runtime_raising_is_the_sets_failure_not_a_run_that_could_not_be_made(
+    model_zoo, tmp_path
+) -> None:
+    """The file ran and broke (a Reshape to a size it cannot take): exit 1, each set's row
+    with status error and ORT's words in one line, no traceback."""
+    onnx_file = _failing_reshape(tmp_path / "reshape.onnx")
+    report = tmp_path / "r.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "parity", "validate", "--model", model_zoo.spec("make_tiny")]
+        + ["--onnx", str(onnx_file), "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    rows = json.loads(report.read_text())["outputs"]
+    assert rows and {r["status"] for r in rows} == {"error"}
+    assert all("Reshape node" in r["message"] for r in rows)
 
 
 @pytest.mark.parametrize("case", list(CLI_CASES))
@@ -231,6 +248,6 @@ def test_bad_model_files_give_exactly_one_line(case, tiny_artifacts, model_zoo, 
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("parity: error: "), result.stderr
-    expected = {"ort_run_error": "ONNX Runtime failed", "pickled_weights": "refused as unsafe"}
+    expected = {"pickled_weights": "refused as unsafe"}
     assert expected.get(case, str(model)) in lines[0]
     assert not any(p.name.startswith("ran-") for p in tmp_path.iterdir())

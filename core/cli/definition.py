@@ -194,10 +194,10 @@ INPUTS = Group(
         flag(
             "--input-sets",
             type=int,
-            default=1,
+            default=None,
             metavar="N",
             help="number of generated input sets; sets after the first grow every "
-            "symbolic dim (default 1)",
+            "dynamic dim (default 2 for a file with dynamic axes, else 1)",
         ),
         flag("--seed", type=int, default=0, help="seed of generated inputs (default 0)"),
         flag(

@@ -26,9 +26,11 @@ from parity.files.json_output import exact, from_exact, plain, strict
 from parity.judge.where import WhereProfile, where_of
 from parity.labels import wrong_pair_note
 from parity.results import (
+    FROZEN_KINDS,
     NOISE_PRECISIONS,
     CandidateInfo,
     ErrorStats,
+    FrozenNode,
     GenerationInfo,
     GenerationStep,
     InputSet,
@@ -39,6 +41,7 @@ from parity.results import (
     Provenance,
     RunKind,
     SavedFrom,
+    StaticAxis,
     Status,
     TokenDivergence,
     ValidationRun,
@@ -110,6 +113,8 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         "likely_wrong_pair": wrong_pair_note(run) is not None,
         "wrong_pair_note": wrong_pair_note(run),  # the sentence (parity.labels), or null
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
+        "frozen": [frozen_to_json(f) for f in run.frozen],
+        "static_axes": [static_axis_to_json(a) for a in run.static_axes],
     }
     if run.provenance.inputs_by is not None:  # how torch got the feeds (parity.run.input_binding)
         data["input_matching"] = {
@@ -244,6 +249,8 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
             else {"candidate": int(k), "layers": layers_to_json(layers, put, f"layers/c{k}")}
             for k, layers in run.candidate_layers.items()
         ],
+        "frozen": [frozen_to_json(f) for f in run.frozen],
+        "static_axes": [static_axis_to_json(a) for a in run.static_axes],
     }
 
 
@@ -293,6 +300,8 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         layers=layers,
         candidates=candidates_from_json(m.get("candidates")),
         candidate_layers=_candidate_layers_from_json(m.get("candidate_layers"), layers, get),
+        frozen=frozen_from_json(m.get("frozen")),
+        static_axes=static_axes_from_json(m.get("static_axes")),
     )
 
 
@@ -576,6 +585,79 @@ def candidates_from_json(raw: Any) -> tuple[CandidateInfo, ...]:
     """The candidates of a run (absent in runs saved before there were several: ())."""
     items = sj.array(raw or [], "candidates")
     return tuple(candidate_from_json(entry, f"candidates[{i}]") for i, entry in enumerate(items))
+
+
+def frozen_to_json(f: FrozenNode) -> dict[str, Any]:
+    """One ``frozen[]`` entry: a node holding a size (or a branch) frozen at export."""
+    return strict(
+        {
+            "node": f.node,
+            "op": f.op,
+            "kind": f.kind,
+            "constant": [exact(float(v)) for v in f.constant],
+            "dims": {str(k): int(v) for k, v in f.dims.items()},
+            "source": f.source,
+            "confirmed": bool(f.confirmed),
+            "text": f.text,
+        }
+    )
+
+
+def frozen_from_json(raw: Any) -> tuple[FrozenNode, ...]:
+    """The run's frozen nodes (absent in runs saved before they were looked for: ())."""
+    found = []
+    for i, entry in enumerate(sj.array(raw or [], "frozen")):
+        at = f"frozen[{i}]"
+        entry = sj.obj(entry, at)
+        kind = sj.string(sj.field(entry, "kind", at), f"{at}.kind")
+        if kind not in FROZEN_KINDS:
+            raise sj.FieldError(f"{at}.kind: unknown kind {kind!r}")
+        dims = sj.obj(entry.get("dims", {}), f"{at}.dims")
+        constant = sj.array(entry.get("constant", []), f"{at}.constant")
+        found.append(
+            FrozenNode(
+                node=sj.string(sj.field(entry, "node", at), f"{at}.node"),
+                op=sj.string(sj.field(entry, "op", at), f"{at}.op"),
+                kind=kind,
+                constant=tuple(
+                    from_exact(v, f"{at}.constant[{k}]") or 0.0 for k, v in enumerate(constant)
+                ),
+                dims={str(k): sj.integer(v, f"{at}.dims.{k}") for k, v in dims.items()},
+                source=sj.optional(sj.string, entry.get("source"), f"{at}.source"),
+                confirmed=sj.boolean(entry.get("confirmed", False), f"{at}.confirmed"),
+                text=sj.string(entry.get("text", ""), f"{at}.text"),
+            )
+        )
+    return tuple(found)
+
+
+def static_axis_to_json(a: StaticAxis) -> dict[str, Any]:
+    """One ``static_axes[]`` entry: an axis the file fixes where torch takes other sizes."""
+    return {
+        "input": a.input,
+        "axis": int(a.axis),
+        "size": int(a.size),
+        "torch_size": int(a.torch_size),
+        "text": a.text,
+    }
+
+
+def static_axes_from_json(raw: Any) -> tuple[StaticAxis, ...]:
+    """The run's static axes (absent in runs saved before they were looked for: ())."""
+    found = []
+    for i, entry in enumerate(sj.array(raw or [], "static_axes")):
+        at = f"static_axes[{i}]"
+        entry = sj.obj(entry, at)
+        found.append(
+            StaticAxis(
+                input=sj.string(sj.field(entry, "input", at), f"{at}.input"),
+                axis=sj.integer(sj.field(entry, "axis", at), f"{at}.axis"),
+                size=sj.integer(sj.field(entry, "size", at), f"{at}.size"),
+                torch_size=sj.integer(sj.field(entry, "torch_size", at), f"{at}.torch_size"),
+                text=sj.string(entry.get("text", ""), f"{at}.text"),
+            )
+        )
+    return tuple(found)
 
 
 def provenance_to_json(p: Provenance) -> dict[str, Any]:

@@ -27,7 +27,8 @@ class RunConfig:
     onnx: str | Sequence[str] | None  # several files: candidates side by side
     weights: str | None = None
     dims: Mapping[str, int] = field(default_factory=dict)
-    n_input_sets: int = 1
+    # None: two sizes for a file with dynamic axes, one for a static file (parity.run.inputs)
+    n_input_sets: int | None = None
     seed: int = 0
     int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # generated float inputs drawn uniformly in [low, high]: per input, or every float input
@@ -123,7 +124,7 @@ def _problems(config: RunConfig) -> Iterator[UsageError]:
         yield UsageError(
             f"must be >= 1 MB, got {config.layers_memory_mb}", setting=Setting("layers_memory_mb")
         )
-    if config.n_input_sets < 1:
+    if config.n_input_sets is not None and config.n_input_sets < 1:
         yield UsageError(f"the number of input sets must be >= 1, got {config.n_input_sets}")
     if (demo := demo_name(config.model)) is not None:  # a typo, said before anything loads
         from parity.load.demos import get_demo
@@ -142,7 +143,7 @@ def _problems(config: RunConfig) -> Iterator[UsageError]:
         )
     generated = _set_flags(
         ("dims", bool(config.dims)),
-        ("n_input_sets", config.n_input_sets != 1),
+        ("n_input_sets", config.n_input_sets not in (None, 1)),
         ("int_ranges", bool(config.int_ranges)),
         ("float_range", bool(config.float_ranges) or config.float_range is not None),
     )

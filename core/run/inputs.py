@@ -93,6 +93,23 @@ def default_dim_size(name: str | None) -> int:
     return OTHER_SIZE
 
 
+DYNAMIC_DEFAULT_SETS = 2  # a file with dynamic axes: its default sizes and one grown size
+
+
+def has_dynamic_axes(signature: OnnxSignature) -> bool:
+    """Some input axis is a symbolic dim or an unnamed dynamic one."""
+    return any(isinstance(d, str) or d is None for spec in signature.inputs for d in spec.shape)
+
+
+def set_count(n_sets: int | None, signature: OnnxSignature) -> int:
+    """Generated input sets: the user's number, else two for a file with dynamic axes (the
+    second grows every dynamic dim: an export frozen at one size breaks at the other, as
+    BackgroundMattingV2 validates at 1080p and 720p) and one for a static file."""
+    if n_sets is not None:
+        return n_sets
+    return DYNAMIC_DEFAULT_SETS if has_dynamic_axes(signature) else 1
+
+
 def grown_dim_size(base: int, set_index: int) -> int:
     """Size of a dim in set ``set_index``: base + index * (largest power of 2 dividing base)."""
     step = min(base & -base, MAX_GROWTH_STEP)

@@ -107,6 +107,8 @@ def output_sentence(
         )
     if c.status is Status.MISSING:
         return f"{head} {at}{c.message or 'it is missing on one side'}."
+    if c.status is Status.ERROR:
+        return f"{head} {at}{c.message or 'ONNX Runtime raised'}."
     parts = []
     if c.status is Status.DTYPE_MISMATCH:
         parts.append(f"its dtype is {c.ref_dtype} in the reference but {c.onnx_dtype} in ONNX")

@@ -71,14 +71,16 @@ def headline(run: ValidationRun) -> str:
         every = all_text(len(outputs), "output") + (" agrees" if len(outputs) == 1 else " agree")
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
     failing = run.failing
-    structural = any(
-        c.status not in (Status.PASS, Status.FAIL) for c in run.outputs if c.name in failing
-    )
-    how = (
-        "do not match (a shape, a type or a missing output)"
-        if structural
-        else ("differ beyond the allowed error")
-    )
+    statuses = {c.status for c in run.outputs if c.name in failing}
+    if statuses & {Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH, Status.MISSING}:
+        how = "do not match (a shape, a type or a missing output)"
+    elif Status.ERROR in statuses:  # ONNX Runtime raised on some input set
+        raised = sorted({c.input_set for c in run.outputs if c.status is Status.ERROR})
+        how = f"fail: ONNX Runtime raised on {len(raised)} of {sets}"
+        if Status.FAIL in statuses:
+            how += " and values differ beyond the allowed error on others"
+    else:
+        how = "differ beyond the allowed error"
     said = f"{len(failing)} of {count_text(len(outputs), 'output')}"
     return f"The export does not match {ref}: {said} {how}."
 

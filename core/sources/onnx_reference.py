@@ -37,7 +37,7 @@ class OnnxReferenceSource(Source):
         deadline: Deadline | None = None,
     ) -> None:
         self.model: str = onnx_reference_spec(reference.path)
-        self.n_cases: int | None = config.n_given_sets or config.n_input_sets
+        self.n_cases: int | None = config.n_given_sets or config.n_input_sets  # None: 1 or 2
         self.timings: dict[str, float] = {}
         self.reference = reference
         self._config = config

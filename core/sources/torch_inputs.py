@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Collection, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from parity.errors import UsageError
@@ -28,6 +29,7 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
         given_input_sets,
         iter_input_files,
         iter_input_sets,
+        set_count,
         with_clipping_notes,
     )
 
@@ -41,7 +43,7 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
     generated = iter_input_sets(
         signature,
         dims=config.dims,
-        n_sets=config.n_input_sets,
+        n_sets=set_count(config.n_input_sets, signature),
         seed=config.seed,
         int_ranges=config.int_ranges,
         float_ranges=config.float_ranges,
@@ -83,7 +85,7 @@ class TorchSource(Source):
     def __init__(self, config: RunConfig, loaders: Loaders, report: ProgressReporter) -> None:
         assert config.model is not None
         self.model: str = config.model
-        self.n_cases: int | None = config.n_given_sets or config.n_input_sets
+        self.n_cases: int | None = config.n_given_sets or config.n_input_sets  # None: 1 or 2
         self.timings: dict[str, float] = {}
         self._config = config
         self._loaders = loaders
@@ -91,6 +93,18 @@ class TorchSource(Source):
         self._torch: Any = None
         self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
         self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
+
+    def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> Any:
+        """Torch's outputs on one more input set (the frozen-at-export search's checks);
+        ModelRunError where torch cannot run at that size."""
+        from parity.run.runner import run_torch
+
+        return run_torch(self._torch, input_set, signature)
+
+    @property
+    def torch_model(self) -> Any:
+        """The loaded TorchModel (re-traced for a legacy export's source lines), or None."""
+        return self._torch
 
     def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor: also run torch at these precisions ("float16", "bfloat16": the
@@ -113,6 +127,10 @@ class TorchSource(Source):
 
         self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
         sets = timed_input_sets(self._config, signature, self.timings)  # refuses typos first
+        if not self.n_cases:
+            from parity.run.inputs import set_count
+
+            self.n_cases = set_count(None, signature)
         t0 = time.perf_counter()
         self._report("load", f"loading model {self.model}", 0.05)
         self._torch = self._loaders.load_torch_model(
@@ -128,17 +146,44 @@ class TorchSource(Source):
             double = float64_model(self._torch, MemoryBudget.of(self._config.max_memory))
             self.timings["float64"] = 0.0
             lows = {p: low_model(self._torch, p) for p in self._noise_at}
-        for input_set in sets:
-            self._report("torch", f"torch on {set_name(input_set)}", None)
-            self._binding = model_binding(self._torch, input_set.feeds)
-            reference = run_torch(self._torch, input_set, signature)
-            self.timings["torch"] += reference.seconds
+        for input_set, reference in self._references(sets, signature):
             case = Case(input_set=input_set, reference=reference)
             if double is not None:
                 case = self._with_float64(case, double, signature)
             if lows:
                 case = self._with_low(case, lows, signature)
             yield case
+
+    def _references(self, sets: Iterator[InputSet], signature: OnnxSignature) -> Iterator[Any]:
+        """(input set, torch's outputs), one set at a time. Where the second size is Parity's
+        default (no --input-sets) and torch itself cannot run at it (a .pt2 exported at a
+        static batch), the run keeps the first size and its label says why."""
+        from parity.errors import ModelRunError
+        from parity.run.runner import model_binding, run_torch
+
+        def run(input_set: InputSet) -> Any:
+            self._report("torch", f"torch on {set_name(input_set)}", None)
+            self._binding = model_binding(self._torch, input_set.feeds)
+            reference = run_torch(self._torch, input_set, signature)
+            self.timings["torch"] += reference.seconds
+            return reference
+
+        if self._config.n_input_sets is not None or self._config.n_given_sets:
+            yield from ((s, run(s)) for s in sets)
+            return
+        made = list(sets)  # the default: one or two sets
+        done = [(made[0], run(made[0]))]
+        for extra in made[1:]:
+            try:
+                done.append((extra, run(extra)))
+            except ModelRunError as exc:
+                first, ref = done[0]
+                why = f"one size only: the torch model does not run at set {extra.index}'s "
+                why += f"sizes ({exc.message})"
+                done = [(replace(first, label=f"{first.label}; {why}"), ref)]
+                self.n_cases = 1
+                break
+        yield from done
 
     def _with_low(self, case: Case, lows: dict[str, Any], signature: OnnxSignature) -> Case:
         """The case with torch's outputs at each 16-bit precision a candidate computes in."""

@@ -1,0 +1,445 @@
+"""Frozen at export: the nodes that hold a size (or a branch) tracing froze, named once
+confirmed.
+
+When a file with dynamic axes passes at some sizes and fails or raises at others (or fails at
+every size), the constants that can hold a size (parity.judge.frozen_graph) are explained as
+the input's dims: 3072 = height x width, 8 = height // 8, 1 = batch. The export's size is the
+one that explains them best *and* at which the file passes against torch; a node is named
+only when the graph with its constant recomputed for a failing size agrees with torch there
+(a constant that merely equals a dim, a model's own 8 channels, is dropped by that check). A
+branch tracing kept (a Pad run at every size) is named when the graph without it agrees with
+torch where torch skipped it. Every check is a real run of ONNX Runtime and torch, through the
+`Check` the caller gives; the number of checks is bounded (MAX_CHECKS).
+
+The sentence each `FrozenNode.text` holds is made here, for every front to show as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+
+import numpy as np
+import onnx
+
+from parity.judge.frozen_graph import (
+    Suspect,
+    branch_suspects,
+    model_numbers,
+    suspects,
+    with_constant,
+    without_node,
+)
+from parity.results import FrozenNode
+
+# (dims, model bytes or None for the file itself) -> True: every output passes against torch,
+# False: some output fails or ONNX Runtime raised, None: torch itself cannot run at that size
+Check = Callable[[Mapping[str, int], bytes | None], bool | None]
+# (dims) -> {ONNX node name: FILE:LINE} from a re-trace at that size (legacy exports), or {}
+Retrace = Callable[[Mapping[str, int]], Mapping[str, str]]
+
+MAX_CHECKS = 24  # torch + ONNX Runtime runs the search may make, all told
+MAX_SIZES = 6  # export sizes tried
+MAX_PLANS = 16  # sets of constants recomputed together, tried at a failing size
+STRIDES = (2, 4, 8, 16, 32)  # a size read after a strided layer: height // 8
+MAX_SIZE = 1 << 24  # a larger constant is no size (an INT64_MAX Slice end)
+MAX_COMBINATIONS = 6000  # export sizes scored (pure arithmetic), at most
+MAX_STRIDED = 512  # a constant above it is not taken for a size // stride
+MAX_SPLIT = 8  # a product of two dims is split into sizes at most 8 times apart
+_BATCH_WORDS = ("batch", "n", "b", "bs", "bsz", "num_samples")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """How one constant element is made of dims: the product of `dims`, divided by `stride`."""
+
+    dims: tuple[str, ...]
+    stride: int = 1
+
+    def value(self, sizes: Mapping[str, int]) -> int:
+        return math.prod(sizes[d] for d in self.dims) // self.stride
+
+    def weight(self, model_number: bool) -> float:
+        if len(self.dims) > 1:
+            base = 3.0
+        elif self.stride == 1:
+            base = 2.0
+        else:  # a downsampling by 8 is the field's usual one, then 16 (a ViT's patch)
+            base = {8: 1.5, 16: 1.45}.get(self.stride, 1.4)
+        return base * (0.25 if model_number else 1.0)
+
+    def words(self) -> str:
+        text = " × ".join(self.dims)
+        return f"{text} // {self.stride}" if self.stride > 1 else text
+
+
+@dataclass
+class _Budget:
+    """Checks left, and the time they may take (a big model's failing run whose constants are
+    no sizes must not cost 24 more runs of it)."""
+
+    left: int = MAX_CHECKS
+    until: float = math.inf  # time.monotonic() past which no check starts
+
+    def take(self) -> bool:
+        if self.left <= 0 or time.monotonic() > self.until:
+            return False
+        self.left -= 1
+        return True
+
+
+_BATCH: ContextVar[frozenset[str]] = ContextVar("parity_frozen_batch", default=frozenset())
+
+
+def is_batch(name: str) -> bool:
+    """A batch dim: named like one, or (the caller says, find_frozen's `batch`) the first axis
+    of an input, as a legacy export's unnamed ``x_dynamic_axes_1`` is."""
+    return name in _BATCH.get() or "batch" in name.lower() or name.lower() in _BATCH_WORDS
+
+
+def find_frozen(
+    model: onnx.ModelProto,
+    dims: Sequence[str],
+    failing: Sequence[Mapping[str, int]],
+    passing: Sequence[Mapping[str, int]],
+    check: Check,
+    retrace: Retrace | None = None,
+    seconds: float = math.inf,
+    batch: Collection[str] = (),
+) -> tuple[FrozenNode, ...]:
+    """The confirmed frozen nodes of `model` (empty when none is confirmed). `dims`: the
+    dynamic dims' names (``height``, or ``x:2`` for an unnamed one); `failing` / `passing`:
+    the sizes of the run's input sets that failed or passed; `seconds`: no check starts after
+    that long."""
+    if not failing or not dims:
+        return ()
+    token = _BATCH.set(frozenset(batch))
+    try:
+        return _find(model, dims, failing, passing, check, retrace, seconds)
+    finally:
+        _BATCH.reset(token)
+
+
+def _find(
+    model: onnx.ModelProto,
+    dims: Sequence[str],
+    failing: Sequence[Mapping[str, int]],
+    passing: Sequence[Mapping[str, int]],
+    check: Check,
+    retrace: Retrace | None,
+    seconds: float,
+) -> tuple[FrozenNode, ...]:
+    budget = _Budget(until=time.monotonic() + seconds)
+    found = _sizes(model, dims, failing[0], check, budget)
+    branches = _branches(model, dims, failing[0], passing, check, budget)
+    nodes = list(found) + list(branches)
+    if retrace is not None and any(n.source is None for n in nodes):
+        at = next((n.dims for n in nodes if n.dims), None)
+        traced = retrace({**failing[0], **(at or {})}) if at else {}
+        nodes = [
+            n if n.source or n.node not in traced else _with_source(n, traced[n.node])
+            for n in nodes
+        ]
+    return tuple(nodes)
+
+
+def _with_source(node: FrozenNode, source: str) -> FrozenNode:
+    return replace(node, source=source, text=_add_source(node.text, source))
+
+
+def _add_source(text: str, source: str) -> str:
+    return text[:-1] + f" ({source})." if text.endswith(".") else text
+
+
+# --- sizes -----------------------------------------------------------------------------------
+
+
+def _explanations(value: float, dims: Sequence[str]) -> tuple[Explanation, ...]:
+    """Every way `value` can be a dim, a product of two dims, or a dim // stride (the value
+    itself is checked later against a size)."""
+    return _cached_explanations(value, tuple(dims), _BATCH.get())
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_explanations(
+    value: float, dims: tuple[str, ...], batch: frozenset[str]
+) -> tuple[Explanation, ...]:
+    del batch  # a key only: is_batch reads it
+    if value < 1 or value != int(value) or value > MAX_SIZE:
+        return ()
+    if value == 1:
+        return tuple(Explanation((d,), 1) for d in dims if is_batch(d))
+    found = [Explanation((d,)) for d in dims]
+    found += [Explanation((d,), s) for d in dims for s in STRIDES]
+    sizes = [d for d in dims if not is_batch(d)]  # height x width, never batch x height
+    found += [Explanation(pair) for pair in itertools.combinations(sizes, 2)]
+    return tuple(found)
+
+
+def _size_candidates(
+    elements: Sequence[tuple[float, bool]], dims: Sequence[str]
+) -> list[dict[str, int]]:
+    """Export sizes that explain the constants, best first: each one's score sums the weight of
+    the best explanation of every element (a product of two dims weighs most; an element equal
+    to a weight's size, a model number, little); the squarest split of a product comes first,
+    the larger dim first where two are as square."""
+    counted = Counter(elements)  # a transformer repeats its shapes in every layer
+    per_dim: dict[str, Counter[int]] = {d: Counter() for d in dims}
+    for value, _ in counted:
+        if value != int(value) or not 1 <= value <= MAX_SIZE:
+            continue
+        v = int(value)
+        for d in dims:
+            if v == 1 and is_batch(d):
+                per_dim[d][1] += 1
+            if v >= 2:
+                per_dim[d][v] += 1
+            if 2 <= v <= MAX_STRIDED:  # a grid read after a stride: height // 8
+                per_dim[d].update(v * s for s in STRIDES)
+        for a in range(4, int(math.isqrt(v)) + 1):
+            if v % a == 0 and v // a <= MAX_SPLIT * a:  # height x width, roughly square
+                for d in dims:
+                    per_dim[d].update((a, v // a))
+    scored = []
+    keep = max(2, int(MAX_COMBINATIONS ** (1 / max(len(dims), 1))) - 1)
+    options = [
+        sorted(per_dim[d], key=lambda v, d=d: (-per_dim[d][v], _unlikely(d, v)))[:keep] + [None]
+        for d in dims
+    ]
+    for combo in itertools.product(*options):
+        sizes = {d: v for d, v in zip(dims, combo, strict=True) if v is not None}
+        if not sizes:
+            continue
+        score, used, squareness = 0.0, set(), 0.0
+        for (value, model_number), n in counted.items():
+            best = None
+            for e in _explanations(value, list(sizes)):
+                if e.value(sizes) == value and (best is None or e.weight(model_number) > best[0]):
+                    best = (e.weight(model_number), e)
+            if best is not None:
+                score += best[0] * n
+                used.update(best[1].dims)
+                if len(best[1].dims) == 2:
+                    a, b = (sizes[d] for d in best[1].dims)
+                    squareness += abs(math.log2(a / b))
+        if used != set(sizes):
+            continue  # a size that explains nothing is not recovered
+        score -= sum(_unlikely(d, v) for d, v in sizes.items())
+        order = tuple(-sizes.get(d, 0) for d in dims)
+        scored.append((-score, squareness, order, sizes))
+    scored.sort(key=lambda t: (t[0], t[1], t[2]))
+    return [s[3] for s in scored[: MAX_SIZES * 4]]
+
+
+def _unlikely(dim: str, size: int) -> float:
+    """How unlikely a size is for an export: a batch of 1 a little (the constant could be
+    something else), a height or a sequence under 16 or over 4096 more, by octave."""
+    if is_batch(dim):
+        return 0.5 if size == 1 else 0.0
+    if size < 16:
+        return 0.5 * math.log2(16 / size)
+    return 0.5 * math.log2(size / 4096) if size > 4096 else 0.0
+
+
+def _sizes(
+    model: onnx.ModelProto,
+    dims: Sequence[str],
+    failing: Mapping[str, int],
+    check: Check,
+    budget: _Budget,
+) -> list[FrozenNode]:
+    found = suspects(model)
+    if not found:
+        return []
+    numbers = model_numbers(model)
+    elements = [(v, int(v) in numbers) for s in found for v in s.values]
+    export = None
+    for tried, sizes in enumerate(_size_candidates(elements, dims)):
+        if tried >= MAX_SIZES or not budget.take():
+            break
+        if check({**failing, **sizes}, None):
+            export = sizes
+            break
+    if export is None:
+        return []
+    full = {**failing, **export}
+    plans = _plans(found, export, numbers)
+    for plan in plans:
+        if not plan or not budget.take():
+            continue
+        changes = {(s.position, s.slot): _recomputed(s, es, failing) for s, es in plan}
+        if check(failing, with_constant(model, changes)):
+            return [_size_node(s, es, export, full) for s, es in plan]
+    return []
+
+
+def _recomputed(
+    s: Suspect, es: tuple[Explanation | None, ...], sizes: Mapping[str, int]
+) -> np.ndarray:
+    """The constant as it would be at `sizes`: each explained element recomputed."""
+    return np.array([e.value(sizes) if e else v for v, e in zip(s.values, es, strict=True)])
+
+
+def _plans(
+    found: Sequence[Suspect], export: Mapping[str, int], numbers: frozenset[int]
+) -> list[list[tuple[Suspect, tuple[Explanation | None, ...]]]]:
+    """Which constants to recompute, most likely first: every explained element, then without
+    the weakest explanations one at a time, then the strongest only."""
+    explained: list[tuple[Suspect, int, Explanation, float]] = []
+    for s in found:
+        for k, v in enumerate(s.values):
+            best = None
+            for e in _explanations(v, list(export)):
+                w = e.weight(int(v) in numbers)
+                if e.value(export) == v and (best is None or w > best[1]):
+                    best = (e, w)
+            if best is not None:
+                explained.append((s, k, best[0], best[1]))
+    if not explained:
+        return []
+
+    def plan(keep: Sequence[tuple[Suspect, int, Explanation, float]]):
+        by_node: dict[int, tuple[Suspect, list[Explanation | None]]] = {}
+        for s, k, e, _ in keep:
+            entry = by_node.setdefault(s.position, (s, [None] * len(s.values)))
+            entry[1][k] = e
+        return [(s, tuple(es)) for s, es in by_node.values()]
+
+    # every subset, fewest dropped first, the heaviest kept first among as many dropped
+    subsets = [
+        [t for t in explained if id(t) not in {id(x) for x in dropped}]
+        for n in range(len(explained))
+        for dropped in itertools.combinations(explained, n)
+    ][: MAX_PLANS * 4]
+    subsets.sort(key=lambda kept: (len(explained) - len(kept), -sum(t[3] for t in kept)))
+    return [plan(kept) for kept in subsets[:MAX_PLANS]]
+
+
+def _size_node(
+    s: Suspect,
+    es: tuple[Explanation | None, ...],
+    export: Mapping[str, int],
+    full: Mapping[str, int],
+) -> FrozenNode:
+    used = dict.fromkeys(d for e in es if e is not None for d in e.dims)
+    dims = {d: int(full[d]) for d in used}
+    return FrozenNode(
+        node=s.node,
+        op=s.op,
+        kind="size",
+        constant=s.values,
+        dims=dims,
+        source=s.source,
+        confirmed=True,
+        text=size_text(s, es, dims),
+    )
+
+
+def _number(v: float) -> str:
+    return f"{int(v)}" if v == int(v) else f"{v:g}"
+
+
+def size_text(s: Suspect, es: tuple[Explanation | None, ...], dims: Mapping[str, int]) -> str:
+    """The sentence: "This export only works at its own size: node '/Div' divides by 3072,
+    which is height × width at the export's 64 × 48 (models.py:18)."."""
+    values = " × ".join(_number(v) for v in s.values)
+    does = {
+        "Div": f"divides by {values}",
+        "Mul": f"multiplies by {values}",
+        "Reshape": f"reshapes to {values}",
+        "Resize": f"resizes to {values}",
+        "Expand": f"expands to {values}",
+        "Tile": f"tiles by {values}",
+        "Pad": f"pads by {values}",
+        "ConstantOfShape": f"makes a tensor of shape {values}",
+    }.get(s.op, f"({s.op}) holds the constant {values}")
+    explained = [(v, e) for v, e in zip(s.values, es, strict=True) if e is not None]
+    if len(s.values) == 1 and explained:
+        which = f"which is {explained[0][1].words()}"
+    else:
+        which = "where " + " and ".join(f"{_number(v)} = {e.words()}" for v, e in explained)
+    if len(dims) > 1 and all(not is_batch(d) for d in dims):
+        at = " × ".join(str(v) for v in dims.values())
+    else:
+        at = ", ".join(f"{d} {v}" for d, v in dims.items())
+    where = f" ({s.source})" if s.source else ""
+    return (
+        f"This export only works at its own size: node {s.node!r} {does}, {which} at the "
+        f"export's {at}{where}."
+    )
+
+
+# --- branches ---------------------------------------------------------------------------------
+
+
+def _branches(
+    model: onnx.ModelProto,
+    dims: Sequence[str],
+    failing: Mapping[str, int],
+    passing: Sequence[Mapping[str, int]],
+    check: Check,
+    budget: _Budget,
+) -> list[FrozenNode]:
+    """A Pad (computed amount) that torch skips at the failing size: the graph without it
+    agrees with torch there, and the file passes at a size where torch pads too."""
+    found = branch_suspects(model)
+    named = []
+    for s in found:
+        if not budget.take() or not check(failing, without_node(model, s.position)):
+            continue
+        taken = _where_taken(dims, failing, passing, check, budget)
+        if taken is None:
+            continue
+        named.append(
+            FrozenNode(
+                node=s.node,
+                op=s.op,
+                kind="branch",
+                constant=(),
+                dims=taken,
+                source=s.source,
+                confirmed=True,
+                text=branch_text(s, failing, taken),
+            )
+        )
+    return named
+
+
+def _where_taken(
+    dims: Sequence[str],
+    failing: Mapping[str, int],
+    passing: Sequence[Mapping[str, int]],
+    check: Check,
+    budget: _Budget,
+) -> dict[str, int] | None:
+    """The dims at which the file passes (the branch taken, as at export): a passing set's, or
+    the failing size with one dim moved by 8 or 16 (the dim that decides it)."""
+    for sizes in passing:
+        changed = {d: int(sizes[d]) for d in dims if sizes.get(d) != failing.get(d)}
+        if changed:
+            return changed
+    for step in (8, 16):
+        for d in dims:
+            if is_batch(d) or not budget.take():
+                continue
+            moved = {**failing, d: failing[d] + step}
+            if check(moved, None):
+                return {d: moved[d]}
+    return None
+
+
+def branch_text(s: Suspect, failing: Mapping[str, int], taken: Mapping[str, int]) -> str:
+    at = ", ".join(f"{d} {failing[d]}" for d in taken)
+    works = ", ".join(f"{d} {v}" for d, v in taken.items())
+    where = f" ({s.source})" if s.source else ""
+    return (
+        f"This export kept the branch its own size took: node {s.node!r} ({s.op}) runs at "
+        f"every size, but the torch model skips it at {at}, where the file is wrong; it "
+        f"agrees with torch at {works}{where}."
+    )

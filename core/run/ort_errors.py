@@ -1,0 +1,47 @@
+"""What ONNX Runtime raising on one input set means, and its message in one line.
+
+A file that runs at one size and raises at another (a Reshape to a size frozen at export, an
+Add whose sides no longer broadcast) ran and broke: that input set fails, its outputs get
+`Status.ERROR` and the other sets are still compared (the verdict FAIL, exit 1). Running out of
+memory is the machine's limit, not the file's answer: the run could not be made (exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+
+_NOT_THE_FILE = ("failed to allocate", "bad_alloc", "out of memory")
+
+# "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Reshape node.
+#  Name:'/Reshape' Status Message: /src/.../reshape_helper.h:91 onnxruntime::...(...) cond was
+#  false. The input tensor cannot be reshaped ..."
+_NODE = re.compile(
+    r"running (?P<op>\w+) node\. Name:'(?P<name>[^']*)' Status Message: (?P<rest>.*)"
+)
+_SOURCE = re.compile(r"^\S+\.(?:h|cc|cpp|cu):\d+ .*? was false\. ?")
+_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+
+
+def is_set_failure(message: str) -> bool:
+    """ONNX Runtime's error is this input set's failure (the file's), not the run's."""
+    text = message.lower()
+    return not any(words in text for words in _NOT_THE_FILE)
+
+
+def ort_error_line(message: str) -> str:
+    """ORT's message as one line a reader follows: ``Reshape node '/Reshape': The input tensor
+    cannot be reshaped to the requested shape. Input shape:{2,8,96,64}, requested
+    shape:{1,8,3072}`` (the C++ file and condition dropped; anything else kept as it is)."""
+    line = " ".join(message.split())
+    found = _NODE.search(line)
+    if found is None:
+        return _PREFIX.sub("", line)
+    rest = _SOURCE.sub("", found["rest"]).strip()
+    name = f" {found['name']!r}" if found["name"] else ""
+    return f"{found['op']} node{name}: {rest}"
+
+
+def failed_node(message: str) -> tuple[str, str] | None:
+    """(op, node name) ONNX Runtime names in its error, or None."""
+    found = _NODE.search(" ".join(message.split()))
+    return None if found is None else (found["op"], found["name"])
