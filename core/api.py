@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.errors import ParityError, UsageError
-from parity.results import ValidationRun, register_run_files
+from parity.results import Finding, ValidationRun, register_run_files
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
 from parity.settings import Front
@@ -55,6 +55,11 @@ class _ReportFiles:
         from parity.reports.report import report_dict
 
         return report_dict(run)
+
+    def findings(self, run: ValidationRun) -> tuple[Finding, ...]:
+        from parity.show.findings import run_findings
+
+        return run_findings(run)
 
     def save(self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool) -> Path:
         from parity.reports.saved_run import save_run

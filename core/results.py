@@ -393,7 +393,16 @@ class FrozenNode:
     text: str = ""  # the one sentence every front shows (parity.frozen's words)
 
 
-FINDING_KINDS = ("bug", "rounding", "frozen", "near_tie", "error", "static_axis", "unmeasured")
+FINDING_KINDS = (
+    "bug",
+    "rounding",
+    "frozen",
+    "near_tie",
+    "error",
+    "static_axis",
+    "unmeasured",
+    "diverges",
+)
 
 
 @dataclass(frozen=True)
@@ -622,6 +631,13 @@ class ValidationRun:
             outputs=tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.outputs),
         )
 
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """What the run concludes (bug, rounding at the file's precision, frozen size, near
+        tie, ONNX Runtime error, what was not measured): the one list every front renders,
+        the JSON report's `findings` (parity.show.findings)."""
+        return _run_files().findings(self)
+
     def to_json(self) -> dict[str, Any]:
         """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity)."""
         return _run_files().report(self)
@@ -649,6 +665,8 @@ class RunFiles(Protocol):
     imported (importing any of its modules does that first); ValidationRun's methods call it."""
 
     def report(self, run: ValidationRun) -> dict[str, Any]: ...
+
+    def findings(self, run: ValidationRun) -> tuple[Finding, ...]: ...
 
     def save(
         self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool

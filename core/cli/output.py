@@ -117,7 +117,15 @@ def format_text(run: ValidationRun) -> str:
         from parity.layers.text import format_run_layers
 
         text += "\n\n" + format_run_layers(run)
-    return text
+    return text + findings_text(run)
+
+
+def findings_text(run: ValidationRun) -> str:
+    """The run's findings (parity.show.findings), last: what the numbers above conclude."""
+    found = run.findings
+    if not found:
+        return ""
+    return "\n\nWhat we found:\n" + "\n".join(f"  - {f.text}" for f in found)
 
 
 def fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:

@@ -136,6 +136,9 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
             data["generation"] = generation_report_json(run.generation)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
+    from parity.show.findings import findings_json
+
+    data["findings"] = findings_json(run)  # the one list every front renders
     return strict(data)
 
 

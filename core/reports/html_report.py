@@ -120,11 +120,12 @@ def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WherePro
 def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]) -> str:
     """The verdict in plain words, what was compared, then the findings (where the export
     starts to diverge, rounding or a bug): a reader who stops here knows the answer."""
-    where = {c.name: w.summary for c, w in failing if w is not None}
-    plain = plain_summary(run, where)
+    plain = plain_summary(run)
     found = ""
     if plain.findings:
-        items = "".join(f"<li>{_e(line)}</li>" for line in plain.findings)
+        items = "".join(
+            f"<li class='finding {_e(f.kind)}'>{_e(f.text)}</li>" for f in plain.findings
+        )
         found = f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
     model = f"<p class='what'>{_e(run.model)} against {_e(onnx_words(run))}</p>"
     return (
