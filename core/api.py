@@ -102,6 +102,7 @@ def validate(
     progress: ProgressCallback | None = None,
     max_memory: int | str | None = None,
     timeout: float | None = None,
+    suggest: bool = False,
 ) -> ValidationRun:
     """Run `model` and `onnx` on the same inputs and compare every output element.
 
@@ -136,6 +137,11 @@ def validate(
         against it before they are made (default 4 GiB).
     timeout: seconds the run may take, ONNX Runtime's session setup included; past it a
         `parity.RunTimeout` (torch itself cannot be interrupted: it is checked between steps).
+    suggest: also suggest per-output tolerances (``run.suggested_tolerances``, as
+        ``--suggest``): k x the noise floor with `noise_floor`, else margin x the smallest
+        passing atol; each fitted on the run's input sets and checked on as many fresh ones
+        again (another seed, larger sizes) before it is given; none for an output with a bug
+        finding.
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -147,7 +153,7 @@ def validate(
             float_range=float_range, atol=atol, rtol=rtol, tolerances=tolerances, provider=provider,
             ort_opt_level=ort_opt_level, layers=layers, repro=repro, noise_floor=noise_floor,
             reference=reference, weights=weights,
-            progress=progress, max_memory=max_memory, timeout=timeout,
+            progress=progress, max_memory=max_memory, timeout=timeout, suggest=suggest,
         )  # fmt: skip
     except ParityError as exc:
         raise exc.in_words(Front.API) from exc.__cause__
@@ -184,6 +190,7 @@ def _validate(
     progress: ProgressCallback | None,
     max_memory: int | str | None = None,
     timeout: float | None = None,
+    suggest: bool = False,
 ) -> ValidationRun:
     tol = tolerances_of(
         tolerances,
@@ -234,6 +241,11 @@ def _validate(
             if onnx_label is not None and onnx_path:
                 exc.replace_text(onnx_path, onnx_label)
             raise
+        if suggest:  # checked on fresh sets while the ONNX file and the model are at hand
+            from parity.run.fresh_check import suggest_checked
+
+            checked = suggest_checked(run, config, loaders=loaders, progress=progress)
+            run = replace(run, suggested_tolerances=checked)
         if repro is not None:  # while the ONNX file (its README reads it) still exists
             from parity.layers.repro import write_repro
 

@@ -417,6 +417,35 @@ class Finding:
     candidate: int | None = None
 
 
+SUGGESTION_BASES = ("rounding", "observed")  # `suggested_tolerances.basis`
+
+
+@dataclass(frozen=True)
+class SuggestedTolerances:
+    """Per-output tolerances Parity suggests (parity.run.fresh_check): fitted on the run's
+    input sets, then checked on fresh ones (other seed, other sizes, at least as many) before
+    being shown. `basis`: "rounding" (k x the noise floor --noise-floor measured) or
+    "observed" (margin x the smallest atol that passed: no rounding measurement behind it);
+    `checked_on` describes every fresh set each tolerance passed on without being fitted to
+    it; `withheld` says, per output, why none is suggested (a bug, not rounding, fails on
+    fresh inputs, could not be checked). The JSON report's `suggested_tolerances`."""
+
+    outputs: Mapping[str, Tolerance]
+    basis: str  # SUGGESTION_BASES
+    checked_on: tuple[str, ...] = ()
+    withheld: Mapping[str, str] = field(default_factory=dict)
+    default: Tolerance | None = None
+    fitted_on: int = 0  # input sets it was fitted on
+    k: float | None = None  # basis "rounding": atol = k x the floor
+
+    def tolerances(self, base: Tolerances) -> Tolerances:
+        """`base` with the suggested tolerances: what `--tolerances` reads back."""
+        out = base if self.default is None else base.with_default(self.default)
+        for name, tolerance in self.outputs.items():
+            out = out.with_output(name, tolerance)
+        return out
+
+
 @dataclass(frozen=True)
 class SavedFrom:
     """Where a reopened run was saved, and what was hashed then (parity.reports.saved_run)."""
@@ -466,6 +495,8 @@ class ValidationRun:
     candidate_layers: Mapping[int, LayersResult] = field(default_factory=dict)
     # nodes holding a size or branch frozen at export (parity.frozen), confirmed ones first
     frozen: tuple[FrozenNode, ...] = ()
+    # tolerances suggested and checked on fresh input sets (parity.run.fresh_check), if asked
+    suggested_tolerances: SuggestedTolerances | None = None
 
     @property
     def verdict(self) -> Verdict:

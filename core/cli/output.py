@@ -109,10 +109,18 @@ def format_text(run: ValidationRun) -> str:
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
             f"  {line}" for line in lines
         )
-        from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
+    if run.suggested_tolerances is not None:  # --suggest: checked on fresh input sets
+        from parity.judge.suggest import suggestion_lines
 
-        head, *rest = noise_suggestion_lines(suggest_noise_tolerances(run))
-        text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
+        lines = suggestion_lines(run.suggested_tolerances)
+        if lines:
+            head, *rest = lines
+            text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
+    elif any(c.noise is not None for c in run.outputs) and not run.passed:
+        text += (
+            "\n\nTolerances for this file: --suggest (fitted on these input sets, then "
+            "checked on as many fresh ones)"
+        )
     if run.layers is not None:
         from parity.layers.text import format_run_layers
 
