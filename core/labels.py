@@ -11,6 +11,7 @@ from parity.results import OutputComparison, Status, ValidationRun
 
 __all__ = [
     "OUTSIDE_MODULES",
+    "WORST_WORDS",
     "StatusStyle",
     "badness",
     "badness_of",
@@ -63,6 +64,11 @@ def status_label(status: Status, style: StatusStyle = "words") -> str:
     if style == "marked":
         return f"{'✓' if status.passed else '✗'} {words}"
     return "FAIL" if status is Status.FAIL else words  # the one word a reader looks for
+
+
+WORST_WORDS = "the most elements out of tolerance, then the largest error"
+"""What "worst" means wherever a failure is called the worst (parity.labels.badness), said
+beside it so a reader never takes it for the largest error alone."""
 
 
 def badness(c: OutputComparison) -> tuple[bool, bool, float, float]:

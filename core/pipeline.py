@@ -38,6 +38,7 @@ from parity.run.candidates import (
 from parity.run.config import Loaders, RunConfig, check_config, default_loaders
 from parity.run.config_json import config_json
 from parity.run.deadline import Deadline
+from parity.run.early_check import check_names
 from parity.run.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
 from parity.signature import OnnxSignature
 from parity.sources import Case, Source
@@ -116,6 +117,7 @@ def _run_validation(
     report = ProgressReporter(progress)
     t_start = time.perf_counter()
     check_config(config)
+    check_names(config)  # every name a setting gives, before torch and the model load
     reference = None
     specs = expand_specs(config.onnx_files, config.providers, config.ort_opt_levels)
     t0 = time.perf_counter()

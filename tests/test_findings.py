@@ -183,3 +183,46 @@ def test_noise_of_a_bf16_file_is_named_bfloat16(bug_run) -> None:
     run = replace(bug_run, outputs=rows, layers=None)
     (found,) = [f for f in run.findings if f.output == "activations"]
     assert found.text.startswith("activations: bfloat16 rounding, not a bug")
+
+
+def test_words_under_a_confirmed_birth_never_say_unconfirmed(bug_run) -> None:
+    """A reopened run keeps no repro case: the Layers page's reason must not call the
+    confirmed birth unconfirmed."""
+    from parity.layers.repro import no_repro_reason
+
+    said = no_repro_reason(replace(bug_run.layers, repro=None))
+    assert "unconfirmed" not in said and "confirmed" in said
+
+
+def test_the_terminal_and_html_show_every_candidate_note(exports: Exports) -> None:
+    """What ONNX Runtime really computed a float16 file in (the dashboard's note by the
+    verdict) is in the terminal and the HTML report too."""
+    run = validate(exports.model, exports.f16)
+    (note,) = [n for n in run.candidate_list[0].notes if n.startswith("ONNX Runtime ran ")]
+    assert f"note: {note}" in format_text(run)
+    assert html.escape(note, quote=True) in render_html_report(run)
+
+
+def test_the_where_sentence_names_the_channel_the_worst_elements_point_at(
+    exports: Exports, tmp_path: Path
+) -> None:
+    """A bias bug on channel 17 under a softmax: every channel mismatches a little (the
+    softmax renormalises), channel 17 by far the most; the sentence names it."""
+    import onnx
+    from onnx import numpy_helper
+
+    from parity.judge.where import where_of
+
+    model = onnx.load(str(exports.clean))
+    (bias,) = [t for t in model.graph.initializer if t.name == "c2.bias"]
+    a = numpy_helper.to_array(bias).copy()
+    a[17] += 0.05
+    bias.CopyFrom(numpy_helper.from_array(a, bias.name))
+    path = tmp_path / "bias17.onnx"
+    onnx.save(model, str(path))
+    run = validate(exports.model, path, input_sets=2, atol=1e-4)
+    for c in run.outputs:
+        assert c.stats.worst_index[1] == 17
+        said = where_of(run, c).summary
+        assert "the largest errors lie at index 17 of axis 1" in said, said
+        assert "axis 0" not in said

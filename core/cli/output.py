@@ -102,6 +102,11 @@ def format_text(run: ValidationRun) -> str:
         text = format_candidates(run)
     else:
         text = format_run(run)
+    if not run.is_generation:  # the findings, then the verdict line: still the last line
+        head, _, verdict = text.rpartition("\n")
+        text = f"{head.rstrip()}{findings_text(run)}\n\n{verdict}" if findings_text(run) else text
+    else:
+        text += findings_text(run)
     if any(c.noise is not None for c in run.outputs):
         from parity.judge.noise_floor import noise_lines
 
@@ -125,11 +130,12 @@ def format_text(run: ValidationRun) -> str:
         from parity.layers.text import format_run_layers
 
         text += "\n\n" + format_run_layers(run)
-    return text + findings_text(run)
+    return text
 
 
 def findings_text(run: ValidationRun) -> str:
-    """The run's findings (parity.show.findings), last: what the numbers above conclude."""
+    """The run's findings (parity.show.findings): what the numbers above conclude, just
+    above the verdict line."""
     found = run.findings
     if not found:
         return ""

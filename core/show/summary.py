@@ -106,7 +106,21 @@ def notes(run: ValidationRun) -> tuple[str, ...]:
     if run.provenance.inputs_by == BY_POSITION:
         said = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
         out.append(f"The inputs were fed to the model {said}.")
+    out += candidate_notes(run)
     return tuple(out)
+
+
+def candidate_notes(run: ValidationRun) -> list[str]:
+    """Every candidate's notes (what was adapted, what ONNX Runtime really computed in), as
+    the terminal, the HTML report and the dashboard all show them; prefixed by the
+    candidate's label in a run with several."""
+    many = run.is_multi_candidate
+    return [
+        f"{info.label}: {note}" if many else f"{note[0].upper()}{note[1:]}"
+        for info in run.candidate_list
+        for note in info.notes
+        if note
+    ]
 
 
 def plain_summary(run: ValidationRun) -> PlainSummary:
