@@ -113,11 +113,11 @@ def _run_validation(
     loaders: Loaders | None,
     deadline: Deadline,
 ) -> ValidationRun:
-    loaders = shared_loaders(loaders or default_loaders())
-    report = ProgressReporter(progress)
     t_start = time.perf_counter()
     check_config(config)
     check_names(config)  # every name a setting gives, before torch and the model load
+    loaders = shared_loaders(loaders or default_loaders())  # imports torch
+    report = ProgressReporter(progress)
     reference = None
     specs = expand_specs(config.onnx_files, config.providers, config.ort_opt_levels)
     t0 = time.perf_counter()

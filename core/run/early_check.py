@@ -20,11 +20,12 @@ def signature_of(path: str | Path) -> OnnxSignature | None:
     """The file's signature from its graph alone (no weights, no checker), or None."""
     import onnx
 
+    from parity.errors import OnnxLoadError
     from parity.files.safe_read import open_regular
     from parity.load.onnx_model import MAX_PROTO, read_signature
 
     try:
-        with open_regular(Path(path), what="ONNX file", limit=MAX_PROTO) as fh:
+        with open_regular(Path(path), what="ONNX file", limit=MAX_PROTO, error=OnnxLoadError) as fh:
             proto = onnx.load(fh, load_external_data=False)
         return read_signature(proto, where=path)
     except Exception:  # unreadable: the load says why, in its words
