@@ -6,6 +6,7 @@ planted bias bug that --layers confirms."""
 
 from __future__ import annotations
 
+import html
 import json
 import textwrap
 import warnings
@@ -126,9 +127,10 @@ def test_the_cli_json_terminal_and_saved_run_carry_the_same_suggestion(
     files: Files, tmp_path: Path, capsys
 ) -> None:
     report, saved = tmp_path / "r.json", tmp_path / "run.parity.npz"
+    page = tmp_path / "r.html"
     code = main(["validate", "--model", files.factory, "--onnx", str(files.clean),
                  "--noise-floor", "--suggest", "--atol", "1e-9", "--input-sets", "2",
-                 "--json", str(report), "--save-run", str(saved)])  # fmt: skip
+                 "--json", str(report), "--save-run", str(saved), "--html", str(page)])  # fmt: skip
     assert code == 1  # at atol 1e-9 the clean file fails: the suggestion does not change that
     out = capsys.readouterr().out
     data = json.loads(report.read_text())
@@ -137,8 +139,12 @@ def test_the_cli_json_terminal_and_saved_run_carry_the_same_suggestion(
     assert suggested["basis"] == "rounding" and len(suggested["checked_on"]) >= 2
     atol = suggested["outputs"]["activations"]["atol"]
     assert f"--tol activations={atol:g}:0" in out
+    shown = html.unescape(page.read_text())
     for said in suggested["checked_on"]:
-        assert said in out
+        assert said in out and said in shown
+    assert f"--tol activations={atol:g}:0" in shown
+    for finding in data["findings"]:  # the same findings everywhere
+        assert finding["text"] in out and finding["text"] in shown
     assert load_run(saved).to_json()["suggested_tolerances"] == suggested
     # the suggestion as a tolerances file: the clean file passes with it
     tolerances = tmp_path / "tol.json"

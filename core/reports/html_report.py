@@ -58,6 +58,7 @@ def render_html_report(run: ValidationRun) -> str:
             _outputs_table(run),
             _failing_details(run, failing),
             _noise(run),
+            _suggested(run),
             _generation(run),
             _layers(run),
             _technical_notes(run),
@@ -253,6 +254,23 @@ def _noise(run: ValidationRun) -> str:
         "<section><h2>Rounding noise</h2><p>At each output's precision, against torch run "
         "again in float64 (the verdict stays the tolerance's):</p>"
         f"<ul class='noise'>{items}</ul></section>"
+    )
+
+
+def _suggested(run: ValidationRun) -> str:
+    """--suggest: the tolerances checked on fresh input sets, in the terminal's words."""
+    if run.suggested_tolerances is None:
+        return ""
+    from parity.judge.suggest import suggestion_lines
+
+    lines = suggestion_lines(run.suggested_tolerances)
+    if not lines:
+        return ""
+    head, *rest = lines
+    items = "".join(f"<li>{_e(line)}</li>" for line in rest)
+    return (
+        f"<section><h2>Suggested tolerances</h2><p>{_e(head)}</p>"
+        f"<ul class='suggested'>{items}</ul></section>"
     )
 
 
