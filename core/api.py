@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.errors import ParityError, UsageError
-from parity.results import ValidationRun, register_run_files
+from parity.results import Finding, ValidationRun, register_run_files
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
 from parity.settings import Front
@@ -56,6 +56,11 @@ class _ReportFiles:
         from parity.reports.report import report_dict
 
         return report_dict(run)
+
+    def findings(self, run: ValidationRun) -> tuple[Finding, ...]:
+        from parity.show.findings import run_findings
+
+        return run_findings(run)
 
     def save(self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool) -> Path:
         from parity.reports.saved_run import save_run
@@ -100,6 +105,7 @@ class ValidateOptions:
     progress: ProgressCallback | None = None
     max_memory: int | str | None = None
     timeout: float | None = None
+    suggest: bool = False
 
 
 def _options_of(function: str, given: Mapping[str, Any]) -> ValidateOptions:
@@ -163,6 +169,11 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
         against it before they are made (default 4 GiB).
     timeout: seconds the run may take, ONNX Runtime's session setup included; past it a
         `parity.RunTimeout` (torch itself cannot be interrupted: it is checked between steps).
+    suggest: also suggest per-output tolerances (``run.suggested_tolerances``, as
+        ``--suggest``): k x the noise floor with `noise_floor`, else margin x the smallest
+        passing atol; each fitted on the run's input sets and checked on as many fresh ones
+        again (another seed, larger sizes) before it is given; none for an output with a bug
+        finding.
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -234,6 +245,11 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
             if onnx_label is not None and onnx_path:
                 exc.replace_text(onnx_path, onnx_label)
             raise
+        if o.suggest:  # checked on fresh sets while the ONNX file and the model are at hand
+            from parity.run.fresh_check import suggest_checked
+
+            checked = suggest_checked(run, config, loaders=loaders, progress=o.progress)
+            run = replace(run, suggested_tolerances=checked)
         if o.repro is not None:  # while the ONNX file (its README reads it) still exists
             from parity.layers.repro import write_repro
 

@@ -12,6 +12,7 @@ from parity.verdict import Verdict
 
 __all__ = [
     "OUTSIDE_MODULES",
+    "WORST_WORDS",
     "StatusStyle",
     "badness",
     "badness_of",
@@ -71,6 +72,11 @@ def verdict_label(verdict: str) -> str:
     """A verdict in capitals, the word a reader looks for: ``PASS``, ``FAIL``, ``ERROR`` (the
     terminal's headline, the HTML report's banner, the dashboard's badge)."""
     return Verdict(verdict).name
+
+
+WORST_WORDS = "the most elements out of tolerance, then the largest error"
+"""What "worst" means wherever a failure is called the worst (parity.labels.badness), said
+beside it so a reader never takes it for the largest error alone."""
 
 
 def badness(c: OutputComparison) -> tuple[bool, bool, float, float]:

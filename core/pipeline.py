@@ -45,6 +45,7 @@ from parity.run.candidates import (
 from parity.run.config import Loaders, RunConfig, check_config, default_loaders
 from parity.run.config_json import config_json
 from parity.run.deadline import Deadline
+from parity.run.early_check import check_names
 from parity.run.ort_errors import is_set_failure, ort_error_line
 from parity.run.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment
 from parity.signature import OnnxSignature
@@ -120,10 +121,11 @@ def _run_validation(
     loaders: Loaders | None,
     deadline: Deadline,
 ) -> ValidationRun:
-    loaders = shared_loaders(loaders or default_loaders())
-    report = ProgressReporter(progress)
     t_start = time.perf_counter()
     check_config(config)
+    check_names(config)  # every name a setting gives, before torch and the model load
+    loaders = shared_loaders(loaders or default_loaders())  # imports torch
+    report = ProgressReporter(progress)
     reference = None
     specs = expand_specs(config.onnx_files, config.providers, config.ort_opt_levels)
     t0 = time.perf_counter()

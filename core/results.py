@@ -406,7 +406,16 @@ class StaticAxis:
     text: str = ""
 
 
-FINDING_KINDS = ("bug", "rounding", "frozen", "near_tie", "error", "static_axis", "unmeasured")
+FINDING_KINDS = (
+    "bug",
+    "rounding",
+    "frozen",
+    "near_tie",
+    "error",
+    "static_axis",
+    "unmeasured",
+    "diverges",
+)
 
 
 @dataclass(frozen=True)
@@ -419,6 +428,35 @@ class Finding:
     text: str
     output: str | None = None
     candidate: int | None = None
+
+
+SUGGESTION_BASES = ("rounding", "observed")  # `suggested_tolerances.basis`
+
+
+@dataclass(frozen=True)
+class SuggestedTolerances:
+    """Per-output tolerances Parity suggests (parity.run.fresh_check): fitted on the run's
+    input sets, then checked on fresh ones (other seed, other sizes, at least as many) before
+    being shown. `basis`: "rounding" (k x the noise floor --noise-floor measured) or
+    "observed" (margin x the smallest atol that passed: no rounding measurement behind it);
+    `checked_on` describes every fresh set each tolerance passed on without being fitted to
+    it; `withheld` says, per output, why none is suggested (a bug, not rounding, fails on
+    fresh inputs, could not be checked). The JSON report's `suggested_tolerances`."""
+
+    outputs: Mapping[str, Tolerance]
+    basis: str  # SUGGESTION_BASES
+    checked_on: tuple[str, ...] = ()
+    withheld: Mapping[str, str] = field(default_factory=dict)
+    default: Tolerance | None = None
+    fitted_on: int = 0  # input sets it was fitted on
+    k: float | None = None  # basis "rounding": atol = k x the floor
+
+    def tolerances(self, base: Tolerances) -> Tolerances:
+        """`base` with the suggested tolerances: what `--tolerances` reads back."""
+        out = base if self.default is None else base.with_default(self.default)
+        for name, tolerance in self.outputs.items():
+            out = out.with_output(name, tolerance)
+        return out
 
 
 @dataclass(frozen=True)
@@ -472,6 +510,8 @@ class ValidationRun:
     frozen: tuple[FrozenNode, ...] = ()
     # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
     static_axes: tuple[StaticAxis, ...] = ()
+    # tolerances suggested and checked on fresh input sets (parity.run.fresh_check), if asked
+    suggested_tolerances: SuggestedTolerances | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -637,6 +677,13 @@ class ValidationRun:
             outputs=tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.outputs),
         )
 
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """What the run concludes (bug, rounding at the file's precision, frozen size, near
+        tie, ONNX Runtime error, what was not measured): the one list every front renders,
+        the JSON report's `findings` (parity.show.findings)."""
+        return _run_files().findings(self)
+
     def to_json(self) -> dict[str, Any]:
         """The `parity.report/1` dict (strict JSON: null, never NaN or Infinity)."""
         return _run_files().report(self)
@@ -664,6 +711,8 @@ class RunFiles(Protocol):
     imported (importing any of its modules does that first); ValidationRun's methods call it."""
 
     def report(self, run: ValidationRun) -> dict[str, Any]: ...
+
+    def findings(self, run: ValidationRun) -> tuple[Finding, ...]: ...
 
     def save(
         self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool

@@ -18,14 +18,15 @@ from parity.dashboard.tables import (
 )
 from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.uploads import shown_path
-from parity.dashboard.where_views import failing_sentences, where_for
-from parity.labels import worst_first
+from parity.dashboard.where_views import failing_sentences
+from parity.labels import WORST_WORDS, worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.figures import verdict_grid
+from parity.show.findings import run_findings
 from parity.show.rows import comparison_rows
 from parity.show.sentences import failing_outputs
-from parity.show.summary import findings, headline, notes
+from parity.show.summary import headline, notes
 
 
 def comparison_frame(run: ValidationRun) -> pd.DataFrame:
@@ -78,12 +79,7 @@ def verdict_banner(run: ValidationRun) -> None:
 def findings_section(run: ValidationRun) -> None:
     """What is known about why it fails (where it starts to diverge, rounding or a bug), in
     the HTML report's words, before the numbers."""
-    where = {}
-    for c in failing_outputs(run):
-        profile = where_for(run, c)
-        if profile is not None:
-            where[c.name] = profile.summary
-    found = [dashboard_words(line) for line in findings(run, where)]  # widgets, not flags
+    found = [dashboard_words(f.text) for f in run_findings(run)]  # widgets, not flags
     if found:
         st.markdown("**What we found**")
         st.markdown("\n".join(f"- {md_text(line)}" for line in found))
@@ -92,7 +88,7 @@ def findings_section(run: ValidationRun) -> None:
 def technical_notes(run: ValidationRun) -> None:
     """The conditions the verdict holds under (tolerances, inputs fed by position): last."""
     st.subheader("Technical notes")
-    st.markdown("\n".join(f"- {md_text(line)}" for line in notes(run)))
+    st.markdown("\n".join(f"- {md_text(line)}" for line in notes(run)))  # candidate notes too
 
 
 def noise_section(run: ValidationRun) -> None:
@@ -132,7 +128,10 @@ def page() -> None:
     worst = worst_failure(run)
     if worst is not None:
         label = f"Inspect the worst failure: {md_code(worst.name)} in set {worst.input_set}"
-        if st.button(label, type="primary", icon=":material/grid_on:", key=state.INSPECT_WORST):
+        said = f"The worst failure: {WORST_WORDS} (every page orders failures so)."
+        if st.button(
+            label, type="primary", icon=":material/grid_on:", key=state.INSPECT_WORST, help=said
+        ):
             state.set_target(worst.input_set, worst.name)
             st.switch_page(routes.INSPECT)
 

@@ -165,7 +165,6 @@ TOL_EDIT_ERROR = "tol_edit_error"  # the lines a refused edit left
 TOL_EDIT_NONCE = "tol_edit_nonce"  # bumped on each edit: the editor is drawn afresh
 TOL_ATOL = "tol_atol"  # widget: the default atol slider
 TOL_RTOL = "tol_rtol"  # widget: the default rtol slider
-TOL_SUGGEST_NOTES = "tol_suggest_notes"  # the notes of the last suggestion applied
 TOL_SUGGEST_NOISE = "tol_suggest_noise"  # widget: "suggest from the noise floor"
 TOL_PASS_TABLE = "tol_pass_table"  # widget: the pass table
 TOL_MARGIN = "tol_margin"  # widget: the suggestion's margin
@@ -174,6 +173,7 @@ TOL_DOWNLOAD = "tol_download"  # widget: the tolerances file download
 TOL_CURVE_PREFIX = "tol_curve_"  # widget prefix: each output's pass-rate curve
 TOL_CURVES = "tol_curves"  # run_memo slot: mismatch-vs-atol curves
 TOL_NOISE = "tol_noise"  # run_memo slot: the noise-floor suggestion
+TOL_SUGGESTED = "tol_suggested"  # the last checked suggestion (SuggestedTolerances)
 
 # --- Generation (generation.py)
 GEN_TOKENS_PREFIX = "parity_generation_tokens_"  # widget prefix: each prompt's token table

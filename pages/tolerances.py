@@ -8,6 +8,7 @@ drawn from them, so no widget holds a value the rest of the app does not see.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -17,17 +18,16 @@ from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, candidates_frame
 from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
-from parity.dashboard.text import md_code, md_text
+from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
 from parity.judge.suggest import (
     DEFAULT_MARGIN,
     NOISE_MULTIPLES,
     has_noise,
     ladder,
-    noise_suggestion_lines,
     pooled_mismatch_curve,
     suggest_noise_tolerances,
-    suggest_tolerances,
+    suggestion_lines,
     with_value,
 )
 from parity.results import ValidationRun
@@ -92,38 +92,56 @@ def _curves(run: ValidationRun, name: str, rtol: float) -> np.ndarray | None:
     )
 
 
-def _suggest(run: ValidationRun, margin: float) -> None:
-    suggestion = suggest_tolerances(run, margin=margin)
-    state.set_tolerances(suggestion.tolerances)
-    state.put(state.TOL_SUGGEST_NOTES, suggestion.notes)
+REOPENED = (
+    "a reopened run is not made again here (its files could run code): make it again on the "
+    "Run page to check suggestions on fresh inputs"
+)
 
 
-def _apply(tolerances: Tolerances) -> None:
-    """A checked suggestion, applied as it was shown (its notes belong to the other Suggest)."""
-    state.set_tolerances(tolerances)
-    state.pop(state.TOL_SUGGEST_NOTES)
+def _suggest(run: ValidationRun, basis: str, margin: float) -> None:
+    """Fit per-output tolerances on the run's input sets, check them on as many fresh ones
+    (parity.run.fresh_check: the model run again), and apply only what passed."""
+    from parity.run.config_json import config_of_run
+    from parity.run.fresh_check import suggest_checked
+
+    config = config_of_run(run) if run.saved is None else None
+    with st.spinner("Checking the suggestion on fresh input sets (the model runs again)..."):
+        found = suggest_checked(
+            run, config, basis=basis, margin=margin, loaders=state.cached_loaders()
+        )
+    if run.saved is not None:
+        found = replace(found, withheld={k: REOPENED for k in found.withheld})
+    state.set_tolerances(found.tolerances(state.tolerances()))
+    state.put(state.TOL_SUGGESTED, (id(state.raw_run()), found))  # this run's only
 
 
-def noise_suggestion(stored: ValidationRun, judged: ValidationRun, tol: Tolerances) -> None:
-    """--noise-floor: "k x rounding noise" per output (parity.judge.suggest), checked by
-    re-judging the run with it before it is offered, and applied with one click."""
+def suggestion_shown() -> None:
+    """The last checked suggestion, in the words the terminal uses (parity.judge.suggest)."""
+    held = state.get(state.TOL_SUGGESTED)
+    found = held[1] if held is not None and held[0] == id(state.raw_run()) else None
+    lines = suggestion_lines(found) if found is not None else []
+    if not lines:
+        return
+    head, *rest = lines
+    st.caption(md_text(dashboard_words(head)))
+    with st.expander("Suggested tolerance per output"):
+        st.text("\n".join(dashboard_words(line) for line in rest))
+
+
+def noise_suggestion(judged: ValidationRun, margin: float) -> None:
+    """--noise-floor: "k x rounding noise" per output (parity.judge.suggest), checked on fresh
+    input sets before it is applied; none for an output with a bug finding."""
     if not has_noise(judged):
         return
-    found = state.run_memo(
-        state.TOL_NOISE, stored, tol.dumps(), lambda: suggest_noise_tolerances(judged)
-    )
-    head, *rest = noise_suggestion_lines(found)
-    b_col, text_col = st.columns([2, 3], vertical_alignment="center")
-    b_col.button(
-        f"Suggest {found.k:g}× rounding noise", icon=":material/blur_on:", on_click=_apply,
-        args=(found.tolerances,), key=state.TOL_SUGGEST_NOISE,
-        help="Per output: atol = k × torch's own float32 error (against torch run again in "
-        f"float64), rtol 0; k the smallest of {MULTIPLES} that passes every output whose error "
-        "looks like rounding. An output it still fails is not rounding.",
+    k = suggest_noise_tolerances(judged).k  # the fit only: its check runs on click
+    st.button(
+        f"Suggest {k:g}× rounding noise", icon=":material/blur_on:", on_click=_suggest,
+        args=(judged, "rounding", margin), key=state.TOL_SUGGEST_NOISE,
+        help="Per output: atol = k × torch's own error at the file's precision (against torch "
+        f"run again in float64), rtol 0; k the smallest of {MULTIPLES} that passes every "
+        "output whose error looks like rounding; then checked on as many fresh input sets "
+        "(another seed, larger sizes). None for an output with a bug finding.",
     )  # fmt: skip
-    text_col.caption(md_text(head))
-    with st.expander("Rounding-noise tolerance per output"):
-        st.text("\n".join(rest))
 
 
 def controls(raw: ValidationRun) -> None:
@@ -131,7 +149,6 @@ def controls(raw: ValidationRun) -> None:
     a callback, before the script reruns, so this page, the sidebar's badge and its reports
     are drawn from the same tolerances in the same rerun."""
     tol = state.tolerances()
-    stored = raw
     _sync_sliders(tol)
     c1, c2 = st.columns(2)
     with c1:
@@ -193,9 +210,12 @@ def controls(raw: ValidationRun) -> None:
     margin = s1.number_input("Suggest margin (x min atol)", 1.0, 100.0, DEFAULT_MARGIN, 0.5,
                              key=state.TOL_MARGIN)  # fmt: skip
     s2.button(
-        "Suggest", icon=":material/auto_fix_high:", on_click=_suggest, args=(everything, margin),
+        "Suggest", icon=":material/auto_fix_high:", on_click=_suggest,
+        args=(everything, "observed", margin),
         help="Per output: margin x the smallest atol that passes in every input set, "
-        "rounded up to 1-2-5, at the output's rtol.",
+        "rounded up to 1-2-5, at the output's rtol; then checked on as many fresh input sets "
+        "(another seed, larger sizes). Nothing tells such a tolerance from one that passes a "
+        "bug unless rounding noise is measured. None for an output with a bug finding.",
         key=state.TOL_SUGGEST,
     )  # fmt: skip
     with s3:
@@ -209,10 +229,8 @@ def controls(raw: ValidationRun) -> None:
             key=state.TOL_DOWNLOAD,
         )
         st.caption("Use it with `parity validate --tolerances tolerances.json`.")
-    notes = state.get(state.TOL_SUGGEST_NOTES)
-    if notes:
-        st.caption("Suggest: " + "; ".join(f"{md_code(k)}: {md_text(v)}" for k, v in notes.items()))
-    noise_suggestion(stored, everything, tol)
+    noise_suggestion(everything, margin)
+    suggestion_shown()
 
     st.subheader("Mismatch fraction against atol")
     cols = st.columns(min(len(names), 2) or 1)

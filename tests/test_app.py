@@ -270,6 +270,9 @@ def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json()
     at.button(key="tol_suggest").click().run()
     assert not at.exception
     assert "PASS" in _markdown(at)
+    _, checked = at.session_state["tol_suggested"]  # fitted, then checked on fresh sets
+    assert set(checked.outputs) == {"last_hidden_state", "pooled"} and checked.checked_on
+    assert any("fresh input set" in c.value for c in at.caption)
     tolerances = at.session_state["parity_tolerances"]
     assert set(tolerances.outputs) == {"last_hidden_state", "pooled"}
     again = Tolerances.from_json(json.loads(tolerances.dumps()))

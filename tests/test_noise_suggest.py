@@ -74,20 +74,23 @@ def test_a_planted_bug_keeps_failing_under_it_and_the_words_say_why(blocks) -> N
 
 
 def test_cli_prints_the_checked_suggestion_and_its_flags_pass(blocks, capsys) -> None:
+    """--suggest: fitted on the run's sets, checked on fresh ones (parity.run.fresh_check),
+    printed with its flags; the planted bug gets none; --noise-floor alone prints a hint."""
     args = ["validate", "--model", str(blocks.pt2), "--onnx", str(blocks.clean_onnx)]
-    assert main([*args, "--atol", "1e-9", "--noise-floor"]) == 1
+    assert main([*args, "--atol", "1e-9", "--noise-floor", "--suggest"]) == 1
     text = capsys.readouterr().out
-    assert re.search(r"Suggested tolerance: \d+× rounding noise .*the run passes with it", text)
+    assert re.search(r"Suggested tolerances \(\d+× the measured rounding noise, rtol 0\), "
+                     r"fitted on 1 input set, checked on \d+ fresh input sets?", text)  # fmt: skip
     flags = re.search(r"As flags: (.*)", text).group(1).split()
     assert flags[0] == "--tol" and flags[1].startswith("y=")
     assert main([*args, "--atol", "1e-9", *flags]) == 0  # what was printed passes the run
     capsys.readouterr()
 
     assert main(["validate", "--model", str(blocks.pt2), "--onnx", str(blocks.onnx),
-                 "--noise-floor"]) == 1  # fmt: skip
+                 "--noise-floor", "--suggest"]) == 1  # fmt: skip
     text = capsys.readouterr().out
-    assert "checked: y still fails with it" in text
-    assert "a bug that no rounding tolerance should pass" in text
+    assert "y: none suggested: a bug" in text and "As flags" not in text
 
-    assert main(args) == 0  # no noise measured: no such suggestion
-    assert "Suggested tolerance" not in capsys.readouterr().out
+    assert main([*args, "--atol", "1e-9", "--noise-floor"]) == 1  # no --suggest: a hint only
+    text = capsys.readouterr().out
+    assert "Suggested tolerance" not in text and "--suggest" in text

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from parity.pipeline import RunConfig, run_validation
 from parity.reports.html_report import render_html_report
-from parity.show.summary import findings, headline, notes, plain_summary
+from parity.show.summary import headline, notes, plain_summary
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -28,19 +28,21 @@ def test_a_failing_run_says_where_it_diverges_and_that_it_is_not_rounding(broken
     assert said.headline == (
         "The export does not match PyTorch: 1 of 2 outputs differ beyond the allowed error."
     )
-    assert said.findings[0] == (
-        "The export starts to diverge at the Pad node node_pad, outside any module."
-    )
-    assert said.findings[1].startswith("Not rounding: run alone on PyTorch's exact inputs")
-    assert said.findings[2].startswith("mask: not rounding: ONNX is ")
-    assert not any("atol" in line for line in (said.headline, *said.findings))
+    texts = [f.text for f in said.findings]
+    assert texts[0] == "The export starts to diverge at the Pad node node_pad, outside any module."
+    assert texts[1].startswith("Not rounding: run alone on PyTorch's exact inputs")
+    # the layers confirmed the birth: the failing output is a bug, said once, never rounding
+    assert texts[2].startswith("mask: a bug, not rounding: the error is made at the Pad node")
+    assert [f.kind for f in said.findings] == ["bug", "bug", "bug"]
+    assert said.findings[2].output == "mask"
+    assert not any("atol" in line for line in (said.headline, *texts))
     assert "atol 1e-05, rtol 0" in said.notes[0]
 
 
 def test_a_passing_run_has_no_findings():
     run = run_validation(RunConfig(model="demo:cnn", onnx=None))
     assert headline(run).startswith("The export matches PyTorch: both outputs agree")
-    assert findings(run) == () and notes(run)
+    assert run.findings == () and notes(run)
 
 
 def test_the_html_report_puts_the_findings_before_the_numbers(broken_found):

@@ -304,6 +304,14 @@ NOISE_FLOOR = Group(
             'precision the file computes it (int8: quantization noise) (adds "noise" to --json '
             "outputs; the verdict stays the tolerance's)",
         ),
+        flag(
+            "--suggest",
+            action="store_true",
+            help="suggest per-output tolerances (k x the noise floor with --noise-floor, else "
+            "2 x the smallest passing atol), each checked on as many fresh input sets (another "
+            "seed, larger sizes) before it is shown; none for an output with a bug finding "
+            '(adds "suggested_tolerances" to --json)',
+        ),
     ),
 )
 LIMITS = Group(

@@ -102,6 +102,11 @@ def format_text(run: ValidationRun) -> str:
         text = format_candidates(run)
     else:
         text = format_run(run)
+    if not run.is_generation:  # the findings, then the verdict line: still the last line
+        head, _, verdict = text.rpartition("\n")
+        text = f"{head.rstrip()}{findings_text(run)}\n\n{verdict}" if findings_text(run) else text
+    else:
+        text += findings_text(run)
     if any(c.noise is not None for c in run.outputs):
         from parity.judge.noise_floor import noise_lines
 
@@ -109,10 +114,18 @@ def format_text(run: ValidationRun) -> str:
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
             f"  {line}" for line in lines
         )
-        from parity.judge.suggest import noise_suggestion_lines, suggest_noise_tolerances
+    if run.suggested_tolerances is not None:  # --suggest: checked on fresh input sets
+        from parity.judge.suggest import suggestion_lines
 
-        head, *rest = noise_suggestion_lines(suggest_noise_tolerances(run))
-        text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
+        lines = suggestion_lines(run.suggested_tolerances)
+        if lines:
+            head, *rest = lines
+            text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
+    elif any(c.noise is not None for c in run.outputs) and not run.passed:
+        text += (
+            "\n\nTolerances for this file: --suggest (fitted on these input sets, then "
+            "checked on as many fresh ones)"
+        )
     if run.frozen:  # parity.judge.frozen: each confirmed node, its sentence as it is
         text += "\n\nFrozen at export:\n" + "\n".join(f"  {f.text}" for f in run.frozen)
     text += "".join(f"\n\n{a.text}" for a in run.static_axes)  # one line each
@@ -121,6 +134,15 @@ def format_text(run: ValidationRun) -> str:
 
         text += "\n\n" + format_run_layers(run)
     return text
+
+
+def findings_text(run: ValidationRun) -> str:
+    """The run's findings (parity.show.findings): what the numbers above conclude, just
+    above the verdict line."""
+    found = run.findings
+    if not found:
+        return ""
+    return "\n\nWhat we found:\n" + "\n".join(f"  - {f.text}" for f in found)
 
 
 def fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:

@@ -55,7 +55,17 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
     )
-    return run_validation(config, progress=progress_printer())
+    run = run_validation(config, progress=progress_printer())
+    if getattr(args, "suggest", False):
+        from dataclasses import replace
+
+        from parity.run.fresh_check import suggest_checked
+
+        n = 2 * max(len(run.input_sets), 1)
+        print(f"Checking the suggested tolerances on {n} fresh input sets ...", file=sys.stderr)
+        checked = suggest_checked(run, config, progress=progress_printer())
+        run = replace(run, suggested_tolerances=checked)
+    return run
 
 
 _OUTPUTS = (

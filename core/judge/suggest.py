@@ -22,7 +22,7 @@ from parity.judge.noise_floor import (
     output_floors,
 )
 from parity.labels import status_label
-from parity.results import Noise, ValidationRun
+from parity.results import Noise, SuggestedTolerances, ValidationRun
 from parity.text import number_text, tolerance_text
 from parity.tolerances import Tolerance, Tolerances
 
@@ -269,3 +269,33 @@ def pooled_mismatch_curve(
         total = frac * c.n_judged if total is None else total + frac * c.n_judged
         n += c.n_judged
     return None if total is None or n == 0 else total / n
+
+
+def suggestion_lines(s: SuggestedTolerances) -> list[str]:
+    """A checked suggestion (parity.run.fresh_check) in words: a headline (its basis, what it
+    was fitted on and checked on), one line per output (its tolerance, or why none), the
+    fresh sets, then the same tolerances as ``--tol`` flags. The terminal, the HTML report and
+    the Tolerances page show these lines."""
+    if not s.outputs and not s.withheld:
+        return []
+    fitted = f"fitted on {s.fitted_on} input set{'s' if s.fitted_on != 1 else ''}"
+    n = len(s.checked_on)
+    checked = f"checked on {n} fresh input set{'s' if n != 1 else ''}" if n else "none shown"
+    if s.basis == "rounding":
+        basis = f"{s.k or 2:g}\u00d7 the measured rounding noise, rtol 0"
+    else:
+        basis = (
+            "observed: 2\u00d7 the smallest passing atol; no rounding measurement behind it "
+            "tells an acceptable error from a bug (--noise-floor measures it)"
+        )
+    lines = [f"Suggested tolerances ({basis}), {fitted}, {checked}:"]
+    for name, t in s.outputs.items():
+        lines.append(f"{name}: {tolerance_text(t)}: passes the fresh input sets")
+    for name, why in s.withheld.items():
+        lines.append(f"{name}: none suggested: {why}")
+    if s.checked_on:
+        lines.append("Fresh input sets: " + "; ".join(s.checked_on))
+    flags = " ".join(f"--tol {name}={t.atol:g}:{t.rtol:g}" for name, t in s.outputs.items())
+    if flags:
+        lines.append(f"As flags: {flags}")
+    return lines

@@ -45,6 +45,7 @@ __all__ = [
     "AxisProfile",
     "WhereProfile",
     "concentrated_entries",
+    "peak_indices",
     "where_of",
     "where_profile",
 ]
@@ -321,7 +322,7 @@ def _summary(
         return f"the one mismatch is at index {index}" if exact else "one element mismatches"
     count = f"{n_mismatch:,} mismatches"
     if n_mismatch == n_judged:
-        return f"every judged element mismatches ({count})"
+        return _peaks_text(axes, f"every judged element mismatches ({count})")
     chosen = [a for a in axes if a.concentrated]
     if not chosen:
         pct = 100.0 * n_mismatch / n_judged if n_judged else 0.0
@@ -330,9 +331,10 @@ def _summary(
                 f"the {count} ({pct:.3g}% of the elements) are too few to tell whether they "
                 "gather along any axis, and they share no index"
             )
-        return (
+        return _peaks_text(
+            axes,
             f"the {count} ({pct:.3g}% of the elements) are spread over the output: "
-            "no index along any axis stands out"
+            "no index along any axis gathers them",
         )
     share = f"all {count}"
     if covered != n_mismatch:
@@ -353,6 +355,36 @@ def _summary(
         text += ", in every entry of every other axis"
     elif everywhere:
         text += ", in every entry of " + " and ".join(a.label for a in everywhere)
+    return _peaks_text(axes, text)
+
+
+MAX_PEAKS = 8  # at most this many indices are named where the largest errors lie
+
+
+def peak_indices(a: AxisProfile) -> tuple[int, ...]:
+    """Indices of an axis whose largest error ÷ allowed stands out CONTRAST times over every
+    other index's (where the worst elements are: the worst-elements table points there),
+    at most MAX_PEAKS and half the axis; () when none stands out so."""
+    r = np.nan_to_num(np.asarray(a.max_ratio, dtype=np.float64), nan=0.0, posinf=np.inf)
+    n = r.size
+    if a.size < 2 or n < 2 or not r.max() > 0 or not np.isfinite(r.max()):
+        return ()
+    order = np.argsort(-r, kind="stable")
+    for j in range(1, min(n // 2, MAX_PEAKS) + 1):
+        if r[order[j]] * CONTRAST <= r[order[j - 1]]:
+            entries = sorted(int(e) for e in order[:j])
+            return _entry_indices(entries, a.bin, a.size)
+    return ()
+
+
+def _peaks_text(axes: tuple[AxisProfile, ...], text: str) -> str:
+    """`text`, then where the largest errors lie when an axis not named for its mismatch
+    count has indices that stand out by error (a bias on channel 17 under a softmax: every
+    channel mismatches a little, channel 17 most)."""
+    for a in axes:
+        peaks = peak_indices(a) if not a.concentrated else ()
+        if peaks:
+            return f"{text}; the largest errors lie at {_indices_text(peaks)} of {a.label}"
     return text
 
 

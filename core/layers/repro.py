@@ -48,6 +48,12 @@ def no_repro_reason(result: LayersResult | None) -> str | None:
         return None
     if result.first_divergence is None:
         return "no repro written: no op was confirmed where an error is born (clean run)"
+    confirmation = result.confirmation_of(result.first_divergence)
+    if confirmation is not None and confirmation.outcome == "born":
+        return (
+            "no repro written: the birth is confirmed, but its inputs were not kept with this "
+            "run (a reopened run keeps none); make the run again with --repro DIR"
+        )
     return (
         "no repro written: the first divergence could not be re-run alone "
         "(unconfirmed, see the layers notes)"

@@ -169,6 +169,16 @@ def demo_cache_key(name: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def ready_demo_onnx(name: str) -> Path | None:
+    """The demo's export if it needs no exporting (cached, or shipped for this torch and
+    onnx), else None: what a check before the run may read without torch."""
+    cached = demo_cache_dir() / f"{name}-{demo_cache_key(name)}.onnx"
+    shipped = SHIPPED_DIR / cached.name
+    if cached.is_file():
+        return cached
+    return shipped if shipped.is_file() and os.environ.get(SHIPPED_ENV, "1") != "0" else None
+
+
 def demo_onnx_path(name: str) -> Path:
     """The demo's ONNX file, exported on first use and cached; safe when threads or
     processes race (one export at a time under the cache's lock, written atomically)."""

@@ -41,7 +41,7 @@ from parity.signature import Dim, OnnxSignature, TensorSpec
 if TYPE_CHECKING:
     import onnxruntime
 
-_MAX_PROTO = 2 << 30  # protobuf cannot parse more; weights past it live in external data
+MAX_PROTO = 2 << 30  # protobuf cannot parse more; weights past it live in external data
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
     if not p.exists() and not p.is_symlink():
         raise _load_error(p, "no such file")
     try:  # a regular file only (a FIFO or /dev/zero is named), read at most protobuf's 2 GiB
-        with open_regular(p, what="ONNX file", limit=_MAX_PROTO, error=OnnxLoadError) as fh:
+        with open_regular(p, what="ONNX file", limit=MAX_PROTO, error=OnnxLoadError) as fh:
             proto = onnx.load(fh, load_external_data=False)
     except OnnxLoadError:
         raise

@@ -28,6 +28,7 @@ from parity.labels import wrong_pair_note
 from parity.results import (
     FROZEN_KINDS,
     NOISE_PRECISIONS,
+    SUGGESTION_BASES,
     CandidateInfo,
     ErrorStats,
     FrozenNode,
@@ -43,6 +44,7 @@ from parity.results import (
     SavedFrom,
     StaticAxis,
     Status,
+    SuggestedTolerances,
     TokenDivergence,
     ValidationRun,
 )
@@ -141,6 +143,11 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
             data["generation"] = generation_report_json(run.generation)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
+    from parity.show.findings import findings_json
+
+    data["findings"] = findings_json(run)  # the one list every front renders
+    if run.suggested_tolerances is not None:  # asked for (--suggest): checked on fresh sets
+        data["suggested_tolerances"] = suggested_to_json(run.suggested_tolerances)
     return strict(data)
 
 
@@ -243,6 +250,9 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "generation": None if run.generation is None else generation_to_json(run.generation),
         "layers": None if run.layers is None else layers_to_json(run.layers, put, "layers"),
         "candidates": [candidate_to_json(info) for info in run.candidates],
+        "suggested_tolerances": None
+        if run.suggested_tolerances is None
+        else suggested_to_json(run.suggested_tolerances),
         "candidate_layers": [
             {"candidate": int(k), "is_layers": True}  # the same result: its arrays once
             if layers is run.layers
@@ -302,6 +312,57 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         candidate_layers=_candidate_layers_from_json(m.get("candidate_layers"), layers, get),
         frozen=frozen_from_json(m.get("frozen")),
         static_axes=static_axes_from_json(m.get("static_axes")),
+        suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
+    )
+
+
+def suggested_to_json(s: SuggestedTolerances) -> dict[str, Any]:
+    """``suggested_tolerances``: {"default"?, "outputs": {NAME: {atol, rtol}}, "basis",
+    "checked_on": [...], "withheld": {NAME: why}, "fitted_on", "k"}; the same in the report
+    and the manifest (tolerances are finite)."""
+    data: dict[str, Any] = {}
+    if s.default is not None:
+        data["default"] = s.default.to_json()
+    data.update(
+        {
+            "outputs": {name: t.to_json() for name, t in s.outputs.items()},
+            "basis": s.basis,
+            "checked_on": list(s.checked_on),
+            "withheld": dict(s.withheld),
+            "fitted_on": int(s.fitted_on),
+            "k": s.k,
+        }
+    )
+    return data
+
+
+def suggested_from_json(raw: Any, at: str = "suggested_tolerances") -> SuggestedTolerances | None:
+    if raw is None:
+        return None
+    raw = sj.obj(raw, at)
+    basis = sj.string(sj.field(raw, "basis", at), f"{at}.basis")
+    if basis not in SUGGESTION_BASES:
+        raise sj.FieldError(f"{at}.basis: expected one of {', '.join(SUGGESTION_BASES)}")
+
+    def tolerance(value: Any, where: str) -> Tolerance:
+        value = sj.obj(value, where)
+        return Tolerance(
+            atol=sj.number(sj.field(value, "atol", where), f"{where}.atol"),
+            rtol=sj.number(sj.field(value, "rtol", where), f"{where}.rtol"),
+        )
+
+    outputs = sj.obj(raw.get("outputs") or {}, f"{at}.outputs")
+    return SuggestedTolerances(
+        outputs={k: tolerance(v, f"{at}.outputs.{k}") for k, v in outputs.items()},
+        basis=basis,
+        checked_on=_texts(raw.get("checked_on") or [], f"{at}.checked_on"),
+        withheld={
+            k: sj.string(v, f"{at}.withheld.{k}")
+            for k, v in sj.obj(raw.get("withheld") or {}, f"{at}.withheld").items()
+        },
+        default=None if raw.get("default") is None else tolerance(raw["default"], f"{at}.default"),
+        fitted_on=sj.integer(raw.get("fitted_on", 0), f"{at}.fitted_on"),
+        k=sj.optional(sj.number, raw.get("k"), f"{at}.k"),
     )
 
 

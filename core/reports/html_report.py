@@ -58,6 +58,7 @@ def render_html_report(run: ValidationRun) -> str:
             _outputs_table(run),
             _failing_details(run, failing),
             _noise(run),
+            _suggested(run),
             _generation(run),
             _layers(run),
             _technical_notes(run),
@@ -120,11 +121,12 @@ def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WherePro
 def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]) -> str:
     """The verdict in plain words, what was compared, then the findings (where the export
     starts to diverge, rounding or a bug): a reader who stops here knows the answer."""
-    where = {c.name: w.summary for c, w in failing if w is not None}
-    plain = plain_summary(run, where)
+    plain = plain_summary(run)
     found = ""
     if plain.findings:
-        items = "".join(f"<li>{_e(line)}</li>" for line in plain.findings)
+        items = "".join(
+            f"<li class='finding {_e(f.kind)}'>{_e(f.text)}</li>" for f in plain.findings
+        )
         found = f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
     model = f"<p class='what'>{_e(run.model)} against {_e(onnx_words(run))}</p>"
     return (
@@ -258,6 +260,23 @@ def _noise(run: ValidationRun) -> str:
         "<section><h2>Rounding noise</h2><p>At each output's precision, against torch run "
         "again in float64 (the verdict stays the tolerance's):</p>"
         f"<ul class='noise'>{items}</ul></section>"
+    )
+
+
+def _suggested(run: ValidationRun) -> str:
+    """--suggest: the tolerances checked on fresh input sets, in the terminal's words."""
+    if run.suggested_tolerances is None:
+        return ""
+    from parity.judge.suggest import suggestion_lines
+
+    lines = suggestion_lines(run.suggested_tolerances)
+    if not lines:
+        return ""
+    head, *rest = lines
+    items = "".join(f"<li>{_e(line)}</li>" for line in rest)
+    return (
+        f"<section><h2>Suggested tolerances</h2><p>{_e(head)}</p>"
+        f"<ul class='suggested'>{items}</ul></section>"
     )
 
 

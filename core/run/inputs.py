@@ -160,14 +160,32 @@ def iter_input_sets(
     """
     dims = dict(dims or {})
     int_ranges = dict(int_ranges or {})
-    axes = _axis_dims(signature, dims)
+    axes = check_input_options(
+        signature, dims=dims, n_sets=n_sets, seed=seed, int_ranges=int_ranges
+    )
     named = {name: size for name, size in dims.items() if name not in axes}
-    _check_options(signature, dims=named, n_sets=n_sets, seed=seed, int_ranges=int_ranges)
     ranges = _float_ranges(signature, dict(float_ranges or {}), float_range)
     base = {name: named.get(name, default_dim_size(name)) for name in signature.symbolic_dims}
     base.update(axes)  # "INPUT:AXIS" keys: the unnamed dims sized one by one
     _check_budget(signature, base, n_sets, budget or MemoryBudget())
     return _generate_sets(signature, base, n_sets, seed, int_ranges, ranges)
+
+
+def check_input_options(
+    signature: OnnxSignature,
+    *,
+    dims: Mapping[str, int],
+    n_sets: int = 1,
+    seed: int = 0,
+    int_ranges: Mapping[str, tuple[int, int]] | None = None,
+) -> dict[str, int]:
+    """Every dim name, ``INPUT:AXIS`` and input name the options give, checked against the
+    signature (UsageError naming the setting); the ``INPUT:AXIS`` sizes. Cheap: the run asks
+    it before torch and the model load (parity.run.early_check), and again when it draws."""
+    axes = _axis_dims(signature, dims)
+    named = {name: size for name, size in dims.items() if name not in axes}
+    _check_options(signature, dims=named, n_sets=n_sets, seed=seed, int_ranges=int_ranges or {})
+    return axes
 
 
 def unnamed_dims(signature: OnnxSignature) -> tuple[str, ...]:

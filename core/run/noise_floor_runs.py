@@ -4,9 +4,10 @@ noise floor (``--noise-floor``).
 A float32 module (an nn.Module, or a .pt2's program module) is copied and cast with
 ``.double()``; its float32 inputs are cast to float64. For a float16 / bfloat16 candidate it
 is also copied and cast to that type (its float inputs too), so torch's own error at that
-precision is measured the same way; where torch has no kernel for an op at that type on this
-device, the run is emulated instead (`EMULATED`): weights, inputs and every op's float
-output rounded to that type, computed in float32. Anything that cannot be run so gives None
+precision is measured the same way; on the CPU, and where torch has no kernel for an op at
+that type, or one slower than SLOW_KERNELS x float32, the run is emulated instead
+(`EMULATED`): weights, inputs and every op's float output rounded to that type, computed in
+float32. Anything that cannot be run so gives None
 and a note, never a failed run.
 """
 
@@ -153,6 +154,7 @@ class LowModel:
     base: Any  # the float32 TorchModel
     cast: Any = None  # TorchModel whose module is cast to `precision`, None once it failed
     emulated: str = ""  # "" while torch runs at that precision; else EMULATED's words
+    probed: bool = False  # the cast model's speed was measured on the first input set
 
 
 def low_model(model: Any, precision: str) -> LowModel | str:
@@ -165,6 +167,8 @@ def low_model(model: Any, precision: str) -> LowModel | str:
     dtype = _TORCH_DTYPES[precision]
     from dataclasses import replace
 
+    if _on_cpu(module):  # emulated: fast, and how ONNX Runtime's CPU provider computes it
+        return LowModel(precision, model, None, EMULATED.format(dtype=precision))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -176,17 +180,52 @@ def low_model(model: Any, precision: str) -> LowModel | str:
     return LowModel(precision, model, replace(model, module=cast))
 
 
+SLOW_KERNELS = 4.0  # the cast model slower than this x float32 (and SLOW_SECONDS): emulate
+SLOW_SECONDS = 1.0
+
+
+def _on_cpu(module: torch.nn.Module) -> bool:
+    """The model computes on the CPU. There torch's 16-bit kernels are slow paths (a float16
+    conv net 42x its float32 time on a 2-core EPYC) or missing, and ONNX Runtime's CPU
+    provider runs most 16-bit nodes in float32 behind casts: rounding each op's output to
+    the precision while computing in float32 (EMULATED) measures the floor the candidate
+    really has, at about float32's cost."""
+    tensor = next(iter([*module.parameters(), *module.buffers()]), None)
+    return tensor is None or tensor.device.type == "cpu"
+
+
 def run_low(
-    low: LowModel, input_set: InputSet, signature: OnnxSignature
+    low: LowModel,
+    input_set: InputSet,
+    signature: OnnxSignature,
+    float32_seconds: float | None = None,
 ) -> tuple[dict[str, np.ndarray] | None, str]:
     """The reference's outputs at `low.precision` keyed by ONNX output name (as float32),
-    or (None, why). The first failure of the cast model switches to emulation for good."""
+    or (None, why). The first failure of the cast model switches to emulation for good, and
+    so does a first run slower than SLOW_KERNELS x `float32_seconds` (torch's float16 CPU
+    kernels can be 30x float32's): every set is then emulated, the first one again, so
+    one run measures one way."""
+    import time
+
     dtype = _TORCH_DTYPES[low.precision]
     if low.cast is not None:
+        t0 = time.perf_counter()
         arrays, error = _run_cast(low.cast, input_set, signature, dtype)
-        if arrays is not None:
+        took = time.perf_counter() - t0
+        slow = (
+            not low.probed
+            and float32_seconds is not None
+            and took > max(SLOW_SECONDS, SLOW_KERNELS * float32_seconds)
+        )
+        low.probed = True
+        if arrays is not None and not slow:
             return arrays, ""
         low.cast, low.emulated = None, EMULATED.format(dtype=low.precision)
+        if slow:
+            low.emulated += (
+                f" (torch's own {low.precision} kernels took {took:.1f} s against "
+                f"{float32_seconds:.1f} s in float32 here)"
+            )
     arrays, error = _run_emulated(low.base, input_set, signature, dtype)
     if arrays is None:
         return None, f"{low.precision} noise floor not measured: the model failed ({error})"

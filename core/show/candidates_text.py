@@ -6,7 +6,7 @@ A single-candidate run keeps parity.show.format's per-output table; this is the 
 
 from __future__ import annotations
 
-from parity.labels import status_label, verdict_label, worst_first
+from parity.labels import WORST_WORDS, status_label, verdict_label, worst_first
 from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
 from parity.show.format import format_failure, format_input_sets, run_head
 from parity.text import aligned_table, number_text
@@ -78,7 +78,9 @@ def _worst_failure(run: ValidationRun, info: CandidateInfo) -> str | None:
     failing = [c for c in run.candidate(info.index).outputs if not c.status.passed]
     if not failing:
         return None
-    text = f"{info.label}, worst:\n" + _indent(format_failure(worst_first(failing)[0]))
+    text = f"{info.label}, worst ({WORST_WORDS}):\n" + _indent(
+        format_failure(worst_first(failing)[0])
+    )
     if len(failing) > 1:
         text += f"\n  (and {len(failing) - 1} more failing comparison(s); --json lists all)"
     return text

@@ -1,24 +1,20 @@
 """A run in plain words, for a reader who will not read the numbers first (a stakeholder, a
-newcomer): the verdict as a sentence, then the findings (where the export starts to diverge,
-float32 rounding or a bug), when the run knows them, then the technical notes (how the
-inputs were fed, the tolerances). The HTML report and the dashboard's Overview say a run in
+newcomer): the verdict as a sentence, then the findings (parity.show.findings: where the export
+starts to diverge, a bug or rounding at the file's precision, ...), then the technical notes
+(how the inputs were fed, the tolerances). The HTML report and the dashboard's Overview say a run in
 this order, in these words; the numbers (per-output sentences, tables, figures) come between
 the findings and the notes. Plain text: names are the user's, never markup.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from parity.judge.noise_floor import ROUNDING_RATIO
-from parity.labels import OUTSIDE_MODULES
-from parity.results import RunKind, Status, ValidationRun
+from parity.results import Finding, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
+from parity.show.findings import run_findings
 from parity.text import all_text, count_text, tolerance_text
 from parity.verdict import Verdict
-
-MAX_NOISE_FINDINGS = 4
 
 
 @dataclass(frozen=True)
@@ -27,7 +23,7 @@ class PlainSummary:
     `notes`: the technical conditions the verdict holds under."""
 
     headline: str
-    findings: tuple[str, ...]
+    findings: tuple[Finding, ...]
     notes: tuple[str, ...]
 
 
@@ -96,74 +92,6 @@ def _candidates_headline(run: ValidationRun, ref: str) -> str:
     return f"{bad} of {n} ONNX candidates do not match {ref}{could_not}."
 
 
-def findings(run: ValidationRun, where: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """What the run knows about why it fails: where inside the model the outputs start to
-    differ (--layers), whether the error is float32 rounding or a bug (--noise-floor, or the
-    first divergence's node re-run alone), and where in each failing output the mismatches
-    lie (`where`: output name -> parity.judge.where's summary, when the caller has it);
-    () for a passing run."""
-    if run.verdict is not Verdict.FAIL:
-        return ()
-    found: list[str] = []
-    layers = run.layers
-    first = layers.first_divergence if layers is not None else None
-    born = False
-    if first is not None:
-        node = f"{first.onnx_op} node {first.onnx_node}"
-        found.append(
-            f"The export starts to diverge in {first.torch_module}, at its {node}."
-            if first.torch_module
-            else f"The export starts to diverge at the {node}, {OUTSIDE_MODULES[1:-1]}."
-        )
-        confirmation = layers.confirmation_of(first)
-        born = getattr(confirmation, "outcome", None) == "born"
-        if born:
-            found.append(
-                f"Not rounding: run alone on PyTorch's exact inputs, that {first.onnx_op} node "
-                "still gives a different answer, so the error is made there (a bug in the "
-                "export, not float32 noise carried along)."
-            )
-    noise = _noise_findings(run)
-    found += noise
-    for name, said in list((where or {}).items())[:MAX_NOISE_FINDINGS]:
-        if said:
-            found.append(f"In {name}, {said}.")
-    missing = []
-    if layers is None:
-        missing.append("where inside the model the outputs start to differ (--layers)")
-    if not noise and not born:
-        missing.append("whether the difference is float32 rounding (--noise-floor)")
-    if missing:
-        found.append(f"Not measured in this run: {' and '.join(missing)}.")
-    return tuple(found)
-
-
-def _noise_findings(run: ValidationRun) -> list[str]:
-    """Per failing output whose rounding noise was measured: rounding, or not."""
-    worst: dict[str, object] = {}
-    for c in run.outputs:
-        if c.noise is None or c.status.passed:
-            continue
-        held = worst.get(c.name)
-        if held is None or (c.noise.ratio or 0.0) > (held.ratio or 0.0):  # type: ignore[attr-defined]
-            worst[c.name] = c.noise
-    lines = []
-    for name, noise in list(worst.items())[:MAX_NOISE_FINDINGS]:
-        ratio = noise.ratio  # type: ignore[attr-defined]
-        if ratio is not None and ratio <= ROUNDING_RATIO:
-            lines.append(
-                f"{name}: float32 rounding, not a bug: ONNX is about as far from an exact "
-                "(float64) run as PyTorch itself is; a looser tolerance is the answer."
-            )
-        else:
-            times = "far" if ratio is None else f"{float(f'{ratio:.2g}'):,.0f} times"
-            lines.append(
-                f"{name}: not rounding: ONNX is {times} further from an exact (float64) run "
-                "than PyTorch's own float32 error, which points to a bug in the export."
-            )
-    return lines
-
-
 def notes(run: ValidationRun) -> tuple[str, ...]:
     """The conditions the verdict holds under, in the reader's terms."""
     out = []
@@ -180,9 +108,23 @@ def notes(run: ValidationRun) -> tuple[str, ...]:
     if run.provenance.inputs_by == BY_POSITION:
         said = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
         out.append(f"The inputs were fed to the model {said}.")
+    out += candidate_notes(run)
     return tuple(out)
 
 
-def plain_summary(run: ValidationRun, where: Mapping[str, str] | None = None) -> PlainSummary:
-    """The run's headline, findings and notes (`where`: as `findings` takes it)."""
-    return PlainSummary(headline=headline(run), findings=findings(run, where), notes=notes(run))
+def candidate_notes(run: ValidationRun) -> list[str]:
+    """Every candidate's notes (what was adapted, what ONNX Runtime really computed in), as
+    the terminal, the HTML report and the dashboard all show them; prefixed by the
+    candidate's label in a run with several."""
+    many = run.is_multi_candidate
+    return [
+        f"{info.label}: {note}" if many else f"{note[0].upper()}{note[1:]}"
+        for info in run.candidate_list
+        for note in info.notes
+        if note
+    ]
+
+
+def plain_summary(run: ValidationRun) -> PlainSummary:
+    """The run's headline, findings (parity.show.findings, decided there once) and notes."""
+    return PlainSummary(headline=headline(run), findings=run_findings(run), notes=notes(run))

@@ -93,6 +93,7 @@ class TorchSource(Source):
         self._torch: Any = None
         self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
         self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
+        self._float64_ratio: list[float] = []  # float64 / float32 seconds, per set so far
 
     def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> Any:
         """Torch's outputs on one more input set (the frozen-at-export search's checks);
@@ -123,7 +124,6 @@ class TorchSource(Source):
     def cases(
         self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
     ) -> Iterator[Case]:
-        from parity.run.runner import model_binding, run_torch
 
         self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
         sets = timed_input_sets(self._config, signature, self.timings)  # refuses typos first
@@ -199,10 +199,21 @@ class TorchSource(Source):
                 continue
             self._report("torch", f"torch in {precision} on {set_name(case.input_set)}", None)
             t0 = time.perf_counter()
-            arrays, note = run_low(low, case.input_set, signature)
+            arrays, note = run_low(low, case.input_set, signature, case.reference.seconds)
             self.timings["float64"] += time.perf_counter() - t0
             runs[precision] = PrecisionRun(arrays, low.emulated, note)
         return replace(case, at_precision=runs)
+
+    def _float64_estimate(self, case: Case) -> str:
+        """What the float64 pass on this set will take, said before it starts: its float32
+        time times the float64/float32 ratio of the sets before (the first set: its float32
+        time, and that float64 is often several times slower on a CPU)."""
+        name = set_name(case.input_set)
+        took = case.reference.seconds
+        if not self._float64_ratio:
+            return f"torch in float64 on {name} (float32 took {took:.1f} s; float64 is slower)"
+        ratio = max(self._float64_ratio)
+        return f"torch in float64 on {name}: about {ratio * took:.0f} s ({ratio:.1f}x float32)"
 
     def _with_float64(self, case: Case, double: Any, signature: OnnxSignature) -> Case:
         """The case with the float64 run's outputs (or the note saying why there are none)."""
@@ -212,10 +223,11 @@ class TorchSource(Source):
 
         if double.model is None:
             return replace(case, float64_note=double.note)
-        self._report("torch", f"torch in float64 on {set_name(case.input_set)}", None)
+        self._report("torch", self._float64_estimate(case), None)
         t0 = time.perf_counter()
         arrays, note = run_float64(double.model, case.input_set, signature)
         self.timings["float64"] += time.perf_counter() - t0
+        self._float64_ratio.append((time.perf_counter() - t0) / max(case.reference.seconds, 1e-6))
         return replace(case, float64=arrays, float64_note=note)
 
     def torch_side(self) -> TorchSide:

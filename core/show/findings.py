@@ -1,0 +1,257 @@
+"""What a run concludes, decided once: one ordered tuple of Finding (parity.results) that the
+terminal, the JSON report (`findings`), the HTML report ("What we found"), the Overview and
+the API (`ValidationRun.findings`) all render as-is.
+
+The evidence is ranked, not juxtaposed. For each failing output, the strongest evidence
+speaks: a first divergence that --layers confirmed as born (its node, run alone on the
+reference's exact inputs, still disagrees) makes every failing output of that candidate a
+bug, whatever its noise ratio, and the ratio is said beside it (a softmax's float32 floor
+can be larger than a small bug's effect, so the ratio alone cannot clear it); otherwise the
+--noise-floor ratio decides bug or rounding. No output is both. Rounding is named at the
+precision it was measured at (Noise.precision: float16, bfloat16, int8), never "float32"
+for a 16-bit file. The layers record no output reachability, so "every failing output it
+feeds" is every failing output of the candidate whose layers found the birth.
+
+Kinds (FINDING_KINDS): bug, rounding, frozen (a size or branch the export froze; confirmed
+ones), near_tie (an LLM's greedy token flipped by an acceptable error), error (ONNX Runtime
+raised on an input set), diverges (where the outputs start to differ, not confirmed as made
+there), unmeasured (what this run did not measure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from parity.judge.noise_floor import is_rounding, noise_rank
+from parity.labels import OUTSIDE_MODULES, set_label
+from parity.results import Finding, Noise, OutputComparison, Status, ValidationRun
+from parity.text import number_text
+from parity.verdict import Verdict
+
+__all__ = ["bug_outputs", "file_precision_word", "findings_json", "run_findings"]
+
+MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing outputs stays readable
+
+
+def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
+    """The run's findings, in reading order: per candidate (several: each failing one's, its
+    index on each finding), errors, where it diverges, each failing output's bug or rounding,
+    then frozen sizes, near ties and what was not measured."""
+    found = _per_candidate(run)
+    unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL else []
+    return tuple(found + _frozen(run) + _near_ties(run) + unmeasured)
+
+
+def findings_json(run: ValidationRun) -> list[dict[str, object]]:
+    """The JSON report's `findings`: [{kind, output, candidate, text}]."""
+    return [
+        {"kind": f.kind, "output": f.output, "candidate": f.candidate, "text": f.text}
+        for f in run_findings(run)
+    ]
+
+
+def bug_outputs(run: ValidationRun) -> frozenset[tuple[int | None, str]]:
+    """(candidate, output) of every bug finding: no tolerance is suggested for these."""
+    return frozenset((f.candidate, f.output) for f in run_findings(run) if f.kind == "bug")
+
+
+def file_precision_word(run: ValidationRun) -> str:
+    """The precision the ONNX file computes at, as far as the run knows without reading the
+    file again: the measured noise's, else the provider's 16-bit note, else int8 for a
+    quantized file's layers, else float32."""
+    for c in run.outputs:
+        if c.noise is not None:
+            return c.noise.precision
+    from parity.load.provider_precision import precision_notes
+
+    for info in run.candidate_list:
+        for note in precision_notes(info.notes):
+            for word in ("bfloat16", "float16"):
+                if f" {word} nodes" in note:
+                    return word
+    layers = run.layers
+    if layers is not None and layers.findings.get("quantized"):
+        return "int8"
+    return "float32"
+
+
+# ----------------------------------------------------------------------------- one candidate
+
+
+def _per_candidate(run: ValidationRun) -> list[Finding]:
+    """Each failing candidate's findings (several candidates: each judged as its own run)."""
+    out: list[Finding] = []
+    for view in run.candidate_runs:
+        if view.info.error is None and not view.passed:
+            one = run.for_candidate(view.index) if run.is_multi_candidate else run
+            out += _candidate_findings(one, view.index)
+    return out
+
+
+def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
+    out: list[Finding] = list(_errors(run, candidate))
+    layers = run.layers
+    first = layers.first_divergence if layers is not None else None
+    confirmation = layers.confirmation_of(first) if layers is not None else None
+    born = getattr(confirmation, "outcome", None) == "born"
+    precision = file_precision_word(run)
+    if first is not None:
+        node = f"{first.onnx_op} node {first.onnx_node}"
+        where = (
+            f"The export starts to diverge in {first.torch_module}, at its {node}."
+            if first.torch_module
+            else f"The export starts to diverge at the {node}, {OUTSIDE_MODULES[1:-1]}."
+        )
+        out.append(Finding("bug" if born else "diverges", where, candidate=candidate))
+        if born:
+            out.append(
+                Finding(
+                    "bug",
+                    f"Not rounding: run alone on PyTorch's exact inputs, that {first.onnx_op} "
+                    "node still gives a different answer, so the error is made there (a bug "
+                    f"in the export, not {precision} noise carried along).",
+                    candidate=candidate,
+                )
+            )
+    numeric = _numeric_failures(run)
+    for name, rows in list(numeric.items())[:MAX_OUTPUT_FINDINGS]:
+        noise = _worst_noise(rows)
+        if born:
+            out.append(Finding("bug", _born_text(name, first, noise), name, candidate))
+        elif noise is None:
+            continue
+        elif is_rounding(noise):
+            out.append(Finding("rounding", _rounding_text(name, noise), name, candidate))
+        else:
+            out.append(Finding("bug", _noise_bug_text(name, noise), name, candidate))
+    return out
+
+
+def _numeric_failures(run: ValidationRun) -> dict[str, list[OutputComparison]]:
+    """Failing rows judged element by element (FAIL), by output, in the run's output order."""
+    rows: dict[str, list[OutputComparison]] = {}
+    for c in run.outputs:
+        if c.status is Status.FAIL:
+            rows.setdefault(c.name, []).append(c)
+    return rows
+
+
+def _worst_noise(rows: Iterable[OutputComparison]) -> Noise | None:
+    noises = [c.noise for c in rows if c.noise is not None]
+    return max(noises, key=noise_rank) if noises else None
+
+
+def _times(ratio: float) -> str:
+    return f"{float(f'{ratio:.2g}'):,.0f}" if ratio >= 100 else f"{ratio:.2g}"
+
+
+def _ratio_words(noise: Noise) -> str:
+    """ONNX's error against float64 beside the floor, as the noise measured it."""
+    floor = (
+        "the int8 quantization noise"
+        if noise.precision == "int8"
+        else (f"torch's own {noise.precision} error")
+    )
+    if noise.ratio is None:
+        return f"ONNX is {number_text(noise.onnx_error)} off float64 where {floor} is 0"
+    return f"ONNX's error against float64 is {_times(noise.ratio)}\u00d7 {floor}"
+
+
+def _born_text(name: str, first, noise: Noise | None) -> str:
+    said = (
+        f"{name}: a bug, not rounding: the error is made at the {first.onnx_op} node "
+        f"{first.onnx_node} (confirmed alone) and carried to this output"
+    )
+    if noise is None:
+        return said + "."
+    if is_rounding(noise):
+        return (
+            f"{said}; {_ratio_words(noise)}, which alone could pass for "
+            f"{_rounding_name(noise.precision)}, so no tolerance should be loosened for it."
+        )
+    return f"{said}; {_ratio_words(noise)}."
+
+
+def _rounding_name(precision: str) -> str:
+    return "int8 quantization noise" if precision == "int8" else f"{precision} rounding"
+
+
+def _rounding_text(name: str, noise: Noise) -> str:
+    kind = _rounding_name(noise.precision)
+    return (
+        f"{name}: {kind}, not a bug: {_ratio_words(noise)}, about what the precision itself "
+        "makes; a looser tolerance is the answer."
+    )
+
+
+def _noise_bug_text(name: str, noise: Noise) -> str:
+    return (
+        f"{name}: not rounding: {_ratio_words(noise)}, far beyond "
+        f"{_rounding_name(noise.precision)}, which points to a bug in the export."
+    )
+
+
+def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
+    """One per (input set, message) where ONNX Runtime raised: on every output of that set
+    (output None) or on some (one finding each)."""
+    by_set: dict[tuple[int, str], list[str]] = {}
+    names = run.output_names
+    for c in run.outputs:
+        if c.status is Status.ERROR:
+            message = (c.message.splitlines() or ["(no message)"])[0]
+            by_set.setdefault((c.input_set, message), []).append(c.name)
+    out = []
+    for (index, message), raised in by_set.items():
+        said = f"ONNX Runtime raised on {set_label(run, index)}: {message}"
+        if set(raised) >= set(names):
+            out.append(Finding("error", said + ".", None, candidate))
+        else:
+            out += [Finding("error", f"{name}: {said}.", name, candidate) for name in raised]
+    return out
+
+
+# ----------------------------------------------------------------------------- whole run
+
+
+def _frozen(run: ValidationRun) -> list[Finding]:
+    return [
+        Finding("frozen", f.text or f"The {f.op} node {f.node} holds a size frozen at export.")
+        for f in run.frozen
+        if f.confirmed
+    ]
+
+
+def _near_ties(run: ValidationRun) -> list[Finding]:
+    if run.generation is None:
+        return []
+    from parity.hf.generation_report import tie_words
+
+    out = []
+    for i, p in enumerate(run.generation.prompts, 1):
+        d = p.first_divergence
+        if d is not None and d.near_tie:
+            out.append(
+                Finding(
+                    "near_tie",
+                    f"Prompt {i}: ONNX Runtime's tokens part from torch's at new token "
+                    f"{d.position + 1}, {tie_words(d)}.",
+                )
+            )
+    return out
+
+
+def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
+    """What would have told more, had it been measured: --layers, --noise-floor (only where
+    some failing output is neither a bug nor rounding yet)."""
+    missing = []
+    if run.layers is None and not run.candidate_layers:
+        missing.append("where inside the model the outputs start to differ (--layers)")
+    bug_or_rounding = {f.output for f in found if f.kind in ("bug", "rounding")}
+    born = any(f.kind == "bug" and f.output is None for f in found)
+    numeric = set(_numeric_failures(run))
+    if numeric and not born and not numeric <= bug_or_rounding:
+        word = file_precision_word(run)
+        missing.append(f"whether the difference is {_rounding_name(word)} (--noise-floor)")
+    if not missing:
+        return []
+    return [Finding("unmeasured", f"Not measured in this run: {' and '.join(missing)}.")]

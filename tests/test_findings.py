@@ -1,0 +1,228 @@
+"""One set of findings, decided once (parity.show.findings), rendered by every front: the
+terminal, the JSON report's `findings`, the HTML report's "What we found" and the API
+(`run.findings`). Real torch, real ONNX Runtime, real legacy exports with a planted bug; the
+kinds other engineers fill (frozen sizes, ONNX Runtime errors, near ties) are set on a real
+run with dataclasses.replace."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from parity import validate
+from parity.cli.output import format_text
+from parity.reports.html_report import render_html_report
+from parity.results import (
+    FINDING_KINDS,
+    FrozenNode,
+    GenerationInfo,
+    Noise,
+    PromptGeneration,
+    Status,
+    TokenDivergence,
+)
+from tests.helpers.plant_bug import plant
+from tests.helpers.precision_models import to_float16
+
+
+class SoftmaxNet(torch.nn.Module):
+    """Two convolutions ending in a softmax over channels (an "activations" output)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(4, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv1d(16, 32, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.c2(torch.relu(self.c1(x))) * 4, dim=1)
+
+
+@dataclass(frozen=True)
+class Exports:
+    model: torch.nn.Module
+    clean: Path
+    bug: Path  # /c2/Conv's bias + 0.01
+    f16: Path
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> Exports:
+    tmp = tmp_path_factory.mktemp("findings")
+    torch.manual_seed(0)
+    model = SoftmaxNet().eval()
+    clean = tmp / "net.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 4, 64),), str(clean), dynamo=False,
+                          input_names=["x"], output_names=["activations"],
+                          dynamic_axes={"x": {0: "b", 2: "t"}})  # fmt: skip
+    bug = tmp / "bug.onnx"
+    plant(clean, bug, "/c2/Conv", "bias", 0.01)
+    return Exports(model, clean, bug, to_float16(clean, tmp / "net16.onnx"))
+
+
+@pytest.fixture(scope="module")
+def bug_run(exports: Exports):
+    return validate(exports.model, exports.bug, layers=True, noise_floor=True, input_sets=2)
+
+
+def _with_noise_ratio(run, ratio: float):
+    """The run as if its float32 floor were large (a softmax's can be 2.6e-4): every noise
+    at `ratio`, within what rounding could explain."""
+    rows = tuple(
+        replace(c, noise=replace(c.noise, ratio=ratio, torch_error=c.noise.onnx_error / ratio))
+        if c.noise is not None
+        else c
+        for c in run.outputs
+    )
+    return replace(run, outputs=rows)
+
+
+def test_a_confirmed_birth_makes_the_output_a_bug_even_within_rounding(bug_run) -> None:
+    """The softmax output's noise ratio within rounding (2.7x, as on a real softmax encoder)
+    cannot clear it: the layers confirm the error is made at /c2/Conv, so it is a bug only,
+    the ratio said beside it; no output is both bug and rounding."""
+    assert bug_run.layers.confirmation_of(bug_run.layers.first_divergence).outcome == "born"
+    for run in (bug_run, _with_noise_ratio(bug_run, 2.7)):
+        mine = [f for f in run.findings if f.output == "activations"]
+        assert [f.kind for f in mine] == ["bug"], mine
+        assert "/c2/Conv" in mine[0].text
+        assert not any(f.kind == "rounding" for f in run.findings)
+    said = next(f for f in _with_noise_ratio(bug_run, 2.7).findings if f.output == "activations")
+    assert "2.7\u00d7 torch's own float32 error" in said.text
+    assert "could pass for float32 rounding" in said.text
+
+
+def test_without_layers_a_ratio_within_rounding_is_rounding_at_its_precision(bug_run) -> None:
+    run = _with_noise_ratio(replace(bug_run, layers=None), 2.7)
+    (found,) = [f for f in run.findings if f.output == "activations"]
+    assert found.kind == "rounding" and found.text.startswith("activations: float32 rounding")
+    assert run.findings[-1].kind == "unmeasured" and "--layers" in run.findings[-1].text
+
+
+def test_a_float16_files_findings_say_float16(exports: Exports) -> None:
+    run = validate(exports.model, exports.f16, noise_floor=True, input_sets=2)
+    assert not run.passed  # float16 rounding is past the default atol 1e-5
+    text = " ".join(f.text for f in run.findings)
+    assert "float16" in text and "float32" not in text, run.findings
+    rounding = [f for f in run.findings if f.kind == "rounding"]
+    bugs = [f for f in run.findings if f.kind == "bug"]
+    assert len(rounding) + len(bugs) == 1  # one conclusion for the one output
+    for f in rounding:
+        assert f.text.startswith("activations: float16 rounding, not a bug")
+    # without --noise-floor, what was not measured is named at the file's precision too
+    plain = validate(exports.model, exports.f16, input_sets=1)
+    (unmeasured,) = [f for f in plain.findings if f.kind == "unmeasured"]
+    assert "float16 rounding (--noise-floor)" in unmeasured.text
+    assert "float32" not in unmeasured.text
+
+
+def test_every_front_renders_the_same_findings(bug_run, tmp_path: Path) -> None:
+    report = bug_run.to_json()
+    assert report["findings"] == [
+        {"kind": f.kind, "output": f.output, "candidate": f.candidate, "text": f.text}
+        for f in bug_run.findings
+    ]
+    assert {f["kind"] for f in report["findings"]} <= set(FINDING_KINDS)
+    json.dumps(report, allow_nan=False)  # strict
+    terminal = format_text(bug_run)
+    page = render_html_report(bug_run)
+    section = page[page.index("What we found") :]
+    items = [
+        html.unescape(x) for x in re.findall(r"<li class='finding [a-z_]+'>(.*?)</li>", section)
+    ]
+    assert items == [f.text for f in bug_run.findings]
+    for f in bug_run.findings:
+        assert f"  - {f.text}" in terminal
+
+
+def test_frozen_error_and_near_tie_findings(bug_run) -> None:
+    """The kinds other parts of Parity fill: confirmed frozen nodes (their ready sentence),
+    rows where ONNX Runtime raised (their message), an LLM's near tie."""
+    frozen = (
+        FrozenNode("/Reshape", "Reshape", "size", (1.0, 8.0, 64.0), {"t": 64}, None, True,
+                   "The Reshape node /Reshape holds t = 64, frozen at the export's size."),
+        FrozenNode("/Div", "Div", "size", (64.0,), {"t": 64}, None, False, "unconfirmed"),
+    )  # fmt: skip
+    rows = tuple(
+        replace(c, status=Status.ERROR, message="Reshape node '/Reshape' requested shape\nmore")
+        if c.input_set == 1
+        else c
+        for c in bug_run.outputs
+    )
+    tie = TokenDivergence(3, 11, 12, 0.01, 0.02, near_tie=True, logits_passed=True)
+    generation = GenerationInfo(
+        summary={}, steps=(), prompts=(PromptGeneration("hi", (1,), (2,), "a", "b", tie),)
+    )
+    run = replace(bug_run, frozen=frozen, outputs=rows, generation=generation)
+    kinds = [f.kind for f in run.findings]
+    assert kinds.count("frozen") == 1 and "unconfirmed" not in str(run.findings)
+    (error,) = [f for f in run.findings if f.kind == "error"]
+    assert error.output is None and "Reshape node '/Reshape' requested shape" in error.text
+    assert "more" not in error.text  # the message's first line
+    (near,) = [f for f in run.findings if f.kind == "near_tie"]
+    assert "new token 4" in near.text and "near tie" in near.text
+
+
+def test_a_passing_run_concludes_nothing(exports: Exports) -> None:
+    run = validate(exports.model, exports.clean, atol=1e-4)
+    assert run.passed and run.findings == () and run.to_json()["findings"] == []
+
+
+def test_noise_of_a_bf16_file_is_named_bfloat16(bug_run) -> None:
+    rows = tuple(
+        replace(c, noise=Noise(1e-3, 2e-3, 2.0, precision="bfloat16")) for c in bug_run.outputs
+    )
+    run = replace(bug_run, outputs=rows, layers=None)
+    (found,) = [f for f in run.findings if f.output == "activations"]
+    assert found.text.startswith("activations: bfloat16 rounding, not a bug")
+
+
+def test_words_under_a_confirmed_birth_never_say_unconfirmed(bug_run) -> None:
+    """A reopened run keeps no repro case: the Layers page's reason must not call the
+    confirmed birth unconfirmed."""
+    from parity.layers.repro import no_repro_reason
+
+    said = no_repro_reason(replace(bug_run.layers, repro=None))
+    assert "unconfirmed" not in said and "confirmed" in said
+
+
+def test_the_terminal_and_html_show_every_candidate_note(exports: Exports) -> None:
+    """What ONNX Runtime really computed a float16 file in (the dashboard's note by the
+    verdict) is in the terminal and the HTML report too."""
+    run = validate(exports.model, exports.f16)
+    (note,) = [n for n in run.candidate_list[0].notes if n.startswith("ONNX Runtime ran ")]
+    assert f"note: {note}" in format_text(run)
+    assert html.escape(note, quote=True) in render_html_report(run)
+
+
+def test_the_where_sentence_names_the_channel_the_worst_elements_point_at(
+    exports: Exports, tmp_path: Path
+) -> None:
+    """A bias bug on channel 17 under a softmax: every channel mismatches a little (the
+    softmax renormalises), channel 17 by far the most; the sentence names it."""
+    import onnx
+    from onnx import numpy_helper
+
+    from parity.judge.where import where_of
+
+    model = onnx.load(str(exports.clean))
+    (bias,) = [t for t in model.graph.initializer if t.name == "c2.bias"]
+    a = numpy_helper.to_array(bias).copy()
+    a[17] += 0.05
+    bias.CopyFrom(numpy_helper.from_array(a, bias.name))
+    path = tmp_path / "bias17.onnx"
+    onnx.save(model, str(path))
+    run = validate(exports.model, path, input_sets=2, atol=1e-4)
+    for c in run.outputs:
+        assert c.stats.worst_index[1] == 17
+        said = where_of(run, c).summary
+        assert "the largest errors lie at index 17 of axis 1" in said, said
+        assert "axis 0" not in said
