@@ -21,7 +21,14 @@ import onnx
 from parity.layers import criterion
 from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
 from parity.layers.extra_outputs import ExtraOutputs, plan_batches
-from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
+from parity.layers.matching import (
+    FX_NAMES,
+    MODULE_BOUNDARIES,
+    Pair,
+    Plan,
+    eager_plan,
+    make_plan,
+)
 from parity.layers.onnx_graph import (
     GraphIndex,
     flattened_branch,
@@ -304,22 +311,20 @@ def _localise_graph(
     by_key: dict[str, list[Pair]] = {}
     for pair in plan.pairs:
         by_key.setdefault(pair.key, []).append(pair)
-    requested = _requested(plan, graph)
 
     say("measuring intermediate sizes (one torch pass per input set)")
-    sizes: dict[str, int] = {}
-    for input_set in input_sets:
-
-        def probe(key: str, value: Any) -> None:
-            arrays = _torch_arrays(value, plan.matching)
-            for pair in by_key.get(key, ()):
-                leaf = pair.leaf or 0
-                n = arrays[leaf].nbytes if leaf < len(arrays) else 0
-                many = len(pair.candidates) if pair.feeds is not None else _MAX_CANDIDATES
-                for name in (pair.onnx_value, *pair.candidates[:many]):
-                    sizes[name] = max(sizes.get(name, 0), n)
-
-        plan.capture.run(input_set, by_key.keys(), probe)
+    sizes = _probe(plan, by_key, input_sets)
+    if not isinstance(sizes, dict):  # the program is not eager torch: compare with eager
+        say("the exporter's program disagrees with eager torch: comparing with eager torch")
+        plan = eager_plan(side, graph, input_sets[0], signature, sizes)
+        if not plan.pairs:
+            return _empty(plan, graph)
+        by_key = {}
+        for pair in plan.pairs:
+            by_key.setdefault(pair.key, []).append(pair)
+        sizes = _probe(plan, by_key, input_sets)
+        assert isinstance(sizes, dict)
+    requested = _requested(plan, graph)
 
     budget = max(1, memory_mb) << 20
     # the budget bounds every array held at once: a batch's ONNX values and torch's values
@@ -416,6 +421,65 @@ def _localise_graph(
     )
 
 
+def _probe(
+    plan: Plan, by_key: dict[str, list[Pair]], input_sets: Sequence[InputSet]
+) -> dict[str, int] | str:
+    """Each requested value's bytes (the largest over the input sets), from one torch pass
+    per set. An exporter's program (FX names) is checked against eager torch at its
+    outputs on the way: where they disagree, why (and no sizes)."""
+    sizes: dict[str, int] = {}
+    check = plan.matching == FX_NAMES and getattr(plan.capture, "eager", None) is not None
+    for input_set in input_sets:
+
+        def probe(key: str, value: Any) -> None:
+            arrays = _torch_arrays(value, plan.matching)
+            for pair in by_key.get(key, ()):
+                leaf = pair.leaf or 0
+                n = arrays[leaf].nbytes if leaf < len(arrays) else 0
+                many = len(pair.candidates) if pair.feeds is not None else _MAX_CANDIDATES
+                for name in (pair.onnx_value, *pair.candidates[:many]):
+                    sizes[name] = max(sizes.get(name, 0), n)
+
+        outputs = plan.capture.run(input_set, by_key.keys(), probe)
+        if check:
+            why = eager_disagreement(plan.capture.eager, input_set, outputs)
+            if why is not None:
+                return why
+    return sizes
+
+
+def eager_disagreement(eager: Any, input_set: InputSet, outputs: Any) -> str | None:
+    """Why the exporter's program (re-exported by torch.export: it can freeze a size read in
+    Python, `float(h * w)`, as the ONNX file did) is not eager torch on `input_set`, or None
+    when their outputs agree (or cannot be set side by side)."""
+    got: list[Any] = []
+    eager.run(input_set, [""], lambda _key, value: got.append(value))
+    if not got:
+        return None
+    ref = [to_numpy(t) for t in tensor_leaves(got[0])]
+    fx = [to_numpy(t) for t in tensor_leaves(outputs)]
+    if len(ref) != len(fx) or any(a is None for a in (*ref, *fx)):
+        return None
+    for k, (r, f) in enumerate(zip(ref, fx, strict=True)):
+        assert r is not None and f is not None
+        if r.shape != f.shape:
+            differs = f"output {k}'s shape {tuple(f.shape)} against {tuple(r.shape)}"
+        else:
+            stats = value_stats(r, f)
+            ratio = stats.error_ratio or 0.0
+            if ratio <= criterion.THRESHOLD and not stats.n_nonfinite_mismatch:
+                continue
+            differs = f"output {k} off by max |error| {stats.max_abs:.3g}"
+        return (
+            "the torch side's program (torch.export of the model, as the dynamo exporter "
+            f"traced it) disagrees with eager torch at its outputs on input set "
+            f"{input_set.index} ({differs}): it froze something eager torch computes per "
+            "input, as the ONNX file may have; so intermediate values are compared with eager "
+            "torch's module outputs and inputs (forward hooks), not with that program's"
+        )
+    return None
+
+
 def _known(compared: dict[tuple[str, int], _Compared]) -> dict[int, dict[str, Pair]]:
     """Per input set: the ONNX values compared with the same shape on both sides -> pair."""
     known: dict[int, dict[str, Pair]] = {}
@@ -449,9 +513,7 @@ def _input_value(
     """The ONNX value a module's input is: the only one of its outside reads with torch's
     input's shape, unless another pair compares it already; None when none or several fit
     (never compared across shapes, never guessed)."""
-    fits = [
-        n for n in pair.candidates if n in onnx_values and onnx_values[n].shape == ref.shape
-    ]
+    fits = [n for n in pair.candidates if n in onnx_values and onnx_values[n].shape == ref.shape]
     if len(fits) != 1 or fits[0] in taken or fits[0] != pair.onnx_value:
         return None  # the plan's value (its matched inputs are known) or none
     return fits[0]

@@ -73,6 +73,10 @@ def make_plan(
         if program is not None:
             plan = _fx_plan(model, program, graph, notes)
             if plan.pairs:
+                if getattr(model, "program", None) is None and hasattr(
+                    model.module, "named_modules"
+                ):  # a re-export: checked against eager torch at its outputs (localise)
+                    plan.capture.eager = HookCapture(model, signature, call=side.call)
                 return plan
             notes.extend(plan.notes)
     elif graph.exporter not in (LEGACY, DYNAMO):
@@ -88,6 +92,16 @@ def make_plan(
             )
         return _nothing(graph, *notes)
     return _module_plan(side, graph, signature, notes, input_set)
+
+
+def eager_plan(
+    side: TorchSide, graph: GraphIndex, input_set: InputSet, signature: OnnxSignature, why: str
+) -> Plan:
+    """The module-boundary plan (eager torch's forward hooks) where the exporter's program
+    does not compute what eager torch computes (`why`, said first in its notes)."""
+    if side.scope_prefix:
+        graph = graph.rebased(side.scope_prefix)
+    return _module_plan(side, graph, signature, [*side.notes, why], input_set)
 
 
 def _nothing(graph: GraphIndex, *notes: str) -> Plan:

@@ -48,6 +48,9 @@ class FxCapture:
         self.module = module  # program.module(): the runnable form
         self.parameter_names = parameter_names
         self.positional_names = positional_names  # a .pt2's positional arguments
+        # eager torch (a HookCapture) when the program is a re-export of the model, to be
+        # checked against at the outputs (parity.layers.localise); None for a .pt2's own
+        self.eager: Any = None
         self.nodes = {
             n.name: n for n in program.graph.nodes if n.op == "call_function"
         }  # name -> node
