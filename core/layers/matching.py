@@ -119,7 +119,7 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
     renamed: list[str] = []
     origins = _output_origins(program, graph)
     unverified = 0
-    items = 0
+    items = folded = 0
     for v in graph.values.values():
         key = origins.get(v.name, v.name)
         node = capture.nodes.get(key)
@@ -135,7 +135,9 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
                 renamed.append(f"{v.name!r} ({v.op}, recorded from FX node {v.fx_node!r})")
                 continue
             items += 1  # one output of a multi-output node (BatchNorm's getitem), maybe folded
-            pairs.append(Pair(v.name, key, _folded_module(v, source) or v.scope, key))
+            conv = _folded_module(v, source)
+            folded += conv is not None
+            pairs.append(Pair(v.name, key, conv or v.scope, key))
             continue
         pairs.append(Pair(v.name, key, v.scope, key))
     layered = recurrent_fx_pairs(graph, capture.nodes)
@@ -147,9 +149,14 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
     )
     if items:
         notes.append(
-            f"{items} ONNX values hold one output of a multi-output FX node (BatchNorm's "
-            "getitem; a Conv into which the exporter's optimiser folded a BatchNorm keeps the "
-            "BatchNorm's getitem name): each is compared with that getitem's value"
+            f"{items} ONNX values hold one output of a multi-output FX node (a BatchNorm's "
+            "getitem, an LSTM's h_n): each is compared with that getitem's value"
+            + (
+                f"; {folded} of them are Convs into which the exporter's optimiser folded the "
+                "BatchNorm after them (same quantity, the BatchNorm's name): named at the Conv"
+                if folded
+                else ""
+            )
         )
     if layered:
         notes.append(recurrent_note(layered))
