@@ -397,6 +397,14 @@ def _localise_graph(
             f"{missing} matched (value, input set) pairs were never produced by the torch "
             "side (modules not called on that input): not compared"
         )
+    mismatched = sorted({v.onnx_value for v in values if v.status == LayerStatus.SHAPE_MISMATCH})
+    if mismatched:
+        notes.append(
+            f"{len(mismatched)} matched values have another shape in torch than in ONNX: the "
+            "pairing failed there (not an error of the export, never a divergence), so they "
+            f"are not judged: {', '.join(repr(n) for n in mismatched[:4])}"
+            f"{', ...' if len(mismatched) > 4 else ''}"
+        )
     if births is not None:
         notes.extend(births.notes)
     if keeper.skipped and first is not None:
