@@ -323,8 +323,10 @@ def _capture(
 ) -> dict[str, np.ndarray]:
     """One torch pass keeping copies of the wanted values (within `budget` bytes)."""
     by_key: dict[str, list[str]] = {}
+    leaf: dict[str, int] = {}
     for name, pair in wanted.items():
         by_key.setdefault(pair.key, []).append(name)
+        leaf[name] = pair.leaf or 0
     kept: dict[str, np.ndarray] = {}
     used = 0
 
@@ -334,10 +336,13 @@ def _capture(
         if not arrays:
             return
         for name in by_key.get(key, ()):
-            if name in kept or used + arrays[0].nbytes > budget:
+            if leaf[name] >= len(arrays):
+                continue
+            array = arrays[leaf[name]]  # one tensor of a tuple (an LSTM's h_n), as compared
+            if name in kept or used + array.nbytes > budget:
                 continue  # a module called twice: its first call, as compared
-            kept[name] = np.array(arrays[0], copy=True)
-            used += arrays[0].nbytes
+            kept[name] = np.array(array, copy=True)
+            used += array.nbytes
 
     if by_key:
         capture.run(input_set, by_key.keys(), on_value)

@@ -31,7 +31,7 @@ def birth_sentence(result: LayersResult) -> str | None:
     if c.outcome == Outcome.UNCONFIRMED:
         return (
             f"Unconfirmed: this {c.onnx_op} node could not be re-run alone ({c.reason}); "
-            "named by the criterion only."
+            f"named by the criterion only{_standing_for(first.ops)}."
         )
     nodes = "" if c.nodes <= 1 else f" (with the {c.nodes - 1} unmatched node(s) feeding it)"
     return (
@@ -50,10 +50,26 @@ def other_lines(result: LayersResult) -> list[str]:
     return lines
 
 
+def _standing_for(ops: tuple[str, ...]) -> str:
+    """The unmatched ONNX nodes a value named by the criterion stands for, in words."""
+    if len(ops) <= 1:
+        return ""
+    return f"; it stands for these ONNX nodes, none matched alone: {', '.join(ops)}"
+
+
 def _line(result: LayersResult, c: Confirmation) -> str:
     where = f"{c.torch_module or '(top level)'!r}: {c.onnx_op} node {c.onnx_node!r}"
     if c.outcome == Outcome.UNCONFIRMED:
-        return f"unconfirmed: {where}, input set {c.input_set}: {c.reason}"
+        value = next(
+            (
+                v
+                for v in result.values
+                if (v.order, v.input_set, v.onnx_value) == (c.order, c.input_set, c.onnx_value)
+            ),
+            None,
+        )
+        ops = _standing_for(value.ops) if value is not None else ""
+        return f"unconfirmed: {where}, input set {c.input_set}: {c.reason}{ops}"
     in_run = next(
         (
             v.max_abs

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,14 @@ import onnx
 from parity.layers import criterion
 from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
 from parity.layers.extra_outputs import ExtraOutputs, plan_batches
-from parity.layers.matching import FX_NAMES, MODULE_BOUNDARIES, Pair, Plan, make_plan
+from parity.layers.matching import (
+    FX_NAMES,
+    MODULE_BOUNDARIES,
+    Pair,
+    Plan,
+    eager_plan,
+    make_plan,
+)
 from parity.layers.onnx_graph import (
     GraphIndex,
     flattened_branch,
@@ -107,6 +114,7 @@ class _Comparer:
         self.held = held  # torch's values the confirmation will read
         self.exclude = exclude  # elements not judged (an hf: run's padding)
         self.compared: dict[tuple[str, int], _Compared] = {}
+        self.taken: frozenset[str] = frozenset()  # values other pairs compare
 
     def callback(
         self,
@@ -123,6 +131,15 @@ class _Comparer:
                     continue
                 if (pair.onnx_value, s) in self.compared:
                     continue  # a module called twice: its first call is compared
+                if pair.feeds is not None:  # a module's input: the one ONNX value of its shape
+                    name = _input_value(pair, arrays[0], onnx_values, self.taken)
+                    if name is not None:
+                        self.compare(replace(pair, onnx_value=name), arrays[0], onnx_values, s)
+                    continue
+                if pair.leaf is not None:  # one tensor of a tuple (an LSTM's h_n)
+                    if pair.leaf < len(arrays):
+                        self.compare(pair, arrays[pair.leaf], onnx_values, s, leaf=True)
+                    continue
                 twins = sum(1 for a in arrays if a.shape == arrays[0].shape)
                 self.compare(pair, arrays[0], onnx_values, s, twins)
                 if matching == FX_NAMES:  # one pair per value: ONNX Runtime's array is done
@@ -131,9 +148,19 @@ class _Comparer:
         return on_value
 
     def compare(
-        self, pair: Pair, ref: np.ndarray, onnx_values: dict, s: int, twins: int = 1
+        self,
+        pair: Pair,
+        ref: np.ndarray,
+        onnx_values: dict,
+        s: int,
+        twins: int = 1,
+        *,
+        leaf: bool = False,
     ) -> None:
-        name, onnx = _pick(pair, ref, onnx_values, twins)
+        if leaf or pair.feeds is not None:
+            name, onnx = pair.onnx_value, onnx_values[pair.onnx_value]
+        else:
+            name, onnx = _pick(pair, ref, onnx_values, twins)
         stats = value_stats(ref, masked(onnx, ref, self.exclude, s))
         ins = self.inputs_of.get(pair.onnx_value, ())
         prior = [self.compared[(i, s)] for i in ins if (i, s) in self.compared]
@@ -284,20 +311,20 @@ def _localise_graph(
     by_key: dict[str, list[Pair]] = {}
     for pair in plan.pairs:
         by_key.setdefault(pair.key, []).append(pair)
-    requested = _requested(plan, graph)
 
     say("measuring intermediate sizes (one torch pass per input set)")
-    sizes: dict[str, int] = {}
-    for input_set in input_sets:
-
-        def probe(key: str, value: Any) -> None:
-            arrays = _torch_arrays(value, plan.matching)
-            for pair in by_key.get(key, ()):
-                n = arrays[0].nbytes if arrays else 0
-                for name in (pair.onnx_value, *pair.candidates[:_MAX_CANDIDATES]):
-                    sizes[name] = max(sizes.get(name, 0), n)
-
-        plan.capture.run(input_set, by_key.keys(), probe)
+    sizes = _probe(plan, by_key, input_sets)
+    if not isinstance(sizes, dict):  # the program is not eager torch: compare with eager
+        say("the exporter's program disagrees with eager torch: comparing with eager torch")
+        plan = eager_plan(side, graph, input_sets[0], signature, sizes)
+        if not plan.pairs:
+            return _empty(plan, graph)
+        by_key = {}
+        for pair in plan.pairs:
+            by_key.setdefault(pair.key, []).append(pair)
+        sizes = _probe(plan, by_key, input_sets)
+        assert isinstance(sizes, dict)
+    requested = _requested(plan, graph)
 
     budget = max(1, memory_mb) << 20
     # the budget bounds every array held at once: a batch's ONNX values and torch's values
@@ -312,6 +339,7 @@ def _localise_graph(
         feeds = {n for s in input_sets for n in s.feeds}
         held = HeldRefs(runner.proto, requested, feeds, held_budget)
     comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held, side.exclude)
+    comparer.taken = frozenset(p.onnx_value for p in plan.pairs if p.feeds is None)
 
     for b, batch in enumerate(batches):
         in_batch = frozenset(batch)
@@ -369,6 +397,14 @@ def _localise_graph(
             f"{missing} matched (value, input set) pairs were never produced by the torch "
             "side (modules not called on that input): not compared"
         )
+    mismatched = sorted({v.onnx_value for v in values if v.status == LayerStatus.SHAPE_MISMATCH})
+    if mismatched:
+        notes.append(
+            f"{len(mismatched)} matched values have another shape in torch than in ONNX: the "
+            "pairing failed there (not an error of the export, never a divergence), so they "
+            f"are not judged: {', '.join(repr(n) for n in mismatched[:4])}"
+            f"{', ...' if len(mismatched) > 4 else ''}"
+        )
     if births is not None:
         notes.extend(births.notes)
     if keeper.skipped and first is not None:
@@ -393,6 +429,65 @@ def _localise_graph(
     )
 
 
+def _probe(
+    plan: Plan, by_key: dict[str, list[Pair]], input_sets: Sequence[InputSet]
+) -> dict[str, int] | str:
+    """Each requested value's bytes (the largest over the input sets), from one torch pass
+    per set. An exporter's program (FX names) is checked against eager torch at its
+    outputs on the way: where they disagree, why (and no sizes)."""
+    sizes: dict[str, int] = {}
+    check = plan.matching == FX_NAMES and getattr(plan.capture, "eager", None) is not None
+    for input_set in input_sets:
+
+        def probe(key: str, value: Any) -> None:
+            arrays = _torch_arrays(value, plan.matching)
+            for pair in by_key.get(key, ()):
+                leaf = pair.leaf or 0
+                n = arrays[leaf].nbytes if leaf < len(arrays) else 0
+                many = len(pair.candidates) if pair.feeds is not None else _MAX_CANDIDATES
+                for name in (pair.onnx_value, *pair.candidates[:many]):
+                    sizes[name] = max(sizes.get(name, 0), n)
+
+        outputs = plan.capture.run(input_set, by_key.keys(), probe)
+        if check:
+            why = eager_disagreement(plan.capture.eager, input_set, outputs)
+            if why is not None:
+                return why
+    return sizes
+
+
+def eager_disagreement(eager: Any, input_set: InputSet, outputs: Any) -> str | None:
+    """Why the exporter's program (re-exported by torch.export: it can freeze a size read in
+    Python, `float(h * w)`, as the ONNX file did) is not eager torch on `input_set`, or None
+    when their outputs agree (or cannot be set side by side)."""
+    got: list[Any] = []
+    eager.run(input_set, [""], lambda _key, value: got.append(value))
+    if not got:
+        return None
+    ref = [to_numpy(t) for t in tensor_leaves(got[0])]
+    fx = [to_numpy(t) for t in tensor_leaves(outputs)]
+    if len(ref) != len(fx) or any(a is None for a in (*ref, *fx)):
+        return None
+    for k, (r, f) in enumerate(zip(ref, fx, strict=True)):
+        assert r is not None and f is not None
+        if r.shape != f.shape:
+            differs = f"output {k}'s shape {tuple(f.shape)} against {tuple(r.shape)}"
+        else:
+            stats = value_stats(r, f)
+            ratio = stats.error_ratio or 0.0
+            if ratio <= criterion.THRESHOLD and not stats.n_nonfinite_mismatch:
+                continue
+            differs = f"output {k} off by max |error| {stats.max_abs:.3g}"
+        return (
+            "the torch side's program (torch.export of the model, as the dynamo exporter "
+            f"traced it) disagrees with eager torch at its outputs on input set "
+            f"{input_set.index} ({differs}): it froze something eager torch computes per "
+            "input, as the ONNX file may have; so intermediate values are compared with eager "
+            "torch's module outputs and inputs (forward hooks), not with that program's"
+        )
+    return None
+
+
 def _known(compared: dict[tuple[str, int], _Compared]) -> dict[int, dict[str, Pair]]:
     """Per input set: the ONNX values compared with the same shape on both sides -> pair."""
     known: dict[int, dict[str, Pair]] = {}
@@ -408,7 +503,8 @@ def _requested(plan: Plan, graph: GraphIndex) -> list[str]:
     for pair in plan.pairs:
         names[pair.onnx_value] = None
         if plan.matching == MODULE_BOUNDARIES:
-            for c in pair.candidates[:_MAX_CANDIDATES]:
+            many = len(pair.candidates) if pair.feeds is not None else _MAX_CANDIDATES
+            for c in pair.candidates[:many]:
                 names[c] = None
     return sorted(names, key=lambda n: graph.values[n].order)
 
@@ -417,6 +513,18 @@ def _torch_arrays(value: Any, matching: str) -> list[np.ndarray]:
     leaves = tensor_leaves(value) if matching == MODULE_BOUNDARIES else [value]
     arrays = [to_numpy(v) for v in leaves]
     return [a for a in arrays if a is not None]
+
+
+def _input_value(
+    pair: Pair, ref: np.ndarray, onnx_values: dict, taken: frozenset[str]
+) -> str | None:
+    """The ONNX value a module's input is: the only one of its outside reads with torch's
+    input's shape, unless another pair compares it already; None when none or several fit
+    (never compared across shapes, never guessed)."""
+    fits = [n for n in pair.candidates if n in onnx_values and onnx_values[n].shape == ref.shape]
+    if len(fits) != 1 or fits[0] in taken or fits[0] != pair.onnx_value:
+        return None  # the plan's value (its matched inputs are known) or none
+    return fits[0]
 
 
 def _pick(pair: Pair, ref: np.ndarray, onnx_values: dict, twins: int = 1) -> tuple[str, np.ndarray]:
@@ -432,6 +540,33 @@ def _pick(pair: Pair, ref: np.ndarray, onnx_values: dict, twins: int = 1) -> tup
         name = fits[min(twins, len(fits)) - 1]
         return name, onnx_values[name]
     return pair.onnx_value, onnx_values[pair.onnx_value]
+
+
+MAX_OPS = 12
+
+
+def stands_for(
+    graph: GraphIndex, value: str, inputs_of: dict[str, tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The ONNX nodes a compared value stands for, in graph order: its producer and the
+    unmatched nodes between it and the matched values feeding it (Constants left out), as
+    "Op 'node'"; at most MAX_OPS (the last ones, nearest the value), then a count."""
+    matched = set(inputs_of)
+    seen: set[str] = set()
+    stack = [value]
+    nodes: dict[int, str] = {}
+    while stack:
+        name = stack.pop()
+        v = graph.values.get(name)
+        if name in seen or v is None or v.op == "Constant":
+            continue
+        seen.add(name)
+        nodes[v.order] = f"{v.op} {v.node!r}"
+        stack.extend(i for i in graph.inputs_of.get(name, ()) if i not in matched)
+    ordered = [nodes[k] for k in sorted(nodes)]
+    if len(ordered) > MAX_OPS:
+        return (f"... {len(ordered) - MAX_OPS} more", *ordered[-MAX_OPS:])
+    return tuple(ordered)
 
 
 def _values(
@@ -462,6 +597,8 @@ def _values(
                 status=c.judgement.status.value,
                 inputs=tuple(graph.values[i].order for i in inputs_of.get(value, ())),
                 dtype=c.dtype,
+                feeds=c.pair.feeds,
+                ops=stands_for(graph, value, inputs_of) if c.judgement.status.born else (),
             )
         )
     values.sort(key=lambda v: (v.order, v.input_set))

@@ -13,11 +13,13 @@ Anything else is counted as unmatched and said in notes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from parity.layers import recurrent
 from parity.layers.onnx_graph import DYNAMO, LEGACY, GraphIndex, fx_text
-from parity.layers.torch_side import FxCapture, HookCapture, exporter_program
+from parity.layers.torch_side import INPUT, FxCapture, HookCapture, exporter_program
 from parity.results import InputSet
 from parity.signature import OnnxSignature
 from parity.sources import TorchSide
@@ -34,6 +36,8 @@ class Pair:
     torch_module: str | None
     torch_node: str | None
     candidates: tuple[str, ...] = ()  # module mode: boundary values, last first
+    leaf: int | None = None  # which tensor of the module's output (an LSTM's h_n: 1)
+    feeds: str | None = None  # a module input: the module it feeds (see LayerValue.feeds)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ def make_plan(
         if program is not None:
             plan = _fx_plan(model, program, graph, notes)
             if plan.pairs:
+                if getattr(model, "program", None) is None and hasattr(
+                    model.module, "named_modules"
+                ):  # a re-export: checked against eager torch at its outputs (localise)
+                    plan.capture.eager = HookCapture(model, signature, call=side.call)
                 return plan
             notes.extend(plan.notes)
     elif graph.exporter not in (LEGACY, DYNAMO):
@@ -86,6 +94,16 @@ def make_plan(
     return _module_plan(side, graph, signature, notes, input_set)
 
 
+def eager_plan(
+    side: TorchSide, graph: GraphIndex, input_set: InputSet, signature: OnnxSignature, why: str
+) -> Plan:
+    """The module-boundary plan (eager torch's forward hooks) where the exporter's program
+    does not compute what eager torch computes (`why`, said first in its notes)."""
+    if side.scope_prefix:
+        graph = graph.rebased(side.scope_prefix)
+    return _module_plan(side, graph, signature, [*side.notes, why], input_set)
+
+
 def _nothing(graph: GraphIndex, *notes: str) -> Plan:
     return Plan(NONE, (), None, len(graph.values), 0, tuple(notes))
 
@@ -98,32 +116,58 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
         tuple(getattr(model, "positional_names", ())),
     )
     pairs: list[Pair] = []
-    renamed = 0
+    renamed: list[str] = []
     origins = _output_origins(program, graph)
     unverified = 0
+    items = folded = 0
     for v in graph.values.values():
         key = origins.get(v.name, v.name)
         node = capture.nodes.get(key)
         if node is None:
             continue
-        if key != v.name and v.fx_node != key:
+        item = _item_of(node)
+        if key != v.name and v.fx_node != key and (item is None or item.name != v.fx_node):
             unverified += 1  # the producer's own record names another FX node
             continue
         if (v.fx_repr is not None or key != v.name) and fx_text(node.format_node()) != v.fx_repr:
-            renamed += 1
+            source = item
+            if source is None or fx_text(source.format_node()) != v.fx_repr:
+                renamed.append(f"{v.name!r} ({v.op}, recorded from FX node {v.fx_node!r})")
+                continue
+            items += 1  # one output of a multi-output node (BatchNorm's getitem), maybe folded
+            conv = _folded_module(v, source)
+            folded += conv is not None
+            pairs.append(Pair(v.name, key, conv or v.scope, key))
             continue
         pairs.append(Pair(v.name, key, v.scope, key))
+    layered = recurrent_fx_pairs(graph, capture.nodes)
+    pairs.extend(layered)
+    pairs.sort(key=lambda p: graph.values[p.onnx_value].order)
     matched = {p.key for p in pairs}
     unmatched_torch = sum(
         1 for n in capture.nodes.values() if n.name not in matched and _is_tensor_node(n)
     )
+    if items:
+        notes.append(
+            f"{items} ONNX values hold one output of a multi-output FX node (a BatchNorm's "
+            "getitem, an LSTM's h_n): each is compared with that getitem's value"
+            + (
+                f"; {folded} of them are Convs into which the exporter's optimiser folded the "
+                "BatchNorm after them (same quantity, the BatchNorm's name): named at the Conv"
+                if folded
+                else ""
+            )
+        )
+    if layered:
+        notes.append(recurrent_note(layered))
     if renamed:
         notes.append(
-            f"{renamed} ONNX values are named like an FX node that computes something else "
-            "(the ONNX file was made by another torch version or from another program?): "
-            "not compared"
+            f"{len(renamed)} ONNX values are named like an FX node of torch's program but "
+            "their ONNX producer records another FX node (another program, or a value the "
+            "exporter computed from another node), so not compared: "
+            f"{', '.join(renamed[:4])}{', ...' if len(renamed) > 4 else ''}"
         )
-    outputs = sum(1 for p in pairs if p.key != p.onnx_value)
+    outputs = sum(1 for p in pairs if p.key != p.onnx_value and p.onnx_value in graph.outputs)
     if outputs:
         notes.append(
             f"{outputs} graph outputs renamed at export (output_names) were matched to the FX "
@@ -146,6 +190,70 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
         len(graph.values) - len(pairs),
         unmatched_torch,
         tuple(notes),
+    )
+
+
+def _item_of(node: Any) -> Any:
+    """The multi-output FX node that `node` (``operator.getitem(source, k)``) takes one
+    output of, else None."""
+    import operator
+
+    import torch
+
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        return node.args[0]
+    return None
+
+
+def _folded_module(v: Any, source: Any) -> str | None:
+    """A Conv whose BatchNorm the exporter's optimiser folded into it holds the BatchNorm's
+    output under the BatchNorm's name and scope: it is the Conv's module that made it (a
+    bug in that Conv is named at that Conv), else None."""
+    if v.op != "Conv" or "batch_norm" not in str(source.target):
+        return None
+    conv = source.args[0] if source.args else None
+    stack = getattr(conv, "meta", {}).get("nn_module_stack") or {}
+    if not stack or "conv" not in str(getattr(conv, "target", "")):
+        return None
+    path = str(list(stack.values())[-1][0])
+    return path.removeprefix("L['self'].") or None
+
+
+def recurrent_fx_pairs(graph: GraphIndex, nodes: Mapping[str, Any]) -> list[Pair]:
+    """Each ONNX LSTM / GRU / RNN node's outputs paired with its layer of the recurrent FX
+    node it was translated from (parity.layers.recurrent)."""
+    found: list[Pair] = []
+    for name, node in nodes.items():
+        if recurrent.fx_kind(str(node.target)) is None:
+            continue
+        members = [
+            v for v in graph.values.values() if v.fx_node == name and v.op in recurrent.ONNX_OPS
+        ]
+        found += _layer_pairs(members, name, lambda v, _n=name: v.scope or _n)
+    return found
+
+
+def _layer_pairs(members: list[Any], base: str, words: Callable[[Any], str]) -> list[Pair]:
+    """Pairs for the outputs of one recurrent call's ONNX nodes: the k-th node (graph
+    order) is layer k."""
+    orders = sorted({v.order for v in members})
+    pairs = []
+    for v in members:
+        k = orders.index(v.order)
+        slot = recurrent.SLOTS[v.slot] if v.slot < len(recurrent.SLOTS) else None
+        if slot is None:
+            continue
+        key = recurrent.layer_key(base, k, slot)
+        pairs.append(Pair(v.name, key, v.scope, recurrent.layer_words(words(v), k, slot)))
+    return pairs
+
+
+def recurrent_note(pairs: Sequence[Pair]) -> str:
+    return (
+        f"{len(pairs)} outputs of ONNX recurrent nodes (LSTM / GRU / RNN, one node per layer: "
+        "Y, Y_h, Y_c) are compared with that layer of torch's module, computed layer by layer "
+        "from the module's own weights with torch's kernel and put in ONNX's layout [seq, "
+        "dirs, batch, hidden] (checked: the layers' stacked h_n is the module's own)"
     )
 
 
@@ -201,14 +309,41 @@ def _module_plan(
         # nested modules sharing their output value: keep the innermost (longest path)
         if last not in by_value or len(path) > len(by_value[last]):
             by_value[last] = path
+    modules = dict(model.module.named_modules())
     # a folded module's result is what the ONNX value holds: compare it there
-    pairs = sorted(
-        (
-            Pair(value, folds.get(path, path), folds.get(path, path), None, candidates[path])
-            for value, path in by_value.items()
-        ),
-        key=lambda p: graph.values[p.onnx_value].order,
-    )
+    pairs: list[Pair] = []
+    for value, path in by_value.items():
+        leaf = None
+        if recurrent.is_recurrent_module(modules.get(path)):
+            leaf = _recurrent_leaf(graph, value)
+            if leaf is None:
+                notes.append(
+                    f"recurrent module {path!r}: its ONNX value {value!r} read outside it is not "
+                    "one of the module's outputs moved around (output, h_n, c_n): not compared"
+                )
+                continue
+        key = folds.get(path, path)
+        pairs.append(Pair(value, key, key, None, candidates[path], leaf=leaf))
+    layered = [
+        p
+        for path, m in modules.items()
+        if recurrent.is_recurrent_module(m)
+        for p in _layer_pairs(
+            [v for v in graph.values.values() if v.scope == path and v.op in recurrent.ONNX_OPS],
+            path,
+            lambda _v, _p=path: _p,
+        )
+    ]
+    if layered:
+        notes.append(recurrent_note(layered))
+    inputs = _input_pairs(graph, modules, [*pairs, *layered], set(by_value.values()))
+    if inputs:
+        notes.append(
+            f"{len(inputs)} values that the ops between modules (or in a module's own forward) "
+            "hand to a matched module are compared with that module's input (forward "
+            "pre-hook): an error those ops make is named at them, not at the module after"
+        )
+    pairs = sorted([*pairs, *layered, *inputs], key=lambda p: graph.values[p.onnx_value].order)
     used = [f"{q} into {p}" for p, q in folds.items() if p in by_value.values()]
     if used:
         notes.append(
@@ -240,6 +375,59 @@ def _module_plan(
         unmatched_torch,
         tuple(notes),
     )
+
+
+def _recurrent_leaf(graph: GraphIndex, value: str) -> int | None:
+    """Which tensor of an nn.LSTM / GRU / RNN's output (output, h_n, c_n flattened: 0, 1,
+    2) the ONNX value is: the recurrent nodes' output slot (Y, Y_h, Y_c) it only moves."""
+    ops = {n: (v.op, v.slot) for n, v in graph.values.items()}
+    return recurrent.values_slot(graph.inputs_of, ops, value)
+
+
+_INPUT_CANDIDATES = 4
+
+
+def _input_pairs(
+    graph: GraphIndex, modules: Mapping[str, Any], paired: Sequence[Pair], matched: set[str]
+) -> list[Pair]:
+    """Each matched module's input where ops outside it made it: the values its nodes read
+    from outside its scope (not constants), latest first, as candidates; the one of torch's
+    input's shape is compared (parity.layers.localise), unless it is already compared."""
+    taken = {p.onnx_value for p in paired}
+    reads: dict[str, dict[str, None]] = {path: {} for path in matched if path}
+    for v in graph.values.values():
+        if v.scope is None:
+            continue
+        for path in _scopes_of(v.scope):
+            if path not in reads:
+                continue
+            for i in graph.inputs_of.get(v.name, ()):
+                w = graph.values.get(i)
+                if w is None or w.op == "Constant" or _inside(w.scope, path):
+                    continue
+                reads[path][i] = None
+    found = []
+    for path, names in reads.items():
+        ordered = sorted(names, key=lambda n: graph.values[n].order, reverse=True)
+        if not ordered or all(n in taken for n in ordered):
+            continue
+        if len(ordered) > _INPUT_CANDIDATES:
+            continue  # too many to tell which is its input
+        first = next(n for n in ordered if n not in taken)
+        scope = graph.values[first].scope
+        holder = modules.get(scope) if scope is not None else None
+        code = None if holder is None else f"{type(holder).__name__}.forward"
+        found.append(Pair(first, path + INPUT, scope, code, tuple(ordered), feeds=path))
+    return found
+
+
+def _scopes_of(scope: str) -> list[str]:
+    parts = scope.split(".") if scope else []
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _inside(scope: str | None, path: str) -> bool:
+    return scope is not None and (scope == path or scope.startswith(path + "."))
 
 
 def _is_tensor_node(node: Any) -> bool:

@@ -38,6 +38,7 @@ class GraphValue:
     fx_target: str | None
     fx_repr: str | None  # the FX node as the exporter printed it (num_users dropped)
     elem_type: int  # onnx.TensorProto element type, 0 when unknown
+    slot: int = 0  # which output of its node (an LSTM's Y, Y_h, Y_c: 0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ class GraphIndex:
 
     def resolve_legacy(self, paths: Collection[str]) -> GraphIndex:
         """Legacy scopes ("layer2/down/down.0") spelled as named_modules() paths
-        ("layer2.down.0"): each part is a path relative to its parent's or grandparent's."""
+        ("layer2.down.0"): each part is a path relative to its parent's or grandparent's,
+        or (a wrapper calling a grandchild, `self.m.encoder(x)`: scope "encoder") the one
+        module below its parent whose path ends with it."""
         if self.exporter != LEGACY:
             return self
         known = set(paths)
@@ -112,7 +115,7 @@ class GraphIndex:
                             full = guess
                             break
                     else:
-                        full = f"{full}.{part}" if full else part
+                        full = _called_through(known, full, part)
                 cache[scope] = full
             return cache[scope]
 
@@ -239,7 +242,7 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
         ins = tuple(i for i in node.input if i)
         for i in ins:
             consumers.setdefault(i, []).append(order)
-        for out in node.output:
+        for slot, out in enumerate(node.output):
             if not out:
                 continue
             values[out] = GraphValue(
@@ -252,6 +255,7 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
                 fx_target=fx_target,
                 fx_repr=fx_repr,
                 elem_type=types.get(out, 0),
+                slot=slot,
             )
             inputs_of[out] = ins
     return GraphIndex(
@@ -305,6 +309,16 @@ def _node_scope(
             return "", None, None
         return "/".join(node.name.split("/")[1:-1]), None, None  # see resolve_legacy
     return None, None, None
+
+
+def _called_through(known: Collection[str], full: str, part: str) -> str:
+    """The path of scope `part` under `full` when the module was called through an
+    attribute chain (`self.m.encoder`): the only known path below `full` ending ".part"."""
+    below = f"{full}." if full else ""
+    ends = [p for p in known if p.startswith(below) and p.endswith(f".{part}")]
+    if len(ends) == 1:
+        return ends[0]
+    return f"{full}.{part}" if full else part
 
 
 def _prefixes(scope: str) -> list[str]:

@@ -32,13 +32,15 @@ class LayerStatus(StrEnum):
     DIVERGES = "diverges"  # error above threshold AND a jump over what flows into it: born here
     CARRIED = "carried"  # error above threshold, but no bigger than its inputs': inherited
     NONFINITE = "nonfinite"  # NaN/Inf on one side only, where its inputs had none: born here
-    SHAPE_MISMATCH = "shape_mismatch"  # the two sides' shapes differ: cannot compare
+    # the two sides' shapes differ: the matching failed there, not the export (never born)
+    SHAPE_MISMATCH = "shape_mismatch"
     NOT_COMPARED = "not_compared"  # matched by name but not comparable (dtype, no value)
 
     @property
     def born(self) -> bool:
-        """A status that can be a first divergence."""
-        return self in (LayerStatus.DIVERGES, LayerStatus.NONFINITE, LayerStatus.SHAPE_MISMATCH)
+        """A status that can be a first divergence. A shape mismatch is not: two values of
+        different shapes are a pairing that failed, not an error the export made."""
+        return self in (LayerStatus.DIVERGES, LayerStatus.NONFINITE)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class LayerValue:
     inputs: tuple[int, ...] = ()
     sqnr_db: float | None = None  # 10 log10(sum ref^2 / sum err^2); ONNX against ONNX
     dtype: str = ""  # the candidate's dtype of it: its threshold is that dtype's ("": float32)
+    feeds: str | None = None
+    ops: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +93,8 @@ class LayerValue:
             "inputs": [int(i) for i in self.inputs],
             "sqnr_db": finite_or_none(self.sqnr_db),
             "dtype": self.dtype or None,
+            "feeds": self.feeds,
+            "ops": list(self.ops),
         }
 
     @classmethod
@@ -112,6 +118,8 @@ class LayerValue:
             inputs=tuple(int(i) for i in data.get("inputs") or ()),
             sqnr_db=_opt_float(data.get("sqnr_db")),
             dtype=_opt_str(data.get("dtype")) or "",
+            feeds=_opt_str(data.get("feeds")),
+            ops=tuple(str(o) for o in data.get("ops") or ()),
         )
 
 

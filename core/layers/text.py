@@ -12,7 +12,7 @@ from parity.layers import criterion
 from parity.layers.birth_words import birth_sentence, other_lines
 from parity.layers.precision_view import precision_lines
 from parity.layers.result import LayersResult, LayerStatus, LayerValue
-from parity.layers.views import fmt, jump_words
+from parity.layers.views import fmt, jump_words, place_words
 from parity.text import ratio_text
 
 if TYPE_CHECKING:  # annotation only
@@ -48,7 +48,13 @@ def format_layers(
         lines.extend(_notes(result))
         return "\n".join(lines)
     born = LayerStatus(first.status).born
-    if born:
+    place = place_words(result, first)
+    if born and place is not None:
+        lines.append(
+            f"  diverges first in {place} (value {first.onnx_value!r}, the input of "
+            f"{first.feeds!r}), input set {first.input_set}"
+        )
+    elif born:
         lines.append(f"  diverges first at {_where(first)}, input set {first.input_set}")
     else:  # named by a precision check (a QDQ pair's loss), not by the criterion
         lines.append(
@@ -131,6 +137,9 @@ def _where(v: LayerValue) -> str:
     if v.torch_module is None and v.torch_node is None:  # ONNX against ONNX: no module
         return f"{v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}"
     module = v.torch_module if v.torch_module else OUTSIDE_MODULES
+    if v.feeds is not None:  # ops between modules: the module after them is not the place
+        where = f"{v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}"
+        return f"{module!r}: {where} (the input of {v.feeds!r})"
     node = f" fx {v.torch_node!r}" if v.torch_node and v.torch_node != v.onnx_value else ""
     return f"{module!r}: {v.onnx_op} node {v.onnx_node!r} -> {v.onnx_value!r}{node}"
 

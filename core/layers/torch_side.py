@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from parity.layers import recurrent
 from parity.load.export_lock import export_lock
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet
@@ -30,6 +31,7 @@ from parity.run.input_binding import BY_NAME, bind_inputs
 from parity.signature import OnnxSignature
 
 ValueCallback = Callable[[str, Any], None]
+INPUT = "#input"  # a module's input (its forward pre-hook): "fc#input"
 
 
 class FxCapture:
@@ -46,11 +48,15 @@ class FxCapture:
         self.module = module  # program.module(): the runnable form
         self.parameter_names = parameter_names
         self.positional_names = positional_names  # a .pt2's positional arguments
+        # eager torch (a HookCapture) when the program is a re-export of the model, to be
+        # checked against at the outputs (parity.layers.localise); None for a .pt2's own
+        self.eager: Any = None
         self.nodes = {
             n.name: n for n in program.graph.nodes if n.op == "call_function"
         }  # name -> node
 
-    def run(self, input_set: InputSet, wanted: Collection[str], on_value: ValueCallback) -> None:
+    def run(self, input_set: InputSet, wanted: Collection[str], on_value: ValueCallback) -> Any:
+        """Hands the wanted values to `on_value`; returns the program's outputs."""
         from torch.utils import _pytree as pytree
 
         tensors = {name: _tensor(a) for name, a in input_set.feeds.items()}
@@ -60,7 +66,7 @@ class FxCapture:
         flat = pytree.tree_leaves((binding.args, dict(binding.kwargs)))
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _Handing(self.module, set(wanted), on_value).run(*flat)
+            return _Handing(self.module, set(wanted), on_value).run(*flat)
 
 
 class _Handing(torch.fx.Interpreter):
@@ -72,12 +78,47 @@ class _Handing(torch.fx.Interpreter):
         super().__init__(module)
         self.wanted = wanted
         self.on_value = on_value
+        self.layered = _layered(wanted)  # recurrent FX node -> its wanted layer keys
 
     def run_node(self, n: torch.fx.Node) -> Any:
         result = super().run_node(n)
         if n.op == "call_function" and n.name in self.wanted:
             self.on_value(n.name, result)
+        if n.op == "call_function" and n.name in self.layered:
+            kind = recurrent.fx_kind(str(n.target))
+            args, _ = self.fetch_args_kwargs_from_env(n)
+            if kind is not None:
+                stack = recurrent.from_fx(kind, args)
+                _hand_layers(stack, result, self.layered[n.name], self.on_value)
         return result
+
+
+def _layered(wanted: Collection[str]) -> dict[str, list[str]]:
+    """Wanted recurrent layer keys (parity.layers.recurrent), by the module or FX node."""
+    found: dict[str, list[str]] = {}
+    for key in wanted:
+        parts = recurrent.split_key(key)
+        if parts is not None:
+            found.setdefault(parts[0], []).append(key)
+    return found
+
+
+def _hand_layers(
+    stack: recurrent.Stack | str, output: Any, keys: Collection[str], on_value: ValueCallback
+) -> None:
+    """Each wanted layer value of one recurrent call to `on_value`, when the layers computed
+    apart agree with the call's own result (else none: nothing compared from them)."""
+    if isinstance(stack, str):
+        return
+    per_layer = recurrent.layers(stack)
+    if isinstance(per_layer, str) or not recurrent.agrees_with(per_layer, output):
+        return
+    for key in keys:
+        parts = recurrent.split_key(key)
+        assert parts is not None
+        _, k, slot = parts
+        if k < len(per_layer) and slot in per_layer[k]:
+            on_value(key, per_layer[k][slot])
 
 
 class HookCapture:
@@ -114,6 +155,22 @@ class HookCapture:
                         on_value(_path, output)
 
                     handles.append(modules[path].register_forward_hook(hook))
+                elif path.endswith(INPUT) and path.removesuffix(INPUT) in modules:
+
+                    def pre(_m: Any, args: Any, kwargs: Any, _key: str = path) -> None:
+                        leaves = tensor_leaves((args, kwargs))
+                        if leaves:
+                            on_value(_key, leaves[0])
+
+                    module = modules[path.removesuffix(INPUT)]
+                    handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            for base, keys in _layered(wanted).items():
+                if base in modules:
+
+                    def layered(m: Any, args: Any, output: Any, _keys: list[str] = keys) -> None:
+                        _hand_layers(recurrent.from_module(m, args), output, _keys, on_value)
+
+                    handles.append(modules[base].register_forward_hook(layered))
             self.forward(input_set)
         finally:
             for h in handles:

@@ -155,8 +155,12 @@ def divergence_sentence(result: LayersResult) -> str:
             "above what flows into it."
         )
     where = first.torch_module or OUTSIDE_MODULES
+    place = place_words(result, first)
     parts = [
-        f"The export starts to diverge in {where}: {first.onnx_op} node {first.onnx_node} "
+        f"The export starts to diverge in {place}, not in {first.feeds} after them (value "
+        f"{first.onnx_value}, input set {first.input_set})"
+        if place is not None
+        else f"The export starts to diverge in {where}: {first.onnx_op} node {first.onnx_node} "
         f"(value {first.onnx_value}, input set {first.input_set})"
     ]
     numbers = [f"max |error| {fmt(first.max_abs)}"]
@@ -164,6 +168,29 @@ def divergence_sentence(result: LayersResult) -> str:
         numbers.append(f"error ratio {fmt(first.error_ratio)}")
     numbers.append(jump_words(first))
     return parts[0] + "; " + ", ".join(numbers) + "."
+
+
+def place_words(result: LayersResult, v: LayerValue) -> str | None:
+    """Where a value that ops between modules made is, in words ("the ops of Net.forward
+    between 'conv' and 'fc': Div '/Div'"), for a value compared as a module's input
+    (`feeds`); None for any other value (its module says where it is)."""
+    if v.feeds is None:
+        return None
+    code = v.torch_node or (
+        f"{v.torch_module!r}'s forward" if v.torch_module else "the top-level forward"
+    )
+    before = sorted(
+        {
+            w.torch_module
+            for w in result.values
+            if w.input_set == v.input_set and w.order in v.inputs and w.torch_module
+        }
+    )
+    after = f"before {v.feeds!r}"
+    if before:
+        after = f"between {', '.join(repr(b) for b in before)} and {v.feeds!r}"
+    ops = f": {', '.join(v.ops)}" if v.ops else f" ({v.onnx_op} {v.onnx_node!r})"
+    return f"the ops of {code} {after}{ops}"
 
 
 def jump_words(v: LayerValue) -> str:
