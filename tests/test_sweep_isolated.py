@@ -141,8 +141,9 @@ def test_a_sweep_on_a_cluster_sharing_nothing_equals_the_local_one_and_replaces_
         assert attempt["outcome"] == pair["verdict"] and attempt["node"]
     assert "shipped through the object store" in done.stderr
 
-    # --resume trusts only what this sweep wrote: everything it ran is resumed
-    again = _python([*sweep, "--ray-address", made.address, "--resume"], made.env)
+    # --resume trusts only what this sweep wrote: everything it ran is resumed (connecting
+    # through Ray Client, ray://, which the [ray] extra installs)
+    again = _python([*sweep, "--ray-address", made.client_address, "--resume"], made.env)
     assert "(6 resumed)" in again.stdout, again.stdout + again.stderr[-2000:]
 
 
@@ -160,12 +161,12 @@ def test_a_worker_sigkilled_mid_pair_is_retried_and_both_attempts_are_recorded(
     manifest = write_manifest(zoo, pairs)
     out = data / "retry_out"
     sweep = ["-m", "parity", "sweep", str(manifest), "--out", str(out), "--engine", "ray"]
-    done = _python([*sweep, "--ray-address", made.client_address], made.env)  # Ray Client
+    done = _python([*sweep, "--ray-address", made.address], made.env)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert mark.read_text() == "killed once"
     (pair,) = json.loads((out / "summary.json").read_text())["pairs"]
     assert pair["verdict"] == "pass"
     first, second = pair["attempts"]
-    assert first["outcome"].startswith("lost: ") and second["outcome"] == "pass"
-    assert second["node"]
-    assert "raylet" not in done.stdout
+    assert first["outcome"] == "lost: WorkerCrashedError" and second["outcome"] == "pass"
+    assert first["node"] == second["node"] and second["node"]  # the cluster's one worker node
+    assert "raylet" not in done.stdout and "worker died" not in done.stdout

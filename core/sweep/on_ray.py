@@ -134,12 +134,18 @@ def _init(ray, address: str | None, workers: int | None) -> None:
     try:
         ray.init(address=address, **quiet)
     except Exception as exc:  # ConnectionError, RuntimeError, grpc errors: one line each
-        text = first_line(exc)
+        text = _last_line(exc) if "Traceback" in str(exc) else first_line(exc)
         if "auth" in text.lower() or "token" in text.lower():
             raise UsageError(
                 f"--ray-address {address}: the cluster asks for a token: {TOKEN_HINT} ({text})"
             ) from None
         raise UsageError(f"--ray-address {address}: cannot connect: {text}") from None
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of a message that carries a server's traceback (Ray Client's)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
 
 
 @contextlib.contextmanager
