@@ -103,7 +103,7 @@ def run_on_ray(
         try:
             run = _Run(ray, on_result, max_attempts=max_attempts, node_wait=node_wait)
             run.run(jobs, limit=workers if address else None)
-            files = len(run.shipper.refs)
+            files = run.shipper.files_put
             print(
                 f"sweep: ray: {files} distinct input file(s), "
                 f"{format_size(run.shipper.bytes_put)} shipped through the object store",
@@ -322,8 +322,14 @@ class _Run:
             return
         self._end(attempt, value)
 
+    def _done(self, job: PairJob) -> None:
+        bundle = self.bundles.pop(job.name, None)
+        if bundle is not None:
+            self.shipper.release(bundle)
+
     def _end(self, attempt: _Try, output: PairOutput) -> None:
         self.running.pop(attempt.handle, None)
+        self._done(attempt.job)
         this = Attempt(attempt.node, str(output.result.verdict), output.result.seconds)
         self.on_result(_with_attempts(output, [*attempt.lost, this]))
 
@@ -334,6 +340,7 @@ class _Run:
         if len(lost) < self.max_attempts:
             self.queue.append((attempt.job, lost))  # next to run
             return
+        self._done(attempt.job)
         message = (
             f"lost {len(lost)} times on Ray (retried up to {self.max_attempts}): {kind}: {text}"
         )
@@ -356,6 +363,7 @@ class _Run:
             with contextlib.suppress(Exception):
                 self.ray.cancel(attempt.handle, force=True)
             self.running.pop(attempt.handle, None)
+            self._done(attempt.job)
             since = _seconds(attempt.submitted)
             lost = [*attempt.lost, Attempt(None, "not placed", since)]
             text = f"no Ray node can run it after {since:.0f} s (its nodes lost?): {problem}"

@@ -1,12 +1,13 @@
 """A pair's input files where it runs, with no filesystem shared with the driver.
 
 On Ray, the driver reads every file a pair names (the model, the ONNX file and its external
-data, a Python factory file and the .py modules beside it, an hf: folder, --inputs,
---reference, --tolerances, ...) and puts each distinct content into Ray's object store once
-per sweep (`Shipper`, keyed by SHA-256); the pair's task gets the references and writes the
-files into a private folder (`unpack`), at their relative paths, so a factory still imports
-its neighbours and an ONNX file finds its external data. A path outside the manifest's folder
-(absolute, or climbing out with ..) lands under `_outside/`, by its folder.
+data, a Python factory file with what lies beside it (`beside_factory`), an hf: folder,
+--inputs, --reference, --tolerances, ...) and puts each distinct content into Ray's object
+store once while pairs need it (`Shipper`, keyed by SHA-256); the pair's task gets the
+references and writes the files into a private folder (`unpack`), at their relative paths,
+so a factory still imports its neighbours and an ONNX file finds its external data. A path
+outside the manifest's folder (absolute, or climbing out with ..) lands under `_outside/`,
+by its folder.
 
 A URI (s3://, gs://, https://, file://) is read by the pair's own process on either engine
 (`fetch_uris`): file:// by Parity's safe reader, the others by fsspec and the package for
@@ -31,6 +32,9 @@ MAX_FILE = 32 << 30
 """One input file shipped or fetched: past this, it is not a model file."""
 MAX_FOLDER_FILES = 10_000
 """Files in one shipped folder (hf:DIR) or beside one factory file."""
+BESIDE_LIMIT = 256 << 20
+"""A file beside a factory larger than this is not shipped with it (name it with a flag)."""
+NOT_BESIDE = frozenset({".onnx", ".onnx_data", ".data"})
 OUTSIDE = "_outside"
 FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "http": "aiohttp"}
 FSSPEC_PACKAGES |= {"https": "aiohttp", "az": "adlfs", "abfs": "adlfs", "hf": "huggingface_hub"}
@@ -58,12 +62,22 @@ class Bundle:
 
 
 class Shipper:
-    """Each distinct content put once per sweep; `put` is ray.put."""
+    """Each distinct content put once while pairs that use it are pending; `put` is ray.put."""
 
     def __init__(self, put: Callable[[bytes], Any]) -> None:
         self.put = put
         self.refs: dict[str, Any] = {}
+        self.users: dict[str, int] = {}
         self.bytes_put = 0
+        self.files_put = 0
+
+    def release(self, bundle: Bundle) -> None:
+        """The bundle's pair is done: a content no pending pair uses leaves the object store
+        (a pair that needs it later puts it again)."""
+        for shipped in bundle.files:
+            self.users[shipped.sha256] -= 1
+            if not self.users[shipped.sha256]:
+                del self.users[shipped.sha256], self.refs[shipped.sha256]
 
     def bundle(self, job: PairJob) -> Bundle:
         """UsageError (one line) when a file cannot be read or differs from its pin."""
@@ -89,6 +103,8 @@ class Shipper:
         if digest not in self.refs:
             self.refs[digest] = self.put(data)
             self.bytes_put += len(data)
+            self.files_put += 1
+        self.users[digest] = self.users.get(digest, 0) + 1
         return Shipped(rel, digest, len(data), self.refs[digest])
 
 
@@ -110,13 +126,29 @@ def _files_of(slot: InputSlot, path: Path, rel: str) -> list[tuple[Path, str]]:
         return [(p, f"{rel}/{p.relative_to(path).as_posix()}") for p in found]
     files = [(path, rel)]
     parent = PurePosixPath(rel).parent
-    if path.suffix == ".py":  # a factory: the modules beside it that it may import
-        siblings = [p for p in sorted(path.parent.glob("*.py")) if p != path and p.is_file()]
-        _bounded(siblings, path.parent)
-        files += [(p, str(parent / p.name)) for p in siblings]
+    if path.suffix == ".py":  # a factory: what beside it it may import or open
+        siblings = beside_factory(path)
+        files += [(p, str(parent / p.relative_to(path.parent).as_posix())) for p in siblings]
     elif path.suffix == ".onnx":
         files += [(path.parent / loc, str(parent / loc)) for loc in external_data(path)]
     return files
+
+
+def beside_factory(path: Path) -> list[Path]:
+    """What a factory file may import or open beside itself: the files in its folder (ONNX
+    files and files over BESIDE_LIMIT left: ONNX files travel as --onnx), and the .py files
+    of the packages there (sub-folders with an __init__.py)."""
+    folder = path.parent
+    found = [
+        p
+        for p in sorted(folder.iterdir())
+        if p != path and p.is_file() and not p.is_symlink()
+        and p.suffix not in NOT_BESIDE and p.stat().st_size <= BESIDE_LIMIT
+    ]  # fmt: skip
+    for init in sorted(folder.glob("*/**/__init__.py")):
+        found += [p for p in sorted(init.parent.glob("*.py")) if p.is_file() and not p.is_symlink()]
+    _bounded(found, folder)
+    return list(dict.fromkeys(found))
 
 
 def _bounded(found: list[Path], where: Path) -> None:
