@@ -228,6 +228,22 @@ def test_a_gpu_pairs_ray_task_asks_for_a_gpu_and_a_cluster_without_one_refuses_i
     )
 
 
+def test_a_pairs_ray_task_asks_for_its_max_memory_and_a_cluster_too_small_refuses_it(tmp_path):
+    from parity.sweep.on_ray import task_options, unplaceable
+
+    heavy = ["--model", "demo:cnn", "--max-memory", "6G"]
+    manifest = write_manifest(tmp_path, [{"name": "heavy", "args": heavy}])
+    (job,) = plan_jobs(load_manifest(manifest, flags=FLAGS), tmp_path / "out", timeout=None)
+    assert task_options(job)["memory"] == 6 << 30 and task_options(job)["max_retries"] == 0
+    assert unplaceable(job, {"CPU": 4.0, "memory": 8e9}) is None
+    assert unplaceable(job, {"CPU": 4.0, "memory": 4 << 30}) == (
+        "asks for 6.0 GiB (its --max-memory), and the Ray cluster has 4.0 GiB for tasks"
+    )
+    assert unplaceable(job, {"CPU": 0.0, "memory": 8e9}) == (
+        "the Ray cluster has 0 CPU, and the pair needs 1"
+    )
+
+
 def test_engine_ray_without_ray_installed_is_one_line_naming_the_extra(tmp_path):
     hide = tmp_path / "no_ray"
     hide.mkdir()
