@@ -8,14 +8,21 @@ times, on the same manifest:
                         (what a shell loop would do; the floor for one worker);
 * ``local, N``       -- `parity sweep --workers N` for each N of `--workers`;
 * ``ray, N``         -- `parity sweep --engine ray --workers N` (a local Ray cluster of N CPUs,
-                        started and stopped inside the timing).
+                        started and stopped inside the timing; its one node sees the files);
+* ``isolated, N``    -- the same sweep on a cluster sharing no filesystem with the driver
+                        (tests/helpers/isolated_ray.py: a head with no CPUs, one worker node
+                        of N CPUs in a private mount namespace with a tmpfs over the zoo and
+                        --out; root only), started before the timing: every input file
+                        travels through Ray's object store and every report comes back.
 
-It prints wall time, pairs per minute, and the sweep's overhead per pair against by-hand
-((sweep at 1 worker - by hand) / pairs). Every configuration must give the same verdicts.
+It prints wall time, pairs per minute, the bytes the Ray runs shipped through the object
+store, and the sweep's overhead per pair against by-hand ((sweep at 1 worker - by hand) /
+pairs). Every configuration must give the same verdicts.
 The machine's load average is printed: on a shared machine, compare ratios, not seconds.
 
     python bench/bench_sweep.py                         # 50 pairs; by hand, local 1 and 2, ray 2
     python bench/bench_sweep.py --pairs 20 --workers 1 2 4 --skip ray
+    python bench/bench_sweep.py --pairs 24 --workers 2 --skip hand --isolated-workers 2
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -116,17 +124,47 @@ def by_hand(manifest: Path, out: Path) -> tuple[float, dict[str, str]]:
     return time.perf_counter() - start, verdicts
 
 
-def sweep(manifest: Path, out: Path, engine: str, workers: int) -> tuple[float, dict[str, str]]:
+def sweep(
+    manifest: Path,
+    out: Path,
+    engine: str,
+    workers: int,
+    *,
+    address: str | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[float, dict[str, str], str]:
+    """Seconds, verdicts, and what the sweep says it shipped through Ray ("" locally)."""
     start = time.perf_counter()
-    subprocess.run(
+    extra = ["--ray-address", address] if address else []
+    done = subprocess.run(
         [sys.executable, "-m", "parity", "sweep", str(manifest), "--out", str(out)]
-        + ["--engine", engine, "--workers", str(workers)],
+        + ["--engine", engine, "--workers", str(workers), *extra],
         capture_output=True,
+        text=True,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     seconds = time.perf_counter() - start
     summary = json.loads((out / "summary.json").read_text())
-    return seconds, {p["name"]: p["verdict"] for p in summary["pairs"]}
+    shipped = re.search(r"sweep: ray: (.*) shipped", done.stderr)
+    return (
+        seconds,
+        {p["name"]: p["verdict"] for p in summary["pairs"]},
+        shipped.group(1) if shipped else "",
+    )  # fmt: skip
+
+
+def isolated(manifest: Path, out: Path, workers: int) -> tuple[float, dict[str, str], str]:
+    """The sweep on a cluster whose worker sees neither the zoo nor --out (started first)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.helpers import isolated_ray
+
+    out.mkdir()
+    cluster = isolated_ray.start([manifest.parent, out], worker_cpus=workers)
+    try:
+        return sweep(manifest, out, "ray", workers, address=cluster.address, env=cluster.env)
+    finally:
+        cluster.stop()
 
 
 def main() -> None:
@@ -134,6 +172,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=50)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--ray-workers", type=int, nargs="+", default=[2])
+    parser.add_argument("--isolated-workers", type=int, nargs="+", default=[])
     parser.add_argument("--skip", nargs="*", default=[], choices=["hand", "ray"])
     args = parser.parse_args()
 
@@ -143,28 +182,31 @@ def main() -> None:
         manifest = write_zoo(root / "zoo", args.pairs)
         print(f"zoo: {args.pairs} pairs written and exported in {time.perf_counter() - t:.1f} s")
         print(f"cpus {os.cpu_count()}, load average at start {os.getloadavg()[0]:.2f}")
-        rows: list[tuple[str, float, dict[str, str]]] = []
+        rows: list[tuple[str, float, dict[str, str], str]] = []
         if "hand" not in args.skip:
             (root / "hand").mkdir()
             label = "by hand (validate, one after another)"
-            rows.append((label, *by_hand(manifest, root / "hand")))
+            rows.append((label, *by_hand(manifest, root / "hand"), ""))
         for n in args.workers:
             label = f"sweep local, {n} worker(s)"
             rows.append((label, *sweep(manifest, root / f"l{n}", "local", n)))
         if "ray" not in args.skip:
             for n in args.ray_workers:
-                rows.append((f"sweep ray (local cluster), {n} CPU(s)",
+                rows.append((f"sweep ray (local cluster, files seen), {n} CPU(s)",
                              *sweep(manifest, root / f"r{n}", "ray", n)))  # fmt: skip
+        for n in args.isolated_workers:
+            rows.append((f"sweep ray (isolated worker, nothing shared), {n} CPU(s)",
+                         *isolated(manifest, root / f"i{n}", n)))  # fmt: skip
         print(f"load average at end {os.getloadavg()[0]:.2f}\n")
-        print("| configuration | wall s | pairs/min |\n|---|---:|---:|")
-        for label, seconds, _ in rows:
-            print(f"| {label} | {seconds:.1f} | {60 * args.pairs / seconds:.0f} |")
-        verdicts = [v for _, _, v in rows]
+        print("| configuration | wall s | pairs/min | shipped |\n|---|---:|---:|---|")
+        for label, seconds, _, shipped in rows:
+            print(f"| {label} | {seconds:.1f} | {60 * args.pairs / seconds:.0f} | {shipped} |")
+        verdicts = [v for _, _, v, _ in rows]
         same = all(v == verdicts[0] for v in verdicts)
         counts = {k: list(verdicts[0].values()).count(k) for k in ("pass", "fail", "error")}
         print(f"\nverdicts {counts}, identical in every configuration: {same}")
-        hand = next((s for label, s, _ in rows if label.startswith("by hand")), None)
-        one = next((s for label, s, _ in rows if label == "sweep local, 1 worker(s)"), None)
+        hand = next((s for label, s, *_ in rows if label.startswith("by hand")), None)
+        one = next((s for label, s, *_ in rows if label == "sweep local, 1 worker(s)"), None)
         if hand is not None and one is not None:
             print(f"sweep overhead per pair vs by hand: {(one - hand) / args.pairs:+.3f} s")
         if not same:

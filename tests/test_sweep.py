@@ -21,6 +21,7 @@ from tests.helpers.sweep_zoo import (
     processes_mentioning,
     summary_without_times,
     tiny_zoo,
+    validating_in,
     write_manifest,
 )
 
@@ -116,7 +117,16 @@ def test_the_resume_key_changes_with_args_defaults_timeout_and_versions(tmp_path
         (_m(_p(args=[*GOOD[:3], "gone.onnx"])), "pair 'a': --onnx gone.onnx: no such file"),
         (_m(_p(args=["--model", "gone.py:make"])), "pair 'a': --model gone.py:make: no such file"),
         (_m(_p(args=[*GOOD, "--json", "r.json"])), "pair 'a': remove --json"),
-        (_m(_p(args=[*GOOD, "--html", "../r.html"])), "--html ../r.html: give a file name"),
+        (_m(_p(args=[*GOOD, "--html", "../r.html"])), "--html ../r.html: give a plain name"),
+        (_m(_p(args=[*GOOD, "--repro", "/tmp/r"])), "--repro /tmp/r: give a plain name"),
+        (_m(_p(args=[*GOOD, "--repro=../../r"])), "--repro ../../r: give a plain name"),
+        (_m(_p(args=[*GOOD, "--html", "log.txt"])), "the sweep writes that file itself"),
+        (
+            _m(_p(args=[*GOOD, "--html", "r", "--save-run", "r"])),
+            "--save-run r: --html writes the same file",
+        ),
+        (_m(_p(), sha256={"tiny.onnx": "ab"}), "sha256['tiny.onnx'] must be 64 lowercase"),
+        (_m(_p(), sha256={"tiny.onnx": "0" * 64}), "pair 'a': --onnx tiny.onnx: its SHA-256 is "),
         (_m(_p(args=[*GOOD, "--htm", "r.html"])), "pair 'a': write --html in full, not --htm"),
         (_m(_p(args=["validate", *GOOD])), "pair 'a': unrecognized arguments: validate"),
         (_m(_p(args=[*GOOD, "--input-sets", "two"])), "--input-sets: invalid int value: 'two'"),
@@ -175,9 +185,13 @@ def test_paths_resolve_in_the_manifest_folder_and_outputs_land_in_the_pair_folde
     )
     (job,) = plan_jobs(load_manifest(manifest, flags=FLAGS), tmp_path / "out", timeout=5)
     assert job.cwd == str(zoo.resolve())
-    assert job.args[-2:] == ("--json", str((tmp_path / "out" / "a" / "report.json").resolve()))
-    assert str((tmp_path / "out" / "a" / "run.parity.npz").resolve()) in job.args
-    assert "--onnx=tiny.onnx" in job.args
+    assert job.out_dir == str((tmp_path / "out" / "a").resolve())
+    args = job.command_args(tmp_path / "work")  # outputs go to the pair's private folder
+    assert args[-2:] == ["--json", str(tmp_path / "work" / "report.json")]
+    assert str(tmp_path / "work" / "run.parity.npz") in args
+    assert "--onnx=tiny.onnx" in args
+    moved = {i: "/w/in/tiny.onnx" for i, a in enumerate(job.args) if a == "--onnx=tiny.onnx"}
+    assert "--onnx=/w/in/tiny.onnx" in job.command_args(tmp_path / "work", moved)
     assert job.num_gpus == 1  # Ray reserves a GPU for a CUDA pair
 
 
@@ -198,8 +212,12 @@ def test_a_gpu_pairs_ray_task_asks_for_a_gpu_and_a_cluster_without_one_refuses_i
     cpu, cuda, rocm = plan_jobs(
         load_manifest(manifest, flags=FLAGS), tmp_path / "out", timeout=None
     )
-    assert task_options(cpu) == {"num_cpus": 1, "num_gpus": 0, "name": "parity-sweep:cpu"}
-    assert task_options(cuda) == {"num_cpus": 1, "num_gpus": 1, "name": "parity-sweep:cuda"}
+    assert task_options(cpu) == {
+        "num_cpus": 1, "num_gpus": 0, "name": "parity-sweep:cpu", "max_retries": 0
+    }  # fmt: skip
+    assert task_options(cuda) == {
+        "num_cpus": 1, "num_gpus": 1, "name": "parity-sweep:cuda", "max_retries": 0
+    }  # fmt: skip
     assert task_options(rocm)["num_gpus"] == 1  # Ray's GPU resource is AMD's too
     no_gpu, one_gpu = {"CPU": 2.0, "memory": 1e9}, {"CPU": 2.0, "GPU": 1.0}
     assert unplaceable(cpu, no_gpu) is None and unplaceable(cuda, one_gpu) is None
@@ -207,6 +225,22 @@ def test_a_gpu_pairs_ray_task_asks_for_a_gpu_and_a_cluster_without_one_refuses_i
         "asks for CUDAExecutionProvider, which needs a GPU, and the Ray cluster has none "
         "(2 CPU, 0 GPU): run it on a cluster with a GPU node, or with "
         "--provider CPUExecutionProvider"
+    )
+
+
+def test_a_pairs_ray_task_asks_for_its_max_memory_and_a_cluster_too_small_refuses_it(tmp_path):
+    from parity.sweep.on_ray import task_options, unplaceable
+
+    heavy = ["--model", "demo:cnn", "--max-memory", "6G"]
+    manifest = write_manifest(tmp_path, [{"name": "heavy", "args": heavy}])
+    (job,) = plan_jobs(load_manifest(manifest, flags=FLAGS), tmp_path / "out", timeout=None)
+    assert task_options(job)["memory"] == 6 << 30 and task_options(job)["max_retries"] == 0
+    assert unplaceable(job, {"CPU": 4.0, "memory": 8e9}) is None
+    assert unplaceable(job, {"CPU": 4.0, "memory": 4 << 30}) == (
+        "asks for 6.0 GiB (its --max-memory), and the Ray cluster has 4.0 GiB for tasks"
+    )
+    assert unplaceable(job, {"CPU": 0.0, "memory": 8e9}) == (
+        "the Ray cluster has 0 CPU, and the pair needs 1"
     )
 
 
@@ -362,15 +396,14 @@ def test_interrupting_a_sweep_kills_its_running_pairs_and_keeps_thesummary_witho
     while not (out / "summary.json").is_file() or not processes_mentioning("loop.onnx"):
         assert time.monotonic() < deadline and sweep.poll() is None
         time.sleep(0.2)
-    for name in ("h1", "h2"):  # both pairs running (their --json is unique to this test)
-        while not processes_mentioning(str(out / name / "report.json")):
-            assert time.monotonic() < deadline and sweep.poll() is None
-            time.sleep(0.2)
+    # both pairs' validate processes running (loop.onnx in their folder is unique to this test)
+    while len(validating_in(zoo)) < 2:
+        assert time.monotonic() < deadline and sweep.poll() is None
+        time.sleep(0.2)
     sweep.send_signal(signal.SIGINT)
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == 2
     assert "interrupted" in err
-    assert not processes_mentioning(str(out / "h1" / "report.json"))
-    assert not processes_mentioning(str(out / "h2" / "report.json"))
+    assert not validating_in(zoo)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is False and summary["pairs"] == []

@@ -18,9 +18,9 @@ import pytest
 from parity.cli import main
 from tests.helpers.sweep_zoo import (
     GOOD,
-    processes_mentioning,
     summary_without_times,
     tiny_zoo,
+    validating_in,
     write_manifest,
     write_zoo,
 )
@@ -99,8 +99,8 @@ def test_local_and_ray_sweeps_give_the_same_summary_on_passing_failing_crashing_
     assert by_name["crashing"]["error"].startswith("crashed: killed by SIGABRT")
     assert by_name["hanging"]["exit_code"] is None
     assert by_name["hanging"]["error"] == f"timed out after {TIMEOUT_S} s (killed)"
-    for out in (local, on_ray):  # the hanging pair's process was killed, not orphaned
-        assert not processes_mentioning(str(out / "hanging" / "report.json"))
+    # the hanging pair was killed, not orphaned (on Ray it ran in a private copy of the zoo)
+    assert not validating_in(manifest.parent) and not validating_in("parity-inputs-")
 
     for out in (local, on_ray):
         for name in by_name:  # every pair has a report, even those whose process died
@@ -114,19 +114,24 @@ def test_local_and_ray_sweeps_give_the_same_summary_on_passing_failing_crashing_
 
 
 PROBE = """
-\"\"\"sitecustomize: a `parity validate` process writes the CUDA_VISIBLE_DEVICES it got next
-to its report (the pair's folder).\"\"\"
+\"\"\"sitecustomize: a `parity validate` process prints the CUDA_VISIBLE_DEVICES it got (into
+its pair's log.txt, which the sweep brings back to DIR/NAME).\"\"\"
 import os
 import sys
-from pathlib import Path
 
-if "--json" in sys.argv:
-    report = Path(sys.argv[sys.argv.index("--json") + 1])
-    report.parent.mkdir(parents=True, exist_ok=True)
-    (report.parent / "cuda_visible_devices.txt").write_text(
-        os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
-    )
+if "--json" in sys.argv and "parity.sweep.pair_process" not in " ".join(sys.argv):
+    print("CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"), flush=True)
 """
+
+
+def _cuda_seen(folder) -> str | None:
+    """What the probe printed in the pair's log (None: no log, the pair never started)."""
+    log = folder / "log.txt"
+    if not log.is_file():
+        return None
+    lines = [x for x in log.read_text().splitlines() if x.startswith("CUDA_VISIBLE_DEVICES=")]
+    return lines[-1].split("=", 1)[1] if lines else "(no probe line)"
+
 
 ON_A_GPU_CLUSTER = """
 import sys
@@ -165,16 +170,16 @@ def test_on_ray_a_gpu_pair_gets_a_gpu_where_there_is_one_and_a_clear_error_where
     assert f"ERROR  gpu: {pairs['gpu']['error']}" in done.stdout
     report = json.loads((out / "gpu" / "report.json").read_text())
     assert report["verdict"] == "error" and report["errors"][0]["kind"] == "usage"
-    assert not (out / "gpu" / "cuda_visible_devices.txt").exists()  # never started
-    assert (out / "cpu" / "cuda_visible_devices.txt").is_file()  # (the probe works)
+    assert _cuda_seen(out / "gpu") is None  # never started
+    assert _cuda_seen(out / "cpu") not in (None, "(no probe line)")  # (the probe works)
 
     assert not (out / "gpu" / "pair.json").exists()  # nothing for --resume to skip
 
     # resumed on a cluster that has a GPU: Ray reserves it for the pair, whose process sees it
     done = _sweep_process([*argv, "--resume"], code=ON_A_GPU_CLUSTER, env=with_probe)
     assert "(1 resumed)" in done.stdout  # the CPU pair
-    assert (out / "gpu" / "cuda_visible_devices.txt").read_text() == "0", done.stderr
-    assert (out / "cpu" / "cuda_visible_devices.txt").read_text() != "0"
+    assert _cuda_seen(out / "gpu") == "0", done.stderr
+    assert _cuda_seen(out / "cpu") != "0"
     pairs = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["pairs"]}
     assert pairs["cpu"]["verdict"] == "pass"
     assert pairs["gpu"]["exit_code"] == 2  # it ran: this onnxruntime has no CUDA provider

@@ -290,6 +290,7 @@ LAYERS = Group(
             help="write a standalone repro of the confirmed first divergence to DIR "
             "(model.onnx, test_data_set_0/*.pb, repro.py, README.md; numpy+onnx+onnxruntime "
             "only); implies --layers",
+            path=WRITES,
         ),
     ),
 )

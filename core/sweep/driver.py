@@ -1,26 +1,29 @@
 """A whole sweep: plan the pairs, skip those `--resume` finds done, run the rest on an engine,
 and keep summary.json, index.html and each pair's record up to date as results arrive.
 
-Engines only run jobs and hand back results, in this process: all writing of the sweep's own
-files happens here, so the local and the Ray engine produce the same folder.
+Engines only run jobs and hand back each pair's result and files (PairOutput), in this
+process: all writing of --out happens here (parity.sweep.land), so the local and the Ray
+engine produce the same folder, and a Ray worker needs no filesystem shared with the driver.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from parity.sweep.execute import PairResult
+from parity.errors import ParityError
+from parity.sweep.execute import PairOutput, PairResult
 from parity.sweep.index import write_index
+from parity.sweep.land import land
 from parity.sweep.manifest import Manifest
 from parity.sweep.plan import PairJob, plan_jobs
 from parity.sweep.progress import Progress
 from parity.sweep.summary import exit_code, load_record, summary_dict, write_record, write_summary
-from parity.verdict import ExitCode
+from parity.verdict import ExitCode, Verdict
 
-Engine = Callable[[Sequence[PairJob], Callable[[PairResult], None]], None]
+Engine = Callable[[Sequence[PairJob], Callable[[PairOutput], None]], None]
 WRITE_INTERVAL_S = 0.5
 """summary.json and index.html are rewritten at most this often while pairs finish."""
 
@@ -48,8 +51,8 @@ def run_sweep(
     progress: Progress | None = None,
 ) -> SweepOutcome:
     start = time.monotonic()
+    jobs = plan_jobs(manifest, out, timeout=timeout)  # a pinned file that differs: refused here
     out.mkdir(parents=True, exist_ok=True)
-    jobs = plan_jobs(manifest, out, timeout=timeout)
     job_by_name = {job.name: job for job in jobs}
     by_name: dict[str, PairResult] = {}
     if resume:
@@ -62,9 +65,22 @@ def run_sweep(
     if progress is not None:
         progress.skipped = resumed
 
-    def on_result(result: PairResult) -> None:
-        if result.started:  # a pair that never ran has no result to resume from
-            write_record(job_by_name[result.name], result)
+    def on_result(output: PairOutput) -> None:
+        result, job = output.result, job_by_name[output.result.name]
+        try:
+            land(job, output.files)
+            if result.started:  # a pair that never ran has no result to resume from
+                write_record(job, result)
+        except (OSError, ParityError) as exc:  # --out refused it (disk full): this pair only
+            text = getattr(exc, "message", None) or str(exc)
+            result = replace(
+                result,
+                verdict=Verdict.ERROR,
+                error=f"sweep could not write {job.out_dir}: {text}",
+                started=False,
+                html=None,
+                saved_run=None,
+            )
         by_name[result.name] = result
         finished = writer.ordered(by_name)
         writer.write(finished, force=False)

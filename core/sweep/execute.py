@@ -2,29 +2,34 @@
 everything it started (parity.sweep.pair_process: it also dies with the sweep).
 
 A pair that crashes, hangs or is killed for memory takes down only its own process; whatever
-happened becomes a PairResult (the same on every engine: Ray runs this very function). Its
-output goes to DIR/NAME/log.txt. A pair that died without a report gets an error report, so
-every pair folder holds a report.json.
+happened becomes a PairResult (the same on every engine: Ray runs this very function). The
+pair runs in a private temporary folder: its report, its log.txt and every file its flags
+write stay there and come back as bytes (`PairOutput.files`), which only the driver writes
+into DIR/NAME (parity.sweep.land), so no engine needs to share a filesystem with the driver.
+A pair that died without a report gets an error report, so every pair folder holds one.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from parity.errors import Interrupted, UsageError
 from parity.files import strict_json
-from parity.files.atomic import atomic_path, write_text
+from parity.files.json_budget import check_json_budget
 from parity.files.safe_read import open_regular, read_bytes
 from parity.sweep.pair_process import command as pair_command
-from parity.sweep.plan import PairJob
+from parity.sweep.plan import REPORT, PairJob
+from parity.sweep.stage import MAX_FILE, fetch_uris
 from parity.verdict import ExitCode, Verdict
 
 LOG = "log.txt"
@@ -33,6 +38,18 @@ _LOG_TAIL = 16 << 10
 _MAX_REPORT = 256 << 20
 _POLL_S = 0.2
 _TERM_GRACE_S = 5.0
+MAX_RETURNED_FILES = 10_000
+"""Files one pair may hand back (a --repro folder holds a few)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try at a pair: where it ran, how it ended ("pass", "fail", "error", or
+    "lost: WorkerCrashedError" ...), and how long it took."""
+
+    node: str | None
+    outcome: str
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -61,51 +78,94 @@ class PairResult:
     started: bool = True
     """False for a pair that never ran (refused by the engine, lost by Ray before it ran):
     `--resume` runs it again."""
+    attempts: tuple[Attempt, ...] = ()
+    """Every try, lost ones first (filled in by the engine)."""
 
 
-def run_pair(job: PairJob, should_stop: Callable[[], bool] | None = None) -> PairResult:
-    """Run the pair to its end or its timeout; `should_stop` is polled to abandon it."""
+@dataclass(frozen=True)
+class PairOutput:
+    """What a pair hands back to the driver: its result and its files, by name relative to
+    its folder (report.json, log.txt, the --html / --save-run files, repro/...)."""
+
+    result: PairResult
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def node_name() -> str:
+    return socket.gethostname()
+
+
+def run_pair(
+    job: PairJob,
+    should_stop: Callable[[], bool] | None = None,
+    *,
+    inputs: Path | None = None,
+    moved: Mapping[int, str] | None = None,
+) -> PairOutput:
+    """Run the pair to its end or its timeout in a private temporary folder; `should_stop`
+    is polled to abandon it. `inputs`: the folder holding its input files (default: the
+    manifest's folder); `moved`: args index -> where an input lies (parity.sweep.stage)."""
     start = time.monotonic()
-    try:
-        return _run(job, should_stop, start)
-    except OSError as exc:  # its folder cannot be written (disk full, permissions): this pair only
-        return _result(
-            job, Verdict.ERROR, None, start, f"sweep could not run it: {exc}", report=None
-        )
+    with tempfile.TemporaryDirectory(prefix="parity-pair-") as tmp:
+        work = Path(tmp) / "out"
+        try:
+            work.mkdir()
+            moved = {**(moved or {}), **fetch_uris(job, Path(tmp) / "uri")}
+            result, report = _run(job, should_stop, start, work, inputs or job.cwd, moved)
+        except UsageError as exc:  # a URI that cannot be read, or differs from its pin
+            result, report = _died(job, start, None, exc.message, UsageError.kind)
+        except OSError as exc:  # its temporary folder cannot be written (disk full): this pair
+            result, report = _died(job, start, None, f"sweep could not run it: {exc}", "crash")
+        files = collect(work)
+    if report is not None:
+        files[REPORT] = report
+    return PairOutput(result, files)
 
 
-def refused(job: PairJob, message: str) -> PairResult:
-    """A pair the engine will not start (e.g. a GPU pair on a cluster without a GPU): an
-    error report in its folder, like a pair whose process died, and never a hang."""
-    start = time.monotonic()
-    try:
-        Path(job.out_dir).mkdir(parents=True, exist_ok=True)
-        _remove_previous(job)
-        return replace(_died(job, start, None, message, UsageError.kind), started=False)
-    except OSError as exc:
-        return _result(
-            job, Verdict.ERROR, None, start, f"sweep could not run it: {exc}", report=None
-        )
+def refused(job: PairJob, message: str, *, started: bool = False) -> PairOutput:
+    """A pair the engine will not start (e.g. a GPU pair on a cluster without a GPU), or
+    lost for good: an error report, like a pair whose process died, and never a hang."""
+    result, report = _died(job, time.monotonic(), None, message, UsageError.kind)
+    return PairOutput(replace(result, started=started), {REPORT: report})
 
 
-def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> PairResult:
-    out = Path(job.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _remove_previous(job)
-    command = pair_command(["validate", *job.args])  # dies with the sweep, and all it started
+def collect(work: Path) -> dict[str, bytes]:
+    """Every regular file under `work` (links and special files are left), by POSIX name."""
+    files: dict[str, bytes] = {}
+    if not work.is_dir():
+        return files
+    for path in sorted(work.rglob("*")):
+        if path.is_symlink() or not path.is_file() or len(files) >= MAX_RETURNED_FILES:
+            continue
+        with suppress(UsageError, OSError):
+            name = path.relative_to(work).as_posix()
+            files[name] = read_bytes(path, what="", limit=MAX_FILE, error=UsageError)
+    return files
+
+
+def _run(
+    job: PairJob,
+    should_stop: Callable[[], bool] | None,
+    start: float,
+    work: Path,
+    cwd: str | Path,
+    moved: Mapping[int, str],
+) -> tuple[PairResult, bytes | None]:
+    # dies with the sweep, and all it started
+    command = pair_command(["validate", *job.command_args(work, moved)])
     timed_out = False
-    with atomic_path(out / LOG) as log_tmp, open(log_tmp, "wb") as log:
+    with open(work / LOG, "wb") as log:
         try:
             proc = subprocess.Popen(
                 command,
-                cwd=job.cwd,
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed whole, children too
             )
         except OSError as exc:
-            return _result(job, Verdict.ERROR, None, start, f"could not start: {exc}", report=None)
+            return _died(job, start, None, f"could not start: {exc}", "crash")
         deadline = None if job.timeout is None else start + job.timeout
         try:
             while True:
@@ -122,16 +182,12 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
         except BaseException:  # interrupted: never leave a pair running behind the sweep
             _kill(proc)
             raise
-    tail = _tail(out / LOG)
-    report = read_json(job.report_path)
+    tail = _tail(work / LOG)
+    report = read_json(work / REPORT)
     if timed_out:
         return _died(job, start, None, f"timed out after {job.timeout:g} s (killed)", "timeout")
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else code
-        hint = " (out of memory?)" if code == -signal.SIGKILL else ""
-        last = _last_line(tail)
-        text = f"crashed: killed by {name}{hint}" + (f": {last}" if last else "")
-        return _died(job, start, code, text, "crash")
+        return _died(job, start, code, killed_text(-code, _last_line(tail)), "crash")
     if code not in set(ExitCode):
         last = _last_line(tail)
         return _died(job, start, code, f"exited with code {code}: {last}", "crash")
@@ -141,7 +197,15 @@ def _run(job: PairJob, should_stop: Callable[[], bool] | None, start: float) -> 
         return _died(job, start, code, text, "usage" if usage else "crash")
     verdict = ExitCode(code).verdict
     error = _error_message(report, tail) if verdict is Verdict.ERROR else None
-    return _result(job, verdict, code, start, error, report=report)
+    return _result(job, verdict, code, start, error, report=report, work=work), None
+
+
+def killed_text(signum: int, last: str = "") -> str:
+    """ "crashed: killed by SIGKILL: out of memory?" (the kernel's OOM killer sends SIGKILL)."""
+    known = signum in signal.Signals._value2member_map_
+    name = signal.Signals(signum).name if known else f"signal {signum}"
+    hint = ": out of memory?" if signum == signal.SIGKILL else ""
+    return f"crashed: killed by {name}{hint}" + (f" ({last})" if last else "")
 
 
 def _result(
@@ -152,6 +216,7 @@ def _result(
     error: str | None,
     *,
     report: dict[str, Any] | None,
+    work: Path | None = None,
 ) -> PairResult:
     outputs = (report or {}).get("outputs") or []
     return PairResult(
@@ -163,30 +228,31 @@ def _result(
         failing=_failing(outputs),
         worst=_worst(outputs),
         key=job.key,
-        html=_written(job, "--html"),
-        saved_run=_written(job, "--save-run"),
+        html=_written(job, "--html", work),
+        saved_run=_written(job, "--save-run", work),
     )
 
 
-def _written(job: PairJob, flag: str) -> str | None:
+def _written(job: PairJob, flag: str, work: Path | None) -> str | None:
     """The file `flag` names in the pair's folder, if the run wrote it."""
-    for given, placed in reversed(job.written):
+    for given, name in reversed(job.written):
         if given == flag:
-            path = Path(placed)
-            return path.name if path.is_file() else None
+            return name if work is not None and (work / name).is_file() else None
     return None
 
 
-def _died(job: PairJob, start: float, code: int | None, message: str, kind: str) -> PairResult:
-    """A process that left no usable report: write an error report in its place."""
+def _died(
+    job: PairJob, start: float, code: int | None, message: str, kind: str
+) -> tuple[PairResult, bytes]:
+    """A process that left no usable report: an error report in its place."""
     from parity.reports.report import dumps, error_report_dict
     from parity.tolerances import Tolerances
 
     report = error_report_dict(
         model=None, onnx=None, tolerances=Tolerances(), kind=kind, message=message
     )
-    write_text(job.report_path, dumps(report) + "\n")
-    return _result(job, Verdict.ERROR, code, start, message, report=None)
+    data = (dumps(report) + "\n").encode()
+    return _result(job, Verdict.ERROR, code, start, message, report=None), data
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> int:
@@ -201,20 +267,14 @@ def _kill(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait()
 
 
-def _remove_previous(job: PairJob) -> None:
-    """Files an earlier run of this pair left: a crash now must not show the old report."""
-    out = Path(job.out_dir)
-    stale = [job.report_path, out / RECORD, out / LOG]
-    stale += [Path(placed) for _, placed in job.written]
-    for path in stale:
-        path.unlink(missing_ok=True)
-
-
 def read_json(path: Path, limit: int = _MAX_REPORT) -> dict[str, Any] | None:
-    """A JSON object from a regular file of at most `limit` bytes; None when absent or not
-    that (a FIFO, a link to a device, NaN or Infinity literals: parity.files.safe_read)."""
+    """A JSON object from a regular file of at most `limit` bytes whose parse fits the JSON
+    budget (parity.files.json_budget); None when absent or not that (a FIFO, a link to a
+    device, NaN or Infinity literals: parity.files.safe_read)."""
     try:
-        data = strict_json.loads(read_bytes(path, what="", limit=limit, error=UsageError))
+        raw = read_bytes(path, what="", limit=limit, error=UsageError)
+        check_json_budget(raw, str(path))
+        data = strict_json.loads(raw)
     except (UsageError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -1,7 +1,8 @@
 """Read a finished (or running) sweep folder: its summary and, per pair, its outputs.
 
-What the dashboard's Sweep page shows; no Streamlit here. Every file is bounded in size and
-parsed defensively: one bad pair report leaves its row without outputs, while a folder
+What the dashboard's Sweep page shows; no Streamlit here. Every file is bounded in size, and
+in what parsing it may cost before it is parsed (parity.files.json_budget), and parsed
+defensively: one bad pair report leaves its row without outputs, while a folder
 without a readable summary is one UsageError line.
 """
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from parity.errors import UsageError
 from parity.files import strict_json
+from parity.files.json_budget import check_json_budget
 from parity.files.safe_read import read_bytes
 from parity.sweep import SCHEMA
 from parity.sweep.execute import PairResult, read_json
@@ -90,6 +92,7 @@ def _read_summary(folder: Path) -> dict:
     if not where.exists() and not where.is_symlink():
         raise UsageError(f"{folder}: no readable {SUMMARY} (is it a `parity sweep --out` folder?)")
     raw = read_bytes(where, what="sweep summary", limit=MAX_SUMMARY, error=UsageError)
+    check_json_budget(raw, f"sweep summary {where}")
     try:
         summary = strict_json.loads(raw)
     except strict_json.FieldError as exc:

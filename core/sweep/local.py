@@ -18,22 +18,23 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import replace
 
-from parity.sweep.execute import Interrupted, PairResult, run_pair
+from parity.sweep.execute import Attempt, Interrupted, PairOutput, node_name, run_pair
 from parity.sweep.plan import PairJob
 
 _WAIT_S = 0.2
 
 
 def run_local(
-    jobs: Sequence[PairJob], on_result: Callable[[PairResult], None], *, workers: int
+    jobs: Sequence[PairJob], on_result: Callable[[PairOutput], None], *, workers: int
 ) -> None:
     stop = threading.Event()
     with (
         _stop_on_interrupt(stop),
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="parity-sweep") as pool,
     ):
-        pending = {pool.submit(run_pair, job, stop.is_set) for job in jobs}
+        pending = {pool.submit(_one, job, stop.is_set) for job in jobs}
         try:
             while pending and not stop.is_set():
                 done, pending = wait(pending, timeout=_WAIT_S, return_when=FIRST_COMPLETED)
@@ -53,6 +54,13 @@ def run_local(
     # the pool has waited for its workers: every pair's process is gone
     if stop.is_set():
         raise KeyboardInterrupt
+
+
+def _one(job: PairJob, should_stop: Callable[[], bool]) -> PairOutput:
+    """The pair, its one attempt recorded (this machine, its verdict, its seconds)."""
+    out = run_pair(job, should_stop)
+    attempt = Attempt(node_name(), str(out.result.verdict), out.result.seconds)
+    return replace(out, result=replace(out.result, attempts=(attempt,)))
 
 
 @contextmanager

@@ -2,13 +2,16 @@
 
     {"schema": "parity.sweep/1",
      "defaults": {"args": ["--input-sets", "2"]},
-     "pairs": [{"name": "resnet18", "args": ["--model", "r18.pt2", "--onnx", "r18.onnx"]}]}
+     "pairs": [{"name": "resnet18", "args": ["--model", "r18.pt2", "--onnx", "r18.onnx"]}],
+     "sha256": {"r18.onnx": "9f2c..."}}
 
 `args` are `parity validate`'s arguments; the defaults come first. Paths in them are relative
-to the manifest's folder (pairs run there). Every pair writes only inside its own folder
-DIR/NAME: the sweep gives `--json` itself, and every other flag that writes a file (`--html`,
-`--save-run`, `--model-explorer`, ...: those validate's parser marks with
-parity.path_flags.writes) takes a plain file name placed in that folder. Which flags read and
+to the manifest's folder (pairs run there), or URIs (s3://, gs://, https://, file://) that the
+pair's own process reads (parity.sweep.stage). `sha256` pins a file's or URI's contents: a
+local file that differs stops the sweep before it starts, a URI that differs fails its pair.
+Every pair writes only inside its own folder DIR/NAME: the sweep gives `--json` itself, and
+every other flag that writes (`--html`, `--save-run`, `--repro`, ...: those validate's parser
+marks with parity.path_flags.writes) takes a plain name placed in that folder. Which flags read and
 write is read from validate's real parser (`PathFlags`), never listed here. Everything is
 checked before the first pair starts, so a typo does not surface an hour into a sweep.
 """
@@ -16,22 +19,27 @@ checked before the first pair starts, so a typo does not surface an hour into a 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import parity.files.strict_json as strict_json
 from parity.errors import UsageError
+from parity.files.json_budget import check_json_budget
 from parity.files.safe_read import read_bytes
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.path_flags import PathFlags
 from parity.sweep import SCHEMA
 
 MAX_MANIFEST_BYTES = 64 << 20
+URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 RESERVED_NAMES = frozenset({"summary.json", "index.html"})
 """Files the sweep writes next to the pair folders."""
+SWEEP_FILES = frozenset({"report.json", "pair.json", "log.txt"})
+"""Files the sweep writes in each pair's folder (a pair's flags may not name them)."""
 
 MODEL_FLAG = "--model"
 """The read flag whose value is a model spec (a file, a folder, or nothing on disk)."""
@@ -54,6 +62,8 @@ class Manifest:
     root: Path
     """The manifest's folder: relative paths in args resolve here, and pairs run here."""
     pairs: tuple[PairSpec, ...]
+    sha256: Mapping[str, str] = field(default_factory=dict)
+    """Path or URI as the args write it -> the SHA-256 its contents must have."""
 
 
 @dataclass(frozen=True)
@@ -81,10 +91,10 @@ def load_manifest(
     shown = str(path)
     if not path.exists() and not path.is_symlink():
         raise UsageError(f"cannot read manifest {shown}: no such file")
+    raw = read_bytes(path, what="manifest", limit=MAX_MANIFEST_BYTES, error=UsageError)
+    check_json_budget(raw, f"manifest {shown}")
     try:
-        data = strict_json.loads(
-            read_bytes(path, what="manifest", limit=MAX_MANIFEST_BYTES, error=UsageError)
-        )
+        data = strict_json.loads(raw)
     except strict_json.FieldError as exc:
         raise UsageError(f"{shown}: {exc}") from exc
     root = path.resolve().parent
@@ -94,7 +104,23 @@ def load_manifest(
         problem = check_args(pair.args) if check_args is not None else None
         if problem:
             raise UsageError(f"{shown}: pair {pair.name!r}: {problem}")
-    return Manifest(path=path, root=root, pairs=pairs)
+    return Manifest(path=path, root=root, pairs=pairs, sha256=_pins(data.get("sha256"), shown))
+
+
+def is_uri(value: str) -> bool:
+    """s3://..., gs://..., https://..., file://...: read by the pair's process, not here."""
+    return URI_RE.match(value) is not None
+
+
+def _pins(value: Any, shown: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{shown}: sha256 must be a JSON object {{path or URI: SHA-256}}")
+    for key, digest in value.items():
+        if not isinstance(digest, str) or not SHA256_RE.fullmatch(digest):
+            raise UsageError(f"{shown}: sha256[{key!r}] must be 64 lowercase hexadecimal digits")
+    return dict(value)
 
 
 def flag_values(args: tuple[str, ...] | list[str], flags: PathFlags) -> list[FlagValue]:
@@ -134,7 +160,7 @@ def model_path(spec: str) -> tuple[str, str] | None:
 
 
 def _parse(data: Any, shown: str, flags: PathFlags) -> tuple[PairSpec, ...]:
-    _object(data, {"schema", "defaults", "pairs"}, shown, "the manifest")
+    _object(data, {"schema", "defaults", "pairs", "sha256"}, shown, "the manifest")
     if data.get("schema") != SCHEMA:
         raise UsageError(f"{shown}: schema must be {SCHEMA!r}, got {data.get('schema')!r}")
     defaults = data.get("defaults", {})
@@ -199,6 +225,7 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
             abbreviated = [f for f in path_flags if f.startswith(flag)]
             if abbreviated:
                 raise UsageError(f"{shown}: {where}: write {abbreviated[0]} in full, not {flag}")
+    placed: dict[str, str] = {}
     for fv in flag_values(pair.args, pair.flags):
         if not fv.value:
             raise UsageError(f"{shown}: {where}: {fv.flag} needs a value")
@@ -209,14 +236,28 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
         if fv.flag in pair.flags.writes:
             if "/" in fv.value or "\\" in fv.value or fv.value in (".", ".."):
                 raise UsageError(
-                    f"{shown}: {where}: {fv.flag} {fv.value}: give a file name, "
+                    f"{shown}: {where}: {fv.flag} {fv.value}: give a plain name (no folder), "
                     f"written in DIR/{pair.name}/"
                 )
+            if fv.value.casefold() in SWEEP_FILES:
+                raise UsageError(
+                    f"{shown}: {where}: {fv.flag} {fv.value}: the sweep writes that file itself"
+                )
+            if fv.value.casefold() in placed:
+                raise UsageError(
+                    f"{shown}: {where}: {fv.flag} {fv.value}: {placed[fv.value.casefold()]} "
+                    "writes the same file"
+                )
+            placed[fv.value.casefold()] = fv.flag
             continue
         kind_path = model_path(fv.value) if fv.flag == MODEL_FLAG else ("file", fv.value)
         if kind_path is None:
             continue
         kind, value = kind_path
+        if is_uri(value):
+            if kind == "dir":
+                raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: a URI names one file")
+            continue
         target = root / value
         present = target.is_dir() if kind == "dir" else target.is_file()
         if not present:

@@ -1,136 +1,378 @@
 """The Ray engine: one Ray task per pair, running the same `run_pair` as the local engine.
 
-Each task asks for one CPU, and one GPU when its pair asks for a GPU execution provider, so
-Ray places pairs where the resources are (and the pair's process inherits the
-CUDA_VISIBLE_DEVICES Ray gives its task). A GPU pair on a cluster that has no GPU when the
-sweep starts would wait forever for one: it becomes an error pair at once, saying so, and
-the other pairs run. Without an address, `ray.init()` starts a local
-cluster (sized by --workers) for this sweep and stops it after; with `--ray-address` the
-tasks go to that cluster, whose nodes must have Parity installed and see the manifest's files
-and DIR at the same paths (a shared filesystem). Results come back to this process, which
-writes the sweep's own files, so both engines fill the folder the same way.
+Nothing is shared but Ray: each pair's input files go through Ray's object store, once per
+distinct content (parity.sweep.stage), into a private folder on the worker; the pair's
+report files come back as bytes and only this process writes --out (parity.sweep.land). URIs
+in the manifest are read by the worker itself.
+
+Each task asks for the pair's CPUs, one GPU when its pair asks for a GPU execution provider,
+and `memory=` from its --max-memory, so Ray places pairs where the resources are (and packs
+no more heavy pairs on a node than fit). A pair that no node of the cluster can take (a GPU
+pair on a cluster without a GPU) is an error at once; one whose nodes were lost with no
+replacement is an error after `node_wait` seconds, never a silent wait.
+
+Ray's own retries are off (`max_retries=0`) so that each lost attempt (worker or node died,
+object lost) reaches this driver, which runs the pair again, up to `max_attempts` tries, and
+records every try in the summary (`attempts`: node, outcome, seconds). A task first yields
+its node's ID (a streaming generator), so a lost attempt still says where it ran; Ray Client
+(ray://) cannot stream, and there a lost attempt's node is unknown.
+
+Without an address, `ray.init()` starts a local cluster (sized by --workers) for this sweep
+and stops it after. Ray's log lines never reach the sweep's stdout (log_to_driver=False, and
+the messages Ray's driver prints itself go to stderr).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 from parity.errors import UsageError, first_line
-from parity.sweep.execute import PairResult, refused, run_pair
+from parity.run.budget import format_size
+from parity.sweep.execute import Attempt, PairOutput, refused, run_pair
 from parity.sweep.plan import PairJob
-from parity.verdict import Verdict
+from parity.sweep.stage import Bundle, Shipper, unpack
 
 EXTRA_HINT = "pip install 'onnx-parity[ray]' (in a checkout: pip install -e '.[ray]')"
-_LOCAL_OBJECT_STORE = 128 << 20
-"""Results are a few hundred bytes: a local cluster needs no big shared-memory store."""
+TOKEN_HINT = (
+    "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, or the token in "
+    "~/.ray/auth_token), as on the cluster"
+)
+MAX_ATTEMPTS = 3
+"""Tries per pair when Ray loses its worker or node (the first included)."""
+NODE_WAIT_S = 120.0
+"""How long a pair waits for a node able to run it (its nodes lost) before it is an error."""
+_LOCAL_OBJECT_STORE = 256 << 20
+_WAIT_S = 1.0
+_CHECK_S = 2.0
+LOST_ERRORS = (
+    "WorkerCrashedError",
+    "NodeDiedError",
+    "OwnerDiedError",
+    "ObjectLostError",
+    "ObjectFetchTimedOutError",
+    "ObjectReconstructionFailedError",
+    "LocalRayletDiedError",
+    "OutOfMemoryError",
+    "RaySystemError",
+)
+"""Ray exceptions that mean the attempt was lost, not that the pair failed: tried again."""
 
 
-def ray_engine(*, address: str | None, workers: int | None):
+def ray_engine(
+    *,
+    address: str | None,
+    workers: int | None,
+    max_attempts: int = MAX_ATTEMPTS,
+    node_wait: float = NODE_WAIT_S,
+):
     """The engine for `run_sweep`; UsageError (one line naming the extra) without Ray."""
     try:
         import ray  # noqa: F401
     except ImportError:
         raise UsageError(f"--engine ray needs Ray, which is not installed: {EXTRA_HINT}") from None
-    return partial(run_on_ray, address=address, workers=workers)
+    return partial(
+        run_on_ray, address=address, workers=workers, max_attempts=max_attempts,
+        node_wait=node_wait,
+    )  # fmt: skip
 
 
 def run_on_ray(
     jobs: Sequence[PairJob],
-    on_result: Callable[[PairResult], None],
+    on_result: Callable[[PairOutput], None],
     *,
     address: str | None,
     workers: int | None,
+    max_attempts: int = MAX_ATTEMPTS,
+    node_wait: float = NODE_WAIT_S,
 ) -> None:
     import ray
 
     started = not ray.is_initialized()
-    if started:
-        _init(ray, address, workers)
-    try:
-        resources, runnable = ray.cluster_resources(), []
-        for job in jobs:
-            problem = unplaceable(job, resources)
-            if problem is None:
-                runnable.append(job)
-            else:
-                on_result(refused(job, problem))
-        _run(ray, runnable, on_result, limit=workers if address else None)
-    finally:
+    with _ray_prints_to_stderr():
         if started:
-            ray.shutdown()
+            _init(ray, address, workers)
+        try:
+            run = _Run(ray, on_result, max_attempts=max_attempts, node_wait=node_wait)
+            run.run(jobs, limit=workers if address else None)
+            files = run.shipper.files_put
+            print(
+                f"sweep: ray: {files} distinct input file(s), "
+                f"{format_size(run.shipper.bytes_put)} shipped through the object store",
+                file=sys.stderr,
+            )
+        finally:
+            if started:
+                ray.shutdown()
 
 
 def _init(ray, address: str | None, workers: int | None) -> None:
     quiet = {"log_to_driver": False, "logging_level": "WARNING"}
-    if address:
-        ray.init(address=address, **quiet)
+    if not address:
+        ray.init(
+            num_cpus=workers or os.cpu_count() or 1,
+            include_dashboard=False,
+            object_store_memory=_LOCAL_OBJECT_STORE,
+            **quiet,
+        )
         return
-    ray.init(
-        num_cpus=workers or os.cpu_count() or 1,
-        include_dashboard=False,
-        object_store_memory=_LOCAL_OBJECT_STORE,
-        **quiet,
-    )
+    if address.startswith("ray://"):
+        try:
+            import grpc  # noqa: F401  (what Ray Client needs: ray[client])
+        except ImportError:
+            raise UsageError(
+                f"--ray-address {address}: Ray Client (ray://) needs ray[client]: {EXTRA_HINT}"
+            ) from None
+    try:
+        ray.init(address=address, **quiet)
+    except Exception as exc:  # ConnectionError, RuntimeError, grpc errors: one line each
+        text = _last_line(exc) if "Traceback" in str(exc) else first_line(exc)
+        if "auth" in text.lower() or "token" in text.lower():
+            raise UsageError(
+                f"--ray-address {address}: the cluster asks for a token: {TOKEN_HINT} ({text})"
+            ) from None
+        raise UsageError(f"--ray-address {address}: cannot connect: {text}") from None
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of a message that carries a server's traceback (Ray Client's)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
+
+
+@contextlib.contextmanager
+def _ray_prints_to_stderr() -> Iterator[None]:
+    """Ray's driver prints the errors its raylets publish ("(raylet) A worker died...") on
+    stdout, whatever log_to_driver says: send them to stderr while the sweep runs."""
+    try:
+        import ray._private.worker as worker
+    except ImportError:  # another Ray layout: nothing to redirect
+        yield
+        return
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:
+        yield
+        return
+
+    def to_stderr(data: dict, *args: Any, **kwargs: Any) -> None:
+        original({**data, "is_err": True}, *args, **kwargs)
+
+    worker.print_to_stdstream = to_stderr
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = original
 
 
 def unplaceable(job: PairJob, resources: dict[str, float]) -> str | None:
     """Why a cluster with `resources` (ray.cluster_resources()) can never run the job's task."""
-    gpus = resources.get("GPU", 0)
+    gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
     if job.num_gpus and gpus < job.num_gpus:
-        cpus = resources.get("CPU", 0)
         return (
             f"asks for {job.gpu_provider}, which needs a GPU, and the Ray cluster has none "
             f"({cpus:g} CPU, {gpus:g} GPU): run it on a cluster with a GPU node, or with "
             "--provider CPUExecutionProvider"
         )
+    if cpus < job.num_cpus:
+        return f"the Ray cluster has {cpus:g} CPU, and the pair needs {job.num_cpus}"
+    memory = resources.get("memory", 0)
+    if job.memory and memory < job.memory:
+        return (
+            f"asks for {format_size(job.memory)} (its --max-memory), and the Ray cluster has "
+            f"{format_size(int(memory))} for tasks"
+        )
     return None
 
 
 def task_options(job: PairJob) -> dict:
-    """What the pair's Ray task asks for: one CPU, and one GPU for a GPU provider."""
-    return {"num_cpus": 1, "num_gpus": job.num_gpus, "name": f"parity-sweep:{job.name}"}
+    """What the pair's Ray task asks for: its CPUs, one GPU for a GPU provider, its memory;
+    Ray's own retries off (the driver retries, and records each attempt)."""
+    options = {
+        "num_cpus": job.num_cpus,
+        "num_gpus": job.num_gpus,
+        "name": f"parity-sweep:{job.name}",
+    }
+    if job.memory:
+        options["memory"] = job.memory
+    return {**options, "max_retries": 0}
 
 
-def _run(ray, jobs: Sequence[PairJob], on_result, *, limit: int | None) -> None:
-    task = ray.remote(run_pair)
-    queue = list(reversed(jobs))
-    pending: dict = {}
-
-    def submit() -> None:
-        while queue and (limit is None or len(pending) < limit):
-            job = queue.pop()
-            ref = task.options(**task_options(job)).remote(job)
-            pending[ref] = job
-
-    try:
-        submit()
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                job = pending.pop(ref)
-                on_result(_get(ray, ref, job))
-            submit()
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref)  # raises KeyboardInterrupt in the task: run_pair kills its process
-        raise
+# --------------------------------------------------------------------------- on the worker
 
 
-def _get(ray, ref, job: PairJob) -> PairResult:
-    """The task's result; a task Ray itself lost (its worker or node died) is an error pair."""
-    try:
-        return ray.get(ref)
-    except (ray.exceptions.RayError, OSError) as exc:
-        return PairResult(
-            name=job.name,
-            verdict=Verdict.ERROR,
-            exit_code=None,
-            seconds=0.0,
-            error=f"ray: {type(exc).__name__}: {first_line(exc)}",
-            failing=(),
-            worst=None,
-            key=job.key,
-            started=False,
+def pair_steps(job: PairJob, bundle: Bundle) -> Iterator[Any]:
+    """The task: first its node's ID, then the pair's PairOutput (inputs unpacked into a
+    private folder, removed after)."""
+    import ray
+
+    yield ray.get_runtime_context().get_node_id()
+    with tempfile.TemporaryDirectory(prefix="parity-inputs-") as tmp:
+        try:
+            moved = unpack(bundle, Path(tmp), ray.get)
+        except OSError as exc:  # the worker's disk is full: this pair only
+            yield refused(job, f"could not write its input files on the worker: {exc}")
+            return
+        yield run_pair(job, inputs=Path(tmp), moved=moved)
+
+
+def pair_whole(job: PairJob, bundle: Bundle) -> tuple[str, PairOutput]:
+    """`pair_steps` as one return value, for Ray Client (which cannot stream)."""
+    steps = pair_steps(job, bundle)
+    node = next(steps)
+    return node, next(steps)
+
+
+# --------------------------------------------------------------------------- on the driver
+
+
+@dataclass
+class _Try:
+    job: PairJob
+    handle: Any
+    """The task's ObjectRefGenerator (or, under Ray Client, its ObjectRef)."""
+    submitted: float
+    node: str | None = None
+    started: float | None = None
+    lost: list[Attempt] = field(default_factory=list)
+
+
+class _Run:
+    def __init__(self, ray, on_result, *, max_attempts: int, node_wait: float) -> None:
+        self.ray = ray
+        self.on_result = on_result
+        self.max_attempts = max(1, max_attempts)
+        self.node_wait = node_wait
+        self.shipper = Shipper(ray.put)
+        self.bundles: dict[str, Bundle] = {}
+        self.streaming = not ray.util.client.ray.is_connected()
+        self.task = ray.remote(pair_steps if self.streaming else pair_whole)
+        self.returns = {"num_returns": "streaming"} if self.streaming else {}
+        self.running: dict[Any, _Try] = {}
+        self.last_check = 0.0
+
+    def run(self, jobs: Sequence[PairJob], *, limit: int | None) -> None:
+        resources = self.ray.cluster_resources()
+        queue: list[tuple[PairJob, list[Attempt]]] = []
+        for job in jobs:
+            problem = unplaceable(job, resources)
+            if problem is None:
+                queue.append((job, []))
+            else:
+                self.on_result(refused(job, problem))
+        queue.reverse()
+        self.queue = queue
+        try:
+            while self.queue or self.running:
+                while self.queue and (limit is None or len(self.running) < limit):
+                    self._submit(*self.queue.pop())
+                if not self.running:
+                    continue
+                ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=_WAIT_S)
+                for handle in ready:
+                    self._step(handle)
+                self._check_waiting()
+        except BaseException:
+            for attempt in self.running.values():
+                with contextlib.suppress(Exception):  # KeyboardInterrupt in the task:
+                    self.ray.cancel(attempt.handle)  # run_pair kills its process
+            raise
+
+    def _submit(self, job: PairJob, lost: list[Attempt]) -> None:
+        try:
+            bundle = self.bundles.get(job.name) or self.shipper.bundle(job)
+        except UsageError as exc:
+            self.on_result(_with_attempts(refused(job, exc.message), lost))
+            return
+        self.bundles[job.name] = bundle
+        handle = self.task.options(**task_options(job), **self.returns).remote(job, bundle)
+        self.running[handle] = _Try(job, handle, time.monotonic(), lost=lost)
+
+    def _step(self, handle: Any) -> None:
+        attempt = self.running[handle]
+        ray = self.ray
+        try:
+            if self.streaming:
+                value = ray.get(next(handle))
+            else:
+                node, value = ray.get(handle)
+                attempt.node, attempt.started = node, attempt.started or time.monotonic()
+        except StopIteration:  # ended without its output: lost
+            self._lost(attempt, "ended early", "the task ended without a result")
+            return
+        except ray.exceptions.TaskCancelledError:
+            self.running.pop(handle)
+            return
+        except ray.exceptions.RayError as exc:
+            kind = type(exc).__name__
+            if any(n in {c.__name__ for c in type(exc).__mro__} for n in LOST_ERRORS):
+                self._lost(attempt, kind, first_line(exc))
+            else:  # the task itself raised: a bug, not a lost worker; not retried
+                self._end(attempt, refused(attempt.job, f"ray: {kind}: {first_line(exc)}"))
+            return
+        if self.streaming and attempt.node is None:  # the first step: where it runs
+            attempt.node, attempt.started = str(value), time.monotonic()
+            return
+        self._end(attempt, value)
+
+    def _done(self, job: PairJob) -> None:
+        bundle = self.bundles.pop(job.name, None)
+        if bundle is not None:
+            self.shipper.release(bundle)
+
+    def _end(self, attempt: _Try, output: PairOutput) -> None:
+        self.running.pop(attempt.handle, None)
+        self._done(attempt.job)
+        this = Attempt(attempt.node, str(output.result.verdict), output.result.seconds)
+        self.on_result(_with_attempts(output, [*attempt.lost, this]))
+
+    def _lost(self, attempt: _Try, kind: str, text: str) -> None:
+        self.running.pop(attempt.handle, None)
+        since = attempt.started or attempt.submitted
+        lost = [*attempt.lost, Attempt(attempt.node, f"lost: {kind}", _seconds(since))]
+        if len(lost) < self.max_attempts:
+            self.queue.append((attempt.job, lost))  # next to run
+            return
+        self._done(attempt.job)
+        message = (
+            f"lost {len(lost)} times on Ray (retried up to {self.max_attempts}): {kind}: {text}"
         )
+        self.on_result(_with_attempts(refused(attempt.job, message), lost))
+
+    def _check_waiting(self) -> None:
+        """A pair not started for node_wait seconds that no node left can run: an error."""
+        now = time.monotonic()
+        if now - self.last_check < _CHECK_S:
+            return
+        self.last_check = now
+        waiting = [a for a in self.running.values() if a.started is None]
+        if not waiting:
+            return
+        resources = self.ray.cluster_resources()
+        for attempt in waiting:
+            problem = unplaceable(attempt.job, resources)
+            if problem is None or now - attempt.submitted < self.node_wait:
+                continue
+            with contextlib.suppress(Exception):
+                self.ray.cancel(attempt.handle, force=True)
+            self.running.pop(attempt.handle, None)
+            self._done(attempt.job)
+            since = _seconds(attempt.submitted)
+            lost = [*attempt.lost, Attempt(None, "not placed", since)]
+            text = f"no Ray node can run it after {since:.0f} s (its nodes lost?): {problem}"
+            self.on_result(_with_attempts(refused(attempt.job, text), lost))
+
+
+def _seconds(since: float) -> float:
+    return round(time.monotonic() - since, 2)
+
+
+def _with_attempts(output: PairOutput, attempts: list[Attempt]) -> PairOutput:
+    return replace(output, result=replace(output.result, attempts=tuple(attempts)))

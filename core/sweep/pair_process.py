@@ -26,6 +26,7 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
 
 
 def command(args: list[str] | tuple[str, ...]) -> list[str]:
@@ -108,9 +109,18 @@ def main(argv: list[str]) -> int:
     if stopped:
         return 128 + stopped[0]
     if code < 0:  # die the way validate died, so the sweep reads the same signal
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
+        die_by(-code)
     return code
+
+
+def die_by(signum: int) -> None:
+    """End this process by `signum`. SIGKILL and SIGSTOP take no handler (signal.signal
+    raises for them) and need none: SIGKILL is sent as it is; any other signal gets its
+    default action first, so a handler cannot swallow it."""
+    if signum not in _UNCATCHABLE:
+        with suppress(OSError, ValueError):
+            signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum if signum != signal.SIGSTOP else signal.SIGKILL)
 
 
 if __name__ == "__main__":

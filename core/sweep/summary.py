@@ -18,7 +18,7 @@ from parity.files.atomic import write_text
 from parity.files.json_output import dumps
 from parity.files.safe_read import read_bytes
 from parity.sweep import SCHEMA
-from parity.sweep.execute import RECORD, PairResult, Worst
+from parity.sweep.execute import RECORD, Attempt, PairResult, Worst
 from parity.sweep.plan import PairJob
 from parity.verdict import ExitCode, Verdict
 
@@ -40,6 +40,9 @@ def result_dict(result: PairResult) -> dict[str, Any]:
         else {"output": result.worst.output, "max_abs": result.worst.max_abs},
         "html": result.html,
         "saved_run": result.saved_run,
+        "attempts": [
+            {"node": a.node, "outcome": a.outcome, "seconds": a.seconds} for a in result.attempts
+        ],
     }
 
 
@@ -61,6 +64,16 @@ def result_from_dict(data: dict[str, Any], key: str = "") -> PairResult:
         key=key,
         html=_file_name(data.get("html")),
         saved_run=_file_name(data.get("saved_run")),
+        attempts=tuple(_attempt(a) for a in data.get("attempts") or ()),
+    )
+
+
+def _attempt(data: dict[str, Any]) -> Attempt:
+    node = data.get("node")
+    return Attempt(
+        node=None if node is None else str(node),
+        outcome=str(data["outcome"]),
+        seconds=float(data.get("seconds") or 0.0),
     )
 
 

@@ -6,6 +6,7 @@ Files are copied next to the manifest so that its paths are relative, as users w
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -139,10 +140,12 @@ def write_tokens_onnx(path: Path, model_zoo) -> Path:
 
 
 def summary_without_times(out: Path) -> dict:
-    """summary.json without the pairs' seconds (which differ run to run)."""
+    """summary.json without the pairs' seconds and attempts (which differ run to run and
+    engine to engine: the node, the seconds)."""
     data = json.loads((out / "summary.json").read_text())
     for pair in data["pairs"]:
         pair.pop("seconds")
+        pair.pop("attempts")
     return data
 
 
@@ -160,6 +163,25 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def validating_in(folder: Path | str) -> list[str]:
+    """Command lines of the `parity validate` processes running in `folder` (pairs run in
+    the manifest's folder, or a private copy of it on a Ray worker: found by working dir);
+    a str: in any folder whose name starts with it (e.g. "parity-inputs-", those copies)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        here = Path(cwd).name.startswith(folder) if isinstance(folder, str) else cwd == str(folder)
+        if " -m parity validate " in cmd and here:
+            found.append(cmd)
+    return found
+
+
 def tiny_zoo(tmp_path: Path, model_zoo, tiny_artifacts) -> Path:
     """tmp_path/zoo holding the tiny model and its export (see copy_tiny)."""
     zoo = tmp_path / "zoo"
@@ -169,3 +191,100 @@ def tiny_zoo(tmp_path: Path, model_zoo, tiny_artifacts) -> Path:
 
 GOOD = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
 """A passing pair's arguments in a tiny_zoo folder."""
+
+
+WRAPPER = '''
+"""A factory that imports the module beside it (it must travel with it)."""
+from models import make_tiny
+
+
+def make():
+    return make_tiny()
+'''
+
+KILLER = '''
+"""A factory whose process the kernel kills, as its OOM killer would (SIGKILL)."""
+import os
+import signal
+
+
+def make():
+    os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+WORKER_KILLER = '''
+"""A factory that, the first time only, SIGKILLs the Ray worker its pair runs under (a lost
+worker), then builds the tiny model."""
+import os
+import signal
+from pathlib import Path
+
+from models import make_tiny
+
+MARK = Path({mark!r})
+
+
+def _ray_worker():
+    pid = os.getppid()
+    while pid > 1:
+        cmd = Path(f"/proc/{{pid}}/cmdline").read_bytes()
+        if cmd.startswith(b"ray::") or b"default_worker.py" in cmd:  # Ray renames its workers
+            return pid
+        stat = Path(f"/proc/{{pid}}/stat").read_text()
+        pid = int(stat[stat.rfind(")") + 2 :].split()[1])
+    return None
+
+
+def make():
+    if not MARK.exists():
+        MARK.write_text("killed once")
+        os.kill(_ray_worker(), signal.SIGKILL)
+        import time
+
+        time.sleep(60)
+    return make_tiny()
+'''
+
+
+def write_isolated_zoo(folder: Path, model_zoo, tiny_artifacts, shared: Path) -> Path:
+    """Pairs that need every kind of file to travel: a passing pair writing --html and
+    --save-run, a planted bug (other weights), a broken ONNX file, a factory importing its
+    neighbour with an ONNX file in external data and a --tolerances file, an ONNX file named
+    by a pinned file:// URI (in `shared`, a folder every node sees), and a pair SIGKILLed
+    (as by the OOM killer)."""
+    from parity.files.hashing import file_sha256
+
+    copy_tiny(folder, model_zoo, tiny_artifacts)
+    (folder / "corrupt.onnx").write_bytes(b"\x08\x07not an onnx protobuf")
+    (folder / "wrapper.py").write_text(WRAPPER)
+    (folder / "killer.py").write_text(KILLER)
+    (folder / "tol.json").write_text(json.dumps({"default": {"atol": 1e-4, "rtol": 1e-3}}))
+    ext = folder / "ext"
+    ext.mkdir()
+    proto = onnx.load(str(tiny_artifacts.onnx))
+    onnx.save_model(
+        proto, str(ext / "tiny_ext.onnx"), save_as_external_data=True,
+        all_tensors_to_one_file=True, location="tiny_ext.data", size_threshold=0,
+    )  # fmt: skip
+    shared.mkdir(parents=True, exist_ok=True)
+    uri_onnx = shared / "tiny_uri.onnx"
+    shutil.copy(tiny_artifacts.onnx, uri_onnx)
+    tiny = ["--model", "models.py:make_tiny"]
+    manifest = write_manifest(
+        folder,
+        [
+            {"name": "passing", "args": [*tiny, "--onnx", "tiny.onnx", "--html", "report.html",
+                                         "--save-run", "run.parity.npz"]},
+            {"name": "bug", "args": [*tiny, "--onnx=tiny.onnx", "--weights=other_weights.pt"]},
+            {"name": "broken", "args": [*tiny, "--onnx", "corrupt.onnx"]},
+            {"name": "imports", "args": ["--model", "wrapper.py:make", "--onnx",
+                                         "ext/tiny_ext.onnx", "--tolerances", "tol.json"]},
+            {"name": "uri", "args": [*tiny, "--onnx", uri_onnx.as_uri()]},
+            {"name": "oom", "args": ["--model", "killer.py:make", "--onnx", "tiny.onnx"]},
+        ],
+        defaults=["--input-sets", "2"],
+    )  # fmt: skip
+    data = json.loads(manifest.read_text())
+    data["sha256"] = {uri_onnx.as_uri(): file_sha256(uri_onnx)}
+    manifest.write_text(json.dumps(data, indent=1))
+    return manifest

@@ -1,0 +1,236 @@
+"""A pair's input files where it runs, with no filesystem shared with the driver.
+
+On Ray, the driver reads every file a pair names (the model, the ONNX file and its external
+data, a Python factory file with what lies beside it (`beside_factory`), an hf: folder,
+--inputs, --reference, --tolerances, ...) and puts each distinct content into Ray's object
+store once while pairs need it (`Shipper`, keyed by SHA-256); the pair's task gets the
+references and writes the files into a private folder (`unpack`), at their relative paths,
+so a factory still imports its neighbours and an ONNX file finds its external data. A path
+outside the manifest's folder (absolute, or climbing out with ..) lands under `_outside/`,
+by its folder.
+
+A URI (s3://, gs://, https://, file://) is read by the pair's own process on either engine
+(`fetch_uris`): file:// by Parity's safe reader, the others by fsspec and the package for
+the scheme. A SHA-256 pinned in the manifest is checked on what arrived.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from parity.errors import UsageError, first_line
+from parity.files.safe_read import read_bytes
+from parity.sweep.plan import InputSlot, PairJob
+
+MAX_FILE = 32 << 30
+"""One input file shipped or fetched: past this, it is not a model file."""
+MAX_FOLDER_FILES = 10_000
+"""Files in one shipped folder (hf:DIR) or beside one factory file."""
+BESIDE_LIMIT = 256 << 20
+"""A file beside a factory larger than this is not shipped with it (name it with a flag)."""
+NOT_BESIDE = frozenset({".onnx", ".onnx_data", ".data"})
+OUTSIDE = "_outside"
+FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "http": "aiohttp"}
+FSSPEC_PACKAGES |= {"https": "aiohttp", "az": "adlfs", "abfs": "adlfs", "hf": "huggingface_hub"}
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """One file a pair's task writes into its folder: `content` is an object reference."""
+
+    rel: str
+    sha256: str
+    size: int
+    content: Any
+
+
+@dataclass(frozen=True)
+class Bundle:
+    files: tuple[Shipped, ...]
+    moved: tuple[tuple[int, str], ...]
+    """args index -> the input's path in the task's folder."""
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+class Shipper:
+    """Each distinct content put once while pairs that use it are pending; `put` is ray.put."""
+
+    def __init__(self, put: Callable[[bytes], Any]) -> None:
+        self.put = put
+        self.refs: dict[str, Any] = {}
+        self.users: dict[str, int] = {}
+        self.bytes_put = 0
+        self.files_put = 0
+
+    def release(self, bundle: Bundle) -> None:
+        """The bundle's pair is done: a content no pending pair uses leaves the object store
+        (a pair that needs it later puts it again)."""
+        for shipped in bundle.files:
+            self.users[shipped.sha256] -= 1
+            if not self.users[shipped.sha256]:
+                del self.users[shipped.sha256], self.refs[shipped.sha256]
+
+    def bundle(self, job: PairJob) -> Bundle:
+        """UsageError (one line) when a file cannot be read or differs from its pin."""
+        root = Path(job.cwd)
+        files: dict[str, Shipped] = {}
+        moved: list[tuple[int, str]] = []
+        for slot in job.inputs:
+            if slot.kind == "uri":
+                continue
+            rel = staged_path(slot.path)
+            moved.append((slot.index, rel))
+            for source, target in _files_of(slot, root / slot.path, rel):
+                if target not in files:
+                    pin = slot.sha256 if target == rel else None
+                    files[target] = self._ship(source, target, pin)
+        return Bundle(tuple(files.values()), tuple(moved))
+
+    def _ship(self, source: Path, rel: str, pin: str | None) -> Shipped:
+        data = read_bytes(source, what="input file", limit=MAX_FILE, error=UsageError)
+        digest = hashlib.sha256(data).hexdigest()
+        if pin and digest != pin:
+            raise UsageError(f"{source}: its SHA-256 is {digest}, the manifest pins {pin}")
+        if digest not in self.refs:
+            self.refs[digest] = self.put(data)
+            self.bytes_put += len(data)
+            self.files_put += 1
+        self.users[digest] = self.users.get(digest, 0) + 1
+        return Shipped(rel, digest, len(data), self.refs[digest])
+
+
+def staged_path(path: str) -> str:
+    """Where a path the manifest names lands in the task's folder (POSIX, relative)."""
+    pure = PurePosixPath(path.replace("\\", "/"))
+    if not pure.is_absolute() and ".." not in pure.parts and pure.parts:
+        return str(pure)
+    folder = os.path.abspath(os.path.dirname(path))
+    tag = hashlib.sha256(folder.encode()).hexdigest()[:16]
+    return f"{OUTSIDE}/{tag}/{pure.name}"
+
+
+def _files_of(slot: InputSlot, path: Path, rel: str) -> list[tuple[Path, str]]:
+    """(file on the driver, its place in the task's folder) for everything the input needs."""
+    if slot.kind == "dir":
+        found = [p for p in sorted(path.rglob("*")) if p.is_file() and not p.is_symlink()]
+        _bounded(found, path)
+        return [(p, f"{rel}/{p.relative_to(path).as_posix()}") for p in found]
+    files = [(path, rel)]
+    parent = PurePosixPath(rel).parent
+    if path.suffix == ".py":  # a factory: what beside it it may import or open
+        siblings = beside_factory(path)
+        files += [(p, str(parent / p.relative_to(path.parent).as_posix())) for p in siblings]
+    elif path.suffix == ".onnx":
+        files += [(path.parent / loc, str(parent / loc)) for loc in external_data(path)]
+    return files
+
+
+def beside_factory(path: Path) -> list[Path]:
+    """What a factory file may import or open beside itself: the files in its folder (ONNX
+    files and files over BESIDE_LIMIT left: ONNX files travel as --onnx), and the .py files
+    of the packages there (sub-folders with an __init__.py)."""
+    folder = path.parent
+    found = [
+        p
+        for p in sorted(folder.iterdir())
+        if p != path and p.is_file() and not p.is_symlink()
+        and p.suffix not in NOT_BESIDE and p.stat().st_size <= BESIDE_LIMIT
+    ]  # fmt: skip
+    for init in sorted(folder.glob("*/**/__init__.py")):
+        found += [p for p in sorted(init.parent.glob("*.py")) if p.is_file() and not p.is_symlink()]
+    _bounded(found, folder)
+    return list(dict.fromkeys(found))
+
+
+def _bounded(found: list[Path], where: Path) -> None:
+    if len(found) > MAX_FOLDER_FILES:
+        raise UsageError(f"{where}: more than {MAX_FOLDER_FILES} files to ship to a Ray worker")
+
+
+def external_data(path: Path) -> list[str]:
+    """The external-data files an ONNX file names beside itself (the loader refuses others)."""
+    import onnx
+    from onnx import external_data_helper as edh
+
+    from parity.files.safe_read import open_regular
+
+    try:
+        with open_regular(path, what="ONNX file", limit=2 << 30, error=UsageError) as fh:
+            proto = onnx.load(fh, load_external_data=False)
+    except UsageError:
+        raise
+    except Exception:  # not an ONNX file: the pair's own run says so, in its report
+        return []
+    found: dict[str, None] = {}
+    for tensor in edh._get_all_tensors(proto):
+        if edh.uses_external_data(tensor):
+            loc = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            where = PurePosixPath(loc.replace("\\", "/"))
+            inside = loc and not where.is_absolute() and ".." not in where.parts
+            if inside and (path.parent / loc).is_file():
+                found[str(where)] = None
+    return list(found)
+
+
+def unpack(bundle: Bundle, folder: Path, get: Callable[[Any], bytes]) -> dict[int, str]:
+    """Write the bundle's files into `folder`; args index -> path, relative to `folder`."""
+    for shipped in bundle.files:
+        target = folder / shipped.rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(get(shipped.content))
+    return dict(bundle.moved)
+
+
+def fetch_uris(job: PairJob, folder: Path) -> dict[int, str]:
+    """Read every URI input of the pair into `folder` (the pair's private folder); args index
+    -> absolute path. UsageError (one line) when one cannot be read or differs from its pin."""
+    moved: dict[int, str] = {}
+    for k, slot in enumerate(s for s in job.inputs if s.kind == "uri"):
+        data = read_uri(slot.path)
+        if slot.sha256:
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != slot.sha256:
+                raise UsageError(
+                    f"{slot.path}: its SHA-256 is {digest}, the manifest pins {slot.sha256}"
+                )
+        name = PurePosixPath(urlparse(slot.path).path).name or "file"
+        target = folder / f"uri{k}" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        moved[slot.index] = str(target)
+    return moved
+
+
+def read_uri(uri: str, limit: int = MAX_FILE) -> bytes:
+    """The bytes at `uri`: file:// with no extra package, any other scheme with fsspec."""
+    scheme = uri.split("://", 1)[0].lower()
+    if scheme == "file":
+        parsed = urlparse(uri)
+        if parsed.netloc not in ("", "localhost"):
+            raise UsageError(f"{uri}: a file:// URI names a path on this machine (file:///PATH)")
+        return read_bytes(unquote(parsed.path), what=uri, limit=limit, error=UsageError)
+    package = FSSPEC_PACKAGES.get(scheme)
+    install = f"pip install fsspec {package}" if package else "pip install fsspec"
+    try:
+        import fsspec
+    except ImportError:
+        raise UsageError(f"reading {uri} needs fsspec on the worker: {install}") from None
+    try:
+        with fsspec.open(uri, "rb") as fh:
+            data = fh.read(limit + 1)
+    except ImportError as exc:
+        raise UsageError(f"reading {uri} needs {install} ({first_line(exc)})") from None
+    except Exception as exc:  # every filesystem raises its own: the message is what matters
+        raise UsageError(f"cannot read {uri}: {type(exc).__name__}: {first_line(exc)}") from None
+    if len(data) > limit:
+        raise UsageError(f"{uri}: larger than {limit} bytes")
+    return data

@@ -1,0 +1,163 @@
+"""A Ray cluster on this machine whose only worker node cannot see the driver's files.
+
+The head starts with no CPUs (no task runs there); the one worker node starts inside a
+private mount namespace (`unshare --mount --propagation private`, root only) with a tmpfs
+mounted over each `hidden` folder, so a task sees empty folders where the driver keeps the
+zoo and --out: a cluster that shares no filesystem, as KubeRay's pods do. Token
+authentication is on, with a token of this cluster's own in the environment.
+
+Every Ray daemon of the cluster has the cluster's own temp folder in its command line; `stop`
+kills exactly those and what they started (never `ray stop`, which would stop other people's
+Ray on this machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+class Unavailable(Exception):
+    """Why this machine cannot make such a cluster (e.g. unshare refused: not root)."""
+
+
+@dataclass
+class IsolatedCluster:
+    base: Path
+    address: str
+    client_address: str
+    env: dict[str, str]
+    """RAY_AUTH_MODE, RAY_AUTH_TOKEN: what a driver needs (os.environ excluded)."""
+
+    def stop(self) -> None:
+        """SIGKILL every process that names this cluster's temp folder and all they started
+        (Ray renames its workers "ray::...": found as descendants), then remove the folder."""
+        from parity.sweep.pair_process import descendants
+
+        mine = str(self.base)
+        for _ in range(5):
+            roots = _pids_mentioning(mine)
+            pids = roots + [pid for root in roots for pid in descendants(root)]
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.3)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _commands(text: str) -> list[tuple[int, str]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmd:
+            found.append((int(entry.name), cmd))
+    return found
+
+
+def _pids_mentioning(text: str) -> list[int]:
+    return [pid for pid, _ in _commands(text)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_unshare() -> None:
+    """Unavailable (with the reason) where a private mount namespace cannot be made."""
+    if shutil.which("unshare") is None:
+        raise Unavailable("no unshare command")
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise Unavailable(f"unshare --mount refused: {done.stderr.strip() or done.returncode}")
+
+
+def start(hidden: list[Path], *, worker_cpus: int = 1, timeout: float = 120) -> IsolatedCluster:
+    check_unshare()
+    base = Path(tempfile.mkdtemp(prefix="prt-", dir="/tmp"))  # short: Ray's socket paths
+    port, client = _free_port(), _free_port()
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env_all = {**os.environ, **env, "RAY_USAGE_STATS_ENABLED": "0"}
+    cluster = IsolatedCluster(base, f"127.0.0.1:{port}", f"ray://127.0.0.1:{client}", env)
+    common = ["--disable-usage-stats", "--object-store-memory", str(100 << 20)]
+    try:
+        head = [
+            *RAY, "start", "--head", "--num-cpus=0", f"--port={port}",
+            f"--temp-dir={base}/t", "--include-dashboard=false",
+            f"--ray-client-server-port={client}",
+            f"--dashboard-agent-listen-port={_free_port()}", "--node-ip-address=127.0.0.1",
+            *common,
+        ]  # fmt: skip
+        _run(head, env_all, timeout)
+        mounts = " && ".join(f"mount -t tmpfs tmpfs '{p}'" for p in hidden)
+        worker = " ".join(
+            [
+                *RAY,
+                "start",
+                f"--address=127.0.0.1:{port}",
+                f"--num-cpus={worker_cpus}",
+                f"--dashboard-agent-listen-port={_free_port()}",
+                "--node-ip-address=127.0.0.1",
+                *common,
+            ]  # fmt: skip
+        )
+        for p in hidden:
+            p.mkdir(parents=True, exist_ok=True)
+        script = f"{mounts} && {worker}"
+        _run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script], env_all, timeout
+        )
+        _wait_for_cpus(cluster, worker_cpus, timeout)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _run(command: list[str], env: dict[str, str], timeout: float) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:6])}... failed: {done.stderr[-2000:]}")
+
+
+WAIT_FOR_CPUS = """
+import sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+deadline = time.monotonic() + float(sys.argv[3])
+while ray.cluster_resources().get("CPU", 0) < float(sys.argv[2]):
+    if time.monotonic() > deadline:
+        sys.exit("the worker node never joined")
+    time.sleep(0.5)
+"""
+
+
+def _wait_for_cpus(cluster: IsolatedCluster, cpus: int, timeout: float) -> None:
+    _run(
+        [sys.executable, "-c", WAIT_FOR_CPUS, cluster.address, str(cpus), str(timeout)],
+        {**os.environ, **cluster.env},
+        timeout + 30,
+    )

@@ -1,0 +1,172 @@
+"""`parity sweep --engine ray` on a cluster that shares no filesystem with the driver.
+
+A real local Ray cluster (tests/helpers/isolated_ray.py): the head has no CPUs, and its one
+worker node runs in a private mount namespace with a tmpfs over the zoo and over every --out,
+so a pair can only get its files through Ray, and its report only comes back through Ray. A
+probe task proves the worker sees neither. Token authentication is on. Skipped, with the
+reason, only where `unshare --mount` is refused (not root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parity.cli import main
+from tests.helpers import isolated_ray
+from tests.helpers.sweep_zoo import (
+    WORKER_KILLER,
+    summary_without_times,
+    write_isolated_zoo,
+    write_manifest,
+)
+
+pytestmark = pytest.mark.slow
+HANG_S = 300
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(cluster, data folder): the worker sees an empty tmpfs where `data` is."""
+    data = tmp_path_factory.mktemp("isolated")
+    try:
+        made = isolated_ray.start([data / "zoo", data / "ray_out", data / "retry_out"])
+    except isolated_ray.Unavailable as exc:
+        pytest.skip(f"no private mount namespace here: {exc}")
+    try:
+        yield made, data
+    finally:
+        made.stop()
+
+
+PROBE = """
+import json, os, sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+
+@ray.remote(num_cpus=1)
+def probe(paths):
+    import parity
+    return {"seen": [os.path.exists(p) for p in paths], "parity": parity.__file__}
+
+print(json.dumps(ray.get(probe.remote(sys.argv[2:]))))
+"""
+
+
+def _python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+        env={**os.environ, **env},
+    )
+    return done
+
+
+def _tree(out: Path) -> dict[str, str | None]:
+    """Every file under `out` (summary and index aside), with its verdict for reports."""
+    found: dict[str, str | None] = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.parent != out:
+            rel = path.relative_to(out).as_posix()
+            found[rel] = (
+                json.loads(path.read_text())["verdict"] if path.name == "report.json" else None
+            )
+    return found
+
+
+def test_a_sweep_on_a_cluster_sharing_nothing_equals_the_local_one_and_replaces_stale_results(
+    cluster, model_zoo, tiny_artifacts
+):
+    made, data = cluster
+    shared = made.base / "shared"  # outside the tmpfs: a file:// URI every node can read
+    manifest = write_isolated_zoo(data / "zoo", model_zoo, tiny_artifacts, shared)
+
+    marker = data / "ray_out" / "marker.txt"
+    marker.write_text("the driver's --out")
+    probe = _python(["-c", PROBE, made.address, str(manifest), str(marker)], made.env)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    seen = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert seen["seen"] == [False, False]  # the worker cannot see the zoo nor --out
+    assert seen["parity"] == str(Path(__file__).parents[1] / "core" / "__init__.py")
+
+    local = data / "local_out"
+    assert main(["sweep", str(manifest), "--out", str(local), "--workers", "2"]) == 2
+
+    # --out holds an earlier sweep's different verdicts: all pass, and a file no longer made
+    on_ray = data / "ray_out"
+    shutil.copytree(local, on_ray, dirs_exist_ok=True)
+    for report in on_ray.glob("*/report.json"):
+        report.write_text(json.dumps({**json.loads(report.read_text()), "verdict": "pass"}))
+    (on_ray / "bug" / "old.html").write_text("<p>stale pass</p>")
+    record = json.loads((on_ray / "bug" / "pair.json").read_text())
+    record["result"].update(verdict="pass", html="old.html")
+    (on_ray / "bug" / "pair.json").write_text(json.dumps(record))
+    stale = json.loads((on_ray / "summary.json").read_text())
+    stale["pairs"] = [{**p, "verdict": "pass", "error": None} for p in stale["pairs"]]
+    (on_ray / "summary.json").write_text(json.dumps(stale))
+
+    sweep = ["-m", "parity", "sweep", str(manifest), "--out", str(on_ray), "--engine", "ray"]
+    done = _python([*sweep, "--ray-address", made.address], made.env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "raylet" not in done.stdout and "WARNING" not in done.stdout
+    assert all(line.startswith(("FAIL ", "ERROR ", "sweep: ")) for line in done.stdout.splitlines())
+
+    expected = summary_without_times(local)
+    assert summary_without_times(on_ray) == expected
+    verdicts = {p["name"]: p["verdict"] for p in expected["pairs"]}
+    assert verdicts == {
+        "passing": "pass", "bug": "fail", "broken": "error", "imports": "pass", "uri": "pass",
+        "oom": "error",
+    }  # fmt: skip
+    by_name = {p["name"]: p for p in expected["pairs"]}
+    assert by_name["passing"]["html"] == "report.html"
+    assert by_name["passing"]["saved_run"] == "run.parity.npz"
+    assert "corrupt.onnx" in by_name["broken"]["error"]
+    assert by_name["oom"]["error"].startswith("crashed: killed by SIGKILL: out of memory?")
+    assert by_name["oom"]["exit_code"] == -9
+    assert _tree(on_ray) == _tree(local)  # the same files, the same verdicts: nothing stale
+    assert (on_ray / "passing" / "run.parity.npz").stat().st_size > 0
+    assert "old.html" not in (on_ray / "index.html").read_text()
+
+    summary = json.loads((on_ray / "summary.json").read_text())
+    for pair in summary["pairs"]:
+        (attempt,) = pair["attempts"]
+        assert attempt["outcome"] == pair["verdict"] and attempt["node"]
+    assert "shipped through the object store" in done.stderr
+
+    # --resume trusts only what this sweep wrote: everything it ran is resumed (connecting
+    # through Ray Client, ray://, which the [ray] extra installs)
+    again = _python([*sweep, "--ray-address", made.client_address, "--resume"], made.env)
+    assert "(6 resumed)" in again.stdout, again.stdout + again.stderr[-2000:]
+
+
+def test_a_worker_sigkilled_mid_pair_is_retried_and_both_attempts_are_recorded(
+    cluster, model_zoo, tiny_artifacts
+):
+    made, data = cluster
+    zoo = data / "zoo"
+    mark = made.base / "shared" / "killed-once"
+    (zoo / "worker_killer.py").write_text(WORKER_KILLER.format(mark=str(mark)))
+    if not (zoo / "models.py").exists():
+        shutil.copy(model_zoo.file, zoo / "models.py")
+        shutil.copy(tiny_artifacts.onnx, zoo / "tiny.onnx")
+    pairs = [{"name": "lost", "args": ["--model", "worker_killer.py:make", "--onnx", "tiny.onnx"]}]
+    manifest = write_manifest(zoo, pairs)
+    out = data / "retry_out"
+    sweep = ["-m", "parity", "sweep", str(manifest), "--out", str(out), "--engine", "ray"]
+    done = _python([*sweep, "--ray-address", made.address], made.env)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert mark.read_text() == "killed once"
+    (pair,) = json.loads((out / "summary.json").read_text())["pairs"]
+    assert pair["verdict"] == "pass"
+    first, second = pair["attempts"]
+    assert first["outcome"] == "lost: WorkerCrashedError" and second["outcome"] == "pass"
+    assert first["node"] == second["node"] and second["node"]  # the cluster's one worker node
+    assert "raylet" not in done.stdout and "worker died" not in done.stdout
