@@ -7,6 +7,7 @@ Open with `?demo=NAME` (or set PARITY_DEMO=NAME) to run a demo on first load.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import streamlit as st
 
@@ -18,7 +19,6 @@ from parity.dashboard.run_form import (
     ONNX_ONLY,
     kept_settings,
     onnx_source_key,
-    with_kept_hf,
 )
 from parity.dashboard.running import execute, run_config
 from parity.dashboard.sidebar import verdict_badge
@@ -351,9 +351,16 @@ def choose_hf_settings():
         key=state.RUN_HF_OVERRIDES,
         placeholder="num_hidden_layers=1",
     )  # fmt: skip
-    return options_from_text(
+    export = state.form_widget(
+        st.text_input,
+        "Keep Parity's ONNX export at (optional path; empty: a private temporary folder)",
+        key=state.RUN_HF_EXPORT,
+        placeholder="/path/to/model.onnx",
+    )  # never filled from an opened run: only a path the user typed is written
+    options = options_from_text(
         prompts=prompts, max_new_tokens=steps, random_weights=random_weights, overrides=overrides
     )
+    return replace(options, export_path=(export or "").strip() or None)
 
 
 def choose_settings(signature) -> dict:
@@ -601,7 +608,7 @@ def page() -> None:
             onnx=None if onnx_path in (None, HF_EXPORT) else (onnx_path, *more_onnx),
             weights=weights,
             reference_file=reference,
-            hf=with_kept_hf(hf_options, model),
+            hf=hf_options,
             layers=compare_layers(),
             noise_floor=noise_floor() and bool(model),
             timeout=float(timeout) or None,

@@ -63,6 +63,7 @@ RUN_HF_PROMPTS = "hf_prompts"  # widget: its prompts, one a line
 RUN_HF_STEPS = "hf_steps"  # widget: tokens to generate
 RUN_HF_RAND = "hf_rand"  # widget: random weights (config only)
 RUN_HF_OVERRIDES = "hf_overrides"  # widget: config overrides, k=v, ...
+RUN_HF_EXPORT = "hf_export"  # widget: where to keep Parity's export (typed only; else a temp)
 RUN_REF_PATH = "ref_path"  # widget: stored reference outputs' path
 RUN_REF_UPLOAD = "ref_upload"  # widget: uploaded reference outputs
 RUN_ONNX_SOURCE_PREFIX = "onnx_source_"  # widget prefix: the ONNX file radio, one per model kind
