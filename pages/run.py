@@ -507,6 +507,26 @@ def why_not_run(
     return None
 
 
+def show_linked_run() -> None:
+    """A run a `?run=` link opened (any page can make such a link): shown, read-only; its
+    settings reach the Run form only when the user says so."""
+    from parity.dashboard.saved_runs import confirm_linked_run, linked_run
+
+    if linked_run() is None:
+        return
+    with st.container(border=True):
+        st.markdown(
+            "This run was opened by a link. Its settings are not in the Run form below, and "
+            "nothing re-runs it, until you choose to use them."
+        )
+        st.button(
+            "Use this run's settings in the Run form",
+            key=state.LINK_CONFIRM,
+            on_click=confirm_linked_run,
+            icon=":material/edit_note:",
+        )
+
+
 def demo_cards() -> None:
     from parity.load.demos import DEMOS
 
@@ -560,6 +580,7 @@ def page() -> None:
     else:
         demo_cards()
 
+    show_linked_run()
     st.subheader("Your model")
     st.caption(
         f"Uploads up to {state.upload_limit_mb():,} MB (set with {md_text(UPLOAD_LIMIT_WHERE)}); "

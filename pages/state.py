@@ -148,6 +148,8 @@ SAVED_OPEN = "parity_saved_open"  # widget: the Open button
 SAVED_SAVE = "parity_saved_save"  # widget: the Save button
 SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
 SAVED_OPENED = "parity_saved_initial"  # the ?run=PATH this session has opened
+LINKED_RUN = "parity_linked_run"  # a run a ?run= link opened, read-only until confirmed
+LINK_CONFIRM = "parity_link_confirm"  # widget: "Use this run's settings in the Run form"
 
 # --- Sweep (sweep.py)
 SWEEP_FOLDER = "parity_sweep_folder"  # the SweepFolder opened

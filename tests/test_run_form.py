@@ -44,6 +44,9 @@ def _open(path: Path, monkeypatch=None, *, scratch: bool = False) -> AppTest:
         at.query_params["run"] = str(path)
     at.run()
     assert not at.exception, at.exception
+    if not scratch:  # a ?run= link opens read-only until the user confirms
+        at.button(key="parity_link_confirm").click().run()
+        assert not at.exception, at.exception
     return at
 
 

@@ -52,6 +52,8 @@ def _open(path: Path) -> AppTest:
     at.query_params["run"] = str(path)
     at.run()
     assert not at.exception, at.exception
+    at.button(key="parity_link_confirm").click().run()  # a ?run= link opens read-only
+    assert not at.exception, at.exception
     return at
 
 
@@ -138,3 +140,19 @@ def test_a_run_named_demo_broken_never_runs_another_files_factory(
     assert not marker.exists()
     run = at.session_state["parity_run"]
     assert run.model != spec and run.model.startswith("demo:")  # what the form showed
+
+
+def test_a_run_opened_by_a_link_is_read_only_until_the_user_confirms(broken_saved: Path):
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["run"] = str(broken_saved)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.session_state["parity_run"].model == "demo:broken"  # shown
+    assert at.selectbox(key="model_demo").value != "broken"  # not in the form
+    at.switch_page("pages/layers.py").run()
+    assert not [b for b in at.button if b.key == "layers_rerun"]  # nothing re-runs it
+    at.switch_page("pages/run.py").run()
+    at.button(key="parity_link_confirm").click().run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="model_demo").value == "broken"  # now the form shows it
+    assert not [b for b in at.button if b.key == "parity_link_confirm"]
