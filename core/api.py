@@ -196,9 +196,9 @@ def _validate(
         spec = prepared.spec
         loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
     if repro is not None:  # a bad folder is refused before the run, not after it
-        from parity.files.atomic import check_folder_writable
+        from parity.files.outputs import check_repro_folder
 
-        check_folder_writable(os.fspath(repro), "repro folder")
+        check_repro_folder(os.fspath(repro), "repro folder")
     feeds = _input_mappings(inputs)
     with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
         onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))

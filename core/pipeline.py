@@ -106,6 +106,19 @@ def run_validation(
         return _run_validation(config, progress, loaders, deadline)
 
 
+def _check_export_path(config: RunConfig) -> None:
+    """An hf: export path (a flag, a typed path) is an output like the reports: writable, a
+    regular file or nothing, never one of the run's inputs; checked before the run."""
+    given = config.hf.export_path if config.hf is not None else None
+    if not given:
+        return
+    from parity.files.outputs import Input, Output, check_run_files
+
+    inputs = [Input("--model", config.model or "")]
+    inputs += [Input("--inputs", f) for f in config.input_files]
+    check_run_files([Output("ONNX export", given, "--export-path")], inputs)
+
+
 def _run_validation(
     config: RunConfig,
     progress: ProgressCallback | None,
@@ -116,6 +129,7 @@ def _run_validation(
     report = ProgressReporter(progress)
     t_start = time.perf_counter()
     check_config(config)
+    _check_export_path(config)
     reference = None
     specs = expand_specs(config.onnx_files, config.providers, config.ort_opt_levels)
     t0 = time.perf_counter()

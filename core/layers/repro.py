@@ -77,6 +77,7 @@ def write_repro(
 ) -> ReproWritten:
     """Write the repro folder (atomically, file by file); a clean run writes nothing."""
     from parity.files.atomic import write_output
+    from parity.files.outputs import check_repro_folder, clear_stale_repro
 
     reason = no_repro_reason(result)
     if reason is not None:
@@ -84,10 +85,12 @@ def write_repro(
     assert result is not None
     files = repro_files(result, command=command, onnx_path=onnx_path)
     root = Path(folder)
+    check_repro_folder(root, "repro folder")  # again: no link to elsewhere since the check
     try:
         (root / DATA).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WriteError(f"cannot write repro folder {root}: {exc.strerror or exc}") from exc
+    clear_stale_repro(root, keep=files)  # an earlier repro's extra input_K.pb: repro.py reads all
     for rel, data in files.items():
         write_output(root / rel, data, what="repro file")
     c = result.repro

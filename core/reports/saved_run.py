@@ -82,7 +82,7 @@ def save_run(
     path = Path(path)
     with (
         atomic_output(path, "saved run") as tmp,
-        zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf,
+        zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf,
     ):
         writer = _MemberWriter(zf)
         manifest = _manifest(run, writer, keep_outputs=keep_outputs)

@@ -108,7 +108,7 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray], *, what: str) -> None:
     """Uncompressed npz, each array streamed into the zip (no second copy), atomically."""
     with (
         atomic_output(path, what) as tmp,
-        zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf,
+        zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf,
     ):
         for key, array in arrays.items():
             array = np.asanyarray(array)
