@@ -28,6 +28,7 @@ from parity.errors import WriteError
 from parity.layers import criterion
 from parity.layers.result import LayersResult
 from parity.layers.views import fmt
+from parity.load.onnx_read import read_onnx
 from parity.version import __version__
 
 MODEL = "model.onnx"
@@ -126,7 +127,7 @@ def _readme(result: LayersResult, *, command: str, onnx_path: str | Path) -> str
     case = result.repro
     v = case.value
     c = result.confirmation_of(v)
-    source = onnx.load(str(onnx_path), load_external_data=False)
+    source = read_onnx(onnx_path, external_data=False)
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in case.cut.model.opset_import)
     exporter = f"{source.producer_name or '?'} {source.producer_version or ''}".strip()
     dynamo = any(

@@ -408,7 +408,9 @@ def _read_array(fh: BinaryIO, member: _Member, path: Path) -> np.ndarray:
     if n_bytes < _SMALL_MEMBER:
         data = fh.read(n_bytes)
         return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape, order=order)
-    mapped = np.memmap(path, dtype=dtype, mode="r", offset=data_start, shape=shape, order=order)
+    # mapped from the descriptor opened (and checked, and hashed) once, never the path again:
+    # a file swapped since (for a FIFO, another run) is never what is read
+    mapped = np.memmap(fh, dtype=dtype, mode="r", offset=data_start, shape=shape, order=order)
     return np.asarray(mapped)
 
 
