@@ -212,9 +212,9 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
         spec = prepared.spec
         loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
     if o.repro is not None:  # a bad folder is refused before the run, not after it
-        from parity.files.atomic import check_folder_writable
+        from parity.files.outputs import check_repro_folder
 
-        check_folder_writable(os.fspath(o.repro), "repro folder")
+        check_repro_folder(os.fspath(o.repro), "repro folder")
     feeds = _input_mappings(o.inputs)
     with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
         onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))

@@ -161,6 +161,11 @@ class WriteError(ParityError):
         self.path = path
 
 
+class OutputsUnwritten(WriteError):
+    """A finished run whose verdict stands but some of whose files could not be written (a
+    full disk): one line, exit 2, and never an error report in their place."""
+
+
 class BudgetError(ParityError):
     """A file or a flag asks for more memory than the budget (--max-memory) allows."""
 

@@ -115,6 +115,19 @@ def run_validation(
         return _run_validation(config, progress, loaders, deadline)
 
 
+def _check_export_path(config: RunConfig) -> None:
+    """An hf: export path (a flag, a typed path) is an output like the reports: writable, a
+    regular file or nothing, never one of the run's inputs; checked before the run."""
+    given = config.hf.export_path if config.hf is not None else None
+    if not given:
+        return
+    from parity.files.outputs import Input, Output, check_run_files
+
+    inputs = [Input("--model", config.model or "")]
+    inputs += [Input("--inputs", f) for f in config.input_files]
+    check_run_files([Output("ONNX export", given, "--export-path")], inputs)
+
+
 def _run_validation(
     config: RunConfig,
     progress: ProgressCallback | None,
@@ -124,6 +137,7 @@ def _run_validation(
     t_start = time.perf_counter()
     check_config(config)
     check_names(config)  # every name a setting gives, before torch and the model load
+    _check_export_path(config)
     loaders = shared_loaders(loaders or default_loaders())  # imports torch
     report = ProgressReporter(progress)
     reference = None

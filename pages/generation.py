@@ -20,6 +20,13 @@ from parity.hf.generation_report import parting_words, tie_words
 from parity.results import PromptGeneration
 
 FIRST_DIFFERENCE = "✗ first difference"
+MAX_TOKEN_ROWS = 2000
+"""Rows drawn per prompt's token table (the first ones, and those around the first
+difference): a saved run may carry 300k tokens, which would stall the browser."""
+MAX_TEXT = 20_000
+"""Characters of a prompt or a generated text drawn (the rest is said, not shown)."""
+MAX_PROMPTS = 32
+"""Prompts drawn; the others are counted."""
 
 
 def token_rows(p: PromptGeneration) -> pd.DataFrame:
@@ -28,7 +35,7 @@ def token_rows(p: PromptGeneration) -> pd.DataFrame:
     parted = p.first_divergence.position if p.first_divergence is not None else None
     n = max(len(p.torch_tokens), len(p.onnx_tokens))
     rows = []
-    for i in range(n):
+    for i in shown_positions(n, parted):
         torch_id = p.torch_tokens[i] if i < len(p.torch_tokens) else None
         onnx_id = p.onnx_tokens[i] if i < len(p.onnx_tokens) else None
         mark = "✓ same" if torch_id == onnx_id else "· differs"
@@ -43,6 +50,24 @@ def token_rows(p: PromptGeneration) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def shown_positions(n: int, parted: int | None) -> list[int]:
+    """At most MAX_TOKEN_ROWS positions of `n`: the first ones, and a window around the
+    first difference when it lies past them."""
+    if n <= MAX_TOKEN_ROWS:
+        return list(range(n))
+    if parted is None or parted < MAX_TOKEN_ROWS - 100:
+        return list(range(MAX_TOKEN_ROWS))
+    head = list(range(MAX_TOKEN_ROWS - 200))
+    return head + list(range(max(parted - 100, len(head)), min(parted + 100, n)))
+
+
+def bounded_text(text: str) -> str:
+    """`text`, cut at MAX_TEXT characters with the cut said."""
+    if len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]}\n[... {len(text) - MAX_TEXT:,} more characters not shown]"
 
 
 def _piece(pieces: tuple[str, ...], i: int) -> str:
@@ -76,18 +101,24 @@ def render() -> None:
             "same prompts, for as many new tokens as torch's generate(). The verdict stays "
             "the tolerances'."
         )
-    for i, p in enumerate(g.prompts, 1):
+    if len(g.prompts) > MAX_PROMPTS:
+        st.text(f"The first {MAX_PROMPTS} of {len(g.prompts):,} prompts are shown.")
+    for i, p in enumerate(g.prompts[:MAX_PROMPTS], 1):
         st.subheader(f"Prompt {i}")
-        st.text(p.prompt)
+        st.text(bounded_text(p.prompt))
         words = parting_words(p)
         if p.first_divergence is not None:
             words += "\n" + tie_words(p.first_divergence)
         (st.text if p.first_divergence is None else _warn)(words)
         left, right = st.columns(2)
         left.caption("torch")
-        left.text(p.torch_text)
+        left.text(bounded_text(p.torch_text))
         right.caption("ONNX Runtime")
-        right.text(p.onnx_text)
+        right.text(bounded_text(p.onnx_text))
+        n = max(len(p.torch_tokens), len(p.onnx_tokens))
+        if n > MAX_TOKEN_ROWS:
+            st.caption(f"{MAX_TOKEN_ROWS:,} of {n:,} tokens are listed (around the first "
+                       "difference when it lies further).")  # fmt: skip
         st.dataframe(
             _first_difference_style(token_rows(p)),
             hide_index=True,

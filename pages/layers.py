@@ -78,13 +78,17 @@ def layers_config(run: ValidationRun):
     layers against (no PyTorch model)."""
     from dataclasses import replace
 
+    from parity.dashboard.saved_runs import linked_run
     from parity.results import RunKind
-    from parity.run.config_json import config_of_run
+    from parity.run.config_json import config_of_run, reopened
 
     raw = state.raw_run()
+    if linked_run() is not None:  # opened by a link: nothing re-runs it until confirmed
+        return None
     config = state.run_config_of(raw)
-    if config is None and raw is not None:
+    if config is None and raw is not None:  # an opened run: only what it may ask of a new one
         config = config_of_run(raw)
+        config = None if config is None else reopened(config)
     if config is None or config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
         return None
     if config.n_candidates > 1:

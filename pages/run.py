@@ -7,6 +7,7 @@ Open with `?demo=NAME` (or set PARITY_DEMO=NAME) to run a demo on first load.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import streamlit as st
 
@@ -27,7 +28,6 @@ from parity.dashboard.run_form import (
     UPLOAD,
     kept_settings,
     onnx_source_key,
-    with_kept_hf,
 )
 from parity.dashboard.running import execute, run_config
 from parity.dashboard.sidebar import verdict_badge
@@ -353,9 +353,16 @@ def choose_hf_settings():
         key=state.RUN_HF_OVERRIDES,
         placeholder="num_hidden_layers=1",
     )  # fmt: skip
-    return options_from_text(
+    export = state.form_widget(
+        st.text_input,
+        "Keep Parity's ONNX export at (optional path; empty: a private temporary folder)",
+        key=state.RUN_HF_EXPORT,
+        placeholder="/path/to/model.onnx",
+    )  # never filled from an opened run: only a path the user typed is written
+    options = options_from_text(
         prompts=prompts, max_new_tokens=steps, random_weights=random_weights, overrides=overrides
     )
+    return replace(options, export_path=(export or "").strip() or None)
 
 
 def choose_settings(signature) -> dict:
@@ -502,6 +509,26 @@ def why_not_run(
     return None
 
 
+def show_linked_run() -> None:
+    """A run a `?run=` link opened (any page can make such a link): shown, read-only; its
+    settings reach the Run form only when the user says so."""
+    from parity.dashboard.saved_runs import confirm_linked_run, linked_run
+
+    if linked_run() is None:
+        return
+    with st.container(border=True):
+        st.markdown(
+            "This run was opened by a link. Its settings are not in the Run form below, and "
+            "nothing re-runs it, until you choose to use them."
+        )
+        st.button(
+            "Use this run's settings in the Run form",
+            key=state.LINK_CONFIRM,
+            on_click=confirm_linked_run,
+            icon=":material/edit_note:",
+        )
+
+
 def demo_cards() -> None:
     from parity.load.demos import DEMOS
 
@@ -555,6 +582,7 @@ def page() -> None:
     else:
         demo_cards()
 
+    show_linked_run()
     st.subheader("Your model")
     st.caption(
         f"Uploads up to {state.upload_limit_mb():,} MB (set with {md_text(UPLOAD_LIMIT_WHERE)}); "
@@ -603,7 +631,7 @@ def page() -> None:
             onnx=None if onnx_path in (None, HF_EXPORT) else (onnx_path, *more_onnx),
             weights=weights,
             reference_file=reference,
-            hf=with_kept_hf(hf_options, model),
+            hf=hf_options,
             layers=compare_layers(),
             noise_floor=noise_floor() and bool(model),
             timeout=float(timeout) or None,

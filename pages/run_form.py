@@ -3,15 +3,14 @@
 (`parity.run.config_json.config_of_run`), so Run makes it again with what the user changed.
 
 The form's widget keys live here, beside the one function that maps a RunConfig onto them;
-the Run page draws the widgets under these keys. What the form has no widget for (the
-tolerances, the layers' memory, the memory bound) is kept as the opened run's (`base`) and
-given to a Run of the same model.
+the Run page draws the widgets under these keys. An opened run can change only what the form
+shows (`parity.run.config_json.reopened`): its budgets, an hf: export path and task are
+dropped; its tolerances are the ones the Tolerances page shows.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from parity.dashboard import state
@@ -112,6 +111,7 @@ def _hf_values(options) -> dict[str, Any]:
         state.RUN_HF_STEPS: _clamped(options.max_new_tokens, "hf_steps"),
         state.RUN_HF_RAND: bool(options.random_weights),
         state.RUN_HF_OVERRIDES: overrides,
+        state.RUN_HF_EXPORT: "",  # an opened run's export path is never kept
     }
 
 
@@ -119,12 +119,13 @@ def fill_from_run(run: ValidationRun) -> bool:
     """Make the Run form show the settings that made `run` (call before the form is drawn on
     this rerun: from a callback, or before the page runs). False when the run does not say
     them; the form is then left as it was."""
-    from parity.run.config_json import config_of_run
+    from parity.run.config_json import config_of_run, reopened
 
     config = config_of_run(run)
     if config is None:
         state.pop(state.FORM_BASE)
         return False
+    config = reopened(config)
     values = form_values(config)
     providers = [p for p in values[state.RUN_PROVIDER] if p in state.available_providers()]
     values[state.RUN_PROVIDER] = providers or ["CPUExecutionProvider"]  # what this machine has
@@ -134,21 +135,10 @@ def fill_from_run(run: ValidationRun) -> bool:
 
 
 def kept_settings(model: str | None) -> dict[str, Any]:
-    """The settings the form has no widget for, from the run that filled it, for a Run of the
-    same model (another model starts at the defaults: its outputs have other names)."""
+    """The tolerances of the run that filled the form (shown on the Tolerances page), for a
+    Run of the same model (another model starts at the defaults: its outputs have other
+    names). Nothing else: budgets are the server's own, never an opened file's."""
     base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
     if base is None or base.model != model:
         return {}
-    return {
-        "tolerances": base.tolerances,
-        "layers_memory_mb": base.layers_memory_mb,
-        "max_memory": base.max_memory,
-    }
-
-
-def with_kept_hf(options, model: str | None):
-    """An hf: run's export path and task (no widget) kept from the run that filled the form."""
-    base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
-    if options is None or base is None or base.model != model or base.hf is None:
-        return options
-    return replace(options, export_path=base.hf.export_path, task=base.hf.task)
+    return {"tolerances": base.tolerances}

@@ -37,9 +37,28 @@ def open_initial_run() -> None:
     if not path or state.get(state.SAVED_OPENED) == path:
         return
     state.put(state.SAVED_OPENED, path)
-    scratch = "run" not in st.query_params and os.environ.get(RUN_SCRATCH_ENV)
+    linked = "run" in st.query_params  # a link anyone could have made: read-only until confirmed
+    scratch = not linked and os.environ.get(RUN_SCRATCH_ENV)
     # the launcher's own copy, written just now in its private folder: no need to hash it again
-    open_and_say(Path(path).expanduser(), shown=None if scratch else path, verify=not scratch)
+    shown = None if scratch else path
+    open_and_say(Path(path).expanduser(), shown=shown, verify=not scratch, fill=not linked)
+
+
+def linked_run() -> ValidationRun | None:
+    """The current run when a `?run=` link opened it and the user has not yet confirmed it:
+    it is shown, but its settings are not in the Run form and nothing re-runs it."""
+    run = state.get(state.LINKED_RUN)
+    return run if run is not None and run is state.raw_run() else None
+
+
+def confirm_linked_run() -> None:
+    """The user's "use this run's settings": the Run form shows them (what it may take)."""
+    from parity.dashboard.run_form import fill_from_run
+
+    run = linked_run()
+    state.pop(state.LINKED_RUN)
+    if run is not None:
+        fill_from_run(run)
 
 
 def render_saved_run_controls() -> None:
@@ -96,15 +115,21 @@ def _save_controls(run: ValidationRun) -> None:
 # --------------------------------------------------------------------------- actions
 
 
-def open_saved_run(path: str | Path, *, verify: bool = True) -> ValidationRun:
+def open_saved_run(path: str | Path, *, verify: bool = True, fill: bool = True) -> ValidationRun:
     """Load a saved run and make it the session's current run, its settings the Run form's
-    (raises SavedRunError)."""
+    (raises SavedRunError). `fill=False` (a `?run=` link): shown read-only until the user
+    confirms (`confirm_linked_run`)."""
     from parity.dashboard.run_form import fill_from_run
     from parity.reports.saved_run import load_run
 
     run = load_run(path, verify=verify)
     state.set_run(run)
-    fill_from_run(run)
+    if fill:
+        state.pop(state.LINKED_RUN)
+        fill_from_run(run)
+    else:
+        state.pop(state.FORM_BASE)
+        state.put(state.LINKED_RUN, run)
     return run
 
 
@@ -148,12 +173,12 @@ def _open_upload() -> None:
     open_and_say(path, shown=upload.name)
 
 
-def open_and_say(path: Path, *, shown: str | None, verify: bool = True) -> bool:
+def open_and_say(path: Path, *, shown: str | None, verify: bool = True, fill: bool = True) -> bool:
     """Open a saved run and say so under the sidebar's controls: the run's model and files,
     and `shown` (the file's name as the user gave it; None for the launcher's own copy of the
     run it validated, a temp file of no use to the user)."""
     try:
-        run = open_saved_run(path, verify=verify)
+        run = open_saved_run(path, verify=verify, fill=fill)
     except ParityError as exc:
         state.set_failure(exc)
         what = md_code(shown) if shown is not None else "the run"

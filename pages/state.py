@@ -63,6 +63,7 @@ RUN_HF_PROMPTS = "hf_prompts"  # widget: its prompts, one a line
 RUN_HF_STEPS = "hf_steps"  # widget: tokens to generate
 RUN_HF_RAND = "hf_rand"  # widget: random weights (config only)
 RUN_HF_OVERRIDES = "hf_overrides"  # widget: config overrides, k=v, ...
+RUN_HF_EXPORT = "hf_export"  # widget: where to keep Parity's export (typed only; else a temp)
 RUN_REF_PATH = "ref_path"  # widget: stored reference outputs' path
 RUN_REF_UPLOAD = "ref_upload"  # widget: uploaded reference outputs
 RUN_ONNX_SOURCE_PREFIX = "onnx_source_"  # widget prefix: the ONNX file radio, one per model kind
@@ -147,6 +148,8 @@ SAVED_OPEN = "parity_saved_open"  # widget: the Open button
 SAVED_SAVE = "parity_saved_save"  # widget: the Save button
 SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
 SAVED_OPENED = "parity_saved_initial"  # the ?run=PATH this session has opened
+LINKED_RUN = "parity_linked_run"  # a run a ?run= link opened, read-only until confirmed
+LINK_CONFIRM = "parity_link_confirm"  # widget: "Use this run's settings in the Run form"
 
 # --- Sweep (sweep.py)
 SWEEP_FOLDER = "parity_sweep_folder"  # the SweepFolder opened

@@ -47,6 +47,9 @@ def _open(path: Path, monkeypatch=None, *, scratch: bool = False) -> AppTest:
         at.query_params["run"] = str(path)
     at.run()
     assert not at.exception, at.exception
+    if not scratch:  # a ?run= link opens read-only until the user confirms
+        at.button(key="parity_link_confirm").click().run()
+        assert not at.exception, at.exception
     return at
 
 
@@ -151,7 +154,7 @@ def test_an_opened_path_run_fills_model_files_sizes_providers_and_flags(tmp_path
     assert at.number_input(key="n_sets").value == 3
     assert at.number_input(key="seed").value == 11
     assert at.multiselect(key="opt").value == ["basic"]
-    assert at.number_input(key="timeout").value == 60
+    assert at.number_input(key="timeout").value == 0  # the server's budget, never a file's
     at.number_input(key="seed").set_value(12).run()
     at.button(key="run_custom").click().run()
     assert not at.exception, at.exception
@@ -195,7 +198,7 @@ def test_an_opened_run_beyond_the_forms_limits_or_providers_fits_the_form(
     at = _open(save_run(other, tmp_path / "other.parity.npz"))
     assert at.multiselect(key="provider").value == ["CPUExecutionProvider"]
     assert at.number_input(key="n_sets").value == 16
-    assert at.number_input(key="timeout").value == 86400
+    assert at.number_input(key="timeout").value == 0  # the server's budget, never a file's
 
 
 def test_an_export_parity_made_itself_is_named_for_what_it_is_never_by_its_temp_path(

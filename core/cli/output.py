@@ -10,7 +10,7 @@ import textwrap
 import traceback
 
 from parity.cli.values import tolerances_from_args
-from parity.errors import ParityError, UsageError, WriteError
+from parity.errors import OutputsUnwritten, ParityError, UsageError, WriteError
 from parity.results import ValidationRun
 from parity.run.input_binding import SignatureMismatch
 from parity.show.format import format_run, format_verdict
@@ -31,33 +31,61 @@ def progress_printer():
     return show
 
 
+def _unwritten(run: ValidationRun, errors: list[WriteError]) -> OutputsUnwritten:
+    said = "; ".join(e.message for e in errors)
+    return OutputsUnwritten(
+        f"{said} (the run finished: {run.verdict.value.upper()}; every other file was "
+        "written, and the previous content of each unwritten one is left as it was)",
+        path=errors[0].path,
+    )
+
+
 def write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
-    """The files the flags ask for, each written atomically (paths checked before the run)."""
+    """The files the flags ask for, each written atomically (paths checked before the run).
+    One that cannot be written (a full disk) does not stop the others: OutputsUnwritten
+    then names each, after all were tried."""
+    errors: list[WriteError] = []
+    for write in _writers(run, args):
+        try:
+            write()
+        except WriteError as exc:
+            errors.append(exc)
+    if errors:
+        raise _unwritten(run, errors)
+
+
+def _writers(run: ValidationRun, args: argparse.Namespace) -> list:
     from parity.reports.report import report_dict, write_json
 
+    writers = []
     if getattr(args, "save_run", None):
         from parity.reports.saved_run import save_run
 
-        save_run(run, args.save_run)
+        writers.append(lambda: save_run(run, args.save_run))
     if getattr(args, "save_reference", None):
         from parity.run.reference import save_reference_outputs
 
-        save_reference_outputs(args.save_reference, run)
+        writers.append(lambda: save_reference_outputs(args.save_reference, run))
     if args.json:
-        write_json(args.json, report_dict(run))
+        writers.append(lambda: write_json(args.json, report_dict(run)))
     if args.html:
         from parity.reports.html_report import write_html_report
 
-        write_html_report(run, args.html)
+        writers.append(lambda: write_html_report(run, args.html))
     if getattr(args, "model_explorer", None):
-        _write_model_explorer(run, args.model_explorer)
+        writers.append(lambda: _write_model_explorer(run, args.model_explorer))
     if getattr(args, "write_fixed", None):
-        _write_fixed(run, args.write_fixed)
+        writers.append(lambda: _write_fixed(run, args.write_fixed))
     if getattr(args, "repro", None):
         from parity.layers.repro import write_repro
 
         command = "parity " + " ".join(shlex.quote(a) for a in (args.argv or ()))
-        print(write_repro(run.layers, args.repro, command=command, onnx_path=run.onnx).message)
+        writers.append(
+            lambda: print(
+                write_repro(run.layers, args.repro, command=command, onnx_path=run.onnx).message
+            )
+        )
+    return writers
 
 
 def _write_fixed(run: ValidationRun, path: str) -> None:
@@ -162,6 +190,10 @@ def write_error_report(
 ) -> str:
     """Write the --json error report; '' or, if it cannot be written, text for the one line."""
     if not getattr(args, "json", None):
+        return ""
+    if isinstance(exc, OutputsUnwritten):  # the run finished: its verdict is never undone
+        return ""
+    if getattr(args, "outputs_refused", False):  # --json may be the very input it would replace
         return ""
     if isinstance(exc, WriteError) and exc.path == str(args.json):
         return ""

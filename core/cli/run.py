@@ -17,7 +17,7 @@ from parity.cli.values import (
     parse_list,
     tolerances_from_args,
 )
-from parity.errors import UsageError, describe_error
+from parity.errors import ParityError, UsageError, describe_error
 from parity.load.quiet import set_debug
 from parity.results import ValidationRun
 from parity.verdict import ExitCode, Verdict
@@ -79,8 +79,10 @@ _OUTPUTS = (
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Refuse an unwritable --json/--html/--save-* path before the run, not after it."""
+    """Refuse, before the run, an output that cannot be written, that would replace one of
+    the run's inputs or another output (parity.files.outputs), not after it."""
     from parity.files.atomic import check_writable
+    from parity.files.outputs import check_run_files
 
     if (
         getattr(args, "model_explorer", None)
@@ -91,15 +93,50 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise UsageError("--model-explorer needs --layers (it colours the compared layers)")
     if getattr(args, "write_fixed", None) and not getattr(args, "layers", False):
         raise UsageError("--write-fixed needs --layers (it writes what the layers found)")
-    for attr, what in _OUTPUTS:
-        if getattr(args, attr, None):
-            check_writable(getattr(args, attr), what)
+    outputs = _output_files(args)
+    for out in outputs:
+        check_writable(out.path, out.what)
     if getattr(args, "repro", None) is not None:  # `--repro ''` too: refused, not ignored
-        from parity.files.atomic import check_folder_writable
+        from parity.files.outputs import check_repro_folder
 
-        check_folder_writable(args.repro, "repro folder")
+        check_repro_folder(args.repro, "repro folder")
     if getattr(args, "write_fixed", None):
         _check_write_fixed(args)
+    try:
+        check_run_files(outputs, _input_files(args), repro=getattr(args, "repro", None))
+    except ParityError:  # an output names an input or another output: write none of them
+        args.outputs_refused = True
+        raise
+
+
+def _output_files(args: argparse.Namespace) -> list:
+    """Every file the flags name for writing (a repro folder apart)."""
+    from parity.files.outputs import Output
+
+    named = [*_OUTPUTS, ("export_path", "ONNX export")]
+    return [
+        Output(what, str(getattr(args, attr)), "--" + attr.replace("_", "-"))
+        for attr, what in named
+        if getattr(args, attr, None)
+    ]
+
+
+def _input_files(args: argparse.Namespace) -> list:
+    """Every path the command reads (its flags marked READS, and `report`'s RUN)."""
+    from parity.cli.definition import COMMANDS
+    from parity.files.outputs import Input
+    from parity.path_flags import READS
+
+    command = next((c for c in COMMANDS if c.name == args.command), None)
+    found = [Input("RUN", str(args.run))] if getattr(args, "run", None) else []
+    for item in command.flags if command is not None else ():
+        if item.path != READS:
+            continue
+        value = getattr(args, item.dest, None)
+        for path in value if isinstance(value, list | tuple) else [value]:
+            if path:
+                found.append(Input(item.names[0], str(path)))
+    return found
 
 
 def _check_write_fixed(args: argparse.Namespace) -> None:

@@ -7,7 +7,9 @@ path, or a link to one, is refused in one line (`refuse_special`), up front by
 A report, saved run or cache file is written to a hidden temp file in the same folder (same
 filesystem, so the final `os.replace` is atomic) and renamed into place only when complete:
 a killed process, a full disk or a size limit leaves the previous file whole. Temp files a
-killed writer left behind are removed by the next write to the same path.
+killed writer left behind are removed by the next write to the same path; a live writer's
+are not: each writer holds a lock on its temp file (flock, released when it ends, however it
+ends), so concurrent writers of one path each finish and the last complete file wins.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 from parity.errors import WriteError
 from parity.files.kinds import not_a_regular_file
 
@@ -29,15 +36,44 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _lock(fd: int, *, wait: bool) -> bool:
+    """flock `fd` exclusively; False when another process (or descriptor) holds it."""
+    if fcntl is None:  # no flock (Windows): every temp file counts as live
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        return False
+    return True
+
+
 def _remove_stale(path: Path) -> None:
-    """Temp files of earlier writes to `path` that were killed before their rename."""
+    """Temp files of earlier writes to `path` whose writer has ended before its rename (its
+    lock is gone); a live writer's temp file is left alone."""
     try:
         siblings = list(path.parent.glob(f".{glob.escape(path.name)}.*{_TMP_SUFFIX}"))
     except OSError:
         return
     for stale in siblings:
-        with suppress(OSError):
-            stale.unlink()
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if _lock(fd, wait=False):
+                with suppress(OSError):
+                    stale.unlink()
+        finally:
+            os.close(fd)
+
+
+def open_temp(tmp: str | os.PathLike[str]) -> int:
+    """A write descriptor on the temp file `atomic_path` made (truncated, never through a
+    link): for writers that want a descriptor rather than a path."""
+    return os.open(tmp, os.O_WRONLY | os.O_TRUNC | _NOFOLLOW)
 
 
 def replaceable(path: str | os.PathLike[str]) -> str:
@@ -63,31 +99,34 @@ def refuse_special(path: str | os.PathLike[str], what: str = "") -> None:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str], *, mode: int = 0o666) -> Iterator[Path]:
     """Yield a temp path next to `path`; on normal exit it replaces `path` atomically.
 
-    The caller creates the temp file (any writer that takes a path: zipfile, numpy, ...).
-    On an exception the temp file is removed and `path` is untouched. OSError propagates:
-    callers turn it into their one-line error. A device, FIFO, socket or folder at `path`
-    (or a link to one) is a WriteError, before and again just before the rename.
+    The temp file exists, empty (created exclusively, `mode` before the umask) and locked
+    for as long as the block runs; the caller writes it by its path (any writer that takes
+    a path: zipfile, numpy, ...) or through `open_temp`. On an exception the temp file is
+    removed and `path` is untouched. OSError propagates: callers turn it into their one-line
+    error. A device, FIFO, socket or folder at `path` (or a link to one) is a WriteError,
+    before and again just before the rename.
     """
     path = Path(path)
     refuse_special(path)
     _remove_stale(path)
     tmp = _tmp_name(path)
+    held = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode)
     try:
+        _lock(held, wait=True)
         yield tmp
         refuse_special(path)
         os.replace(tmp, path)
     finally:
         with suppress(FileNotFoundError):
             tmp.unlink()
+        os.close(held)
 
 
 def _create(tmp: Path, data: bytes) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, 0o666)
-    with os.fdopen(fd, "wb") as fh:
+    with os.fdopen(open_temp(tmp), "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

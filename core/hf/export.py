@@ -199,7 +199,7 @@ def _export(
         if n_layers:
             _name_dynamic_dims(program, n_layers=n_layers)
         n_bytes = sum(p.numel() * p.element_size() for p in wrapper.parameters())
-        program.save(str(path), external_data=n_bytes > 1_500_000_000)
+        _save(program, path, external_data=n_bytes > 1_500_000_000)
     except Exception as exc:  # the exporter raises many types; all mean "export failed"
         seconds = time.perf_counter() - t0
         cause = exporter_cause(exc)
@@ -210,6 +210,27 @@ def _export(
             cause=cause,
         ) from exc
     return time.perf_counter() - t0
+
+
+def _save(program: Any, path: Path, *, external_data: bool) -> None:
+    """Save whole or not at all (a full disk, a kill: the previous file stays): into a private
+    folder beside `path`, then each file renamed into place, the model last. Only a regular
+    file (or nothing) is replaced: a FIFO or device at `path` is refused, never opened."""
+    import os
+    import shutil
+    import tempfile
+
+    from parity.files.atomic import refuse_special
+
+    refuse_special(path, "ONNX export")
+    folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".parity-tmp", dir=path.parent))
+    try:
+        program.save(str(folder / path.name), external_data=external_data)
+        for part in sorted(folder.iterdir(), key=lambda p: p.name == path.name):
+            refuse_special(path.parent / part.name, "ONNX export")
+            os.replace(part, path.parent / part.name)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class _quiet_exporter:

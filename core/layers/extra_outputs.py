@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from parity.errors import OnnxRunError, first_line
+from parity.load.onnx_read import read_onnx
 from parity.results import InputSet
 
 EXTERNALIZE_OVER = 64 << 20  # inline weights past this are moved to a temp file
@@ -68,11 +69,11 @@ class ExtraOutputs:
         self.opt_level = opt_level
         given = proto
         if proto is None:
-            proto = onnx.load(str(self.path), load_external_data=False)
+            proto = read_onnx(self.path, external_data=False)
         self._external = _uses_external_data(proto)
         self.weights_dir = self.path.parent  # where the proto's external data is read from
         if not self._external:
-            proto = given if given is not None else onnx.load(str(self.path))
+            proto = given if given is not None else read_onnx(self.path)
             if _initializer_bytes(proto) > externalize_over:
                 self.weights_dir = _externalized(proto, self)
                 self._external = True

@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 
 from parity.layers.result import LayersResult, LayerStatus
+from parity.load.onnx_read import read_onnx
 
 MAX_NODES = 8
 
@@ -49,12 +50,12 @@ def convert(
     overflows), then for bfloat16 `to_bfloat16`."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    source = onnx.load(str(reference))
+    source = read_onnx(reference)
     options: dict[str, Any] = {}
     if op_block_list is not None:
         options["op_block_list"] = list(op_block_list)
     model = convert_float_to_float16(
-        onnx.load(str(reference)),
+        read_onnx(reference),
         keep_io_types=keep_io_types,
         node_block_list=list(block),
         **options,
@@ -248,14 +249,14 @@ def fp16_findings(
         notes.append(f"{dtype} file: no value is born diverging, nothing to keep in float32")
         return replace(result, notes=tuple(notes))
     keep_io = keeps_io_types(candidate, reference)
-    ref_proto = onnx.load(str(reference.path), load_external_data=False)
+    ref_proto = read_onnx(reference.path, external_data=False)
     ref_graph = ref_proto.graph
     ref_nodes = {n.name for n in ref_graph.node}
     readers: dict[str, list[str]] = {}
     for n in ref_graph.node:
         for i in n.input:
             readers.setdefault(i, []).append(n.name)
-    current = onnx.load(str(candidate.path), load_external_data=False)
+    current = read_onnx(candidate.path, external_data=False)
     op_block_list = None
     if dtype == "bfloat16":  # compute in bfloat16 only where the candidate does (CPU: little)
         allowed = sixteen_bit_ops(current)

@@ -22,6 +22,7 @@ from parity.errors import UsageError
 from parity.files.atomic import write_output
 from parity.files.json_output import dumps
 from parity.layers import views
+from parity.load.onnx_read import read_onnx
 
 if TYPE_CHECKING:
     from parity.layers.result import LayersResult
@@ -93,9 +94,7 @@ def graph_name(onnx_path: str | Path | None) -> str:
     if onnx_path is None or not Path(onnx_path).is_file():
         return DEFAULT_GRAPH
     try:
-        import onnx
-
-        name = onnx.load(str(onnx_path), load_external_data=False).graph.name
+        name = read_onnx(onnx_path, external_data=False).graph.name
     except Exception:  # an unreadable file: the default still matches torch's exports
         return DEFAULT_GRAPH
     return name

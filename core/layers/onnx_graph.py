@@ -17,6 +17,8 @@ from pathlib import Path
 
 import onnx
 
+from parity.load.onnx_read import read_onnx
+
 DYNAMO, LEGACY, UNKNOWN = "dynamo", "legacy", "unknown"
 
 _FX_NAME = re.compile(r"^%([\w.]+)\s*:")
@@ -173,13 +175,13 @@ class GraphIndex:
 
 def read_graph(path: str | Path) -> GraphIndex:
     """Index an ONNX file's main graph (weights are not read)."""
-    return index_graph(onnx.load(str(path), load_external_data=False))
+    return index_graph(read_onnx(path, external_data=False))
 
 
 def merged_condition(path: str | Path) -> str | None:
     """The boolean graph input (`use_cache_branch`) of a merged decoder (Optimum's: one If
     on it, whose branches are the decoder without and with past), else None."""
-    proto = onnx.load(str(path), load_external_data=False)
+    proto = read_onnx(path, external_data=False)
     return None if _merged_if(proto) is None else proto.graph.node[0].input[0]
 
 
@@ -188,9 +190,9 @@ def flattened_branch(path: str | Path, value: bool) -> onnx.ModelProto:
     file's initializers (external weights stay references to their files; inline ones are
     read once, for this branch only). The values inside an If cannot be graph outputs;
     flattened, the branch is a graph like any export's."""
-    proto = onnx.load(str(path), load_external_data=False)
+    proto = read_onnx(path, external_data=False)
     if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
-        proto = onnx.load(str(path))  # inline weights: the flattened graph carries them
+        proto = read_onnx(path)  # inline weights: the flattened graph carries them
     node = _merged_if(proto)
     assert node is not None, "not a merged decoder (see merged_condition)"
     branch = next(

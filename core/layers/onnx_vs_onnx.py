@@ -41,6 +41,7 @@ from parity.layers.localise import (
 from parity.layers.matching import Pair
 from parity.layers.onnx_graph import GraphIndex, read_graph
 from parity.layers.result import LayersResult, LayerStatus
+from parity.load.onnx_read import read_onnx
 from parity.results import InputSet
 
 ONNX_NAMES = "onnx names"
@@ -261,7 +262,7 @@ def _sizes(path: str | Path, input_sets: Sequence[InputSet]) -> dict[str, int]:
     """Bytes of each value at the largest input set, from ONNX shape inference with the
     inputs' shapes made concrete; a value whose shape stays unknown counts as the largest
     input."""
-    proto = onnx.load(str(path), load_external_data=False)
+    proto = read_onnx(path, external_data=False)
     graph = proto.graph
     sizes: dict[str, int] = {}
     for input_set in input_sets:

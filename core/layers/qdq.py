@@ -40,6 +40,7 @@ from parity.layers.qdq_search import (
     search_exclusions,
 )
 from parity.layers.result import LayersResult
+from parity.load.onnx_read import read_onnx
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ def qdq_findings(
     input_sets: Sequence[Any],
     quantized: list[Quantized],
 ) -> LayersResult:
-    ref_proto = onnx.load(str(reference.path), load_external_data=False)
-    cand_proto = onnx.load(str(candidate.path))
+    ref_proto = read_onnx(reference.path, external_data=False)
+    cand_proto = read_onnx(candidate.path)
     ref_nodes = _producers(ref_proto.graph)
     cand_nodes = _producers(cand_proto.graph)
     tensors = list(dict.fromkeys(q.tensor for q in quantized))
@@ -371,13 +372,13 @@ def torch_exclusions(result: LayersResult, candidate: Any, run: Any, model: Any)
     exclusion search as against a float ONNX file, against torch's outputs on the run's
     input sets, the float weights read from the torch model's parameters. `result` comes
     back unchanged for a file that quantizes nothing."""
-    head = onnx.load(str(candidate.path), load_external_data=False)
+    head = read_onnx(candidate.path, external_data=False)
     if not any(n.op_type == "DequantizeLinear" for n in head.graph.node):
         return result
     from parity.run.candidates import fit_signature
 
     try:
-        proto = onnx.load(str(candidate.path))
+        proto = read_onnx(candidate.path)
         fit = fit_signature(run.signature, candidate.signature)
         search = search_exclusions(
             proto,

@@ -28,6 +28,7 @@ from parity.errors import WriteError
 from parity.layers import criterion
 from parity.layers.result import LayersResult
 from parity.layers.views import fmt
+from parity.load.onnx_read import read_onnx
 from parity.version import __version__
 
 MODEL = "model.onnx"
@@ -83,6 +84,7 @@ def write_repro(
 ) -> ReproWritten:
     """Write the repro folder (atomically, file by file); a clean run writes nothing."""
     from parity.files.atomic import write_output
+    from parity.files.outputs import check_repro_folder, clear_stale_repro
 
     reason = no_repro_reason(result)
     if reason is not None:
@@ -90,10 +92,12 @@ def write_repro(
     assert result is not None
     files = repro_files(result, command=command, onnx_path=onnx_path)
     root = Path(folder)
+    check_repro_folder(root, "repro folder")  # again: no link to elsewhere since the check
     try:
         (root / DATA).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WriteError(f"cannot write repro folder {root}: {exc.strerror or exc}") from exc
+    clear_stale_repro(root, keep=files)  # an earlier repro's extra input_K.pb: repro.py reads all
     for rel, data in files.items():
         write_output(root / rel, data, what="repro file")
     c = result.repro
@@ -129,7 +133,7 @@ def _readme(result: LayersResult, *, command: str, onnx_path: str | Path) -> str
     case = result.repro
     v = case.value
     c = result.confirmation_of(v)
-    source = onnx.load(str(onnx_path), load_external_data=False)
+    source = read_onnx(onnx_path, external_data=False)
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in case.cut.model.opset_import)
     exporter = f"{source.producer_name or '?'} {source.producer_version or ''}".strip()
     dynamo = any(

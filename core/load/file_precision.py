@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from parity.load.onnx_read import read_onnx
 from parity.load.provider_precision import SIXTEEN_BIT, has_sixteen_bit
 
 _RANK = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}  # lower precision: higher rank
@@ -50,7 +51,7 @@ class OutputPrecision:
 def output_precisions(path: str | Path) -> dict[str, OutputPrecision]:
     """Per graph output, the precision it is computed at (see the module doc)."""
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = read_onnx(path, external_data=False)
         if len(proto.graph.node) > MAX_NODES:
             return {}
         return _precisions(proto)

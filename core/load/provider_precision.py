@@ -25,6 +25,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from parity.load.onnx_read import read_onnx
+
 SIXTEEN_BIT = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 _WIDE = {TensorProto.FLOAT, TensorProto.DOUBLE}
 _NOT_COMPUTE = {"Cast", "CastLike", "Constant", "Identity"}
@@ -55,7 +57,7 @@ def precision_notes(notes: tuple[str, ...] | list[str]) -> list[str]:
 def provider_precision(path: str | Path, provider: str) -> ProviderPrecision | None:
     """How many of the file's 16-bit nodes `provider` ran in float32 (see module doc)."""
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = read_onnx(path, external_data=False)
         if not has_sixteen_bit(proto.graph):
             return None
         sixteen = _sixteen_bit_nodes(proto)
@@ -119,7 +121,7 @@ def _provider_graph_types(path: Path, provider: str) -> tuple[dict[str, int], di
             ),
         )
         del session
-        graph_proto = onnx.load(str(written), load_external_data=False)
+        graph_proto = read_onnx(written, external_data=False)
     types = _types(onnx.shape_inference.infer_shapes(graph_proto).graph)
     by_node: dict[str, int] = {}
     for node in graph_proto.graph.node:

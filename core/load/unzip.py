@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from parity.errors import InputError, first_line
-from parity.files.atomic import atomic_path
+from parity.files.atomic import atomic_path, open_temp
 
 MAX_MEMBERS = 1000
 _CD_BYTES_PER_MEMBER = 1024  # a generous central-directory entry: 46 bytes + name + extras
@@ -77,7 +77,7 @@ def _extract(fp: BinaryIO, dest: Path, max_bytes: int, max_members: int, shown: 
     try:
         for info, name in members:
             target = dest / name
-            with atomic_path(target) as tmp:
+            with atomic_path(target, mode=0o600) as tmp:
                 _write_member(fp, info, tmp, budget, shown)
             written.append(target)
     except BaseException:
@@ -156,8 +156,7 @@ def _write_member(
     """Stream one member into a new file at `tmp`, counting its real size against its
     header's and the archive's `budget` ([bytes left, cap]); its CRC is checked at the end."""
     member = info.filename
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, 0o600)
+    fd = open_temp(tmp)  # made exclusively by atomic_path, never through a link
     size = 0
     crc = 0
 

@@ -292,6 +292,10 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         for k, v in sj.obj(sj.field(m, "environment", "manifest"), "environment").items()
     }
     layers = layers_from_json(m.get("layers"), get, "layers")
+    candidates = candidates_from_json(m.get("candidates"))
+    candidate_layers = _candidate_layers_from_json(m.get("candidate_layers"), layers, get)
+    indices = {i.index for i in candidates} or {0}
+    _check_indices({s.index for s in input_sets}, indices, comparisons, candidate_layers)
     return ValidationRun(
         model=sj.string(sj.field(m, "model", "manifest"), "model"),
         onnx=sj.string(sj.field(m, "onnx", "manifest"), "onnx"),
@@ -308,8 +312,8 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         generation=generation,
         saved=saved,
         layers=layers,
-        candidates=candidates_from_json(m.get("candidates")),
-        candidate_layers=_candidate_layers_from_json(m.get("candidate_layers"), layers, get),
+        candidates=candidates,
+        candidate_layers=candidate_layers,
         frozen=frozen_from_json(m.get("frozen")),
         static_axes=static_axes_from_json(m.get("static_axes")),
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
@@ -513,9 +517,8 @@ def comparison_from_json(entry: Any, at: str, get: ArrayGet) -> OutputComparison
     if raw_profile is not None:
         from parity.judge.error_profile import ErrorProfile
 
-        profile = ErrorProfile.from_arrays(
-            {str(key): get(member, f"{at}.profile.{key}") for key, member in raw_profile.items()}
-        )
+        arrays = {str(k): get(member, f"{at}.profile.{k}") for k, member in raw_profile.items()}
+        profile = ErrorProfile.from_arrays(_profile_arrays(arrays, f"{at}.profile"))
     raw_stats = sj.optional(sj.obj, field("stats"), f"{at}.stats")
     return OutputComparison(
         input_set=sj.integer(field("input_set"), f"{at}.input_set"),
@@ -540,6 +543,49 @@ def comparison_from_json(entry: Any, at: str, get: ArrayGet) -> OutputComparison
         notes=_texts(entry.get("notes", []), f"{at}.notes"),
         noise=noise_from_json(entry.get("noise"), f"{at}.noise"),
     )
+
+
+_PROFILE_SIZES = {"counts": 3, "anchor": 3, "zero_ref_max": 1, "hull_slack": 1}
+_PROFILE_PAIRS = (("hull_r", "hull_d"), ("hist_bins", "hist_counts"), ("top_d", "top_r"),
+                  ("sample_d", "sample_r"))  # fmt: skip
+
+
+def _profile_arrays(arrays: dict[str, np.ndarray], at: str) -> dict[str, np.ndarray]:
+    """A saved error profile's arrays, consistent before they are used: every member there,
+    numbers, flat, the fixed ones of their size, each pair (hull, histogram, top, sample)
+    of one length. A crafted file is one line, never a page's traceback."""
+    needed = {"counts", "anchor", "zero_ref_max"} | {k for pair in _PROFILE_PAIRS for k in pair}
+    missing = sorted(needed - set(arrays))
+    if missing:
+        raise sj.FieldError(f"{at}: missing {', '.join(missing)}")
+    for key, array in arrays.items():
+        if array.dtype.kind not in "biuf" or array.ndim > 1:
+            raise sj.FieldError(f"{at}.{key}: expected a flat array of numbers, got {array.dtype}")
+        if key in _PROFILE_SIZES and array.size != _PROFILE_SIZES[key]:
+            raise sj.FieldError(f"{at}.{key}: expected {_PROFILE_SIZES[key]} numbers")
+    for a, b in _PROFILE_PAIRS:
+        if arrays[a].size != arrays[b].size:
+            raise sj.FieldError(f"{at}: {a} and {b} differ in length")
+    return arrays
+
+
+def _check_indices(sets: set[int], candidates: set[int], comparisons, layers: Mapping) -> None:
+    """Every comparison names an input set and a candidate the run has (a crafted index
+    would be a KeyError in a page or the CLI)."""
+    for c, comp in enumerate(comparisons):
+        if comp.input_set not in sets:
+            raise sj.FieldError(
+                f"comparisons[{c}].input_set: {comp.input_set} is not one of the run's "
+                f"input sets ({', '.join(map(str, sorted(sets)))})"
+            )
+        if comp.candidate not in candidates:
+            raise sj.FieldError(
+                f"comparisons[{c}].candidate: {comp.candidate} is not one of the run's "
+                f"candidates ({', '.join(map(str, sorted(candidates)))})"
+            )
+    for index in layers:
+        if index not in candidates:
+            raise sj.FieldError(f"candidate_layers: {index} is not one of the run's candidates")
 
 
 _COUNTS = ("n_nan_mismatch", "n_inf_mismatch")

@@ -48,6 +48,7 @@ from parity.files.atomic import atomic_output
 from parity.files.hashing import file_sha256
 from parity.files.json_output import dumps
 from parity.files.safe_read import open_regular
+from parity.files.zip_bounds import check_zip_directory
 from parity.load.specs import demo_name
 from parity.reports.codec import ArrayGet, run_from_json, run_to_json
 from parity.results import SavedFrom, ValidationRun
@@ -82,7 +83,7 @@ def save_run(
     path = Path(path)
     with (
         atomic_output(path, "saved run") as tmp,
-        zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf,
+        zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf,
     ):
         writer = _MemberWriter(zf)
         manifest = _manifest(run, writer, keep_outputs=keep_outputs)
@@ -238,7 +239,7 @@ def load_run(
     """
     path = Path(path)
     with _open_file(path) as fh, _open_zip(fh, path) as zf:
-        manifest = _read_manifest(zf, path)
+        manifest = _read_manifest(zf, path, budget or MemoryBudget())
         members = _locate_members(zf, fh, manifest, path)
         (budget or MemoryBudget()).check(
             sum(m.size for m in members.values() if m.size < _SMALL_MEMBER),
@@ -274,8 +275,19 @@ def _open_file(path: Path) -> AbstractContextManager[io.BufferedReader]:
     return open_regular(path, what="saved run", limit=None, error=SavedRunError)
 
 
+SAVED_RUN_MAX_MEMBERS = 200_000
+"""The most arrays a saved run may list; its zip directory is bounded before it is parsed."""
+MANIFEST_PARSE_FACTOR = 50
+"""Bytes Python's json takes per byte of manifest it parses (a 63 MB manifest took 3.2 GB):
+the manifest's size times this is checked against the memory budget before it is parsed."""
+
+
 def _open_zip(fh: io.BufferedReader, path: Path) -> zipfile.ZipFile:
     try:
+        check_zip_directory(
+            fh, what="saved run", path=path, max_entries=SAVED_RUN_MAX_MEMBERS, error=SavedRunError
+        )
+        fh.seek(0)
         return zipfile.ZipFile(fh)
     except OSError as exc:
         raise SavedRunError(f"cannot read saved run {path}: {exc.strerror or exc}") from exc
@@ -285,13 +297,20 @@ def _open_zip(fh: io.BufferedReader, path: Path) -> zipfile.ZipFile:
         ) from exc
 
 
-def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
+def _read_manifest(
+    zf: zipfile.ZipFile, path: Path, budget: MemoryBudget | None = None
+) -> dict[str, Any]:
     try:
         info = zf.getinfo(MANIFEST)
     except KeyError as exc:
         raise SavedRunError(f"{path} is not a Parity saved run (no {MANIFEST} inside)") from exc
     if info.file_size > _MAX_MANIFEST:
         raise SavedRunError(f"{path}: {MANIFEST} is implausibly large ({info.file_size} bytes)")
+    (budget or MemoryBudget()).check(  # parsing JSON takes ~50x its size: bounded first
+        info.file_size * MANIFEST_PARSE_FACTOR,
+        f"saved run {path} (parsing its {info.file_size:,}-byte {MANIFEST})",
+        proceed="open a smaller run",
+    )
     try:
         raw = zf.read(info)
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
@@ -392,6 +411,11 @@ def _read_array(fh: io.BufferedReader, member: _Member, path: Path) -> np.ndarra
         raise SavedRunError(
             f"{path}: member {member.name!r} is not a valid .npy array ({exc})"
         ) from exc
+    if dtype.kind not in "biufc" and not dtype.hasobject:  # text, bytes, records, dates
+        raise SavedRunError(
+            f"{path}: member {member.name!r} holds {dtype} values, not numbers; refusing it "
+            "(saved runs hold arrays of numbers only)"
+        )
     if dtype.hasobject:
         raise SavedRunError(
             f"{path}: member {member.name!r} holds Python objects ({dtype}) that would need "
@@ -408,7 +432,9 @@ def _read_array(fh: io.BufferedReader, member: _Member, path: Path) -> np.ndarra
     if n_bytes < _SMALL_MEMBER:
         data = fh.read(n_bytes)
         return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape, order=order)
-    mapped = np.memmap(path, dtype=dtype, mode="r", offset=data_start, shape=shape, order=order)
+    # mapped from the descriptor opened (and checked, and hashed) once, never the path again:
+    # a file swapped since (for a FIFO, another run) is never what is read
+    mapped = np.memmap(fh, dtype=dtype, mode="r", offset=data_start, shape=shape, order=order)
     return np.asarray(mapped)
 
 

@@ -11,11 +11,13 @@ the run's own (`ValidationRun.tolerances`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import parity.files.strict_json as sj
 from parity.errors import ParityError
+from parity.load.specs import demo_name, is_hf_spec
 from parity.results import ValidationRun
 from parity.run.config import RunConfig
 from parity.tolerances import Tolerances
@@ -126,14 +128,17 @@ def config_of_run(run: ValidationRun) -> RunConfig | None:
     """The settings that made `run`, at its tolerances: the ones it carries, else (a run saved
     before runs carried them) what its files, candidates and input sets tell. None when they
     cannot be read (a hand-edited file); the run itself still opens."""
-    from parity.load.specs import demo_name, onnx_reference_path, reference_path
+    from parity.load.specs import onnx_reference_path, reference_path
 
     carried = run.provenance.config
     if carried is not None:
         try:
-            return config_from_json(carried, run.tolerances)
+            config = config_from_json(carried, run.tolerances)
         except (sj.FieldError, ParityError):
             return None
+        if config.model is not None and config.model != run.model:
+            return None  # it would run another model than the one the run names
+        return config
     p = run.provenance
     infos = run.candidate_list
     files = tuple(dict.fromkeys(i.onnx for i in infos))
@@ -164,3 +169,22 @@ def is_demo_export(path: str) -> bool:
     from parity.load.demos import demo_cache_dir
 
     return Path(path).parent == demo_cache_dir()
+
+
+def reopened(config: RunConfig) -> RunConfig:
+    """What a run opened from a file (a saved run, a sweep pair) may ask of a new run: only
+    what the Run form shows and the user can edit. The budgets (`max_memory`,
+    `layers_memory_mb`, the time limit) are the server's own, never a file's; an hf: export
+    goes to a private temporary folder (a file's `export_path` would overwrite any file its
+    author named) and its task is found again from the model's config; a factory's weights
+    only where the form has a weights field (a path model)."""
+    hf = config.hf if config.hf is None else replace(config.hf, export_path=None, task=None)
+    plain = demo_name(config.model) is None and not is_hf_spec(config.model)
+    return replace(
+        config,
+        hf=hf,
+        weights=config.weights if plain else None,
+        max_memory=None,
+        layers_memory_mb=RunConfig.layers_memory_mb,
+        timeout=None,
+    )

@@ -61,6 +61,7 @@ import numpy as np
 
 from parity.errors import InputError, UsageError, first_line
 from parity.files.safe_read import open_regular
+from parity.files.zip_bounds import check_zip_directory
 from parity.load.dtypes import FLOAT_NAMES, INT_NAMES, numpy_dtype
 from parity.results import InputSet
 from parity.run.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
@@ -484,12 +485,20 @@ def _npz_headers(path: Path, *, where: str) -> tuple[NpyHeader, ...]:
             raise InputError(f"{where}: unreadable .npz ({first_line(exc)})") from exc
 
 
+NPZ_MAX_MEMBERS = 100_000
+"""The most arrays an .npz (feeds, reference outputs) may list: its directory is bounded
+before zipfile parses it (parity.files.zip_bounds)."""
+
+
 @contextmanager
 def _open_npz(path: Path, where: str) -> Iterator[BinaryIO]:
     """The .npz, if a regular file (a FIFO or /dev/zero named in one line) and a zip."""
     with open_regular(path, what="inputs file", limit=None, error=InputError) as fh:
         if not zipfile.is_zipfile(fh):
             raise InputError(f"{where}: not an .npz archive (save feeds with numpy.savez)")
+        check_zip_directory(
+            fh, what="inputs file", path=path, max_entries=NPZ_MAX_MEMBERS, error=InputError
+        )
         fh.seek(0)
         yield fh
 

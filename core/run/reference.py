@@ -108,7 +108,7 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray], *, what: str) -> None:
     """Uncompressed npz, each array streamed into the zip (no second copy), atomically."""
     with (
         atomic_output(path, what) as tmp,
-        zipfile.ZipFile(tmp, "x", zipfile.ZIP_STORED, allowZip64=True) as zf,
+        zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf,
     ):
         for key, array in arrays.items():
             array = np.asanyarray(array)
@@ -138,7 +138,14 @@ def _read_npz_file(fh: BinaryIO, path: Path, budget: MemoryBudget) -> dict[str, 
         )
     if not magic.startswith(b"PK"):
         raise InputError(f"reference file {path} is not an .npz file (not a zip archive)")
+    from parity.files.zip_bounds import check_zip_directory
+    from parity.run.inputs import NPZ_MAX_MEMBERS
+
     try:
+        check_zip_directory(
+            fh, what="reference file", path=path, max_entries=NPZ_MAX_MEMBERS, error=InputError
+        )
+        fh.seek(0)
         headers = npz_headers(fh)
     except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"reference file {path} is not a readable .npz ({exc})") from exc
