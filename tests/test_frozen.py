@@ -204,3 +204,22 @@ def test_the_dashboard_shows_the_error_cell_and_the_frozen_node(exports) -> None
     assert "error" in marks and "✓" in marks
     at.switch_page("pages/inspect_page.py").run()
     assert not at.exception
+
+
+def test_a_legacy_exports_unnamed_dynamic_axes_still_name_the_size(exports) -> None:
+    """`dynamic_axes={"x": [0, 2, 3]}` names the dims x_dynamic_axes_1.. : the first axis is
+    still taken for the batch (1 = batch), height and width for the product."""
+    import torch
+
+    model = frozen_models.load(exports, "flatten")
+    path = exports / "flatten_list.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(
+            model, (torch.randn(*frozen_models.EXPORT_SHAPE),), str(path), dynamo=False,
+            input_names=["x"], output_names=["y"], dynamic_axes={"x": [0, 2, 3]},
+        )  # fmt: skip
+    code, report = validate(exports, "flatten", path)
+    assert code == 1
+    [frozen] = report["frozen"]
+    assert frozen["node"] == "/Reshape" and frozen["confirmed"] is True
+    assert sorted(frozen["dims"].values()) == [1, 48, 64]

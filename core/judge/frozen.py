@@ -275,8 +275,29 @@ def _sizes(
             continue
         changes = {(s.position, s.slot): _recomputed(s, es, failing) for s, es in plan}
         if check(failing, with_constant(model, changes)):
+            plan = _needed(model, plan, failing, check, budget)
             return [_size_node(s, es, export, full) for s, es in plan]
     return []
+
+
+def _needed(
+    model: onnx.ModelProto,
+    plan: list[tuple[Suspect, tuple[Explanation | None, ...]]],
+    failing: Mapping[str, int],
+    check: Check,
+    budget: _Budget,
+) -> list[tuple[Suspect, tuple[Explanation | None, ...]]]:
+    """The confirmed plan without the nodes it agrees without (a Slice end that clamps alike
+    at any size): each node named is one whose recomputed constant the agreement needs."""
+    kept = list(plan)
+    for item in list(plan):
+        if len(kept) == 1 or not budget.take():
+            break
+        rest = [x for x in kept if x is not item]
+        changes = {(s.position, s.slot): _recomputed(s, es, failing) for s, es in rest}
+        if check(failing, with_constant(model, changes)):
+            kept = rest
+    return kept
 
 
 def _recomputed(
