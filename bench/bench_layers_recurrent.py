@@ -4,8 +4,8 @@ shape at a quarter of its width), both exporters. Not a test.
 
 Each timing is the median of `--repeats` runs in one process after a warm-up run (the first
 `--layers` run pays for the exporter's decomposition tables), in CPU seconds of the process
-(`time.process_time`: on a shared machine wall time measures the neighbours), one thread. Run it with the code to compare
-first on PYTHONPATH (a folder holding `parity` -> that code's `core/`) to time another version.
+(`time.process_time`: on a shared machine wall time measures the neighbours), one thread.
+Put a folder holding `parity` -> another version's `core/` first on PYTHONPATH to time it.
 
     python bench/bench_layers_recurrent.py --repeats 5
 """
