@@ -154,7 +154,7 @@ def test_the_terminal_says_the_ops_between_conv_and_fc(
     assert "the ops of Pooled.forward between 'conv' and 'fc'" in out
     assert "Div '/Div'" in out
     first = json.loads(report.read_text())["layers"]["first_divergence"]
-    assert (first["onnx_node"], first["feeds"]) == ("/Div", "fc")
+    assert (first["onnx_node"], first["input_of"]) == ("/Div", "fc")
     assert "Div '/Div'" in first["ops"]
 
 
