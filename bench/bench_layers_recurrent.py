@@ -3,8 +3,9 @@ hidden 64, 2 x 160 frames of 40 mels, its last hidden state through a Linear: re
 shape at a quarter of its width), both exporters. Not a test.
 
 Each timing is the median of `--repeats` runs in one process after a warm-up run (the first
-`--layers` run pays for the exporter's decomposition tables). Run it with the code to compare
-first on PYTHONPATH (a folder holding `parity` -> that code's `core/`) to time another version.
+`--layers` run pays for the exporter's decomposition tables), in CPU seconds of the process
+(`time.process_time`: on a shared machine wall time measures the neighbours), one thread.
+Put a folder holding `parity` -> another version's `core/` first on PYTHONPATH to time it.
 
     python bench/bench_layers_recurrent.py --repeats 5
 """
@@ -38,9 +39,9 @@ def _median(fn, repeats: int) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return statistics.median(times)
 
 
@@ -50,6 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     import parity
 
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     model = Encoder().eval()
     x = torch.randn(2, 160, 40)
@@ -71,7 +73,7 @@ def main() -> None:
             run = parity.validate(model, path, inputs=feeds, layers=True)
             assert run.layers is not None
             print(
-                f"{name}: plain {plain:.2f} s, --layers {layered:.2f} s "
+                f"{name}: plain {plain:.2f} CPU s, --layers {layered:.2f} CPU s "
                 f"({layered / plain:.1f}x); {run.layers.matched} values matched, "
                 f"first divergence {run.layers.first_divergence is not None}"
             )

@@ -344,6 +344,8 @@ LATER_FIELDS = {
     "static_axes",
     "findings",
     "suggested_tolerances",
+    "input_of",  # layers.values[]
+    "ops",
 }
 
 

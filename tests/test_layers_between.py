@@ -25,7 +25,9 @@ from parity import validate
 from parity.cli import main
 from parity.layers.birth_words import birth_sentence
 from parity.layers.result import Confirmation, LayersResult, LayerValue
+from parity.layers.views import divergence_sentence
 from parity.load.torch_model import load_torch_model
+from tests.helpers.two_exports import export_both
 
 SOURCE = textwrap.dedent(
     '''
@@ -89,34 +91,21 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     source.write_text(SOURCE)
     model = load_torch_model(f"{source}:make").module
     x = torch.randn(1, 3, 64, 48)
-    legacy, dynamo = root / "leg.onnx", root / "dyn.onnx"
     dims = torch.export.Dim
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            (x,),
-            str(legacy),
-            dynamo=False,
-            input_names=["x"],
-            output_names=["y"],
-            dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}},
-        )
-        torch.onnx.export(
-            model,
-            (x,),
-            dynamo=True,
-            verbose=False,
-            input_names=["x"],
-            output_names=["y"],
-            dynamic_shapes={
-                "x": {
-                    0: dims("batch", max=64),
-                    2: dims("height", min=8, max=1024),
-                    3: dims("width", min=8, max=1024),
-                }
-            },
-        ).save(str(dynamo))
+    legacy, dynamo = export_both(
+        model,
+        x,
+        root,
+        dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}},
+        dynamic_shapes={
+            "x": {
+                0: dims("batch", max=64),
+                2: dims("height", min=8, max=1024),
+                3: dims("width", min=8, max=1024),
+            }
+        },
+        output="y",
+    )
     return Files(source, legacy, dynamo)
 
 
@@ -144,6 +133,8 @@ def test_layers_name_the_div_not_the_linear_after_it(files: Files, exporter: str
     assert layers.confirmation_of(first).outcome == "born"
     fc = [v for v in layers.values if v.torch_module == "fc" and v.feeds is None]
     assert fc and all(v.status != "diverges" for v in fc)  # the clean Linear is not blamed
+    sentence = divergence_sentence(layers)  # the dashboard's and the HTML report's words
+    assert "between 'conv' and 'fc'" in sentence and "not in fc after them" in sentence
     if exporter == "dynamo":  # its re-export froze the constant too: said, eager compared
         assert any("disagrees with eager torch" in n for n in layers.notes)
 
@@ -163,7 +154,7 @@ def test_the_terminal_says_the_ops_between_conv_and_fc(
     assert "the ops of Pooled.forward between 'conv' and 'fc'" in out
     assert "Div '/Div'" in out
     first = json.loads(report.read_text())["layers"]["first_divergence"]
-    assert (first["onnx_node"], first["feeds"]) == ("/Div", "fc")
+    assert (first["onnx_node"], first["input_of"]) == ("/Div", "fc")
     assert "Div '/Div'" in first["ops"]
 
 

@@ -23,6 +23,7 @@ from parity import validate
 from parity.layers.result import LayerStatus
 from parity.layers.text import format_layers
 from tests.helpers.plant_bug import plant
+from tests.helpers.two_exports import export_both
 
 
 class Encoder(nn.Module):
@@ -61,19 +62,9 @@ def lstm(tmp_path_factory: pytest.TempPathFactory) -> Exports:
     torch.manual_seed(0)
     model = Encoder().eval()
     x = torch.randn(1, 20, 8)
-    legacy, dynamo = root / "leg.onnx", root / "dyn.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            (x,),
-            str(legacy),
-            dynamo=False,
-            input_names=["x"],
-            output_names=["embeds"],
-            dynamic_axes={"x": {0: "batch", 1: "time"}},
-        )
-        torch.onnx.export(model, (x,), dynamo=True, verbose=False).save(str(dynamo))
+    legacy, dynamo = export_both(
+        model, x, root, dynamic_axes={"x": {0: "batch", 1: "time"}}, output="embeds"
+    )
     bugs = []
     for path in (legacy, dynamo):
         layer1 = _recurrent_nodes(path)[1].name

@@ -93,7 +93,7 @@ class LayerValue:
             "inputs": [int(i) for i in self.inputs],
             "sqnr_db": finite_or_none(self.sqnr_db),
             "dtype": self.dtype or None,
-            "feeds": self.feeds,
+            "input_of": self.feeds,
             "ops": list(self.ops),
         }
 
@@ -118,7 +118,7 @@ class LayerValue:
             inputs=tuple(int(i) for i in data.get("inputs") or ()),
             sqnr_db=_opt_float(data.get("sqnr_db")),
             dtype=_opt_str(data.get("dtype")) or "",
-            feeds=_opt_str(data.get("feeds")),
+            feeds=_opt_str(data.get("input_of")),
             ops=tuple(str(o) for o in data.get("ops") or ()),
         )
 
