@@ -12,7 +12,8 @@ only the last position's logits.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,25 @@ class Capture:
     new_tokens: np.ndarray | None = None  # generate()'s new token ids, (batch, new tokens)
 
 
+@contextmanager
+def hooked_run(hooks: Sequence[Any], what: str) -> Iterator[None]:
+    """Run the model (`what`: "generate()", "the encoder", ...) as every capture does: under
+    inference mode with transformers quiet; a failure is one ModelRunError line naming
+    `what`; the capture's forward hooks are removed whatever happens."""
+    import torch
+
+    try:
+        with torch.inference_mode(), quiet_transformers():
+            yield
+    except ModelRunError:
+        raise
+    except Exception as exc:
+        raise ModelRunError(f"hf: {what} failed: {first_line(exc)}") from exc
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
 def capture_generate(
     loaded: LoadedHfModel, *, prompts: Sequence[str], max_new_tokens: int
 ) -> Capture:
@@ -142,26 +162,18 @@ def capture_generate(
         model.register_forward_hook(after, with_kwargs=True),
     ]
     t0 = time.perf_counter()
-    try:
-        with torch.inference_mode(), quiet_transformers():
-            sequences = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=max_new_tokens,
-                min_new_tokens=max_new_tokens,  # every requested step happens, even after eos
-                do_sample=False,
-                num_beams=1,
-                use_cache=True,
-                pad_token_id=tokenizer.pad_token_id,
-                **PLAIN_GREEDY,
-            )
-    except ModelRunError:
-        raise
-    except Exception as exc:
-        raise ModelRunError(f"hf: generate() failed: {first_line(exc)}") from exc
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with hooked_run(hooks, "generate()"):
+        sequences = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,  # every requested step happens, even after eos
+            do_sample=False,
+            num_beams=1,
+            use_cache=True,
+            pad_token_id=tokenizer.pad_token_id,
+            **PLAIN_GREEDY,
+        )
     seconds = time.perf_counter() - t0
     if not calls:
         raise ModelRunError("hf: generate() made no forward call")
@@ -214,11 +226,8 @@ def capture_forward(
             )
         kwargs = {name: torch.from_numpy(np.array(value)) for name, value in feeds.items()}
         t0 = time.perf_counter()
-        try:
-            with torch.inference_mode(), quiet_transformers():
-                output = model(**kwargs)
-        except Exception as exc:
-            raise ModelRunError(f"hf: the model's forward failed: {first_line(exc)}") from exc
+        with hooked_run((), "the model's forward"):
+            output = model(**kwargs)
         seconds = time.perf_counter() - t0
         outputs = forward_outputs(output)
         if not outputs:

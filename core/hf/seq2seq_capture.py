@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from parity.errors import ModelRunError, first_line
-from parity.hf.capture import KeyValue, _cache_arrays, to_numpy
-from parity.hf.loading import quiet_transformers
+from parity.errors import ModelRunError
+from parity.hf.capture import KeyValue, _cache_arrays, hooked_run, to_numpy
 
 ENCODER = "encoder"
 DECODER = "decoder"
@@ -173,27 +172,18 @@ def capture_seq2seq(
         ]
     t0 = time.perf_counter()
     sequences = None
-    try:
-        with torch.inference_mode(), quiet_transformers():
-            if decoder:
-                sequences = model.generate(
-                    **tensors,
-                    max_new_tokens=max_new_tokens,
-                    min_new_tokens=max_new_tokens,  # every requested step happens
-                    do_sample=False,
-                    num_beams=1,
-                    use_cache=True,
-                )
-            else:
-                encoder(**tensors)
-    except ModelRunError:
-        raise
-    except Exception as exc:
-        what = "generate()" if decoder else "the encoder"
-        raise ModelRunError(f"hf: {what} failed: {first_line(exc)}") from exc
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with hooked_run(hooks, "generate()" if decoder else "the encoder"):
+        if decoder:
+            sequences = model.generate(
+                **tensors,
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens,  # every requested step happens
+                do_sample=False,
+                num_beams=1,
+                use_cache=True,
+            )
+        else:
+            encoder(**tensors)
     seconds = time.perf_counter() - t0
     if not calls:
         raise ModelRunError("hf: generate() made no encoder call")
