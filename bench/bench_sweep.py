@@ -146,7 +146,7 @@ def sweep(
     )
     seconds = time.perf_counter() - start
     summary = json.loads((out / "summary.json").read_text())
-    shipped = re.search(r"sweep: ray: (.*) shipped", done.stderr)
+    shipped = re.search(r"sweep: ray: (.*)", done.stderr)
     return (
         seconds,
         {p["name"]: p["verdict"] for p in summary["pairs"]},

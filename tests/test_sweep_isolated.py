@@ -139,7 +139,7 @@ def test_a_sweep_on_a_cluster_sharing_nothing_equals_the_local_one_and_replaces_
     for pair in summary["pairs"]:
         (attempt,) = pair["attempts"]
         assert attempt["outcome"] == pair["verdict"] and attempt["node"]
-    assert "shipped through the object store" in done.stderr
+    assert "put in the object store" in done.stderr
 
     # --resume trusts only what this sweep wrote: everything it ran is resumed (connecting
     # through Ray Client, ray://, which the [ray] extra installs)

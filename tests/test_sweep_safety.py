@@ -112,3 +112,63 @@ def test_a_pinned_uri_that_differs_fails_its_pair_in_one_line(tmp_path, model_zo
     (pair,) = json.loads((out / "summary.json").read_text())["pairs"]
     assert pair["error"].startswith(f"{uri}: its SHA-256 is ")
     assert pair["error"].endswith(f"the manifest pins {'0' * 64}")
+
+
+def test_every_file_a_pair_needs_is_bundled_once_by_content_at_its_relative_place(
+    tmp_path, model_zoo, tiny_artifacts
+):
+    import onnx
+
+    from parity.cli import build_parser
+    from parity.path_flags import PathFlags
+    from parity.sweep.manifest import load_manifest
+    from parity.sweep.plan import plan_jobs
+    from parity.sweep.stage import OUTSIDE, Shipper, unpack
+
+    zoo = tmp_path / "zoo"
+    copy_tiny(zoo, model_zoo, tiny_artifacts)
+    (zoo / "pkg").mkdir()
+    (zoo / "pkg" / "__init__.py").write_text("")
+    (zoo / "pkg" / "layers.py").write_text("X = 1\n")
+    ext = zoo / "ext"
+    ext.mkdir()
+    onnx.save_model(
+        onnx.load(str(tiny_artifacts.onnx)), str(ext / "m.onnx"), save_as_external_data=True,
+        location="m.data", size_threshold=0,
+    )  # fmt: skip
+    hf = zoo / "hfdir"
+    (hf / "sub").mkdir(parents=True)
+    (hf / "config.json").write_text("{}")
+    (hf / "sub" / "w.bin").write_bytes(b"w")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "tol.json").write_text('{"default": {"atol": 1e-4}}')
+    tiny = ["--model", "models.py:make_tiny"]
+    pairs = [
+        {"name": "a",
+         "args": [*tiny, "--onnx", "ext/m.onnx", "--tolerances", "../elsewhere/tol.json"]},
+        {"name": "b", "args": ["--model", "hf:hfdir", "--onnx", "tiny.onnx"]},
+    ]  # fmt: skip
+    manifest = write_manifest(zoo, pairs)
+    a, b = plan_jobs(load_manifest(manifest, flags=PathFlags.of(build_parser())), tmp_path / "o",
+                     timeout=None)  # fmt: skip
+    puts: list[bytes] = []
+    shipper = Shipper(lambda data: (puts.append(data), len(puts) - 1)[1])
+    bundle_a, bundle_b = shipper.bundle(a), shipper.bundle(b)
+    rels = {f.rel for f in bundle_a.files}
+    assert {"models.py", "ext/m.onnx", "ext/m.data", "pkg/layers.py", "pkg/__init__.py"} <= rels
+    assert "other_weights.pt" in rels and "tiny.onnx" not in rels  # beside it; ONNX files not
+    (tol,) = [r for r in rels if r.endswith("tol.json")]
+    assert tol.startswith(f"{OUTSIDE}/") and ".." not in tol
+    assert {"hfdir/config.json", "hfdir/sub/w.bin", "tiny.onnx"} <= {f.rel for f in bundle_b.files}
+    assert len(puts) == len({*puts}) == shipper.files_put  # each content put once
+
+    work = tmp_path / "work"
+    moved = unpack(bundle_a, work, lambda ref: puts[ref])
+    args = a.command_args(tmp_path / "out", moved)
+    assert args[args.index("--onnx") + 1] == "ext/m.onnx" and (work / "ext" / "m.data").is_file()
+    assert args[args.index("--tolerances") + 1] == tol and (work / tol).is_file()
+    moved_b = unpack(bundle_b, tmp_path / "work_b", lambda ref: puts[ref])
+    args_b = b.command_args(tmp_path / "out", moved_b)
+    assert args_b[args_b.index("--model") + 1] == "hf:hfdir"
+    assert (tmp_path / "work_b" / "hfdir" / "sub" / "w.bin").read_bytes() == b"w"

@@ -103,10 +103,10 @@ def run_on_ray(
         try:
             run = _Run(ray, on_result, max_attempts=max_attempts, node_wait=node_wait)
             run.run(jobs, limit=workers if address else None)
-            files = run.shipper.files_put
             print(
-                f"sweep: ray: {files} distinct input file(s), "
-                f"{format_size(run.shipper.bytes_put)} shipped through the object store",
+                f"sweep: ray: {run.shipper.files_put} distinct input file(s), "
+                f"{format_size(run.shipper.bytes_put)} put in the object store, "
+                f"{format_size(run.delivered)} delivered to the pairs' tasks",
                 file=sys.stderr,
             )
         finally:
@@ -257,6 +257,8 @@ class _Run:
         self.returns = {"num_returns": "streaming"} if self.streaming else {}
         self.running: dict[Any, _Try] = {}
         self.last_check = 0.0
+        self.delivered = 0
+        """Bytes of input files the tasks were given (each attempt's bundle)."""
 
     def run(self, jobs: Sequence[PairJob], *, limit: int | None) -> None:
         resources = self.ray.cluster_resources()
@@ -292,6 +294,7 @@ class _Run:
             self.on_result(_with_attempts(refused(job, exc.message), lost))
             return
         self.bundles[job.name] = bundle
+        self.delivered += bundle.size
         handle = self.task.options(**task_options(job), **self.returns).remote(job, bundle)
         self.running[handle] = _Try(job, handle, time.monotonic(), lost=lost)
 
@@ -323,9 +326,7 @@ class _Run:
         self._end(attempt, value)
 
     def _done(self, job: PairJob) -> None:
-        bundle = self.bundles.pop(job.name, None)
-        if bundle is not None:
-            self.shipper.release(bundle)
+        self.bundles.pop(job.name, None)
 
     def _end(self, attempt: _Try, output: PairOutput) -> None:
         self.running.pop(attempt.handle, None)

@@ -3,7 +3,7 @@
 On Ray, the driver reads every file a pair names (the model, the ONNX file and its external
 data, a Python factory file with what lies beside it (`beside_factory`), an hf: folder,
 --inputs, --reference, --tolerances, ...) and puts each distinct content into Ray's object
-store once while pairs need it (`Shipper`, keyed by SHA-256); the pair's task gets the
+store once per sweep (`Shipper`, keyed by SHA-256); the pair's task gets the
 references and writes the files into a private folder (`unpack`), at their relative paths,
 so a factory still imports its neighbours and an ONNX file finds its external data. A path
 outside the manifest's folder (absolute, or climbing out with ..) lands under `_outside/`,
@@ -62,22 +62,14 @@ class Bundle:
 
 
 class Shipper:
-    """Each distinct content put once while pairs that use it are pending; `put` is ray.put."""
+    """Each distinct content put once per sweep (the driver owns the objects, so they
+    outlive a lost worker node and serve a retry); `put` is ray.put."""
 
     def __init__(self, put: Callable[[bytes], Any]) -> None:
         self.put = put
         self.refs: dict[str, Any] = {}
-        self.users: dict[str, int] = {}
         self.bytes_put = 0
         self.files_put = 0
-
-    def release(self, bundle: Bundle) -> None:
-        """The bundle's pair is done: a content no pending pair uses leaves the object store
-        (a pair that needs it later puts it again)."""
-        for shipped in bundle.files:
-            self.users[shipped.sha256] -= 1
-            if not self.users[shipped.sha256]:
-                del self.users[shipped.sha256], self.refs[shipped.sha256]
 
     def bundle(self, job: PairJob) -> Bundle:
         """UsageError (one line) when a file cannot be read or differs from its pin."""
@@ -104,7 +96,6 @@ class Shipper:
             self.refs[digest] = self.put(data)
             self.bytes_put += len(data)
             self.files_put += 1
-        self.users[digest] = self.users.get(digest, 0) + 1
         return Shipped(rel, digest, len(data), self.refs[digest])
 
 
