@@ -277,6 +277,8 @@ def _listen(host: str, port: int) -> list[socket.socket] | None:
         )
     except socket.gaierror as exc:
         raise UsageError(f"--host {host}: not an address of this machine ({exc.strerror})") from exc
+    if host in ("localhost", "127.0.0.1", "::1"):  # the browser's localhost may be either one
+        infos = [*infos, *_loopbacks(port)]
     held: list[socket.socket] = []
     seen = set()
     try:
@@ -306,6 +308,20 @@ def _listen(host: str, port: int) -> list[socket.socket] | None:
             sock.close()
         raise
     return held
+
+
+def _loopbacks(port: int) -> list:
+    """127.0.0.1 and [::1] at `port` (getaddrinfo("localhost") may give only one, while a
+    browser opening http://localhost:PORT tries both: another program on [::1] would get it)."""
+    found = []
+    for family, address in (
+        (socket.AF_INET, ("127.0.0.1", port)),
+        (socket.AF_INET6, ("::1", port, 0, 0)),
+    ):
+        if family == socket.AF_INET6 and not socket.has_ipv6:
+            continue
+        found.append((family, socket.SOCK_STREAM, 0, "", address))
+    return found
 
 
 def _free_port(host: str, port: int) -> int:

@@ -110,6 +110,7 @@ def run_validation(
     disagree is not an error, it is a run whose verdict is "fail". Temp folders the run
     made (an hf: export without --export-path) are removed when it returns or raises.
     """
+    check_config(config)  # before the Deadline: a timeout out of range is a usage error
     deadline = Deadline(config.timeout)
     with deadline.active():  # ONNX Runtime's session setups are bounded by it too
         return _run_validation(config, progress, loaders, deadline)

@@ -9,6 +9,7 @@ hash Streamlit computes from a sample.
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 import traceback
 from collections.abc import Callable, Hashable
@@ -483,7 +484,25 @@ def load_onnx_cached(path: str):
         key = file_key(path)
     except OSError as exc:
         raise OnnxLoadError(f"cannot load ONNX file {path}: {exc.strerror or exc}") from exc
-    return _load_onnx(path, key)
+    with _REFUSED_LOCK:
+        said = _REFUSED.get(key)
+    if said is not None:  # refused before, unchanged since: not read again on every rerun
+        raise OnnxLoadError(said)
+    try:
+        return _load_onnx(path, key)
+    except OnnxLoadError as exc:
+        with _REFUSED_LOCK:
+            _REFUSED[key] = exc.message
+            while len(_REFUSED) > _MAX_REFUSED:
+                _REFUSED.pop(next(iter(_REFUSED)))
+        raise
+
+
+_REFUSED: dict[str, str] = {}
+"""Files refused as ONNX, by identity (path, size, mtime) -> the one line: a 2 GB file that
+is not ONNX is read once, not on every rerun of every session (Streamlit caches no failure)."""
+_REFUSED_LOCK = threading.Lock()
+_MAX_REFUSED = 64
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -275,6 +275,7 @@ def test_public_surface_is_exactly_the_api() -> None:
         "SavedRunError",
         "SignatureMismatch",
         "WriteError",
+        "OutputsUnwritten",
         "BudgetError",
         "RunTimeout",
         "FieldError",

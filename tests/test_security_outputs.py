@@ -218,3 +218,27 @@ def test_a_full_disk_after_the_json_keeps_the_finished_report(tiny_disk: Path, c
     assert "cannot write HTML report" in err and "the run finished: FAIL" in err, err
     assert json.loads(json_path.read_text())["verdict"] == "fail"  # not an error report
     assert html_path.read_text() == "previous"
+
+
+def test_a_factory_file_and_an_hf_folders_files_are_inputs_too(tmp_path):
+    from parity.errors import UsageError
+    from parity.files.outputs import Input, Output, check_run_files
+
+    factory = tmp_path / "make.py"
+    factory.write_text("def build(): ...\n")
+    with pytest.raises(UsageError, match="replace a file this run reads"):
+        check_run_files([Output("JSON report", str(factory), "--json")], [
+            Input("--model", f"{factory}:build")
+        ])  # fmt: skip
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    with pytest.raises(UsageError, match="replace a file this run reads"):
+        check_run_files(
+            [Output("ONNX export", str(config), "--export-path")],
+            [Input("--model", f"hf:{tmp_path}")],
+        )
+    check_run_files(  # a new file in the model's folder, and a demo's name: fine
+        [Output("ONNX export", str(tmp_path / "model.onnx"), "--export-path"),
+         Output("JSON report", str(tmp_path / "demo"), "--json")],
+        [Input("--model", f"hf:{tmp_path}"), Input("--model", "demo:broken")],
+    )  # fmt: skip

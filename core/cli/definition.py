@@ -19,6 +19,7 @@ from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT
 from parity.launch import DASHBOARD_HELP, DEFAULT_HOST, DEFAULT_PORT, SERVER_OPTIONS, UPLOAD_OPTION
 from parity.path_flags import READS, WRITES, reads, writes
 from parity.run.budget import DEFAULT_MAX_MEMORY, format_size
+from parity.run.deadline import MAX_SECONDS
 from parity.sweep.cli import DEFAULT_TIMEOUT_S
 
 
@@ -106,6 +107,11 @@ def _seconds(text: str) -> float:
         value = float("nan")
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text} s is beyond any clock's reach; give at most {MAX_SECONDS:,.0f} s "
+            "(about 115 days), or no --timeout"
+        )
     return value
 
 

@@ -4,7 +4,11 @@ run, the --timeout watchdog, and the exit code (0 pass, 1 fail, 2 could not be m
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 from parity.cli.definition import build_parser
@@ -200,11 +204,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return sweep_main(args, parser)
     watchdog = _start_watchdog(args)
+    seen: list[int] = []
+    previous = _second_interrupt_ends(seen) if args.command in ("validate", "report") else None
     try:
         return _main(args)
     finally:
         if watchdog is not None:
             watchdog.cancel()
+        if previous is not None:  # after a Ctrl-C the process is ending: ignore more of them
+            # (Python's exit puts SIGINT's default back, which a second one would die of: 130)
+            signal.signal(signal.SIGINT, signal.SIG_IGN if seen else previous)
+
+
+def _second_interrupt_ends(seen: list[int]):
+    """A first Ctrl-C interrupts the run (one line, exit 2); a second one (while the first
+    unwinds, after a library swallowed it, or while the process exits) ends the process
+    there, exit 2 as well, never Python's 130. The previous handler, to put back when no
+    Ctrl-C came; None off the main thread. `seen` collects the signals."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handle(signum: int, frame: object) -> None:
+        seen.append(signum)
+        if len(seen) == 1:
+            raise KeyboardInterrupt
+        with contextlib.suppress(OSError, ValueError):
+            print("parity: interrupted", file=sys.stderr, flush=True)
+        os._exit(ExitCode.ERROR)
+
+    return signal.signal(signal.SIGINT, handle)
 
 
 def _start_watchdog(args: argparse.Namespace):

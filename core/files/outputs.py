@@ -61,7 +61,9 @@ def _clash(output: Output, source: Input) -> bool:
         return there and os.path.isdir(folder) and _inside(output.path, folder)
     path = source.path
     if source.flag == "--model" and ":" in path and not os.path.exists(path):
-        path = path.rsplit(":", 1)[0]  # FILE.py:CALLABLE: the file
+        path = path.rsplit(":", 1)[0]  # FILE.py:CALLABLE: the file (demo:NAME names none)
+        if not path.endswith(".py"):
+            return False
     return same_file(output.path, path)
 
 

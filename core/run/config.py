@@ -120,6 +120,20 @@ def config_problem(config: RunConfig) -> UsageError | None:
 
 
 def _problems(config: RunConfig) -> Iterator[UsageError]:
+    from parity.run.deadline import MAX_SECONDS
+
+    if config.timeout is not None and not 0 < config.timeout <= MAX_SECONDS:
+        yield UsageError(
+            f"expected a positive number of seconds up to {MAX_SECONDS:,.0f}, got {config.timeout}",
+            setting=Setting("timeout"),
+        )
+    if config.max_memory is not None and (
+        isinstance(config.max_memory, bool) or config.max_memory < 1
+    ):
+        yield UsageError(
+            f"expected a size of at least 1 byte, got {config.max_memory}",
+            setting=Setting("max_memory"),
+        )
     if config.layers and config.layers_memory_mb < 1:
         yield UsageError(
             f"must be >= 1 MB, got {config.layers_memory_mb}", setting=Setting("layers_memory_mb")

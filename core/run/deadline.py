@@ -24,6 +24,9 @@ from parity.errors import RunTimeout
 
 T = TypeVar("T")
 
+MAX_SECONDS = 10_000_000.0
+"""The longest time limit (about 115 days): more is no limit the clock can keep (a timer of
+1e10 s overflows, 1e308 aborts the interpreter), so it is refused as a usage error."""
 WATCHDOG_GRACE = 3.0
 """Seconds past the deadline before the CLI's watchdog ends a process stuck in torch."""
 
@@ -32,8 +35,11 @@ class Deadline:
     """`seconds` from construction (None: no limit). Cheap to check; thread-safe to read."""
 
     def __init__(self, seconds: float | None) -> None:
-        if seconds is not None and not (seconds > 0 and seconds != float("inf")):
-            raise ValueError(f"a timeout must be a positive number of seconds, got {seconds}")
+        if seconds is not None and not (0 < seconds <= MAX_SECONDS):
+            raise ValueError(
+                f"a timeout must be a positive number of seconds up to {MAX_SECONDS:.0f}, "
+                f"got {seconds}"
+            )
         self.seconds = seconds
         self._end = None if seconds is None else time.monotonic() + seconds
 

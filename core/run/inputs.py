@@ -372,6 +372,12 @@ def _check_float_range(bounds: Any, where: Setting) -> None:
         raise UsageError(_said(where, "expected two numbers LO:HI"), setting=where) from exc
     if not (np.isfinite(low) and np.isfinite(high) and low < high):
         raise UsageError(_said(where, f"need finite LO < HI, got {low:g}:{high:g}"), setting=where)
+    top = float(np.finfo(np.float32).max)
+    if high - low > top or max(abs(low), abs(high)) > top:
+        raise UsageError(  # drawn in float32: past its range the inputs would be inf
+            _said(where, f"{low:g}:{high:g} is beyond float32's range (HI - LO at most {top:.4g})"),
+            setting=where,
+        )
 
 
 def _said(where: Setting, body: str) -> str:
