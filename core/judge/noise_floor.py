@@ -237,6 +237,11 @@ def _int8_sentence(noise: Noise) -> str:
     )
 
 
+def is_rounding(noise: Noise) -> bool:
+    """The error looks like the precision's own rounding (ratio at most ROUNDING_RATIO)."""
+    return noise_rank(noise) <= ROUNDING_RATIO
+
+
 def noise_rank(n: Noise) -> float:
     """How far from rounding: the ratio (inf when the floor is 0 and ONNX is not exact)."""
     if n.ratio is None:

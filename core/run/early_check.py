@@ -55,12 +55,12 @@ def check_names(config: RunConfig) -> None:
             names.update(dict.fromkeys(s.output_names))
         config.tolerances.check_outputs(tuple(names))
     if config.n_given_sets == 0 and config.kind is not RunKind.REFERENCE:
-        from parity.run.inputs import check_input_options
+        from parity.run.inputs import check_input_options, set_count
 
         check_input_options(
             signatures[0],
             dims=config.dims,
-            n_sets=config.n_input_sets,
+            n_sets=set_count(config.n_input_sets, signatures[0]),
             seed=config.seed,
             int_ranges=config.int_ranges,
         )
