@@ -99,7 +99,7 @@ def check_run_files(
                 )
     if repro is not None:
         for source in inputs:  # a file the run reads inside the repro's data folder
-            if os.path.isfile(source.path) and _inside(source.path, Path(repro) / REPRO_DATA):
+            if os.path.isfile(source.path) and _inside(source.path, str(Path(repro) / REPRO_DATA)):
                 raise UsageError(
                     f"{repro_flag} {repro} would replace {source.flag} {source.path} (its "
                     f"{REPRO_DATA} folder is rewritten); name another folder"

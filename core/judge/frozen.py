@@ -209,14 +209,15 @@ def _size_candidates(
     scored = []
     keep = max(2, int(MAX_COMBINATIONS ** (1 / max(len(dims), 1))) - 1)
     options = [
-        sorted(per_dim[d], key=lambda v, d=d: (-per_dim[d][v], _unlikely(d, v)))[:keep] + [None]
+        sorted(per_dim[d], key=functools.partial(_rank_size, per_dim[d], d))[:keep] + [None]
         for d in dims
     ]
     for combo in itertools.product(*options):
         sizes = {d: v for d, v in zip(dims, combo, strict=True) if v is not None}
         if not sizes:
             continue
-        score, used, squareness = 0.0, set(), 0.0
+        score, squareness = 0.0, 0.0
+        used: set[str] = set()
         for (value, model_number), n in counted.items():
             best = None
             for e in _explanations(value, list(sizes)):
@@ -235,6 +236,11 @@ def _size_candidates(
         scored.append((-score, squareness, order, sizes))
     scored.sort(key=lambda t: (t[0], t[1], t[2]))
     return [s[3] for s in scored[: MAX_SIZES * 4]]
+
+
+def _rank_size(counts: Counter[int], dim: str, size: int) -> tuple[int, float]:
+    """Sort key of a size a dim may have had: most constants explained first, then likely."""
+    return (-counts[size], _unlikely(dim, size))
 
 
 def _unlikely(dim: str, size: int) -> float:

@@ -13,6 +13,7 @@ Anything else is counted as unmatched and said in notes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -229,8 +230,18 @@ def recurrent_fx_pairs(graph: GraphIndex, nodes: Mapping[str, Any]) -> list[Pair
         members = [
             v for v in graph.values.values() if v.fx_node == name and v.op in recurrent.ONNX_OPS
         ]
-        found += _layer_pairs(members, name, lambda v, _n=name: v.scope or _n)
+        found += _layer_pairs(members, name, functools.partial(_scope_or, name))
     return found
+
+
+def _scope_or(name: str, v: Any) -> str:
+    """A recurrent value's words: its module scope, else the FX node's name."""
+    return v.scope or name
+
+
+def _always(path: str, _v: Any) -> str:
+    """A recurrent value's words: its module's path, whatever the value."""
+    return path
 
 
 def _layer_pairs(members: list[Any], base: str, words: Callable[[Any], str]) -> list[Pair]:
@@ -331,7 +342,7 @@ def _module_plan(
         for p in _layer_pairs(
             [v for v in graph.values.values() if v.scope == path and v.op in recurrent.ONNX_OPS],
             path,
-            lambda _v, _p=path: _p,
+            functools.partial(_always, path),
         )
     ]
     if layered:

@@ -217,17 +217,14 @@ def _rows(rows: Sequence[OutputComparison], name: str) -> list[OutputComparison]
 
 def _passes(rows: Sequence[OutputComparison], name: str, tolerance: Tolerance) -> bool:
     mine = _rows(rows, name)
-    return bool(mine) and all(
-        c.can_rejudge and c.profile.passes(tolerance)
-        for c in mine  # type: ignore[union-attr]
-    )
+    return bool(mine) and all(c.can_rejudge and c.profile.passes(tolerance) for c in mine)
 
 
 def _needed(rows: Sequence[OutputComparison], name: str, rtol: float) -> float:
     """The largest smallest-passing atol over `rows` of `name` (inf: none passes)."""
     worst = 0.0
     for c in _rows(rows, name):
-        m = c.profile.min_atol(rtol) if c.can_rejudge else None  # type: ignore[union-attr]
+        m = c.profile.min_atol(rtol) if c.can_rejudge else None
         worst = max(worst, float("inf") if m is None else float(m))
     return worst
 
@@ -249,15 +246,15 @@ def _refit(
         noises = [c.noise for c in (*mine, *fresh)]
         if any(n is None for n in noises):
             return "rounding noise not measured on the fresh input sets: not suggested"
-        worst = max(noises, key=noise_rank)  # type: ignore[arg-type]
-        rank = noise_rank(worst)  # type: ignore[arg-type]
+        worst = max(noises, key=noise_rank)
+        rank = noise_rank(worst)
         if rank > ROUNDING_RATIO:
             return (
                 f"on fresh input sets its error is not rounding ({rank:.2g}x the floor): "
                 "no rounding tolerance is suggested"
             )
-        before = max(c.noise.torch_error for c in mine)  # type: ignore[union-attr]
-        after = max(c.noise.torch_error for c in fresh)  # type: ignore[union-attr]
+        before = max(c.noise.torch_error for c in mine)
+        after = max(c.noise.torch_error for c in fresh)
         floor = max(before, after) * _growth(before, after)
         return Tolerance(atol=round_up_2sig(next_multiple(k) * floor), rtol=0.0)
     before, after = _needed(mine, name, tolerance.rtol), _needed(fresh, name, tolerance.rtol)

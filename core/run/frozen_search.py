@@ -89,7 +89,8 @@ def with_frozen(
     """`run` with `frozen` filled (confirmed nodes only); the run itself unchanged."""
     signature = run.signature
     assert signature is not None
-    failing, passing = [], []
+    failing: list[InputSet] = []
+    passing: list[InputSet] = []
     for s in run.input_sets:
         rows = [c for c in run.outputs if c.input_set == s.index]
         (passing if rows and all(c.status.passed for c in rows) else failing).append(
@@ -291,8 +292,9 @@ def _retrace(
         counts[key] = k + 1
         for kind in _ATEN.get(node.op_type, ()):
             lines = by_scope.get((scope, kind), [])
-            if k < len(lines) and lines[k]:
-                found[node.name] = lines[k]
+            line = lines[k] if k < len(lines) else None
+            if line:
+                found[node.name] = line
                 break
             if lines and any(lines):
                 found[node.name] = next(x for x in lines if x)
