@@ -261,7 +261,9 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
                 onnx_path=onnx_path,
             )
     if onnx_label is not None:  # the temp file is gone: name what the caller gave
-        candidates = tuple(replace(c, onnx=onnx_label) for c in run.candidates)
+        candidates = tuple(
+            replace(c, info=replace(c.info, onnx=onnx_label)) for c in run.candidates
+        )
         run = replace(run, onnx=onnx_label, candidates=candidates)
     return run
 

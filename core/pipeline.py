@@ -27,6 +27,7 @@ from parity.load.calibration import merged
 from parity.messages import with_notes
 from parity.results import (
     CandidateInfo,
+    CandidateRun,
     OutputComparison,
     OutputSet,
     RunKind,
@@ -197,6 +198,10 @@ class _Slot:
         self.error = error
         self.comparisons.clear()
 
+    def record(self) -> CandidateRun:
+        """What it produced, as the run keeps it."""
+        return CandidateRun(self.info(), tuple(self.comparisons), tuple(self.outputs))
+
     def info(self) -> CandidateInfo:
         model = self.candidate.model if self.candidate is not None else None
         notes = (
@@ -320,7 +325,7 @@ def _with_layers(
         report("layers", "simulating exclusions from quantization", None)
         layers = torch_exclusions(layers, candidate, run, model)
     timings = {**run.timings, "layers": time.perf_counter() - t0}
-    return replace(run, layers=layers, timings=timings)
+    return replace(run.with_layers({run.candidates[0].index: layers}), timings=timings)
 
 
 def _source_cases(source: Source, signature: OnnxSignature, first: Candidate) -> Iterator[Case]:
@@ -449,14 +454,12 @@ def _run_cases(
         tolerances=config.tolerances,
         environment=environment(providers, also=source.environment_modules),
         input_sets=tuple(c.input_set for c in cases),
-        outputs=tuple(comparisons),
+        candidates=tuple(slot.record() for slot in slots),
         ref_outputs=tuple(c.reference for c in cases),
-        onnx_outputs=tuple(o for slot in slots for o in slot.outputs),
         exclusions=tuple(dict(c.exclude) for c in cases),
         timings=timings,
         provenance=provenance,
         generation=generation,
-        candidates=tuple(slot.info() for slot in slots),
     )
 
 

@@ -258,15 +258,15 @@ class CandidateInfo:
 
 @dataclass(frozen=True)
 class CandidateRun:
-    """One candidate's share of a run (`ValidationRun.candidate`): its info, its comparisons,
-    its ONNX outputs and its layers, read from the run's fields without copying an array, so
-    no reader works out where a candidate's rows and output sets lie."""
+    """One candidate's share of a run (`ValidationRun.candidates`): its info, its judged rows,
+    its ONNX outputs and its layers. The run stores one per candidate, so no reader works
+    out where a candidate's rows and output sets lie."""
 
     info: CandidateInfo
-    outputs: tuple[OutputComparison, ...]  # its (input set, output) rows, in the run's order
+    outputs: tuple[OutputComparison, ...] = ()  # its (input set, output) rows
     # one OutputSet per input set, in `input_sets` order (empty ones for a candidate that could
     # not run); () when the run kept no outputs
-    onnx_outputs: tuple[OutputSet, ...]
+    onnx_outputs: tuple[OutputSet, ...] = ()
     layers: LayersResult | None = None  # --layers: its intermediate values against the reference
 
     @property
@@ -293,6 +293,11 @@ class CandidateRun:
     def failing(self) -> tuple[str, ...]:
         """Names of its outputs that fail in at least one input set (as `ValidationRun.failing`)."""
         return tuple(dict.fromkeys(c.name for c in self.outputs if not c.status.passed))
+
+    def rejudge(self, tolerances: Tolerances) -> CandidateRun:
+        """Its rows judged again at `tolerances` (from their profiles alone)."""
+        rows = tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.outputs)
+        return replace(self, outputs=rows)
 
 
 @dataclass(frozen=True)
@@ -478,8 +483,10 @@ class ValidationRun:
     `write_html` and the notebook view call `parity.reports` through `RunFiles` (it stands on
     this module, which therefore cannot import it).
 
-    `outputs` are the judged rows (the JSON report's `outputs`; `comparisons` is an alias of
-    it); `candidate(i)` reads one candidate's rows, ONNX outputs and layers from the fields.
+    `candidates` holds one `CandidateRun` per way the ONNX side ran (file x provider x opt
+    level): its info, rows, ONNX outputs and layers. `outputs` (every candidate's rows, the
+    JSON report's `outputs`) and `layers` (the lead candidate's) are read from them; a
+    one-candidate view is `for_candidate(i)`. `from_rows` builds a run from flat rows.
     `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
     is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
     """
@@ -490,22 +497,13 @@ class ValidationRun:
     tolerances: Tolerances
     environment: Mapping[str, str]
     input_sets: tuple[InputSet, ...]
-    outputs: tuple[OutputComparison, ...]  # one row per (input set, output) per candidate
+    candidates: tuple[CandidateRun, ...]  # at least one; the lead (the run's `onnx`) first
     ref_outputs: tuple[OutputSet, ...] = ()
-    onnx_outputs: tuple[OutputSet, ...] = ()
     exclusions: tuple[Mapping[str, np.ndarray], ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
     provenance: Provenance = field(default_factory=Provenance)
     generation: GenerationInfo | None = None
     saved: SavedFrom | None = None
-    layers: LayersResult | None = None  # intermediate values compared (--layers), parity.layers
-    # Every way the ONNX side ran (file x provider x opt level); () in runs saved before
-    # candidates existed: one candidate, index 0, is implied (see `candidate_list`).
-    # `onnx_outputs` holds every candidate's output sets, candidate after candidate, each in
-    # `input_sets` order (the saved-run layout): read one candidate's with `candidate(i)`.
-    candidates: tuple[CandidateInfo, ...] = ()
-    # --layers with several candidates (ONNX against ONNX): each one's, by candidate index
-    candidate_layers: Mapping[int, LayersResult] = field(default_factory=dict)
     # nodes holding a size or branch frozen at export (parity.frozen), confirmed ones first
     frozen: tuple[FrozenNode, ...] = ()
     # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
@@ -513,11 +511,61 @@ class ValidationRun:
     # tolerances suggested and checked on fresh input sets (parity.run.fresh_check), if asked
     suggested_tolerances: SuggestedTolerances | None = None
 
+    @classmethod
+    def from_rows(
+        cls,
+        *,
+        outputs: Sequence[OutputComparison],
+        onnx_outputs: Sequence[OutputSet] = (),
+        candidates: Sequence[CandidateInfo] = (),
+        layers: LayersResult | None = None,
+        **fields: Any,
+    ) -> ValidationRun:
+        """A run from flat rows (tests, notebooks, a hand-made run): each row goes to the
+        candidate its `candidate` names; `onnx_outputs` and `layers` are the lead's (with
+        several candidates, `onnx_outputs` holds each one's sets in turn). Without
+        `candidates`, one on CPU at level "all" (index 0) is the run's."""
+        infos = tuple(candidates) or (
+            CandidateInfo(0, str(fields.get("onnx", "")), "CPUExecutionProvider", "all"),
+        )
+        n = len(fields.get("input_sets", ())) if len(infos) > 1 else len(onnx_outputs)
+        runs = tuple(
+            CandidateRun(
+                info,
+                tuple(c for c in outputs if c.candidate == info.index),
+                tuple(onnx_outputs[k * n : (k + 1) * n]),
+                layers if k == 0 else None,
+            )
+            for k, info in enumerate(infos)
+        )
+        return cls(candidates=runs, **fields)
+
+    @cached_property
+    def outputs(self) -> tuple[OutputComparison, ...]:
+        """Every candidate's rows, candidate after candidate: one per (input set, output)."""
+        return tuple(c for run in self.candidates for c in run.outputs)
+
+    @property
+    def infos(self) -> tuple[CandidateInfo, ...]:
+        """Each candidate's info (file, provider, level, error), in `candidates` order."""
+        return tuple(c.info for c in self.candidates)
+
+    @property
+    def onnx_outputs(self) -> tuple[OutputSet, ...]:
+        """Every candidate's ONNX output sets, candidate after candidate (each in
+        `input_sets` order): one candidate's are `candidate(i).onnx_outputs`."""
+        return tuple(o for c in self.candidates for o in c.onnx_outputs)
+
+    @property
+    def layers(self) -> LayersResult | None:
+        """The lead candidate's layers (--layers), or None."""
+        return self.candidates[0].layers if self.candidates else None
+
     @property
     def verdict(self) -> Verdict:
         """PASS when every candidate passes every output; ERROR when a candidate could not
         be run at all (the CLI's exit 2); else FAIL."""
-        if any(c.error is not None for c in self.candidates):
+        if any(c.info.error is not None for c in self.candidates):
             return Verdict.ERROR
         if all(c.status.passed for c in self.outputs) and self.outputs:
             return Verdict.PASS
@@ -537,57 +585,23 @@ class ValidationRun:
     @property
     def comparisons(self) -> tuple[OutputComparison, ...]:
         """Deprecated alias of `outputs` (the same tuple): the name the JSON report and the
-        docs use is `outputs`; this one stays so that older code and the dashboard run."""
+        docs use is `outputs`; this one stays so that older code runs."""
         return self.outputs
-
-    @property
-    def candidate_list(self) -> tuple[CandidateInfo, ...]:
-        """The candidates, also for a run saved before there were several."""
-        if self.candidates:
-            return self.candidates
-        provider = str(self.environment.get("provider", "CPUExecutionProvider"))
-        level = self.provenance.ort_opt_level or "all"
-        return (CandidateInfo(0, self.onnx, provider, level, self.provenance.onnx_sha256),)
 
     @property
     def is_multi_candidate(self) -> bool:
         return len(self.candidates) > 1
 
-    @cached_property
-    def candidate_runs(self) -> tuple[CandidateRun, ...]:
-        """Every candidate's view (`candidate_list` order), built once per run: its rows by
-        `OutputComparison.candidate`, its output sets by its place in `onnx_outputs`."""
-        rows: dict[int, list[OutputComparison]] = {}
-        for c in self.outputs:
-            rows.setdefault(c.candidate, []).append(c)
-        many, n = self.is_multi_candidate, len(self.input_sets)
-        views = []
-        for k, info in enumerate(self.candidate_list):
-            if not many:
-                sets, layers = self.onnx_outputs, self.layers
-            else:  # a run saved before each candidate's layers were kept has the first's only
-                sets = self.onnx_outputs[k * n : (k + 1) * n]
-                layers = (
-                    self.candidate_layers.get(info.index)
-                    if self.candidate_layers
-                    else self.layers
-                    if k == 0
-                    else None
-                )
-            views.append(CandidateRun(info, tuple(rows.get(info.index, ())), sets, layers))
-        return tuple(views)
-
     def candidate(self, index: int) -> CandidateRun:
-        """The candidate numbered `index`: its info, rows, ONNX outputs and layers (KeyError
-        if the run has none)."""
-        for view in self.candidate_runs:
+        """The candidate numbered `index` (KeyError if the run has none)."""
+        for view in self.candidates:
             if view.index == index:
                 return view
         raise KeyError(index)
 
     def for_candidate(self, index: int) -> ValidationRun:
         """The run as if `index` had been its only candidate: the view every single-candidate
-        reader (pages, Inspect, HTML details) works on. Rejudge the whole run first."""
+        reader (pages, Inspect, HTML details) works on."""
         view = self.candidate(index)
         if not self.is_multi_candidate:
             return self
@@ -595,15 +609,31 @@ class ValidationRun:
         return replace(
             self,
             onnx=info.onnx,
-            outputs=view.outputs,
-            onnx_outputs=view.onnx_outputs,
             environment={**self.environment, "provider": info.provider},
             provenance=replace(
                 self.provenance, onnx_sha256=info.onnx_sha256, ort_opt_level=info.ort_opt_level
             ),
-            candidates=(info,),
-            layers=view.layers,
-            candidate_layers={},
+            candidates=(view,),
+        )
+
+    def with_layers(self, layers: Mapping[int, LayersResult | None]) -> ValidationRun:
+        """The run with each candidate's layers (--layers) by its index; others keep theirs."""
+        return replace(
+            self,
+            candidates=tuple(
+                replace(c, layers=layers[c.index]) if c.index in layers else c
+                for c in self.candidates
+            ),
+        )
+
+    def with_rows(self, rows: Sequence[OutputComparison]) -> ValidationRun:
+        """The run with `rows` in place of its rows, each to the candidate it names."""
+        return replace(
+            self,
+            candidates=tuple(
+                replace(c, outputs=tuple(r for r in rows if r.candidate == c.index))
+                for c in self.candidates
+            ),
         )
 
     @property
@@ -674,7 +704,7 @@ class ValidationRun:
         return replace(
             self,
             tolerances=tolerances,
-            outputs=tuple(c.rejudge(tolerances.for_output(c.name)) for c in self.outputs),
+            candidates=tuple(c.rejudge(tolerances) for c in self.candidates),
         )
 
     @property

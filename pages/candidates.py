@@ -24,7 +24,7 @@ def candidate_selector(run: ValidationRun, *, key: str) -> ValidationRun:
     the chosen candidate alone. A run with one candidate draws nothing and is returned."""
     if not run.is_multi_candidate:
         return run
-    infos = {i.index: i for i in run.candidate_list}
+    infos = {i.index: i for i in run.infos}
     current = state.candidate_index(run)
     state.put_if_changed(key, current)  # another page (or the grid) chose
     st.selectbox(
@@ -43,7 +43,7 @@ def candidate_selector(run: ValidationRun, *, key: str) -> ValidationRun:
 def could_not_run(view: ValidationRun) -> bool:
     """Say so (one line, as text) when the chosen candidate could not be run: it has no
     outputs to show. True when the page should stop there."""
-    info = view.candidate_list[0]
+    info = view.infos[0]
     if info.error is None:
         return False
     st.error(f"{md_text(info.label)} could not be run: {md_text(info.error)}")
@@ -52,7 +52,7 @@ def could_not_run(view: ValidationRun) -> bool:
 
 def candidates_frame(run: ValidationRun) -> pd.DataFrame:
     rows = []
-    for view in run.candidate_runs:
+    for view in run.candidates:
         i, verdict = view.info, view.verdict
         rows.append(
             {

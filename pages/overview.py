@@ -62,7 +62,7 @@ def verdict_banner(run: ValidationRun) -> None:
     """The verdict in plain words (parity.show.summary), the same as the HTML report's."""
     st.markdown(verdict_badge(run, size="# "))
     st.markdown(f"#### {md_text(headline(run))}")
-    for info in run.candidate_list:  # what the provider really computed, by the verdict
+    for info in run.infos:  # what the provider really computed, by the verdict
         for note in precision_notes(info.notes):
             who = f"{info.label}: " if run.is_multi_candidate else ""
             st.caption(":material/memory: " + md_text(who + note))

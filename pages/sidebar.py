@@ -71,9 +71,7 @@ def render_sidebar() -> None:
 def candidate_lines(run: ValidationRun) -> str:
     """One line per candidate of a run with several: its verdict badge, then which file,
     provider and level it is (the sidebar's list)."""
-    return "  \n".join(
-        f"{verdict_badge_of(v.verdict)} {md_text(v.label)}" for v in run.candidate_runs
-    )
+    return "  \n".join(f"{verdict_badge_of(v.verdict)} {md_text(v.label)}" for v in run.candidates)
 
 
 def verdict_badge_of(verdict: str, *, size: str = "") -> str:

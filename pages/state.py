@@ -252,7 +252,7 @@ def set_run(run: ValidationRun) -> None:
 
 def _first_bad_candidate(run: ValidationRun) -> int:
     """Pages open on the first candidate that does not pass (else the first)."""
-    views = run.candidate_runs
+    views = run.candidates
     bad = [v.index for v in views if v.verdict == "fail"]
     return bad[0] if bad else views[0].index
 
@@ -260,7 +260,7 @@ def _first_bad_candidate(run: ValidationRun) -> int:
 def candidate_index(run: ValidationRun) -> int:
     """The candidate the pages show (a valid index of `run`)."""
     chosen = st.session_state.get(CANDIDATE)
-    indices = [i.index for i in run.candidate_list]
+    indices = [i.index for i in run.infos]
     return chosen if chosen in indices else indices[0]
 
 

@@ -162,7 +162,7 @@ def test_inspect_pools_a_large_output_and_says_by_how_much():
     onnx = ref.copy()
     onnx[1, 700:720, 100:140] += 0.5
     comparison = compare_outputs(ref, onnx, name="big", input_set=0, tolerance=Tolerance())
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
         environment={}, input_sets=(InputSet(0, {"x": np.zeros(1, np.float32)}),),
         outputs=(comparison,), ref_outputs=(OutputSet({"big": ref}),),
@@ -190,7 +190,7 @@ def test_inspect_reuses_its_views_when_the_session_tolerances_differ_from_the_ru
     ref = np.random.default_rng(1).standard_normal((40, 30), dtype=np.float32)
     onnx = ref + np.float32(1e-3)
     comparison = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=Tolerance())
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
         environment={}, input_sets=(InputSet(0, {"x": np.zeros(1, np.float32)}),),
         outputs=(comparison,), ref_outputs=(OutputSet({"y": ref}),),
@@ -235,7 +235,7 @@ def test_inspect_shows_what_the_verdict_judged_and_says_what_it_excluded():
     (comparison,) = comparisons
     assert comparison.status.passed and comparison.stats.max_abs < 1e-6
     assert comparison.stats.worst_index == (0, 2, 4, 5)
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="synthetic", onnx="synthetic.onnx", signature=None, tolerances=Tolerances(),
         environment={}, input_sets=(case.input_set,), outputs=tuple(comparisons),
         ref_outputs=(case.reference,), onnx_outputs=(shown,), exclusions=(case.exclude,),

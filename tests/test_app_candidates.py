@@ -54,7 +54,7 @@ def side_by_side(exports: Exports) -> AppTest:
 
 def test_run_page_runs_every_file_at_every_level_as_candidates(side_by_side: AppTest):
     run = side_by_side.session_state["parity_run"]
-    got = [(Path(c.onnx).name, c.ort_opt_level) for c in run.candidates]
+    got = [(Path(c.onnx).name, c.ort_opt_level) for c in run.infos]
     assert got == [(f, lv) for f in ("dynamo.onnx", "legacy.onnx", "buggy.onnx")
                    for lv in ("disable", "all")]  # fmt: skip
     assert [run.candidate(i).verdict for i in range(6)] == ["pass"] * 4 + ["fail"] * 2
@@ -112,5 +112,5 @@ def test_onnx_against_onnx_from_the_run_page(exports: Exports):
     assert not at.exception, at.exception
     run = at.session_state["parity_run"]
     assert run.model == f"onnx:{exports.legacy}" and run.provenance.reference_file
-    (candidate,) = run.candidates
+    (candidate,) = run.infos
     assert Path(candidate.onnx).name == "fp16.onnx" and run.verdict == "fail"

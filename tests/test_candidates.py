@@ -94,7 +94,7 @@ def test_the_reference_runs_once_per_input_set_and_a_shared_file_loads_once(expo
     view = run.for_candidate(4)
     assert view.onnx == str(exports.legacy) and len(view.comparisons) == 3 * 2
     # each candidate's outputs: one OutputSet per input set, the arrays behind its comparisons
-    for info in run.candidates:
+    for info in run.infos:
         outputs = run.candidate(info.index).onnx_outputs
         assert len(outputs) == len(run.input_sets) == 3
         for c in run.candidate(info.index).outputs:
@@ -141,7 +141,7 @@ def test_one_file_at_two_levels_compares_the_optimised_graph_with_the_unoptimise
         RunConfig(model=None, onnx=str(exports.dynamo), ort_opt_level=("disable", "all"))
     )
     assert run.provenance.reference_opt_level == "disable"
-    (candidate,) = run.candidates
+    (candidate,) = run.infos
     assert candidate.ort_opt_level == "all" and run.verdict == "pass"
 
 
@@ -234,7 +234,7 @@ def test_saved_run_and_parity_report_keep_every_candidate(exports: Exports, tmp_
 def _by_arithmetic(run: ValidationRun, k: int) -> tuple[tuple, tuple]:
     """Candidate k's rows and output sets as readers used to find them: rows by their
     `candidate`, output sets at [k * n, (k + 1) * n) of `onnx_outputs`."""
-    info = run.candidates[k]
+    info = run.infos[k]
     n = len(run.input_sets)
     rows = tuple(c for c in run.outputs if c.candidate == info.index)
     return rows, run.onnx_outputs[k * n : (k + 1) * n]
@@ -252,8 +252,8 @@ def test_each_candidate_view_has_its_own_rows_and_outputs_live_and_reopened(
     )
     run = run_validation(config)
     assert run.comparisons is run.outputs  # the deprecated alias is the same tuple
-    views = run.candidate_runs
-    assert views is run.candidate_runs  # built once per run
+    views = run.candidates
+    assert views is run.candidates  # built once per run
     assert [v.index for v in views] == [0, 1, 2]
     assert [v.verdict for v in views] == ["pass", "fail", "error"]
     assert [v.passed for v in views] == [True, False, False]
@@ -261,7 +261,7 @@ def test_each_candidate_view_has_its_own_rows_and_outputs_live_and_reopened(
     assert views[2].outputs == () and all(not s.arrays for s in views[2].onnx_outputs)
     for k, view in enumerate(views):
         rows, sets = _by_arithmetic(run, k)
-        assert view is run.candidate(view.index) and view.info is run.candidates[k]
+        assert view is run.candidate(view.index) and view.info is run.infos[k]
         assert view.outputs == rows and len(view.onnx_outputs) == 2
         assert all(a is b for a, b in zip(view.onnx_outputs, sets, strict=True))  # not copied
         assert {c.candidate for c in view.outputs} <= {view.index}
@@ -271,7 +271,7 @@ def test_each_candidate_view_has_its_own_rows_and_outputs_live_and_reopened(
     path = save_run(run, tmp_path / "run.parity.npz")
     reopened = load_run(path)
     assert reopened.comparisons is reopened.outputs
-    again = reopened.candidate_runs
+    again = reopened.candidates
     assert [v.verdict for v in again] == ["pass", "fail", "error"]
     for k, (live, back) in enumerate(zip(views, again, strict=True)):
         rows, sets = _by_arithmetic(reopened, k)
@@ -285,7 +285,7 @@ def test_each_candidate_view_has_its_own_rows_and_outputs_live_and_reopened(
             assert old.arrays.keys() == new.arrays.keys()
             assert all(np.array_equal(old.arrays[n], new.arrays[n]) for n in old.arrays)
     loose = reopened.rejudge(atol=0.1)
-    assert [v.verdict for v in loose.candidate_runs] == ["pass", "pass", "error"]
+    assert [v.verdict for v in loose.candidates] == ["pass", "pass", "error"]
     assert reopened.candidate(1).verdict == "fail"  # rejudge makes a new run and new views
 
 
@@ -375,5 +375,5 @@ def test_rejudged_run_judges_every_candidate(side_by_side):
 
     loose = side_by_side.rejudge(Tolerances(default=Tolerance(atol=0.1, rtol=0.0)))
     assert loose.verdict == "pass"
-    assert [v.verdict for v in loose.candidate_runs] == ["pass"] * 6
+    assert [v.verdict for v in loose.candidates] == ["pass"] * 6
     assert side_by_side.candidate(2).verdict == "fail"

@@ -218,7 +218,7 @@ def rich_run() -> ValidationRun:
                 comparisons.append(c)
             onnx_outputs.append(OutputSet(arrays, seconds=0.125))
     layers = {k: _layers(rng, 10 * k) for k in range(2)}
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="/nonexistent/ref.onnx",
         onnx="/nonexistent/m0.onnx",
         signature=sig,
@@ -242,10 +242,8 @@ def rich_run() -> ValidationRun:
             inputs_note="names differ",
             onnx_sha256="cd" * 32,
         ),
-        layers=layers[0],
         candidates=tuple(candidates),
-        candidate_layers=layers,
-    )
+    ).with_layers(layers)
 
 
 def generation_run() -> ValidationRun:
@@ -296,7 +294,7 @@ def generation_run() -> ValidationRun:
         ),
         PromptGeneration("Same", (3, 4), (3, 4), "x y", "x y"),
     )
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="hf:/nonexistent/tiny-llama",
         onnx="/nonexistent/model.onnx",
         signature=None,
@@ -387,16 +385,16 @@ def test_every_field_added_this_session_survives_a_save(tmp_path: Path) -> None:
     assert back.layers.findings["exclusion_check"] == run.layers.findings["exclusion_check"]
     assert [v.dtype for v in back.layers.values] == [v.dtype for v in run.layers.values]
     assert "float16" in {v.dtype for v in back.layers.values}
-    assert {k: v.to_json() for k, v in back.candidate_layers.items()} == {
-        k: v.to_json() for k, v in run.candidate_layers.items()
-    }
-    assert back.candidate_layers[0] is back.layers  # stored once, not twice
-    for k, layers in run.candidate_layers.items():
-        for mine, theirs in zip(layers.kept, back.candidate_layers[k].kept, strict=True):
+    assert [c.layers.to_json() for c in back.candidates] == [
+        c.layers.to_json() for c in run.candidates
+    ]
+    assert back.candidates[0].layers is back.layers  # stored once, not twice
+    for c in run.candidates:
+        for mine, theirs in zip(c.layers.kept, back.candidate(c.index).layers.kept, strict=True):
             assert mine.onnx.dtype == theirs.onnx.dtype
             np.testing.assert_array_equal(mine.ref, theirs.ref)
             np.testing.assert_array_equal(mine.onnx, theirs.onnx)
-    assert back.candidates == run.candidates
+    assert back.infos == run.infos
     assert [c.notes for c in back.comparisons] == [c.notes for c in run.comparisons]
 
 
@@ -426,7 +424,7 @@ def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> Non
         confirmed=True,
         text="This export only works at its own size: node '/Div' divides by 3072.",
     )
-    run = replace(run, outputs=(raised, *run.outputs[1:]), frozen=(frozen,))
+    run = replace(run.with_rows((raised, *run.outputs[1:])), frozen=(frozen,))
     back = _reopen(run, tmp_path)
     assert back.outputs[0].status is Status.ERROR
     assert back.outputs[0].message == raised.message
@@ -471,6 +469,9 @@ def test_a_manifest_written_before_the_codec_still_reads(tmp_path: Path) -> None
             assert now["members"][name] == member, name
         assert {k: v for k, v in now["provenance"].items() if k != "config"} == then["provenance"]
         same = set(then) - {"members", "provenance"}
+        if not then["candidates"]:  # made without candidates: its implied one is written now
+            assert [c["index"] for c in now["candidates"]] == [0]
+            same -= {"candidates"}
         assert {k: _as_then(_json(now[k])) for k in same} == {k: then[k] for k in same}
         with np.load(path, allow_pickle=False) as arrays:
 
@@ -480,11 +481,15 @@ def test_a_manifest_written_before_the_codec_still_reads(tmp_path: Path) -> None
             saved = SavedFrom(str(path), then["identity"], {}, then["outputs_kept"])
             old = codec.run_from_json(then, get, saved)
         report = gold[key]["report"]
-        # before the codec, a saved run kept the first candidate's layers only
-        for entry in report["candidates"]:
-            entry.pop("layers", None)
-        assert _as_then(_json(report_dict(old))) == report, key
-        assert old.provenance.config is None and old.candidate_layers == {}
+        # before the codec, a saved run kept the first candidate's layers only: the
+        # upgrade gives them to the lead candidate, the others have none
+        now_report = _as_then(_json(report_dict(old)))
+        for data in (report, now_report):
+            for entry in data["candidates"]:
+                entry.pop("layers", None)
+        assert now_report == report, key
+        assert old.candidates[0].layers is old.layers
+        assert old.provenance.config is None and all(c.layers is None for c in old.candidates[1:])
 
 
 def test_a_manifest_from_before_provenance_had_a_type_still_reads(tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ def test_mismatch_curve_has_one_line_per_output_and_the_current_atol():
 
 def _run(comparisons: tuple[OutputComparison, ...], n_sets: int = 2) -> ValidationRun:
     sets = tuple(InputSet(i, {"image": np.zeros((1, 3, 8 * (i + 1), 8))}) for i in range(n_sets))
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
         input_sets=sets, outputs=comparisons,
     )  # fmt: skip

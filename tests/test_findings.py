@@ -82,7 +82,7 @@ def _with_noise_ratio(run, ratio: float):
         else c
         for c in run.outputs
     )
-    return replace(run, outputs=rows)
+    return run.with_rows(rows)
 
 
 def test_a_confirmed_birth_makes_the_output_a_bug_even_within_rounding(bug_run) -> None:
@@ -101,7 +101,7 @@ def test_a_confirmed_birth_makes_the_output_a_bug_even_within_rounding(bug_run) 
 
 
 def test_without_layers_a_ratio_within_rounding_is_rounding_at_its_precision(bug_run) -> None:
-    run = _with_noise_ratio(replace(bug_run, layers=None), 2.7)
+    run = _with_noise_ratio(bug_run.with_layers({0: None}), 2.7)
     (found,) = [f for f in run.findings if f.output == "activations"]
     assert found.kind == "rounding" and found.text.startswith("activations: float32 rounding")
     assert run.findings[-1].kind == "unmeasured" and "--layers" in run.findings[-1].text
@@ -161,7 +161,7 @@ def test_frozen_error_and_near_tie_findings(bug_run) -> None:
     generation = GenerationInfo(
         summary={}, steps=(), prompts=(PromptGeneration("hi", (1,), (2,), "a", "b", tie),)
     )
-    run = replace(bug_run, frozen=frozen, outputs=rows, generation=generation)
+    run = replace(bug_run.with_rows(rows), frozen=frozen, generation=generation)
     kinds = [f.kind for f in run.findings]
     assert kinds.count("frozen") == 1 and "unconfirmed" not in str(run.findings)
     (error,) = [f for f in run.findings if f.kind == "error"]
@@ -180,7 +180,7 @@ def test_noise_of_a_bf16_file_is_named_bfloat16(bug_run) -> None:
     rows = tuple(
         replace(c, noise=Noise(1e-3, 2e-3, 2.0, precision="bfloat16")) for c in bug_run.outputs
     )
-    run = replace(bug_run, outputs=rows, layers=None)
+    run = bug_run.with_rows(rows).with_layers({0: None})
     (found,) = [f for f in run.findings if f.output == "activations"]
     assert found.text.startswith("activations: bfloat16 rounding, not a bug")
 
@@ -198,7 +198,7 @@ def test_the_terminal_and_html_show_every_candidate_note(exports: Exports) -> No
     """What ONNX Runtime really computed a float16 file in (the dashboard's note by the
     verdict) is in the terminal and the HTML report too."""
     run = validate(exports.model, exports.f16)
-    (note,) = [n for n in run.candidate_list[0].notes if n.startswith("ONNX Runtime ran ")]
+    (note,) = [n for n in run.infos[0].notes if n.startswith("ONNX Runtime ran ")]
     assert f"note: {note}" in format_text(run)
     assert html.escape(note, quote=True) in render_html_report(run)
 

@@ -194,7 +194,7 @@ def test_rejudging_keeps_the_notes_after_the_verdict(tmp_path):
     assert loose.status.passed and loose.message == note and loose.notes == c.notes
     tight = loose.rejudge(Tolerance(1e-5, 0))
     assert not tight.status.passed and tight.message == c.message
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
         input_sets=(InputSet(0, {}),), outputs=(c,),
     )  # fmt: skip

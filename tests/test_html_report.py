@@ -36,7 +36,7 @@ def build_run(pairs: dict[str, tuple[np.ndarray, np.ndarray]], *, n_sets: int = 
         outputs=tuple(TensorSpec(n, "float32", tuple(o.shape)) for n, (_, o) in pairs.items()),
         opset=18, producer="pytorch", ir_version=9,
     )  # fmt: skip
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="demo:test", onnx="model.onnx", signature=sig, tolerances=Tolerances(tol),
         environment={"onnxruntime": "1.32", "provider": "CPUExecutionProvider"},
         input_sets=tuple(sets), outputs=tuple(comps), ref_outputs=tuple(refs),

@@ -84,11 +84,12 @@ def test_layers_take_several_candidates_each_with_its_own_result(two_candidates)
     """The reference is rms.onnx at level disable; candidates: rms.onnx at all, and the
     float16 file at disable and at all."""
     run = two_candidates
-    assert len(run.candidates) == 3 and set(run.candidate_layers) == {0, 1, 2}
-    firsts = [run.candidate_layers[k].first_divergence for k in range(3)]
+    assert [c.index for c in run.candidates] == [0, 1, 2]
+    assert all(c.layers is not None for c in run.candidates)
+    firsts = [run.candidate(k).layers.first_divergence for k in range(3)]
     assert firsts[0] is None  # float32 at another level: nothing born
     assert [f.onnx_value for f in firsts[1:]] == ["sq", "sq"]
-    assert run.for_candidate(2).layers is run.candidate_layers[2]
+    assert run.for_candidate(2).layers is run.candidate(2).layers
     from parity.reports.report import report_dict
 
     data = report_dict(run)

@@ -42,7 +42,7 @@ def _open(run, page="pages/layers.py") -> AppTest:
 def _with_layers(run, result: LayersResult):
     ref = np.random.default_rng(0).standard_normal((2, 8, 16)).astype(np.float32)
     kept = (KeptValue(6, 0, "v6", ref, ref + np.float32(1e-3)),)
-    return replace(run, layers=replace(result, kept=kept))
+    return run.with_layers({0: replace(result, kept=kept)})
 
 
 def _all_markdown(at: AppTest) -> str:
@@ -145,7 +145,7 @@ def test_a_layers_result_with_nothing_compared_says_so(demo_run):
         unmatched_torch=12, first_divergence=None, values=(),
         notes=("TorchScript without a graph: no torch intermediates",),
     )  # fmt: skip
-    at = _open(replace(demo_run, layers=empty))
+    at = _open(demo_run.with_layers({0: empty}))
     texts = [t.value for t in at.text]
     assert any("nothing compared" in t for t in texts)
     assert "• 40 ONNX value(s) have no torch counterpart." in texts

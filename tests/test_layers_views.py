@@ -233,7 +233,7 @@ def test_the_html_report_gets_a_layers_section_offline_and_escaped():
     from parity.results import ValidationRun
     from parity.tolerances import Tolerances
 
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="m.pt2", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
         input_sets=(), outputs=(), layers=chain(module=EVIL),
     )  # fmt: skip
@@ -252,10 +252,10 @@ def test_the_html_report_gets_a_layers_section_offline_and_escaped():
     flat_layers = replace(
         layers, values=tuple(replace(v, torch_module=None) for v in layers.values)
     )
-    flat = ValidationRun(**{**run.__dict__, "layers": flat_layers})
+    flat = run.with_layers({0: flat_layers})
     assert figure_count(flat) == 1  # no module names: no tree to draw
     assert "<script src" not in page  # plotly inlined once, no network
-    no_layers = ValidationRun(**{**run.__dict__, "layers": None})
+    no_layers = run.with_layers({0: None})
     assert "<h2>Layers</h2>" not in render_html_report(no_layers)
 
 
@@ -269,7 +269,7 @@ def test_the_html_report_looks_the_same_whatever_plotly_template_the_process_use
     from parity.results import ValidationRun
     from parity.tolerances import Tolerances
 
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="m.pt2", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
         input_sets=(), outputs=(), layers=chain(module=EVIL),
     )  # fmt: skip

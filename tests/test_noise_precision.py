@@ -190,7 +190,7 @@ def test_the_noise_line_and_the_suggestion_use_the_same_floor(files: Files) -> N
         1: Noise(torch_error=4 * measured, onnx_error=4 * measured, ratio=1.0),
     }
     outputs = tuple(replace(c, noise=noises[c.input_set]) for c in run.outputs)
-    run = replace(run, outputs=outputs)
+    run = run.with_rows(outputs)
     (line,) = noise_lines(run.comparisons)
     s = suggest_noise_tolerances(run)
     floor = s.torch_errors["y"]
@@ -199,7 +199,7 @@ def test_the_noise_line_and_the_suggestion_use_the_same_floor(files: Files) -> N
     assert f"torch float32 up to {number_text(floor)} over 2 input sets" in line, line
     assert f"({s.k:g}× {number_text(floor)})" in "\n".join(noise_suggestion_lines(s))
     # One set alone: its floor is its own torch error and no "up to" is said.
-    alone = replace(run, outputs=tuple(c for c in outputs if c.input_set == 0))
+    alone = run.with_rows(tuple(c for c in outputs if c.input_set == 0))
     (line,) = noise_lines(alone.comparisons)
     assert "up to" not in line, line
 

@@ -43,7 +43,7 @@ def _run(names: tuple[str, ...]) -> ValidationRun:
         )
         for n in names
     )  # fmt: skip
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
         input_sets=(), outputs=comps,
     )  # fmt: skip

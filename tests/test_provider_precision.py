@@ -84,7 +84,7 @@ def fp16_run(rms_pair):
 
 
 def test_the_candidate_notes_say_it_and_the_overview_shows_it_by_the_verdict(fp16_run) -> None:
-    (info,) = fp16_run.candidates
+    (info,) = fp16_run.infos
     (note,) = precision_notes(info.notes)
     assert "7 of 7 float16 nodes in float32 on CPU" in note
     at = AppTest.from_file(APP, default_timeout=180)

@@ -120,7 +120,10 @@ def test_absent_reference_file_is_a_usage_error(tmp_path: Path) -> None:
 def _run(n_sets: int) -> ValidationRun:
     refs = tuple(OutputSet({"logits": LOGITS + i, "aux": AUX}) for i in range(n_sets))
     sets = tuple(InputSet(i, {"x": np.full((2, 4), i, np.float32)}) for i in range(n_sets))
-    return ValidationRun("m", "m.onnx", SIG, Tolerances(), {}, sets, (), ref_outputs=refs)
+    return ValidationRun.from_rows(
+        model="m", onnx="m.onnx", signature=SIG, tolerances=Tolerances(), environment={},
+        input_sets=sets, outputs=(), ref_outputs=refs,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("n_sets", [1, 3])

@@ -253,7 +253,7 @@ def test_rejudge_leaves_shape_and_missing_statuses_alone():
 def test_validation_run_rejudge_uses_per_output_tolerances():
     a, _, _ = _comparison("mixed")
     b = compare_outputs(np.ones(10), np.ones(10) + 1e-3, name="z", input_set=0, tolerance=RUN_TOL)
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="m",
         onnx="o",
         signature=None,
@@ -305,7 +305,7 @@ def test_pooled_mismatch_curve_is_the_judged_elements_mismatching_over_every_set
         )
         for k, ((ref, onnx), ex) in enumerate(zip(sets, (None, exclude), strict=True))
     ) + (compare_outputs(np.ones(10), np.zeros(10), name="z", input_set=0, tolerance=RUN_TOL),)
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="m",
         onnx="o",
         signature=None,

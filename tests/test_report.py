@@ -27,7 +27,7 @@ def _comparison(**stats) -> OutputComparison:
 
 
 def _run(comparison: OutputComparison) -> ValidationRun:
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="demo:x", onnx="x.onnx", signature=None, tolerances=Tolerances(),
         environment={"torch": "t", "onnx": "o", "onnxruntime": "r", "provider": "CPU"},
         input_sets=(InputSet(0, {"x": np.zeros((2, 3), np.float32)}),),

@@ -34,7 +34,7 @@ def _compare(ref, onnx, *, name="y", input_set=0, atol=1e-5):
 
 def _run(*comparisons) -> ValidationRun:
     sets = sorted({c.input_set for c in comparisons})
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(), environment={},
         input_sets=tuple(InputSet(i, {"x": np.zeros(2, np.float32)}) for i in sets),
         outputs=tuple(comparisons),

@@ -96,7 +96,7 @@ def make_run(outputs: dict[str, np.ndarray], *, noise: float = 1e-3, n_sets: int
             )
         refs.append(OutputSet(arrays=dict(outputs), seconds=0.25, notes=("y: bf16 as f32",)))
         onnxs.append(OutputSet(arrays=onnx_arrays, seconds=0.125))
-    return ValidationRun(
+    return ValidationRun.from_rows(
         model="demo:cnn",
         onnx="/nonexistent/model.onnx",
         signature=sig,
@@ -180,10 +180,14 @@ def test_loaded_profiles_rejudge_exactly_like_the_live_run(tmp_path: Path) -> No
     onnx = ref + (1e-3 * rng.standard_normal(ref.shape)).astype(np.float32)
     onnx[3, 4] = np.nan
     live = make_run({"logits": ref})
+    row = compare_outputs(ref, onnx, name="logits", input_set=0, tolerance=Tolerance())
     live = replace(
         live,
-        onnx_outputs=(OutputSet({"logits": onnx}),),
-        outputs=(compare_outputs(ref, onnx, name="logits", input_set=0, tolerance=Tolerance()),),
+        candidates=(
+            replace(
+                live.candidates[0], onnx_outputs=(OutputSet({"logits": onnx}),), outputs=(row,)
+            ),
+        ),
     )
     loaded = load_run(save_run(live, tmp_path / "r.parity.npz"))
     for atol, rtol in [(1e-6, 0.0), (1e-3, 0.0), (1e-2, 1e-2), (10.0, 0.0)]:
@@ -237,8 +241,9 @@ def test_save_and_load_hold_no_second_copy_of_a_big_output(tmp_path: Path) -> No
     run = replace(
         run,
         ref_outputs=(OutputSet({"big": big}),),
-        onnx_outputs=(OutputSet({"big": big}),),
-        outputs=(),
+        candidates=(
+            replace(run.candidates[0], onnx_outputs=(OutputSet({"big": big}),), outputs=()),
+        ),
     )
     tracemalloc.start()
     try:
@@ -320,7 +325,15 @@ def test_failed_save_keeps_the_previous_file(tmp_path: Path) -> None:
     run = make_run({"y": np.full(3, 0.5, np.float32)})
     target = save_run(run, tmp_path / "r.parity.npz")
     before = target.read_bytes()
-    bad = replace(run, onnx_outputs=(OutputSet({"y": np.array(["x", 1], dtype=object)}),))
+    bad = replace(
+        run,
+        candidates=(
+            replace(
+                run.candidates[0],
+                onnx_outputs=(OutputSet({"y": np.array(["x", 1], dtype=object)}),),
+            ),
+        ),
+    )
     with pytest.raises(SavedRunError):
         save_run(bad, target)
     assert target.read_bytes() == before

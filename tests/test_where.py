@@ -259,7 +259,7 @@ def test_the_headline_sentence_weighs_every_failing_input_set() -> None:
         refs.append(OutputSet({"y": ref}))
         onnxs.append(OutputSet({"y": onnx}))
         comps.append(compare_outputs(ref, onnx, name="y", input_set=k, tolerance=TOL))
-    run = ValidationRun(
+    run = ValidationRun.from_rows(
         model="m", onnx="m.onnx", signature=None, tolerances=Tolerances(TOL), environment={},
         input_sets=tuple(sets), outputs=tuple(comps), ref_outputs=tuple(refs),
         onnx_outputs=tuple(onnxs),

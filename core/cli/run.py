@@ -288,7 +288,7 @@ def _main(args: argparse.Namespace) -> int:
     except Exception as exc:  # a ParityError, or a bug the core did not classify: one line
         return fail(args, *describe_error(exc), exc)
     if run.verdict is Verdict.ERROR:  # a candidate could not be run; the others are reported
-        for info in run.candidate_list:
+        for info in run.infos:
             if info.error is not None:
                 print(f"parity: error: candidate {info.label}: {info.error}", file=sys.stderr)
         return ExitCode.ERROR

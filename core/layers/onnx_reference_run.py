@@ -3,8 +3,8 @@ reference file (parity.layers.onnx_vs_onnx), and, for a quantized or a float16/b
 candidate, what to keep in higher precision (parity.layers.qdq, parity.layers.fp16).
 
 Never raises and never changes the outputs' verdict: whatever stopped it is said in the
-result's notes. The first candidate's result is the run's `layers`; each candidate's is in
-`candidate_layers` (what the Layers page's Candidate selector shows).
+result's notes. Each candidate's result is its `CandidateRun.layers` (what the Layers page's
+Candidate selector shows); the first's is the run's `layers`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def with_onnx_layers(
     """The run with every loaded candidate's layers against the reference."""
     t0 = time.perf_counter()
     results: dict[int, LayersResult] = {}
-    infos = run.candidate_list
+    infos = run.infos
     for info, candidate in zip(infos, candidates, strict=False):
         if candidate is None or info.error is not None:
             results[info.index] = not_compared(f"{info.label} could not be run: not compared")
@@ -69,7 +69,5 @@ def with_onnx_layers(
             report("layers", message + where, None)
 
         results[info.index] = layers_for(reference, candidate, run.input_sets, config, say)
-    first = results[infos[0].index]
     timings = {**run.timings, "layers": time.perf_counter() - t0}
-    many = results if len(results) > 1 else {}
-    return replace(run, layers=first, candidate_layers=many, timings=timings)
+    return replace(run.with_layers(results), timings=timings)

@@ -148,11 +148,11 @@ def format_run_layers(run: ValidationRun) -> str:
     """The terminal's layers section: the result and its precision lines; when several
     candidates were compared layer by layer (ONNX against ONNX), each candidate's own under
     its label, in the candidates' order, so none is left out."""
-    if len(run.candidate_layers) > 1:
+    if run.is_multi_candidate and any(c.layers is not None for c in run.candidates):
         return "\n\n".join(
-            f"Layers of candidate {c.label}:\n" + _with_precision(run.candidate_layers[c.index])
+            f"Layers of candidate {c.label}:\n" + _with_precision(c.layers)
             for c in run.candidates
-            if c.index in run.candidate_layers
+            if c.layers is not None
         )
     assert run.layers is not None
     labels = {s.index: s.label for s in run.input_sets if s.label}

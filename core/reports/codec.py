@@ -15,7 +15,7 @@ and runs saved before provenance had a type ("extra") are read by `_from_extra`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from parity.results import (
     NOISE_PRECISIONS,
     SUGGESTION_BASES,
     CandidateInfo,
+    CandidateRun,
     ErrorStats,
     FrozenNode,
     GenerationInfo,
@@ -109,7 +110,7 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         "input_sets": [
             {"index": s.index, "label": s.label, "inputs": s.describe()} for s in run.input_sets
         ],
-        "candidates": [report_candidate_json(run, info) for info in run.candidate_list],
+        "candidates": [report_candidate_json(run, c) for c in run.candidates],
         "outputs": [report_output_json(c, where_of(run, c)) for c in run.outputs],
         "errors": [],  # a run that could not be made has parity.reports.report's error report
         "likely_wrong_pair": wrong_pair_note(run) is not None,
@@ -151,14 +152,16 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
     return strict(data)
 
 
-def report_candidate_json(run: ValidationRun, info: CandidateInfo) -> dict[str, Any]:
-    """One ``candidates[]`` entry (file x provider x level): how it ran and its own verdict."""
+def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[str, Any]:
+    """One ``candidates[]`` entry (file x provider x level): how it ran and its own verdict;
+    its layers where several candidates were compared layer by layer (ONNX against ONNX)."""
+    info = candidate.info
     data = candidate_to_json(info)
     head = {k: data.pop(k) for k in ("index", "onnx", "provider", "ort_opt_level")}
     data["seconds"] = round(float(info.seconds), 6)
-    if info.index in run.candidate_layers:
-        data["layers"] = run.candidate_layers[info.index].to_json()
-    return {**head, "verdict": run.candidate(info.index).verdict, **data}
+    if run.is_multi_candidate and candidate.layers is not None:
+        data["layers"] = candidate.layers.to_json()
+    return {**head, "verdict": candidate.verdict, **data}
 
 
 def report_output_json(c: OutputComparison, where: WhereProfile | None = None) -> dict[str, Any]:
@@ -249,15 +252,19 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "provenance": provenance_to_json(run.provenance),
         "generation": None if run.generation is None else generation_to_json(run.generation),
         "layers": None if run.layers is None else layers_to_json(run.layers, put, "layers"),
-        "candidates": [candidate_to_json(info) for info in run.candidates],
+        "candidates": [candidate_to_json(info) for info in run.infos],
         "suggested_tolerances": None
         if run.suggested_tolerances is None
         else suggested_to_json(run.suggested_tolerances),
         "candidate_layers": [
-            {"candidate": int(k), "is_layers": True}  # the same result: its arrays once
-            if layers is run.layers
-            else {"candidate": int(k), "layers": layers_to_json(layers, put, f"layers/c{k}")}
-            for k, layers in run.candidate_layers.items()
+            {"candidate": int(c.index), "is_layers": True}  # the lead's: its arrays once
+            if k == 0
+            else {
+                "candidate": int(c.index),
+                "layers": layers_to_json(c.layers, put, f"layers/c{c.index}"),
+            }
+            for k, c in enumerate(run.candidates)
+            if c.layers is not None and run.is_multi_candidate
         ],
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
@@ -291,29 +298,37 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         k: sj.string(v, f"environment.{k}")
         for k, v in sj.obj(sj.field(m, "environment", "manifest"), "environment").items()
     }
+    onnx = sj.string(sj.field(m, "onnx", "manifest"), "onnx")
     layers = layers_from_json(m.get("layers"), get, "layers")
-    candidates = candidates_from_json(m.get("candidates"))
+    infos = candidates_from_json(m.get("candidates")) or (
+        _implied_candidate(onnx, environment, provenance),
+    )
     candidate_layers = _candidate_layers_from_json(m.get("candidate_layers"), layers, get)
-    indices = {i.index for i in candidates} or {0}
+    if not candidate_layers and layers is not None:  # one candidate, or saved before each kept
+        candidate_layers = {infos[0].index: layers}
+    indices = {i.index for i in infos}
     _check_indices({s.index for s in input_sets}, indices, comparisons, candidate_layers)
+    candidates = _candidate_records(
+        infos,
+        comparisons,
+        _output_sets_from_json(m, "onnx_outputs", get),
+        len(input_sets),
+        candidate_layers,
+    )
     return ValidationRun(
         model=sj.string(sj.field(m, "model", "manifest"), "model"),
-        onnx=sj.string(sj.field(m, "onnx", "manifest"), "onnx"),
+        onnx=onnx,
         signature=signature_from_json(sj.field(m, "signature", "manifest")),
         tolerances=Tolerances.from_json(sj.field(m, "tolerances", "manifest"), source="tolerances"),
         environment=environment,
         input_sets=tuple(input_sets),
-        outputs=tuple(comparisons),
+        candidates=candidates,
         ref_outputs=_output_sets_from_json(m, "ref_outputs", get),
-        onnx_outputs=_output_sets_from_json(m, "onnx_outputs", get),
         exclusions=tuple(exclusions),
         timings=timings,
         provenance=provenance,
         generation=generation,
         saved=saved,
-        layers=layers,
-        candidates=candidates,
-        candidate_layers=candidate_layers,
         frozen=frozen_from_json(m.get("frozen")),
         static_axes=static_axes_from_json(m.get("static_axes")),
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
@@ -420,6 +435,38 @@ def _input_set_from_json(
         label=sj.string(sj.field(entry, "label", at), f"{at}.label"),
     )
     return input_set, _named_arrays_from_json(entry.get("exclude", []), f"{at}.exclude", get)
+
+
+def _implied_candidate(
+    onnx: str, environment: Mapping[str, str], provenance: Provenance
+) -> CandidateInfo:
+    """The one candidate of a run saved before candidates were kept: its file, provider and
+    level, from the run's own fields."""
+    provider = str(environment.get("provider", "CPUExecutionProvider"))
+    level = provenance.ort_opt_level or "all"
+    return CandidateInfo(0, onnx, provider, level, provenance.onnx_sha256)
+
+
+def _candidate_records(
+    infos: tuple[CandidateInfo, ...],
+    rows: Sequence[OutputComparison],
+    onnx_outputs: tuple[OutputSet, ...],
+    n_sets: int,
+    layers: Mapping[int, LayersResult],
+) -> tuple[CandidateRun, ...]:
+    """Each candidate's record from the saved layout: rows by their `candidate`, output sets
+    candidate after candidate (one candidate: all of them), layers by candidate index (a run
+    saved before each candidate's were kept: the lead's only)."""
+    n = n_sets if len(infos) > 1 else len(onnx_outputs)
+    return tuple(
+        CandidateRun(
+            info,
+            tuple(c for c in rows if c.candidate == info.index),
+            onnx_outputs[k * n : (k + 1) * n],
+            layers.get(info.index),
+        )
+        for k, info in enumerate(infos)
+    )
 
 
 def _output_what(side: str, s: int) -> Callable[[str], str]:

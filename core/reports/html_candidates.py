@@ -39,7 +39,7 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
     """The candidates table, then outputs (rows) x candidates (columns), then the grid."""
     from parity.show.candidate_figures import candidates_grid
 
-    infos = run.candidate_list
+    infos = run.infos
     head = (
         "<tr><th>#</th><th>ONNX file</th><th>provider</th><th>opt level</th><th>verdict</th>"
         "<th>ORT time</th><th>notes / error</th></tr>"

@@ -104,7 +104,7 @@ def _candidate_sections(run: ValidationRun) -> list[str]:
 
 
 def _failing_views(run: ValidationRun) -> list[ValidationRun]:
-    return [run.for_candidate(v.index) for v in run.candidate_runs if v.verdict is Verdict.FAIL]
+    return [run.for_candidate(v.index) for v in run.candidates if v.verdict is Verdict.FAIL]
 
 
 def _failing(run: ValidationRun) -> list[tuple[OutputComparison, WhereProfile | None]]:

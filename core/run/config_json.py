@@ -140,7 +140,7 @@ def config_of_run(run: ValidationRun) -> RunConfig | None:
             return None  # it would run another model than the one the run names
         return config
     p = run.provenance
-    infos = run.candidate_list
+    infos = run.infos
     files = tuple(dict.fromkeys(i.onnx for i in infos))
     model: str | None = run.model
     reference = reference_path(run.model)

@@ -127,7 +127,7 @@ def suggest_checked(
         except ParityError as exc:
             why = f"the run could not be made on fresh inputs ({exc})"
         else:
-            broken = [i.error for i in fresh.candidate_list if i.error is not None]
+            broken = [i.error for i in fresh.infos if i.error is not None]
             if broken:
                 why = f"ONNX Runtime could not run the fresh inputs ({broken[0]})"
     if why is not None:

@@ -79,7 +79,7 @@ def should_look(run: ValidationRun, config: RunConfig) -> bool:
         and has_dynamic_axes(run.signature)
         and not run.passed
         and not run.is_multi_candidate
-        and any(c.error is None for c in run.candidate_list)
+        and any(c.error is None for c in run.infos)
     )
 
 

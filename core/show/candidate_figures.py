@@ -27,7 +27,7 @@ def candidates_grid(run: ValidationRun) -> go.Figure:
     candidate's worst input set, marked ✓ / ✗ / shape / dtype / missing; a candidate that
     could not run reads "error" across its row. A mark's customdata is (candidate index,
     output name, input set), input set -1 for a candidate that could not run."""
-    infos = run.candidate_list
+    infos = run.infos
     names = list(run.output_names)
     rows = [candidate_row_label(run, i) for i in infos]
     row_of = {i.index: rows[k] for k, i in enumerate(infos)}

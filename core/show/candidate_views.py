@@ -28,7 +28,7 @@ class CandidateCell:
 def candidate_cells(run: ValidationRun) -> list[CandidateCell]:
     """Every (candidate, output) that was judged, candidates in order, outputs in run order."""
     cells = []
-    for view in run.candidate_runs:
+    for view in run.candidates:
         if view.info.error is not None:
             continue
         grouped: dict[str, list[OutputComparison]] = {}
@@ -46,6 +46,6 @@ def candidate_cells(run: ValidationRun) -> list[CandidateCell]:
 def verdict_counts(run: ValidationRun) -> dict[Verdict, int]:
     """How many candidates pass, fail, could not run (keys read as "pass", "fail", "error")."""
     counts = dict.fromkeys(Verdict, 0)
-    for view in run.candidate_runs:
+    for view in run.candidates:
         counts[view.verdict] += 1
     return counts

@@ -28,7 +28,7 @@ def _cell(c: OutputComparison | None, info: CandidateInfo) -> str:
 
 def candidates_table(run: ValidationRun) -> str:
     """Rows: (input set, output); columns: candidates #0, #1, ... (named in the legend)."""
-    infos = run.candidate_list
+    infos = run.infos
     by_key = {(c.candidate, c.input_set, c.name): c for c in run.outputs}
     multi_set = len(run.input_sets) > 1
     header = (["set"] if multi_set else []) + ["output"] + [f"#{i.index}" for i in infos]
@@ -55,14 +55,14 @@ def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
 
 
 def overall_verdict_text(run: ValidationRun) -> str:
-    infos = run.candidate_list
+    infos = run.infos
     unit = "step" if run.is_generation else "input set"
     n_sets = len(run.input_sets)
     size = (
         f"{len(infos)} candidates × {len(run.output_names)} output(s) × {n_sets} {unit}"
         f"{'' if n_sets == 1 else 's'}"
     )
-    verdicts = {v.index: v.verdict for v in run.candidate_runs}
+    verdicts = {v.index: v.verdict for v in run.candidates}
     bad = [i for i in infos if verdicts[i.index] is not Verdict.PASS]
     if not bad:
         return f"{verdict_label(Verdict.PASS)}: every candidate passes every output ({size})"
@@ -92,7 +92,7 @@ def _indent(text: str) -> str:
 
 def format_candidates(run: ValidationRun) -> str:
     """The whole run as terminal text, for a run with several candidates."""
-    infos = run.candidate_list
+    infos = run.infos
     head, input_sets = run_head(run, onnx=False), format_input_sets(run)
     legend = ["candidates"] + [
         f"  {i.label}"

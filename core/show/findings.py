@@ -64,7 +64,7 @@ def file_precision_word(run: ValidationRun) -> str:
             return c.noise.precision
     from parity.load.provider_precision import precision_notes
 
-    for info in run.candidate_list:
+    for info in run.infos:
         for note in precision_notes(info.notes):
             for word in ("bfloat16", "float16"):
                 if f" {word} nodes" in note:
@@ -81,7 +81,7 @@ def file_precision_word(run: ValidationRun) -> str:
 def _per_candidate(run: ValidationRun) -> list[Finding]:
     """Each failing candidate's findings (several candidates: each judged as its own run)."""
     out: list[Finding] = []
-    for view in run.candidate_runs:
+    for view in run.candidates:
         if view.info.error is None and not view.passed:
             one = run.for_candidate(view.index) if run.is_multi_candidate else run
             out += _candidate_findings(one, view.index)
@@ -244,7 +244,7 @@ def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     """What would have told more, had it been measured: --layers, --noise-floor (only where
     some failing output is neither a bug nor rounding yet)."""
     missing = []
-    if run.layers is None and not run.candidate_layers:
+    if all(c.layers is None for c in run.candidates):
         missing.append("where inside the model the outputs start to differ (--layers)")
     bug_or_rounding = {f.output for f in found if f.kind in ("bug", "rounding")}
     born = any(f.kind == "bug" and f.output is None for f in found)

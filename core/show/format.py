@@ -76,7 +76,7 @@ def run_head(run: ValidationRun, *, onnx: bool = True) -> str:
     when it was not by name."""
     head = reference_text(run) + (f"\nonnx  {run.onnx}" if onnx else "")
     if onnx:  # one candidate: what was adapted or computed otherwise, as every front says it
-        head += "".join(f"\nnote: {n}" for n in run.candidate_list[0].notes)
+        head += "".join(f"\nnote: {n}" for n in run.infos[0].notes)
     if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
         head += "\ninputs fed " + binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
     return head

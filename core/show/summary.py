@@ -58,7 +58,7 @@ def headline(run: ValidationRun) -> str:
     if run.is_multi_candidate:
         return _candidates_headline(run, ref)
     if run.verdict is Verdict.ERROR:
-        info = run.candidate_list[0]
+        info = run.infos[0]
         why = f": {info.error}" if info.error else ""
         return f"Parity could not run the ONNX file{why}."
     outputs = run.output_names
@@ -82,7 +82,7 @@ def headline(run: ValidationRun) -> str:
 
 
 def _candidates_headline(run: ValidationRun, ref: str) -> str:
-    verdicts = [v.verdict for v in run.candidate_runs]
+    verdicts = [v.verdict for v in run.candidates]
     n = len(verdicts)
     bad = sum(v is not Verdict.PASS for v in verdicts)
     errors = sum(v is Verdict.ERROR for v in verdicts)
@@ -119,7 +119,7 @@ def candidate_notes(run: ValidationRun) -> list[str]:
     many = run.is_multi_candidate
     return [
         f"{info.label}: {note}" if many else f"{note[0].upper()}{note[1:]}"
-        for info in run.candidate_list
+        for info in run.infos
         for note in info.notes
         if note
     ]
