@@ -70,6 +70,21 @@ class OutputSet:
 
 
 @dataclass(frozen=True)
+class InputCase:
+    """One input set of a run with what belongs to it: the reference outputs it gave (None:
+    the run kept no outputs) and its outputs' exclusion masks (True: the element is not
+    judged, e.g. padding an attention mask excludes), broadcastable to each output."""
+
+    input_set: InputSet
+    reference: OutputSet | None = None
+    exclusions: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def index(self) -> int:
+        return self.input_set.index
+
+
+@dataclass(frozen=True)
 class ErrorStats:
     """Element-wise statistics of one output (float64 arithmetic, NaN/Inf handled apart).
 
@@ -486,9 +501,9 @@ class ValidationRun:
     `candidates` holds one `CandidateRun` per way the ONNX side ran (file x provider x opt
     level): its info, rows, ONNX outputs and layers. `outputs` (every candidate's rows, the
     JSON report's `outputs`) and `layers` (the lead candidate's) are read from them; a
-    one-candidate view is `for_candidate(i)`. `from_rows` builds a run from flat rows.
-    `exclusions[k]` holds, for input set k, the outputs' exclusion masks (True: the element
-    is not judged, e.g. padding an attention mask excludes), broadcastable to the output.
+    one-candidate view is `for_candidate(i)`. `cases` holds each input set with its
+    reference outputs and exclusion masks (`InputCase`); `input_sets`, `ref_outputs` and
+    `exclusions` are read from them. `from_rows` builds a run from flat fields.
     """
 
     model: str
@@ -496,10 +511,8 @@ class ValidationRun:
     signature: OnnxSignature | None
     tolerances: Tolerances
     environment: Mapping[str, str]
-    input_sets: tuple[InputSet, ...]
+    cases: tuple[InputCase, ...]  # each input set with its reference outputs and exclusions
     candidates: tuple[CandidateRun, ...]  # at least one; the lead (the run's `onnx`) first
-    ref_outputs: tuple[OutputSet, ...] = ()
-    exclusions: tuple[Mapping[str, np.ndarray], ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
     provenance: Provenance = field(default_factory=Provenance)
     generation: GenerationInfo | None = None
@@ -516,19 +529,31 @@ class ValidationRun:
         cls,
         *,
         outputs: Sequence[OutputComparison],
+        input_sets: Sequence[InputSet] = (),
+        ref_outputs: Sequence[OutputSet] = (),
+        exclusions: Sequence[Mapping[str, np.ndarray]] = (),
         onnx_outputs: Sequence[OutputSet] = (),
         candidates: Sequence[CandidateInfo] = (),
         layers: LayersResult | None = None,
         **fields: Any,
     ) -> ValidationRun:
-        """A run from flat rows (tests, notebooks, a hand-made run): each row goes to the
+        """A run from flat fields (tests, notebooks, a hand-made run): `ref_outputs` and
+        `exclusions` by position in `input_sets` (either may be ()); each row goes to the
         candidate its `candidate` names; `onnx_outputs` and `layers` are the lead's (with
         several candidates, `onnx_outputs` holds each one's sets in turn). Without
         `candidates`, one on CPU at level "all" (index 0) is the run's."""
+        cases = tuple(
+            InputCase(
+                s,
+                ref_outputs[k] if ref_outputs else None,
+                exclusions[k] if exclusions else {},
+            )
+            for k, s in enumerate(input_sets)
+        )
         infos = tuple(candidates) or (
             CandidateInfo(0, str(fields.get("onnx", "")), "CPUExecutionProvider", "all"),
         )
-        n = len(fields.get("input_sets", ())) if len(infos) > 1 else len(onnx_outputs)
+        n = len(input_sets) if len(infos) > 1 else len(onnx_outputs)
         runs = tuple(
             CandidateRun(
                 info,
@@ -538,7 +563,22 @@ class ValidationRun:
             )
             for k, info in enumerate(infos)
         )
-        return cls(candidates=runs, **fields)
+        return cls(cases=cases, candidates=runs, **fields)
+
+    @cached_property
+    def input_sets(self) -> tuple[InputSet, ...]:
+        return tuple(c.input_set for c in self.cases)
+
+    @cached_property
+    def ref_outputs(self) -> tuple[OutputSet, ...]:
+        """Each input set's reference outputs, in `input_sets` order; () when not kept."""
+        refs = tuple(c.reference for c in self.cases if c.reference is not None)
+        return refs if len(refs) == len(self.cases) else ()
+
+    @cached_property
+    def exclusions(self) -> tuple[Mapping[str, np.ndarray], ...]:
+        """Each input set's exclusion masks by output name, in `input_sets` order."""
+        return tuple(c.exclusions for c in self.cases)
 
     @cached_property
     def outputs(self) -> tuple[OutputComparison, ...]:
@@ -643,9 +683,9 @@ class ValidationRun:
 
     def exclusion(self, input_set: int, name: str) -> np.ndarray | None:
         """The exclusion mask of one output (broadcastable to it), or None."""
-        for position, s in enumerate(self.input_sets):
-            if s.index == input_set and position < len(self.exclusions):
-                return self.exclusions[position].get(name)
+        for case in self.cases:
+            if case.index == input_set:
+                return case.exclusions.get(name)
         return None
 
     def dim_names(self, name: str, rank: int) -> tuple[str | None, ...]:
@@ -657,14 +697,18 @@ class ValidationRun:
 
     def arrays(self, c: OutputComparison) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The raw (reference, ONNX) outputs behind comparison `c`, None where not kept."""
-        position = next(
-            (i for i, s in enumerate(self.input_sets) if s.index == c.input_set), c.input_set
+        position = next((k for k, s in enumerate(self.cases) if s.index == c.input_set), None)
+        if position is None:
+            return None, None
+        reference = self.cases[position].reference
+        onnx_sets = self.candidate(c.candidate).onnx_outputs  # () when the run kept none
+        onnx = onnx_sets[position] if onnx_sets else None
+        ref_array = None if reference is None else reference.arrays.get(c.name)
+        onnx_array = None if onnx is None else onnx.arrays.get(c.name)
+        return (
+            None if ref_array is None else np.asarray(ref_array),
+            None if onnx_array is None else np.asarray(onnx_array),
         )
-        sides = []
-        for outputs in (self.ref_outputs, self.candidate(c.candidate).onnx_outputs):
-            found = outputs[position].arrays.get(c.name) if position < len(outputs) else None
-            sides.append(None if found is None else np.asarray(found))
-        return sides[0], sides[1]
 
     @property
     def output_names(self) -> tuple[str, ...]:

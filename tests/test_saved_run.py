@@ -240,7 +240,7 @@ def test_save_and_load_hold_no_second_copy_of_a_big_output(tmp_path: Path) -> No
     run = make_run({"small": np.full(3, 0.5, np.float32)})
     run = replace(
         run,
-        ref_outputs=(OutputSet({"big": big}),),
+        cases=(replace(run.cases[0], reference=OutputSet({"big": big})),),
         candidates=(
             replace(run.candidates[0], onnx_outputs=(OutputSet({"big": big}),), outputs=()),
         ),
@@ -314,7 +314,12 @@ def test_a_pickled_member_is_refused_even_with_a_matching_hash(tmp_path: Path) -
 
 def test_saving_an_object_array_is_refused_and_leaves_no_file(tmp_path: Path) -> None:
     run = make_run({"y": np.full(3, 0.5, np.float32)})
-    bad = replace(run, ref_outputs=(OutputSet({"y": np.array([None, 1], dtype=object)}),))
+    bad = replace(
+        run,
+        cases=(
+            replace(run.cases[0], reference=OutputSet({"y": np.array([None, 1], dtype=object)})),
+        ),
+    )
     target = tmp_path / "r.parity.npz"
     with pytest.raises(SavedRunError, match="pickle"):
         save_run(bad, target)

@@ -35,6 +35,7 @@ from parity.results import (
     FrozenNode,
     GenerationInfo,
     GenerationStep,
+    InputCase,
     InputSet,
     Noise,
     OutputComparison,
@@ -233,10 +234,10 @@ def where_to_json(where: WhereProfile | None) -> dict[str, Any] | None:
 
 def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True) -> dict[str, Any]:
     """Everything of `run` but its container's own fields (schema, identity, members)."""
-    input_sets = []
-    for s, input_set in enumerate(run.input_sets):
-        masks = run.exclusions[s] if s < len(run.exclusions) else {}
-        input_sets.append(_input_set_to_json(input_set, s, masks, put))
+    input_sets = [
+        _input_set_to_json(case.input_set, s, case.exclusions, put)
+        for s, case in enumerate(run.cases)
+    ]
     return {
         "model": run.model,
         "onnx": run.onnx,
@@ -279,6 +280,11 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         input_set, masks = _input_set_from_json(entry, f"input_sets[{i}]", get)
         input_sets.append(input_set)
         exclusions.append(masks)
+    references = _output_sets_from_json(m, "ref_outputs", get)
+    if references and len(references) != len(input_sets):
+        raise sj.FieldError(
+            f"ref_outputs: {len(references)} output sets for {len(input_sets)} input sets"
+        )
     comparisons = [
         comparison_from_json(entry, f"comparisons[{c}]", get)
         for c, entry in enumerate(sj.array(sj.field(m, "comparisons", "manifest"), "comparisons"))
@@ -321,10 +327,11 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         signature=signature_from_json(sj.field(m, "signature", "manifest")),
         tolerances=Tolerances.from_json(sj.field(m, "tolerances", "manifest"), source="tolerances"),
         environment=environment,
-        input_sets=tuple(input_sets),
+        cases=tuple(
+            InputCase(s, references[k] if references else None, exclusions[k])
+            for k, s in enumerate(input_sets)
+        ),
         candidates=candidates,
-        ref_outputs=_output_sets_from_json(m, "ref_outputs", get),
-        exclusions=tuple(exclusions),
         timings=timings,
         provenance=provenance,
         generation=generation,
