@@ -52,7 +52,7 @@ def _cached(run: ValidationRun, key: tuple, compute):
 
 
 def _choose_target(run: ValidationRun) -> tuple[int, str]:
-    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.comparisons})
+    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.outputs})
     names = list(run.output_names)
     target = state.target()
     if target is not None and state.get(state.INSP_APPLIED) != target:
@@ -64,7 +64,7 @@ def _choose_target(run: ValidationRun) -> tuple[int, str]:
     if state.get(state.INSP_SET) not in sets:
         state.put(state.INSP_SET, sets[0])
     if state.get(state.INSP_OUT) not in names:
-        failing = [c.name for c in run.comparisons if not c.status.passed]
+        failing = [c.name for c in run.outputs if not c.status.passed]
         state.put(state.INSP_OUT, failing[0] if failing else names[0])
     c1, c2 = st.columns(2)
     name = c1.selectbox("Output", names, key=state.INSP_OUT)

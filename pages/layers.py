@@ -92,7 +92,7 @@ def layers_config(run: ValidationRun):
     if config is None or config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
         return None
     if config.n_candidates > 1:
-        info = next(i for i in run.infos if i.index == state.candidate_index(run))
+        info = run.candidate(state.candidate_index(run)).info
         config = replace(
             config, onnx=info.onnx, provider=info.provider, ort_opt_level=info.ort_opt_level
         )
@@ -113,7 +113,7 @@ def _no_layers(run: ValidationRun) -> None:
         return
     which = ""
     if run.is_multi_candidate:
-        info = next(i for i in run.infos if i.index == state.candidate_index(run))
+        info = run.candidate(state.candidate_index(run)).info
         which = f" (candidate {md_text(info.label)})"
     st.info(
         "This run compared the model's outputs only. Run it again comparing every "

@@ -30,13 +30,13 @@ from parity.show.summary import headline, notes
 
 
 def comparison_frame(run: ValidationRun) -> pd.DataFrame:
-    """One row per (input set, output), row k being ``run.comparisons[k]`` (parity.show.rows)."""
+    """One row per (input set, output), row k being ``run.outputs[k]`` (parity.show.rows)."""
     return rows_frame(comparison_rows(run))
 
 
 def worst_failure(run: ValidationRun) -> OutputComparison | None:
     """The failing comparison to look at first (parity.labels.badness)."""
-    failing = worst_first(c for c in run.comparisons if not c.status.passed)
+    failing = worst_first(c for c in run.outputs if not c.status.passed)
     return failing[0] if failing else None
 
 
@@ -44,7 +44,7 @@ def _on_table_select() -> None:
     rows = state.selected_rows(state.OVERVIEW_TABLE)
     run = state.current_view()
     if rows and run is not None:
-        c = run.comparisons[rows[0]]
+        c = run.outputs[rows[0]]
         state.set_target(c.input_set, c.name)
         state.put(state.GOTO_INSPECT, True)
 
@@ -93,13 +93,13 @@ def technical_notes(run: ValidationRun) -> None:
 
 def noise_section(run: ValidationRun) -> None:
     """--noise-floor: per float32 output, whether ONNX's error is float32 rounding (text)."""
-    if not any(c.noise is not None for c in run.comparisons):
+    if not any(c.noise is not None for c in run.outputs):
         return
     from parity.judge.noise_floor import noise_lines
 
     with st.container(border=True):
         st.markdown("**Rounding noise** (against torch run again in float64)")
-        for line in noise_lines(run.comparisons):
+        for line in noise_lines(run.outputs):
             st.text(line)
 
 

@@ -42,7 +42,7 @@ def render_sidebar() -> None:
         if run is None:
             st.caption("No run yet: start one on the **Run** page (try a demo).")
         else:
-            n_fail = sum(not c.status.passed for c in run.comparisons)
+            n_fail = sum(not c.status.passed for c in run.outputs)
             st.markdown(verdict_badge(run, size="### "))
             st.caption("At the tolerances set on the Tolerances page.")
             onnx = (

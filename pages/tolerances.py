@@ -204,7 +204,7 @@ def controls(raw: ValidationRun) -> None:
         column_config=ROW_COLUMN_CONFIG,
         key=state.TOL_PASS_TABLE,
     )
-    st.caption(f"Re-judged {len(judged.comparisons)} comparison(s) in {ms:.1f} ms.")
+    st.caption(f"Re-judged {len(judged.outputs)} comparison(s) in {ms:.1f} ms.")
 
     s1, s2, s3 = st.columns([1, 1, 2])
     margin = s1.number_input("Suggest margin (x min atol)", 1.0, 100.0, DEFAULT_MARGIN, 0.5,

@@ -297,6 +297,31 @@ def test_a_tampered_member_is_refused(tmp_path: Path) -> None:
         load_run(path)
 
 
+def test_each_input_set_reopens_with_its_own_reference_and_a_short_list_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Reference outputs travel with their input set (InputCase); a manifest whose
+    ref_outputs has another length than input_sets is refused, naming the field."""
+    a = np.full(3, 0.5, np.float32)
+    run = make_run({"y": a})
+    run = replace(
+        run,
+        cases=(*run.cases, replace(run.cases[0], input_set=replace(run.input_sets[0], index=1))),
+    )
+    path = save_run(run, tmp_path / "r.parity.npz")
+    back = load_run(path)
+    assert [c.index for c in back.cases] == [0, 1]
+    for case in back.cases:
+        np.testing.assert_array_equal(case.reference.arrays["y"], a)
+    assert len(back.ref_outputs) == 2 and back.exclusion(1, "y") is None
+    with zipfile.ZipFile(path) as zf:
+        manifest = json.loads(zf.read(MANIFEST))
+    manifest["ref_outputs"] = manifest["ref_outputs"][:1]
+    _rewrite_member(path, MANIFEST, lambda _: json.dumps(manifest).encode())
+    with pytest.raises(SavedRunError, match="ref_outputs: 1 output sets for 2 input sets"):
+        load_run(path)
+
+
 def test_a_pickled_member_is_refused_even_with_a_matching_hash(tmp_path: Path) -> None:
     path = save_run(make_run({"y": np.full(3, 0.5, np.float32)}), tmp_path / "r.parity.npz")
     sneaky = tmp_path / "obj.npy"

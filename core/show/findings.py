@@ -83,7 +83,7 @@ def _per_candidate(run: ValidationRun) -> list[Finding]:
     out: list[Finding] = []
     for view in run.candidates:
         if view.info.error is None and not view.passed:
-            one = run.for_candidate(view.index) if run.is_multi_candidate else run
+            one = run.for_candidate(view.index)
             out += _candidate_findings(one, view.index)
     return out
 
