@@ -458,6 +458,10 @@ def test_generation_prompts_survive_a_save(tmp_path: Path) -> None:
     assert back.generation.summary["nested"] == {"nan": None}  # free-form, made strict
 
 
+RECORD_KEYS = ("comparisons", "onnx_outputs", "layers")  # a saved candidate's own
+FLAT_KEYS = ("candidate_layers",)  # where older manifests kept them, now in the candidates
+
+
 def test_a_manifest_written_before_the_codec_still_reads(tmp_path: Path) -> None:
     """The pre-codec manifest (its member table names the same arrays, hash for hash) decodes
     to a run whose report is the one written then."""
@@ -468,10 +472,22 @@ def test_a_manifest_written_before_the_codec_still_reads(tmp_path: Path) -> None
         for name, member in then["members"].items():
             assert now["members"][name] == member, name
         assert {k: v for k, v in now["provenance"].items() if k != "config"} == then["provenance"]
-        same = set(then) - {"members", "provenance"}
-        if not then["candidates"]:  # made without candidates: its implied one is written now
-            assert [c["index"] for c in now["candidates"]] == [0]
-            same -= {"candidates"}
+        # each candidate now keeps its rows, ONNX output sets and layers: flattened in
+        # candidate order they are what the flat manifest held, member names included
+        records = _as_then(_json(now["candidates"]))
+        for field in ("comparisons", "onnx_outputs"):
+            assert [x for c in records for x in c[field]] == then[field], field
+        assert records[0]["layers"] == then["layers"]
+        if "candidate_layers" in then:  # older still: the lead's layers only were kept
+            by_index = {e["candidate"]: e for e in then["candidate_layers"] if "layers" in e}
+            for c in records[1:]:
+                assert c["layers"] == by_index.get(c["index"], {}).get("layers"), c["index"]
+        infos = [{k: v for k, v in c.items() if k not in RECORD_KEYS} for c in records]
+        if then["candidates"]:
+            assert infos == then["candidates"]
+        else:  # made without candidates: its implied one is written now
+            assert [c["index"] for c in infos] == [0]
+        same = set(then) - {"members", "provenance", "candidates", *RECORD_KEYS, *FLAT_KEYS}
         assert {k: _as_then(_json(now[k])) for k in same} == {k: then[k] for k in same}
         with np.load(path, allow_pickle=False) as arrays:
 

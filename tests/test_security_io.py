@@ -261,15 +261,18 @@ def _manifest_edit(path: str, value):
     return edit
 
 
+_ROW_AT, _ROW = "candidates.0.comparisons.0", "candidates[0].comparisons[0]"  # a saved row
+
+
 @pytest.mark.parametrize(
     ("field", "value", "words"),
     [
-        ("comparisons.0.input_set", "1e400", "comparisons[0].input_set: expected an integer"),
-        ("comparisons.0.input_set", "true", "comparisons[0].input_set: expected an integer"),
-        ("comparisons.0.n_elements", "-3", "comparisons[0].n_elements: expected an integer"),
-        ("comparisons.0.status", '"great"', "unknown status"),
-        ("comparisons.0.tolerance", '{"atol": "0.5", "rtol": 0}', "tolerance.atol"),
-        ("comparisons.0.stats", '{"max_abs": 1}', "missing field"),
+        (f"{_ROW_AT}.input_set", "1e400", f"{_ROW}.input_set: expected an integer"),
+        (f"{_ROW_AT}.input_set", "true", f"{_ROW}.input_set: expected an integer"),
+        (f"{_ROW_AT}.n_elements", "-3", f"{_ROW}.n_elements: expected an integer"),
+        (f"{_ROW_AT}.status", '"great"', "unknown status"),
+        (f"{_ROW_AT}.tolerance", '{"atol": "0.5", "rtol": 0}', "tolerance.atol"),
+        (f"{_ROW_AT}.stats", '{"max_abs": 1}', "missing field"),
         ("input_sets.0.label", "7", "input_sets[0].label: expected a string"),
         ("input_sets.0.feeds", '"abc"', "input_sets[0].feeds: expected a list"),
         ("signature.inputs.0.shape", '"abc"', "signature.inputs[0].shape: expected a list"),

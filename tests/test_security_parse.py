@@ -64,17 +64,27 @@ def _resaved(broken: Path, tmp_path: Path, **changes) -> Path:
     return save_run(replace(run, saved=None, **changes), tmp_path / "crafted.parity.npz")
 
 
+def _with_rows(run, rows):
+    """The run's candidates, each with the rows of `rows` that sit where its own did (a
+    crafted row keeps its place, whatever candidate index it names)."""
+    out, k = [], 0
+    for c in run.candidates:
+        out.append(replace(c, outputs=tuple(rows[k : k + len(c.outputs)])))
+        k += len(c.outputs)
+    return tuple(out)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "said"),
     [
-        ("input_set", 7, "comparisons[0].input_set: 7 is not one of the run's input sets"),
-        ("candidate", 7, "comparisons[0].candidate: 7 is not one of the run's candidates"),
+        ("input_set", 7, "[0].comparisons[0].input_set: 7 is not one of the run's input sets"),
+        ("candidate", 7, "candidates[0].comparisons[0].candidate: 7 is not the candidate's index"),
     ],
 )
 def test_out_of_range_indices_are_refused_in_one_line(broken, tmp_path, capsys, field, value, said):
     run = load_run(broken)
     first = replace(run.outputs[0], **{field: value})
-    crafted = _resaved(broken, tmp_path, outputs=(first, *run.outputs[1:]))
+    crafted = _resaved(broken, tmp_path, candidates=_with_rows(run, (first, *run.outputs[1:])))
     with pytest.raises(SavedRunError, match=said.replace("[", r"\[").replace("]", r"\]")):
         load_run(crafted)
     err = _one_line_exit_2(["report", str(crafted)], capsys)
@@ -86,7 +96,8 @@ def test_profile_arrays_that_disagree_are_refused_in_one_line(broken, tmp_path, 
     c = next(c for c in run.outputs if c.profile is not None)
     bad = replace(c.profile, hull_d=np.concatenate([c.profile.hull_d, [1.0, 2.0]]))
     outputs = tuple(replace(o, profile=bad) if o is c else o for o in run.outputs)
-    err = _one_line_exit_2(["report", str(_resaved(broken, tmp_path, outputs=outputs))], capsys)
+    crafted = _resaved(broken, tmp_path, candidates=_with_rows(run, outputs))
+    err = _one_line_exit_2(["report", str(crafted)], capsys)
     assert "hull_r and hull_d differ in length" in err, err
 
 
@@ -95,7 +106,8 @@ def test_arrays_that_are_not_numbers_are_refused_in_one_line(broken, tmp_path, c
     s = run.input_sets[0]
     name = next(iter(s.feeds))
     texts = replace(s, feeds={**s.feeds, name: np.array(["a", "b"])})
-    crafted = _resaved(broken, tmp_path, input_sets=(texts, *run.input_sets[1:]))
+    cases = (replace(run.cases[0], input_set=texts), *run.cases[1:])
+    crafted = _resaved(broken, tmp_path, cases=cases)
     err = _one_line_exit_2(["report", str(crafted)], capsys)
     assert "not numbers" in err, err
 

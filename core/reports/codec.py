@@ -10,7 +10,12 @@ type is added once, for both forms. The number policy is parity.files.json_outpu
 checks each field with parity.files.strict_json (FieldError naming its dotted path).
 
 Manifests written by earlier Parity versions still read: fields added since are optional,
-and runs saved before provenance had a type ("extra") are read by `_from_extra`.
+runs saved before provenance had a type ("extra") are read by `_from_extra`, and runs saved
+with flat rows, ONNX output sets and layers (top-level "comparisons", "onnx_outputs",
+"layers", "candidate_layers"; no "candidates" before there were several) are upgraded by
+`_upgraded_candidates`: every upgrade of older data is here, none on the result types.
+A manifest now keeps each candidate's rows, output sets and layers in its `candidates[]`
+entry, and each input set's exclusion masks in its `input_sets[]` entry.
 """
 
 from __future__ import annotations
@@ -245,28 +250,15 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "signature": signature_to_json(run.signature),
         "tolerances": run.tolerances.to_json(),
         "input_sets": input_sets,
-        "comparisons": [comparison_to_json(c, put, k) for k, c in enumerate(run.outputs)],
         "ref_outputs": _output_sets_to_json("ref", run.ref_outputs, put) if keep_outputs else [],
-        "onnx_outputs": _output_sets_to_json("onnx", run.onnx_outputs, put) if keep_outputs else [],
         "outputs_kept": bool(keep_outputs and (run.ref_outputs or run.onnx_outputs)),
         "timings": {str(k): exact(v) for k, v in run.timings.items()},
         "provenance": provenance_to_json(run.provenance),
         "generation": None if run.generation is None else generation_to_json(run.generation),
-        "layers": None if run.layers is None else layers_to_json(run.layers, put, "layers"),
-        "candidates": [candidate_to_json(info) for info in run.infos],
+        "candidates": _candidate_records_to_json(run, put, keep_outputs),
         "suggested_tolerances": None
         if run.suggested_tolerances is None
         else suggested_to_json(run.suggested_tolerances),
-        "candidate_layers": [
-            {"candidate": int(c.index), "is_layers": True}  # the lead's: its arrays once
-            if k == 0
-            else {
-                "candidate": int(c.index),
-                "layers": layers_to_json(c.layers, put, f"layers/c{c.index}"),
-            }
-            for k, c in enumerate(run.candidates)
-            if c.layers is not None and run.is_multi_candidate
-        ],
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
     }
@@ -285,10 +277,6 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         raise sj.FieldError(
             f"ref_outputs: {len(references)} output sets for {len(input_sets)} input sets"
         )
-    comparisons = [
-        comparison_from_json(entry, f"comparisons[{c}]", get)
-        for c, entry in enumerate(sj.array(sj.field(m, "comparisons", "manifest"), "comparisons"))
-    ]
     if "provenance" in m:
         provenance = provenance_from_json(sj.obj(m["provenance"], "provenance"))
         generation = generation_from_json(
@@ -305,22 +293,11 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         for k, v in sj.obj(sj.field(m, "environment", "manifest"), "environment").items()
     }
     onnx = sj.string(sj.field(m, "onnx", "manifest"), "onnx")
-    layers = layers_from_json(m.get("layers"), get, "layers")
-    infos = candidates_from_json(m.get("candidates")) or (
-        _implied_candidate(onnx, environment, provenance),
-    )
-    candidate_layers = _candidate_layers_from_json(m.get("candidate_layers"), layers, get)
-    if not candidate_layers and layers is not None:  # one candidate, or saved before each kept
-        candidate_layers = {infos[0].index: layers}
-    indices = {i.index for i in infos}
-    _check_indices({s.index for s in input_sets}, indices, comparisons, candidate_layers)
-    candidates = _candidate_records(
-        infos,
-        comparisons,
-        _output_sets_from_json(m, "onnx_outputs", get),
-        len(input_sets),
-        candidate_layers,
-    )
+    sets = {s.index for s in input_sets}
+    if "comparisons" in m:  # saved before each candidate kept its own rows, outputs, layers
+        candidates = _upgraded_candidates(m, get, onnx, environment, provenance, sets)
+    else:
+        candidates = _candidate_records_from_json(m.get("candidates"), get, sets)
     return ValidationRun(
         model=sj.string(sj.field(m, "model", "manifest"), "model"),
         onnx=onnx,
@@ -454,6 +431,95 @@ def _implied_candidate(
     return CandidateInfo(0, onnx, provider, level, provenance.onnx_sha256)
 
 
+def _candidate_records_to_json(
+    run: ValidationRun, put: ArrayPut, keep_outputs: bool
+) -> list[dict[str, Any]]:
+    """Each candidate with its rows, ONNX output sets and layers. Members keep the names they
+    had when these were flat (rows and output sets numbered across candidates, the lead's
+    layers under "layers"), so a run's arrays are named as in older saved runs."""
+    entries, row, position = [], 0, 0
+    for k, c in enumerate(run.candidates):
+        entry = candidate_to_json(c.info)
+        entry["comparisons"] = [
+            comparison_to_json(r, put, row + j) for j, r in enumerate(c.outputs)
+        ]
+        entry["onnx_outputs"] = (
+            _output_sets_to_json("onnx", c.onnx_outputs, put, start=position)
+            if keep_outputs
+            else []
+        )
+        entry["layers"] = (
+            None
+            if c.layers is None
+            else layers_to_json(c.layers, put, "layers" if k == 0 else f"layers/c{c.index}")
+        )
+        row += len(c.outputs)
+        position += len(c.onnx_outputs)
+        entries.append(entry)
+    return entries
+
+
+def _candidate_records_from_json(
+    raw: Any, get: ArrayGet, sets: set[int]
+) -> tuple[CandidateRun, ...]:
+    """The candidates of a manifest that keeps each one's rows, output sets and layers."""
+    records = []
+    for i, entry in enumerate(sj.array(raw, "candidates")):
+        at = f"candidates[{i}]"
+        entry = sj.obj(entry, at)
+        info = candidate_from_json(entry, at)
+        rows = [
+            comparison_from_json(row, f"{at}.comparisons[{j}]", get)
+            for j, row in enumerate(
+                sj.array(sj.field(entry, "comparisons", at), f"{at}.comparisons")
+            )
+        ]
+        _check_indices(sets, {info.index}, rows, {}, at=f"{at}.comparisons")
+        records.append(
+            CandidateRun(
+                info,
+                tuple(rows),
+                _output_sets_from_json(entry, "onnx_outputs", get),
+                layers_from_json(entry.get("layers"), get, f"{at}.layers"),
+            )
+        )
+    if not records:
+        raise sj.FieldError("candidates: the run has none")
+    return tuple(records)
+
+
+def _upgraded_candidates(
+    m: Mapping[str, Any],
+    get: ArrayGet,
+    onnx: str,
+    environment: Mapping[str, str],
+    provenance: Provenance,
+    sets: set[int],
+) -> tuple[CandidateRun, ...]:
+    """The candidates of a manifest saved with flat rows ("comparisons"), flat ONNX output
+    sets and the lead's layers apart ("layers", "candidate_layers"); before there were
+    several candidates, none listed: the one implied by the run's own fields."""
+    comparisons = [
+        comparison_from_json(entry, f"comparisons[{c}]", get)
+        for c, entry in enumerate(sj.array(sj.field(m, "comparisons", "manifest"), "comparisons"))
+    ]
+    layers = layers_from_json(m.get("layers"), get, "layers")
+    infos = candidates_from_json(m.get("candidates")) or (
+        _implied_candidate(onnx, environment, provenance),
+    )
+    candidate_layers = _candidate_layers_from_json(m.get("candidate_layers"), layers, get)
+    if not candidate_layers and layers is not None:  # one candidate, or saved before each kept
+        candidate_layers = {infos[0].index: layers}
+    _check_indices(sets, {i.index for i in infos}, comparisons, candidate_layers)
+    return _candidate_records(
+        infos,
+        comparisons,
+        _output_sets_from_json(m, "onnx_outputs", get),
+        len(sets),
+        candidate_layers,
+    )
+
+
 def _candidate_records(
     infos: tuple[CandidateInfo, ...],
     rows: Sequence[OutputComparison],
@@ -481,8 +547,10 @@ def _output_what(side: str, s: int) -> Callable[[str], str]:
 
 
 def _output_sets_to_json(
-    side: str, sets: tuple[OutputSet, ...], put: ArrayPut
+    side: str, sets: tuple[OutputSet, ...], put: ArrayPut, *, start: int = 0
 ) -> list[dict[str, Any]]:
+    """Output sets as entries whose arrays are members SIDE/POSITION/K (`start`: the first's
+    position, where several candidates' sets are numbered in turn)."""
     return [
         {
             "seconds": exact(output_set.seconds),
@@ -494,7 +562,7 @@ def _output_sets_to_json(
             ),
             "notes": [str(n) for n in output_set.notes],
         }
-        for s, output_set in enumerate(sets)
+        for s, output_set in enumerate(sets, start=start)
     ]
 
 
@@ -623,18 +691,23 @@ def _profile_arrays(arrays: dict[str, np.ndarray], at: str) -> dict[str, np.ndar
     return arrays
 
 
-def _check_indices(sets: set[int], candidates: set[int], comparisons, layers: Mapping) -> None:
+def _check_indices(
+    sets: set[int], candidates: set[int], comparisons, layers: Mapping, at: str = "comparisons"
+) -> None:
     """Every comparison names an input set and a candidate the run has (a crafted index
-    would be a KeyError in a page or the CLI)."""
+    would be a KeyError in a page or the CLI); `at`: where the rows lie in the manifest."""
     for c, comp in enumerate(comparisons):
         if comp.input_set not in sets:
             raise sj.FieldError(
-                f"comparisons[{c}].input_set: {comp.input_set} is not one of the run's "
+                f"{at}[{c}].input_set: {comp.input_set} is not one of the run's "
                 f"input sets ({', '.join(map(str, sorted(sets)))})"
             )
         if comp.candidate not in candidates:
             raise sj.FieldError(
-                f"comparisons[{c}].candidate: {comp.candidate} is not one of the run's "
+                f"{at}[{c}].candidate: {comp.candidate} is not the candidate's index "
+                f"({', '.join(map(str, sorted(candidates)))})"
+                if at != "comparisons"
+                else f"{at}[{c}].candidate: {comp.candidate} is not one of the run's "
                 f"candidates ({', '.join(map(str, sorted(candidates)))})"
             )
     for index in layers:

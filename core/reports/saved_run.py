@@ -7,9 +7,9 @@ that ``np.load(path, allow_pickle=False)`` can also read, holding
 
 - ``manifest.json`` -- everything scalar: model and ONNX identity (with SHA-256 of the files
   when they existed at save time), versions, tolerances, signature, input-set metadata,
-  every comparison's status and statistics, timings, provenance (kind, hashes, weights and
-  reference files), an hf: run's summary and steps, and a table of members with the
-  SHA-256, dtype and shape of each;
+  each candidate with its comparisons' status and statistics, timings, provenance (kind,
+  hashes, weights and reference files), an hf: run's summary and steps, and a table of
+  members with the SHA-256, dtype and shape of each;
 - one ``.npy`` member per array: ``inputs/S/K.npy`` (feed K of input set S), ``ref/S/K.npy``
   and ``onnx/S/K.npy`` (output K of set S on each side), ``exclude/S/K.npy`` (the
   exclusion mask of an output of set S: elements the verdict did not judge),
