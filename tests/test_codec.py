@@ -487,7 +487,11 @@ def test_a_manifest_written_before_the_codec_still_reads(tmp_path: Path) -> None
             assert infos == then["candidates"]
         else:  # made without candidates: its implied one is written now
             assert [c["index"] for c in infos] == [0]
+        # each input set now keeps its reference outputs
+        references = [e.pop("reference") for e in now["input_sets"]]
+        assert _as_then(_json(references)) == then["ref_outputs"]
         same = set(then) - {"members", "provenance", "candidates", *RECORD_KEYS, *FLAT_KEYS}
+        same -= {"ref_outputs"}
         assert {k: _as_then(_json(now[k])) for k in same} == {k: then[k] for k in same}
         with np.load(path, allow_pickle=False) as arrays:
 

@@ -300,8 +300,8 @@ def test_a_tampered_member_is_refused(tmp_path: Path) -> None:
 def test_each_input_set_reopens_with_its_own_reference_and_a_short_list_is_refused(
     tmp_path: Path,
 ) -> None:
-    """Reference outputs travel with their input set (InputCase); a manifest whose
-    ref_outputs has another length than input_sets is refused, naming the field."""
+    """Reference outputs travel with their input set (InputCase, and its manifest entry); an
+    older manifest whose flat ref_outputs has another length than input_sets is refused."""
     a = np.full(3, 0.5, np.float32)
     run = make_run({"y": a})
     run = replace(
@@ -316,7 +316,9 @@ def test_each_input_set_reopens_with_its_own_reference_and_a_short_list_is_refus
     assert len(back.ref_outputs) == 2 and back.exclusion(1, "y") is None
     with zipfile.ZipFile(path) as zf:
         manifest = json.loads(zf.read(MANIFEST))
-    manifest["ref_outputs"] = manifest["ref_outputs"][:1]
+    # the flat layout of older manifests, one reference short
+    manifest["ref_outputs"] = [manifest["input_sets"][0].pop("reference")]
+    del manifest["input_sets"][1]["reference"]
     _rewrite_member(path, MANIFEST, lambda _: json.dumps(manifest).encode())
     with pytest.raises(SavedRunError, match="ref_outputs: 1 output sets for 2 input sets"):
         load_run(path)

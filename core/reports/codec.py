@@ -15,7 +15,8 @@ with flat rows, ONNX output sets and layers (top-level "comparisons", "onnx_outp
 "layers", "candidate_layers"; no "candidates" before there were several) are upgraded by
 `_upgraded_candidates`: every upgrade of older data is here, none on the result types.
 A manifest now keeps each candidate's rows, output sets and layers in its `candidates[]`
-entry, and each input set's exclusion masks in its `input_sets[]` entry.
+entry, and each input set's reference outputs and exclusion masks in its `input_sets[]`
+entry (a flat "ref_outputs" list is read as before).
 """
 
 from __future__ import annotations
@@ -239,10 +240,14 @@ def where_to_json(where: WhereProfile | None) -> dict[str, Any] | None:
 
 def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True) -> dict[str, Any]:
     """Everything of `run` but its container's own fields (schema, identity, members)."""
-    input_sets = [
-        _input_set_to_json(case.input_set, s, case.exclusions, put)
-        for s, case in enumerate(run.cases)
-    ]
+    input_sets = []
+    for s, case in enumerate(run.cases):
+        entry = _input_set_to_json(case.input_set, s, case.exclusions, put)
+        kept = case.reference if keep_outputs else None
+        entry["reference"] = (
+            None if kept is None else _output_sets_to_json("ref", (kept,), put, start=s)[0]
+        )
+        input_sets.append(entry)
     return {
         "model": run.model,
         "onnx": run.onnx,
@@ -250,7 +255,6 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "signature": signature_to_json(run.signature),
         "tolerances": run.tolerances.to_json(),
         "input_sets": input_sets,
-        "ref_outputs": _output_sets_to_json("ref", run.ref_outputs, put) if keep_outputs else [],
         "outputs_kept": bool(keep_outputs and (run.ref_outputs or run.onnx_outputs)),
         "timings": {str(k): exact(v) for k, v in run.timings.items()},
         "provenance": provenance_to_json(run.provenance),
@@ -267,16 +271,23 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
 def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> ValidationRun:
     """The run a manifest holds, every field type-checked (sj.FieldError names the first bad
     one). Fields added since a run was saved take their defaults."""
-    input_sets, exclusions = [], []
+    input_sets, exclusions, references = [], [], []
     for i, entry in enumerate(sj.array(sj.field(m, "input_sets", "manifest"), "input_sets")):
-        input_set, masks = _input_set_from_json(entry, f"input_sets[{i}]", get)
+        at = f"input_sets[{i}]"
+        input_set, masks = _input_set_from_json(entry, at, get)
         input_sets.append(input_set)
         exclusions.append(masks)
-    references = _output_sets_from_json(m, "ref_outputs", get)
-    if references and len(references) != len(input_sets):
-        raise sj.FieldError(
-            f"ref_outputs: {len(references)} output sets for {len(input_sets)} input sets"
+        raw = entry.get("reference")
+        references.append(
+            None if raw is None else _output_set_from_json(raw, f"{at}.reference", get)
         )
+    if "ref_outputs" in m:  # saved before each input set kept its reference outputs
+        flat = _output_sets_from_json(m, "ref_outputs", get)
+        if flat and len(flat) != len(input_sets):
+            raise sj.FieldError(
+                f"ref_outputs: {len(flat)} output sets for {len(input_sets)} input sets"
+            )
+        references = list(flat) if flat else [None] * len(input_sets)
     if "provenance" in m:
         provenance = provenance_from_json(sj.obj(m["provenance"], "provenance"))
         generation = generation_from_json(
@@ -304,10 +315,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         signature=signature_from_json(sj.field(m, "signature", "manifest")),
         tolerances=Tolerances.from_json(sj.field(m, "tolerances", "manifest"), source="tolerances"),
         environment=environment,
-        cases=tuple(
-            InputCase(s, references[k] if references else None, exclusions[k])
-            for k, s in enumerate(input_sets)
-        ),
+        cases=tuple(InputCase(s, references[k], exclusions[k]) for k, s in enumerate(input_sets)),
         candidates=candidates,
         timings=timings,
         provenance=provenance,
@@ -567,18 +575,19 @@ def _output_sets_to_json(
 
 
 def _output_sets_from_json(m: Mapping[str, Any], key: str, get: ArrayGet) -> tuple[OutputSet, ...]:
-    result = []
-    for i, entry in enumerate(sj.array(sj.field(m, key, "manifest"), key)):
-        at = f"{key}[{i}]"
-        entry = sj.obj(entry, at)
-        result.append(
-            OutputSet(
-                arrays=_named_arrays_from_json(sj.field(entry, "arrays", at), f"{at}.arrays", get),
-                seconds=from_exact(sj.field(entry, "seconds", at), f"{at}.seconds") or 0.0,
-                notes=_texts(entry.get("notes", []), f"{at}.notes"),
-            )
-        )
-    return tuple(result)
+    return tuple(
+        _output_set_from_json(entry, f"{key}[{i}]", get)
+        for i, entry in enumerate(sj.array(sj.field(m, key, "manifest"), key))
+    )
+
+
+def _output_set_from_json(entry: Any, at: str, get: ArrayGet) -> OutputSet:
+    entry = sj.obj(entry, at)
+    return OutputSet(
+        arrays=_named_arrays_from_json(sj.field(entry, "arrays", at), f"{at}.arrays", get),
+        seconds=from_exact(sj.field(entry, "seconds", at), f"{at}.seconds") or 0.0,
+        notes=_texts(entry.get("notes", []), f"{at}.notes"),
+    )
 
 
 def _texts(value: Any, at: str) -> tuple[str, ...]:
