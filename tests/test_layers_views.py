@@ -252,10 +252,10 @@ def test_the_html_report_gets_a_layers_section_offline_and_escaped():
     flat_layers = replace(
         layers, values=tuple(replace(v, torch_module=None) for v in layers.values)
     )
-    flat = ValidationRun(**{**run.__dict__, "layers": flat_layers})
+    flat = replace(run, layers=flat_layers)
     assert figure_count(flat) == 1  # no module names: no tree to draw
     assert "<script src" not in page  # plotly inlined once, no network
-    no_layers = ValidationRun(**{**run.__dict__, "layers": None})
+    no_layers = replace(run, layers=None)
     assert "<h2>Layers</h2>" not in render_html_report(no_layers)
 
 
