@@ -150,7 +150,9 @@ def test_the_terminal_and_the_html_report_say_the_frozen_node(exports, capsys) -
     )
     assert code == 1
     out = capsys.readouterr().out
-    assert "Frozen at export:" in out and "node '/Div' divides by 3072" in out
+    found = out[out.index("What we found:") :]  # said once, among the findings
+    assert "node '/Div' divides by 3072" in found and out.count("divides by 3072") == 1
+    assert "Not measured in this run" not in out  # the frozen size is the answer
     assert "node &#x27;/Div&#x27; divides by 3072" in html.read_text()
 
 
@@ -166,6 +168,8 @@ def test_an_axis_dynamo_made_static_is_said_in_one_line(exports) -> None:
         "fixed at" in a["text"] and "torch model" in a["text"] for a in report["static_axes"]
     )
     assert report["frozen"] == []
+    said = [f["text"] for f in report["findings"] if f["kind"] == "static_axis"]
+    assert said == [a["text"] for a in report["static_axes"]]  # one list every front renders
 
 
 def test_a_static_axis_the_torch_model_needs_is_not_said(exports) -> None:

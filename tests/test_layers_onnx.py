@@ -33,7 +33,20 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _validate(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
     out, html = tmp_path / "r.json", tmp_path / "r.html"
-    code = main(["validate", *args, "--layers", "--json", str(out), "--html", str(html)])
+    # one input set: these tests count values, and two sizes (the default) list each twice
+    code = main(
+        [
+            "validate",
+            *args,
+            "--input-sets",
+            "1",
+            "--layers",
+            "--json",
+            str(out),
+            "--html",
+            str(html),
+        ]
+    )
     return code, json.loads(out.read_text()), html.read_text()
 
 

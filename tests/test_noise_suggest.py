@@ -79,8 +79,14 @@ def test_cli_prints_the_checked_suggestion_and_its_flags_pass(blocks, capsys) ->
     args = ["validate", "--model", str(blocks.pt2), "--onnx", str(blocks.clean_onnx)]
     assert main([*args, "--atol", "1e-9", "--noise-floor", "--suggest"]) == 1
     text = capsys.readouterr().out
-    assert re.search(r"Suggested tolerances \(\d+× the measured rounding noise, rtol 0\), "
-                     r"fitted on 1 input set, checked on \d+ fresh input sets?", text)  # fmt: skip
+    said = re.search(
+        r"Suggested tolerances \(\d+× the measured rounding noise, rtol 0\), "
+        r"fitted on (\d+) input sets?, checked on (\d+) fresh input sets?",
+        text,
+    )
+    assert said, text
+    fitted, checked = int(said.group(1)), int(said.group(2))
+    assert fitted == 2 and checked >= fitted  # the run's two default sizes, then as many fresh
     flags = re.search(r"As flags: (.*)", text).group(1).split()
     assert flags[0] == "--tol" and flags[1].startswith("y=")
     assert main([*args, "--atol", "1e-9", *flags]) == 0  # what was printed passes the run

@@ -425,11 +425,20 @@ def test_the_estimate_bounds_real_models() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--model-explorer", "{outside}"], "--model-explorer {outside}: give a file name"),
-        (["--model-explorer={outside}"], "--model-explorer {outside}: give a file name"),
+        (
+            ["--model-explorer", "{outside}"],
+            "--model-explorer {outside}: give a plain name (no folder)",
+        ),
+        (
+            ["--model-explorer={outside}"],
+            "--model-explorer {outside}: give a plain name (no folder)",
+        ),
         (["--model-exp={outside}"], "write --model-explorer in full, not --model-exp"),
-        (["--export-path", "{outside}"], "--export-path {outside}: give a file name"),
-        (["--save-reference=../ref.npz"], "--save-reference ../ref.npz: give a file name"),
+        (["--export-path", "{outside}"], "--export-path {outside}: give a plain name (no folder)"),
+        (
+            ["--save-reference=../ref.npz"],
+            "--save-reference ../ref.npz: give a plain name (no folder)",
+        ),
     ],
 )
 def test_no_flag_that_writes_can_name_a_file_outside_the_pair_folder(
@@ -479,9 +488,15 @@ def test_the_sweep_learns_what_a_flag_writes_from_the_parser(tmp_path: Path) -> 
     pair = {"name": "a", "args": ["--model", "demo:cnn", "--new-output=x.bin"]}
     manifest.write_text(json.dumps({"schema": "parity.sweep/1", "pairs": [pair]}))
     (job,) = plan_jobs(load_manifest(manifest, flags=flags), tmp_path / "out", timeout=None)
-    placed = str((tmp_path / "out" / "a" / "x.bin").resolve())
-    assert f"--new-output={placed}" in job.args and ("--new-output", placed) in job.written
+    # the pair writes it in its private folder; the driver lands it in OUT/a/ (parity.sweep)
+    assert ("--new-output", "x.bin") in {(o.flag, o.name) for o in job.outputs}
+    assert (
+        job.out_dir == str(tmp_path / "out" / "a")
+        or Path(job.out_dir).resolve() == (tmp_path / "out" / "a").resolve()
+    )
     pair["args"] = ["--model", "demo:cnn", "--new-output", "/tmp/x.bin"]
     manifest.write_text(json.dumps({"schema": "parity.sweep/1", "pairs": [pair]}))
-    with pytest.raises(UsageError, match="--new-output /tmp/x.bin: give a file name"):
+    with pytest.raises(
+        UsageError, match=r"--new-output /tmp/x.bin: give a plain name \(no folder\)"
+    ):
         load_manifest(manifest, flags=flags)

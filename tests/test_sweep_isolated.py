@@ -36,7 +36,8 @@ def cluster(tmp_path_factory):
     """(cluster, data folder): the worker sees an empty tmpfs where `data` is."""
     data = tmp_path_factory.mktemp("isolated")
     try:
-        made = isolated_ray.start([data / "zoo", data / "ray_out", data / "retry_out"])
+        hidden = [data / name for name in ("zoo", "ray_out", "retry_out", "lost_out")]
+        made = isolated_ray.start(hidden)
     except isolated_ray.Unavailable as exc:
         pytest.skip(f"no private mount namespace here: {exc}")
     try:
@@ -170,3 +171,73 @@ def test_a_worker_sigkilled_mid_pair_is_retried_and_both_attempts_are_recorded(
     assert first["outcome"] == "lost: WorkerCrashedError" and second["outcome"] == "pass"
     assert first["node"] == second["node"] and second["node"]  # the cluster's one worker node
     assert "raylet" not in done.stdout and "worker died" not in done.stdout
+
+
+STARTS_AND_WAITS = '''
+"""A factory that says it started (a file every node sees), then waits to be killed."""
+import threading
+from pathlib import Path
+
+
+def make():
+    Path({mark!r}).write_text("started")
+    threading.Event().wait()
+'''
+
+LOSE_THE_NODE = """
+import sys
+from pathlib import Path
+from parity.cli import build_parser
+from parity.path_flags import PathFlags
+from parity.sweep.driver import run_sweep
+from parity.sweep.manifest import load_manifest
+from parity.sweep.on_ray import ray_engine
+
+manifest = load_manifest(sys.argv[1], flags=PathFlags.of(build_parser()))
+engine = ray_engine(address=sys.argv[3], workers=None, node_wait=5.0)
+outcome = run_sweep(manifest, Path(sys.argv[2]), engine, timeout=None)
+sys.exit(int(outcome.exit_code))
+"""
+
+
+def test_a_node_lost_with_no_replacement_ends_its_pair_as_an_error_not_a_wait(
+    cluster, model_zoo, tiny_artifacts
+):
+    """Last in this module: it takes the cluster's only worker node down."""
+    import time
+
+    made, data = cluster
+    zoo = data / "zoo"
+    mark = made.base / "shared" / "waiting-started"
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    (zoo / "waits.py").write_text(STARTS_AND_WAITS.format(mark=str(mark)))
+    if not (zoo / "tiny.onnx").exists():
+        shutil.copy(tiny_artifacts.onnx, zoo / "tiny.onnx")
+    manifest = write_manifest(
+        zoo, [{"name": "stranded", "args": ["--model", "waits.py:make", "--onnx", "tiny.onnx"]}]
+    )
+    out = data / "lost_out"
+    sweep = subprocess.Popen(
+        [sys.executable, "-c", LOSE_THE_NODE, str(manifest), str(out), made.address],
+        env={**os.environ, **made.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + HANG_S
+        while not mark.exists():
+            assert time.monotonic() < deadline and sweep.poll() is None, sweep.stderr
+            time.sleep(0.5)
+        killed = made.kill_worker_node()
+        assert killed, "no worker node found"
+        _, err = sweep.communicate(timeout=HANG_S)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 2, err[-3000:]
+    (pair,) = json.loads((out / "summary.json").read_text())["pairs"]
+    assert pair["verdict"] == "error"
+    assert "no Ray node can run it after" in pair["error"] and "0 CPU" in pair["error"]
+    assert pair["attempts"][0]["outcome"].startswith("lost: ")
+    assert pair["attempts"][-1]["outcome"] == "not placed"
+    assert json.loads((out / "stranded" / "report.json").read_text())["verdict"] == "error"

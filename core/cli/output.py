@@ -154,9 +154,6 @@ def format_text(run: ValidationRun) -> str:
             "\n\nTolerances for this file: --suggest (fitted on these input sets, then "
             "checked on as many fresh ones)"
         )
-    if run.frozen:  # parity.judge.frozen: each confirmed node, its sentence as it is
-        text += "\n\nFrozen at export:\n" + "\n".join(f"  {f.text}" for f in run.frozen)
-    text += "".join(f"\n\n{a.text}" for a in run.static_axes)  # one line each
     if run.layers is not None:
         from parity.layers.text import format_run_layers
 

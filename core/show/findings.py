@@ -36,10 +36,13 @@ MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing output
 def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     """The run's findings, in reading order: per candidate (several: each failing one's, its
     index on each finding), errors, where it diverges, each failing output's bug or rounding,
-    then frozen sizes, near ties and what was not measured."""
+    then frozen sizes, static axes, near ties and what was not measured (not said where a
+    confirmed frozen size explains the failure)."""
     found = _per_candidate(run)
-    unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL else []
-    return tuple(found + _frozen(run) + _near_ties(run) + unmeasured)
+    frozen = _frozen(run)
+    # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
+    unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
+    return tuple(found + frozen + _static_axes(run) + _near_ties(run) + unmeasured)
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
@@ -219,6 +222,11 @@ def _frozen(run: ValidationRun) -> list[Finding]:
         for f in run.frozen
         if f.confirmed
     ]
+
+
+def _static_axes(run: ValidationRun) -> list[Finding]:
+    """An input axis the file fixes where torch takes other sizes: its one line."""
+    return [Finding("static_axis", a.text) for a in run.static_axes if a.text]
 
 
 def _near_ties(run: ValidationRun) -> list[Finding]:

@@ -58,6 +58,23 @@ class IsolatedCluster:
             time.sleep(0.3)
         shutil.rmtree(self.base, ignore_errors=True)
 
+    def kill_worker_node(self) -> list[int]:
+        """SIGKILL the worker node (its daemons: those of this cluster in another mount
+        namespace) and all they started, as a lost machine; the pids killed."""
+        from parity.sweep.pair_process import descendants
+
+        ours = os.readlink("/proc/self/ns/mnt")
+        roots = []
+        for pid in _pids_mentioning(str(self.base)):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/ns/mnt") != ours:
+                    roots.append(pid)
+        pids = roots + [p for root in roots for p in descendants(root)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
+
 
 def _commands(text: str) -> list[tuple[int, str]]:
     found = []
