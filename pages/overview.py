@@ -173,8 +173,6 @@ def page() -> None:
         "element by element (shape, dtype, missing, or error: ONNX Runtime raised at that "
         "size). ✓ / ✗ say it without colour. Click a cell's mark to inspect it."
     )
-    for axis in run.static_axes:  # an axis the file fixes where torch takes any size
-        st.caption(":material/straighten: " + md_text(axis.text))
     grid, frozen = st.columns([3, 2]) if run.frozen else (st.container(), None)
     with grid:
         st.plotly_chart(

@@ -233,7 +233,7 @@ def _input_sets_table(run: ValidationRun) -> str:
 
 def _grid(run: ValidationRun) -> str:
     """Input sets x outputs (pass / fail / error per size at a glance), the nodes frozen at
-    export beside it, then the sets' sizes."""
+    export beside it, then the sets' sizes (a static axis is said once, among the findings)."""
     parts = ["<section><h2>Input sets</h2>"]
     if run.outputs:
         from parity.show.figures import verdict_grid
@@ -242,7 +242,6 @@ def _grid(run: ValidationRun) -> str:
     if run.frozen:
         items = "".join(f"<li>{_e(f.text)}</li>" for f in run.frozen)
         parts.append(f"<h2 class='findings'>Frozen at export</h2><ul class='frozen'>{items}</ul>")
-    parts += [f"<p class='static-axis'>{_e(a.text)}</p>" for a in run.static_axes]
     parts.append(_input_sets_table(run))
     parts.append("</section>")
     return "".join(parts)
