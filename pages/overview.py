@@ -7,6 +7,7 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, candidates_overview, could_not_run
+from parity.dashboard.findings_view import findings_section
 from parity.dashboard.sidebar import own_export_words, verdict_badge
 from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
@@ -16,14 +17,13 @@ from parity.dashboard.tables import (
     rows_frame,
     status_style,
 )
-from parity.dashboard.text import dashboard_words, md_code, md_text
+from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.dashboard.where_views import failing_sentences
 from parity.labels import WORST_WORDS, worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.figures import verdict_grid
-from parity.show.findings import run_findings
 from parity.show.rows import comparison_rows
 from parity.show.sentences import failing_outputs
 from parity.show.summary import headline, notes
@@ -74,15 +74,6 @@ def verdict_banner(run: ValidationRun) -> None:
         else md_code(shown_path(run.onnx))
     )
     st.caption(f"model {md_code(shown_path(run.model))} · ONNX {onnx}")
-
-
-def findings_section(run: ValidationRun) -> None:
-    """What is known about why it fails (where it starts to diverge, rounding or a bug), in
-    the HTML report's words, before the numbers."""
-    found = [dashboard_words(f.text) for f in run_findings(run)]  # widgets, not flags
-    if found:
-        st.markdown("**What we found**")
-        st.markdown("\n".join(f"- {md_text(line)}" for line in found))
 
 
 def technical_notes(run: ValidationRun) -> None:

@@ -13,6 +13,7 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.access import trust_code
+from parity.dashboard.findings_view import findings_section
 from parity.dashboard.run_form import (
     DEMO,
     DEMO_EXPORT,
@@ -151,6 +152,7 @@ def show_current(run: ValidationRun) -> None:
             note = wrong_pair_note(run)
             if note is not None:
                 st.warning(md_text(note[0].upper() + note[1:]), icon=":material/link_off:")
+            findings_section(run)  # the Overview's list: a frozen size, a bug, rounding
             if failing_outputs(run):
                 st.markdown("**Failing outputs**, worst first:")
                 failing_sentences(run, limit=5)

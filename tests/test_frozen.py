@@ -206,6 +206,10 @@ def test_the_dashboard_shows_the_error_cell_and_the_frozen_node(exports) -> None
     )
     marks = json.dumps(grid["data"], ensure_ascii=False)
     assert "error" in marks and "✓" in marks
+    at.switch_page("pages/run.py").run()  # the Run page's result box says it too
+    assert not at.exception
+    said = "\n".join(m.value for m in at.markdown)
+    assert "What we found" in said and "This export only works at its own size" in said
     at.switch_page("pages/inspect_page.py").run()
     assert not at.exception
 
