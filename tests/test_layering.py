@@ -22,9 +22,13 @@ import typing
 hints = typing.get_type_hints(RunConfig, {**vars(parity.run.config), "HfOptions": HfOptions})
 assert "hf" in hints
 hints = typing.get_type_hints(
+    parity.results.CandidateRun, {**vars(parity.results), "LayersResult": LayersResult}
+)
+assert "layers" in hints  # a candidate's record holds its layers
+hints = typing.get_type_hints(
     parity.results.ValidationRun, {**vars(parity.results), "LayersResult": LayersResult}
 )
-assert "layers" in hints
+assert "candidates" in hints
 """
 
 
