@@ -166,7 +166,8 @@ def processes_mentioning(text: str) -> list[str]:
 def validating_in(folder: Path | str) -> list[str]:
     """Command lines of the `parity validate` processes running in `folder` (pairs run in
     the manifest's folder, or a private copy of it on a Ray worker: found by working dir);
-    a str: in any folder whose name starts with it (e.g. "parity-inputs-", those copies)."""
+    a str: the working dirs of those in any folder whose name starts with it (e.g.
+    "parity-inputs-", those copies), so a caller can tell its own copies from others'."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -178,7 +179,7 @@ def validating_in(folder: Path | str) -> list[str]:
             continue
         here = Path(cwd).name.startswith(folder) if isinstance(folder, str) else cwd == str(folder)
         if " -m parity validate " in cmd and here:
-            found.append(cmd)
+            found.append(cwd if isinstance(folder, str) else cmd)
     return found
 
 
