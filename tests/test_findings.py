@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from parity.results import (
     Status,
     TokenDivergence,
 )
-from tests.helpers.plant_bug import plant
+from tests.helpers.plant_bug import export_with_bias_bug
 from tests.helpers.precision_models import to_float16
 
 
@@ -57,14 +56,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> Exports:
     tmp = tmp_path_factory.mktemp("findings")
     torch.manual_seed(0)
     model = SoftmaxNet().eval()
-    clean = tmp / "net.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.randn(2, 4, 64),), str(clean), dynamo=False,
-                          input_names=["x"], output_names=["activations"],
-                          dynamic_axes={"x": {0: "b", 2: "t"}})  # fmt: skip
-    bug = tmp / "bug.onnx"
-    plant(clean, bug, "/c2/Conv", "bias", 0.01)
+    clean, bug = export_with_bias_bug(model, tmp)
     return Exports(model, clean, bug, to_float16(clean, tmp / "net16.onnx"))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import json
 import textwrap
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from parity import validate
 from parity.cli import main
 from parity.judge.suggest import suggest_noise_tolerances, suggestion_lines
 from parity.reports.saved_run import load_run
-from tests.helpers.plant_bug import plant
+from tests.helpers.plant_bug import export_with_bias_bug
 
 FACTORY = """
 import torch
@@ -58,14 +57,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     scope: dict = {}
     exec(compile(path.read_text(), str(path), "exec"), scope)  # the same model, in the test
     model = scope["make"]()
-    clean = tmp / "net.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.randn(2, 4, 64),), str(clean), dynamo=False,
-                          input_names=["x"], output_names=["activations"],
-                          dynamic_axes={"x": {0: "b", 2: "t"}})  # fmt: skip
-    bug = tmp / "bug.onnx"
-    plant(clean, bug, "/c2/Conv", "bias", 0.01)
+    clean, bug = export_with_bias_bug(model, tmp)
     return Files(f"{path}:make", model, clean, bug)
 
 

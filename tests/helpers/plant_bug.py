@@ -58,3 +58,21 @@ def plant(src: str | Path, dst: str | Path, node: str, kind: str, value: object 
         raise ValueError(kind)
     onnx.save(model, str(dst))
     return target.output[0]
+
+
+def export_with_bias_bug(model: object, folder: Path) -> tuple[Path, Path]:
+    """`model` (a conv net on x[b, 4, t] whose second conv is `c2`, output "activations")
+    exported by the legacy exporter with dynamic b and t, and a copy with /c2/Conv's bias
+    + 0.01: (clean, bug). The findings and suggestion tests share it."""
+    import warnings
+
+    import torch
+
+    clean, bug = Path(folder) / "net.onnx", Path(folder) / "bug.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 4, 64),), str(clean), dynamo=False,
+                          input_names=["x"], output_names=["activations"],
+                          dynamic_axes={"x": {0: "b", 2: "t"}})  # fmt: skip
+    plant(clean, bug, "/c2/Conv", "bias", 0.01)
+    return clean, bug
