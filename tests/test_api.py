@@ -353,7 +353,7 @@ def test_a_failing_pytest_shows_the_message_not_parity_internals(tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=_clean_environment(),
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "E       AssertionError: ONNX export does not match the model" in done.stdout
@@ -374,3 +374,15 @@ def test_a_runs_methods_are_declared_on_its_class() -> None:
         assert method.__module__ == "parity.results", name
         assert typing.get_type_hints(method)["return"] in (dict[str, typing.Any], Path, str)
     assert results._RUN_FILES, "parity.api wires parity.reports in when parity is imported"
+
+
+def _clean_environment() -> dict[str, str]:
+    """The nested pytest is a user's own: none of this session's pytest or Python settings
+    (a CI's PYTEST_ADDOPTS, xdist's worker variables) leak into it."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "PYTHON", "COV_", "XDIST_"))
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    return env

@@ -201,9 +201,9 @@ def test_the_dashboard_shows_the_error_cell_and_the_frozen_node(exports) -> None
     assert not at.exception
     text = "\n".join(m.value for m in at.markdown)
     assert "Frozen at export" in text and "/Reshape" in text
-    grid = next(
-        json.loads(c.proto.spec) for c in at.get("plotly_chart") if "× outputs" in c.proto.spec
-    )
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]  # decoded: plotly
+    # writes "×" as \u00d7 unless orjson is installed
+    grid = next(s for s in specs if "× outputs" in json.dumps(s, ensure_ascii=False))
     marks = json.dumps(grid["data"], ensure_ascii=False)
     assert "error" in marks and "✓" in marks
     at.switch_page("pages/run.py").run()  # the Run page's result box says it too
