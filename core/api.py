@@ -189,7 +189,7 @@ def _max_memory(value: int | str | None) -> int | None:
     """max_memory= as bytes: an int, or a size such as "512M" (parse_size's words)."""
     if value is None or isinstance(value, int):
         return value
-    from parity.run.budget import parse_size
+    from parity.limits.budget import parse_size
 
     return parse_size(str(value))
 

@@ -23,6 +23,7 @@ import numpy as np
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
 from parity.judge.noise_floor import with_noise
+from parity.limits.deadline import Deadline
 from parity.load.calibration import merged
 from parity.messages import with_notes
 from parity.results import (
@@ -46,7 +47,6 @@ from parity.run.candidates import (
 )
 from parity.run.config import Loaders, RunConfig, check_config, default_loaders
 from parity.run.config_json import config_json
-from parity.run.deadline import Deadline
 from parity.run.early_check import check_names
 from parity.run.ort_errors import is_set_failure, ort_error_line
 from parity.run.progress import ProgressCallback, ProgressEvent, ProgressReporter, environment

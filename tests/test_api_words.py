@@ -92,7 +92,7 @@ def test_a_setting_error_survives_pickling_in_its_words():
     """A sweep's worker sends its error back pickled: the setting comes with it."""
     import pickle
 
-    from parity.run.budget import parse_size
+    from parity.limits.budget import parse_size
     from parity.settings import Front
 
     with pytest.raises(UsageError) as caught:

@@ -108,7 +108,7 @@ def test_the_api_timeout_covers_the_setup_too(many_nodes: Path) -> None:
 
 
 def test_deadline_call_hands_back_the_value_or_the_error() -> None:
-    from parity.run.deadline import Deadline
+    from parity.limits.deadline import Deadline
 
     assert Deadline(None).call(lambda: 7, "x") == 7
     assert Deadline(60).call(lambda: 8, "x") == 8

@@ -395,8 +395,8 @@ def test_a_reference_file_claiming_gigabytes_is_refused_from_its_header(
 
 def test_input_sets_are_generated_one_at_a_time(tiny_artifacts):
     """Set k+1 is not made before set k is consumed: a run holds what it has run, not more."""
+    from parity.limits.budget import MemoryBudget
     from parity.load.onnx_model import load_onnx
-    from parity.run.budget import MemoryBudget
     from parity.run.inputs import iter_input_sets, make_input_sets
 
     signature = load_onnx(str(tiny_artifacts.onnx)).signature
@@ -459,8 +459,8 @@ def endless_loop(tmp_path_factory) -> tuple[Path, Path, Path]:
 def test_ort_is_terminated_inside_a_loop_at_the_deadline(endless_loop):
     """In process, no watchdog: ORT's terminate flag stops the Loop and the run says why."""
     from parity.errors import RunTimeout
+    from parity.limits.deadline import Deadline
     from parity.load.onnx_model import load_onnx, make_session
-    from parity.run.deadline import Deadline
     from parity.run.inputs import load_input_files
     from parity.run.runner import run_onnx
 

@@ -17,9 +17,9 @@ from typing import Any
 from parity.cli.parser import Parser
 from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT
 from parity.launch import DASHBOARD_HELP, DEFAULT_HOST, DEFAULT_PORT, SERVER_OPTIONS, UPLOAD_OPTION
+from parity.limits.budget import DEFAULT_MAX_MEMORY, format_size
+from parity.limits.deadline import MAX_SECONDS
 from parity.path_flags import READS, WRITES, reads, writes
-from parity.run.budget import DEFAULT_MAX_MEMORY, format_size
-from parity.run.deadline import MAX_SECONDS
 from parity.sweep.cli import DEFAULT_TIMEOUT_S
 
 

@@ -169,8 +169,8 @@ def _check_write_fixed(args: argparse.Namespace) -> None:
 
 def _report(args: argparse.Namespace) -> ValidationRun:
     """A saved run reopened (within --max-memory), re-judged when tolerance flags are given."""
+    from parity.limits.budget import MemoryBudget
     from parity.reports.saved_run import load_run
-    from parity.run.budget import MemoryBudget
 
     run = load_run(args.run, budget=MemoryBudget.of(max_memory_bytes(args)))
     if args.tolerances or args.atol is not None or args.rtol is not None or args.tol:
@@ -241,7 +241,7 @@ def _start_watchdog(args: argparse.Namespace):
     if getattr(args, "timeout", None) is None:
         return None
     from parity.errors import RunTimeout
-    from parity.run.deadline import start_watchdog, timeout_message
+    from parity.limits.deadline import start_watchdog, timeout_message
 
     def on_timeout() -> None:
         message = timeout_message(args.timeout)

@@ -104,6 +104,6 @@ def tolerances_from_args(args: argparse.Namespace, *, base: Tolerances | None = 
 
 def max_memory_bytes(args: argparse.Namespace) -> int | None:
     """--max-memory in bytes, or None for the default budget."""
-    from parity.run.budget import parse_size
+    from parity.limits.budget import parse_size
 
     return None if args.max_memory is None else parse_size(args.max_memory)

@@ -10,7 +10,7 @@ copies of the text. A file over the budget is one UsageError line, before any ob
 from __future__ import annotations
 
 from parity.errors import UsageError
-from parity.run.budget import format_size
+from parity.limits.budget import format_size
 
 VALUE_BYTES = 96
 """Peak bytes per parsed value, measured on lists, objects, numbers and strings (72-89)."""

@@ -130,7 +130,7 @@ class _Bounded(io.RawIOBase):
 
 
 def _too_big(path: str | os.PathLike[str], size: int, limit: int, what: str) -> str:
-    from parity.run.budget import format_size
+    from parity.limits.budget import format_size
 
     return _say(
         what,

@@ -26,8 +26,8 @@ import numpy as np
 from parity.errors import InputError, OnnxRunError
 from parity.hf.capture import Capture, CapturedCall
 from parity.hf.feeds import LOGITS, PAST_NAME, full_attention_mask, onnx_feeds, present_name
+from parity.limits.deadline import Deadline
 from parity.results import InputSet, PromptGeneration, TokenDivergence
-from parity.run.deadline import Deadline
 from parity.signature import OnnxSignature
 from parity.tolerances import Tolerance, Tolerances
 

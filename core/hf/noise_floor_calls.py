@@ -33,7 +33,7 @@ def float64_calls(
     size is checked against --max-memory first (BudgetError)."""
     import torch
 
-    from parity.run.budget import MemoryBudget
+    from parity.limits.budget import MemoryBudget
     from parity.run.noise_floor_runs import float64_bytes
 
     floats = {p.dtype for p in model.parameters() if p.is_floating_point()}

@@ -155,7 +155,7 @@ class Seq2SeqSource(HfSourceBase):
             return {name: np.asarray(a) for name, a in self._given_feeds.items()}
         if self._inputs_file is None:
             return None
-        from parity.run.budget import MemoryBudget
+        from parity.limits.budget import MemoryBudget
         from parity.run.inputs import read_feeds_file
 
         return read_feeds_file(self._inputs_file, budget=MemoryBudget.of(self._max_memory))

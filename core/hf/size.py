@@ -13,7 +13,7 @@ and experts (every nested sub-config, e.g. a text_config and a vision_config, co
 least 3; attention is heads·head_dim, at least width, with room for a decoder's
 cross-attention; ffn is at least 4·width; layers sums every depth field, encoder and decoder
 alike). Four bytes a parameter (float32) are checked against the memory budget
-(parity.run.budget).
+(parity.limits.budget).
 
 Contract: estimate_parameters(config) -> int; check_model_size(config, what, max_memory)
 raises BudgetError (one line) when the estimate is over the budget.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from parity.run.budget import MemoryBudget
+from parity.limits.budget import MemoryBudget
 from parity.settings import Mention
 
 _WIDTH = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "word_embed_proj_dim")
@@ -86,7 +86,7 @@ def estimate_parameters(config: Any) -> int:
 
 def check_model_size(config: Any, what: str, max_memory: int | None) -> None:
     """Refuse (BudgetError, one line) a model whose estimated float32 parameters are over
-    the budget (--max-memory; parity.run.budget's default without it)."""
+    the budget (--max-memory; parity.limits.budget's default without it)."""
     data = config.to_dict() if hasattr(config, "to_dict") else config
     parameters = estimate_parameters(data)
     fields = ", ".join(

@@ -25,6 +25,7 @@ from parity.hf.loading import LoadedHfModel, load_hf_model
 from parity.hf.media import generated_inputs, is_media_model
 from parity.hf.options import HfOptions, hf_directory
 from parity.hf.summary import build_summary
+from parity.limits.deadline import Deadline
 from parity.results import (
     GenerationInfo,
     GenerationStep,
@@ -37,7 +38,6 @@ from parity.results import (
 )
 from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
-from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.settings import Setting
 from parity.signature import OnnxSignature
@@ -296,7 +296,7 @@ def _forward_inputs(
                 "generate() makes",
                 setting=Setting("input_files"),
             )
-        from parity.run.budget import MemoryBudget
+        from parity.limits.budget import MemoryBudget
         from parity.run.inputs import iter_feed_files
 
         sets = list(iter_feed_files(files, budget=MemoryBudget.of(max_memory)))

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from parity.errors import ModelLoadError, first_line
+from parity.limits.budget import MemoryBudget, format_size
 from parity.load.export_lock import export_lock
 from parity.load.pickle_cause import pickle_cause
-from parity.run.budget import MemoryBudget, format_size
 
 MODEL_NAME = "model"  # the one program torch.export.save writes and torch.export.load returns
 _CODE_DIRS = ("data/aotinductor/", "data/executorch/", "data/mtia/")
@@ -85,7 +85,7 @@ def is_pt2(path: str | Path) -> bool:
 def load_pt2(path: str | Path, *, budget: MemoryBudget | None = None) -> tuple[Any, Any]:
     """(runnable module, its checked ExportedProgram): parity.layers interprets the program.
     What its members inflate to (weights, constants, sample inputs) is checked against
-    `budget` (default: parity.run.budget's) before any is read."""
+    `budget` (default: parity.limits.budget's) before any is read."""
     path = Path(path)
     try:
         with export_lock():  # torch's deserializer keeps global state: one at a time

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from parity.limits.deadline import current as current_deadline
 from parity.load.quiet import apply_ort_default_severity, ort_severity
-from parity.run.deadline import current as current_deadline
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -78,7 +78,7 @@ def open_session(
     def make() -> onnxruntime.InferenceSession:
         return ort.InferenceSession(source, sess_options=options, providers=[provider])
 
-    deadline = current_deadline()  # the run's time limit covers the setup (parity.run.deadline)
+    deadline = current_deadline()  # the run's time limit covers the setup (parity.limits.deadline)
     if deadline is None:
         return make()
     return deadline.call(make, "ONNX Runtime's session setup")

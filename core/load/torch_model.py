@@ -22,7 +22,7 @@ Contract:
     sha256: str; positional_names: tuple[str, ...] (a .pt2's positional arguments, in order)
 load_torch_model(spec, *, weights=None, allow_code=True, max_memory=None) -> TorchModel
     (max_memory: bytes a .pt2's weights, constants and sample inputs may take; None: the
-    default budget of parity.run.budget)
+    default budget of parity.limits.budget)
     raises ModelLoadError / UsageError
 is_code_spec(spec) -> bool   True when loading the spec runs code from the user's files
 """
@@ -323,7 +323,7 @@ def _load_archive(
         )
     kind = _archive_kind(path)
     if kind == "exported_program":
-        from parity.run.budget import MemoryBudget
+        from parity.limits.budget import MemoryBudget
 
         module, program = load_pt2(path, budget=MemoryBudget.of(max_memory))
         return module, "exported_program", program

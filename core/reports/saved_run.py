@@ -49,10 +49,10 @@ from parity.files.hashing import file_sha256
 from parity.files.json_output import dumps
 from parity.files.safe_read import open_regular
 from parity.files.zip_bounds import check_zip_directory
+from parity.limits.budget import MemoryBudget, read_npy_header
 from parity.load.specs import demo_name
 from parity.reports.codec import ArrayGet, run_from_json, run_to_json
 from parity.results import SavedFrom, ValidationRun
-from parity.run.budget import MemoryBudget, read_npy_header
 from parity.version import __version__
 
 SCHEMA = "parity.run/1"

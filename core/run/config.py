@@ -45,9 +45,11 @@ class RunConfig:
     layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (parity.layers)
     layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
     noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise_floor)
-    timeout: float | None = None  # seconds for the whole run (parity.run.deadline); None: no limit
+    timeout: float | None = (
+        None  # seconds for the whole run (parity.limits.deadline); None: no limit
+    )
     max_memory: int | None = (
-        None  # bytes of inputs/feeds/reference a run may hold (parity.run.budget)
+        None  # bytes of inputs/feeds/reference a run may hold (parity.limits.budget)
     )
 
     @property
@@ -120,7 +122,7 @@ def config_problem(config: RunConfig) -> UsageError | None:
 
 
 def _problems(config: RunConfig) -> Iterator[UsageError]:
-    from parity.run.deadline import MAX_SECONDS
+    from parity.limits.deadline import MAX_SECONDS
 
     if config.timeout is not None and not 0 < config.timeout <= MAX_SECONDS:
         yield UsageError(

@@ -22,8 +22,8 @@ from parity.errors import ParityError
 from parity.judge.compare import compare_outputs
 from parity.judge.frozen import find_frozen
 from parity.judge.frozen_graph import load, user_frame
+from parity.limits.budget import MemoryBudget
 from parity.results import InputSet, StaticAxis, Status, ValidationRun
-from parity.run.budget import MemoryBudget
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
 from parity.signature import OnnxSignature

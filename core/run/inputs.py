@@ -62,9 +62,9 @@ import numpy as np
 from parity.errors import InputError, UsageError, first_line
 from parity.files.safe_read import open_regular
 from parity.files.zip_bounds import check_zip_directory
+from parity.limits.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
 from parity.load.dtypes import FLOAT_NAMES, INT_NAMES, numpy_dtype
 from parity.results import InputSet
-from parity.run.budget import MemoryBudget, NpyHeader, array_bytes, describe_largest, npz_headers
 from parity.settings import Mention, Setting
 from parity.signature import Dim, OnnxSignature, TensorSpec
 from parity.text import percent_text

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from parity.errors import first_line
+from parity.limits.budget import MemoryBudget
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet
-from parity.run.budget import MemoryBudget
 from parity.settings import Mention
 from parity.signature import OnnxSignature
 

@@ -26,8 +26,8 @@ import numpy as np
 from parity.errors import InputError, UsageError
 from parity.files.atomic import atomic_output
 from parity.files.safe_read import open_regular
+from parity.limits.budget import MemoryBudget, describe_largest, npz_headers
 from parity.results import OutputSet, ValidationRun
-from parity.run.budget import MemoryBudget, describe_largest, npz_headers
 from parity.settings import Mention
 from parity.signature import OnnxSignature
 

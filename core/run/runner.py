@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from parity.errors import ModelRunError, OnnxRunError, RunTimeout, first_line
+from parity.limits.deadline import Deadline
 from parity.load.dtypes import from_ort_type
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet, OutputSet
-from parity.run.deadline import Deadline
 from parity.run.input_binding import InputBinding, bind_inputs, signature_mismatch
 from parity.run.inputs import check_feeds
 from parity.signature import OnnxSignature, TensorSpec

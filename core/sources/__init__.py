@@ -32,8 +32,8 @@ from parity.signature import OnnxSignature
 from parity.tolerances import Tolerances
 
 if TYPE_CHECKING:
+    from parity.limits.deadline import Deadline
     from parity.run.candidates import Candidate
-    from parity.run.deadline import Deadline
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from parity.errors import UsageError
+from parity.limits.deadline import Deadline
 from parity.load.specs import onnx_reference_spec
 from parity.results import Provenance, RunKind
 from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
-from parity.run.deadline import Deadline
 from parity.run.progress import ProgressReporter
 from parity.settings import Mention
 from parity.signature import OnnxSignature

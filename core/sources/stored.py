@@ -6,9 +6,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from parity.errors import UsageError
+from parity.limits.budget import MemoryBudget
 from parity.load.specs import reference_spec
 from parity.results import Provenance, RunKind
-from parity.run.budget import MemoryBudget
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
 from parity.settings import Mention, Setting

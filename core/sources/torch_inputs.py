@@ -23,8 +23,8 @@ def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet
     labelled with what a quantized input's QuantizeLinear clips), else generated sets
     (seeded, dims grown; a quantized input within its calibrated range unless the user's
     --float-range says otherwise, and then labelled likewise): made one at a time, after
-    their size is checked against the memory budget (parity.run.budget)."""
-    from parity.run.budget import MemoryBudget
+    their size is checked against the memory budget (parity.limits.budget)."""
+    from parity.limits.budget import MemoryBudget
     from parity.run.inputs import (
         given_input_sets,
         iter_input_files,
@@ -140,7 +140,7 @@ class TorchSource(Source):
         double = None
         lows: dict[str, Any] = {}
         if self._config.noise_floor:
-            from parity.run.budget import MemoryBudget
+            from parity.limits.budget import MemoryBudget
             from parity.run.noise_floor_runs import float64_model, low_model
 
             double = float64_model(self._torch, MemoryBudget.of(self._config.max_memory))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from parity.errors import UsageError, first_line
-from parity.run.budget import format_size
+from parity.limits.budget import format_size
 from parity.sweep.execute import Attempt, PairOutput, refused, run_pair
 from parity.sweep.plan import PairJob
 from parity.sweep.stage import Bundle, Shipper, unpack

@@ -239,7 +239,7 @@ def _digest(path: Path, kind: str) -> str:
 
 def _memory(args: tuple[str, ...]) -> int | None:
     """The bytes of the last --max-memory among the args (validate checked its syntax)."""
-    from parity.run.budget import parse_size
+    from parity.limits.budget import parse_size
 
     found = None
     for i, token in enumerate(args):
