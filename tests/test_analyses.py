@@ -37,14 +37,39 @@ class FloatConstant(torch.nn.Module):
         return self.fc(x) @ torch.ones(3, 3)
 
 
+class Float32Only(FloatConstant):
+    """Refuses any input but float32, as a model checking its dtype does: no float64 run."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            raise TypeError(f"expected float32 input, got {x.dtype}")
+        return super().forward(x)
+
+
 def make_float_constant() -> torch.nn.Module:
     torch.manual_seed(0)
     return FloatConstant().eval()
 
 
+def make_float32_only() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return Float32Only().eval()
+
+
+@pytest.fixture(scope="module")
+def float_constant(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    model = make_float_constant()
+    path = tmp_path_factory.mktemp("analyses") / "m.onnx"
+    torch.onnx.export(
+        model, (torch.randn(2, 4),), str(path), dynamo=False, input_names=["x"],
+        output_names=["y"], dynamic_axes={"x": {0: "b"}},
+    )  # fmt: skip
+    return model, path
+
+
 @pytest.fixture(scope="module")
 def no_float64(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    model = make_float_constant()
+    model = make_float32_only()
     path = tmp_path_factory.mktemp("analyses") / "m.onnx"
     torch.onnx.export(
         model, (torch.randn(2, 4),), str(path), dynamo=False, input_names=["x"],
@@ -91,10 +116,22 @@ def test_a_noise_floor_that_cannot_be_measured_says_why(no_float64, tmp_path: Pa
     assert back.analyses == run.analyses
 
 
+def test_a_model_that_makes_float32_tensors_gets_its_floor_by_promotion(float_constant) -> None:
+    """`.double()` alone raises (a float32 constant made in forward); every op promoted to
+    float64 measures the floor, and the noise block and the finding say how."""
+    model, path = float_constant
+    run = validate(model, str(path), noise_floor=True, atol=1e-12, rtol=0.0)
+    assert all(c.noise is not None for c in run.outputs), [c.notes for c in run.outputs]
+    assert all("promoted to float64" in c.noise.emulated for c in run.outputs)
+    assert not [n for n in run.analyses if n.analysis == "noise_floor"]
+    said = " ".join(f.text for f in run.findings)
+    assert "promoted to float64" in said and "not done" not in said
+
+
 def test_the_json_report_lists_the_analyses(no_float64, tmp_path: Path, capsys) -> None:
     _, path = no_float64
     out = tmp_path / "r.json"
-    spec = f"{Path(__file__).resolve()}:make_float_constant"
+    spec = f"{Path(__file__).resolve()}:make_float32_only"
     code = main(["validate", "--model", spec, "--onnx", str(path), "--noise-floor",
                  "--json", str(out)])  # fmt: skip
     assert code == 0, capsys.readouterr()

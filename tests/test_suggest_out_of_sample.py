@@ -104,7 +104,19 @@ def test_an_observed_suggestion_says_it_has_no_rounding_measurement(files: Files
     s = run.suggested_tolerances
     assert s.basis == "observed" and "activations" in s.outputs and len(s.checked_on) >= 2
     head = suggestion_lines(s)[0]
-    assert "no rounding measurement" in head and "--noise-floor" in head
+    assert "float rounding" in head and "--noise-floor" in head
+
+
+def test_suggest_alone_gives_no_flag_that_passes_a_planted_bias_bug(files: Files, capsys) -> None:
+    """Issue 53: no --noise-floor, no --layers: the fresh sets measure the floor themselves
+    (the cost said first) and the bias + 0.01 output gets no tolerance, with the reason."""
+    code = main(["validate", "--model", files.factory, "--onnx", str(files.bug),
+                 "--suggest", "--input-sets", "2"])  # fmt: skip
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "torch in float64 on each too" in captured.err
+    assert "--tol activations" not in captured.out
+    assert "activations: none suggested:" in captured.out and "not rounding" in captured.out
 
 
 def test_given_inputs_cannot_be_checked_so_nothing_is_suggested(files: Files) -> None:

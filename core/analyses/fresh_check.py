@@ -14,8 +14,9 @@ sets a shown tolerance was not fitted to.
 
 No tolerance is suggested for an output with a bug finding (parity.show.findings: a birth
 --layers confirmed, or an error far past the noise floor), nor, on the rounding basis, for
-one whose error is not rounding; on the observed basis (no --noise-floor), every suggestion
-says that nothing tells it from a bug.
+one whose error is not rounding. The fresh sets always measure the noise floor: on the
+observed basis (no --noise-floor) a tolerance is shown only where the fresh sets' error is
+rounding, and withheld, with the reason, where it is not or no floor could be measured.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from parity.errors import ParityError
-from parity.judge.noise_floor import ROUNDING_RATIO, noise_rank
+from parity.judge.noise_floor import ROUNDING_RATIO, noise_rank, noise_sentence
 from parity.judge.suggest import (
     DEFAULT_MARGIN,
     NOISE_MULTIPLES,
@@ -48,10 +49,6 @@ __all__ = ["FRESH_SEED_OFFSET", "fresh_config", "suggest_checked", "unchecked_re
 
 FRESH_SEED_OFFSET = 1000  # the fresh sets' seed: the run's + this (another seed, said)
 BUG = "a bug (see the findings): no tolerance is suggested for it"
-NO_FLOOR = (
-    "observed: margin x the smallest atol that passed; no rounding measurement behind it "
-    "tells this from a bug (--noise-floor measures it)"
-)
 
 
 def unchecked_reason(config: RunConfig | None) -> str | None:
@@ -119,7 +116,9 @@ def suggest_checked(
         return empty
     why = unchecked_reason(config)
     if why is None:
-        fresh_cfg = fresh_config(config, run, n_sets=2 * n, noise_floor=basis == "rounding")
+        # the floor is measured on the fresh sets whatever the basis: without it nothing
+        # tells a bug's error from rounding, and an observed tolerance would pass the bug
+        fresh_cfg = fresh_config(config, run, n_sets=2 * n, noise_floor=True)
         fresh_cfg = replace(fresh_cfg, tolerances=_with(run, fitted).tolerances)
         try:
             fresh = rerun(fresh_cfg)
@@ -138,6 +137,9 @@ def suggest_checked(
     shown: dict[str, Tolerance] = {}
     refitted = False
     for name, tolerance in fitted.items():
+        if (bug := not_rounding_on(fresh.outputs, name)) is not None:
+            withheld[name] = bug
+            continue
         if _passes(a, name, tolerance) and _passes(b, name, tolerance):
             shown[name] = tolerance
             continue
@@ -165,6 +167,32 @@ def suggest_checked(
     if refitted and basis == "rounding":
         k = next_multiple(k)  # the largest k a shown tolerance uses
     return SuggestedTolerances(shown, basis, checked, withheld, fitted_on=n, k=k)
+
+
+def not_rounding_on(rows: Sequence[OutputComparison], name: str) -> str | None:
+    """Why no tolerance may be shown for `name` from what the fresh sets measured (None: its
+    error there is rounding): not rounding against the floor, or no floor measured at all
+    (then nothing tells its error from a bug's)."""
+    mine = [c for c in _rows(rows, name) if c.ref_dtype is not None and "float" in c.ref_dtype]
+    if not mine:
+        return None  # integers and bools are judged exactly: no rounding to tell apart
+    noises = [c.noise for c in mine if c.noise is not None]
+    if not noises:
+        why = next(
+            (n for c in mine for n in c.notes if "noise floor not measured" in n),
+            "noise floor not measured",
+        )
+        return (
+            f"{why.removeprefix('noise floor not measured: ')}: without a noise floor nothing "
+            "tells its error from a bug's, so no tolerance is suggested"
+        )
+    worst = max(noises, key=noise_rank)
+    if noise_rank(worst) <= ROUNDING_RATIO:
+        return None
+    return (
+        f"on fresh input sets its error is not rounding ({noise_sentence(worst)}), a bug no "
+        "tolerance should pass: not suggested"
+    )
 
 
 def _with(run: ValidationRun, fitted: dict[str, Tolerance]) -> ValidationRun:

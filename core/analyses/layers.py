@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parity.analyses.stage import Analysis, AnalysisContext
+from parity.analyses.stage import Analysis, AnalysisContext, noted
 from parity.results import Status, ValidationRun
 from parity.run.config import RunConfig
 
@@ -22,10 +22,23 @@ class Layers(Analysis):
         if context.reference is not None:
             from parity.layers.onnx_reference_run import with_onnx_layers
 
-            return with_onnx_layers(
+            run = with_onnx_layers(
                 run, context.config, context.reference, list(context.candidates), context.report
             )
-        return _against_torch(run, context)
+        else:
+            run = _against_torch(run, context)
+        return _said_if_empty(run, self.name)
+
+
+def _said_if_empty(run: ValidationRun, name: str) -> ValidationRun:
+    """No intermediate value compared on any candidate: the layers' own reason becomes the
+    run's note (said among the findings), never a silent absence."""
+    results = [c.layers for c in run.candidates if c.layers is not None]
+    if any(r.matched or r.values for r in results):
+        return run
+    reasons = [n for r in results for n in r.notes]
+    why = reasons[0] if reasons else "no intermediate value could be compared"
+    return noted(run, name, why, done=False)
 
 
 def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRun:

@@ -48,6 +48,7 @@ class NoiseFloor(Analysis):
                 case.float64,
                 case.float64_note or NOT_MEASURED,
                 case.exclude,
+                basis=case.float64_note if case.float64 is not None else "",
                 precisions=found.get(index),
                 at_precision=case.at_precision,
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parity.analyses.stage import Analysis, AnalysisContext
+from parity.analyses.stage import Analysis, AnalysisContext, noted
 from parity.results import ValidationRun
 from parity.run.config import RunConfig
 from parity.run.progress import NOTICE
@@ -21,7 +21,18 @@ class Suggest(Analysis):
     def apply(self, run: ValidationRun, context: AnalysisContext) -> ValidationRun:
         from parity.analyses.fresh_check import suggest_checked
 
+        from parity.judge.suggest import has_noise
+
         n = 2 * max(len(run.input_sets), 1)
-        context.report(NOTICE, f"Checking the suggested tolerances on {n} fresh input sets", None)
+        said = f"Checking the suggested tolerances on {n} fresh input sets"
+        if not has_noise(run):  # its cost: a float64 run of torch on each fresh set
+            said += " (torch in float64 on each too: this run has no noise floor to tell a bug)"
+        context.report(NOTICE, said, None)
         checked = suggest_checked(run, context.config, rerun=context.rerun)
-        return replace(run, suggested_tolerances=checked)
+        run = replace(run, suggested_tolerances=checked)
+        if checked.tolerances or checked.withheld:
+            return run
+        return noted(run, self.name, NOTHING, done=False)
+
+
+NOTHING = "no output has an error a tolerance could be fitted to (every one is exact or not float)"

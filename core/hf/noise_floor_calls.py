@@ -5,7 +5,8 @@ was captured with (ids, mask, positions; float inputs such as pixels cast to flo
 its past KV cache cast to float64, so torch's float32 call and the float64 one differ only
 by rounding. The result is the call with float64 logits, present cache and outputs, read by
 parity.hf.feeds.reference_outputs under the ONNX names like the float32 call. A model that
-cannot be run so gives None and a note, never a failed run.
+cannot be run so is run again with every op promoted to float64 (said, PROMOTED), else gives
+None and a note, never a failed run.
 """
 
 from __future__ import annotations
@@ -48,22 +49,30 @@ def float64_calls(
         double = copy.deepcopy(model).double().eval()
     except Exception as exc:
         return None, f"{NOT_MEASURED}: cannot cast to float64 ({first_line(exc)})"
-    out = []
-    for call in calls:
-        try:
-            out.append(_call_again(double, call))
-        except Exception as exc:
-            return None, f"{NOT_MEASURED}: the model failed in float64 ({first_line(exc)})"
-    return tuple(out), ""
+    try:
+        return tuple(_call_again(double, call) for call in calls), ""
+    except Exception as exc:
+        why = f"the model failed in float64 ({first_line(exc)})"
+    try:  # every op promoted to float64, as parity.run.noise_floor_runs does
+        made = tuple(_call_again(double, call, promote=True) for call in calls)
+    except Exception:
+        return None, f"{NOT_MEASURED}: {why}"
+    from parity.run.noise_floor_runs import PROMOTED
+
+    return made, PROMOTED.format(why=why)
 
 
-def _call_again(model: Any, call: CapturedCall) -> CapturedCall:
+def _call_again(model: Any, call: CapturedCall, *, promote: bool = False) -> CapturedCall:
+    from contextlib import nullcontext
+
     import torch
 
     from parity.hf.export import cache_tensors, make_cache
+    from parity.run.noise_floor_runs import Promoting
 
     kwargs: dict[str, Any] = {name: _tensor(a) for name, a in call.inputs.items()}
-    with torch.inference_mode(), quiet_transformers():
+    promoting = Promoting() if promote else nullcontext()
+    with torch.inference_mode(), quiet_transformers(), promoting:
         if call.encoder:
             return replace(call, outputs=forward_outputs(model(**kwargs)))
         params = inspect.signature(model.forward).parameters

@@ -118,12 +118,14 @@ def with_noise(
     *,
     precisions: Mapping[str, Any] | None = None,
     at_precision: Mapping[str, PrecisionRun] | None = None,
+    basis: str = "",
 ) -> list[OutputComparison]:
     """Each float32 output's comparison with its noise over the elements it judges, at the
     precision the candidate computes it (`precisions`: parity.load.file_precision's
     OutputPrecision by output name; float32 when absent), against torch's run at that
     precision (`at_precision`: 16-bit runs by precision). Where the floor could not be
-    measured, a note saying why and noise None."""
+    measured, a note saying why and noise None. `basis`: how `ref64` was made where torch's
+    plain float64 copy could not run (the float32 floor's `emulated`, said with it)."""
     out = []
     for c in comparisons:
         if c.ref_dtype != "float32":
@@ -170,7 +172,7 @@ def with_noise(
                 noise = noise_of(low, b, r, mask, precision=precision, emulated=run.emulated)
         else:
             a = ref32.get(c.name)
-            noise = None if a is None else noise_of(a, b, r, mask)
+            noise = None if a is None else noise_of(a, b, r, mask, emulated=basis)
         notes = c.notes if not why or why in c.notes else (*c.notes, why)
         out.append(replace(c, noise=noise, notes=notes))
     return out
@@ -210,11 +212,14 @@ def noise_sentence(noise: Noise | None) -> str:
         )
     if noise.ratio <= ROUNDING_RATIO:
         if p == "float32":
+            how = f" ({noise.emulated})" if noise.emulated else ""
             return (
                 f"within float32 rounding: ONNX's error against float64 is {_times(noise.ratio)} "
-                "torch's own"
+                f"torch's own{how}"
             )
         return f"within {p} rounding: {_times(noise.ratio)} torch's own {p} error{emulated}"
+    if p == "float32" and noise.emulated:
+        emulated = f" ({noise.emulated})"
     return f"not rounding: {_times(noise.ratio)} torch's own {p} error{emulated}"
 
 

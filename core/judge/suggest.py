@@ -285,8 +285,8 @@ def suggestion_lines(s: SuggestedTolerances) -> list[str]:
         basis = f"{s.k or 2:g}\u00d7 the measured rounding noise, rtol 0"
     else:
         basis = (
-            "observed: 2\u00d7 the smallest passing atol; no rounding measurement behind it "
-            "tells an acceptable error from a bug (--noise-floor measures it)"
+            "observed: 2\u00d7 the smallest passing atol, shown only where the fresh sets' "
+            "error is float rounding (torch in float64 on them; --noise-floor measures the run's)"
         )
     lines = [f"Suggested tolerances ({basis}), {fitted}, {checked}:"]
     for name, t in s.outputs.items():

@@ -156,9 +156,10 @@ def _ratio_words(noise: Noise) -> str:
         if noise.precision == "int8"
         else (f"torch's own {noise.precision} error")
     )
+    how = f" ({noise.emulated})" if noise.emulated and noise.precision == "float32" else ""
     if noise.ratio is None:
-        return f"ONNX is {number_text(noise.onnx_error)} off float64 where {floor} is 0"
-    return f"ONNX's error against float64 is {_times(noise.ratio)}\u00d7 {floor}"
+        return f"ONNX is {number_text(noise.onnx_error)} off float64 where {floor} is 0{how}"
+    return f"ONNX's error against float64 is {_times(noise.ratio)}\u00d7 {floor}{how}"
 
 
 def _born_text(name: str, first, noise: Noise | None) -> str:

@@ -62,7 +62,8 @@ class Case:
     crop: Mapping[str, Crop] = field(default_factory=dict)
     part: str = ""  # the file of a multi-file export that runs this case ("": the only file)
     ignore: Mapping[str, str] = field(default_factory=dict)  # candidate outputs not compared: why
-    # --noise-floor: the reference run again in float64 (None: not run; `float64_note` why)
+    # --noise-floor: the reference run again in float64 (None: not run; `float64_note` why;
+    # with float64 present, `float64_note` says how it was made where .double() alone failed)
     float64: Mapping[str, np.ndarray] | None = None
     float64_note: str = ""
     # ... and at a 16-bit candidate's precision, by precision (a source that can: see
