@@ -100,6 +100,7 @@ class ValidateOptions:
     layers: bool = False
     repro: str | os.PathLike[str] | None = None
     noise_floor: bool = False
+    no_noise_floor: bool = False
     reference: str | os.PathLike[str] | None = None
     weights: str | os.PathLike[str] | None = None
     progress: ProgressCallback | None = None
@@ -164,6 +165,9 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
         ratio, precision) says whether ONNX's error is rounding at the precision the file
         computes it (int8: its quantization noise), as ``--noise-floor``; the verdict stays
         the tolerance's.
+    no_noise_floor: do not measure the floor by default (as ``--no-noise-floor``). Without
+        it, a run whose outputs fail and that asks for no analysis runs torch in float64 on
+        the failing input sets when that costs at most the run's own torch time.
     max_memory: bytes (or "512M", "16G") of arrays the run may hold, as ``--max-memory``:
         given inputs, generated sets and the float64 copy of `noise_floor` are checked
         against it before they are made (default 4 GiB).
@@ -232,6 +236,7 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
             ort_opt_level=o.ort_opt_level,
             layers=o.layers or o.repro is not None,
             noise_floor=o.noise_floor,
+            noise_floor_default=not o.no_noise_floor,
             suggest=bool(o.suggest),
             repro=None if o.repro is None else os.fspath(o.repro),
             repro_command=f"parity.validate({spec or type(model).__name__!r}, "

@@ -1,17 +1,28 @@
 """--noise-floor as a stage: each case's float32 outputs (torch's and every candidate's)
 judged against the reference run again in float64, and at a 16-bit candidate's precision
 (parity.judge.noise_floor); the source computes those runs per case. A floor that could not
-be measured for any output is said (an analysis asked for is never silently absent)."""
+be measured for any output is said (an analysis asked for is never silently absent).
+
+By default (no --noise-floor, no other analysis, `RunConfig.noise_floor_default`), a run
+whose float32 outputs fail gets the floor after its cases, on the failing input sets, where
+torch in float64 costs at most the run's own torch time (estimated per set from its float32
+time, FLOAT64_GUESS x before the first is measured): a correct export failing a tight atol
+then says "float32 rounding, not a bug" instead of an unexplained FAIL. What it measured and
+what it cost is the run's done note; --no-noise-floor turns it off."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from typing import Any
 
 from parity.analyses.stage import Analysis, AnalysisContext, CaseHook, Preparation, noted
-from parity.results import OutputComparison, OutputSet, ValidationRun
+from parity.errors import ParityError
+from parity.results import OutputComparison, OutputSet, RunKind, Status, ValidationRun
 from parity.run.config import RunConfig
 
 NOT_MEASURED = "noise floor not measured: this kind of run has no float64 reference"
+FLOAT64_GUESS = 2.0  # float64 / float32 torch time assumed before one set is measured
 
 
 class NoiseFloor(Analysis):
@@ -22,9 +33,11 @@ class NoiseFloor(Analysis):
         self._why_not: str | None = None
 
     def wanted(self, config: RunConfig) -> bool:
-        return config.noise_floor
+        return config.noise_floor or by_default(config)
 
-    def before(self, prepare: Preparation) -> CaseHook:
+    def before(self, prepare: Preparation) -> CaseHook | None:
+        if not prepare.config.noise_floor:
+            return None  # by default: after the cases, only if outputs fail
         from parity.judge.noise_floor import with_noise
         from parity.load.file_precision import output_precisions
 
@@ -56,6 +69,8 @@ class NoiseFloor(Analysis):
         return hook
 
     def apply(self, run: ValidationRun, context: AnalysisContext) -> ValidationRun:
+        if not context.config.noise_floor:
+            return _measured_by_default(run, context, self.name)
         if any(c.noise is not None for c in run.outputs):
             return run
         floats = any(c.ref_dtype is not None and "float" in c.ref_dtype for c in run.outputs)
@@ -65,3 +80,94 @@ class NoiseFloor(Analysis):
             "noise floor not measured: "
         )
         return noted(run, self.name, why, done=False)
+
+
+def by_default(config: RunConfig) -> bool:
+    """The floor is measured without being asked: a torch run asking for no analysis."""
+    asked = config.layers or config.suggest or config.repro is not None
+    return config.noise_floor_default and config.kind is RunKind.TORCH and not asked
+
+
+def _measured_by_default(run: ValidationRun, context: AnalysisContext, name: str) -> ValidationRun:
+    """The floor on the failing input sets, cheapest first, while the estimated float64 time
+    stays within the run's torch time (module doc); the run unchanged when nothing fails in
+    float32, a candidate is not float32 throughout, or no set fits."""
+    from parity.load.file_precision import output_precisions
+
+    failing = sorted(
+        {c.input_set for c in run.outputs if c.status is Status.FAIL and c.ref_dtype == "float32"}
+    )
+    cases = {c.input_set.index: c for c in run.cases}
+    if not failing or any(cases.get(i) is None or cases[i].reference is None for i in failing):
+        return run
+    try:
+        precisions = {c.index: output_precisions(c.info.onnx) for c in run.candidates}
+    except Exception:  # the file's precision unknown: no floor said by default
+        return run
+    if any(p.precision != "float32" for f in precisions.values() for p in f.values()):
+        return run  # a 16-bit or int8 file: its floor is --noise-floor's to measure
+    budget = run.timings.get("torch", 0.0)
+    ratio, spent, measured = FLOAT64_GUESS, 0.0, []
+    rows = list(run.outputs)
+    signature = run.signature
+    for index in sorted(failing, key=lambda i: cases[i].reference.seconds):  # type: ignore[union-attr]
+        case = cases[index]
+        took = case.reference.seconds  # type: ignore[union-attr]
+        if spent + ratio * took > budget:
+            break
+        context.deadline.check()
+        context.report("torch", f"torch in float64 on input set {index} (noise floor)", None)
+        t0 = time.perf_counter()
+        try:
+            arrays, how = context.source.float64_of(case.input_set, signature)
+        except ParityError:
+            break  # its float64 copy is past --max-memory: not by default
+        elapsed = time.perf_counter() - t0
+        spent += elapsed
+        ratio = max(elapsed / max(took, 1e-6), 1.0)
+        if arrays is None:
+            break
+        measured.append(index)
+        rows = _judged(rows, run, case, arrays, how, precisions)
+    if not measured:
+        return run
+    run = run.with_rows(rows)
+    run = replace(run, timings={**run.timings, "float64": spent})
+    sets = ", ".join(str(i) for i in measured)
+    text = (
+        f"measured without --noise-floor because outputs failed: torch in float64 on input "
+        f"set{'s' if len(measured) > 1 else ''} {sets} ({spent:.2g} s; the run's torch took "
+        f"{budget:.2g} s); --no-noise-floor turns it off"
+    )
+    return noted(run, name, text)
+
+
+def _judged(
+    rows: list[OutputComparison],
+    run: ValidationRun,
+    case: Any,
+    float64: Any,
+    how: str,
+    precisions: dict[int, Any],
+) -> list[OutputComparison]:
+    """`rows` with the noise of `case`'s set, per candidate (its kept outputs)."""
+    from parity.judge.noise_floor import with_noise
+
+    index = case.input_set.index
+    position = [c.input_set.index for c in run.cases].index(index)
+    new: dict[tuple[int, int, str], OutputComparison] = {}
+    for view in run.candidates:
+        mine = [r for r in rows if r.candidate == view.index and r.input_set == index]
+        if not mine or position >= len(view.onnx_outputs):
+            continue
+        judged = with_noise(
+            mine,
+            case.reference.arrays,
+            view.onnx_outputs[position].arrays,
+            float64,
+            exclude=case.exclusions,
+            precisions=precisions.get(view.index),
+            basis=how,
+        )
+        new.update({(r.candidate, r.input_set, r.name): r for r in judged})
+    return [new.get((r.candidate, r.input_set, r.name), r) for r in rows]

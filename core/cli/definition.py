@@ -312,6 +312,13 @@ NOISE_FLOOR = Group(
             "outputs; the verdict stays the tolerance's)",
         ),
         flag(
+            "--no-noise-floor",
+            action="store_true",
+            help="do not measure the noise floor by default: without it, a run whose outputs "
+            "fail (and that asks for no analysis) runs torch in float64 on the failing input "
+            "sets when that costs at most the run's own torch time, to say rounding or bug",
+        ),
+        flag(
             "--suggest",
             action="store_true",
             help="suggest per-output tolerances (k x the noise floor with --noise-floor, else "

@@ -57,6 +57,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         layers=args.layers or bool(args.repro),
         layers_memory_mb=args.layers_memory,
         noise_floor=args.noise_floor,
+        noise_floor_default=not getattr(args, "no_noise_floor", False),
         suggest=bool(getattr(args, "suggest", False)),
         repro=getattr(args, "repro", None) or None,
         repro_command="parity " + " ".join(shlex.quote(a) for a in (args.argv or ())),

@@ -29,11 +29,12 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from parity.judge.chunks import CHUNK_ELEMENTS, pieces
+from parity.judge.noise_floor import is_rounding
 from parity.judge.ratio import element_errors
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.tolerances import Tolerance
@@ -428,6 +429,22 @@ def where_of(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
     if ref.dtype.kind not in "biuf" or onnx.dtype.kind not in "biuf":
         return None
     names = run.dim_names(c.name, ref.ndim)
-    return where_profile(
+    profile = where_profile(
         ref, onnx, c.tolerance, names=names, exclude=run.exclusion(c.input_set, c.name)
     )
+    noises = [
+        x.noise
+        for x in run.outputs
+        if x.name == c.name and x.candidate == c.candidate and x.noise is not None
+    ]
+    if noises and all(is_rounding(n) for n in noises):  # rounding has no place to point at
+        p = noises[0].precision
+        what = "int8 quantization noise" if p == "int8" else f"{p} rounding"
+        return replace(profile, summary=ROUNDING_PLACE.format(what=what))
+    return profile
+
+
+ROUNDING_PLACE = (
+    "no place to point at: the error is {what} (its noise floor says so), which "
+    "lies wherever the values are largest"
+)

@@ -184,8 +184,8 @@ def _rounding_name(precision: str) -> str:
 def _rounding_text(name: str, noise: Noise) -> str:
     kind = _rounding_name(noise.precision)
     return (
-        f"{name}: {kind}, not a bug: {_ratio_words(noise)}, about what the precision itself "
-        "makes; a looser tolerance is the answer."
+        f"{name}: {kind}, not a bug; --suggest gives tolerances that hold: "
+        f"{_ratio_words(noise)}, about what the precision itself makes."
     )
 
 

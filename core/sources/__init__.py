@@ -152,6 +152,14 @@ class Source(Protocol):
         this kind cannot (no torch model to run again)."""
         raise NotImplementedError(f"{type(self).__name__} cannot run torch at other sizes")
 
+    def float64_of(
+        self, input_set: InputSet, signature: OnnxSignature
+    ) -> tuple[Mapping[str, np.ndarray] | None, str]:
+        """The reference again in float64 on one of the run's input sets, after the cases
+        (the noise floor measured by default on a failing run): (arrays, how) or (None, why);
+        default: this kind of run has no float64 reference."""
+        return None, "noise floor not measured: this kind of run has no float64 reference"
+
     def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor with 16-bit candidates: also run the reference at these precisions
         ("float16", "bfloat16"), where the source can; default: it cannot (nothing to do)."""

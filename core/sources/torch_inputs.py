@@ -94,6 +94,7 @@ class TorchSource(Source):
         self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
         self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
         self._float64_ratio: list[float] = []  # float64 / float32 seconds, per set so far
+        self._double: Any = None  # the float64 copy float64_of made (once)
 
     runs_other_sizes = True
 
@@ -108,6 +109,22 @@ class TorchSource(Source):
     def torch_model(self) -> Any:
         """The loaded TorchModel (re-traced for a legacy export's source lines), or None."""
         return self._torch
+
+    def float64_of(self, input_set: InputSet, signature: OnnxSignature) -> tuple[Any, str]:
+        """Torch in float64 on one input set (the copy made once, checked against
+        --max-memory: BudgetError), as --noise-floor runs it per case."""
+        from parity.run.noise_floor_runs import float64_model, run_float64
+
+        if self._torch is None:
+            return None, "noise floor not measured: the torch model was not loaded"
+        if self._double is None:
+            from parity.limits.budget import MemoryBudget
+
+            budget = MemoryBudget.of(self._config.max_memory)
+            self._double = float64_model(self._torch, budget)
+        if self._double.model is None:
+            return None, self._double.note
+        return run_float64(self._double.model, input_set, signature)
 
     def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor: also run torch at these precisions ("float16", "bfloat16": the

@@ -1,0 +1,67 @@
+"""Issue 53: a first run that explains itself. A correct float32 export whose logits are large
+fails atol 1e-5 by rounding alone; with no analysis asked for, Parity measures the noise floor
+itself (it costs about the run's own torch time) and says "float32 rounding, not a bug", and
+its "Where" line does not point at a place. --no-noise-floor turns it off. Real torch, real
+ONNX Runtime, a legacy export."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from parity import validate
+from parity.cli import main
+
+
+class Logits(torch.nn.Module):
+    """Two linear layers whose outputs reach a few hundred: float32 rounds them past 1e-5."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(32, 256)
+        self.b = torch.nn.Linear(256, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x))) * 200
+
+
+def make_logits() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return Logits().eval()
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("first_run") / "logits.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(make_logits(), (torch.randn(2, 32),), str(path), dynamo=False,
+                          input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "b"}})  # fmt: skip
+    return path
+
+
+def test_a_correct_export_failing_1e5_says_rounding_not_a_bug(export: Path, capsys) -> None:
+    spec = f"{Path(__file__).resolve()}:make_logits"
+    assert main(["validate", "--model", spec, "--onnx", str(export)]) == 1
+    out = capsys.readouterr().out
+    assert "logits: float32 rounding, not a bug; --suggest gives tolerances that hold" in out
+    where = [line for line in out.splitlines() if "Where:" in line]
+    assert where and all("no place to point at" in line for line in where), where
+    assert "lie at" not in out
+    assert "measured without --noise-floor because outputs failed" not in out  # a done note
+
+
+def test_the_default_floor_is_a_done_note_and_no_noise_floor_turns_it_off(export: Path) -> None:
+    run = validate(make_logits(), str(export))
+    assert not run.passed
+    (note,) = [n for n in run.analyses if n.analysis == "noise_floor"]
+    assert note.done and "--no-noise-floor" in note.text and "float64" in note.text
+    assert any(c.noise is not None for c in run.outputs)
+    off = validate(make_logits(), str(export), no_noise_floor=True)
+    assert not off.passed and all(c.noise is None for c in off.outputs) and not off.analyses
+    assert any("(--noise-floor)" in f.text for f in off.findings)
+    assert run.provenance.config is not None
