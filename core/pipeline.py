@@ -231,7 +231,8 @@ class _Slot:
             index=self.index,
             onnx=str(self.spec.onnx),
             provider=self.spec.provider,
-            ort_opt_level=self.spec.opt_level,
+            # the level it ran at: a lower one where ONNX Runtime crashed at the asked one
+            ort_opt_level=self.candidate.opt_level if self.candidate else self.spec.opt_level,
             onnx_sha256=getattr(model, "sha256", None),
             error=None if self.error is None else self.error.message,
             error_kind=None if self.error is None else self.error.kind,

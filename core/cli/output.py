@@ -142,7 +142,10 @@ def format_text(run: ValidationRun) -> str:
         text = f"{head.rstrip()}{findings_text(run)}\n\n{verdict}" if findings_text(run) else text
     else:
         text += findings_text(run)
-    if any(c.noise is not None for c in run.outputs):
+    # the floor measured by default (a done note) speaks in the findings; the verdict stays last
+    by_default = any(n.analysis == "noise_floor" and n.done for n in run.analyses)
+    noise = any(c.noise is not None for c in run.outputs) and not by_default
+    if noise:
         from parity.judge.noise_floor import noise_lines
 
         lines = noise_lines(run.outputs)
@@ -156,7 +159,7 @@ def format_text(run: ValidationRun) -> str:
         if lines:
             head, *rest = lines
             text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
-    elif any(c.noise is not None for c in run.outputs) and not run.passed:
+    elif noise and not run.passed:
         text += (
             "\n\nTolerances for this file: --suggest (fitted on these input sets, then "
             "checked on as many fresh ones)"

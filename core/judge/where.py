@@ -437,7 +437,8 @@ def where_of(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
         for x in run.outputs
         if x.name == c.name and x.candidate == c.candidate and x.noise is not None
     ]
-    if noises and all(is_rounding(n) for n in noises):  # rounding has no place to point at
+    located = profile.covered > 0 or "largest errors lie" in profile.summary
+    if located and noises and all(is_rounding(n) for n in noises):  # rounding has no place
         p = noises[0].precision
         what = "int8 quantization noise" if p == "int8" else f"{p} rounding"
         return replace(profile, summary=ROUNDING_PLACE.format(what=what))

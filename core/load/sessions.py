@@ -9,6 +9,12 @@ parity.pipeline.run_validation: the CLI's --timeout, the dashboard's time limit,
 timeout=) a setup still going at the deadline is abandoned: RunTimeout, while ONNX Runtime
 finishes it in a background thread (it cannot be stopped).
 
+A native crash (ONNX Runtime 1.32's CPU session segfaults optimising a float16 GRU its own
+converter made) would kill the process with no word: `crash_of` opens the session first in a
+forked child (no interpreter start, about the session's own setup time; files up to
+PROBE_MAX_BYTES, each file x provider x level once per process) and names the signal;
+`opening_level` then finds the highest lower level that opens, which the run goes on at, said.
+
 Contract:
 ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
 open_session(model: path | bytes, *, provider, opt_level="all", cpu_arena=True,
@@ -82,3 +88,92 @@ def open_session(
     if deadline is None:
         return make()
     return deadline.call(make, "ONNX Runtime's session setup")
+
+
+PROBE_MAX_BYTES = 512 * 1024 * 1024  # larger files are not probed: the probe doubles the setup
+PROBE_TIMEOUT_S = 300.0  # a child still setting up then: no crash said, the setup goes on here
+_probed: dict[tuple[str, int, int, str, str], str | None] = {}
+
+
+def crash_of(path: str | os.PathLike[str], *, provider: str, opt_level: str) -> str | None:
+    """The signal ONNX Runtime died of while opening `path`'s session (e.g. "SIGSEGV"), run
+    in a forked child; None when it opened, raised (the in-process setup says why), or was
+    not probed (no fork here, a file past PROBE_MAX_BYTES, a child past PROBE_TIMEOUT_S)."""
+    if not hasattr(os, "fork"):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_size > PROBE_MAX_BYTES:
+        return None
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, provider, opt_level)
+    if key not in _probed:
+        _probed[key] = _probe(str(path), provider, opt_level)
+    return _probed[key]
+
+
+def _probe(path: str, provider: str, opt_level: str) -> str | None:
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # the child: open, then leave without running the parent's exit handlers
+        code = 0
+        try:
+            import faulthandler
+
+            faulthandler.disable()  # the parent's (pytest's, PYTHONFAULTHANDLER) says nothing
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)  # ONNX Runtime's own lines stay out of the terminal
+            open_session(path, provider=provider, opt_level=opt_level)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    end = time.monotonic() + PROBE_TIMEOUT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > end:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.005)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+    return None
+
+
+SIGNAL_WORDS = {"SIGSEGV": "a segmentation fault", "SIGABRT": "an abort", "SIGBUS": "a bus error"}
+
+
+def opening_level(
+    path: str | os.PathLike[str], *, provider: str, opt_level: str
+) -> tuple[str, str | None]:
+    """The level to open `path` at: `opt_level` when its setup does not crash, else the
+    highest lower level whose setup does not, and the crash in words (None: no crash).
+    The crash at every level: (opt_level, words) and the caller says it cannot run."""
+    crash = crash_of(path, provider=provider, opt_level=opt_level)
+    if crash is None:
+        return opt_level, None
+    said = f"{crash}, {SIGNAL_WORDS[crash]}" if crash in SIGNAL_WORDS else crash
+    lower = reversed(ORT_OPT_LEVELS[: ORT_OPT_LEVELS.index(opt_level)])
+    for level in lower:
+        if crash_of(path, provider=provider, opt_level=level) is None:
+            return level, (
+                f"ONNX Runtime crashed ({said}) creating its {provider} session for "
+                f"{Path(path).name} at --ort-opt-level {opt_level}; the file opens at "
+                f"--ort-opt-level {level}, so this run uses that level (a bug in ONNX "
+                f"Runtime's optimisation of this graph: pass --ort-opt-level {level})"
+            )
+    return opt_level, (
+        f"ONNX Runtime crashed ({said}) creating its {provider} session for {Path(path).name} "
+        "at every --ort-opt-level (disable too): this ONNX Runtime cannot open the file; try "
+        "another --provider or ONNX Runtime version"
+    )

@@ -100,13 +100,29 @@ def load_candidate(
     for part, file in files.items():
         report("load", f"loading ONNX {file} ({spec.provider}, {spec.opt_level})", 0.02)
         model = loaders.load_onnx(file)
-        session = loaders.make_session(model, provider=spec.provider, opt_level=spec.opt_level)
+        level, crash = _opening_level(model, spec)
+        session = loaders.make_session(model, provider=spec.provider, opt_level=level)
         notes = (*getattr(model, "notes", ()), *_precision_notes(file, spec.provider))
-        parts[part] = Candidate(
-            str(file), model, session, spec.provider, spec.opt_level, notes=notes
-        )
+        notes = (crash, *notes) if crash else notes
+        parts[part] = Candidate(str(file), model, session, spec.provider, level, notes=notes)
     main = next(iter(parts.values()))
     return main if len(parts) == 1 else replace(main, path=str(spec.onnx), parts=parts)
+
+
+def _opening_level(model: Any, spec: CandidateSpec) -> tuple[str, str | None]:
+    """The level the session is opened at: the asked one, or where ONNX Runtime crashes
+    natively there, the highest that opens and the crash in words; OnnxLoadError (exit 2,
+    one line) when none opens (parity.load.sessions.opening_level)."""
+    from parity.errors import OnnxLoadError
+    from parity.load.sessions import ORT_OPT_LEVELS, opening_level
+
+    path = getattr(model, "path", None)
+    if path is None or spec.opt_level not in ORT_OPT_LEVELS:
+        return spec.opt_level, None
+    level, crash = opening_level(path, provider=spec.provider, opt_level=spec.opt_level)
+    if crash is not None and level == spec.opt_level:
+        raise OnnxLoadError(crash)
+    return level, crash
 
 
 def _precision_notes(file: str, provider: str) -> tuple[str, ...]:
