@@ -27,6 +27,7 @@ from parity.judge.compare import compare_outputs
 from parity.limits.budget import MemoryBudget
 from parity.limits.deadline import Deadline
 from parity.load.calibration import merged
+from parity.load.index_limits import merged as merged_limits
 from parity.messages import with_notes
 from parity.results import (
     CandidateInfo,
@@ -317,6 +318,9 @@ def _run_cases(
     signature = replace(
         signature,
         calibrated=merged(s.candidate.signature.calibrated for s in slots if s.candidate),
+        index_limits=merged_limits(
+            s.candidate.signature.index_limits for s in slots if s.candidate
+        ),
     )
     for slot in slots:
         if slot.candidate is not None:

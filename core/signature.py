@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from parity.load.calibration import Calibrated
+    from parity.load.index_limits import IndexLimit
 
 Dim = int | str | None
 """A dimension: a fixed size, a symbolic name (``"batch"``), or unknown (``None``)."""
@@ -39,6 +40,8 @@ class OnnxSignature:
     ir_version: int
     # graph inputs a QuantizeLinear reads, with the range it keeps (parity.load.calibration)
     calibrated: tuple[Calibrated, ...] = field(default=(), compare=False)
+    # integer graph inputs that index a constant table's rows (parity.load.index_limits)
+    index_limits: tuple[IndexLimit, ...] = field(default=(), compare=False)
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -110,9 +110,9 @@ def _measured_by_default(run: ValidationRun, context: AnalysisContext, name: str
     ratio, spent, measured = FLOAT64_GUESS, 0.0, []
     rows = list(run.outputs)
     signature = run.signature
-    for index in sorted(failing, key=lambda i: cases[i].reference.seconds):  # type: ignore[union-attr]
+    for index in sorted(failing, key=lambda i: cases[i].reference.seconds):
         case = cases[index]
-        took = case.reference.seconds  # type: ignore[union-attr]
+        took = case.reference.seconds
         if spent + ratio * took > budget:
             break
         context.deadline.check()

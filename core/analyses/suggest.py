@@ -20,7 +20,6 @@ class Suggest(Analysis):
 
     def apply(self, run: ValidationRun, context: AnalysisContext) -> ValidationRun:
         from parity.analyses.fresh_check import suggest_checked
-
         from parity.judge.suggest import has_noise
 
         n = 2 * max(len(run.input_sets), 1)

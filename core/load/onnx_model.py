@@ -176,6 +176,7 @@ def read_signature(proto: onnx.ModelProto, *, where: Path | str = "model") -> On
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     producer = f"{proto.producer_name} {proto.producer_version}".strip()
     from parity.load.calibration import input_ranges
+    from parity.load.index_limits import index_limits
 
     return OnnxSignature(
         inputs=inputs,
@@ -184,6 +185,7 @@ def read_signature(proto: onnx.ModelProto, *, where: Path | str = "model") -> On
         producer=producer,
         ir_version=int(proto.ir_version),
         calibrated=input_ranges(proto),
+        index_limits=index_limits(proto),
     )
 
 

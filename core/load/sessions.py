@@ -91,7 +91,7 @@ def open_session(
 
 
 PROBE_MAX_BYTES = 512 * 1024 * 1024  # larger files are not probed: the probe doubles the setup
-PROBE_TIMEOUT_S = 300.0  # a child still setting up then: no crash said, the setup goes on here
+PROBE_TIMEOUT_S = 120.0  # a child still setting up then: no crash said, the setup goes on here
 _probed: dict[tuple[str, int, int, str, str], str | None] = {}
 
 

@@ -10,7 +10,9 @@ Generated values (deterministic: input ``k`` of set ``i`` draws from
   unless the user set one or the range holds [-2.5, 2.5] (standard normal fits: kept), so almost
   nothing generated is clipped there (the set's label says so);
 - integer inputs: uniform in ``DEFAULT_INT_RANGE`` = [0, 100), half-open, clipped to what the
-  dtype holds; ``int_ranges={"name": (low, high)}`` sets another half-open range;
+  dtype holds; one that indexes a constant table with fewer rows (a Gather's indices, read
+  from the graph: ``signature.index_limits``) in [0, rows), said in the set's label;
+  ``int_ranges={"name": (low, high)}`` sets another half-open range;
 - bool inputs: True or False with equal odds;
 - inputs whose name contains "mask" (any case): all ones, unless ``int_ranges`` names them.
 
@@ -285,9 +287,20 @@ def _generate_sets(
     int_ranges: Mapping[str, tuple[int, int]],
     float_ranges: Mapping[str, _FloatRange],
 ) -> Iterator[InputSet]:
+    graph = _graph_int_ranges(signature, int_ranges)
+    int_ranges = {**graph, **int_ranges}
     ranged = "; ".join(
-        f"{name} uniform in [{r.low:.4g}, {r.high:.4g}] ({r.why})"
-        for name, r in float_ranges.items()
+        [
+            *(
+                f"{name} uniform in [{r.low:.4g}, {r.high:.4g}] ({r.why})"
+                for name, r in float_ranges.items()
+            ),
+            *(
+                f"{limit.name} in {limit.text()}"
+                for limit in getattr(signature, "index_limits", ())
+                if limit.name in graph
+            ),
+        ]
     )
     for index in range(n_sets):
         sizes, shapes = _set_shapes(signature, base, index)
@@ -304,6 +317,23 @@ def _generate_sets(
         described = ", ".join(f"{n}={s}" for n, s in sizes.items()) or "fixed shapes"
         label = f"set {index}: {described}" + (f"; {ranged}" if ranged else "")
         yield InputSet(index=index, feeds=feeds, label=label)
+
+
+def _graph_int_ranges(
+    signature: OnnxSignature, given: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """[0, rows) for an integer input that indexes a constant table with fewer rows than the
+    default range reaches (signature.index_limits), unless the user gave its range."""
+    specs = {s.name: s for s in signature.inputs}
+    out = {}
+    for limit in getattr(signature, "index_limits", ()):
+        spec = specs.get(limit.name)
+        if spec is None or limit.name in given or spec.dtype not in INT_NAMES:
+            continue
+        if is_mask_input(limit.name) or limit.size >= DEFAULT_INT_RANGE[1]:
+            continue
+        out[limit.name] = (0, limit.size)
+    return out
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,25 @@ def _precision_hint(module: object, input_set: InputSet) -> str:
     )
 
 
+def _index_hint(exc: BaseException, input_set: InputSet) -> str:
+    """An index out of range with integer inputs: which ones, what they held, and the flag
+    that sets their range (the generated default [0, 100) overflows a small vocabulary)."""
+    if not isinstance(exc, IndexError) and "out of range" not in str(exc):
+        return ""
+    held = []
+    for name, value in input_set.feeds.items():
+        a = np.asarray(value)
+        if a.dtype.kind in "iu" and a.size:
+            held.append(f"{name} holds [{int(a.min())}, {int(a.max())}]")
+    if not held:
+        return ""
+    first = next(iter(h.split(" ", 1)[0] for h in held))
+    return (
+        f" (integer input {', '.join(held)}: an index past a table of the model? give its "
+        f"range with --int-range {first}=LOW:HIGH)"
+    )
+
+
 def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) -> OutputSet:
     """Run the torch model once on ``input_set``; outputs keyed by ONNX output name."""
     check_feeds(input_set.feeds, signature, where=f"input set {input_set.index}")
@@ -99,6 +118,7 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
         raise ModelRunError(
             f"torch model raised {type(exc).__name__} on input set {input_set.index}: "
             f"{first_line(exc)}{_precision_hint(model.module, input_set)}"
+            f"{_index_hint(exc, input_set)}"
         ) from exc
     named = match_outputs(flatten_outputs(result), signature.output_names)
     return _output_set(named.items(), seconds, "torch")
