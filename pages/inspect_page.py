@@ -207,9 +207,9 @@ def page() -> None:
             + (f"  \n{md_text(comp.message)}" if comp.message else "")
         )
         if comp.noise is not None:
-            from parity.judge.noise_floor import noise_sentence
+            from parity.judge.noise_floor import set_noise_line
 
-            st.text(f"Rounding noise: {noise_sentence(comp.noise)}")
+            st.text(set_noise_line(run.outputs, comp, set_label(run, set_index)))
     if ref is None or onnx is None:
         st.warning("This run holds no values for this output on both sides; nothing to draw.")
         return

@@ -71,3 +71,26 @@ def test_the_default_floor_is_a_done_note_and_no_noise_floor_turns_it_off(export
     assert not off.passed and all(c.noise is None for c in off.outputs) and not off.analyses
     assert any("(--noise-floor)" in f.text for f in off.findings)
     assert run.provenance.config is not None
+
+
+def test_a_one_output_model_says_its_output_differs(export: Path) -> None:
+    """Issue 53: never "1 of 1 output differ"."""
+    from parity.show.summary import headline
+
+    said = headline(validate(make_logits(), str(export), no_noise_floor=True))
+    assert said == "The export does not match PyTorch: its output differs beyond the allowed error."
+
+
+def test_one_sets_noise_is_said_as_that_sets_beside_the_runs(export: Path) -> None:
+    """Issue 53: the Inspect page showed set 0's ratio where other views show the run's."""
+    from parity.judge.noise_floor import noise_rank, set_noise_line
+    from parity.labels import set_label
+
+    run = validate(make_logits(), str(export), noise_floor=True)
+    rows = sorted(run.outputs, key=lambda c: noise_rank(c.noise))
+    mild, worst = rows[0], rows[-1]
+    assert noise_rank(mild.noise) < noise_rank(worst.noise)
+    line = set_noise_line(run.outputs, mild, set_label(run, mild.input_set))
+    assert line.startswith(f"Rounding noise on {set_label(run, mild.input_set)}: ")
+    assert "over the run (its worst input set" in line
+    assert "over the run" not in set_noise_line(run.outputs, worst, "set x")

@@ -271,6 +271,22 @@ def output_floors(comparisons: Sequence[OutputComparison]) -> dict[str, tuple[No
     }
 
 
+def set_noise_line(
+    comparisons: Sequence[OutputComparison], c: OutputComparison, set_words: str
+) -> str:
+    """One comparison's noise said as its input set's (`set_words`), with the run's figure
+    beside it where that differs: every other view shows the output's worst over the run,
+    so a view of one set says which it shows."""
+    line = f"Rounding noise on {set_words}: {noise_sentence(c.noise)}"
+    mine = [x for x in comparisons if x.candidate == c.candidate]
+    worst = output_floors(mine).get(c.name)
+    if worst is not None and c.noise is not None and worst[0] != c.noise:
+        line += (
+            f"; over the run (its worst input set, as other views show): {noise_sentence(worst[0])}"
+        )
+    return line
+
+
 def noise_lines(comparisons: Sequence[OutputComparison]) -> list[str]:
     """Per output (its worst input set): name: sentence (floor / ONNX error vs float64; the
     largest floor over input sets where it differs, the number "k x rounding noise" uses)."""

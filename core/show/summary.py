@@ -68,16 +68,17 @@ def headline(run: ValidationRun) -> str:
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
     failing = run.failing
     statuses = {c.status for c in run.outputs if c.name in failing}
+    one = len(outputs) == 1  # "its output differs", never "1 of 1 output differ"
     if statuses & {Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH, Status.MISSING}:
-        how = "do not match (a shape, a type or a missing output)"
+        how = f"{'does' if one else 'do'} not match (a shape, a type or a missing output)"
     elif Status.ERROR in statuses:  # ONNX Runtime raised on some input set
         raised = sorted({c.input_set for c in run.outputs if c.status is Status.ERROR})
-        how = f"fail: ONNX Runtime raised on {len(raised)} of {sets}"
+        how = f"{'fails' if one else 'fail'}: ONNX Runtime raised on {len(raised)} of {sets}"
         if Status.FAIL in statuses:
             how += " and values differ beyond the allowed error on others"
     else:
-        how = "differ beyond the allowed error"
-    said = f"{len(failing)} of {count_text(len(outputs), 'output')}"
+        how = f"{'differs' if one else 'differ'} beyond the allowed error"
+    said = "its output" if one else f"{len(failing)} of {count_text(len(outputs), 'output')}"
     return f"The export does not match {ref}: {said} {how}."
 
 
