@@ -147,6 +147,19 @@ class _Comparer:
 
         return on_value
 
+    def flowing(self, value: str, s: int, depth: int = 0) -> float:
+        """The error `value` passes on: its own; where its shape did not pair with torch's
+        (no error of its own: a Squeeze or Transpose of a GRU's output), the error flowing
+        into it, read now (the GRU is compared after the Squeeze), so what follows a
+        diverging value is carried, not born again. 0 for a value not compared."""
+        c = self.compared.get((value, s))
+        if c is not None and c.stats.shape_ok:
+            return c.stats.error_ratio or 0.0
+        if c is None or depth > 64:
+            return 0.0
+        ins = self.inputs_of.get(value, ())
+        return max((self.flowing(i, s, depth + 1) for i in ins), default=0.0)
+
     def compare(
         self,
         pair: Pair,
@@ -165,11 +178,10 @@ class _Comparer:
         ins = self.inputs_of.get(pair.onnx_value, ())
         prior = [self.compared[(i, s)] for i in ins if (i, s) in self.compared]
         dtype = str(onnx.dtype)
+        flowing = max((self.flowing(i, s) for i in ins), default=0.0)
         judgement = criterion.judge(
             stats,
-            inputs_ratio=max(
-                (c.stats.error_ratio or 0.0 for c in prior if c.stats.shape_ok), default=0.0
-            ),
+            inputs_ratio=flowing,
             inputs_nonfinite=any(c.judgement.nonfinite for c in prior),
             dtype=dtype,
         )

@@ -334,7 +334,9 @@ def _module_plan(
                 )
                 continue
         key = folds.get(path, path)
-        pairs.append(Pair(value, key, key, None, candidates[path], leaf=leaf))
+        # a BatchNorm folded into the Conv before it: compared with the BatchNorm's output,
+        # named at the Conv's module, whose op made the value (as the dynamo path names it)
+        pairs.append(Pair(value, key, path, None, candidates[path], leaf=leaf))
     layered = [
         p
         for path, m in modules.items()
