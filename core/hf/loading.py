@@ -263,7 +263,23 @@ def _model_class(
     return chosen
 
 
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
+    "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "special_tokens_map.json",
+)  # fmt: skip
+"""What a saved tokenizer leaves in a folder: without any, transformers fails deep inside
+(``stat: path should be string ... not NoneType``), so Parity says it first."""
+
+
 def _load_tokenizer(transformers: ModuleType, directory: str, *, left_pad: bool) -> Any:
+    from pathlib import Path
+
+    if not any((Path(directory) / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(
+            f"hf:{directory}: no tokenizer files in the folder (tokenizer.json, "
+            "tokenizer_config.json, vocab.*, *.model): prompts need one; save it beside the "
+            "model (tokenizer.save_pretrained(folder))"
+        )
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(
             directory, local_files_only=True, trust_remote_code=False
