@@ -1,7 +1,5 @@
 """`python -m parity validate ...` is `parity validate ...`."""
 
-import sys
+from parity.cli.supervise import console
 
-from parity.cli import main
-
-sys.exit(main())
+console()

@@ -65,3 +65,52 @@ def test_the_run_goes_on_at_a_level_that_opens_and_says_so(gru16: Path) -> None:
     assert "SIGSEGV" in said and "--ort-opt-level all" in said
     assert "--ort-opt-level extended" in said
     assert run.passed
+
+
+SEG = '''
+import ctypes
+import torch
+
+
+class Seg(torch.nn.Module):
+    """Reads address 0 (a real SIGSEGV) when a forward hook watches its layer: --layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        if self.fc._forward_hooks:
+            ctypes.string_at(0)
+        return self.fc(x)
+
+
+def make():
+    torch.manual_seed(0)
+    return Seg().eval()
+'''
+
+
+def test_the_console_says_a_native_crash_in_one_line(tmp_path: Path) -> None:
+    """`parity validate` (python -m parity) runs in a supervised child: a segfault in the
+    layers' torch pass ends in one line naming the signal, the step and what to try."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "seg.py").write_text(SEG)
+    scope: dict = {}
+    exec(compile(SEG, "seg.py", "exec"), scope)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(scope["make"](), (torch.randn(2, 4),), str(tmp_path / "seg.onnx"),
+                          dynamo=False, input_names=["x"], output_names=["y"])  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PARITY_NO_SUPERVISE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "parity", "validate", "--model", f"{tmp_path / 'seg.py'}:make",
+         "--onnx", str(tmp_path / "seg.onnx"), "--layers"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("parity: error:")]
+    assert "SIGSEGV" in line and "(layers)" in line and "without --layers" in line

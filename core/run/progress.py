@@ -29,6 +29,26 @@ ProgressCallback = Callable[[ProgressEvent], None]
 NOTICE = "notice"
 
 
+_crumbs: int | None = None  # a pipe to the supervising parent (parity.cli.supervise)
+
+
+def leave_crumbs(fd: int | None) -> None:
+    """Every progress step is also written to `fd` (a pipe the parent reads), so a native
+    crash (SIGSEGV, SIGABRT) that kills this process is said with the step it died in."""
+    global _crumbs
+    _crumbs = fd
+
+
+def _leave_crumb(step: str, message: str) -> None:
+    import os
+
+    line = f"{step}\t{' '.join(message.split())}"[:500] + "\n"
+    try:
+        os.write(_crumbs, line.encode("utf-8", "replace"))  # type: ignore[arg-type]
+    except OSError:
+        leave_crumbs(None)  # the parent is gone: nobody to tell
+
+
 class ProgressReporter:
     """Calls `callback` with ProgressEvents timed from construction (None: does nothing)."""
 
@@ -37,6 +57,8 @@ class ProgressReporter:
         self._start = time.perf_counter()
 
     def __call__(self, step: str, message: str, fraction: float | None = None) -> None:
+        if _crumbs is not None:  # the supervising parent names this step if the process dies
+            _leave_crumb(step, message)
         if self._callback is not None:
             elapsed = time.perf_counter() - self._start
             self._callback(ProgressEvent(step, message, fraction, elapsed))

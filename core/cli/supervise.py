@@ -1,0 +1,133 @@
+"""The `parity` console script: a command that runs models (validate, report, sweep) runs in a
+forked child while this process waits, so a native crash that kills it (SIGSEGV in ONNX
+Runtime's optimiser, glibc's SIGABRT inside torch's FX interpreter, the kernel's SIGKILL out of
+memory) ends in one line instead of a bare exit 139: what died, in which step (the child's
+last progress step, parity.run.progress.leave_crumbs) and what to try; exit 2. The fork is
+made before torch or ONNX Runtime is imported and costs milliseconds. `main()` itself (the
+tests', the API's callers') runs in-process as before; PARITY_NO_SUPERVISE=1 turns it off."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+
+from parity.verdict import ExitCode
+
+SUPERVISED = ("validate", "report", "sweep")
+
+
+def console() -> None:
+    """The console script's entry point: `main()` in a supervised child (module doc)."""
+    from parity.cli.run import main
+
+    argv = sys.argv[1:]
+    if (
+        not hasattr(os, "fork")
+        or os.environ.get("PARITY_NO_SUPERVISE") == "1"
+        or not argv
+        or argv[0] not in SUPERVISED
+    ):
+        sys.exit(main())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the run itself
+        os.close(read)
+        from parity.run.progress import leave_crumbs
+
+        leave_crumbs(write)
+        sys.exit(main())
+    os.close(write)
+    sys.exit(_wait(pid, read))
+
+
+def _wait(pid: int, read: int) -> int:
+    """The child's exit code; a death by signal said in one line (exit 2)."""
+
+    def forward(signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT and _from_terminal():
+            return  # the terminal's Ctrl-C reached the child too: it is the child's
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    last, pending = "", b""
+    while chunk := _read(read):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if lines:
+            last = lines[-1].decode("utf-8", "replace")
+    os.close(read)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        print(crash_line(os.WTERMSIG(status), last), file=sys.stderr, flush=True)
+        return int(ExitCode.ERROR)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else int(ExitCode.ERROR)
+
+
+def _from_terminal() -> bool:
+    """This process group is a terminal's foreground one: its Ctrl-C went to every process
+    in it, the child included (a signal sent to this pid alone must be passed on)."""
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except (AttributeError, OSError, ValueError):
+            continue
+    return False
+
+
+def _read(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, 65536)
+        except InterruptedError:
+            continue
+
+
+_SIGNALS = {
+    "SIGSEGV": "a segmentation fault",
+    "SIGABRT": "an abort",
+    "SIGBUS": "a bus error",
+    "SIGILL": "an illegal instruction",
+    "SIGFPE": "an arithmetic fault",
+    "SIGKILL": "killed, most often by the system out of memory",
+}
+
+
+def crash_line(number: int, crumb: str) -> str:
+    """``parity: error: ...``: the signal, the step it died in, what to try."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    what = f"{name}, {_SIGNALS[name]}" if name in _SIGNALS else name
+    step, _, message = crumb.partition("\t")
+    where = f" while {message}" if message else " before its first step"
+    if name == "SIGKILL":
+        tip = "try --max-memory, fewer or smaller --input-sets, or a machine with more memory"
+    elif step == "layers":
+        tip = (
+            "the outputs' verdict was made before it; retry without --layers (a dynamo "
+            "export's layers run torch's FX interpreter, a legacy export's do not)"
+        )
+    elif step == "onnx" or (step == "load" and "ONNX" in message):
+        tip = "ONNX Runtime's native code: try --ort-opt-level disable, or another --provider"
+    elif step in ("torch", "load"):
+        tip = "the torch model's native code: run it alone on these inputs to see it"
+    else:
+        tip = "run again with --debug to see the native libraries' own messages"
+    return (
+        f"parity: error: the process crashed in native code ({what}){where} ({step or 'start'}"
+        f"); {tip}"
+    )
