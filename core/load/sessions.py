@@ -116,8 +116,11 @@ def crash_of(path: str | os.PathLike[str], *, provider: str, opt_level: str) -> 
 def _probe(path: str, provider: str, opt_level: str) -> str | None:
     import signal
     import time
+    import warnings
 
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python 3.12+: "multi-threaded, fork() may deadlock":
+        warnings.simplefilter("ignore", DeprecationWarning)  # the child only opens a session
+        pid = os.fork()  # and a hung one is killed after PROBE_TIMEOUT_S
     if pid == 0:  # the child: open, then leave without running the parent's exit handlers
         code = 0
         try:
