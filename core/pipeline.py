@@ -167,7 +167,7 @@ def _run_validation(
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
         run = _run_cases(config, source, slots, report, t_start, deadline)
-        run = _with_frozen(run, config, source, slots, report)
+        run = _with_frozen(run, config, source, slots, report, deadline)
         deadline.check()
         if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
             from parity.layers.onnx_reference_run import with_onnx_layers
@@ -262,6 +262,7 @@ def _with_frozen(
     source: Source,
     slots: list[_Slot],
     report: ProgressReporter,
+    deadline: Deadline | None = None,
 ) -> ValidationRun:
     """A failing run of a file with dynamic axes: the nodes holding a size frozen at export,
     each confirmed by real runs (parity.run.frozen_search); its time in ``timings["frozen"]``."""
@@ -273,8 +274,8 @@ def _with_frozen(
     t0 = time.perf_counter()
     if should_look(run, config):
         report("frozen", "looking for sizes frozen at export", None)
-        run = with_frozen(run, config, source, lead)
-    run = replace(run, static_axes=static_axes(run, config, source))
+        run = with_frozen(run, config, source, lead, deadline=deadline)
+    run = replace(run, static_axes=static_axes(run, config, source, deadline=deadline))
     return replace(run, timings={**run.timings, "frozen": time.perf_counter() - t0})
 
 

@@ -433,6 +433,7 @@ FINDING_KINDS = (
     "near_tie",
     "error",
     "static_axis",
+    "frozen_search",
     "unmeasured",
     "diverges",
 )
@@ -521,6 +522,9 @@ class ValidationRun:
     frozen: tuple[FrozenNode, ...] = ()
     # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
     static_axes: tuple[StaticAxis, ...] = ()
+    # what the frozen search could not do, or that it confirmed nothing and what it cost
+    # (parity.judge.frozen.FrozenSearch.note); "" when it named nodes or did not run
+    frozen_note: str = ""
     # tolerances suggested and checked on fresh input sets (parity.run.fresh_check), if asked
     suggested_tolerances: SuggestedTolerances | None = None
 

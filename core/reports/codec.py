@@ -265,6 +265,7 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         else suggested_to_json(run.suggested_tolerances),
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
+        "frozen_note": run.frozen_note,
     }
 
 
@@ -323,6 +324,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         saved=saved,
         frozen=frozen_from_json(m.get("frozen")),
         static_axes=static_axes_from_json(m.get("static_axes")),
+        frozen_note=sj.string(m.get("frozen_note", ""), "frozen_note"),
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
     )
 

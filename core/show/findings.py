@@ -13,7 +13,8 @@ for a 16-bit file. The layers record no output reachability, so "every failing o
 feeds" is every failing output of the candidate whose layers found the birth.
 
 Kinds (FINDING_KINDS): bug, rounding, frozen (a size or branch the export froze; confirmed
-ones), near_tie (an LLM's greedy token flipped by an acceptable error), error (ONNX Runtime
+ones), frozen_search (what the frozen search could not do, or that it confirmed nothing and
+its cost), near_tie (an LLM's greedy token flipped by an acceptable error), error (ONNX Runtime
 raised on an input set), diverges (where the outputs start to differ, not confirmed as made
 there), unmeasured (what this run did not measure).
 """
@@ -42,7 +43,8 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     frozen = _frozen(run)
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
     unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
-    return tuple(found + frozen + _static_axes(run) + _near_ties(run) + unmeasured)
+    searched = [Finding("frozen_search", run.frozen_note)] if run.frozen_note else []
+    return tuple(found + frozen + searched + _static_axes(run) + _near_ties(run) + unmeasured)
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
