@@ -171,8 +171,10 @@ class FrozenSearch:
             )
         elif self.stopped and math.isfinite(self.limit):
             parts.append(f"The frozen-size search stopped at its {self.limit:.0f} s limit.")
-        for why in self.skipped[:3]:
-            parts.append(f"A frozen-size check was skipped: {why}.")
+        if self.skipped:
+            more = len(self.skipped) - 1
+            also = f" (and {more} more size{'s' if more > 1 else ''})" if more else ""
+            parts.append(f"A frozen-size check was skipped: {self.skipped[0]}{also}.")
         return " ".join(parts)
 
 
