@@ -411,9 +411,27 @@ def _sizes(
             continue
         changes = {(s.position, s.slot): _recomputed(s, es, failing, model) for s, es in plan}
         if budget.agrees(budget.run(check, failing, with_constant(model, changes))):
-            plan = _needed(model, plan, failing, check, budget)
+            plan = _needed(model, _changed(plan, failing), failing, check, budget)
             return [_size_node(s, es, export, full) for s, es in plan]
     return []
+
+
+def _changed(
+    plan: list[tuple[Suspect, tuple[Explanation | None, ...]]], failing: Mapping[str, int]
+) -> list[tuple[Suspect, tuple[Explanation | None, ...]]]:
+    """The plan without explanations it did not act on: an element whose recomputed value at
+    the failing size is its own (a baked [1, 4]'s 4 taken for height // 8 where the height
+    is the export's) is no evidence, and a node none of whose elements changed is not named.
+    The graph checked is the same."""
+    kept = []
+    for s, es in plan:
+        acted = tuple(
+            e if e is not None and e.value(failing) != v else None
+            for v, e in zip(s.values, es, strict=True)
+        )
+        if any(e is not None for e in acted):
+            kept.append((s, acted))
+    return kept or plan
 
 
 def _needed(

@@ -442,6 +442,7 @@ _ATEN = {
     "Tile": ("aten::repeat",),
     "Slice": ("aten::slice",),
     "Range": ("aten::arange",),
+    "Concat": ("aten::cat",),
     "ConstantOfShape": ("aten::zeros", "aten::ones", "aten::full"),
 }
 _RANGE_FRAME = re.compile(r"(?P<file>[^\s|]+\.py)\((?P<line>\d+)\)")
