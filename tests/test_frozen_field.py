@@ -98,6 +98,20 @@ def test_a_batch_sized_tensor_baked_by_tracing_is_named(exports) -> None:
     assert frozen["source"] == f"models.py:{models.line_of('torch.zeros(int(')}"
 
 
+def test_onnx_runtimes_fused_node_is_said_as_the_files_node(exports) -> None:
+    """ORT raises in '/Reshape_new_reshape' (its fusion of /Reshape and /Reshape_1): the row
+    names the file's node the frozen sentence names, ORT's name beside it."""
+    code, report = validate(exports, "fused")
+    assert code == 1
+    [frozen] = report["frozen"]
+    assert frozen["node"] == "/Reshape_1"
+    errors = {o["message"] for o in report["outputs"] if o["status"] == "error"}
+    assert errors and all(
+        "Reshape node '/Reshape_1' (fused by ONNX Runtime into '/Reshape_new_reshape')" in m
+        for m in errors
+    )
+
+
 def test_wrong_pair_is_still_said_without_a_frozen_explanation(tmp_path) -> None:
     import parity
     from parity.labels import wrong_pair_note

@@ -30,6 +30,7 @@ from parity.load.onnx_read import read_onnx
 from parity.results import InputSet, StaticAxis, Status, ValidationRun
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
+from parity.run.ort_errors import with_file_node
 from parity.signature import OnnxSignature
 
 SEARCH_TIMES = 4  # the search may take this many times the run's own torch + ORT time
@@ -147,7 +148,27 @@ def with_frozen(
         seconds=seconds,
         batch=first_axis_dims(signature),
     )
+    run = named_as_in_file(run, model, [n.node for n in search.nodes])
     return replace(run, frozen=search.nodes, frozen_note=search.note)
+
+
+def named_as_in_file(
+    run: ValidationRun, model: onnx.ModelProto, prefer: list[str]
+) -> ValidationRun:
+    """The lead candidate's ONNX Runtime errors naming the file's node where ORT named one its
+    optimisers made (``/m/Reshape_new_reshape``), so they say the node the frozen sentence
+    says."""
+    nodes = {n.name: n.op_type for n in model.graph.node}
+    lead = run.candidates[0]
+    rows = tuple(
+        replace(c, message=with_file_node(c.message, nodes, prefer))
+        if c.status is Status.ERROR
+        else c
+        for c in lead.outputs
+    )
+    if rows == lead.outputs:
+        return run
+    return replace(run, candidates=(replace(lead, outputs=rows), *run.candidates[1:]))
 
 
 DEADLINE_MARGIN = 1.0  # seconds the search leaves the run before its --timeout

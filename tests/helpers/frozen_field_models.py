@@ -7,7 +7,9 @@
 - ``flat``: ``y.reshape(y.shape[0], int(h * w))``: the constant reaches the Reshape through
   Gather / Unsqueeze / Concat with the runtime batch;
 - ``baked``: ``torch.cat([p, torch.zeros(int(b), 4)], 1)``: a batch-sized tensor baked by
-  tracing (a [1, 4] constant the Concat reads).
+  tracing (a [1, 4] constant the Concat reads);
+- ``fused``: two Reshapes in a row, the second to ``int(b), int(n)``: ONNX Runtime fuses them
+  into ``/Reshape_new_reshape``, a node the file does not have.
 
 The source is written to ``DIR/models.py`` so that ``models.py:rounded`` is a model spec.
 """
@@ -72,6 +74,17 @@ SOURCE = textwrap.dedent(
             return torch.cat([p, torch.zeros(int(x.shape[0]), 4)], 1)
 
 
+    class Fused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 1)
+
+        def forward(self, x):
+            b, n = x.shape[0], x.shape[1]
+            y = self.fc(x)
+            return y.reshape(y.shape[0], -1).reshape(int(b), int(n))
+
+
     def _seeded(cls):
         torch.manual_seed(0)
         return cls().eval()
@@ -91,6 +104,10 @@ SOURCE = textwrap.dedent(
 
     def baked():
         return _seeded(Baked)
+
+
+    def fused():
+        return _seeded(Fused)
     '''
 ).lstrip()
 
@@ -99,12 +116,14 @@ SHAPES = {
     "upsample": (1, 3, 96, 64),
     "flat": (1, 3, 64, 48),
     "baked": (1, 3, 16, 16),
+    "fused": (1, 116, 8),
 }
 AXES = {
     "rounded": {0: "batch", 1: "seq"},
     "upsample": {0: "batch", 2: "height", 3: "width"},
     "flat": {0: "batch", 2: "height", 3: "width"},
     "baked": {0: "batch", 2: "height", 3: "width"},
+    "fused": {0: "batch", 1: "seq"},
 }
 
 
