@@ -30,10 +30,14 @@ N_CONSTANTS = 3000
 
 LOGGED = textwrap.dedent(
     """
+    import os
+    import time
+
     import torch
     from torch import nn
 
     LOG = {log!r}
+    SLEEPY = {sleepy!r}  # once it exists, Pool sleeps while traced (a re-trace, not an export)
     CONSTANTS = range(2, 2 + {n})
 
 
@@ -44,6 +48,8 @@ LOGGED = textwrap.dedent(
             self.fc = nn.Linear(8, 4)
 
         def forward(self, x):
+            if torch.jit.is_tracing() and os.path.exists(SLEEPY):
+                time.sleep(20)
             with open(LOG, "a") as fh:  # every size torch is run at
                 fh.write(f"{{x.shape[2]}} {{x.shape[3]}}\\n")
             y = self.conv(x)
@@ -74,7 +80,9 @@ def root(tmp_path_factory) -> Path:
     """models.py (a pool that logs its sizes, the idle Div / Mul chain), the pool's legacy
     export, and a copy of it with the divisor edited to 1,000,000."""
     root = tmp_path_factory.mktemp("security_frozen")
-    (root / "models.py").write_text(LOGGED.format(log=str(root / "sizes.log"), n=N_CONSTANTS))
+    (root / "models.py").write_text(LOGGED.format(
+            log=str(root / "sizes.log"), sleepy=str(root / "sleepy"), n=N_CONSTANTS
+        ))
     with contextlib.redirect_stdout(io.StringIO()):
         _export_pool(root)
     return root
@@ -136,6 +144,20 @@ def test_the_same_file_at_its_own_size_is_still_named(root) -> None:
     code, report = validate(root, "pool", root / "pool.onnx", "--max-memory", "40M")
     assert code == 1
     assert [f["node"] for f in report["frozen"]] == ["/Div"]
+
+
+def test_a_retrace_that_never_ends_is_abandoned_at_the_search_limit(root) -> None:
+    """The legacy export's re-trace (for its source line) sleeps 20 s: the search abandons it
+    at its own limit (max(10 s, 4 x the run)), so a 15 s --timeout run still ends with its
+    verdict, the node named without a source line."""
+    (root / "sleepy").touch()
+    try:
+        run = parity.validate(f"{root / 'models.py'}:pool", root / "pool.onnx", timeout=15)
+    finally:
+        (root / "sleepy").unlink()
+    assert not run.passed
+    [frozen] = run.frozen
+    assert frozen.node == "/Div" and frozen.source is None
 
 
 def _idle_chain(path: Path) -> None:
