@@ -43,7 +43,11 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     frozen = _frozen(run)
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
     unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
-    searched = [Finding("frozen_search", run.frozen_note)] if run.frozen_note else []
+    # what the frozen search could not do or cost: said where nothing else explains the run
+    explained = any(f.kind in ("bug", "rounding") for f in found)
+    searched = (
+        [Finding("frozen_search", run.frozen_note)] if run.frozen_note and not explained else []
+    )
     return tuple(found + frozen + searched + _static_axes(run) + _near_ties(run) + unmeasured)
 
 
