@@ -27,7 +27,7 @@ from parity.judge.frozen_graph import user_frame
 from parity.limits.budget import MemoryBudget, format_size
 from parity.limits.deadline import Deadline
 from parity.load.onnx_read import read_onnx
-from parity.results import InputSet, StaticAxis, Status, ValidationRun
+from parity.results import AnalysisNote, InputSet, StaticAxis, Status, ValidationRun
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
 from parity.run.ort_errors import with_file_node
@@ -96,8 +96,9 @@ def with_frozen(
     *,
     deadline: Deadline | None = None,
 ) -> ValidationRun:
-    """`run` with `frozen` filled (confirmed nodes only) and `frozen_note` (what the search
-    could not do, or that it found nothing, with its cost); the run itself unchanged.
+    """`run` with `frozen` filled (confirmed nodes only) and an analysis note ("frozen"): done,
+    when it confirmed nothing or skipped a check (with its cost); not done, with why, when it
+    could not run. The run itself unchanged.
 
     Bounded like a run: it ends within max(MIN_SEARCH_SECONDS, SEARCH_TIMES x the run's own
     torch + ONNX Runtime time) and before the run's own `deadline`; a check at a size larger
@@ -108,7 +109,7 @@ def with_frozen(
     try:  # never onnx.load(path): a FIFO or /dev/zero swapped in is one line, not a hang
         model = read_onnx(candidate.path, external_data=False)
     except OnnxLoadError as exc:
-        return replace(run, frozen_note=f"The frozen-size search was skipped: {exc.message}")
+        return _noted(run, exc.message, done=False)
     failing: list[dict[str, int]] = []
     passing: list[dict[str, int]] = []
     for s in run.input_sets:
@@ -122,7 +123,7 @@ def with_frozen(
     if left is not None:  # the run's own --timeout comes first: the search ends before it
         seconds = min(seconds, max(0.0, left - DEADLINE_MARGIN))
     if seconds <= 0:
-        return replace(run, frozen_note="The frozen-size search was skipped: no time was left.")
+        return _noted(run, "no time was left before the run's --timeout", done=False)
     limit = Deadline(seconds)  # the checks' ORT runs are terminated at it
     budget = MemoryBudget.of(config.max_memory)
     memory = _MemoryCheck(model, signature, failing + passing, budget)
@@ -149,7 +150,13 @@ def with_frozen(
         batch=first_axis_dims(signature),
     )
     run = named_as_in_file(run, model, [n.node for n in search.nodes])
-    return replace(run, frozen=search.nodes, frozen_note=search.note)
+    run = replace(run, frozen=search.nodes)
+    return _noted(run, search.note) if search.note else run
+
+
+def _noted(run: ValidationRun, text: str, *, done: bool = True) -> ValidationRun:
+    """`run` with the search's note (parity.analyses reads `run.analyses`)."""
+    return replace(run, analyses=(*run.analyses, AnalysisNote("frozen", text, done)))
 
 
 def named_as_in_file(
@@ -394,7 +401,7 @@ def static_axes(
         or config.model is None
         or config.n_given_sets
         or not run.input_sets
-        or not hasattr(source, "reference_at")
+        or not source.runs_other_sizes
     ):
         return ()
     base = set_dims(signature, run.input_sets[0])

@@ -43,12 +43,11 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     frozen = _frozen(run)
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
     unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
-    # what the frozen search could not do or cost: said where nothing else explains the run
-    explained = any(f.kind in ("bug", "rounding") for f in found)
-    searched = (
-        [Finding("frozen_search", run.frozen_note)] if run.frozen_note and not explained else []
+    not_run = _not_run(run)
+    searched = _frozen_search(run, found)
+    return tuple(
+        found + frozen + searched + _static_axes(run) + _near_ties(run) + not_run + unmeasured
     )
-    return tuple(found + frozen + searched + _static_axes(run) + _near_ties(run) + unmeasured)
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
@@ -230,6 +229,16 @@ def _frozen(run: ValidationRun) -> list[Finding]:
     ]
 
 
+def _frozen_search(run: ValidationRun, found: list[Finding]) -> list[Finding]:
+    """What the frozen search cost when it confirmed nothing, or skipped a check (its done
+    note): said where no bug or rounding finding explains the run."""
+    if any(f.kind in ("bug", "rounding") for f in found):
+        return []
+    return [
+        Finding("frozen_search", n.text) for n in run.analyses if n.analysis == "frozen" and n.done
+    ]
+
+
 def _static_axes(run: ValidationRun) -> list[Finding]:
     """An input axis the file fixes where torch takes other sizes: its one line."""
     return [Finding("static_axis", a.text) for a in run.static_axes if a.text]
@@ -254,16 +263,38 @@ def _near_ties(run: ValidationRun) -> list[Finding]:
     return out
 
 
+def _not_run(run: ValidationRun) -> list[Finding]:
+    """Analyses that were asked for and could not run, each with its reason (never silent)."""
+    found = []
+    for note in run.analyses:
+        if not note.done:
+            flag = _ANALYSIS_WORDS.get(note.analysis, note.analysis)
+            text = f"Asked for but not done ({flag}): {note.text.rstrip('.')}."
+            found.append(Finding("unmeasured", text))
+    return found
+
+
+_ANALYSIS_WORDS = {
+    "noise_floor": "--noise-floor",
+    "layers": "--layers",
+    "suggest": "--suggest",
+    "repro": "--repro",
+    "frozen": "the frozen-size search",
+}
+
+
 def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     """What would have told more, had it been measured: --layers, --noise-floor (only where
     some failing output is neither a bug nor rounding yet)."""
     missing = []
-    if all(c.layers is None for c in run.candidates):
+    could_not = {n.analysis for n in run.analyses if not n.done}  # said by _not_run
+    if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
         missing.append("where inside the model the outputs start to differ (--layers)")
     bug_or_rounding = {f.output for f in found if f.kind in ("bug", "rounding")}
     born = any(f.kind == "bug" and f.output is None for f in found)
     numeric = set(_numeric_failures(run))
-    if numeric and not born and not numeric <= bug_or_rounding:
+    asked = "noise_floor" in could_not
+    if numeric and not born and not numeric <= bug_or_rounding and not asked:
         word = file_precision_word(run)
         missing.append(f"whether the difference is {_rounding_name(word)} (--noise-floor)")
     if not missing:
