@@ -26,7 +26,7 @@ from parity.judge.frozen import Check, Outcome, find_frozen
 from parity.judge.frozen_graph import user_frame
 from parity.limits.budget import MemoryBudget, format_size
 from parity.limits.deadline import Deadline
-from parity.load.onnx_read import read_onnx
+from parity.load.onnx_read import check_external, read_onnx
 from parity.results import AnalysisNote, InputSet, StaticAxis, Status, ValidationRun
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
@@ -127,7 +127,7 @@ def with_frozen(
     limit = Deadline(seconds)  # the checks' ORT runs are terminated at it
     budget = MemoryBudget.of(config.max_memory)
     memory = _MemoryCheck(model, signature, failing + passing, budget)
-    check = _checker(config, source, candidate, signature, budget, memory, limit)
+    check = _checker(config, source, candidate, (model, signature), budget, memory, limit)
 
     def retrace(dims: Mapping[str, int]) -> dict[str, str]:
         if memory.over(dims) or limit.expired:
@@ -185,7 +185,7 @@ def _checker(
     config: RunConfig,
     source: Any,
     candidate: Any,
-    signature: OnnxSignature,
+    graph: tuple[onnx.ModelProto, OnnxSignature],
     budget: MemoryBudget,
     memory: _MemoryCheck,
     limit: Deadline,
@@ -194,6 +194,7 @@ def _checker(
     the file or a changed graph, every output judged (parity.judge.frozen.Outcome)."""
     from parity.load.sessions import open_session
 
+    model, signature = graph
     folder = str(_folder(candidate.path))
     refs: dict[tuple, Any] = {}  # torch's outputs by size: each size is run once
 
@@ -218,6 +219,11 @@ def _checker(
             ref = refs[key]
         except ParityError:
             return None
+        try:
+            if patched is not None:  # its weights are read from beside the file: checked
+                check_external(candidate.path, model)
+        except OnnxLoadError as exc:
+            return Outcome(passed=False, skipped=exc.message)
         try:
             session = (
                 candidate.session
