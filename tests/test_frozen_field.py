@@ -98,6 +98,24 @@ def test_a_batch_sized_tensor_baked_by_tracing_is_named(exports) -> None:
     assert frozen["source"] == f"models.py:{models.line_of('torch.zeros(int(')}"
 
 
+def test_an_expand_to_int_batch_through_where_names_the_expand(exports) -> None:
+    code, report = validate(exports, "token")
+    assert code == 1
+    [frozen] = report["frozen"]
+    assert (frozen["node"], frozen["op"]) == ("/Expand", "Expand")
+    assert frozen["dims"] == {"batch": 1} and frozen["confirmed"] is True
+
+
+def test_an_arange_baked_at_the_export_length_is_named(exports) -> None:
+    code, report = validate(exports, "positions")
+    assert code == 1
+    [frozen] = report["frozen"]
+    assert (frozen["node"], frozen["op"]) == ("/Add", "Add")
+    assert frozen["constant"] == [24.0] and frozen["dims"] == {"seq": 24}
+    assert "a range made at the export's size, of length 24" in frozen["text"]
+    assert frozen["source"] == f"models.py:{models.line_of('torch.arange(int(n)')}"
+
+
 def test_onnx_runtimes_fused_node_is_said_as_the_files_node(exports) -> None:
     """ORT raises in '/Reshape_new_reshape' (its fusion of /Reshape and /Reshape_1): the row
     names the file's node the frozen sentence names, ORT's name beside it."""

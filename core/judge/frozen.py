@@ -37,9 +37,9 @@ import onnx
 
 from parity.judge.frozen_graph import (
     Suspect,
-    baked_fill,
     branch_suspects,
     model_numbers,
+    remade,
     suspects,
     with_constant,
     without_node,
@@ -465,8 +465,7 @@ def _recomputed(
     values = [e.value(sizes) if e else v for v, e in zip(s.values, es, strict=True)]
     if not s.baked:
         return np.array(values)
-    fill = baked_fill(model, s)
-    return np.full(tuple(int(v) for v in values), fill)
+    return remade(model, s, tuple(int(v) for v in values))
 
 
 def _plans(
@@ -545,6 +544,8 @@ def size_text(s: Suspect, es: tuple[Explanation | None, ...], dims: Mapping[str,
     }.get(s.op, f"({s.op}) holds the constant {values}")
     if s.baked:
         does = f"({s.op}) reads a tensor made at the export's size, of shape {values}"
+        if s.baked == "range":
+            does = f"({s.op}) reads a range made at the export's size, of length {values}"
     explained = [(v, e) for v, e in zip(s.values, es, strict=True) if e is not None]
     if len(s.values) == 1 and explained:
         which = f"which is {explained[0][1].words()}"

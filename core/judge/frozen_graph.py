@@ -57,18 +57,21 @@ THROUGH: dict[str, tuple[int, ...] | None] = {
     "Sub": (0, 1),
     "Floor": (0,),
     "Ceil": (0,),
+    "Where": (1, 2),  # the legacy exporter's expand(int(b), ...): Where(Equal(...), ..., [1, 1, 8])
 }
 MAX_DEPTH = 8  # shape arithmetic followed at most this many ops back
 MAX_BAKED_ELEMENTS = 1 << 16  # a baked tensor larger than this is a weight, not looked at
 MAX_BAKED = 64  # baked tensors looked at, at most
+MIN_RANGE = 4  # a baked arange at least this long (shorter ones are axes and indices)
 
 
 @dataclass(frozen=True)
 class Suspect:
     """A constant that may hold a size: `values` feeds input `slot` of the node at
     `position`; `node` / `op` name the node that uses it as a size (the Resize a Concat
-    feeds, or that node itself). `baked`: the constant is a uniform tensor made at the
-    export's size and `values` is its shape (recomputed as a tensor of the new shape)."""
+    feeds, or that node itself). `baked`: the constant is a tensor tracing made at the
+    export's size, "fill" (uniform: ``torch.zeros(int(b), 4)``) or "range" (``torch.arange(
+    int(n))``), and `values` is its shape (recomputed as such a tensor of the new shape)."""
 
     node: str
     op: str
@@ -76,7 +79,7 @@ class Suspect:
     slot: int
     values: tuple[float, ...]
     source: str | None  # FILE:LINE the exporter recorded (dynamo), else None
-    baked: bool = False
+    baked: str = ""
 
 
 def _constants(graph: onnx.GraphProto, baked: bool = False) -> dict[str, np.ndarray]:
@@ -105,9 +108,7 @@ def _small(dims) -> bool:
 
 
 def _bakeable(dims) -> bool:
-    return _small(dims) or (
-        len(dims) >= 2 and math.prod(int(d) for d in dims) <= MAX_BAKED_ELEMENTS
-    )
+    return math.prod(int(d) for d in dims) <= MAX_BAKED_ELEMENTS
 
 
 def model_numbers(model: onnx.ModelProto) -> frozenset[int]:
@@ -210,23 +211,35 @@ def _reaching(
     return found
 
 
+def baked_kind(tensor: np.ndarray, *, small: bool) -> str:
+    """ "fill": a uniform tensor of two or more axes; "range": 0, 1, ..., n - 1 (n >= MIN_RANGE);
+    else "" (a weight, an axis list)."""
+    if tensor.size == 0 or not np.issubdtype(tensor.dtype, np.number):
+        return ""
+    if tensor.ndim >= 2 and not small and np.all(tensor == tensor.reshape(-1)[0]):
+        return "fill"
+    counting = tensor.ndim == 1 and tensor.size >= MIN_RANGE
+    if counting and np.array_equal(tensor, np.arange(tensor.size)):
+        return "range"
+    return ""
+
+
 def _baked(
     graph: onnx.GraphProto, small: dict[str, np.ndarray], taken: set[tuple[int, int]]
 ) -> list[Suspect]:
     """Uniform tensors of two or more axes (``torch.zeros(int(b), 4)``: tracing made them at
     the export's size): their shape is the suspect, recomputed by a tensor of the new shape
     filled alike."""
-    tensors = {k: v for k, v in _constants(graph, baked=True).items() if k not in small}
+    tensors = _constants(graph, baked=True)
     found: list[Suspect] = []
     for position, node in enumerate(graph.node):
         for slot, name in enumerate(node.input):
             tensor = tensors.get(name)
             if tensor is None or (position, slot) in taken or len(found) >= MAX_BAKED:
                 continue
-            if tensor.ndim < 2 or tensor.size == 0 or not np.issubdtype(tensor.dtype, np.number):
+            kind = baked_kind(tensor, small=name in small)
+            if not kind:
                 continue
-            if not np.all(tensor == tensor.reshape(-1)[0]):
-                continue  # a weight, not a fill
             found.append(
                 Suspect(
                     node=node.name or f"{node.op_type}#{position}",
@@ -235,7 +248,7 @@ def _baked(
                     slot=slot,
                     values=tuple(float(d) for d in tensor.shape),
                     source=stack_source(node),
-                    baked=True,
+                    baked=kind,
                 )
             )
     return found
@@ -312,10 +325,14 @@ def with_constant(model: onnx.ModelProto, changes: dict[tuple[int, int], np.ndar
     return copy.SerializeToString()
 
 
-def baked_fill(model: onnx.ModelProto, s: Suspect) -> float:
-    """The value a baked suspect's tensor is filled with (0 when it is no longer found)."""
+def remade(model: onnx.ModelProto, s: Suspect, shape: tuple[int, ...]) -> np.ndarray:
+    """A baked suspect's tensor made again at `shape`: filled as the file's is, or counting."""
     tensor = _constants(model.graph, baked=True).get(model.graph.node[s.position].input[s.slot])
-    return 0.0 if tensor is None or tensor.size == 0 else float(tensor.reshape(-1)[0])
+    dtype = tensor.dtype if tensor is not None else np.float32
+    if s.baked == "range":
+        return np.arange(shape[0] if shape else 0).astype(dtype)
+    fill = tensor.reshape(-1)[0] if tensor is not None and tensor.size else 0
+    return np.full(shape, fill, dtype=dtype)
 
 
 def without_node(model: onnx.ModelProto, position: int) -> bytes:

@@ -526,7 +526,7 @@ def _retrace(
         key = (scope, node.op_type)
         k = counts.get(key, 0)
         counts[key] = k + 1
-        for kind in _ATEN.get(node.op_type, ()):
+        for kind in _ATEN.get(node.op_type, (f"aten::{node.op_type.lower()}",)):
             lines = by_scope.get((scope, kind), [])
             line = lines[k] if k < len(lines) else None
             if line:

@@ -9,7 +9,10 @@
 - ``baked``: ``torch.cat([p, torch.zeros(int(b), 4)], 1)``: a batch-sized tensor baked by
   tracing (a [1, 4] constant the Concat reads);
 - ``fused``: two Reshapes in a row, the second to ``int(b), int(n)``: ONNX Runtime fuses them
-  into ``/Reshape_new_reshape``, a node the file does not have.
+  into ``/Reshape_new_reshape``, a node the file does not have;
+- ``token``: a class token ``expand(int(b), 1, 8)``: the legacy exporter's Expand shape comes
+  through ``Where(Equal(...), ..., [1, 1, 8])``;
+- ``positions``: ``torch.arange(int(n))`` baked as the constant 0..23 the Add reads.
 
 The source is written to ``DIR/models.py`` so that ``models.py:rounded`` is a model spec.
 """
@@ -85,6 +88,22 @@ SOURCE = textwrap.dedent(
             return y.reshape(y.shape[0], -1).reshape(int(b), int(n))
 
 
+    class Token(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Parameter(torch.randn(1, 1, 8))
+
+        def forward(self, x):
+            b = x.shape[0]
+            return torch.cat([self.tok.expand(int(b), 1, 8), x], 1)
+
+
+    class Positions(nn.Module):
+        def forward(self, x):
+            n = x.shape[1]
+            return x * 2 + torch.arange(int(n), dtype=torch.float32)
+
+
     def _seeded(cls):
         torch.manual_seed(0)
         return cls().eval()
@@ -108,6 +127,14 @@ SOURCE = textwrap.dedent(
 
     def fused():
         return _seeded(Fused)
+
+
+    def token():
+        return _seeded(Token)
+
+
+    def positions():
+        return _seeded(Positions)
     '''
 ).lstrip()
 
@@ -117,6 +144,8 @@ SHAPES = {
     "flat": (1, 3, 64, 48),
     "baked": (1, 3, 16, 16),
     "fused": (1, 116, 8),
+    "token": (1, 5, 8),
+    "positions": (2, 24),
 }
 AXES = {
     "rounded": {0: "batch", 1: "seq"},
@@ -124,6 +153,8 @@ AXES = {
     "flat": {0: "batch", 2: "height", 3: "width"},
     "baked": {0: "batch", 2: "height", 3: "width"},
     "fused": {0: "batch", 1: "seq"},
+    "token": {0: "batch", 1: "seq"},
+    "positions": {0: "batch", 1: "seq"},
 }
 
 
