@@ -253,24 +253,6 @@ def _add_source(text: str, source: str) -> str:
 # --- sizes -----------------------------------------------------------------------------------
 
 
-def _explanations(value: float, dims: Sequence[str]) -> tuple[Explanation, ...]:
-    """Every way `value` can be a dim, a product of two dims, or a dim // stride (the value
-    itself is checked later against a size)."""
-    return _cached_explanations(value, tuple(dims), _BATCH.get())
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_explanations(
-    value: float, dims: tuple[str, ...], batch: frozenset[str]
-) -> tuple[Explanation, ...]:
-    del batch  # a key only: is_batch reads it
-    if value < 1 or value != int(value) or value > MAX_SIZE:
-        return ()
-    if value == 1:
-        return tuple(Explanation((d,), 1) for d in dims if is_batch(d))
-    return _all_explanations(dims)
-
-
 def _all_explanations(dims: Sequence[str]) -> tuple[Explanation, ...]:
     """Every explanation over `dims`, in the order ties are broken (the first wins)."""
     found = [Explanation((d,)) for d in dims]
