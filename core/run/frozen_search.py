@@ -228,11 +228,18 @@ def _checker(
             session = (
                 candidate.session
                 if patched is None
-                else open_session(patched, provider=candidate.provider, external_folder=folder)
+                else limit.call(  # a setup past the search's limit is abandoned, not awaited
+                    lambda: open_session(
+                        patched, provider=candidate.provider, external_folder=folder
+                    ),
+                    "a frozen-size check's session setup",
+                )
             )
             names = [o.name for o in session.get_outputs()]
             with limit.ort_run_options() as options:
                 values = session.run(names, dict(input_set.feeds), options)
+        except RunTimeout:
+            return None  # the search's limit: the budget stops it
         except Exception:
             return Outcome(passed=False)
         return _outcome(ref.arrays, dict(zip(names, values, strict=True)), config)
