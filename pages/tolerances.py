@@ -14,12 +14,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from parity.dashboard import routes, state
+from parity.dashboard import state
 from parity.dashboard.candidates import candidate_selector, candidates_frame
+from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
+from parity.judge.pass_rule import RULE_SENTENCE
 from parity.judge.suggest import (
     DEFAULT_MARGIN,
     NOISE_MULTIPLES,
@@ -250,15 +252,13 @@ def controls(raw: ValidationRun) -> None:
 
 def page() -> None:
     st.title("Tolerances")
-    raw = state.raw_run()
+    raw = run_or_invite(raw=True)
     if raw is None:
-        st.info("No run yet. Start one on the Run page.")
-        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     st.caption(
-        "An element passes when |onnx − ref| ≤ atol + rtol·|ref|. Moving a control re-judges "
-        "every output from stored error profiles (models are not rerun); every page, the "
-        "sidebar and its reports follow these tolerances."
+        f"{RULE_SENTENCE} Moving a control re-judges every output from stored error "
+        "profiles (models are not rerun); every page, the sidebar and its reports follow "
+        "these tolerances."
     )
     controls(raw)
 
