@@ -138,3 +138,53 @@ def test_wrong_pair_is_still_said_without_a_frozen_explanation(tmp_path) -> None
     model, onnx = write_wrong_pair(tmp_path)
     run = parity.validate(str(model), onnx)
     assert run.frozen == () and wrong_pair_note(run) is not None
+
+
+def test_constants_are_followed_through_shape_arithmetic_into_every_shape_input() -> None:
+    """Tile, ConstantOfShape and Range read a size made of Cast / Unsqueeze / Concat / Mul of
+    constants: each constant is a suspect named at the op that uses it as a size; a Gather's
+    index and a Slice's bounds (positions, not sizes) are not."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from parity.judge.frozen_graph import suspects
+
+    def const(name, value, dtype=np.int64):
+        return helper.make_node(
+            "Constant", [], [name], value=numpy_helper.from_array(np.array(value, dtype))
+        )
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        const("zero", [0]),
+        const("two", [2]),
+        helper.make_node("Slice", ["shape", "zero", "two"], ["nc"]),
+        const("h_float", [48.0], np.float32),
+        helper.make_node("Cast", ["h_float"], ["h"], to=TensorProto.INT64),
+        const("w", 64),
+        const("axes", [0]),
+        helper.make_node("Unsqueeze", ["w", "axes"], ["w1"]),
+        helper.make_node("Concat", ["nc", "h", "w1"], ["size"], axis=0),
+        helper.make_node("Tile", ["x", "size"], ["tiled"], name="/Tile"),
+        const("n", [3072]),
+        const("k", [1]),
+        helper.make_node("Mul", ["n", "k"], ["nk"]),
+        helper.make_node("ConstantOfShape", ["nk"], ["zeros"], name="/ConstantOfShape"),
+        const("idx", 1),
+        helper.make_node("Gather", ["shape", "idx"], ["c"]),
+        const("limit", 24),
+        const("start", 0),
+        const("step", 1),
+        helper.make_node("Range", ["start", "limit", "step"], ["r"], name="/Range"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, "h", "w"])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("tiled", "zeros")],
+    )
+    found = {(s.node, s.values) for s in suspects(helper.make_model(graph))}
+    assert ("/Tile", (48.0,)) in found and ("/Tile", (64.0,)) in found
+    assert ("/ConstantOfShape", (3072.0,)) in found
+    assert ("/Range", (24.0,)) in found
+    assert not any(values in ((0.0,), (2.0,)) for node, values in found if node == "/Tile")

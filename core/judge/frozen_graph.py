@@ -125,13 +125,8 @@ def suspects(model: onnx.ModelProto) -> list[Suspect]:
     constants = _constants(graph)
     producer = {out: k for k, node in enumerate(graph.node) for out in node.output if out}
     found: dict[tuple[int, int], Suspect] = {}
-    for position, node in enumerate(graph.node):
+    for position, node in enumerate(graph.node):  # shape inputs first: they name the user
         name = node.name or f"{node.op_type}#{position}"
-        if node.op_type in SCALING:
-            for slot in (0, 1):
-                values = _input_constant(node, slot, constants)
-                if values is not None and _size_like_scalar(values.reshape(-1)):
-                    _add(found, name, node, position, slot, values)
         for slot in SHAPE_INPUTS.get(node.op_type, ()):
             if slot >= len(node.input) or not node.input[slot]:
                 continue
@@ -141,7 +136,14 @@ def suspects(model: onnx.ModelProto) -> list[Suspect]:
                 continue
             for at, at_slot, values in _reaching(graph, node.input[slot], producer, constants):
                 _add(found, name, node, at, at_slot, values, shape=True)
-    found_list = list(found.values())
+    for position, node in enumerate(graph.node):
+        if node.op_type in SCALING:
+            name = node.name or f"{node.op_type}#{position}"
+            for slot in (0, 1):
+                values = _input_constant(node, slot, constants)
+                if values is not None and _size_like_scalar(values.reshape(-1)):
+                    _add(found, name, node, position, slot, values)
+    found_list = sorted(found.values(), key=lambda s: s.position)
     return found_list + _baked(graph, constants, {(s.position, s.slot) for s in found_list})
 
 
