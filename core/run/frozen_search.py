@@ -167,14 +167,13 @@ def named_as_in_file(
     says."""
     nodes = {n.name: n.op_type for n in model.graph.node}
     lead = run.candidates[0]
-    rows = tuple(
-        replace(c, message=with_file_node(c.message, nodes, prefer))
-        if c.status is Status.ERROR
-        else c
+    said = [
+        with_file_node(c.message, nodes, prefer) if c.status is Status.ERROR else c.message
         for c in lead.outputs
-    )
-    if rows == lead.outputs:
+    ]
+    if said == [c.message for c in lead.outputs]:  # messages only: rows hold arrays
         return run
+    rows = tuple(replace(c, message=m) for c, m in zip(lead.outputs, said, strict=True))
     return replace(run, candidates=(replace(lead, outputs=rows), *run.candidates[1:]))
 
 
