@@ -504,7 +504,13 @@ def _retrace(
     from parity.run.runner import model_binding
 
     try:
-        input_set = make_input_sets(signature, dims=dict(dims), n_sets=1, seed=config.seed)[0]
+        input_set = make_input_sets(
+            signature,
+            dims=dict(dims),
+            n_sets=1,
+            seed=config.seed,
+            budget=MemoryBudget.of(config.max_memory),
+        )[0]
         feeds = {n: torch.from_numpy(np.array(input_set.feeds[n])) for n in signature.input_names}
         binding = model_binding(loaded, feeds)  # by name or by position, as the run fed it
         with warnings.catch_warnings(), torch.no_grad():
