@@ -1,10 +1,12 @@
-"""The `parity` console script: a command that runs models (validate, report, sweep) runs in a
+"""The `parity` console script: a command that runs models (validate, report) runs in a
 forked child while this process waits, so a native crash that kills it (SIGSEGV in ONNX
 Runtime's optimiser, glibc's SIGABRT inside torch's FX interpreter, the kernel's SIGKILL out of
 memory) ends in one line instead of a bare exit 139: what died, in which step (the child's
 last progress step, parity.run.progress.leave_crumbs) and what to try; exit 2. The fork is
 made before torch or ONNX Runtime is imported and costs milliseconds. `main()` itself (the
-tests', the API's callers') runs in-process as before; PARITY_NO_SUPERVISE=1 turns it off."""
+tests', the API's callers') runs in-process as before; PARITY_NO_SUPERVISE=1 turns it off (a
+sweep's pairs: parity.sweep.pair_process names their signals itself, and a sweep killed takes
+its pairs with it)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import sys
 
 from parity.verdict import ExitCode
 
-SUPERVISED = ("validate", "report", "sweep")
+SUPERVISED = ("validate", "report")  # a sweep says each pair's crash itself (pair_process)
 
 
 def console() -> None:

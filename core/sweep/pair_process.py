@@ -100,7 +100,9 @@ def main(argv: list[str]) -> int:
 
     for signum in _STOP_SIGNALS:
         signal.signal(signum, stop)
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "parity", *args])
+    # unsupervised: this process names the pair's signal itself (parity.cli.supervise)
+    env = {**os.environ, "PARITY_NO_SUPERVISE": "1"}
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "parity", *args], env=env)
     if stopped:  # stopped while it started
         kill_descendants()
     code = proc.wait()
