@@ -69,7 +69,9 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         print(f"Checking the suggested tolerances on {n} fresh input sets ...", file=sys.stderr)
         checked = suggest_checked(run, config, progress=progress_printer())
         run = replace(run, suggested_tolerances=checked)
-    return run
+    from parity.sweep.names import given_names
+
+    return run.renamed(given_names())  # a sweep pair: files named as its manifest names them
 
 
 _OUTPUTS = (

@@ -213,14 +213,15 @@ def pair_steps(job: PairJob, bundle: Bundle) -> Iterator[Any]:
     private folder, removed after)."""
     import ray
 
-    yield ray.get_runtime_context().get_node_id()
+    node = ray.get_runtime_context().get_node_id()
+    yield node
     with tempfile.TemporaryDirectory(prefix="parity-inputs-") as tmp:
         try:
             moved = unpack(bundle, Path(tmp), ray.get)
         except OSError as exc:  # the worker's disk is full: this pair only
             yield refused(job, f"could not write its input files on the worker: {exc}")
             return
-        yield run_pair(job, inputs=Path(tmp), moved=moved)
+        yield run_pair(job, inputs=Path(tmp), moved=moved, node=node)
 
 
 def pair_whole(job: PairJob, bundle: Bundle) -> tuple[str, PairOutput]:
@@ -332,7 +333,7 @@ class _Run:
         self.running.pop(attempt.handle, None)
         self._done(attempt.job)
         this = Attempt(attempt.node, str(output.result.verdict), output.result.seconds)
-        self.on_result(_with_attempts(output, [*attempt.lost, this]))
+        self.on_result(_with_attempts(output, [*attempt.lost, *output.result.attempts, this]))
 
     def _lost(self, attempt: _Try, kind: str, text: str) -> None:
         self.running.pop(attempt.handle, None)

@@ -43,6 +43,7 @@ def result_dict(result: PairResult) -> dict[str, Any]:
         "attempts": [
             {"node": a.node, "outcome": a.outcome, "seconds": a.seconds} for a in result.attempts
         ],
+        "notes": list(result.notes),
     }
 
 
@@ -65,6 +66,7 @@ def result_from_dict(data: dict[str, Any], key: str = "") -> PairResult:
         html=_file_name(data.get("html")),
         saved_run=_file_name(data.get("saved_run")),
         attempts=tuple(_attempt(a) for a in data.get("attempts") or ()),
+        notes=tuple(str(n) for n in data.get("notes") or ()),
     )
 
 
@@ -123,6 +125,8 @@ def load_record(job: PairJob) -> PairResult | None:
     """The pair's earlier result when it ran with the same key and the files it wrote (its
     report, and its --html / --save-run files) are all still there."""
     folder = Path(job.out_dir)
+    if folder.is_symlink() or not folder.is_dir():  # a linked pair folder is never trusted
+        return None
     try:
         raw = read_bytes(folder / RECORD, what="pair record", limit=_MAX_RECORD, error=UsageError)
         record = strict_json.loads(raw)
