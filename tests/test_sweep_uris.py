@@ -274,7 +274,7 @@ def test_the_sweeps_worst_output_is_the_overviews(tmp_path, model_zoo):
     assert spike.stats.max_abs > worst.stats.max_abs  # the old rule would have named spike
 
 
-TWO_OUTPUTS = '''
+TWO_OUTPUTS = """
 import torch
 
 
@@ -285,7 +285,7 @@ class Two(torch.nn.Module):
 
 def make():
     return Two()
-'''
+"""
 
 
 def _write_two_outputs_onnx(path: Path) -> None:
