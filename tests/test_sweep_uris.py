@@ -203,6 +203,7 @@ def test_s3_stopped_then_started_again_mid_pair_is_retried_and_the_pass_says_so(
     assert outcomes[0].startswith("storage: cannot read s3://zoo/models/tiny.onnx"), outcomes
     assert all(a["node"] for a in pair["attempts"])
     assert outage.waited == [1.0]
+    assert "pass (retried)" in (out / "index.html").read_text()
 
 
 def test_resume_runs_a_pair_whose_storage_failed_again_and_keeps_a_pin_mismatch(
