@@ -11,73 +11,25 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from parity.cli import main
 from parity.reports.saved_run import load_run
+from tests.helpers.moto_s3 import BUCKET, TEMP_MARKS, Moto, tree_bytes
 from tests.helpers.sweep_zoo import tiny_zoo, write_manifest
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
-
-BUCKET = "zoo"
-TEMP_MARKS = (b"parity-pair-", b"parity-inputs-", b"/uri/uri0/")
-
-
-class Moto:
-    """moto's standalone S3 server in a process of its own, stopped and started again on the
-    same port (its objects go with it: `put` them again)."""
-
-    def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError("moto's server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-            self.proc = None
-
-    def put(self, key: str, data: bytes) -> None:
-        import boto3
-
-        s3 = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1")
-        buckets = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-        if BUCKET not in buckets:
-            s3.create_bucket(Bucket=BUCKET)
-        s3.put_object(Bucket=BUCKET, Key=key, Body=data)
 
 
 @pytest.fixture(scope="module")
 def s3():
     server = Moto()
     server.start()
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(_ENV, AWS_ENDPOINT_URL=server.url)
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
     try:
         yield server
     finally:
@@ -87,31 +39,6 @@ def s3():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_MAX_ATTEMPTS": "1",  # botocore's own retries off: the sweep's are what is tested
-    "AWS_ENDPOINT_URL": "",
-}
-
-
-def _texts(out: Path) -> dict[str, bytes]:
-    """Every file under `out` as bytes; a saved run's zip members decompressed."""
-    found: dict[str, bytes] = {}
-    for path in sorted(out.rglob("*")):
-        if not path.is_file():
-            continue
-        rel = path.relative_to(out).as_posix()
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as z:
-                for member in z.namelist():
-                    found[f"{rel}:{member}"] = z.read(member)
-        else:
-            found[rel] = path.read_bytes()
-    return found
 
 
 def test_every_output_of_an_s3_pair_names_its_uri_and_two_runs_name_the_same(
@@ -144,7 +71,7 @@ def test_every_output_of_an_s3_pair_names_its_uri_and_two_runs_name_the_same(
     gone = json.loads((outs[0] / "summary.json").read_text())["pairs"][2]
     assert gone["verdict"] == "error" and f"s3://{BUCKET}/models/absent.onnx" in gone["error"]
 
-    first, second = _texts(outs[0]), _texts(outs[1])
+    first, second = tree_bytes(outs[0]), tree_bytes(outs[1])
     for name, data in first.items():
         assert not any(mark in data for mark in TEMP_MARKS), (name, data[:300])
     # the same manifest names the same things: the reports differ only in their timings
