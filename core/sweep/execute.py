@@ -144,7 +144,8 @@ def run_pair(
         except OSError as exc:  # its temporary folder cannot be written (disk full): this pair
             text = renamed_text(f"sweep could not run it: {exc}", names)
             result, report = _died(job, start, None, text, "crash")
-        result = replace(result, attempts=tuple(retried))
+        error = None if result.error is None else renamed_text(result.error, names)
+        result = replace(result, attempts=tuple(retried), error=error)
         notes = [note] if (note := bound_log(work / LOG, names)) else []
         files, left = collect(work)
     notes += left
