@@ -297,6 +297,7 @@ def test_a_node_lost_late_in_a_queue_and_replaced_runs_the_queue_on_the_new_node
             time.sleep(0.5)
         time.sleep(wait_s + 5)  # the queued pairs have waited longer than the wait for a node
         assert made.kill_worker_node(), "no worker node found"
+        made.wait_for_no_cpus()  # the loss, as the cluster sees it: the wait starts here
         made.add_worker_node()
         _, err = sweep.communicate(timeout=HANG_S)
     finally:

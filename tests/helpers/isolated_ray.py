@@ -49,6 +49,14 @@ class IsolatedCluster:
         """Start one more worker node, as private as the first (a replacement joining)."""
         _start_worker(self, cpus, timeout)
 
+    def wait_for_no_cpus(self, timeout: float = 120) -> None:
+        """Until the cluster's resources show no CPU: its worker nodes' loss seen by the GCS."""
+        _run(
+            [sys.executable, "-c", WAIT_FOR_NO_CPUS, self.address, str(timeout)],
+            {**os.environ, **self.env},
+            timeout + 30,
+        )
+
     def stop(self) -> None:
         """SIGKILL every process that names this cluster's temp folder and all they started
         (Ray renames its workers "ray::...": found as descendants), then remove the folder."""
@@ -196,6 +204,17 @@ deadline = time.monotonic() + float(sys.argv[3])
 while ray.cluster_resources().get("CPU", 0) < float(sys.argv[2]):
     if time.monotonic() > deadline:
         sys.exit("the worker node never joined")
+    time.sleep(0.5)
+"""
+
+
+WAIT_FOR_NO_CPUS = """
+import sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+deadline = time.monotonic() + float(sys.argv[2])
+while ray.cluster_resources().get("CPU", 0) > 0:
+    if time.monotonic() > deadline:
+        sys.exit("the cluster still shows CPUs")
     time.sleep(0.5)
 """
 
