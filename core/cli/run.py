@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -36,6 +37,9 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
     hf = None
     if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
         hf = hf_options_from_args(args)
+    from parity.sweep.names import given_names, renamed_text
+
+    names = given_names()  # set by a sweep for its pairs: their files as its manifest says
     float_range, float_ranges = parse_float_ranges(args.float_range)
     config = RunConfig(
         model=args.model,
@@ -56,22 +60,17 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         layers=args.layers or bool(args.repro),
         layers_memory_mb=args.layers_memory,
         noise_floor=args.noise_floor,
+        suggest=bool(getattr(args, "suggest", False)),
+        repro=getattr(args, "repro", None) or None,
+        repro_command=renamed_text(
+            "parity " + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),
+            names,
+        ),
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
     )
     run = run_validation(config, progress=progress_printer())
-    if getattr(args, "suggest", False):
-        from dataclasses import replace
-
-        from parity.run.fresh_check import suggest_checked
-
-        n = 2 * max(len(run.input_sets), 1)
-        print(f"Checking the suggested tolerances on {n} fresh input sets ...", file=sys.stderr)
-        checked = suggest_checked(run, config, progress=progress_printer())
-        run = replace(run, suggested_tolerances=checked)
-    from parity.sweep.names import given_names
-
-    return run.renamed(given_names())  # a sweep pair: files named as its manifest names them
+    return run.renamed(names)  # a sweep pair: files named as its manifest names them
 
 
 _OUTPUTS = (
