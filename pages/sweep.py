@@ -134,13 +134,13 @@ def pairs_frame(sweep: SweepFolder, *, only_bad: bool) -> pd.DataFrame:
             + (" (retried)" if retried(p) else ""),
             "worst output": p.worst.output if p.worst else "",
             "max abs": p.worst.max_abs if p.worst else None,
+            "failing / error": p.error or ", ".join(p.failing),
             "seconds": None if never_placed(p) else p.seconds,
             "exit code": p.exit_code,
             "tries": len(p.attempts),
             "attempts": attempts_text(p),
             "saved run": "yes" if sweep.saved_run(p.name) else "",
             "notes": "; ".join(p.notes),
-            "failing / error": p.error or ", ".join(p.failing),
         }
         for p in shown_pairs(sweep, only_bad=only_bad)
     ]
@@ -166,6 +166,7 @@ def _pairs_table(sweep: SweepFolder) -> bool:
         column_config={
             "max abs": st.column_config.NumberColumn("max abs", format="%.3e"),
             "seconds": st.column_config.NumberColumn("seconds", format="%.1f"),
+            "exit code": st.column_config.NumberColumn("exit code", format="%d"),
             "failing / error": st.column_config.TextColumn("failing / error", width="large"),
             "attempts": st.column_config.TextColumn(
                 "attempts",
