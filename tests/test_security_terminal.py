@@ -236,3 +236,17 @@ def test_a_huge_saved_text_is_cut_on_the_terminal(saved, tmp_path, capsys) -> No
     assert code == 1, err
     assert len(out) < 50_000
     assert f"{10_000_007 - FIELD_LIMIT:,} more characters cut" in out
+
+
+def test_a_sweep_pairs_line_names_it_and_its_outputs_escaped() -> None:
+    """A pair's name is the manifest's, its failing outputs and error its run's."""
+    from parity.sweep.cli import _line
+    from parity.sweep.execute import PairResult
+    from parity.verdict import Verdict
+
+    def pair(verdict: Verdict, error: str | None) -> PairResult:
+        return PairResult(f"p{FORGED}", verdict, 1, 0.1, error, (OUTPUT,), None, "k")
+
+    failed, broken = _line(pair(Verdict.FAIL, None)), _line(pair(Verdict.ERROR, f"e{FORGED}"))
+    assert_clean(failed, broken)
+    assert terminal_text(OUTPUT) in failed and f"e{terminal_text(FORGED)}" in broken
