@@ -8,6 +8,7 @@ import streamlit as st
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, candidates_overview, could_not_run
 from parity.dashboard.findings_view import findings_section
+from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import own_export_words, verdict_badge
 from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
@@ -20,6 +21,7 @@ from parity.dashboard.tables import (
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.dashboard.where_views import failing_sentences
+from parity.judge.pass_rule import ALLOWED_TEXT
 from parity.labels import WORST_WORDS, worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
@@ -98,10 +100,8 @@ def page() -> None:
     st.title("Overview")
     if state.pop(state.GOTO_INSPECT, False):
         st.switch_page(routes.INSPECT)
-    run = state.current_run()
+    run = run_or_invite()
     if run is None:
-        st.info("No run yet. Start one on the Run page.")
-        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     verdict_banner(run)
     if run.is_multi_candidate:  # candidates side by side, then one candidate in detail
@@ -159,7 +159,7 @@ def page() -> None:
         st.code(format_hf_summary(run), language=None)
     st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
     st.caption(
-        "Colour: the worst error ÷ allowed error (atol + rtol·|ref|), the same scale in every "
+        f"Colour: the worst error ÷ allowed error ({ALLOWED_TEXT}), the same scale in every "
         "run: greens pass (yellow close to the line), reds fail, purple cannot be compared "
         "element by element (shape, dtype, missing, or error: ONNX Runtime raised at that "
         "size). ✓ / ✗ say it without colour. Click a cell's mark to inspect it."

@@ -14,12 +14,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from parity.dashboard import routes, state
+from parity.dashboard import state
 from parity.dashboard.candidates import candidate_selector, candidates_frame
+from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
+from parity.judge.pass_rule import RULE_SENTENCE
 from parity.judge.suggest import (
     DEFAULT_MARGIN,
     NOISE_MULTIPLES,
@@ -100,13 +102,13 @@ REOPENED = (
 
 def _suggest(run: ValidationRun, basis: str, margin: float) -> None:
     """Fit per-output tolerances on the run's input sets, check them on as many fresh ones
-    (parity.run.fresh_check: the model run again), and apply only what passed."""
+    (the pipeline's suggestion stage: the model run again), and apply only what passed."""
+    from parity.pipeline import check_suggestion
     from parity.run.config_json import config_of_run
-    from parity.run.fresh_check import suggest_checked
 
     config = config_of_run(run) if run.saved is None else None
     with st.spinner("Checking the suggestion on fresh input sets (the model runs again)..."):
-        found = suggest_checked(
+        found = check_suggestion(
             run, config, basis=basis, margin=margin, loaders=state.cached_loaders()
         )
     if run.saved is not None:
@@ -250,15 +252,13 @@ def controls(raw: ValidationRun) -> None:
 
 def page() -> None:
     st.title("Tolerances")
-    raw = state.raw_run()
+    raw = run_or_invite(raw=True)
     if raw is None:
-        st.info("No run yet. Start one on the Run page.")
-        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     st.caption(
-        "An element passes when |onnx − ref| ≤ atol + rtol·|ref|. Moving a control re-judges "
-        "every output from stored error profiles (models are not rerun); every page, the "
-        "sidebar and its reports follow these tolerances."
+        f"{RULE_SENTENCE} Moving a control re-judges every output from stored error "
+        "profiles (models are not rerun); every page, the sidebar and its reports follow "
+        "these tolerances."
     )
     controls(raw)
 
