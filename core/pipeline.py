@@ -117,6 +117,10 @@ def run_validation(
     made (an hf: export without --export-path) are removed when it returns or raises.
     """
     check_config(config)  # before the Deadline: a timeout out of range is a usage error
+    if config.layers:  # batch after batch of big arrays: what each frees must go back
+        from parity.limits.heap import map_big_blocks
+
+        map_big_blocks()
     deadline = Deadline(config.timeout)
     with deadline.active():  # ONNX Runtime's session setups are bounded by it too
         return _run_validation(config, progress, loaders, deadline)

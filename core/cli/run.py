@@ -13,7 +13,14 @@ import threading
 from collections.abc import Callable, Sequence
 
 from parity.cli.definition import build_parser
-from parity.cli.output import fail, format_text, progress_printer, write_error_report, write_outputs
+from parity.cli.output import (
+    fail,
+    format_text,
+    progress_printer,
+    say,
+    write_error_report,
+    write_outputs,
+)
 from parity.cli.values import (
     max_memory_bytes,
     parse_dims,
@@ -25,6 +32,7 @@ from parity.cli.values import (
 from parity.errors import ParityError, UsageError, describe_error
 from parity.load.quiet import set_debug
 from parity.results import ValidationRun
+from parity.text import terminal_text
 from parity.verdict import ExitCode, Verdict
 
 
@@ -183,12 +191,12 @@ def _demos() -> int:
     from parity.load.demos import DEMOS
 
     for demo in DEMOS.values():
-        print(f"demo:{demo.name:<12} {demo.title}")
+        say(f"demo:{demo.name:<12} {demo.title}")
         if demo.tolerances is not None:
             flags = " ".join(
                 f"--tol {name}={t.atol:g}:{t.rtol:g}" for name, t in demo.tolerances.outputs.items()
             )
-            print(f"{'':17} passes with: {flags}")
+            say(f"{'':17} passes with: {flags}")
     return ExitCode.PASS
 
 
@@ -247,7 +255,7 @@ def _start_watchdog(args: argparse.Namespace):
     def on_timeout() -> None:
         message = timeout_message(args.timeout)
         unwritten = write_error_report(args, "timeout", message, RunTimeout(message))
-        print(f"parity: error: {message}{unwritten}", file=sys.stderr, flush=True)
+        say(f"parity: error: {message}{unwritten}", file=sys.stderr, flush=True)
 
     return start_watchdog(args.timeout, on_timeout)
 
@@ -259,7 +267,7 @@ def _made_and_written(
     run made, its terminal text printed, then the files it asks for written."""
     _check_outputs(args)
     run = make(args)
-    print(format_text(run))
+    say(format_text(run))
     write_outputs(run, args)
     return run
 
@@ -291,6 +299,7 @@ def _main(args: argparse.Namespace) -> int:
     if run.verdict is Verdict.ERROR:  # a candidate could not be run; the others are reported
         for info in run.infos:
             if info.error is not None:
-                print(f"parity: error: candidate {info.label}: {info.error}", file=sys.stderr)
+                said = f"candidate {terminal_text(info.label)}: {terminal_text(info.error)}"
+                say(f"parity: error: {said}", file=sys.stderr)
         return ExitCode.ERROR
     return run.verdict.exit_code
