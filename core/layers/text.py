@@ -87,6 +87,7 @@ _STATUS_WORDS = {
     LayerStatus.CARRIED.value: "carried: its error is no bigger than the error flowing into it",
     LayerStatus.PASS.value: "within its threshold",
     LayerStatus.NOT_COMPARED.value: "not comparable",
+    LayerStatus.NOT_COMPARABLE.value: "not comparable (no torch value stands for it)",
 }
 
 
