@@ -232,6 +232,12 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
             ort_opt_level=o.ort_opt_level,
             layers=o.layers or o.repro is not None,
             noise_floor=o.noise_floor,
+            suggest=bool(o.suggest),
+            repro=None if o.repro is None else os.fspath(o.repro),
+            repro_command=f"parity.validate({spec or type(model).__name__!r}, "
+            f"{onnx_label or onnx_path!r}, repro={os.fspath(o.repro)!r})"
+            if o.repro is not None
+            else "",
             tolerances=tol,
             reference_file=None if o.reference is None else os.fspath(o.reference),
             max_memory=_max_memory(o.max_memory),
@@ -245,21 +251,6 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
             if onnx_label is not None and onnx_path:
                 exc.replace_text(onnx_path, onnx_label)
             raise
-        if o.suggest:  # checked on fresh sets while the ONNX file and the model are at hand
-            from parity.run.fresh_check import suggest_checked
-
-            checked = suggest_checked(run, config, loaders=loaders, progress=o.progress)
-            run = replace(run, suggested_tolerances=checked)
-        if o.repro is not None:  # while the ONNX file (its README reads it) still exists
-            from parity.layers.repro import write_repro
-
-            write_repro(
-                run.layers,
-                o.repro,
-                command=f"parity.validate({spec or type(model).__name__!r}, "
-                f"{onnx_label or onnx_path!r}, repro={os.fspath(o.repro)!r})",
-                onnx_path=onnx_path,
-            )
     if onnx_label is not None:  # the temp file is gone: name what the caller gave
         candidates = tuple(
             replace(c, info=replace(c.info, onnx=onnx_label)) for c in run.candidates

@@ -13,16 +13,18 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from parity.analyses.order import wanted_analyses
+from parity.analyses.stage import AnalysisContext, CaseHook, Preparation
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
-from parity.judge.noise_floor import with_noise
+from parity.limits.budget import MemoryBudget
 from parity.limits.deadline import Deadline
 from parity.load.calibration import merged
 from parity.messages import with_notes
@@ -34,6 +36,7 @@ from parity.results import (
     OutputSet,
     RunKind,
     Status,
+    SuggestedTolerances,
     ValidationRun,
 )
 from parity.run.candidates import (
@@ -56,6 +59,7 @@ from parity.tolerances import Tolerances
 
 __all__ = [
     "Candidate",
+    "check_suggestion",
     "Loaders",
     "ProgressCallback",
     "ProgressEvent",
@@ -166,18 +170,32 @@ def _run_validation(
         _check_tolerance_names(config, slots, reference)
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
-        run = _run_cases(config, source, slots, report, t_start, deadline)
-        run = _with_frozen(run, config, source, slots, report)
+        stages = wanted_analyses(config)
+        loaded = {s.index: s.candidate for s in slots if s.candidate is not None}
+        prepare = Preparation(config, source, loaded)
+        hooks = [h for h in (stage.before(prepare) for stage in stages) if h is not None]
+        run = _run_cases(config, source, slots, report, t_start, deadline, hooks)
+        context = AnalysisContext(
+            config=config,
+            source=source,
+            reference=reference,
+            candidates=tuple(s.candidate for s in slots),
+            lead=lambda: slots[0].candidate,
+            lead_without_sessions=lambda: _sessions_released(slots),
+            loaders=loaders,
+            deadline=deadline,
+            budget=MemoryBudget.of(config.max_memory),
+            report=report,
+            progress=progress,
+            rerun=lambda fresh: run_validation(fresh, progress=progress, loaders=loaders),
+        )
+        for stage in stages:
+            deadline.check()
+            t0 = time.perf_counter()
+            run = stage.apply(run, context)
+            if stage.timed:
+                run = replace(run, timings={**run.timings, stage.name: time.perf_counter() - t0})
         deadline.check()
-        if config.layers and reference is not None:  # ONNX against ONNX (parity.layers)
-            from parity.layers.onnx_reference_run import with_onnx_layers
-
-            run = with_onnx_layers(run, config, reference, [s.candidate for s in slots], report)
-            deadline.check()
-        elif config.layers:
-            lead = _sessions_released(slots)
-            run = _with_layers(run, config, source, lead, report)
-            deadline.check()
     return run
 
 
@@ -258,28 +276,6 @@ def _check_tolerance_names(
     config.tolerances.check_outputs(tuple(names))
 
 
-def _with_frozen(
-    run: ValidationRun,
-    config: RunConfig,
-    source: Source,
-    slots: list[_Slot],
-    report: ProgressReporter,
-) -> ValidationRun:
-    """A failing run of a file with dynamic axes: the nodes holding a size frozen at export,
-    each confirmed by real runs (parity.run.frozen_search); its time in ``timings["frozen"]``."""
-    from parity.run.frozen_search import should_look, static_axes, with_frozen
-
-    lead = slots[0].candidate
-    if lead is None or not hasattr(source, "reference_at") or run.is_multi_candidate:
-        return run
-    t0 = time.perf_counter()
-    if should_look(run, config):
-        report("frozen", "looking for sizes frozen at export", None)
-        run = with_frozen(run, config, source, lead)
-    run = replace(run, static_axes=static_axes(run, config, source))
-    return replace(run, timings={**run.timings, "frozen": time.perf_counter() - t0})
-
-
 def _sessions_released(slots: list[_Slot]) -> Candidate | None:
     """The first candidate without its ONNX Runtime session, every slot's session let go:
     --layers opens its own session with extra outputs, and a model's weights held twice
@@ -291,44 +287,6 @@ def _sessions_released(slots: list[_Slot]) -> Candidate | None:
         return None
     parts = {k: replace(p, session=None) for k, p in lead.parts.items()}
     return replace(lead, session=None, parts=parts)
-
-
-def _with_layers(
-    run: ValidationRun,
-    config: RunConfig,
-    source: Source,
-    candidate: Candidate | None,
-    report: ProgressReporter,
-) -> ValidationRun:
-    """The same source's torch side (its model and its per-case forward: an hf: run's
-    captured generate() calls) and the same input sets, with intermediate values compared
-    (parity.layers); never changes the outputs' verdict. One candidate (check_config)."""
-    from parity.layers.localise import localise_run
-
-    assert candidate is not None
-    t0 = time.perf_counter()
-    side = source.torch_side()
-    raised = {c.input_set for c in run.outputs if c.status is Status.ERROR}
-    sets = tuple(s for s in run.input_sets if s.index not in raised)  # where ORT ran
-    layers = localise_run(
-        side,
-        candidate.path,
-        sets or run.input_sets,
-        candidate.signature,
-        provider=candidate.provider,
-        opt_level=candidate.opt_level,
-        memory_mb=config.layers_memory_mb,
-        confirm=config.layers_confirm,
-        progress=lambda message: report("layers", message, None),
-    )
-    model = side.model if side is not None else None
-    if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
-        from parity.layers.qdq import torch_exclusions
-
-        report("layers", "simulating exclusions from quantization", None)
-        layers = torch_exclusions(layers, candidate, run, model)
-    timings = {**run.timings, "layers": time.perf_counter() - t0}
-    return replace(run.with_layers({run.candidates[0].index: layers}), timings=timings)
 
 
 def _source_cases(source: Source, signature: OnnxSignature, first: Candidate) -> Iterator[Case]:
@@ -347,7 +305,10 @@ def _run_cases(
     report: ProgressReporter,
     t_start: float,
     deadline: Deadline,
+    hooks: Sequence[CaseHook] = (),
 ) -> ValidationRun:
+    """The loop alone: each case of the source through every candidate, compared (each
+    analysis hook sees the judged case), then the run assembled."""
     from parity.run.runner import run_onnx
 
     timings: dict[str, float] = {}
@@ -363,7 +324,6 @@ def _run_cases(
             slot.fit = fit_signature(signature, slot.candidate.signature)
             if slot.fit.error is not None:
                 slot.fail(InputError(slot.fit.error))
-    precisions = _noise_precisions(config, source, slots)
     cases: list[Case] = []
     t_onnx = t_compare = 0.0
     many = len(slots) > 1
@@ -411,18 +371,8 @@ def _run_cases(
             shown, judged = compare_case(case, fit.outputs(raw), config.tolerances)
             if case.reference.pairing:
                 slot.pairing[case.reference.pairing] = None
-            if config.noise_floor:
-                judged = with_noise(
-                    judged,
-                    case.reference.arrays,
-                    shown.arrays,
-                    case.float64,
-                    case.float64_note
-                    or "noise floor not measured: this kind of run has no float64 reference",
-                    case.exclude,
-                    precisions=precisions.get(slot.index),
-                    at_precision=case.at_precision,
-                )
+            for hook in hooks:
+                judged = hook(case, slot.index, shown, judged)
             t_compare += time.perf_counter() - t0
             slot.outputs.append(shown)
             slot.comparisons.extend(replace(c, candidate=slot.index) for c in judged)
@@ -464,20 +414,6 @@ def _run_cases(
         provenance=provenance,
         generation=generation,
     )
-
-
-def _noise_precisions(config: RunConfig, source: Source, slots: list[_Slot]) -> dict:
-    """--noise-floor: each candidate's output precisions (parity.load.file_precision), and
-    the source told which 16-bit precisions to run torch at too."""
-    if not config.noise_floor:
-        return {}
-    from parity.load.file_precision import output_precisions
-
-    found = {s.index: output_precisions(s.candidate.path) for s in slots if s.candidate is not None}
-    sixteen = {p.precision for f in found.values() for p in f.values()} & {"float16", "bfloat16"}
-    if sixteen:
-        source.measure_noise_at(sixteen)
-    return found
 
 
 def _fraction(done: int, total: int | None) -> float | None:
@@ -563,3 +499,26 @@ def _with_notes(comparison: OutputComparison, note: str, reason: str) -> OutputC
         return comparison
     notes = (*comparison.notes, *extra)
     return replace(comparison, notes=notes, message=with_notes(comparison.message, extra))
+
+
+def check_suggestion(
+    run: ValidationRun,
+    config: RunConfig | None,
+    *,
+    basis: str | None = None,
+    margin: float | None = None,
+    loaders: Loaders | None = None,
+    progress: ProgressCallback | None = None,
+) -> SuggestedTolerances:
+    """The suggestion stage on a run already made (the Tolerances page's button, at the
+    basis and margin the user picked): fitted on its sets, checked on fresh ones made by this
+    pipeline. `config` None (a reopened run): nothing can be checked, every output says so."""
+    from parity.analyses.fresh_check import suggest_checked
+    from parity.judge.suggest import DEFAULT_MARGIN
+
+    def rerun(fresh: RunConfig) -> ValidationRun:
+        return run_validation(fresh, progress=progress, loaders=loaders)
+
+    return suggest_checked(
+        run, config, rerun=rerun, basis=basis, margin=DEFAULT_MARGIN if margin is None else margin
+    )

@@ -429,6 +429,17 @@ class StaticAxis:
     text: str = ""
 
 
+@dataclass(frozen=True)
+class AnalysisNote:
+    """What an analysis that was asked for did, or why it could not: the JSON report's
+    `analyses[]`. No analysis is silently absent: one that could not run (`done` False) says
+    why here, and the findings say it (parity.show.findings)."""
+
+    analysis: str  # the stage's name (parity.analyses): "noise_floor", "layers", "repro", ...
+    text: str
+    done: bool = True
+
+
 FINDING_KINDS = (
     "bug",
     "rounding",
@@ -458,7 +469,7 @@ SUGGESTION_BASES = ("rounding", "observed")  # `suggested_tolerances.basis`
 
 @dataclass(frozen=True)
 class SuggestedTolerances:
-    """Per-output tolerances Parity suggests (parity.run.fresh_check): fitted on the run's
+    """Per-output tolerances Parity suggests (parity.analyses.fresh_check): fitted on the run's
     input sets, then checked on fresh ones (other seed, other sizes, at least as many) before
     being shown. `basis`: "rounding" (k x the noise floor --noise-floor measured) or
     "observed" (margin x the smallest atol that passed: no rounding measurement behind it);
@@ -524,8 +535,10 @@ class ValidationRun:
     frozen: tuple[FrozenNode, ...] = ()
     # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
     static_axes: tuple[StaticAxis, ...] = ()
-    # tolerances suggested and checked on fresh input sets (parity.run.fresh_check), if asked
+    # tolerances suggested and checked on fresh input sets (parity.analyses.fresh_check), if asked
     suggested_tolerances: SuggestedTolerances | None = None
+    # what each analysis asked for did, or why it could not (parity.analyses)
+    analyses: tuple[AnalysisNote, ...] = ()
 
     @classmethod
     def from_rows(

@@ -100,13 +100,13 @@ REOPENED = (
 
 def _suggest(run: ValidationRun, basis: str, margin: float) -> None:
     """Fit per-output tolerances on the run's input sets, check them on as many fresh ones
-    (parity.run.fresh_check: the model run again), and apply only what passed."""
+    (the pipeline's suggestion stage: the model run again), and apply only what passed."""
+    from parity.pipeline import check_suggestion
     from parity.run.config_json import config_of_run
-    from parity.run.fresh_check import suggest_checked
 
     config = config_of_run(run) if run.saved is None else None
     with st.spinner("Checking the suggestion on fresh input sets (the model runs again)..."):
-        found = suggest_checked(
+        found = check_suggestion(
             run, config, basis=basis, margin=margin, loaders=state.cached_loaders()
         )
     if run.saved is not None:

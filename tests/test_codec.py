@@ -344,6 +344,7 @@ LATER_FIELDS = {
     "suggested_tolerances",
     "input_of",  # layers.values[]
     "ops",
+    "analyses",
 }
 
 

@@ -74,7 +74,7 @@ def test_a_planted_bug_keeps_failing_under_it_and_the_words_say_why(blocks) -> N
 
 
 def test_cli_prints_the_checked_suggestion_and_its_flags_pass(blocks, capsys) -> None:
-    """--suggest: fitted on the run's sets, checked on fresh ones (parity.run.fresh_check),
+    """--suggest: fitted on the run's sets, checked on fresh ones (parity.analyses.fresh_check),
     printed with its flags; the planted bug gets none; --noise-floor alone prints a hint."""
     args = ["validate", "--model", str(blocks.pt2), "--onnx", str(blocks.clean_onnx)]
     assert main([*args, "--atol", "1e-9", "--noise-floor", "--suggest"]) == 1

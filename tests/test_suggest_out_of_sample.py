@@ -1,4 +1,4 @@
-"""Suggested tolerances hold out of sample and never pass a bug (parity.run.fresh_check): each
+"""Suggested tolerances hold out of sample and never pass a bug (parity.analyses.fresh_check): each
 is fitted on the run's input sets, then checked on as many fresh ones (another seed, larger
 sizes) through the same pipeline before it is shown; an output with a bug finding gets none.
 Real torch, real ONNX Runtime, a legacy export of a small conv net ending in a softmax, and a

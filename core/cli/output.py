@@ -4,26 +4,32 @@ the one error line (with the --json error report) when it could not be made."""
 from __future__ import annotations
 
 import argparse
-import shlex
+import functools
 import sys
 import textwrap
 import traceback
 
 from parity.cli.values import tolerances_from_args
 from parity.errors import OutputsUnwritten, ParityError, UsageError, WriteError
-from parity.results import ValidationRun
+from parity.results import AnalysisNote, ValidationRun
 from parity.run.input_binding import SignatureMismatch
+from parity.run.progress import NOTICE
 from parity.show.format import format_run, format_verdict
 from parity.tolerances import Tolerances
 from parity.verdict import ExitCode
 
 
 def progress_printer():
-    """Live progress on a terminal's stderr (None when stderr is not a terminal)."""
-    if not sys.stderr.isatty():
-        return None
+    """Live progress on a terminal's stderr; off a terminal, only the notices (a stage saying
+    what it is about to cost, e.g. the suggestion's fresh input sets)."""
+    live = sys.stderr.isatty()
 
     def show(event) -> None:
+        if event.step == NOTICE:
+            print(("\r\033[K" if live else "") + event.message + " ...", file=sys.stderr)
+            return
+        if not live:
+            return
         print(f"\r\033[K[{event.elapsed:6.1f}s] {event.message}", end="", file=sys.stderr)
         if event.step == "done":
             print("\r\033[K", end="", file=sys.stderr)
@@ -76,16 +82,17 @@ def _writers(run: ValidationRun, args: argparse.Namespace) -> list:
         writers.append(lambda: _write_model_explorer(run, args.model_explorer))
     if getattr(args, "write_fixed", None):
         writers.append(lambda: _write_fixed(run, args.write_fixed))
-    if getattr(args, "repro", None):
-        from parity.layers.repro import write_repro
-
-        command = "parity " + " ".join(shlex.quote(a) for a in (args.argv or ()))
-        writers.append(
-            lambda: print(
-                write_repro(run.layers, args.repro, command=command, onnx_path=run.onnx).message
-            )
-        )
+    for note in run.analyses:  # written while the run was made (parity.analyses.repro)
+        if note.analysis == "repro":
+            writers.append(functools.partial(_repro_said, note, args.repro))
     return writers
+
+
+def _repro_said(note: AnalysisNote, folder: str) -> None:
+    """What the repro stage wrote; a folder it could not write is an unwritten output."""
+    if not note.done:
+        raise WriteError(note.text, path=folder)
+    print(note.text)
 
 
 def _write_fixed(run: ValidationRun, path: str) -> None:

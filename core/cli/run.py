@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -56,20 +57,13 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         layers=args.layers or bool(args.repro),
         layers_memory_mb=args.layers_memory,
         noise_floor=args.noise_floor,
+        suggest=bool(getattr(args, "suggest", False)),
+        repro=getattr(args, "repro", None) or None,
+        repro_command="parity " + " ".join(shlex.quote(a) for a in (args.argv or ())),
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
     )
-    run = run_validation(config, progress=progress_printer())
-    if getattr(args, "suggest", False):
-        from dataclasses import replace
-
-        from parity.run.fresh_check import suggest_checked
-
-        n = 2 * max(len(run.input_sets), 1)
-        print(f"Checking the suggested tolerances on {n} fresh input sets ...", file=sys.stderr)
-        checked = suggest_checked(run, config, progress=progress_printer())
-        run = replace(run, suggested_tolerances=checked)
-    return run
+    return run_validation(config, progress=progress_printer())
 
 
 _OUTPUTS = (

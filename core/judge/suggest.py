@@ -272,7 +272,7 @@ def pooled_mismatch_curve(
 
 
 def suggestion_lines(s: SuggestedTolerances) -> list[str]:
-    """A checked suggestion (parity.run.fresh_check) in words: a headline (its basis, what it
+    """A checked suggestion (parity.analyses.fresh_check) in words: a headline (its basis, what it
     was fitted on and checked on), one line per output (its tolerance, or why none), the
     fresh sets, then the same tolerances as ``--tol`` flags. The terminal, the HTML report and
     the Tolerances page show these lines."""

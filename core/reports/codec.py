@@ -35,6 +35,7 @@ from parity.results import (
     FROZEN_KINDS,
     NOISE_PRECISIONS,
     SUGGESTION_BASES,
+    AnalysisNote,
     CandidateInfo,
     CandidateRun,
     ErrorStats,
@@ -125,6 +126,7 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
+        "analyses": [analysis_note_to_json(a) for a in run.analyses],
     }
     if run.provenance.inputs_by is not None:  # how torch got the feeds (parity.run.input_binding)
         data["input_matching"] = {
@@ -265,6 +267,7 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         else suggested_to_json(run.suggested_tolerances),
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
+        "analyses": [analysis_note_to_json(a) for a in run.analyses],
     }
 
 
@@ -324,6 +327,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         frozen=frozen_from_json(m.get("frozen")),
         static_axes=static_axes_from_json(m.get("static_axes")),
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
+        analyses=analysis_notes_from_json(m.get("analyses")),
     )
 
 
@@ -898,6 +902,27 @@ def static_axes_from_json(raw: Any) -> tuple[StaticAxis, ...]:
                 size=sj.integer(sj.field(entry, "size", at), f"{at}.size"),
                 torch_size=sj.integer(sj.field(entry, "torch_size", at), f"{at}.torch_size"),
                 text=sj.string(entry.get("text", ""), f"{at}.text"),
+            )
+        )
+    return tuple(found)
+
+
+def analysis_note_to_json(a: AnalysisNote) -> dict[str, Any]:
+    """One ``analyses[]`` entry: what an analysis asked for did, or why it could not."""
+    return {"analysis": a.analysis, "text": a.text, "done": bool(a.done)}
+
+
+def analysis_notes_from_json(raw: Any) -> tuple[AnalysisNote, ...]:
+    """The run's analysis notes (absent in runs saved before analyses said them: ())."""
+    found = []
+    for i, entry in enumerate(sj.array(raw or [], "analyses")):
+        at = f"analyses[{i}]"
+        entry = sj.obj(entry, at)
+        found.append(
+            AnalysisNote(
+                analysis=sj.string(sj.field(entry, "analysis", at), f"{at}.analysis"),
+                text=sj.string(sj.field(entry, "text", at), f"{at}.text"),
+                done=sj.boolean(entry.get("done", True), f"{at}.done"),
             )
         )
     return tuple(found)

@@ -45,6 +45,11 @@ class RunConfig:
     layers_memory_mb: int = 1024  # ONNX Runtime's extra outputs per batch (parity.layers)
     layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
     noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise_floor)
+    suggest: bool = False  # tolerances fitted, then checked on fresh input sets (parity.analyses)
+    # --repro DIR: the first confirmed divergence as a standalone folder (needs layers);
+    # `repro_command` is the command its README names (the CLI's argv, the API's call)
+    repro: str | None = None
+    repro_command: str = ""
     timeout: float | None = (
         None  # seconds for the whole run (parity.limits.deadline); None: no limit
     )

@@ -178,7 +178,7 @@ def static_axes(run: ValidationRun, config: RunConfig, source: Any) -> tuple[Sta
         or config.model is None
         or config.n_given_sets
         or not run.input_sets
-        or not hasattr(source, "reference_at")
+        or not source.runs_other_sizes
     ):
         return ()
     base = set_dims(signature, run.input_sets[0])

@@ -25,6 +25,9 @@ class ProgressEvent:
 
 ProgressCallback = Callable[[ProgressEvent], None]
 
+# the step of an event that is said even off a terminal: what a stage is about to cost
+NOTICE = "notice"
+
 
 class ProgressReporter:
     """Calls `callback` with ProgressEvents timed from construction (None: does nothing)."""

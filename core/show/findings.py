@@ -42,7 +42,8 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     frozen = _frozen(run)
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
     unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
-    return tuple(found + frozen + _static_axes(run) + _near_ties(run) + unmeasured)
+    not_run = _not_run(run)
+    return tuple(found + frozen + _static_axes(run) + _near_ties(run) + not_run + unmeasured)
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
@@ -248,16 +249,38 @@ def _near_ties(run: ValidationRun) -> list[Finding]:
     return out
 
 
+def _not_run(run: ValidationRun) -> list[Finding]:
+    """Analyses that were asked for and could not run, each with its reason (never silent)."""
+    found = []
+    for note in run.analyses:
+        if not note.done:
+            flag = _ANALYSIS_WORDS.get(note.analysis, note.analysis)
+            text = f"Asked for but not done ({flag}): {note.text.rstrip('.')}."
+            found.append(Finding("unmeasured", text))
+    return found
+
+
+_ANALYSIS_WORDS = {
+    "noise_floor": "--noise-floor",
+    "layers": "--layers",
+    "suggest": "--suggest",
+    "repro": "--repro",
+    "frozen": "the frozen-size search",
+}
+
+
 def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     """What would have told more, had it been measured: --layers, --noise-floor (only where
     some failing output is neither a bug nor rounding yet)."""
     missing = []
-    if all(c.layers is None for c in run.candidates):
+    could_not = {n.analysis for n in run.analyses if not n.done}  # said by _not_run
+    if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
         missing.append("where inside the model the outputs start to differ (--layers)")
     bug_or_rounding = {f.output for f in found if f.kind in ("bug", "rounding")}
     born = any(f.kind == "bug" and f.output is None for f in found)
     numeric = set(_numeric_failures(run))
-    if numeric and not born and not numeric <= bug_or_rounding:
+    asked = "noise_floor" in could_not
+    if numeric and not born and not numeric <= bug_or_rounding and not asked:
         word = file_precision_word(run)
         missing.append(f"whether the difference is {_rounding_name(word)} (--noise-floor)")
     if not missing:

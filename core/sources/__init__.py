@@ -143,6 +143,14 @@ class Source(Protocol):
         default: the one file."""
         return {"": path}
 
+    # the frozen-at-export search and the static-axis check need torch at other sizes
+    runs_other_sizes: bool = False
+
+    def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> Any:
+        """Torch's outputs on one more input set at any size (`runs_other_sizes`); default:
+        this kind cannot (no torch model to run again)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run torch at other sizes")
+
     def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor with 16-bit candidates: also run the reference at these precisions
         ("float16", "bfloat16"), where the source can; default: it cannot (nothing to do)."""

@@ -95,6 +95,8 @@ class TorchSource(Source):
         self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
         self._float64_ratio: list[float] = []  # float64 / float32 seconds, per set so far
 
+    runs_other_sizes = True
+
     def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> Any:
         """Torch's outputs on one more input set (the frozen-at-export search's checks);
         ModelRunError where torch cannot run at that size."""

@@ -20,7 +20,7 @@ says that nothing tells it from a bug.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from parity.errors import ParityError
@@ -41,8 +41,7 @@ from parity.results import (
     SuggestedTolerances,
     ValidationRun,
 )
-from parity.run.config import Loaders, RunConfig
-from parity.run.progress import ProgressCallback
+from parity.run.config import RunConfig
 from parity.tolerances import Tolerance
 
 __all__ = ["FRESH_SEED_OFFSET", "fresh_config", "suggest_checked", "unchecked_reason"]
@@ -89,6 +88,8 @@ def fresh_config(
         seed=config.seed + FRESH_SEED_OFFSET,
         layers=False,
         noise_floor=noise_floor,
+        suggest=False,
+        repro=None,
     )
 
 
@@ -102,14 +103,14 @@ def suggest_checked(
     run: ValidationRun,
     config: RunConfig | None,
     *,
+    rerun: Callable[[RunConfig], ValidationRun],
     basis: str | None = None,
     margin: float = DEFAULT_MARGIN,
-    loaders: Loaders | None = None,
-    progress: ProgressCallback | None = None,
 ) -> SuggestedTolerances:
     """Tolerances for `run`'s outputs, checked on fresh input sets (module doc). `config`:
-    the settings that made the run (None: not known, nothing can be checked). `basis`:
-    "rounding" (the default when the run measured its noise floor) or "observed"."""
+    the settings that made the run (None: not known, nothing can be checked). `rerun`: makes
+    a run of a config through the pipeline (the analysis context's). `basis`: "rounding"
+    (the default when the run measured its noise floor) or "observed"."""
     basis = basis or ("rounding" if has_noise(run) else "observed")
     fitted, withheld, k = _fit(run, basis, margin)
     n = max(len(run.input_sets), 1)
@@ -120,10 +121,8 @@ def suggest_checked(
     if why is None:
         fresh_cfg = fresh_config(config, run, n_sets=2 * n, noise_floor=basis == "rounding")
         fresh_cfg = replace(fresh_cfg, tolerances=_with(run, fitted).tolerances)
-        from parity.pipeline import run_validation
-
         try:
-            fresh = run_validation(fresh_cfg, progress=progress, loaders=loaders)
+            fresh = rerun(fresh_cfg)
         except ParityError as exc:
             why = f"the run could not be made on fresh inputs ({exc})"
         else:

@@ -1,0 +1,57 @@
+"""--layers as a stage: the same source's torch side and input sets with intermediate values
+compared (parity.layers), or, ONNX against ONNX, every candidate's values against the
+reference file's; never changes the outputs' verdict. One candidate against torch
+(check_config)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from parity.analyses.stage import Analysis, AnalysisContext
+from parity.results import Status, ValidationRun
+from parity.run.config import RunConfig
+
+
+class Layers(Analysis):
+    name = "layers"
+
+    def wanted(self, config: RunConfig) -> bool:
+        return config.layers or config.repro is not None
+
+    def apply(self, run: ValidationRun, context: AnalysisContext) -> ValidationRun:
+        if context.reference is not None:
+            from parity.layers.onnx_reference_run import with_onnx_layers
+
+            return with_onnx_layers(
+                run, context.config, context.reference, list(context.candidates), context.report
+            )
+        return _against_torch(run, context)
+
+
+def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRun:
+    from parity.layers.localise import localise_run
+
+    candidate = context.lead_without_sessions()
+    assert candidate is not None
+    config = context.config
+    side = context.source.torch_side()
+    raised = {c.input_set for c in run.outputs if c.status is Status.ERROR}
+    sets = tuple(s for s in run.input_sets if s.index not in raised)  # where ORT ran
+    layers = localise_run(
+        side,
+        candidate.path,
+        sets or run.input_sets,
+        candidate.signature,
+        provider=candidate.provider,
+        opt_level=candidate.opt_level,
+        memory_mb=config.layers_memory_mb,
+        confirm=config.layers_confirm,
+        progress=lambda message: context.report("layers", message, None),
+    )
+    model = side.model if side is not None else None
+    if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
+        from parity.layers.qdq import torch_exclusions
+
+        context.report("layers", "simulating exclusions from quantization", None)
+        layers = torch_exclusions(layers, candidate, run, model)
+    return replace(run.with_layers({run.candidates[0].index: layers}))
