@@ -20,7 +20,7 @@ from onnx import numpy_helper
 
 from parity.hf.options import HfOptions
 from parity.layers.birth import matching_error
-from parity.layers.result import LayerStatus, LayerValue, Outcome
+from parity.layers.result import LayersResult, LayerStatus, LayerValue, Outcome
 from parity.pipeline import RunConfig, run_validation
 from tests.helpers.hf_models import PROMPTS
 
@@ -137,9 +137,17 @@ def test_clean_fused_bert_flags_nothing_and_lists_the_moved_biases(fused) -> Non
     assert dense.onnx_op == "MatMul" and dense.status == LayerStatus.NOT_COMPARABLE
     assert dense.reason is not None and "bias was moved into BiasGelu" in dense.reason
     assert (dense.error_ratio or 0) > 1e-3  # its numbers do differ: a bias is missing
+    # what each fused node stands for: its module, the leaves fused into it, a bias it took
+    attention = by_module["encoder.layer.1.attention.self"]
+    assert {"encoder.layer.1.attention.self.query", "encoder.layer.1.attention.self.value"} <= set(
+        attention.covers
+    )
+    assert "encoder.layer.0.intermediate.dense (bias)" in act.covers
+    assert dense.covers == ()
     block = json.loads(json.dumps(run.layers.to_json()))
     statuses = {v["status"] for v in block["values"]}
     assert statuses == {"pass", "not_comparable"}
+    assert LayersResult.from_json(block).values == layers.values  # reason, covers kept
     assert any("not comparable" in n for n in layers.notes)
 
 
@@ -213,3 +221,29 @@ def test_a_divergence_after_which_everything_agrees_is_a_matching_error() -> Non
     # a value not comparable after it is not judged either way
     unjudged = [*agreeing, _value(4, "not_comparable", (3,))]
     assert matching_error(flagged, unjudged) is not None
+
+
+def test_layers_page_rows_show_what_a_fused_node_covers_and_why_a_value_is_not_compared() -> None:
+    from dataclasses import replace
+
+    from parity.dashboard.layers import value_rows
+
+    fused_value = replace(
+        _value(2, "pass"),
+        onnx_op="com.microsoft.BiasGelu",
+        covers=("m.act", "m.dense (bias)"),
+    )
+    moved = replace(_value(1, "not_comparable"), reason="fused: its bias was moved into BiasGelu")
+    result = LayersResult(
+        criterion="c",
+        matching="module boundaries",
+        matched=2,
+        unmatched_onnx=0,
+        unmatched_torch=0,
+        first_divergence=None,
+        values=(moved, fused_value),
+    )
+    rows = value_rows(result).set_index("order")
+    assert rows.loc[2, "fused: covers"] == "m.act, m.dense (bias)"
+    assert rows.loc[1, "not comparable"] == "fused: its bias was moved into BiasGelu"
+    assert rows.loc[1, "status"] == "· not comparable"

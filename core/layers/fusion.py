@@ -16,11 +16,13 @@ MEANINGS: {op type: {output slot: what it means}}; a slot not listed means nothi
 fused_scope(node, initializers) -> str | None   the legacy scope of a fused node
 lost_meanings(nodes) -> {value name: reason}    values no torch value stands for
 fusion_notes(values) -> [str]                   the layers' notes on fusions
+covered(graph, value, modules, scoped) -> (str, ...)  the modules a fused output stands for
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 import onnx
 
@@ -191,3 +193,25 @@ def fusion_notes(values: Sequence[LayerValue]) -> list[str]:
             + ("; ..." if len(lost) > _LISTED else "")
         )
     return notes
+
+
+def covered(
+    graph: Any, value: str, modules: Iterable[str], scoped: Collection[str]
+) -> tuple[str, ...]:
+    """The torch modules a fused node's output stands for (`graph`: a GraphIndex): its
+    scope's module, the leaf modules under it with no scope of their own in the graph (an
+    Attention's query, key, value), and the modules whose bias it took, as "PATH (bias)";
+    () for a value no fused node made."""
+    v = graph.values.get(value)
+    if v is None or not v.scope or not is_fused_op(v.op):
+        return ()
+    under = sorted(m for m in modules if m.startswith(v.scope + ".") and m not in scoped)
+    leaves = [m for m in under if not any(o.startswith(m + ".") for o in under)]
+    took = [
+        f"{graph.values[i].scope} (bias)"
+        for i in graph.inputs_of.get(value, ())
+        if i in graph.values
+        and graph.values[i].scope
+        and (graph.values[i].not_comparable or "").startswith("fused: its bias")
+    ]
+    return (v.scope, *leaves, *took)

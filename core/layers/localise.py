@@ -607,6 +607,7 @@ def _values(
                 feeds=c.pair.feeds,
                 ops=stands_for(graph, value, inputs_of) if c.judgement.status.born else (),
                 reason=g.not_comparable,
+                covers=c.pair.covers,
             )
         )
     values.sort(key=lambda v: (v.order, v.input_set))

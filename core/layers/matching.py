@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parity.layers import fusion, recurrent
@@ -39,6 +39,7 @@ class Pair:
     candidates: tuple[str, ...] = ()  # module mode: boundary values, last first
     leaf: int | None = None  # which tensor of the module's output (an LSTM's h_n: 1)
     feeds: str | None = None  # a module input: the module it feeds (see LayerValue.feeds)
+    covers: tuple[str, ...] = ()  # a fused node's output: the modules it stands for
 
 
 @dataclass(frozen=True)
@@ -376,6 +377,12 @@ def _module_plan(
             "compared with the folded module's output"
         )
     scoped = set(boundaries) | set(folds.values())
+    pairs = [
+        replace(p, covers=fusion.covered(graph, p.onnx_value, capture.paths, scoped))
+        if fusion.is_fused_op(graph.values[p.onnx_value].op)
+        else p
+        for p in pairs
+    ]
     unmatched_torch = sum(
         1
         for path, m in model.module.named_modules()

@@ -76,6 +76,7 @@ class LayerValue:
     feeds: str | None = None
     ops: tuple[str, ...] = ()
     reason: str | None = None  # why it is not comparable (status "not_comparable")
+    covers: tuple[str, ...] = ()  # a fused node's output: the torch modules it stands for
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +101,7 @@ class LayerValue:
             "input_of": self.feeds,
             "ops": list(self.ops),
             "reason": self.reason,
+            "covers": list(self.covers),
         }
 
     @classmethod
@@ -126,6 +128,7 @@ class LayerValue:
             feeds=_opt_str(data.get("input_of")),
             ops=tuple(str(o) for o in data.get("ops") or ()),
             reason=_opt_str(data.get("reason")),
+            covers=tuple(str(m) for m in data.get("covers") or ()),
         )
 
 
