@@ -449,6 +449,7 @@ FINDING_KINDS = (
     "static_axis",
     "unmeasured",
     "diverges",
+    "stage",  # several files as pipeline stages: the first where the numbers break
 )
 
 
