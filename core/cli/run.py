@@ -59,7 +59,8 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         noise_floor=args.noise_floor,
         suggest=bool(getattr(args, "suggest", False)),
         repro=getattr(args, "repro", None) or None,
-        repro_command="parity " + " ".join(shlex.quote(a) for a in (args.argv or ())),
+        repro_command="parity "
+        + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
     )
