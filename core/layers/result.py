@@ -100,7 +100,7 @@ class LayerValue:
             "dtype": self.dtype or None,
             "input_of": self.feeds,
             "ops": list(self.ops),
-            "reason": self.reason,
+            "not_comparable": self.reason,  # why, where the status says so
             "covers": list(self.covers),
         }
 
@@ -127,7 +127,7 @@ class LayerValue:
             dtype=_opt_str(data.get("dtype")) or "",
             feeds=_opt_str(data.get("input_of")),
             ops=tuple(str(o) for o in data.get("ops") or ()),
-            reason=_opt_str(data.get("reason")),
+            reason=_opt_str(data.get("not_comparable")),
             covers=tuple(str(m) for m in data.get("covers") or ()),
         )
 
