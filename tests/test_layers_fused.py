@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
@@ -247,3 +248,28 @@ def test_layers_page_rows_show_what_a_fused_node_covers_and_why_a_value_is_not_c
     assert rows.loc[2, "fused: covers"] == "m.act, m.dense (bias)"
     assert rows.loc[1, "not comparable"] == "fused: its bias was moved into BiasGelu"
     assert rows.loc[1, "status"] == "· not comparable"
+
+
+def test_a_cut_that_makes_a_matched_value_itself_is_not_also_fed_it() -> None:
+    """An Attention reads EmbedLayerNormalization's output (matched) and its mask index (not
+    comparable): the cut takes the EmbedLayerNormalization node, so it makes the output
+    itself rather than declaring it twice (ONNX Runtime: "Duplicate definition of name")."""
+    from onnx import TensorProto, helper
+
+    from parity.layers import confirm
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    nodes = [
+        helper.make_node("Split", ["x"], ["a0", "a1"], axis=0, num_outputs=2),
+        helper.make_node("Add", ["a0", "a1"], ["y"]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 18)]
+    )
+    selection = confirm.select(model, "y", {"x", "a0"})
+    assert isinstance(selection, confirm.Selection)
+    assert selection.inputs == ("x",) and selection.nodes == (0, 1)
+    arrays = {"x": np.arange(4, dtype=np.float32)}
+    cut = confirm.build(model, selection, arrays, np.zeros(2, np.float32))
+    np.testing.assert_array_equal(confirm.run_cut(cut, arrays), [2.0, 4.0])
