@@ -273,3 +273,38 @@ def test_a_cut_that_makes_a_matched_value_itself_is_not_also_fed_it() -> None:
     arrays = {"x": np.arange(4, dtype=np.float32)}
     cut = confirm.build(model, selection, arrays, np.zeros(2, np.float32))
     np.testing.assert_array_equal(confirm.run_cut(cut, arrays), [2.0, 4.0])
+
+
+def test_olive_names_the_pooler_output_tanh_and_it_is_paired_not_missing(fused, tmp_path) -> None:
+    """Olive's dynamo export names BERT's pooler output `tanh` (its last op): the hf: run
+    pairs it with torch's `pooler_output` by order and shape, says so once, and passes."""
+    import torch
+    import transformers
+
+    model = transformers.BertModel.from_pretrained(fused.bert_dir).eval()
+    ids = torch.tensor([[2, 5, 6, 3]])
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    axes = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
+    path = tmp_path / "olive_like.onnx"
+    torch.onnx.export(
+        model,
+        (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        str(path),
+        input_names=names,
+        output_names=["last_hidden_state", "tanh"],
+        dynamic_axes={**axes, "tanh": {0: "batch"}},
+        dynamo=False,
+        opset_version=17,
+    )
+    run = run_validation(
+        RunConfig(model=f"hf:{fused.bert_dir}", onnx=str(path), hf=HfOptions(prompts=PROMPTS))
+    )
+    assert run.verdict == "pass"
+    assert {(c.name, c.status.value) for c in run.outputs} == {
+        ("last_hidden_state", "pass"),
+        ("tanh", "pass"),
+    }
+    assert run.infos[0].notes == (
+        "outputs named otherwise than torch's, paired by order and shape: "
+        "ONNX 'tanh' is torch's 'pooler_output'",
+    )
