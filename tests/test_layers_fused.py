@@ -40,7 +40,7 @@ class Fused:
     gpt2: Path
 
 
-def _randomized(model):
+def _randomized(model, weight_std: float = 0.5):
     """Every parameter random (biases and LayerNorm weights too: a fresh model's are 0 and 1,
     which the exporter deduplicates and a moved bias would not change)."""
     import torch
@@ -48,17 +48,20 @@ def _randomized(model):
     torch.manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(torch.randn_like(p) * (0.1 if "bias" in name or "LayerNorm" in name else 0.5))
+            small = "bias" in name or "LayerNorm" in name
+            p.copy_(torch.randn_like(p) * (0.1 if small else weight_std))
             if "LayerNorm.weight" in name or name.endswith(("ln_1.weight", "ln_2.weight")):
                 p.add_(1.0)
     return model.eval()
 
 
-def _optimized(src: Path, dst: Path, model_type: str) -> onnx.ModelProto:
+def _optimized(
+    src: Path, dst: Path, model_type: str, heads: int = HEADS, hidden: int = HIDDEN
+) -> onnx.ModelProto:
     from onnxruntime.transformers.optimizer import optimize_model
 
     opt = optimize_model(
-        str(src), model_type=model_type, num_heads=HEADS, hidden_size=HIDDEN, opt_level=1
+        str(src), model_type=model_type, num_heads=heads, hidden_size=hidden, opt_level=1
     )
     opt.save_model_to_file(str(dst))
     return opt
