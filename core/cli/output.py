@@ -202,6 +202,12 @@ def write_error_report(
     if isinstance(exc, WriteError) and exc.path == str(args.json):
         return ""
     from parity.reports.report import error_report_dict, write_json
+    from parity.sweep.names import given_names, renamed_text
+
+    names = given_names()  # a sweep pair: its files as the manifest names them
+
+    def given(text: str | None) -> str | None:
+        return None if text is None else renamed_text(str(text), names)
 
     try:
         tolerances = tolerances_from_args(args)
@@ -211,11 +217,11 @@ def write_error_report(
         write_json(
             args.json,
             error_report_dict(
-                model=getattr(args, "model", None) or getattr(args, "run", None),
-                onnx=_first(getattr(args, "onnx", None)),
+                model=given(getattr(args, "model", None) or getattr(args, "run", None)),
+                onnx=given(_first(getattr(args, "onnx", None))),
                 tolerances=tolerances,
                 kind=kind,
-                message=message,
+                message=renamed_text(message, names),
             ),
         )
     except WriteError as write_exc:

@@ -37,6 +37,9 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
     hf = None
     if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
         hf = hf_options_from_args(args)
+    from parity.sweep.names import given_names, renamed_text
+
+    names = given_names()  # set by a sweep for its pairs: their files as its manifest says
     float_range, float_ranges = parse_float_ranges(args.float_range)
     config = RunConfig(
         model=args.model,
@@ -59,12 +62,15 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         noise_floor=args.noise_floor,
         suggest=bool(getattr(args, "suggest", False)),
         repro=getattr(args, "repro", None) or None,
-        repro_command="parity "
-        + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),
+        repro_command=renamed_text(
+            "parity " + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),
+            names,
+        ),
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
     )
-    return run_validation(config, progress=progress_printer())
+    run = run_validation(config, progress=progress_printer())
+    return run.renamed(names)  # a sweep pair: files named as its manifest names them
 
 
 _OUTPUTS = (

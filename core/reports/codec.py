@@ -60,6 +60,7 @@ from parity.results import (
 from parity.show.rows import ComparisonRow
 from parity.signature import OnnxSignature, TensorSpec
 from parity.tolerances import Tolerance, Tolerances
+from parity.verdict import Verdict
 
 if TYPE_CHECKING:
     from parity.layers.result import LayersResult
@@ -84,6 +85,9 @@ __all__ = [
     "provenance_from_json",
     "provenance_to_json",
     "report_json",
+    "report_rows_from_json",
+    "report_verdict",
+    "row_from_json",
     "row_to_json",
     "run_from_json",
     "run_to_json",
@@ -216,6 +220,74 @@ def row_to_json(row: ComparisonRow) -> dict[str, Any]:
         "min_atol_to_pass": row.min_atol_to_pass,
         "message": row.message,
     }
+
+
+def row_from_json(entry: Any, at: str) -> ComparisonRow:
+    """An ``outputs[]`` entry of a JSON report read back as its table row (what a sweep or any
+    reader of a report judges by: parity.show.rows, parity.labels.badness). The report does not
+    hold `can_rejudge` (False here) nor `n_judged` (elements less the excluded ones)."""
+    e = sj.obj(entry, at)
+
+    def get(key: str) -> Any:
+        return e.get(key)  # a field an older report lacks reads as null
+
+    def num(key: str) -> float | None:
+        return sj.optional(sj.number, get(key), f"{at}.{key}")
+
+    def count(key: str) -> int | None:
+        return sj.optional(sj.integer, get(key), f"{at}.{key}")
+
+    status = sj.string(sj.field(e, "status", at), f"{at}.status")
+    if status not in Status._value2member_map_:
+        raise sj.FieldError(f"{at}.status: {status!r} is not a status")
+    n_elements, n_excluded = count("n_elements") or 0, count("n_excluded") or 0
+    return ComparisonRow(
+        input_set=count("input_set"),
+        name=sj.string(sj.field(e, "name", at), f"{at}.name"),
+        status=Status(status),
+        ref_shape=sj.optional(sj.shape, get("ref_shape"), f"{at}.ref_shape"),
+        onnx_shape=sj.optional(sj.shape, get("onnx_shape"), f"{at}.onnx_shape"),
+        ref_dtype=sj.optional(sj.string, get("ref_dtype"), f"{at}.ref_dtype"),
+        onnx_dtype=sj.optional(sj.string, get("onnx_dtype"), f"{at}.onnx_dtype"),
+        n_elements=n_elements,
+        n_excluded=n_excluded,
+        n_judged=max(0, n_elements - n_excluded),
+        n_mismatch=count("n_mismatch"),
+        mismatch_fraction=num("mismatch_fraction"),
+        max_abs=num("max_abs"),
+        max_rel=num("max_rel"),
+        mean_abs=num("mean_abs"),
+        rms=num("rms"),
+        p99_abs=num("p99_abs"),
+        n_nan_mismatch=count("n_nan_mismatch"),
+        n_inf_mismatch=count("n_inf_mismatch"),
+        worst_index=sj.optional(sj.shape, get("worst_index"), f"{at}.worst_index"),
+        ref_at_worst=num("ref_at_worst"),
+        onnx_at_worst=num("onnx_at_worst"),
+        cosine=num("cosine"),
+        snr_db=num("snr_db"),
+        atol=sj.optional(sj.number, get("atol"), f"{at}.atol") or 0.0,
+        rtol=sj.optional(sj.number, get("rtol"), f"{at}.rtol") or 0.0,
+        min_atol_to_pass=num("min_atol_to_pass"),
+        can_rejudge=False,
+        message=sj.optional(sj.string, get("message"), f"{at}.message") or "",
+        candidate=count("candidate") or 0,
+    )
+
+
+def report_rows_from_json(report: Mapping[str, Any]) -> tuple[ComparisonRow, ...]:
+    """Every ``outputs[]`` row of a JSON report (FieldError naming the first bad field)."""
+    raw = report.get("outputs")
+    items = sj.array(raw if raw is not None else [], "outputs")
+    return tuple(row_from_json(o, f"outputs[{i}]") for i, o in enumerate(items))
+
+
+def report_verdict(report: Mapping[str, Any]) -> Verdict:
+    """A JSON report's verdict (FieldError when it is not one)."""
+    value = sj.string(report.get("verdict"), "verdict")
+    if value not in Verdict._value2member_map_:
+        raise sj.FieldError(f"verdict: {value!r} is not a verdict")
+    return Verdict(value)
 
 
 def where_to_json(where: WhereProfile | None) -> dict[str, Any] | None:
