@@ -67,6 +67,9 @@ class OutputSet:
     arrays: Mapping[str, np.ndarray]
     seconds: float = 0.0
     notes: tuple[str, ...] = ()  # e.g. "output 'y': bfloat16 compared as float32"
+    # the reference side: ONNX outputs paired with torch outputs of another name, in one
+    # line (parity.run.runner.pair_outputs); the run's candidates say it
+    pairing: str = ""
 
 
 @dataclass(frozen=True)
@@ -451,6 +454,7 @@ class FindingKind(StrEnum):
     UNMEASURED = "unmeasured"
     DIVERGES = "diverges"
     QUANTIZATION = "quantization"  # what a file's quantized weights cost (not a bug)
+    STAGE = "stage"  # several files as pipeline stages: the first where the numbers break
 
 
 FINDING_KINDS = tuple(k.value for k in FindingKind)

@@ -15,6 +15,7 @@ from parity.hf.options import format_overrides
 from parity.hf.summary import PHASES, judged_summary
 from parity.labels import status_label, worst_first
 from parity.results import OutputComparison, Status, ValidationRun
+from parity.show.summary import candidate_notes
 from parity.text import aligned_table, number_text, shape_text, terminal_text
 
 SEQ2SEQ = "encoder_decoder"  # the summary "kind" of an encoder-decoder run (seq2seq_source)
@@ -148,6 +149,7 @@ def format_hf_summary(run: ValidationRun) -> str:
             f"max abs diff there {number_text(masked.get('max_abs'))}"
         )
     lines.append(f"time:      {time_text}")
+    lines += [f"note:      {note}" for note in candidate_notes(run)]
     return "\n".join(map(terminal_text, lines))  # a saved run's strings: one line of text each
 
 

@@ -13,7 +13,7 @@ from parity.layers import criterion
 from parity.layers.birth_words import birth_sentence, other_lines
 from parity.layers.precision_view import precision_lines
 from parity.layers.result import LayersResult, LayerStatus, LayerValue
-from parity.layers.views import fmt, jump_words, place_words
+from parity.layers.views import fmt, jump_words, metric_of, place_words
 from parity.text import ratio_text, terminal_text
 
 if TYPE_CHECKING:  # annotation only
@@ -35,7 +35,7 @@ def format_layers(
         lines.extend(f"  {note}" for note in result.notes)
         return _joined(lines)
     if first is None:
-        worst = max(result.values, key=lambda v: v.error_ratio or 0.0, default=None)
+        worst = max(result.values, key=lambda v: metric_of(v, "error_ratio") or 0.0, default=None)
         lines.append("  no value diverges (see the criterion in the JSON report)")
         lines.extend(_confirmed(result))
         if worst is not None:
@@ -93,6 +93,7 @@ _STATUS_WORDS = {
     LayerStatus.CARRIED.value: "carried: its error is no bigger than the error flowing into it",
     LayerStatus.PASS.value: "within its threshold",
     LayerStatus.NOT_COMPARED.value: "not comparable",
+    LayerStatus.NOT_COMPARABLE.value: "not comparable (no torch value stands for it)",
 }
 
 
