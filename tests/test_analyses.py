@@ -80,7 +80,7 @@ def no_float64(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Modul
 
 def test_every_stage_is_an_analysis_with_a_name_and_a_config_switch() -> None:
     names = [cls.name for cls in ANALYSES]
-    assert names == ["frozen", "noise_floor", "layers", "suggest", "repro"]
+    assert names == ["frozen", "noise_floor", "layers", "stages", "suggest", "repro"]
     assert all(issubclass(cls, Analysis) for cls in ANALYSES)
     plain = RunConfig(model=None, onnx=("a.onnx", "b.onnx"))
     assert [a.name for a in wanted_analyses(plain)] == []

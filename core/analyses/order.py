@@ -1,7 +1,8 @@
 """The analyses in the order the pipeline runs them: sizes frozen at export first (they
 explain a failure before anything else looks at it), the noise floor (judged per case while
-the loop runs), layers, the suggestion (it reads the findings the others made), the repro
-folder (it writes what the layers confirmed)."""
+the loop runs), layers, pipeline stages side by side (several files), the suggestion (it
+reads the findings the others made), the repro folder (it writes what the layers
+confirmed)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,18 @@ from parity.analyses.layers import Layers
 from parity.analyses.noise import NoiseFloor
 from parity.analyses.repro import Repro
 from parity.analyses.stage import Analysis
+from parity.analyses.stages import Stages
 from parity.analyses.suggest import Suggest
 from parity.run.config import RunConfig
 
-ANALYSES: tuple[type[Analysis], ...] = (FrozenSizes, NoiseFloor, Layers, Suggest, Repro)
+ANALYSES: tuple[type[Analysis], ...] = (
+    FrozenSizes,
+    NoiseFloor,
+    Layers,
+    Stages,
+    Suggest,
+    Repro,
+)
 
 
 def wanted_analyses(config: RunConfig) -> list[Analysis]:
