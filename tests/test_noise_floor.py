@@ -162,7 +162,8 @@ def test_overview_inspect_and_run_pages(blocks) -> None:
         assert not at.exception, at.exception
         texts[page] = "\n".join(t.value for t in at.text)
     assert "y: not rounding: " in texts["pages/overview.py"]
-    assert "Rounding noise: not rounding: " in texts["pages/inspect_page.py"]
+    inspect = texts["pages/inspect_page.py"]  # said as the shown set's (issue 53)
+    assert "Rounding noise on set 0" in inspect and ": not rounding: " in inspect
     at = AppTest.from_file(app, default_timeout=180)
     at.switch_page("pages/run.py").run()
     (box,) = [c for c in at.checkbox if c.key == "run_noise_floor"]
