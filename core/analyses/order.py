@@ -1,6 +1,7 @@
 """The analyses in the order the pipeline runs them: sizes frozen at export first (they
 explain a failure before anything else looks at it), the noise floor (judged per case while
-the loop runs), layers, the suggestion (it reads the findings the others made), the repro
+the loop runs), layers, the quantized weights (torch again with a file's own
+int4 weights: it explains what the layers found), the suggestion (it reads the findings the others made), the repro
 folder (it writes what the layers confirmed)."""
 
 from __future__ import annotations
@@ -8,12 +9,20 @@ from __future__ import annotations
 from parity.analyses.frozen_sizes import FrozenSizes
 from parity.analyses.layers import Layers
 from parity.analyses.noise import NoiseFloor
+from parity.analyses.quantization import Quantization
 from parity.analyses.repro import Repro
 from parity.analyses.stage import Analysis
 from parity.analyses.suggest import Suggest
 from parity.run.config import RunConfig
 
-ANALYSES: tuple[type[Analysis], ...] = (FrozenSizes, NoiseFloor, Layers, Suggest, Repro)
+ANALYSES: tuple[type[Analysis], ...] = (
+    FrozenSizes,
+    NoiseFloor,
+    Layers,
+    Quantization,
+    Suggest,
+    Repro,
+)
 
 
 def wanted_analyses(config: RunConfig) -> list[Analysis]:

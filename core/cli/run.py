@@ -58,6 +58,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         layers_memory_mb=args.layers_memory,
         noise_floor=args.noise_floor,
         suggest=bool(getattr(args, "suggest", False)),
+        quantized_reference=not getattr(args, "no_quantized_reference", False),
         repro=getattr(args, "repro", None) or None,
         repro_command="parity " + " ".join(shlex.quote(a) for a in (args.argv or ())),
         timeout=args.timeout,

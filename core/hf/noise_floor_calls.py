@@ -51,14 +51,20 @@ def float64_calls(
     out = []
     for call in calls:
         try:
-            out.append(_call_again(double, call))
+            out.append(call_again(double, call, float64=True))
         except Exception as exc:
             return None, f"{NOT_MEASURED}: the model failed in float64 ({first_line(exc)})"
     return tuple(out), ""
 
 
-def _call_again(model: Any, call: CapturedCall) -> CapturedCall:
+def call_again(model: Any, call: CapturedCall, *, float64: bool) -> CapturedCall:
+    """`call` made again by `model` with the inputs captured then (float inputs and the past
+    cache cast to float64 for a float64 model): its logits, present cache and outputs."""
     import torch
+
+    def _tensor(array: np.ndarray) -> Any:
+        return _as_tensor(array, float64)
+
 
     from parity.hf.export import cache_tensors, make_cache
 
@@ -82,10 +88,10 @@ def _call_again(model: Any, call: CapturedCall) -> CapturedCall:
     return replace(call, logits=logits, present=present)
 
 
-def _tensor(array: np.ndarray) -> Any:
+def _as_tensor(array: np.ndarray, float64: bool) -> Any:
     import torch
 
     a = np.asarray(array)
-    if a.dtype == np.float32:
+    if float64 and a.dtype == np.float32:
         a = a.astype(np.float64)
     return torch.from_numpy(np.array(a, copy=True, order="C"))

@@ -214,6 +214,26 @@ class HfSource(HfSourceBase):
                 case = dataclasses.replace(case, float64=reference_outputs(double, names))
             yield dataclasses.replace(case, float64_note=note) if note else case
 
+    def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
+        """The captured call of this case made again by the model as it is now, its outputs
+        under the ONNX names (parity.hf.noise_floor_calls.call_again, in float32)."""
+        from parity.hf.noise_floor_calls import call_again
+
+        loaded, capture = self._captured()
+        call = next(c for c in capture.calls if c.index == input_set.index)
+        again = call_again(loaded.model, call, float64=False)
+        return reference_outputs(again, tuple(signature.output_names))
+
+    def tokens_again(self) -> np.ndarray | None:
+        """generate() again on the run's prompts (a causal LM): its greedy new tokens."""
+        loaded, capture = self._captured()
+        if loaded.encoder or capture.new_tokens is None:
+            return None
+        again = capture_generate(
+            loaded, prompts=self.options.prompts, max_new_tokens=self.options.max_new_tokens
+        )
+        return None if again.new_tokens is None else np.asarray(again.new_tokens)
+
     def free_run(
         self, candidate: Candidate, tolerances: Tolerances, deadline: Deadline | None = None
     ) -> None:

@@ -46,6 +46,9 @@ class RunConfig:
     layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
     noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise_floor)
     suggest: bool = False  # tolerances fitted, then checked on fresh input sets (parity.analyses)
+    # a file's weight-only quantized ops (int4 MatMulNBits, ...) judged against torch with the
+    # file's own dequantized weights (parity.analyses.quantization); acts only where found
+    quantized_reference: bool = True
     # --repro DIR: the first confirmed divergence as a standalone folder (needs layers);
     # `repro_command` is the command its README names (the CLI's argv, the API's call)
     repro: str | None = None

@@ -53,6 +53,7 @@ def config_json(config: RunConfig) -> dict[str, Any]:
         "layers_memory_mb": int(config.layers_memory_mb),
         "noise_floor": bool(config.noise_floor),
         "suggest": bool(config.suggest),
+        "quantized_reference": bool(config.quantized_reference),
         "timeout": None if config.timeout is None else float(config.timeout),
         "max_memory": config.max_memory,
     }
@@ -104,6 +105,7 @@ def config_from_json(data: Mapping[str, Any], tolerances: Tolerances | None = No
         layers_memory_mb=get("layers_memory_mb", sj.integer, 1024, minimum=1) or 1024,
         noise_floor=bool(get("noise_floor", sj.boolean, False)),
         suggest=bool(get("suggest", sj.boolean, False)),
+        quantized_reference=bool(get("quantized_reference", sj.boolean, True)),
         timeout=get("timeout", sj.number, None, minimum=0.0) or None,
         max_memory=get("max_memory", sj.integer),
     )

@@ -13,7 +13,10 @@ for a 16-bit file. The layers record no output reachability, so "every failing o
 feeds" is every failing output of the candidate whose layers found the birth.
 
 Kinds (FINDING_KINDS): bug, rounding, frozen (a size or branch the export froze; confirmed
-ones), near_tie (an LLM's greedy token flipped by an acceptable error), error (ONNX Runtime
+ones), quantization (what a file's intended quantized weights cost: "int4 weights ..."; the
+file judged against torch with its own dequantized weights, parity.analyses.quantization,
+speaks for that candidate instead of the layers, whose reference is torch's float weights),
+near_tie (an LLM's greedy token flipped by an acceptable error), error (ONNX Runtime
 raised on an input set), diverges (where the outputs start to differ, not confirmed as made
 there), unmeasured (what this run did not measure).
 """
@@ -89,11 +92,15 @@ def _per_candidate(run: ValidationRun) -> list[Finding]:
         if view.info.error is None and not view.passed:
             one = run.for_candidate(view.index)
             out += _candidate_findings(one, view.index)
+        elif view.quantization is not None:  # passing, yet a weight may be wrong
+            out += _quantization(run.for_candidate(view.index), view.index)
     return out
 
 
 def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
     out: list[Finding] = list(_errors(run, candidate))
+    if run.quantization is not None and run.quantization.outputs:
+        return out + _quantization(run, candidate)
     layers = run.layers
     first = layers.first_divergence if layers is not None else None
     confirmation = layers.confirmation_of(first) if layers is not None else None
@@ -129,6 +136,106 @@ def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
         else:
             out.append(Finding("bug", _noise_bug_text(name, noise), name, candidate))
     return out
+
+
+def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
+    """A file with weight-only quantized ops (parity.analyses.quantization): its weights
+    (each a rounding of the model's, or a bug at its node), then each failing output split
+    in two: the file against torch with its own weights, and what those weights cost."""
+    quant = run.quantization
+    assert quant is not None
+    width = quant.width
+    out: list[Finding] = []
+    rounded = [w for w in quant.weights if w.status == "rounding"]
+    if rounded:
+        ops = sorted({w.op for w in rounded})
+        sizes = sorted({w.block_size for w in rounded if w.op == "MatMulNBits"})
+        blocks = f", blocks of {', '.join(map(str, sizes))}" if sizes else ""
+        worst = max((w.max_steps or 0.0) for w in rounded)
+        out.append(
+            Finding(
+                "quantization",
+                f"{width} weights: {len(rounded)} {'/'.join(ops)} node(s){blocks}, each a "
+                f"rounding of the model's weight (at most {worst:.2g} step off): "
+                f"{width} rounding, intended, not a bug in the export.",
+                candidate=candidate,
+            )
+        )
+    for w in quant.bugs:
+        what = f" ({w.defect})" if w.defect else ""
+        out.append(
+            Finding(
+                "bug",
+                f"The {w.op} node {w.node}: its int{w.bits} weights are not a rounding of "
+                f"{w.parameter}: {w.bad_blocks} of {w.n_blocks} block(s) are off by up to "
+                f"{_steps(w.max_steps)} steps{what}; a bug in the quantized weights, made at "
+                "this node.",
+                candidate=candidate,
+            )
+        )
+    bad = ", ".join(w.node for w in quant.bugs[:3])
+    by_name = {o.name: o for o in quant.outputs}
+    for name in list(_numeric_failures(run))[:MAX_OUTPUT_FINDINGS]:
+        o = by_name.get(name)
+        if o is None or o.export_passed is None:
+            continue
+        cost = (
+            f"the {width} weights themselves move it to an SQNR of {o.sqnr_db:.1f} dB "
+            f"(max abs {number_text(o.quant_max_abs)}) from torch's float weights"
+            if o.sqnr_db is not None
+            else f"the {width} weights themselves move it by max abs "
+            f"{number_text(o.quant_max_abs)} from torch's float weights"
+        )
+        agrees = (
+            "against torch with the file's own dequantized weights it agrees (max abs "
+            f"{number_text(o.export_max_abs)}, within the run's tolerance)"
+        )
+        if not o.export_passed:
+            text = (
+                f"{name}: not {width} rounding: against torch with the file's own dequantized "
+                f"weights it still differs (max abs {number_text(o.export_max_abs)}, beyond "
+                "the run's tolerance), so the export or its kernels compute something else."
+            )
+            out.append(Finding("bug", text, name, candidate))
+        elif quant.bugs:
+            text = f"{name}: {agrees}, but its weights are wrong at {bad}: {cost}."
+            out.append(Finding("bug", text, name, candidate))
+        else:
+            text = f"{name}: {width} weights, not a bug in the export: {agrees}; {cost}."
+            out.append(Finding("quantization", text, name, candidate))
+    tokens = quant.tokens
+    if tokens is not None and tokens.greedy_total:
+        change = (
+            f" (first change at new token {tokens.first_change + 1})"
+            if tokens.first_change is not None
+            else ""
+        )
+        mine = (
+            f"; ONNX Runtime's own tokens agree with torch-with-its-weights' for "
+            f"{tokens.onnx_agree} of {tokens.greedy_total}"
+            if tokens.onnx_agree is not None
+            else ""
+        )
+        top1 = (
+            f"; top-1 agreement {tokens.top1_agreement:.1%} and mean KL divergence "
+            f"{tokens.kl_mean:.3g} over every step's positions"
+            if tokens.top1_agreement is not None and tokens.kl_mean is not None
+            else ""
+        )
+        out.append(
+            Finding(
+                "quantization",
+                f"{width} weights and the tokens: torch with the file's weights picks torch's "
+                f"greedy token for {tokens.greedy_agree} of {tokens.greedy_total} new "
+                f"tokens{change}{top1}{mine}.",
+                candidate=candidate,
+            )
+        )
+    return out
+
+
+def _steps(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3g}"
 
 
 def _numeric_failures(run: ValidationRun) -> dict[str, list[OutputComparison]]:
@@ -262,6 +369,7 @@ def _not_run(run: ValidationRun) -> list[Finding]:
 
 _ANALYSIS_WORDS = {
     "noise_floor": "--noise-floor",
+    "quantization": "the quantization-aware reference",
     "layers": "--layers",
     "suggest": "--suggest",
     "repro": "--repro",
@@ -274,11 +382,14 @@ def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     some failing output is neither a bug nor rounding yet)."""
     missing = []
     could_not = {n.analysis for n in run.analyses if not n.done}  # said by _not_run
+    explained = {f.output for f in found if f.kind in ("bug", "rounding", "quantization")}
+    numeric = set(_numeric_failures(run))
+    if numeric and numeric <= explained:  # every failing output has its cause said
+        return []
     if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
         missing.append("where inside the model the outputs start to differ (--layers)")
-    bug_or_rounding = {f.output for f in found if f.kind in ("bug", "rounding")}
+    bug_or_rounding = explained
     born = any(f.kind == "bug" and f.output is None for f in found)
-    numeric = set(_numeric_failures(run))
     asked = "noise_floor" in could_not
     if numeric and not born and not numeric <= bug_or_rounding and not asked:
         word = file_precision_word(run)
