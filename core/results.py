@@ -291,7 +291,7 @@ class QuantizedWeight:
 
     @property
     def status(self) -> str:
-        """"rounding" (within a step of the model's weight), "bug", or "unmatched"."""
+        """ "rounding" (within a step of the model's weight), "bug", or "unmatched"."""
         if self.parameter is None:
             return "unmatched"
         return "bug" if self.bad_blocks else "rounding"

@@ -1,8 +1,8 @@
 """The analyses in the order the pipeline runs them: sizes frozen at export first (they
 explain a failure before anything else looks at it), the noise floor (judged per case while
-the loop runs), layers, the quantized weights (torch again with a file's own
-int4 weights: it explains what the layers found), the suggestion (it reads the findings the others made), the repro
-folder (it writes what the layers confirmed)."""
+the loop runs), layers, the quantized weights (torch again with a file's own int4 weights:
+it explains what the layers found), the suggestion (it reads the findings the others made),
+the repro folder (it writes what the layers confirmed)."""
 
 from __future__ import annotations
 

@@ -102,8 +102,8 @@ def judge_file(
         )
     if any(m.node.dynamic for m in matched):
         notes.append(
-            "dynamic quantization also rounds the activations at run time: the file against "
-            "torch-with-its-weights includes that rounding"
+            "dynamic quantization also rounds the activations at run time: torch-with-its-"
+            "weights rounds each quantized op's input as DynamicQuantizeLinear does"
         )
     usable = [m for m in matched if m.model_weight is not None]
     if not usable:
@@ -132,11 +132,13 @@ def _position(run: ValidationRun, index: int) -> int:
 def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
     """`module` with each matched parameter replaced by the file's dequantized weight (a
     new Parameter on its owner: a tied weight, lm_head's, leaves the embedding as it is);
-    the originals are put back on exit."""
+    a dynamic op's module also rounds its input as DynamicQuantizeLinear does (uint8, per
+    tensor), so the reference computes what the file says. Put back on exit."""
     import torch
 
     owners = dict(module.named_modules())
-    saved: list[tuple[Any, str, Any]] = []
+    saved: list[tuple[Any, Any]] = []
+    hooks: list[Any] = []
     try:
         for m in matched:
             start = 0
@@ -148,12 +150,34 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
                 start += width
                 value = part.T if linear.transposed else part
                 tensor = torch.from_numpy(np.ascontiguousarray(value)).to(old.dtype)
-                saved.append((owner, "weight", old))
-                setattr(owner, "weight", torch.nn.Parameter(tensor, requires_grad=False))
+                saved.append((owner, old))
+                owner.weight = torch.nn.Parameter(tensor, requires_grad=False)
+                if m.node.dynamic:
+                    hooks.append(owner.register_forward_pre_hook(_rounded_input))
         yield
     finally:
-        for owner, attr, old in reversed(saved):
-            setattr(owner, attr, old)
+        for hook in hooks:
+            hook.remove()
+        for owner, old in reversed(saved):
+            owner.weight = old
+
+
+def _rounded_input(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """ONNX's DynamicQuantizeLinear on the first argument: uint8 over [min(x, 0), max(x, 0)],
+    round half to even, then back to float (what MatMulInteger's caller multiplies)."""
+    import torch
+
+    if not args or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point():
+        return args
+    x = args[0]
+    low = torch.clamp(x.min(), max=0.0)
+    high = torch.clamp(x.max(), min=0.0)
+    scale = (high - low) / 255.0
+    if float(scale) == 0.0:
+        return args
+    zero = torch.clamp(torch.round(-low / scale), 0, 255)
+    q = torch.clamp(torch.round(x / scale) + zero, 0, 255)
+    return ((q - zero) * scale).to(x.dtype), *args[1:]
 
 
 def split_outputs(
@@ -188,7 +212,11 @@ def split_outputs(
             if name in ref and np.shape(ref[name]) == mine.shape and _is_float(mine):
                 base = np.asarray(ref[name], np.float64)
                 err = mine.astype(np.float64) - base
-                keep = np.ones(mine.shape, bool) if mask is None else ~np.broadcast_to(mask, mine.shape)
+                keep = (
+                    np.ones(mine.shape, bool)
+                    if mask is None
+                    else ~np.broadcast_to(mask, mine.shape)
+                )
                 row["signal"] += float(np.sum(base[keep] ** 2))
                 row["noise"] += float(np.sum(err[keep] ** 2))
                 if keep.any():
@@ -233,9 +261,9 @@ def token_metrics(
         if p_logits.shape != q_logits.shape or p_logits.ndim < 2:
             continue
         mask = case.exclusions.get(LOGITS)
-        keep = np.ones(p_logits.shape[:-1], bool)
+        keep: np.ndarray = np.ones(p_logits.shape[:-1], bool)
         if mask is not None:
-            keep = ~np.broadcast_to(mask, p_logits.shape).any(axis=-1)
+            keep = np.asarray(~np.broadcast_to(mask, p_logits.shape).any(axis=-1))
         p, q = p_logits[keep], q_logits[keep]
         agree += int(np.sum(p.argmax(-1) == q.argmax(-1)))
         total += int(p.shape[0])
@@ -279,5 +307,3 @@ def _logsumexp(a: np.ndarray) -> np.ndarray:
 def weight_rows(result: QuantizationResult) -> list[QuantizedWeight]:
     """Bugs first, then the rest in the file's order (what a table shows)."""
     return sorted(result.weights, key=lambda w: w.status != "bug")
-
-

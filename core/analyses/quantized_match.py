@@ -68,9 +68,7 @@ def linears(module: object) -> dict[str, Linear]:
     return found
 
 
-def match_nodes(
-    nodes: Sequence[QuantizedNode], module: object, prefix: str = ""
-) -> list[Matched]:
+def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = "") -> list[Matched]:
     """Each node with the parameters it was made from (see module)."""
     import torch
 
@@ -156,7 +154,9 @@ def block_steps(node: QuantizedNode, model_weight: np.ndarray) -> np.ndarray:
     worst = diff.reshape(n, blocks, size).max(axis=2)
     steps = node.steps.astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(steps > 0, worst / np.where(steps > 0, steps, 1), np.where(worst > 0, np.inf, 0))
+        ratio = np.where(
+            steps > 0, worst / np.where(steps > 0, steps, 1), np.where(worst > 0, np.inf, 0)
+        )
     return ratio
 
 

@@ -65,7 +65,6 @@ def call_again(model: Any, call: CapturedCall, *, float64: bool) -> CapturedCall
     def _tensor(array: np.ndarray) -> Any:
         return _as_tensor(array, float64)
 
-
     from parity.hf.export import cache_tensors, make_cache
 
     kwargs: dict[str, Any] = {name: _tensor(a) for name, a in call.inputs.items()}

@@ -69,7 +69,7 @@ def count_bytes(model: onnx.ModelProto) -> int:
     for node in model.graph.node:
         if node.op_type == NBITS:
             attrs = _attrs(node)
-            total += 4 * int(attrs.get("K", 0)) * int(attrs.get("N", 0))
+            total += 4 * int(attrs.get("K", 0)) * int(attrs.get("N", 0))  # type: ignore[call-overload]
     return total
 
 
@@ -202,9 +202,9 @@ def _dynamic(
     else:  # MatMulInteger: the scale is the Mul of the activation's scale and a constant
         zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
         scale_name, scale = _integer_scale(node.output[0], inits, producers, nodes)
-    scale = np.broadcast_to(scale.reshape(-1), (n,)) if scale.size in (1, n) else None
-    if scale is None:
-        raise _Unreadable("its scale is neither per tensor nor per column")
+    if scale.size not in (1, n) or zero.size not in (1, n):
+        raise _Unreadable("its scale or zero point is neither per tensor nor per column")
+    scale = np.broadcast_to(scale.reshape(-1), (n,))
     zero_n = np.broadcast_to(zero.reshape(-1), (n,))
     weight = ((q.astype(np.float32) - zero_n[None, :]) * scale[None, :]).astype(np.float32)
     return QuantizedNode(

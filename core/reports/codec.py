@@ -1314,6 +1314,7 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
             onnx_agree=sj.optional(sj.integer, t.get("onnx_agree"), f"{tat}.onnx_agree"),
         )
     notes = tuple(
-        sj.string(n, f"{at}.notes[{i}]") for i, n in enumerate(sj.array(raw.get("notes", []), f"{at}.notes"))
+        sj.string(n, f"{at}.notes[{i}]")
+        for i, n in enumerate(sj.array(raw.get("notes", []), f"{at}.notes"))
     )
     return QuantizationResult(tuple(weights), tuple(outputs), tokens, notes)

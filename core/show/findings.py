@@ -174,16 +174,18 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             )
         )
     bad = ", ".join(w.node for w in quant.bugs[:3])
+    dynamic = any(w.op != "MatMulNBits" for w in quant.weights)
+    themselves = "and activations (rounded at run time)" if dynamic else "themselves"
     by_name = {o.name: o for o in quant.outputs}
     for name in list(_numeric_failures(run))[:MAX_OUTPUT_FINDINGS]:
         o = by_name.get(name)
         if o is None or o.export_passed is None:
             continue
         cost = (
-            f"the {width} weights themselves move it to an SQNR of {o.sqnr_db:.1f} dB "
+            f"the {width} weights {themselves} move it to an SQNR of {o.sqnr_db:.1f} dB "
             f"(max abs {number_text(o.quant_max_abs)}) from torch's float weights"
             if o.sqnr_db is not None
-            else f"the {width} weights themselves move it by max abs "
+            else f"the {width} weights {themselves} move it by max abs "
             f"{number_text(o.quant_max_abs)} from torch's float weights"
         )
         agrees = (
