@@ -519,17 +519,22 @@ class AnalysisNote:
     done: bool = True
 
 
-FINDING_KINDS = (
-    "bug",
-    "rounding",
-    "quantization",
-    "frozen",
-    "near_tie",
-    "error",
-    "static_axis",
-    "unmeasured",
-    "diverges",
-)
+class FindingKind(StrEnum):
+    """What a finding says of a run (the JSON's `findings[].kind`): decided in
+    parity.show.findings."""
+
+    BUG = "bug"
+    ROUNDING = "rounding"
+    FROZEN = "frozen"
+    NEAR_TIE = "near_tie"
+    ERROR = "error"
+    STATIC_AXIS = "static_axis"
+    UNMEASURED = "unmeasured"
+    DIVERGES = "diverges"
+    QUANTIZATION = "quantization"  # what a file's quantized weights cost (not a bug)
+
+
+FINDING_KINDS = tuple(k.value for k in FindingKind)
 
 
 @dataclass(frozen=True)
@@ -538,7 +543,7 @@ class Finding:
     parity.show.findings, and rendered as-is by the terminal, JSON, HTML, Overview and API.
     `output` / `candidate` are None where the finding is about the whole run."""
 
-    kind: str  # FINDING_KINDS
+    kind: FindingKind
     text: str
     output: str | None = None
     candidate: int | None = None

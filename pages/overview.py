@@ -20,6 +20,7 @@ from parity.dashboard.tables import (
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.dashboard.where_views import failing_sentences
+from parity.judge.pass_rule import ALLOWED_TEXT
 from parity.labels import WORST_WORDS, worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
@@ -159,7 +160,7 @@ def page() -> None:
         st.code(format_hf_summary(run), language=None)
     st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
     st.caption(
-        "Colour: the worst error ÷ allowed error (atol + rtol·|ref|), the same scale in every "
+        f"Colour: the worst error ÷ allowed error ({ALLOWED_TEXT}), the same scale in every "
         "run: greens pass (yellow close to the line), reds fail, purple cannot be compared "
         "element by element (shape, dtype, missing, or error: ONNX Runtime raised at that "
         "size). ✓ / ✗ say it without colour. Click a cell's mark to inspect it."

@@ -20,6 +20,7 @@ from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
+from parity.judge.pass_rule import RULE_SENTENCE
 from parity.judge.suggest import (
     DEFAULT_MARGIN,
     NOISE_MULTIPLES,
@@ -256,9 +257,9 @@ def page() -> None:
         st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     st.caption(
-        "An element passes when |onnx − ref| ≤ atol + rtol·|ref|. Moving a control re-judges "
-        "every output from stored error profiles (models are not rerun); every page, the "
-        "sidebar and its reports follow these tolerances."
+        f"{RULE_SENTENCE} Moving a control re-judges every output from stored error "
+        "profiles (models are not rerun); every page, the sidebar and its reports follow "
+        "these tolerances."
     )
     controls(raw)
 

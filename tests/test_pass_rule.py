@@ -5,6 +5,7 @@ element views and the chunked hot loop decide every element alike."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,39 @@ def test_integers_are_decided_without_rounding():
     assert exact_int_mismatch(mag, absref, 1.0, 0.0).tolist() == [False] * 4
     _, _, fails = element_mismatch(ref, onnx, 0.0, 0.0)
     assert fails.tolist() == [True, False, True, False]
+
+
+def test_the_rule_is_worded_once() -> None:
+    """The sentence every front shows comes from parity.judge.pass_rule (RULE_TEXT,
+    RULE_SENTENCE, ALLOWED_TEXT): no module spells the inequality again."""
+    root = Path(__file__).resolve().parents[1]
+    spelled = re.compile(r"\|(onnx|ONNX)\s*[-−]\s*(ref|reference)\|\s*(<=|≤)")
+    found = [
+        str(p.relative_to(root))
+        for p in [*(root / "core").rglob("*.py"), *(root / "pages").glob("*.py")]
+        if p.name != "pass_rule.py" and spelled.search(_code_only(p.read_text(encoding="utf-8")))
+    ]
+    assert found == []
+
+
+def _code_only(text: str) -> str:
+    """The text without docstrings and comments (docs may state the rule)."""
+    import io
+    import tokenize
+
+    tree = ast.parse(text)
+    docs = {
+        node.body[0].value.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+        and isinstance(node.body[0].value.value, str)
+    }
+    kept = []
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and tok.start[0] in docs):
+            continue
+        kept.append(tok.string)
+    return " ".join(kept)

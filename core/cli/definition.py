@@ -16,11 +16,13 @@ from typing import Any
 
 from parity.cli.parser import Parser
 from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT
+from parity.judge.pass_rule import RULE_TEXT
 from parity.launch import DASHBOARD_HELP, DEFAULT_HOST, DEFAULT_PORT, SERVER_OPTIONS, UPLOAD_OPTION
 from parity.limits.budget import DEFAULT_MAX_MEMORY, format_size
 from parity.limits.deadline import MAX_SECONDS
 from parity.path_flags import READS, WRITES, reads, writes
 from parity.sweep.cli import DEFAULT_TIMEOUT_S
+from parity.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,10 @@ MODEL_EXPLORER = flag(
     "--model-explorer", metavar="FILE.json", help=MODEL_EXPLORER_HELP, path=WRITES
 )
 TOLERANCES = Group(
-    "tolerances (element passes when |onnx-ref| <= atol + rtol*|ref|)",
+    f"tolerances (an element passes when {RULE_TEXT})",
     (
-        flag("--atol", type=float, help="global atol (default 1e-5)"),
-        flag("--rtol", type=float, help="global rtol (default 0)"),
+        flag("--atol", type=float, help=f"global atol (default {DEFAULT_ATOL:g})"),
+        flag("--rtol", type=float, help=f"global rtol (default {DEFAULT_RTOL:g})"),
         flag(
             "--tol",
             action="append",

@@ -60,7 +60,8 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         suggest=bool(getattr(args, "suggest", False)),
         quantized_reference=not getattr(args, "no_quantized_reference", False),
         repro=getattr(args, "repro", None) or None,
-        repro_command="parity " + " ".join(shlex.quote(a) for a in (args.argv or ())),
+        repro_command="parity "
+        + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
     )

@@ -21,7 +21,15 @@ import numpy as np
 
 from parity.judge.exact_ints import exact_diff, is_integer_pair
 
+# The rule in words, once: the CLI's help, the terminal's notes, the HTML report and the pages
+ALLOWED_TEXT = "atol + rtol·|reference|"
+RULE_TEXT = f"|ONNX − reference| ≤ {ALLOWED_TEXT}"
+RULE_SENTENCE = f"An element passes when {RULE_TEXT}; NaN or ±Inf on one side only never passes."
+
 __all__ = [
+    "ALLOWED_TEXT",
+    "RULE_SENTENCE",
+    "RULE_TEXT",
     "allowed",
     "element_mismatch",
     "exceeds",

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from parity.files.atomic import write_output
+from parity.judge.pass_rule import RULE_SENTENCE
 from parity.judge.where import WhereProfile, where_of
 from parity.labels import status_label, verdict_label
 from parity.results import OutputComparison, Status, ValidationRun
@@ -501,10 +502,7 @@ def _tolerances(run: ValidationRun) -> str:
     d = run.tolerances.default
     rows = [("default", tolerance_text(d))]
     rows += [(f"output {n}", tolerance_text(t)) for n, t in run.tolerances.outputs.items()]
-    rule = (
-        "An element passes when |onnx - ref| <= atol + rtol * |ref|; one-sided NaN/Inf never pass."
-    )
-    return f"<section><h2>Tolerances</h2><p>{_e(rule)}</p>{_kv_table(rows)}</section>"
+    return f"<section><h2>Tolerances</h2><p>{_e(RULE_SENTENCE)}</p>{_kv_table(rows)}</section>"
 
 
 def _environment(run: ValidationRun) -> str:

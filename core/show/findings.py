@@ -12,13 +12,14 @@ precision it was measured at (Noise.precision: float16, bfloat16, int8), never "
 for a 16-bit file. The layers record no output reachability, so "every failing output it
 feeds" is every failing output of the candidate whose layers found the birth.
 
-Kinds (FINDING_KINDS): bug, rounding, frozen (a size or branch the export froze; confirmed
-ones), quantization (what a file's intended quantized weights cost: "int4 weights ..."; the
-file judged against torch with its own dequantized weights, parity.analyses.quantization,
-speaks for that candidate instead of the layers, whose reference is torch's float weights),
-near_tie (an LLM's greedy token flipped by an acceptable error), error (ONNX Runtime
-raised on an input set), diverges (where the outputs start to differ, not confirmed as made
-there), unmeasured (what this run did not measure).
+Kinds (parity.results.FindingKind): bug, rounding, frozen (a size or branch the export
+froze; confirmed ones), near_tie (an LLM's greedy token flipped by an acceptable error),
+error (ONNX Runtime raised on an input set), diverges (where the outputs start to differ,
+not confirmed as made there), unmeasured (what this run did not measure, or an analysis
+asked for that could not run, and why), quantization (what a file's intended quantized
+weights cost: "int4 weights ..."; the file judged against torch with its own dequantized
+weights, parity.analyses.quantization, speaks for that candidate instead of the layers,
+whose reference is torch's float weights; a weight that is not a rounding stays a bug).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Iterable
 
 from parity.judge.noise_floor import is_rounding, noise_rank
 from parity.labels import OUTSIDE_MODULES, set_label
-from parity.results import Finding, Noise, OutputComparison, Status, ValidationRun
+from parity.results import Finding, FindingKind, Noise, OutputComparison, Status, ValidationRun
 from parity.text import number_text
 from parity.verdict import Verdict
 
@@ -59,7 +60,9 @@ def findings_json(run: ValidationRun) -> list[dict[str, object]]:
 
 def bug_outputs(run: ValidationRun) -> frozenset[tuple[int | None, str]]:
     """(candidate, output) of every bug finding: no tolerance is suggested for these."""
-    return frozenset((f.candidate, f.output) for f in run_findings(run) if f.kind == "bug")
+    return frozenset(
+        (f.candidate, f.output) for f in run_findings(run) if f.kind is FindingKind.BUG
+    )
 
 
 def file_precision_word(run: ValidationRun) -> str:
@@ -113,11 +116,11 @@ def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
             if first.torch_module
             else f"The export starts to diverge at the {node}, {OUTSIDE_MODULES[1:-1]}."
         )
-        out.append(Finding("bug" if born else "diverges", where, candidate=candidate))
+        out.append(Finding(FindingKind.BUG if born else "diverges", where, candidate=candidate))
         if born:
             out.append(
                 Finding(
-                    "bug",
+                    FindingKind.BUG,
                     f"Not rounding: run alone on PyTorch's exact inputs, that {first.onnx_op} "
                     "node still gives a different answer, so the error is made there (a bug "
                     f"in the export, not {precision} noise carried along).",
@@ -128,13 +131,13 @@ def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
     for name, rows in list(numeric.items())[:MAX_OUTPUT_FINDINGS]:
         noise = _worst_noise(rows)
         if born:
-            out.append(Finding("bug", _born_text(name, first, noise), name, candidate))
+            out.append(Finding(FindingKind.BUG, _born_text(name, first, noise), name, candidate))
         elif noise is None:
             continue
         elif is_rounding(noise):
-            out.append(Finding("rounding", _rounding_text(name, noise), name, candidate))
+            out.append(Finding(FindingKind.ROUNDING, _rounding_text(name, noise), name, candidate))
         else:
-            out.append(Finding("bug", _noise_bug_text(name, noise), name, candidate))
+            out.append(Finding(FindingKind.BUG, _noise_bug_text(name, noise), name, candidate))
     return out
 
 
@@ -154,7 +157,7 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
         worst = max((w.max_steps or 0.0) for w in rounded)
         out.append(
             Finding(
-                "quantization",
+                FindingKind.QUANTIZATION,
                 f"{width} weights: {len(rounded)} {'/'.join(ops)} node(s){blocks}, each a "
                 f"rounding of the model's weight (at most {worst:.2g} step off): "
                 f"{width} rounding, intended, not a bug in the export.",
@@ -165,7 +168,7 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
         what = f" ({w.defect})" if w.defect else ""
         out.append(
             Finding(
-                "bug",
+                FindingKind.BUG,
                 f"The {w.op} node {w.node}: its int{w.bits} weights are not a rounding of "
                 f"{w.parameter}: {w.bad_blocks} of {w.n_blocks} block(s) are off by up to "
                 f"{_steps(w.max_steps)} steps{what}; a bug in the quantized weights, made at "
@@ -198,13 +201,13 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
                 f"weights it still differs (max abs {number_text(o.export_max_abs)}, beyond "
                 "the run's tolerance), so the export or its kernels compute something else."
             )
-            out.append(Finding("bug", text, name, candidate))
+            out.append(Finding(FindingKind.BUG, text, name, candidate))
         elif quant.bugs:
             text = f"{name}: {agrees}, but its weights are wrong at {bad}: {cost}."
-            out.append(Finding("bug", text, name, candidate))
+            out.append(Finding(FindingKind.BUG, text, name, candidate))
         else:
             text = f"{name}: {width} weights, not a bug in the export: {agrees}; {cost}."
-            out.append(Finding("quantization", text, name, candidate))
+            out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
     tokens = quant.tokens
     if tokens is not None and tokens.greedy_total:
         change = (
@@ -226,7 +229,7 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
         )
         out.append(
             Finding(
-                "quantization",
+                FindingKind.QUANTIZATION,
                 f"{width} weights and the tokens: torch with the file's weights picks torch's "
                 f"greedy token for {tokens.greedy_agree} of {tokens.greedy_total} new "
                 f"tokens{change}{top1}{mine}.",
@@ -317,9 +320,11 @@ def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
     for (index, message), raised in by_set.items():
         said = f"ONNX Runtime raised on {set_label(run, index)}: {message}"
         if set(raised) >= set(names):
-            out.append(Finding("error", said + ".", None, candidate))
+            out.append(Finding(FindingKind.ERROR, said + ".", None, candidate))
         else:
-            out += [Finding("error", f"{name}: {said}.", name, candidate) for name in raised]
+            out += [
+                Finding(FindingKind.ERROR, f"{name}: {said}.", name, candidate) for name in raised
+            ]
     return out
 
 
@@ -328,7 +333,9 @@ def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
 
 def _frozen(run: ValidationRun) -> list[Finding]:
     return [
-        Finding("frozen", f.text or f"The {f.op} node {f.node} holds a size frozen at export.")
+        Finding(
+            FindingKind.FROZEN, f.text or f"The {f.op} node {f.node} holds a size frozen at export."
+        )
         for f in run.frozen
         if f.confirmed
     ]
@@ -336,7 +343,7 @@ def _frozen(run: ValidationRun) -> list[Finding]:
 
 def _static_axes(run: ValidationRun) -> list[Finding]:
     """An input axis the file fixes where torch takes other sizes: its one line."""
-    return [Finding("static_axis", a.text) for a in run.static_axes if a.text]
+    return [Finding(FindingKind.STATIC_AXIS, a.text) for a in run.static_axes if a.text]
 
 
 def _near_ties(run: ValidationRun) -> list[Finding]:
@@ -350,7 +357,7 @@ def _near_ties(run: ValidationRun) -> list[Finding]:
         if d is not None and d.near_tie:
             out.append(
                 Finding(
-                    "near_tie",
+                    FindingKind.NEAR_TIE,
                     f"Prompt {i}: ONNX Runtime's tokens part from torch's at new token "
                     f"{d.position + 1}, {tie_words(d)}.",
                 )
@@ -365,7 +372,7 @@ def _not_run(run: ValidationRun) -> list[Finding]:
         if not note.done:
             flag = _ANALYSIS_WORDS.get(note.analysis, note.analysis)
             text = f"Asked for but not done ({flag}): {note.text.rstrip('.')}."
-            found.append(Finding("unmeasured", text))
+            found.append(Finding(FindingKind.UNMEASURED, text))
     return found
 
 
@@ -384,18 +391,23 @@ def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     some failing output is neither a bug nor rounding yet)."""
     missing = []
     could_not = {n.analysis for n in run.analyses if not n.done}  # said by _not_run
-    explained = {f.output for f in found if f.kind in ("bug", "rounding", "quantization")}
+    explained = {
+        f.output
+        for f in found
+        if f.kind in (FindingKind.BUG, FindingKind.ROUNDING, FindingKind.QUANTIZATION)
+    }
     numeric = set(_numeric_failures(run))
-    if numeric and numeric <= explained:  # every failing output has its cause said
+    quantized = {f.output for f in found if f.kind is FindingKind.QUANTIZATION}
+    if numeric and numeric <= quantized:  # torch with the file's own weights said it all
         return []
     if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
         missing.append("where inside the model the outputs start to differ (--layers)")
     bug_or_rounding = explained
-    born = any(f.kind == "bug" and f.output is None for f in found)
+    born = any(f.kind is FindingKind.BUG and f.output is None for f in found)
     asked = "noise_floor" in could_not
     if numeric and not born and not numeric <= bug_or_rounding and not asked:
         word = file_precision_word(run)
         missing.append(f"whether the difference is {_rounding_name(word)} (--noise-floor)")
     if not missing:
         return []
-    return [Finding("unmeasured", f"Not measured in this run: {' and '.join(missing)}.")]
+    return [Finding(FindingKind.UNMEASURED, f"Not measured in this run: {' and '.join(missing)}.")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parity.judge.pass_rule import RULE_TEXT
 from parity.results import Finding, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.findings import run_findings
@@ -102,8 +103,8 @@ def notes(run: ValidationRun) -> tuple[str, ...]:
         else ""
     )
     out.append(
-        "Each element passes when |ONNX \u2212 reference| \u2264 atol + rtol \u00b7 |reference|, "
-        f"at {tolerance_text(tolerances.default)}{per_output}."
+        f"Each element passes when {RULE_TEXT}, at {tolerance_text(tolerances.default)}"
+        f"{per_output}."
     )
     if run.provenance.inputs_by == BY_POSITION:
         said = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)

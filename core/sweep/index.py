@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from parity import __version__
 from parity.files.atomic import write_text
 from parity.sweep.plan import REPORT
 from parity.text import html_text as _e
 from parity.text import number_text
+from parity.version import __version__
 
 INDEX = "index.html"
 _CSS = """
