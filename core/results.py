@@ -332,6 +332,9 @@ class QuantizationResult:
     outputs: tuple[QuantizedOutput, ...] = ()
     tokens: QuantizedTokens | None = None
     notes: tuple[str, ...] = ()
+    # how the file rounds its activations at run time too ("" none; "uint8 per tensor":
+    # dynamic quantization; "int8 per block": MatMulNBits at accuracy_level 4 on the CPU)
+    activations: str = ""
 
     @property
     def width(self) -> str:

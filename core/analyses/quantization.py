@@ -100,14 +100,24 @@ def judge_file(
             f"{len(unmatched)} quantized node(s) matched no torch weight (kept in float in the "
             f"reference): {', '.join(unmatched[:5])}"
         )
+    activations = ""
     if any(m.node.dynamic for m in matched):
+        activations = "uint8 per tensor"
         notes.append(
             "dynamic quantization also rounds the activations at run time: torch-with-its-"
             "weights rounds each quantized op's input as DynamicQuantizeLinear does"
         )
+    elif any(m.node.int8_input for m in matched):
+        activations = "int8 per block"
+        notes.append(
+            "MatMulNBits at accuracy_level 4: ONNX Runtime's CPU kernel rounds each input to "
+            "int8 per block along K; torch-with-its-weights rounds it the same way"
+        )
     usable = [m for m in matched if m.model_weight is not None]
     if not usable:
-        return QuantizationResult(weights, notes=(*notes, "no weight matched: nothing rerun"))
+        return QuantizationResult(
+            weights, notes=(*notes, "no weight matched: nothing rerun"), activations=activations
+        )
     lead = run.for_candidate(index)
     candidate = context.candidates[_position(run, index)]
     assert candidate is not None
@@ -121,6 +131,7 @@ def judge_file(
         outputs=outputs,
         tokens=token_metrics(lead, again, tokens),
         notes=tuple(notes),
+        activations=activations,
     )
 
 
@@ -154,6 +165,10 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
                 owner.weight = torch.nn.Parameter(tensor, requires_grad=False)
                 if m.node.dynamic:
                     hooks.append(owner.register_forward_pre_hook(_rounded_input))
+                elif m.node.int8_input:
+                    hooks.append(
+                        owner.register_forward_pre_hook(_blockwise_int8(m.node.block_size))
+                    )
         yield
     finally:
         for hook in hooks:
@@ -178,6 +193,28 @@ def _rounded_input(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     zero = torch.clamp(torch.round(-low / scale), 0, 255)
     q = torch.clamp(torch.round(x / scale) + zero, 0, 255)
     return ((q - zero) * scale).to(x.dtype), *args[1:]
+
+
+def _blockwise_int8(block: int) -> Any:
+    """MatMulNBits at accuracy_level 4 on the CPU: its input rounded to int8 per block of
+    `block` along K, symmetric (scale = max |x| / 127 per block), then back to float."""
+    import torch
+
+    def hook(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not args or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point():
+            return args
+        x = args[0]
+        k = x.shape[-1]
+        pad = (-k) % block
+        padded = torch.nn.functional.pad(x, (0, pad)) if pad else x
+        blocks = padded.reshape(*padded.shape[:-1], -1, block)
+        scale = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        rounded = torch.clamp(torch.round(blocks / safe), -127, 127) * safe
+        out = rounded.reshape(padded.shape)[..., :k].to(x.dtype)
+        return out, *args[1:]
+
+    return hook
 
 
 def split_outputs(

@@ -48,6 +48,9 @@ class QuantizedNode:
     scope: str | None  # the module path the exporter wrote in its name, or None
     scales_name: str  # the initializer holding its scales (where a wrong scale would be)
     dynamic: bool = False  # its activations are quantized too (a dynamic op)
+    # MatMulNBits accuracy_level 4: ONNX Runtime's CPU kernel rounds its input to int8 per
+    # block of `block_size` along K (symmetric) before multiplying
+    int8_input: bool = False
 
     @property
     def k(self) -> int:
@@ -180,6 +183,7 @@ def _nbits(node: onnx.NodeProto, name: str, inits: Mapping[str, onnx.TensorProto
         source=_source_name(ins[1]),
         scope=_scope(node),
         scales_name=ins[2],
+        int8_input=int(attrs.get("accuracy_level", 0)) == 4,  # type: ignore[call-overload]
     )
 
 

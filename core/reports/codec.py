@@ -1251,6 +1251,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         ],
         "tokens": tokens(q.tokens),
         "notes": list(q.notes),
+        "activations": q.activations,
     }
 
 
@@ -1317,4 +1318,5 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
         sj.string(n, f"{at}.notes[{i}]")
         for i, n in enumerate(sj.array(raw.get("notes", []), f"{at}.notes"))
     )
-    return QuantizationResult(tuple(weights), tuple(outputs), tokens, notes)
+    activations = sj.string(raw.get("activations", ""), f"{at}.activations")
+    return QuantizationResult(tuple(weights), tuple(outputs), tokens, notes, activations)

@@ -177,8 +177,11 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             )
         )
     bad = ", ".join(w.node for w in quant.bugs[:3])
-    dynamic = any(w.op != "MatMulNBits" for w in quant.weights)
-    themselves = "and activations (rounded at run time)" if dynamic else "themselves"
+    themselves = (
+        f"and its {quant.activations} activations (rounded at run time)"
+        if quant.activations
+        else "themselves"
+    )
     by_name = {o.name: o for o in quant.outputs}
     for name in list(_numeric_failures(run))[:MAX_OUTPUT_FINDINGS]:
         o = by_name.get(name)
