@@ -16,8 +16,10 @@ from parity.hf.options import HfOptions
 from parity.pipeline import RunConfig, run_validation
 from tests.helpers.genai import build, genai_python
 from tests.helpers.hf_models import PROMPTS, make_llama_dir
+from tests.helpers.plant_bug import wrong_scale
 
 pytestmark = pytest.mark.slow  # a venv made once, two builds
+QKV_1 = "/model/layers.1/attn/qkv_proj/MatMul_Q4"
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +30,9 @@ def genai(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("genai")
     # hidden 64, 4 heads: GroupQueryAttention wants a head size that is a multiple of 16
     directory = make_llama_dir(root / "llama", hidden=64)
-    return {
-        "dir": directory,
-        **{p: build(python, directory, root / p, p, root / "cache") for p in ("fp32", "int4")},
-    }
+    files = {p: build(python, directory, root / p, p, root / "cache") for p in ("fp32", "int4")}
+    bad = wrong_scale(files["int4"], root / "int4_bad.onnx", QKV_1, factor=0.5)
+    return {"dir": directory, **files, "bad": bad}
 
 
 def _run(genai: dict, precision: str):
@@ -72,3 +73,14 @@ def test_a_genai_int4_llama_is_its_int4_weights_with_tokens_compared(genai) -> N
     assert q.tokens is not None and q.tokens.onnx_agree == q.tokens.greedy_total > 0
     kinds = {f.kind for f in run.findings}
     assert "bug" not in kinds and "quantization" in kinds
+
+
+def test_a_wrong_scale_in_one_genai_layer_is_a_bug_at_that_node(genai) -> None:
+    run = _run(genai, "bad")
+    q = run.quantization
+    assert q is not None
+    (bad,) = q.bugs
+    assert bad.node == QKV_1 and "layers.1.self_attn.q_proj.weight" in bad.parameter
+    assert "scale is 0.5" in bad.defect
+    bugs = [f.text for f in run.findings if f.kind == "bug"]
+    assert bugs and QKV_1 in bugs[0]

@@ -11,16 +11,15 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import numpy_helper
 
 from parity.cli import main
 from parity.hf.options import HfOptions
 from parity.pipeline import RunConfig, run_validation
 from tests.helpers.hf_models import PROMPTS, make_llama_dir
+from tests.helpers.plant_bug import wrong_scale
 
 MLP_SOURCE = """
 import torch
@@ -51,18 +50,6 @@ def quantize_int4(src: Path, dst: Path) -> Path:
     quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True)
     quantizer.process()
     quantizer.model.save_model_to_file(str(dst), use_external_data_format=False)
-    return dst
-
-
-def wrong_scale(src: Path, dst: Path, node: str, factor: float = 2.0) -> Path:
-    """`src` with the `..._scales` initializer of one MatMulNBits node multiplied."""
-    model = onnx.load(str(src))
-    target = next(n for n in model.graph.node if n.name == node)
-    for tensor in model.graph.initializer:
-        if tensor.name == target.input[2]:
-            scaled = numpy_helper.to_array(tensor) * np.float32(factor)
-            tensor.CopyFrom(numpy_helper.from_array(scaled, tensor.name))
-    onnx.save(model, str(dst))
     return dst
 
 
