@@ -335,6 +335,7 @@ class QuantizationResult:
     # how the file rounds its activations at run time too ("" none; "uint8 per tensor":
     # dynamic quantization; "int8 per block": MatMulNBits at accuracy_level 4 on the CPU)
     activations: str = ""
+    reference: str = "torch"  # what the weights were put into: "torch", "the reference file"
 
     @property
     def width(self) -> str:

@@ -76,7 +76,14 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     dynamic = root / "mlp_int8_dynamic.onnx"
     quantize_dynamic(str(raw), str(dynamic), weight_type=QuantType.QInt8)
-    return {"model": f"{source}:make", "int4": int4, "bad": bad, "dynamic": dynamic, "root": root}
+    return {
+        "model": f"{source}:make",
+        "raw": raw,
+        "int4": int4,
+        "bad": bad,
+        "dynamic": dynamic,
+        "root": root,
+    }
 
 
 def _report(model: str, onnx_path: Path, out: Path, *extra: str) -> dict:
@@ -128,6 +135,19 @@ def test_dynamic_int8_is_its_weights_and_its_rounded_activations(mlp) -> None:
     assert {w.op for w in q.weights} == {"MatMulInteger"}
     assert all(w.status == "rounding" for w in q.weights) and q.faithful is True
     assert {f.kind for f in run.findings} == {"quantization"}
+
+
+def test_against_the_raw_export_the_reference_file_takes_the_int4_weights(mlp) -> None:
+    """ONNX against ONNX (no torch model): the raw export is the reference, its MatMul
+    weights are swapped for the int4 file's own; a wrong scale is a bug at its node."""
+    clean = run_validation(RunConfig(model=None, onnx=[str(mlp["raw"]), str(mlp["int4"])]))
+    q = clean.quantization
+    assert q is not None and q.reference == "the reference file" and q.faithful is True
+    assert all(w.status == "rounding" for w in q.weights)
+    assert {f.kind for f in clean.findings} == {"quantization"}
+    assert "against the reference file with" in " ".join(f.text for f in clean.findings)
+    bad = run_validation(RunConfig(model=None, onnx=[str(mlp["raw"]), str(mlp["bad"])]))
+    assert [w.node for w in bad.quantization.bugs] == ["/fc2/MatMul_Q4"]
 
 
 def test_the_quantization_survives_a_saved_run_and_can_be_turned_off(mlp, tmp_path) -> None:

@@ -34,6 +34,7 @@ from parity.run.config import RunConfig
 from parity.settings import Mention
 
 NAME = "quantization"
+REFERENCE = "the reference file"  # ONNX against ONNX: what the weights are put into
 LOGITS = "logits"
 
 
@@ -57,6 +58,13 @@ class Quantization(Analysis):
                 found[run.candidates[slot].index] = candidate.path
         if not found:
             return run
+        if context.reference is not None:  # ONNX against ONNX: the reference's weights
+            results = {
+                index: judge_against_reference(run, context, index, path)
+                for index, path in found.items()
+            }
+            run = run.with_quantization(results)
+            return noted(run, NAME, "the reference file run again with each file's weights")
         side = context.source.torch_side()
         model = getattr(side.model, "module", None)
         if model is None:
@@ -132,6 +140,67 @@ def judge_file(
         tokens=token_metrics(lead, again, tokens),
         notes=tuple(notes),
         activations=activations,
+    )
+
+
+def judge_against_reference(
+    run: ValidationRun, context: AnalysisContext, index: int, path: str
+) -> QuantizationResult:
+    """ONNX against ONNX: the candidate's quantized weights checked against the reference
+    file's float weights, and the reference run again with them in their place."""
+    import onnx
+
+    from parity.analyses.quantized_match import match_initializers
+    from parity.load.onnx_read import read_onnx
+    from parity.load.quantized_weights import count_bytes, quantized_nodes
+    from parity.load.sessions import open_session
+    from parity.run.runner import run_onnx
+
+    reference = context.reference
+    assert reference is not None
+    context.budget.check(
+        2 * count_bytes(read_onnx(path, external_data=False)),
+        "the file's dequantized weights in a copy of the reference",
+        proceed=("leave it out with ", Mention("quantized_reference")),
+    )
+    nodes, notes = quantized_nodes(read_onnx(path))
+    proto = read_onnx(reference.path)
+    matched = match_initializers(nodes, proto)
+    weights = tuple(check(m) for m in matched)
+    notes = list(notes)
+    unmatched = [w.node for w in weights if w.parameter is None]
+    if unmatched:
+        notes.append(
+            f"{len(unmatched)} quantized node(s) matched no weight of the reference: "
+            f"{', '.join(unmatched[:5])}"
+        )
+    if any(m.node.dynamic or m.node.int8_input for m in matched):
+        notes.append(
+            "the file also rounds its activations at run time; the reference with its weights "
+            "does not, so the file against it includes that rounding"
+        )
+    usable = [m for m in matched if m.model_weight is not None]
+    if not usable:
+        return QuantizationResult(
+            weights, notes=(*notes, "no weight matched: nothing rerun"), reference=REFERENCE
+        )
+    swapped_inits = {m.initializer: m.node.weight for m in usable}
+    for tensor in proto.graph.initializer:
+        if tensor.name in swapped_inits:
+            tensor.CopyFrom(onnx.numpy_helper.from_array(swapped_inits[tensor.name], tensor.name))
+    session = open_session(
+        proto.SerializeToString(), provider=reference.provider, opt_level=reference.opt_level
+    )
+    signature = reference.signature
+    again = [
+        dict(run_onnx(session, s, signature=signature, deadline=context.deadline).arrays)
+        for s in run.input_sets
+    ]
+    return QuantizationResult(
+        weights=weights,
+        outputs=split_outputs(run.for_candidate(index), again),
+        notes=tuple(notes),
+        reference=REFERENCE,
     )
 
 

@@ -45,11 +45,18 @@ class Linear:
 
 @dataclass(frozen=True)
 class Matched:
-    """A node and what it stands for: the parameters (several: packed along N)."""
+    """A node and what it stands for: the parameters (several: packed along N), or a
+    reference ONNX file's float initializer (`initializer`, ONNX against ONNX)."""
 
     node: QuantizedNode
     linears: tuple[Linear, ...]
     model_weight: np.ndarray | None  # [K, N], float32; None when unmatched
+    initializer: str = ""
+
+    @property
+    def names(self) -> str:
+        """What it stands for, in words ("" when unmatched)."""
+        return self.initializer or " + ".join(lin.parameter for lin in self.linears)
 
 
 def linears(module: object) -> dict[str, Linear]:
@@ -169,7 +176,7 @@ def check(matched: Matched) -> QuantizedWeight:
         bits=node.bits,
         block_size=node.block_size,
         shape=(node.k, node.n),
-        parameter=" + ".join(lin.parameter for lin in matched.linears) or None,
+        parameter=matched.names or None,
         n_blocks=int(node.steps.size),
     )
     if matched.model_weight is None:
@@ -220,3 +227,29 @@ def _defect(node: QuantizedNode, model: np.ndarray, bad: np.ndarray) -> str:
 
 def _steps_against(node: QuantizedNode, model: np.ndarray) -> np.ndarray:
     return block_steps(node, model)
+
+
+def match_initializers(nodes: Sequence[QuantizedNode], reference: object) -> list[Matched]:
+    """Each node with the float weight of a reference ONNX file (the export it was
+    quantized from): the initializer its quantizer named it after (`X_Q4` -> `X`), else the
+    MatMul the node was made from (`/fc1/MatMul_Q4` -> `/fc1/MatMul`), by shape."""
+    from onnx import numpy_helper
+
+    graph = reference.graph  # type: ignore[attr-defined]
+    inits = {t.name: t for t in graph.initializer}
+    by_node = {n.name: n for n in graph.node if n.op_type in ("MatMul", "Gemm")}
+    out = []
+    for node in nodes:
+        names = [node.source]
+        for suffix in ("_Q4", "_Q8", "_quant", "_Q2", "_Q3"):
+            if node.node.endswith(suffix) and node.node.removesuffix(suffix) in by_node:
+                names.append(by_node[node.node.removesuffix(suffix)].input[1])
+        found: Matched | None = None
+        for name in names:
+            if name in inits:
+                weight = numpy_helper.to_array(inits[name]).astype(np.float32)
+                if weight.shape == node.weight.shape:
+                    found = Matched(node, (), weight, initializer=name)
+                    break
+        out.append(found or Matched(node, (), None))
+    return out

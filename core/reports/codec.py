@@ -1252,6 +1252,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         "tokens": tokens(q.tokens),
         "notes": list(q.notes),
         "activations": q.activations,
+        "reference": q.reference,
     }
 
 
@@ -1319,4 +1320,5 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
         for i, n in enumerate(sj.array(raw.get("notes", []), f"{at}.notes"))
     )
     activations = sj.string(raw.get("activations", ""), f"{at}.activations")
-    return QuantizationResult(tuple(weights), tuple(outputs), tokens, notes, activations)
+    reference = sj.string(raw.get("reference", "torch"), f"{at}.reference")
+    return QuantizationResult(tuple(weights), tuple(outputs), tokens, notes, activations, reference)

@@ -177,6 +177,7 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             )
         )
     bad = ", ".join(w.node for w in quant.bugs[:3])
+    ref = quant.reference
     themselves = (
         f"and its {quant.activations} activations (rounded at run time)"
         if quant.activations
@@ -189,18 +190,18 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             continue
         cost = (
             f"the {width} weights {themselves} move it to an SQNR of {o.sqnr_db:.1f} dB "
-            f"(max abs {number_text(o.quant_max_abs)}) from torch's float weights"
+            f"(max abs {number_text(o.quant_max_abs)}) from {ref}'s float weights"
             if o.sqnr_db is not None
             else f"the {width} weights {themselves} move it by max abs "
-            f"{number_text(o.quant_max_abs)} from torch's float weights"
+            f"{number_text(o.quant_max_abs)} from {ref}'s float weights"
         )
         agrees = (
-            "against torch with the file's own dequantized weights it agrees (max abs "
+            f"against {ref} with the file's own dequantized weights it agrees (max abs "
             f"{number_text(o.export_max_abs)}, within the run's tolerance)"
         )
         if not o.export_passed:
             text = (
-                f"{name}: not {width} rounding: against torch with the file's own dequantized "
+                f"{name}: not {width} rounding: against {ref} with the file's own dequantized "
                 f"weights it still differs (max abs {number_text(o.export_max_abs)}, beyond "
                 "the run's tolerance), so the export or its kernels compute something else."
             )
