@@ -124,7 +124,10 @@ def wrong_pair_note(run: ValidationRun) -> str | None:
 
     Decided on shapes: outputs are paired by name, else by position, so a wrong pair still
     yields comparisons under the ONNX file's names; what gives it away is that no pair in
-    any input set has the same shape on both sides (or one side is missing throughout)."""
+    any input set has the same shape on both sides (or one side is missing throughout), and
+    no frozen size (confirmed) explains the shapes instead."""
+    if any(f.confirmed for f in run.frozen):
+        return None  # a size frozen at export explains the shapes: the pair is right
     comps = [c for c in run.outputs if c.status is not Status.ERROR]  # raised: no shape to say
     if not comps or any(c.ref_shape is not None and c.ref_shape == c.onnx_shape for c in comps):
         return None

@@ -533,6 +533,7 @@ class FindingKind(StrEnum):
     NEAR_TIE = "near_tie"
     ERROR = "error"
     STATIC_AXIS = "static_axis"
+    FROZEN_SEARCH = "frozen_search"  # what the frozen search cost when it confirmed nothing
     UNMEASURED = "unmeasured"
     DIVERGES = "diverges"
     QUANTIZATION = "quantization"  # what a file's quantized weights cost (not a bug)

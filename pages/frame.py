@@ -15,10 +15,11 @@ from PIL import Image
 
 from parity.dashboard import state
 from parity.dashboard.access import foreign_host, refuse
-from parity.dashboard.routes import GENERATION_PAGE, PAGES
+from parity.dashboard.routes import GENERATION_PAGE, PAGES, RUN
 from parity.dashboard.saved_runs import open_initial_run
 from parity.dashboard.sidebar import render_sidebar
 from parity.launch import SWEEP_ENV
+from parity.results import ValidationRun
 
 
 def page_icon() -> Image.Image:
@@ -79,3 +80,15 @@ def main() -> None:
         render_sidebar()
         raise
     render_sidebar()  # after the page, so a run started on this rerun shows at once
+
+
+def run_or_invite(
+    *, raw: bool = False, hint: str = "Start one on the Run page."
+) -> ValidationRun | None:
+    """Every page's preamble, once: the current run (`raw`: before the Tolerances page's
+    re-judge), or None after saying there is none yet and linking the Run page."""
+    run = state.raw_run() if raw else state.current_run()
+    if run is None:
+        st.info(f"No run yet. {hint}")
+        st.page_link(RUN, label="Go to Run", icon=":material/play_arrow:")
+    return run

@@ -15,6 +15,7 @@ import streamlit as st
 
 from parity.dashboard import state
 from parity.dashboard.candidates import candidate_selector
+from parity.dashboard.frame import run_or_invite
 from parity.hf.generation_figures import KINDS, kv_cache_grid
 from parity.hf.generation_report import parting_words, tie_words
 from parity.results import PromptGeneration
@@ -84,9 +85,8 @@ def _first_difference_style(frame: pd.DataFrame):
 
 def render() -> None:
     st.title("Generation")
-    run = state.current_run()
+    run = run_or_invite(hint="Validate a causal LM (hf:DIR) on the Run page.")
     if run is None:
-        st.info("No run yet: validate a causal LM (hf:DIR) on the **Run** page.")
         return
     view = candidate_selector(run, key=state.CANDIDATE_GENERATION)
     g = view.generation

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from parity.dashboard import routes, state
+from parity.dashboard import state
 from parity.dashboard.candidates import candidate_selector, could_not_run
+from parity.dashboard.frame import run_or_invite
 from parity.dashboard.tables import NUMBER_FORMAT
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.where_views import where_for
@@ -183,10 +184,8 @@ def _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, is_la
 
 def page() -> None:
     st.title("Inspect an output")
-    run = state.current_run()
+    run = run_or_invite()
     if run is None:
-        st.info("No run yet. Start one on the Run page.")
-        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     run = candidate_selector(run, key=state.CANDIDATE_INSPECT)
     if could_not_run(run):

@@ -14,6 +14,7 @@ import streamlit as st
 
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector
+from parity.dashboard.frame import run_or_invite
 from parity.dashboard.tables import NUMBER_FORMAT, status_style
 from parity.dashboard.text import md_text
 from parity.labels import OUTSIDE_MODULES
@@ -329,10 +330,8 @@ def page() -> None:
     st.title("Layers")
     if state.pop(state.LAYERS_GOTO_INSPECT, False):
         st.switch_page(routes.INSPECT)
-    run = state.current_run()
+    run = run_or_invite()
     if run is None:
-        st.info("No run yet. Start one on the Run page.")
-        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     run = candidate_selector(run, key=state.CANDIDATE_LAYERS)  # each candidate's own layers
     result = getattr(run, "layers", None)

@@ -8,6 +8,7 @@ import streamlit as st
 from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, candidates_overview, could_not_run
 from parity.dashboard.findings_view import findings_section
+from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import own_export_words, verdict_badge
 from parity.dashboard.tables import (
     ROW_COLUMN_CONFIG,
@@ -99,10 +100,8 @@ def page() -> None:
     st.title("Overview")
     if state.pop(state.GOTO_INSPECT, False):
         st.switch_page(routes.INSPECT)
-    run = state.current_run()
+    run = run_or_invite()
     if run is None:
-        st.info("No run yet. Start one on the Run page.")
-        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     verdict_banner(run)
     if run.is_multi_candidate:  # candidates side by side, then one candidate in detail

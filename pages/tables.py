@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
+from parity.show.colors import status_css
 from parity.show.rows import COLUMNS, ComparisonRow
 
 
@@ -94,8 +95,8 @@ def status_style(frame: pd.DataFrame, columns: Sequence[str] | None = ("status",
 
     def color(value: object) -> str:
         text = str(value)
-        if text.startswith("✓"):
-            return "color: #1a7f37; font-weight: 600"
-        return "color: #cf222e; font-weight: 600" if text.startswith("✗") else ""
+        if text.startswith(("✓", "✗")):
+            return status_css(text.startswith("✓"))
+        return ""
 
     return frame.style.map(color, subset=None if columns is None else list(columns))

@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from parity.dashboard import routes, state
+from parity.dashboard import state
 from parity.dashboard.candidates import candidate_selector, candidates_frame
+from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import verdict_badge
 from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
 from parity.dashboard.text import dashboard_words, md_code, md_text
@@ -251,10 +252,8 @@ def controls(raw: ValidationRun) -> None:
 
 def page() -> None:
     st.title("Tolerances")
-    raw = state.raw_run()
+    raw = run_or_invite(raw=True)
     if raw is None:
-        st.info("No run yet. Start one on the Run page.")
-        st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
     st.caption(
         f"{RULE_SENTENCE} Moving a control re-judges every output from stored error "

@@ -346,11 +346,13 @@ def test_demo_query_parameter_runs_that_demo_on_first_open():
 
 
 def test_pages_without_a_run_point_to_the_run_page():
-    for page in ("pages/overview.py", "pages/inspect_page.py", "pages/tolerances.py"):
+    pages = ("overview", "inspect_page", "tolerances", "layers", "generation")
+    for page in pages:  # one preamble, in the frame (parity.dashboard.frame.run_or_invite)
         at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-        at.switch_page(page).run()
+        at.switch_page(f"pages/{page}.py").run()
         assert not at.exception
-        assert any("No run yet" in i.value for i in at.info)
+        assert [i.value for i in at.info if "No run yet" in i.value], page
+        assert [link for link in at.get("page_link") if "Go to Run" in str(link.proto)], page
 
 
 def test_llm_directory_runs_every_generate_step_and_overview_shows_the_steps_grid(llama_dir):

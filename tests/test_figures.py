@@ -316,3 +316,18 @@ def test_small_outputs_mark_only_the_worst_failing_elements(demo_runs):
     kept = fg.marked_worst(view, worst, ref.shape, c.tolerance)
     assert len(marks.x) == len(kept) > 1
     assert all(w.abs_error > c.tolerance.atol for w in kept)  # every cross fails
+
+
+def test_the_palette_is_typed_once() -> None:
+    """Pass, fail and error colours come from parity.show.colors: the HTML report's CSS uses
+    its custom properties and the dashboard's tables its status style; neither retypes them."""
+    from pathlib import Path
+
+    from parity.show.colors import ERROR_COLOR, FAIL_COLOR, PASS_COLOR, css_palette
+
+    root = Path(__file__).resolve().parents[1]
+    palette = css_palette()
+    assert all(c in palette for c in (PASS_COLOR, FAIL_COLOR, ERROR_COLOR))
+    for path in (root / "core" / "reports" / "html_report.py", root / "pages" / "tables.py"):
+        text = path.read_text(encoding="utf-8").lower()
+        assert not [c for c in (PASS_COLOR, FAIL_COLOR, ERROR_COLOR) if c.lower() in text], path

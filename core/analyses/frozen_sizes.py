@@ -27,5 +27,6 @@ class FrozenSizes(Analysis):
             return run
         if should_look(run, context.config):
             context.report("frozen", "looking for sizes frozen at export", None)
-            run = with_frozen(run, context.config, context.source, lead)
-        return replace(run, static_axes=static_axes(run, context.config, context.source))
+            run = with_frozen(run, context.config, context.source, lead, deadline=context.deadline)
+        axes = static_axes(run, context.config, context.source, deadline=context.deadline)
+        return replace(run, static_axes=axes)

@@ -5,11 +5,14 @@ be measured for any output is said (an analysis asked for is never silently abse
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parity.analyses.stage import Analysis, AnalysisContext, CaseHook, Preparation, noted
 from parity.results import OutputComparison, OutputSet, ValidationRun
 from parity.run.config import RunConfig
+
+if TYPE_CHECKING:
+    from parity.sources import Case
 
 NOT_MEASURED = "noise floor not measured: this kind of run has no float64 reference"
 
@@ -37,7 +40,7 @@ class NoiseFloor(Analysis):
             prepare.source.measure_noise_at(sixteen)
 
         def hook(
-            case: Any, index: int, shown: OutputSet, judged: list[OutputComparison]
+            case: Case, index: int, shown: OutputSet, judged: list[OutputComparison]
         ) -> list[OutputComparison]:
             if case.float64 is None and self._why_not is None:
                 self._why_not = case.float64_note or NOT_MEASURED

@@ -2,15 +2,20 @@
 
 Tracing reads a size once and writes the number into the graph: a constant (a Constant node or
 an initializer) feeding a shape input (Reshape, Expand, Tile, Slice, Pad, Resize, Range,
-ConstantOfShape, ...) or a Div / Mul by a scalar (``y.sum((2, 3)) / float(h * w)``). A branch
-tracing kept is an op that runs at every size although torch runs it at some only (a Pad whose
-amount is computed from the input's shape). This module finds those places (`suspects`,
-`branch_suspects`) and writes the graph with one constant replaced or one op bypassed, for
-parity.judge.frozen to check against torch; it runs nothing.
+ConstantOfShape, ...) or a Div / Mul by a scalar (``y.sum((2, 3)) / float(h * w)``); the
+constant may reach the shape input through shape arithmetic (the legacy exporter's
+``Concat(Shape(y)[:2], [96, 64])`` before a Resize, a Cast, an Unsqueeze, a Mul), and a tensor
+tracing made at the export's batch (``torch.zeros(int(b), 4)``) is a constant whose *shape*
+holds the size. A branch tracing kept is an op that runs at every size although torch runs it
+at some only (a Pad whose amount is computed from the input's shape). This module finds those
+places (`suspects`, `branch_suspects`) and writes the graph with one constant replaced or one
+op bypassed, for parity.judge.frozen to check against torch; it runs and reads nothing (the
+caller hands it the proto, read through parity.load.onnx_read).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -34,11 +39,39 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
 SCALING = ("Div", "Mul")  # a scalar equal to a size: a mean written by hand
 BRANCH_OPS = ("Pad",)  # ops a branch kept; bypassed to take the branch torch took
 MAX_ELEMENTS = 8  # a shape, not a weight
+# shape arithmetic a constant passes through on its way to a shape input: op -> the inputs
+# that carry the value on (a Slice's starts / ends, an Unsqueeze's axes, a Gather's indices
+# are positions, not sizes)
+THROUGH: dict[str, tuple[int, ...] | None] = {
+    "Concat": None,  # every input
+    "Cast": (0,),
+    "Identity": (0,),
+    "Unsqueeze": (0,),
+    "Squeeze": (0,),
+    "Reshape": (0,),
+    "Gather": (0,),
+    "Slice": (0,),
+    "Mul": (0, 1),
+    "Div": (0, 1),
+    "Add": (0, 1),
+    "Sub": (0, 1),
+    "Floor": (0,),
+    "Ceil": (0,),
+    "Where": (1, 2),  # the legacy exporter's expand(int(b), ...): Where(Equal(...), ..., [1, 1, 8])
+}
+MAX_DEPTH = 8  # shape arithmetic followed at most this many ops back
+MAX_BAKED_ELEMENTS = 1 << 16  # a baked tensor larger than this is a weight, not looked at
+MAX_BAKED = 64  # baked tensors looked at, at most
+MIN_RANGE = 4  # a baked arange at least this long (shorter ones are axes and indices)
 
 
 @dataclass(frozen=True)
 class Suspect:
-    """A constant that may hold a size: `values` feeds input `slot` of node `node`."""
+    """A constant that may hold a size: `values` feeds input `slot` of the node at
+    `position`; `node` / `op` name the node that uses it as a size (the Resize a Concat
+    feeds, or that node itself). `baked`: the constant is a tensor tracing made at the
+    export's size, "fill" (uniform: ``torch.zeros(int(b), 4)``) or "range" (``torch.arange(
+    int(n))``), and `values` is its shape (recomputed as such a tensor of the new shape)."""
 
     node: str
     op: str
@@ -46,22 +79,20 @@ class Suspect:
     slot: int
     values: tuple[float, ...]
     source: str | None  # FILE:LINE the exporter recorded (dynamo), else None
+    baked: str = ""
 
 
-def load(path: str) -> onnx.ModelProto:
-    """The graph without its weights' data (external data left where it is)."""
-    return onnx.load(path, load_external_data=False)
-
-
-def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+def _constants(graph: onnx.GraphProto, baked: bool = False) -> dict[str, np.ndarray]:
+    """Small constants by value name; `baked`: also tensors up to MAX_BAKED_ELEMENTS."""
     found: dict[str, np.ndarray] = {}
+    fits = _bakeable if baked else _small
     for init in graph.initializer:
-        if _small(init.dims) and not init.data_location:
+        if fits(init.dims) and not init.data_location:
             found[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
             for attr in node.attribute:
-                if attr.name == "value" and _small(attr.t.dims):
+                if attr.name == "value" and fits(attr.t.dims):
                     found[node.output[0]] = numpy_helper.to_array(attr.t)
                 elif attr.name == "value_int":
                     found[node.output[0]] = np.array(attr.i)
@@ -76,6 +107,10 @@ def _small(dims) -> bool:
     return len(dims) <= 1 and int(np.prod(list(dims) or [1])) <= MAX_ELEMENTS
 
 
+def _bakeable(dims) -> bool:
+    return math.prod(int(d) for d in dims) <= MAX_BAKED_ELEMENTS
+
+
 def model_numbers(model: onnx.ModelProto) -> frozenset[int]:
     """Every size of a weight (channels, features): a constant equal to one is more likely the
     model's own number than a size read at export."""
@@ -83,35 +118,139 @@ def model_numbers(model: onnx.ModelProto) -> frozenset[int]:
 
 
 def suspects(model: onnx.ModelProto) -> list[Suspect]:
-    """Constants feeding a shape input, or a scalar Div / Mul whose value is a whole number >= 2."""
+    """Constants feeding a shape input (directly or through shape arithmetic), a scalar
+    Div / Mul whose value is a whole number >= 2, and uniform tensors (zeros, ones, a fill)
+    whose shape may be the export's (`Suspect.baked`)."""
     graph = model.graph
     constants = _constants(graph)
-    found: list[Suspect] = []
-    for position, node in enumerate(graph.node):
-        slots: tuple[int, ...] = SHAPE_INPUTS.get(node.op_type, ())
-        if node.op_type in SCALING:
-            slots = (0, 1)
-        for slot in slots:
+    producer = {out: k for k, node in enumerate(graph.node) for out in node.output if out}
+    found: dict[tuple[int, int], Suspect] = {}
+    for position, node in enumerate(graph.node):  # shape inputs first: they name the user
+        name = node.name or f"{node.op_type}#{position}"
+        for slot in SHAPE_INPUTS.get(node.op_type, ()):
             if slot >= len(node.input) or not node.input[slot]:
                 continue
             values = constants.get(node.input[slot])
-            if values is None:
+            if values is not None:
+                _add(found, name, node, position, slot, values, shape=True)
                 continue
-            flat = values.reshape(-1)
-            if node.op_type in SCALING and not _size_like_scalar(flat):
+            for at, at_slot, values in _reaching(graph, node.input[slot], producer, constants):
+                _add(found, name, node, at, at_slot, values, shape=True)
+    for position, node in enumerate(graph.node):
+        if node.op_type in SCALING:
+            name = node.name or f"{node.op_type}#{position}"
+            for slot in (0, 1):
+                values = _input_constant(node, slot, constants)
+                if values is not None and _size_like_scalar(values.reshape(-1)):
+                    _add(found, name, node, position, slot, values)
+    found_list = sorted(found.values(), key=lambda s: s.position)
+    return found_list + _baked(graph, constants, {(s.position, s.slot) for s in found_list})
+
+
+def _input_constant(
+    node: onnx.NodeProto, slot: int, constants: dict[str, np.ndarray]
+) -> np.ndarray | None:
+    if slot >= len(node.input) or not node.input[slot]:
+        return None
+    return constants.get(node.input[slot])
+
+
+def _add(
+    found: dict[tuple[int, int], Suspect],
+    name: str,
+    user: onnx.NodeProto,
+    position: int,
+    slot: int,
+    values: np.ndarray,
+    *,
+    shape: bool = False,
+) -> None:
+    """One suspect at (position, slot), the first that reaches it kept."""
+    flat = values.reshape(-1)
+    if (position, slot) in found or flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
+        return
+    if shape and not np.all(np.mod(flat, 1) == 0):
+        return  # Resize scales: not a size
+    found[(position, slot)] = Suspect(
+        node=name,
+        op=user.op_type,
+        position=position,
+        slot=slot,
+        values=tuple(float(v) for v in flat),
+        source=stack_source(user),
+    )
+
+
+def _reaching(
+    graph: onnx.GraphProto,
+    value: str,
+    producer: dict[str, int],
+    constants: dict[str, np.ndarray],
+) -> list[tuple[int, int, np.ndarray]]:
+    """(node position, input slot, constant) of every constant that reaches `value` through
+    shape arithmetic (THROUGH), at most MAX_DEPTH ops back."""
+    found: list[tuple[int, int, np.ndarray]] = []
+    seen: set[int] = set()
+    todo = [(value, 0)]
+    while todo and len(seen) < 8 * MAX_DEPTH:
+        name, depth = todo.pop()
+        k = producer.get(name)
+        if k is None or k in seen or depth >= MAX_DEPTH:
+            continue
+        seen.add(k)
+        node = graph.node[k]
+        if node.op_type not in THROUGH:
+            continue
+        slots = THROUGH[node.op_type]
+        for slot in range(len(node.input)) if slots is None else slots:
+            if slot >= len(node.input) or not node.input[slot]:
                 continue
-            if not np.issubdtype(flat.dtype, np.number) or flat.size == 0:
+            values = constants.get(node.input[slot])
+            if values is not None:
+                found.append((k, slot, values))
+            else:
+                todo.append((node.input[slot], depth + 1))
+    return found
+
+
+def baked_kind(tensor: np.ndarray, *, small: bool) -> str:
+    """ "fill": a uniform tensor of two or more axes; "range": 0, 1, ..., n - 1 (n >= MIN_RANGE);
+    else "" (a weight, an axis list)."""
+    if tensor.size == 0 or not np.issubdtype(tensor.dtype, np.number):
+        return ""
+    if tensor.ndim >= 2 and not small and np.all(tensor == tensor.reshape(-1)[0]):
+        return "fill"
+    counting = tensor.ndim == 1 and tensor.size >= MIN_RANGE
+    if counting and np.array_equal(tensor, np.arange(tensor.size)):
+        return "range"
+    return ""
+
+
+def _baked(
+    graph: onnx.GraphProto, small: dict[str, np.ndarray], taken: set[tuple[int, int]]
+) -> list[Suspect]:
+    """Uniform tensors of two or more axes (``torch.zeros(int(b), 4)``: tracing made them at
+    the export's size): their shape is the suspect, recomputed by a tensor of the new shape
+    filled alike."""
+    tensors = _constants(graph, baked=True)
+    found: list[Suspect] = []
+    for position, node in enumerate(graph.node):
+        for slot, name in enumerate(node.input):
+            tensor = tensors.get(name)
+            if tensor is None or (position, slot) in taken or len(found) >= MAX_BAKED:
                 continue
-            if node.op_type in SHAPE_INPUTS and not np.all(np.mod(flat, 1) == 0):
-                continue  # Resize scales: not a size
+            kind = baked_kind(tensor, small=name in small)
+            if not kind:
+                continue
             found.append(
                 Suspect(
                     node=node.name or f"{node.op_type}#{position}",
                     op=node.op_type,
                     position=position,
                     slot=slot,
-                    values=tuple(float(v) for v in flat),
+                    values=tuple(float(d) for d in tensor.shape),
                     source=stack_source(node),
+                    baked=kind,
                 )
             )
     return found
@@ -168,19 +307,34 @@ def user_frame(frames) -> str | None:
 
 def with_constant(model: onnx.ModelProto, changes: dict[tuple[int, int], np.ndarray]) -> bytes:
     """The model's bytes with input `slot` of node at `position` fed a new constant (a fresh
-    initializer, so another node reading the same constant keeps its value)."""
+    initializer, so another node reading the same constant keeps its value). A new value of
+    the old one's size keeps its shape and dtype; another size (a baked tensor remade at a
+    new shape) keeps its own shape."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    constants = _constants(copy.graph, baked=True)  # once: a plan may change thousands
     for k, ((position, slot), values) in enumerate(changes.items()):
         node = copy.graph.node[position]
-        old = _constants(copy.graph).get(node.input[slot])
-        dtype = old.dtype if old is not None else values.dtype
-        shape = old.shape if old is not None else values.shape
+        old = constants.get(node.input[slot])
+        new = np.asarray(values)
+        if old is not None:
+            new = new.astype(old.dtype)
+            if new.size == old.size:
+                new = new.reshape(old.shape)
         name = f"parity_frozen_{k}_{node.input[slot]}"
-        tensor = numpy_helper.from_array(np.asarray(values, dtype=dtype).reshape(shape), name)
-        copy.graph.initializer.append(tensor)
+        copy.graph.initializer.append(numpy_helper.from_array(new, name))
         node.input[slot] = name
     return copy.SerializeToString()
+
+
+def remade(model: onnx.ModelProto, s: Suspect, shape: tuple[int, ...]) -> np.ndarray:
+    """A baked suspect's tensor made again at `shape`: filled as the file's is, or counting."""
+    tensor = _constants(model.graph, baked=True).get(model.graph.node[s.position].input[s.slot])
+    dtype = tensor.dtype if tensor is not None else np.float32
+    if s.baked == "range":
+        return np.arange(shape[0] if shape else 0).astype(dtype)
+    fill = tensor.reshape(-1)[0] if tensor is not None and tensor.size else 0
+    return np.full(shape, fill, dtype=dtype)
 
 
 def without_node(model: onnx.ModelProto, position: int) -> bytes:

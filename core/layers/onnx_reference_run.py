@@ -10,16 +10,26 @@ Candidate selector shows); the first's is the run's `layers`.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parity.layers.localise import not_compared
 from parity.layers.result import LayersResult
+from parity.results import InputSet, ValidationRun
+from parity.run.config import RunConfig
+from parity.run.progress import ProgressReporter
+
+if TYPE_CHECKING:
+    from parity.run.candidates import Candidate
 
 
 def layers_for(
-    reference: Any, candidate: Any, input_sets: Sequence[Any], config: Any, say: Any
+    reference: Candidate,
+    candidate: Candidate,
+    input_sets: Sequence[InputSet],
+    config: RunConfig,
+    say: Callable[[str], None],
 ) -> LayersResult:
     """One candidate's layers against the reference (both parity.run.candidates.Candidate)."""
     from parity.errors import describe_error
@@ -45,7 +55,7 @@ def layers_for(
         return not_compared(f"localisation stopped: {describe_error(exc)[1]}")
 
 
-def _recorder(reference: Any, candidate: Any) -> tuple[Any, Any]:
+def _recorder(reference: Candidate, candidate: Candidate) -> tuple[Any, Any]:
     from parity.layers.precision import Recorder
 
     recorder = Recorder()
@@ -53,8 +63,12 @@ def _recorder(reference: Any, candidate: Any) -> tuple[Any, Any]:
 
 
 def with_onnx_layers(
-    run: Any, config: Any, reference: Any, candidates: Sequence[Any], report: Any
-) -> Any:
+    run: ValidationRun,
+    config: RunConfig,
+    reference: Candidate,
+    candidates: Sequence[Candidate | None],
+    report: ProgressReporter,
+) -> ValidationRun:
     """The run with every loaded candidate's layers against the reference."""
     t0 = time.perf_counter()
     results: dict[int, LayersResult] = {}

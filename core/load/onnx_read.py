@@ -6,7 +6,8 @@ The file is opened once, non-blocking, checked on its descriptor and read (at mo
 2 GiB) from that descriptor; external data, when asked for, is read from regular files beside
 it (each checked the same way before onnx opens it).
 
-Contract: read_onnx(path, *, external_data=True) -> onnx.ModelProto
+Contract: read_onnx(path, *, external_data=True) -> onnx.ModelProto;
+check_external(path, proto) -> None (raises OnnxLoadError)
 """
 
 from __future__ import annotations
@@ -36,14 +37,22 @@ def read_onnx(path: str | os.PathLike[str], *, external_data: bool = True) -> on
         message = f"ONNX file {p}: not a readable ONNX protobuf ({first_line(exc)})"
         raise OnnxLoadError(message) from exc
     if external_data and _external_locations(proto):
-        for location in _external_locations(proto):
-            where = PurePosixPath(location.replace("\\", "/"))
-            if not where.is_absolute() and ".." not in where.parts:
-                check_regular(p.parent / location, what="ONNX external data", error=OnnxLoadError)
+        check_external(p, proto)
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(proto, str(p.parent))
     return proto
+
+
+def check_external(path: str | os.PathLike[str], proto: onnx.ModelProto) -> None:
+    """Every external-data file `proto` names beside `path` is a regular file (a FIFO or a
+    device swapped in is one OnnxLoadError) before anything opens it by path (onnx, or ONNX
+    Runtime building a session on a changed graph)."""
+    folder = Path(path).parent
+    for location in _external_locations(proto):
+        where = PurePosixPath(location.replace("\\", "/"))
+        if not where.is_absolute() and ".." not in where.parts:
+            check_regular(folder / location, what="ONNX external data", error=OnnxLoadError)
 
 
 def _external_locations(proto: onnx.ModelProto) -> list[str]:

@@ -21,6 +21,7 @@ from parity.judge.where import WhereProfile, where_of
 from parity.labels import status_label, verdict_label
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import binding_text
+from parity.show.colors import css_palette
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
 from parity.show.summary import notes, onnx_words, plain_summary
@@ -76,7 +77,7 @@ def render_html_report(run: ValidationRun) -> str:
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
         "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
         'img-src data: blob:; font-src data:">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f"<title>{_e(title)}</title><style>{css_palette()}{_CSS}</style>"
         f"<script>{get_plotlyjs()}</script></head>\n<body>\n{body}\n"
         f"<footer>Written by Parity {_e(__version__)} on "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.</footer>\n</body></html>\n"
@@ -585,12 +586,12 @@ def _s(n: int) -> str:
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
-max-width:1280px;color:#1f2328;padding:0 16px}
+max-width:1280px;color:var(--text);padding:0 16px}
 h1{margin:0 0 8px}h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:32px}
 .verdict{display:inline-block;font-size:28px;font-weight:700;padding:6px 18px;border-radius:6px;
-color:#fff}.verdict.pass{background:#1a7f37}.verdict.fail{background:#cf222e}
-.verdict.error{background:#9a6700}.summary{font-size:18px}
-table.side td.ok{color:#1a7f37}h2.candidate{border-bottom:2px solid #cf222e}
+color:#fff}.verdict.pass{background:var(--pass)}.verdict.fail{background:var(--fail)}
+.verdict.error{background:var(--error)}.summary{font-size:18px}
+table.side td.ok{color:var(--pass)}h2.candidate{border-bottom:2px solid var(--fail)}
 ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead li{margin:6px 0}
 ul.findings{font-size:16px;line-height:1.5;padding-left:20px}ul.findings li{margin:6px 0}
 h2.findings{font-size:17px;margin:14px 0 4px}
@@ -603,10 +604,10 @@ table.outputs td:last-child{white-space:pre-line;min-width:200px;overflow-wrap:a
 table.kv td{white-space:normal;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 th{background:#f6f8fa}table.kv th{width:180px}
-tr.fail td.status{color:#cf222e;font-weight:700}tr.pass td.status{color:#1a7f37}
-td.bad{background:#ffebe9;color:#cf222e;font-weight:600}td.name{font-family:monospace}
+tr.fail td.status{color:var(--fail);font-weight:700}tr.pass td.status{color:var(--pass)}
+td.bad{background:#ffebe9;color:var(--fail);font-weight:600}td.name{font-family:monospace}
 .bar{width:48px;height:8px;background:#eaeef2;display:inline-block;margin-right:6px}
-.bar span{display:block;height:8px;background:#cf222e}
+.bar span{display:block;height:8px;background:var(--fail)}
 .note{background:#fff8c5;padding:6px 10px;border-radius:4px}
 .where{background:#ffebe9;padding:6px 10px;border-radius:4px}
 .diverges{background:#ffebe9;padding:6px 10px;border-radius:4px;font-weight:600}

@@ -10,6 +10,7 @@ range is matched to the ONNX node by scope, op and order.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections.abc import Mapping
@@ -17,15 +18,19 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import onnx
 
-from parity.errors import ParityError
+from parity.errors import OnnxLoadError, ParityError, RunTimeout
 from parity.judge.compare import compare_outputs
-from parity.judge.frozen import find_frozen
-from parity.judge.frozen_graph import load, user_frame
-from parity.limits.budget import MemoryBudget
-from parity.results import InputSet, StaticAxis, Status, ValidationRun
+from parity.judge.frozen import Check, Outcome, find_frozen
+from parity.judge.frozen_graph import user_frame
+from parity.limits.budget import MemoryBudget, format_size
+from parity.limits.deadline import Deadline
+from parity.load.onnx_read import check_external, read_onnx
+from parity.results import AnalysisNote, InputSet, StaticAxis, Status, ValidationRun
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
+from parity.run.ort_errors import with_file_node
 from parity.signature import OnnxSignature
 
 SEARCH_TIMES = 4  # the search may take this many times the run's own torch + ORT time
@@ -84,26 +89,118 @@ def should_look(run: ValidationRun, config: RunConfig) -> bool:
 
 
 def with_frozen(
-    run: ValidationRun, config: RunConfig, source: Any, candidate: Any
+    run: ValidationRun,
+    config: RunConfig,
+    source: Any,
+    candidate: Any,
+    *,
+    deadline: Deadline | None = None,
 ) -> ValidationRun:
-    """`run` with `frozen` filled (confirmed nodes only); the run itself unchanged."""
+    """`run` with `frozen` filled (confirmed nodes only) and an analysis note ("frozen"): done,
+    when it confirmed nothing or skipped a check (with its cost); not done, with why, when it
+    could not run. The run itself unchanged.
+
+    Bounded like a run: it ends within max(MIN_SEARCH_SECONDS, SEARCH_TIMES x the run's own
+    torch + ONNX Runtime time) and before the run's own `deadline`; a check at a size larger
+    than any of the run's is estimated first and skipped (said) when its forward would pass
+    --max-memory; the file is re-read only through the safe reader."""
     signature = run.signature
     assert signature is not None
-    failing: list[InputSet] = []
-    passing: list[InputSet] = []
+    try:  # never onnx.load(path): a FIFO or /dev/zero swapped in is one line, not a hang
+        model = read_onnx(candidate.path, external_data=False)
+    except OnnxLoadError as exc:
+        return _noted(run, exc.message, done=False)
+    failing: list[dict[str, int]] = []
+    passing: list[dict[str, int]] = []
     for s in run.input_sets:
         rows = [c for c in run.outputs if c.input_set == s.index]
         (passing if rows and all(c.status.passed for c in rows) else failing).append(
             set_dims(signature, s)
         )
-    model = load(candidate.path)
+    spent = run.timings.get("torch", 0.0) + run.timings.get("onnxruntime", 0.0)
+    seconds = max(MIN_SEARCH_SECONDS, SEARCH_TIMES * spent)
+    left = deadline.remaining() if deadline is not None else None
+    if left is not None:  # the run's own --timeout comes first: the search ends before it
+        seconds = min(seconds, max(0.0, left - DEADLINE_MARGIN))
+    if seconds <= 0:
+        return _noted(run, "no time was left before the run's --timeout", done=False)
+    limit = Deadline(seconds)  # the checks' ORT runs are terminated at it
+    budget = MemoryBudget.of(config.max_memory)
+    memory = _MemoryCheck(model, signature, failing + passing, budget)
+    check = _checker(config, source, candidate, (model, signature), budget, memory, limit)
+
+    def retrace(dims: Mapping[str, int]) -> dict[str, str]:
+        if memory.over(dims) or limit.expired:
+            return {}
+        try:  # torch cannot be stopped: past the limit the trace is abandoned, not waited for
+            return Deadline(limit.remaining() or 1e-3).call(
+                lambda: _retrace(source, signature, model, dims, config), "the re-trace"
+            )
+        except RunTimeout:
+            return {}
+
+    search = find_frozen(
+        model,
+        dynamic_dims(signature),
+        failing,
+        passing,
+        check,
+        retrace,
+        seconds=seconds,
+        batch=first_axis_dims(signature),
+    )
+    run = named_as_in_file(run, model, [n.node for n in search.nodes])
+    run = replace(run, frozen=search.nodes)
+    return _noted(run, search.note) if search.note else run
+
+
+def _noted(run: ValidationRun, text: str, *, done: bool = True) -> ValidationRun:
+    """`run` with the search's note (parity.analyses reads `run.analyses`)."""
+    return replace(run, analyses=(*run.analyses, AnalysisNote("frozen", text, done)))
+
+
+def named_as_in_file(
+    run: ValidationRun, model: onnx.ModelProto, prefer: list[str]
+) -> ValidationRun:
+    """The lead candidate's ONNX Runtime errors naming the file's node where ORT named one its
+    optimisers made (``/m/Reshape_new_reshape``), so they say the node the frozen sentence
+    says."""
+    nodes = {n.name: n.op_type for n in model.graph.node}
+    lead = run.candidates[0]
+    said = [
+        with_file_node(c.message, nodes, prefer) if c.status is Status.ERROR else c.message
+        for c in lead.outputs
+    ]
+    if said == [c.message for c in lead.outputs]:  # messages only: rows hold arrays
+        return run
+    rows = tuple(replace(c, message=m) for c, m in zip(lead.outputs, said, strict=True))
+    return replace(run, candidates=(replace(lead, outputs=rows), *run.candidates[1:]))
+
+
+DEADLINE_MARGIN = 1.0  # seconds the search leaves the run before its --timeout
+
+
+def _checker(
+    config: RunConfig,
+    source: Any,
+    candidate: Any,
+    graph: tuple[onnx.ModelProto, OnnxSignature],
+    budget: MemoryBudget,
+    memory: _MemoryCheck,
+    limit: Deadline,
+) -> Check:
+    """The search's Check: one input set at `dims`, torch (once per size) and ONNX Runtime on
+    the file or a changed graph, every output judged (parity.judge.frozen.Outcome)."""
     from parity.load.sessions import open_session
 
+    model, signature = graph
     folder = str(_folder(candidate.path))
     refs: dict[tuple, Any] = {}  # torch's outputs by size: each size is run once
-    budget = MemoryBudget.of(config.max_memory)
 
-    def check(dims: Mapping[str, int], patched: bytes | None) -> bool | None:
+    def check(dims: Mapping[str, int], patched: bytes | None) -> Outcome | None:
+        why = memory.over(dims)
+        if why:
+            return Outcome(passed=False, skipped=why)
         try:
             input_set = make_input_sets(
                 signature,
@@ -122,45 +219,180 @@ def with_frozen(
         except ParityError:
             return None
         try:
+            if patched is not None:  # its weights are read from beside the file: checked
+                check_external(candidate.path, model)
+        except OnnxLoadError as exc:
+            return Outcome(passed=False, skipped=exc.message)
+        try:
             session = (
                 candidate.session
                 if patched is None
-                else open_session(patched, provider=candidate.provider, external_folder=folder)
+                else limit.call(  # a setup past the search's limit is abandoned, not awaited
+                    lambda: open_session(
+                        patched, provider=candidate.provider, external_folder=folder
+                    ),
+                    "a frozen-size check's session setup",
+                )
             )
             names = [o.name for o in session.get_outputs()]
-            values = session.run(names, dict(input_set.feeds))
+            with limit.ort_run_options() as options:
+                values = session.run(names, dict(input_set.feeds), options)
+        except RunTimeout:
+            return None  # the search's limit: the budget stops it
         except Exception:
-            return False
-        for name, value in zip(names, values, strict=True):
-            if name not in ref.arrays:
-                continue
-            c = compare_outputs(
-                ref.arrays[name],
-                np.asarray(value),
-                name=name,
-                input_set=0,
-                tolerance=config.tolerances.for_output(name),
+            return Outcome(passed=False)
+        return _outcome(ref.arrays, dict(zip(names, values, strict=True)), config)
+
+    return check
+
+
+def _outcome(refs: Mapping[str, Any], values: Mapping[str, Any], config: RunConfig) -> Outcome:
+    """Every output judged at the run's tolerances, and the largest relative error."""
+    passed, worst = True, 0.0
+    for name, value in values.items():
+        if name not in refs:
+            continue
+        ref, got = np.asarray(refs[name]), np.asarray(value)
+        c = compare_outputs(
+            ref, got, name=name, input_set=0, tolerance=config.tolerances.for_output(name)
+        )
+        passed = passed and c.status is Status.PASS
+        worst = max(worst, _relative_error(ref, got, c))  # passing ones too: the rounding
+    return Outcome(passed=passed, error=worst)
+
+
+def _relative_error(ref: np.ndarray, got: np.ndarray, c: Any) -> float:
+    """max |onnx - torch| / max |torch| of a comparison (inf: no numbers to say)."""
+    if c.status not in (Status.PASS, Status.FAIL):
+        return math.inf  # shape, dtype, missing
+    if c.stats is None or c.stats.max_abs is None:
+        return 0.0 if c.status is Status.PASS else math.inf
+    if c.stats.n_nan_mismatch or c.stats.n_inf_mismatch:
+        return math.inf
+    if c.stats.max_abs == 0:
+        return 0.0
+    if not np.issubdtype(ref.dtype, np.floating):
+        return 0.0 if c.status is Status.PASS else math.inf  # integers are exact
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = float(finite.max()) if finite.size else 0.0
+    return c.stats.max_abs / scale if scale > 0 else math.inf
+
+
+class _MemoryCheck:
+    """Whether a check at some dims fits --max-memory: free at most the run's largest size in
+    every dim (it ran there); larger, the forward is estimated from the graph's shapes there
+    (every value ONNX shape inference sizes, twice: torch and ONNX Runtime, no reuse)."""
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        signature: OnnxSignature,
+        sizes: list[dict[str, int]],
+        budget: MemoryBudget,
+    ) -> None:
+        self._model = model
+        self._signature = signature
+        self._budget = budget
+        self._largest: dict[str, int] = {}
+        for dims in sizes:
+            for d, v in dims.items():
+                self._largest[d] = max(self._largest.get(d, 0), int(v))
+        self._skeleton: onnx.ModelProto | None = None
+        self._said: dict[tuple, str] = {}
+
+    def over(self, dims: Mapping[str, int]) -> str:
+        """ "" when a check at `dims` fits; else why not, in words."""
+        if all(int(v) <= self._largest.get(d, 0) for d, v in dims.items()):
+            return ""
+        key = tuple(sorted(dims.items()))
+        if key not in self._said:
+            need = FORWARD_COPIES * forward_bytes(self._skeleton_model(), self._signature, dims)
+            at = ", ".join(f"{d} {v}" for d, v in dims.items())
+            self._said[key] = (
+                ""
+                if need <= self._budget.limit
+                else f"at {at} the forward needs about {format_size(need)}, over the "
+                f"{format_size(self._budget.limit)} memory budget (--max-memory)"
             )
-            if c.status is not Status.PASS:
-                return False
-        return True
+        return self._said[key]
 
-    def retrace(dims: Mapping[str, int]) -> dict[str, str]:
-        return _retrace(source, signature, model, dims, config)
+    def _skeleton_model(self) -> onnx.ModelProto:
+        if self._skeleton is None:
+            self._skeleton = skeleton(self._model)
+        return self._skeleton
 
-    spent = run.timings.get("torch", 0.0) + run.timings.get("onnxruntime", 0.0)
-    seconds = max(MIN_SEARCH_SECONDS, SEARCH_TIMES * spent)
-    nodes = find_frozen(
-        model,
-        dynamic_dims(signature),
-        failing,
-        passing,
-        check,
-        retrace,
-        seconds=seconds,
-        batch=first_axis_dims(signature),
-    )
-    return replace(run, frozen=nodes)
+
+FORWARD_COPIES = 2  # torch's forward and ONNX Runtime's, each holding its values
+SKELETON_KEEP = 64  # initializers of at most this many elements keep their data (shapes)
+
+
+def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without its weights' data: large initializers become typed graph inputs, so
+    shape inference sees every shape at no memory."""
+    out = onnx.ModelProto()
+    out.ir_version = model.ir_version
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    graph = out.graph
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    names = {i.name for i in model.graph.input}
+    for init in model.graph.initializer:
+        if math.prod(init.dims) <= SKELETON_KEEP and not init.data_location:
+            graph.initializer.append(init)
+        elif init.name not in names:
+            graph.input.append(
+                onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            )
+    return out
+
+
+def forward_bytes(
+    skeleton: onnx.ModelProto, signature: OnnxSignature, dims: Mapping[str, int]
+) -> int:
+    """Bytes of every value of the graph at `dims` that shape inference sizes (inputs too);
+    where inference fails, the inputs alone scaled by OPAQUE_FACTOR."""
+    model = onnx.ModelProto()
+    model.CopyFrom(skeleton)
+    inputs = 0
+    specs = {spec.name: spec for spec in signature.inputs}
+    for value in model.graph.input:
+        spec = specs.get(value.name)
+        if spec is None:
+            continue
+        shape = value.type.tensor_type.shape
+        for axis, dim in enumerate(shape.dim):
+            named = spec.shape[axis] if axis < len(spec.shape) else None
+            key = named if isinstance(named, str) else f"{spec.name}:{axis}"
+            if key in dims:
+                dim.Clear()
+                dim.dim_value = int(dims[key])
+        inputs += _value_bytes(value)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:
+        return inputs * OPAQUE_FACTOR
+    values = list(inferred.graph.value_info) + list(inferred.graph.output)
+    return inputs + sum(_value_bytes(v) for v in values)
+
+
+OPAQUE_FACTOR = 64  # a graph shape inference cannot size: its inputs times this
+
+
+def _value_bytes(value: onnx.ValueInfoProto) -> int:
+    """Bytes of one value whose shape is fully known (0 otherwise)."""
+    t = value.type.tensor_type
+    if not t.HasField("shape") or not t.elem_type:
+        return 0
+    dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+    if any(d < 0 for d in dims):
+        return 0
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+    except Exception:
+        itemsize = 8
+    return math.prod(dims) * itemsize
 
 
 MAX_STATIC_CHECKS = 3  # torch runs spent asking whether a fixed axis takes other sizes
@@ -169,9 +401,12 @@ STATIC_STEP = 16
 _PROBE = "parity_static_axis"
 
 
-def static_axes(run: ValidationRun, config: RunConfig, source: Any) -> tuple[StaticAxis, ...]:
+def static_axes(
+    run: ValidationRun, config: RunConfig, source: Any, *, deadline: Deadline | None = None
+) -> tuple[StaticAxis, ...]:
     """Input axes the file fixes (at STATIC_MIN or more) where the torch model also runs at
-    the size + STATIC_STEP: one torch run each, at most MAX_STATIC_CHECKS."""
+    the size + STATIC_STEP: one torch run each, at most MAX_STATIC_CHECKS, none once the
+    run's deadline has passed, inputs within --max-memory."""
     signature = run.signature
     if (
         signature is None
@@ -188,6 +423,8 @@ def static_axes(run: ValidationRun, config: RunConfig, source: Any) -> tuple[Sta
         for axis, d in enumerate(spec.shape):
             if not isinstance(d, int) or d < STATIC_MIN or checks >= MAX_STATIC_CHECKS:
                 continue
+            if deadline is not None and deadline.expired:
+                return tuple(found)
             checks += 1
             shape = tuple(_PROBE if a == axis else x for a, x in enumerate(spec.shape))
             probe = replace(
@@ -199,7 +436,11 @@ def static_axes(run: ValidationRun, config: RunConfig, source: Any) -> tuple[Sta
             size = d + STATIC_STEP
             try:
                 input_set = make_input_sets(
-                    probe, dims={**base, _PROBE: size}, n_sets=1, seed=config.seed
+                    probe,
+                    dims={**base, _PROBE: size},
+                    n_sets=1,
+                    seed=config.seed,
+                    budget=MemoryBudget.of(config.max_memory),
                 )[0]
                 source.reference_at(input_set, probe)
             except ParityError:
@@ -243,6 +484,7 @@ _ATEN = {
     "Tile": ("aten::repeat",),
     "Slice": ("aten::slice",),
     "Range": ("aten::arange",),
+    "Concat": ("aten::cat",),
     "ConstantOfShape": ("aten::zeros", "aten::ones", "aten::full"),
 }
 _RANGE_FRAME = re.compile(r"(?P<file>[^\s|]+\.py)\((?P<line>\d+)\)")
@@ -262,7 +504,13 @@ def _retrace(
     from parity.run.runner import model_binding
 
     try:
-        input_set = make_input_sets(signature, dims=dict(dims), n_sets=1, seed=config.seed)[0]
+        input_set = make_input_sets(
+            signature,
+            dims=dict(dims),
+            n_sets=1,
+            seed=config.seed,
+            budget=MemoryBudget.of(config.max_memory),
+        )[0]
         feeds = {n: torch.from_numpy(np.array(input_set.feeds[n])) for n in signature.input_names}
         binding = model_binding(loaded, feeds)  # by name or by position, as the run fed it
         with warnings.catch_warnings(), torch.no_grad():
@@ -290,7 +538,7 @@ def _retrace(
         key = (scope, node.op_type)
         k = counts.get(key, 0)
         counts[key] = k + 1
-        for kind in _ATEN.get(node.op_type, ()):
+        for kind in _ATEN.get(node.op_type, (f"aten::{node.op_type.lower()}",)):
             lines = by_scope.get((scope, kind), [])
             line = lines[k] if k < len(lines) else None
             if line:

@@ -9,6 +9,7 @@ memory is the machine's limit, not the file's answer: the run could not be made 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 _NOT_THE_FILE = ("failed to allocate", "bad_alloc", "out of memory")
 
@@ -45,3 +46,43 @@ def failed_node(message: str) -> tuple[str, str] | None:
     """(op, node name) ONNX Runtime names in its error, or None."""
     found = _NODE.search(" ".join(message.split()))
     return None if found is None else (found["op"], found["name"])
+
+
+_SAID = re.compile(r"(?P<op>\w+) node '(?P<name>[^']*)'")
+
+
+def file_node(
+    op: str, name: str, nodes: Mapping[str, str], prefer: Sequence[str] = ()
+) -> str | None:
+    """The file's node an ONNX Runtime node name stands for (`nodes`: the file's node name ->
+    op): the name itself when the file has it; else a `prefer`red node of that op (the one a
+    finding already names: ORT fused two Reshapes, ``/Reshape`` and ``/Reshape_1``, into
+    ``/Reshape_new_reshape``, and the frozen one is what fails); else the longest name of a
+    node of the same op that ORT's begins with (its optimisers name what they make after a
+    node they replaced); else the file's only node of that op; else None."""
+    if nodes.get(name) == op:
+        return name
+    for n in prefer:
+        if nodes.get(n) == op:
+            return n
+    same = [n for n, o in nodes.items() if o == op and n]
+    prefixes = [n for n in same if name.startswith(n)]
+    if prefixes:
+        return max(prefixes, key=len)
+    return same[0] if len(same) == 1 else None
+
+
+def with_file_node(line: str, nodes: Mapping[str, str], prefer: Sequence[str] = ()) -> str:
+    """`line` (ort_error_line's words) naming the file's node where ORT named one the file
+    does not have (an optimiser's), ORT's own name kept in brackets."""
+    found = _SAID.search(line)
+    if found is None:
+        return line
+    name = found["name"]
+    if "\\" in name:
+        return line  # an escaped name: left as ORT said it
+    ours = file_node(found["op"], name, nodes, prefer)
+    if ours is None or ours == name:
+        return line
+    said = f"{found['op']} node {ours!r} (fused by ONNX Runtime into {name!r})"
+    return line[: found.start()] + said + line[found.end() :]

@@ -26,6 +26,8 @@ from parity.results import OutputComparison, Status
 from parity.text import number_text, ratio_text
 
 __all__ = [
+    "css_palette",
+    "status_css",
     "FAIL_COLOR",
     "FAIL_TEXT",
     "PASS_COLOR",
@@ -55,6 +57,8 @@ FAIL_COLOR = "#cf222e"
 """A failing mark in a figure (the first divergence, the failing elements)."""
 VERDICT_BADGE = {"pass": "green", "fail": "red", "error": "orange"}
 """A verdict's badge colour in the dashboard (Streamlit's named colours: `:green-background`)."""
+ERROR_COLOR = "#9a6700"
+"""A run or candidate that could not be made (the verdict "error")."""
 PASS_TEXT = "#1f2328"
 FAIL_TEXT = "#ffffff"
 STRUCTURAL_COLOR = "#6639ba"
@@ -143,3 +147,17 @@ def cell_look(c: OutputComparison) -> CellLook:
     z = float(ratio_z(shown, failing))
     fill = ratio_color(shown, failing)
     return CellLook(ratio, z, fill, FAIL_TEXT if failing else PASS_TEXT, mark, words)
+
+
+def css_palette() -> str:
+    """The palette as CSS custom properties, for every stylesheet Parity writes (the HTML
+    report, the sweep index): `var(--pass)`, `var(--fail)`, `var(--error)`, `var(--text)`."""
+    return (
+        f":root{{--pass:{PASS_COLOR};--fail:{FAIL_COLOR};--error:{ERROR_COLOR};"
+        f"--warn:{WARN_COLOR};--text:{PASS_TEXT};--structural:{STRUCTURAL_COLOR}}}"
+    )
+
+
+def status_css(passed: bool) -> str:
+    """A ✓ / ✗ cell's style in a table (the dashboard's dataframes)."""
+    return f"color: {PASS_COLOR if passed else FAIL_COLOR}; font-weight: 600"

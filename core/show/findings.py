@@ -13,7 +13,8 @@ for a 16-bit file. The layers record no output reachability, so "every failing o
 feeds" is every failing output of the candidate whose layers found the birth.
 
 Kinds (parity.results.FindingKind): bug, rounding, frozen (a size or branch the export
-froze; confirmed ones), near_tie (an LLM's greedy token flipped by an acceptable error),
+froze; confirmed ones), frozen_search (what the frozen search cost when it confirmed
+nothing, or a check it skipped), near_tie (an LLM's greedy token flipped by an acceptable error),
 error (ONNX Runtime raised on an input set), diverges (where the outputs start to differ,
 not confirmed as made there), unmeasured (what this run did not measure, or an analysis
 asked for that could not run, and why), quantization (what a file's intended quantized
@@ -47,7 +48,10 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
     unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
     not_run = _not_run(run)
-    return tuple(found + frozen + _static_axes(run) + _near_ties(run) + not_run + unmeasured)
+    searched = _frozen_search(run, found)
+    return tuple(
+        found + frozen + searched + _static_axes(run) + _near_ties(run) + not_run + unmeasured
+    )
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
@@ -342,6 +346,18 @@ def _frozen(run: ValidationRun) -> list[Finding]:
         )
         for f in run.frozen
         if f.confirmed
+    ]
+
+
+def _frozen_search(run: ValidationRun, found: list[Finding]) -> list[Finding]:
+    """What the frozen search cost when it confirmed nothing, or skipped a check (its done
+    note): said where no bug or rounding finding explains the run."""
+    if any(f.kind in (FindingKind.BUG, FindingKind.ROUNDING) for f in found):
+        return []
+    return [
+        Finding(FindingKind.FROZEN_SEARCH, n.text)
+        for n in run.analyses
+        if n.analysis == "frozen" and n.done
     ]
 
 
