@@ -134,7 +134,8 @@ def test_dynamic_int8_is_its_weights_and_its_rounded_activations(mlp) -> None:
     assert q is not None and q.width == "int8"
     assert {w.op for w in q.weights} == {"MatMulInteger"}
     assert all(w.status == "rounding" for w in q.weights) and q.faithful is True
-    assert {f.kind for f in run.findings} == {"quantization"}
+    kinds = {f.kind for f in run.findings}
+    assert "quantization" in kinds and not kinds & {"bug", "rounding", "diverges"}
 
 
 def test_against_the_raw_export_the_reference_file_takes_the_int4_weights(mlp) -> None:
@@ -144,7 +145,8 @@ def test_against_the_raw_export_the_reference_file_takes_the_int4_weights(mlp) -
     q = clean.quantization
     assert q is not None and q.reference == "the reference file" and q.faithful is True
     assert all(w.status == "rounding" for w in q.weights)
-    assert {f.kind for f in clean.findings} == {"quantization"}
+    kinds = {f.kind for f in clean.findings}
+    assert "quantization" in kinds and not kinds & {"bug", "rounding", "diverges"}
     assert "against the reference file with" in " ".join(f.text for f in clean.findings)
     bad = run_validation(RunConfig(model=None, onnx=[str(mlp["raw"]), str(mlp["bad"])]))
     assert [w.node for w in bad.quantization.bugs] == ["/fc2/MatMul_Q4"]

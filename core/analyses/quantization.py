@@ -22,6 +22,7 @@ import numpy as np
 
 from parity.analyses.quantized_match import Matched, check, match_nodes
 from parity.analyses.stage import Analysis, AnalysisContext, noted
+from parity.errors import BudgetError, ModelRunError
 from parity.judge.compare import compare_outputs
 from parity.results import (
     QuantizationResult,
@@ -74,7 +75,13 @@ class Quantization(Analysis):
         for index, path in found.items():
             context.deadline.check()
             context.report(NAME, f"torch with the quantized weights of {path}", None)
-            results[index] = judge_file(run, context, index, path, model, side.scope_prefix)
+            try:
+                results[index] = judge_file(run, context, index, path, model, side.scope_prefix)
+            except NotImplementedError:  # a source that cannot run its torch model again
+                why = "this kind of run cannot run its torch model again"
+                return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
+            except (BudgetError, ModelRunError) as exc:  # on by default: the run stands
+                return noted(run, NAME, f"quantized weights not judged: {exc.message}", done=False)
         run = run.with_quantization(results)
         words = ", ".join(f"#{i}" for i in results) if run.is_multi_candidate else "the file"
         return noted(run, NAME, f"{words}: torch run again with its own dequantized weights")
@@ -132,7 +139,8 @@ def judge_file(
     signature = candidate.signature
     with swapped(module, usable):
         again = [context.source.reference_again(s, signature) for s in run.input_sets]
-        tokens = context.source.tokens_again() if run.generation is not None else None
+        generated = run.generation is not None and bool(run.generation.prompts)
+        tokens = context.source.tokens_again() if generated else None
     outputs = split_outputs(lead, again)
     return QuantizationResult(
         weights=weights,
@@ -354,7 +362,7 @@ def token_metrics(
 ) -> QuantizedTokens | None:
     """A causal LM's tokens: top-1 agreement and KL over every step's judged positions, and
     greedy generate() with the file's weights against torch's and ONNX Runtime's tokens."""
-    if run.generation is None or not run.generation.prompts:
+    if run.generation is None:
         return None
     agree = total = 0
     kl_sum = 0.0
@@ -379,7 +387,7 @@ def token_metrics(
     greedy_agree = greedy_total = 0
     first: int | None = None
     onnx_agree: int | None = None
-    if tokens is not None:
+    if tokens is not None and run.generation.prompts:
         onnx_agree = 0
         for row, prompt in enumerate(run.generation.prompts):
             if row >= tokens.shape[0]:
@@ -395,6 +403,8 @@ def token_metrics(
             onnx_agree += sum(
                 int(a == b) for a, b in zip(mine, list(prompt.onnx_tokens), strict=False)
             )
+    if not total and tokens is None:
+        return None
     return QuantizedTokens(
         top1_agreement=agree / total if total else None,
         kl_mean=kl_sum / total if total else None,

@@ -29,7 +29,15 @@ from collections.abc import Iterable
 
 from parity.judge.noise_floor import is_rounding, noise_rank
 from parity.labels import OUTSIDE_MODULES, set_label
-from parity.results import Finding, FindingKind, Noise, OutputComparison, Status, ValidationRun
+from parity.results import (
+    Finding,
+    FindingKind,
+    Noise,
+    OutputComparison,
+    QuantizedTokens,
+    Status,
+    ValidationRun,
+)
 from parity.text import number_text
 from parity.verdict import Verdict
 
@@ -183,7 +191,7 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
     bad = ", ".join(w.node for w in quant.bugs[:3])
     ref = quant.reference
     themselves = (
-        f"and its {quant.activations} activations (rounded at run time)"
+        f"and the {quant.activations} rounding of its activations at run time"
         if quant.activations
         else "themselves"
     )
@@ -217,34 +225,39 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             text = f"{name}: {width} weights, not a bug in the export: {agrees}; {cost}."
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
     tokens = quant.tokens
-    if tokens is not None and tokens.greedy_total:
+    if tokens is not None:
+        said = _token_words(tokens)
+        if said:
+            text = f"{width} weights and the tokens: {'; '.join(said)}."
+            out.append(Finding(FindingKind.QUANTIZATION, text, candidate=candidate))
+    return out
+
+
+def _token_words(tokens: QuantizedTokens) -> list[str]:
+    """What a causal LM's tokens say with the file's weights: greedy new tokens against
+    torch's (and ONNX Runtime's own against them), top-1 agreement and KL."""
+    said = []
+    if tokens.greedy_total:
         change = (
             f" (first change at new token {tokens.first_change + 1})"
             if tokens.first_change is not None
             else ""
         )
-        mine = (
-            f"; ONNX Runtime's own tokens agree with torch-with-its-weights' for "
-            f"{tokens.onnx_agree} of {tokens.greedy_total}"
-            if tokens.onnx_agree is not None
-            else ""
+        said.append(
+            f"torch with the file's weights picks torch's greedy token for "
+            f"{tokens.greedy_agree} of {tokens.greedy_total} new tokens{change}"
         )
-        top1 = (
-            f"; top-1 agreement {tokens.top1_agreement:.1%} and mean KL divergence "
-            f"{tokens.kl_mean:.3g} over every step's positions"
-            if tokens.top1_agreement is not None and tokens.kl_mean is not None
-            else ""
-        )
-        out.append(
-            Finding(
-                FindingKind.QUANTIZATION,
-                f"{width} weights and the tokens: torch with the file's weights picks torch's "
-                f"greedy token for {tokens.greedy_agree} of {tokens.greedy_total} new "
-                f"tokens{change}{top1}{mine}.",
-                candidate=candidate,
+        if tokens.onnx_agree is not None:
+            said.append(
+                f"ONNX Runtime's own tokens agree with torch-with-its-weights' for "
+                f"{tokens.onnx_agree} of {tokens.greedy_total}"
             )
+    if tokens.top1_agreement is not None and tokens.kl_mean is not None:
+        said.append(
+            f"top-1 agreement {tokens.top1_agreement:.1%} and mean KL divergence "
+            f"{tokens.kl_mean:.3g} over every step's positions"
         )
-    return out
+    return said
 
 
 def _steps(value: float | None) -> str:
