@@ -154,7 +154,9 @@ def block_steps(node: QuantizedNode, model_weight: np.ndarray) -> np.ndarray:
     k, n = node.weight.shape
     blocks = node.steps.shape[1]
     size = node.block_size if blocks > 1 else k
-    diff = np.abs(model_weight.astype(np.float32) - node.weight).T  # [N, K]
+    diff = np.subtract(model_weight, node.weight, dtype=np.float32)  # one [K, N] array
+    np.abs(diff, out=diff)
+    diff = diff.T  # [N, K]
     pad = blocks * size - k
     if pad > 0:
         diff = np.pad(diff, ((0, 0), (0, pad)))

@@ -33,9 +33,9 @@ QUANTIZED_OPS = (NBITS, *DYNAMIC)
 class QuantizedNode:
     """One weight-only quantized op of a file, its weight dequantized as the MatMul's B.
 
-    `weight` float32 [K, N]; `steps` float32 [N, blocks] (the quantization step of each
-    block of `block_size` rows of K, per column; one block over K for per-tensor or
-    per-column scales); `source` the name of the float weight it was made from where the
+    `weight` float32 [K, N] (for MatMulNBits a transposed view of [N, K] rows); `steps`
+    float32 [N, blocks] (the quantization step of each block of `block_size` rows of K, per
+    column; one block over K for per-tensor or per-column scales); `source` the name of the float weight it was made from where the
     quantizer kept it in its own names (`..._Q4` -> `...`), else the initializer's."""
 
     node: str
@@ -143,7 +143,12 @@ def unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     """The last axis of uint8 `packed` as `count` unsigned `bits`-bit integers, least
     significant first (how MatMulNBits packs its weights and zero points)."""
     if bits == 8:
-        return packed[..., :count].astype(np.int32)
+        return packed[..., :count]
+    if bits == 4:  # two per byte, low nibble first: no bit arrays (an lm_head is 100M+)
+        out = np.empty((*packed.shape[:-1], packed.shape[-1] * 2), dtype=np.uint8)
+        np.bitwise_and(packed, 0x0F, out=out[..., 0::2])
+        np.right_shift(packed, 4, out=out[..., 1::2])
+        return out[..., :count]
     flat = np.unpackbits(packed.astype(np.uint8), axis=-1, bitorder="little")
     n = flat.shape[-1] // bits
     grouped = flat[..., : n * bits].reshape(*flat.shape[:-1], n, bits).astype(np.int32)
@@ -171,8 +176,11 @@ def _nbits(node: onnx.NodeProto, name: str, inits: Mapping[str, onnx.TensorProto
             zero = zp_raw.astype(np.float32).reshape(n, blocks)
     else:
         zero = np.full((n, blocks), float(2 ** (bits - 1)), dtype=np.float32)
-    w = (q.astype(np.float32) - zero[..., None]) * scales[..., None]  # [N, blocks, block]
-    weight = np.ascontiguousarray(w.reshape(n, blocks * block)[:, :k].T)
+    w = q.astype(np.float32)  # [N, blocks, block], in place from here (one float32 copy)
+    w -= zero[..., None]
+    w *= scales[..., None]
+    # [K, N] as the MatMul's B, a view of the [N, K] rows torch's Linear stores (no copy)
+    weight = w.reshape(n, blocks * block)[:, :k].T
     return QuantizedNode(
         node=name,
         op=NBITS,
