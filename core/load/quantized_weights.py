@@ -35,8 +35,9 @@ class QuantizedNode:
 
     `weight` float32 [K, N] (for MatMulNBits a transposed view of [N, K] rows); `steps`
     float32 [N, blocks] (the quantization step of each block of `block_size` rows of K, per
-    column; one block over K for per-tensor or per-column scales); `source` the name of the float weight it was made from where the
-    quantizer kept it in its own names (`..._Q4` -> `...`), else the initializer's."""
+    column; one block over K for per-tensor or per-column scales); `source` the name of the
+    float weight it was made from where the quantizer kept it in its own names (`..._Q4` ->
+    `...`), else the initializer's."""
 
     node: str
     op: str
