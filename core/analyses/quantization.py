@@ -97,7 +97,7 @@ def judge_file(
 ) -> QuantizationResult:
     """One candidate's quantized weights: checked, then put into torch and run again."""
     from parity.load.onnx_read import read_onnx
-    from parity.load.quantized_weights import count_bytes, quantized_nodes
+    from parity.load.quantized_weights import count_bytes, read_quantized
 
     proto = read_onnx(path, external_data=False)
     context.budget.check(
@@ -105,7 +105,8 @@ def judge_file(
         "the file's dequantized weights (the quantization-aware reference)",
         proceed=("leave it out with ", Mention("quantized_reference")),
     )
-    nodes, notes = quantized_nodes(read_onnx(path))
+    del proto
+    nodes, notes = read_quantized(path)
     matched = match_nodes(nodes, module, prefix)
     weights = tuple(check(m) for m in matched)
     unmatched = [w.node for w in weights if w.parameter is None]
@@ -160,7 +161,7 @@ def judge_against_reference(
 
     from parity.analyses.quantized_match import match_initializers
     from parity.load.onnx_read import read_onnx
-    from parity.load.quantized_weights import count_bytes, quantized_nodes
+    from parity.load.quantized_weights import count_bytes, read_quantized
     from parity.load.sessions import open_session
     from parity.run.runner import run_onnx
 
@@ -171,7 +172,7 @@ def judge_against_reference(
         "the file's dequantized weights in a copy of the reference",
         proceed=("leave it out with ", Mention("quantized_reference")),
     )
-    nodes, notes = quantized_nodes(read_onnx(path))
+    nodes, notes = read_quantized(path)
     proto = read_onnx(reference.path)
     matched = match_initializers(nodes, proto)
     weights = tuple(check(m) for m in matched)

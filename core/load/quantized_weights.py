@@ -77,6 +77,24 @@ def count_bytes(model: onnx.ModelProto) -> int:
     return total
 
 
+def read_quantized(path: str) -> tuple[list[QuantizedNode], list[str]]:
+    """The quantized nodes of the ONNX file at `path`, reading from its external data only
+    the tensors they use (not the float embeddings beside them: a model's size again)."""
+    from pathlib import Path
+
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    from parity.load.onnx_read import check_external, read_onnx
+
+    proto = read_onnx(path, external_data=False)
+    check_external(path, proto)
+    wanted = {i for n in proto.graph.node if n.op_type in QUANTIZED_OPS for i in n.input}
+    for tensor in proto.graph.initializer:
+        if tensor.name in wanted and uses_external_data(tensor):
+            load_external_data_for_tensor(tensor, str(Path(path).parent))
+    return quantized_nodes(proto)
+
+
 def quantized_nodes(model: onnx.ModelProto) -> tuple[list[QuantizedNode], list[str]]:
     """(the nodes read, notes on the ones that could not be: their node and why). `model`
     has its external data loaded."""
