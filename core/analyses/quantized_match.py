@@ -28,7 +28,8 @@ from parity.results import QuantizedWeight
 SLACK = 1.0 + 1e-3  # one step, with float32's own rounding of the dequantized value
 PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 ALIASES = (("attn.", "self_attn."), ("", "model."))
-DIAGNOSED_BLOCKS = 256  # blocks looked at to say what is wrong (the count covers them all)
+DIAGNOSED_BLOCKS = 256
+CHUNK_COLUMNS = 4096  # blocks looked at to say what is wrong (the count covers them all)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = ""
         chosen = _by_name(node, table, prefix)
         weight = None
         if chosen:
-            weight = np.concatenate([b_of(lin) for lin in chosen], axis=1)
+            parts = [b_of(lin) for lin in chosen]  # views of torch's own weights
+            weight = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
             if weight.shape != node.weight.shape:
                 chosen, weight = (), None
         if not chosen:
@@ -150,17 +152,21 @@ def _by_value(node, table, b_of) -> tuple[tuple[Linear, ...], np.ndarray | None]
 
 
 def block_steps(node: QuantizedNode, model_weight: np.ndarray) -> np.ndarray:
-    """[N, blocks]: the largest |model - file| of each block, in that block's step."""
+    """[N, blocks]: the largest |model - file| of each block, in that block's step (worked
+    out over CHUNK_COLUMNS columns at a time: an lm_head's difference is never whole)."""
     k, n = node.weight.shape
     blocks = node.steps.shape[1]
     size = node.block_size if blocks > 1 else k
-    diff = np.subtract(model_weight, node.weight, dtype=np.float32)  # one [K, N] array
-    np.abs(diff, out=diff)
-    diff = diff.T  # [N, K]
-    pad = blocks * size - k
-    if pad > 0:
-        diff = np.pad(diff, ((0, 0), (0, pad)))
-    worst = diff.reshape(n, blocks, size).max(axis=2)
+    worst = np.empty((n, blocks), dtype=np.float32)
+    for start in range(0, n, CHUNK_COLUMNS):
+        end = min(start + CHUNK_COLUMNS, n)
+        diff = np.subtract(model_weight[:, start:end], node.weight[:, start:end], dtype=np.float32)
+        np.abs(diff, out=diff)
+        rows = diff.T  # [columns, K]
+        pad = blocks * size - k
+        if pad > 0:
+            rows = np.pad(rows, ((0, 0), (0, pad)))
+        worst[start:end] = rows.reshape(end - start, blocks, size).max(axis=2)
     steps = node.steps.astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(
