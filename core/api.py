@@ -294,11 +294,12 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
         return run
     from parity.judge.where import where_of
     from parity.show.format import format_failure
+    from parity.text import terminal_text
 
     failures = [format_failure(c, where_of(run, c)) for c in run.outputs if not c.status.passed]
-    head = (
+    head = (  # pytest prints it on a terminal: the file's names escaped, as the CLI's
         f"ONNX export does not match the model: {len(run.failing)} output(s) fail "
-        f"({', '.join(run.failing)})"
+        f"({', '.join(map(terminal_text, run.failing))})"
     )
     raise AssertionError("\n".join([head, *failures]))
 

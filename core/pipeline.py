@@ -117,6 +117,10 @@ def run_validation(
     made (an hf: export without --export-path) are removed when it returns or raises.
     """
     check_config(config)  # before the Deadline: a timeout out of range is a usage error
+    if config.layers:  # batch after batch of big arrays: what each frees must go back
+        from parity.limits.heap import map_big_blocks
+
+        map_big_blocks()
     deadline = Deadline(config.timeout)
     with deadline.active():  # ONNX Runtime's session setups are bounded by it too
         return _run_validation(config, progress, loaders, deadline)
@@ -211,6 +215,7 @@ class _Slot:
     outputs: list[OutputSet] = field(default_factory=list)
     comparisons: list[OutputComparison] = field(default_factory=list)
     seconds: float = 0.0
+    pairing: dict[str, None] = field(default_factory=dict)  # how outputs were paired, once
 
     def fail(self, error: ParityError) -> None:
         """The candidate cannot run: its partial results go, its error stays."""
@@ -226,6 +231,7 @@ class _Slot:
         notes = (
             *(self.candidate.notes if self.candidate is not None else ()),
             *(self.fit.notes if self.fit is not None else ()),
+            *self.pairing,
         )
         return CandidateInfo(
             index=self.index,
@@ -367,6 +373,8 @@ def _run_cases(
                 t_onnx += elapsed
             t0 = time.perf_counter()
             shown, judged = compare_case(case, fit.outputs(raw), config.tolerances)
+            if case.reference.pairing:
+                slot.pairing[case.reference.pairing] = None
             for hook in hooks:
                 judged = hook(case, slot.index, shown, judged)
             t_compare += time.perf_counter() - t0

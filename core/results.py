@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path, PurePath
@@ -67,6 +67,9 @@ class OutputSet:
     arrays: Mapping[str, np.ndarray]
     seconds: float = 0.0
     notes: tuple[str, ...] = ()  # e.g. "output 'y': bfloat16 compared as float32"
+    # the reference side: ONNX outputs paired with torch outputs of another name, in one
+    # line (parity.run.runner.pair_outputs); the run's candidates say it
+    pairing: str = ""
 
 
 @dataclass(frozen=True)
@@ -537,6 +540,7 @@ class FindingKind(StrEnum):
     UNMEASURED = "unmeasured"
     DIVERGES = "diverges"
     QUANTIZATION = "quantization"  # what a file's quantized weights cost (not a bug)
+    STAGE = "stage"  # several files as pipeline stages: the first where the numbers break
 
 
 FINDING_KINDS = tuple(k.value for k in FindingKind)
@@ -767,6 +771,13 @@ class ValidationRun:
             candidates=(view,),
         )
 
+    def renamed(self, names: Sequence[tuple[str, str]]) -> ValidationRun:
+        """The run with every text naming a file by where it was read (`old`) naming it as it
+        was given (`new`): a sweep pair reads an s3:// object from a temporary folder, and
+        its report, HTML and saved run name the URI (parity.sweep.names)."""
+        pairs = [(old, new) for old, new in names if old and old != new]
+        return _renamed(self, pairs) if pairs else self
+
     def with_layers(self, layers: Mapping[int, LayersResult | None]) -> ValidationRun:
         """The run with each candidate's layers (--layers) by its index; others keep theirs."""
         return replace(
@@ -898,6 +909,38 @@ class ValidationRun:
             f'<iframe srcdoc="{page}" style="width:100%;height:640px;border:1px solid #ddd" '
             'sandbox="allow-scripts"></iframe>'
         )
+
+
+def _renamed(value: Any, pairs: list[tuple[str, str]]) -> Any:
+    """`value` with `old` -> `new` in every string it holds (dataclasses, tuples, lists and
+    mappings walked; arrays, enums and numbers as they are); the same object when unchanged."""
+    if type(value) is str:
+        for old, new in pairs:
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, np.ndarray | StrEnum):
+        return value
+    if is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in fields(value):
+            if f.init:
+                old_value = getattr(value, f.name)
+                new_value = _renamed(old_value, pairs)
+                if new_value is not old_value:
+                    changed[f.name] = new_value
+        return replace(value, **changed) if changed else value
+    if isinstance(value, tuple | list):
+        items = [_renamed(v, pairs) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items) if type(value) in (tuple, list) else value
+    if isinstance(value, Mapping):
+        entries = {_renamed(k, pairs): _renamed(v, pairs) for k, v in value.items()}
+        same = list(entries) == list(value) and all(
+            a is b for a, b in zip(entries.values(), value.values(), strict=True)
+        )
+        return value if same else entries
+    return value
 
 
 class RunFiles(Protocol):

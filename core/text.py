@@ -1,6 +1,6 @@
 """How numbers, shapes and tolerances read as text, in the terminal, the HTML report and the
 dashboard: one policy for undefined and non-finite values, one shape notation, one way a user's
-string is escaped into HTML and into plotly's text."""
+string is escaped into HTML, into plotly's text and onto a terminal."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ __all__ = [
     "ratio_text",
     "shape_text",
     "times_text",
+    "terminal_text",
     "tolerance_text",
 ]
 
@@ -156,13 +157,50 @@ def parse_number(text: str) -> float:
 
 def aligned_table(rows: Sequence[Sequence[str]]) -> str:
     """A terminal table: the first row is the header, columns padded to their widest cell,
-    a dashed rule under the header, no trailing spaces."""
+    a dashed rule under the header, no trailing spaces. Each cell is one line of text
+    (terminal_text: a name from a file cannot break the table or the terminal)."""
+    rows = [[terminal_text(cell) for cell in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+# C0 and C1 controls, DEL, and Unicode's bidirectional marks, embeddings, overrides and isolates
+# (and its line / paragraph separators): what can move a terminal's cursor, clear its screen,
+# hide text or reorder a line. Newlines and tabs are kept only in a whole text (`lines=True`).
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[{_CONTROLS}]")
+_UNSAFE_IN_LINES = re.compile(f"(?![\\n\\t])[{_CONTROLS}]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+FIELD_LIMIT = 4_000
+"""The most characters of one field (a name, a message, a sentence) a terminal is shown: a
+saved run's 10 MB sentence is cut, and says so."""
+
+
+def terminal_text(value: object, *, lines: bool = False) -> str:
+    """A string Parity did not write (a name, a path, a message, a saved run's text) as a
+    terminal may show it: every control character escaped as Python writes it (``\\x1b``,
+    ``\\u202e``), so a file cannot clear the screen, move the cursor, hide text, reorder a line
+    or (one field, the default) start a line of its own; a field is cut at FIELD_LIMIT
+    characters, saying how many more there were. ``lines=True`` keeps newlines and tabs and
+    cuts nothing: a whole text whose fields were escaped already (the CLI's every line).
+    Backslashes are left as they are, so escaping twice changes nothing."""
+    text = str(value)
+    if lines:
+        return _UNSAFE_IN_LINES.sub(_escaped, text)
+    cut = ""
+    if len(text) > FIELD_LIMIT:
+        text, cut = text[:FIELD_LIMIT], f"… [{len(text) - FIELD_LIMIT:,} more characters cut]"
+    return _UNSAFE.sub(_escaped, text) + cut
 
 
 def html_text(value: object) -> str:

@@ -48,6 +48,8 @@ def value_rows(result) -> pd.DataFrame:
             "max rel": views.metric_of(v, "max_rel"),
             "cosine": _float(getattr(v, "cosine", None)),
             "arrays": "kept" if views.kept(result, v.order, v.input_set) is not None else "",
+            "not comparable": getattr(v, "reason", None) or "",  # a fused value: why
+            "fused: covers": ", ".join(getattr(v, "covers", ()) or ()),
         }
         for v in views.ordered(result.values)
     ]
@@ -68,6 +70,14 @@ COLUMN_CONFIG = {
     "cosine": st.column_config.NumberColumn("cosine", format="%.6f"),
     "arrays": st.column_config.TextColumn(
         "arrays", help="kept: select the row to open it in the Inspect page"
+    ),
+    "fused: covers": st.column_config.TextColumn(
+        "fused: covers",
+        help="a fused node (ONNX Runtime's contrib op): the torch modules it stands for",
+    ),
+    "not comparable": st.column_config.TextColumn(
+        "not comparable",
+        help="why no torch value stands for this ONNX value (a fusion moved its bias, ...)",
     ),
 }
 

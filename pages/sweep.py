@@ -22,6 +22,7 @@ from parity.errors import ParityError
 from parity.sweep.execute import LOG, PairResult
 from parity.sweep.folder import SweepFolder, load_sweep
 from parity.sweep.plan import REPORT
+from parity.sweep.summary import attempts_text, never_placed, retried
 from parity.text import number_text
 
 VERDICT_TEXT = {"pass": "✓ pass", "fail": "✗ fail", "error": "⚠ error"}
@@ -129,13 +130,17 @@ def pairs_frame(sweep: SweepFolder, *, only_bad: bool) -> pd.DataFrame:
     rows = [
         {
             "pair": p.name,
-            "verdict": VERDICT_TEXT.get(p.verdict, p.verdict),
+            "verdict": VERDICT_TEXT.get(p.verdict, p.verdict)
+            + (" (retried)" if retried(p) else ""),
             "worst output": p.worst.output if p.worst else "",
             "max abs": p.worst.max_abs if p.worst else None,
-            "seconds": p.seconds,
-            "exit code": p.exit_code,
-            "saved run": "yes" if sweep.saved_run(p.name) else "",
             "failing / error": p.error or ", ".join(p.failing),
+            "seconds": None if never_placed(p) else p.seconds,
+            "exit code": p.exit_code,
+            "tries": len(p.attempts),
+            "attempts": attempts_text(p),
+            "saved run": "yes" if sweep.saved_run(p.name) else "",
+            "notes": "; ".join(p.notes),
         }
         for p in shown_pairs(sweep, only_bad=only_bad)
     ]
@@ -161,7 +166,14 @@ def _pairs_table(sweep: SweepFolder) -> bool:
         column_config={
             "max abs": st.column_config.NumberColumn("max abs", format="%.3e"),
             "seconds": st.column_config.NumberColumn("seconds", format="%.1f"),
+            "exit code": st.column_config.NumberColumn("exit code", format="%d"),
             "failing / error": st.column_config.TextColumn("failing / error", width="large"),
+            "attempts": st.column_config.TextColumn(
+                "attempts",
+                help="Every try: its outcome, the node it ran on, its seconds. A pass after "
+                "more than one try is marked (retried).",
+                width="large",
+            ),
         },
         on_select=_on_pick,
         selection_mode="single-row",
@@ -186,6 +198,7 @@ def _picked(sweep: SweepFolder) -> None:
     lines = [f"pair {pair.name}: {VERDICT_TEXT.get(pair.verdict, pair.verdict)}"]
     if pair.error or pair.failing:
         lines.append(pair.error or "failing: " + ", ".join(pair.failing))
+    lines.append(f"attempts: {attempts_text(pair) or 'none recorded'}")
     lines += [f"report: {folder / REPORT}", f"log: {folder / LOG}"]
     if pair.html:
         lines.append(f"HTML report: {folder / pair.html}")

@@ -73,3 +73,35 @@ def test_a_page_on_another_origin_that_frames_the_dashboard_gets_nothing_drawn(
         assert "Run a validation" not in (frame.content() or "")
     page.screenshot(path=str(ARTIFACTS / "framing-refused.png"))
     context.close()
+
+
+def _websocket_handshake(app_url: str, origin: str) -> str:
+    """The answer's status line and headers to a websocket upgrade sent with `origin`."""
+    import base64
+    import os
+    import socket
+
+    host, port = app_url.removeprefix("http://").split(":")
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        f"Origin: {origin}\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request.encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer and (chunk := sock.recv(4096)):
+            answer += chunk
+    return answer.decode("latin-1").split("\r\n\r\n")[0]
+
+
+def test_a_websocket_handshake_answer_forbids_framing_refused_or_accepted(app_url: str):
+    """A cross-origin websocket is refused (403) with the frame headers on the refusal, as on
+    every response; the same-origin one is switched (101) with them too."""
+    for origin, status in (("http://evil.example", "403"), (app_url, "101")):
+        head = _websocket_handshake(app_url, origin)
+        lines = head.split("\r\n")
+        assert lines[0].split()[1] == status, head
+        headers = dict(line.split(": ", 1) for line in lines[1:])
+        assert _frame_headers(headers) == ("DENY", "frame-ancestors 'none'"), head

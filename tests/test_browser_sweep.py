@@ -19,7 +19,7 @@ import pytest
 
 from parity.cli import main
 from tests.helpers.browser import nav, settle, shot
-from tests.helpers.sweep_zoo import copy_tiny, write_manifest, write_tokens_onnx
+from tests.helpers.sweep_zoo import copy_tiny, with_ray_attempts, write_manifest, write_tokens_onnx
 
 pytestmark = pytest.mark.browser
 
@@ -121,7 +121,7 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir, c
             ["corrupt", "⚠ error"],
             ["tokens", "✓ pass"],
         ]  # fmt: skip   the name with markdown's emphasis marks is shown as the text it is
-        assert "corrupt.onnx" in pairs[3][-1]
+        assert "corrupt.onnx" in pairs[3][pairs[0].index("failing / error")]
         grid = _rows(_table(page, 1))
         assert grid[0][1:] == ["y", "logits", "extra.0", "extra.1"]
         by_pair = {r[0]: r[1:] for r in grid[1:]}
@@ -175,5 +175,31 @@ def test_sweep_page_sorts_filters_and_opens_a_pairs_run_in_overview(sweep_dir, c
         assert str(sweep_dir / "corrupt" / "log.txt") in details
         assert page.get_by_role("heading", name="Sweep", exact=True).is_visible()
         shot(page, "sweep-05-filtered-error-pair-picked")
+    finally:
+        context.close()
+
+
+def test_sweep_page_and_index_show_attempts_a_retried_pass_and_a_pair_without_a_node(
+    sweep_dir, chromium, app_url, tmp_path
+):
+    tried = with_ray_attempts(sweep_dir, tmp_path / "tried")
+    # wide: the grid draws only the columns in view, and attempts come after the errors
+    context = chromium.new_context(viewport={"width": 2800, "height": 1600})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        _open_sweep(page, app_url, tried)
+        rows = _rows(_table(page, 0))
+        head = [h.strip() for h in rows[0]]
+        by_pair = {r[0]: dict(zip(head, r, strict=False)) for r in rows[1:]}
+        assert by_pair["good"]["verdict"] == "✓ pass (retried)"
+        assert by_pair["good"]["tries"] == "2"
+        assert by_pair["good"]["attempts"].startswith("lost: WorkerCrashedError on aaaaaaaaaaaa")
+        assert by_pair["gpu"]["attempts"].startswith("never got a node")
+        shot(page, "sweep-06-attempts")
+        page.goto((tried / "index.html").as_uri())
+        text = page.locator("body").inner_text()
+        assert "pass (retried)" in text and "never got a node" in text
+        shot(page, "sweep-07-index-attempts")
     finally:
         context.close()

@@ -345,6 +345,9 @@ LATER_FIELDS = {
     "input_of",  # layers.values[]
     "ops",
     "analyses",
+    "not_comparable",  # layers.values[]: why no torch value stands for it
+    "covers",  # layers.values[]: a fused node's modules
+    "matching_errors",  # layers
 }
 
 

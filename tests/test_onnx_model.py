@@ -218,3 +218,45 @@ def test_session_creation_failure_is_an_onnx_load_error(tmp_path: Path) -> None:
     with pytest.raises(OnnxLoadError) as exc:
         make_session(loaded)
     assert "ONNX Runtime" in _one_line_error(exc, path)
+
+
+def _ort_default_domain_model(op: str, *, undefined: bool = False) -> onnx.ModelProto:
+    """x -> `op` (default domain) -> y, its scale an initializer; `undefined` reads a value
+    nothing makes as well (a fault the checker must still find)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    w = numpy_helper.from_array(np.full(4, 2.0, np.float32), name="w")
+    nodes = [helper.make_node(op, ["x", "w"], ["n"], axis=-1, epsilon=1e-5)]
+    nodes.append(helper.make_node("Add", ["n", "nowhere" if undefined else "n"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_ops_onnx_runtime_registers_in_the_default_domain_are_accepted(tmp_path: Path) -> None:
+    """GenAI's model builder writes SimplifiedLayerNormalization in the default domain:
+    ONNX Runtime runs it, onnx.checker refuses it; Parity opens it (external weights too)
+    and says why in one note, while anything else wrong in the file is still refused."""
+    path = tmp_path / "rms.onnx"
+    onnx.save_model(
+        _ort_default_domain_model("SimplifiedLayerNormalization"),
+        str(path),
+        save_as_external_data=True,
+        location="rms.onnx.data",
+        size_threshold=0,
+    )
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(str(path))
+    model = load_onnx(path)
+    (note,) = model.notes
+    assert "SimplifiedLayerNormalization: registered by ONNX Runtime" in note
+    x = np.array([[1.0, -1.0, 1.0, -1.0]], np.float32)
+    np.testing.assert_allclose(make_session(model).run(None, {"x": x})[0], 4 * x, rtol=1e-4)
+
+    for bad, words in (
+        (_ort_default_domain_model("NoSuchNorm"), "NoSuchNorm"),
+        (_ort_default_domain_model("SimplifiedLayerNormalization", undefined=True), "Simplified"),
+    ):
+        path = _save(bad, tmp_path / "bad.onnx")
+        with pytest.raises(OnnxLoadError) as exc:
+            load_onnx(path)
+        assert words in _one_line_error(exc, path)

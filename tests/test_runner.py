@@ -17,7 +17,13 @@ from parity.load.onnx_model import load_onnx, make_session
 from parity.load.torch_model import TorchModel, load_torch_model
 from parity.results import InputSet
 from parity.run.inputs import make_input_sets
-from parity.run.runner import flatten_outputs, match_outputs, run_onnx, run_torch
+from parity.run.runner import (
+    flatten_outputs,
+    match_outputs,
+    pair_outputs,
+    run_onnx,
+    run_torch,
+)
 from parity.signature import OnnxSignature, TensorSpec
 
 
@@ -98,6 +104,26 @@ def test_names_match_first_then_positions_and_extras_keep_their_path() -> None:
     assert matched["out1"] is a
     assert matched["out2"] is c
     assert matched["torch:aux.1"] is d
+
+
+def test_outputs_named_otherwise_pair_by_order_and_shape_in_one_line() -> None:
+    """An Olive file names BERT's pooler output `tanh`: the ONNX outputs no name claims take
+    torch's outputs left by order and shape (a later leaf of the declared shape before an
+    earlier one that does not fit), and the pairing is said in one line."""
+    hidden, pooled, extra = torch.zeros(2, 5, 8), torch.ones(2, 8), torch.ones(3)
+    leaves = flatten_outputs({"last_hidden_state": hidden, "extra": extra, "pooler": pooled})
+    specs = [
+        TensorSpec("last_hidden_state", "float32", ("batch", "sequence", 8)),
+        TensorSpec("tanh", "float32", ("batch", 8)),
+    ]
+    matched, note = pair_outputs(leaves, specs)
+    assert list(matched) == ["last_hidden_state", "tanh", "torch:extra"]
+    assert matched["tanh"] is pooled
+    assert note == (
+        "outputs named otherwise than torch's, paired by order and shape: "
+        "ONNX 'tanh' is torch's 'pooler'"
+    )
+    assert pair_outputs(leaves[:1], specs[:1])[1] == ""  # names alone: nothing to say
 
 
 def test_index_paths_never_match_numeric_onnx_names_by_name() -> None:

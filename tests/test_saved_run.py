@@ -304,9 +304,11 @@ def test_each_input_set_reopens_with_its_own_reference_and_a_short_list_is_refus
     older manifest whose flat ref_outputs has another length than input_sets is refused."""
     a = np.full(3, 0.5, np.float32)
     run = make_run({"y": a})
+    [lead] = run.candidates
     run = replace(
         run,
         cases=(*run.cases, replace(run.cases[0], input_set=replace(run.input_sets[0], index=1))),
+        candidates=(replace(lead, onnx_outputs=lead.onnx_outputs * 2),),  # one per input set
     )
     path = save_run(run, tmp_path / "r.parity.npz")
     back = load_run(path)

@@ -20,6 +20,7 @@ import pytest
 
 from parity.cli import main
 from tests.helpers import isolated_ray
+from tests.helpers.moto_s3 import BUCKET, TEMP_MARKS, Moto, tree_bytes
 from tests.helpers.sweep_zoo import (
     WORKER_KILLER,
     summary_without_times,
@@ -32,12 +33,31 @@ HANG_S = 300
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def s3_server():
+    """moto's S3 server, which the worker nodes reach (their environment names it); None
+    without s3fs or moto's server."""
+    try:
+        import moto.server  # noqa: F401
+        import s3fs  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    server = Moto()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, s3_server):
     """(cluster, data folder): the worker sees an empty tmpfs where `data` is."""
     data = tmp_path_factory.mktemp("isolated")
+    outs = ("ray_out", "retry_out", "lost_out", "s3_out", "replaced_out")
     try:
-        hidden = [data / name for name in ("zoo", "ray_out", "retry_out", "lost_out")]
-        made = isolated_ray.start(hidden)
+        hidden = [data / name for name in ("zoo", *outs)]
+        made = isolated_ray.start(hidden, worker_env=s3_server.env if s3_server else None)
     except isolated_ray.Unavailable as exc:
         pytest.skip(f"no private mount namespace here: {exc}")
     try:
@@ -173,6 +193,126 @@ def test_a_worker_sigkilled_mid_pair_is_retried_and_both_attempts_are_recorded(
     assert "raylet" not in done.stdout and "worker died" not in done.stdout
 
 
+def test_every_output_of_an_s3_pair_on_ray_names_its_uri_as_the_local_engine_does(
+    cluster, s3_server, model_zoo, tiny_artifacts, tmp_path, monkeypatch
+):
+    if s3_server is None:
+        pytest.skip("needs s3fs and moto[server] (the dev extra)")
+    made, data = cluster
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    zoo = data / "zoo"
+    if not (zoo / "models.py").exists():
+        shutil.copy(model_zoo.file, zoo / "models.py")
+    s3_server.put("models/tiny.onnx", tiny_artifacts.onnx.read_bytes())
+    uri = f"s3://{BUCKET}/models/tiny.onnx"
+    args = ["--model", "models.py:make_tiny", "--onnx", uri]
+    args += ["--html", "r.html", "--save-run", "run.parity.npz"]
+    manifest = write_manifest(zoo, [{"name": "s3", "args": args}])
+    local = tmp_path / "local"
+    assert main(["sweep", str(manifest), "--out", str(local)]) == 0
+    on_ray = data / "s3_out"
+    sweep = ["-m", "parity", "sweep", str(manifest), "--out", str(on_ray), "--engine", "ray"]
+    done = _python([*sweep, "--ray-address", made.address], made.env)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    report = json.loads((on_ray / "s3" / "report.json").read_text())
+    assert report["onnx"] == uri and report["candidates"][0]["onnx"] == uri
+    assert uri in (on_ray / "s3" / "r.html").read_text()
+    for name, content in tree_bytes(on_ray).items():
+        assert not any(mark in content for mark in TEMP_MARKS), (name, content[:300])
+    assert summary_without_times(on_ray)["pairs"] == summary_without_times(local)["pairs"]
+
+
+def test_a_driver_without_the_clusters_token_or_with_a_wrong_one_gets_one_line(cluster, tmp_path):
+    made, _ = cluster
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"schema": "parity.sweep/1", "pairs": [
+        {"name": "a", "args": ["--model", "demo:cnn"]}]}))  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token either
+    sweep = [sys.executable, "-m", "parity", "sweep", str(manifest), "--out", str(tmp_path / "o")]
+    sweep += ["--engine", "ray", "--ray-address", made.address]
+    for extra, said in [
+        ({}, "the cluster asks for a token"),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}, "refused this driver's token"),
+    ]:
+        done = subprocess.run(
+            sweep, capture_output=True, text=True, timeout=HANG_S, env={**env, **extra}
+        )
+        assert done.returncode == 2
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0] and "RAY_AUTH_TOKEN" in lines[0], lines
+
+
+RETURNS_SECOND_TIME = '''
+"""A factory that says it started, then waits to be killed; run again, it returns the model."""
+import threading
+from pathlib import Path
+
+from models import make_tiny
+
+
+def make():
+    mark = Path({mark!r})
+    if mark.exists():
+        return make_tiny()
+    mark.write_text("started")
+    threading.Event().wait()
+'''
+
+
+def test_a_node_lost_late_in_a_queue_and_replaced_runs_the_queue_on_the_new_node(
+    cluster, model_zoo, tiny_artifacts
+):
+    """The queued pairs were submitted longer ago than the wait for a node: the wait counts
+    from the loss, so the replacement that joins meanwhile runs them. Leaves the replacement
+    as the cluster's worker node."""
+    import time
+
+    made, data = cluster
+    zoo = data / "zoo"
+    mark = made.base / "shared" / "replaced-started"
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    (zoo / "blocks.py").write_text(RETURNS_SECOND_TIME.format(mark=str(mark)))
+    for src, name in ((model_zoo.file, "models.py"), (tiny_artifacts.onnx, "tiny.onnx")):
+        if not (zoo / name).exists():
+            shutil.copy(src, zoo / name)
+    tiny = ["--model", "models.py:make_tiny", "--onnx", "tiny.onnx"]
+    pairs = [{"name": "first", "args": ["--model", "blocks.py:make", "--onnx", "tiny.onnx"]}]
+    pairs += [{"name": f"queued{i}", "args": [*tiny, "--seed", str(i)]} for i in range(2)]
+    manifest = write_manifest(zoo, pairs)
+    out = data / "replaced_out"
+    wait_s = 40.0
+    sweep = subprocess.Popen(
+        [sys.executable, "-c", LOSE_THE_NODE, str(manifest), str(out), made.address, str(wait_s)],
+        env={**os.environ, **made.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + HANG_S
+        while not mark.exists():
+            assert time.monotonic() < deadline and sweep.poll() is None, sweep.stderr
+            time.sleep(0.5)
+        time.sleep(wait_s + 5)  # the queued pairs have waited longer than the wait for a node
+        assert made.kill_worker_node(), "no worker node found"
+        made.wait_for_no_cpus()  # the loss, as the cluster sees it: the wait starts here
+        made.add_worker_node()
+        _, err = sweep.communicate(timeout=HANG_S)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 0, err[-3000:]
+    by_name = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["pairs"]}
+    first = by_name["first"]["attempts"]
+    assert first[0]["outcome"].startswith("lost: ") and first[-1]["outcome"] == "pass"
+    new_node = first[-1]["node"]
+    assert new_node and new_node != first[0]["node"]
+    for name in ("queued0", "queued1"):
+        assert by_name[name]["verdict"] == "pass"
+        assert by_name[name]["attempts"][-1]["node"] == new_node
+
+
 STARTS_AND_WAITS = '''
 """A factory that says it started (a file every node sees), then waits to be killed."""
 import threading
@@ -194,7 +334,8 @@ from parity.sweep.manifest import load_manifest
 from parity.sweep.on_ray import ray_engine
 
 manifest = load_manifest(sys.argv[1], flags=PathFlags.of(build_parser()))
-engine = ray_engine(address=sys.argv[3], workers=None, node_wait=5.0)
+wait = float(sys.argv[4]) if len(sys.argv) > 4 else 5.0
+engine = ray_engine(address=sys.argv[3], workers=None, node_wait=wait)
 outcome = run_sweep(manifest, Path(sys.argv[2]), engine, timeout=None)
 sys.exit(int(outcome.exit_code))
 """

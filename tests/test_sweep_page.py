@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from parity.cli import main
-from tests.helpers.sweep_zoo import copy_tiny, write_manifest
+from tests.helpers.sweep_zoo import copy_tiny, with_ray_attempts, write_manifest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 180
@@ -82,3 +82,26 @@ def test_a_folder_that_is_not_a_sweep_is_one_line_and_the_last_sweep_stays(sweep
     assert "Could not open that sweep folder." in at.error[0].value
     assert any("**nope**" in t.value and "no readable summary.json" in t.value for t in at.text)
     assert list(at.dataframe[0].value["pair"]) == ["good", "x__bad__", "corrupt"]
+
+
+@pytest.fixture(scope="module")
+def tried_dir(sweep_dir, tmp_path_factory) -> Path:
+    return with_ray_attempts(sweep_dir, tmp_path_factory.mktemp("tried") / "out")
+
+
+def test_attempts_and_nodes_show_a_retried_pass_and_a_pair_that_never_got_a_node(tried_dir):
+    at = _open(tried_dir)
+    pairs = at.dataframe[0].value.set_index("pair")
+    assert pairs.loc["good", "verdict"] == "✓ pass (retried)"
+    assert pairs.loc["x__bad__", "verdict"] == "✗ fail"
+    assert list(pairs["tries"]) == [2, 1, 1, 1]
+    assert pairs.loc["good", "attempts"].startswith(
+        "lost: WorkerCrashedError on aaaaaaaaaaaa (3.0 s); pass on bbbbbbbbbbbb ("
+    )
+    assert pairs.loc["gpu", "attempts"] == "never got a node: not placed (120.0 s)"
+    assert pairs.loc["gpu", "seconds"] is None or pairs["seconds"].isna()["gpu"]
+    assert " on " in pairs.loc["corrupt", "attempts"]  # ran on this machine, and said so
+
+    index = (tried_dir / "index.html").read_text()
+    assert "pass (retried)" in index and "never got a node: not placed (120.0 s)" in index
+    assert "lost: WorkerCrashedError on aaaaaaaaaaaa (3.0 s)" in index

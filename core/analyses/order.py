@@ -1,8 +1,9 @@
 """The analyses in the order the pipeline runs them: sizes frozen at export first (they
 explain a failure before anything else looks at it), the noise floor (judged per case while
 the loop runs), layers, the quantized weights (torch again with a file's own int4 weights:
-it explains what the layers found), the suggestion (it reads the findings the others made),
-the repro folder (it writes what the layers confirmed)."""
+it explains what the layers found), pipeline stages side by side (several files), the
+suggestion (it reads the findings the others made), the repro folder (it writes what the
+layers confirmed)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from parity.analyses.noise import NoiseFloor
 from parity.analyses.quantization import Quantization
 from parity.analyses.repro import Repro
 from parity.analyses.stage import Analysis
+from parity.analyses.stages import Stages
 from parity.analyses.suggest import Suggest
 from parity.run.config import RunConfig
 
@@ -20,6 +22,7 @@ ANALYSES: tuple[type[Analysis], ...] = (
     NoiseFloor,
     Layers,
     Quantization,
+    Stages,
     Suggest,
     Repro,
 )

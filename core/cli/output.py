@@ -15,8 +15,16 @@ from parity.results import AnalysisNote, ValidationRun
 from parity.run.input_binding import SignatureMismatch
 from parity.run.progress import NOTICE
 from parity.show.format import format_run, format_verdict
+from parity.text import terminal_text
 from parity.tolerances import Tolerances
 from parity.verdict import ExitCode
+
+
+def say(text: object, *, file=None, end: str = "\n", flush: bool = False) -> None:
+    """Every line a command prints goes through here: its text with every control character
+    a file could have put in it escaped (parity.text.terminal_text; newlines kept). Parity's
+    own terminal codes (the progress line's) are written beside it, never through it."""
+    print(terminal_text(text, lines=True), file=file or sys.stdout, end=end, flush=flush)
 
 
 def progress_printer():
@@ -25,12 +33,13 @@ def progress_printer():
     live = sys.stderr.isatty()
 
     def show(event) -> None:
+        message = terminal_text(event.message)
         if event.step == NOTICE:
-            print(("\r\033[K" if live else "") + event.message + " ...", file=sys.stderr)
+            print(("\r\033[K" if live else "") + message + " ...", file=sys.stderr)
             return
         if not live:
             return
-        print(f"\r\033[K[{event.elapsed:6.1f}s] {event.message}", end="", file=sys.stderr)
+        print(f"\r\033[K[{event.elapsed:6.1f}s] {message}", end="", file=sys.stderr)
         if event.step == "done":
             print("\r\033[K", end="", file=sys.stderr)
 
@@ -92,7 +101,7 @@ def _repro_said(note: AnalysisNote, folder: str) -> None:
     """What the repro stage wrote; a folder it could not write is an unwritten output."""
     if not note.done:
         raise WriteError(note.text, path=folder)
-    print(note.text)
+    say(note.text)
 
 
 def _write_fixed(run: ValidationRun, path: str) -> None:
@@ -108,7 +117,7 @@ def _write_fixed(run: ValidationRun, path: str) -> None:
             if not check
             else "keeping the nodes found in float32 did not fix the float16 file"
         )
-        print(f"--write-fixed: nothing written to {path}: {why}")
+        say(f"--write-fixed: nothing written to {terminal_text(path)}: {why}")
         return
     write_fixed(run.layers, reference, path)
 
@@ -130,7 +139,7 @@ def format_text(run: ValidationRun) -> str:
         from parity.hf.steps_text import format_steps_table
 
         text = format_steps_table(run) + "\n\n" + format_verdict(run)
-        text += "".join(f"\n{line}" for line in [summary_line(run)] if line)
+        text += "".join(f"\n{terminal_text(line)}" for line in [summary_line(run)] if line)
     elif run.is_multi_candidate:  # candidates side by side
         from parity.show.candidates_text import format_candidates
 
@@ -147,7 +156,7 @@ def format_text(run: ValidationRun) -> str:
 
         lines = noise_lines(run.outputs)
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
-            f"  {line}" for line in lines
+            f"  {terminal_text(line)}" for line in lines
         )
     if run.suggested_tolerances is not None:  # --suggest: checked on fresh input sets
         from parity.judge.suggest import suggestion_lines
@@ -155,7 +164,9 @@ def format_text(run: ValidationRun) -> str:
         lines = suggestion_lines(run.suggested_tolerances)
         if lines:
             head, *rest = lines
-            text += f"\n\n{head}\n" + "\n".join(f"  {line}" for line in rest)
+            text += f"\n\n{terminal_text(head)}\n" + "\n".join(
+                f"  {terminal_text(line)}" for line in rest
+            )
     elif any(c.noise is not None for c in run.outputs) and not run.passed:
         text += (
             "\n\nTolerances for this file: --suggest (fitted on these input sets, then "
@@ -174,18 +185,18 @@ def findings_text(run: ValidationRun) -> str:
     found = run.findings
     if not found:
         return ""
-    return "\n\nWhat we found:\n" + "\n".join(f"  - {f.text}" for f in found)
+    return "\n\nWhat we found:\n" + "\n".join(f"  - {terminal_text(f.text)}" for f in found)
 
 
 def fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:
     """A run that could not be made: its one line (and --json error report), exit 2."""
-    if args.debug:
-        traceback.print_exception(exc)
+    if args.debug:  # a traceback quotes file names and messages: text, as every line
+        say("".join(traceback.format_exception(exc)), file=sys.stderr, end="")
     hint = " (--debug shows the traceback)" if kind == "internal" and not args.debug else ""
     unwritten = write_error_report(args, kind, message, exc)
-    print(f"parity: error: {message}{hint}{unwritten}", file=sys.stderr)
+    say(f"parity: error: {terminal_text(message)}{hint}{unwritten}", file=sys.stderr)
     if isinstance(exc, SignatureMismatch):  # the wrapper to write, after the one line
-        print(textwrap.indent(exc.detail, "    "), file=sys.stderr)
+        say(textwrap.indent(exc.detail, "    "), file=sys.stderr)
     return ExitCode.ERROR
 
 
@@ -202,6 +213,12 @@ def write_error_report(
     if isinstance(exc, WriteError) and exc.path == str(args.json):
         return ""
     from parity.reports.report import error_report_dict, write_json
+    from parity.sweep.names import given_names, renamed_text
+
+    names = given_names()  # a sweep pair: its files as the manifest names them
+
+    def given(text: str | None) -> str | None:
+        return None if text is None else renamed_text(str(text), names)
 
     try:
         tolerances = tolerances_from_args(args)
@@ -211,11 +228,11 @@ def write_error_report(
         write_json(
             args.json,
             error_report_dict(
-                model=getattr(args, "model", None) or getattr(args, "run", None),
-                onnx=_first(getattr(args, "onnx", None)),
+                model=given(getattr(args, "model", None) or getattr(args, "run", None)),
+                onnx=given(_first(getattr(args, "onnx", None))),
                 tolerances=tolerances,
                 kind=kind,
-                message=message,
+                message=renamed_text(message, names),
             ),
         )
     except WriteError as write_exc:

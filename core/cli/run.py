@@ -13,7 +13,14 @@ import threading
 from collections.abc import Callable, Sequence
 
 from parity.cli.definition import build_parser
-from parity.cli.output import fail, format_text, progress_printer, write_error_report, write_outputs
+from parity.cli.output import (
+    fail,
+    format_text,
+    progress_printer,
+    say,
+    write_error_report,
+    write_outputs,
+)
 from parity.cli.values import (
     max_memory_bytes,
     parse_dims,
@@ -25,6 +32,7 @@ from parity.cli.values import (
 from parity.errors import ParityError, UsageError, describe_error
 from parity.load.quiet import set_debug
 from parity.results import ValidationRun
+from parity.text import terminal_text
 from parity.verdict import ExitCode, Verdict
 
 
@@ -37,6 +45,9 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
     hf = None
     if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
         hf = hf_options_from_args(args)
+    from parity.sweep.names import given_names, renamed_text
+
+    names = given_names()  # set by a sweep for its pairs: their files as its manifest says
     float_range, float_ranges = parse_float_ranges(args.float_range)
     config = RunConfig(
         model=args.model,
@@ -60,12 +71,15 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         suggest=bool(getattr(args, "suggest", False)),
         quantized_reference=not getattr(args, "no_quantized_reference", False),
         repro=getattr(args, "repro", None) or None,
-        repro_command="parity "
-        + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),
+        repro_command=renamed_text(
+            "parity " + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),
+            names,
+        ),
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
     )
-    return run_validation(config, progress=progress_printer())
+    run = run_validation(config, progress=progress_printer())
+    return run.renamed(names)  # a sweep pair: files named as its manifest names them
 
 
 _OUTPUTS = (
@@ -178,12 +192,12 @@ def _demos() -> int:
     from parity.load.demos import DEMOS
 
     for demo in DEMOS.values():
-        print(f"demo:{demo.name:<12} {demo.title}")
+        say(f"demo:{demo.name:<12} {demo.title}")
         if demo.tolerances is not None:
             flags = " ".join(
                 f"--tol {name}={t.atol:g}:{t.rtol:g}" for name, t in demo.tolerances.outputs.items()
             )
-            print(f"{'':17} passes with: {flags}")
+            say(f"{'':17} passes with: {flags}")
     return ExitCode.PASS
 
 
@@ -242,7 +256,7 @@ def _start_watchdog(args: argparse.Namespace):
     def on_timeout() -> None:
         message = timeout_message(args.timeout)
         unwritten = write_error_report(args, "timeout", message, RunTimeout(message))
-        print(f"parity: error: {message}{unwritten}", file=sys.stderr, flush=True)
+        say(f"parity: error: {message}{unwritten}", file=sys.stderr, flush=True)
 
     return start_watchdog(args.timeout, on_timeout)
 
@@ -254,7 +268,7 @@ def _made_and_written(
     run made, its terminal text printed, then the files it asks for written."""
     _check_outputs(args)
     run = make(args)
-    print(format_text(run))
+    say(format_text(run))
     write_outputs(run, args)
     return run
 
@@ -286,6 +300,7 @@ def _main(args: argparse.Namespace) -> int:
     if run.verdict is Verdict.ERROR:  # a candidate could not be run; the others are reported
         for info in run.infos:
             if info.error is not None:
-                print(f"parity: error: candidate {info.label}: {info.error}", file=sys.stderr)
+                said = f"candidate {terminal_text(info.label)}: {terminal_text(info.error)}"
+                say(f"parity: error: {said}", file=sys.stderr)
         return ExitCode.ERROR
     return run.verdict.exit_code

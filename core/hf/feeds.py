@@ -12,12 +12,13 @@ matching last positions of the ONNX logits.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
 from parity.errors import InputError
 from parity.hf.capture import CapturedCall
-from parity.signature import OnnxSignature
+from parity.signature import OnnxSignature, TensorSpec
 
 PAST_NAME = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 PRESENT_NAME = re.compile(r"^present\.(\d+)\.(key|value)$")
@@ -137,14 +138,31 @@ def _cast(value: np.ndarray, dtype: str) -> np.ndarray:
         return value
 
 
-def reference_outputs(call: CapturedCall, output_names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """torch's outputs of one call under the ONNX output names they match.
+def reference_outputs(
+    call: CapturedCall, outputs: Sequence[TensorSpec | str]
+) -> dict[str, np.ndarray]:
+    """torch's outputs of one call under the ONNX output names they match (`paired_outputs`
+    without its line)."""
+    return paired_outputs(call, outputs)[0]
+
+
+def paired_outputs(
+    call: CapturedCall, outputs: Sequence[TensorSpec | str]
+) -> tuple[dict[str, np.ndarray], str]:
+    """torch's outputs of one call under the ONNX output names they match: by name (logits
+    and present.N by their role), then the ONNX outputs left by order and shape with the
+    call's outputs left (an Olive file names BERT's pooler output `tanh`:
+    parity.run.runner.pair_by_order), and one line naming those ("" when none).
 
     ONNX outputs with no torch counterpart are left out: the comparison reports them as
     missing on the torch side.
     """
+    from parity.run.runner import pair_by_order, renamed_note
+
     ref: dict[str, np.ndarray] = {}
-    for name in output_names:
+    free: list[TensorSpec | str] = []
+    for spec in outputs:
+        name = spec.name if isinstance(spec, TensorSpec) else spec
         if name in call.outputs:
             ref[name] = call.outputs[name]
             continue
@@ -154,7 +172,15 @@ def reference_outputs(call: CapturedCall, output_names: tuple[str, ...]) -> dict
         match = PRESENT_NAME.match(name)
         if match and int(match.group(1)) < len(call.present):
             ref[name] = call.present[int(match.group(1))][0 if match.group(2) == "key" else 1]
-    return ref
+            continue
+        free.append(spec)
+    rest = [n for n in call.outputs if n not in ref]
+    taken = pair_by_order([tuple(call.outputs[n].shape) for n in rest], free) if rest else {}
+    for name, k in taken.items():
+        ref[name] = call.outputs[rest[k]]
+    note = renamed_note([(name, rest[k]) for name, k in taken.items()])
+    names = [o.name if isinstance(o, TensorSpec) else o for o in outputs]
+    return {n: ref[n] for n in names if n in ref}, note
 
 
 def masked_positions(call: CapturedCall, name: str, shape: tuple[int, ...]) -> np.ndarray | None:

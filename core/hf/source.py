@@ -20,7 +20,13 @@ import numpy as np
 
 from parity.errors import ExportError, UsageError
 from parity.hf.capture import Capture, CapturedCall, capture_forward, capture_generate
-from parity.hf.feeds import LOGITS, masked_positions, onnx_feeds, reference_outputs
+from parity.hf.feeds import (
+    LOGITS,
+    masked_positions,
+    onnx_feeds,
+    paired_outputs,
+    reference_outputs,
+)
 from parity.hf.loading import LoadedHfModel, load_hf_model
 from parity.hf.media import generated_inputs, is_media_model
 from parity.hf.options import HfOptions, hf_directory
@@ -225,8 +231,9 @@ class HfSource(HfSourceBase):
         for call, double in zip(capture.calls, doubles, strict=True):
             case = _case(call, signature)
             if double is not None:
-                names = tuple(signature.output_names)
-                case = dataclasses.replace(case, float64=reference_outputs(double, names))
+                case = dataclasses.replace(
+                    case, float64=reference_outputs(double, signature.outputs)
+                )
             yield dataclasses.replace(case, float64_note=note) if note else case
 
     def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
@@ -383,12 +390,16 @@ def _forward_inputs(
 
 def _case(call: CapturedCall, signature: OnnxSignature) -> Case:
     """One call: its feeds, torch's outputs, the logits crop and the padding excluded."""
-    return call_case(
+    reference, pairing = paired_outputs(call, signature.outputs)
+    case = call_case(
         InputSet(index=call.index, feeds=onnx_feeds(call, signature), label=call.label),
-        reference_outputs(call, tuple(signature.output_names)),
+        reference,
         call.seconds,
         lambda name, shape: masked_positions(call, name, shape),
     )
+    if not pairing:
+        return case
+    return dataclasses.replace(case, reference=dataclasses.replace(case.reference, pairing=pairing))
 
 
 def logits_crop(logits: np.ndarray | None) -> Crop | None:

@@ -15,7 +15,8 @@ from parity.hf.options import format_overrides
 from parity.hf.summary import PHASES, judged_summary
 from parity.labels import status_label, worst_first
 from parity.results import OutputComparison, Status, ValidationRun
-from parity.text import aligned_table, number_text, shape_text
+from parity.show.summary import candidate_notes
+from parity.text import aligned_table, number_text, shape_text, terminal_text
 
 SEQ2SEQ = "encoder_decoder"  # the summary "kind" of an encoder-decoder run (seq2seq_source)
 
@@ -84,10 +85,10 @@ def format_steps_table(run: ValidationRun) -> str:
         details += _failing_details(input_set.label or f"step {i + 1}", mine)
     parts = [aligned_table(rows)]
     if details:
-        parts += ["", *details]
+        parts += ["", *map(terminal_text, details)]
     parts += ["", format_hf_summary(run)]
     if run.generation is not None and (free := generation_lines(run.generation)):
-        parts += ["", *free]
+        parts += ["", *map(terminal_text, free)]  # the texts generated: one line each
     return "\n".join(parts)
 
 
@@ -148,7 +149,8 @@ def format_hf_summary(run: ValidationRun) -> str:
             f"max abs diff there {number_text(masked.get('max_abs'))}"
         )
     lines.append(f"time:      {time_text}")
-    return "\n".join(lines)
+    lines += [f"note:      {note}" for note in candidate_notes(run)]
+    return "\n".join(map(terminal_text, lines))  # a saved run's strings: one line of text each
 
 
 def _task_text(s: Mapping[str, Any]) -> str:

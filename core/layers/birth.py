@@ -227,6 +227,14 @@ def confirm_births(
         s = v.input_set
         if s in decided:
             continue
+        wrong = matching_error(v, values)
+        if wrong is not None:  # the pairing is tested before the node is
+            confirmations.append(_confirmation(v, Outcome.MATCHING_ERROR, None, 0, wrong))
+            if last_of_set[s] is v:
+                captured.pop(s, None)
+                if held is not None:
+                    held.release(s)
+            continue
         if s not in captured:
             wanted = _wanted(checked, s, selections, known)
             kept = None if held is None else held.covering(s, wanted, budget)
@@ -263,16 +271,51 @@ def confirm_births(
     carried = {
         (c.order, c.input_set, c.onnx_value) for c in confirmations if c.outcome == Outcome.CARRIED
     }
-    relabelled = tuple(
-        replace(v, status=LayerStatus.CARRIED.value)
-        if (v.order, v.input_set, v.onnx_value) in carried
-        else v
-        for v in values
-    )
+    wrongly_paired = {
+        (c.order, c.input_set, c.onnx_value): c.reason
+        for c in confirmations
+        if c.outcome == Outcome.MATCHING_ERROR
+    }
+
+    def relabel(v: LayerValue) -> LayerValue:
+        key = (v.order, v.input_set, v.onnx_value)
+        if key in carried:
+            return replace(v, status=LayerStatus.CARRIED.value)
+        if key in wrongly_paired:
+            return replace(v, status=LayerStatus.NOT_COMPARABLE.value, reason=wrongly_paired[key])
+        return v
+
+    relabelled = tuple(relabel(v) for v in values)
     notes = [_summary(confirmations, len(flagged), first)]
     if first is None:  # the criterion's first that was not shown carried, said unconfirmed
         first = next((v for v in relabelled if LayerStatus(v.status).born), None)
     return Births(relabelled, first, tuple(confirmations), case, tuple(notes))
+
+
+def matching_error(v: LayerValue, values: Sequence[LayerValue]) -> str | None:
+    """Why flagged `v` is a matching error, or None: every value judged after it on its
+    input set agrees with torch again (those reading it included, and at least one does).
+    An error the export makes is passed on; one that vanishes at once was never in the
+    file: the ONNX value does not hold what its torch module computes."""
+    later = [
+        w
+        for w in values
+        if w.input_set == v.input_set and w.order > v.order and w.status not in _NOT_JUDGED
+    ]
+    readers = [w for w in later if v.order in w.inputs]
+    if not readers or any(w.status != LayerStatus.PASS.value for w in later):
+        return None
+    return (
+        f"matching error: every one of the {len(later)} values after it agrees with torch "
+        f"again ({len(readers)} of them read it), so this ONNX value does not hold what "
+        f"{v.torch_module or 'its torch value'!r} computes: the pairing is wrong, not the export"
+    )
+
+
+_NOT_JUDGED = frozenset(
+    s.value
+    for s in (LayerStatus.NOT_COMPARABLE, LayerStatus.NOT_COMPARED, LayerStatus.SHAPE_MISMATCH)
+)
 
 
 def _to_check(flagged: Sequence[LayerValue], each_set: bool) -> list[LayerValue]:
@@ -422,7 +465,17 @@ def _summary(
         f"{counts[Outcome.BORN]} born, {counts[Outcome.CARRIED]} carried, "
         f"{counts[Outcome.UNCONFIRMED]} unconfirmed"
     )
-    if first is None and not counts[Outcome.UNCONFIRMED] and n_flagged == len(confirmations):
+    if counts[Outcome.MATCHING_ERROR]:
+        text += (
+            f", {counts[Outcome.MATCHING_ERROR]} matching error(s) (every value after it "
+            "agrees again: wrongly paired, not compared)"
+        )
+    if (
+        first is None
+        and not counts[Outcome.UNCONFIRMED]
+        and not counts[Outcome.MATCHING_ERROR]
+        and n_flagged == len(confirmations)
+    ):
         text += "; every flagged value agrees alone: the error is carried from no matched op"
     elif counts[Outcome.BORN] == 0:
         text += "; none was confirmed: the first divergence named is the criterion's alone"

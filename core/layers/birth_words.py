@@ -14,6 +14,13 @@ def birth_sentence(result: LayersResult) -> str | None:
     first = result.first_divergence
     c = result.confirmation_of(first)
     if first is None:
+        if result.with_outcome(Outcome.MATCHING_ERROR) and not result.with_outcome(Outcome.CARRIED):
+            n = len(result.with_outcome(Outcome.MATCHING_ERROR))
+            return (
+                f"No op is confirmed as where the error is born: each of the {n} flagged "
+                "value(s) is a matching error (every value after it agrees with torch again: "
+                "the ONNX value was paired with a torch value it does not hold)."
+            )
         if result.with_outcome(Outcome.CARRIED):
             n = len(result.with_outcome(Outcome.CARRIED))
             return (
@@ -59,6 +66,8 @@ def _standing_for(ops: tuple[str, ...]) -> str:
 
 def _line(result: LayersResult, c: Confirmation) -> str:
     where = f"{c.torch_module or '(top level)'!r}: {c.onnx_op} node {c.onnx_node!r}"
+    if c.outcome == Outcome.MATCHING_ERROR:
+        return f"{where}, input set {c.input_set}: {c.reason}"
     if c.outcome == Outcome.UNCONFIRMED:
         value = next(
             (

@@ -101,6 +101,9 @@ def select(
             else:
                 return Refused(f"input {name!r} is neither matched nor computed in the graph")
     order = tuple(sorted(chosen))
+    # a value the cut makes itself is not also fed (a node with two outputs, one of them
+    # matched: EmbedLayerNormalization's output and the mask index an Attention reads)
+    inputs -= {out for k in order for out in graph.node[k].output}
     read = [n for k in order for n in graph.node[k].input if n in inputs]
     return Selection(output, order, tuple(dict.fromkeys(read)), tuple(weights))
 

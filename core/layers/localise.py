@@ -21,6 +21,7 @@ import onnx
 from parity.layers import criterion
 from parity.layers.birth import Exclude, HeldRefs, confirm_births, masked
 from parity.layers.extra_outputs import ExtraOutputs, plan_batches
+from parity.layers.fusion import fusion_notes
 from parity.layers.matching import (
     FX_NAMES,
     MODULE_BOUNDARIES,
@@ -173,6 +174,8 @@ class _Comparer:
             inputs_nonfinite=any(c.judgement.nonfinite for c in prior),
             dtype=dtype,
         )
+        if self.graph.values[name].not_comparable is not None:  # a fusion took its meaning
+            judgement = criterion.Judgement(LayerStatus.NOT_COMPARABLE, None, False)
         if judgement.status is LayerStatus.SHAPE_MISMATCH and any(
             c.judgement.status is LayerStatus.SHAPE_MISMATCH for c in prior
         ):
@@ -333,11 +336,14 @@ def _localise_graph(
     held_budget = budget // 8 if confirm else 0
     batches = plan_batches(requested, sizes, max(1, budget - held_budget))
     runner = ExtraOutputs(onnx_path, provider=provider, opt_level=opt_level, proto=proto)
-    inputs_of = graph.matched_inputs(p.onnx_value for p in plan.pairs)
+    inputs_of = graph.matched_inputs(  # a value with no torch meaning feeds no judgement
+        p.onnx_value for p in plan.pairs if graph.values[p.onnx_value].not_comparable is None
+    )
     held = None
     if confirm:
         feeds = {n for s in input_sets for n in s.feeds}
-        held = HeldRefs(runner.proto, requested, feeds, held_budget)
+        comparable = [n for n in requested if graph.values[n].not_comparable is None]
+        held = HeldRefs(runner.proto, comparable, feeds, held_budget)
     comparer = _Comparer(graph, inputs_of, _Keeper(max(0, keep_mb) << 20), held, side.exclude)
     comparer.taken = frozenset(p.onnx_value for p in plan.pairs if p.feeds is None)
 
@@ -397,6 +403,7 @@ def _localise_graph(
             f"{missing} matched (value, input set) pairs were never produced by the torch "
             "side (modules not called on that input): not compared"
         )
+    notes.extend(fusion_notes(values))
     mismatched = sorted({v.onnx_value for v in values if v.status == LayerStatus.SHAPE_MISMATCH})
     if mismatched:
         notes.append(
@@ -492,7 +499,7 @@ def _known(compared: dict[tuple[str, int], _Compared]) -> dict[int, dict[str, Pa
     """Per input set: the ONNX values compared with the same shape on both sides -> pair."""
     known: dict[int, dict[str, Pair]] = {}
     for (_value, s), c in compared.items():
-        if c.stats.shape_ok:
+        if c.stats.shape_ok and c.judgement.status is not LayerStatus.NOT_COMPARABLE:
             known.setdefault(s, {})[c.onnx_value] = c.pair
     return known
 
@@ -599,6 +606,8 @@ def _values(
                 dtype=c.dtype,
                 feeds=c.pair.feeds,
                 ops=stands_for(graph, value, inputs_of) if c.judgement.status.born else (),
+                reason=g.not_comparable,
+                covers=c.pair.covers,
             )
         )
     values.sort(key=lambda v: (v.order, v.input_set))

@@ -14,11 +14,11 @@ Anything else is counted as unmatched and said in notes.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from parity.layers import recurrent
+from parity.layers import fusion, recurrent
 from parity.layers.onnx_graph import DYNAMO, LEGACY, GraphIndex, fx_text
 from parity.layers.torch_side import INPUT, FxCapture, HookCapture, exporter_program
 from parity.results import InputSet
@@ -39,6 +39,7 @@ class Pair:
     candidates: tuple[str, ...] = ()  # module mode: boundary values, last first
     leaf: int | None = None  # which tensor of the module's output (an LSTM's h_n: 1)
     feeds: str | None = None  # a module input: the module it feeds (see LayerValue.feeds)
+    covers: tuple[str, ...] = ()  # a fused node's output: the modules it stands for
 
 
 @dataclass(frozen=True)
@@ -308,13 +309,26 @@ def _module_plan(
     capture = HookCapture(model, signature, call=side.call)
     graph = graph.resolve_legacy(capture.paths)
     boundaries = graph.module_boundaries()
-    folds = capture.folds(input_set, boundaries)
+    # a module inside a fused node's span (an Attention's q/k/v Linears) is fused, not folded
+    spans = {v.scope for v in graph.values.values() if v.scope and fusion.is_fused_op(v.op)}
+    folds = {
+        p: q
+        for p, q in capture.folds(input_set, boundaries).items()
+        if not any(s in spans for s in _scopes_of(q))
+    }
     by_value: dict[str, str] = {}
     candidates: dict[str, tuple[str, ...]] = {}
     for path, values in boundaries.items():
         if path not in capture.paths:
             continue
-        ordered = tuple(sorted(values, key=lambda n: graph.values[n].order, reverse=True))
+        # last made first; a value a fusion took the meaning of after every other
+        ordered = tuple(
+            sorted(
+                values,
+                key=lambda n: (graph.values[n].not_comparable is None, graph.values[n].order),
+                reverse=True,
+            )
+        )
         candidates[path] = ordered
         last = ordered[0]
         # nested modules sharing their output value: keep the innermost (longest path)
@@ -363,6 +377,12 @@ def _module_plan(
             "compared with the folded module's output"
         )
     scoped = set(boundaries) | set(folds.values())
+    pairs = [
+        replace(p, covers=fusion.covered(graph, p.onnx_value, capture.paths, scoped))
+        if fusion.is_fused_op(graph.values[p.onnx_value].op)
+        else p
+        for p in pairs
+    ]
     unmatched_torch = sum(
         1
         for path, m in model.module.named_modules()
@@ -412,12 +432,18 @@ def _input_pairs(
         for path in _scopes_of(v.scope):
             if path not in reads:
                 continue
-            for i in graph.inputs_of.get(v.name, ()):
+            for k, i in enumerate(graph.inputs_of.get(v.name, ())):
                 w = graph.values.get(i)
                 if w is None or w.op == "Constant" or _inside(w.scope, path):
                     continue
+                if w.not_comparable is not None or fusion.summed_input(v.op, k):
+                    continue  # no torch value stands for it, or only summed with others
                 reads[path][i] = None
     found = []
+    for path, sums in _fused_inputs(graph, reads).items():  # a SkipLayerNorm's residual sum
+        scope = graph.values[sums].scope
+        found.append(Pair(sums, path + INPUT, scope, None, (sums,), feeds=path))
+        reads.pop(path)
     for path, names in reads.items():
         ordered = sorted(names, key=lambda n: graph.values[n].order, reverse=True)
         if not ordered or all(n in taken for n in ordered):
@@ -429,6 +455,20 @@ def _input_pairs(
         holder = modules.get(scope) if scope is not None else None
         code = None if holder is None else f"{type(holder).__name__}.forward"
         found.append(Pair(first, path + INPUT, scope, code, tuple(ordered), feeds=path))
+    return found
+
+
+def _fused_inputs(graph: GraphIndex, paths: Collection[str]) -> dict[str, str]:
+    """Module path -> the output of a fused node in its scope that is that module's input
+    (SkipLayerNormalization's optional residual sum: parity.layers.fusion.MEANINGS)."""
+    found: dict[str, str] = {}
+    for v in graph.values.values():
+        if (
+            v.scope in paths
+            and v.scope not in found
+            and fusion.meaning(v.op.rpartition(".")[2], v.slot) == fusion.MODULE_INPUT
+        ):
+            found[v.scope] = v.name
     return found
 
 

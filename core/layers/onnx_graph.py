@@ -17,6 +17,7 @@ from pathlib import Path
 
 import onnx
 
+from parity.layers import fusion
 from parity.load.onnx_read import read_onnx
 
 DYNAMO, LEGACY, UNKNOWN = "dynamo", "legacy", "unknown"
@@ -41,6 +42,8 @@ class GraphValue:
     fx_repr: str | None  # the FX node as the exporter printed it (num_users dropped)
     elem_type: int  # onnx.TensorProto element type, 0 when unknown
     slot: int = 0  # which output of its node (an LSTM's Y, Y_h, Y_c: 0, 1, 2)
+    # why no torch value stands for it (a fusion took its meaning: parity.layers.fusion)
+    not_comparable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -237,9 +240,13 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
     values: dict[str, GraphValue] = {}
     inputs_of: dict[str, tuple[str, ...]] = {}
     consumers: dict[str, list[int]] = {}
+    lost = fusion.lost_meanings(graph.node)
+    initializers = {t.name for t in graph.initializer}
     for order, node in enumerate(graph.node):
         meta = {p.key: p.value for p in node.metadata_props}
         scope, fx_name, fx_target = _node_scope(node, meta, exporter)
+        if exporter == LEGACY and scope == "":
+            scope = fusion.fused_scope(node, initializers) or scope
         fx_repr = fx_text(meta["pkg.torch.onnx.fx_node"]) if fx_name else None
         ins = tuple(i for i in node.input if i)
         for i in ins:
@@ -258,6 +265,7 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
                 fx_repr=fx_repr,
                 elem_type=types.get(out, 0),
                 slot=slot,
+                not_comparable=lost.get(out),
             )
             inputs_of[out] = ins
     return GraphIndex(

@@ -35,6 +35,9 @@ class LayerStatus(StrEnum):
     # the two sides' shapes differ: the matching failed there, not the export (never born)
     SHAPE_MISMATCH = "shape_mismatch"
     NOT_COMPARED = "not_compared"  # matched by name but not comparable (dtype, no value)
+    # no torch value stands for it (a fusion took its meaning, or the confirmation found the
+    # match wrong): listed with its reason, never a divergence
+    NOT_COMPARABLE = "not_comparable"
 
     @property
     def born(self) -> bool:
@@ -72,6 +75,8 @@ class LayerValue:
     dtype: str = ""  # the candidate's dtype of it: its threshold is that dtype's ("": float32)
     feeds: str | None = None
     ops: tuple[str, ...] = ()
+    reason: str | None = None  # why it is not comparable (status "not_comparable")
+    covers: tuple[str, ...] = ()  # a fused node's output: the torch modules it stands for
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +100,8 @@ class LayerValue:
             "dtype": self.dtype or None,
             "input_of": self.feeds,
             "ops": list(self.ops),
+            "not_comparable": self.reason,  # why, where the status says so
+            "covers": list(self.covers),
         }
 
     @classmethod
@@ -120,6 +127,8 @@ class LayerValue:
             dtype=_opt_str(data.get("dtype")) or "",
             feeds=_opt_str(data.get("input_of")),
             ops=tuple(str(o) for o in data.get("ops") or ()),
+            reason=_opt_str(data.get("not_comparable")),
+            covers=tuple(str(m) for m in data.get("covers") or ()),
         )
 
 
@@ -129,6 +138,8 @@ class Outcome(StrEnum):
     BORN = "born"  # the error reappears from exact inputs: it is made here
     CARRIED = "carried"  # the node alone agrees: the error was passed on, not made
     UNCONFIRMED = "unconfirmed"  # could not be run alone (inputs not all matched, ...)
+    # every value after it agrees with torch again: the pairing, not the export, is wrong
+    MATCHING_ERROR = "matching_error"
 
 
 @dataclass(frozen=True)
@@ -165,7 +176,7 @@ class Confirmation:
         }
 
     def alone_json(self) -> dict[str, Any] | None:
-        if self.outcome == Outcome.UNCONFIRMED:
+        if self.outcome in (Outcome.UNCONFIRMED, Outcome.MATCHING_ERROR):
             return None
         return {
             "max_abs": finite_or_none(self.max_abs),
@@ -289,6 +300,7 @@ class LayersResult:
             "first_divergence_by_input_set": [self._first_json(v) for v in self.firsts],
             "carried": [c.to_json() for c in self.with_outcome(Outcome.CARRIED)],
             "unconfirmed": [c.to_json() for c in self.with_outcome(Outcome.UNCONFIRMED)],
+            "matching_errors": [c.to_json() for c in self.with_outcome(Outcome.MATCHING_ERROR)],
             "notes": list(self.notes),
             "values": [v.to_json() for v in self.values],
             **{k: v for k, v in self.findings.items() if k in FINDINGS},
@@ -308,7 +320,7 @@ class LayersResult:
         first = data.get("first_divergence")
         confirmations = [
             Confirmation.from_json(c)
-            for key in ("carried", "unconfirmed")
+            for key in ("carried", "unconfirmed", "matching_errors")
             for c in data.get(key) or ()
         ]
         if first is not None and first.get("confirmation") == Outcome.BORN:

@@ -1,5 +1,6 @@
 """The terminal's few lines about a layers result: where it starts, how big the jump, what
-follows. Names are printed as text (repr where they could hold control characters); numbers
+follows. Names are printed as text (repr, and each line through parity.text.terminal_text: an
+op type, a note or a dim name from a file starts no line and moves no cursor); numbers
 and the jump's wording come from parity.layers.views, as in the dashboard and the HTML."""
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from parity.layers import criterion
 from parity.layers.birth_words import birth_sentence, other_lines
 from parity.layers.precision_view import precision_lines
 from parity.layers.result import LayersResult, LayerStatus, LayerValue
-from parity.layers.views import fmt, jump_words, place_words
-from parity.text import ratio_text
+from parity.layers.views import fmt, jump_words, metric_of, place_words
+from parity.text import ratio_text, terminal_text
 
 if TYPE_CHECKING:  # annotation only
     from parity.results import ValidationRun
@@ -32,9 +33,9 @@ def format_layers(
     first = result.first_divergence
     if result.matched == 0:
         lines.extend(f"  {note}" for note in result.notes)
-        return "\n".join(lines)
+        return _joined(lines)
     if first is None:
-        worst = max(result.values, key=lambda v: v.error_ratio or 0.0, default=None)
+        worst = max(result.values, key=lambda v: metric_of(v, "error_ratio") or 0.0, default=None)
         lines.append("  no value diverges (see the criterion in the JSON report)")
         lines.extend(_confirmed(result))
         if worst is not None:
@@ -46,7 +47,7 @@ def format_layers(
                 f"{fmt(jumped.error_ratio)}, under {_threshold_words(result, jumped)})"
             )
         lines.extend(_notes(result))
-        return "\n".join(lines)
+        return _joined(lines)
     born = LayerStatus(first.status).born
     place = place_words(result, first)
     if born and place is not None:
@@ -75,7 +76,12 @@ def format_layers(
         )
     lines.extend(_per_set(result, labels or {}))
     lines.extend(_notes(result))
-    return "\n".join(lines)
+    return _joined(lines)
+
+
+def _joined(lines: list[str]) -> str:
+    """The lines as one text, each one line of text whatever a file named its parts."""
+    return "\n".join(terminal_text(line) for line in lines)
 
 
 def _notes(result: LayersResult) -> list[str]:
@@ -87,6 +93,7 @@ _STATUS_WORDS = {
     LayerStatus.CARRIED.value: "carried: its error is no bigger than the error flowing into it",
     LayerStatus.PASS.value: "within its threshold",
     LayerStatus.NOT_COMPARED.value: "not comparable",
+    LayerStatus.NOT_COMPARABLE.value: "not comparable (no torch value stands for it)",
 }
 
 
@@ -150,7 +157,7 @@ def format_run_layers(run: ValidationRun) -> str:
     its label, in the candidates' order, so none is left out."""
     if run.is_multi_candidate and any(c.layers is not None for c in run.candidates):
         return "\n\n".join(
-            f"Layers of candidate {c.label}:\n" + _with_precision(c.layers)
+            f"Layers of candidate {terminal_text(c.label)}:\n" + _with_precision(c.layers)
             for c in run.candidates
             if c.layers is not None
         )
@@ -161,4 +168,4 @@ def format_run_layers(run: ValidationRun) -> str:
 
 def _with_precision(result: LayersResult, labels: Mapping[int, str] | None = None) -> str:
     text = format_layers(result, labels=labels)
-    return text + "".join(f"\n  {line}" for line in precision_lines(result))
+    return text + "".join(f"\n  {terminal_text(line)}" for line in precision_lines(result))

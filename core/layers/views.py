@@ -27,7 +27,11 @@ ROOT_LABEL = "(model)"
 
 def metric_of(value: LayerValue, metric: str) -> float | None:
     """`value`'s number for `metric` as a float, None when undefined (NaN counts as +inf:
-    a NaN error is never better than a finite one)."""
+    a NaN error is never better than a finite one). A value no torch value stands for
+    (`not_comparable`: a fusion took its meaning) has none: its numbers compare unrelated
+    things, so no view colours or ranks by them."""
+    if str(value.status) == LayerStatus.NOT_COMPARABLE:
+        return None
     x = getattr(value, metric, None)
     if x is None:
         return None

@@ -103,9 +103,12 @@ def value_types(proto: onnx.ModelProto) -> dict[str, int]:
     types = {t.name: t.data_type for t in graph.initializer}
     infos = [*graph.input, *graph.value_info, *graph.output]
     if has_sixteen_bit(graph):  # only 16-bit types are looked for: most files have none
+        from parity.load.onnx_model import light_model
+
         # unknown domains, a cycle: what is declared
         with contextlib.suppress(Exception):
-            infos += list(onnx.shape_inference.infer_shapes(_light(proto)).graph.value_info)
+            inferred = onnx.shape_inference.infer_shapes(light_model(proto))
+            infos += list(inferred.graph.value_info)
     for v in infos:
         if v.type.tensor_type.elem_type:
             types.setdefault(v.name, v.type.tensor_type.elem_type)
@@ -114,33 +117,6 @@ def value_types(proto: onnx.ModelProto) -> dict[str, int]:
             to = next((a.i for a in node.attribute if a.name == "to"), 0)
             types.setdefault(node.output[0], to)
     return types
-
-
-def _light(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """What shape inference needs for types only: the nodes in an order it can follow (ONNX
-    Runtime's float16 converter appends its input casts after their readers), initializers
-    as typed graph inputs (their bytes are never copied)."""
-    from parity.load.onnx_model import topological_nodes
-
-    graph = proto.graph
-    ordered = topological_nodes(graph)
-    light = onnx.helper.make_graph(
-        list(ordered if ordered is not None else graph.node),
-        graph.name,
-        [
-            *graph.input,
-            *(
-                onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                for t in graph.initializer
-            ),
-        ],
-        list(graph.output),
-        value_info=list(graph.value_info),
-    )
-    model = onnx.helper.make_model(light, opset_imports=list(proto.opset_import))
-    model.ir_version = max(proto.ir_version, 4)
-    model.functions.extend(proto.functions)
-    return model
 
 
 def _lower(a: str, b: str) -> str:

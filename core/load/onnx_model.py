@@ -6,9 +6,13 @@ read without pulling gigabytes into memory. Every way a file can be unusable (mi
 truncated, not ONNX, rejected by ``onnx.checker``, refused by ONNX Runtime) becomes one
 ``OnnxLoadError`` line: ``cannot load ONNX file X: <cause>``.
 
-A file whose only checker complaint is its node order (ONNX Runtime's own float16
-converter emits its input casts after their readers) is accepted when its nodes, sorted, pass
-the checker: ONNX Runtime runs such files. The complaint becomes one of the model's `notes`.
+A file that ONNX Runtime runs is never refused by the stricter checker for what ONNX
+Runtime itself accepts: nodes out of order (its own float16 converter emits its input casts
+after their readers) and ops it registers in the default domain that ONNX does not
+(`SimplifiedLayerNormalization`, written by ONNX Runtime GenAI's model builder). Such a file
+is accepted when the rest of it passes the checker (its nodes sorted, those ops set apart);
+the complaint becomes one of the model's `notes`. Contrib ops in their own domain
+(`com.microsoft`) the checker leaves alone already.
 
 Contract:
 @dataclass(frozen=True) class OnnxModel: path: Path; signature: OnnxSignature; sha256: str;
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -72,36 +77,109 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         onnx.checker.check_model(str(p))
     except Exception as exc:  # ValidationError, and OSError for missing external data
         complaint = first_line(exc)
-        if not _only_node_order(proto, p, complaint):
+        accepted = _accepted_as_ort_runs_it(proto, complaint)
+        if accepted is None:
             raise _load_error(p, f"onnx.checker: {complaint}") from exc
-        notes = (
-            f"onnx.checker: {complaint} (accepted: its nodes pass the checker once sorted, "
-            "and ONNX Runtime sorts them itself)",
-        )
+        notes = (f"onnx.checker: {complaint} (accepted: {accepted})",)
     signature = read_signature(proto, where=p)
     return OnnxModel(path=p, signature=signature, sha256=_sha256(p, proto), notes=notes)
 
 
 _NODE_ORDER = "must be topologically sorted"
+_NO_OP = re.compile(r"No Op registered for (\S+) with domain_version")
+ORT_DOMAIN = "ai.onnxruntime.default"  # where the checked copy sets ORT's default-domain ops
 
 
-def _only_node_order(proto: onnx.ModelProto, path: Path, complaint: str) -> bool:
-    """The checker refused the file for its node order only: its main graph's nodes can be
-    sorted (no cycle, every input made somewhere) and, sorted, pass the checker."""
-    if _NODE_ORDER not in complaint:
-        return False
-    ordered = topological_nodes(proto.graph)
-    if ordered is None:
-        return False
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    del copy.graph.node[:]
-    copy.graph.node.extend(ordered)
+def _accepted_as_ort_runs_it(proto: onnx.ModelProto, complaint: str) -> str | None:
+    """Why the file stands though the checker refused it, or None. Only two complaints are
+    ONNX Runtime's to overrule: the node order (it sorts nodes itself) and an op it
+    registers in the default domain that ONNX does not. The checker then runs again on a
+    light copy (nodes sorted, those ops in a domain of their own, weights as typed inputs:
+    no bytes read): everything else must pass it."""
+    if _NODE_ORDER not in complaint and not _NO_OP.search(complaint):
+        return None
+    if topological_nodes(proto.graph) is None:
+        return None
+    copy = light_model(proto)
+    set_apart = ort_only_ops(copy)
+    if _NO_OP.search(complaint) and not set_apart:
+        return None  # an op nobody registers: the checker is right
     try:
-        onnx.checker.check_model(copy)
+        check_as_ort_runs(copy)
     except Exception:
-        return False
-    return True
+        return None
+    why = []
+    if set_apart:
+        ops = ", ".join(sorted(set_apart))
+        why.append(f"{ops}: registered by ONNX Runtime in the default domain")
+    if _NODE_ORDER in complaint or not _in_order(proto.graph):
+        why.append("its nodes pass the checker once sorted, and ONNX Runtime sorts them itself")
+    return "; ".join(why)
+
+
+def ort_only_ops(proto: onnx.ModelProto) -> set[str]:
+    """Default-domain op types of `proto` that ONNX has no schema for at the file's opset
+    but ONNX Runtime registers (parity.load.sessions.ort_default_domain_ops)."""
+    from parity.load.sessions import ort_default_domain_ops
+
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    unknown = set()
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type in unknown:
+            continue
+        try:
+            onnx.defs.get_schema(node.op_type, max(int(opset), 1), "")
+        except onnx.defs.SchemaError:
+            unknown.add(node.op_type)
+    return unknown & ort_default_domain_ops()
+
+
+def check_as_ort_runs(model: onnx.ModelProto, *, full_check: bool = False) -> None:
+    """onnx.checker on `model` (in memory, nodes in order) with the ops ONNX Runtime
+    registers in the default domain set apart in a domain of their own (a copy: `model` is
+    not changed); raises what the checker raises."""
+    set_apart = ort_only_ops(model)
+    if set_apart:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        for node in copy.graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in set_apart:
+                node.domain = ORT_DOMAIN
+        copy.opset_import.append(onnx.helper.make_opsetid(ORT_DOMAIN, 1))
+        model = copy
+    onnx.checker.check_model(model, full_check=full_check)
+
+
+def _in_order(graph: onnx.GraphProto) -> bool:
+    ordered = topological_nodes(graph)
+    return ordered is not None and all(a is b for a, b in zip(ordered, graph.node, strict=True))
+
+
+def light_model(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """What the checker and shape inference need of a file without its weights: the nodes
+    in an order they can follow (ONNX Runtime's float16 converter appends its input casts
+    after their readers), initializers as typed graph inputs (their bytes, inline or
+    external, are never copied)."""
+    graph = proto.graph
+    ordered = topological_nodes(graph)
+    initializers = {t.name for t in graph.initializer}
+    light = onnx.helper.make_graph(
+        list(ordered if ordered is not None else graph.node),
+        graph.name,
+        [
+            *(i for i in graph.input if i.name not in initializers),
+            *(
+                onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                for t in graph.initializer
+            ),
+        ],
+        list(graph.output),
+        value_info=list(graph.value_info),
+    )
+    model = onnx.helper.make_model(light, opset_imports=list(proto.opset_import))
+    model.ir_version = max(proto.ir_version, 4)
+    model.functions.extend(proto.functions)
+    return model
 
 
 def topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:

@@ -82,3 +82,21 @@ def open_session(
     if deadline is None:
         return make()
     return deadline.call(make, "ONNX Runtime's session setup")
+
+
+_DEFAULT_DOMAIN_OPS: frozenset[str] | None = None
+
+
+def ort_default_domain_ops() -> frozenset[str]:
+    """The op types this ONNX Runtime registers in the default domain (ONNX's and its own,
+    such as SimplifiedLayerNormalization), read once from its schema list."""
+    global _DEFAULT_DOMAIN_OPS
+    if _DEFAULT_DOMAIN_OPS is None:
+        try:
+            from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+            schemas = ort_c.get_all_operator_schema()
+        except Exception:  # a build without its schema list: nothing is taken on trust
+            schemas = []
+        _DEFAULT_DOMAIN_OPS = frozenset(s.name for s in schemas if s.domain in ("", "ai.onnx"))
+    return _DEFAULT_DOMAIN_OPS

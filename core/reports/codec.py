@@ -21,6 +21,7 @@ entry (a flat "ref_outputs" list is read as before).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,7 @@ from parity.results import (
 from parity.show.rows import ComparisonRow
 from parity.signature import OnnxSignature, TensorSpec
 from parity.tolerances import Tolerance, Tolerances
+from parity.verdict import Verdict
 
 if TYPE_CHECKING:
     from parity.layers.result import LayersResult
@@ -90,6 +92,9 @@ __all__ = [
     "quantization_from_json",
     "quantization_to_json",
     "report_json",
+    "report_rows_from_json",
+    "report_verdict",
+    "row_from_json",
     "row_to_json",
     "run_from_json",
     "run_to_json",
@@ -228,6 +233,74 @@ def row_to_json(row: ComparisonRow) -> dict[str, Any]:
     }
 
 
+def row_from_json(entry: Any, at: str) -> ComparisonRow:
+    """An ``outputs[]`` entry of a JSON report read back as its table row (what a sweep or any
+    reader of a report judges by: parity.show.rows, parity.labels.badness). The report does not
+    hold `can_rejudge` (False here) nor `n_judged` (elements less the excluded ones)."""
+    e = sj.obj(entry, at)
+
+    def get(key: str) -> Any:
+        return e.get(key)  # a field an older report lacks reads as null
+
+    def num(key: str) -> float | None:
+        return sj.optional(sj.number, get(key), f"{at}.{key}")
+
+    def count(key: str) -> int | None:
+        return sj.optional(sj.integer, get(key), f"{at}.{key}")
+
+    status = sj.string(sj.field(e, "status", at), f"{at}.status")
+    if status not in Status._value2member_map_:
+        raise sj.FieldError(f"{at}.status: {status!r} is not a status")
+    n_elements, n_excluded = count("n_elements") or 0, count("n_excluded") or 0
+    return ComparisonRow(
+        input_set=count("input_set"),
+        name=sj.string(sj.field(e, "name", at), f"{at}.name"),
+        status=Status(status),
+        ref_shape=sj.optional(sj.shape, get("ref_shape"), f"{at}.ref_shape"),
+        onnx_shape=sj.optional(sj.shape, get("onnx_shape"), f"{at}.onnx_shape"),
+        ref_dtype=sj.optional(sj.string, get("ref_dtype"), f"{at}.ref_dtype"),
+        onnx_dtype=sj.optional(sj.string, get("onnx_dtype"), f"{at}.onnx_dtype"),
+        n_elements=n_elements,
+        n_excluded=n_excluded,
+        n_judged=max(0, n_elements - n_excluded),
+        n_mismatch=count("n_mismatch"),
+        mismatch_fraction=num("mismatch_fraction"),
+        max_abs=num("max_abs"),
+        max_rel=num("max_rel"),
+        mean_abs=num("mean_abs"),
+        rms=num("rms"),
+        p99_abs=num("p99_abs"),
+        n_nan_mismatch=count("n_nan_mismatch"),
+        n_inf_mismatch=count("n_inf_mismatch"),
+        worst_index=sj.optional(sj.shape, get("worst_index"), f"{at}.worst_index"),
+        ref_at_worst=num("ref_at_worst"),
+        onnx_at_worst=num("onnx_at_worst"),
+        cosine=num("cosine"),
+        snr_db=num("snr_db"),
+        atol=sj.optional(sj.number, get("atol"), f"{at}.atol") or 0.0,
+        rtol=sj.optional(sj.number, get("rtol"), f"{at}.rtol") or 0.0,
+        min_atol_to_pass=num("min_atol_to_pass"),
+        can_rejudge=False,
+        message=sj.optional(sj.string, get("message"), f"{at}.message") or "",
+        candidate=count("candidate") or 0,
+    )
+
+
+def report_rows_from_json(report: Mapping[str, Any]) -> tuple[ComparisonRow, ...]:
+    """Every ``outputs[]`` row of a JSON report (FieldError naming the first bad field)."""
+    raw = report.get("outputs")
+    items = sj.array(raw if raw is not None else [], "outputs")
+    return tuple(row_from_json(o, f"outputs[{i}]") for i, o in enumerate(items))
+
+
+def report_verdict(report: Mapping[str, Any]) -> Verdict:
+    """A JSON report's verdict (FieldError when it is not one)."""
+    value = sj.string(report.get("verdict"), "verdict")
+    if value not in Verdict._value2member_map_:
+        raise sj.FieldError(f"verdict: {value!r} is not a verdict")
+    return Verdict(value)
+
+
 def where_to_json(where: WhereProfile | None) -> dict[str, Any] | None:
     """``outputs[].where``: the summary, and per axis the indices mismatches concentrate at."""
     if where is None:
@@ -294,13 +367,16 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         references.append(
             None if raw is None else _output_set_from_json(raw, f"{at}.reference", get)
         )
+    outputs_kept = sj.boolean(m.get("outputs_kept", False), "outputs_kept")
     if "ref_outputs" in m:  # saved before each input set kept its reference outputs
         flat = _output_sets_from_json(m, "ref_outputs", get)
-        if flat and len(flat) != len(input_sets):
+        if len(flat) != len(input_sets) and (flat or outputs_kept):
             raise sj.FieldError(
                 f"ref_outputs: {len(flat)} output sets for {len(input_sets)} input sets"
             )
         references = list(flat) if flat else [None] * len(input_sets)
+    _check_references(references, outputs_kept)
+    _check_unique([s.index for s in input_sets], "input_sets", "index")
     if "provenance" in m:
         provenance = provenance_from_json(sj.obj(m["provenance"], "provenance"))
         generation = generation_from_json(
@@ -322,6 +398,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         candidates = _upgraded_candidates(m, get, onnx, environment, provenance, sets)
     else:
         candidates = _candidate_records_from_json(m.get("candidates"), get, sets)
+    _check_candidates(candidates, len(input_sets))
     return ValidationRun(
         model=sj.string(sj.field(m, "model", "manifest"), "model"),
         onnx=onnx,
@@ -339,6 +416,41 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
         analyses=analysis_notes_from_json(m.get("analyses")),
     )
+
+
+def _check_references(references: Sequence[OutputSet | None], outputs_kept: bool) -> None:
+    """Every input set keeps its reference outputs, or none does (a run saved without its
+    outputs): a forged file with one set's missing is refused, never shown half."""
+    missing = [k for k, r in enumerate(references) if r is None]
+    if missing and (outputs_kept or len(missing) < len(references)):
+        raise sj.FieldError(
+            f"input_sets[{missing[0]}].reference: missing, though the run keeps its outputs "
+            f"({len(references) - len(missing)} of {len(references)} input sets have theirs)"
+        )
+
+
+def _check_unique(indices: Sequence[int], at: str, key: str) -> None:
+    seen: set[int] = set()
+    for k, index in enumerate(indices):
+        if index in seen:
+            raise sj.FieldError(f"{at}[{k}].{key}: {index} is listed twice")
+        seen.add(index)
+
+
+def _check_candidates(candidates: Sequence[CandidateRun], n_sets: int) -> None:
+    """Candidates numbered 0, 1, ... in order (as a run makes them: readers find one by its
+    index), each with its ONNX outputs for every input set or for none."""
+    for k, c in enumerate(candidates):
+        if c.info.index != k:
+            raise sj.FieldError(
+                f"candidates[{k}].index: {c.info.index}, expected {k} (candidates are "
+                "numbered in order, each once)"
+            )
+        if len(c.onnx_outputs) not in (0, n_sets):
+            raise sj.FieldError(
+                f"candidates[{k}].onnx_outputs: {len(c.onnx_outputs)} output sets for "
+                f"{n_sets} input sets"
+            )
 
 
 def suggested_to_json(s: SuggestedTolerances) -> dict[str, Any]:
@@ -669,7 +781,7 @@ def comparison_from_json(entry: Any, at: str, get: ArrayGet) -> OutputComparison
         arrays = {str(k): get(member, f"{at}.profile.{k}") for k, member in raw_profile.items()}
         profile = ErrorProfile.from_arrays(_profile_arrays(arrays, f"{at}.profile"))
     raw_stats = sj.optional(sj.obj, field("stats"), f"{at}.stats")
-    return OutputComparison(
+    comparison = OutputComparison(
         input_set=sj.integer(field("input_set"), f"{at}.input_set"),
         name=sj.string(field("name"), f"{at}.name"),
         status=Status(status),
@@ -692,6 +804,25 @@ def comparison_from_json(entry: Any, at: str, get: ArrayGet) -> OutputComparison
         notes=_texts(entry.get("notes", []), f"{at}.notes"),
         noise=noise_from_json(entry.get("noise"), f"{at}.noise"),
     )
+    _check_comparison(comparison, at)
+    return comparison
+
+
+def _check_comparison(c: OutputComparison, at: str) -> None:
+    """What a comparison's own fields must agree on: counts within its elements, the worst
+    element inside the compared shape (a page indexes the arrays with it)."""
+    if c.n_mismatch is not None and not 0 <= c.n_mismatch <= c.n_elements:
+        raise sj.FieldError(f"{at}.n_mismatch: {c.n_mismatch} of {c.n_elements} elements")
+    worst = c.stats.worst_index if c.stats is not None else None
+    if worst is None:
+        return
+    shape = c.ref_shape if c.ref_shape is not None else c.onnx_shape
+    inside = shape is not None and len(worst) == len(shape)
+    if not inside or any(i >= d for i, d in zip(worst, shape or (), strict=True)):
+        raise sj.FieldError(
+            f"{at}.stats.worst_index: {list(worst)} is not an index of the compared shape "
+            f"{None if shape is None else list(shape)}"
+        )
 
 
 _PROFILE_SIZES = {"counts": 3, "anchor": 3, "zero_ref_max": 1, "hull_slack": 1}
@@ -756,7 +887,12 @@ def stats_to_json(stats: ErrorStats) -> dict[str, Any]:
     return out
 
 
+_SIZES = ("max_abs", "max_rel", "mean_abs", "rms", "p99_abs")  # >= 0 (inf: a float64 overflow)
+
+
 def stats_from_json(raw: Any, at: str) -> ErrorStats:
+    """A comparison's statistics: never NaN (undefined is null), sizes of errors >= 0, the
+    cosine within [-1, 1], counts >= 0."""
     raw = sj.obj(raw, at)
     values: dict[str, Any] = {}
     for f in fields(ErrorStats):
@@ -766,7 +902,14 @@ def stats_from_json(raw: Any, at: str) -> ErrorStats:
         elif f.name in _COUNTS:
             values[f.name] = sj.integer(value, where)
         else:
-            values[f.name] = from_exact(value, where)
+            number = from_exact(value, where)
+            if number is not None and (
+                math.isnan(number)
+                or (f.name in _SIZES and number < 0)
+                or (f.name == "cosine" and not -1 <= number <= 1)
+            ):
+                raise sj.FieldError(f"{where}: {value!r} is not a statistic a run can have")
+            values[f.name] = number
     return ErrorStats(**values)
 
 

@@ -253,7 +253,7 @@ def load_run(
         def array(name: Any, where: str) -> np.ndarray:
             if not isinstance(name, str) or name not in members:
                 raise sj.FieldError(f"{where}: {name!r} is not a member listed in the manifest")
-            return _read_array(fh, members[name], path)
+            return _read_array(fh, members[name], path, manifest["members"][name])
 
         try:
             return _build_run(manifest, array, path)
@@ -402,8 +402,11 @@ def _verify(fh: io.BufferedReader, member: _Member, expected: str, path: Path) -
         )
 
 
-def _read_array(fh: io.BufferedReader, member: _Member, path: Path) -> np.ndarray:
-    """One .npy member, without pickle: mapped when big, read when small."""
+def _read_array(
+    fh: io.BufferedReader, member: _Member, path: Path, listed: Mapping[str, Any]
+) -> np.ndarray:
+    """One .npy member, without pickle: mapped when big, read when small; its header must say
+    the dtype and shape the manifest's table lists for it (`listed`), which readers trust."""
     fh.seek(member.data_start)
     try:
         shape, fortran, dtype = read_npy_header(fh)
@@ -420,6 +423,12 @@ def _read_array(fh: io.BufferedReader, member: _Member, path: Path) -> np.ndarra
         raise SavedRunError(
             f"{path}: member {member.name!r} holds Python objects ({dtype}) that would need "
             "pickle to load; refusing it (saved runs hold plain arrays only)"
+        )
+    said = (listed.get("dtype"), listed.get("shape"))
+    if said != (np.lib.format.dtype_to_descr(dtype), [int(d) for d in shape]):
+        raise SavedRunError(
+            f"{path}: member {member.name!r} holds {dtype} {list(shape)}, but {MANIFEST} "
+            f"lists it as {str(said[0])[:40]} {str(said[1])[:80]}; refusing it"
         )
     data_start = fh.tell()
     n_bytes = math.prod(shape) * dtype.itemsize

@@ -8,7 +8,8 @@ get ONNX output names:
 1. a leaf whose path equals an ONNX output name takes it — only paths with a named part
    (a dict key, field or attribute), since all-index paths like "1" would collide with the
    numeric names old exporters give;
-2. the remaining leaves take the remaining ONNX outputs in order;
+2. the remaining leaves take the remaining ONNX outputs by order and shape (an Olive file
+   names BERT's pooler output `tanh`): said in one line (the torch side's OutputSet.pairing);
 3. leftover leaves keep their path as ``"torch:PATH"`` and so show up as missing in ONNX.
 
 Contract:
@@ -100,8 +101,9 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
             f"torch model raised {type(exc).__name__} on input set {input_set.index}: "
             f"{first_line(exc)}{_precision_hint(model.module, input_set)}"
         ) from exc
-    named = match_outputs(flatten_outputs(result), signature.output_names)
-    return _output_set(named.items(), seconds, "torch")
+    named, renamed = pair_outputs(flatten_outputs(result), signature.outputs)
+    out = _output_set(named.items(), seconds, "torch")
+    return dataclasses.replace(out, pairing=renamed)
 
 
 def model_binding(model: TorchModel, feeds: Mapping[str, Any]) -> InputBinding:
@@ -212,23 +214,77 @@ def flatten_outputs(result: Any) -> list[Leaf]:
 
 def match_outputs(leaves: Sequence[Leaf], onnx_names: Sequence[str]) -> dict[str, Any]:
     """ONNX output name (or ``torch:PATH`` for extras) -> torch value, in ONNX order."""
+    return pair_outputs(leaves, onnx_names)[0]
+
+
+def pair_outputs(
+    leaves: Sequence[Leaf], outputs: Sequence[TensorSpec | str]
+) -> tuple[dict[str, Any], str]:
+    """`match_outputs` with the ONNX outputs' declared shapes: the leaves no name claims
+    pair with the free ONNX outputs by order and shape (parity.run.runner.pair_by_order).
+    Returns the pairing and one line naming the outputs paired across different names
+    ("" when none were)."""
+    names = [o.name if isinstance(o, TensorSpec) else o for o in outputs]
     matched: dict[str, Any] = {}
     rest: list[Leaf] = []
     for leaf in leaves:
-        if leaf.named and leaf.path in onnx_names and leaf.path not in matched:
+        if leaf.named and leaf.path in names and leaf.path not in matched:
             matched[leaf.path] = leaf.value
         else:
             rest.append(leaf)
-    free = [n for n in onnx_names if n not in matched]
-    extras: dict[str, Any] = {}
-    for i, leaf in enumerate(rest):
-        if i < len(free):
-            matched[free[i]] = leaf.value
-        else:
-            extras[EXTRA_PREFIX + leaf.path] = leaf.value
-    ordered = {name: matched[name] for name in onnx_names if name in matched}
+    free = [o for o, n in zip(outputs, names, strict=True) if n not in matched]
+    taken = pair_by_order([tuple(leaf.value.shape) for leaf in rest], free)
+    renamed: list[tuple[str, str]] = []
+    for name, k in taken.items():
+        matched[name] = rest[k].value
+        if rest[k].named and rest[k].path != name:
+            renamed.append((name, rest[k].path))
+    extras = {
+        EXTRA_PREFIX + leaf.path: leaf.value
+        for k, leaf in enumerate(rest)
+        if k not in taken.values()
+    }
+    ordered = {name: matched[name] for name in names if name in matched}
     ordered.update(extras)
-    return ordered
+    return ordered, renamed_note(renamed)
+
+
+def pair_by_order(
+    shapes: Sequence[tuple[int, ...]], free: Sequence[TensorSpec | str]
+) -> dict[str, int]:
+    """ONNX outputs no name claimed (`free`, in ONNX order) -> the index of the torch value
+    (`shapes`, in torch's order) each stands for: first each takes the earliest unused value
+    whose shape fits its declared one (rank and fixed dims), then any left take the values
+    left, in order (a shape mismatch is then reported, not a missing output)."""
+    taken: dict[str, int] = {}
+    used: set[int] = set()
+    for spec in free:
+        if not isinstance(spec, TensorSpec) or not spec.shape:
+            continue
+        k = next((k for k, s in enumerate(shapes) if k not in used and _fits(s, spec)), None)
+        if k is not None:
+            taken[spec.name] = k
+            used.add(k)
+    left = iter(k for k in range(len(shapes)) if k not in used)
+    for spec in free:
+        name = spec.name if isinstance(spec, TensorSpec) else spec
+        if name not in taken and (k := next(left, None)) is not None:
+            taken[name] = k
+    return taken
+
+
+def _fits(shape: tuple[int, ...], spec: TensorSpec) -> bool:
+    return len(shape) == spec.rank and all(
+        not isinstance(d, int) or d == n for d, n in zip(spec.shape, shape, strict=True)
+    )
+
+
+def renamed_note(renamed: Sequence[tuple[str, str]]) -> str:
+    """One line for the ONNX outputs paired with a torch output of another name."""
+    if not renamed:
+        return ""
+    pairs = ", ".join(f"ONNX {onnx!r} is torch's {path!r}" for onnx, path in renamed)
+    return f"outputs named otherwise than torch's, paired by order and shape: {pairs}"
 
 
 def _walk(obj: Any, path: tuple[str, ...], *, named: bool) -> Iterator[Leaf]:

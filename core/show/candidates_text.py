@@ -9,7 +9,7 @@ from __future__ import annotations
 from parity.labels import WORST_WORDS, status_label, verdict_label, worst_first
 from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
 from parity.show.format import format_failure, format_input_sets, run_head
-from parity.text import aligned_table, number_text
+from parity.text import aligned_table, number_text, terminal_text
 from parity.verdict import Verdict
 
 __all__ = ["candidate_verdict_text", "format_candidates", "overall_verdict_text"]
@@ -44,11 +44,11 @@ def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
     """``PASS``, ``FAIL: 2 of 4 comparisons failed: logits`` or ``ERROR: <why>``."""
     view = run.candidate(info.index)
     if view.verdict is Verdict.ERROR:
-        return f"{verdict_label(Verdict.ERROR)}: {info.error}"
+        return f"{verdict_label(Verdict.ERROR)}: {terminal_text(info.error)}"
     failing = [c for c in view.outputs if not c.status.passed]
     if not failing:
         return verdict_label(Verdict.PASS)
-    names = view.failing
+    names = [terminal_text(n) for n in view.failing]
     where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     head = verdict_label(Verdict.FAIL)
     return f"{head}: {len(failing)} of {len(view.outputs)} comparisons failed: {where}"
@@ -71,14 +71,16 @@ def overall_verdict_text(run: ValidationRun) -> str:
     counts = [f"{fails} of {len(infos)} fail"] * bool(fails)
     counts += [f"{errors} could not be run"] * bool(errors)
     head = verdict_label(Verdict.ERROR if errors else Verdict.FAIL)
-    return f"{head}: {', '.join(counts)} ({size}): " + ", ".join(i.label for i in bad)
+    return f"{head}: {', '.join(counts)} ({size}): " + ", ".join(
+        terminal_text(i.label) for i in bad
+    )
 
 
 def _worst_failure(run: ValidationRun, info: CandidateInfo) -> str | None:
     failing = [c for c in run.candidate(info.index).outputs if not c.status.passed]
     if not failing:
         return None
-    text = f"{info.label}, worst ({WORST_WORDS}):\n" + _indent(
+    text = f"{terminal_text(info.label)}, worst ({WORST_WORDS}):\n" + _indent(
         format_failure(worst_first(failing)[0])
     )
     if len(failing) > 1:
@@ -95,12 +97,12 @@ def format_candidates(run: ValidationRun) -> str:
     infos = run.infos
     head, input_sets = run_head(run, onnx=False), format_input_sets(run)
     legend = ["candidates"] + [
-        f"  {i.label}"
-        + (f"  {i.onnx}" if not i.label.startswith(f"#{i.index} {i.onnx} ") else "")
-        + "".join(f"\n      note: {n}" for n in i.notes)
+        f"  {terminal_text(i.label)}"
+        + (f"  {terminal_text(i.onnx)}" if not i.label.startswith(f"#{i.index} {i.onnx} ") else "")
+        + "".join(f"\n      note: {terminal_text(n)}" for n in i.notes)
         for i in infos
     ]
-    verdicts = [f"{i.label}: {candidate_verdict_text(run, i)}" for i in infos]
+    verdicts = [f"{terminal_text(i.label)}: {candidate_verdict_text(run, i)}" for i in infos]
     failures = [text for i in infos if (text := _worst_failure(run, i)) is not None]
     parts = [head, input_sets, "", "\n".join(legend), "", candidates_table(run), "", *verdicts]
     if failures:

@@ -47,7 +47,8 @@ MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing output
 
 
 def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
-    """The run's findings, in reading order: per candidate (several: each failing one's, its
+    """The run's findings, in reading order: several files as pipeline stages (the first
+    where the numbers break), per candidate (several: each failing one's, its
     index on each finding), errors, where it diverges, each failing output's bug or rounding,
     then frozen sizes, static axes, near ties and what was not measured (not said where a
     confirmed frozen size explains the failure)."""
@@ -56,9 +57,21 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
     unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
     not_run = _not_run(run)
+    stages = [
+        Finding(FindingKind.STAGE, n.text)
+        for n in run.analyses
+        if n.analysis == "stages" and n.done
+    ]
     searched = _frozen_search(run, found)
     return tuple(
-        found + frozen + searched + _static_axes(run) + _near_ties(run) + not_run + unmeasured
+        stages
+        + found
+        + frozen
+        + searched
+        + _static_axes(run)
+        + _near_ties(run)
+        + not_run
+        + unmeasured
     )
 
 
@@ -416,6 +429,7 @@ _ANALYSIS_WORDS = {
     "suggest": "--suggest",
     "repro": "--repro",
     "frozen": "the frozen-size search",
+    "stages": "pipeline stages (several --onnx files)",
 }
 
 

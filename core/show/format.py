@@ -1,4 +1,5 @@
-"""Plain-text rendering of a run for terminals: a per-output table and the verdict."""
+"""Plain-text rendering of a run for terminals: a per-output table and the verdict. Every
+string from a file (names, paths, messages) is one field of text (parity.text.terminal_text)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from parity.labels import status_label, wrong_pair_note
 from parity.results import OutputComparison, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.rows import COLUMNS, comparison_rows
-from parity.text import aligned_table, count_text, number_pair_text, shape_text
+from parity.text import aligned_table, count_text, number_pair_text, shape_text, terminal_text
 
+MESSAGE_LINES = 20  # a comparison's message has a few (numpy.testing's); more are cut
 TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
 
 
@@ -32,7 +34,7 @@ def format_verdict(run: ValidationRun) -> str:
     failing = [c for c in run.outputs if not c.status.passed]
     if not failing:
         return f"PASS: every output within tolerance ({size})"
-    names = sorted({c.name for c in failing})
+    names = sorted({terminal_text(c.name) for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (
         f"FAIL: {len(failing)} of {len(run.outputs)} comparisons ({size}) failed: {where}"
@@ -43,22 +45,28 @@ def format_verdict(run: ValidationRun) -> str:
 def format_input_sets(run: ValidationRun) -> str:
     lines = []
     for s in run.input_sets:
-        shapes = ", ".join(f"{n}{shape_text(tuple(a.shape))}" for n, a in s.feeds.items())
-        lines.append(f"input set {s.index}: {shapes}" + (f"  [{s.label}]" if s.label else ""))
+        shapes = ", ".join(
+            f"{terminal_text(n)}{shape_text(tuple(a.shape))}" for n, a in s.feeds.items()
+        )
+        label = f"  [{terminal_text(s.label)}]" if s.label else ""
+        lines.append(f"input set {s.index}: {shapes}{label}")
     return "\n".join(lines)
 
 
 def format_failure(c: OutputComparison, where: WhereProfile | None = None) -> str:
     """numpy.testing-style lines for one failing output, where the worst element sits, and
     where the mismatches are (parity.judge.where)."""
-    lines = [line.strip() for line in c.message.splitlines() if line.strip()]
+    said = [line.strip() for line in c.message.splitlines() if line.strip()]
+    lines = [terminal_text(line) for line in said[:MESSAGE_LINES]]
+    if len(said) > MESSAGE_LINES:  # a saved run's message is a file's text: bounded
+        lines.append(f"({len(said) - MESSAGE_LINES:,} more lines of its message cut)")
     s = c.stats
     if s is not None and s.worst_index is not None and c.status is Status.FAIL:
         ref, onnx = number_pair_text(s.ref_at_worst, s.onnx_at_worst)
         lines.append(f"Worst element at index {list(s.worst_index)}: ref {ref}, onnx {onnx}")
     if where is not None:
-        lines.append(f"Where: {where.summary}")
-    head = f"set {c.input_set} {c.name}: "
+        lines.append(f"Where: {terminal_text(where.summary)}")
+    head = f"set {c.input_set} {terminal_text(c.name)}: "
     return head + ("\n" + " " * len(head)).join(lines or [status_label(c.status, "terminal")])
 
 
@@ -67,18 +75,20 @@ def reference_text(run: ValidationRun) -> str:
     how it ran (ONNX against ONNX)."""
     p = run.provenance
     if p.kind is RunKind.ONNX and p.reference_file:
-        return f"reference {p.reference_file} ({p.reference_provider}, {p.reference_opt_level})"
-    return f"model {run.model}"
+        how = terminal_text(f"{p.reference_provider}, {p.reference_opt_level}")
+        return f"reference {terminal_text(p.reference_file)} ({how})"
+    return f"model {terminal_text(run.model)}"
 
 
 def run_head(run: ValidationRun, *, onnx: bool = True) -> str:
     """The reference, the ONNX file (a run with one candidate), and how torch got the feeds
     when it was not by name."""
-    head = reference_text(run) + (f"\nonnx  {run.onnx}" if onnx else "")
+    head = reference_text(run) + (f"\nonnx  {terminal_text(run.onnx)}" if onnx else "")
     if onnx:  # one candidate: what was adapted or computed otherwise, as every front says it
-        head += "".join(f"\nnote: {n}" for n in run.infos[0].notes)
+        head += "".join(f"\nnote: {terminal_text(n)}" for n in run.infos[0].notes)
     if run.provenance.inputs_by == BY_POSITION:  # by name is the norm; position is a warning
-        head += "\ninputs fed " + binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
+        fed = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
+        head += "\ninputs fed " + terminal_text(fed)
     return head
 
 
@@ -94,4 +104,4 @@ def format_run(run: ValidationRun) -> str:
 
 def _wrong_pair_line(run: ValidationRun) -> str:
     note = wrong_pair_note(run)
-    return "" if note is None else f"\n{note[0].upper()}{note[1:]}"
+    return "" if note is None else f"\n{terminal_text(note[0].upper() + note[1:])}"

@@ -15,7 +15,16 @@ from parity.labels import StatusStyle, badness_of, status_label
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.text import number_text, percent_text, shape_text
 
-__all__ = ["COLUMNS", "Column", "ComparisonRow", "comparison_rows", "output_rows"]
+__all__ = [
+    "COLUMNS",
+    "Column",
+    "ComparisonRow",
+    "comparison_rows",
+    "merge",
+    "output_rows",
+    "row_badness",
+    "worst_row",
+]
 
 
 @dataclass(frozen=True)
@@ -233,7 +242,7 @@ def merge(rows: Sequence[ComparisonRow]) -> ComparisonRow:
     every set (None unless every set can be re-judged)."""
     if not rows:
         raise ValueError("nothing to merge")
-    worst = max(rows, key=_row_badness)
+    worst = max(rows, key=row_badness)
     mins = [r.min_atol_to_pass for r in rows]
     fixable = all(r.can_rejudge for r in rows)
     judged = sum(r.n_judged for r in rows)
@@ -273,7 +282,14 @@ def merge(rows: Sequence[ComparisonRow]) -> ComparisonRow:
     )
 
 
-def _row_badness(r: ComparisonRow) -> tuple[bool, bool, float, float]:
+def worst_row(rows: Iterable[ComparisonRow]) -> ComparisonRow | None:
+    """The row to name first (failing before passing, then parity.labels.badness); the first
+    of equals, as parity.labels.worst_first orders them."""
+    return max(rows, key=row_badness, default=None)
+
+
+def row_badness(r: ComparisonRow) -> tuple[bool, bool, float, float]:
+    """parity.labels.badness of a row (a report's outputs[] entry decoded has no stats)."""
     return badness_of(r.status, r.mismatch_fraction, r.max_abs)
 
 

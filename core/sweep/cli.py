@@ -18,6 +18,7 @@ from pathlib import Path
 from parity.errors import ParityError, UsageError
 from parity.sweep.execute import PairResult
 from parity.sweep.summary import counts
+from parity.text import terminal_text
 from parity.verdict import ExitCode, Verdict
 
 DEFAULT_TIMEOUT_S = 3600.0
@@ -29,7 +30,7 @@ def sweep_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     try:
         return _sweep(args, parser)
     except ParityError as exc:
-        print(f"parity: error: {exc.message}", file=sys.stderr)
+        print(f"parity: error: {terminal_text(exc.message)}", file=sys.stderr)
         return ExitCode.ERROR
     except KeyboardInterrupt:
         print("parity: interrupted (summary.json holds the pairs that finished)", file=sys.stderr)
@@ -66,12 +67,13 @@ def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     for result in outcome.results:
         if result.verdict is not Verdict.PASS:
-            print(_line(result))
+            print(_line(result))  # its name and error escaped (a manifest's, a pair's)
     c = counts(outcome.results)
     resumed = f" ({outcome.resumed} resumed)" if outcome.resumed else ""
     print(
         f"sweep: {outcome.total} pair(s): {c['pass']} pass, {c['fail']} fail, {c['error']} error"
-        f"{resumed} in {outcome.seconds:.1f} s; {out / 'summary.json'}, {out / 'index.html'}"
+        f"{resumed} in {outcome.seconds:.1f} s; "
+        + terminal_text(f"{out / 'summary.json'}, {out / 'index.html'}")
     )
     return outcome.exit_code
 
@@ -101,6 +103,8 @@ def validate_args_problem(parser: argparse.ArgumentParser, args: tuple[str, ...]
 
 
 def _line(result: PairResult) -> str:
+    name = terminal_text(result.name)
     if result.verdict is Verdict.FAIL:
-        return f"FAIL   {result.name}: {', '.join(result.failing) or 'see its report'}"
-    return f"ERROR  {result.name}: {result.error}"
+        failing = ", ".join(map(terminal_text, result.failing)) or "see its report"
+        return f"FAIL   {name}: {failing}"
+    return f"ERROR  {name}: {terminal_text(result.error)}"

@@ -25,11 +25,14 @@ from typing import Any
 
 from parity.errors import Interrupted, UsageError
 from parity.files import strict_json
+from parity.files.atomic import write_bytes
 from parity.files.json_budget import check_json_budget
 from parity.files.safe_read import open_regular, read_bytes
+from parity.limits.budget import format_size
+from parity.sweep.names import names_env, renamed_text
 from parity.sweep.pair_process import command as pair_command
 from parity.sweep.plan import REPORT, PairJob
-from parity.sweep.stage import MAX_FILE, fetch_uris
+from parity.sweep.stage import StorageError, fetch_uris
 from parity.verdict import ExitCode, Verdict
 
 LOG = "log.txt"
@@ -40,6 +43,11 @@ _POLL_S = 0.2
 _TERM_GRACE_S = 5.0
 MAX_RETURNED_FILES = 10_000
 """Files one pair may hand back (a --repro folder holds a few)."""
+MAX_RETURNED_BYTES = 8 << 30
+"""Bytes one pair may hand back in all (its saved run, reports, log): what the driver holds
+of one pair at a time, whatever the pair wrote."""
+MAX_LOG = 16 << 20
+"""The pair's log.txt keeps its last this many bytes (a pair printing forever is cut)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,8 @@ class PairResult:
     `--resume` runs it again."""
     attempts: tuple[Attempt, ...] = ()
     """Every try, lost ones first (filled in by the engine)."""
+    notes: tuple[str, ...] = ()
+    """What the sweep did to its files: a log cut to its tail, a file too large to return."""
 
 
 @dataclass(frozen=True)
@@ -101,25 +111,76 @@ def run_pair(
     *,
     inputs: Path | None = None,
     moved: Mapping[int, str] | None = None,
+    node: str | None = None,
 ) -> PairOutput:
     """Run the pair to its end or its timeout in a private temporary folder; `should_stop`
     is polled to abandon it. `inputs`: the folder holding its input files (default: the
-    manifest's folder); `moved`: args index -> where an input lies (parity.sweep.stage)."""
+    manifest's folder); `moved`: args index -> where an input lies (parity.sweep.stage);
+    `node`: where it runs, for the storage reads it retries (its result's `attempts`; the
+    engine adds the try that ended it)."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="parity-pair-") as tmp:
         work = Path(tmp) / "out"
+        cwd = Path(inputs or job.cwd)
+        names = pair_names(job, work, cwd, moved or {})
+        retried: list[Attempt] = []
+
+        def on_retry(text: str, seconds: float) -> None:
+            retried.append(Attempt(node, f"storage: {text}", seconds))
+
         try:
             work.mkdir()
-            moved = {**(moved or {}), **fetch_uris(job, Path(tmp) / "uri")}
-            result, report = _run(job, should_stop, start, work, inputs or job.cwd, moved)
-        except UsageError as exc:  # a URI that cannot be read, or differs from its pin
-            result, report = _died(job, start, None, exc.message, UsageError.kind)
+            fetched = fetch_uris(job, Path(tmp) / "uri", on_retry)
+            names += uri_names(job, fetched)
+            moved = {**(moved or {}), **fetched}
+            result, report = _run(job, should_stop, start, work, cwd, moved, names)
+        except StorageError as exc:  # its storage failed: `--resume` runs it again
+            message = renamed_text(exc.message, names)
+            result, report = _died(job, start, None, message, StorageError.kind)
+            result = replace(result, started=False)
+        except UsageError as exc:  # a URI that differs from its pin: this pair's error
+            message = renamed_text(exc.message, names)
+            result, report = _died(job, start, None, message, UsageError.kind)
         except OSError as exc:  # its temporary folder cannot be written (disk full): this pair
-            result, report = _died(job, start, None, f"sweep could not run it: {exc}", "crash")
-        files = collect(work)
+            text = renamed_text(f"sweep could not run it: {exc}", names)
+            result, report = _died(job, start, None, text, "crash")
+        error = None if result.error is None else renamed_text(result.error, names)
+        result = replace(result, attempts=tuple(retried), error=error)
+        notes = [note] if (note := bound_log(work / LOG, names)) else []
+        files, left = collect(work)
+    notes += left
     if report is not None:
         files[REPORT] = report
+    if notes:
+        kept = {name: name in files for name in (result.html, result.saved_run) if name}
+        result = replace(
+            result,
+            notes=(*result.notes, *notes),
+            html=result.html if kept.get(result.html or "") else None,
+            saved_run=result.saved_run if kept.get(result.saved_run or "") else None,
+        )
     return PairOutput(result, files)
+
+
+def pair_names(
+    job: PairJob, work: Path, cwd: Path, moved: Mapping[int, str]
+) -> list[tuple[str, str]]:
+    """(where, name) for what the pair's process sees in temporary places: its output folder
+    is DIR/NAME, a copy of the manifest's folder (on a Ray worker) is that folder, and an
+    input moved elsewhere (a path outside the manifest's folder) is the path the args give."""
+    names = [(str(work), job.out_dir)]
+    if cwd.resolve() != Path(job.cwd).resolve():
+        names.append((str(cwd), job.cwd))
+    for slot in job.inputs:
+        where = moved.get(slot.index)
+        if where is not None and slot.kind != "uri" and where != slot.path:
+            names += [(str(cwd / where), slot.path), (where, slot.path)]
+    return names
+
+
+def uri_names(job: PairJob, fetched: Mapping[int, str]) -> list[tuple[str, str]]:
+    """(where the pair's process reads it, the URI) for every URI input."""
+    return [(fetched[s.index], s.path) for s in job.inputs if s.index in fetched]
 
 
 def refused(job: PairJob, message: str, *, started: bool = False) -> PairOutput:
@@ -129,18 +190,55 @@ def refused(job: PairJob, message: str, *, started: bool = False) -> PairOutput:
     return PairOutput(replace(result, started=started), {REPORT: report})
 
 
-def collect(work: Path) -> dict[str, bytes]:
-    """Every regular file under `work` (links and special files are left), by POSIX name."""
+def collect(work: Path, limit: int | None = None) -> tuple[dict[str, bytes], list[str]]:
+    """Every regular file under `work` (links and special files are left), by POSIX name,
+    each counted by its size against `limit` (MAX_RETURNED_BYTES) before it is read: one
+    that would pass it stays behind, said in a note; so is a file past MAX_RETURNED_FILES."""
+    limit = MAX_RETURNED_BYTES if limit is None else limit
     files: dict[str, bytes] = {}
+    left: list[str] = []
+    total = 0
     if not work.is_dir():
-        return files
-    for path in sorted(work.rglob("*")):
-        if path.is_symlink() or not path.is_file() or len(files) >= MAX_RETURNED_FILES:
+        return files, left
+    first = {work / REPORT, work / LOG}  # what the driver needs most, counted first
+    for path in sorted(work.rglob("*"), key=lambda p: (p not in first, str(p))):
+        if path.is_symlink() or not path.is_file():
+            continue
+        name = path.relative_to(work).as_posix()
+        size = path.stat().st_size
+        if len(files) >= MAX_RETURNED_FILES or total + size > limit:
+            left.append(
+                f"{name} ({format_size(size)}) not returned: the pair's files may hold "
+                f"{format_size(limit)} and {MAX_RETURNED_FILES} files in all"
+            )
             continue
         with suppress(UsageError, OSError):
-            name = path.relative_to(work).as_posix()
-            files[name] = read_bytes(path, what="", limit=MAX_FILE, error=UsageError)
-    return files
+            files[name] = read_bytes(path, what="", limit=limit - total, error=UsageError)
+            total += len(files[name])
+    return files, left
+
+
+def bound_log(log: Path, names: list[tuple[str, str]], keep: int | None = None) -> str | None:
+    """Rewrite the pair's log as its last `keep` bytes (MAX_LOG), from a line start, its
+    temporary paths named as the manifest names them; a note when it was cut."""
+    keep = MAX_LOG if keep is None else keep
+    try:
+        with open_regular(log, what="", limit=None, error=UsageError) as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - keep))
+            data = fh.read(keep)
+    except (OSError, UsageError):
+        return None
+    cut = size > keep
+    if cut and b"\n" in data:
+        data = data[data.index(b"\n") + 1 :]
+    text = renamed_text(data.decode("utf-8", errors="surrogateescape"), names)
+    head = f"[log cut: its first {size - len(data)} bytes left out]\n" if cut else ""
+    with suppress(OSError):
+        write_bytes(log, head.encode() + text.encode("utf-8", errors="surrogateescape"))
+    if not cut:
+        return None
+    return f"{LOG} cut to its last {format_size(keep)} ({format_size(size)} printed)"
 
 
 def _run(
@@ -150,6 +248,7 @@ def _run(
     work: Path,
     cwd: str | Path,
     moved: Mapping[int, str],
+    names: list[tuple[str, str]],
 ) -> tuple[PairResult, bytes | None]:
     # dies with the sweep, and all it started
     command = pair_command(["validate", *job.command_args(work, moved)])
@@ -160,6 +259,7 @@ def _run(
                 command,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **names_env(names)},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed whole, children too
@@ -195,9 +295,20 @@ def _run(
         usage = _error_line(tail)  # e.g. argparse refusing an argument: no report written
         text = usage or f"exited with code {code} without a report"
         return _died(job, start, code, text, "usage" if usage else "crash")
-    verdict = ExitCode(code).verdict
+    verdict = _verdict(report, ExitCode(code))
     error = _error_message(report, tail) if verdict is Verdict.ERROR else None
     return _result(job, verdict, code, start, error, report=report, work=work), None
+
+
+def _verdict(report: dict[str, Any], code: ExitCode) -> Verdict:
+    """The report's own verdict (the codec reads it), its exit code's where it has none."""
+    from parity.files.strict_json import FieldError
+    from parity.reports.codec import report_verdict
+
+    try:
+        return report_verdict(report)
+    except FieldError:
+        return code.verdict
 
 
 def killed_text(signum: int, last: str = "") -> str:
@@ -218,15 +329,15 @@ def _result(
     report: dict[str, Any] | None,
     work: Path | None = None,
 ) -> PairResult:
-    outputs = (report or {}).get("outputs") or []
+    failing, worst = judged(report)
     return PairResult(
         name=job.name,
         verdict=verdict,
         exit_code=code,
         seconds=round(time.monotonic() - start, 2),
         error=error,
-        failing=_failing(outputs),
-        worst=_worst(outputs),
+        failing=failing,
+        worst=worst,
         key=job.key,
         html=_written(job, "--html", work),
         saved_run=_written(job, "--save-run", work),
@@ -280,26 +391,21 @@ def read_json(path: Path, limit: int = _MAX_REPORT) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _failing(outputs: list[Any]) -> tuple[str, ...]:
-    names: dict[str, None] = {}
-    for o in outputs:
-        if isinstance(o, dict) and o.get("status") != "pass":
-            names[str(o.get("name"))] = None
-    return tuple(names)
+def judged(report: dict[str, Any] | None) -> tuple[tuple[str, ...], Worst | None]:
+    """A report's failing outputs and its worst one, read through the codec by the rules
+    every view uses (parity.show.rows.worst_row: parity.labels.badness); none for a report
+    whose outputs cannot be read."""
+    from parity.files.strict_json import FieldError
+    from parity.reports.codec import report_rows_from_json
+    from parity.show.rows import worst_row
 
-
-def _worst(outputs: list[Any]) -> Worst | None:
-    """The output to name first: failing before passing, then the largest max abs error."""
-    best: tuple[bool, float] | None = None
-    worst = None
-    for o in outputs:
-        if not isinstance(o, dict):
-            continue
-        max_abs = o.get("max_abs")
-        rank = (o.get("status") != "pass", max_abs if isinstance(max_abs, int | float) else -1.0)
-        if best is None or rank > best:
-            best, worst = rank, Worst(str(o.get("name")), max_abs)
-    return worst
+    try:
+        rows = report_rows_from_json(report or {})
+    except FieldError:
+        return (), None
+    failing = tuple(dict.fromkeys(r.name for r in rows if not r.status.passed))
+    worst = worst_row(rows)
+    return failing, None if worst is None else Worst(worst.name, worst.max_abs)
 
 
 def _error_message(report: dict[str, Any], tail: str) -> str:

@@ -103,17 +103,21 @@ def _read_summary(folder: Path) -> dict:
 
 
 def _cells(report_path: Path) -> dict[str, OutputCell]:
-    report = read_json(report_path) or {}
+    """Per output, its input sets merged as every table merges them (parity.show.rows.merge:
+    the worst set's status by parity.labels.badness, the largest max abs)."""
+    from parity.files.strict_json import FieldError
+    from parity.reports.codec import report_rows_from_json
+    from parity.show.rows import merge
+
+    try:
+        rows = report_rows_from_json(read_json(report_path) or {})
+    except FieldError:
+        return {}
+    by_name: dict[str, list] = {}
+    for row in rows:
+        by_name.setdefault(row.name, []).append(row)
     cells: dict[str, OutputCell] = {}
-    for o in report.get("outputs") or []:
-        if not isinstance(o, dict):
-            continue
-        name, status = str(o.get("name")), str(o.get("status"))
-        max_abs = o.get("max_abs") if isinstance(o.get("max_abs"), int | float) else None
-        old = cells.get(name)
-        if old is not None:
-            status = old.status if old.status != "pass" else status
-            if old.max_abs is not None:
-                max_abs = old.max_abs if max_abs is None else max(old.max_abs, max_abs)
-        cells[name] = OutputCell(status=status, max_abs=max_abs)
+    for name, mine in by_name.items():
+        merged = merge(mine)
+        cells[name] = OutputCell(status=str(merged.status), max_abs=merged.max_abs)
     return cells

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from parity.files.atomic import write_text
 from parity.sweep.plan import REPORT
+from parity.sweep.summary import attempts_text, never_placed, result_from_dict, verdict_words
 from parity.text import html_text as _e
 from parity.text import number_text
 from parity.version import __version__
@@ -45,7 +46,8 @@ def render_index(summary: Mapping[str, Any]) -> str:
         f"<h1>Parity sweep</h1>\n<p>{_e(head)}. Manifest: <code>"
         f"{_e(str(summary.get('manifest', '')))}</code></p>\n"
         "<table><thead><tr><th>pair</th><th>verdict</th><th>worst output</th>"
-        "<th>max abs</th><th>seconds</th><th>failing / error</th></tr></thead><tbody>\n"
+        "<th>max abs</th><th>seconds</th><th>tries</th><th>attempts (outcome, node, seconds)</th>"
+        "<th>failing / error</th></tr></thead><tbody>\n"
         f"{rows}\n</tbody></table>\n"
         f"<footer><p>Written by Parity {_e(__version__)} on "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.</p></footer>\n</body></html>\n"
@@ -56,17 +58,20 @@ def write_index(out: Path, summary: Mapping[str, Any]) -> Path:
     return write_text(out / INDEX, render_index(summary))
 
 
-def _row(pair: Mapping[str, Any]) -> str:
-    link = f"{pair.get('name')}/{pair.get('html') or REPORT}"
-    name = f"<a href='{_e(quote(link))}'>{_e(str(pair.get('name')))}</a>"
-    verdict = str(pair.get("verdict"))
-    worst = pair.get("worst") or {}
-    detail = pair.get("error") or ", ".join(pair.get("failing") or [])
-    seconds = pair.get("seconds")
+def _row(data: Mapping[str, Any]) -> str:
+    pair = result_from_dict(dict(data))
+    link = f"{pair.name}/{pair.html or REPORT}"
+    name = f"<a href='{_e(quote(link))}'>{_e(pair.name)}</a>"
+    verdict = str(pair.verdict)
+    detail = pair.error or ", ".join(pair.failing)
+    notes = "".join(f"<br><small>{_e(n)}</small>" for n in pair.notes)
+    seconds = "" if never_placed(pair) else f"{pair.seconds:.1f}"
+    worst = pair.worst
     return (
-        f"<tr><td>{name}</td><td class='{_e(verdict)}'>{_e(verdict)}</td>"
-        f"<td>{_e(str(worst.get('output', '')))}</td>"
-        f"<td class='n'>{_e(number_text(worst.get('max_abs')) if worst else '')}</td>"
-        f"<td class='n'>{'' if seconds is None else f'{float(seconds):.1f}'}</td>"
-        f"<td>{_e(str(detail))}</td></tr>"
+        f"<tr><td>{name}</td><td class='{_e(verdict)}'>{_e(verdict_words(pair))}</td>"
+        f"<td>{_e(worst.output if worst else '')}</td>"
+        f"<td class='n'>{_e(number_text(worst.max_abs) if worst else '')}</td>"
+        f"<td class='n'>{seconds}</td><td class='n'>{len(pair.attempts)}</td>"
+        f"<td>{_e(attempts_text(pair))}</td>"
+        f"<td>{_e(detail)}{notes}</td></tr>"
     )

@@ -1,12 +1,13 @@
 """The driver writes a finished pair's files into DIR/NAME: the only writer of --out.
 
-What an earlier run of the pair left there is removed first (its report, record and log, the
-files its flags wrote then and those they write now, its --repro folder), so nothing in the
-folder can be mistaken for this sweep's result; then every returned file is written
-atomically (parity.files.atomic), the report last but the record, which `--resume` trusts,
-is written by the driver after this. Returned names are checked: a name with a folder in it
-lands only under an output folder the pair's flags asked for (--repro DIR), never outside
-DIR/NAME.
+DIR/NAME is made a real folder first: a symbolic link or a file there is replaced, never
+written through (`real_folder`). What an earlier run of the pair left there is removed first
+(its report, record and log, the files its flags wrote then and those they write now, its
+--repro folder), so nothing in the folder can be mistaken for this sweep's result; then
+every returned file is written atomically (parity.files.atomic), the report last but the
+record, which `--resume` trusts, is written by the driver after this. Returned names are
+checked: a name with a folder in it lands only under an output folder the pair's flags asked
+for (--repro DIR), never outside DIR/NAME.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ _MAX_RECORD = 1 << 20
 
 def land(job: PairJob, files: Mapping[str, bytes]) -> Path:
     """Replace the pair's folder contents with `files`; OSError when the disk refuses."""
-    folder = Path(job.out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = real_folder(Path(job.out_dir))
     remove_previous(job)
     allowed = {name for _, name in job.written} | {REPORT, LOG}
     for name in sorted(files, key=lambda n: n == REPORT):  # the report last
@@ -37,6 +37,19 @@ def land(job: PairJob, files: Mapping[str, bytes]) -> Path:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         write_bytes(target, files[name])
+    return folder
+
+
+def real_folder(folder: Path) -> Path:
+    """`folder` as a real directory: a symbolic link there (to a folder or not) or any other
+    non-folder is removed (the link itself, never what it points to) and a folder made in
+    its place, so nothing is written through it."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink()
+    folder.mkdir(exist_ok=True)
+    if folder.is_symlink() or not folder.is_dir():  # swapped meanwhile: refuse
+        raise UsageError(f"{folder}: not a folder the sweep made (replaced while it wrote?)")
     return folder
 
 

@@ -57,10 +57,12 @@ def run_local(
 
 
 def _one(job: PairJob, should_stop: Callable[[], bool]) -> PairOutput:
-    """The pair, its one attempt recorded (this machine, its verdict, its seconds)."""
-    out = run_pair(job, should_stop)
-    attempt = Attempt(node_name(), str(out.result.verdict), out.result.seconds)
-    return replace(out, result=replace(out.result, attempts=(attempt,)))
+    """The pair, its attempt recorded (this machine, its verdict, its seconds) after the
+    storage reads it retried."""
+    node = node_name()
+    out = run_pair(job, should_stop, node=node)
+    attempt = Attempt(node, str(out.result.verdict), out.result.seconds)
+    return replace(out, result=replace(out.result, attempts=(*out.result.attempts, attempt)))
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from typing import Any
 import parity.files.strict_json as strict_json
 from parity.errors import UsageError
 from parity.files.json_budget import check_json_budget
+from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import read_bytes
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.path_flags import PathFlags
@@ -259,6 +260,13 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
                 raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: a URI names one file")
             continue
         target = root / value
-        present = target.is_dir() if kind == "dir" else target.is_file()
-        if not present:
+        if kind == "dir":
+            what = "" if target.is_dir() else "missing"
+        else:  # a FIFO, /dev/zero or a folder is said as what it is, not "no such file"
+            what = not_a_regular_file(target)
+        if what == "missing":
             raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: no such {kind} ({target})")
+        if what:
+            raise UsageError(
+                f"{shown}: {where}: {fv.flag} {fv.value}: {what}, not a regular file ({target})"
+            )

@@ -49,7 +49,8 @@ TOKEN_HINT = (
 MAX_ATTEMPTS = 3
 """Tries per pair when Ray loses its worker or node (the first included)."""
 NODE_WAIT_S = 120.0
-"""How long a pair waits for a node able to run it (its nodes lost) before it is an error."""
+"""How long pairs wait for a node able to run them, from the loss of the last such node (as
+the cluster's resources show it), before they are errors: a replacement has this long."""
 _LOCAL_OBJECT_STORE = 256 << 20
 _WAIT_S = 1.0
 _CHECK_S = 2.0
@@ -131,6 +132,8 @@ def _init(ray, address: str | None, workers: int | None) -> None:
             raise UsageError(
                 f"--ray-address {address}: Ray Client (ray://) needs ray[client]: {EXTRA_HINT}"
             ) from None
+    if not address.startswith("ray://") and address != "auto":
+        check_token(address)
     try:
         ray.init(address=address, **quiet)
     except Exception as exc:  # ConnectionError, RuntimeError, grpc errors: one line each
@@ -140,6 +143,46 @@ def _init(ray, address: str | None, workers: int | None) -> None:
                 f"--ray-address {address}: the cluster asks for a token: {TOKEN_HINT} ({text})"
             ) from None
         raise UsageError(f"--ray-address {address}: cannot connect: {text}") from None
+
+
+TOKEN_PROBE_S = 5.0
+"""How long the token check waits for the cluster's answer before leaving it to Ray."""
+_GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+
+
+def check_token(address: str, timeout: float = TOKEN_PROBE_S) -> None:
+    """One cheap call to the cluster's GCS with the token Ray would send (none, or
+    RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token under RAY_AUTH_MODE=token): a
+    cluster that refuses it is one UsageError line naming what to set, within seconds, instead
+    of Ray's retries and logs. Anything else (no answer, another error) is left to ray.init."""
+    try:
+        import grpc
+    except ImportError:
+        return
+    metadata = _token_metadata()
+    channel = grpc.insecure_channel(address)
+    try:
+        call = channel.unary_unary(_GCS_PROBE)
+        call(b"", timeout=timeout, metadata=metadata)
+    except grpc.RpcError as exc:
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            said = "refused this driver's token" if metadata else "asks for a token"
+            raise UsageError(f"--ray-address {address}: the cluster {said}: {TOKEN_HINT}") from None
+    finally:
+        channel.close()
+
+
+def _token_metadata() -> tuple[tuple[str, str], ...]:
+    """The authorization header Ray's own client would send (Ray's token loader), or none."""
+    try:
+        from ray._private.authentication.grpc_authentication_client_interceptor import (
+            _get_authentication_metadata_tuple,
+        )
+
+        return tuple(_get_authentication_metadata_tuple())
+    except Exception:  # another Ray layout, or no token configured: send none
+        return ()
 
 
 def _last_line(exc: BaseException) -> str:
@@ -213,14 +256,15 @@ def pair_steps(job: PairJob, bundle: Bundle) -> Iterator[Any]:
     private folder, removed after)."""
     import ray
 
-    yield ray.get_runtime_context().get_node_id()
+    node = ray.get_runtime_context().get_node_id()
+    yield node
     with tempfile.TemporaryDirectory(prefix="parity-inputs-") as tmp:
         try:
             moved = unpack(bundle, Path(tmp), ray.get)
         except OSError as exc:  # the worker's disk is full: this pair only
             yield refused(job, f"could not write its input files on the worker: {exc}")
             return
-        yield run_pair(job, inputs=Path(tmp), moved=moved)
+        yield run_pair(job, inputs=Path(tmp), moved=moved, node=node)
 
 
 def pair_whole(job: PairJob, bundle: Bundle) -> tuple[str, PairOutput]:
@@ -257,6 +301,9 @@ class _Run:
         self.returns = {"num_returns": "streaming"} if self.streaming else {}
         self.running: dict[Any, _Try] = {}
         self.last_check = 0.0
+        self.short_since: dict[tuple[int, int, int | None], float] = {}
+        """(CPUs, GPUs, memory) a pair asks for -> when the cluster was first seen without a
+        node able to run it: the loss, as the cluster sees it (within _CHECK_S)."""
         self.delivered = 0
         """Bytes of input files the tasks were given (each attempt's bundle)."""
 
@@ -332,7 +379,7 @@ class _Run:
         self.running.pop(attempt.handle, None)
         self._done(attempt.job)
         this = Attempt(attempt.node, str(output.result.verdict), output.result.seconds)
-        self.on_result(_with_attempts(output, [*attempt.lost, this]))
+        self.on_result(_with_attempts(output, [*attempt.lost, *output.result.attempts, this]))
 
     def _lost(self, attempt: _Try, kind: str, text: str) -> None:
         self.running.pop(attempt.handle, None)
@@ -348,26 +395,36 @@ class _Run:
         self.on_result(_with_attempts(refused(attempt.job, message), lost))
 
     def _check_waiting(self) -> None:
-        """A pair not started for node_wait seconds that no node left can run: an error."""
+        """A pair not started that no node left can run, for node_wait seconds counted from
+        when the cluster lost the last node able to (or from its submission, if later): an
+        error. A replacement joining within node_wait takes the queue."""
         now = time.monotonic()
         if now - self.last_check < _CHECK_S:
             return
         self.last_check = now
         waiting = [a for a in self.running.values() if a.started is None]
         if not waiting:
+            self.short_since.clear()
             return
         resources = self.ray.cluster_resources()
         for attempt in waiting:
             problem = unplaceable(attempt.job, resources)
-            if problem is None or now - attempt.submitted < self.node_wait:
+            shape = (attempt.job.num_cpus, attempt.job.num_gpus, attempt.job.memory)
+            if problem is None:
+                self.short_since.pop(shape, None)
+                continue
+            since = max(self.short_since.setdefault(shape, now), attempt.submitted)
+            if now - since < self.node_wait:
                 continue
             with contextlib.suppress(Exception):
                 self.ray.cancel(attempt.handle, force=True)
             self.running.pop(attempt.handle, None)
             self._done(attempt.job)
-            since = _seconds(attempt.submitted)
-            lost = [*attempt.lost, Attempt(None, "not placed", since)]
-            text = f"no Ray node can run it after {since:.0f} s (its nodes lost?): {problem}"
+            lost = [*attempt.lost, Attempt(None, "not placed", _seconds(attempt.submitted))]
+            text = (
+                f"no Ray node can run it after {now - since:.0f} s without one (its nodes "
+                f"lost, and no replacement joined): {problem}"
+            )
             self.on_result(_with_attempts(refused(attempt.job, text), lost))
 
 

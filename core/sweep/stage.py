@@ -16,9 +16,11 @@ the scheme. A SHA-256 pinned in the manifest is checked on what arrived.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -181,12 +183,43 @@ def unpack(bundle: Bundle, folder: Path, get: Callable[[Any], bytes]) -> dict[in
     return dict(bundle.moved)
 
 
-def fetch_uris(job: PairJob, folder: Path) -> dict[int, str]:
+class StorageError(UsageError):
+    """A URI that could not be read: an infrastructure error of its pair (`--resume` runs it
+    again), unlike a pin mismatch. `transient`: worth trying again (connection refused, a
+    timeout, throttling, a 5xx answer)."""
+
+    kind = "storage"
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+STORAGE_TRIES = 4
+"""Reads of one URI, the first included, while its storage answers with a transient error."""
+STORAGE_BACKOFF_S = (1.0, 2.0, 4.0)
+"""Seconds before the 2nd, 3rd and 4th read (the last repeats if there were more)."""
+Retried = Callable[[str, float], None]
+"""(what went wrong, the seconds that try took): one failed read, about to be tried again."""
+
+
+def fetch_uris(
+    job: PairJob,
+    folder: Path,
+    on_retry: Retried | None = None,
+    *,
+    tries: int | None = None,
+    backoff: Sequence[float] | None = None,
+) -> dict[int, str]:
     """Read every URI input of the pair into `folder` (the pair's private folder); args index
-    -> absolute path. UsageError (one line) when one cannot be read or differs from its pin."""
+    -> absolute path. A transient storage error is retried `tries` times in all, after the
+    `backoff` waits, each failed read told to `on_retry`. StorageError (one line) when one
+    cannot be read; UsageError when it differs from its pin."""
+    tries = STORAGE_TRIES if tries is None else tries
+    backoff = STORAGE_BACKOFF_S if backoff is None else backoff
     moved: dict[int, str] = {}
     for k, slot in enumerate(s for s in job.inputs if s.kind == "uri"):
-        data = read_uri(slot.path)
+        data = _read_retrying(slot.path, on_retry, tries, backoff)
         if slot.sha256:
             digest = hashlib.sha256(data).hexdigest()
             if digest != slot.sha256:
@@ -201,27 +234,117 @@ def fetch_uris(job: PairJob, folder: Path) -> dict[int, str]:
     return moved
 
 
+def _read_retrying(
+    uri: str, on_retry: Retried | None, tries: int, backoff: Sequence[float]
+) -> bytes:
+    for n in range(max(1, tries)):
+        start = time.monotonic()
+        try:
+            return read_uri(uri)
+        except StorageError as exc:
+            if not exc.transient or n + 1 >= tries:
+                if not n:
+                    raise
+                said = f"{exc.message} (read {n + 1} times)"
+                raise StorageError(said, transient=exc.transient) from None
+            if on_retry is not None:
+                on_retry(exc.message, round(time.monotonic() - start, 2))
+            pause(backoff[min(n, len(backoff) - 1)] if backoff else 0.0)
+    raise AssertionError("unreachable")
+
+
+def pause(seconds: float) -> None:
+    """The back-off between two reads of a URI."""
+    time.sleep(seconds)
+
+
+_TRANSIENT_TYPES = frozenset(
+    {
+        "ConnectionError",
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "TimeoutError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "ClientConnectorError",
+        "ClientOSError",
+        "ServerDisconnectedError",
+        "ServerTimeoutError",
+        "IncompleteReadError",
+        "ResponseStreamingError",
+    }
+)
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "InternalError",
+        "ServiceUnavailable",
+        "TooManyRequests",
+    }
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a storage read failed in a way that may heal: the connection (refused, reset,
+    timed out), throttling, or a 5xx / 429 answer; the exception or anything it was raised
+    from (s3fs re-raises botocore's errors as OSError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if {c.__name__ for c in type(current).__mro__} & _TRANSIENT_TYPES:
+            return True
+        if isinstance(current, OSError) and current.errno in _TRANSIENT_ERRNOS:
+            return True
+        response = getattr(current, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error") or {}
+            meta = response.get("ResponseMetadata") or {}
+            status = meta.get("HTTPStatusCode")
+            if error.get("Code") in _TRANSIENT_CODES or (
+                isinstance(status, int) and (status >= 500 or status == 429)
+            ):
+                return True
+        status = getattr(current, "status", None)  # aiohttp's ClientResponseError
+        if isinstance(status, int) and (status >= 500 or status == 429):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+_TRANSIENT_ERRNOS = frozenset(
+    {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH}
+)
+
+
 def read_uri(uri: str, limit: int = MAX_FILE) -> bytes:
     """The bytes at `uri`: file:// with no extra package, any other scheme with fsspec."""
     scheme = uri.split("://", 1)[0].lower()
     if scheme == "file":
         parsed = urlparse(uri)
         if parsed.netloc not in ("", "localhost"):
-            raise UsageError(f"{uri}: a file:// URI names a path on this machine (file:///PATH)")
-        return read_bytes(unquote(parsed.path), what=uri, limit=limit, error=UsageError)
+            raise StorageError(f"{uri}: a file:// URI names a path on this machine (file:///PATH)")
+        return read_bytes(unquote(parsed.path), what=uri, limit=limit, error=StorageError)
     package = FSSPEC_PACKAGES.get(scheme)
     install = f"pip install fsspec {package}" if package else "pip install fsspec"
     try:
         import fsspec
     except ImportError:
-        raise UsageError(f"reading {uri} needs fsspec on the worker: {install}") from None
+        raise StorageError(f"reading {uri} needs fsspec on the worker: {install}") from None
     try:
         with fsspec.open(uri, "rb") as fh:
             data = fh.read(limit + 1)
     except ImportError as exc:
-        raise UsageError(f"reading {uri} needs {install} ({first_line(exc)})") from None
+        raise StorageError(f"reading {uri} needs {install} ({first_line(exc)})") from None
     except Exception as exc:  # every filesystem raises its own: the message is what matters
-        raise UsageError(f"cannot read {uri}: {type(exc).__name__}: {first_line(exc)}") from None
+        raise StorageError(
+            f"cannot read {uri}: {type(exc).__name__}: {first_line(exc)}", transient=transient(exc)
+        ) from None
     if len(data) > limit:
         raise UsageError(f"{uri}: larger than {limit} bytes")
     return data

@@ -43,6 +43,7 @@ def result_dict(result: PairResult) -> dict[str, Any]:
         "attempts": [
             {"node": a.node, "outcome": a.outcome, "seconds": a.seconds} for a in result.attempts
         ],
+        "notes": list(result.notes),
     }
 
 
@@ -65,6 +66,7 @@ def result_from_dict(data: dict[str, Any], key: str = "") -> PairResult:
         html=_file_name(data.get("html")),
         saved_run=_file_name(data.get("saved_run")),
         attempts=tuple(_attempt(a) for a in data.get("attempts") or ()),
+        notes=tuple(str(n) for n in data.get("notes") or ()),
     )
 
 
@@ -82,6 +84,39 @@ def _file_name(value: Any) -> str | None:
     if not isinstance(value, str) or not value or Path(value).name != value or value == "..":
         return None
     return value
+
+
+NO_NODE = "never got a node"
+"""What a pair's attempts say when none of them ran anywhere (refused, or never placed)."""
+NODE_CHARS = 12
+"""A Ray node ID (56 hex digits) is shown by its first this many: enough to tell nodes apart."""
+
+
+def retried(pair: PairResult) -> bool:
+    """A pass (or fail) that took more than one try: a lost worker, or a storage read retried."""
+    return pair.verdict is not Verdict.ERROR and len(pair.attempts) > 1
+
+
+def never_placed(pair: PairResult) -> bool:
+    """The pair never ran on any node: no process of it exited and no attempt names a node."""
+    return pair.exit_code is None and not any(a.node for a in pair.attempts)
+
+
+def verdict_words(pair: PairResult) -> str:
+    """The verdict as the index and the Sweep page say it: "pass (retried)" after more tries."""
+    return f"{pair.verdict} (retried)" if retried(pair) else str(pair.verdict)
+
+
+def attempts_text(pair: PairResult) -> str:
+    """Every try: "lost: WorkerCrashedError on 3f2a9c01b4de (4.1 s); pass on 77c0... (2.0 s)";
+    a pair that never got a node says so."""
+    if never_placed(pair):
+        tried = "; ".join(f"{a.outcome} ({a.seconds:.1f} s)" for a in pair.attempts)
+        return NO_NODE + (f": {tried}" if tried else "")
+    return "; ".join(
+        f"{a.outcome} on {(a.node or 'an unknown node')[:NODE_CHARS]} ({a.seconds:.1f} s)"
+        for a in pair.attempts
+    )
 
 
 def counts(results: Iterable[PairResult]) -> dict[Verdict, int]:
@@ -123,6 +158,8 @@ def load_record(job: PairJob) -> PairResult | None:
     """The pair's earlier result when it ran with the same key and the files it wrote (its
     report, and its --html / --save-run files) are all still there."""
     folder = Path(job.out_dir)
+    if folder.is_symlink() or not folder.is_dir():  # a linked pair folder is never trusted
+        return None
     try:
         raw = read_bytes(folder / RECORD, what="pair record", limit=_MAX_RECORD, error=UsageError)
         record = strict_json.loads(raw)

@@ -40,6 +40,22 @@ class IsolatedCluster:
     client_address: str
     env: dict[str, str]
     """RAY_AUTH_MODE, RAY_AUTH_TOKEN: what a driver needs (os.environ excluded)."""
+    hidden: tuple[Path, ...] = ()
+    """The folders a worker node sees as empty tmpfs."""
+    worker_env: tuple[tuple[str, str], ...] = ()
+    """More environment for the worker nodes (e.g. the S3 endpoint their pairs read)."""
+
+    def add_worker_node(self, cpus: int = 1, timeout: float = 120) -> None:
+        """Start one more worker node, as private as the first (a replacement joining)."""
+        _start_worker(self, cpus, timeout)
+
+    def wait_for_no_cpus(self, timeout: float = 120) -> None:
+        """Until the cluster's resources show no CPU: its worker nodes' loss seen by the GCS."""
+        _run(
+            [sys.executable, "-c", WAIT_FOR_NO_CPUS, self.address, str(timeout)],
+            {**os.environ, **self.env},
+            timeout + 30,
+        )
 
     def stop(self) -> None:
         """SIGKILL every process that names this cluster's temp folder and all they started
@@ -113,13 +129,27 @@ def check_unshare() -> None:
         raise Unavailable(f"unshare --mount refused: {done.stderr.strip() or done.returncode}")
 
 
-def start(hidden: list[Path], *, worker_cpus: int = 1, timeout: float = 120) -> IsolatedCluster:
+def start(
+    hidden: list[Path],
+    *,
+    worker_cpus: int = 1,
+    timeout: float = 120,
+    worker_env: dict[str, str] | None = None,
+) -> IsolatedCluster:
     check_unshare()
     base = Path(tempfile.mkdtemp(prefix="prt-", dir="/tmp"))  # short: Ray's socket paths
     port, client = _free_port(), _free_port()
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env_all = {**os.environ, **env, "RAY_USAGE_STATS_ENABLED": "0"}
-    cluster = IsolatedCluster(base, f"127.0.0.1:{port}", f"ray://127.0.0.1:{client}", env)
+    address = f"127.0.0.1:{port}"
+    cluster = IsolatedCluster(
+        base,
+        address,
+        f"ray://127.0.0.1:{client}",
+        env,
+        tuple(hidden),
+        tuple((worker_env or {}).items()),
+    )
     common = ["--disable-usage-stats", "--object-store-memory", str(100 << 20)]
     try:
         head = [
@@ -130,29 +160,35 @@ def start(hidden: list[Path], *, worker_cpus: int = 1, timeout: float = 120) -> 
             *common,
         ]  # fmt: skip
         _run(head, env_all, timeout)
-        mounts = " && ".join(f"mount -t tmpfs tmpfs '{p}'" for p in hidden)
-        worker = " ".join(
-            [
-                *RAY,
-                "start",
-                f"--address=127.0.0.1:{port}",
-                f"--num-cpus={worker_cpus}",
-                f"--dashboard-agent-listen-port={_free_port()}",
-                "--node-ip-address=127.0.0.1",
-                *common,
-            ]  # fmt: skip
-        )
-        for p in hidden:
-            p.mkdir(parents=True, exist_ok=True)
-        script = f"{mounts} && {worker}"
-        _run(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script], env_all, timeout
-        )
+        _start_worker(cluster, worker_cpus, timeout)
         _wait_for_cpus(cluster, worker_cpus, timeout)
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def _start_worker(cluster: IsolatedCluster, cpus: int, timeout: float) -> None:
+    """A worker node in a private mount namespace with a tmpfs over each hidden folder."""
+    env_all = {**os.environ, **cluster.env, **dict(cluster.worker_env)}
+    env_all["RAY_USAGE_STATS_ENABLED"] = "0"
+    common = ["--disable-usage-stats", "--object-store-memory", str(100 << 20)]
+    mounts = " && ".join(f"mount -t tmpfs tmpfs '{p}'" for p in cluster.hidden)
+    worker = " ".join(
+        [
+            *RAY,
+            "start",
+            f"--address={cluster.address}",
+            f"--num-cpus={cpus}",
+            f"--dashboard-agent-listen-port={_free_port()}",
+            "--node-ip-address=127.0.0.1",
+            *common,
+        ]  # fmt: skip
+    )
+    for p in cluster.hidden:
+        p.mkdir(parents=True, exist_ok=True)
+    script = f"{mounts} && {worker}" if mounts else worker
+    _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], env_all, timeout)
 
 
 def _run(command: list[str], env: dict[str, str], timeout: float) -> None:
@@ -168,6 +204,17 @@ deadline = time.monotonic() + float(sys.argv[3])
 while ray.cluster_resources().get("CPU", 0) < float(sys.argv[2]):
     if time.monotonic() > deadline:
         sys.exit("the worker node never joined")
+    time.sleep(0.5)
+"""
+
+
+WAIT_FOR_NO_CPUS = """
+import sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+deadline = time.monotonic() + float(sys.argv[2])
+while ray.cluster_resources().get("CPU", 0) > 0:
+    if time.monotonic() > deadline:
+        sys.exit("the cluster still shows CPUs")
     time.sleep(0.5)
 """
 

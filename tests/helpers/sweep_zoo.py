@@ -289,3 +289,30 @@ def write_isolated_zoo(folder: Path, model_zoo, tiny_artifacts, shared: Path) ->
     data["sha256"] = {uri_onnx.as_uri(): file_sha256(uri_onnx)}
     manifest.write_text(json.dumps(data, indent=1))
     return manifest
+
+
+def with_ray_attempts(sweep_dir: Path, out: Path) -> Path:
+    """A copy of a finished sweep folder whose first pair passed on its second try (its first
+    worker died) with one more pair, a GPU pair a Ray cluster refused, that never got a node:
+    the attempts a Ray sweep records, made by the Ray engine's own functions."""
+    from dataclasses import replace
+
+    from parity.sweep.execute import Attempt, refused
+    from parity.sweep.folder import load_sweep
+    from parity.sweep.index import write_index
+    from parity.sweep.on_ray import _with_attempts
+    from parity.sweep.plan import PairJob
+    from parity.sweep.summary import summary_dict, write_summary
+
+    shutil.copytree(sweep_dir, out)
+    pairs = list(load_sweep(out).pairs)
+    lost = Attempt("a" * 56, "lost: WorkerCrashedError", 3.0)
+    this = Attempt("b" * 56, "pass", pairs[0].seconds)
+    pairs[0] = replace(pairs[0], attempts=(lost, this))
+    job = PairJob("gpu", (), str(out), str(out / "gpu"), "", None, "CUDAExecutionProvider")
+    never = refused(job, "asks for CUDAExecutionProvider, which needs a GPU")
+    never = _with_attempts(never, [Attempt(None, "not placed", 120.0)]).result
+    summary = summary_dict("manifest.json", len(pairs) + 1, [*pairs, never])
+    write_summary(out, summary)
+    write_index(out, summary)
+    return out

@@ -1,0 +1,46 @@
+"""Several --onnx files as pipeline stages: each judged against torch and against the stage
+before it (from the outputs the run holds), the first stage where the numbers break named
+first among the findings. Reuses the session's candidate exports (legacy and dynamo are both
+right; the buggy one's GELU is the tanh approximation scaled by 1.01)."""
+
+from __future__ import annotations
+
+import json
+
+from parity.pipeline import RunConfig, run_validation
+from parity.show.findings import findings_json
+from tests.helpers.candidate_exports import Exports
+
+
+def _stages(exports: Exports, *files) -> tuple[object, list[dict]]:
+    config = RunConfig(
+        model=f"{exports.models}:make", onnx=tuple(str(f) for f in files), n_input_sets=2
+    )
+    run = run_validation(config)
+    return run, json.loads(json.dumps(findings_json(run)))
+
+
+def test_the_first_stage_where_the_numbers_break_is_named_first(candidate_exports) -> None:
+    exports = candidate_exports
+    run, findings = _stages(exports, exports.legacy, exports.dynamo, exports.buggy)
+    assert [c.info.onnx for c in run.candidates] == [
+        str(exports.legacy),
+        str(exports.dynamo),
+        str(exports.buggy),
+    ]  # the stages keep their order
+    first = findings[0]
+    assert first["kind"] == "stage" and first["candidate"] is None
+    text = first["text"]
+    assert text.startswith("The numbers first break at #2 buggy.onnx (against #1 dynamo.onnx")
+    assert "#1 dynamo.onnx agrees with #0 legacy.onnx within the run's tolerance" in text
+    assert "#2 buggy.onnx differs from #1 dynamo.onnx by max" in text
+    assert [a.analysis for a in run.analyses if a.analysis == "stages"] == ["stages"]
+
+
+def test_stages_that_hold_say_so_and_one_file_has_no_stages(candidate_exports) -> None:
+    exports = candidate_exports
+    _, findings = _stages(exports, exports.dynamo, exports.legacy)
+    assert findings[0]["kind"] == "stage"
+    assert findings[0]["text"].startswith("The numbers hold through every stage.")
+    _, alone = _stages(exports, exports.legacy)
+    assert not [f for f in alone if f["kind"] == "stage"]
