@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from parity.errors import OnnxLoadError
 from parity.hf.options import HfOptions
 from parity.pipeline import RunConfig, run_validation
 from tests.helpers.genai import build, genai_python
@@ -38,12 +37,7 @@ def genai(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _run(genai: dict, precision: str):
     options = HfOptions(prompts=PROMPTS, max_new_tokens=4)
     config = RunConfig(model=f"hf:{genai['dir']}", onnx=str(genai[precision]), hf=options)
-    try:
-        return run_validation(config)
-    except OnnxLoadError as exc:  # main before r7-fused's loader: ORT's default-domain ops
-        if "SimplifiedLayerNormalization" in exc.message:
-            pytest.xfail("onnx.checker refuses ORT's SimplifiedLayerNormalization (r7-fused)")
-        raise
+    return run_validation(config)  # ORT's default-domain ops opened (parity.load.onnx_model)
 
 
 def test_the_builder_writes_what_ort_genai_runs(genai) -> None:
