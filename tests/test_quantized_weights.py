@@ -224,3 +224,29 @@ def test_a_planted_scale_in_one_llama_layer_is_a_bug_at_that_node(llama_int4) ->
     assert bad.parameter == "model.layers.1.self_attn.q_proj.weight"
     bugs = [f.text for f in run.findings if f.kind == "bug"]
     assert bugs and bad.node in bugs[0]
+
+
+def test_asymmetric_8bit_zero_points_are_read_and_a_shifted_one_is_a_bug(mlp) -> None:
+    """is_symmetric=False writes zero points (one uint8 per block at 8 bits): the weights
+    are a rounding; a zero point moved by 3 in one node is a bug there, and said as such."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(str(mlp["raw"])), block_size=32, is_symmetric=False, bits=8
+    )
+    quantizer.process()
+    good = mlp["root"] / "mlp_asym8.onnx"
+    quantizer.model.save_model_to_file(str(good), use_external_data_format=False)
+    run = run_validation(RunConfig(model=mlp["model"], onnx=str(good)))
+    assert run.quantization is not None and run.quantization.width == "int8"
+    assert all(w.status == "rounding" for w in run.quantization.weights)
+    model = onnx.load(str(good))
+    node = next(n for n in model.graph.node if n.name == "/fc3/MatMul_Q8")
+    for tensor in model.graph.initializer:
+        if tensor.name == node.input[3]:
+            shifted = onnx.numpy_helper.to_array(tensor).astype("int32") + 3
+            tensor.CopyFrom(onnx.numpy_helper.from_array(shifted.astype("uint8"), tensor.name))
+    bad = mlp["root"] / "mlp_asym8_bad.onnx"
+    onnx.save(model, str(bad))
+    (wrong,) = run_validation(RunConfig(model=mlp["model"], onnx=str(bad))).quantization.bugs
+    assert wrong.node == "/fc3/MatMul_Q8" and "zero point is off by -3" in wrong.defect
