@@ -338,6 +338,7 @@ class QuantizationResult:
     # how the file rounds its activations at run time too ("" none; "uint8 per tensor":
     # dynamic quantization; "int8 per block": MatMulNBits at accuracy_level 4 on the CPU)
     activations: str = ""
+    activations_simulated: bool = True  # the reference rounds them too (torch does)
     reference: str = "torch"  # what the weights were put into: "torch", "the reference file"
 
     @property

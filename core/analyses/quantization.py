@@ -183,10 +183,15 @@ def judge_against_reference(
             f"{len(unmatched)} quantized node(s) matched no weight of the reference: "
             f"{', '.join(unmatched[:5])}"
         )
-    if any(m.node.dynamic or m.node.int8_input for m in matched):
+    activations = ""
+    if any(m.node.dynamic for m in matched):
+        activations = "uint8 per tensor"
+    elif any(m.node.int8_input for m in matched):
+        activations = "int8 per block"
+    if activations:
         notes.append(
-            "the file also rounds its activations at run time; the reference with its weights "
-            "does not, so the file against it includes that rounding"
+            f"the file also rounds its activations at run time ({activations}); the reference "
+            "file with its weights does not, so the file against it includes that rounding"
         )
     usable = [m for m in matched if m.model_weight is not None]
     if not usable:
@@ -209,6 +214,8 @@ def judge_against_reference(
         weights=weights,
         outputs=split_outputs(run.for_candidate(index), again),
         notes=tuple(notes),
+        activations=activations,
+        activations_simulated=not activations,
         reference=REFERENCE,
     )
 

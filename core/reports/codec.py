@@ -1395,6 +1395,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         "tokens": tokens(q.tokens),
         "notes": list(q.notes),
         "activations": q.activations,
+        "activations_simulated": q.activations_simulated,
         "reference": q.reference,
     }
 
@@ -1464,4 +1465,13 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
     )
     activations = sj.string(raw.get("activations", ""), f"{at}.activations")
     reference = sj.string(raw.get("reference", "torch"), f"{at}.reference")
-    return QuantizationResult(tuple(weights), tuple(outputs), tokens, notes, activations, reference)
+    simulated = sj.boolean(raw.get("activations_simulated", True), f"{at}.activations_simulated")
+    return QuantizationResult(
+        weights=tuple(weights),
+        outputs=tuple(outputs),
+        tokens=tokens,
+        notes=notes,
+        activations=activations,
+        activations_simulated=simulated,
+        reference=reference,
+    )
