@@ -107,6 +107,7 @@ class ValidateOptions:
     max_memory: int | str | None = None
     timeout: float | None = None
     suggest: bool = False
+    quantized_reference: bool = True
 
 
 def _options_of(function: str, given: Mapping[str, Any]) -> ValidateOptions:
@@ -178,6 +179,10 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
         passing atol; each fitted on the run's input sets and checked on as many fresh ones
         again (another seed, larger sizes) before it is given; none for an output with a bug
         finding.
+    quantized_reference: a file with weight-only quantized ops (int4 ``MatMulNBits``, ...)
+        is judged against torch with the file's own dequantized weights put in, split into
+        what the export computes and what quantizing costs (``run.quantization``); on by
+        default, it acts only where such ops are found (``--no-quantized-reference``).
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -238,6 +243,7 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
             noise_floor=o.noise_floor,
             noise_floor_default=not o.no_noise_floor,
             suggest=bool(o.suggest),
+            quantized_reference=bool(o.quantized_reference),
             repro=None if o.repro is None else os.fspath(o.repro),
             repro_command=f"parity.validate({spec or type(model).__name__!r}, "
             f"{onnx_label or onnx_path!r}, repro={os.fspath(o.repro)!r})"

@@ -275,6 +275,91 @@ class CandidateInfo:
 
 
 @dataclass(frozen=True)
+class QuantizedWeight:
+    """One weight-only quantized node of a file (parity.analyses.quantization): its weight
+    against the torch parameter it was made from. `max_steps` is the largest |model weight
+    - file weight| in steps of its block (a rounding stays within about one); `bad_blocks`
+    the blocks beyond one step, `defect` what is wrong there ("" when nothing is)."""
+
+    node: str
+    op: str
+    bits: int
+    block_size: int
+    shape: tuple[int, int]  # (K, N): the MatMul's B
+    parameter: str | None  # the torch parameter(s) it stands for; None: not matched
+    max_steps: float | None = None
+    bad_blocks: int = 0
+    n_blocks: int = 0
+    defect: str = ""
+
+    @property
+    def status(self) -> str:
+        """ "rounding" (within a step of the model's weight), "bug", or "unmatched"."""
+        if self.parameter is None:
+            return "unmatched"
+        return "bug" if self.bad_blocks else "rounding"
+
+
+@dataclass(frozen=True)
+class QuantizedOutput:
+    """One output split in two: the file against torch with the file's own dequantized
+    weights (the export and its kernels) and that against torch (what quantizing costs)."""
+
+    name: str
+    export_max_abs: float | None  # file vs torch-with-its-weights, over every input set
+    export_passed: bool | None  # ... at the run's tolerance (None: not compared)
+    sqnr_db: float | None  # torch-with-its-weights against torch (None: exact or not run)
+    quant_max_abs: float | None = None
+
+
+@dataclass(frozen=True)
+class QuantizedTokens:
+    """A causal LM's tokens with the file's weights: over every step's judged positions,
+    torch's top-1 against torch-with-its-weights' and the mean KL divergence of their
+    next-token distributions; greedy generate() with the file's weights against torch's new
+    tokens, and ONNX Runtime's own new tokens against it."""
+
+    top1_agreement: float | None
+    kl_mean: float | None
+    greedy_agree: int = 0
+    greedy_total: int = 0
+    first_change: int | None = None  # the first new token (0-based) where greedy differs
+    onnx_agree: int | None = None  # ONNX Runtime's free-running tokens vs the file's weights'
+
+
+@dataclass(frozen=True)
+class QuantizationResult:
+    """What a file's quantized weights are and cost (parity.analyses.quantization)."""
+
+    weights: tuple[QuantizedWeight, ...]
+    outputs: tuple[QuantizedOutput, ...] = ()
+    tokens: QuantizedTokens | None = None
+    notes: tuple[str, ...] = ()
+    # how the file rounds its activations at run time too ("" none; "uint8 per tensor":
+    # dynamic quantization; "int8 per block": MatMulNBits at accuracy_level 4 on the CPU)
+    activations: str = ""
+    activations_simulated: bool = True  # the reference rounds them too (torch does)
+    reference: str = "torch"  # what the weights were put into: "torch", "the reference file"
+
+    @property
+    def width(self) -> str:
+        """The bit widths in words: "int4", "int4 and int8"."""
+        bits = sorted({w.bits for w in self.weights})
+        return " and ".join(f"int{b}" for b in bits) or "quantized"
+
+    @property
+    def bugs(self) -> tuple[QuantizedWeight, ...]:
+        return tuple(w for w in self.weights if w.status == "bug")
+
+    @property
+    def faithful(self) -> bool | None:
+        """The file computes what its quantized weights say (every output within the run's
+        tolerance of torch with them); None when not compared."""
+        judged = [o.export_passed for o in self.outputs if o.export_passed is not None]
+        return all(judged) if judged else None
+
+
+@dataclass(frozen=True)
 class CandidateRun:
     """One candidate's share of a run (`ValidationRun.candidates`): its info, its judged rows,
     its ONNX outputs and its layers. The run stores one per candidate, so no reader works
@@ -286,6 +371,8 @@ class CandidateRun:
     # not run); () when the run kept no outputs
     onnx_outputs: tuple[OutputSet, ...] = ()
     layers: LayersResult | None = None  # --layers: its intermediate values against the reference
+    # its weight-only quantized ops judged for what they are (parity.analyses.quantization)
+    quantization: QuantizationResult | None = None
 
     @property
     def index(self) -> int:
@@ -621,6 +708,11 @@ class ValidationRun:
         return tuple(o for c in self.candidates for o in c.onnx_outputs)
 
     @property
+    def quantization(self) -> QuantizationResult | None:
+        """The lead candidate's quantized weights judged (parity.analyses.quantization)."""
+        return self.candidates[0].quantization if self.candidates else None
+
+    @property
     def layers(self) -> LayersResult | None:
         """The lead candidate's layers (--layers), or None."""
         return self.candidates[0].layers if self.candidates else None
@@ -693,6 +785,16 @@ class ValidationRun:
             self,
             candidates=tuple(
                 replace(c, layers=layers[c.index]) if c.index in layers else c
+                for c in self.candidates
+            ),
+        )
+
+    def with_quantization(self, found: Mapping[int, QuantizationResult]) -> ValidationRun:
+        """The run with each candidate's quantized weights judged, by its index."""
+        return replace(
+            self,
+            candidates=tuple(
+                replace(c, quantization=found[c.index]) if c.index in found else c
                 for c in self.candidates
             ),
         )

@@ -462,7 +462,7 @@ def test_generation_prompts_survive_a_save(tmp_path: Path) -> None:
     assert back.generation.summary["nested"] == {"nan": None}  # free-form, made strict
 
 
-RECORD_KEYS = ("comparisons", "onnx_outputs", "layers")  # a saved candidate's own
+RECORD_KEYS = ("comparisons", "onnx_outputs", "layers", "quantization")  # its own
 FLAT_KEYS = ("candidate_layers",)  # where older manifests kept them, now in the candidates
 
 

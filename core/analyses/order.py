@@ -1,14 +1,16 @@
 """The analyses in the order the pipeline runs them: sizes frozen at export first (they
 explain a failure before anything else looks at it), the noise floor (judged per case while
-the loop runs), layers, pipeline stages side by side (several files), the suggestion (it
-reads the findings the others made), the repro folder (it writes what the layers
-confirmed)."""
+the loop runs), layers, the quantized weights (torch again with a file's own int4 weights:
+it explains what the layers found), pipeline stages side by side (several files), the
+suggestion (it reads the findings the others made), the repro folder (it writes what the
+layers confirmed)."""
 
 from __future__ import annotations
 
 from parity.analyses.frozen_sizes import FrozenSizes
 from parity.analyses.layers import Layers
 from parity.analyses.noise import NoiseFloor
+from parity.analyses.quantization import Quantization
 from parity.analyses.repro import Repro
 from parity.analyses.stage import Analysis
 from parity.analyses.stages import Stages
@@ -19,6 +21,7 @@ ANALYSES: tuple[type[Analysis], ...] = (
     FrozenSizes,
     NoiseFloor,
     Layers,
+    Quantization,
     Stages,
     Suggest,
     Repro,

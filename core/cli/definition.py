@@ -328,6 +328,13 @@ NOISE_FLOOR = Group(
             "seed, larger sizes) before it is shown; none for an output with a bug finding "
             '(adds "suggested_tolerances" to --json)',
         ),
+        flag(
+            "--no-quantized-reference",
+            action="store_true",
+            help="do not judge a file's weight-only quantized ops (int4 MatMulNBits, ...) "
+            "against torch with the file's own dequantized weights (on by default where such "
+            'ops are found: adds "quantization" to --json)',
+        ),
     ),
 )
 LIMITS = Group(

@@ -70,6 +70,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         noise_floor=args.noise_floor,
         noise_floor_default=not getattr(args, "no_noise_floor", False),
         suggest=bool(getattr(args, "suggest", False)),
+        quantized_reference=not getattr(args, "no_quantized_reference", False),
         repro=getattr(args, "repro", None) or None,
         repro_command=renamed_text(
             "parity " + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),

@@ -50,11 +50,11 @@ def float64_calls(
     except Exception as exc:
         return None, f"{NOT_MEASURED}: cannot cast to float64 ({first_line(exc)})"
     try:
-        return tuple(_call_again(double, call) for call in calls), ""
+        return tuple(call_again(double, call, float64=True) for call in calls), ""
     except Exception as exc:
         why = f"the model failed in float64 ({first_line(exc)})"
     try:  # every op promoted to float64, as parity.run.noise_floor_runs does
-        made = tuple(_call_again(double, call, promote=True) for call in calls)
+        made = tuple(call_again(double, call, float64=True, promote=True) for call in calls)
     except Exception:
         return None, f"{NOT_MEASURED}: {why}"
     from parity.run.noise_floor_runs import PROMOTED
@@ -62,10 +62,18 @@ def float64_calls(
     return made, PROMOTED.format(why=why)
 
 
-def _call_again(model: Any, call: CapturedCall, *, promote: bool = False) -> CapturedCall:
+def call_again(
+    model: Any, call: CapturedCall, *, float64: bool, promote: bool = False
+) -> CapturedCall:
+    """`call` made again by `model` with the inputs captured then (float inputs and the past
+    cache cast to float64 for a float64 model; `promote`: every op promoted to float64, for a
+    model that makes float32 tensors itself): its logits, present cache and outputs."""
     from contextlib import nullcontext
 
     import torch
+
+    def _tensor(array: np.ndarray) -> Any:
+        return _as_tensor(array, float64)
 
     from parity.hf.export import cache_tensors, make_cache
     from parity.run.noise_floor_runs import Promoting
@@ -91,10 +99,10 @@ def _call_again(model: Any, call: CapturedCall, *, promote: bool = False) -> Cap
     return replace(call, logits=logits, present=present)
 
 
-def _tensor(array: np.ndarray) -> Any:
+def _as_tensor(array: np.ndarray, float64: bool) -> Any:
     import torch
 
     a = np.asarray(array)
-    if a.dtype == np.float32:
+    if float64 and a.dtype == np.float32:
         a = a.astype(np.float64)
     return torch.from_numpy(np.array(a, copy=True, order="C"))

@@ -139,6 +139,8 @@ class HfSource(HfSourceBase):
         self._noise_floor = config.noise_floor
         self._prompts: tuple[PromptGeneration, ...] = ()  # free-running generation
         self._free_note = ""
+        # one capture per prompt, where the file cannot take a left-padded batch (None: one)
+        self._per_prompt: tuple[Capture, ...] | None = None
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -155,20 +157,33 @@ class HfSource(HfSourceBase):
                     max_memory=self._max_memory,
                 )
             )
-            capture = _capture(
-                self._loaded,
-                self.options,
-                self._report,
-                forward_inputs=lambda loaded: _forward_inputs(
-                    loaded,
-                    self._input_files,
-                    self._given,
-                    seed=self._seed,
-                    max_memory=self._max_memory,
-                ),
-            )
+            if positions_from_mask(signature) and not self._loaded.encoder:
+                self._per_prompt = self._each_prompt(self._loaded)
+                capture = merged_capture(self._per_prompt)
+            else:
+                capture = _capture(
+                    self._loaded,
+                    self.options,
+                    self._report,
+                    forward_inputs=lambda loaded: _forward_inputs(
+                        loaded,
+                        self._input_files,
+                        self._given,
+                        seed=self._seed,
+                        max_memory=self._max_memory,
+                    ),
+                )
             self._capture = self._counted(capture)
         return self._loaded, self._capture
+
+    def _each_prompt(self, loaded: LoadedHfModel) -> tuple[Capture, ...]:
+        """generate() on each prompt alone (a batch of one: nothing padded)."""
+        n = self.options.max_new_tokens
+        self._report("capture", f"generate(): {n} new token(s), one prompt at a time", 0.15)
+        return tuple(
+            capture_generate(loaded, prompts=(prompt,), max_new_tokens=n)
+            for prompt in self.options.prompts
+        )
 
     def default_onnx(self, workdir: Callable[[], Path]) -> str:
         """Parity's own export: to --export-path, else into the run's temp folder."""
@@ -221,6 +236,30 @@ class HfSource(HfSourceBase):
                 )
             yield dataclasses.replace(case, float64_note=note) if note else case
 
+    def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
+        """The captured call of this case made again by the model as it is now, its outputs
+        under the ONNX names (parity.hf.noise_floor_calls.call_again, in float32)."""
+        from parity.hf.noise_floor_calls import call_again
+
+        loaded, capture = self._captured()
+        call = next(c for c in capture.calls if c.index == input_set.index)
+        again = call_again(loaded.model, call, float64=False)
+        return reference_outputs(again, tuple(signature.output_names))
+
+    def tokens_again(self) -> np.ndarray | None:
+        """generate() again on the run's prompts (a causal LM): its greedy new tokens."""
+        loaded, capture = self._captured()
+        if loaded.encoder or capture.new_tokens is None:
+            return None
+        n = self.options.max_new_tokens
+        prompts = (
+            [(p,) for p in self.options.prompts] if self._per_prompt else [self.options.prompts]
+        )
+        made = [capture_generate(loaded, prompts=p, max_new_tokens=n).new_tokens for p in prompts]
+        if any(t is None for t in made):
+            return None
+        return np.concatenate([np.asarray(t) for t in made], axis=0)
+
     def free_run(
         self, candidate: Candidate, tolerances: Tolerances, deadline: Deadline | None = None
     ) -> None:
@@ -235,9 +274,12 @@ class HfSource(HfSourceBase):
             return
         self._report("generation", "ONNX Runtime generates on its own", None)
         t0 = time.perf_counter()
-        self._prompts, self._free_note = generate_beside(
-            loaded, capture, candidate, tolerances, deadline=deadline
-        )
+        prompts: list[PromptGeneration] = []
+        for part in self._per_prompt or (capture,):
+            made, note = generate_beside(loaded, part, candidate, tolerances, deadline=deadline)
+            prompts += made
+            self._free_note = self._free_note or note
+        self._prompts = tuple(prompts)
         self.timings["generation"] = time.perf_counter() - t0
 
     def generation(
@@ -268,6 +310,36 @@ def output_ranks(signature: OnnxSignature | None) -> dict[str, int] | None:
     if signature is None:
         return None
     return {spec.name: spec.rank for spec in signature.outputs}
+
+
+def positions_from_mask(signature: OnnxSignature | None) -> bool:
+    """A decoder file with a KV cache and no `position_ids` input (ONNX Runtime GenAI's
+    GroupQueryAttention): it takes each row's positions from the attention mask's count,
+    so a left-padded batch means other positions than torch's; each prompt runs alone."""
+    if signature is None:
+        return False
+    names = signature.input_names
+    return "position_ids" not in names and any(n.startswith("past_key_values") for n in names)
+
+
+def merged_capture(parts: Sequence[Capture]) -> Capture:
+    """One prompt's captures after another: their calls numbered on (each prompt's steps in
+    turn), their new tokens stacked (every prompt makes the same number)."""
+    calls, index = [], 0
+    for part in parts:
+        for call in part.calls:
+            calls.append(dataclasses.replace(call, index=index))
+            index += 1
+    tokens = [p.new_tokens for p in parts]
+    return Capture(
+        calls=tuple(calls),
+        prompts=tuple(p for part in parts for p in part.prompts),
+        generated=tuple(g for part in parts for g in part.generated),
+        seconds=sum(p.seconds for p in parts),
+        new_tokens=None
+        if any(t is None for t in tokens)
+        else np.concatenate([np.asarray(t) for t in tokens], axis=0),
+    )
 
 
 def _capture(

@@ -50,6 +50,10 @@ from parity.results import (
     OutputSet,
     PromptGeneration,
     Provenance,
+    QuantizationResult,
+    QuantizedOutput,
+    QuantizedTokens,
+    QuantizedWeight,
     RunKind,
     SavedFrom,
     StaticAxis,
@@ -85,6 +89,8 @@ __all__ = [
     "prompts_from_json",
     "provenance_from_json",
     "provenance_to_json",
+    "quantization_from_json",
+    "quantization_to_json",
     "report_json",
     "report_rows_from_json",
     "report_verdict",
@@ -158,6 +164,8 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
             data["generation"] = generation_report_json(run.generation)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
+    if run.quantization is not None:  # a file's quantized weights judged (on by default)
+        data["quantization"] = quantization_to_json(run.quantization)
     from parity.show.findings import findings_json
 
     data["findings"] = findings_json(run)  # the one list every front renders
@@ -175,6 +183,8 @@ def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[s
     data["seconds"] = round(float(info.seconds), 6)
     if run.is_multi_candidate and candidate.layers is not None:
         data["layers"] = candidate.layers.to_json()
+    if run.is_multi_candidate and candidate.quantization is not None:
+        data["quantization"] = quantization_to_json(candidate.quantization)
     return {**head, "verdict": candidate.verdict, **data}
 
 
@@ -577,6 +587,9 @@ def _candidate_records_to_json(
             if c.layers is None
             else layers_to_json(c.layers, put, "layers" if k == 0 else f"layers/c{c.index}")
         )
+        entry["quantization"] = (
+            None if c.quantization is None else quantization_to_json(c.quantization, saved=True)
+        )
         row += len(c.outputs)
         position += len(c.onnx_outputs)
         entries.append(entry)
@@ -605,6 +618,7 @@ def _candidate_records_from_json(
                 tuple(rows),
                 _output_sets_from_json(entry, "onnx_outputs", get),
                 layers_from_json(entry.get("layers"), get, f"{at}.layers"),
+                quantization_from_json(entry.get("quantization"), f"{at}.quantization"),
             )
         )
     if not records:
@@ -1325,3 +1339,139 @@ def _candidate_layers_from_json(
         else:
             result[index] = layers_from_json(sj.field(entry, "layers", at), get, f"{at}.layers")
     return result
+
+
+# ---------------------------------------------------------------------------------------
+# quantized weights judged (parity.analyses.quantization): the report's "quantization" block
+
+
+def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[str, Any]:
+    """``quantization``: {"bits", "weights": [{node, op, bits, block_size, shape, parameter,
+    status, max_steps, bad_blocks, n_blocks, defect}], "outputs": [{name, export_max_abs,
+    export_passed, sqnr_db, quant_max_abs}], "tokens" (causal LMs, or null), "notes"}.
+    A saved run keeps its numbers exactly (`saved`); the report's are strict JSON."""
+    num = exact if saved else _finite
+
+    def tokens(t: QuantizedTokens | None) -> dict[str, Any] | None:
+        if t is None:
+            return None
+        return {
+            "top1_agreement": num(t.top1_agreement),
+            "kl_mean": num(t.kl_mean),
+            "greedy_agree": t.greedy_agree,
+            "greedy_total": t.greedy_total,
+            "first_change": t.first_change,
+            "onnx_agree": t.onnx_agree,
+        }
+
+    return {
+        "bits": q.width,
+        "weights": [
+            {
+                "node": w.node,
+                "op": w.op,
+                "bits": w.bits,
+                "block_size": w.block_size,
+                "shape": list(w.shape),
+                "parameter": w.parameter,
+                "status": w.status,
+                "max_steps": num(w.max_steps),
+                "bad_blocks": w.bad_blocks,
+                "n_blocks": w.n_blocks,
+                "defect": w.defect,
+            }
+            for w in q.weights
+        ],
+        "outputs": [
+            {
+                "name": o.name,
+                "export_max_abs": num(o.export_max_abs),
+                "export_passed": o.export_passed,
+                "sqnr_db": num(o.sqnr_db),
+                "quant_max_abs": num(o.quant_max_abs),
+            }
+            for o in q.outputs
+        ],
+        "tokens": tokens(q.tokens),
+        "notes": list(q.notes),
+        "activations": q.activations,
+        "activations_simulated": q.activations_simulated,
+        "reference": q.reference,
+    }
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationResult | None:
+    """What `quantization_to_json(saved=True)` wrote (None: absent, or saved before)."""
+    if raw is None:
+        return None
+    raw = sj.obj(raw, at)
+    weights = []
+    for i, entry in enumerate(sj.array(sj.field(raw, "weights", at), f"{at}.weights")):
+        w = f"{at}.weights[{i}]"
+        entry = sj.obj(entry, w)
+        shape = sj.shape(sj.field(entry, "shape", w), f"{w}.shape")
+        if len(shape) != 2:
+            raise sj.FieldError(f"{w}.shape: expected [K, N], got {list(shape)}")
+        weights.append(
+            QuantizedWeight(
+                node=sj.string(sj.field(entry, "node", w), f"{w}.node"),
+                op=sj.string(sj.field(entry, "op", w), f"{w}.op"),
+                bits=sj.integer(sj.field(entry, "bits", w), f"{w}.bits", minimum=1),
+                block_size=sj.integer(sj.field(entry, "block_size", w), f"{w}.block_size"),
+                shape=(int(shape[0]), int(shape[1])),
+                parameter=sj.optional(sj.string, entry.get("parameter"), f"{w}.parameter"),
+                max_steps=from_exact(entry.get("max_steps"), f"{w}.max_steps"),
+                bad_blocks=sj.integer(entry.get("bad_blocks", 0), f"{w}.bad_blocks"),
+                n_blocks=sj.integer(entry.get("n_blocks", 0), f"{w}.n_blocks"),
+                defect=sj.string(entry.get("defect", ""), f"{w}.defect"),
+            )
+        )
+    outputs = []
+    for i, entry in enumerate(sj.array(raw.get("outputs", []), f"{at}.outputs")):
+        o = f"{at}.outputs[{i}]"
+        entry = sj.obj(entry, o)
+        outputs.append(
+            QuantizedOutput(
+                name=sj.string(sj.field(entry, "name", o), f"{o}.name"),
+                export_max_abs=from_exact(entry.get("export_max_abs"), f"{o}.export_max_abs"),
+                export_passed=sj.optional(
+                    sj.boolean, entry.get("export_passed"), f"{o}.export_passed"
+                ),
+                sqnr_db=from_exact(entry.get("sqnr_db"), f"{o}.sqnr_db"),
+                quant_max_abs=from_exact(entry.get("quant_max_abs"), f"{o}.quant_max_abs"),
+            )
+        )
+    tokens = None
+    if raw.get("tokens") is not None:
+        t, tat = sj.obj(raw["tokens"], f"{at}.tokens"), f"{at}.tokens"
+        tokens = QuantizedTokens(
+            top1_agreement=from_exact(t.get("top1_agreement"), f"{tat}.top1_agreement"),
+            kl_mean=from_exact(t.get("kl_mean"), f"{tat}.kl_mean"),
+            greedy_agree=sj.integer(t.get("greedy_agree", 0), f"{tat}.greedy_agree"),
+            greedy_total=sj.integer(t.get("greedy_total", 0), f"{tat}.greedy_total"),
+            first_change=sj.optional(sj.integer, t.get("first_change"), f"{tat}.first_change"),
+            onnx_agree=sj.optional(sj.integer, t.get("onnx_agree"), f"{tat}.onnx_agree"),
+        )
+    notes = tuple(
+        sj.string(n, f"{at}.notes[{i}]")
+        for i, n in enumerate(sj.array(raw.get("notes", []), f"{at}.notes"))
+    )
+    activations = sj.string(raw.get("activations", ""), f"{at}.activations")
+    reference = sj.string(raw.get("reference", "torch"), f"{at}.reference")
+    simulated = sj.boolean(raw.get("activations_simulated", True), f"{at}.activations_simulated")
+    return QuantizationResult(
+        weights=tuple(weights),
+        outputs=tuple(outputs),
+        tokens=tokens,
+        notes=notes,
+        activations=activations,
+        activations_simulated=simulated,
+        reference=reference,
+    )

@@ -49,6 +49,9 @@ class RunConfig:
     # failing outputs and no analysis asked: the floor measured where it costs at most the
     # run's own torch time (parity.analyses.noise); --no-noise-floor sets it False
     noise_floor_default: bool = True
+    # a file's weight-only quantized ops (int4 MatMulNBits, ...) judged against torch with the
+    # file's own dequantized weights (parity.analyses.quantization); acts only where found
+    quantized_reference: bool = True
     # --repro DIR: the first confirmed divergence as a standalone folder (needs layers);
     # `repro_command` is the command its README names (the CLI's argv, the API's call)
     repro: str | None = None

@@ -17,7 +17,10 @@ froze; confirmed ones), frozen_search (what the frozen search cost when it confi
 nothing, or a check it skipped), near_tie (an LLM's greedy token flipped by an acceptable error),
 error (ONNX Runtime raised on an input set), diverges (where the outputs start to differ,
 not confirmed as made there), unmeasured (what this run did not measure, or an analysis
-asked for that could not run, and why), quantization (what quantized weights cost).
+asked for that could not run, and why), quantization (what a file's intended quantized
+weights cost: "int4 weights ..."; the file judged against torch with its own dequantized
+weights, parity.analyses.quantization, speaks for that candidate instead of the layers,
+whose reference is torch's float weights; a weight that is not a rounding stays a bug).
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ from collections.abc import Iterable
 
 from parity.judge.noise_floor import is_rounding, noise_rank
 from parity.labels import OUTSIDE_MODULES, set_label
-from parity.results import Finding, FindingKind, Noise, OutputComparison, Status, ValidationRun
+from parity.results import (
+    Finding,
+    FindingKind,
+    Noise,
+    OutputComparison,
+    QuantizedTokens,
+    Status,
+    ValidationRun,
+)
 from parity.text import number_text
 from parity.verdict import Verdict
 
@@ -109,11 +120,15 @@ def _per_candidate(run: ValidationRun) -> list[Finding]:
         if view.info.error is None and not view.passed:
             one = run.for_candidate(view.index)
             out += _candidate_findings(one, view.index)
+        elif view.quantization is not None:  # passing, yet a weight may be wrong
+            out += _quantization(run.for_candidate(view.index), view.index)
     return out
 
 
 def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
     out: list[Finding] = list(_errors(run, candidate))
+    if run.quantization is not None and run.quantization.outputs:
+        return out + _quantization(run, candidate)
     layers = run.layers
     first = layers.first_divergence if layers is not None else None
     confirmation = layers.confirmation_of(first) if layers is not None else None
@@ -149,6 +164,126 @@ def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
         else:
             out.append(Finding(FindingKind.BUG, _noise_bug_text(name, noise), name, candidate))
     return out
+
+
+def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
+    """A file with weight-only quantized ops (parity.analyses.quantization): its weights
+    (each a rounding of the model's, or a bug at its node), then each failing output split
+    in two: the file against torch with its own weights, and what those weights cost."""
+    quant = run.quantization
+    assert quant is not None
+    width = quant.width
+    out: list[Finding] = []
+    rounded = [w for w in quant.weights if w.status == "rounding"]
+    if rounded:
+        ops = sorted({w.op for w in rounded})
+        sizes = sorted({w.block_size for w in rounded if w.op == "MatMulNBits"})
+        blocks = f", blocks of {', '.join(map(str, sizes))}" if sizes else ""
+        worst = max((w.max_steps or 0.0) for w in rounded)
+        out.append(
+            Finding(
+                FindingKind.QUANTIZATION,
+                f"{width} weights: {len(rounded)} {'/'.join(ops)} node(s){blocks}, each a "
+                f"rounding of the model's weight (at most {worst:.2g} step off): "
+                f"{width} rounding, intended, not a bug in the export.",
+                candidate=candidate,
+            )
+        )
+    for w in quant.bugs:
+        what = f" ({w.defect})" if w.defect else ""
+        out.append(
+            Finding(
+                FindingKind.BUG,
+                f"The {w.op} node {w.node}: its int{w.bits} weights are not a rounding of "
+                f"{w.parameter}: {w.bad_blocks} of {w.n_blocks} block(s) are off by up to "
+                f"{_steps(w.max_steps)} steps{what}; a bug in the quantized weights, made at "
+                "this node.",
+                candidate=candidate,
+            )
+        )
+    bad = ", ".join(w.node for w in quant.bugs[:3])
+    ref = quant.reference
+    themselves = (
+        f"and the {quant.activations} rounding of its activations at run time"
+        if quant.activations and quant.activations_simulated
+        else "themselves"
+    )
+    by_name = {o.name: o for o in quant.outputs}
+    for name in list(_numeric_failures(run))[:MAX_OUTPUT_FINDINGS]:
+        o = by_name.get(name)
+        if o is None or o.export_passed is None:
+            continue
+        cost = (
+            f"the {width} weights {themselves} move it to an SQNR of {o.sqnr_db:.1f} dB "
+            f"(max abs {number_text(o.quant_max_abs)}) from {ref}'s float weights"
+            if o.sqnr_db is not None
+            else f"the {width} weights {themselves} move it by max abs "
+            f"{number_text(o.quant_max_abs)} from {ref}'s float weights"
+        )
+        agrees = (
+            f"against {ref} with the file's own dequantized weights it agrees (max abs "
+            f"{number_text(o.export_max_abs)}, within the run's tolerance)"
+        )
+        if not o.export_passed and not quant.activations_simulated:
+            text = (
+                f"{name}: against {ref} with the file's own dequantized weights it differs by "
+                f"max abs {number_text(o.export_max_abs)}, which includes the file's "
+                f"{quant.activations} rounding of its activations at run time ({ref} does not "
+                "round them): not judged a bug; "
+                f"{cost}."
+            )
+            out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
+        elif not o.export_passed:
+            text = (
+                f"{name}: not {width} rounding: against {ref} with the file's own dequantized "
+                f"weights it still differs (max abs {number_text(o.export_max_abs)}, beyond "
+                "the run's tolerance), so the export or its kernels compute something else."
+            )
+            out.append(Finding(FindingKind.BUG, text, name, candidate))
+        elif quant.bugs:
+            text = f"{name}: {agrees}, but its weights are wrong at {bad}: {cost}."
+            out.append(Finding(FindingKind.BUG, text, name, candidate))
+        else:
+            text = f"{name}: {width} weights, not a bug in the export: {agrees}; {cost}."
+            out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
+    tokens = quant.tokens
+    if tokens is not None:
+        said = _token_words(tokens)
+        if said:
+            text = f"{width} weights and the tokens: {'; '.join(said)}."
+            out.append(Finding(FindingKind.QUANTIZATION, text, candidate=candidate))
+    return out
+
+
+def _token_words(tokens: QuantizedTokens) -> list[str]:
+    """What a causal LM's tokens say with the file's weights: greedy new tokens against
+    torch's (and ONNX Runtime's own against them), top-1 agreement and KL."""
+    said = []
+    if tokens.greedy_total:
+        change = (
+            f" (first change at new token {tokens.first_change + 1})"
+            if tokens.first_change is not None
+            else ""
+        )
+        said.append(
+            f"torch with the file's weights picks torch's greedy token for "
+            f"{tokens.greedy_agree} of {tokens.greedy_total} new tokens{change}"
+        )
+        if tokens.onnx_agree is not None:
+            said.append(
+                f"ONNX Runtime's own tokens agree with torch-with-its-weights' for "
+                f"{tokens.onnx_agree} of {tokens.greedy_total}"
+            )
+    if tokens.top1_agreement is not None and tokens.kl_mean is not None:
+        said.append(
+            f"top-1 agreement {tokens.top1_agreement:.1%} and mean KL divergence "
+            f"{tokens.kl_mean:.3g} over every step's positions"
+        )
+    return said
+
+
+def _steps(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3g}"
 
 
 def _numeric_failures(run: ValidationRun) -> dict[str, list[OutputComparison]]:
@@ -299,6 +434,7 @@ def _not_run(run: ValidationRun) -> list[Finding]:
 
 _ANALYSIS_WORDS = {
     "noise_floor": "--noise-floor",
+    "quantization": "the quantization-aware reference",
     "layers": "--layers",
     "suggest": "--suggest",
     "repro": "--repro",
@@ -312,11 +448,19 @@ def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     some failing output is neither a bug nor rounding yet)."""
     missing = []
     could_not = {n.analysis for n in run.analyses if not n.done}  # said by _not_run
+    explained = {
+        f.output
+        for f in found
+        if f.kind in (FindingKind.BUG, FindingKind.ROUNDING, FindingKind.QUANTIZATION)
+    }
+    numeric = set(_numeric_failures(run))
+    quantized = {f.output for f in found if f.kind is FindingKind.QUANTIZATION}
+    if numeric and numeric <= quantized:  # torch with the file's own weights said it all
+        return []
     if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
         missing.append("where inside the model the outputs start to differ (--layers)")
-    bug_or_rounding = {f.output for f in found if f.kind in (FindingKind.BUG, FindingKind.ROUNDING)}
+    bug_or_rounding = explained
     born = any(f.kind is FindingKind.BUG and f.output is None for f in found)
-    numeric = set(_numeric_failures(run))
     asked = "noise_floor" in could_not
     if numeric and not born and not numeric <= bug_or_rounding and not asked:
         word = file_precision_word(run)

@@ -160,6 +160,17 @@ class Source(Protocol):
         default: this kind of run has no float64 reference."""
         return None, "noise floor not measured: this kind of run has no float64 reference"
 
+    def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
+        """Torch's outputs on one of this run's cases once more, by the model as it is now
+        (parity.analyses.quantization puts a file's own weights in it), under the ONNX names;
+        default: this kind has no torch model to run again."""
+        raise NotImplementedError(f"{type(self).__name__} has no torch model to run again")
+
+    def tokens_again(self) -> np.ndarray | None:
+        """A causal LM's greedy new tokens (batch, steps) made again by generate() with the
+        model as it is now; None where the run generated nothing."""
+        return None
+
     def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor with 16-bit candidates: also run the reference at these precisions
         ("float16", "bfloat16"), where the source can; default: it cannot (nothing to do)."""

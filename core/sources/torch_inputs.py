@@ -105,6 +105,12 @@ class TorchSource(Source):
 
         return run_torch(self._torch, input_set, signature)
 
+    def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
+        """Torch's outputs on a case again (the model's weights may have been changed)."""
+        from parity.run.runner import run_torch
+
+        return dict(run_torch(self._torch, input_set, signature).arrays)
+
     @property
     def torch_model(self) -> Any:
         """The loaded TorchModel (re-traced for a legacy export's source lines), or None."""

@@ -46,15 +46,15 @@ def save_model(model, directory: Path) -> str:
     return str(directory)
 
 
-def make_llama_dir(directory: Path) -> str:
+def make_llama_dir(directory: Path, *, hidden: int = 32) -> str:
     """A 2-layer Llama (hidden 32, vocab 96) with random weights, saved with its tokenizer."""
     import torch
     import transformers
 
     config = transformers.LlamaConfig(
         vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,

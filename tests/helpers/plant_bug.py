@@ -76,3 +76,16 @@ def export_with_bias_bug(model: object, folder: Path) -> tuple[Path, Path]:
                           dynamic_axes={"x": {0: "b", 2: "t"}})  # fmt: skip
     plant(clean, bug, "/c2/Conv", "bias", 0.01)
     return clean, bug
+
+
+def wrong_scale(src: str | Path, dst: str | Path, node: str, factor: float = 2.0) -> Path:
+    """`src` with the `..._scales` initializer of one MatMulNBits node multiplied by
+    `factor` (a fresh copy: the node's weights then are not a rounding of the model's)."""
+    model = onnx.load(str(src))
+    target = next(n for n in model.graph.node if n.name == node)
+    for tensor in model.graph.initializer:
+        if tensor.name == target.input[2]:
+            scaled = numpy_helper.to_array(tensor) * np.float32(factor)
+            tensor.CopyFrom(numpy_helper.from_array(scaled, tensor.name))
+    onnx.save(model, str(dst))
+    return Path(dst)

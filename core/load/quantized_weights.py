@@ -1,0 +1,284 @@
+"""A file's weight-only quantized ops read back as the float weights they compute with.
+
+`MatMulNBits` (com.microsoft; ONNX Runtime's `MatMulNBitsQuantizer`, GenAI's model builder):
+B is uint8 [N, blocks, block_size x bits / 8] (4-bit: low nibble first), scales [N, blocks]
+(or flat), zero points optional (packed uint8 like B, or in the scales' float type; absent:
+2^(bits-1)). The weight is w[n, k] = (q[n, k] - zero_point[n, b]) x scale[n, b] with
+b = k // block_size, and the MatMul's B is its transpose [K, N].
+`DynamicQuantizeMatMul` (com.microsoft): B int8/uint8 [K, N] with a per-tensor or per-column
+scale and zero point. `MatMulInteger` (ONNX Runtime's `quantize_dynamic`): B [K, N] with its
+zero point; its scale is the initializer multiplied with the activation's
+`DynamicQuantizeLinear` scale. The two dynamic ops quantize their activations too: the file
+then differs from torch-with-its-weights by that as well (said in the analysis).
+
+Each node comes with its step per element block (|scale|): a weight that is a rounding of
+the model's stays within about one step of it (parity.analyses.quantization).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+NBITS = "MatMulNBits"
+DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger")
+QUANTIZED_OPS = (NBITS, *DYNAMIC)
+
+
+@dataclass(frozen=True)
+class QuantizedNode:
+    """One weight-only quantized op of a file, its weight dequantized as the MatMul's B.
+
+    `weight` float32 [K, N] (for MatMulNBits a transposed view of [N, K] rows); `steps`
+    float32 [N, blocks] (the quantization step of each block of `block_size` rows of K, per
+    column; one block over K for per-tensor or per-column scales); `source` the name of the
+    float weight it was made from where the quantizer kept it in its own names (`..._Q4` ->
+    `...`), else the initializer's."""
+
+    node: str
+    op: str
+    bits: int
+    block_size: int
+    weight: np.ndarray
+    steps: np.ndarray
+    source: str
+    scope: str | None  # the module path the exporter wrote in its name, or None
+    scales_name: str  # the initializer holding its scales (where a wrong scale would be)
+    dynamic: bool = False  # its activations are quantized too (a dynamic op)
+    # MatMulNBits accuracy_level 4: ONNX Runtime's CPU kernel rounds its input to int8 per
+    # block of `block_size` along K (symmetric) before multiplying
+    int8_input: bool = False
+
+    @property
+    def k(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def n(self) -> int:
+        return int(self.weight.shape[1])
+
+
+def has_quantized_weights(model: onnx.ModelProto) -> bool:
+    """Any weight-only quantized op in the main graph (read without its weights)."""
+    return any(n.op_type in QUANTIZED_OPS for n in model.graph.node)
+
+
+def count_bytes(model: onnx.ModelProto) -> int:
+    """float32 bytes of every dequantized weight (checked against the memory budget first)."""
+    total = 0
+    for node in model.graph.node:
+        if node.op_type == NBITS:
+            attrs = _attrs(node)
+            total += 4 * int(attrs.get("K", 0)) * int(attrs.get("N", 0))  # type: ignore[call-overload]
+    return total
+
+
+def read_quantized(path: str) -> tuple[list[QuantizedNode], list[str]]:
+    """The quantized nodes of the ONNX file at `path`, reading from its external data only
+    the tensors they use (not the float embeddings beside them: a model's size again)."""
+    from pathlib import Path
+
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    from parity.load.onnx_read import check_external, read_onnx
+
+    proto = read_onnx(path, external_data=False)
+    check_external(path, proto)
+    wanted = {i for n in proto.graph.node if n.op_type in QUANTIZED_OPS for i in n.input}
+    for tensor in proto.graph.initializer:
+        if tensor.name in wanted and uses_external_data(tensor):
+            load_external_data_for_tensor(tensor, str(Path(path).parent))
+    return quantized_nodes(proto)
+
+
+def quantized_nodes(model: onnx.ModelProto) -> tuple[list[QuantizedNode], list[str]]:
+    """(the nodes read, notes on the ones that could not be: their node and why). `model`
+    has its external data loaded."""
+    inits = {t.name: t for t in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    found: list[QuantizedNode] = []
+    notes: list[str] = []
+    for node in model.graph.node:
+        if node.op_type not in QUANTIZED_OPS:
+            continue
+        name = node.name or f"{node.op_type}_{len(found)}"
+        try:
+            if node.op_type == NBITS:
+                read = _nbits(node, name, inits)
+            else:
+                read = _dynamic(node, name, inits, producers, model.graph.node)
+        except _Unreadable as exc:
+            notes.append(f"{node.op_type} node {name}: {exc}")
+            continue
+        found.append(read)
+    return found, notes
+
+
+class _Unreadable(Exception):
+    """A quantized node whose weight is not a constant this module can read."""
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _array(inits: Mapping[str, onnx.TensorProto], name: str) -> np.ndarray:
+    if name not in inits:
+        raise _Unreadable(f"{name!r} is not an initializer")
+    return numpy_helper.to_array(inits[name])
+
+
+def _scope(node: onnx.NodeProto) -> str | None:
+    """The module path a legacy export wrote in the node's name (`/model/layers.0/mlp/
+    down_proj/MatMul_Q4` -> model.layers.0.mlp.down_proj); dynamo's name_scopes metadata."""
+    meta = {p.key: p.value for p in node.metadata_props}
+    scopes = meta.get("pkg.torch.onnx.name_scopes")
+    if scopes:
+        import ast
+
+        try:
+            parsed = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError):
+            parsed = None
+        if isinstance(parsed, list) and parsed:
+            return ".".join(str(s) for s in parsed[1:]) if len(parsed) > 1 else ""
+    if node.name.startswith("/"):
+        return ".".join(node.name.split("/")[1:-1])
+    return None
+
+
+def _source_name(name: str) -> str:
+    for suffix in ("_Q4", "_Q8", "_Q2", "_Q3", "_Q5", "_Q6", "_Q7", "_quantized"):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
+
+
+def unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The last axis of uint8 `packed` as `count` unsigned `bits`-bit integers, least
+    significant first (how MatMulNBits packs its weights and zero points)."""
+    if bits == 8:
+        return packed[..., :count]
+    if bits == 4:  # two per byte, low nibble first: no bit arrays (an lm_head is 100M+)
+        out = np.empty((*packed.shape[:-1], packed.shape[-1] * 2), dtype=np.uint8)
+        np.bitwise_and(packed, 0x0F, out=out[..., 0::2])
+        np.right_shift(packed, 4, out=out[..., 1::2])
+        return out[..., :count]
+    flat = np.unpackbits(packed.astype(np.uint8), axis=-1, bitorder="little")
+    n = flat.shape[-1] // bits
+    grouped = flat[..., : n * bits].reshape(*flat.shape[:-1], n, bits).astype(np.int32)
+    values = (grouped << np.arange(bits, dtype=np.int32)).sum(axis=-1)
+    return values[..., :count]
+
+
+def _nbits(node: onnx.NodeProto, name: str, inits: Mapping[str, onnx.TensorProto]) -> QuantizedNode:
+    attrs = _attrs(node)
+    bits = int(attrs.get("bits", 4))  # type: ignore[call-overload]
+    block = int(attrs.get("block_size", 32))  # type: ignore[call-overload]
+    k, n = int(attrs["K"]), int(attrs["N"])  # type: ignore[call-overload]
+    ins = list(node.input) + [""] * 6
+    if ins[4]:
+        raise _Unreadable("its g_idx (act-order) input is not read")
+    packed = _array(inits, ins[1])
+    blocks = (k + block - 1) // block
+    q = unpack(packed.reshape(n, blocks, -1), bits, block)  # [N, blocks, block]
+    scales = _array(inits, ins[2]).astype(np.float32).reshape(n, blocks)
+    if ins[3]:
+        zp_raw = _array(inits, ins[3])
+        if zp_raw.dtype == np.uint8:
+            zero = unpack(zp_raw.reshape(n, -1), bits, blocks).astype(np.float32)
+        else:  # float zero points: w = (q - zp) x scale with zp in the scales' type
+            zero = zp_raw.astype(np.float32).reshape(n, blocks)
+    else:
+        zero = np.full((n, blocks), float(2 ** (bits - 1)), dtype=np.float32)
+    w = q.astype(np.float32)  # [N, blocks, block], in place from here (one float32 copy)
+    w -= zero[..., None]
+    w *= scales[..., None]
+    # [K, N] as the MatMul's B, a view of the [N, K] rows torch's Linear stores (no copy)
+    weight = w.reshape(n, blocks * block)[:, :k].T
+    return QuantizedNode(
+        node=name,
+        op=NBITS,
+        bits=bits,
+        block_size=block,
+        weight=weight,
+        steps=np.abs(scales),
+        source=_source_name(ins[1]),
+        scope=_scope(node),
+        scales_name=ins[2],
+        int8_input=int(attrs.get("accuracy_level", 0)) == 4,  # type: ignore[call-overload]
+    )
+
+
+def _dynamic(
+    node: onnx.NodeProto,
+    name: str,
+    inits: Mapping[str, onnx.TensorProto],
+    producers: Mapping[str, onnx.NodeProto],
+    nodes: Sequence[onnx.NodeProto],
+) -> QuantizedNode:
+    ins = list(node.input) + [""] * 5
+    q = _array(inits, ins[1])
+    if q.ndim != 2:
+        raise _Unreadable(f"its weight has rank {q.ndim}, not 2")
+    k, n = q.shape
+    if node.op_type == "DynamicQuantizeMatMul":
+        scale = _array(inits, ins[2]).astype(np.float32)
+        scale_name = ins[2]
+        zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
+    else:  # MatMulInteger: the scale is the Mul of the activation's scale and a constant
+        zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
+        scale_name, scale = _integer_scale(node.output[0], inits, producers, nodes)
+    if scale.size not in (1, n) or zero.size not in (1, n):
+        raise _Unreadable("its scale or zero point is neither per tensor nor per column")
+    scale = np.broadcast_to(scale.reshape(-1), (n,))
+    zero_n = np.broadcast_to(zero.reshape(-1), (n,))
+    weight = ((q.astype(np.float32) - zero_n[None, :]) * scale[None, :]).astype(np.float32)
+    return QuantizedNode(
+        node=name,
+        op=node.op_type,
+        bits=8,
+        block_size=k,
+        weight=np.ascontiguousarray(weight),
+        steps=np.abs(np.asarray(scale, np.float32)).reshape(n, 1),
+        source=_source_name(ins[1]),
+        scope=_scope(node),
+        scales_name=scale_name,
+        dynamic=True,
+    )
+
+
+def _integer_scale(
+    output: str,
+    inits: Mapping[str, onnx.TensorProto],
+    producers: Mapping[str, onnx.NodeProto],
+    nodes: Sequence[onnx.NodeProto],
+) -> tuple[str, np.ndarray]:
+    """The weight's scale of a MatMulInteger: quantize_dynamic casts its output to float
+    and multiplies it by (activation scale x weight scale), the weight's a constant."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for other in nodes:
+        for i in other.input:
+            consumers.setdefault(i, []).append(other)
+    value = output
+    for _ in range(2):  # through the Cast to the Mul
+        for user in consumers.get(value, []):
+            if user.op_type == "Cast":
+                value = user.output[0]
+                break
+    for user in consumers.get(value, []):
+        if user.op_type != "Mul":
+            continue
+        other = next((i for i in user.input if i != value), "")
+        made = producers.get(other)
+        if made is not None and made.op_type == "Mul":
+            constant = [i for i in made.input if i in inits]
+            if constant:
+                return constant[0], numpy_helper.to_array(inits[constant[0]]).astype(np.float32)
+        if other in inits:
+            return other, numpy_helper.to_array(inits[other]).astype(np.float32)
+    raise _Unreadable("its weight scale was not found (no Mul of its output by a scale)")
