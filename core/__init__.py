@@ -27,6 +27,7 @@ from parity.errors import (
     RunTimeout,
     SavedRunError,
     SignatureMismatch,
+    StorageError,
     UsageError,
     WriteError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "SavedRunError",
     "Tolerance",
     "Tolerances",
+    "StorageError",
     "UsageError",
     "ValidationRun",
     "WriteError",

@@ -198,3 +198,15 @@ class Interrupted(ParityError):
     """A sweep was stopped while this pair ran (its process was killed): not a result."""
 
     kind = "interrupted"
+
+
+class StorageError(UsageError):
+    """A URI that could not be read (a sweep's object storage): an infrastructure error of its
+    pair (`--resume` runs it again), unlike a pin mismatch. `transient`: worth trying again
+    (connection refused, a timeout, throttling, a 5xx answer)."""
+
+    kind = "storage"
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient

@@ -104,7 +104,10 @@ def test_a_saved_runs_big_arrays_are_mapped_from_the_descriptor_opened_once(tmp_
         os.mkfifo(path)  # the path is now a FIFO; the open descriptor still the file
         result: list[np.ndarray] = []
         reader = threading.Thread(
-            target=lambda: result.append(sr._read_array(fh, big[0], path)), daemon=True
+            target=lambda: result.append(
+                sr._read_array(fh, big[0], path, manifest["members"][big[0].name])
+            ),
+            daemon=True,
         )
         reader.start()
         reader.join(timeout=30)

@@ -24,6 +24,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from parity.errors import OnnxLoadError
+
 NBITS = "MatMulNBits"
 DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger")
 QUANTIZED_OPS = (NBITS, *DYNAMIC)
@@ -111,15 +113,11 @@ def quantized_nodes(model: onnx.ModelProto) -> tuple[list[QuantizedNode], list[s
                 read = _nbits(node, name, inits)
             else:
                 read = _dynamic(node, name, inits, producers, model.graph.node)
-        except _Unreadable as exc:
+        except OnnxLoadError as exc:  # a weight this module cannot read: said, skipped
             notes.append(f"{node.op_type} node {name}: {exc}")
             continue
         found.append(read)
     return found, notes
-
-
-class _Unreadable(Exception):
-    """A quantized node whose weight is not a constant this module can read."""
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, object]:
@@ -128,7 +126,7 @@ def _attrs(node: onnx.NodeProto) -> dict[str, object]:
 
 def _array(inits: Mapping[str, onnx.TensorProto], name: str) -> np.ndarray:
     if name not in inits:
-        raise _Unreadable(f"{name!r} is not an initializer")
+        raise OnnxLoadError(f"{name!r} is not an initializer")
     return numpy_helper.to_array(inits[name])
 
 
@@ -182,7 +180,7 @@ def _nbits(node: onnx.NodeProto, name: str, inits: Mapping[str, onnx.TensorProto
     k, n = int(attrs["K"]), int(attrs["N"])  # type: ignore[call-overload]
     ins = list(node.input) + [""] * 6
     if ins[4]:
-        raise _Unreadable("its g_idx (act-order) input is not read")
+        raise OnnxLoadError("its g_idx (act-order) input is not read")
     packed = _array(inits, ins[1])
     blocks = (k + block - 1) // block
     q = unpack(packed.reshape(n, blocks, -1), bits, block)  # [N, blocks, block]
@@ -224,7 +222,7 @@ def _dynamic(
     ins = list(node.input) + [""] * 5
     q = _array(inits, ins[1])
     if q.ndim != 2:
-        raise _Unreadable(f"its weight has rank {q.ndim}, not 2")
+        raise OnnxLoadError(f"its weight has rank {q.ndim}, not 2")
     k, n = q.shape
     if node.op_type == "DynamicQuantizeMatMul":
         scale = _array(inits, ins[2]).astype(np.float32)
@@ -234,7 +232,7 @@ def _dynamic(
         zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
         scale_name, scale = _integer_scale(node.output[0], inits, producers, nodes)
     if scale.size not in (1, n) or zero.size not in (1, n):
-        raise _Unreadable("its scale or zero point is neither per tensor nor per column")
+        raise OnnxLoadError("its scale or zero point is neither per tensor nor per column")
     scale = np.broadcast_to(scale.reshape(-1), (n,))
     zero_n = np.broadcast_to(zero.reshape(-1), (n,))
     weight = ((q.astype(np.float32) - zero_n[None, :]) * scale[None, :]).astype(np.float32)
@@ -281,4 +279,4 @@ def _integer_scale(
                 return constant[0], numpy_helper.to_array(inits[constant[0]]).astype(np.float32)
         if other in inits:
             return other, numpy_helper.to_array(inits[other]).astype(np.float32)
-    raise _Unreadable("its weight scale was not found (no Mul of its output by a scale)")
+    raise OnnxLoadError("its weight scale was not found (no Mul of its output by a scale)")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from parity.errors import Interrupted, UsageError
+from parity.errors import Interrupted, StorageError, UsageError
 from parity.files import strict_json
 from parity.files.atomic import write_bytes
 from parity.files.json_budget import check_json_budget
@@ -32,7 +32,7 @@ from parity.limits.budget import format_size
 from parity.sweep.names import names_env, renamed_text
 from parity.sweep.pair_process import command as pair_command
 from parity.sweep.plan import REPORT, PairJob
-from parity.sweep.stage import StorageError, fetch_uris
+from parity.sweep.stage import fetch_uris
 from parity.verdict import ExitCode, Verdict
 
 LOG = "log.txt"

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from parity.errors import UsageError, first_line
+from parity.errors import StorageError, UsageError, first_line
 from parity.files.safe_read import read_bytes
 from parity.sweep.plan import InputSlot, PairJob
 
@@ -181,18 +181,6 @@ def unpack(bundle: Bundle, folder: Path, get: Callable[[Any], bytes]) -> dict[in
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(get(shipped.content))
     return dict(bundle.moved)
-
-
-class StorageError(UsageError):
-    """A URI that could not be read: an infrastructure error of its pair (`--resume` runs it
-    again), unlike a pin mismatch. `transient`: worth trying again (connection refused, a
-    timeout, throttling, a 5xx answer)."""
-
-    kind = "storage"
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
 
 
 STORAGE_TRIES = 4

@@ -35,18 +35,46 @@ class Moto:
         """What a process reading this server needs in its environment."""
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
+        """Start it on its port; under load another process can take a port between choosing
+        it and binding it, so the server is asked an S3 question (not only connected to) and
+        a server that exited is started again on the same port a few times."""
+        for _ in range(5):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if self._answers(deadline=time.monotonic() + 120):
+                return
+            self.stop()
+            time.sleep(1.0)
+        raise RuntimeError(f"moto's server did not start on port {self.port}")
+
+    def _answers(self, *, deadline: float) -> bool:
+        import boto3
+        import botocore.config
+
+        config = botocore.config.Config(retries={"max_attempts": 1}, connect_timeout=2)
         while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False  # it exited: the port was taken
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
+                listening = s.connect_ex(("127.0.0.1", self.port)) == 0
+            if listening:
+                try:
+                    boto3.client(
+                        "s3",
+                        endpoint_url=self.url,
+                        region_name="us-east-1",
+                        aws_access_key_id="testing",
+                        aws_secret_access_key="testing",
+                        config=config,
+                    ).list_buckets()
+                    return True
+                except Exception:
+                    pass
             time.sleep(0.2)
-        raise RuntimeError("moto's server did not start")
+        return False
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -57,7 +85,16 @@ class Moto:
     def put(self, key: str, data: bytes) -> None:
         import boto3
 
-        s3 = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1")
+        if self.proc is None or self.proc.poll() is not None:  # gone since (a killed process)
+            self.start()
+
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         buckets = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
         if BUCKET not in buckets:
             s3.create_bucket(Bucket=BUCKET)
