@@ -278,6 +278,7 @@ def test_public_surface_is_exactly_the_api() -> None:
         "OutputsUnwritten",
         "BudgetError",
         "RunTimeout",
+        "StorageError",
         "FieldError",
         "ExpressionError",
         "Interrupted",

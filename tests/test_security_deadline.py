@@ -77,8 +77,8 @@ def test_a_session_setup_past_the_time_limit_is_a_timeout(pair: tuple[str, str])
         # before the setup starts (then an earlier stage says so); when the setup is what ran
         # into it, the setup is said to be abandoned, never waited for.
         assert message.startswith("timed out after 0.2 s") and "\n" not in message
-        if "session setup" in message:
-            assert "abandoned (it finishes in the background" in message
+        if "session setup" in message:  # in process, or first in the crash probe's child
+            assert "session setup was abandoned (it" in message
     finally:
         _wait_for_abandoned_setups()
 

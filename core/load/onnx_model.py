@@ -55,6 +55,8 @@ class OnnxModel:
     signature: OnnxSignature
     sha256: str
     notes: tuple[str, ...] = ()  # what was accepted though a checker complained
+    # the main graph's op types, read once with the file: a stage asks this, never the path
+    op_types: frozenset[str] = frozenset()
 
 
 def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
@@ -82,7 +84,10 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
             raise _load_error(p, f"onnx.checker: {complaint}") from exc
         notes = (f"onnx.checker: {complaint} (accepted: {accepted})",)
     signature = read_signature(proto, where=p)
-    return OnnxModel(path=p, signature=signature, sha256=_sha256(p, proto), notes=notes)
+    ops = frozenset(n.op_type for n in proto.graph.node)
+    return OnnxModel(
+        path=p, signature=signature, sha256=_sha256(p, proto), notes=notes, op_types=ops
+    )
 
 
 _NODE_ORDER = "must be topologically sorted"

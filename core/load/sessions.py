@@ -29,7 +29,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from parity.errors import RunTimeout
 from parity.limits.deadline import current as current_deadline
+from parity.limits.deadline import timeout_message
 from parity.load.quiet import apply_ort_default_severity, ort_severity
 
 if TYPE_CHECKING:
@@ -153,10 +155,18 @@ def _probe(path: str, provider: str, opt_level: str) -> str | None:
             code = 1
         os._exit(code)
     end = time.monotonic() + PROBE_TIMEOUT_S
+    deadline = current_deadline()  # the run's time limit bounds the probe too
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
+        if deadline is not None and deadline.expired:  # the run's limit: said as the setup's
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise RunTimeout(
+                f"{timeout_message(deadline.seconds or 0.0)}: ONNX Runtime's session setup was "
+                "abandoned (it was being tried in a child process, which was stopped)"
+            )
         if time.monotonic() > end:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
