@@ -245,3 +245,21 @@ def _write_two_outputs_onnx(path: Path) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
+
+
+def test_a_read_follows_the_endpoint_the_environment_names_now(s3, monkeypatch):
+    """fsspec caches a filesystem per process: a driver whose environment now names another
+    endpoint (or other credentials) must read from it, not from the one it first used."""
+    from parity.sweep.stage import read_uri
+
+    other = Moto()
+    other.start()
+    try:
+        s3.put("models/which.bin", b"first")
+        other.put("models/which.bin", b"second")
+        uri = f"s3://{BUCKET}/models/which.bin"
+        assert read_uri(uri) == b"first"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", other.url)
+        assert read_uri(uri) == b"second"
+    finally:
+        other.stop()

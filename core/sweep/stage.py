@@ -325,7 +325,9 @@ def read_uri(uri: str, limit: int = MAX_FILE) -> bytes:
     except ImportError:
         raise StorageError(f"reading {uri} needs fsspec on the worker: {install}") from None
     try:
-        with fsspec.open(uri, "rb") as fh:
+        # a fresh filesystem each read: fsspec caches instances per process, which would keep
+        # an endpoint or credentials the environment no longer names (a long-lived driver)
+        with fsspec.open(uri, "rb", skip_instance_cache=True) as fh:
             data = fh.read(limit + 1)
     except ImportError as exc:
         raise StorageError(f"reading {uri} needs {install} ({first_line(exc)})") from None
