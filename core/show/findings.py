@@ -387,8 +387,9 @@ def _frozen(run: ValidationRun) -> list[Finding]:
 
 def _frozen_search(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     """What the frozen search cost when it confirmed nothing, or skipped a check (its done
-    note): said where no bug or rounding finding explains the run."""
-    if any(f.kind in (FindingKind.BUG, FindingKind.ROUNDING) for f in found):
+    note): said where no bug, rounding or quantization finding explains the run."""
+    explained = (FindingKind.BUG, FindingKind.ROUNDING, FindingKind.QUANTIZATION)
+    if any(f.kind in explained for f in found):
         return []
     return [
         Finding(FindingKind.FROZEN_SEARCH, n.text)
