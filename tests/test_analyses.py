@@ -56,26 +56,26 @@ def make_float32_only() -> torch.nn.Module:
     return Float32Only().eval()
 
 
-@pytest.fixture(scope="module")
-def float_constant(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    model = make_float_constant()
+def _exported(
+    model: torch.nn.Module, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[torch.nn.Module, Path]:
+    """`model` and its legacy export with a dynamic batch."""
     path = tmp_path_factory.mktemp("analyses") / "m.onnx"
     torch.onnx.export(
         model, (torch.randn(2, 4),), str(path), dynamo=False, input_names=["x"],
         output_names=["y"], dynamic_axes={"x": {0: "b"}},
     )  # fmt: skip
     return model, path
+
+
+@pytest.fixture(scope="module")
+def float_constant(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    return _exported(make_float_constant(), tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def no_float64(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    model = make_float32_only()
-    path = tmp_path_factory.mktemp("analyses") / "m.onnx"
-    torch.onnx.export(
-        model, (torch.randn(2, 4),), str(path), dynamo=False, input_names=["x"],
-        output_names=["y"], dynamic_axes={"x": {0: "b"}},
-    )  # fmt: skip
-    return model, path
+    return _exported(make_float32_only(), tmp_path_factory)
 
 
 def test_every_stage_is_an_analysis_with_a_name_and_a_config_switch() -> None:

@@ -123,15 +123,13 @@ def judge_file(
             f"{len(unmatched)} quantized node(s) matched no torch weight (kept in float in the "
             f"reference): {', '.join(unmatched[:5])}"
         )
-    activations = ""
-    if any(m.node.dynamic for m in matched):
-        activations = "uint8 per tensor"
+    activations = _activations(matched)
+    if activations == PER_TENSOR:
         notes.append(
             "dynamic quantization also rounds the activations at run time: torch-with-its-"
             "weights rounds each quantized op's input as DynamicQuantizeLinear does"
         )
-    elif any(m.node.int8_input for m in matched):
-        activations = "int8 per block"
+    elif activations == PER_BLOCK:
         notes.append(
             "MatMulNBits at accuracy_level 4: ONNX Runtime's CPU kernel rounds each input to "
             "int8 per block along K; torch-with-its-weights rounds it the same way"
@@ -157,6 +155,19 @@ def judge_file(
         notes=tuple(notes),
         activations=activations,
     )
+
+
+PER_TENSOR = "uint8 per tensor"  # dynamic quantization's activations
+PER_BLOCK = "int8 per block"  # MatMulNBits at accuracy_level 4 on ONNX Runtime's CPU
+
+
+def _activations(matched: Sequence[Any]) -> str:
+    """How the file rounds its activations at run time ("": it does not)."""
+    if any(m.node.dynamic for m in matched):
+        return PER_TENSOR
+    if any(m.node.int8_input for m in matched):
+        return PER_BLOCK
+    return ""
 
 
 def judge_against_reference(
@@ -190,11 +201,7 @@ def judge_against_reference(
             f"{len(unmatched)} quantized node(s) matched no weight of the reference: "
             f"{', '.join(unmatched[:5])}"
         )
-    activations = ""
-    if any(m.node.dynamic for m in matched):
-        activations = "uint8 per tensor"
-    elif any(m.node.int8_input for m in matched):
-        activations = "int8 per block"
+    activations = _activations(matched)
     if activations:
         notes.append(
             f"the file also rounds its activations at run time ({activations}); the reference "
