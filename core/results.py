@@ -542,6 +542,8 @@ class FindingKind(StrEnum):
     DIVERGES = "diverges"
     QUANTIZATION = "quantization"  # what a file's quantized weights cost (not a bug)
     STAGE = "stage"  # several files as pipeline stages: the first where the numbers break
+    # what an approximation the deploy tool applied on purpose costs (FastGelu's tanh GELU, ...)
+    APPROXIMATION = "approximation"
 
 
 FINDING_KINDS = tuple(k.value for k in FindingKind)

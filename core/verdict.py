@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import IntEnum, StrEnum
 
-__all__ = ["ExitCode", "Verdict"]
+__all__ = ["ExitCode", "Judge", "Verdict"]
 
 
 class Verdict(StrEnum):
@@ -32,3 +32,16 @@ class ExitCode(IntEnum):
     @property
     def verdict(self) -> Verdict:
         return Verdict[self.name]
+
+
+class Judge(StrEnum):
+    """How a run's verdict is decided (`--judge`, `validate(judge=...)`, the Run page).
+
+    TOLERANCE (the default): every output within atol + rtol·|ref| passes, whatever the cause.
+    CAUSE: the run fails on a bug and passes where every difference is what the file was
+    meant to do (its precision, quantization or a tool's intended approximation, measured):
+    decided from the run's findings (parity.show.cause).
+    """
+
+    TOLERANCE = "tolerance"
+    CAUSE = "cause"
