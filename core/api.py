@@ -34,7 +34,7 @@ from parity.errors import ParityError, UsageError
 from parity.results import Finding, ValidationRun, register_run_files
 from parity.run.config import RunConfig, default_loaders
 from parity.run.progress import ProgressCallback
-from parity.settings import Front
+from parity.settings import Front, Setting
 from parity.tolerances import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -42,6 +42,7 @@ from parity.tolerances import (
     TolerancesLike,
     tolerances_of,
 )
+from parity.verdict import Judge, Verdict, judge_of
 
 __all__ = ["ValidateOptions", "ValidationRun", "assert_export_close", "validate"]
 
@@ -61,6 +62,11 @@ class _ReportFiles:
         from parity.show.findings import run_findings
 
         return run_findings(run)
+
+    def cause_verdict(self, run: ValidationRun) -> Verdict:
+        from parity.show.cause import judge_by_cause
+
+        return judge_by_cause(run).verdict
 
     def save(self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool) -> Path:
         from parity.reports.saved_run import save_run
@@ -108,6 +114,7 @@ class ValidateOptions:
     timeout: float | None = None
     suggest: bool = False
     quantized_reference: bool = True
+    judge: str = "tolerance"
 
 
 def _options_of(function: str, given: Mapping[str, Any]) -> ValidateOptions:
@@ -183,6 +190,11 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
         is judged against torch with the file's own dequantized weights put in, split into
         what the export computes and what quantizing costs (``run.quantization``); on by
         default, it acts only where such ops are found (``--no-quantized-reference``).
+    judge: how ``run.verdict`` is decided (as ``--judge``): "tolerance" (default) passes
+        every output within atol + rtol*|ref|; "cause" fails on a bug and passes where every
+        difference is what the file was meant to do (its precision's rounding, its
+        quantization, a tool's intended approximation), measured: it measures the noise floor
+        and judges quantized weights (docs/precision.md, "The verdict by cause").
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers
@@ -192,6 +204,13 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
         return _validate(model, onnx, _options_of("validate", options))
     except ParityError as exc:
         raise exc.in_words(Front.API) from exc.__cause__
+
+
+def _judge(value: str | Judge) -> Judge:
+    try:
+        return judge_of(value)
+    except ValueError as exc:
+        raise UsageError(str(exc).removeprefix("judge "), setting=Setting("judge")) from None
 
 
 def _max_memory(value: int | str | None) -> int | None:
@@ -244,6 +263,7 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
             noise_floor_default=not o.no_noise_floor,
             suggest=bool(o.suggest),
             quantized_reference=bool(o.quantized_reference),
+            judge=_judge(o.judge),
             repro=None if o.repro is None else os.fspath(o.repro),
             repro_command=f"parity.validate({spec or type(model).__name__!r}, "
             f"{onnx_label or onnx_path!r}, repro={os.fspath(o.repro)!r})"

@@ -422,6 +422,7 @@ def _run_cases(
         timings=timings,
         provenance=provenance,
         generation=generation,
+        judge=config.judge,
     )
 
 

@@ -23,7 +23,7 @@ from parity.messages import failure_message, with_notes
 from parity.signature import OnnxSignature
 from parity.text import html_text
 from parity.tolerances import Tolerance, Tolerances, TolerancesLike, tolerances_of
-from parity.verdict import Verdict
+from parity.verdict import Judge, Verdict, judge_of
 
 if TYPE_CHECKING:  # annotation only: parity.layers stands on this module
     from parity.layers.result import LayersResult
@@ -636,6 +636,8 @@ class ValidationRun:
     suggested_tolerances: SuggestedTolerances | None = None
     # what each analysis asked for did, or why it could not (parity.analyses)
     analyses: tuple[AnalysisNote, ...] = ()
+    # how `verdict` is decided: the tolerance (default) or the cause (parity.show.cause)
+    judge: Judge = Judge.TOLERANCE
 
     @classmethod
     def from_rows(
@@ -721,8 +723,18 @@ class ValidationRun:
 
     @property
     def verdict(self) -> Verdict:
-        """PASS when every candidate passes every output; ERROR when a candidate could not
-        be run at all (the CLI's exit 2); else FAIL."""
+        """The run's verdict as its `judge` decides it: by tolerance (`tolerance_verdict`),
+        or by cause (parity.show.cause: FAIL on a bug or an unexplained difference, PASS
+        where every difference is what the file was meant to do). ERROR either way when a
+        candidate could not be run at all (the CLI's exit 2)."""
+        if self.judge is Judge.CAUSE:
+            return _run_files().cause_verdict(self)
+        return self.tolerance_verdict
+
+    @property
+    def tolerance_verdict(self) -> Verdict:
+        """PASS when every candidate passes every output at its tolerance; ERROR when a
+        candidate could not be run at all; else FAIL."""
         if any(c.info.error is not None for c in self.candidates):
             return Verdict.ERROR
         if all(c.status.passed for c in self.outputs) and self.outputs:
@@ -864,11 +876,13 @@ class ValidationRun:
         *,
         atol: float | None = None,
         rtol: float | None = None,
+        judge: Judge | str | None = None,
     ) -> ValidationRun:
         """Judge every output again at other tolerances; milliseconds, no tensors touched.
 
         `tolerances`: a `Tolerances`, a mapping name -> atol or (atol, rtol), or a tolerances
-        JSON file; `atol` / `rtol` replace the default (the run's where not given).
+        JSON file; `atol` / `rtol` replace the default (the run's where not given); `judge`
+        "tolerance" or "cause" (the run's where not given).
         """
         base = self.tolerances.default
         default = Tolerance(
@@ -882,6 +896,7 @@ class ValidationRun:
         tolerances.check_outputs(self.output_names)
         return replace(
             self,
+            judge=self.judge if judge is None else judge_of(judge),
             tolerances=tolerances,
             candidates=tuple(c.rejudge(tolerances) for c in self.candidates),
         )
@@ -954,6 +969,8 @@ class RunFiles(Protocol):
     def report(self, run: ValidationRun) -> dict[str, Any]: ...
 
     def findings(self, run: ValidationRun) -> tuple[Finding, ...]: ...
+
+    def cause_verdict(self, run: ValidationRun) -> Verdict: ...
 
     def save(
         self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool

@@ -52,6 +52,7 @@ SETTINGS: dict[str, Words] = {
     "layers_memory_mb": Words("--layers-memory"),
     "noise_floor": Words("--noise-floor", "noise_floor", "Measure rounding noise"),
     "quantized_reference": Words("--no-quantized-reference", "quantized_reference"),
+    "judge": Words("--judge", "judge", "Judge by"),
     "timeout": Words("--timeout", "timeout", "Time limit"),
     "max_memory": Words("--max-memory", "max_memory"),
     # an hf: model's options (parity.hf.options.HfOptions)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import IntEnum, StrEnum
 
-__all__ = ["ExitCode", "Judge", "Verdict"]
+__all__ = ["ExitCode", "Judge", "Verdict", "judge_of"]
 
 
 class Verdict(StrEnum):
@@ -45,3 +45,11 @@ class Judge(StrEnum):
 
     TOLERANCE = "tolerance"
     CAUSE = "cause"
+
+
+def judge_of(value: Judge | str) -> Judge:
+    """A judge from its name ("tolerance" / "cause"); a ValueError naming both otherwise."""
+    try:
+        return Judge(value)
+    except ValueError:
+        raise ValueError(f"judge must be 'tolerance' or 'cause', got {value!r}") from None

@@ -45,6 +45,7 @@ from parity.settings import Front, Setting
 from parity.show.sentences import failing_outputs
 from parity.show.summary import headline
 from parity.text import all_text
+from parity.verdict import Judge
 
 CODE_UPLOAD_TYPES = ["pt", "pth", "ts", "jit"]  # TorchScript: code, uploadable when trusted
 
@@ -59,6 +60,7 @@ def demo_config(name: str):
         n_input_sets=N_SETS_DEFAULT,
         layers=compare_layers(),
         noise_floor=noise_floor(),
+        judge=judge(),
     )
 
 
@@ -70,6 +72,11 @@ def compare_layers() -> bool:
 def noise_floor() -> bool:
     """The "Measure rounding noise" checkbox (RunConfig.noise_floor)."""
     return bool(state.get(state.RUN_NOISE, False))
+
+
+def judge() -> Judge:
+    """The "Judge by cause" checkbox (RunConfig.judge)."""
+    return Judge.CAUSE if state.get(state.RUN_JUDGE, False) else Judge.TOLERANCE
 
 
 def run_demo(name: str) -> None:
@@ -571,6 +578,15 @@ def page() -> None:
         "Same as `parity validate --noise-floor`. Unchecked, a run whose outputs fail still "
         "measures it where that costs at most the run's own torch time.",
     )
+    state.form_widget(  # kept while other pages are shown
+        st.checkbox,
+        "Judge by cause: fail on a bug, pass what the file was meant to do",
+        key=state.RUN_JUDGE,
+        default=False,
+        help="The verdict by cause: a difference that is the file's own rounding, quantization "
+        "or a deploy tool's intended approximation (each measured) passes; a bug fails even "
+        "within the tolerance. Unchecked, every output within the tolerance passes.",
+    )
     from parity.load.demos import DEMOS
 
     for name in DEMOS:  # a demo button clicked on the last rerun: run it before drawing
@@ -637,6 +653,7 @@ def page() -> None:
             hf=hf_options,
             layers=compare_layers(),
             noise_floor=noise_floor() and bool(model),
+            judge=judge(),
             timeout=float(timeout) or None,
             **settings,
             **kept_settings(model),

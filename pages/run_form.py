@@ -50,6 +50,7 @@ def form_values(config) -> dict[str, Any]:
     values: dict[str, Any] = {
         state.RUN_LAYERS: bool(config.layers),
         state.RUN_NOISE: bool(config.noise_floor),
+        state.RUN_JUDGE: config.judge == "cause",
         state.RUN_N_SETS: _clamped(config.n_input_sets or N_SETS_DEFAULT, "n_sets"),
         state.RUN_SEED: _clamped(config.seed, "seed"),
         state.RUN_PROVIDER: list(config.providers),

@@ -52,6 +52,7 @@ FORM_BASE = "parity_run_form_base"  # the RunConfig of the run that filled the f
 AUTORUN = "parity_autorun"  # the ?demo=NAME (or PARITY_DEMO) this session has run
 RUN_LAYERS = "run_layers"  # widget: the "compare layers" checkbox
 RUN_NOISE = "run_noise_floor"  # widget: the "noise floor" checkbox
+RUN_JUDGE = "run_judge_cause"  # widget: the "judge by cause" checkbox
 LAYERS_DONE = "parity_layers_done"  # a run compared layers: the Run page unticks its box
 RUN_MODEL_SOURCE = "model_source"  # widget: where the model comes from (run_form.MODEL_SOURCES)
 RUN_MODEL_DEMO = "model_demo"  # widget: the demo's name

@@ -341,6 +341,8 @@ LATER_FIELDS = {
     "frozen",
     "static_axes",
     "findings",
+    "judge",  # the verdict by cause (--judge)
+    "tolerance_verdict",
     "suggested_tolerances",
     "input_of",  # layers.values[]
     "ops",

@@ -36,10 +36,10 @@ class NoiseFloor(Analysis):
         self._why_not: str | None = None
 
     def wanted(self, config: RunConfig) -> bool:
-        return config.noise_floor or by_default(config)
+        return config.measures_noise or by_default(config)
 
     def before(self, prepare: Preparation) -> CaseHook | None:
-        if not prepare.config.noise_floor:
+        if not prepare.config.measures_noise:
             return None  # by default: after the cases, only if outputs fail
         from parity.judge.noise_floor import with_noise
         from parity.load.file_precision import output_precisions
@@ -72,13 +72,13 @@ class NoiseFloor(Analysis):
         return hook
 
     def apply(self, run: ValidationRun, context: AnalysisContext) -> ValidationRun:
-        if not context.config.noise_floor:
+        if not context.config.measures_noise:
             return _measured_by_default(run, context, self.name)
         if any(c.noise is not None for c in run.outputs):
             return run
         floats = any(c.ref_dtype is not None and "float" in c.ref_dtype for c in run.outputs)
-        if not floats:
-            return run
+        if not floats or not context.config.noise_floor:
+            return run  # measured for the verdict by cause only: what it leaves is unexplained
         why = (self._why_not or "no output's noise floor could be measured").removeprefix(
             "noise floor not measured: "
         )

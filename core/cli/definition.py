@@ -329,6 +329,16 @@ NOISE_FLOOR = Group(
             '(adds "suggested_tolerances" to --json)',
         ),
         flag(
+            "--judge",
+            choices=("tolerance", "cause"),
+            default="tolerance",
+            help="how the verdict (and the exit code) is decided: 'tolerance' (default) passes "
+            "every output within atol + rtol*|ref|; 'cause' exits 1 on a bug and 0 where every "
+            "difference is what the file was meant to do (its precision's rounding, its "
+            "quantization, a tool's intended approximation), measured (it measures the noise "
+            "floor; docs/precision.md)",
+        ),
+        flag(
             "--no-quantized-reference",
             action="store_true",
             help="do not judge a file's weight-only quantized ops (int4 MatMulNBits, ...) "

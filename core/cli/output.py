@@ -11,7 +11,7 @@ import traceback
 
 from parity.cli.values import tolerances_from_args
 from parity.errors import OutputsUnwritten, ParityError, UsageError, WriteError
-from parity.results import AnalysisNote, ValidationRun
+from parity.results import AnalysisNote, FindingKind, ValidationRun
 from parity.run.input_binding import SignatureMismatch
 from parity.run.progress import NOTICE
 from parity.show.format import format_run, format_verdict
@@ -170,7 +170,7 @@ def format_text(run: ValidationRun) -> str:
             text += f"\n\n{terminal_text(head)}\n" + "\n".join(
                 f"  {terminal_text(line)}" for line in rest
             )
-    elif noise and not run.passed:
+    elif noise and not run.passed and not any(f.kind is FindingKind.BUG for f in run.findings):
         text += (
             "\n\nTolerances for this file: --suggest (fitted on these input sets, then "
             "checked on as many fresh ones)"

@@ -33,7 +33,7 @@ from parity.errors import ParityError, UsageError, describe_error
 from parity.load.quiet import set_debug
 from parity.results import ValidationRun
 from parity.text import terminal_text
-from parity.verdict import ExitCode, Verdict
+from parity.verdict import ExitCode, Judge, Verdict
 
 
 def _validate(args: argparse.Namespace) -> ValidationRun:
@@ -71,6 +71,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         noise_floor_default=not getattr(args, "no_noise_floor", False),
         suggest=bool(getattr(args, "suggest", False)),
         quantized_reference=not getattr(args, "no_quantized_reference", False),
+        judge=Judge(getattr(args, "judge", "tolerance")),
         repro=getattr(args, "repro", None) or None,
         repro_command=renamed_text(
             "parity " + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),

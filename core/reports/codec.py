@@ -65,7 +65,7 @@ from parity.results import (
 from parity.show.rows import ComparisonRow
 from parity.signature import OnnxSignature, TensorSpec
 from parity.tolerances import Tolerance, Tolerances
-from parity.verdict import Verdict
+from parity.verdict import Judge, Verdict, judge_of
 
 if TYPE_CHECKING:
     from parity.layers.result import LayersResult
@@ -122,6 +122,9 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
     data: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
         "verdict": run.verdict,
+        # how the verdict was decided, and what each judge says (both, so CI can read either)
+        "judge": run.judge,
+        "tolerance_verdict": run.tolerance_verdict,
         "model": run.model,
         "onnx": run.onnx,
         "environment": dict(run.environment),
@@ -351,6 +354,7 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
         "analyses": [analysis_note_to_json(a) for a in run.analyses],
+        "judge": run.judge,
     }
 
 
@@ -415,7 +419,15 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         static_axes=static_axes_from_json(m.get("static_axes")),
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
         analyses=analysis_notes_from_json(m.get("analyses")),
+        judge=_judge_from_json(m.get("judge", "tolerance")),
     )
+
+
+def _judge_from_json(raw: Any) -> Judge:
+    try:
+        return judge_of(sj.string(raw, "judge"))
+    except ValueError as exc:
+        raise sj.FieldError(str(exc)) from None
 
 
 def _check_references(references: Sequence[OutputSet | None], outputs_kept: bool) -> None:

@@ -14,6 +14,7 @@ from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind
 from parity.settings import Mention, Part, Setting
 from parity.tolerances import Tolerances
+from parity.verdict import Judge
 
 if TYPE_CHECKING:  # annotation only: parity.hf stands on parity.run
     from parity.hf.options import HfOptions
@@ -52,6 +53,9 @@ class RunConfig:
     # a file's weight-only quantized ops (int4 MatMulNBits, ...) judged against torch with the
     # file's own dequantized weights (parity.analyses.quantization); acts only where found
     quantized_reference: bool = True
+    # how the run's verdict is decided (parity.verdict.Judge): CAUSE also measures the noise
+    # floor on every output (`measures_noise`), as the cause of a difference needs it
+    judge: Judge = Judge.TOLERANCE
     # --repro DIR: the first confirmed divergence as a standalone folder (needs layers);
     # `repro_command` is the command its README names (the CLI's argv, the API's call)
     repro: str | None = None
@@ -67,6 +71,13 @@ class RunConfig:
     def n_given_sets(self) -> int:
         """Input sets the user gave (files, then arrays); 0: sets are generated."""
         return len(self.input_files) + len(self.feeds)
+
+    @property
+    def measures_noise(self) -> bool:
+        """The noise floor is measured on every case: asked (--noise-floor), or the verdict is
+        by cause on a run with a torch model to run in float64."""
+        by_cause = self.judge is Judge.CAUSE and self.kind in (RunKind.TORCH, RunKind.HF_GENERATE)
+        return self.noise_floor or by_cause
 
     @property
     def kind(self) -> RunKind:

@@ -21,6 +21,7 @@ from parity.load.specs import demo_name, is_hf_spec
 from parity.results import ValidationRun
 from parity.run.config import RunConfig
 from parity.tolerances import Tolerances
+from parity.verdict import Judge, judge_of
 
 
 def config_json(config: RunConfig) -> dict[str, Any]:
@@ -55,6 +56,7 @@ def config_json(config: RunConfig) -> dict[str, Any]:
         "noise_floor_default": bool(config.noise_floor_default),
         "suggest": bool(config.suggest),
         "quantized_reference": bool(config.quantized_reference),
+        "judge": str(config.judge),
         "timeout": None if config.timeout is None else float(config.timeout),
         "max_memory": config.max_memory,
     }
@@ -108,9 +110,18 @@ def config_from_json(data: Mapping[str, Any], tolerances: Tolerances | None = No
         noise_floor_default=bool(get("noise_floor_default", sj.boolean, True)),
         suggest=bool(get("suggest", sj.boolean, False)),
         quantized_reference=bool(get("quantized_reference", sj.boolean, True)),
+        judge=_judge_from_json(data.get("judge", "tolerance")),
         timeout=get("timeout", sj.number, None, minimum=0.0) or None,
         max_memory=get("max_memory", sj.integer),
     )
+
+
+def _judge_from_json(raw: Any) -> Judge:
+    text = sj.string(raw, "config.judge")
+    try:
+        return judge_of(text)
+    except ValueError as exc:
+        raise sj.FieldError(f"config.judge: {exc}") from None
 
 
 def _hf_from_json(raw: Any):

@@ -38,10 +38,17 @@ from parity.results import (
     Status,
     ValidationRun,
 )
-from parity.text import number_text
+from parity.text import number_text, tolerance_text
+from parity.tolerances import Tolerance
 from parity.verdict import Verdict
 
-__all__ = ["bug_outputs", "file_precision_word", "findings_json", "run_findings"]
+__all__ = [
+    "all_findings",
+    "bug_outputs",
+    "file_precision_word",
+    "findings_json",
+    "run_findings",
+]
 
 MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing outputs stays readable
 
@@ -49,13 +56,25 @@ MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing output
 def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     """The run's findings, in reading order: several files as pipeline stages (the first
     where the numbers break), per candidate (several: each failing one's, its
-    index on each finding), errors, where it diverges, each failing output's bug or rounding,
-    then frozen sizes, static axes, near ties and what was not measured (not said where a
-    confirmed frozen size explains the failure)."""
-    found = _per_candidate(run)
+    index on each finding), errors, where it diverges, each failing output's bug or rounding
+    (at most MAX_OUTPUT_FINDINGS per candidate), a bug a loose tolerance passes, then frozen
+    sizes, static axes, near ties and what was not measured (not said where a confirmed
+    frozen size explains the failure)."""
+    return _findings(run, MAX_OUTPUT_FINDINGS)
+
+
+def all_findings(run: ValidationRun) -> tuple[Finding, ...]:
+    """Every finding, one per failing output however many fail: what the verdict by cause
+    (parity.show.cause) reads, so an output past the shown cap is never unexplained."""
+    return _findings(run, None)
+
+
+def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
+    found = _per_candidate(run, limit)
     frozen = _frozen(run)
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
-    unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
+    failed = run.tolerance_verdict is Verdict.FAIL
+    unmeasured = _unmeasured(run, found) if failed and not frozen else []
     not_run = _not_run(run)
     stages = [
         Finding(FindingKind.STAGE, n.text)
@@ -113,22 +132,50 @@ def file_precision_word(run: ValidationRun) -> str:
 # ----------------------------------------------------------------------------- one candidate
 
 
-def _per_candidate(run: ValidationRun) -> list[Finding]:
-    """Each failing candidate's findings (several candidates: each judged as its own run)."""
+def _per_candidate(run: ValidationRun, limit: int | None) -> list[Finding]:
+    """Each failing candidate's findings (several candidates: each judged as its own run),
+    and on every candidate a bug that passes only because of its tolerance."""
     out: list[Finding] = []
     for view in run.candidates:
-        if view.info.error is None and not view.passed:
-            one = run.for_candidate(view.index)
-            out += _candidate_findings(one, view.index)
+        if view.info.error is not None:
+            continue
+        one = run.for_candidate(view.index)
+        if not view.passed:
+            out += _candidate_findings(one, view.index, limit)
         elif view.quantization is not None:  # passing, yet a weight may be wrong
-            out += _quantization(run.for_candidate(view.index), view.index)
+            out += _quantization(one, view.index, limit)
+        out += _hidden_by_tolerance(one, view.index)
     return out
 
 
-def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
+def _hidden_by_tolerance(run: ValidationRun, candidate: int) -> list[Finding]:
+    """An output that passes only because its tolerance is looser than the default, while
+    its error is far beyond the file's rounding (the noise floor measured it): a bug the
+    tolerance hides, said whatever the judge (under --judge cause the run fails)."""
+    default = Tolerance()
+    out: list[Finding] = []
+    said: set[str] = set()
+    for c in run.outputs:
+        if c.name in said or c.status is not Status.PASS or c.noise is None:
+            continue
+        if is_rounding(c.noise) or c.tolerance == default or not c.can_rejudge:
+            continue
+        if c.rejudge(default).status.passed:
+            continue  # it passes the default too: the tolerance hides nothing
+        said.add(c.name)
+        text = (
+            f"{c.name}: a bug the tolerance hides: it passes at {tolerance_text(c.tolerance)} "
+            f"only; {_ratio_words(c.noise)}, far beyond {_rounding_name(c.noise.precision)}, "
+            f"and at the default {tolerance_text(default)} it fails."
+        )
+        out.append(Finding(FindingKind.BUG, text, c.name, candidate))
+    return out
+
+
+def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
     out: list[Finding] = list(_errors(run, candidate))
     if run.quantization is not None and run.quantization.outputs:
-        return out + _quantization(run, candidate)
+        return out + _quantization(run, candidate, limit)
     layers = run.layers
     first = layers.first_divergence if layers is not None else None
     confirmation = layers.confirmation_of(first) if layers is not None else None
@@ -153,7 +200,7 @@ def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
                 )
             )
     numeric = _numeric_failures(run)
-    for name, rows in list(numeric.items())[:MAX_OUTPUT_FINDINGS]:
+    for name, rows in list(numeric.items())[:limit]:
         noise = _worst_noise(rows)
         if born:
             out.append(Finding(FindingKind.BUG, _born_text(name, first, noise), name, candidate))
@@ -166,7 +213,7 @@ def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
     return out
 
 
-def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
+def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
     """A file with weight-only quantized ops (parity.analyses.quantization): its weights
     (each a rounding of the model's, or a bug at its node), then each failing output split
     in two: the file against torch with its own weights, and what those weights cost."""
@@ -209,7 +256,7 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
         else "themselves"
     )
     by_name = {o.name: o for o in quant.outputs}
-    for name in list(_numeric_failures(run))[:MAX_OUTPUT_FINDINGS]:
+    for name in list(_numeric_failures(run))[:limit]:
         o = by_name.get(name)
         if o is None or o.export_passed is None:
             continue

@@ -7,8 +7,10 @@ from parity.judge.where import WhereProfile, where_of
 from parity.labels import status_label, wrong_pair_note
 from parity.results import OutputComparison, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
+from parity.show.cause import cause_line
 from parity.show.rows import COLUMNS, comparison_rows
 from parity.text import aligned_table, count_text, number_pair_text, shape_text, terminal_text
+from parity.verdict import Judge, Verdict
 
 MESSAGE_LINES = 20  # a comparison's message has a few (numpy.testing's); more are cut
 TERMINAL_COLUMNS = tuple(c for c in COLUMNS if c.key != "message")  # messages follow the table
@@ -29,6 +31,9 @@ def _count(n: int, noun: str) -> str:
 
 
 def format_verdict(run: ValidationRun) -> str:
+    """The terminal's last line: the verdict, by tolerance or by cause (parity.show.cause)."""
+    if run.judge is Judge.CAUSE and run.verdict is not Verdict.ERROR:
+        return cause_line(run)
     unit = "step" if run.is_generation else "input set"
     size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
     failing = [c for c in run.outputs if not c.status.passed]

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parity.judge.pass_rule import RULE_TEXT
-from parity.results import Finding, RunKind, Status, ValidationRun
+from parity.results import Finding, FindingKind, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
+from parity.show.cause import judge_by_cause
 from parity.show.findings import run_findings
 from parity.text import all_text, count_text, tolerance_text
-from parity.verdict import Verdict
+from parity.verdict import Judge, Verdict
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ def headline(run: ValidationRun) -> str:
         return f"Parity could not run the ONNX file{why}."
     outputs = run.output_names
     sets = count_text(len(run.input_sets), "input set")
+    if run.judge is Judge.CAUSE:
+        return _cause_headline(run, ref)
     if run.verdict is Verdict.PASS:
         every = all_text(len(outputs), "output") + (" agrees" if len(outputs) == 1 else " agree")
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
@@ -81,6 +84,34 @@ def headline(run: ValidationRun) -> str:
         how = f"{'differs' if one else 'differ'} beyond the allowed error"
     said = "its output" if one else f"{len(failing)} of {count_text(len(outputs), 'output')}"
     return f"The export does not match {ref}: {said} {how}."
+
+
+def _cause_headline(run: ValidationRun, ref: str) -> str:
+    """The verdict by cause as a sentence (parity.show.cause): what differs, and why that
+    passes (intended) or fails (a bug, or a difference nothing explains)."""
+    judged = judge_by_cause(run)
+    beyond = sorted({name for _, name, _ in judged.intended})
+    if judged.verdict is Verdict.PASS:
+        if not beyond:
+            return f"The export matches {ref}: no bug found, every output within the allowed error."
+        said = (
+            "its output differs"
+            if len(run.output_names) == 1
+            else (f"{len(beyond)} of {count_text(len(run.output_names), 'output')} differ")
+        )
+        return (
+            f"The export does what the file was meant to do: {said} beyond the allowed error, "
+            "each by what the file's precision, quantization or approximations cost; no bug found."
+        )
+    if any(f.kind is FindingKind.BUG for f in judged.failing):
+        return f"The export does not match {ref}: Parity found a bug."
+    if judged.unexplained:
+        n = len({name for _, name in judged.unexplained})
+        return (
+            f"The export does not match {ref}: {count_text(n, 'output')} beyond the allowed "
+            "error with no intended cause found."
+        )
+    return f"The export does not match {ref}."
 
 
 def _candidates_headline(run: ValidationRun, ref: str) -> str:

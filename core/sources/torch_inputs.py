@@ -164,7 +164,7 @@ class TorchSource(Source):
         self.timings["load_model"] = time.perf_counter() - t0
         double = None
         lows: dict[str, Any] = {}
-        if self._config.noise_floor:
+        if self._config.measures_noise:
             from parity.limits.budget import MemoryBudget
             from parity.run.noise_floor_runs import float64_model, low_model
 
