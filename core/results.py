@@ -769,6 +769,11 @@ class ValidationRun:
                 return view
         raise KeyError(index)
 
+    def candidate_verdict(self, index: int) -> Verdict:
+        """Candidate `index`'s verdict as the run's judge decides it (by cause: its own
+        findings); `CandidateRun.verdict` is the tolerance's."""
+        return self.for_candidate(index).verdict if self.is_multi_candidate else self.verdict
+
     def for_candidate(self, index: int) -> ValidationRun:
         """The run as if `index` had been its only candidate: the view every single-candidate
         reader (pages, Inspect, HTML details) works on."""

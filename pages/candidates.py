@@ -53,7 +53,7 @@ def could_not_run(view: ValidationRun) -> bool:
 def candidates_frame(run: ValidationRun) -> pd.DataFrame:
     rows = []
     for view in run.candidates:
-        i, verdict = view.info, view.verdict
+        i, verdict = view.info, run.candidate_verdict(view.index)
         rows.append(
             {
                 "#": i.index,

@@ -34,6 +34,8 @@ from parity.judge.suggest import (
 )
 from parity.results import ValidationRun
 from parity.show.figures import mismatch_curve
+from parity.show.findings import HIDDEN_BY_TOLERANCE
+from parity.show.forgiven import forgiven, forgiven_text
 from parity.show.rows import output_rows
 from parity.tolerances import Tolerance, Tolerances
 
@@ -207,6 +209,7 @@ def controls(raw: ValidationRun) -> None:
         key=state.TOL_PASS_TABLE,
     )
     st.caption(f"Re-judged {len(judged.outputs)} comparison(s) in {ms:.1f} ms.")
+    forgiveness(judged)
 
     s1, s2, s3 = st.columns([1, 1, 2])
     margin = s1.number_input("Suggest margin (x min atol)", 1.0, 100.0, DEFAULT_MARGIN, 0.5,
@@ -248,6 +251,26 @@ def controls(raw: ValidationRun) -> None:
                                title=f"{name} (rtol {fmt(t.rtol)})"),
                 width="stretch", key=f"{state.TOL_CURVE_PREFIX}{name}",
             )  # fmt: skip
+
+
+def forgiveness(judged: ValidationRun) -> None:
+    """What the tolerances set here forgive against each output's measured rounding noise,
+    and a bug one of them passes (a finding: the run fails under the verdict by cause)."""
+    hidden = [f for f in judged.findings if HIDDEN_BY_TOLERANCE in f.text]
+    for f in hidden:
+        st.error(md_text(f.text), icon=":material/bug_report:")
+    lines = [forgiven_text(f) for f in forgiven(judged)]
+    if lines:
+        st.markdown("**What these tolerances forgive**")
+        for line in lines:
+            st.caption(md_text(line))
+        return
+    tuned = judged.tolerances.outputs or judged.tolerances.default != Tolerance()
+    if tuned and not any(c.noise is not None for c in judged.outputs):
+        st.caption(
+            "What these tolerances forgive is not known: this run did not measure rounding "
+            "noise (tick \u201cMeasure rounding noise\u201d on the Run page and run again)."
+        )
 
 
 def page() -> None:

@@ -343,6 +343,7 @@ LATER_FIELDS = {
     "findings",
     "judge",  # the verdict by cause (--judge)
     "tolerance_verdict",
+    "tolerance_forgives",
     "suggested_tolerances",
     "input_of",  # layers.values[]
     "ops",

@@ -132,3 +132,35 @@ def test_an_unknown_judge_is_one_line_naming_the_keyword(files) -> None:
 
     with pytest.raises(UsageError, match="judge"):
         validate(make(), files["clean"], judge="strict")
+
+
+def test_a_set_tolerance_says_what_it_forgives_in_the_terminal_and_json(
+    files, tmp_path: Path, capsys
+) -> None:
+    model = f"{Path(__file__).resolve()}:make"
+    report = tmp_path / "r.json"
+    argv = ["validate", "--model", model, "--onnx", str(files["bug"]), "--atol", "0.1"]
+    assert main([*argv, "--noise-floor", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "What the tolerances forgive:" in out and "float32 rounding" in out
+    (entry,) = json.loads(report.read_text())["tolerance_forgives"]
+    assert entry["output"] == "y" and entry["atol"] == 0.1 and entry["precision"] == "float32"
+    assert entry["times"] == pytest.approx(0.1 / entry["floor"])
+    assert entry["times"] > 1000  # 0.1 is thousands of times float32 rounding here
+
+
+def test_the_tolerances_page_says_a_bug_its_slider_hides(files) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from parity.tolerances import Tolerances
+
+    run = validate(make(), files["bug"], noise_floor=True)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=180)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = Tolerances()
+    at.switch_page("pages/tolerances.py").run()
+    assert not at.exception and not [e for e in at.error if HIDDEN in e.value]
+    at.select_slider(key="tol_atol").set_value(1.0).run()
+    assert not at.exception
+    assert [e for e in at.error if HIDDEN in e.value]  # passes the slider, said as a bug
+    assert any("float32 rounding" in c.value and "passes an error" in c.value for c in at.caption)

@@ -14,6 +14,7 @@ from parity.errors import OutputsUnwritten, ParityError, UsageError, WriteError
 from parity.results import AnalysisNote, FindingKind, ValidationRun
 from parity.run.input_binding import SignatureMismatch
 from parity.run.progress import NOTICE
+from parity.show.forgiven import forgiven, forgiven_text
 from parity.show.format import format_run, format_verdict
 from parity.text import terminal_text
 from parity.tolerances import Tolerances
@@ -160,6 +161,11 @@ def format_text(run: ValidationRun) -> str:
         lines = noise_lines(run.outputs)
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
             f"  {terminal_text(line)}" for line in lines
+        )
+    forgives = forgiven(run)
+    if forgives:  # a tolerance the user set, against the noise measured for its output
+        text += "\n\nWhat the tolerances forgive:\n" + "\n".join(
+            f"  {terminal_text(forgiven_text(f))}" for f in forgives
         )
     if run.suggested_tolerances is not None:  # --suggest: checked on fresh input sets
         from parity.judge.suggest import suggestion_lines

@@ -62,6 +62,7 @@ from parity.results import (
     TokenDivergence,
     ValidationRun,
 )
+from parity.show.forgiven import forgiven_json
 from parity.show.rows import ComparisonRow
 from parity.signature import OnnxSignature, TensorSpec
 from parity.tolerances import Tolerance, Tolerances
@@ -141,6 +142,8 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
         "analyses": [analysis_note_to_json(a) for a in run.analyses],
+        # what each tolerance the user set forgives against its output's rounding noise
+        "tolerance_forgives": forgiven_json(run),
     }
     if run.provenance.inputs_by is not None:  # how torch got the feeds (parity.run.input_binding)
         data["input_matching"] = {

@@ -46,7 +46,7 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
     )
     rows = []
     for i in infos:
-        verdict = run.candidate(i.index).verdict
+        verdict = run.candidate_verdict(i.index)
         said = i.error if i.error is not None else "; ".join(i.notes)
         rows.append(
             f"<tr class='{'pass' if verdict == 'pass' else 'fail'}'><td>{i.index}</td>"
@@ -88,5 +88,6 @@ def candidate_heading(run: ValidationRun, index: int) -> str:
     view = run.candidate(index)
     return (
         f"<h2 class='candidate'>Candidate {_e(view.label)}: "
-        f"{_e(verdict_label(view.verdict))}</h2><p class='name'>{_e(view.info.onnx)}</p>"
+        f"{_e(verdict_label(run.candidate_verdict(index)))}</h2>"
+        f"<p class='name'>{_e(view.info.onnx)}</p>"
     )

@@ -17,7 +17,7 @@ __all__ = ["candidate_row_label", "candidates_grid"]
 
 def candidate_row_label(run: ValidationRun, info: CandidateInfo) -> str:
     """``#1 model.onnx (CPU, all) · FAIL``: a grid row, a menu entry."""
-    verdict = run.candidate(info.index).verdict
+    verdict = run.candidate_verdict(info.index)
     return f"{info.label} · {'FAIL' if verdict is Verdict.FAIL else verdict}"
 
 

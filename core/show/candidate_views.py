@@ -47,5 +47,5 @@ def verdict_counts(run: ValidationRun) -> dict[Verdict, int]:
     """How many candidates pass, fail, could not run (keys read as "pass", "fail", "error")."""
     counts = dict.fromkeys(Verdict, 0)
     for view in run.candidates:
-        counts[view.verdict] += 1
+        counts[run.candidate_verdict(view.index)] += 1
     return counts

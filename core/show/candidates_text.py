@@ -43,11 +43,12 @@ def candidates_table(run: ValidationRun) -> str:
 def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
     """``PASS``, ``FAIL: 2 of 4 comparisons failed: logits`` or ``ERROR: <why>``."""
     view = run.candidate(info.index)
-    if view.verdict is Verdict.ERROR:
+    verdict = run.candidate_verdict(info.index)
+    if verdict is Verdict.ERROR:
         return f"{verdict_label(Verdict.ERROR)}: {terminal_text(info.error)}"
     failing = [c for c in view.outputs if not c.status.passed]
-    if not failing:
-        return verdict_label(Verdict.PASS)
+    if verdict is Verdict.PASS:
+        return verdict_label(Verdict.PASS) + (" by cause" if failing else "")
     names = [terminal_text(n) for n in view.failing]
     where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     head = verdict_label(Verdict.FAIL)
@@ -62,7 +63,7 @@ def overall_verdict_text(run: ValidationRun) -> str:
         f"{len(infos)} candidates × {len(run.output_names)} output(s) × {n_sets} {unit}"
         f"{'' if n_sets == 1 else 's'}"
     )
-    verdicts = {v.index: v.verdict for v in run.candidates}
+    verdicts = {v.index: run.candidate_verdict(v.index) for v in run.candidates}
     bad = [i for i in infos if verdicts[i.index] is not Verdict.PASS]
     if not bad:
         return f"{verdict_label(Verdict.PASS)}: every candidate passes every output ({size})"

@@ -43,6 +43,7 @@ from parity.tolerances import Tolerance
 from parity.verdict import Verdict
 
 __all__ = [
+    "HIDDEN_BY_TOLERANCE",
     "all_findings",
     "bug_outputs",
     "file_precision_word",
@@ -50,6 +51,7 @@ __all__ = [
     "run_findings",
 ]
 
+HIDDEN_BY_TOLERANCE = "a bug the tolerance hides"  # the words of _hidden_by_tolerance's finding
 MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing outputs stays readable
 
 
@@ -164,7 +166,7 @@ def _hidden_by_tolerance(run: ValidationRun, candidate: int) -> list[Finding]:
             continue  # it passes the default too: the tolerance hides nothing
         said.add(c.name)
         text = (
-            f"{c.name}: a bug the tolerance hides: it passes at {tolerance_text(c.tolerance)} "
+            f"{c.name}: {HIDDEN_BY_TOLERANCE}: it passes at {tolerance_text(c.tolerance)} "
             f"only; {_ratio_words(c.noise)}, far beyond {_rounding_name(c.noise.precision)}, "
             f"and at the default {tolerance_text(default)} it fails."
         )

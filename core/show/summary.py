@@ -15,6 +15,7 @@ from parity.results import Finding, FindingKind, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import judge_by_cause
 from parity.show.findings import run_findings
+from parity.show.forgiven import forgiven, forgiven_text
 from parity.text import all_text, count_text, tolerance_text
 from parity.verdict import Judge, Verdict
 
@@ -115,7 +116,7 @@ def _cause_headline(run: ValidationRun, ref: str) -> str:
 
 
 def _candidates_headline(run: ValidationRun, ref: str) -> str:
-    verdicts = [v.verdict for v in run.candidates]
+    verdicts = [run.candidate_verdict(v.index) for v in run.candidates]
     n = len(verdicts)
     bad = sum(v is not Verdict.PASS for v in verdicts)
     errors = sum(v is Verdict.ERROR for v in verdicts)
@@ -138,6 +139,7 @@ def notes(run: ValidationRun) -> tuple[str, ...]:
         f"Each element passes when {RULE_TEXT}, at {tolerance_text(tolerances.default)}"
         f"{per_output}."
     )
+    out += [forgiven_text(f) for f in forgiven(run)]  # what a set tolerance forgives
     if run.provenance.inputs_by == BY_POSITION:
         said = binding_text(run.provenance.inputs_by, run.provenance.inputs_note)
         out.append(f"The inputs were fed to the model {said}.")
