@@ -20,6 +20,7 @@ from parity.analyses.stage import Analysis, AnalysisContext, CaseHook, Preparati
 from parity.errors import ParityError
 from parity.results import OutputComparison, OutputSet, RunKind, Status, ValidationRun
 from parity.run.config import RunConfig
+from parity.tolerances import Tolerance
 
 if TYPE_CHECKING:
     from parity.sources import Case
@@ -34,6 +35,7 @@ class NoiseFloor(Analysis):
 
     def __init__(self) -> None:
         self._why_not: str | None = None
+        self._after = False  # for the verdict by cause, after the cases (float32 files)
 
     def wanted(self, config: RunConfig) -> bool:
         return config.measures_noise or by_default(config)
@@ -47,8 +49,14 @@ class NoiseFloor(Analysis):
         found: dict[int, Any] = {
             index: output_precisions(c.path) for index, c in prepare.candidates.items()
         }
-        sixteen = {p.precision for f in found.values() for p in f.values()}
-        sixteen &= {"float16", "bfloat16"}
+        precisions = {p.precision for f in found.values() for p in f.values()}
+        per_case = prepare.config.noise_floor or prepare.config.kind is RunKind.HF_GENERATE
+        if not per_case and precisions <= {"float32"}:
+            # the verdict by cause on float32 files: float64 only on the sets it must explain
+            self._after = True
+            return None
+        prepare.source.measure_noise()
+        sixteen = precisions & {"float16", "bfloat16"}
         if sixteen:  # the source runs torch at those precisions too
             prepare.source.measure_noise_at(sixteen)
 
@@ -74,6 +82,8 @@ class NoiseFloor(Analysis):
     def apply(self, run: ValidationRun, context: AnalysisContext) -> ValidationRun:
         if not context.config.measures_noise:
             return _measured_by_default(run, context, self.name)
+        if self._after:
+            return _measured_by_default(run, context, self.name, for_cause=True)
         if any(c.noise is not None for c in run.outputs):
             return run
         floats = any(c.ref_dtype is not None and "float" in c.ref_dtype for c in run.outputs)
@@ -91,15 +101,17 @@ def by_default(config: RunConfig) -> bool:
     return config.noise_floor_default and config.kind is RunKind.TORCH and not asked
 
 
-def _measured_by_default(run: ValidationRun, context: AnalysisContext, name: str) -> ValidationRun:
+def _measured_by_default(
+    run: ValidationRun, context: AnalysisContext, name: str, *, for_cause: bool = False
+) -> ValidationRun:
     """The floor on the failing input sets, cheapest first, while the estimated float64 time
     stays within the run's torch time (module doc); the run unchanged when nothing fails in
-    float32, a candidate is not float32 throughout, or no set fits."""
+    float32, a candidate is not float32 throughout, or no set fits. `for_cause` (the verdict
+    by cause): every set where an output fails, or passes only at a tolerance looser than
+    the default, whatever it costs: what it leaves unmeasured is never forgiven."""
     from parity.load.file_precision import output_precisions
 
-    failing = sorted(
-        {c.input_set for c in run.outputs if c.status is Status.FAIL and c.ref_dtype == "float32"}
-    )
+    failing = sorted({c.input_set for c in run.outputs if _needs_floor(c, for_cause)})
     cases = {c.input_set.index: c for c in run.cases}
     if not failing or any(cases.get(i) is None or cases[i].reference is None for i in failing):
         return run
@@ -109,7 +121,7 @@ def _measured_by_default(run: ValidationRun, context: AnalysisContext, name: str
         return run
     if any(p.precision != "float32" for f in precisions.values() for p in f.values()):
         return run  # a 16-bit or int8 file: its floor is --noise-floor's to measure
-    budget = run.timings.get("torch", 0.0)
+    budget = float("inf") if for_cause else run.timings.get("torch", 0.0)
     ratio, spent, measured = FLOAT64_GUESS, 0.0, []
     rows = list(run.outputs)
     signature = run.signature
@@ -137,12 +149,30 @@ def _measured_by_default(run: ValidationRun, context: AnalysisContext, name: str
     run = run.with_rows(rows)
     run = replace(run, timings={**run.timings, "float64": spent})
     sets = ", ".join(str(i) for i in measured)
+    plural = "s" if len(measured) > 1 else ""
+    if for_cause:
+        text = (
+            f"measured for the verdict by cause: torch in float64 on input set{plural} {sets} "
+            f"({spent:.2g} s), where an output differs beyond the default tolerance"
+        )
+        return noted(run, name, text)
     text = (
         f"measured without --noise-floor because outputs failed: torch in float64 on input "
-        f"set{'s' if len(measured) > 1 else ''} {sets} ({spent:.2g} s; the run's torch took "
+        f"set{plural} {sets} ({spent:.2g} s; the run's torch took "
         f"{budget:.2g} s); --no-noise-floor turns it off"
     )
     return noted(run, name, text)
+
+
+def _needs_floor(c: OutputComparison, for_cause: bool) -> bool:
+    """A float32 row the floor should explain: it fails; for the verdict by cause, also one
+    that passes only at a tolerance looser than the default (a bug it may hide)."""
+    if c.ref_dtype != "float32":
+        return False
+    if c.status is Status.FAIL:
+        return True
+    loose = for_cause and c.status is Status.PASS and c.can_rejudge
+    return loose and c.tolerance != Tolerance() and not c.rejudge(Tolerance()).status.passed
 
 
 def _judged(

@@ -171,6 +171,11 @@ class Source(Protocol):
         model as it is now; None where the run generated nothing."""
         return None
 
+    def measure_noise(self) -> None:
+        """Run the reference again in float64 on every case (the noise floor's per-case
+        route; parity.analyses.noise decides when); default: this kind cannot."""
+        return None
+
     def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor with 16-bit candidates: also run the reference at these precisions
         ("float16", "bfloat16"), where the source can; default: it cannot (nothing to do)."""

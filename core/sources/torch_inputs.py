@@ -93,6 +93,7 @@ class TorchSource(Source):
         self._torch: Any = None
         self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
         self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
+        self._float64 = config.noise_floor  # every case again in float64 (measure_noise)
         self._float64_ratio: list[float] = []  # float64 / float32 seconds, per set so far
         self._double: Any = None  # the float64 copy float64_of made (once)
 
@@ -132,6 +133,9 @@ class TorchSource(Source):
             return None, self._double.note
         return run_float64(self._double.model, input_set, signature)
 
+    def measure_noise(self) -> None:
+        self._float64 = True
+
     def measure_noise_at(self, precisions: Collection[str]) -> None:
         """--noise-floor: also run torch at these precisions ("float16", "bfloat16": the
         candidates' own), so their floor is torch's error at that precision."""
@@ -164,7 +168,7 @@ class TorchSource(Source):
         self.timings["load_model"] = time.perf_counter() - t0
         double = None
         lows: dict[str, Any] = {}
-        if self._config.measures_noise:
+        if self._float64:
             from parity.limits.budget import MemoryBudget
             from parity.run.noise_floor_runs import float64_model, low_model
 
