@@ -263,3 +263,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("slow") is not None:
             slow_modules.add(item.path)
     items.sort(key=lambda item: (item.path in browser_modules, item.path not in slow_modules))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The controller (or a run without workers) starts the deploy matrix's rows afresh
+    (tests.helpers.deploy_matrix); workers append to them."""
+    if not hasattr(session.config, "workerinput"):
+        from tests.helpers.deploy_matrix import ROWS
+
+        ROWS.unlink(missing_ok=True)

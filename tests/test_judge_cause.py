@@ -17,6 +17,7 @@ import torch
 from parity import validate
 from parity.cli import main
 from parity.results import FindingKind
+from tests.helpers.deploy_matrix import record, right
 from tests.helpers.plant_bug import plant
 
 HIDDEN = "a bug the tolerance hides"
@@ -65,13 +66,20 @@ def test_a_clean_int8_file_fails_the_tolerance_and_passes_by_cause(files) -> Non
     assert by_tolerance.verdict == "fail"  # int8 weights move y far beyond 1e-5
     run = validate(make(), files["int8"], judge="cause")
     assert run.verdict == "pass" and run.tolerance_verdict == "fail"
+    row = record(run, tool="ORT quantize_dynamic", option="MatMul/Gemm, QInt8",
+                 architecture="MLP (legacy export)")  # fmt: skip
+    assert right(row), row
     kinds = {f.kind for f in run.findings}
     assert FindingKind.BUG not in kinds and FindingKind.QUANTIZATION in kinds
     assert any(f.kind is FindingKind.QUANTIZATION and f.output == "y" for f in run.findings)
 
 
 def test_a_bug_fails_by_cause_and_a_loose_tolerance_is_said_to_hide_it(files) -> None:
-    assert validate(make(), files["bug"], judge="cause").verdict == "fail"
+    run = validate(make(), files["bug"], judge="cause")
+    assert run.verdict == "fail"
+    row = record(run, tool="torch.onnx (legacy)", option="float32",
+                 architecture="MLP (legacy export)", planted_at="y")  # fmt: skip
+    assert right(row), row
     loose = validate(make(), files["bug"], atol=1.0, judge="cause")
     assert loose.tolerance_verdict == "pass"  # 0.05 is within atol 1
     assert loose.verdict == "fail"
