@@ -127,10 +127,17 @@ def run_validation(
         return _run_validation(config, progress, loaders, deadline)
 
 
-def _check_export_path(config: RunConfig) -> None:
-    """An hf: export path (a flag, a typed path) is an output like the reports: writable, a
-    regular file or nothing, never one of the run's inputs; checked before the run."""
-    given = config.hf.export_path if config.hf is not None else None
+def _check_hf(config: RunConfig) -> None:
+    """An hf: run's options, before the run: its --task is one hf: validates (UsageError
+    listing them); its export path (a flag, a typed path) is an output like the reports:
+    writable, a regular file or nothing, never one of the run's inputs."""
+    if config.hf is None:
+        return
+    if config.hf.task is not None:
+        from parity.hf.heads import task_named
+
+        task_named(config.hf.task)
+    given = config.hf.export_path
     if not given:
         return
     from parity.files.outputs import Input, Output, check_run_files
@@ -149,7 +156,7 @@ def _run_validation(
     t_start = time.perf_counter()
     check_config(config)
     check_names(config)  # every name a setting gives, before torch and the model load
-    _check_export_path(config)
+    _check_hf(config)
     loaders = shared_loaders(loaders or default_loaders())  # imports torch
     report = ProgressReporter(progress)
     reference = None

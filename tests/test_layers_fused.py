@@ -19,10 +19,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from parity.hf.options import HfOptions
 from parity.layers.birth import matching_error
 from parity.layers.result import LayersResult, LayerStatus, LayerValue, Outcome
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS
 
 pytestmark = pytest.mark.slow  # exports and optimizes transformers models

@@ -135,8 +135,8 @@ def _write_model_explorer(run: ValidationRun, path: str) -> None:
 def format_text(run: ValidationRun) -> str:
     """A run as the terminal shows it: table or steps, noise, layers."""
     if run.is_generation:
-        from parity.hf.generation_report import summary_line
         from parity.hf.steps_text import format_steps_table
+        from parity.show.generation_text import summary_line
 
         text = format_steps_table(run) + "\n\n" + format_verdict(run)
         text += "".join(f"\n{terminal_text(line)}" for line in [summary_line(run)] if line)

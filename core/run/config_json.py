@@ -20,6 +20,7 @@ from parity.errors import ParityError
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import ValidationRun
 from parity.run.config import RunConfig
+from parity.run.hf_options import HfOptions
 from parity.tolerances import Tolerances
 
 
@@ -113,11 +114,9 @@ def config_from_json(data: Mapping[str, Any], tolerances: Tolerances | None = No
     )
 
 
-def _hf_from_json(raw: Any):
+def _hf_from_json(raw: Any) -> HfOptions | None:
     if raw is None:
         return None
-    from parity.hf.options import HfOptions
-
     raw = sj.obj(raw, "config.hf")
     prompts = sj.array(sj.field(raw, "prompts", "config.hf"), "config.hf.prompts")
     return HfOptions(
