@@ -475,11 +475,6 @@ class GenerationInfo:
     prompts: tuple[PromptGeneration, ...] = ()
     free_run_note: str = ""
 
-    @property
-    def diverged(self) -> tuple[PromptGeneration, ...]:
-        """The prompts whose ONNX tokens part from torch's."""
-        return tuple(p for p in self.prompts if p.first_divergence is not None)
-
 
 FROZEN_KINDS = ("size", "branch")  # `frozen[].kind`
 
