@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from parity.analyses.interface import AnalysisContext, CaseHook, Preparation
 from parity.analyses.order import wanted_analyses
-from parity.analyses.stage import AnalysisContext, CaseHook, Preparation
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
 from parity.limits.budget import MemoryBudget
@@ -182,10 +182,10 @@ def _run_validation(
         _check_tolerance_names(config, slots, reference)
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
-        stages = wanted_analyses(config)
+        analyses = wanted_analyses(config)
         loaded = {s.index: s.candidate for s in slots if s.candidate is not None}
         prepare = Preparation(config, source, loaded)
-        hooks = [h for h in (stage.before(prepare) for stage in stages) if h is not None]
+        hooks = [h for h in (analysis.before(prepare) for analysis in analyses) if h is not None]
         run = _run_cases(config, source, slots, report, t_start, deadline, hooks)
         context = AnalysisContext(
             config=config,
@@ -201,12 +201,12 @@ def _run_validation(
             progress=progress,
             rerun=lambda fresh: run_validation(fresh, progress=progress, loaders=loaders),
         )
-        for stage in stages:
+        for analysis in analyses:
             deadline.check()
             t0 = time.perf_counter()
-            run = stage.apply(run, context)
-            if stage.timed:
-                run = replace(run, timings={**run.timings, stage.name: time.perf_counter() - t0})
+            run = analysis.apply(run, context)
+            if analysis.timed:
+                run = replace(run, timings={**run.timings, analysis.name: time.perf_counter() - t0})
         deadline.check()
     return run
 
@@ -526,7 +526,7 @@ def check_suggestion(
     loaders: Loaders | None = None,
     progress: ProgressCallback | None = None,
 ) -> SuggestedTolerances:
-    """The suggestion stage on a run already made (the Tolerances page's button, at the
+    """The suggest analysis on a run already made (the Tolerances page's button, at the
     basis and margin the user picked): fitted on its sets, checked on fresh ones made by this
     pipeline. `config` None (a reopened run): nothing can be checked, every output says so."""
     from parity.analyses.fresh_check import suggest_checked

@@ -517,7 +517,7 @@ class AnalysisNote:
     `analyses[]`. No analysis is silently absent: one that could not run (`done` False) says
     why here, and the findings say it (parity.show.findings)."""
 
-    analysis: str  # the stage's name (parity.analyses): "noise_floor", "layers", "repro", ...
+    analysis: str  # the analysis's name (parity.analyses): "noise_floor", "layers", "repro", ...
     text: str
     done: bool = True
 

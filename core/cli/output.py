@@ -28,7 +28,7 @@ def say(text: object, *, file=None, end: str = "\n", flush: bool = False) -> Non
 
 
 def progress_printer():
-    """Live progress on a terminal's stderr; off a terminal, only the notices (a stage saying
+    """Live progress on a terminal's stderr; off a terminal, only the notices (an analysis saying
     what it is about to cost, e.g. the suggestion's fresh input sets)."""
     live = sys.stderr.isatty()
 
@@ -98,7 +98,7 @@ def _writers(run: ValidationRun, args: argparse.Namespace) -> list:
 
 
 def _repro_said(note: AnalysisNote, folder: str) -> None:
-    """What the repro stage wrote; a folder it could not write is an unwritten output."""
+    """What the repro analysis wrote; a folder it could not write is an unwritten output."""
     if not note.done:
         raise WriteError(note.text, path=folder)
     say(note.text)

@@ -56,7 +56,7 @@ class AnalysisContext:
 
 
 class Analysis:
-    """One optional stage. Subclasses set `name` (the JSON's `analyses[].analysis` and the
+    """One optional analysis. Subclasses set `name` (the JSON's `analyses[].analysis` and the
     timing's key) and override `wanted` and `apply`; `before` only where a case needs it."""
 
     name: ClassVar[str] = ""
