@@ -1,6 +1,8 @@
-"""The root vocabulary stands below the packages built on it: importing `parity.results` and
-`parity.run.config` loads neither `parity.layers` nor `parity.hf` (their types are annotations
-only, imported under TYPE_CHECKING), and both still work with the values those packages give."""
+"""The floors hold: the import-linter contracts of pyproject.toml (the floors, the few imports
+allowed back up, no Streamlit in core), no import cycle, and importing `parity.results` and
+`parity.run.config` loads neither `parity.layers` nor `parity.hf` (the layers' type is an
+annotation only, under TYPE_CHECKING; an hf: run's options are the run's own,
+parity.run.hf_options), both still working with the values those packages give."""
 
 from __future__ import annotations
 
