@@ -60,8 +60,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
 
-    from parity.hf.options import HfOptions
     from parity.pipeline import RunConfig, run_validation
+    from parity.run.hf_options import HfOptions
 
     with tempfile.TemporaryDirectory(prefix="parity-bench-gen-") as tmp:
         model_dir, onnx = build(Path(tmp), args)

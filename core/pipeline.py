@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from parity.analyses.interface import AnalysisContext, CaseHook, Preparation
 from parity.analyses.order import wanted_analyses
-from parity.analyses.stage import AnalysisContext, CaseHook, Preparation
 from parity.errors import InputError, OnnxLoadError, OnnxRunError, ParityError
 from parity.judge.compare import compare_outputs
 from parity.limits.budget import MemoryBudget
@@ -127,10 +127,17 @@ def run_validation(
         return _run_validation(config, progress, loaders, deadline)
 
 
-def _check_export_path(config: RunConfig) -> None:
-    """An hf: export path (a flag, a typed path) is an output like the reports: writable, a
-    regular file or nothing, never one of the run's inputs; checked before the run."""
-    given = config.hf.export_path if config.hf is not None else None
+def _check_hf(config: RunConfig) -> None:
+    """An hf: run's options, before the run: its --task is one hf: validates (UsageError
+    listing them); its export path (a flag, a typed path) is an output like the reports:
+    writable, a regular file or nothing, never one of the run's inputs."""
+    if config.hf is None:
+        return
+    if config.hf.task is not None:
+        from parity.hf.heads import task_named
+
+        task_named(config.hf.task)
+    given = config.hf.export_path
     if not given:
         return
     from parity.files.outputs import Input, Output, check_run_files
@@ -149,7 +156,7 @@ def _run_validation(
     t_start = time.perf_counter()
     check_config(config)
     check_names(config)  # every name a setting gives, before torch and the model load
-    _check_export_path(config)
+    _check_hf(config)
     loaders = shared_loaders(loaders or default_loaders())  # imports torch
     report = ProgressReporter(progress)
     reference = None
@@ -175,10 +182,10 @@ def _run_validation(
         _check_tolerance_names(config, slots, reference)
         source.timings["load_onnx"] = time.perf_counter() - t0
         deadline.check()
-        stages = wanted_analyses(config)
+        analyses = wanted_analyses(config)
         loaded = {s.index: s.candidate for s in slots if s.candidate is not None}
         prepare = Preparation(config, source, loaded)
-        hooks = [h for h in (stage.before(prepare) for stage in stages) if h is not None]
+        hooks = [h for h in (analysis.before(prepare) for analysis in analyses) if h is not None]
         run = _run_cases(config, source, slots, report, t_start, deadline, hooks)
         context = AnalysisContext(
             config=config,
@@ -194,12 +201,12 @@ def _run_validation(
             progress=progress,
             rerun=lambda fresh: run_validation(fresh, progress=progress, loaders=loaders),
         )
-        for stage in stages:
+        for analysis in analyses:
             deadline.check()
             t0 = time.perf_counter()
-            run = stage.apply(run, context)
-            if stage.timed:
-                run = replace(run, timings={**run.timings, stage.name: time.perf_counter() - t0})
+            run = analysis.apply(run, context)
+            if analysis.timed:
+                run = replace(run, timings={**run.timings, analysis.name: time.perf_counter() - t0})
         deadline.check()
     return run
 
@@ -520,7 +527,7 @@ def check_suggestion(
     loaders: Loaders | None = None,
     progress: ProgressCallback | None = None,
 ) -> SuggestedTolerances:
-    """The suggestion stage on a run already made (the Tolerances page's button, at the
+    """The suggest analysis on a run already made (the Tolerances page's button, at the
     basis and margin the user picked): fitted on its sets, checked on fresh ones made by this
     pipeline. `config` None (a reopened run): nothing can be checked, every output says so."""
     from parity.analyses.fresh_check import suggest_checked

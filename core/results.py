@@ -475,11 +475,6 @@ class GenerationInfo:
     prompts: tuple[PromptGeneration, ...] = ()
     free_run_note: str = ""
 
-    @property
-    def diverged(self) -> tuple[PromptGeneration, ...]:
-        """The prompts whose ONNX tokens part from torch's."""
-        return tuple(p for p in self.prompts if p.first_divergence is not None)
-
 
 FROZEN_KINDS = ("size", "branch")  # `frozen[].kind`
 
@@ -522,7 +517,7 @@ class AnalysisNote:
     `analyses[]`. No analysis is silently absent: one that could not run (`done` False) says
     why here, and the findings say it (parity.show.findings)."""
 
-    analysis: str  # the stage's name (parity.analyses): "noise_floor", "layers", "repro", ...
+    analysis: str  # the analysis's name (parity.analyses): "noise_floor", "layers", "repro", ...
     text: str
     done: bool = True
 

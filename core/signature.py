@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from parity.load.calibration import Calibrated
-    from parity.load.index_limits import IndexLimit
 
 Dim = int | str | None
 """A dimension: a fixed size, a symbolic name (``"batch"``), or unknown (``None``)."""
@@ -29,6 +24,32 @@ class TensorSpec:
 
     def shape_text(self) -> str:
         return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A graph input's calibrated range (its QuantizeLinear's): low and high in float."""
+
+    name: str
+    low: float
+    high: float
+    scale: float
+    zero_point: int
+
+    def text(self) -> str:
+        return f"[{self.low:.4g}, {self.high:.4g}]"
+
+
+@dataclass(frozen=True)
+class IndexLimit:
+    """Graph input `name` indexes `size` rows of the Gather `node`'s constant table."""
+
+    name: str
+    size: int
+    node: str
+
+    def text(self) -> str:
+        return f"[0, {self.size}) (the {self.size} rows of the Gather {self.node}'s table)"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 torch wrote?
 
 Per prompt: the sentence of where the texts part and whether it is a near tie
-(parity.hf.generation_report), then both texts token by token with the first difference
+(parity.show.generation_text), then both texts token by token with the first difference
 marked; below, the KV cache as steps x layers grids (keys, values) coloured by error ÷
 allowed like every grid. Token texts are the model's output, the prompt the user's: shown as
 text or in a dataframe, never as markdown.
@@ -17,8 +17,8 @@ from parity.dashboard import state
 from parity.dashboard.candidates import candidate_selector
 from parity.dashboard.frame import run_or_invite
 from parity.hf.generation_figures import KINDS, kv_cache_grid
-from parity.hf.generation_report import parting_words, tie_words
 from parity.results import PromptGeneration
+from parity.show.generation_text import parting_words, tie_words
 
 FIRST_DIFFERENCE = "✗ first difference"
 MAX_TOKEN_ROWS = 2000

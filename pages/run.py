@@ -334,7 +334,7 @@ def choose_onnx(demo: str | None, *, hf: bool = False) -> str | None:
 
 def choose_hf_settings():
     """Prompts, steps, weights and overrides of an `hf:DIR` run -> parity.hf.HfOptions."""
-    from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, options_from_text
+    from parity.run.hf_options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, options_from_text
 
     prompts = state.form_widget(
         st.text_area,

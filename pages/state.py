@@ -177,7 +177,6 @@ TOL_SUGGEST = "tol_suggest"  # widget: the suggest button
 TOL_DOWNLOAD = "tol_download"  # widget: the tolerances file download
 TOL_CURVE_PREFIX = "tol_curve_"  # widget prefix: each output's pass-rate curve
 TOL_CURVES = "tol_curves"  # run_memo slot: mismatch-vs-atol curves
-TOL_NOISE = "tol_noise"  # run_memo slot: the noise-floor suggestion
 TOL_SUGGESTED = "tol_suggested"  # the last checked suggestion (SuggestedTolerances)
 
 # --- Generation (generation.py)

@@ -10,7 +10,7 @@ import pytest
 
 from parity.cli import build_parser, main
 from parity.cli.definition import COMMANDS, HF, VALIDATE
-from parity.hf.cli_args import hf_flags_given
+from parity.cli.hf_args import hf_flags_given
 from parity.path_flags import READS, WRITES, PathFlags
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

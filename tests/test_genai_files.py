@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from parity.hf.options import HfOptions
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.genai import build, genai_python
 from tests.helpers.hf_models import PROMPTS, make_llama_dir
 from tests.helpers.plant_bug import wrong_scale

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from parity.cli.definition import HF
+from parity.cli.hf_args import hf_options_from_args
 from parity.errors import ModelLoadError, UsageError
-from parity.hf.cli_args import hf_options_from_args
-from parity.hf.options import DEFAULT_PROMPT, INSTALL_HINT
+from parity.run.hf_options import DEFAULT_PROMPT, INSTALL_HINT
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

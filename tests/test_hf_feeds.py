@@ -14,16 +14,16 @@ from parity.hf.feeds import (
     position_ids,
     reference_outputs,
 )
-from parity.hf.options import (
+from parity.hf.source import PADDING, logits_crop
+from parity.pipeline import compare_case
+from parity.results import InputSet, OutputSet
+from parity.run.hf_options import (
     DEFAULT_PROMPT,
     HfOptions,
     options_from_text,
     parse_config_override,
     parse_config_overrides,
 )
-from parity.hf.source import PADDING, logits_crop
-from parity.pipeline import compare_case
-from parity.results import InputSet, OutputSet
 from parity.signature import OnnxSignature, TensorSpec
 from parity.sources import Case
 from parity.tolerances import Tolerance, Tolerances

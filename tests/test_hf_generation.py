@@ -21,9 +21,9 @@ from onnx import numpy_helper
 
 from parity.cli import main
 from parity.hf.generation import divergence
-from parity.hf.options import HfOptions
 from parity.pipeline import RunConfig, run_validation
 from parity.results import PromptGeneration, TokenDivergence
+from parity.run.hf_options import HfOptions
 from parity.tolerances import Tolerance, Tolerances
 from tests.helpers.hf_models import PROMPTS, SPECIAL
 from tests.helpers.hf_tasks import optimum_export

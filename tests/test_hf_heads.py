@@ -14,9 +14,9 @@ import torch
 from parity.cli import main
 from parity.errors import ModelLoadError, UsageError
 from parity.hf.heads import choose_model_class
-from parity.hf.options import HfOptions
 from parity.hf.summary import judged_summary
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS
 from tests.helpers.hf_tasks import bert_config, optimum_export, save_text_model
 

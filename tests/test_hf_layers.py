@@ -16,9 +16,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from parity.hf.options import HfOptions
 from parity.layers.result import LayerStatus, Outcome
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS
 
 pytestmark = pytest.mark.slow  # exports transformers models

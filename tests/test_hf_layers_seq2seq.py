@@ -10,9 +10,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from parity.hf.options import HfOptions
 from parity.layers.result import LayerStatus, Outcome
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS
 from tests.helpers.hf_seq2seq_models import export_optimum, make_seq2seq_dir
 

@@ -15,9 +15,9 @@ import pytest
 from onnx import numpy_helper
 
 from parity.cli import main
-from parity.hf.options import HfOptions
 from parity.judge.suggest import suggest_noise_tolerances
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS
 from tests.helpers.hf_tasks import make_vit_dir
 

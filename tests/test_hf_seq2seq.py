@@ -17,10 +17,10 @@ import pytest
 from onnx import numpy_helper
 
 from parity.errors import InputError, UsageError
-from parity.hf.options import HfOptions
 from parity.hf.steps_text import format_steps_table
 from parity.hf.summary import judged_summary, steps_json
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS
 from tests.helpers.hf_seq2seq_models import (
     FAMILIES,

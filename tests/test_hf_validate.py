@@ -19,10 +19,10 @@ import transformers
 from onnx import TensorProto, helper
 
 from parity.errors import ExportError
-from parity.hf.options import HfOptions
 from parity.hf.steps_text import format_steps_table
 from parity.hf.summary import judged_summary, masked_positions_json, steps_json
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS, SPECIAL, make_tokenizer, save_model
 
 pytestmark = pytest.mark.slow  # exports transformers models

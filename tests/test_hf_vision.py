@@ -96,7 +96,7 @@ def test_generated_pixels_are_seeded(exported) -> None:
 
 def test_own_export_of_an_image_model(exported, tmp_path) -> None:
     """Without --onnx, Parity exports the forward it captured (pixel_values in)."""
-    from parity.hf.options import HfOptions
+    from parity.run.hf_options import HfOptions
 
     directory, _ = exported["vit"]
     export = tmp_path / "vit.onnx"

@@ -260,7 +260,7 @@ def test_float_ranges_draw_uniformly_per_input_or_for_every_float_input() -> Non
 def test_a_quantized_input_is_generated_within_its_calibrated_range() -> None:
     from dataclasses import replace
 
-    from parity.load.calibration import Calibrated
+    from parity.signature import Calibrated
 
     c = Calibrated("pixels", -1.0, 0.9921875, 1 / 128, 0)
     sig = replace(IMAGE, calibrated=(c,))
@@ -277,9 +277,9 @@ def test_a_quantized_input_is_generated_within_its_calibrated_range() -> None:
 
 
 def test_clipping_notes_count_what_the_quantizer_clips() -> None:
-    from parity.load.calibration import Calibrated
     from parity.results import InputSet
     from parity.run.inputs import with_clipping_notes
+    from parity.signature import Calibrated
 
     c = Calibrated("x", -1.0, 1.0, 0.01, 0)
     x = np.array([-2.0, -1.004, -1.006, 0.0, 1.004, 1.2, np.nan], np.float32)

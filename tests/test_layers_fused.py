@@ -19,10 +19,12 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from parity.hf.options import HfOptions
+from parity.judge.noise_floor import is_rounding
 from parity.layers.birth import matching_error
 from parity.layers.result import LayersResult, LayerStatus, LayerValue, Outcome
 from parity.pipeline import RunConfig, run_validation
+from parity.results import FindingKind
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS
 
 pytestmark = pytest.mark.slow  # exports and optimizes transformers models
@@ -124,9 +126,10 @@ def _scaled_column(src: Path, dst: Path, matmul: str, factor: float = 1.05) -> N
 
 
 def test_clean_fused_bert_flags_nothing_and_lists_the_moved_biases(fused) -> None:
-    run = _run(fused.bert_dir, fused.bert)
+    run = _run(fused.bert_dir, fused.bert, noise_floor=True)
+    _concludes_clean(run)  # what Parity concludes (the fused kernels round as they may)
     layers = run.layers
-    assert run.verdict == "pass" and layers is not None
+    assert layers is not None
     assert layers.first_divergence is None and not layers.confirmations
     by_module = {v.torch_module: v for v in layers.values}
     # each fused node is compared with the torch value it means
@@ -185,11 +188,29 @@ def test_fused_float16_bert_flags_no_confirmed_bug(fused) -> None:
 
 
 def test_clean_fused_gpt2_flags_nothing(fused) -> None:
-    run = _run(fused.gpt2_dir, fused.gpt2)
+    """Clean is what Parity concludes, not a 1e-5 tolerance: the fused kernels' float32
+    rounding (and torch's own: on an AVX-512/AMX Xeon its KV cache is 1.9e-5 from float64,
+    ONNX Runtime's 2.8e-6) may exceed the default atol; against the float64 run every output's
+    error is float32 noise, and nothing is a bug or a divergence."""
+    run = _run(fused.gpt2_dir, fused.gpt2, noise_floor=True)
+    _concludes_clean(run)
     layers = run.layers
-    assert run.verdict == "pass" and layers is not None and layers.matched > 0
+    assert layers is not None and layers.matched > 0
     assert layers.first_divergence is None and not layers.confirmations
     assert not [v for v in layers.values if LayerStatus(v.status).born]
+
+
+def _concludes_clean(run) -> None:
+    """No bug, no divergence; every output's error measured against the float64 run is its
+    precision's rounding, and a failing output is said to be rounding."""
+    kinds = {f.kind for f in run.findings}
+    assert not kinds & {FindingKind.BUG, FindingKind.DIVERGES, FindingKind.ERROR}, run.findings
+    assert all(c.noise is not None and is_rounding(c.noise) for c in run.outputs), [
+        (c.name, c.noise) for c in run.outputs
+    ]
+    failing = {c.name for c in run.outputs if not c.status.passed}
+    rounding = {f.output for f in run.findings if f.kind is FindingKind.ROUNDING}
+    assert failing == rounding
 
 
 def _value(order: int, status: str, inputs: tuple[int, ...] = ()) -> LayerValue:

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from parity.cli import main
-from parity.hf.options import HfOptions
 from parity.pipeline import RunConfig, run_validation
+from parity.run.hf_options import HfOptions
 from tests.helpers.hf_models import PROMPTS, make_llama_dir
 from tests.helpers.plant_bug import wrong_scale
 

@@ -14,11 +14,11 @@ from streamlit.testing.v1 import AppTest
 
 from parity.dashboard.run_form import form_values
 from parity.dashboard.text import md_text
-from parity.hf.options import HfOptions
 from parity.launch import RUN_ENV, RUN_SCRATCH_ENV
 from parity.pipeline import RunConfig, run_validation
 from parity.reports.saved_run import load_run, read_manifest, save_run
 from parity.run.config_json import config_from_json, config_json, config_of_run
+from parity.run.hf_options import HfOptions
 from parity.tolerances import Tolerance, Tolerances
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -116,16 +116,27 @@ def test_crafted_expressions_are_refused_in_one_line_and_quickly(
 
 
 def test_ordinary_float_and_power_expressions_still_build() -> None:
+    """The bounds refuse what is too big, not what a .pt2 ordinarily carries: each of these
+    builds the value it spells (a float at full precision, powers, a big but finite floor)."""
+    import sympy
+
     from parity.load.pt2_sympy import parse_expression
 
-    for text in (
-        "Float('0.5', precision=53)",
-        "Float('1.2345678901234567e-5', precision=53)",
-        "PowByNatural(Symbol('s0', integer=True), Integer(2))",
-        "Pow(Symbol('s0', integer=True), Rational(1, 2))",
-        "floor(Mul(Float('1e300'), Float('1e300')))",
-    ):
-        parse_expression(text, {})
+    s0 = sympy.Symbol("s0", integer=True)
+    built = {
+        "Float('0.5', precision=53)": sympy.Float(0.5),
+        "Float('1.2345678901234567e-5', precision=53)": sympy.Float(
+            "1.2345678901234567e-5", precision=53
+        ),
+        "PowByNatural(Symbol('s0', integer=True), Integer(2))": s0**2,
+        "Pow(Symbol('s0', integer=True), Rational(1, 2))": sympy.sqrt(s0),
+        "floor(Mul(Float('1e300'), Float('1e300')))": sympy.floor(
+            sympy.Float("1e300") * sympy.Float("1e300")
+        ),
+    }
+    for text, value in built.items():
+        got = parse_expression(text, {})
+        assert got == value, (text, got)
 
 
 # --- 2. weights and constants --------------------------------------------------------------

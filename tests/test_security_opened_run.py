@@ -94,8 +94,8 @@ def test_the_layers_rerun_of_an_opened_run_takes_no_budget_from_it(broken_saved:
 
 
 def test_an_hf_runs_export_path_and_task_are_dropped_never_shown_or_used(tmp_path):
-    from parity.hf.options import HfOptions
     from parity.pipeline import RunConfig
+    from parity.run.hf_options import HfOptions
 
     victim = tmp_path / "user-data.txt"
     config = RunConfig(

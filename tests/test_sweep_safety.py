@@ -13,8 +13,8 @@ import pytest
 from parity.cli import main
 from parity.errors import UsageError
 from parity.files.json_budget import VALUE_BYTES, check_json_budget, parse_cost
+from parity.sweep.delivery import read_uri
 from parity.sweep.folder import load_sweep
-from parity.sweep.stage import read_uri
 from tests.helpers.sweep_zoo import GOOD, KILLER, copy_tiny, write_manifest
 
 
@@ -121,9 +121,9 @@ def test_every_file_a_pair_needs_is_bundled_once_by_content_at_its_relative_plac
 
     from parity.cli import build_parser
     from parity.path_flags import PathFlags
+    from parity.sweep.delivery import OUTSIDE, Shipper, unpack
     from parity.sweep.manifest import load_manifest
     from parity.sweep.plan import plan_jobs
-    from parity.sweep.stage import OUTSIDE, Shipper, unpack
 
     zoo = tmp_path / "zoo"
     copy_tiny(zoo, model_zoo, tiny_artifacts)

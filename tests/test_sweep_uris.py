@@ -103,9 +103,9 @@ def outage(s3, monkeypatch):
             s3.start()
             s3.put("models/tiny.onnx", seen.data)
 
-    from parity.sweep import stage
+    from parity.sweep import delivery
 
-    monkeypatch.setattr(stage, "pause", pause)
+    monkeypatch.setattr(delivery, "pause", pause)
     s3.stop()
     yield seen
     if s3.proc is None:
@@ -136,9 +136,9 @@ def test_s3_stopped_then_started_again_mid_pair_is_retried_and_the_pass_says_so(
 def test_resume_runs_a_pair_whose_storage_failed_again_and_keeps_a_pin_mismatch(
     tmp_path, model_zoo, tiny_artifacts, s3, monkeypatch
 ):
-    from parity.sweep import stage
+    from parity.sweep import delivery
 
-    monkeypatch.setattr(stage, "pause", lambda seconds: None)
+    monkeypatch.setattr(delivery, "pause", lambda seconds: None)
     zoo = tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
     data = (zoo / "tiny.onnx").read_bytes()
     s3.put("models/tiny.onnx", data)
@@ -162,7 +162,7 @@ def test_resume_runs_a_pair_whose_storage_failed_again_and_keeps_a_pin_mismatch(
     pairs = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["pairs"]}
     assert pairs["plain"]["verdict"] == "error"
     storage = [a for a in pairs["plain"]["attempts"] if a["outcome"].startswith("storage: ")]
-    assert len(storage) == stage.STORAGE_TRIES - 1, pairs["plain"]["attempts"]
+    assert len(storage) == delivery.STORAGE_TRIES - 1, pairs["plain"]["attempts"]
     assert "(read 4 times)" in pairs["plain"]["error"]
 
     s3.put("models/tiny.onnx", data)
@@ -250,7 +250,7 @@ def _write_two_outputs_onnx(path: Path) -> None:
 def test_a_read_follows_the_endpoint_the_environment_names_now(s3, monkeypatch):
     """fsspec caches a filesystem per process: a driver whose environment now names another
     endpoint (or other credentials) must read from it, not from the one it first used."""
-    from parity.sweep.stage import read_uri
+    from parity.sweep.delivery import read_uri
 
     other = Moto()
     other.start()

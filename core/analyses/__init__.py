@@ -1,6 +1,6 @@
-"""Analyses: the optional stages of the one loop (parity.pipeline).
+"""Analyses: the optional analyses of the one loop (parity.pipeline).
 
-Each is one module with one `Analysis` (parity.analyses.stage): `wanted(config)` says whether
+Each is one module with one `Analysis` (parity.analyses.interface): `wanted(config)` says whether
 the run's `RunConfig` asks for it, `before(prepare)` may hook into the loop's cases (the noise
 floor judges each case against a float64 run), and `apply(run, context)` returns the run with
 its evidence added. The pipeline runs the wanted ones in the order of

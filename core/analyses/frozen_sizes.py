@@ -1,4 +1,4 @@
-"""The frozen-at-export search and the static-axis check as a stage: a failing generated run
+"""The frozen-at-export search and the static-axis check as an analysis: a failing generated run
 of a torch model on a file with dynamic axes gets the nodes that hold a size frozen at export,
 each confirmed by real runs (parity.run.frozen_search); any torch run gets the input axes the
 file fixes where the model takes other sizes. Needs a source that runs torch at other sizes
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parity.analyses.stage import Analysis, AnalysisContext
+from parity.analyses.interface import Analysis, AnalysisContext
 from parity.results import RunKind, ValidationRun
 from parity.run.config import RunConfig
 

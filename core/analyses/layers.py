@@ -1,4 +1,4 @@
-"""--layers as a stage: the same source's torch side and input sets with intermediate values
+"""--layers as an analysis: the same source's torch side and input sets with intermediate values
 compared (parity.layers), or, ONNX against ONNX, every candidate's values against the
 reference file's; never changes the outputs' verdict. One candidate against torch
 (check_config)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parity.analyses.stage import Analysis, AnalysisContext, noted
+from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.results import Status, ValidationRun
 from parity.run.config import RunConfig
 

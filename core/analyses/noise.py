@@ -1,4 +1,4 @@
-"""--noise-floor as a stage: each case's float32 outputs (torch's and every candidate's)
+"""--noise-floor as an analysis: each case's float32 outputs (torch's and every candidate's)
 judged against the reference run again in float64, and at a 16-bit candidate's precision
 (parity.judge.noise_floor); the source computes those runs per case. A floor that could not
 be measured for any output is said (an analysis asked for is never silently absent).
@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from parity.analyses.stage import Analysis, AnalysisContext, CaseHook, Preparation, noted
+from parity.analyses.interface import Analysis, AnalysisContext, CaseHook, Preparation, noted
 from parity.errors import ParityError
 from parity.results import OutputComparison, OutputSet, RunKind, Status, ValidationRun
 from parity.run.config import RunConfig

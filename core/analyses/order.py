@@ -8,11 +8,11 @@ layers confirmed)."""
 from __future__ import annotations
 
 from parity.analyses.frozen_sizes import FrozenSizes
+from parity.analyses.interface import Analysis
 from parity.analyses.layers import Layers
 from parity.analyses.noise import NoiseFloor
 from parity.analyses.quantization import Quantization
 from parity.analyses.repro import Repro
-from parity.analyses.stage import Analysis
 from parity.analyses.stages import Stages
 from parity.analyses.suggest import Suggest
 from parity.run.config import RunConfig

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.analyses.quantized_match import Matched, check, match_nodes
-from parity.analyses.stage import Analysis, AnalysisContext, noted
 from parity.errors import BudgetError, ModelRunError, OnnxLoadError
 from parity.judge.compare import compare_outputs
 from parity.results import (

@@ -1,4 +1,4 @@
-"""--repro DIR as a stage: the first confirmed divergence written as a standalone folder
+"""--repro DIR as an analysis: the first confirmed divergence written as a standalone folder
 (parity.layers.repro) while the ONNX file it cuts still exists (the API's in-memory export
 is a temp file). What was written, or why nothing was, is the run's `repro` analysis note;
 a folder that cannot be written is a note that is not done (the CLI names it with the other
@@ -6,7 +6,7 @@ unwritten outputs)."""
 
 from __future__ import annotations
 
-from parity.analyses.stage import Analysis, AnalysisContext, noted
+from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.errors import WriteError
 from parity.results import ValidationRun
 from parity.run.config import RunConfig

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from parity.analyses.stage import Analysis, AnalysisContext, noted
+from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.results import CandidateRun, RunKind, Status, ValidationRun
 from parity.run.config import RunConfig
 from parity.text import number_text

@@ -1,4 +1,4 @@
-"""--suggest as a stage: per-output tolerances fitted on the run's input sets and checked on
+"""--suggest as an analysis: per-output tolerances fitted on the run's input sets and checked on
 fresh ones (parity.analyses.fresh_check) through the context's `rerun`, while the ONNX file
 and the model are at hand. The fresh sets' count and size are said before they run."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parity.analyses.stage import Analysis, AnalysisContext, noted
+from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.results import ValidationRun
 from parity.run.config import RunConfig
 from parity.run.progress import NOTICE

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.cli.parser import Parser
-from parity.hf.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT
 from parity.judge.pass_rule import RULE_TEXT
 from parity.launch import DASHBOARD_HELP, DEFAULT_HOST, DEFAULT_PORT, SERVER_OPTIONS, UPLOAD_OPTION
 from parity.limits.budget import DEFAULT_MAX_MEMORY, format_size
 from parity.limits.deadline import MAX_SECONDS
 from parity.path_flags import READS, WRITES, reads, writes
+from parity.run.hf_options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT
 from parity.sweep.cli import DEFAULT_TIMEOUT_S
 from parity.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 
@@ -408,7 +408,7 @@ HF = Group(
         ),
     ),
 )
-"""The flags only `--model hf:DIR` uses (parity.hf.cli_args turns them into HfOptions)."""
+"""The flags only `--model hf:DIR` uses (parity.cli.hf_args turns them into HfOptions)."""
 
 VALIDATION_GROUPS = (
     MODEL,

@@ -29,7 +29,7 @@ def say(text: object, *, file=None, end: str = "\n", flush: bool = False) -> Non
 
 
 def progress_printer():
-    """Live progress on a terminal's stderr; off a terminal, only the notices (a stage saying
+    """Live progress on a terminal's stderr; off a terminal, only the notices (an analysis saying
     what it is about to cost, e.g. the suggestion's fresh input sets)."""
     live = sys.stderr.isatty()
 
@@ -99,7 +99,7 @@ def _writers(run: ValidationRun, args: argparse.Namespace) -> list:
 
 
 def _repro_said(note: AnalysisNote, folder: str) -> None:
-    """What the repro stage wrote; a folder it could not write is an unwritten output."""
+    """What the repro analysis wrote; a folder it could not write is an unwritten output."""
     if not note.done:
         raise WriteError(note.text, path=folder)
     say(note.text)
@@ -136,8 +136,8 @@ def _write_model_explorer(run: ValidationRun, path: str) -> None:
 def format_text(run: ValidationRun) -> str:
     """A run as the terminal shows it: table or steps, noise, layers."""
     if run.is_generation:
-        from parity.hf.generation_report import summary_line
         from parity.hf.steps_text import format_steps_table
+        from parity.show.generation_text import summary_line
 
         text = format_steps_table(run) + "\n\n" + format_verdict(run)
         text += "".join(f"\n{terminal_text(line)}" for line in [summary_line(run)] if line)

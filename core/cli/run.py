@@ -38,7 +38,7 @@ from parity.verdict import ExitCode, Judge, Verdict
 
 def _validate(args: argparse.Namespace) -> ValidationRun:
     """validate's flags as one RunConfig, run (hf: flags only with an hf: model)."""
-    from parity.hf.cli_args import hf_flags_given, hf_options_from_args
+    from parity.cli.hf_args import hf_flags_given, hf_options_from_args
     from parity.load.specs import is_hf_spec
     from parity.pipeline import RunConfig, run_validation
 

@@ -22,8 +22,8 @@ from typing import Any
 from parity.errors import ModelLoadError, first_line
 from parity.hf.heads import FORWARD, SEQ2SEQ, ModelClass, choose_model_class
 from parity.hf.media import is_media_model, load_processor
-from parity.hf.options import INSTALL_HINT, format_overrides, typed_override
 from parity.load.pickle_cause import file_pickle_cause, pickle_cause, unpickling_error
+from parity.run.hf_options import INSTALL_HINT, format_overrides, typed_override
 
 
 def require_transformers() -> ModuleType:

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from parity.errors import UsageError
-from parity.hf.options import hf_directory
 from parity.hf.seq2seq_capture import DECODER, Seq2SeqCall, Seq2SeqCapture, capture_seq2seq
 from parity.hf.seq2seq_loading import (
     LoadedSeq2Seq,
@@ -54,6 +53,7 @@ from parity.results import (
     OutputComparison,
 )
 from parity.run.config import RunConfig
+from parity.run.hf_options import hf_directory
 from parity.run.progress import ProgressReporter
 from parity.settings import Mention
 from parity.signature import OnnxSignature

@@ -29,7 +29,6 @@ from parity.hf.feeds import (
 )
 from parity.hf.loading import LoadedHfModel, load_hf_model
 from parity.hf.media import generated_inputs, is_media_model
-from parity.hf.options import HfOptions, hf_directory
 from parity.hf.summary import build_summary
 from parity.limits.deadline import Deadline
 from parity.results import (
@@ -44,6 +43,7 @@ from parity.results import (
 )
 from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
+from parity.run.hf_options import HfOptions, hf_directory
 from parity.run.progress import ProgressReporter
 from parity.settings import Setting
 from parity.signature import OnnxSignature

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from parity.hf.generation_report import generation_lines
 from parity.hf.media import MEDIA_INPUTS
-from parity.hf.options import format_overrides
 from parity.hf.summary import PHASES, judged_summary
 from parity.labels import status_label, worst_first
 from parity.results import OutputComparison, Status, ValidationRun
+from parity.run.hf_options import format_overrides
+from parity.show.generation_text import generation_lines
 from parity.show.summary import candidate_notes
 from parity.text import aligned_table, number_text, shape_text, terminal_text
 

@@ -17,7 +17,7 @@ from parity.results import OutputComparison, ValidationRun, set_passed
 if TYPE_CHECKING:
     from parity.hf.capture import Capture
     from parity.hf.loading import LoadedHfModel
-    from parity.hf.options import HfOptions
+    from parity.run.hf_options import HfOptions
 
 MASKED_NOTE = (
     "positions the attention mask excludes (padding) are never attended; exports may "

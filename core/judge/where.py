@@ -83,11 +83,6 @@ class AxisProfile:
         """``axis 2 (height)``, or ``axis 1`` when the ONNX gives the dim no name."""
         return f"axis {self.axis}" + (f" ({self.name})" if self.name else "")
 
-    @property
-    def entry_starts(self) -> np.ndarray:
-        """The first index of each entry (the index itself when ``bin`` is 1)."""
-        return np.arange(self.n_mismatch.size, dtype=np.int64) * self.bin
-
 
 @dataclass(frozen=True, eq=False)
 class WhereProfile:

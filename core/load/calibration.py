@@ -6,7 +6,7 @@ integer type). Anything outside is clipped, so inputs generated for such a file 
 and given inputs outside are counted (parity.run.inputs).
 
 Contract:
-@dataclass(frozen=True) class Calibrated: name, low, high, scale, zero_point
+Calibrated (parity.signature): name, low, high, scale, zero_point
 input_ranges(proto) -> tuple[Calibrated, ...]   graph inputs read by a QuantizeLinear
 merged(*groups) -> tuple[Calibrated, ...]       one range per input: the narrowest
 """
@@ -14,11 +14,12 @@ merged(*groups) -> tuple[Calibrated, ...]       one range per input: the narrowe
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+from parity.signature import Calibrated
 
 _INT_TYPES = {  # ONNX element type of the zero point -> (qmin, qmax)
     onnx.TensorProto.INT8: (-128, 127),
@@ -28,20 +29,6 @@ _INT_TYPES = {  # ONNX element type of the zero point -> (qmin, qmax)
     onnx.TensorProto.INT4: (-8, 7),
     onnx.TensorProto.UINT4: (0, 15),
 }
-
-
-@dataclass(frozen=True)
-class Calibrated:
-    """A graph input's calibrated range (its QuantizeLinear's): low and high in float."""
-
-    name: str
-    low: float
-    high: float
-    scale: float
-    zero_point: int
-
-    def text(self) -> str:
-        return f"[{self.low:.4g}, {self.high:.4g}]"
 
 
 def input_ranges(proto: onnx.ModelProto) -> tuple[Calibrated, ...]:

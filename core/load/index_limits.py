@@ -6,27 +6,16 @@ default [0, 100) would overflow a 29-entry embedding and torch would raise Index
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import onnx
+
+from parity.signature import IndexLimit
 
 # ops whose output holds the same integer values as their first input (reshaped, cast)
 _KEEPS_VALUES = frozenset(
     {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Transpose", "Expand"}
 )
 MAX_NODES = 200_000  # a graph larger than this is not followed (the default range stays)
-
-
-@dataclass(frozen=True)
-class IndexLimit:
-    """Graph input `name` indexes `size` rows of the Gather `node`'s constant table."""
-
-    name: str
-    size: int
-    node: str
-
-    def text(self) -> str:
-        return f"[0, {self.size}) (the {self.size} rows of the Gather {self.node}'s table)"
 
 
 def index_limits(proto: onnx.ModelProto) -> tuple[IndexLimit, ...]:

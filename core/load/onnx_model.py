@@ -55,7 +55,7 @@ class OnnxModel:
     signature: OnnxSignature
     sha256: str
     notes: tuple[str, ...] = ()  # what was accepted though a checker complained
-    # the main graph's op types, read once with the file: a stage asks this, never the path
+    # the main graph's op types, read once with the file: an analysis asks this, never the path
     op_types: frozenset[str] = frozenset()
 
 

@@ -64,11 +64,6 @@ class QuantizedNode:
         return int(self.weight.shape[1])
 
 
-def has_quantized_weights(model: onnx.ModelProto) -> bool:
-    """Any weight-only quantized op in the main graph (read without its weights)."""
-    return any(n.op_type in QUANTIZED_OPS for n in model.graph.node)
-
-
 def count_bytes(model: onnx.ModelProto) -> int:
     """float32 bytes of every dequantized weight (checked against the memory budget first)."""
     total = 0

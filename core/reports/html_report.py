@@ -286,7 +286,7 @@ def _generation(run: ValidationRun) -> str:
     g = run.generation
     if g is None or not (g.prompts or g.free_run_note):
         return ""
-    from parity.hf.generation_report import parting_words, tie_words
+    from parity.show.generation_text import parting_words, tie_words
 
     parts = ["<section><h2>Free-running generation</h2>"]
     if g.free_run_note:

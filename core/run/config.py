@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from parity.errors import UsageError
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind
+from parity.run.hf_options import HfOptions
 from parity.settings import Mention, Part, Setting
 from parity.tolerances import Tolerances
 from parity.verdict import Judge
-
-if TYPE_CHECKING:  # annotation only: parity.hf stands on parity.run
-    from parity.hf.options import HfOptions
 
 
 @dataclass(frozen=True)

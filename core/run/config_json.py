@@ -20,6 +20,7 @@ from parity.errors import ParityError
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import ValidationRun
 from parity.run.config import RunConfig
+from parity.run.hf_options import HfOptions
 from parity.tolerances import Tolerances
 from parity.verdict import Judge, judge_of
 
@@ -124,11 +125,9 @@ def _judge_from_json(raw: Any) -> Judge:
         raise sj.FieldError(f"config.judge: {exc}") from None
 
 
-def _hf_from_json(raw: Any):
+def _hf_from_json(raw: Any) -> HfOptions | None:
     if raw is None:
         return None
-    from parity.hf.options import HfOptions
-
     raw = sj.obj(raw, "config.hf")
     prompts = sj.array(sj.field(raw, "prompts", "config.hf"), "config.hf.prompts")
     return HfOptions(

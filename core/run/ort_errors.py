@@ -42,12 +42,6 @@ def ort_error_line(message: str) -> str:
     return f"{found['op']} node{name}: {rest}"
 
 
-def failed_node(message: str) -> tuple[str, str] | None:
-    """(op, node name) ONNX Runtime names in its error, or None."""
-    found = _NODE.search(" ".join(message.split()))
-    return None if found is None else (found["op"], found["name"])
-
-
 _SAID = re.compile(r"(?P<op>\w+) node '(?P<name>[^']*)'")
 
 

@@ -25,7 +25,7 @@ class ProgressEvent:
 
 ProgressCallback = Callable[[ProgressEvent], None]
 
-# the step of an event that is said even off a terminal: what a stage is about to cost
+# the step of an event that is said even off a terminal: what an analysis is about to cost
 NOTICE = "notice"
 
 

@@ -455,7 +455,7 @@ def _static_axes(run: ValidationRun) -> list[Finding]:
 def _near_ties(run: ValidationRun) -> list[Finding]:
     if run.generation is None:
         return []
-    from parity.hf.generation_report import tie_words
+    from parity.show.generation_text import tie_words
 
     out = []
     for i, p in enumerate(run.generation.prompts, 1):

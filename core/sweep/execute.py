@@ -29,10 +29,10 @@ from parity.files.atomic import write_bytes
 from parity.files.json_budget import check_json_budget
 from parity.files.safe_read import open_regular, read_bytes
 from parity.limits.budget import format_size
+from parity.sweep.delivery import fetch_uris
 from parity.sweep.names import names_env, renamed_text
 from parity.sweep.pair_process import command as pair_command
 from parity.sweep.plan import REPORT, PairJob
-from parity.sweep.stage import fetch_uris
 from parity.verdict import ExitCode, Verdict
 
 LOG = "log.txt"
@@ -115,7 +115,7 @@ def run_pair(
 ) -> PairOutput:
     """Run the pair to its end or its timeout in a private temporary folder; `should_stop`
     is polled to abandon it. `inputs`: the folder holding its input files (default: the
-    manifest's folder); `moved`: args index -> where an input lies (parity.sweep.stage);
+    manifest's folder); `moved`: args index -> where an input lies (parity.sweep.delivery);
     `node`: where it runs, for the storage reads it retries (its result's `attempts`; the
     engine adds the try that ended it)."""
     start = time.monotonic()

@@ -1,7 +1,7 @@
 """The Ray engine: one Ray task per pair, running the same `run_pair` as the local engine.
 
 Nothing is shared but Ray: each pair's input files go through Ray's object store, once per
-distinct content (parity.sweep.stage), into a private folder on the worker; the pair's
+distinct content (parity.sweep.delivery), into a private folder on the worker; the pair's
 report files come back as bytes and only this process writes --out (parity.sweep.land). URIs
 in the manifest are read by the worker itself.
 
@@ -37,9 +37,9 @@ from typing import Any
 
 from parity.errors import UsageError, first_line
 from parity.limits.budget import format_size
+from parity.sweep.delivery import Bundle, Shipper, unpack
 from parity.sweep.execute import Attempt, PairOutput, refused, run_pair
 from parity.sweep.plan import PairJob
-from parity.sweep.stage import Bundle, Shipper, unpack
 
 EXTRA_HINT = "pip install 'onnx-parity[ray]' (in a checkout: pip install -e '.[ray]')"
 TOKEN_HINT = (

@@ -6,7 +6,7 @@ function (parity.show.findings): no new field wiring in the API, the CLI or the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
@@ -56,7 +56,7 @@ class AnalysisContext:
 
 
 class Analysis:
-    """One optional stage. Subclasses set `name` (the JSON's `analyses[].analysis` and the
+    """One optional analysis. Subclasses set `name` (the JSON's `analyses[].analysis` and the
     timing's key) and override `wanted` and `apply`; `before` only where a case needs it."""
 
     name: ClassVar[str] = ""
@@ -76,7 +76,3 @@ class Analysis:
 def noted(run: ValidationRun, analysis: str, text: str, *, done: bool = True) -> ValidationRun:
     """`run` with one more analysis note (what an analysis did, or why it could not)."""
     return replace(run, analyses=(*run.analyses, AnalysisNote(analysis, text, done)))
-
-
-def notes_of(run: ValidationRun, analysis: str) -> Sequence[AnalysisNote]:
-    return [n for n in run.analyses if n.analysis == analysis]

@@ -81,7 +81,7 @@ class Shipper:
         for slot in job.inputs:
             if slot.kind == "uri":
                 continue
-            rel = staged_path(slot.path)
+            rel = task_path(slot.path)
             moved.append((slot.index, rel))
             for source, target in _files_of(slot, root / slot.path, rel):
                 if target not in files:
@@ -101,7 +101,7 @@ class Shipper:
         return Shipped(rel, digest, len(data), self.refs[digest])
 
 
-def staged_path(path: str) -> str:
+def task_path(path: str) -> str:
     """Where a path the manifest names lands in the task's folder (POSIX, relative)."""
     pure = PurePosixPath(path.replace("\\", "/"))
     if not pure.is_absolute() and ".." not in pure.parts and pure.parts:

@@ -30,7 +30,9 @@ class HfOptions:
     random_weights: bool = False
     config_overrides: Mapping[str, Any] = field(default_factory=dict)
     export_path: str | None = None  # where Parity's own export goes (None: a temp dir)
-    task: str | None = None  # Optimum's task name; None: the class config.architectures names
+    # Optimum's task name (checked against parity.hf.heads when a run starts); None: the class
+    # config.architectures names
+    task: str | None = None
     generation: bool = True  # causal LMs: ONNX Runtime also generates on its own afterwards
 
     def __post_init__(self) -> None:
@@ -42,10 +44,6 @@ class HfOptions:
             raise UsageError(
                 f"must be >= 1, got {self.max_new_tokens!r}", setting=Setting("max_new_tokens")
             )
-        if self.task is not None:
-            from parity.hf.heads import task_named
-
-            task_named(self.task)  # UsageError listing the tasks
 
 
 def options_from_text(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from parity.hf.options import (
+from parity.cli.definition import HF
+from parity.run.hf_options import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_PROMPT,
     HfOptions,
@@ -18,8 +19,6 @@ from parity.hf.options import (
 
 def hf_flags_given(args: argparse.Namespace) -> bool:
     """Whether any flag that only an hf: model uses was given (so another model refuses it)."""
-    from parity.cli.definition import HF
-
     for item in HF.flags:
         value = getattr(args, item.dest, None)
         if value is not None and value is not False and value != [] and value != "":
