@@ -44,7 +44,11 @@ def render_sidebar() -> None:
         else:
             n_fail = sum(not c.status.passed for c in run.outputs)
             st.markdown(verdict_badge(run, size="### "))
-            st.caption("At the tolerances set on the Tolerances page.")
+            st.caption(
+                "Judged by cause: a bug fails, what the file was meant to do passes."
+                if run.judge == "cause"
+                else "At the tolerances set on the Tolerances page."
+            )
             onnx = (
                 f"{len(run.candidates)} ONNX candidates, each with its verdict:"
                 if run.is_multi_candidate

@@ -59,7 +59,12 @@ def judge_by_cause(run: ValidationRun) -> CauseJudgement:
             kinds.setdefault((f.candidate, f.output), f.kind)
     unexplained: list[tuple[int, str]] = []
     intended: list[tuple[int, str, FindingKind]] = []
-    seen: set[tuple[int, str]] = set()
+    # an output a failing finding names is accounted for: a bug, not "unexplained"
+    seen: set[tuple[int, str]] = {
+        (f.candidate if f.candidate is not None else 0, f.output)
+        for f in failing
+        if f.output is not None
+    }
     for c in run.outputs:
         key = (c.candidate, c.name)
         if c.status.passed or key in seen:

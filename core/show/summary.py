@@ -87,6 +87,13 @@ def headline(run: ValidationRun) -> str:
     return f"The export does not match {ref}: {said} {how}."
 
 
+_CAUSE_WORDS = {
+    FindingKind.ROUNDING: "the rounding of the file's precision",
+    FindingKind.QUANTIZATION: "what its quantized weights cost",
+    FindingKind.APPROXIMATION: "a deploy tool's intended approximation",
+}
+
+
 def _cause_headline(run: ValidationRun, ref: str) -> str:
     """The verdict by cause as a sentence (parity.show.cause): what differs, and why that
     passes (intended) or fails (a bug, or a difference nothing explains)."""
@@ -100,9 +107,10 @@ def _cause_headline(run: ValidationRun, ref: str) -> str:
             if len(run.output_names) == 1
             else (f"{len(beyond)} of {count_text(len(run.output_names), 'output')} differ")
         )
+        causes = " or ".join(sorted({_CAUSE_WORDS[k] for _, _, k in judged.intended}))
         return (
             f"The export does what the file was meant to do: {said} beyond the allowed error, "
-            "each by what the file's precision, quantization or approximations cost; no bug found."
+            f"each by {causes}; no bug found."
         )
     if any(f.kind is FindingKind.BUG for f in judged.failing):
         return f"The export does not match {ref}: Parity found a bug."
