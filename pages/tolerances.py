@@ -199,7 +199,8 @@ def controls(raw: ValidationRun) -> None:
     n_pass = int(table["status"].str.startswith("✓").sum())
     st.markdown(
         verdict_badge(judged, size="## " if not everything.is_multi_candidate else "#### ")
-        + f" &nbsp; {n_pass} of {len(table)} output(s) pass in every input set"
+        + (" &nbsp; by cause;" if judged.judge == "cause" else " &nbsp;")
+        + f" {n_pass} of {len(table)} output(s) pass the tolerance in every input set"
     )
     st.dataframe(
         status_style(table),

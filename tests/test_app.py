@@ -259,7 +259,7 @@ def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json()
     assert not at.exception
     assert "PASS" in _markdown(at)
     assert (_table(at, "min atol to pass")["status"] == "✓ pass").all()
-    assert "2 of 2 output(s) pass in every input set" in _markdown(at)
+    assert "2 of 2 output(s) pass the tolerance in every input set" in _markdown(at)
     # back to strict, then let Suggest find per-output tolerances that pass
     at.select_slider(key="tol_atol").set_value(1e-5).run()
     assert "FAIL" in _markdown(at)

@@ -65,14 +65,14 @@ def test_newcomer_finds_the_broken_output_and_where_it_fails(page):
 def test_a_tolerance_slider_rejudges_every_output_and_fp16_passes(page, tmp_path):
     run_demo(page, "fp16")
     nav(page, "Tolerances")
-    page.get_by_text("0 of 2 output(s) pass in every input set").wait_for()
+    page.get_by_text("0 of 2 output(s) pass the tolerance in every input set").wait_for()
     shot(page, "05-tolerances-fp16-fail")
 
     slider = page.get_by_role("slider").first  # global atol
     slider.focus()
     for _ in range(15):  # 1e-5 -> 1 on the 1-2-5 ladder, one step per key press
         page.keyboard.press("ArrowRight")
-    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for(timeout=60_000)
+    page.get_by_text("2 of 2 output(s) pass the tolerance in every input set").wait_for(timeout=60_000)
     settle(page)
     # the sidebar's badge follows in the same rerun (it said FAIL before)
     page.locator('[data-testid="stSidebar"]').get_by_text("PASS", exact=True).wait_for()

@@ -70,7 +70,7 @@ def test_suggest_turns_the_page_the_badge_and_the_sidebar_reports_to_pass_at_onc
     nav(page, "Tolerances")
     assert _badge(page) == "FAIL"
     page.get_by_role("button", name="Suggest").click()
-    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+    page.get_by_text("2 of 2 output(s) pass the tolerance in every input set").wait_for()
     _wait_badge(page, "PASS")  # the same rerun: no other page opened in between
     settle(page)
     assert "0 failing comparisons" in _sidebar(page).inner_text()
@@ -112,7 +112,7 @@ def test_every_page_after_every_other_page_draws_and_keeps_the_tolerances(page):
     run_demo(page, "fp16")
     nav(page, "Tolerances")
     page.get_by_role("button", name="Suggest").click()
-    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+    page.get_by_text("2 of 2 output(s) pass the tolerance in every input set").wait_for()
     settle(page)
     walk = _walk_every_ordered_pair(PAGES)
     assert len(walk) >= 31
@@ -122,7 +122,7 @@ def test_every_page_after_every_other_page_draws_and_keeps_the_tolerances(page):
         _assert_no_exception(page, where)
         _wait_badge(page, "PASS")  # the sidebar drawn, at the session's tolerances
         if title == "Tolerances":
-            page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+            page.get_by_text("2 of 2 output(s) pass the tolerance in every input set").wait_for()
     nav(page, "Tolerances")
     shot(page, "state-02-tolerances-after-every-page")
 
