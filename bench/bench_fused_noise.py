@@ -1,0 +1,74 @@
+"""--noise-floor on a fused float16 BERT against a plain run: wall time and peak memory.
+
+    python bench/bench_fused_noise.py                    # BERT 6 x 384, every weight random
+    python bench/bench_fused_noise.py --layers 2 --hidden 32 --heads 2
+
+Builds the model, its Optimum export, ONNX Runtime's fused file and its float16 copy
+(keep_io_types) as bench/bench_fused.py does, then runs `parity validate` on the float16
+file, each in its own process (wall time and peak RSS from /usr/bin/time): plain, with
+--noise-floor, and with --noise-floor --no-quantized-reference (the float32 twin and
+torch's rounded weights left out), for the hf: run and for the same model as a torch
+module (FILE.py:CALLABLE, generated input sets). Prints each against plain and what the
+findings said.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODULE = '''
+import torch, transformers
+class Last(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bert = transformers.BertModel.from_pretrained({path!r}).eval()
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                         token_type_ids=token_type_ids).last_hidden_state
+def make():
+    return Last()
+'''
+
+
+def main() -> None:
+    from bench.bench_fused import build, timed
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--hidden", type=int, default=384)
+    parser.add_argument("--heads", type=int, default=6)
+    a = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="parity-bench-fused-noise-") as tmp:
+        root = Path(tmp)
+        directory, _, _ = build(root, a.layers, a.hidden, a.heads)
+        fp16 = root / "fp16.onnx"
+        module = root / "bert_module.py"
+        module.write_text(MODULE.format(path=directory))
+        ranges = ["--int-range", "input_ids=0:96", "--int-range", "token_type_ids=0:2"]
+        sides = {
+            "hf:": ["--model", f"hf:{directory}"],
+            "torch module": ["--model", f"{module}:make", *ranges],
+        }
+        for side, base in sides.items():
+            plain = timed([*base, "--onnx", str(fp16), "--no-noise-floor"], root / "p.txt")
+            print(f"{side} plain: {plain[0]:.1f} s, peak {plain[1]:.2f} GB")
+            for extra in (["--noise-floor"], ["--noise-floor", "--no-quantized-reference"]):
+                report = root / "r.json"
+                args = [*base, "--onnx", str(fp16), *extra, "--json", str(report)]
+                wall, peak = timed(args, root / "n.txt")
+                kinds = [f["kind"] for f in json.loads(report.read_text())["findings"]]
+                print(
+                    f"{side} {' '.join(extra)}: {wall:.1f} s ({wall / plain[0]:.2f}x), peak "
+                    f"{peak:.2f} GB ({peak / plain[1]:.2f}x); findings {kinds}"
+                )
+
+
+if __name__ == "__main__":
+    main()
