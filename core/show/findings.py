@@ -281,7 +281,7 @@ def _approximation(run: ValidationRun, candidate: int) -> list[Finding]:
     means = " and ".join(
         (["the same approximation"] if gelu else []) + ([f"the file's {p} weights"] if p else [])
     )
-    subject = "the file computed in float32" if p else "the file"
+    subject = "its wide twin" if p else "the file"
     by_name = {o.name: o for o in result.outputs}
     out: list[Finding] = []
     for name in list(_numeric_failures(run))[:MAX_OUTPUT_FINDINGS]:
@@ -290,10 +290,16 @@ def _approximation(run: ValidationRun, candidate: int) -> list[Finding]:
             continue
         against = f"against torch with {means}{f' ({gelu})' if gelu else ''}"
         if not o.export_passed:
+            twin = (
+                f" (the same graph and weights computed without rounding to {p}, so not {p} "
+                "rounding)"
+                if p
+                else ""
+            )
             text = (
-                f"{name}: not what the file means, a bug in the export: {against}, {subject} "
-                f"still differs by max abs {number_text(o.export_max_abs)} (beyond the run's "
-                "tolerance)."
+                f"{name}: not what the file means, a bug in the export: {against}, {subject}"
+                f"{twin} still differs by max abs {number_text(o.export_max_abs)} (beyond the "
+                "run's tolerance)."
             )
             out.append(Finding(FindingKind.BUG, text, name, candidate))
             continue
@@ -310,9 +316,9 @@ def _approximation(run: ValidationRun, candidate: int) -> list[Finding]:
         if p:
             text = (
                 f"{name}: {p} rounding, not a bug: its {p} weights move it by max abs "
-                f"{number_text(o.weights_max_abs)} and its {p} arithmetic (the file against "
-                f"itself computed in float32) by max abs {number_text(o.arithmetic_max_abs)}; "
-                f"{agrees}."
+                f"{number_text(o.weights_max_abs)} and its {p} arithmetic by max abs "
+                f"{number_text(o.arithmetic_max_abs)} (the file against its wide twin: the "
+                f"same graph and weights computed without rounding to {p}); {agrees}."
             )
             out.append(Finding(FindingKind.ROUNDING, text, name, candidate))
     return out
