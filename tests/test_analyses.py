@@ -81,7 +81,8 @@ def no_float64(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Modul
 def test_every_stage_is_an_analysis_with_a_name_and_a_config_switch() -> None:
     names = [cls.name for cls in ANALYSES]
     assert names == [
-        "frozen", "noise_floor", "layers", "quantization", "stages", "suggest", "repro",
+        "frozen", "noise_floor", "approximation", "layers", "quantization", "stages", "suggest",
+        "repro",
     ]  # fmt: skip
     assert all(issubclass(cls, Analysis) for cls in ANALYSES)
     plain = RunConfig(model=None, onnx=("a.onnx", "b.onnx"))
@@ -91,7 +92,7 @@ def test_every_stage_is_an_analysis_with_a_name_and_a_config_switch() -> None:
     assert [a.name for a in wanted_analyses(off)] == []
     asked = RunConfig(model="demo:broken", onnx=None, noise_floor=True, suggest=True, repro="r")
     assert [a.name for a in wanted_analyses(asked)] == [
-        "frozen", "noise_floor", "layers", "quantization", "suggest", "repro",
+        "frozen", "noise_floor", "approximation", "layers", "quantization", "suggest", "repro",
     ]  # fmt: skip
 
 

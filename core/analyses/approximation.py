@@ -33,6 +33,7 @@ from parity.judge.compare import compare_outputs
 from parity.results import (
     ApproximatedOutput,
     ApproximationResult,
+    RunKind,
     Status,
     ValidationRun,
 )
@@ -97,7 +98,8 @@ class Approximation(Analysis):
     name = NAME
 
     def wanted(self, config: RunConfig) -> bool:
-        return config.quantized_reference
+        """On with the quantization-aware reference, where a torch model can be changed."""
+        return config.quantized_reference and config.kind in (RunKind.TORCH, RunKind.HF_GENERATE)
 
     def apply(self, run: ValidationRun, context: AnalysisContext) -> ValidationRun:
         if context.reference is not None:  # ONNX against ONNX: no torch model to change
