@@ -165,6 +165,18 @@ def test_each_clean_optimum_level_passes_by_cause_and_says_what_fastgelu_costs(
         assert noise and {n.precision for n in noise} == {"float16"}  # hf: floor measured
 
 
+def test_a_saved_run_keeps_its_approximation_and_says_the_same(deploy, tmp_path) -> None:
+    from parity.reports.saved_run import load_run
+
+    run = _run(deploy, deploy.optimized["O4"])
+    report = run.to_json()
+    assert report["approximation"]["precision"] == "float16"
+    assert [o["name"] for o in report["approximation"]["outputs"]] == ["last_hidden_state"]
+    again = load_run(run.save(tmp_path / "run.parity"))
+    assert again.approximation == run.approximation
+    assert again.findings == run.findings
+
+
 def test_attention_bug_in_an_o3_file_is_a_bug_located_at_its_layer(deploy) -> None:
     run = _run(deploy, deploy.o3_bug, layers=True)
     assert not _passes_by_cause(run)
