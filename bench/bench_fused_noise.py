@@ -2,6 +2,7 @@
 
     python bench/bench_fused_noise.py                    # BERT 6 x 384, every weight random
     python bench/bench_fused_noise.py --layers 2 --hidden 32 --heads 2
+    python bench/bench_fused_noise.py --hidden 768 --heads 12 --vocab 30522   # BERT-base wide
 
 Builds the model, its Optimum export, ONNX Runtime's fused file and its float16 copy
 (keep_io_types) as bench/bench_fused.py does, then runs `parity validate` on the float16
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MODULE = '''
+MODULE = """
 import torch, transformers
 class Last(torch.nn.Module):
     def __init__(self):
@@ -34,7 +35,7 @@ class Last(torch.nn.Module):
                          token_type_ids=token_type_ids).last_hidden_state
 def make():
     return Last()
-'''
+"""
 
 
 def main() -> None:
@@ -44,14 +45,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--hidden", type=int, default=384)
     parser.add_argument("--heads", type=int, default=6)
+    parser.add_argument("--vocab", type=int, default=96)
     a = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="parity-bench-fused-noise-") as tmp:
         root = Path(tmp)
-        directory, _, _ = build(root, a.layers, a.hidden, a.heads)
+        directory, _, _ = build(root, a.layers, a.hidden, a.heads, a.vocab)
         fp16 = root / "fp16.onnx"
         module = root / "bert_module.py"
         module.write_text(MODULE.format(path=directory))
-        ranges = ["--int-range", "input_ids=0:96", "--int-range", "token_type_ids=0:2"]
+        ranges = ["--int-range", f"input_ids=0:{a.vocab}", "--int-range", "token_type_ids=0:2"]
         sides = {
             "hf:": ["--model", f"hf:{directory}"],
             "torch module": ["--model", f"{module}:make", *ranges],

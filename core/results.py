@@ -370,6 +370,9 @@ class ApproximatedOutput:
     export_passed: bool | None  # ... at the run's tolerance (None: not compared)
     weights_max_abs: float | None = None  # 16-bit: its rounded weights' own cost
     arithmetic_max_abs: float | None = None  # 16-bit: the file against its float32 twin
+    # what export_passed was judged by: "the run's tolerance", or where that fails and the
+    # output's float32 floor was measured, "float32 rounding" (10x torch's own float32 error)
+    export_within: str = "the run's tolerance"
 
 
 @dataclass(frozen=True)

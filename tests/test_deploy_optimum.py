@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import numpy_helper
 
 from parity.hf.options import HfOptions
@@ -225,3 +226,61 @@ def test_float32_twin_holds_the_files_weights_and_computes_in_float32(deploy) ->
             numpy_helper.to_array(tensor), halves[tensor.name].astype(np.float32)
         )
     assert proto.graph.initializer[0].data_type == onnx.TensorProto.FLOAT16  # untouched
+
+
+class _TwoGelus(torch.nn.Module):
+    """Linear -> GELU -> Linear -> GELU -> Linear: two GELU modules a tool may approximate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2, self.fc3 = (torch.nn.Linear(16, 16) for _ in range(3))
+        self.act1, self.act2 = torch.nn.GELU(), torch.nn.GELU()
+        with torch.no_grad():
+            for fc in (self.fc1, self.fc2, self.fc3):
+                fc.weight.normal_(0.0, 1.0)
+
+    def forward(self, x):
+        return self.fc3(self.act2(self.fc2(self.act1(self.fc1(x)))))
+
+
+def _tanh_gelus(model, path: Path, scopes: tuple[str, ...], bias_bug: float = 0.0) -> Path:
+    """`model` exported (ONNX Gelu, opset 20) with the Gelu nodes of `scopes` made the tanh
+    approximation, as a tool would (ONNX's own spelling of FastGelu), and fc3's bias moved
+    by `bias_bug`."""
+    torch.onnx.export(
+        model, (torch.randn(4, 16),), str(path), input_names=["x"], output_names=["y"],
+        dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=20, dynamo=False,
+    )  # fmt: skip
+    proto = onnx.load(str(path))
+    gelus = [n for n in proto.graph.node if n.op_type == "Gelu"]
+    assert len(gelus) == 2
+    for node in gelus:
+        if any(node.name.startswith(f"/{s}/") for s in scopes):
+            kept = [a for a in node.attribute if a.name != "approximate"]
+            del node.attribute[:]
+            node.attribute.extend([*kept, onnx.helper.make_attribute("approximate", "tanh")])
+    if bias_bug:
+        bias = next(t for t in proto.graph.initializer if t.name == "fc3.bias")
+        array = numpy_helper.to_array(bias) + np.float32(bias_bug)
+        bias.CopyFrom(numpy_helper.from_array(array, bias.name))
+    onnx.save(proto, str(path))
+    return path
+
+
+def test_onnx_gelu_with_tanh_is_an_approximation_everywhere_or_in_its_module(tmp_path) -> None:
+    from parity import validate
+
+    model = _TwoGelus().eval()
+    both = validate(model, _tanh_gelus(model, tmp_path / "both.onnx", ("act1", "act2")))
+    one = validate(model, _tanh_gelus(model, tmp_path / "one.onnx", ("act2",)))
+    for run in (both, one):
+        assert not run.passed and _passes_by_cause(run), run.findings
+        (said,) = [f for f in run.findings if f.kind is FindingKind.APPROXIMATION]
+        assert said.output == "y" and "tanh approximation of GELU" in said.text
+    # the file keeps an exact GELU beside the tanh one: only act2 is approximated in torch
+    assert both.approximation.modules == () and one.approximation.modules == ("act2",)
+    assert both.approximation.outputs[0].cost_max_abs != one.approximation.outputs[0].cost_max_abs
+    bug = validate(model, _tanh_gelus(model, tmp_path / "bug.onnx", ("act2",), bias_bug=0.01))
+    assert [f.kind for f in bug.findings if f.output == "y"] == [FindingKind.BUG]
+    assert not _passes_by_cause(bug)

@@ -42,6 +42,8 @@ from parity.settings import Mention
 
 NAME = "approximation"
 TANH_GELU = "FastGelu, the tanh approximation of GELU"
+TOLERANCE = "the run's tolerance"
+FLOAT32_ROUNDING = "float32 rounding, 10\u00d7 torch's own float32 error"
 EXACT_GELU_OPS = ("Gelu", "BiasGelu", "Erf")  # what computes GELU exactly in a file
 
 
@@ -350,9 +352,16 @@ def _outputs(
 ) -> tuple[ApproximatedOutput, ...]:
     """Per output over every input set: the approximations' cost against torch, the file
     (its twin) against torch doing the same, the 16-bit weights' and arithmetic's costs."""
+    from parity.judge.noise_floor import ROUNDING_RATIO
+
     candidate = run.candidates[0]
     rows: dict[str, dict[str, Any]] = {}
     sixteen = bool(weighted)
+    floors = {  # torch's own float32 error per (input set, output), where it was measured
+        (c.input_set, c.name): c.noise.torch_error
+        for c in candidate.outputs
+        if c.noise is not None and c.noise.precision == "float32" and c.noise.torch_error > 0
+    }
     for position, case in enumerate(run.cases):
         onnx = candidate.onnx_outputs[position].arrays if candidate.onnx_outputs else {}
         ref = case.reference.arrays if case.reference is not None else {}
@@ -378,9 +387,15 @@ def _outputs(
                 tolerance=run.tolerances.for_output(name),
                 exclude=mask,
             )
-            if c.stats is not None and c.stats.max_abs is not None:
-                row["export"] = max(row.get("export", 0.0), c.stats.max_abs)
-            row["passed"] = (row["passed"] is not False) and c.status.passed
+            worst = c.stats.max_abs if c.stats is not None else None
+            if worst is not None:
+                row["export"] = max(row.get("export", 0.0), worst)
+            passed = c.status.passed
+            floor = floors.get((case.input_set.index, name))
+            if not passed and not sixteen and worst is not None and floor is not None:
+                passed = worst <= ROUNDING_RATIO * floor  # float32 rounding, as measured
+                row["within"] = FLOAT32_ROUNDING if passed else row.get("within")
+            row["passed"] = (row["passed"] is not False) and passed
     order = {n: k for k, n in enumerate(run.output_names)}
     return tuple(
         ApproximatedOutput(
@@ -390,6 +405,7 @@ def _outputs(
             export_passed=row["passed"],
             weights_max_abs=row.get("weights"),
             arithmetic_max_abs=row.get("arithmetic"),
+            export_within=row.get("within") or TOLERANCE,
         )
         for name, row in sorted(rows.items(), key=lambda kv: order.get(kv[0], len(order)))
     )

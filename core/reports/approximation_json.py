@@ -17,7 +17,8 @@ _NUMBERS = ("cost_max_abs", "export_max_abs", "weights_max_abs", "arithmetic_max
 
 def approximation_to_json(a: ApproximationResult, *, saved: bool = False) -> dict[str, Any]:
     """``approximation``: {"approximations", "precision", "modules", "outputs": [{name,
-    cost_max_abs, export_max_abs, export_passed, weights_max_abs, arithmetic_max_abs}],
+    cost_max_abs, export_max_abs, export_passed, export_within, weights_max_abs,
+    arithmetic_max_abs}],
     "notes"}. A saved run keeps its numbers exactly (`saved`); the report's are strict."""
     num = exact if saved else _finite
     return {
@@ -29,6 +30,7 @@ def approximation_to_json(a: ApproximationResult, *, saved: bool = False) -> dic
                 "name": o.name,
                 **{key: num(getattr(o, key)) for key in _NUMBERS},
                 "export_passed": o.export_passed,
+                "export_within": o.export_within,
             }
             for o in a.outputs
         ],
@@ -56,6 +58,9 @@ def approximation_from_json(raw: Any, at: str = "approximation") -> Approximatio
                 name=sj.string(sj.field(entry, "name", o), f"{o}.name"),
                 export_passed=sj.optional(
                     sj.boolean, entry.get("export_passed"), f"{o}.export_passed"
+                ),
+                export_within=sj.string(
+                    entry.get("export_within", "the run's tolerance"), f"{o}.export_within"
                 ),
                 **numbers,
             )

@@ -305,7 +305,7 @@ def _approximation(run: ValidationRun, candidate: int) -> list[Finding]:
             continue
         agrees = (
             f"against torch with {means}, {subject} agrees to max abs "
-            f"{number_text(o.export_max_abs)} (within the run's tolerance)"
+            f"{number_text(o.export_max_abs)} (within {o.export_within})"
         )
         if gelu:
             text = (
