@@ -217,15 +217,19 @@ def test_float32_twin_holds_the_files_weights_and_computes_in_float32(deploy) ->
     proto = onnx.load(str(deploy.fp16))
     assert sixteen_bit_weights(proto) == "float16"
     assert sixteen_bit_weights(onnx.load(str(deploy.optimized["O3"]))) == ""
+    halves = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     twin = float32_twin(proto)
     onnx.checker.check_model(twin)
-    halves = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     for tensor in twin.graph.initializer:
         assert tensor.data_type != onnx.TensorProto.FLOAT16
         np.testing.assert_array_equal(
             numpy_helper.to_array(tensor), halves[tensor.name].astype(np.float32)
         )
-    assert proto.graph.initializer[0].data_type == onnx.TensorProto.FLOAT16  # untouched
+    half = onnx.TensorProto.FLOAT16
+    casts = [a.i for n in twin.graph.node if n.op_type == "Cast" for a in n.attribute]
+    assert casts and half not in casts  # the converter's casts to float16 now cast to float32
+    typed = [*twin.graph.input, *twin.graph.output, *twin.graph.value_info]
+    assert all(v.type.tensor_type.elem_type != half for v in typed)
 
 
 class _TwoGelus(torch.nn.Module):

@@ -10,7 +10,7 @@ initializer, Constant, Cast target, `dtype` attribute and declared type is widen
 subgraphs included.
 
 Contract:
-float32_twin(proto) -> ModelProto   (a widened copy; `proto` is left as it is)
+float32_twin(proto) -> ModelProto   (`proto` widened in place, and returned)
 sixteen_bit_weights(proto) -> "float16" | "bfloat16" | ""   (every float weight 16-bit)
 """
 
@@ -24,11 +24,10 @@ TYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")  # attributes that name an ele
 
 
 def float32_twin(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `proto` with every 16-bit type and tensor widened to float32."""
-    twin = onnx.ModelProto()
-    twin.CopyFrom(proto)
-    _widen_graph(twin.graph)
-    return twin
+    """`proto` itself with every 16-bit type and tensor widened to float32 (in place: a
+    large file's weights are not held twice)."""
+    _widen_graph(proto.graph)
+    return proto
 
 
 def sixteen_bit_weights(proto: onnx.ModelProto) -> str:
