@@ -6,9 +6,10 @@
 
 Builds the model, its Optimum export, ONNX Runtime's fused file and its float16 copy
 (keep_io_types) as bench/bench_fused.py does, then runs `parity validate` on the float16
-file, each in its own process (wall time and peak RSS from /usr/bin/time): plain, with
---noise-floor, and with --noise-floor --no-quantized-reference (the float32 twin and
-torch's rounded weights left out), for the hf: run and for the same model as a torch
+file, each in its own process (wall time and peak RSS from /usr/bin/time): plain (neither
+--noise-floor nor the intended reference: --no-noise-floor --no-quantized-reference), the
+intended reference alone (torch with the file's float16 weights against its wide twin, on by
+default), --noise-floor alone, and both; for the hf: run and for the same model as a torch
 module (FILE.py:CALLABLE, generated input sets). Prints each against plain and what the
 findings said.
 """
@@ -58,16 +59,22 @@ def main() -> None:
             "hf:": ["--model", f"hf:{directory}"],
             "torch module": ["--model", f"{module}:make", *ranges],
         }
+        bare = ["--no-noise-floor", "--no-quantized-reference"]
+        variants = {
+            "the intended reference alone (the default)": ["--no-noise-floor"],
+            "--noise-floor": ["--noise-floor", "--no-quantized-reference"],
+            "--noise-floor and the intended reference": ["--noise-floor"],
+        }
         for side, base in sides.items():
-            plain = timed([*base, "--onnx", str(fp16), "--no-noise-floor"], root / "p.txt")
-            print(f"{side} plain: {plain[0]:.1f} s, peak {plain[1]:.2f} GB")
-            for extra in (["--noise-floor"], ["--noise-floor", "--no-quantized-reference"]):
+            plain = timed([*base, "--onnx", str(fp16), *bare], root / "p.txt")
+            print(f"{side} plain (neither): {plain[0]:.1f} s, peak {plain[1]:.2f} GB")
+            for words, extra in variants.items():
                 report = root / "r.json"
                 args = [*base, "--onnx", str(fp16), *extra, "--json", str(report)]
                 wall, peak = timed(args, root / "n.txt")
                 kinds = [f["kind"] for f in json.loads(report.read_text())["findings"]]
                 print(
-                    f"{side} {' '.join(extra)}: {wall:.1f} s ({wall / plain[0]:.2f}x), peak "
+                    f"{side} {words}: {wall:.1f} s ({wall / plain[0]:.2f}x), peak "
                     f"{peak:.2f} GB ({peak / plain[1]:.2f}x); findings {kinds}"
                 )
 
