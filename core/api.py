@@ -182,7 +182,10 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
     quantized_reference: a file with weight-only quantized ops (int4 ``MatMulNBits``, ...)
         is judged against torch with the file's own dequantized weights put in, split into
         what the export computes and what quantizing costs (``run.quantization``); on by
-        default, it acts only where such ops are found (``--no-quantized-reference``).
+        default, it acts only where such ops are found (``--no-quantized-reference``). It
+        also judges a failing file's intended approximations (FastGelu's tanh GELU, 16-bit
+        weights through the file's wide twin) against torch doing the same
+        (``run.approximation``).
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers

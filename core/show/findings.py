@@ -510,6 +510,7 @@ def _not_run(run: ValidationRun) -> list[Finding]:
 _ANALYSIS_WORDS = {
     "noise_floor": "--noise-floor",
     "quantization": "the quantization-aware reference",
+    "approximation": "the intended reference (approximations, 16-bit weights)",
     "layers": "--layers",
     "suggest": "--suggest",
     "repro": "--repro",
