@@ -26,14 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def build(root: Path, layers: int, hidden: int, heads: int) -> tuple[str, Path, Path]:
+def build(
+    root: Path, layers: int, hidden: int, heads: int, vocab: int = 96
+) -> tuple[str, Path, Path]:
     import transformers
 
     from tests.helpers.hf_tasks import optimum_export, save_text_model
     from tests.test_layers_fused import _optimized, _randomized, _scaled_column
 
     config = transformers.BertConfig(
-        vocab_size=96,
+        vocab_size=vocab,
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,

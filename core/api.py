@@ -189,12 +189,15 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
     quantized_reference: a file with weight-only quantized ops (int4 ``MatMulNBits``, ...)
         is judged against torch with the file's own dequantized weights put in, split into
         what the export computes and what quantizing costs (``run.quantization``); on by
-        default, it acts only where such ops are found (``--no-quantized-reference``).
+        default, it acts only where such ops are found (``--no-quantized-reference``). It
+        also judges a failing file's intended approximations (FastGelu's tanh GELU, 16-bit
+        weights through the file's wide twin) against torch doing the same
+        (``run.approximation``).
     judge: how ``run.verdict`` is decided (as ``--judge``): "tolerance" (default) passes
         every output within atol + rtol*|ref|; "cause" fails on a bug and passes where every
         difference is what the file was meant to do (its precision's rounding, its
         quantization, a tool's intended approximation), measured: it measures the noise floor
-        and judges quantized weights (docs/precision.md, "The verdict by cause").
+        and judges quantized weights (docs/deploy.md).
 
     Raises a `parity.ParityError` subclass (one line: what and where, naming this
     function's keyword arguments) when the run cannot be made. A model whose numbers

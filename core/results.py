@@ -360,6 +360,43 @@ class QuantizationResult:
 
 
 @dataclass(frozen=True)
+class ApproximatedOutput:
+    """One output under the file's intended approximations (parity.analyses.approximation):
+    what they cost against torch, and the file against torch computing them too."""
+
+    name: str
+    cost_max_abs: float | None  # torch with the approximations against torch, over every set
+    export_max_abs: float | None  # the file (16-bit: its float32 twin) against that torch
+    export_passed: bool | None  # ... at the run's tolerance (None: not compared)
+    weights_max_abs: float | None = None  # 16-bit: its rounded weights' own cost
+    arithmetic_max_abs: float | None = None  # 16-bit: the file against its float32 twin
+    # what export_passed was judged by: "the run's tolerance", or where that fails and the
+    # output's float32 floor was measured, "float32 rounding" (10x torch's own float32 error)
+    export_within: str = "the run's tolerance"
+
+
+@dataclass(frozen=True)
+class ApproximationResult:
+    """What a file approximates on purpose and what that costs (parity.analyses.approximation):
+    `approximations` in words ("FastGelu, the tanh approximation of GELU (2 nodes)"),
+    `precision` the file's 16-bit type where its weights are 16-bit ("" where not), `modules`
+    the torch modules computed approximately (() where every call of the function was)."""
+
+    approximations: tuple[str, ...] = ()
+    precision: str = ""
+    modules: tuple[str, ...] = ()
+    outputs: tuple[ApproximatedOutput, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def faithful(self) -> bool | None:
+        """The file computes what it means (every output within the run's tolerance of
+        torch doing the same); None when not compared."""
+        judged = [o.export_passed for o in self.outputs if o.export_passed is not None]
+        return all(judged) if judged else None
+
+
+@dataclass(frozen=True)
 class CandidateRun:
     """One candidate's share of a run (`ValidationRun.candidates`): its info, its judged rows,
     its ONNX outputs and its layers. The run stores one per candidate, so no reader works
@@ -373,6 +410,8 @@ class CandidateRun:
     layers: LayersResult | None = None  # --layers: its intermediate values against the reference
     # its weight-only quantized ops judged for what they are (parity.analyses.quantization)
     quantization: QuantizationResult | None = None
+    # its intended approximations (a tanh GELU, 16-bit weights) judged for what they are
+    approximation: ApproximationResult | None = None
 
     @property
     def index(self) -> int:
@@ -712,6 +751,11 @@ class ValidationRun:
         return self.candidates[0].quantization if self.candidates else None
 
     @property
+    def approximation(self) -> ApproximationResult | None:
+        """The lead candidate's approximations judged (parity.analyses.approximation)."""
+        return self.candidates[0].approximation if self.candidates else None
+
+    @property
     def layers(self) -> LayersResult | None:
         """The lead candidate's layers (--layers), or None."""
         return self.candidates[0].layers if self.candidates else None
@@ -809,6 +853,16 @@ class ValidationRun:
             self,
             candidates=tuple(
                 replace(c, quantization=found[c.index]) if c.index in found else c
+                for c in self.candidates
+            ),
+        )
+
+    def with_approximation(self, found: Mapping[int, ApproximationResult]) -> ValidationRun:
+        """The run with each candidate's intended approximations judged, by its index."""
+        return replace(
+            self,
+            candidates=tuple(
+                replace(c, approximation=found[c.index]) if c.index in found else c
                 for c in self.candidates
             ),
         )

@@ -80,7 +80,8 @@ def no_float64(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Modul
 def test_the_analyses_run_in_order_each_when_its_setting_asks() -> None:
     names = [cls.name for cls in ANALYSES]
     assert names == [
-        "frozen", "noise_floor", "layers", "quantization", "stages", "suggest", "repro",
+        "frozen", "noise_floor", "approximation", "layers", "quantization", "stages", "suggest",
+        "repro",
     ]  # fmt: skip
     plain = RunConfig(model=None, onnx=("a.onnx", "b.onnx"))
     # on by default: it acts only where a file has weight-only quantized ops
@@ -89,7 +90,7 @@ def test_the_analyses_run_in_order_each_when_its_setting_asks() -> None:
     assert [a.name for a in wanted_analyses(off)] == []
     asked = RunConfig(model="demo:broken", onnx=None, noise_floor=True, suggest=True, repro="r")
     assert [a.name for a in wanted_analyses(asked)] == [
-        "frozen", "noise_floor", "layers", "quantization", "suggest", "repro",
+        "frozen", "noise_floor", "approximation", "layers", "quantization", "suggest", "repro",
     ]  # fmt: skip
 
 

@@ -72,7 +72,9 @@ def test_a_tolerance_slider_rejudges_every_output_and_fp16_passes(page, tmp_path
     slider.focus()
     for _ in range(15):  # 1e-5 -> 1 on the 1-2-5 ladder, one step per key press
         page.keyboard.press("ArrowRight")
-    page.get_by_text("2 of 2 output(s) pass the tolerance in every input set").wait_for(timeout=60_000)
+    page.get_by_text("2 of 2 output(s) pass the tolerance in every input set").wait_for(
+        timeout=60_000
+    )
     settle(page)
     # the sidebar's badge follows in the same rerun (it said FAIL before)
     page.locator('[data-testid="stSidebar"]').get_by_text("PASS", exact=True).wait_for()

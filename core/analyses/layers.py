@@ -42,6 +42,7 @@ def _said_if_empty(run: ValidationRun, name: str) -> ValidationRun:
 
 
 def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRun:
+    from parity.analyses.approximation import intended
     from parity.layers.localise import localise_run
 
     candidate = context.lead_without_sessions()
@@ -50,17 +51,19 @@ def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRu
     side = context.source.torch_side()
     raised = {c.input_set for c in run.outputs if c.status is Status.ERROR}
     sets = tuple(s for s in run.input_sets if s.index not in raised)  # where ORT ran
-    layers = localise_run(
-        side,
-        candidate.path,
-        sets or run.input_sets,
-        candidate.signature,
-        provider=candidate.provider,
-        opt_level=candidate.opt_level,
-        memory_mb=config.layers_memory_mb,
-        confirm=config.layers_confirm,
-        progress=lambda message: context.report("layers", message, None),
-    )
+    module = getattr(side.model, "module", None) if side is not None else None
+    with intended(run.candidates[0].approximation, module):  # torch as the file means it
+        layers = localise_run(
+            side,
+            candidate.path,
+            sets or run.input_sets,
+            candidate.signature,
+            provider=candidate.provider,
+            opt_level=candidate.opt_level,
+            memory_mb=config.layers_memory_mb,
+            confirm=config.layers_confirm,
+            progress=lambda message: context.report("layers", message, None),
+        )
     model = side.model if side is not None else None
     if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
         from parity.layers.qdq import torch_exclusions

@@ -1,12 +1,14 @@
 """The analyses in the order the pipeline runs them: sizes frozen at export first (they
 explain a failure before anything else looks at it), the noise floor (judged per case while
-the loop runs), layers, the quantized weights (torch again with a file's own int4 weights:
+the loop runs), the intended approximations (torch doing what the file means: the layers
+compare against it too), layers, the quantized weights (torch again with a file's own int4 weights:
 it explains what the layers found), pipeline stages side by side (several files), the
 suggestion (it reads the findings the others made), the repro folder (it writes what the
 layers confirmed)."""
 
 from __future__ import annotations
 
+from parity.analyses.approximation import Approximation
 from parity.analyses.frozen_sizes import FrozenSizes
 from parity.analyses.interface import Analysis
 from parity.analyses.layers import Layers
@@ -20,6 +22,7 @@ from parity.run.config import RunConfig
 ANALYSES: tuple[type[Analysis], ...] = (
     FrozenSizes,
     NoiseFloor,
+    Approximation,
     Layers,
     Quantization,
     Stages,

@@ -343,7 +343,9 @@ NOISE_FLOOR = Group(
             action="store_true",
             help="do not judge a file's weight-only quantized ops (int4 MatMulNBits, ...) "
             "against torch with the file's own dequantized weights (on by default where such "
-            'ops are found: adds "quantization" to --json)',
+            'ops are found: adds "quantization" to --json), nor a failing file\'s intended '
+            "approximations (FastGelu's tanh GELU, 16-bit weights) against torch doing the "
+            'same (adds "approximation")',
         ),
     ),
 )

@@ -62,6 +62,28 @@ def float64_calls(
     return made, PROMOTED.format(why=why)
 
 
+def call_at(model: Any, call: CapturedCall, precision: str) -> tuple[CapturedCall | None, str, str]:
+    """`call` made again at a 16-bit `precision`, emulated (weights, inputs and every op's
+    float output rounded to it, computed in float32: how ONNX Runtime's CPU provider runs
+    most 16-bit nodes, and at float32's cost, parity.run.noise_floor_runs.Rounding): (the
+    call, how it was made, "") or (None, "", why not)."""
+    import torch
+
+    from parity.run.noise_floor_runs import EMULATED, Rounding
+
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[precision]
+    try:
+        with Rounding(dtype):
+            made = call_again(model, call, float64=False)
+    except Exception as exc:
+        return (
+            None,
+            "",
+            f"{precision} noise floor not measured: the model failed ({first_line(exc)})",
+        )
+    return made, EMULATED.format(dtype=precision), ""
+
+
 def call_again(
     model: Any, call: CapturedCall, *, float64: bool, promote: bool = False
 ) -> CapturedCall:

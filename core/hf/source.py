@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -137,6 +137,7 @@ class HfSource(HfSourceBase):
         self._capture: Capture | None = None
         self._export: dict[str, Any] = dict(NOT_EXPORTED)
         self._noise_floor = config.noise_floor  # every call in float64 (measure_noise)
+        self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch is also run at
         self._prompts: tuple[PromptGeneration, ...] = ()  # free-running generation
         self._free_note = ""
         # one capture per prompt, where the file cannot take a left-padded batch (None: one)
@@ -237,7 +238,31 @@ class HfSource(HfSourceBase):
                 case = dataclasses.replace(
                     case, float64=reference_outputs(double, signature.outputs)
                 )
+            if self._noise_floor and self._noise_at:
+                case = self._with_low(case, loaded, call, signature)
             yield dataclasses.replace(case, float64_note=note) if note else case
+
+    def measure_noise_at(self, precisions: Collection[str]) -> None:
+        """--noise-floor with a 16-bit candidate: each call also made at that precision."""
+        self._noise_at = tuple(sorted(set(precisions)))
+
+    def _with_low(
+        self, case: Case, loaded: LoadedHfModel, call: CapturedCall, signature: OnnxSignature
+    ) -> Case:
+        """The case with the call made again at each 16-bit precision, emulated as
+        parity.run.noise_floor_runs does on the CPU (parity.hf.noise_floor_calls.call_at)."""
+        from parity.hf.noise_floor_calls import call_at
+        from parity.results import PrecisionRun
+
+        runs = {}
+        for precision in self._noise_at:
+            self._report("torch", f"torch in {precision} on every captured call", None)
+            t0 = time.perf_counter()
+            made, how, why = call_at(loaded.model, call, precision)
+            self.timings["float64"] = self.timings.get("float64", 0.0) + time.perf_counter() - t0
+            arrays = None if made is None else reference_outputs(made, signature.outputs)
+            runs[precision] = PrecisionRun(arrays, how, why)
+        return dataclasses.replace(case, at_precision=runs)
 
     def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
         """The captured call of this case made again by the model as it is now, its outputs

@@ -172,6 +172,10 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         data["layers"] = run.layers.to_json()
     if run.quantization is not None:  # a file's quantized weights judged (on by default)
         data["quantization"] = quantization_to_json(run.quantization)
+    if run.approximation is not None:  # what the file approximates on purpose, judged
+        from parity.reports.approximation_json import approximation_to_json
+
+        data["approximation"] = approximation_to_json(run.approximation)
     from parity.show.findings import findings_json
 
     data["findings"] = findings_json(run)  # the one list every front renders
@@ -191,6 +195,10 @@ def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[s
         data["layers"] = candidate.layers.to_json()
     if run.is_multi_candidate and candidate.quantization is not None:
         data["quantization"] = quantization_to_json(candidate.quantization)
+    if run.is_multi_candidate and candidate.approximation is not None:
+        from parity.reports.approximation_json import approximation_to_json
+
+        data["approximation"] = approximation_to_json(candidate.approximation)
     return {**head, "verdict": candidate.verdict, **data}
 
 
@@ -605,6 +613,10 @@ def _candidate_records_to_json(
         entry["quantization"] = (
             None if c.quantization is None else quantization_to_json(c.quantization, saved=True)
         )
+        if c.approximation is not None:
+            from parity.reports.approximation_json import approximation_to_json
+
+            entry["approximation"] = approximation_to_json(c.approximation, saved=True)
         row += len(c.outputs)
         position += len(c.onnx_outputs)
         entries.append(entry)
@@ -615,6 +627,8 @@ def _candidate_records_from_json(
     raw: Any, get: ArrayGet, sets: set[int]
 ) -> tuple[CandidateRun, ...]:
     """The candidates of a manifest that keeps each one's rows, output sets and layers."""
+    from parity.reports.approximation_json import approximation_from_json
+
     records = []
     for i, entry in enumerate(sj.array(raw, "candidates")):
         at = f"candidates[{i}]"
@@ -634,6 +648,7 @@ def _candidate_records_from_json(
                 _output_sets_from_json(entry, "onnx_outputs", get),
                 layers_from_json(entry.get("layers"), get, f"{at}.layers"),
                 quantization_from_json(entry.get("quantization"), f"{at}.quantization"),
+                approximation_from_json(entry.get("approximation"), f"{at}.approximation"),
             )
         )
     if not records:

@@ -311,16 +311,19 @@ def _run_cast(
         return None, first_line(exc)
 
 
-class _Rounding(torch.overrides.TorchFunctionMode):
-    """Every float32 tensor an op returns, rounded to `dtype` (and back to float32)."""
+class Rounding(torch.overrides.TorchFunctionMode):
+    """Every float32 tensor an op takes or returns, rounded to `dtype` (and back to
+    float32): the weights as each op reads them (the model itself is not copied or
+    changed: no second model in memory), the inputs, and every op's result."""
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
         self.dtype = dtype
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = func(*args, **(kwargs or {}))
-        return torch.utils._pytree.tree_map(self._round, out)
+        up = torch.utils._pytree.tree_map
+        out = func(*up(self._round, args), **up(self._round, kwargs or {}))
+        return up(self._round, out)
 
     def _round(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
@@ -331,24 +334,15 @@ class _Rounding(torch.overrides.TorchFunctionMode):
 def _run_emulated(
     model: Any, input_set: InputSet, signature: OnnxSignature, dtype: torch.dtype
 ) -> tuple[dict[str, np.ndarray] | None, str]:
-    from dataclasses import replace
-
     from parity.run.runner import model_binding
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rounded = copy.deepcopy(model.module).eval()
-        with torch.no_grad():
-            for tensor in [*rounded.parameters(), *rounded.buffers()]:
-                if tensor.dtype == torch.float32:
-                    tensor.copy_(tensor.to(dtype).to(torch.float32))
         feeds = {
             k: v.to(torch.float32) if v.dtype == dtype else v
             for k, v in _feeds(input_set, signature, dtype).items()
         }
-        binding = model_binding(replace(model, module=rounded), feeds)
-        with quiet_torch(), torch.inference_mode(), _Rounding(dtype):
-            return _outputs(rounded(*binding.args, **binding.kwargs), signature), ""
+        binding = model_binding(model, feeds)
+        with quiet_torch(), torch.inference_mode(), Rounding(dtype):
+            return _outputs(model.module(*binding.args, **binding.kwargs), signature), ""
     except Exception as exc:
         return None, first_line(exc)

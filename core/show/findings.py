@@ -26,6 +26,7 @@ whose reference is torch's float weights; a weight that is not a rounding stays 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from parity.judge.noise_floor import is_rounding, noise_rank
 from parity.labels import OUTSIDE_MODULES, set_label
@@ -178,11 +179,35 @@ def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -
     out: list[Finding] = list(_errors(run, candidate))
     if run.quantization is not None and run.quantization.outputs:
         return out + _quantization(run, candidate, limit)
+    located, born, first = _divergence(run, candidate)
+    if run.approximation is not None and run.approximation.outputs:
+        # --layers compared with the same intended torch: where it confirms a birth, it
+        # locates what the account calls a bug
+        return out + (located if born else []) + _approximation(run, candidate, limit)
+    out += located
+    numeric = _numeric_failures(run)
+    for name, rows in list(numeric.items())[:limit]:
+        noise = _worst_noise(rows)
+        if born:
+            out.append(Finding(FindingKind.BUG, _born_text(name, first, noise), name, candidate))
+        elif noise is None:
+            continue
+        elif is_rounding(noise):
+            out.append(Finding(FindingKind.ROUNDING, _rounding_text(name, noise), name, candidate))
+        else:
+            out.append(Finding(FindingKind.BUG, _noise_bug_text(name, noise), name, candidate))
+    return out
+
+
+def _divergence(run: ValidationRun, candidate: int) -> tuple[list[Finding], bool, Any]:
+    """Where --layers saw the outputs start to differ: (its findings, whether it confirmed
+    the error born there, the first divergence)."""
     layers = run.layers
     first = layers.first_divergence if layers is not None else None
     confirmation = layers.confirmation_of(first) if layers is not None else None
     born = getattr(confirmation, "outcome", None) == "born"
     precision = file_precision_word(run)
+    out: list[Finding] = []
     if first is not None:
         node = f"{first.onnx_op} node {first.onnx_node}"
         where = (
@@ -201,18 +226,7 @@ def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -
                     candidate=candidate,
                 )
             )
-    numeric = _numeric_failures(run)
-    for name, rows in list(numeric.items())[:limit]:
-        noise = _worst_noise(rows)
-        if born:
-            out.append(Finding(FindingKind.BUG, _born_text(name, first, noise), name, candidate))
-        elif noise is None:
-            continue
-        elif is_rounding(noise):
-            out.append(Finding(FindingKind.ROUNDING, _rounding_text(name, noise), name, candidate))
-        else:
-            out.append(Finding(FindingKind.BUG, _noise_bug_text(name, noise), name, candidate))
-    return out
+    return out, born, first
 
 
 def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
@@ -301,6 +315,61 @@ def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list
         if said:
             text = f"{width} weights and the tokens: {'; '.join(said)}."
             out.append(Finding(FindingKind.QUANTIZATION, text, candidate=candidate))
+    return out
+
+
+def _approximation(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
+    """A file that approximates on purpose (parity.analyses.approximation): each failing
+    output judged against torch doing what the file means (its tanh GELU, its 16-bit
+    weights; a 16-bit file through its float32 twin). Agreement: each approximation's cost
+    said (`approximation`, and `rounding` for the 16-bit weights and arithmetic); else a bug."""
+    result = run.approximation
+    assert result is not None
+    gelu = ", ".join(result.approximations)
+    p = result.precision
+    means = " and ".join(
+        (["the same approximation"] if gelu else []) + ([f"the file's {p} weights"] if p else [])
+    )
+    subject = "its wide twin" if p else "the file"
+    by_name = {o.name: o for o in result.outputs}
+    out: list[Finding] = []
+    for name in list(_numeric_failures(run))[:limit]:
+        o = by_name.get(name)
+        if o is None or o.export_passed is None:
+            continue
+        against = f"against torch with {means}{f' ({gelu})' if gelu else ''}"
+        if not o.export_passed:
+            twin = (
+                f" (the same graph and weights computed without rounding to {p}, so not {p} "
+                "rounding)"
+                if p
+                else ""
+            )
+            text = (
+                f"{name}: not what the file means, a bug in the export: {against}, {subject}"
+                f"{twin} still differs by max abs {number_text(o.export_max_abs)} (beyond the "
+                "run's tolerance)."
+            )
+            out.append(Finding(FindingKind.BUG, text, name, candidate))
+            continue
+        agrees = (
+            f"against torch with {means}, {subject} agrees to max abs "
+            f"{number_text(o.export_max_abs)} (within {o.export_within})"
+        )
+        if gelu:
+            text = (
+                f"{name}: {gelu}, moves it by max abs {number_text(o.cost_max_abs)} from "
+                f"torch's exact GELU; {agrees}: intended, not a bug."
+            )
+            out.append(Finding(FindingKind.APPROXIMATION, text, name, candidate))
+        if p:
+            text = (
+                f"{name}: {p} rounding, not a bug: its {p} weights move it by max abs "
+                f"{number_text(o.weights_max_abs)} and its {p} arithmetic by max abs "
+                f"{number_text(o.arithmetic_max_abs)} (the file against its wide twin: the "
+                f"same graph and weights computed without rounding to {p}); {agrees}."
+            )
+            out.append(Finding(FindingKind.ROUNDING, text, name, candidate))
     return out
 
 
@@ -437,7 +506,12 @@ def _frozen(run: ValidationRun) -> list[Finding]:
 def _frozen_search(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     """What the frozen search cost when it confirmed nothing, or skipped a check (its done
     note): said where no bug, rounding or quantization finding explains the run."""
-    explained = (FindingKind.BUG, FindingKind.ROUNDING, FindingKind.QUANTIZATION)
+    explained = (
+        FindingKind.BUG,
+        FindingKind.ROUNDING,
+        FindingKind.QUANTIZATION,
+        FindingKind.APPROXIMATION,
+    )
     if any(f.kind in explained for f in found):
         return []
     return [
@@ -485,6 +559,7 @@ def _not_run(run: ValidationRun) -> list[Finding]:
 _ANALYSIS_WORDS = {
     "noise_floor": "--noise-floor",
     "quantization": "the quantization-aware reference",
+    "approximation": "the intended reference (approximations, 16-bit weights)",
     "layers": "--layers",
     "suggest": "--suggest",
     "repro": "--repro",
@@ -501,11 +576,18 @@ def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
     explained = {
         f.output
         for f in found
-        if f.kind in (FindingKind.BUG, FindingKind.ROUNDING, FindingKind.QUANTIZATION)
+        if f.kind
+        in (
+            FindingKind.BUG,
+            FindingKind.ROUNDING,
+            FindingKind.QUANTIZATION,
+            FindingKind.APPROXIMATION,
+        )
     }
     numeric = set(_numeric_failures(run))
-    quantized = {f.output for f in found if f.kind is FindingKind.QUANTIZATION}
-    if numeric and numeric <= quantized:  # torch with the file's own weights said it all
+    intended = (FindingKind.QUANTIZATION, FindingKind.APPROXIMATION)
+    accounted = {f.output for f in found if f.kind in intended}
+    if numeric and numeric <= accounted:  # torch doing what the file means said it all
         return []
     if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
         missing.append("where inside the model the outputs start to differ (--layers)")
