@@ -340,6 +340,9 @@ class QuantizationResult:
     activations: str = ""
     activations_simulated: bool = True  # the reference rounds them too (torch does)
     reference: str = "torch"  # what the weights were put into: "torch", "the reference file"
+    # static quantization: the file's own graph with its activation rounding taken out is
+    # what was compared with the reference (parity.analyses.static_quant)
+    float_twin: bool = False
 
     @property
     def width(self) -> str:

@@ -1397,6 +1397,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         "activations": q.activations,
         "activations_simulated": q.activations_simulated,
         "reference": q.reference,
+        "float_twin": q.float_twin,
     }
 
 
@@ -1474,4 +1475,5 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
         activations=activations,
         activations_simulated=simulated,
         reference=reference,
+        float_twin=sj.boolean(raw.get("float_twin", False), f"{at}.float_twin"),
     )

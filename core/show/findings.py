@@ -224,6 +224,10 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             f"against {ref} with the file's own dequantized weights it agrees (max abs "
             f"{number_text(o.export_max_abs)}, within the run's tolerance)"
         )
+        if quant.float_twin:  # static quantization (parity.analyses.static_quant)
+            agrees = "with its activation rounding taken out, the file " + agrees.replace(
+                "it agrees", "agrees", 1
+            )
         if not o.export_passed and not quant.activations_simulated:
             text = (
                 f"{name}: against {ref} with the file's own dequantized weights it differs by "
@@ -244,7 +248,8 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             text = f"{name}: {agrees}, but its weights are wrong at {bad}: {cost}."
             out.append(Finding(FindingKind.BUG, text, name, candidate))
         else:
-            text = f"{name}: {width} weights, not a bug in the export: {agrees}; {cost}."
+            what = f"{width} weights and activations" if quant.float_twin else f"{width} weights"
+            text = f"{name}: {what}, not a bug in the export: {agrees}; {cost}."
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
     tokens = quant.tokens
     if tokens is not None:

@@ -1,0 +1,365 @@
+"""A statically quantized file (ONNX Runtime's `quantize_static`) read back as float.
+
+Two formats, one reading (checked on ORT 1.32):
+
+- QDQ: a Conv / Gemm / MatMul reads `DequantizeLinear(int8 initializer, scale, zero point,
+  axis)` as its weight (per tensor, or per output channel) and `DequantizeLinear(int32
+  initializer, input scale x weight scale)` as its bias (Conv, Gemm; a MatMul's bias is the
+  Add after it); activations pass through QuantizeLinear/DequantizeLinear pairs with
+  calibrated scales.
+- QOperator: `QLinearConv` (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, int32 B),
+  `QGemm` (com.microsoft: A, a_scale, a_zp, B, b_scale, b_zp, int32 C, y_scale, y_zp) and
+  `QLinearMatMul` (a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp); the int32 bias's step
+  is the input's scale x the weight's.
+
+Each weight comes back in torch's layout (Conv [O, I/g, *k], Linear [N, K]) with its step
+per output channel (|scale|): a weight that is a rounding of the model's stays within one
+step of it. `float_twin` is the file with every activation rounding taken out (its weights
+stay the file's dequantized ones): the file's own graph, computing in float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+QDQ_COMPUTE = ("Conv", "Gemm", "MatMul")
+QOPERATOR_COMPUTE = ("QLinearConv", "QGemm", "QLinearMatMul")
+_INT_TYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32)
+
+
+@dataclass(frozen=True)
+class StaticWeight:
+    """One quantized Conv / Gemm / MatMul weight of a statically quantized file, as float.
+
+    `weight` float32 in torch's layout (conv: [O, I/g, *k]; linear: [N, K]); `steps` float32
+    [O] (the quantization step of each output channel; per tensor: one value repeated);
+    `bias` float32 [O] or None (not quantized, or none), `bias_steps` its step per channel.
+    `scope` the module path the exporter wrote (legacy node names, dynamo's name scopes);
+    `source` the float weight's name where the quantizer kept it."""
+
+    node: str
+    op: str
+    conv: bool
+    weight: np.ndarray
+    steps: np.ndarray
+    per_channel: bool
+    bias: np.ndarray | None
+    bias_steps: np.ndarray | None
+    scope: str | None
+    source: str
+    scales_name: str
+    bits: int = 8
+
+
+def is_static(model: onnx.ModelProto) -> bool:
+    """A statically quantized file: a QOperator op, or a compute op reading a dequantized
+    integer initializer next to activation QuantizeLinear nodes (read without weights)."""
+    graph = model.graph
+    ops = {n.op_type for n in graph.node}
+    if ops & set(QOPERATOR_COMPUTE):
+        return True
+    if "QuantizeLinear" not in ops or "DequantizeLinear" not in ops:
+        return False
+    inits = {t.name for t in graph.initializer}
+    dq_of_init = {
+        n.output[0]
+        for n in graph.node
+        if n.op_type == "DequantizeLinear" and n.input and n.input[0] in inits
+    }
+    return any(
+        n.op_type in QDQ_COMPUTE and len(n.input) > 1 and n.input[1] in dq_of_init
+        for n in graph.node
+    )
+
+
+def static_weights(model: onnx.ModelProto) -> tuple[list[StaticWeight], list[str]]:
+    """(every quantized weight read, notes on the ones that could not be: node and why)."""
+    from parity.load.quantized_weights import _scope
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    found: list[StaticWeight] = []
+    notes: list[str] = []
+    for node in graph.node:
+        if node.op_type not in QDQ_COMPUTE + QOPERATOR_COMPUTE:
+            continue
+        name = node.name or f"{node.op_type}_{len(found)}"
+        try:
+            if node.op_type in QDQ_COMPUTE:
+                read = _qdq(node, inits, producer, readers)
+            else:
+                read = _qoperator(node, inits)
+        except ValueError as exc:
+            notes.append(f"{node.op_type} node {name}: {exc}")
+            continue
+        if read is None:
+            continue
+        weight, steps, per_channel, bias, bias_steps, source, scales = read
+        found.append(
+            StaticWeight(
+                node=name,
+                op=node.op_type,
+                conv=node.op_type in ("Conv", "QLinearConv"),
+                weight=weight,
+                steps=steps,
+                per_channel=per_channel,
+                bias=bias,
+                bias_steps=bias_steps,
+                scope=_scope(node),
+                source=source,
+                scales_name=scales,
+            )
+        )
+    return found, notes
+
+
+_Read = tuple[
+    np.ndarray, np.ndarray, bool, np.ndarray | None, np.ndarray | None, str, str
+]  # weight, steps, per channel, bias, bias steps, source, scales
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == name), default)
+
+
+def _array(inits: Mapping[str, onnx.TensorProto], name: str) -> np.ndarray:
+    if name not in inits:
+        raise ValueError(f"{name!r} is not an initializer")
+    return numpy_helper.to_array(inits[name])
+
+
+def _dequantized(
+    q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(q - zero) x scale in float32 (per tensor or along `axis`), and the scale broadcast
+    along that axis (its size)."""
+    s = scale.astype(np.float32).reshape(-1)
+    z = np.zeros_like(s) if zero is None else zero.astype(np.float32).reshape(-1)
+    if s.size == 1:
+        return ((q.astype(np.float32) - z[0]) * s[0]).astype(np.float32), s
+    axis = axis % q.ndim
+    shape = [1] * q.ndim
+    shape[axis] = s.size
+    w = (q.astype(np.float32) - z.reshape(shape)) * s.reshape(shape)
+    return w.astype(np.float32), s
+
+
+def _weight_dq(
+    value: str, inits: Mapping[str, onnx.TensorProto], producer: Mapping[str, onnx.NodeProto]
+) -> tuple[np.ndarray, np.ndarray, int, str, str] | None:
+    """A DequantizeLinear of an integer initializer: (float value, scale, axis, source name,
+    scale name), else None."""
+    dq = producer.get(value)
+    if dq is None or dq.op_type != "DequantizeLinear" or not dq.input:
+        return None
+    if dq.input[0] not in inits:
+        return None
+    q = numpy_helper.to_array(inits[dq.input[0]])
+    if q.dtype not in _INT_TYPES:
+        return None
+    scale = _array(inits, dq.input[1])
+    zero = _array(inits, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+    axis = _attr(dq, "axis", 1)
+    w, s = _dequantized(q, scale, zero, axis)
+    source = dq.input[0].removesuffix("_quantized")
+    return w, s, axis % max(q.ndim, 1), source, dq.input[1]
+
+
+def _per_channel(s: np.ndarray, channels: int, axis: int, out_axis: int) -> tuple[np.ndarray, bool]:
+    if s.size == 1:
+        return np.full(channels, abs(float(s[0])), np.float32), False
+    if s.size != channels or axis != out_axis:
+        raise ValueError("its weight scale is neither per tensor nor per output channel")
+    return np.abs(s).astype(np.float32), True
+
+
+def _qdq(
+    node: onnx.NodeProto,
+    inits: Mapping[str, onnx.TensorProto],
+    producer: Mapping[str, onnx.NodeProto],
+    readers: Mapping[str, list[onnx.NodeProto]],
+) -> _Read | None:
+    if len(node.input) < 2:
+        return None
+    read = _weight_dq(node.input[1], inits, producer)
+    if read is None:
+        return None
+    w, s, axis, source, scales = read
+    out_axis = 0
+    if node.op_type == "MatMul":
+        if w.ndim != 2:
+            raise ValueError(f"its weight has rank {w.ndim}, not 2")
+        out_axis = 1
+    elif node.op_type == "Gemm":
+        out_axis = 0 if _attr(node, "transB", 0) else 1
+    steps, per_channel = _per_channel(s, w.shape[out_axis], axis, out_axis)
+    weight = w.T if out_axis == 1 else w
+    bias_value = node.input[2] if node.op_type in ("Conv", "Gemm") and len(node.input) > 2 else ""
+    if node.op_type == "MatMul":  # Linear's bias: the Add that reads only this MatMul
+        after = readers.get(node.output[0], [])
+        if len(after) == 1 and after[0].op_type == "Add":
+            bias_value = next((i for i in after[0].input if i != node.output[0]), "")
+    bias = bias_steps = None
+    if bias_value:
+        got = _weight_dq(bias_value, inits, producer)
+        if got is not None and got[0].size == weight.shape[0]:
+            bias = got[0].reshape(-1)
+            bias_steps = np.broadcast_to(np.abs(got[1]), (bias.size,)).astype(np.float32)
+        elif bias_value in inits:  # a float bias: no rounding, read as it is
+            raw = numpy_helper.to_array(inits[bias_value])
+            if raw.size == weight.shape[0] and np.issubdtype(raw.dtype, np.floating):
+                bias = raw.astype(np.float32).reshape(-1)
+                bias_steps = np.zeros(bias.size, np.float32)
+    return np.ascontiguousarray(weight), steps, per_channel, bias, bias_steps, source, scales
+
+
+def _qoperator(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> _Read | None:
+    ins = list(node.input) + [""] * 9
+    if node.op_type == "QLinearConv":
+        a_scale, w_name, w_scale, w_zero, b_name = ins[1], ins[3], ins[4], ins[5], ins[8]
+        out_axis = 0
+    elif node.op_type == "QGemm":
+        a_scale, w_name, w_scale, w_zero, b_name = ins[1], ins[3], ins[4], ins[5], ins[6]
+        out_axis = 0 if _attr(node, "transB", 0) else 1
+    else:  # QLinearMatMul
+        a_scale, w_name, w_scale, w_zero, b_name = ins[1], ins[3], ins[4], ins[5], ""
+        out_axis = 1
+    if w_name not in inits:
+        return None  # activation x activation: no weight
+    q = numpy_helper.to_array(inits[w_name])
+    scale = _array(inits, w_scale)
+    zero = _array(inits, w_zero) if w_zero else None
+    w, s = _dequantized(q, scale, zero, out_axis)
+    steps, per_channel = _per_channel(s, w.shape[out_axis], out_axis, out_axis)
+    weight = w.T if out_axis == 1 else w
+    bias = bias_steps = None
+    if b_name and b_name in inits:
+        raw = numpy_helper.to_array(inits[b_name])
+        x_scale = float(_array(inits, a_scale).reshape(-1)[0])
+        if raw.size == weight.shape[0]:
+            bias_steps = (np.abs(s) * abs(x_scale)).astype(np.float32)
+            bias_steps = np.broadcast_to(bias_steps, (raw.size,)).astype(np.float32)
+            bias = (raw.astype(np.float64).reshape(-1) * bias_steps).astype(np.float32)
+            if np.any(s < 0) or x_scale < 0:  # signs belong to the product, not the step
+                bias = (raw.astype(np.float64).reshape(-1) * s * x_scale).astype(np.float32)
+    source = w_name.removesuffix("_quantized")
+    return np.ascontiguousarray(weight), steps, per_channel, bias, bias_steps, source, w_scale
+
+
+# ----------------------------------------------------------------------------- the float twin
+
+
+def float_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The file with every activation rounding taken out, computing in float with its own
+    dequantized weights (None: a QOperator op it cannot rewrite)."""
+    ops = {n.op_type for n in model.graph.node}
+    if ops & set(QOPERATOR_COMPUTE) or any(op.startswith("QLinear") for op in ops):
+        return _qoperator_twin(model)
+    from parity.layers.qdq_search import without_activation_rounding
+
+    return without_activation_rounding(model)
+
+
+# QLinear ops: the float op, (data input positions), output scale / zero point positions
+_QLINEAR: dict[str, tuple[str, tuple[int, ...], tuple[int, int] | None]] = {
+    "QLinearConv": ("Conv", (0, 3), (6, 7)),
+    "QGemm": ("Gemm", (0, 3), (7, 8)),
+    "QLinearMatMul": ("MatMul", (0, 3), (6, 7)),
+    "QLinearAdd": ("Add", (0, 3), (6, 7)),
+    "QLinearMul": ("Mul", (0, 3), (6, 7)),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,), (3, 4)),
+    "QLinearAveragePool": ("AveragePool", (0,), (3, 4)),
+    "QLinearSigmoid": ("Sigmoid", (0,), (3, 4)),
+    "QLinearLeakyRelu": ("LeakyRelu", (0,), (3, 4)),
+    "QLinearSoftmax": ("Softmax", (0,), (3, 4)),
+}
+_QMIN = {onnx.TensorProto.INT8: -128, onnx.TensorProto.UINT8: 0}
+_DROPPED_ATTRS = {"channels_last"}
+
+
+def _qoperator_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """QOperator back to float ops: QuantizeLinear of an activation and DequantizeLinear of
+    one become Identity, each QLinear op its float op on dequantized weights (a ReLU put
+    back where the output's range starts at zero: the quantizer folded it), data movement
+    on quantized tensors stays as it is."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    new_inits: list[onnx.TensorProto] = []
+
+    def weight_or_value(value: str, scale: str, zero: str, axis: int) -> str:
+        if value not in inits:
+            return value
+        q = numpy_helper.to_array(inits[value])
+        z = _array(inits, zero) if zero else None
+        w, _ = _dequantized(q, _array(inits, scale), z, axis)
+        name = f"{value}_parity_float"
+        new_inits.append(numpy_helper.from_array(w, name))
+        return name
+
+    for node in graph.node:
+        op = node.op_type
+        if op in ("QuantizeLinear", "DequantizeLinear") and node.input[0] not in inits:
+            nodes.append(helper.make_node("Identity", [node.input[0]], [node.output[0]]))
+            continue
+        if op == "QLinearConcat":
+            ins = list(node.input)
+            data = [ins[k] for k in range(2, len(ins), 3)]
+            axis = _attr(node, "axis", 0)
+            nodes.append(helper.make_node("Concat", data, [node.output[0]], axis=axis))
+            continue
+        if op.startswith("QLinear") or op == "QGemm":
+            if op not in _QLINEAR:
+                return None
+            float_op, slots, out_q = _QLINEAR[op]
+            ins = list(node.input) + [""] * 9
+            transposed = op == "QLinearConv" or (op == "QGemm" and _attr(node, "transB", 0))
+            inputs = [
+                weight_or_value(ins[k], ins[k + 1], ins[k + 2], 0 if transposed else 1)
+                for k in slots
+            ]
+            bias = ins[8] if op == "QLinearConv" else (ins[6] if op == "QGemm" else "")
+            if bias and bias in inits:
+                scale = float(_array(inits, ins[1]).reshape(-1)[0])
+                w_scale = _array(inits, ins[4]).astype(np.float64).reshape(-1)
+                b = numpy_helper.to_array(inits[bias]).astype(np.float64) * w_scale * scale
+                name = f"{bias}_parity_float"
+                new_inits.append(numpy_helper.from_array(b.astype(np.float32), name))
+                inputs.append(name)
+            attrs = {
+                a.name: helper.get_attribute_value(a)
+                for a in node.attribute
+                if a.name not in _DROPPED_ATTRS
+            }
+            out = node.output[0]
+            relu = False
+            if out_q is not None and op in ("QLinearConv", "QGemm", "QLinearMatMul"):
+                zero = ins[out_q[1]]
+                if zero in inits and inits[zero].data_type in _QMIN:
+                    first = int(numpy_helper.to_array(inits[zero]).reshape(-1)[0])
+                    relu = first == _QMIN[inits[zero].data_type]
+            made = f"{out}_parity_prerelu" if relu else out
+            nodes.append(helper.make_node(float_op, inputs, [made], name=node.name, **attrs))
+            if relu:
+                nodes.append(helper.make_node("Relu", [made], [out]))
+            continue
+        nodes.append(node)
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    del twin.graph.node[:]
+    twin.graph.node.extend(nodes)
+    twin.graph.initializer.extend(new_inits)
+    del twin.graph.value_info[:]  # quantized tensors' types no longer hold
+    if not any(o.domain == "" for o in twin.opset_import):
+        twin.opset_import.append(helper.make_opsetid("", 13))
+    return twin
