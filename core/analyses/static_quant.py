@@ -93,7 +93,18 @@ def judge_static(
     assert candidate is not None
     with swapped_static(module, usable):
         again = [context.source.reference_again(s, candidate.signature) for s in run.input_sets]
-    twin_outputs = _run_twin(twin, candidate, run, context) if twin is not None else None
+    twin_outputs = None
+    if twin is not None:
+        try:
+            twin_outputs = _run_twin(twin, candidate, run, context)
+        except Exception as exc:  # ONNX Runtime refused the rewrite: said, the file stands
+            from parity.errors import BudgetError, RunTimeout
+
+            if isinstance(exc, (BudgetError, RunTimeout)):
+                raise
+            twin = None
+            first = (str(exc).splitlines() or [""])[0][:200]
+            notes.append(f"the file's float twin could not run ({first})")
     outputs = static_outputs(lead, again, twin_outputs)
     notes.append(
         "static quantization rounds the activations with calibrated scales: the file's own "

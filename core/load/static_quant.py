@@ -98,7 +98,7 @@ def static_weights(model: onnx.ModelProto) -> tuple[list[StaticWeight], list[str
             if node.op_type in QDQ_COMPUTE:
                 read = _qdq(node, inits, producer, readers)
             else:
-                read = _qoperator(node, inits)
+                read = _qoperator(node, inits, readers)
         except ValueError as exc:
             notes.append(f"{node.op_type} node {name}: {exc}")
             continue
@@ -206,9 +206,10 @@ def _qdq(
     weight = w.T if out_axis == 1 else w
     bias_value = node.input[2] if node.op_type in ("Conv", "Gemm") and len(node.input) > 2 else ""
     if node.op_type == "MatMul":  # Linear's bias: the Add that reads only this MatMul
-        after = readers.get(node.output[0], [])
+        after = readers.get(_through_pair(node.output[0], readers), [])
         if len(after) == 1 and after[0].op_type == "Add":
-            bias_value = next((i for i in after[0].input if i != node.output[0]), "")
+            made = _through_pair(node.output[0], readers)
+            bias_value = next((i for i in after[0].input if i != made), "")
     bias = bias_steps = None
     if bias_value:
         got = _weight_dq(bias_value, inits, producer)
@@ -223,7 +224,22 @@ def _qdq(
     return np.ascontiguousarray(weight), steps, per_channel, bias, bias_steps, source, scales
 
 
-def _qoperator(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> _Read | None:
+def _through_pair(value: str, readers: Mapping[str, list[onnx.NodeProto]]) -> str:
+    """The value its readers see once a QDQ file's activation pair on it is passed: the
+    DequantizeLinear's output where `value`'s only reader is a QuantizeLinear read by one."""
+    after = readers.get(value, [])
+    if len(after) == 1 and after[0].op_type == "QuantizeLinear":
+        dqs = readers.get(after[0].output[0], [])
+        if len(dqs) == 1 and dqs[0].op_type == "DequantizeLinear":
+            return dqs[0].output[0]
+    return value
+
+
+def _qoperator(
+    node: onnx.NodeProto,
+    inits: Mapping[str, onnx.TensorProto],
+    readers: Mapping[str, list[onnx.NodeProto]],
+) -> _Read | None:
     ins = list(node.input) + [""] * 9
     if node.op_type == "QLinearConv":
         a_scale, w_name, w_scale, w_zero, b_name = ins[1], ins[3], ins[4], ins[5], ins[8]
@@ -252,6 +268,18 @@ def _qoperator(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> _
             bias = (raw.astype(np.float64).reshape(-1) * bias_steps).astype(np.float32)
             if np.any(s < 0) or x_scale < 0:  # signs belong to the product, not the step
                 bias = (raw.astype(np.float64).reshape(-1) * s * x_scale).astype(np.float32)
+    after = readers.get(node.output[0], [])
+    if node.op_type == "QLinearMatMul" and len(after) == 1 and after[0].op_type == "QLinearAdd":
+        add = list(after[0].input)  # Linear's bias: an int8 constant of the QLinearAdd after it
+        k = 3 if add[0] == node.output[0] else 0
+        if add[k] in inits:
+            zero = _array(inits, add[k + 2]) if add[k + 2] else None
+            b, bs = _dequantized(
+                numpy_helper.to_array(inits[add[k]]), _array(inits, add[k + 1]), zero, 0
+            )
+            if b.size == weight.shape[0]:
+                bias = b.reshape(-1)
+                bias_steps = np.broadcast_to(np.abs(bs), (bias.size,)).astype(np.float32)
     source = w_name.removesuffix("_quantized")
     return np.ascontiguousarray(weight), steps, per_channel, bias, bias_steps, source, w_scale
 
@@ -284,7 +312,7 @@ _QLINEAR: dict[str, tuple[str, tuple[int, ...], tuple[int, int] | None]] = {
     "QLinearSoftmax": ("Softmax", (0,), (3, 4)),
 }
 _QMIN = {onnx.TensorProto.INT8: -128, onnx.TensorProto.UINT8: 0}
-_DROPPED_ATTRS = {"channels_last"}
+_DROPPED_ATTRS = {"channels_last", "opset"}  # QLinear-only attributes
 
 
 def _qoperator_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:

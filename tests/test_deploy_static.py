@@ -1,0 +1,197 @@
+"""The deploy matrix, static quantization (issue 63): files made by ONNX Runtime's
+quantize_static with a CalibrationDataReader, QDQ and QOperator, per tensor and per channel,
+from a small CNN (Conv / BatchNorm / ReLU / Linear, the BatchNorms folded by the legacy
+exporter) and a small Transformer-ish block (Linear, LayerNorm, attention, GELU). Each clean
+file is intended (its weights each a rounding of torch's, its float twin agreeing with torch
+with its weights: kind `quantization`, never `bug`), and one per-channel weight scale x1.5 is
+a `bug` named at its node. `--layers` and `--noise-floor` tell the same story in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from parity.cli import main
+from parity.pipeline import RunConfig, run_validation
+from tests.helpers.plant_bug import wrong_weight_scale
+
+CNN_SOURCE = """
+import torch
+from torch import nn
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 16, 3, padding=1, stride=2), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def make():
+    torch.manual_seed(0)
+    net = CNN()
+    with torch.no_grad():  # BatchNorms that do something once folded
+        for bn in (net.bn1, net.bn2):
+            bn.running_mean.uniform_(-0.2, 0.2)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.2, 0.2)
+    return net.eval()
+"""
+
+BLOCK_SOURCE = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.up, self.down = nn.Linear(d, 64), nn.Linear(64, d)
+
+    def forward(self, x):
+        a = torch.softmax(self.q(x) @ self.k(x).transpose(1, 2) / 32 ** 0.5, dim=-1)
+        h = self.norm(x + a @ self.v(x))
+        return h + self.down(torch.nn.functional.gelu(self.up(h)))
+
+
+def make():
+    torch.manual_seed(0)
+    return Block().eval()
+"""
+
+MODELS = {
+    "cnn": (CNN_SOURCE, (2, 3, 16, 16), "conv2"),
+    "block": (BLOCK_SOURCE, (2, 6, 32), "up"),
+}
+FORMATS = [(f, pc) for f in ("QDQ", "QOperator") for pc in (False, True)]
+
+
+def _quantize(src: Path, dst: Path, shape: tuple[int, ...], fmt: str, per_channel: bool) -> Path:
+    """quantize_static with a CalibrationDataReader over 8 random batches, int8."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = [np.random.default_rng(i) for i in range(8)]
+            self.sets = iter([{"x": r.standard_normal(shape).astype(np.float32)} for r in rng])
+
+        def get_next(self):
+            return next(self.sets, None)
+
+    logging.getLogger().setLevel(logging.ERROR)  # quantize_static's pre-processing advice
+    quantize_static(
+        str(src), str(dst), Reader(), quant_format=getattr(QuantFormat, fmt),
+        per_channel=per_channel, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+    )  # fmt: skip
+    return dst
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Per model: the torch source, and per (format, per channel) the clean file and a copy
+    with one node's weight scale x1.5 (that node's name beside it)."""
+    import onnx
+
+    root = tmp_path_factory.mktemp("static")
+    out: dict = {}
+    for name, (source, shape, planted) in MODELS.items():
+        path = root / f"{name}.py"
+        path.write_text(source)
+        namespace: dict = {}
+        exec(compile(source, str(path), "exec"), namespace)
+        raw = root / f"{name}.onnx"
+        torch.onnx.export(
+            namespace["make"](), (torch.randn(*shape),), str(raw), input_names=["x"],
+            output_names=["y"], dynamic_axes={"x": {0: "b"}}, dynamo=False,
+        )  # fmt: skip
+        entry: dict = {"model": f"{path}:make", "files": {}}
+        for fmt, pc in FORMATS:
+            clean = _quantize(raw, root / f"{name}_{fmt}_{pc}.onnx", shape, fmt, pc)
+            nodes = [n.name for n in onnx.load(str(clean)).graph.node]
+            node = next(n for n in nodes if n.startswith(f"/{planted}/") and "Quantize" not in n)
+            bad = wrong_weight_scale(clean, root / f"{name}_{fmt}_{pc}_bad.onnx", node)
+            entry["files"][(fmt, pc)] = (clean, bad, node)
+        out[name] = entry
+    return out
+
+
+def _kinds(run) -> list[str]:
+    return [str(f.kind) for f in run.findings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize(("fmt", "per_channel"), FORMATS, ids=lambda v: str(v))
+def test_a_clean_static_file_is_intended_and_a_wrong_scale_is_a_bug_at_its_node(
+    files, model, fmt, per_channel
+) -> None:
+    entry = files[model]
+    clean, bad, node = entry["files"][(fmt, per_channel)]
+    run = run_validation(RunConfig(model=entry["model"], onnx=str(clean)))
+    q = run.quantization
+    assert q is not None and q.float_twin and q.width == "int8"
+    assert q.weights and all(w.status == "rounding" for w in q.weights), q.weights
+    assert all(w.max_steps is not None and w.max_steps <= 1.001 for w in q.weights)
+    assert q.faithful is True  # its float twin agrees with torch with its weights
+    assert "bug" not in _kinds(run) and "quantization" in _kinds(run)
+    failing = {c.name for c in run.outputs if not c.status.passed}
+    explained = {f.output for f in run.findings if f.kind == "quantization"}
+    assert failing <= explained  # every failing output has its quantization finding
+    wrong = run_validation(RunConfig(model=entry["model"], onnx=str(bad)))
+    qb = wrong.quantization
+    assert [w.node for w in qb.bugs] == [node]
+    assert "1.5\u00d7" in qb.bugs[0].defect
+    bugs = [f.text for f in wrong.findings if f.kind == "bug"]
+    assert bugs and node in bugs[0]
+
+
+@pytest.fixture(scope="module")
+def cnn_layers(files, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The per-channel QDQ CNN with --layers --noise-floor, as the issue ran it."""
+    clean, _bad, _node = files["cnn"]["files"][("QDQ", True)]
+    out = tmp_path_factory.mktemp("static_layers") / "r.json"
+    code = main(
+        ["validate", "--model", files["cnn"]["model"], "--onnx", str(clean), "--layers",
+         "--noise-floor", "--json", str(out)]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    report["code"] = code
+    return report
+
+
+def test_layers_and_the_noise_floor_tell_one_story_on_a_per_channel_qdq_file(
+    cnn_layers,
+) -> None:
+    report = cnn_layers
+    kinds = [f["kind"] for f in report["findings"]]
+    assert "bug" not in kinds and "quantization" in kinds
+    assert all(o["noise"] is None or o["noise"]["precision"] == "int8" for o in report["outputs"])
+    layers = report["layers"]
+    first = layers.get("first_divergence")
+    assert first is None or first.get("confirmation") != "born", first
+    rounded = [v for v in layers["values"] if v["onnx_op"] == "DequantizeLinear"]
+    assert rounded  # the activations' pairs were compared, as what they mean
+    assert all(v["status"] in ("pass", "carried", "not_comparable") for v in rounded), rounded
+    assert any("int8 rounding" in (v["not_comparable"] or "") for v in rounded)
+    texts = " ".join(f["text"] for f in report["findings"])
+    assert "DequantizeLinear" not in texts
