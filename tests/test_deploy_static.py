@@ -1,7 +1,8 @@
 """The deploy matrix, static quantization (issue 63): files made by ONNX Runtime's
 quantize_static with a CalibrationDataReader, QDQ and QOperator, per tensor and per channel,
-from a small CNN (Conv / BatchNorm / ReLU / Linear, the BatchNorms folded by the legacy
-exporter) and a small Transformer-ish block (Linear, LayerNorm, attention, GELU). Each clean
+from a small CNN (Conv / BatchNorm / ReLU / Linear, the BatchNorms folded by the exporter)
+and a small Transformer-ish block (Linear, LayerNorm, attention, GELU), each exported by the
+legacy and the dynamo exporter. Each clean
 file is intended (its weights each a rounding of torch's, its float twin agreeing with torch
 with its weights: kind `quantization`, never `bug`), and one per-channel weight scale x1.5 is
 a `bug` named at its node. `--layers` and `--noise-floor` tell the same story in the same run.
@@ -74,11 +75,45 @@ def make():
     return Block().eval()
 """
 
-MODELS = {
-    "cnn": (CNN_SOURCE, (2, 3, 16, 16), "conv2"),
-    "block": (BLOCK_SOURCE, (2, 6, 32), "up"),
+MODELS = {  # source, input shape, which weighted node gets the planted bug (graph order)
+    "cnn": (CNN_SOURCE, (2, 3, 16, 16), 1),  # conv2
+    "block": (BLOCK_SOURCE, (2, 6, 32), 3),  # up
 }
 FORMATS = [(f, pc) for f in ("QDQ", "QOperator") for pc in (False, True)]
+EXPORTERS = ("legacy", "dynamo")
+
+
+def _weighted(path: Path) -> list[str]:
+    """The file's nodes that compute with a quantized weight, in graph order."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    inits = {t.name for t in graph.initializer}
+    dq = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"} & {
+        n.output[0] for n in graph.node if n.input and n.input[0] in inits
+    }
+    qlinear = ("QLinearConv", "QGemm", "QLinearMatMul")
+    return [
+        n.name
+        for n in graph.node
+        if (n.op_type in ("Conv", "Gemm", "MatMul") and n.input[1] in dq)
+        or (n.op_type in qlinear and n.input[3] in inits)
+    ]
+
+
+def _export(model: torch.nn.Module, shape: tuple[int, ...], path: Path, exporter: str) -> Path:
+    if exporter == "legacy":
+        torch.onnx.export(
+            model, (torch.randn(*shape),), str(path), input_names=["x"], output_names=["y"],
+            dynamic_axes={"x": {0: "b"}}, dynamo=False,
+        )  # fmt: skip
+    else:
+        program = torch.onnx.export(
+            model, (torch.randn(*shape),), dynamo=True, input_names=["x"], output_names=["y"],
+            dynamic_shapes={"x": {0: torch.export.Dim("b")}},
+        )  # fmt: skip
+        program.save(str(path))
+    return path
 
 
 def _quantize(src: Path, dst: Path, shape: tuple[int, ...], fmt: str, per_channel: bool) -> Path:
@@ -108,10 +143,8 @@ def _quantize(src: Path, dst: Path, shape: tuple[int, ...], fmt: str, per_channe
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Per model: the torch source, and per (format, per channel) the clean file and a copy
-    with one node's weight scale x1.5 (that node's name beside it)."""
-    import onnx
-
+    """Per model: the torch source, and per (exporter, format, per channel) the clean file
+    and a copy with one node's weight scale x1.5 (that node's name beside it)."""
     root = tmp_path_factory.mktemp("static")
     out: dict = {}
     for name, (source, shape, planted) in MODELS.items():
@@ -119,18 +152,15 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict:
         path.write_text(source)
         namespace: dict = {}
         exec(compile(source, str(path), "exec"), namespace)
-        raw = root / f"{name}.onnx"
-        torch.onnx.export(
-            namespace["make"](), (torch.randn(*shape),), str(raw), input_names=["x"],
-            output_names=["y"], dynamic_axes={"x": {0: "b"}}, dynamo=False,
-        )  # fmt: skip
         entry: dict = {"model": f"{path}:make", "files": {}}
-        for fmt, pc in FORMATS:
-            clean = _quantize(raw, root / f"{name}_{fmt}_{pc}.onnx", shape, fmt, pc)
-            nodes = [n.name for n in onnx.load(str(clean)).graph.node]
-            node = next(n for n in nodes if n.startswith(f"/{planted}/") and "Quantize" not in n)
-            bad = wrong_weight_scale(clean, root / f"{name}_{fmt}_{pc}_bad.onnx", node)
-            entry["files"][(fmt, pc)] = (clean, bad, node)
+        for exporter in EXPORTERS:
+            raw = _export(namespace["make"](), shape, root / f"{name}_{exporter}.onnx", exporter)
+            for fmt, pc in FORMATS:
+                stem = f"{name}_{exporter}_{fmt}_{pc}"
+                clean = _quantize(raw, root / f"{stem}.onnx", shape, fmt, pc)
+                node = _weighted(clean)[planted]
+                bad = wrong_weight_scale(clean, root / f"{stem}_bad.onnx", node)
+                entry["files"][(exporter, fmt, pc)] = (clean, bad, node)
         out[name] = entry
     return out
 
@@ -140,13 +170,14 @@ def _kinds(run) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize(("fmt", "per_channel"), FORMATS, ids=lambda v: str(v))
 def test_a_clean_static_file_is_intended_and_a_wrong_scale_is_a_bug_at_its_node(
-    files, model, fmt, per_channel
+    files, model, exporter, fmt, per_channel
 ) -> None:
     entry = files[model]
-    clean, bad, node = entry["files"][(fmt, per_channel)]
+    clean, bad, node = entry["files"][(exporter, fmt, per_channel)]
     run = run_validation(RunConfig(model=entry["model"], onnx=str(clean)))
     q = run.quantization
     assert q is not None and q.float_twin and q.width == "int8"
@@ -168,7 +199,7 @@ def test_a_clean_static_file_is_intended_and_a_wrong_scale_is_a_bug_at_its_node(
 @pytest.fixture(scope="module")
 def cnn_layers(files, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The per-channel QDQ CNN with --layers --noise-floor, as the issue ran it."""
-    clean, _bad, _node = files["cnn"]["files"][("QDQ", True)]
+    clean, _bad, _node = files["cnn"]["files"][("legacy", "QDQ", True)]
     out = tmp_path_factory.mktemp("static_layers") / "r.json"
     code = main(
         ["validate", "--model", files["cnn"]["model"], "--onnx", str(clean), "--layers",

@@ -152,6 +152,9 @@ def _modules(module: Any) -> dict[str, Any]:
 def _paths(w: StaticWeight, prefix: str) -> list[str]:
     """Module paths the node's scope and its weight's name may mean, most likely first."""
     raw = [s for s in (w.scope, w.source.removesuffix(".weight") if "." in w.source else "") if s]
+    for path in list(raw):  # dynamo's scopes end in the op's own name (`up.linear_3`)
+        parts = path.split(".")
+        raw += [".".join(parts[:k]) for k in range(len(parts) - 1, 0, -1)]
     out: list[str] = []
     for path in raw:
         for old, new in ALIASES:
@@ -210,7 +213,10 @@ def _score(w: StaticWeight, model: np.ndarray) -> float:
 
 def match_static(weights: Sequence[StaticWeight], module: Any, prefix: str) -> list[StaticMatch]:
     """Each weight with the module it was made from: by name first (whatever its values:
-    a wrong weight is still that module's), else the same-shape weight closest in steps."""
+    a wrong weight is still that module's), else the same-shape weight it points the same
+    way as, channel by channel (a wrong scale or a folded BatchNorm scales channels, it
+    does not turn them), at least MIN_COSINE; then torch's weight as it is or with a
+    BatchNorm folded in, whichever the file's lies fewer steps from."""
     import torch
 
     table = _modules(module)
@@ -218,23 +224,34 @@ def match_static(weights: Sequence[StaticWeight], module: Any, prefix: str) -> l
     batchnorms = {p: m for p, m in module.named_modules() if isinstance(m, norm)}
     out = []
     for w in weights:
-        named = [p for p in _paths(w, prefix) if p in table]
-        pool = named[:1] or list(table)
-        best: tuple[float, str, str, Any, Any] | None = None
-        for path in pool:
-            sub = table[path]
-            if tuple(_layout(sub).shape) != w.weight.shape:
-                continue
-            for bn, weight, bias in _folds(w, sub, batchnorms):
-                score = _score(w, weight)
-                if best is None or score < best[0]:
-                    best = (score, path, bn, weight, bias)
-        if best is None or (not named and best[0] > 2.0):
+        same = [p for p in table if tuple(_layout(table[p]).shape) == w.weight.shape]
+        named = [p for p in _paths(w, prefix) if p in same]
+        path = named[0] if named else _by_direction(w, same, table)
+        if path is None:
             out.append(StaticMatch(w, "", "", None, None))
             continue
-        _, path, bn, weight, bias = best
+        options = _folds(w, table[path], batchnorms)
+        bn, weight, bias = min(options, key=lambda o: _score(w, o[1]))
         out.append(StaticMatch(w, path, bn, weight, bias))
     return out
+
+
+MIN_COSINE = 0.9  # a rounding points the same way as its weight (int8: above 0.999)
+
+
+def _by_direction(w: StaticWeight, paths: Sequence[str], table: Mapping[str, Any]) -> str | None:
+    """The module whose weight's output channels point most the same way as the file's
+    (the median over channels of |cosine|), if at least MIN_COSINE."""
+    mine = w.weight.reshape(w.weight.shape[0], -1).astype(np.float64)
+    best: tuple[float, str | None] = (MIN_COSINE, None)
+    for path in paths:
+        theirs = _layout(table[path]).reshape(mine.shape).astype(np.float64)
+        dots = np.abs(np.sum(mine * theirs, axis=1))
+        norms = np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1)
+        cosine = float(np.median(np.where(norms > 0, dots / np.where(norms > 0, norms, 1), 0)))
+        if cosine >= best[0]:
+            best = (cosine, path)
+    return best[1]
 
 
 # ----------------------------------------------------------------------------- the check
