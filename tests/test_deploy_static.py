@@ -141,28 +141,42 @@ def _quantize(src: Path, dst: Path, shape: tuple[int, ...], fmt: str, per_channe
     return dst
 
 
+class Files:
+    """Each model's torch source, and per (exporter, format, per channel) the clean file and
+    a copy with one node's weight scale x1.5 (that node's name beside it), built once, when
+    first asked for."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.made: dict[tuple, tuple[Path, Path, str]] = {}
+        self.raw: dict[tuple[str, str], Path] = {}
+
+    def model(self, name: str) -> str:
+        path = self.root / f"{name}.py"
+        path.write_text(MODELS[name][0])
+        return f"{path}:make"
+
+    def get(self, name: str, exporter: str, fmt: str, pc: bool) -> tuple[Path, Path, str]:
+        key = (name, exporter, fmt, pc)
+        if key not in self.made:
+            source, shape, planted = MODELS[name]
+            if (name, exporter) not in self.raw:
+                namespace: dict = {}
+                exec(compile(source, f"{name}.py", "exec"), namespace)
+                path = self.root / f"{name}_{exporter}.onnx"
+                self.raw[(name, exporter)] = _export(namespace["make"](), shape, path, exporter)
+            stem = f"{name}_{exporter}_{fmt}_{pc}"
+            raw = self.raw[(name, exporter)]
+            clean = _quantize(raw, self.root / f"{stem}.onnx", shape, fmt, pc)
+            node = _weighted(clean)[planted]
+            bad = wrong_weight_scale(clean, self.root / f"{stem}_bad.onnx", node)
+            self.made[key] = (clean, bad, node)
+        return self.made[key]
+
+
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Per model: the torch source, and per (exporter, format, per channel) the clean file
-    and a copy with one node's weight scale x1.5 (that node's name beside it)."""
-    root = tmp_path_factory.mktemp("static")
-    out: dict = {}
-    for name, (source, shape, planted) in MODELS.items():
-        path = root / f"{name}.py"
-        path.write_text(source)
-        namespace: dict = {}
-        exec(compile(source, str(path), "exec"), namespace)
-        entry: dict = {"model": f"{path}:make", "files": {}}
-        for exporter in EXPORTERS:
-            raw = _export(namespace["make"](), shape, root / f"{name}_{exporter}.onnx", exporter)
-            for fmt, pc in FORMATS:
-                stem = f"{name}_{exporter}_{fmt}_{pc}"
-                clean = _quantize(raw, root / f"{stem}.onnx", shape, fmt, pc)
-                node = _weighted(clean)[planted]
-                bad = wrong_weight_scale(clean, root / f"{stem}_bad.onnx", node)
-                entry["files"][(exporter, fmt, pc)] = (clean, bad, node)
-        out[name] = entry
-    return out
+def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
+    return Files(tmp_path_factory.mktemp("static"))
 
 
 def _kinds(run) -> list[str]:
@@ -176,9 +190,9 @@ def _kinds(run) -> list[str]:
 def test_a_clean_static_file_is_intended_and_a_wrong_scale_is_a_bug_at_its_node(
     files, model, exporter, fmt, per_channel
 ) -> None:
-    entry = files[model]
-    clean, bad, node = entry["files"][(exporter, fmt, per_channel)]
-    run = run_validation(RunConfig(model=entry["model"], onnx=str(clean)))
+    source = files.model(model)
+    clean, bad, node = files.get(model, exporter, fmt, per_channel)
+    run = run_validation(RunConfig(model=source, onnx=str(clean)))
     q = run.quantization
     assert q is not None and q.float_twin and q.width == "int8"
     assert q.weights and all(w.status == "rounding" for w in q.weights), q.weights
@@ -188,7 +202,7 @@ def test_a_clean_static_file_is_intended_and_a_wrong_scale_is_a_bug_at_its_node(
     failing = {c.name for c in run.outputs if not c.status.passed}
     explained = {f.output for f in run.findings if f.kind == "quantization"}
     assert failing <= explained  # every failing output has its quantization finding
-    wrong = run_validation(RunConfig(model=entry["model"], onnx=str(bad)))
+    wrong = run_validation(RunConfig(model=source, onnx=str(bad)))
     qb = wrong.quantization
     assert [w.node for w in qb.bugs] == [node]
     assert "1.5\u00d7" in qb.bugs[0].defect
@@ -199,14 +213,20 @@ def test_a_clean_static_file_is_intended_and_a_wrong_scale_is_a_bug_at_its_node(
 @pytest.fixture(scope="module")
 def cnn_layers(files, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The per-channel QDQ CNN with --layers --noise-floor, as the issue ran it."""
-    clean, _bad, _node = files["cnn"]["files"][("legacy", "QDQ", True)]
+    clean, _bad, _node = files.get("cnn", "legacy", "QDQ", True)
+    import contextlib
+    import io
+
     out = tmp_path_factory.mktemp("static_layers") / "r.json"
-    code = main(
-        ["validate", "--model", files["cnn"]["model"], "--onnx", str(clean), "--layers",
-         "--noise-floor", "--json", str(out)]
-    )  # fmt: skip
+    terminal = io.StringIO()
+    with contextlib.redirect_stdout(terminal):
+        code = main(
+            ["validate", "--model", files.model("cnn"), "--onnx", str(clean), "--layers",
+             "--noise-floor", "--json", str(out)]
+        )  # fmt: skip
     report = json.loads(out.read_text())
     report["code"] = code
+    report["terminal"] = terminal.getvalue()
     return report
 
 
@@ -226,3 +246,17 @@ def test_layers_and_the_noise_floor_tell_one_story_on_a_per_channel_qdq_file(
     assert any("int8 rounding" in (v["not_comparable"] or "") for v in rounded)
     texts = " ".join(f["text"] for f in report["findings"])
     assert "DequantizeLinear" not in texts
+    said = report["terminal"]  # the layers' own section says the same
+    assert "int8 rounding by design, not a birth" in said
+    assert "the error is born here" not in said and "under the threshold" not in said
+
+
+def test_the_float_twin_survives_a_saved_run(files, tmp_path) -> None:
+    from parity.reports.saved_run import load_run
+
+    clean, _bad, _node = files.get("cnn", "legacy", "QOperator", True)
+    run = run_validation(RunConfig(model=files.model("cnn"), onnx=str(clean)))
+    assert run.quantization is not None and run.quantization.float_twin
+    again = load_run(run.save(tmp_path / "run.parity"))
+    assert again.quantization == run.quantization
+    assert [f.text for f in again.findings] == [f.text for f in run.findings]
