@@ -36,6 +36,7 @@ from parity.judge.compare import compare_outputs
 from parity.load.quantized_weights import QuantizedNode
 from parity.load.static_quant import StaticWeight
 from parity.results import QuantizationResult, QuantizedOutput, QuantizedWeight, ValidationRun
+from parity.settings import Mention
 
 ACTIVATIONS = "int8 calibrated"  # what QuantizationResult.activations says for these files
 MAX_BATCHNORMS = 64  # folded-BatchNorm candidates tried per conv
@@ -68,6 +69,13 @@ def judge_static(
     from parity.load.onnx_read import read_onnx
     from parity.load.static_quant import float_twin, static_weights
 
+    head = read_onnx(path, external_data=False)
+    context.budget.check(
+        _float_bytes(head),
+        "the file's dequantized weights and its float twin (the quantization-aware reference)",
+        proceed=("leave it out with ", Mention("quantized_reference")),
+    )
+    del head
     proto = read_onnx(path)
     weights, notes = static_weights(proto)
     matched = match_static(weights, module, prefix)
@@ -118,6 +126,16 @@ def judge_static(
         activations_simulated=twin is not None,
         float_twin=twin is not None,
     )
+
+
+def _float_bytes(model: Any) -> int:
+    """float32 bytes of every integer initializer dequantized, twice (the weights read back
+    and the twin's copy), from the tensors' shapes (no weights read)."""
+    import onnx
+
+    ints = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT32}
+    count = sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type in ints)
+    return 2 * 4 * count
 
 
 def _run_twin(twin: Any, candidate: Any, run: ValidationRun, context: AnalysisContext) -> list:
