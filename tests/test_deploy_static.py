@@ -260,3 +260,62 @@ def test_the_float_twin_survives_a_saved_run(files, tmp_path) -> None:
     again = load_run(run.save(tmp_path / "run.parity"))
     assert again.quantization == run.quantization
     assert [f.text for f in again.findings] == [f.text for f in run.findings]
+
+
+RES_SOURCE = """
+import torch
+from torch import nn
+
+
+class Res(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)  # fresh: near the identity, folded all the same
+        self.gamma = nn.Parameter(torch.rand(1, 8, 1, 1) + 0.5)
+        self.norm = nn.LayerNorm(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = x + self.gamma * torch.relu(self.bn(self.conv(x)))
+        x = self.norm(nn.functional.max_pool2d(x, 2).mean(dim=(2, 3)))
+        return self.fc(torch.sigmoid(x) * 2.0)
+
+
+def make():
+    torch.manual_seed(0)
+    return Res().eval()
+"""
+
+
+def test_other_quantized_constants_are_roundings_and_a_wrong_one_is_a_bug(tmp_path) -> None:
+    """A residual net whose per-channel Mul scale and LayerNorm weight and bias the QDQ
+    quantizer rounds too: each is read back, matched to torch's parameter of its name and
+    put into the reference (the float twin then agrees); a fresh BatchNorm is folded into
+    the conv that feeds it, not the one before. The Mul scale x1.5 is a bug at /Mul."""
+    import onnx
+    from onnx import numpy_helper
+
+    source = tmp_path / "res.py"
+    source.write_text(RES_SOURCE)
+    namespace: dict = {}
+    exec(compile(RES_SOURCE, str(source), "exec"), namespace)
+    raw = _export(namespace["make"](), (2, 3, 16, 16), tmp_path / "res.onnx", "legacy")
+    clean = _quantize(raw, tmp_path / "res_qdq.onnx", (2, 3, 16, 16), "QDQ", True)
+    run = run_validation(RunConfig(model=f"{source}:make", onnx=str(clean)))
+    q = run.quantization
+    rows = {w.parameter: w for w in q.weights}
+    assert {"gamma", "norm.weight", "norm.bias", "conv.weight (with bn folded in)"} <= set(rows)
+    assert "stem.weight" in rows and all(w.status == "rounding" for w in q.weights)
+    assert q.faithful is True and "bug" not in _kinds(run)
+    model = onnx.load(str(clean))
+    for tensor in model.graph.initializer:
+        if tensor.name == "gamma_scale":
+            scaled = numpy_helper.to_array(tensor) * np.float32(1.5)
+            tensor.CopyFrom(numpy_helper.from_array(scaled, tensor.name))
+    onnx.save(model, str(tmp_path / "res_bad.onnx"))
+    wrong = run_validation(RunConfig(model=f"{source}:make", onnx=str(tmp_path / "res_bad.onnx")))
+    assert [w.node for w in wrong.quantization.bugs] == ["/Mul"]
+    assert any(f.kind == "bug" and "/Mul" in f.text for f in wrong.findings)

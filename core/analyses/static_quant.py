@@ -78,7 +78,18 @@ def judge_static(
     del head
     proto = read_onnx(path)
     weights, notes = static_weights(proto)
-    matched = match_static(weights, module, prefix)
+    position = next(k for k, c in enumerate(run.candidates) if c.index == index)
+    candidate = context.candidates[position]
+    assert candidate is not None
+    first = run.input_sets[0] if run.input_sets else None
+    folded = (
+        batchnorms_after_convs(
+            module, lambda: context.source.reference_again(first, candidate.signature)
+        )
+        if first is not None
+        else None
+    )
+    matched = match_static(weights, module, prefix, folded)
     rows = tuple(check_static(m) for m in matched)
     unmatched = [w.node for w in rows if w.parameter is None]
     notes = list(notes)
@@ -96,9 +107,6 @@ def judge_static(
             "version does not rewrite): the file is compared with torch with its weights as it is"
         )
     usable = [m for m in matched if m.model_weight is not None]
-    position = next(k for k, c in enumerate(run.candidates) if c.index == index)
-    candidate = context.candidates[position]
-    assert candidate is not None
     with swapped_static(module, usable):
         again = [context.source.reference_again(s, candidate.signature) for s in run.input_sets]
     twin_outputs = None
@@ -229,19 +237,68 @@ def _score(w: StaticWeight, model: np.ndarray) -> float:
     return float(np.median(worst / steps))
 
 
-def match_static(weights: Sequence[StaticWeight], module: Any, prefix: str) -> list[StaticMatch]:
+def batchnorms_after_convs(module: Any, run_once: Any) -> dict[str, str]:
+    """{conv path: BatchNorm path} for each BatchNorm that reads a conv's output directly,
+    seen in one forward pass (forward hooks): the BatchNorms an exporter folds. A BatchNorm
+    near the identity (a fresh one) rounds the same either way, so numbers cannot tell."""
+    import torch
+
+    convs = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    norm = torch.nn.modules.batchnorm._BatchNorm
+    last: list[Any] = [None, ""]  # the latest conv output and its module
+    pairs: dict[str, str] = {}
+    hooks = []
+
+    def made(path: str) -> Any:
+        def hook(_m: Any, _args: Any, out: Any) -> None:
+            last[0], last[1] = out, path
+
+        return hook
+
+    def read(path: str) -> Any:
+        def hook(_m: Any, args: tuple[Any, ...]) -> None:
+            if args and last[0] is not None and args[0] is last[0]:
+                pairs.setdefault(last[1], path)
+
+        return hook
+
+    for path, sub in module.named_modules():
+        if isinstance(sub, convs):
+            hooks.append(sub.register_forward_hook(made(path)))
+        elif isinstance(sub, norm):
+            hooks.append(sub.register_forward_pre_hook(read(path)))
+    try:
+        run_once()
+    finally:
+        for h in hooks:
+            h.remove()
+        last[0] = None
+    return pairs
+
+
+def match_static(
+    weights: Sequence[StaticWeight],
+    module: Any,
+    prefix: str,
+    folded: Mapping[str, str] | None = None,
+) -> list[StaticMatch]:
     """Each weight with the module it was made from: by name first (whatever its values:
     a wrong weight is still that module's), else the same-shape weight it points the same
     way as, channel by channel (a wrong scale or a folded BatchNorm scales channels, it
-    does not turn them), at least MIN_COSINE; then torch's weight as it is or with a
-    BatchNorm folded in, whichever the file's lies fewer steps from."""
+    does not turn them), at least MIN_COSINE; then torch's weight with the BatchNorm that
+    reads its output folded in (`folded`, seen in a forward pass), else as it is; without
+    `folded`, whichever of those the file's lies fewer steps from."""
     import torch
 
     table = _modules(module)
     norm = torch.nn.modules.batchnorm._BatchNorm
     batchnorms = {p: m for p, m in module.named_modules() if isinstance(m, norm)}
+    tensors = {**dict(module.named_buffers()), **dict(module.named_parameters())}
     out = []
     for w in weights:
+        if w.constant:
+            out.append(_constant(w, tensors, prefix))
+            continue
         same = [p for p in table if tuple(_layout(table[p]).shape) == w.weight.shape]
         named = [p for p in _paths(w, prefix) if p in same]
         path = named[0] if named else _by_direction(w, same, table)
@@ -249,9 +306,22 @@ def match_static(weights: Sequence[StaticWeight], module: Any, prefix: str) -> l
             out.append(StaticMatch(w, "", "", None, None))
             continue
         options = _folds(w, table[path], batchnorms)
+        if folded is not None:  # the pass saw which BatchNorm reads this conv: that one
+            options = [o for o in options if o[0] == folded.get(path, "")] or options
         bn, weight, bias = min(options, key=lambda o: _score(w, o[1]))
         out.append(StaticMatch(w, path, bn, weight, bias))
     return out
+
+
+def _constant(w: StaticWeight, tensors: Mapping[str, Any], prefix: str) -> StaticMatch:
+    """Another quantized constant with the torch parameter or buffer of its name (the
+    quantizer keeps the exporter's, which keeps the state dict's), same size."""
+    for name in dict.fromkeys((w.source, w.source.removeprefix(prefix), w.source[2:])):
+        tensor = tensors.get(name)
+        if tensor is not None and tensor.numel() == w.weight.size:
+            value = tensor.detach().float().cpu().numpy().reshape(-1, 1)
+            return StaticMatch(w, name, "", value, None)
+    return StaticMatch(w, "", "", None, None)
 
 
 MIN_COSINE = 0.9  # a rounding points the same way as its weight (int8: above 0.999)
@@ -281,7 +351,7 @@ def check_static(m: StaticMatch) -> QuantizedWeight:
     w = m.weight
     channels = w.weight.shape[0]
     k = int(w.weight.size // max(channels, 1))
-    name = f"{m.module}.weight" if m.module else ""
+    name = m.module if w.constant else f"{m.module}.weight" if m.module else ""
     if m.batchnorm:
         name += f" (with {m.batchnorm} folded in)"
     node = QuantizedNode(
@@ -341,13 +411,19 @@ def swapped_static(module: Any, matched: Sequence[StaticMatch]) -> Iterator[None
     def put(owner: Any, attr: str, value: np.ndarray, like: Any) -> None:
         saved.append((owner, attr, getattr(owner, attr)))
         tensor = torch.from_numpy(np.ascontiguousarray(value)).to(like.dtype)
-        if attr in ("weight", "bias"):
+        if attr in ("weight", "bias") or isinstance(getattr(owner, attr), torch.nn.Parameter):
             setattr(owner, attr, torch.nn.Parameter(tensor, requires_grad=False))
         else:
             setattr(owner, attr, tensor)
 
     try:
         for m in matched:
+            if m.weight.constant:  # a parameter or buffer by its full name, the file's shape
+                parent, _, leaf = m.module.rpartition(".")
+                owner = module.get_submodule(parent) if parent else module
+                old = getattr(owner, leaf)
+                put(owner, leaf, m.weight.weight.reshape(tuple(old.shape)), old)
+                continue
             sub = owners[m.module]
             weight = m.weight.weight
             bias = m.weight.bias

@@ -54,6 +54,7 @@ class StaticWeight:
     source: str
     scales_name: str
     bits: int = 8
+    constant: bool = False  # another quantized constant: `weight` [size, 1], torch's by name
 
 
 def is_static(model: onnx.ModelProto) -> bool:
@@ -90,15 +91,16 @@ def static_weights(model: onnx.ModelProto) -> tuple[list[StaticWeight], list[str
             readers.setdefault(i, []).append(n)
     found: list[StaticWeight] = []
     notes: list[str] = []
+    taken: set[str] = set()  # integer initializers read as a compute op's weight or bias
     for node in graph.node:
         if node.op_type not in QDQ_COMPUTE + QOPERATOR_COMPUTE:
             continue
         name = node.name or f"{node.op_type}_{len(found)}"
         try:
             if node.op_type in QDQ_COMPUTE:
-                read = _qdq(node, inits, producer, readers)
+                read = _qdq(node, inits, producer, readers, taken)
             else:
-                read = _qoperator(node, inits, readers)
+                read = _qoperator(node, inits, readers, taken)
         except ValueError as exc:
             notes.append(f"{node.op_type} node {name}: {exc}")
             continue
@@ -120,7 +122,7 @@ def static_weights(model: onnx.ModelProto) -> tuple[list[StaticWeight], list[str
                 scales_name=scales,
             )
         )
-    return found, notes
+    return found + _constants(graph, inits, producer, readers, taken), notes
 
 
 _Read = tuple[
@@ -155,7 +157,10 @@ def _dequantized(
 
 
 def _weight_dq(
-    value: str, inits: Mapping[str, onnx.TensorProto], producer: Mapping[str, onnx.NodeProto]
+    value: str,
+    inits: Mapping[str, onnx.TensorProto],
+    producer: Mapping[str, onnx.NodeProto],
+    taken: set[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int, str, str] | None:
     """A DequantizeLinear of an integer initializer: (float value, scale, axis, source name,
     scale name), else None."""
@@ -172,6 +177,8 @@ def _weight_dq(
     axis = _attr(dq, "axis", 1)
     w, s = _dequantized(q, scale, zero, axis)
     source = dq.input[0].removesuffix("_quantized")
+    if taken is not None:
+        taken.add(dq.input[0])
     return w, s, axis % max(q.ndim, 1), source, dq.input[1]
 
 
@@ -188,10 +195,11 @@ def _qdq(
     inits: Mapping[str, onnx.TensorProto],
     producer: Mapping[str, onnx.NodeProto],
     readers: Mapping[str, list[onnx.NodeProto]],
+    taken: set[str],
 ) -> _Read | None:
     if len(node.input) < 2:
         return None
-    read = _weight_dq(node.input[1], inits, producer)
+    read = _weight_dq(node.input[1], inits, producer, taken)
     if read is None:
         return None
     w, s, axis, source, scales = read
@@ -212,7 +220,7 @@ def _qdq(
             bias_value = next((i for i in after[0].input if i != made), "")
     bias = bias_steps = None
     if bias_value:
-        got = _weight_dq(bias_value, inits, producer)
+        got = _weight_dq(bias_value, inits, producer, taken)
         if got is not None and got[0].size == weight.shape[0]:
             bias = got[0].reshape(-1)
             bias_steps = np.broadcast_to(np.abs(got[1]), (bias.size,)).astype(np.float32)
@@ -235,10 +243,74 @@ def _through_pair(value: str, readers: Mapping[str, list[onnx.NodeProto]]) -> st
     return value
 
 
+_CONSTANT_SLOTS = {"QLinearAdd": (0, 3), "QLinearMul": (0, 3)}  # (value, scale, zp) at k
+
+
+def _constants(
+    graph: onnx.GraphProto,
+    inits: Mapping[str, onnx.TensorProto],
+    producer: Mapping[str, onnx.NodeProto],
+    readers: Mapping[str, list[onnx.NodeProto]],
+    taken: set[str],
+) -> list[StaticWeight]:
+    """Every other quantized constant (a Mul's per-channel scale, a LayerNorm's weight and
+    bias): QDQ's DequantizeLinear of an integer initializer, a QLinearAdd/QLinearMul's
+    integer initializer operand. Read flat, one step per element (`weight` [size, 1]), named
+    after the node that reads it; matched to torch by its name only."""
+    found: list[StaticWeight] = []
+    seen = set(taken)
+
+    def add(reader: onnx.NodeProto, q_name: str, w: np.ndarray, s: np.ndarray, axis: int) -> None:
+        seen.add(q_name)
+        scale = np.abs(s.astype(np.float32)).reshape(-1)
+        if scale.size == 1:
+            steps = np.full(w.size, scale[0], np.float32)
+        else:  # per axis: each element's step is its slice's
+            shape = [1] * w.ndim
+            shape[axis % w.ndim] = scale.size
+            steps = np.broadcast_to(scale.reshape(shape), w.shape).reshape(-1)
+        found.append(
+            StaticWeight(
+                node=reader.name or reader.op_type,
+                op=reader.op_type,
+                conv=False,
+                weight=w.reshape(-1, 1).astype(np.float32),
+                steps=np.ascontiguousarray(steps, np.float32),
+                per_channel=scale.size > 1,
+                bias=None,
+                bias_steps=None,
+                scope=None,
+                source=q_name.removesuffix("_quantized"),
+                scales_name="",
+                constant=True,
+            )
+        )
+
+    for node in graph.node:
+        if node.op_type == "DequantizeLinear" and node.input and node.input[0] in inits:
+            if node.input[0] in seen:
+                continue
+            got = _weight_dq(node.output[0], inits, producer)
+            users = [r for r in readers.get(node.output[0], []) if r.op_type != "Identity"]
+            if got is None or not users:
+                continue
+            add(users[0], node.input[0], got[0], got[1], got[2])
+        elif node.op_type in _CONSTANT_SLOTS:
+            ins = list(node.input) + [""] * 8
+            for k in _CONSTANT_SLOTS[node.op_type]:
+                if ins[k] in inits and ins[k] not in seen:
+                    zero = _array(inits, ins[k + 2]) if ins[k + 2] else None
+                    q = numpy_helper.to_array(inits[ins[k]])
+                    w, s = _dequantized(q, _array(inits, ins[k + 1]), zero, 0)
+                    add(node, ins[k], w, s, 0)
+    return found
+
+
 def _qoperator(
     node: onnx.NodeProto,
     inits: Mapping[str, onnx.TensorProto],
     readers: Mapping[str, list[onnx.NodeProto]],
+    taken: set[str],
 ) -> _Read | None:
     ins = list(node.input) + [""] * 9
     if node.op_type == "QLinearConv":
@@ -252,6 +324,7 @@ def _qoperator(
         out_axis = 1
     if w_name not in inits:
         return None  # activation x activation: no weight
+    taken.update({w_name, b_name})
     q = numpy_helper.to_array(inits[w_name])
     scale = _array(inits, w_scale)
     zero = _array(inits, w_zero) if w_zero else None
@@ -273,6 +346,7 @@ def _qoperator(
         add = list(after[0].input)  # Linear's bias: an int8 constant of the QLinearAdd after it
         k = 3 if add[0] == node.output[0] else 0
         if add[k] in inits:
+            taken.add(add[k])
             zero = _array(inits, add[k + 2]) if add[k + 2] else None
             b, bs = _dequantized(
                 numpy_helper.to_array(inits[add[k]]), _array(inits, add[k + 1]), zero, 0
