@@ -238,10 +238,11 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             )
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
         elif not o.export_passed:
+            what = "with its activation rounding taken out, " if quant.float_twin else ""
             text = (
-                f"{name}: not {width} rounding: against {ref} with the file's own dequantized "
-                f"weights it still differs (max abs {number_text(o.export_max_abs)}, beyond "
-                "the run's tolerance), so the export or its kernels compute something else."
+                f"{name}: not {width} rounding: {what}against {ref} with the file's own "
+                f"dequantized weights it still differs (max abs {number_text(o.export_max_abs)}, "
+                "beyond the run's tolerance), so the export or its kernels compute something else."
             )
             out.append(Finding(FindingKind.BUG, text, name, candidate))
         elif quant.bugs:
