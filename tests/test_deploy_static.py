@@ -335,3 +335,26 @@ def test_a_graph_bug_in_a_static_file_is_a_bug_its_weights_are_not(files, tmp_pa
     bugs = [f for f in run.findings if f.kind == "bug"]
     assert [f.output for f in bugs] == ["y"]
     assert "with its activation rounding taken out" in bugs[0].text
+
+
+def test_an_activation_pair_that_disagrees_with_itself_is_a_bug(files, tmp_path) -> None:
+    """One activation's DequantizeLinear reads with a scale x1.5 its QuantizeLinear's (a
+    fresh initializer): taking the pair out keeps what it does, so the float twin differs
+    from torch with the file's weights: a bug, though every weight is a rounding."""
+    import onnx
+    from onnx import numpy_helper
+
+    clean, _bad, _node = files.get("cnn", "legacy", "QDQ", True)
+    model = onnx.load(str(clean))
+    dq = next(
+        n for n in model.graph.node if n.name == "/Relu_output_0_DequantizeLinear"
+    )  # conv1's output, read by conv2
+    scale = next(t for t in model.graph.initializer if t.name == dq.input[1])
+    scaled = numpy_helper.to_array(scale) * np.float32(1.5)
+    model.graph.initializer.append(numpy_helper.from_array(scaled, "planted_scale"))
+    dq.input[1] = "planted_scale"
+    onnx.save(model, str(tmp_path / "pair.onnx"))
+    run = run_validation(RunConfig(model=files.model("cnn"), onnx=str(tmp_path / "pair.onnx")))
+    q = run.quantization
+    assert q is not None and not q.bugs and q.faithful is False
+    assert [f.output for f in run.findings if f.kind == "bug"] == ["y"]

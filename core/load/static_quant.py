@@ -369,7 +369,72 @@ def float_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
         return _qoperator_twin(model)
     from parity.layers.qdq_search import without_activation_rounding
 
-    return without_activation_rounding(model)
+    return without_activation_rounding(_pairs_as_read(model))
+
+
+def _pairs_as_read(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` where every activation pair QuantizeLinear(x, s1, z1) -> DequantizeLinear(.,
+    s2, z2) whose two halves disagree is made to agree (the DequantizeLinear reads s1, z1)
+    and followed by what the disagreement does, y x s2 / s1 + (z1 - z2) x s2: taking the
+    pair out then keeps it (and a ReLU folded into the pair's producer still comes back)."""
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output if o}
+
+    def value(name: str) -> np.ndarray | None:
+        return numpy_helper.to_array(inits[name]).astype(np.float64) if name in inits else None
+
+    changes: list[tuple[onnx.NodeProto, onnx.NodeProto, float, float]] = []
+    for dq in graph.node:
+        if dq.op_type != "DequantizeLinear" or not dq.input or dq.input[0] in inits:
+            continue
+        q = producer.get(dq.input[0])
+        if q is None or q.op_type != "QuantizeLinear" or len(q.input) < 2 or len(dq.input) < 2:
+            continue
+        s1, s2 = value(q.input[1]), value(dq.input[1])
+        z1 = value(q.input[2]) if len(q.input) > 2 and q.input[2] else np.zeros(1)
+        z2 = value(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros(1)
+        if s1 is None or s2 is None or z1 is None or z2 is None:
+            continue
+        if s1.size != 1 or s2.size != 1 or z1.size != 1 or z2.size != 1:
+            continue
+        if float(s1.item()) == float(s2.item()) and float(z1.item()) == float(z2.item()):
+            continue
+        gain = float(s2.item()) / float(s1.item())
+        changes.append((q, dq, gain, (float(z1.item()) - float(z2.item())) * float(s2.item())))
+    if not changes:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    by_name = {n.name: n for n in copy.graph.node}
+    extra: list[onnx.NodeProto] = []
+    for q, dq, gain, shift in changes:  # DQ made to agree with its Q, the difference after it
+        node = by_name[dq.name]
+        node.input[1] = q.input[1]
+        if len(node.input) > 2 and len(q.input) > 2:
+            node.input[2] = q.input[2]
+        out = node.output[0]
+        raw, scaled = f"{out}_parity_agreed", f"{out}_parity_scaled"
+        node.output[0] = raw
+        gain_name, shift_name = f"{dq.name}_parity_gain", f"{dq.name}_parity_shift"
+        copy.graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.array(gain, np.float32), gain_name),
+                numpy_helper.from_array(np.array(shift, np.float32), shift_name),
+            ]
+        )
+        extra += [
+            helper.make_node("Mul", [raw, gain_name], [scaled]),
+            helper.make_node("Add", [scaled, shift_name], [out]),
+        ]
+    copy.graph.node.extend(extra)
+    from parity.load.onnx_model import topological_nodes
+
+    ordered = topological_nodes(copy.graph)
+    if ordered is not None:
+        del copy.graph.node[:]
+        copy.graph.node.extend(ordered)
+    return copy
 
 
 # QLinear ops: the float op, (data input positions), output scale / zero point positions
