@@ -464,9 +464,35 @@ def _qoperator_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
     nodes: list[onnx.NodeProto] = []
     new_inits: list[onnx.TensorProto] = []
 
+    written: dict[str, tuple[str, str]] = {}  # a quantized tensor: the scale, zp it has
+    extra = 0
+
+    def number(name: str) -> float:
+        return float(_array(inits, name).reshape(-1)[0]) if name else 0.0
+
+    def read_as(value: str, scale: str, zero: str) -> str:
+        """`value` as a reader with (scale, zero) takes it: itself where they are the ones
+        it was written with, else x x s_c / s_p + (z_p - z_c) x s_c (what the file does)."""
+        nonlocal extra
+        made = written.get(value)
+        if made is None or (scale, zero) == made or scale not in inits:
+            return value
+        if made[0] not in inits or _array(inits, made[0]).size != 1:
+            return value
+        s_p, z_p, s_c, z_c = number(made[0]), number(made[1]), number(scale), number(zero)
+        if (s_p, z_p) == (s_c, z_c):
+            return value
+        extra += 1
+        gain, shift, scaled, out = (f"{value}_parity_read_{extra}{x}" for x in "gsmo")
+        new_inits.append(numpy_helper.from_array(np.array(s_c / s_p, np.float32), gain))
+        new_inits.append(numpy_helper.from_array(np.array((z_p - z_c) * s_c, np.float32), shift))
+        nodes.append(helper.make_node("Mul", [value, gain], [scaled]))
+        nodes.append(helper.make_node("Add", [scaled, shift], [out]))
+        return out
+
     def weight_or_value(value: str, scale: str, zero: str, axis: int) -> str:
         if value not in inits:
-            return value
+            return read_as(value, scale, zero)
         q = numpy_helper.to_array(inits[value])
         z = _array(inits, zero) if zero else None
         w, _ = _dequantized(q, _array(inits, scale), z, axis)
@@ -476,12 +502,19 @@ def _qoperator_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
     for node in graph.node:
         op = node.op_type
+        ins = list(node.input) + [""] * 3
         if op in ("QuantizeLinear", "DequantizeLinear") and node.input[0] not in inits:
-            nodes.append(helper.make_node("Identity", [node.input[0]], [node.output[0]]))
+            source = node.input[0]
+            if op == "QuantizeLinear":
+                written[node.output[0]] = (ins[1], ins[2])
+            else:
+                source = read_as(source, ins[1], ins[2])
+            nodes.append(helper.make_node("Identity", [source], [node.output[0]]))
             continue
         if op == "QLinearConcat":
             ins = list(node.input)
-            data = [ins[k] for k in range(2, len(ins), 3)]
+            written[node.output[0]] = (ins[0], ins[1])
+            data = [read_as(ins[k], ins[k + 1], ins[k + 2]) for k in range(2, len(ins), 3)]
             axis = _attr(node, "axis", 0)
             nodes.append(helper.make_node("Concat", data, [node.output[0]], axis=axis))
             continue
@@ -509,6 +542,8 @@ def _qoperator_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
                 if a.name not in _DROPPED_ATTRS
             }
             out = node.output[0]
+            if out_q is not None:
+                written[out] = (ins[out_q[0]], ins[out_q[1]])
             relu = False
             if out_q is not None and op in ("QLinearConv", "QGemm", "QLinearMatMul"):
                 zero = ins[out_q[1]]
@@ -520,6 +555,9 @@ def _qoperator_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
             if relu:
                 nodes.append(helper.make_node("Relu", [made], [out]))
             continue
+        if node.input and node.input[0] in written:  # data movement keeps its scale
+            for o in node.output:
+                written[o] = written[node.input[0]]
         nodes.append(node)
     twin = onnx.ModelProto()
     twin.CopyFrom(model)
