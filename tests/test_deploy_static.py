@@ -324,17 +324,20 @@ def test_other_quantized_constants_are_roundings_and_a_wrong_one_is_a_bug(tmp_pa
 def test_a_graph_bug_in_a_static_file_is_a_bug_its_weights_are_not(files, tmp_path) -> None:
     """The residual Add turned into a Sub in a QDQ block: every weight is still a rounding,
     and the float twin against torch with those weights says the export computes something
-    else (not located: the layers see int8 rounding everywhere; named in the docs)."""
+    else; with --layers, the layers on the twin (float, the same weights) name the node."""
     from tests.helpers.plant_bug import plant
 
     clean, _bad, _node = files.get("block", "legacy", "QDQ", False)
     plant(clean, tmp_path / "sub.onnx", "/Add", "op", "Sub")
-    run = run_validation(RunConfig(model=files.model("block"), onnx=str(tmp_path / "sub.onnx")))
+    config = RunConfig(model=files.model("block"), onnx=str(tmp_path / "sub.onnx"), layers=True)
+    run = run_validation(config)
     q = run.quantization
     assert q is not None and not q.bugs and q.faithful is False
+    assert q.located == "the Sub node /Add (confirmed alone)"
     bugs = [f for f in run.findings if f.kind == "bug"]
     assert [f.output for f in bugs] == ["y"]
     assert "with its activation rounding taken out" in bugs[0].text
+    assert "it starts at the Sub node /Add (confirmed alone)" in bugs[0].text
 
 
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])

@@ -122,6 +122,11 @@ def judge_static(
             first = (str(exc).splitlines() or [""])[0][:200]
             notes.append(f"the file's float twin could not run ({first})")
     outputs = static_outputs(lead, again, twin_outputs)
+    located = ""
+    faithful = all(o.export_passed is not False for o in outputs)
+    if twin is not None and twin_outputs is not None and not faithful and context.config.layers:
+        context.report("quantization", "where the float twin starts to differ", None)
+        located = _locate(twin, run, context, candidate, module, usable)
     notes.append(
         "static quantization rounds the activations with calibrated scales: the file's own "
         "graph with that rounding taken out is what is compared with torch with its weights"
@@ -133,7 +138,52 @@ def judge_static(
         activations=ACTIVATIONS,
         activations_simulated=twin is not None,
         float_twin=twin is not None,
+        located=located,
     )
+
+
+def _locate(
+    twin: Any,
+    run: ValidationRun,
+    context: AnalysisContext,
+    candidate: Any,
+    module: Any,
+    usable: Sequence[StaticMatch],
+) -> str:
+    """--layers on the float twin against torch with the file's weights (both float, the
+    same weights: a divergence there is the export's): the first node, "" when none."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+
+    from parity.layers.localise import localise_run
+    from parity.layers.result import Outcome
+
+    side = context.source.torch_side()
+    with tempfile.TemporaryDirectory(prefix="parity-twin-") as folder:
+        path = Path(folder) / "twin.onnx"
+        try:
+            onnx.save(twin, str(path))
+        except ValueError:  # over protobuf's 2 GB: not located
+            return ""
+        with swapped_static(module, usable):
+            layers = localise_run(
+                side,
+                path,
+                run.input_sets,
+                candidate.signature,
+                provider=candidate.provider,
+                opt_level=candidate.opt_level,
+                memory_mb=context.config.layers_memory_mb,
+                confirm=context.config.layers_confirm,
+            )
+    first = layers.first_divergence
+    if first is None:
+        return ""
+    confirmation = layers.confirmation_of(first)
+    born = getattr(confirmation, "outcome", None) == Outcome.BORN
+    return f"the {first.onnx_op} node {first.onnx_node}" + (" (confirmed alone)" if born else "")
 
 
 def _float_bytes(model: Any) -> int:

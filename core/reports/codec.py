@@ -1398,6 +1398,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         "activations_simulated": q.activations_simulated,
         "reference": q.reference,
         "float_twin": q.float_twin,
+        "located": q.located,
     }
 
 
@@ -1476,4 +1477,5 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
         activations_simulated=simulated,
         reference=reference,
         float_twin=sj.boolean(raw.get("float_twin", False), f"{at}.float_twin"),
+        located=sj.string(raw.get("located", ""), f"{at}.located"),
     )

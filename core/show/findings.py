@@ -239,10 +239,13 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
         elif not o.export_passed:
             what = "with its activation rounding taken out, " if quant.float_twin else ""
+            located = quant.located
+            where = f"; it starts at {located}, --layers on its float twin" if located else ""
             text = (
                 f"{name}: not {width} rounding: {what}against {ref} with the file's own "
                 f"dequantized weights it still differs (max abs {number_text(o.export_max_abs)}, "
-                "beyond the run's tolerance), so the export or its kernels compute something else."
+                "beyond the run's tolerance), so the export or its kernels compute something "
+                f"else{where}."
             )
             out.append(Finding(FindingKind.BUG, text, name, candidate))
         elif quant.bugs:
