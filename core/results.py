@@ -340,6 +340,12 @@ class QuantizationResult:
     activations: str = ""
     activations_simulated: bool = True  # the reference rounds them too (torch does)
     reference: str = "torch"  # what the weights were put into: "torch", "the reference file"
+    # static quantization: the file's own graph with its activation rounding taken out is
+    # what was compared with the reference (parity.analyses.static_quant)
+    float_twin: bool = False
+    # where the float twin starts to differ from torch with the file's weights (--layers on
+    # it: "the Add node /Add (confirmed alone)"); "" when not looked for or not found
+    located: str = ""
 
     @property
     def width(self) -> str:

@@ -49,6 +49,7 @@ class Quantization(Analysis):
         from parity.load.quantized_weights import QUANTIZED_OPS
 
         found: dict[int, str] = {}
+        static: set[int] = set()  # statically quantized (parity.analyses.static_quant)
         split = False  # an export in several files (an encoder-decoder folder)
         for slot, candidate in enumerate(context.candidates):
             if candidate is None or slot >= len(run.candidates):
@@ -56,6 +57,10 @@ class Quantization(Analysis):
             if run.candidates[slot].info.error is not None:
                 continue
             parts = list(candidate.parts.values()) or [candidate]
+            if not candidate.parts and context.reference is None and _static(candidate):
+                static.add(run.candidates[slot].index)  # QDQ / QOperator: torch side only
+                found[run.candidates[slot].index] = candidate.path
+                continue
             if any(set(getattr(c.model, "op_types", ())) & set(QUANTIZED_OPS) for c in parts):
                 if candidate.parts:
                     split = True
@@ -82,8 +87,9 @@ class Quantization(Analysis):
         for index, path in found.items():
             context.deadline.check()
             context.report(NAME, f"torch with the quantized weights of {path}", None)
+            judge = judge_static if index in static else judge_file
             try:
-                results[index] = judge_file(run, context, index, path, model, side.scope_prefix)
+                results[index] = judge(run, context, index, path, model, side.scope_prefix)
             except NotImplementedError:  # a source that cannot run its torch model again
                 why = "this kind of run cannot run its torch model again"
                 return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
@@ -92,6 +98,26 @@ class Quantization(Analysis):
         run = run.with_quantization(results)
         words = ", ".join(f"#{i}" for i in results) if run.is_multi_candidate else "the file"
         return noted(run, NAME, f"{words}: torch run again with its own dequantized weights")
+
+
+def _static(candidate: Any) -> bool:
+    """A statically quantized file (QDQ or QOperator): its op types say so first (cheap)."""
+    from parity.load.static_quant import QDQ_COMPUTE, QOPERATOR_COMPUTE, is_static
+
+    ops = set(getattr(candidate.model, "op_types", ()))
+    if ops & set(QOPERATOR_COMPUTE):
+        return True
+    if not {"QuantizeLinear", "DequantizeLinear"} <= ops or not ops & set(QDQ_COMPUTE):
+        return False
+    from parity.load.onnx_read import read_onnx
+
+    return is_static(read_onnx(candidate.path, external_data=False))
+
+
+def judge_static(*args: Any) -> QuantizationResult:
+    from parity.analyses.static_quant import judge_static as judge
+
+    return judge(*args)
 
 
 def judge_file(

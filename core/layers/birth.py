@@ -222,10 +222,15 @@ def confirm_births(
     first: LayerValue | None = None
     case: ReproCase | None = None
     decided: set[int] = set()  # input sets whose first born is found
+    rounded: dict[str, str] = {}  # values made with quantized values: why
     last_of_set = {v.input_set: v for v in checked}
     for v in checked:
         s = v.input_set
         if s in decided:
+            continue
+        rounds = rounds_on_purpose(proto, selections[(v.onnx_value, s)])
+        if rounds is not None:  # int8 rounding is what the value means: never a birth
+            rounded[v.onnx_value] = rounds  # the same node on every input set
             continue
         wrong = matching_error(v, values)
         if wrong is not None:  # the pairing is tested before the node is
@@ -283,6 +288,8 @@ def confirm_births(
             return replace(v, status=LayerStatus.CARRIED.value)
         if key in wrongly_paired:
             return replace(v, status=LayerStatus.NOT_COMPARABLE.value, reason=wrongly_paired[key])
+        if v.onnx_value in rounded and LayerStatus(v.status).born:
+            return replace(v, status=LayerStatus.NOT_COMPARABLE.value, reason=rounded[v.onnx_value])
         return v
 
     relabelled = tuple(relabel(v) for v in values)
@@ -290,6 +297,29 @@ def confirm_births(
     if first is None:  # the criterion's first that was not shown carried, said unconfirmed
         first = next((v for v in relabelled if LayerStatus(v.status).born), None)
     return Births(relabelled, first, tuple(confirmations), case, tuple(notes))
+
+
+QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "QGemm")  # and every QLinear op
+
+
+def rounds_on_purpose(
+    proto: onnx.ModelProto, selection: confirm.Selection | confirm.Refused
+) -> str | None:
+    """Why a flagged value is int8 rounding, not a birth: its node, run alone, computes with
+    values a statically quantized file rounds on purpose (a QuantizeLinear/DequantizeLinear,
+    a QLinear op), so torch's float value is not what it means; the quantization-aware
+    reference (parity.analyses.static_quant) judges those weights and values. None else."""
+    if isinstance(selection, confirm.Refused):
+        return None
+    ops = {proto.graph.node[i].op_type for i in selection.nodes}
+    quantized = sorted(o for o in ops if o in QUANTIZED_OPS or o.startswith("QLinear"))
+    if not quantized:
+        return None
+    return (
+        f"int8 rounding: made with quantized values ({', '.join(quantized)}), which round "
+        "torch's float values on purpose; not a birth (the quantization-aware reference "
+        "judges the file's weights and graph)"
+    )
 
 
 def matching_error(v: LayerValue, values: Sequence[LayerValue]) -> str | None:

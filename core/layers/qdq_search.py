@@ -555,3 +555,11 @@ def reference_weights(arrays: Callable[[str], np.ndarray | None]) -> FloatWeight
         return None
 
     return find
+
+
+def without_activation_rounding(candidate: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The QDQ file with every activation's Q/DQ pair taken out (a ReLU the quantizer folded
+    put back) and its weights in their dequantized values: the file's own graph computing in
+    float (parity.load.static_quant's float twin); None where it cannot be built."""
+    simulator = _Simulator(candidate, lambda _names, _value, _half: None, None)
+    return simulator.excluding({n.name for n in candidate.graph.node})

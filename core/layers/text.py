@@ -35,16 +35,29 @@ def format_layers(
         lines.extend(f"  {note}" for note in result.notes)
         return _joined(lines)
     if first is None:
-        worst = max(result.values, key=lambda v: metric_of(v, "error_ratio") or 0.0, default=None)
+        # a value that is not comparable (int8 rounding, a fusion) is no "largest" anything
+        compared = [v for v in result.values if v.status != LayerStatus.NOT_COMPARABLE.value]
+        worst = max(compared, key=lambda v: metric_of(v, "error_ratio") or 0.0, default=None)
         lines.append("  no value diverges (see the criterion in the JSON report)")
+        rounded = {v.onnx_value for v in result.values if (v.reason or "").startswith("int8")}
+        if rounded:
+            lines.append(
+                f"  {len(rounded)} value(s) made with quantized values: int8 rounding by "
+                "design, not a birth (the quantization-aware reference judges the file)"
+            )
         lines.extend(_confirmed(result))
         if worst is not None:
             lines.append(f"  largest error: {_where(worst)}  error_ratio {fmt(worst.error_ratio)}")
-        jumped = max(result.values, key=lambda v: v.jump or 0.0, default=None)
+        jumped = max(compared, key=lambda v: v.jump or 0.0, default=None)
         if jumped is not None and jumped.jump:
+            why = (  # above the threshold, not diverging: what feeds it erred as much
+                "carried: a jump under the criterion's minimum"
+                if jumped.status == LayerStatus.CARRIED.value
+                else f"under {_threshold_words(result, jumped)}"
+            )
             lines.append(
                 f"  largest jump: {_where(jumped)}  {ratio_text(jumped.jump)} (error_ratio "
-                f"{fmt(jumped.error_ratio)}, under {_threshold_words(result, jumped)})"
+                f"{fmt(jumped.error_ratio)}, {why})"
             )
         lines.extend(_notes(result))
         return _joined(lines)

@@ -1427,6 +1427,8 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         "activations": q.activations,
         "activations_simulated": q.activations_simulated,
         "reference": q.reference,
+        "float_twin": q.float_twin,
+        "located": q.located,
     }
 
 
@@ -1504,4 +1506,6 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
         activations=activations,
         activations_simulated=simulated,
         reference=reference,
+        float_twin=sj.boolean(raw.get("float_twin", False), f"{at}.float_twin"),
+        located=sj.string(raw.get("located", ""), f"{at}.located"),
     )

@@ -287,6 +287,10 @@ def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list
             f"against {ref} with the file's own dequantized weights it agrees (max abs "
             f"{number_text(o.export_max_abs)}, within the run's tolerance)"
         )
+        if quant.float_twin:  # static quantization (parity.analyses.static_quant)
+            agrees = "with its activation rounding taken out, the file " + agrees.replace(
+                "it agrees", "agrees", 1
+            )
         if not o.export_passed and not quant.activations_simulated:
             text = (
                 f"{name}: against {ref} with the file's own dequantized weights it differs by "
@@ -297,17 +301,22 @@ def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list
             )
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
         elif not o.export_passed:
+            what = "with its activation rounding taken out, " if quant.float_twin else ""
+            located = quant.located
+            where = f"; it starts at {located}, --layers on its float twin" if located else ""
             text = (
-                f"{name}: not {width} rounding: against {ref} with the file's own dequantized "
-                f"weights it still differs (max abs {number_text(o.export_max_abs)}, beyond "
-                "the run's tolerance), so the export or its kernels compute something else."
+                f"{name}: not {width} rounding: {what}against {ref} with the file's own "
+                f"dequantized weights it still differs (max abs {number_text(o.export_max_abs)}, "
+                "beyond the run's tolerance), so the export or its kernels compute something "
+                f"else{where}."
             )
             out.append(Finding(FindingKind.BUG, text, name, candidate))
         elif quant.bugs:
             text = f"{name}: {agrees}, but its weights are wrong at {bad}: {cost}."
             out.append(Finding(FindingKind.BUG, text, name, candidate))
         else:
-            text = f"{name}: {width} weights, not a bug in the export: {agrees}; {cost}."
+            what = f"{width} weights and activations" if quant.float_twin else f"{width} weights"
+            text = f"{name}: {what}, not a bug in the export: {agrees}; {cost}."
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
     tokens = quant.tokens
     if tokens is not None:

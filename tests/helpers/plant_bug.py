@@ -89,3 +89,26 @@ def wrong_scale(src: str | Path, dst: str | Path, node: str, factor: float = 2.0
             tensor.CopyFrom(numpy_helper.from_array(scaled, tensor.name))
     onnx.save(model, str(dst))
     return Path(dst)
+
+
+def wrong_weight_scale(src: str | Path, dst: str | Path, node: str, factor: float = 1.5) -> Path:
+    """`src` (a statically quantized file, QDQ or QOperator) with the weight scale of one
+    Conv / Gemm / MatMul / QLinearConv / QGemm / QLinearMatMul node multiplied by `factor`
+    (per channel: every channel's), as a fresh initializer wired into that node only."""
+    model = onnx.load(str(src))
+    graph = model.graph
+    target = next(n for n in graph.node if n.name == node)
+    if target.op_type in ("QLinearConv", "QGemm", "QLinearMatMul"):
+        holder, slot = target, 4
+    else:
+        holder = next(n for n in graph.node if target.input[1] in n.output)
+        assert holder.op_type == "DequantizeLinear", holder.op_type
+        slot = 1
+    scale = next(t for t in graph.initializer if t.name == holder.input[slot])
+    name = f"{scale.name}__planted"
+    graph.initializer.append(
+        numpy_helper.from_array(numpy_helper.to_array(scale) * np.float32(factor), name)
+    )
+    holder.input[slot] = name
+    onnx.save(model, str(dst))
+    return Path(dst)
