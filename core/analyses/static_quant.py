@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from parity.load.quantized_weights import QuantizedNode
 from parity.load.static_quant import StaticWeight
 from parity.results import QuantizationResult, QuantizedOutput, QuantizedWeight, ValidationRun
 from parity.settings import Mention
+
+if TYPE_CHECKING:  # annotations only (main renames the module to analyses.interface)
+    from parity.analyses.stage import AnalysisContext
 
 ACTIVATIONS = "int8 calibrated"  # what QuantizationResult.activations says for these files
 MAX_BATCHNORMS = 64  # folded-BatchNorm candidates tried per conv
