@@ -39,7 +39,7 @@ from parity.results import QuantizationResult, QuantizedOutput, QuantizedWeight,
 from parity.settings import Mention
 
 if TYPE_CHECKING:  # annotations only (main renames the module to analyses.interface)
-    from parity.analyses.stage import AnalysisContext
+    from parity.analyses.interface import AnalysisContext
 
 ACTIVATIONS = "int8 calibrated"  # what QuantizationResult.activations says for these files
 MAX_BATCHNORMS = 64  # folded-BatchNorm candidates tried per conv
