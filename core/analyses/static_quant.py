@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parity.analyses.interface import AnalysisContext
 from parity.analyses.quantized_match import ALIASES, Linear, Matched, check
 from parity.judge.compare import compare_outputs
 from parity.load.quantized_weights import QuantizedNode
@@ -38,7 +37,7 @@ from parity.load.static_quant import StaticWeight
 from parity.results import QuantizationResult, QuantizedOutput, QuantizedWeight, ValidationRun
 from parity.settings import Mention
 
-if TYPE_CHECKING:  # annotations only (main renames the module to analyses.interface)
+if TYPE_CHECKING:  # annotations only
     from parity.analyses.interface import AnalysisContext
 
 ACTIVATIONS = "int8 calibrated"  # what QuantizationResult.activations says for these files
