@@ -123,7 +123,19 @@ def judge_file(
             f"{len(unmatched)} quantized node(s) matched no torch weight (kept in float in the "
             f"reference): {', '.join(unmatched[:5])}"
         )
-    activations = _activations(matched)
+    products, missing = _products(path, module, prefix)
+    if products:
+        count = sum(sum(flags) for flags in products.values())
+        notes.append(
+            f"{count} MatMulInteger product(s) of two activations (attention): torch-with-its-"
+            "weights rounds both sides of each the same way"
+        )
+    if missing:
+        notes.append(
+            "products of two activations in no torch module (not rounded in the reference): "
+            + ", ".join(missing[:5])
+        )
+    activations = _activations(matched) or (PER_TENSOR if products else "")
     if activations == PER_TENSOR:
         notes.append(
             "dynamic quantization also rounds the activations at run time: torch-with-its-"
@@ -143,7 +155,9 @@ def judge_file(
     candidate = context.candidates[_position(run, index)]
     assert candidate is not None
     signature = candidate.signature
-    with swapped(module, usable):
+    from parity.analyses.rounded_products import rounded_products
+
+    with swapped(module, usable), rounded_products(module, products):
         again = [context.source.reference_again(s, signature) for s in run.input_sets]
         generated = run.generation is not None and bool(run.generation.prompts)
         tokens = context.source.tokens_again() if generated else None
@@ -155,6 +169,17 @@ def judge_file(
         notes=tuple(notes),
         activations=activations,
     )
+
+
+def _products(path: str, module: Any, prefix: str) -> tuple[dict[str, tuple[bool, ...]], list[str]]:
+    """The file's rounded products of two activations, by torch module path (and the
+    scopes no module has)."""
+    from parity.analyses.rounded_products import module_paths
+    from parity.load.onnx_read import read_onnx
+    from parity.load.quantized_weights import activation_products
+
+    scopes = activation_products(read_onnx(path, external_data=False))
+    return module_paths(module, scopes, prefix) if scopes else ({}, [])
 
 
 PER_TENSOR = "uint8 per tensor"  # dynamic quantization's activations
@@ -246,6 +271,8 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
     tensor), so the reference computes what the file says. Put back on exit."""
     import torch
 
+    from parity.analyses.quantized_match import fold_factor
+
     owners = dict(module.named_modules())
     saved: list[tuple[Any, Any]] = []
     hooks: list[Any] = []
@@ -259,7 +286,10 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
                 part = m.node.weight[:, start : start + width]
                 start += width
                 value = part.T if linear.transposed else part
-                tensor = torch.from_numpy(np.ascontiguousarray(value)).to(old.dtype)
+                if linear.folded:  # the BatchNorm after the conv multiplies it back
+                    value = value / fold_factor(module, linear.folded)[:, None]
+                value = np.ascontiguousarray(value).reshape(tuple(old.shape))
+                tensor = torch.from_numpy(value).to(old.dtype)
                 saved.append((owner, old))
                 owner.weight = torch.nn.Parameter(tensor, requires_grad=False)
                 if m.node.dynamic:
@@ -281,17 +311,11 @@ def _rounded_input(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     round half to even, then back to float (what MatMulInteger's caller multiplies)."""
     import torch
 
+    from parity.analyses.rounded_products import dynamic_round
+
     if not args or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point():
         return args
-    x = args[0]
-    low = torch.clamp(x.min(), max=0.0)
-    high = torch.clamp(x.max(), min=0.0)
-    scale = (high - low) / 255.0
-    if float(scale) == 0.0:
-        return args
-    zero = torch.clamp(torch.round(-low / scale), 0, 255)
-    q = torch.clamp(torch.round(x / scale) + zero, 0, 255)
-    return ((q - zero) * scale).to(x.dtype), *args[1:]
+    return dynamic_round(args[0]), *args[1:]
 
 
 def _blockwise_int8(block: int) -> Any:
