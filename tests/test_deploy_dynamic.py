@@ -1,0 +1,259 @@
+"""Dynamic int8 files judged right (issue 63): files made by the real deploy tools -- Optimum's
+`onnxruntime quantize --avx2/--avx512/--arm64` of a BERT (MatMulInteger for the weights and
+for the attention's two products of activations, quantized embedding Gathers) and ONNX
+Runtime's `quantize_dynamic` of a CNN (ConvInteger with BatchNorm folded, MatMulInteger) --
+are their intended quantization (kind `quantization`, never `bug`: every failing output has
+a quantization finding naming it), and one planted wrong scale is a `bug` named at its node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from parity.pipeline import RunConfig, run_validation
+from parity.results import ValidationRun
+from tests.helpers.hf_tasks import bert_config, optimum_export, save_text_model
+
+CNN_SOURCE = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b1 = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.b2 = torch.nn.BatchNorm2d(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.b1(self.c1(x)))
+        x = torch.relu(self.b2(self.c2(x)))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def make():
+    torch.manual_seed(0)
+    net = Net()
+    with torch.no_grad():  # statistics of a trained net: the folds differ per channel
+        for bn in (net.b1, net.b2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.uniform_(0.5, 1.5)
+    return net.eval()
+"""
+
+
+def wrong_integer_scale(src: Path, dst: Path, node: str, factor: float = 1.5) -> Path:
+    """`src` with the weight scale of one MatMulInteger / ConvInteger multiplied by `factor`
+    (quantize_dynamic names it after the weight: `W_quantized` -> `W_scale`)."""
+    model = onnx.load(str(src))
+    target = next(n for n in model.graph.node if n.name == node)
+    name = target.input[1].removesuffix("_quantized") + "_scale"
+    tensor = next(t for t in model.graph.initializer if t.name == name)
+    scaled = numpy_helper.to_array(tensor) * np.float32(factor)
+    tensor.CopyFrom(numpy_helper.from_array(scaled, name))
+    onnx.save(model, str(dst))
+    return dst
+
+
+def wrong_table_scale(src: Path, dst: Path, gather: str, factor: float = 1.5) -> Path:
+    """`src` with the DequantizeLinear scale of one quantized embedding Gather x `factor`."""
+    model = onnx.load(str(src))
+    node = next(n for n in model.graph.node if n.name == gather)
+    dq = next(n for n in model.graph.node if node.output[0] in n.input)
+    tensor = next(t for t in model.graph.initializer if t.name == dq.input[1])
+    scaled = numpy_helper.to_array(tensor) * np.float32(factor)
+    tensor.CopyFrom(numpy_helper.from_array(scaled, tensor.name))
+    onnx.save(model, str(dst))
+    return dst
+
+
+def assert_intended(run: ValidationRun) -> None:
+    """No bug said, and every failing output has a quantization finding naming it (what the
+    verdict by cause asks of a clean file)."""
+    assert run.quantization is not None
+    kinds = [f.kind for f in run.findings]
+    assert "bug" not in kinds and "diverges" not in kinds, [f.text for f in run.findings]
+    failing = {c.name for c in run.outputs if not c.status.passed}
+    explained = {f.output for f in run.findings if f.kind == "quantization"}
+    assert failing <= explained
+    assert all(w.status == "rounding" for w in run.quantization.weights)
+    assert run.quantization.faithful is True
+
+
+def assert_bug_at(run: ValidationRun, node: str) -> None:
+    q = run.quantization
+    assert q is not None
+    assert [w.node for w in q.bugs] == [node]
+    bugs = [f for f in run.findings if f.kind == "bug"]
+    assert bugs and node in bugs[0].text
+    failing = {c.name for c in run.outputs if not c.status.passed}
+    assert failing <= {f.output for f in bugs}  # no failing output passed off as intended
+
+
+# ----------------------------------------------------------------------------- a BERT
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A 2-layer random BERT exported by Optimum and quantized by `optimum-cli onnxruntime
+    quantize --avx2` (as users run it), and by ORTQuantizer for --avx512 / --arm64."""
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    root = tmp_path_factory.mktemp("dynamic_bert")
+    torch.manual_seed(0)
+    import transformers
+
+    directory = save_text_model(transformers.BertModel(bert_config()), root / "bert")
+    exported = optimum_export(directory, root / "onnx", "feature-extraction")
+    cli = [sys.executable, "-m", "optimum.commands.optimum_cli", "onnxruntime", "quantize"]
+    subprocess.run(
+        [*cli, "--onnx_model", str(exported.parent), "--avx2", "-o", str(root / "avx2")],
+        check=True,
+        capture_output=True,
+    )
+    files = {"avx2": root / "avx2" / "model_quantized.onnx"}
+    for arch in ("avx512", "arm64"):
+        config = getattr(AutoQuantizationConfig, arch)(is_static=False, per_channel=False)
+        quantizer = ORTQuantizer.from_pretrained(exported.parent)
+        quantizer.quantize(config, root / arch)
+        files[arch] = root / arch / "model_quantized.onnx"
+    config = AutoQuantizationConfig.avx2(is_static=False, per_channel=True)
+    ORTQuantizer.from_pretrained(exported.parent).quantize(config, root / "per_channel")
+    files["per_channel"] = root / "per_channel" / "model_quantized.onnx"
+    return {"dir": directory, "files": files, "root": root}
+
+
+def _bert_run(bert: dict, path: Path, **extra) -> ValidationRun:
+    return run_validation(RunConfig(model=f"hf:{bert['dir']}", onnx=str(path), **extra))
+
+
+@pytest.mark.slow  # the BERT's export and quantization: ~40 s once
+def test_optimum_avx2_bert_is_its_int8_weights_and_rounded_activations(bert) -> None:
+    """48 MatMulIntegers in all-MiniLM (here 16): the weights' and the attention's products
+    of two activations, plus quantized embedding Gathers: all part of the intended account."""
+    path = bert["files"]["avx2"]
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops.count("MatMulInteger") == 16 and ops.count("DequantizeLinear") == 3
+    run = _bert_run(bert, path)
+    assert_intended(run)
+    q = run.quantization
+    assert {w.op for w in q.weights} == {"MatMulInteger", "Gather"}
+    tables = {w.parameter for w in q.weights if w.op == "Gather"}
+    assert "embeddings.word_embeddings.weight" in tables
+    assert any("products of two activations" in n or "product(s) of two" in n for n in q.notes)
+    assert q.activations == "uint8 per tensor" and q.activations_simulated
+    (out,) = q.outputs
+    assert out.quant_max_abs is not None and out.quant_max_abs > 1e-3  # int8 costs something
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["avx512", "arm64", "per_channel"])
+def test_optimum_other_targets_are_intended_too(bert, arch) -> None:
+    assert_intended(_bert_run(bert, bert["files"][arch]))
+
+
+@pytest.mark.slow  # the BERT's export and quantization: ~40 s once
+def test_a_wrong_scale_in_one_bert_matmul_is_a_bug_at_that_node(bert) -> None:
+    node = "/encoder/layer.1/intermediate/dense/MatMul_quant"
+    bad = wrong_integer_scale(bert["files"]["avx2"], bert["root"] / "bad_matmul.onnx", node)
+    run = _bert_run(bert, bad)
+    assert_bug_at(run, node)
+    (wrong,) = run.quantization.bugs
+    assert wrong.parameter == "encoder.layer.1.intermediate.dense.weight"
+    assert "scale is 1.5" in wrong.defect
+
+
+@pytest.mark.slow  # the BERT's export and quantization: ~40 s once
+def test_a_wrong_embedding_table_scale_is_a_bug_at_its_gather(bert) -> None:
+    gather = "/embeddings/position_embeddings/Gather"
+    bad = wrong_table_scale(bert["files"]["avx2"], bert["root"] / "bad_table.onnx", gather)
+    run = _bert_run(bert, bad)
+    assert_bug_at(run, gather)
+    assert run.quantization.bugs[0].parameter == "embeddings.position_embeddings.weight"
+
+
+@pytest.mark.slow  # the BERT's export and quantization: ~40 s once
+def test_layers_never_compare_uint8_with_a_float(bert) -> None:
+    """--layers on the avx2 file: DynamicQuantizeLinear's uint8 values are not comparable
+    (with why), the float each one rounds is what is compared; the findings tell one story."""
+    run = _bert_run(bert, bert["files"]["avx2"], layers=True)
+    values = run.layers.values
+    assert values
+    assert not [
+        v for v in values if "DynamicQuantizeLinear" in v.onnx_op and v.status == "diverges"
+    ]
+    for v in values:
+        if v.onnx_value.endswith("_quantized"):
+            assert v.status == "not_comparable" and "uint8" in (v.reason or "")
+    compared = {v.onnx_value for v in values if v.status != "not_comparable"}
+    assert "/encoder/layer.0/attention/self/Reshape_3_output_0" in compared
+    assert_intended(run)
+
+
+# ----------------------------------------------------------------------------- a CNN
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A Conv/BN/ReLU net (legacy export: BatchNorm folded into the convs) quantized by
+    quantize_dynamic: default (ConvInteger + MatMulInteger) and MatMul only."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    root = tmp_path_factory.mktemp("dynamic_cnn")
+    source = root / "cnn.py"
+    source.write_text(CNN_SOURCE)
+    namespace: dict = {}
+    exec(compile(CNN_SOURCE, str(source), "exec"), namespace)
+    raw = root / "cnn.onnx"
+    torch.onnx.export(
+        namespace["make"](),
+        (torch.randn(2, 3, 16, 16),),
+        str(raw),
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}},
+        dynamo=False,
+    )
+    default, matmul = root / "cnn_dynamic.onnx", root / "cnn_matmul.onnx"
+    quantize_dynamic(str(raw), str(default))
+    quantize_dynamic(str(raw), str(matmul), op_types_to_quantize=["MatMul"])
+    return {"model": f"{source}:make", "default": default, "matmul": matmul, "root": root}
+
+
+def test_quantize_dynamic_default_cnn_reads_its_conv_integer_weights(cnn) -> None:
+    ops = {n.op_type for n in onnx.load(str(cnn["default"])).graph.node}
+    assert {"ConvInteger", "MatMulInteger"} <= ops and "BatchNormalization" not in ops
+    run = run_validation(RunConfig(model=cnn["model"], onnx=str(cnn["default"])))
+    assert_intended(run)
+    weights = {w.node: w for w in run.quantization.weights}
+    assert weights["/c1/Conv_quant"].op == "ConvInteger"
+    assert weights["/c1/Conv_quant"].parameter == "c1.weight"
+    assert weights["/c2/Conv_quant"].max_steps <= 0.51  # a rounding of the folded weight
+
+
+def test_quantize_dynamic_matmul_only_cnn(cnn) -> None:
+    run = run_validation(RunConfig(model=cnn["model"], onnx=str(cnn["matmul"])))
+    assert_intended(run)
+    assert {w.op for w in run.quantization.weights} == {"MatMulInteger"}
+
+
+def test_a_conv_integer_scale_times_1_5_is_a_bug_at_that_node(cnn) -> None:
+    bad = wrong_integer_scale(cnn["default"], cnn["root"] / "bad.onnx", "/c2/Conv_quant")
+    run = run_validation(RunConfig(model=cnn["model"], onnx=str(bad)))
+    assert_bug_at(run, "/c2/Conv_quant")
+    (wrong,) = run.quantization.bugs
+    assert wrong.parameter == "c2.weight" and "scale is 1.5" in wrong.defect
+    # the reference computes with the file's own (wrong) weights: the file agrees with it
+    assert run.quantization.faithful is True
