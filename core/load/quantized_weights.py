@@ -8,13 +8,16 @@ b = k // block_size, and the MatMul's B is its transpose [K, N].
 `DynamicQuantizeMatMul` (com.microsoft): B int8/uint8 [K, N] with a per-tensor or per-column
 scale and zero point. `MatMulInteger` (ONNX Runtime's `quantize_dynamic`): B [K, N] with its
 zero point; its scale is the initializer multiplied with the activation's
-`DynamicQuantizeLinear` scale. `ConvInteger` (quantize_dynamic's default for Conv): the
-same, its weight [O, I/groups, kh, kw] read as B = W.reshape(O, -1).T (`kernel` keeps the
-shape). The dynamic ops quantize their activations too (uint8 per tensor): the reference
-rounds each one's input the same way (parity.analyses.quantization). A MatMulInteger of two
-activations (Optimum's attention products) has no weight: `activation_products` says where
-the file has them. A `Gather` of an integer table followed by `DequantizeLinear` (Optimum's
-quantized embeddings) is read as the table it dequantizes to ([V, D], op "Gather").
+`DynamicQuantizeLinear` scale. `MatMulIntegerToFloat` (ONNX Runtime's optimiser's fusion of
+MatMulInteger with its Cast and Mul): B with its b_scale and zero point. `ConvInteger`
+(quantize_dynamic's default for Conv): as MatMulInteger, its weight [O, I/groups, kh, kw]
+read as B = W.reshape(O, -1).T (`kernel` keeps the shape). The dynamic ops round their
+activations too (uint8 per tensor): the reference rounds each one's input the same way
+(parity.analyses.quantization). A quantized product of two activations (Optimum's attention
+products; fused: a DynamicQuantizeMatMul or MatMulIntegerToFloat whose B is no weight) has
+no weight: `activation_products` says where the file has them. A `Gather` of an 8-bit table
+followed by `DequantizeLinear` (Optimum's quantized embeddings) is read as the table it
+dequantizes to ([V, D], op "Gather").
 
 Each node comes with its step per element block (|scale|): a weight that is a rounding of
 the model's stays within about one step of it (parity.analyses.quantization).
@@ -33,7 +36,8 @@ from parity.errors import OnnxLoadError
 
 NBITS = "MatMulNBits"
 CONV = "ConvInteger"
-DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger", CONV)
+TO_FLOAT = "MatMulIntegerToFloat"  # ONNX Runtime's fusion of MatMulInteger, Cast and Mul
+DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger", TO_FLOAT, CONV)
 QUANTIZED_OPS = (NBITS, *DYNAMIC)
 GATHER = "Gather"  # a quantized embedding table: Gather(int table) -> DequantizeLinear
 INTEGER_TYPES = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
@@ -250,6 +254,10 @@ def _dynamic(
         scale = _array(inits, ins[2]).astype(np.float32)
         scale_name = ins[2]
         zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
+    elif node.op_type == TO_FLOAT:  # A, B, a_scale, b_scale, a_zero_point, b_zero_point
+        scale = _array(inits, ins[3]).astype(np.float32)
+        scale_name = ins[3]
+        zero = _array(inits, ins[5]).astype(np.float32) if ins[5] else np.zeros(1, np.float32)
     else:  # MatMulInteger: the scale is the Mul of the activation's scale and a constant
         zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
         scale_name, scale = _integer_scale(node.output[0], inits, producers, consumers)
@@ -310,9 +318,12 @@ def _consumers(nodes: Sequence[onnx.NodeProto]) -> dict[str, list[onnx.NodeProto
     return out
 
 
-def _is_product(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> bool:
-    """A MatMulInteger of two activations (neither input a stored weight)."""
-    return node.op_type == "MatMulInteger" and not any(i in inits for i in node.input[:2])
+def _is_product(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto] | set[str]) -> bool:
+    """A quantized MatMul of two activations: its B is no stored weight (a MatMulInteger,
+    or what ONNX Runtime's optimiser fused it into: DynamicQuantizeMatMul whose B comes
+    from a DynamicQuantizeLinear, MatMulIntegerToFloat)."""
+    ops = ("MatMulInteger", "DynamicQuantizeMatMul", TO_FLOAT)
+    return node.op_type in ops and len(node.input) > 1 and node.input[1] not in inits
 
 
 def _gather(
@@ -357,11 +368,12 @@ def activation_products(model: onnx.ModelProto) -> dict[str, tuple[bool, ...]]:
     inits = {t.name for t in model.graph.initializer}
     found: dict[str, list[bool]] = {}
     for node in model.graph.node:
-        if node.op_type not in ("MatMul", "MatMulInteger"):
+        quantized = _is_product(node, inits)
+        if not quantized and (node.op_type != "MatMul" or node.input[1] in inits):
             continue
-        if any(i in inits for i in node.input[:2]):
+        if node.op_type == "MatMul" and node.input[0] in inits:
             continue
         scope = _scope(node)
         if scope is not None:
-            found.setdefault(scope, []).append(node.op_type == "MatMulInteger")
+            found.setdefault(scope, []).append(quantized)
     return {scope: tuple(flags) for scope, flags in found.items() if any(flags)}
