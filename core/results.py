@@ -310,6 +310,10 @@ class QuantizedOutput:
     export_passed: bool | None  # ... at the run's tolerance (None: not compared)
     sqnr_db: float | None  # torch-with-its-weights against torch (None: exact or not run)
     quant_max_abs: float | None = None
+    # where the file fails against it and rounds its activations: how far the reference
+    # moves when each rounding is nudged by a thousandth of a step (a value that lies on a
+    # rounding boundary can round either way in the file's kernels); None: not measured
+    flip_max_abs: float | None = None
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,13 @@ def judge_file(
         generated = run.generation is not None and bool(run.generation.prompts)
         tokens = context.source.tokens_again() if generated else None
     outputs = split_outputs(lead, again)
+    if activations == PER_TENSOR and any(o.export_passed is False for o in outputs):
+        from parity.analyses.rounded_products import nudged
+
+        context.deadline.check()
+        with swapped(module, usable), rounded_products(module, products), nudged(FLIP_STEPS):
+            moved = [context.source.reference_again(s, signature) for s in run.input_sets]
+        outputs = with_flips(outputs, again, moved)
     return QuantizationResult(
         weights=weights,
         outputs=outputs,
@@ -180,6 +187,28 @@ def _products(path: str, module: Any, prefix: str) -> tuple[dict[str, tuple[bool
 
     scopes = activation_products(read_onnx(path, external_data=False))
     return module_paths(module, scopes, prefix) if scopes else ({}, [])
+
+
+FLIP_STEPS = 1e-3  # how far each rounding is nudged to measure what boundary flips move
+
+
+def with_flips(
+    outputs: Sequence[QuantizedOutput],
+    again: Sequence[Mapping[str, np.ndarray]],
+    moved: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[QuantizedOutput, ...]:
+    """Each output with how far the reference moved when its roundings were nudged (the
+    largest |again - moved| over every input set)."""
+    from dataclasses import replace
+
+    flips: dict[str, float] = {}
+    for mine, other in zip(again, moved, strict=True):
+        for name, value in mine.items():
+            a, b = np.asarray(value), np.asarray(other.get(name))
+            if a.shape == b.shape and _is_float(a) and a.size:
+                worst = float(np.nanmax(np.abs(a.astype(np.float64) - b)))
+                flips[name] = max(flips.get(name, 0.0), worst)
+    return tuple(replace(o, flip_max_abs=flips.get(o.name)) for o in outputs)
 
 
 PER_TENSOR = "uint8 per tensor"  # dynamic quantization's activations

@@ -19,11 +19,15 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
+
+_NUDGE: ContextVar[float] = ContextVar("parity_rounding_nudge", default=0.0)
 
 
 def dynamic_round(x: Any) -> Any:
-    """ONNX's DynamicQuantizeLinear, then back to float: uint8 per tensor, asymmetric."""
+    """ONNX's DynamicQuantizeLinear, then back to float: uint8 per tensor, asymmetric
+    (inside `nudged(d)`: each value moved by up to d steps first, see there)."""
     import torch
 
     low = torch.clamp(x.min(), max=0.0)
@@ -32,8 +36,27 @@ def dynamic_round(x: Any) -> Any:
     if float(scale) == 0.0:
         return x
     zero = torch.clamp(torch.round(-low / scale), 0, 255)
-    q = torch.clamp(torch.round(x / scale) + zero, 0, 255)
+    steps = x / scale
+    nudge = _NUDGE.get()
+    if nudge:
+        generator = torch.Generator(device="cpu").manual_seed(x.numel())
+        jitter = torch.rand(x.shape, generator=generator, dtype=steps.dtype) * 2 - 1
+        steps = steps + nudge * jitter.to(steps.device)
+    q = torch.clamp(torch.round(steps) + zero, 0, 255)
     return ((q - zero) * scale).to(x.dtype)
+
+
+@contextlib.contextmanager
+def nudged(steps: float) -> Iterator[None]:
+    """Every dynamic rounding inside moves each value by a fixed pseudo-random amount of at
+    most `steps` steps before rounding: the values within that of a rounding boundary round
+    the other way, as float noise in the file's kernels may make them (how much the reference
+    moves then is how much such flips can move it)."""
+    token = _NUDGE.set(steps)
+    try:
+        yield
+    finally:
+        _NUDGE.reset(token)
 
 
 def module_paths(

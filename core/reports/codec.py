@@ -1348,7 +1348,7 @@ def _candidate_layers_from_json(
 def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[str, Any]:
     """``quantization``: {"bits", "weights": [{node, op, bits, block_size, shape, parameter,
     status, max_steps, bad_blocks, n_blocks, defect}], "outputs": [{name, export_max_abs,
-    export_passed, sqnr_db, quant_max_abs}], "tokens" (causal LMs, or null), "notes"}.
+    export_passed, sqnr_db, quant_max_abs, flip_max_abs}], "tokens" (causal LMs, or null), "notes"}.
     A saved run keeps its numbers exactly (`saved`); the report's are strict JSON."""
     num = exact if saved else _finite
 
@@ -1389,6 +1389,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
                 "export_passed": o.export_passed,
                 "sqnr_db": num(o.sqnr_db),
                 "quant_max_abs": num(o.quant_max_abs),
+                "flip_max_abs": num(o.flip_max_abs),
             }
             for o in q.outputs
         ],
@@ -1446,6 +1447,7 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
                 ),
                 sqnr_db=from_exact(entry.get("sqnr_db"), f"{o}.sqnr_db"),
                 quant_max_abs=from_exact(entry.get("quant_max_abs"), f"{o}.quant_max_abs"),
+                flip_max_abs=from_exact(entry.get("flip_max_abs"), f"{o}.flip_max_abs"),
             )
         )
     tokens = None
