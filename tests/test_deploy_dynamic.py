@@ -283,3 +283,59 @@ def test_a_difference_within_rounding_flips_is_intended_and_a_bias_bug_is_not(cn
     assert y.export_passed is False and y.export_max_abs > y.flip_max_abs
     assert all(w.status == "rounding" for w in run.quantization.weights)
     assert [f.kind for f in run.findings if f.output == "y"] == ["bug"]
+
+
+def _optimised(src: Path, dst: Path) -> Path:
+    """The file as ONNX Runtime's session optimiser saves it (extended: MatMulInteger fused
+    into DynamicQuantizeMatMul / MatMulIntegerToFloat)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(dst)
+    ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+    return dst
+
+
+def test_ort_optimised_cnn_dynamic_quantize_matmul_is_one_story(cnn) -> None:
+    path = _optimised(cnn["default"], cnn["root"] / "optimised.onnx")
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert "DynamicQuantizeMatMul" in ops and "MatMulInteger" not in ops
+    run = run_validation(RunConfig(model=cnn["model"], onnx=str(path)))
+    assert_intended(run)
+    assert {w.op for w in run.quantization.weights} == {"ConvInteger", "DynamicQuantizeMatMul"}
+
+
+@pytest.mark.slow
+def test_ort_optimised_bert_products_and_a_fused_int8_bert_tell_one_story(bert) -> None:
+    """The avx2 BERT through ONNX Runtime's optimiser (its products of two activations become
+    DynamicQuantizeMatMul / MatMulIntegerToFloat): intended. A fused BERT (ONNX Runtime's
+    transformers optimizer) quantized by quantize_dynamic computes QAttention and
+    QEmbedLayerNormalization, which the reference does not simulate: its int8 weights are
+    intended, and what is left is said not measured, never both intended and a bug."""
+    from onnxruntime.quantization import quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    root = bert["root"]
+    path = _optimised(bert["files"]["avx2"], root / "optimised.onnx")
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert "DynamicQuantizeMatMul" in ops and "MatMulIntegerToFloat" in ops
+    assert_intended(_bert_run(bert, path))
+
+    raw = Path(bert["files"]["avx2"]).parent.parent / "onnx" / "model.onnx"
+    fused = optimize_model(str(raw), model_type="bert", num_heads=4, hidden_size=32, opt_level=1)
+    fused.save_model_to_file(str(root / "fused.onnx"))
+    int8 = root / "fused_int8.onnx"
+    quantize_dynamic(
+        str(root / "fused.onnx"),
+        str(int8),
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+    run = _bert_run(bert, int8)
+    q = run.quantization
+    assert q is not None and set(q.unsimulated) == {"QAttention", "QEmbedLayerNormalization"}
+    assert all(w.status == "rounding" for w in q.weights)
+    kinds = {f.kind for f in run.findings}
+    assert "bug" not in kinds and "quantization" in kinds
+    said = [f for f in run.findings if f.output == "last_hidden_state"]
+    assert [f.kind for f in said] == ["unmeasured"] and "QAttention" in said[0].text

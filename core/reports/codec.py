@@ -1348,7 +1348,8 @@ def _candidate_layers_from_json(
 def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[str, Any]:
     """``quantization``: {"bits", "weights": [{node, op, bits, block_size, shape, parameter,
     status, max_steps, bad_blocks, n_blocks, defect}], "outputs": [{name, export_max_abs,
-    export_passed, sqnr_db, quant_max_abs, flip_max_abs}], "tokens" (causal LMs, or null), "notes"}.
+    export_passed, sqnr_db, quant_max_abs, flip_max_abs}], "unsimulated", "tokens" (causal
+    LMs, or null), "notes"}.
     A saved run keeps its numbers exactly (`saved`); the report's are strict JSON."""
     num = exact if saved else _finite
 
@@ -1398,6 +1399,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         "activations": q.activations,
         "activations_simulated": q.activations_simulated,
         "reference": q.reference,
+        "unsimulated": list(q.unsimulated),
     }
 
 
@@ -1468,6 +1470,10 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
     activations = sj.string(raw.get("activations", ""), f"{at}.activations")
     reference = sj.string(raw.get("reference", "torch"), f"{at}.reference")
     simulated = sj.boolean(raw.get("activations_simulated", True), f"{at}.activations_simulated")
+    unsimulated = tuple(
+        sj.string(n, f"{at}.unsimulated[{i}]")
+        for i, n in enumerate(sj.array(raw.get("unsimulated", []), f"{at}.unsimulated"))
+    )
     return QuantizationResult(
         weights=tuple(weights),
         outputs=tuple(outputs),
@@ -1476,4 +1482,5 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
         activations=activations,
         activations_simulated=simulated,
         reference=reference,
+        unsimulated=unsimulated,
     )

@@ -242,6 +242,14 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
                 f"a thousandth of a step): {width} rounding, not a bug; {cost}."
             )
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
+        elif not o.export_passed and quant.unsimulated:
+            text = (
+                f"{name}: against {ref} with the file's own dequantized weights it differs by "
+                f"max abs {number_text(o.export_max_abs)}; the file's "
+                f"{', '.join(quant.unsimulated)} compute with int8 in ways {ref} does not "
+                "simulate, so whether that is the rounding was not measured."
+            )
+            out.append(Finding(FindingKind.UNMEASURED, text, name, candidate))
         elif not o.export_passed:
             text = (
                 f"{name}: not {width} rounding: against {ref} with the file's own dequantized "
