@@ -31,6 +31,8 @@ from parity.results import QuantizedWeight
 
 SLACK = 1.0 + 1e-3  # one step, with float32's own rounding of the dequantized value
 PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+# a fused attention (QAttention) packs its module's q/k/v Linears, in this order
+ATTENTION_PARTS = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"))
 ALIASES = (("attn.", "self_attn."), ("", "model."))
 DIAGNOSED_BLOCKS = 256
 CHUNK_COLUMNS = 4096  # blocks looked at to say what is wrong (the count covers them all)
@@ -44,10 +46,13 @@ class Linear:
     parameter: str  # its weight's full name
     transposed: bool  # torch stores [N, K] (nn.Linear); Conv1D stores [K, N]
     folded: str = ""  # a Conv: the path of the BatchNorm the export folded into it
+    leaf: str = "weight"  # the module's attribute (a LayerNorm's gamma "weight", beta "bias")
 
     def as_b(self, weight: np.ndarray) -> np.ndarray:
         if weight.ndim > 2:  # a conv's [O, I/groups, kh, kw]
             weight = weight.reshape(weight.shape[0], -1)
+        if weight.ndim == 1:  # a norm's gamma or beta, as one row
+            return weight.reshape(1, -1)
         return weight.T if self.transposed else weight
 
 
@@ -155,6 +160,13 @@ def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = ""
 
     out = []
     for node in nodes:
+        if node.op == "QEmbedLayerNormalization":  # tables and a norm, named after them
+            chosen = _by_parameter(node, params, prefix)
+            weight = b_of(chosen[0]) if chosen else None
+            if weight is not None and weight.shape != node.weight.shape:
+                chosen, weight = (), None
+            out.append(Matched(node, chosen, weight))
+            continue
         kind = "conv" if node.kernel else "gather" if node.op == "Gather" else ""
         table = tables[kind]
         if kind == "conv":
@@ -223,8 +235,23 @@ def _from_weight(name: str) -> str:
     return ""
 
 
+def _by_parameter(node: QuantizedNode, params: Mapping[str, object], prefix: str) -> tuple:
+    """The parameter the node's initializer is named after (`embeddings.LayerNorm.bias`)."""
+    for name in (node.source, node.source.removeprefix(prefix), f"{prefix}{node.source}"):
+        if name in params:
+            path, _, leaf = name.rpartition(".")
+            return (Linear(path, name, transposed=False, leaf=leaf),)
+    return ()
+
+
 def _by_name(node: QuantizedNode, table: Mapping[str, Linear], prefix: str) -> tuple[Linear, ...]:
     for path in _names(node, prefix):
+        if node.op == "QAttention":
+            for names in ATTENTION_PARTS:
+                parts = tuple(f"{path}.{p}" if path else p for p in names)
+                if all(p in table for p in parts):
+                    return tuple(table[p] for p in parts)
+            continue
         if path in table:
             return (table[path],)
         parent, _, leaf = path.rpartition(".")

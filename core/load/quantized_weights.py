@@ -37,8 +37,10 @@ from parity.errors import OnnxLoadError
 NBITS = "MatMulNBits"
 CONV = "ConvInteger"
 TO_FLOAT = "MatMulIntegerToFloat"  # ONNX Runtime's fusion of MatMulInteger, Cast and Mul
-DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger", TO_FLOAT, CONV)
-QUANTIZED_OPS = (NBITS, *DYNAMIC)
+ATTENTION = "QAttention"  # a fused BERT's attention, quantize_dynamic'd: packed q/k/v int8
+EMBED = "QEmbedLayerNormalization"  # its embeddings: int8 tables and LayerNorm gamma/beta
+DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger", TO_FLOAT, CONV, ATTENTION)
+QUANTIZED_OPS = (NBITS, *DYNAMIC, EMBED)
 GATHER = "Gather"  # a quantized embedding table: Gather(int table) -> DequantizeLinear
 INTEGER_TYPES = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
 
@@ -125,6 +127,12 @@ def quantized_nodes(model: onnx.ModelProto) -> tuple[list[QuantizedNode], list[s
             if table is not None:
                 found.append(table)
             continue
+        if node.op_type == EMBED:
+            try:
+                found += _embed(node, inits)
+            except OnnxLoadError as exc:
+                notes.append(f"{EMBED} node {node.name}: {exc}")
+            continue
         if node.op_type not in QUANTIZED_OPS or _is_product(node, inits):
             continue  # an activation product has no weight (activation_products)
         name = node.name or f"{node.op_type}_{len(found)}"
@@ -166,6 +174,9 @@ def _scope(node: onnx.NodeProto) -> str | None:
             return ".".join(str(s) for s in parsed[1:]) if len(parsed) > 1 else ""
     if node.name.startswith("/"):
         return ".".join(node.name.split("/")[1:-1])
+    first = node.output[0] if node.output else ""
+    if node.op_type == ATTENTION and first.startswith("/") and first.count("/") >= 2:
+        return ".".join(first.split("/")[1:-1])  # a fused node keeps its last op's output name
     return None
 
 
@@ -254,6 +265,10 @@ def _dynamic(
         scale = _array(inits, ins[2]).astype(np.float32)
         scale_name = ins[2]
         zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
+    elif node.op_type == ATTENTION:  # input, weight, bias, input_scale, weight_scale, mask,
+        scale = _array(inits, ins[4]).astype(np.float32)  # input_zero_point, weight_zero_point
+        scale_name = ins[4]
+        zero = _array(inits, ins[7]).astype(np.float32) if ins[7] else np.zeros(1, np.float32)
     elif node.op_type == TO_FLOAT:  # A, B, a_scale, b_scale, a_zero_point, b_zero_point
         scale = _array(inits, ins[3]).astype(np.float32)
         scale_name = ins[3]
@@ -377,3 +392,43 @@ def activation_products(model: onnx.ModelProto) -> dict[str, tuple[bool, ...]]:
         if scope is not None:
             found.setdefault(scope, []).append(quantized)
     return {scope: tuple(flags) for scope, flags in found.items() if any(flags)}
+
+
+# QEmbedLayerNormalization's quantized inputs: (slot, its scale's slot, its zero point's)
+_EMBED_PARTS = ((2, 8, 13), (3, 9, 14), (4, 10, 15), (5, 11, 16), (6, 12, 17))
+
+
+def _embed(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> list[QuantizedNode]:
+    """A QEmbedLayerNormalization's int8 word / position / segment tables ([V, D]) and its
+    LayerNorm's gamma and beta ([1, D]), each per tensor, as the float values they stand
+    for (named after the initializer: `embeddings.LayerNorm.bias_quantized` -> its bias)."""
+    ins = list(node.input) + [""] * 18
+    out = []
+    for slot, scale_slot, zero_slot in _EMBED_PARTS:
+        if not ins[slot]:
+            continue
+        q = _array(inits, ins[slot]).astype(np.float32)
+        scale = _array(inits, ins[scale_slot]).astype(np.float32).reshape(-1)
+        zero = (
+            _array(inits, ins[zero_slot]).astype(np.float32).reshape(-1)
+            if ins[zero_slot]
+            else np.zeros(1, np.float32)
+        )
+        if scale.size != 1 or zero.size != 1:
+            raise OnnxLoadError(f"{ins[slot]!r} is not quantized per tensor")
+        weight = ((q - zero[0]) * scale[0]).astype(np.float32)
+        weight = weight.reshape(1, -1) if weight.ndim == 1 else weight
+        out.append(
+            QuantizedNode(
+                node=f"{node.name or EMBED} ({_source_name(ins[slot])})",
+                op=EMBED,
+                bits=8,
+                block_size=int(weight.shape[0]),
+                weight=weight,
+                steps=np.full((weight.shape[1], 1), abs(float(scale[0])), np.float32),
+                source=_source_name(ins[slot]),
+                scope=None,
+                scales_name=ins[scale_slot],
+            )
+        )
+    return out
