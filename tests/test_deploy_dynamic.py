@@ -206,6 +206,24 @@ def test_layers_never_compare_uint8_with_a_float(bert) -> None:
     compared = {v.onnx_value for v in values if v.status != "not_comparable"}
     assert "/encoder/layer.0/attention/self/Reshape_3_output_0" in compared
     assert_intended(run)
+    # its torch side computes what the file means: nothing diverges (the quantized Gathers
+    # did against torch's float embeddings), as the findings say
+    assert run.layers.first_divergence is None
+    assert any("the file's own int8 weights" in n for n in run.layers.notes)
+
+
+@pytest.mark.slow
+def test_a_float_bias_bug_in_a_dynamic_file_is_located_by_the_layers(bert) -> None:
+    from tests.helpers.plant_bug import plant
+
+    bad = bert["root"] / "bias.onnx"
+    plant(bert["files"]["avx2"], bad, "/encoder/layer.1/output/dense/Add", "bias", 0.5)
+    run = _bert_run(bert, bad, layers=True)
+    assert all(w.status == "rounding" for w in run.quantization.weights)
+    first = run.layers.first_divergence
+    assert first is not None and first.onnx_node == "/encoder/layer.1/output/dense/Add"
+    bugs = [f for f in run.findings if f.kind == "bug" and f.output == "last_hidden_state"]
+    assert bugs and "/encoder/layer.1/output/dense/Add" in bugs[0].text
 
 
 # ----------------------------------------------------------------------------- a CNN

@@ -307,6 +307,33 @@ def judge_against_reference(
     )
 
 
+@contextlib.contextmanager
+def dynamic_reference(path: str, module: Any, prefix: str) -> Iterator[str]:
+    """Inside: `module` computes what a dynamic int8 file at `path` means (its own weights
+    and tables, its activations rounded where it rounds them), for --layers, so the layers
+    and the findings tell one story; yields the note that says so ("" and nothing changed
+    for a file without dynamic ops)."""
+    from parity.load.quantized_weights import read_quantized
+
+    try:
+        nodes, _ = read_quantized(path)
+    except OnnxLoadError:  # a file it cannot read: torch's float weights, as before
+        nodes = []
+    if not any(n.dynamic for n in nodes):
+        yield ""
+        return
+    usable = [m for m in match_nodes(nodes, module, prefix) if m.model_weight is not None]
+    products, _, _ = _products(path, module, prefix)
+    from parity.analyses.rounded_products import rounded_products
+
+    with swapped(module, usable), rounded_products(module, products):
+        yield (
+            "torch side: the file's own int8 weights, its activations rounded as the file "
+            "rounds them (dynamic int8's intended account): a divergence is what that does "
+            "not explain"
+        )
+
+
 def _position(run: ValidationRun, index: int) -> int:
     return next(k for k, c in enumerate(run.candidates) if c.index == index)
 

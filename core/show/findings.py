@@ -34,6 +34,7 @@ from parity.results import (
     FindingKind,
     Noise,
     OutputComparison,
+    QuantizationResult,
     QuantizedTokens,
     Status,
     ValidationRun,
@@ -254,7 +255,8 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             text = (
                 f"{name}: not {width} rounding: against {ref} with the file's own dequantized "
                 f"weights it still differs (max abs {number_text(o.export_max_abs)}, beyond "
-                "the run's tolerance), so the export or its kernels compute something else."
+                "the run's tolerance), so the export or its kernels compute something else"
+                f"{_born_where(run, quant)}."
             )
             out.append(Finding(FindingKind.BUG, text, name, candidate))
         elif quant.bugs:
@@ -270,6 +272,24 @@ def _quantization(run: ValidationRun, candidate: int) -> list[Finding]:
             text = f"{width} weights and the tokens: {'; '.join(said)}."
             out.append(Finding(FindingKind.QUANTIZATION, text, candidate=candidate))
     return out
+
+
+def _born_where(run: ValidationRun, quant: QuantizationResult) -> str:
+    """Where --layers confirmed the error born, when its torch side computed what a dynamic
+    int8 file means (parity.analyses.layers: its weights, its activations rounded), so the
+    node it names is one that account does not explain."""
+    layers = run.layers
+    if layers is None or quant.reference != "torch" or quant.activations != "uint8 per tensor":
+        return ""
+    first = layers.first_divergence
+    confirmation = layers.confirmation_of(first)
+    if first is None or getattr(confirmation, "outcome", None) != "born":
+        return ""
+    module = f" in {first.torch_module}" if first.torch_module else ""
+    return (
+        f": the error is made at the {first.onnx_op} node {first.onnx_node}{module} (--layers, "
+        "confirmed alone against torch computing what the file means)"
+    )
 
 
 def _within_flips(residual: float | None, flips: float | None) -> bool:
