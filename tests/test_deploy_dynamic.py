@@ -191,10 +191,16 @@ def test_a_wrong_embedding_table_scale_is_a_bug_at_its_gather(bert) -> None:
 
 
 @pytest.mark.slow  # the BERT's export and quantization: ~40 s once
-def test_layers_never_compare_uint8_with_a_float(bert) -> None:
-    """--layers on the avx2 file: DynamicQuantizeLinear's uint8 values are not comparable
-    (with why), the float each one rounds is what is compared; the findings tell one story."""
-    run = _bert_run(bert, bert["files"]["avx2"], layers=True)
+def test_layers_noise_floor_and_findings_tell_one_story(bert) -> None:
+    """--layers and --noise-floor on the avx2 file: DynamicQuantizeLinear's uint8 values are
+    not comparable (with why), the float each one rounds is what is compared; the noise floor
+    is the int8 rounding measured (its scales are made at run time), and within it."""
+    from parity.judge.noise_floor import is_rounding
+
+    run = _bert_run(bert, bert["files"]["avx2"], layers=True, noise_floor=True)
+    noises = [c.noise for c in run.outputs]
+    assert noises and all(n is not None and n.precision == "int8" for n in noises)
+    assert all(is_rounding(n) and "measured" in n.emulated for n in noises)
     values = run.layers.values
     assert values
     assert not [

@@ -79,17 +79,20 @@ class Quantization(Analysis):
             why = side.missing or "this kind of run has no torch model"
             return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
         results = {}
+        floors: dict[int, dict[tuple[int, str], float]] = {}
         for index, path in found.items():
             context.deadline.check()
             context.report(NAME, f"torch with the quantized weights of {path}", None)
             try:
-                results[index] = judge_file(run, context, index, path, model, side.scope_prefix)
+                results[index], floors[index] = judge_file(
+                    run, context, index, path, model, side.scope_prefix
+                )
             except NotImplementedError:  # a source that cannot run its torch model again
                 why = "this kind of run cannot run its torch model again"
                 return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
             except (BudgetError, ModelRunError, OnnxLoadError) as exc:  # the run stands
                 return noted(run, NAME, f"quantized weights not judged: {exc.message}", done=False)
-        run = run.with_quantization(results)
+        run = with_measured_floor(run.with_quantization(results), floors)
         words = ", ".join(f"#{i}" for i in results) if run.is_multi_candidate else "the file"
         return noted(run, NAME, f"{words}: torch run again with its own dequantized weights")
 
@@ -101,8 +104,10 @@ def judge_file(
     path: str,
     module: Any,
     prefix: str,
-) -> QuantizationResult:
-    """One candidate's quantized weights: checked, then put into torch and run again."""
+) -> tuple[QuantizationResult, dict[tuple[int, str], float]]:
+    """One candidate's quantized weights: checked, then put into torch and run again; with,
+    for a file that rounds its activations, what that costs per (input set, output): the
+    int8 noise floor measured (with_measured_floor)."""
     from parity.load.onnx_read import read_onnx
     from parity.load.quantized_weights import ATTENTION, EMBED, count_bytes, read_quantized
 
@@ -158,7 +163,7 @@ def judge_file(
     if not usable:
         return QuantizationResult(
             weights, notes=(*notes, "no weight matched: nothing rerun"), activations=activations
-        )
+        ), {}
     lead = run.for_candidate(index)
     candidate = context.candidates[_position(run, index)]
     assert candidate is not None
@@ -177,7 +182,7 @@ def judge_file(
         with swapped(module, usable), rounded_products(module, products), nudged(FLIP_STEPS):
             moved = [context.source.reference_again(s, signature) for s in run.input_sets]
         outputs = with_flips(outputs, again, moved)
-    return QuantizationResult(
+    result = QuantizationResult(
         weights=weights,
         outputs=outputs,
         tokens=token_metrics(lead, again, tokens),
@@ -185,6 +190,60 @@ def judge_file(
         activations=activations,
         unsimulated=unsimulated,
     )
+    return result, (_costs(lead, again) if activations == PER_TENSOR and not unsimulated else {})
+
+
+MEASURED = "measured: torch with the file's int8 weights, its activations rounded as it does"
+
+
+def _costs(run: ValidationRun, again: Sequence[Mapping[str, np.ndarray]]) -> dict:
+    """(input set, output) -> max |torch-with-its-weights - torch| (excluded elements left
+    out): what the file's int8 rounding moves each output by."""
+    out: dict[tuple[int, str], float] = {}
+    for position, case in enumerate(run.cases):
+        ref = case.reference.arrays if case.reference is not None else {}
+        for name, mine in again[position].items():
+            base = ref.get(name)
+            if base is None or np.shape(base) != np.shape(mine) or not _is_float(np.asarray(mine)):
+                continue
+            err = np.abs(np.asarray(mine, np.float64) - np.asarray(base, np.float64))
+            mask = case.exclusions.get(name)
+            if mask is not None:
+                err = err[~np.broadcast_to(mask, err.shape)]
+            if err.size:
+                out[(case.input_set.index, name)] = float(np.max(err))
+    return out
+
+
+def with_measured_floor(
+    run: ValidationRun, floors: Mapping[int, Mapping[tuple[int, str], float]]
+) -> ValidationRun:
+    """--noise-floor's int8 floor for a file that rounds its activations at run time (its
+    scales are not in the file, so no calibrated range estimates them): what the file's
+    own weights and rounding move the output by in torch, measured; ONNX's float64 error
+    is judged against that (one story with the quantization findings)."""
+    from dataclasses import replace
+
+    from parity.results import Noise
+
+    if not any(floors.values()):
+        return run
+    rows = []
+    for c in run.outputs:
+        floor = floors.get(c.candidate, {}).get((c.input_set, c.name))
+        if c.noise is None or floor is None:
+            rows.append(c)
+            continue
+        error = c.noise.onnx_error
+        noise = Noise(
+            torch_error=floor,
+            onnx_error=error,
+            ratio=error / floor if floor > 0 else None,
+            precision="int8",
+            emulated=MEASURED,
+        )
+        rows.append(replace(c, noise=noise))
+    return run.with_rows(rows)
 
 
 # quantized ops dynamic quantization writes that the reference does not compute as the file
