@@ -169,7 +169,12 @@ def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = ""
             continue
         kind = "conv" if node.kernel else "gather" if node.op == "Gather" else ""
         table = tables[kind]
-        if kind == "conv":
+        if kind == "conv":  # only the convs of its kernel's shape can be the one
+            table = {
+                path: conv
+                for path, conv in table.items()
+                if tuple(params[conv.parameter].shape) == node.kernel
+            }
             table = _with_folds(node, table, module, b_of)
         chosen = _by_name(node, table, prefix)
         weight = None
