@@ -397,3 +397,26 @@ def test_a_wrong_qattention_scale_is_a_bug_at_that_node(bert, fused_int8) -> Non
     run = _bert_run(bert, bad)
     assert_bug_at(run, "Attention_1_quant")
     assert "scale is 1.5" in run.quantization.bugs[0].defect
+
+
+def test_a_dynamo_exported_cnn_is_matched_by_its_values(cnn) -> None:
+    """The dynamo exporter (BatchNorm folded too; quantize_dynamic's nodes keep no scope):
+    each ConvInteger is matched to its Conv by value, fold and all."""
+    import warnings
+
+    from onnxruntime.quantization import quantize_dynamic
+
+    namespace: dict = {}
+    exec(compile(CNN_SOURCE, "cnn.py", "exec"), namespace)
+    raw, quantized = cnn["root"] / "dynamo.onnx", cnn["root"] / "dynamo_dynamic.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            namespace["make"](), (torch.randn(2, 3, 16, 16),), dynamo=True, verbose=False
+        )
+    program.save(str(raw))
+    quantize_dynamic(str(raw), str(quantized))
+    run = run_validation(RunConfig(model=cnn["model"], onnx=str(quantized)))
+    assert_intended(run)
+    convs = [w for w in run.quantization.weights if w.op == "ConvInteger"]
+    assert sorted(w.parameter for w in convs) == ["c1.weight", "c2.weight"]
