@@ -78,6 +78,22 @@ def wrong_table_scale(src: Path, dst: Path, gather: str, factor: float = 1.5) ->
     return dst
 
 
+BERT = "BERT (2 layers, hidden 32, Optimum export)"
+CNN = "CNN (Conv/BN/ReLU, legacy export)"
+
+
+def matrix_row(run: ValidationRun, **row: str) -> None:
+    """The run's row of the deploy matrix (tests.helpers.deploy_matrix: the docs' table),
+    asserted right by cause, where the suite has the matrix (the verdict by cause's branch;
+    the assertions on the findings stand alone without it)."""
+    try:
+        from tests.helpers.deploy_matrix import record, right
+    except ImportError:
+        return
+    recorded = record(run, **row)
+    assert right(recorded), recorded
+
+
 def assert_intended(run: ValidationRun) -> None:
     """No bug said, and every failing output has a quantization finding naming it (what the
     verdict by cause asks of a clean file)."""
@@ -156,6 +172,7 @@ def test_optimum_avx2_bert_is_its_int8_weights_and_rounded_activations(bert) -> 
     assert_intended(run)
     q = run.quantization
     assert {w.op for w in q.weights} == {"MatMulInteger", "Gather"}
+    matrix_row(run, tool="optimum-cli onnxruntime quantize", option="--avx2", architecture=BERT)
     tables = {w.parameter for w in q.weights if w.op == "Gather"}
     assert "embeddings.word_embeddings.weight" in tables
     assert any("products of two activations" in n or "product(s) of two" in n for n in q.notes)
@@ -167,7 +184,10 @@ def test_optimum_avx2_bert_is_its_int8_weights_and_rounded_activations(bert) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["avx512", "arm64", "per_channel"])
 def test_optimum_other_targets_are_intended_too(bert, arch) -> None:
-    assert_intended(_bert_run(bert, bert["files"][arch]))
+    run = _bert_run(bert, bert["files"][arch])
+    assert_intended(run)
+    option = "--avx2, per channel" if arch == "per_channel" else f"--{arch}"
+    matrix_row(run, tool="Optimum ORTQuantizer", option=option, architecture=BERT)
 
 
 @pytest.mark.slow  # the BERT's export and quantization: ~40 s once
@@ -176,6 +196,13 @@ def test_a_wrong_scale_in_one_bert_matmul_is_a_bug_at_that_node(bert) -> None:
     bad = wrong_integer_scale(bert["files"]["avx2"], bert["root"] / "bad_matmul.onnx", node)
     run = _bert_run(bert, bad)
     assert_bug_at(run, node)
+    matrix_row(
+        run,
+        tool="optimum-cli onnxruntime quantize",
+        option="--avx2",
+        architecture=BERT,
+        planted_at=node,
+    )
     (wrong,) = run.quantization.bugs
     assert wrong.parameter == "encoder.layer.1.intermediate.dense.weight"
     assert "scale is 1.5" in wrong.defect
@@ -187,6 +214,13 @@ def test_a_wrong_embedding_table_scale_is_a_bug_at_its_gather(bert) -> None:
     bad = wrong_table_scale(bert["files"]["avx2"], bert["root"] / "bad_table.onnx", gather)
     run = _bert_run(bert, bad)
     assert_bug_at(run, gather)
+    matrix_row(
+        run,
+        tool="optimum-cli onnxruntime quantize",
+        option="--avx2 (embedding table)",
+        architecture=BERT,
+        planted_at=gather,
+    )
     assert run.quantization.bugs[0].parameter == "embeddings.position_embeddings.weight"
 
 
@@ -230,6 +264,13 @@ def test_a_float_bias_bug_in_a_dynamic_file_is_located_by_the_layers(bert) -> No
     assert first is not None and first.onnx_node == "/encoder/layer.1/output/dense/Add"
     bugs = [f for f in run.findings if f.kind == "bug" and f.output == "last_hidden_state"]
     assert bugs and "/encoder/layer.1/output/dense/Add" in bugs[0].text
+    matrix_row(
+        run,
+        tool="optimum-cli onnxruntime quantize",
+        option="--avx2 (float bias)",
+        architecture=BERT,
+        planted_at="/encoder/layer.1/output/dense/Add",
+    )
 
 
 # ----------------------------------------------------------------------------- a CNN
@@ -267,6 +308,7 @@ def test_quantize_dynamic_default_cnn_reads_its_conv_integer_weights(cnn) -> Non
     assert {"ConvInteger", "MatMulInteger"} <= ops and "BatchNormalization" not in ops
     run = run_validation(RunConfig(model=cnn["model"], onnx=str(cnn["default"])))
     assert_intended(run)
+    matrix_row(run, tool="ORT quantize_dynamic", option="default (ConvInteger)", architecture=CNN)
     weights = {w.node: w for w in run.quantization.weights}
     assert weights["/c1/Conv_quant"].op == "ConvInteger"
     assert weights["/c1/Conv_quant"].parameter == "c1.weight"
@@ -276,6 +318,9 @@ def test_quantize_dynamic_default_cnn_reads_its_conv_integer_weights(cnn) -> Non
 def test_quantize_dynamic_matmul_only_cnn(cnn) -> None:
     run = run_validation(RunConfig(model=cnn["model"], onnx=str(cnn["matmul"])))
     assert_intended(run)
+    matrix_row(
+        run, tool="ORT quantize_dynamic", option="op_types_to_quantize=[MatMul]", architecture=CNN
+    )
     assert {w.op for w in run.quantization.weights} == {"MatMulInteger"}
 
 
@@ -283,6 +328,13 @@ def test_a_conv_integer_scale_times_1_5_is_a_bug_at_that_node(cnn) -> None:
     bad = wrong_integer_scale(cnn["default"], cnn["root"] / "bad.onnx", "/c2/Conv_quant")
     run = run_validation(RunConfig(model=cnn["model"], onnx=str(bad)))
     assert_bug_at(run, "/c2/Conv_quant")
+    matrix_row(
+        run,
+        tool="ORT quantize_dynamic",
+        option="default (ConvInteger)",
+        architecture=CNN,
+        planted_at="/c2/Conv_quant",
+    )
     (wrong,) = run.quantization.bugs
     assert wrong.parameter == "c2.weight" and "scale is 1.5" in wrong.defect
     # the reference computes with the file's own (wrong) weights: the file agrees with it
@@ -333,6 +385,7 @@ def test_ort_optimised_cnn_dynamic_quantize_matmul_is_one_story(cnn) -> None:
     assert "DynamicQuantizeMatMul" in ops and "MatMulInteger" not in ops
     run = run_validation(RunConfig(model=cnn["model"], onnx=str(path)))
     assert_intended(run)
+    matrix_row(run, tool="ORT session optimiser", option="DynamicQuantizeMatMul", architecture=CNN)
     assert {w.op for w in run.quantization.weights} == {"ConvInteger", "DynamicQuantizeMatMul"}
 
 
@@ -343,7 +396,9 @@ def test_ort_optimised_bert_products_are_intended(bert) -> None:
     path = _optimised(bert["files"]["avx2"], bert["root"] / "optimised.onnx")
     ops = [n.op_type for n in onnx.load(str(path)).graph.node]
     assert "DynamicQuantizeMatMul" in ops and "MatMulIntegerToFloat" in ops
-    assert_intended(_bert_run(bert, path))
+    run = _bert_run(bert, path)
+    assert_intended(run)
+    matrix_row(run, tool="ORT session optimiser", option="--avx2 file, extended", architecture=BERT)
 
 
 @pytest.fixture(scope="module")
@@ -374,6 +429,12 @@ def test_a_fused_bert_int8_copy_tells_one_story(bert, fused_int8) -> None:
     assert {"QAttention", "QEmbedLayerNormalization"} <= ops
     run = _bert_run(bert, fused_int8)
     assert_intended(run)
+    matrix_row(
+        run,
+        tool="ORT optimizer + quantize_dynamic",
+        option="QAttention, QEmbedLayerNormalization",
+        architecture=BERT,
+    )
     q = run.quantization
     assert not q.unsimulated
     params = {w.parameter for w in q.weights}
@@ -396,6 +457,13 @@ def test_a_wrong_qattention_scale_is_a_bug_at_that_node(bert, fused_int8) -> Non
     onnx.save(model, str(bad))
     run = _bert_run(bert, bad)
     assert_bug_at(run, "Attention_1_quant")
+    matrix_row(
+        run,
+        tool="ORT optimizer + quantize_dynamic",
+        option="QAttention",
+        architecture=BERT,
+        planted_at="Attention_1_quant",
+    )
     assert "scale is 1.5" in run.quantization.bugs[0].defect
 
 
@@ -418,5 +486,11 @@ def test_a_dynamo_exported_cnn_is_matched_by_its_values(cnn) -> None:
     quantize_dynamic(str(raw), str(quantized))
     run = run_validation(RunConfig(model=cnn["model"], onnx=str(quantized)))
     assert_intended(run)
+    matrix_row(
+        run,
+        tool="ORT quantize_dynamic",
+        option="default (ConvInteger)",
+        architecture="CNN (Conv/BN/ReLU, dynamo export)",
+    )
     convs = [w for w in run.quantization.weights if w.op == "ConvInteger"]
     assert sorted(w.parameter for w in convs) == ["c1.weight", "c2.weight"]
