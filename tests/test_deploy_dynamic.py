@@ -337,6 +337,9 @@ def test_a_conv_integer_scale_times_1_5_is_a_bug_at_that_node(cnn) -> None:
     )
     (wrong,) = run.quantization.bugs
     assert wrong.parameter == "c2.weight" and "scale is 1.5" in wrong.defect
+    # --noise-floor never calls the wrong weight's cost the int8 rounding
+    noisy = run_validation(RunConfig(model=cnn["model"], onnx=str(bad), noise_floor=True))
+    assert not any(c.noise is not None and "measured" in c.noise.emulated for c in noisy.outputs)
     # the reference computes with the file's own (wrong) weights: the file agrees with it
     assert run.quantization.faithful is True
 

@@ -190,13 +190,18 @@ def judge_file(
         activations=activations,
         unsimulated=unsimulated,
     )
-    return result, (_costs(lead, again) if activations == PER_TENSOR and not unsimulated else {})
+    # the floor is the rounding's cost only where every weight is a rounding and nothing is
+    # left unsimulated (a wrong weight's cost is no floor)
+    measured = activations == PER_TENSOR and not unsimulated and not result.bugs
+    return result, (_costs(lead, again) if measured else {})
 
 
 MEASURED = "measured: torch with the file's int8 weights, its activations rounded as it does"
 
 
-def _costs(run: ValidationRun, again: Sequence[Mapping[str, np.ndarray]]) -> dict:
+def _costs(
+    run: ValidationRun, again: Sequence[Mapping[str, np.ndarray]]
+) -> dict[tuple[int, str], float]:
     """(input set, output) -> max |torch-with-its-weights - torch| (excluded elements left
     out): what the file's int8 rounding moves each output by."""
     out: dict[tuple[int, str], float] = {}
