@@ -1,11 +1,16 @@
 """--layers as an analysis: the same source's torch side and input sets with intermediate values
 compared (parity.layers), or, ONNX against ONNX, every candidate's values against the
 reference file's; never changes the outputs' verdict. One candidate against torch
-(check_config)."""
+(check_config). A dynamic int8 file's torch side computes what the file means (its weights,
+its activations rounded: parity.analyses.quantization.dynamic_reference), so the layers and
+the quantization findings tell one story."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.results import Status, ValidationRun
@@ -30,6 +35,21 @@ class Layers(Analysis):
         return _said_if_empty(run, self.name)
 
 
+@contextlib.contextmanager
+def _intended(config: RunConfig, side: Any, path: str) -> Iterator[str]:
+    """A dynamic int8 file's layers are compared with torch computing what the file means
+    (parity.analyses.quantization.dynamic_reference), where the quantization-aware
+    reference is on; else torch as it is ("")."""
+    module = getattr(getattr(side, "model", None), "module", None)
+    if not config.quantized_reference or module is None:
+        yield ""
+        return
+    from parity.analyses.quantization import dynamic_reference
+
+    with dynamic_reference(path, module, side.scope_prefix) as said:
+        yield said
+
+
 def _said_if_empty(run: ValidationRun, name: str) -> ValidationRun:
     """No intermediate value compared on any candidate: the layers' own reason becomes the
     run's note (said among the findings), never a silent absence."""
@@ -52,7 +72,11 @@ def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRu
     raised = {c.input_set for c in run.outputs if c.status is Status.ERROR}
     sets = tuple(s for s in run.input_sets if s.index not in raised)  # where ORT ran
     module = getattr(side.model, "module", None) if side is not None else None
-    with intended(run.candidates[0].approximation, module):  # torch as the file means it
+    # torch as the file means it: its approximations, a dynamic int8 file's weights and rounding
+    with (
+        intended(run.candidates[0].approximation, module),
+        _intended(config, side, candidate.path) as said,
+    ):
         layers = localise_run(
             side,
             candidate.path,
@@ -64,6 +88,8 @@ def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRu
             confirm=config.layers_confirm,
             progress=lambda message: context.report("layers", message, None),
         )
+    if said:
+        layers = replace(layers, notes=(*layers.notes, said))
     model = side.model if side is not None else None
     if model is not None and run.ref_outputs:  # a quantized file: what to keep in float
         from parity.layers.qdq import torch_exclusions

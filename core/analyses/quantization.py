@@ -84,18 +84,25 @@ class Quantization(Analysis):
             why = side.missing or "this kind of run has no torch model"
             return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
         results = {}
+        floors: dict[int, dict[tuple[int, str], float]] = {}
         for index, path in found.items():
             context.deadline.check()
             context.report(NAME, f"torch with the quantized weights of {path}", None)
-            judge = judge_static if index in static else judge_file
             try:
-                results[index] = judge(run, context, index, path, model, side.scope_prefix)
+                if index in static:  # QDQ / QOperator: the file's float twin
+                    results[index] = judge_static(
+                        run, context, index, path, model, side.scope_prefix
+                    )
+                else:
+                    results[index], floors[index] = judge_file(
+                        run, context, index, path, model, side.scope_prefix
+                    )
             except NotImplementedError:  # a source that cannot run its torch model again
                 why = "this kind of run cannot run its torch model again"
                 return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
             except (BudgetError, ModelRunError, OnnxLoadError) as exc:  # the run stands
                 return noted(run, NAME, f"quantized weights not judged: {exc.message}", done=False)
-        run = run.with_quantization(results)
+        run = with_measured_floor(run.with_quantization(results), floors)
         words = ", ".join(f"#{i}" for i in results) if run.is_multi_candidate else "the file"
         return noted(run, NAME, f"{words}: torch run again with its own dequantized weights")
 
@@ -127,10 +134,12 @@ def judge_file(
     path: str,
     module: Any,
     prefix: str,
-) -> QuantizationResult:
-    """One candidate's quantized weights: checked, then put into torch and run again."""
+) -> tuple[QuantizationResult, dict[tuple[int, str], float]]:
+    """One candidate's quantized weights: checked, then put into torch and run again; with,
+    for a file that rounds its activations, what that costs per (input set, output): the
+    int8 noise floor measured (with_measured_floor)."""
     from parity.load.onnx_read import read_onnx
-    from parity.load.quantized_weights import count_bytes, read_quantized
+    from parity.load.quantized_weights import ATTENTION, EMBED, count_bytes, read_quantized
 
     proto = read_onnx(path, external_data=False)
     context.budget.check(
@@ -149,7 +158,27 @@ def judge_file(
             f"{len(unmatched)} quantized node(s) matched no torch weight (kept in float in the "
             f"reference): {', '.join(unmatched[:5])}"
         )
-    activations = _activations(matched)
+    products, missing, unsimulated = _products(path, module, prefix)
+    # a fused op left in float computes its insides unlike the file: not judged either
+    fused = {w.op for w in weights if w.parameter is None} & {ATTENTION, EMBED}
+    unsimulated = tuple(sorted({*unsimulated, *fused}))
+    if unsimulated:
+        notes.append(
+            "quantized ops the reference does not compute as the file does (a difference "
+            f"left is not judged): {', '.join(unsimulated)}"
+        )
+    if products:
+        count = sum(sum(flags) for flags in products.values())
+        notes.append(
+            f"{count} MatMulInteger product(s) of two activations (attention): torch-with-its-"
+            "weights rounds both sides of each the same way"
+        )
+    if missing:
+        notes.append(
+            "products of two activations in no torch module (not rounded in the reference): "
+            + ", ".join(missing[:5])
+        )
+    activations = _activations(matched) or (PER_TENSOR if products else "")
     if activations == PER_TENSOR:
         notes.append(
             "dynamic quantization also rounds the activations at run time: torch-with-its-"
@@ -164,23 +193,135 @@ def judge_file(
     if not usable:
         return QuantizationResult(
             weights, notes=(*notes, "no weight matched: nothing rerun"), activations=activations
-        )
+        ), {}
     lead = run.for_candidate(index)
     candidate = context.candidates[_position(run, index)]
     assert candidate is not None
     signature = candidate.signature
-    with swapped(module, usable):
+    from parity.analyses.rounded_products import rounded_products
+
+    with swapped(module, usable), rounded_products(module, products):
         again = [context.source.reference_again(s, signature) for s in run.input_sets]
         generated = run.generation is not None and bool(run.generation.prompts)
         tokens = context.source.tokens_again() if generated else None
     outputs = split_outputs(lead, again)
-    return QuantizationResult(
+    if activations == PER_TENSOR and any(o.export_passed is False for o in outputs):
+        from parity.analyses.rounded_products import nudged
+
+        context.deadline.check()
+        with swapped(module, usable), rounded_products(module, products), nudged(FLIP_STEPS):
+            moved = [context.source.reference_again(s, signature) for s in run.input_sets]
+        outputs = with_flips(outputs, again, moved)
+    result = QuantizationResult(
         weights=weights,
         outputs=outputs,
         tokens=token_metrics(lead, again, tokens),
         notes=tuple(notes),
         activations=activations,
+        unsimulated=unsimulated,
     )
+    # the floor is the rounding's cost only where every weight is a rounding and nothing is
+    # left unsimulated (a wrong weight's cost is no floor)
+    measured = activations == PER_TENSOR and not unsimulated and not result.bugs
+    return result, (_costs(lead, again) if measured else {})
+
+
+MEASURED = "measured: torch with the file's int8 weights, its activations rounded as it does"
+
+
+def _costs(
+    run: ValidationRun, again: Sequence[Mapping[str, np.ndarray]]
+) -> dict[tuple[int, str], float]:
+    """(input set, output) -> max |torch-with-its-weights - torch| (excluded elements left
+    out): what the file's int8 rounding moves each output by."""
+    out: dict[tuple[int, str], float] = {}
+    for position, case in enumerate(run.cases):
+        ref = case.reference.arrays if case.reference is not None else {}
+        for name, mine in again[position].items():
+            base = ref.get(name)
+            if base is None or np.shape(base) != np.shape(mine) or not _is_float(np.asarray(mine)):
+                continue
+            err = np.abs(np.asarray(mine, np.float64) - np.asarray(base, np.float64))
+            mask = case.exclusions.get(name)
+            if mask is not None:
+                err = err[~np.broadcast_to(mask, err.shape)]
+            if err.size:
+                out[(case.input_set.index, name)] = float(np.max(err))
+    return out
+
+
+def with_measured_floor(
+    run: ValidationRun, floors: Mapping[int, Mapping[tuple[int, str], float]]
+) -> ValidationRun:
+    """--noise-floor's int8 floor for a file that rounds its activations at run time (its
+    scales are not in the file, so no calibrated range estimates them): what the file's
+    own weights and rounding move the output by in torch, measured; ONNX's float64 error
+    is judged against that (one story with the quantization findings)."""
+    from dataclasses import replace
+
+    from parity.results import Noise
+
+    if not any(floors.values()):
+        return run
+    rows = []
+    for c in run.outputs:
+        floor = floors.get(c.candidate, {}).get((c.input_set, c.name))
+        if c.noise is None or floor is None:
+            rows.append(c)
+            continue
+        error = c.noise.onnx_error
+        noise = Noise(
+            torch_error=floor,
+            onnx_error=error,
+            ratio=error / floor if floor > 0 else None,
+            precision="int8",
+            emulated=MEASURED,
+        )
+        rows.append(replace(c, noise=noise))
+    return run.with_rows(rows)
+
+
+# quantized ops dynamic quantization writes that the reference does not compute as the file
+# does (an LSTM's int8 gates)
+UNSIMULATED = ("DynamicQuantizeLSTM",)
+
+
+def _products(
+    path: str, module: Any, prefix: str
+) -> tuple[dict[str, tuple[bool, ...]], list[str], tuple[str, ...]]:
+    """The file's rounded products of two activations, by torch module path, the scopes no
+    module has, and the quantized op types the reference does not simulate (UNSIMULATED)."""
+    from parity.analyses.rounded_products import module_paths
+    from parity.load.onnx_read import read_onnx
+    from parity.load.quantized_weights import activation_products
+
+    proto = read_onnx(path, external_data=False)
+    unsimulated = tuple(sorted({n.op_type for n in proto.graph.node} & set(UNSIMULATED)))
+    scopes = activation_products(proto)
+    found, missing = module_paths(module, scopes, prefix) if scopes else ({}, [])
+    return found, missing, unsimulated
+
+
+FLIP_STEPS = 1e-3  # how far each rounding is nudged to measure what boundary flips move
+
+
+def with_flips(
+    outputs: Sequence[QuantizedOutput],
+    again: Sequence[Mapping[str, np.ndarray]],
+    moved: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[QuantizedOutput, ...]:
+    """Each output with how far the reference moved when its roundings were nudged (the
+    largest |again - moved| over every input set)."""
+    from dataclasses import replace
+
+    flips: dict[str, float] = {}
+    for mine, other in zip(again, moved, strict=True):
+        for name, value in mine.items():
+            a, b = np.asarray(value), np.asarray(other.get(name))
+            if a.shape == b.shape and _is_float(a) and a.size:
+                worst = float(np.nanmax(np.abs(a.astype(np.float64) - b)))
+                flips[name] = max(flips.get(name, 0.0), worst)
+    return tuple(replace(o, flip_max_abs=flips.get(o.name)) for o in outputs)
 
 
 PER_TENSOR = "uint8 per tensor"  # dynamic quantization's activations
@@ -260,6 +401,33 @@ def judge_against_reference(
     )
 
 
+@contextlib.contextmanager
+def dynamic_reference(path: str, module: Any, prefix: str) -> Iterator[str]:
+    """Inside: `module` computes what a dynamic int8 file at `path` means (its own weights
+    and tables, its activations rounded where it rounds them), for --layers, so the layers
+    and the findings tell one story; yields the note that says so ("" and nothing changed
+    for a file without dynamic ops)."""
+    from parity.load.quantized_weights import read_quantized
+
+    try:
+        nodes, _ = read_quantized(path)
+    except OnnxLoadError:  # a file it cannot read: torch's float weights, as before
+        nodes = []
+    if not any(n.dynamic for n in nodes):
+        yield ""
+        return
+    usable = [m for m in match_nodes(nodes, module, prefix) if m.model_weight is not None]
+    products, _, _ = _products(path, module, prefix)
+    from parity.analyses.rounded_products import rounded_products
+
+    with swapped(module, usable), rounded_products(module, products):
+        yield (
+            "torch side: the file's own int8 weights, its activations rounded as the file "
+            "rounds them (dynamic int8's intended account): a divergence is what that does "
+            "not explain"
+        )
+
+
 def _position(run: ValidationRun, index: int) -> int:
     return next(k for k, c in enumerate(run.candidates) if c.index == index)
 
@@ -272,22 +440,27 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
     tensor), so the reference computes what the file says. Put back on exit."""
     import torch
 
+    from parity.analyses.quantized_match import fold_factor
+
     owners = dict(module.named_modules())
-    saved: list[tuple[Any, Any]] = []
+    saved: list[tuple[Any, str, Any]] = []
     hooks: list[Any] = []
     try:
         for m in matched:
             start = 0
             for linear in m.linears:
                 owner = owners[linear.path]
-                old = owner.weight
-                width = old.shape[0] if linear.transposed else old.shape[1]
+                old = getattr(owner, linear.leaf)
+                width = old.shape[0] if linear.transposed or old.ndim == 1 else old.shape[1]
                 part = m.node.weight[:, start : start + width]
                 start += width
                 value = part.T if linear.transposed else part
-                tensor = torch.from_numpy(np.ascontiguousarray(value)).to(old.dtype)
-                saved.append((owner, old))
-                owner.weight = torch.nn.Parameter(tensor, requires_grad=False)
+                if linear.folded:  # the BatchNorm after the conv multiplies it back
+                    value = value / fold_factor(module, linear.folded)[:, None]
+                value = np.ascontiguousarray(value).reshape(tuple(old.shape))
+                tensor = torch.from_numpy(value).to(old.dtype)
+                saved.append((owner, linear.leaf, old))
+                setattr(owner, linear.leaf, torch.nn.Parameter(tensor, requires_grad=False))
                 if m.node.dynamic:
                     hooks.append(owner.register_forward_pre_hook(_rounded_input))
                 elif m.node.int8_input:
@@ -298,8 +471,8 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
     finally:
         for hook in hooks:
             hook.remove()
-        for owner, old in reversed(saved):
-            owner.weight = old
+        for owner, leaf, old in reversed(saved):
+            setattr(owner, leaf, old)
 
 
 def _rounded_input(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -307,17 +480,11 @@ def _rounded_input(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     round half to even, then back to float (what MatMulInteger's caller multiplies)."""
     import torch
 
+    from parity.analyses.rounded_products import dynamic_round
+
     if not args or not isinstance(args[0], torch.Tensor) or not args[0].is_floating_point():
         return args
-    x = args[0]
-    low = torch.clamp(x.min(), max=0.0)
-    high = torch.clamp(x.max(), min=0.0)
-    scale = (high - low) / 255.0
-    if float(scale) == 0.0:
-        return args
-    zero = torch.clamp(torch.round(-low / scale), 0, 255)
-    q = torch.clamp(torch.round(x / scale) + zero, 0, 255)
-    return ((q - zero) * scale).to(x.dtype), *args[1:]
+    return dynamic_round(args[0]), *args[1:]
 
 
 def _blockwise_int8(block: int) -> Any:

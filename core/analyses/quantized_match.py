@@ -7,6 +7,10 @@ parity.layers reads scopes; GenAI's builder spells `attn` for transformers' `sel
 packs q/k/v (`qkv_proj`) and gate/up (`gate_up_proj`) into one MatMul: the parameters are
 concatenated along N. Where no name fits, the Linear of the same shape whose weight is
 closest in steps (its median block): a weight is matched by its values, never guessed.
+A ConvInteger's weight is matched to a Conv module (as B = W.reshape(O, -1).T); where the
+export folded the BatchNorm that follows it in the model (legacy and dynamo exporters do),
+the weight it stands for is the folded one, W x gamma / sqrt(var + eps) per output channel.
+A quantized Gather's table is matched to an nn.Embedding.
 
 Rounding: every element of a rounding lies within one quantization step of its block of
 the model's weight (round-to-nearest: half a step; GPTQ/AWQ-style: about one). A block
@@ -27,6 +31,8 @@ from parity.results import QuantizedWeight
 
 SLACK = 1.0 + 1e-3  # one step, with float32's own rounding of the dequantized value
 PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+# a fused attention (QAttention) packs its module's q/k/v Linears, in this order
+ATTENTION_PARTS = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"))
 ALIASES = (("attn.", "self_attn."), ("", "model."))
 DIAGNOSED_BLOCKS = 256
 CHUNK_COLUMNS = 4096  # blocks looked at to say what is wrong (the count covers them all)
@@ -39,8 +45,14 @@ class Linear:
     path: str  # the module's path
     parameter: str  # its weight's full name
     transposed: bool  # torch stores [N, K] (nn.Linear); Conv1D stores [K, N]
+    folded: str = ""  # a Conv: the path of the BatchNorm the export folded into it
+    leaf: str = "weight"  # the module's attribute (a LayerNorm's gamma "weight", beta "bias")
 
     def as_b(self, weight: np.ndarray) -> np.ndarray:
+        if weight.ndim > 2:  # a conv's [O, I/groups, kh, kw]
+            weight = weight.reshape(weight.shape[0], -1)
+        if weight.ndim == 1:  # a norm's gamma or beta, as one row
+            return weight.reshape(1, -1)
         return weight.T if self.transposed else weight
 
 
@@ -76,21 +88,94 @@ def linears(module: object) -> dict[str, Linear]:
     return found
 
 
+def convs(module: object) -> dict[str, Linear]:
+    """Every Conv module (weight rank 3-5), by path, as B = W.reshape(O, -1).T."""
+    import torch
+
+    found: dict[str, Linear] = {}
+    for path, sub in module.named_modules():  # type: ignore[attr-defined]
+        if isinstance(sub, torch.nn.modules.conv._ConvNd) and not sub.transposed:
+            found[path] = Linear(path, f"{path}.weight" if path else "weight", transposed=True)
+    return found
+
+
+def embeddings(module: object) -> dict[str, Linear]:
+    """Every nn.Embedding, by path: its [V, D] table is the quantized Gather's."""
+    import torch
+
+    found: dict[str, Linear] = {}
+    for path, sub in module.named_modules():  # type: ignore[attr-defined]
+        if isinstance(sub, torch.nn.Embedding):
+            found[path] = Linear(path, f"{path}.weight" if path else "weight", transposed=False)
+    return found
+
+
+def fold_factor(module: object, path: str) -> np.ndarray:
+    """gamma / sqrt(running_var + eps) of the BatchNorm at `path`: what the export
+    multiplied the conv before it by, per output channel."""
+    import torch
+
+    bn = dict(module.named_modules())[path]  # type: ignore[attr-defined]
+    with torch.no_grad():
+        var = bn.running_var.detach().double().cpu().numpy()
+        weight = bn.weight
+        gamma = weight.detach().double().cpu().numpy() if weight is not None else np.ones_like(var)
+    return (gamma / np.sqrt(var + bn.eps)).astype(np.float32)
+
+
+def _following_norm(module: object, conv: str, channels: int) -> str:
+    """The BatchNorm registered right after the conv at `conv` with its channel count (the
+    one a Conv -> BatchNorm model applies to its output), or ""."""
+    import torch
+
+    paths = list(module.named_modules())  # type: ignore[attr-defined]
+    after = False
+    for path, sub in paths:
+        if path == conv:
+            after = True
+            continue
+        if after and isinstance(sub, torch.nn.modules.batchnorm._BatchNorm):
+            ok = sub.num_features == channels and sub.track_running_stats
+            return path if ok and sub.running_var is not None else ""
+        if after and isinstance(sub, torch.nn.modules.conv._ConvNd | torch.nn.Linear):
+            return ""
+    return ""
+
+
 def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = "") -> list[Matched]:
     """Each node with the parameters it was made from (see module)."""
     import torch
 
-    table = linears(module)
+    tables = {"": linears(module), "conv": convs(module), "gather": embeddings(module)}
     params = dict(module.named_parameters(remove_duplicate=False))  # type: ignore[attr-defined]
 
     def b_of(linear: Linear) -> np.ndarray:
         tensor = params[linear.parameter]
         with torch.no_grad():
             array = tensor.detach().float().cpu().numpy()
-        return linear.as_b(array)
+        b = linear.as_b(array)
+        if linear.folded:
+            b = b * fold_factor(module, linear.folded)[None, :]
+        return b
 
     out = []
     for node in nodes:
+        if node.op == "QEmbedLayerNormalization":  # tables and a norm, named after them
+            chosen = _by_parameter(node, params, prefix)
+            weight = b_of(chosen[0]) if chosen else None
+            if weight is not None and weight.shape != node.weight.shape:
+                chosen, weight = (), None
+            out.append(Matched(node, chosen, weight))
+            continue
+        kind = "conv" if node.kernel else "gather" if node.op == "Gather" else ""
+        table = tables[kind]
+        if kind == "conv":  # only the convs of its kernel's shape can be the one
+            table = {
+                path: conv
+                for path, conv in table.items()
+                if tuple(params[conv.parameter].shape) == node.kernel
+            }
+            table = _with_folds(node, table, module, b_of)
         chosen = _by_name(node, table, prefix)
         weight = None
         if chosen:
@@ -102,6 +187,37 @@ def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = ""
             chosen, weight = _by_value(node, table, b_of)
         out.append(Matched(node, tuple(chosen), weight))
     return out
+
+
+def _with_folds(node: QuantizedNode, table: Mapping[str, Linear], module: object, b_of) -> dict:
+    """Each conv as the weight the node stands for: unfolded, or folded with the BatchNorm
+    after it, whichever the node's weight is the more nearly one multiple of, output channel
+    by output channel (a fold scales each channel by its own factor; a wrong weight scale
+    scales them all alike, so a bug in the scale does not change which fold it is)."""
+    from dataclasses import replace
+
+    out = {}
+    for path, conv in table.items():
+        plain_w = b_of(conv)
+        norm = _following_norm(module, path, node.n)
+        if norm and plain_w.shape == node.weight.shape:
+            folded = replace(conv, folded=norm)
+            if _ratio_spread(node.weight, b_of(folded)) < _ratio_spread(node.weight, plain_w):
+                conv = folded
+        out[path] = conv
+    return out
+
+
+def _ratio_spread(weight: np.ndarray, model: np.ndarray) -> float:
+    """How far the per-column ratios file / model (least squares) are from one value: the
+    spread of their logarithms."""
+    w = model.astype(np.float64)
+    f = weight.astype(np.float64)
+    power = np.sum(w * w, axis=0)
+    keep = power > 0
+    ratios = np.sum(w * f, axis=0)[keep] / power[keep]
+    ratios = np.abs(ratios[ratios != 0])
+    return float(np.std(np.log(ratios))) if ratios.size > 1 else 0.0
 
 
 def _names(node: QuantizedNode, prefix: str) -> list[str]:
@@ -124,8 +240,23 @@ def _from_weight(name: str) -> str:
     return ""
 
 
+def _by_parameter(node: QuantizedNode, params: Mapping[str, object], prefix: str) -> tuple:
+    """The parameter the node's initializer is named after (`embeddings.LayerNorm.bias`)."""
+    for name in (node.source, node.source.removeprefix(prefix), f"{prefix}{node.source}"):
+        if name in params:
+            path, _, leaf = name.rpartition(".")
+            return (Linear(path, name, transposed=False, leaf=leaf),)
+    return ()
+
+
 def _by_name(node: QuantizedNode, table: Mapping[str, Linear], prefix: str) -> tuple[Linear, ...]:
     for path in _names(node, prefix):
+        if node.op == "QAttention":
+            for names in ATTENTION_PARTS:
+                parts = tuple(f"{path}.{p}" if path else p for p in names)
+                if all(p in table for p in parts):
+                    return tuple(table[p] for p in parts)
+            continue
         if path in table:
             return (table[path],)
         parent, _, leaf = path.rpartition(".")

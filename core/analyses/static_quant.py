@@ -68,6 +68,7 @@ def judge_static(
 ) -> QuantizationResult:
     """One statically quantized candidate: weights checked, its float twin against torch
     with its weights, the file against torch (see module)."""
+    from parity.layers.qdq_search import without_activation_rounding
     from parity.load.onnx_read import read_onnx
     from parity.load.static_quant import float_twin, static_weights
 
@@ -100,7 +101,7 @@ def judge_static(
             f"{len(unmatched)} quantized node(s) matched no torch weight (kept in float in the "
             f"reference): {', '.join(unmatched[:5])}"
         )
-    twin = float_twin(proto)
+    twin = float_twin(proto, without_activation_rounding)
     del proto
     lead = run.for_candidate(index)
     if twin is None:

@@ -233,13 +233,14 @@ def _int8_sentence(noise: Noise) -> str:
         f"sqrt(n) x scale/2{clipped} = {number_text(noise.torch_error)}: scale "
         f"{number_text(noise.scale)}, n = {noise.tensors} activation(s) quantized upstream"
     )
+    cause = "inputs outside the calibrated range, or a bug"
+    if noise.emulated:  # a dynamic file's floor, measured (parity.analyses.quantization)
+        formula = f"{noise.emulated}: {number_text(noise.torch_error)}"
+        cause = "a bug"
     ratio = noise.ratio or 0.0
     if ratio <= ROUNDING_RATIO:
         return f"within int8 quantization: {_times(ratio)} the int8 quantization noise ({formula})"
-    return (
-        f"more than int8 quantization noise: {_times(ratio)} it ({formula}); inputs outside the "
-        "calibrated range, or a bug"
-    )
+    return f"more than int8 quantization noise: {_times(ratio)} it ({formula}); {cause}"
 
 
 def is_rounding(noise: Noise) -> bool:

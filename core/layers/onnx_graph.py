@@ -18,6 +18,7 @@ from pathlib import Path
 import onnx
 
 from parity.layers import fusion
+from parity.layers.integer_values import integer_meanings, is_inserted_rounding
 from parity.load.onnx_read import read_onnx
 
 DYNAMO, LEGACY, UNKNOWN = "dynamo", "legacy", "unknown"
@@ -240,11 +241,12 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
     values: dict[str, GraphValue] = {}
     inputs_of: dict[str, tuple[str, ...]] = {}
     consumers: dict[str, list[int]] = {}
-    lost = fusion.lost_meanings(graph.node)
+    lost = {**integer_meanings(graph.node), **fusion.lost_meanings(graph.node)}
     initializers = {t.name for t in graph.initializer}
     for order, node in enumerate(graph.node):
         meta = {p.key: p.value for p in node.metadata_props}
         scope, fx_name, fx_target = _node_scope(node, meta, exporter)
+        scope = None if is_inserted_rounding(node) else scope
         if exporter == LEGACY and scope == "":
             scope = fusion.fused_scope(node, initializers) or scope
         fx_repr = fx_text(meta["pkg.torch.onnx.fx_node"]) if fx_name else None

@@ -8,8 +8,16 @@ b = k // block_size, and the MatMul's B is its transpose [K, N].
 `DynamicQuantizeMatMul` (com.microsoft): B int8/uint8 [K, N] with a per-tensor or per-column
 scale and zero point. `MatMulInteger` (ONNX Runtime's `quantize_dynamic`): B [K, N] with its
 zero point; its scale is the initializer multiplied with the activation's
-`DynamicQuantizeLinear` scale. The two dynamic ops quantize their activations too: the file
-then differs from torch-with-its-weights by that as well (said in the analysis).
+`DynamicQuantizeLinear` scale. `MatMulIntegerToFloat` (ONNX Runtime's optimiser's fusion of
+MatMulInteger with its Cast and Mul): B with its b_scale and zero point. `ConvInteger`
+(quantize_dynamic's default for Conv): as MatMulInteger, its weight [O, I/groups, kh, kw]
+read as B = W.reshape(O, -1).T (`kernel` keeps the shape). The dynamic ops round their
+activations too (uint8 per tensor): the reference rounds each one's input the same way
+(parity.analyses.quantization). A quantized product of two activations (Optimum's attention
+products; fused: a DynamicQuantizeMatMul or MatMulIntegerToFloat whose B is no weight) has
+no weight: `activation_products` says where the file has them. A `Gather` of an 8-bit table
+followed by `DequantizeLinear` (Optimum's quantized embeddings) is read as the table it
+dequantizes to ([V, D], op "Gather").
 
 Each node comes with its step per element block (|scale|): a weight that is a rounding of
 the model's stays within about one step of it (parity.analyses.quantization).
@@ -27,8 +35,14 @@ from onnx import numpy_helper
 from parity.errors import OnnxLoadError
 
 NBITS = "MatMulNBits"
-DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger")
-QUANTIZED_OPS = (NBITS, *DYNAMIC)
+CONV = "ConvInteger"
+TO_FLOAT = "MatMulIntegerToFloat"  # ONNX Runtime's fusion of MatMulInteger, Cast and Mul
+ATTENTION = "QAttention"  # a fused BERT's attention, quantize_dynamic'd: packed q/k/v int8
+EMBED = "QEmbedLayerNormalization"  # its embeddings: int8 tables and LayerNorm gamma/beta
+DYNAMIC = ("DynamicQuantizeMatMul", "MatMulInteger", TO_FLOAT, CONV, ATTENTION)
+QUANTIZED_OPS = (NBITS, *DYNAMIC, EMBED)
+GATHER = "Gather"  # a quantized embedding table: Gather(int table) -> DequantizeLinear
+INTEGER_TYPES = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class QuantizedNode:
     # MatMulNBits accuracy_level 4: ONNX Runtime's CPU kernel rounds its input to int8 per
     # block of `block_size` along K (symmetric) before multiplying
     int8_input: bool = False
+    kernel: tuple[int, ...] = ()  # ConvInteger: the conv weight's shape (weight is its B view)
 
     @property
     def k(self) -> int:
@@ -85,7 +100,8 @@ def read_quantized(path: str) -> tuple[list[QuantizedNode], list[str]]:
 
     proto = read_onnx(path, external_data=False)
     check_external(path, proto)
-    wanted = {i for n in proto.graph.node if n.op_type in QUANTIZED_OPS for i in n.input}
+    read = (*QUANTIZED_OPS, GATHER, "DequantizeLinear")
+    wanted = {i for n in proto.graph.node if n.op_type in read for i in n.input}
     for tensor in proto.graph.initializer:
         if tensor.name in wanted and uses_external_data(tensor):
             load_external_data_for_tensor(tensor, str(Path(path).parent))
@@ -99,15 +115,27 @@ def quantized_nodes(model: onnx.ModelProto) -> tuple[list[QuantizedNode], list[s
     producers = {o: n for n in model.graph.node for o in n.output}
     found: list[QuantizedNode] = []
     notes: list[str] = []
+    consumers = _consumers(model.graph.node)
     for node in model.graph.node:
-        if node.op_type not in QUANTIZED_OPS:
+        if node.op_type == GATHER:
+            table = _gather(node, inits, consumers)
+            if table is not None:
+                found.append(table)
             continue
+        if node.op_type == EMBED:
+            try:
+                found += _embed(node, inits)
+            except OnnxLoadError as exc:
+                notes.append(f"{EMBED} node {node.name}: {exc}")
+            continue
+        if node.op_type not in QUANTIZED_OPS or _is_product(node, inits):
+            continue  # an activation product has no weight (activation_products)
         name = node.name or f"{node.op_type}_{len(found)}"
         try:
             if node.op_type == NBITS:
                 read = _nbits(node, name, inits)
             else:
-                read = _dynamic(node, name, inits, producers, model.graph.node)
+                read = _dynamic(node, name, inits, producers, consumers)
         except OnnxLoadError as exc:  # a weight this module cannot read: said, skipped
             notes.append(f"{node.op_type} node {name}: {exc}")
             continue
@@ -141,6 +169,9 @@ def _scope(node: onnx.NodeProto) -> str | None:
             return ".".join(str(s) for s in parsed[1:]) if len(parsed) > 1 else ""
     if node.name.startswith("/"):
         return ".".join(node.name.split("/")[1:-1])
+    first = node.output[0] if node.output else ""
+    if node.op_type == ATTENTION and first.startswith("/") and first.count("/") >= 2:
+        return ".".join(first.split("/")[1:-1])  # a fused node keeps its last op's output name
     return None
 
 
@@ -212,10 +243,16 @@ def _dynamic(
     name: str,
     inits: Mapping[str, onnx.TensorProto],
     producers: Mapping[str, onnx.NodeProto],
-    nodes: Sequence[onnx.NodeProto],
+    consumers: Mapping[str, Sequence[onnx.NodeProto]],
 ) -> QuantizedNode:
     ins = list(node.input) + [""] * 5
     q = _array(inits, ins[1])
+    kernel: tuple[int, ...] = ()
+    if node.op_type == CONV:  # [O, I/groups, kh, kw] as a MatMul's B [I/groups*kh*kw, O]
+        if q.ndim < 3:
+            raise OnnxLoadError(f"its weight has rank {q.ndim}, not a conv's")
+        kernel = tuple(int(d) for d in q.shape)
+        q = q.reshape(q.shape[0], -1).T
     if q.ndim != 2:
         raise OnnxLoadError(f"its weight has rank {q.ndim}, not 2")
     k, n = q.shape
@@ -223,9 +260,17 @@ def _dynamic(
         scale = _array(inits, ins[2]).astype(np.float32)
         scale_name = ins[2]
         zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
+    elif node.op_type == ATTENTION:  # input, weight, bias, input_scale, weight_scale, mask,
+        scale = _array(inits, ins[4]).astype(np.float32)  # input_zero_point, weight_zero_point
+        scale_name = ins[4]
+        zero = _array(inits, ins[7]).astype(np.float32) if ins[7] else np.zeros(1, np.float32)
+    elif node.op_type == TO_FLOAT:  # A, B, a_scale, b_scale, a_zero_point, b_zero_point
+        scale = _array(inits, ins[3]).astype(np.float32)
+        scale_name = ins[3]
+        zero = _array(inits, ins[5]).astype(np.float32) if ins[5] else np.zeros(1, np.float32)
     else:  # MatMulInteger: the scale is the Mul of the activation's scale and a constant
         zero = _array(inits, ins[3]).astype(np.float32) if ins[3] else np.zeros(1, np.float32)
-        scale_name, scale = _integer_scale(node.output[0], inits, producers, nodes)
+        scale_name, scale = _integer_scale(node.output[0], inits, producers, consumers)
     if scale.size not in (1, n) or zero.size not in (1, n):
         raise OnnxLoadError("its scale or zero point is neither per tensor nor per column")
     scale = np.broadcast_to(scale.reshape(-1), (n,))
@@ -242,6 +287,7 @@ def _dynamic(
         scope=_scope(node),
         scales_name=scale_name,
         dynamic=True,
+        kernel=kernel,
     )
 
 
@@ -249,14 +295,11 @@ def _integer_scale(
     output: str,
     inits: Mapping[str, onnx.TensorProto],
     producers: Mapping[str, onnx.NodeProto],
-    nodes: Sequence[onnx.NodeProto],
+    consumers: Mapping[str, Sequence[onnx.NodeProto]],
 ) -> tuple[str, np.ndarray]:
-    """The weight's scale of a MatMulInteger: quantize_dynamic casts its output to float
-    and multiplies it by (activation scale x weight scale), the weight's a constant."""
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for other in nodes:
-        for i in other.input:
-            consumers.setdefault(i, []).append(other)
+    """The weight's scale of a MatMulInteger or ConvInteger: quantize_dynamic casts its
+    output to float and multiplies it by (activation scale x weight scale), the weight's a
+    constant."""
     value = output
     for _ in range(2):  # through the Cast to the Mul
         for user in consumers.get(value, []):
@@ -275,3 +318,112 @@ def _integer_scale(
         if other in inits:
             return other, numpy_helper.to_array(inits[other]).astype(np.float32)
     raise OnnxLoadError("its weight scale was not found (no Mul of its output by a scale)")
+
+
+def _consumers(nodes: Sequence[onnx.NodeProto]) -> dict[str, list[onnx.NodeProto]]:
+    out: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for i in node.input:
+            out.setdefault(i, []).append(node)
+    return out
+
+
+def _is_product(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto] | set[str]) -> bool:
+    """A quantized MatMul of two activations: its B is no stored weight (a MatMulInteger,
+    or what ONNX Runtime's optimiser fused it into: DynamicQuantizeMatMul whose B comes
+    from a DynamicQuantizeLinear, MatMulIntegerToFloat)."""
+    ops = ("MatMulInteger", "DynamicQuantizeMatMul", TO_FLOAT)
+    return node.op_type in ops and len(node.input) > 1 and node.input[1] not in inits
+
+
+def _gather(
+    node: onnx.NodeProto,
+    inits: Mapping[str, onnx.TensorProto],
+    consumers: Mapping[str, Sequence[onnx.NodeProto]],
+) -> QuantizedNode | None:
+    """A Gather of an 8-bit table whose rows a DequantizeLinear turns back to float (per
+    tensor): the table it stands for, [V, D]; None for any other Gather."""
+    table = inits.get(node.input[0]) if node.input else None
+    if table is None or table.data_type not in INTEGER_TYPES or len(table.dims) != 2:
+        return None
+    users = consumers.get(node.output[0], [])
+    if len(users) != 1 or users[0].op_type != "DequantizeLinear":
+        return None
+    dq = list(users[0].input) + [""]
+    if dq[1] not in inits or (dq[2] and dq[2] not in inits):
+        return None
+    scale = numpy_helper.to_array(inits[dq[1]]).astype(np.float32)
+    zero = numpy_helper.to_array(inits[dq[2]]).astype(np.float32) if dq[2] else np.zeros(1)
+    if scale.size != 1 or zero.size != 1:
+        return None  # per-axis tables are not read (the QDQ files' own reader's job)
+    q = numpy_helper.to_array(table).astype(np.float32)
+    weight = ((q - np.float32(zero.reshape(-1)[0])) * scale.reshape(-1)[0]).astype(np.float32)
+    return QuantizedNode(
+        node=node.name or users[0].name or node.input[0],
+        op=GATHER,
+        bits=8,
+        block_size=int(weight.shape[0]),
+        weight=weight,
+        steps=np.full((weight.shape[1], 1), abs(float(scale.reshape(-1)[0])), np.float32),
+        source=_source_name(node.input[0]),
+        scope=_scope(node),
+        scales_name=dq[1],
+    )
+
+
+def activation_products(model: onnx.ModelProto) -> dict[str, tuple[bool, ...]]:
+    """Where the file multiplies two activations (an attention's q x k and p x v): per
+    module scope, each such MatMul in graph order, True where it is a MatMulInteger (both
+    sides rounded to uint8 per tensor first). Scopes without a quantized one are left out."""
+    inits = {t.name for t in model.graph.initializer}
+    found: dict[str, list[bool]] = {}
+    for node in model.graph.node:
+        quantized = _is_product(node, inits)
+        if not quantized and (node.op_type != "MatMul" or node.input[1] in inits):
+            continue
+        if node.op_type == "MatMul" and node.input[0] in inits:
+            continue
+        scope = _scope(node)
+        if scope is not None:
+            found.setdefault(scope, []).append(quantized)
+    return {scope: tuple(flags) for scope, flags in found.items() if any(flags)}
+
+
+# QEmbedLayerNormalization's quantized inputs: (slot, its scale's slot, its zero point's)
+_EMBED_PARTS = ((2, 8, 13), (3, 9, 14), (4, 10, 15), (5, 11, 16), (6, 12, 17))
+
+
+def _embed(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> list[QuantizedNode]:
+    """A QEmbedLayerNormalization's int8 word / position / segment tables ([V, D]) and its
+    LayerNorm's gamma and beta ([1, D]), each per tensor, as the float values they stand
+    for (named after the initializer: `embeddings.LayerNorm.bias_quantized` -> its bias)."""
+    ins = list(node.input) + [""] * 18
+    out = []
+    for slot, scale_slot, zero_slot in _EMBED_PARTS:
+        if not ins[slot]:
+            continue
+        q = _array(inits, ins[slot]).astype(np.float32)
+        scale = _array(inits, ins[scale_slot]).astype(np.float32).reshape(-1)
+        zero = (
+            _array(inits, ins[zero_slot]).astype(np.float32).reshape(-1)
+            if ins[zero_slot]
+            else np.zeros(1, np.float32)
+        )
+        if scale.size != 1 or zero.size != 1:
+            raise OnnxLoadError(f"{ins[slot]!r} is not quantized per tensor")
+        weight = ((q - zero[0]) * scale[0]).astype(np.float32)
+        weight = weight.reshape(1, -1) if weight.ndim == 1 else weight
+        out.append(
+            QuantizedNode(
+                node=f"{node.name or EMBED} ({_source_name(ins[slot])})",
+                op=EMBED,
+                bits=8,
+                block_size=int(weight.shape[0]),
+                weight=weight,
+                steps=np.full((weight.shape[1], 1), abs(float(scale[0])), np.float32),
+                source=_source_name(ins[slot]),
+                scope=None,
+                scales_name=ins[scale_slot],
+            )
+        )
+    return out

@@ -20,7 +20,7 @@ stay the file's dequantized ones): the file's own graph, computing in float.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -361,15 +361,17 @@ def _qoperator(
 # ----------------------------------------------------------------------------- the float twin
 
 
-def float_twin(model: onnx.ModelProto) -> onnx.ModelProto | None:
+def float_twin(
+    model: onnx.ModelProto, strip_pairs: Callable[[onnx.ModelProto], onnx.ModelProto | None]
+) -> onnx.ModelProto | None:
     """The file with every activation rounding taken out, computing in float with its own
-    dequantized weights (None: a QOperator op it cannot rewrite)."""
+    dequantized weights (None: a QOperator op it cannot rewrite). `strip_pairs` takes a QDQ
+    graph's activation pairs out (parity.layers.qdq_search.without_activation_rounding: the
+    layers stand above this module, so the caller hands it in)."""
     ops = {n.op_type for n in model.graph.node}
     if ops & set(QOPERATOR_COMPUTE) or any(op.startswith("QLinear") for op in ops):
         return _qoperator_twin(model)
-    from parity.layers.qdq_search import without_activation_rounding
-
-    return without_activation_rounding(_pairs_as_read(model))
+    return strip_pairs(_pairs_as_read(model))
 
 
 def _pairs_as_read(model: onnx.ModelProto) -> onnx.ModelProto:

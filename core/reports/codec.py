@@ -1378,7 +1378,8 @@ def _candidate_layers_from_json(
 def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[str, Any]:
     """``quantization``: {"bits", "weights": [{node, op, bits, block_size, shape, parameter,
     status, max_steps, bad_blocks, n_blocks, defect}], "outputs": [{name, export_max_abs,
-    export_passed, sqnr_db, quant_max_abs}], "tokens" (causal LMs, or null), "notes"}.
+    export_passed, sqnr_db, quant_max_abs, flip_max_abs}], "unsimulated", "tokens" (causal
+    LMs, or null), "notes"}.
     A saved run keeps its numbers exactly (`saved`); the report's are strict JSON."""
     num = exact if saved else _finite
 
@@ -1419,6 +1420,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
                 "export_passed": o.export_passed,
                 "sqnr_db": num(o.sqnr_db),
                 "quant_max_abs": num(o.quant_max_abs),
+                "flip_max_abs": num(o.flip_max_abs),
             }
             for o in q.outputs
         ],
@@ -1429,6 +1431,7 @@ def quantization_to_json(q: QuantizationResult, *, saved: bool = False) -> dict[
         "reference": q.reference,
         "float_twin": q.float_twin,
         "located": q.located,
+        "unsimulated": list(q.unsimulated),
     }
 
 
@@ -1478,6 +1481,7 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
                 ),
                 sqnr_db=from_exact(entry.get("sqnr_db"), f"{o}.sqnr_db"),
                 quant_max_abs=from_exact(entry.get("quant_max_abs"), f"{o}.quant_max_abs"),
+                flip_max_abs=from_exact(entry.get("flip_max_abs"), f"{o}.flip_max_abs"),
             )
         )
     tokens = None
@@ -1498,6 +1502,10 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
     activations = sj.string(raw.get("activations", ""), f"{at}.activations")
     reference = sj.string(raw.get("reference", "torch"), f"{at}.reference")
     simulated = sj.boolean(raw.get("activations_simulated", True), f"{at}.activations_simulated")
+    unsimulated = tuple(
+        sj.string(n, f"{at}.unsimulated[{i}]")
+        for i, n in enumerate(sj.array(raw.get("unsimulated", []), f"{at}.unsimulated"))
+    )
     return QuantizationResult(
         weights=tuple(weights),
         outputs=tuple(outputs),
@@ -1508,4 +1516,5 @@ def quantization_from_json(raw: Any, at: str = "quantization") -> QuantizationRe
         reference=reference,
         float_twin=sj.boolean(raw.get("float_twin", False), f"{at}.float_twin"),
         located=sj.string(raw.get("located", ""), f"{at}.located"),
+        unsimulated=unsimulated,
     )

@@ -35,6 +35,7 @@ from parity.results import (
     FindingKind,
     Noise,
     OutputComparison,
+    QuantizationResult,
     QuantizedTokens,
     Status,
     ValidationRun,
@@ -300,6 +301,23 @@ def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list
                 f"{cost}."
             )
             out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
+        elif not o.export_passed and _within_flips(o.export_max_abs, o.flip_max_abs):
+            text = (
+                f"{name}: against {ref} with the file's own dequantized weights and its "
+                f"{quant.activations} rounding of activations it differs by max abs "
+                f"{number_text(o.export_max_abs)}, no more than values on a rounding boundary "
+                f"move it (max abs {number_text(o.flip_max_abs)} with each rounding nudged by "
+                f"a thousandth of a step): {width} rounding, not a bug; {cost}."
+            )
+            out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
+        elif not o.export_passed and quant.unsimulated:
+            text = (
+                f"{name}: against {ref} with the file's own dequantized weights it differs by "
+                f"max abs {number_text(o.export_max_abs)}; the file's "
+                f"{', '.join(quant.unsimulated)} compute with int8 in ways {ref} does not "
+                "simulate, so whether that is the rounding was not measured."
+            )
+            out.append(Finding(FindingKind.UNMEASURED, text, name, candidate))
         elif not o.export_passed:
             what = "with its activation rounding taken out, " if quant.float_twin else ""
             located = quant.located
@@ -308,7 +326,7 @@ def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list
                 f"{name}: not {width} rounding: {what}against {ref} with the file's own "
                 f"dequantized weights it still differs (max abs {number_text(o.export_max_abs)}, "
                 "beyond the run's tolerance), so the export or its kernels compute something "
-                f"else{where}."
+                f"else{where or _born_where(run, quant)}."
             )
             out.append(Finding(FindingKind.BUG, text, name, candidate))
         elif quant.bugs:
@@ -380,6 +398,30 @@ def _approximation(run: ValidationRun, candidate: int, limit: int | None) -> lis
             )
             out.append(Finding(FindingKind.ROUNDING, text, name, candidate))
     return out
+
+
+def _born_where(run: ValidationRun, quant: QuantizationResult) -> str:
+    """Where --layers confirmed the error born, when its torch side computed what a dynamic
+    int8 file means (parity.analyses.layers: its weights, its activations rounded), so the
+    node it names is one that account does not explain."""
+    layers = run.layers
+    if layers is None or quant.reference != "torch" or quant.activations != "uint8 per tensor":
+        return ""
+    first = layers.first_divergence
+    confirmation = layers.confirmation_of(first)
+    if first is None or getattr(confirmation, "outcome", None) != "born":
+        return ""
+    module = f" in {first.torch_module}" if first.torch_module else ""
+    return (
+        f": the error is made at the {first.onnx_op} node {first.onnx_node}{module} (--layers, "
+        "confirmed alone against torch computing what the file means)"
+    )
+
+
+def _within_flips(residual: float | None, flips: float | None) -> bool:
+    """The file's difference from the reference that rounds as it does is no more than
+    what flipping values on a rounding boundary moves that reference (measured)."""
+    return residual is not None and flips is not None and residual <= flips
 
 
 def _token_words(tokens: QuantizedTokens) -> list[str]:
