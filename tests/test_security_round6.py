@@ -149,3 +149,194 @@ def test_the_child_dies_with_its_parent(zoo: Path, how: signal.Signals) -> None:
         time.sleep(0.05)
     else:
         assert not Path(f"/proc/{child}").exists(), f"child {child} outlived its parent"
+
+
+# --- URIs: credentials redacted, streamed to disk, bounded by size and by the pair's time ---
+
+SECRETS = (b"hunter2secret", b"AKIAEXAMPLEKEY", b"SIGSECRET0123", b"TOKSECRET9876")
+
+
+class Served:
+    """A local HTTP server in a thread: /tiny.onnx (the bytes given), /big (states a huge
+    Content-Length, sends zeros on), /stream?n=N (N bytes, no stated length), /trickle (one
+    byte every 0.2 s). `sent` counts the body bytes written."""
+
+    def __init__(self, onnx_bytes: bytes = b"") -> None:
+        import http.server
+        import threading
+
+        served = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _head(self, length: int | None) -> None:
+                self.send_response(200)
+                if length is not None:
+                    self.send_header("Content-Length", str(length))
+                self.end_headers()
+
+            def do_HEAD(self) -> None:
+                path = self.path.split("?")[0]
+                sizes = {"/tiny.onnx": len(onnx_bytes), "/big": 5 << 30, "/trickle": 100}
+                if path in sizes or path == "/stream":
+                    self._head(sizes.get(path))
+                else:
+                    self.send_error(404)
+
+            def do_GET(self) -> None:
+                path, _, query = self.path.partition("?")
+                try:
+                    if path == "/tiny.onnx":
+                        self._head(len(onnx_bytes))
+                        self._send(onnx_bytes)
+                    elif path == "/big":
+                        self._head(5 << 30)
+                        for _ in range(5 << 10):
+                            self._send(bytes(1 << 20))
+                    elif path == "/stream":
+                        self._head(None)
+                        n = int(query.split("=")[1])
+                        for k in range(0, n, 1 << 20):
+                            self._send(bytes(min(1 << 20, n - k)))
+                    elif path == "/trickle":
+                        self._head(100)
+                        for _ in range(100):
+                            self._send(b"x")
+                            time.sleep(0.2)
+                    else:
+                        self.send_error(404)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def _send(self, data: bytes) -> None:
+                self.wfile.write(data)
+                self.wfile.flush()
+                served.sent += len(data)
+
+        self.sent = 0
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def served(tiny_artifacts):
+    server = Served(Path(tiny_artifacts.onnx).read_bytes())
+    yield server
+    server.stop()
+
+
+def test_redacted_uri_hides_user_info_and_signing_parameters() -> None:
+    from parity.sweep.names import redacted_text, redacted_uri
+
+    assert redacted_uri("http://u:hunter2secret@h:8/m.onnx") == "http://***@h:8/m.onnx"
+    presigned = redacted_uri(
+        "https://b.s3.amazonaws.com/m.onnx?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+        "&X-Amz-Credential=AKIAEXAMPLEKEY%2F20240101&X-Amz-Expires=60"
+        "&X-Amz-Signature=SIGSECRET0123&X-Amz-Security-Token=TOKSECRET9876"
+    )
+    assert presigned.startswith("https://b.s3.amazonaws.com/m.onnx?X-Amz-Algorithm=AWS4")
+    assert "X-Amz-Expires=60" in presigned and presigned.count("=***") == 3
+    azure = redacted_uri("https://a.blob.core.windows.net/c/m.onnx?sv=2022&sp=r&sig=SIGSECRET0123")
+    gcs = redacted_uri("https://storage.googleapis.com/b/m?X-Goog-Signature=SIGSECRET0123")
+    assert azure.endswith("sv=2022&sp=r&sig=***") and gcs.endswith("X-Goog-Signature=***")
+    said = redacted_text("cannot read x: 403, url='https://h/m?Signature=SIGSECRET0123'")
+    assert "SIGSECRET0123" not in said and "Signature=***" in said
+    assert redacted_uri("s3://bucket/models/m.onnx") == "s3://bucket/models/m.onnx"
+
+
+def test_a_uris_credentials_never_reach_the_sweeps_files(
+    tmp_path, model_zoo, tiny_artifacts, served
+) -> None:
+    """report.json, log.txt, the HTML, the saved run, summary.json and index.html of a pair
+    read from `http://user:PASS@host/...?X-Amz-Signature=...` hold the URI redacted."""
+    from parity.cli import main
+    from tests.helpers.moto_s3 import tree_bytes
+    from tests.helpers.sweep_zoo import tiny_zoo, write_manifest
+
+    zoo = tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+    host = served.url.split("//")[1]
+    uri = (
+        f"http://reader:hunter2secret@{host}/tiny.onnx?X-Amz-Credential=AKIAEXAMPLEKEY"
+        "&X-Amz-Signature=SIGSECRET0123&X-Amz-Security-Token=TOKSECRET9876"
+    )
+    gone = f"http://reader:hunter2secret@{host}/absent.onnx?X-Amz-Signature=SIGSECRET0123"
+    args = ["--model", "models.py:make_tiny", "--html", "r.html", "--save-run", "run.parity.npz"]
+    manifest = write_manifest(
+        zoo, [{"name": "http", "args": [*args, "--onnx", uri]},
+              {"name": "gone", "args": ["--model", "models.py:make_tiny", "--onnx", gone]}],
+    )  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["sweep", str(manifest), "--out", str(out), "--workers", "1"]) == 2
+    report = (out / "http" / "report.json").read_text()
+    assert '"verdict": "pass"' in report and f"http://***@{host}/tiny.onnx?" in report
+    files = tree_bytes(out)
+    assert {"http/log.txt", "http/r.html", "summary.json", "index.html"} <= set(files)
+    for name, data in files.items():
+        assert not any(secret in data for secret in SECRETS), (name, data[:400])
+    summary = (out / "summary.json").read_text()
+    assert f"http://***@{host}/absent.onnx?X-Amz-Signature=***" in summary
+
+
+def test_a_stated_size_past_the_limit_is_refused_before_reading(tmp_path, served) -> None:
+    from parity.errors import UsageError
+    from parity.sweep.stage import ONNX_LIMIT, fetch_uri
+
+    start = time.monotonic()
+    with pytest.raises(UsageError) as refused:
+        fetch_uri(f"{served.url}/big", tmp_path / "big", ONNX_LIMIT)
+    assert "5.0 GiB, larger than 2.0 GiB, not read" in refused.value.message
+    assert served.sent == 0 and not (tmp_path / "big").exists()
+    assert time.monotonic() - start < 5
+
+
+def test_an_unstated_size_is_bounded_while_reading_and_streamed_to_disk(tmp_path, served):
+    """No Content-Length: the read stops one chunk past the limit; a file under the limit is
+    streamed to disk with at most a few chunks in memory (tracemalloc's peak, 64 MiB read)."""
+    import tracemalloc
+
+    from parity.errors import UsageError
+    from parity.sweep.stage import CHUNK, fetch_uri
+
+    with pytest.raises(UsageError) as refused:
+        fetch_uri(f"{served.url}/stream?n={64 << 20}", tmp_path / "cut", 4 << 20)
+    assert "larger than 4.0 MiB, not read" in refused.value.message
+    assert (tmp_path / "cut").stat().st_size <= 4 << 20
+    tracemalloc.start()
+    try:
+        fetch_uri(f"{served.url}/stream?n={64 << 20}", tmp_path / "whole", 1 << 30)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "whole").stat().st_size == 64 << 20
+    assert peak < 8 * CHUNK, peak
+
+
+def test_a_trickling_server_counts_against_the_pairs_timeout(
+    tmp_path, model_zoo, tiny_artifacts, served
+) -> None:
+    from parity.cli import main
+    from tests.helpers.sweep_zoo import tiny_zoo, write_manifest
+
+    zoo = tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+    uri = f"http://u:hunter2secret@{served.url.split('//')[1]}/trickle.onnx"
+    uri = uri.replace("/trickle.onnx", "/trickle")
+    manifest = write_manifest(
+        zoo, [{"name": "slow", "args": ["--model", "models.py:make_tiny", "--onnx", uri]}]
+    )
+    out = tmp_path / "out"
+    start = time.monotonic()
+    assert main(["sweep", str(manifest), "--out", str(out), "--workers", "1",
+                 "--timeout", "2"]) == 2  # fmt: skip
+    assert time.monotonic() - start < 10
+    pair = __import__("json").loads((out / "summary.json").read_text())["pairs"][0]
+    assert pair["error"].startswith("timed out after 2 s (killed) while reading http://***@")
