@@ -15,6 +15,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -340,3 +341,75 @@ def test_a_trickling_server_counts_against_the_pairs_timeout(
     assert time.monotonic() - start < 10
     pair = __import__("json").loads((out / "summary.json").read_text())["pairs"][0]
     assert pair["error"].startswith("timed out after 2 s (killed) while reading http://***@")
+
+
+# --- external data: hashed by what the tensors use ---
+
+
+def _sparse_external(folder: Path, weight: np.ndarray, offset: int, size: int) -> Path:
+    """m.onnx: y = x @ W, W stored at `offset` of w.bin, a sparse file of `size` bytes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    data = folder / "w.bin"
+    with open(data, "wb") as fh:
+        fh.truncate(size)
+        fh.seek(offset)
+        fh.write(weight.tobytes())
+    tensor = numpy_helper.from_array(weight, "W")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", offset), ("length", weight.nbytes)):
+        tensor.external_data.add(key=key, value=str(value))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [tensor],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "m.onnx"))
+    return folder / "m.onnx"
+
+
+def test_external_data_is_hashed_by_what_its_tensors_use(tmp_path: Path) -> None:
+    """A `location` into a 1 TiB sparse file (a few KB on disk) of which the tensor uses
+    1 KiB: loading hashes that 1 KiB (well under a second; it never ended before); the hash
+    follows the used bytes, not the rest of the file."""
+    import threading
+
+    from parity.load.onnx_model import load_onnx
+
+    weight = np.arange(256, dtype=np.float32).reshape(16, 16)
+    path = _sparse_external(tmp_path, weight, offset=1 << 39, size=1 << 40)
+    done: dict = {}
+    start = time.monotonic()
+    worker = threading.Thread(target=lambda: done.update(m=load_onnx(path)), daemon=True)
+    worker.start()
+    worker.join(10)
+    took = time.monotonic() - start
+    assert not worker.is_alive(), "hashing the 1 TiB file"
+    assert took < 1.0, took
+    first = done["m"].sha256
+    with open(tmp_path / "w.bin", "r+b") as fh:  # a byte no tensor uses
+        fh.seek(1 << 30)
+        fh.write(b"\x01")
+    assert load_onnx(path).sha256 == first
+    with open(tmp_path / "w.bin", "r+b") as fh:  # a byte the tensor uses
+        fh.seek((1 << 39) + 4)
+        fh.write(b"\x01")
+    assert load_onnx(path).sha256 != first
+
+
+def test_external_data_past_its_files_end_is_one_line(tmp_path: Path) -> None:
+    from parity.errors import OnnxLoadError
+    from parity.load.onnx_model import load_onnx
+
+    path = _sparse_external(tmp_path, np.ones((16, 16), np.float32), offset=0, size=4096)
+    model = onnx.load(str(path), load_external_data=False)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "offset":
+            entry.value = str(1 << 20)
+    onnx.save(model, str(path))
+    with pytest.raises(OnnxLoadError) as refused:
+        load_onnx(path)
+    assert "lie past its end" in refused.value.message or "onnx.checker" in refused.value.message
