@@ -413,3 +413,57 @@ def test_external_data_past_its_files_end_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(OnnxLoadError) as refused:
         load_onnx(path)
     assert "lie past its end" in refused.value.message or "onnx.checker" in refused.value.message
+
+
+# --- saved runs: what one may hold; the HTML's bidi controls ---
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    from parity.reports.saved_run import save_run
+    from tests.test_saved_run import make_run
+
+    run = make_run({"y": np.linspace(0, 1, 12, dtype=np.float32).reshape(4, 3)}, n_sets=1)
+    return save_run(run, tmp_path_factory.mktemp("round6") / "good.parity.npz")
+
+
+def test_a_saved_run_with_300000_analyses_is_one_line(saved, tmp_path, capsys) -> None:
+    """It froze a browser tab (2.36 GB renderer): refused when opened, in one line."""
+    from parity.cli import main
+    from parity.errors import SavedRunError
+    from parity.reports.saved_run import load_run
+    from tests.helpers.forged_runs import rewrite
+
+    def forge(m: dict) -> None:
+        m["analyses"] = [{"analysis": "layers", "text": "x", "done": True}] * 300_000
+
+    forged = rewrite(saved, tmp_path / "many.parity.npz", forge)
+    start = time.monotonic()
+    with pytest.raises(SavedRunError) as refused:
+        load_run(forged)
+    assert "analyses: 300,000 entries, more than the 10,000 a run holds" in str(refused.value)
+    assert time.monotonic() - start < 5
+    assert main(["report", str(forged), "--html", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
+
+
+def test_the_html_report_neutralises_bidi_controls_like_the_terminal(saved, tmp_path) -> None:
+    """A forged label and note with U+202E (and an escape): the HTML holds them escaped as
+    the terminal writes them, never the raw character."""
+    from parity.cli import main
+    from parity.text import terminal_text
+    from tests.helpers.forged_runs import rewrite
+
+    forged_text = "evil\u202efdp.exe\u2066\x1b[2J"
+
+    def forge(m: dict) -> None:
+        m["input_sets"][0]["label"] = forged_text
+        m["model"] = forged_text
+
+    forged = rewrite(saved, tmp_path / "bidi.parity.npz", forge)
+    html_path = tmp_path / "r.html"
+    assert main(["report", str(forged), "--html", str(html_path)]) in (0, 1)
+    page = html_path.read_text(encoding="utf-8")
+    assert "\u202e" not in page and "\u2066" not in page and "\x1b" not in page
+    assert page.count(terminal_text(forged_text)) >= 2
