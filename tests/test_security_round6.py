@@ -467,3 +467,35 @@ def test_the_html_report_neutralises_bidi_controls_like_the_terminal(saved, tmp_
     page = html_path.read_text(encoding="utf-8")
     assert "\u202e" not in page and "\u2066" not in page and "\x1b" not in page
     assert page.count(terminal_text(forged_text)) >= 2
+
+
+def test_an_s3_key_ending_in_dot_dot_leaks_no_temporary_path(
+    tmp_path, model_zoo, tiny_artifacts, monkeypatch
+) -> None:
+    """`s3://bucket/models/x/..` is an object like any other: it is read into a file of its
+    own (it was written to the pair's folder itself, and the error named that temp path)."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    from parity.cli import main
+    from tests.helpers.moto_s3 import BUCKET, TEMP_MARKS, Moto, tree_bytes
+    from tests.helpers.sweep_zoo import tiny_zoo, write_manifest
+
+    server = Moto()
+    server.start()
+    try:
+        for key, value in server.env.items():
+            monkeypatch.setenv(key, value)
+        zoo = tiny_zoo(tmp_path, model_zoo, tiny_artifacts)
+        server.put("models/x/..", (zoo / "tiny.onnx").read_bytes())
+        uri = f"s3://{BUCKET}/models/x/.."
+        manifest = write_manifest(
+            zoo, [{"name": "dots", "args": ["--model", "models.py:make_tiny", "--onnx", uri]}]
+        )
+        out = tmp_path / "out"
+        code = main(["sweep", str(manifest), "--out", str(out), "--workers", "1"])
+    finally:
+        server.stop()
+    summary = (out / "summary.json").read_text()
+    for name, data in tree_bytes(out).items():
+        assert not any(mark in data for mark in TEMP_MARKS), (name, data[:300])
+    assert code == 0, summary

@@ -259,8 +259,7 @@ def _fetch_all(
     moved: dict[int, str] = {}
     for k, slot in enumerate(slots):
         reading[0] = slot.path
-        name = PurePosixPath(urlparse(slot.path).path).name or "file"
-        target = folder / f"uri{k}" / name
+        target = folder / f"uri{k}" / uri_file_name(slot.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         digest = _read_retrying(slot.path, target, uri_limit(slot), on_retry, tries, backoff, stop)
         if slot.sha256 and digest != slot.sha256:
@@ -270,6 +269,13 @@ def _fetch_all(
             )
         moved[slot.index] = str(target)
     return moved
+
+
+def uri_file_name(uri: str) -> str:
+    """The name a URI's file gets in the pair's folder: the last part of its path, unless that
+    is no file name (`s3://b/models/..`, `/`, `.`): then `file`."""
+    name = PurePosixPath(urlparse(uri).path).name
+    return name if name not in ("", ".", "..") else "file"
 
 
 def uri_limit(slot: InputSlot) -> int:
@@ -425,7 +431,7 @@ def fetch_uri(uri: str, target: Path, limit: int, stop: threading.Event | None =
             f"reading {shown} needs {install} ({redacted_text(first_line(exc))})"
         ) from None
     except Exception as exc:  # every filesystem raises its own: the message is what matters
-        said = redacted_text(first_line(exc))
+        said = redacted_text(first_line(exc).replace(str(target), shown))
         raise StorageError(
             f"cannot read {shown}: {type(exc).__name__}: {said}", transient=transient(exc)
         ) from None
