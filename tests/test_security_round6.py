@@ -499,3 +499,43 @@ def test_an_s3_key_ending_in_dot_dot_leaks_no_temporary_path(
     for name, data in tree_bytes(out).items():
         assert not any(mark in data for mark in TEMP_MARKS), (name, data[:300])
     assert code == 0, summary
+
+
+def test_an_exception_inside_forward_is_the_models_error_not_the_signatures(tmp_path) -> None:
+    """forward(features) against an ONNX input named x, raising inside forward: the error
+    names the exception (it blamed the signature and printed a wrapper)."""
+    import contextlib
+    import io
+
+    from parity.cli import main
+
+    (tmp_path / "m.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = torch.nn.Linear(4, 3)
+
+                def forward(self, features):
+                    raise RuntimeError("boom: the model's own error")
+
+            def make():
+                return Net().eval()
+            """
+        )
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),), str(tmp_path / "m.onnx"),
+                          dynamo=False, input_names=["x"], output_names=["y"])  # fmt: skip
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["validate", "--model", f"{tmp_path / 'm.py'}:make",
+                     "--onnx", str(tmp_path / "m.onnx")])  # fmt: skip
+    assert code == 2
+    (line,) = err.getvalue().strip().splitlines()
+    assert "RuntimeError" in line and "boom: the model's own error" in line, line
+    assert "does not take the ONNX file's inputs" not in line, line
