@@ -539,3 +539,106 @@ def test_an_exception_inside_forward_is_the_models_error_not_the_signatures(tmp_
     (line,) = err.getvalue().strip().splitlines()
     assert "RuntimeError" in line and "boom: the model's own error" in line, line
     assert "does not take the ONNX file's inputs" not in line, line
+
+
+# --- scales of 3e38: weights of inf are never agreement, never numpy's warnings ---
+
+MLP = textwrap.dedent(
+    """
+    import torch
+
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(64, 32)
+            self.fc2 = torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+
+    def make():
+        torch.manual_seed(0)
+        return MLP().eval()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def huge_scales(tmp_path_factory) -> tuple[object, Path, Path]:
+    """The MLP, its int4 file (ONNX Runtime's MatMulNBitsQuantizer) with every scale set to
+    3e38 (its weights dequantize to inf), and a DequantizeLinear file with a 3e38 scale."""
+    import logging
+
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    root = tmp_path_factory.mktemp("huge_scales")
+    scope: dict = {}
+    exec(compile(MLP, "mlp.py", "exec"), scope)
+    model = scope["make"]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 3, 64),), str(root / "mlp.onnx"),
+                          input_names=["x"], output_names=["y"], dynamo=False,
+                          dynamic_axes={"x": {0: "b", 1: "t"}})  # fmt: skip
+    logging.getLogger().setLevel(logging.ERROR)
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(root / "mlp.onnx")), block_size=32,
+                                     is_symmetric=True)  # fmt: skip
+    quantizer.process()
+    int4 = quantizer.model.model
+    scaled = 0
+    for init in int4.graph.initializer:
+        if init.name.endswith("_scales"):
+            big = np.full_like(numpy_helper.to_array(init), 3e38)
+            init.CopyFrom(numpy_helper.from_array(big, init.name))
+            scaled += 1
+    assert scaled == 2
+    onnx.save(int4, str(root / "int4_inf.onnx"))
+    weight = model.fc1.weight.detach().numpy()
+    q = np.clip(np.round(weight / (np.abs(weight).max() / 127)), -127, 127).astype(np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["qw", "s"], ["w"], axis=0),
+         helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 64])],
+        [numpy_helper.from_array(q, "qw"),
+         numpy_helper.from_array(np.full(32, 3e38, np.float32), "s")],
+    )  # fmt: skip
+    dq = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    dq.ir_version = 8
+    onnx.save(dq, str(root / "dq_inf.onnx"))
+    return model, root / "int4_inf.onnx", root / "dq_inf.onnx"
+
+
+def test_inf_weights_never_read_as_agreement_nor_warn(huge_scales) -> None:
+    import parity
+    from parity.show.findings import run_findings as findings_of
+
+    model, int4, _ = huge_scales
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = parity.validate(model, str(int4))
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [
+        f"{w.filename}:{w.lineno}: {w.message}" for w in caught
+    ]
+    texts = [f.text for f in findings_of(run)]
+    assert not run.passed and any("off by up to inf steps" in t for t in texts), texts
+    assert not any("agrees" in t or "max abs 0" in t for t in texts), texts
+
+
+def test_an_output_of_nan_is_never_float32_rounding(huge_scales) -> None:
+    """A 3e38 DequantizeLinear scale: ONNX gives NaN where float64 is finite; its error is
+    unbounded, not '0x torch's own' (read as rounding, not a bug)."""
+    import parity
+    from parity.show.findings import run_findings as findings_of
+
+    class Linear(torch.nn.Module):
+        def forward(self, x):
+            return x @ torch.ones(32, 64)
+
+    run = parity.validate(Linear(), str(huge_scales[2]))
+    texts = [f.text for f in findings_of(run)]
+    assert not run.passed
+    assert not any("rounding, not a bug" in t for t in texts), texts
