@@ -642,3 +642,43 @@ def test_an_output_of_nan_is_never_float32_rounding(huge_scales) -> None:
     texts = [f.text for f in findings_of(run)]
     assert not run.passed
     assert not any("rounding, not a bug" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("location", ["/etc/hostname", "../m.py", "/proc/self/environ", "link"])
+def test_unsafe_external_data_beside_a_set_apart_op_names_the_real_cause(
+    tmp_path: Path, location: str
+) -> None:
+    """SimplifiedLayerNormalization (ONNX Runtime's, set apart from the checker) and a
+    Constant whose data lies outside the folder: refused, naming the external data, never
+    'No Op registered for SimplifiedLayerNormalization'."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from parity.errors import OnnxLoadError
+    from parity.load.onnx_model import load_onnx
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if location == "link":
+        (folder / "link.bin").symlink_to("/proc/self/environ")
+        location = "link.bin"
+    constant = numpy_helper.from_array(np.ones(8, np.float32), "c")
+    constant.ClearField("raw_data")
+    constant.data_location = TensorProto.EXTERNAL
+    constant.external_data.add(key="location", value=location)
+    constant.external_data.add(key="length", value="32")
+    graph = helper.make_graph(
+        [helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["n"], axis=-1),
+         helper.make_node("Constant", [], ["c"], value=constant),
+         helper.make_node("Add", ["n", "c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [numpy_helper.from_array(np.ones(8, np.float32), "scale")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "m.onnx"))
+    with pytest.raises(OnnxLoadError) as refused:
+        load_onnx(folder / "m.onnx")
+    said = refused.value.message
+    assert "No Op registered" not in said and "tensor name: c" in said, said
+    assert location in said, said

@@ -79,7 +79,10 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         onnx.checker.check_model(str(p))
     except Exception as exc:  # ValidationError, and OSError for missing external data
         complaint = first_line(exc)
-        accepted = _accepted_as_ort_runs_it(proto, complaint)
+        try:
+            accepted = _accepted_as_ort_runs_it(proto, complaint)
+        except _OtherComplaint as other:  # the real cause behind an op it set apart
+            raise _load_error(p, f"onnx.checker: {other}") from exc
         if accepted is None:
             raise _load_error(p, f"onnx.checker: {complaint}") from exc
         notes = (f"onnx.checker: {complaint} (accepted: {accepted})",)
@@ -93,6 +96,11 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
 _NODE_ORDER = "must be topologically sorted"
 _NO_OP = re.compile(r"No Op registered for (\S+) with domain_version")
 ORT_DOMAIN = "ai.onnxruntime.default"  # where the checked copy sets ORT's default-domain ops
+
+
+class _OtherComplaint(Exception):
+    """The checker, once the ops ONNX Runtime registers are set apart, refuses the file for
+    something else (unsafe external data, a bad attribute): that is what is said."""
 
 
 def _accepted_as_ort_runs_it(proto: onnx.ModelProto, complaint: str) -> str | None:
@@ -111,7 +119,10 @@ def _accepted_as_ort_runs_it(proto: onnx.ModelProto, complaint: str) -> str | No
         return None  # an op nobody registers: the checker is right
     try:
         check_as_ort_runs(copy)
-    except Exception:
+    except Exception as exc:  # the checker's next complaint is the file's real fault
+        other = first_line(exc)
+        if other and other != complaint:
+            raise _OtherComplaint(other) from exc
         return None
     why = []
     if set_apart:
