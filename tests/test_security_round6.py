@@ -682,3 +682,23 @@ def test_unsafe_external_data_beside_a_set_apart_op_names_the_real_cause(
     said = refused.value.message
     assert "No Op registered" not in said and "tensor name: c" in said, said
     assert location in said, said
+
+
+def test_a_run_with_thousands_of_notes_renders_a_bounded_list(saved, tmp_path, capsys) -> None:
+    """9,000 analyses notes (under the 10,000 a run may hold): every front renders at most
+    MAX_FINDINGS findings and says how many more there were."""
+    from parity.cli import main
+    from parity.reports.saved_run import load_run
+    from parity.show.findings import MAX_FINDINGS, run_findings
+    from tests.helpers.forged_runs import rewrite
+
+    def forge(m: dict) -> None:
+        note = {"analysis": "layers", "done": False}
+        m["analyses"] = [{**note, "text": f"n{k}"} for k in range(9000)]
+
+    forged = rewrite(saved, tmp_path / "notes.parity.npz", forge)
+    found = run_findings(load_run(forged))
+    assert len(found) == MAX_FINDINGS + 1, len(found)
+    assert found[-1].text.startswith("… and 8,") and "more findings" in found[-1].text
+    main(["report", str(forged)])
+    assert len(capsys.readouterr().out.splitlines()) < MAX_FINDINGS + 100

@@ -44,6 +44,7 @@ from parity.verdict import Verdict
 __all__ = ["bug_outputs", "file_precision_word", "findings_json", "run_findings"]
 
 MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing outputs stays readable
+MAX_FINDINGS = 200  # in all: what every front renders (a forged run's notes are many)
 
 
 def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
@@ -63,7 +64,7 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
         if n.analysis == "stages" and n.done
     ]
     searched = _frozen_search(run, found)
-    return tuple(
+    every = (
         stages
         + found
         + frozen
@@ -73,6 +74,10 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
         + not_run
         + unmeasured
     )
+    if len(every) <= MAX_FINDINGS:
+        return tuple(every)
+    more = f"… and {len(every) - MAX_FINDINGS:,} more findings, not shown."
+    return (*every[:MAX_FINDINGS], Finding(FindingKind.UNMEASURED, more))
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
