@@ -6,8 +6,8 @@
      "sha256": {"r18.onnx": "9f2c..."}}
 
 `args` are `parity validate`'s arguments; the defaults come first. Paths in them are relative
-to the manifest's folder (pairs run there), or URIs (s3://, gs://, https://, file://) that the
-pair's own process reads (parity.sweep.stage). `sha256` pins a file's or URI's contents: a
+to the manifest's folder (pairs run there), or URIs (s3://, gs://, https://, file://) read
+where the pair runs (parity.sweep.stage). `sha256` pins a file's or URI's contents: a
 local file that differs stops the sweep before it starts, a URI that differs fails its pair.
 Every pair writes only inside its own folder DIR/NAME: the sweep gives `--json` itself, and
 every other flag that writes (`--html`, `--save-run`, `--repro`, ...: those validate's parser

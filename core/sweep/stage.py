@@ -9,9 +9,10 @@ so a factory still imports its neighbours and an ONNX file finds its external da
 outside the manifest's folder (absolute, or climbing out with ..) lands under `_outside/`,
 by its folder.
 
-A URI (s3://, gs://, https://, file://) is read by the pair's own process on either engine
-(`fetch_uris`): file:// by Parity's safe reader, the others by fsspec and the package for
-the scheme. A SHA-256 pinned in the manifest is checked on what arrived.
+A URI (s3://, gs://, https://, file://) is read where the pair runs on either engine (its
+Ray task, the local engine's thread for it: `fetch_uris`), streamed to the pair's private
+folder within the pair's time: file:// by Parity's safe reader, the others by fsspec and the
+package for the scheme. A SHA-256 pinned in the manifest is checked on what arrived.
 """
 
 from __future__ import annotations
