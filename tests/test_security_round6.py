@@ -438,11 +438,9 @@ def test_a_saved_run_with_300000_analyses_is_one_line(saved, tmp_path, capsys) -
         m["analyses"] = [{"analysis": "layers", "text": "x", "done": True}] * 300_000
 
     forged = rewrite(saved, tmp_path / "many.parity.npz", forge)
-    start = time.monotonic()
     with pytest.raises(SavedRunError) as refused:
         load_run(forged)
     assert "analyses: 300,000 entries, more than the 10,000 a run holds" in str(refused.value)
-    assert time.monotonic() - start < 5
     assert main(["report", str(forged), "--html", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()

@@ -32,6 +32,7 @@ from parity.files.safe_read import read_bytes
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.path_flags import PathFlags
 from parity.sweep import SCHEMA
+from parity.sweep.names import redacted_uri
 
 MAX_MANIFEST_BYTES = 64 << 20
 URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -120,7 +121,8 @@ def _pins(value: Any, shown: str) -> dict[str, str]:
         raise UsageError(f"{shown}: sha256 must be a JSON object {{path or URI: SHA-256}}")
     for key, digest in value.items():
         if not isinstance(digest, str) or not SHA256_RE.fullmatch(digest):
-            raise UsageError(f"{shown}: sha256[{key!r}] must be 64 lowercase hexadecimal digits")
+            said = redacted_uri(key) if is_uri(key) else key
+            raise UsageError(f"{shown}: sha256[{said!r}] must be 64 lowercase hexadecimal digits")
     return dict(value)
 
 
@@ -257,7 +259,8 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
         kind, value = kind_path
         if is_uri(value):
             if kind == "dir":
-                raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: a URI names one file")
+                said = redacted_uri(fv.value)
+                raise UsageError(f"{shown}: {where}: {fv.flag} {said}: a URI names one file")
             continue
         target = root / value
         if kind == "dir":

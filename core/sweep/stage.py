@@ -295,6 +295,8 @@ def _read_retrying(
     stop: threading.Event | None = None,
 ) -> str:
     for n in range(max(1, tries)):
+        if stop is not None and stop.is_set():  # the pair's time ran out during a back-off
+            raise _Stopped(uri)
         start = time.monotonic()
         try:
             return fetch_uri(uri, target, limit, stop)
