@@ -297,7 +297,7 @@ def test_a_stated_size_past_the_limit_is_refused_before_reading(tmp_path, served
         fetch_uri(f"{served.url}/big", tmp_path / "big", ONNX_LIMIT)
     assert "5.0 GiB, larger than 2.0 GiB, not read" in refused.value.message
     assert served.sent == 0 and not (tmp_path / "big").exists()
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30
 
 
 def test_an_unstated_size_is_bounded_while_reading_and_streamed_to_disk(tmp_path, served):
