@@ -204,11 +204,15 @@ def terminal_text(value: object, *, lines: bool = False) -> str:
 
 
 def html_text(value: object) -> str:
-    """A user string as literal text in HTML: element content or a quoted attribute."""
-    return html.escape(str(value), quote=True)
+    """A user string as literal text in HTML: element content or a quoted attribute. Its
+    control characters and bidirectional marks, embeddings, overrides and isolates read as
+    terminal_text writes them (``\\u202e``): a forged name cannot reorder the page's text
+    around it (newlines and tabs stay, as in a whole text)."""
+    return html.escape(_UNSAFE_IN_LINES.sub(_escaped, str(value)), quote=True)
 
 
 def plot_text(value: object) -> str:
     """A user string as literal text in a plotly label, title, legend or hover text (plotly
-    reads a subset of HTML there; quotes need no escaping)."""
-    return html.escape(str(value), quote=False)
+    reads a subset of HTML there; quotes need no escaping); controls as html_text writes
+    them."""
+    return html.escape(_UNSAFE_IN_LINES.sub(_escaped, str(value)), quote=False)

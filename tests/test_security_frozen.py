@@ -234,3 +234,62 @@ def test_a_file_swapped_during_the_search_is_said_not_read(root, kind) -> None:
     assert note.text.startswith("ONNX file") and what in note.text
     said = [f.text for f in run.findings if f.kind == "unmeasured"]
     assert any(t.startswith("Asked for but not done (the frozen-size search)") for t in said)
+
+
+@pytest.fixture(scope="module")
+def contrib(root) -> Path:
+    """crafted.onnx with its Conv as com.microsoft's FusedConv (ONNX Runtime runs it; ONNX
+    shape inference cannot size it nor anything after it), and with its Conv inside an `If`
+    branch (the branch's values are not the graph's)."""
+    proto = onnx.load(str(root / "crafted.onnx"))
+    (conv,) = [n for n in proto.graph.node if n.op_type == "Conv"]
+    conv.op_type, conv.domain = "FusedConv", "com.microsoft"
+    conv.attribute.append(helper.make_attribute("activation", "Relu"))
+    proto.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.save(proto, str(root / "fused.onnx"))
+    return root / "fused.onnx"
+
+
+def test_a_value_shape_inference_cannot_size_is_not_tried_past_the_runs_sizes(
+    root, contrib
+) -> None:
+    """Issue 61, cause 1: the FusedConv's output (64 MB at 1000 x 1000) and all after it
+    counted 0 bytes, so under --max-memory 100M the search ran torch and ONNX Runtime at
+    1000 x 1000 (its inputs alone fit). Now the size is not tried, said."""
+    log = root / "sizes.log"
+    log.unlink(missing_ok=True)
+    code, report = validate(root, "pool", contrib, "--max-memory", "100M")
+    assert code == 1 and report["frozen"] == []
+    said = [f["text"] for f in report["findings"] if f["kind"] == "frozen_search"]
+    assert said and "cannot be estimated" in said[0], said
+    assert "com.microsoft.FusedConv output" in said[0], said
+    sizes = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+    assert sizes and max(h * w for h, w in sizes) < 250_000
+
+
+def test_values_inside_an_if_branch_are_not_sized_as_zero(root) -> None:
+    """A forward whose big value lies in an If branch is not estimated as its outer values."""
+    from parity.run.frozen_search import forward_bytes, skeleton
+    from parity.signature import OnnxSignature, TensorSpec
+
+    branch = helper.make_graph(
+        [helper.make_node("Tile", ["x", "reps"], ["big"]),
+         helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0)],
+        "then", [], [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("reps", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    signature = OnnxSignature(
+        inputs=(TensorSpec("x", "float32", ("n",)), TensorSpec("c", "bool", ()),
+                TensorSpec("reps", "int64", (1,))),
+        outputs=(TensorSpec("y", "float32", ()),), opset=17, producer="", ir_version=8,
+    )  # fmt: skip
+    size = forward_bytes(skeleton(model), signature, {"n": 1000})
+    assert size.unsized is not None and "inside If" in size.unsized, size

@@ -15,6 +15,7 @@ back before the stage returns, whatever happens.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -88,15 +89,17 @@ class Quantization(Analysis):
         for index, path in found.items():
             context.deadline.check()
             context.report(NAME, f"torch with the quantized weights of {path}", None)
-            try:
-                if index in static:  # QDQ / QOperator: the file's float twin
-                    results[index] = judge_static(
-                        run, context, index, path, model, side.scope_prefix
-                    )
-                else:
-                    results[index], floors[index] = judge_file(
-                        run, context, index, path, model, side.scope_prefix
-                    )
+            try:  # a scale of 3e38 makes inf weights: said in the findings, never as
+                # numpy's warnings with source lines on stderr
+                with np.errstate(all="ignore"):
+                    if index in static:  # QDQ / QOperator: the file's float twin
+                        results[index] = judge_static(
+                            run, context, index, path, model, side.scope_prefix
+                        )
+                    else:
+                        results[index], floors[index] = judge_file(
+                            run, context, index, path, model, side.scope_prefix
+                        )
             except NotImplementedError:  # a source that cannot run its torch model again
                 why = "this kind of run cannot run its torch model again"
                 return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
@@ -540,14 +543,18 @@ def split_outputs(
                 row["passed"] = (row["passed"] is not False) and c.status.passed
             if name in ref and np.shape(ref[name]) == mine.shape and _is_float(mine):
                 base = np.asarray(ref[name], np.float64)
-                err = mine.astype(np.float64) - base
                 keep = (
                     np.ones(mine.shape, bool)
                     if mask is None
                     else ~np.broadcast_to(mask, mine.shape)
                 )
-                row["signal"] += float(np.sum(base[keep] ** 2))
-                row["noise"] += float(np.sum(err[keep] ** 2))
+                with np.errstate(all="ignore"):  # weights of inf (a scale of 3e38): said below
+                    err = mine.astype(np.float64) - base
+                    if np.any(keep & ~np.isfinite(mine) & np.isfinite(base)):
+                        row["broken"] = True  # NaN on both sides would read as agreement
+                    keep = keep & np.isfinite(err)
+                    row["signal"] += float(np.sum(base[keep] ** 2))
+                    row["noise"] += float(np.sum(err[keep] ** 2))
                 if keep.any():
                     row["max"] = max(row["max"], float(np.max(np.abs(err[keep]))))
     out = []
@@ -555,6 +562,9 @@ def split_outputs(
         sqnr = None
         if row["noise"] > 0 and row["signal"] > 0:
             sqnr = float(10 * np.log10(row["signal"] / row["noise"]))
+        if row.get("broken"):  # its weights give Inf/NaN where torch's are finite: not judged
+            out.append(QuantizedOutput(name, None, None, None, quant_max_abs=math.inf))
+            continue
         out.append(
             QuantizedOutput(
                 name=name,

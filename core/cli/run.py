@@ -32,6 +32,7 @@ from parity.cli.values import (
 from parity.errors import ParityError, UsageError, describe_error
 from parity.load.quiet import set_debug
 from parity.results import ValidationRun
+from parity.run.progress import say_ended
 from parity.text import terminal_text
 from parity.verdict import ExitCode, Judge, Verdict
 
@@ -242,6 +243,7 @@ def _second_interrupt_ends(seen: list[int]):
             raise KeyboardInterrupt
         with contextlib.suppress(OSError, ValueError):
             print("parity: interrupted", file=sys.stderr, flush=True)
+        say_ended()
         os._exit(ExitCode.ERROR)
 
     return signal.signal(signal.SIGINT, handle)
@@ -259,6 +261,7 @@ def _start_watchdog(args: argparse.Namespace):
         message = timeout_message(args.timeout)
         unwritten = write_error_report(args, "timeout", message, RunTimeout(message))
         say(f"parity: error: {message}{unwritten}", file=sys.stderr, flush=True)
+        say_ended()
 
     return start_watchdog(args.timeout, on_timeout)
 

@@ -6,7 +6,14 @@ last progress step, parity.run.progress.leave_crumbs) and what to try; exit 2. T
 made before torch or ONNX Runtime is imported and costs milliseconds. `main()` itself (the
 tests', the API's callers') runs in-process as before; PARITY_NO_SUPERVISE=1 turns it off (a
 sweep's pairs: parity.sweep.pair_process names their signals itself, and a sweep killed takes
-its pairs with it)."""
+its pairs with it).
+
+The child dies with this process (Linux's parent-death signal: a `kill -9` or a SIGHUP of the
+console script never leaves a run going on alone). A stop (SIGTERM, SIGINT, SIGHUP: a CI
+timeout) is said as one (`parity: stopped`), not as a crash. A child that exits without
+having said how it ended (a model's `os._exit(0)` in its factory or forward) is exit 2 with
+one line, never a silent 0 that CI reads as a pass. Every line goes through
+parity.text.terminal_text: the step's text holds names from the files."""
 
 from __future__ import annotations
 
@@ -15,7 +22,11 @@ import os
 import signal
 import sys
 
+from parity.run.progress import ENDED
+from parity.text import terminal_text
 from parity.verdict import ExitCode
+
+PR_SET_PDEATHSIG = 1
 
 SUPERVISED = ("validate", "report")  # a sweep says each pair's crash itself (pair_process)
 
@@ -35,15 +46,34 @@ def console() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     read, write = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: the run itself
         os.close(read)
-        from parity.run.progress import leave_crumbs
+        _die_with(parent)
+        from parity.run.progress import leave_crumbs, say_ended
 
         leave_crumbs(write)
-        sys.exit(main())
+        try:
+            code = main()
+        finally:  # argparse's usage error or --help (SystemExit) has said its piece too
+            say_ended()
+        sys.exit(code)
     os.close(write)
     sys.exit(_wait(pid, read))
+
+
+def _die_with(parent: int) -> None:
+    """This (child) process gets SIGKILL when `parent` ends, however it ends (Linux); it ends
+    now if the parent is gone already."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: no prctl
+        return
+    if os.getppid() != parent:
+        os._exit(int(ExitCode.ERROR))
 
 
 def _wait(pid: int, read: int) -> int:
@@ -57,12 +87,17 @@ def _wait(pid: int, read: int) -> int:
 
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
-    last, pending = "", b""
+    signal.signal(signal.SIGHUP, forward)
+    last, pending, ended = "", b"", False
     while chunk := _read(read):
         pending += chunk
         *lines, pending = pending.split(b"\n")
-        if lines:
-            last = lines[-1].decode("utf-8", "replace")
+        for crumb in lines:
+            if crumb + b"\n" == ENDED:
+                ended = True
+            else:
+                last = crumb.decode("utf-8", "replace")
+        pending = pending[-4096:]  # a crumb is at most 500 characters
     os.close(read)
     while True:
         try:
@@ -71,9 +106,15 @@ def _wait(pid: int, read: int) -> int:
         except InterruptedError:
             continue
     if os.WIFSIGNALED(status):
-        print(crash_line(os.WTERMSIG(status), last), file=sys.stderr, flush=True)
+        number = os.WTERMSIG(status)
+        line = stop_line(number, last) if number in STOPS else crash_line(number, last)
+        print(terminal_text(line, lines=True), file=sys.stderr, flush=True)
         return int(ExitCode.ERROR)
-    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else int(ExitCode.ERROR)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else int(ExitCode.ERROR)
+    if not ended:
+        print(terminal_text(ended_line(code, last), lines=True), file=sys.stderr, flush=True)
+        return int(ExitCode.ERROR)
+    return code
 
 
 def _from_terminal() -> bool:
@@ -97,6 +138,33 @@ def _read(fd: int) -> bytes:
             continue
 
 
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Signals that stop a run (a CI timeout, Ctrl-C, a closed terminal): said as a stop."""
+
+
+def _step_text(crumb: str) -> tuple[str, str]:
+    """(step, ' while MESSAGE' or ' before its first step'), the message escaped."""
+    step, _, message = crumb.partition("\t")
+    where = f" while {terminal_text(message)}" if message else " before its first step"
+    return terminal_text(step), where
+
+
+def stop_line(number: int, crumb: str) -> str:
+    """``parity: stopped (SIGTERM) while ...``: a run ended from outside, not a crash."""
+    _, where = _step_text(crumb)
+    return f"parity: stopped ({signal.Signals(number).name}){where}"
+
+
+def ended_line(code: int, crumb: str) -> str:
+    """The run's process exited without a verdict or an error said: the model's code ended it."""
+    _, where = _step_text(crumb)
+    return (
+        f"parity: error: the run ended without a result: its process exited with status {code}"
+        f"{where}, with no verdict and no error said (did the model's code call os._exit or "
+        "exit?)"
+    )
+
+
 _SIGNALS = {
     "SIGSEGV": "a segmentation fault",
     "SIGABRT": "an abort",
@@ -114,8 +182,8 @@ def crash_line(number: int, crumb: str) -> str:
     except ValueError:
         name = f"signal {number}"
     what = f"{name}, {_SIGNALS[name]}" if name in _SIGNALS else name
-    step, _, message = crumb.partition("\t")
-    where = f" while {message}" if message else " before its first step"
+    step, where = _step_text(crumb)
+    message = crumb.partition("\t")[2]
     if name == "SIGKILL":
         tip = "try --max-memory, fewer or smaller --input-sets, or a machine with more memory"
     elif step == "layers":

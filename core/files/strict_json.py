@@ -81,9 +81,13 @@ def field(data: dict[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
-def array(value: Any, where: str) -> list[Any]:
+def array(value: Any, where: str, *, limit: int | None = None) -> list[Any]:
+    """A JSON list; with `limit`, of at most that many entries (a forged file's 300,000
+    notes are one line, never 300,000 rows on a page)."""
     if not isinstance(value, list):
         raise FieldError(f"{where}: expected a list, got {_show(value)}")
+    if limit is not None and len(value) > limit:
+        raise FieldError(f"{where}: {len(value):,} entries, more than the {limit:,} a run holds")
     return value
 
 

@@ -94,6 +94,9 @@ def _diffs(
     r64 = ref64.astype(np.float64, copy=False)
     with np.errstate(all="ignore"):
         diffs = [a.astype(np.float64) - r64 for a in arrays]
+        finite = np.isfinite(r64)
+        for d in diffs:  # Inf or NaN where float64 is finite: an unbounded error, never 0
+            d[finite & ~np.isfinite(d)] = np.inf
     if exclude is not None:
         try:
             judged = ~np.broadcast_to(np.asarray(exclude, dtype=bool), ref64.shape)
@@ -104,7 +107,9 @@ def _diffs(
 
 
 def _max_abs(d: np.ndarray) -> float:
-    d = np.abs(d[np.isfinite(d)])
+    """The largest error; NaN (non-finite on both sides, where float64 is too) is left out,
+    inf (non-finite where float64 is finite, _diffs) counts: no floor reads it as rounding."""
+    d = np.abs(d[~np.isnan(d)])
     return float(d.max()) if d.size else 0.0
 
 

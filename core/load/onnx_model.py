@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import TensorProto
 
-from parity.errors import OnnxLoadError, RunTimeout, UsageError, first_line
-from parity.files.hashing import update_with_file
+from parity.errors import OnnxLoadError, ParityError, RunTimeout, UsageError, first_line
+from parity.files.hashing import update_with_file, update_with_range
 from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import open_regular
 from parity.load.dtypes import from_onnx_elem_type
@@ -79,7 +79,10 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         onnx.checker.check_model(str(p))
     except Exception as exc:  # ValidationError, and OSError for missing external data
         complaint = first_line(exc)
-        accepted = _accepted_as_ort_runs_it(proto, complaint)
+        try:
+            accepted = _accepted_as_ort_runs_it(proto, complaint)
+        except _OtherComplaint as other:  # the real cause behind an op it set apart
+            raise _load_error(p, f"onnx.checker: {other}") from exc
         if accepted is None:
             raise _load_error(p, f"onnx.checker: {complaint}") from exc
         notes = (f"onnx.checker: {complaint} (accepted: {accepted})",)
@@ -93,6 +96,11 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
 _NODE_ORDER = "must be topologically sorted"
 _NO_OP = re.compile(r"No Op registered for (\S+) with domain_version")
 ORT_DOMAIN = "ai.onnxruntime.default"  # where the checked copy sets ORT's default-domain ops
+
+
+class _OtherComplaint(Exception):
+    """The checker, once the ops ONNX Runtime registers are set apart, refuses the file for
+    something else (unsafe external data, a bad attribute): that is what is said."""
 
 
 def _accepted_as_ort_runs_it(proto: onnx.ModelProto, complaint: str) -> str | None:
@@ -111,7 +119,10 @@ def _accepted_as_ort_runs_it(proto: onnx.ModelProto, complaint: str) -> str | No
         return None  # an op nobody registers: the checker is right
     try:
         check_as_ort_runs(copy)
-    except Exception:
+    except Exception as exc:  # the checker's next complaint is the file's real fault
+        other = first_line(exc)
+        if other and other != complaint:
+            raise _OtherComplaint(other) from exc
         return None
     why = []
     if set_apart:
@@ -334,19 +345,50 @@ def _dtype_name(elem_type: int) -> str:
 
 
 def _sha256(path: Path, proto: onnx.ModelProto) -> str:
-    """Hash of the model file followed by its external-data files, in first-use order."""
+    """Hash of the model file followed by the external data its tensors use, in first-use
+    order: each tensor's (location, offset, length) and those bytes, never the rest of the
+    file (a `location` into a 1 TiB sparse file of which 1 KiB is used hashes 1 KiB)."""
     digest = hashlib.sha256()
     update_with_file(digest, path)
-    seen: set[str] = set()
+    seen: set[tuple[str, int, int]] = set()
     for tensor in onnx.external_data_helper._get_all_tensors(proto):
         if not onnx.external_data_helper.uses_external_data(tensor):
             continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        if location and location not in seen:
-            seen.add(location)
-            digest.update(location.encode())
-            update_with_file(digest, path.parent / location)
+        fields = {e.key: e.value for e in tensor.external_data}
+        location = fields.get("location", "")
+        offset, length = _int(fields.get("offset")) or 0, _int(fields.get("length"))
+        exact = length is not None
+        if length is None:  # the tensor's own size, at most to the file's end (int4 packs)
+            length = _byte_size(tensor)
+        if not location or (location, offset, length) in seen:
+            continue
+        seen.add((location, offset, length))
+        digest.update(f"{location}\0{offset}\0{length}\0".encode())
+        try:
+            update_with_range(digest, path.parent / location, offset, length, exact=exact)
+        except ParityError as exc:
+            raise _load_error(
+                path, f"external data of tensor {tensor.name!r}: {exc.message}"
+            ) from None
     return digest.hexdigest()
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _byte_size(tensor: onnx.TensorProto) -> int:
+    count = 1
+    for dim in tensor.dims:
+        count *= max(0, int(dim))
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except Exception:  # noqa: BLE001 - a type numpy cannot hold: count bytes as one each
+        itemsize = 1
+    return count * itemsize
 
 
 def _load_error(path: Path | str, cause: str) -> OnnxLoadError:

@@ -107,6 +107,9 @@ __all__ = [
 ]
 
 REPORT_SCHEMA = "parity.report/1"
+MAX_NOTES = 10_000
+"""The most entries a saved run's list of sentences may have (analyses, notes, frozen,
+static axes): a run says a few dozen; a forged one's 300,000 is refused in one line."""
 
 ArrayPut = Callable[[str, np.ndarray, str], str]
 """(member name, array, what it is, for errors) -> the member name the manifest records."""
@@ -751,7 +754,9 @@ def _output_set_from_json(entry: Any, at: str, get: ArrayGet) -> OutputSet:
 
 
 def _texts(value: Any, at: str) -> tuple[str, ...]:
-    return tuple(sj.string(n, f"{at}[{j}]") for j, n in enumerate(sj.array(value, at)))
+    return tuple(
+        sj.string(n, f"{at}[{j}]") for j, n in enumerate(sj.array(value, at, limit=MAX_NOTES))
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -1040,7 +1045,7 @@ def frozen_to_json(f: FrozenNode) -> dict[str, Any]:
 def frozen_from_json(raw: Any) -> tuple[FrozenNode, ...]:
     """The run's frozen nodes (absent in runs saved before they were looked for: ())."""
     found = []
-    for i, entry in enumerate(sj.array(raw or [], "frozen")):
+    for i, entry in enumerate(sj.array(raw or [], "frozen", limit=MAX_NOTES)):
         at = f"frozen[{i}]"
         entry = sj.obj(entry, at)
         kind = sj.string(sj.field(entry, "kind", at), f"{at}.kind")
@@ -1079,7 +1084,7 @@ def static_axis_to_json(a: StaticAxis) -> dict[str, Any]:
 def static_axes_from_json(raw: Any) -> tuple[StaticAxis, ...]:
     """The run's static axes (absent in runs saved before they were looked for: ())."""
     found = []
-    for i, entry in enumerate(sj.array(raw or [], "static_axes")):
+    for i, entry in enumerate(sj.array(raw or [], "static_axes", limit=MAX_NOTES)):
         at = f"static_axes[{i}]"
         entry = sj.obj(entry, at)
         found.append(
@@ -1102,7 +1107,7 @@ def analysis_note_to_json(a: AnalysisNote) -> dict[str, Any]:
 def analysis_notes_from_json(raw: Any) -> tuple[AnalysisNote, ...]:
     """The run's analysis notes (absent in runs saved before analyses said them: ())."""
     found = []
-    for i, entry in enumerate(sj.array(raw or [], "analyses")):
+    for i, entry in enumerate(sj.array(raw or [], "analyses", limit=MAX_NOTES)):
         at = f"analyses[{i}]"
         entry = sj.obj(entry, at)
         found.append(

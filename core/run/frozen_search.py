@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import onnx
 
-from parity.errors import OnnxLoadError, ParityError, RunTimeout
+from parity.errors import OnnxLoadError, ParityError, RunTimeout, first_line
 from parity.judge.compare import compare_outputs
 from parity.judge.frozen import Check, Outcome, find_frozen
 from parity.judge.frozen_graph import user_frame
@@ -306,14 +306,22 @@ class _MemoryCheck:
             return ""
         key = tuple(sorted(dims.items()))
         if key not in self._said:
-            need = FORWARD_COPIES * forward_bytes(self._skeleton_model(), self._signature, dims)
+            size = forward_bytes(self._skeleton_model(), self._signature, dims)
+            need = FORWARD_COPIES * size.nbytes
             at = ", ".join(f"{d} {v}" for d, v in dims.items())
-            self._said[key] = (
-                ""
-                if need <= self._budget.limit
-                else f"at {at} the forward needs about {format_size(need)}, over the "
-                f"{format_size(self._budget.limit)} memory budget (--max-memory)"
-            )
+            if size.unsized is not None:  # it may be any size: not tried past the run's own
+                self._said[key] = (
+                    f"at {at} the forward's memory cannot be estimated (ONNX shape inference "
+                    f"does not size {size.unsized}), so it is not tried larger than the run's "
+                    "own sizes"
+                )
+            elif need > self._budget.limit:
+                self._said[key] = (
+                    f"at {at} the forward needs about {format_size(need)}, over the "
+                    f"{format_size(self._budget.limit)} memory budget (--max-memory)"
+                )
+            else:
+                self._said[key] = ""
         return self._said[key]
 
     def _skeleton_model(self) -> onnx.ModelProto:
@@ -348,11 +356,22 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+@dataclass(frozen=True)
+class ForwardSize:
+    """What a forward holds at some dims: the bytes of every value ONNX shape inference
+    sizes, and the first value it cannot size (None when it sizes them all): a contrib op's
+    output (com.microsoft's FusedMatMul), a value inside an `If` branch, a data-dependent
+    shape. Such a value may be any size, so a forward that has one is not estimated."""
+
+    nbytes: int
+    unsized: str | None = None
+
+
 def forward_bytes(
     skeleton: onnx.ModelProto, signature: OnnxSignature, dims: Mapping[str, int]
-) -> int:
-    """Bytes of every value of the graph at `dims` that shape inference sizes (inputs too);
-    where inference fails, the inputs alone scaled by OPAQUE_FACTOR."""
+) -> ForwardSize:
+    """Bytes of every value of the graph at `dims` (inputs too, values inside subgraphs
+    too), and the first value shape inference cannot size (ForwardSize)."""
     model = onnx.ModelProto()
     model.CopyFrom(skeleton)
     inputs = 0
@@ -368,26 +387,50 @@ def forward_bytes(
             if key in dims:
                 dim.Clear()
                 dim.dim_value = int(dims[key])
-        inputs += _value_bytes(value)
+        inputs += _value_bytes(value) or 0
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:
-        return inputs * OPAQUE_FACTOR
-    values = list(inferred.graph.value_info) + list(inferred.graph.output)
-    return inputs + sum(_value_bytes(v) for v in values)
+    except Exception as exc:  # noqa: BLE001 - said as the reason nothing is sized
+        return ForwardSize(inputs, f"ONNX shape inference failed ({first_line(exc)})")
+    total, unsized = inputs, None
+    for graph, inside in _graphs(inferred.graph, None):
+        sizes = {v.name: _value_bytes(v) for v in (*graph.value_info, *graph.output)}
+        total += sum(n for n in sizes.values() if n)
+        if inside is not None:  # a body's own inputs (the main graph's: counted above)
+            body = {v.name: _value_bytes(v) for v in graph.input}
+            total += sum(n for n in body.values() if n)
+            sizes |= body
+        known = {t.name for t in graph.initializer} | set(specs)
+        for node in graph.node:
+            for name in node.output:
+                if unsized is None and name and name not in known and sizes.get(name) is None:
+                    op = f"{node.domain}.{node.op_type}" if node.domain else node.op_type
+                    where = f" inside {inside}" if inside else ""
+                    unsized = f"{op} output {name!r}{where}"
+    return ForwardSize(total, unsized)
 
 
-OPAQUE_FACTOR = 64  # a graph shape inference cannot size: its inputs times this
+def _graphs(
+    graph: onnx.GraphProto, inside: str | None
+) -> Iterator[tuple[onnx.GraphProto, str | None]]:
+    """`graph` and every subgraph in it (an If's branches, a Loop's or Scan's body), each
+    with the node that holds it."""
+    yield graph, inside
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.HasField("g") else list(attr.graphs)
+            for sub in subs:
+                yield from _graphs(sub, f"{node.op_type} {node.name or node.output[0]!r}")
 
 
-def _value_bytes(value: onnx.ValueInfoProto) -> int:
-    """Bytes of one value whose shape is fully known (0 otherwise)."""
+def _value_bytes(value: onnx.ValueInfoProto) -> int | None:
+    """Bytes of one tensor whose shape is fully known; None otherwise (not sized)."""
     t = value.type.tensor_type
-    if not t.HasField("shape") or not t.elem_type:
-        return 0
+    if not value.type.HasField("tensor_type") or not t.HasField("shape") or not t.elem_type:
+        return None
     dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
     if any(d < 0 for d in dims):
-        return 0
+        return None
     try:
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
     except Exception:

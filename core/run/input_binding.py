@@ -13,8 +13,13 @@ TorchScript's ``forward(x, sr)`` against its ONNX file's ``(input, state, sr)``:
 "forward() expected at most 3 argument(s) but received 4"), `signature_mismatch` says both
 signatures and writes the few-line wrapper factory that fixes it.
 
+Only a call that failed at the call itself is blamed on the signature (`at_the_call`): an
+exception raised by the model's own code once forward() ran is the model's error, said as it
+is, whatever the names.
+
 Contract: bind_inputs(feeds, *, keyword, positional) -> InputBinding
 signature_mismatch(model, onnx_inputs, binding, cause) -> SignatureMismatch | None
+at_the_call(exc, module) -> bool
 """
 
 from __future__ import annotations
@@ -104,6 +109,32 @@ def signature_mismatch(
         "(--model wrap.py:make)"
     )
     return SignatureMismatch(message, detail=wrapper_code(model, params, onnx_inputs))
+
+
+_ARGUMENTS = re.compile(
+    r"expected at most \d+ argument|missing value for argument|argument '?\w+'? not provided"
+    r"|unexpected keyword|positional argument|required (positional|keyword)",
+    re.IGNORECASE,
+)
+"""How torch and Python say a call's arguments do not fit (TorchScript's "forward() expected
+at most 3 argument(s) but received 4", Python's "takes 2 positional arguments but 3 were
+given")."""
+
+
+def at_the_call(exc: BaseException, module: Any) -> bool:
+    """Whether calling `module` failed at the call (its arguments do not fit its forward),
+    not in the model's own code: a Python forward (an nn.Module's, an exported program's
+    generated one) whose frame never ran; TorchScript, by torch's words for arguments."""
+    forward = getattr(type(module), "forward", None)
+    code = getattr(forward, "__code__", None)
+    if code is not None and not hasattr(module, "_c"):  # `_c`: a TorchScript module
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is code:
+                return False
+            tb = tb.tb_next
+        return isinstance(exc, TypeError)
+    return bool(_ARGUMENTS.search(str(exc).split("\n", 1)[0]))
 
 
 def _identifier(name: str, taken: set[str]) -> str:

@@ -49,6 +49,22 @@ def _leave_crumb(step: str, message: str) -> None:
         leave_crumbs(None)  # the parent is gone: nobody to tell
 
 
+ENDED = b"\x00\n"
+"""The line a supervised child writes when it ends having said how (a verdict, or the one line
+of an error): a child that exits without it (a model's `os._exit(0)`) ended without a result."""
+
+
+def say_ended() -> None:
+    """Tell the supervising parent (if any) that this process has said how it ends."""
+    import os
+
+    if _crumbs is not None:
+        try:
+            os.write(_crumbs, ENDED)
+        except OSError:
+            leave_crumbs(None)
+
+
 class ProgressReporter:
     """Calls `callback` with ProgressEvents timed from construction (None: does nothing)."""
 

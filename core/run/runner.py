@@ -37,7 +37,12 @@ from parity.limits.deadline import Deadline
 from parity.load.dtypes import from_ort_type
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet, OutputSet
-from parity.run.input_binding import InputBinding, bind_inputs, signature_mismatch
+from parity.run.input_binding import (
+    InputBinding,
+    at_the_call,
+    bind_inputs,
+    signature_mismatch,
+)
 from parity.run.inputs import check_feeds
 from parity.signature import OnnxSignature, TensorSpec
 
@@ -113,7 +118,11 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
         raise
     except BaseException as exc:
         cause = f"{type(exc).__name__}: {first_line(exc)}"
-        mismatch = signature_mismatch(model, list(tensors), binding, cause)
+        mismatch = (
+            signature_mismatch(model, list(tensors), binding, cause)
+            if at_the_call(exc, model.module)
+            else None
+        )
         if mismatch is not None:
             raise mismatch from exc
         raise ModelRunError(

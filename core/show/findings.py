@@ -55,6 +55,7 @@ __all__ = [
 
 HIDDEN_BY_TOLERANCE = "a bug the tolerance hides"  # the words of _hidden_by_tolerance's finding
 MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing outputs stays readable
+MAX_FINDINGS = 200  # in all: what every front renders (a forged run's notes are many)
 
 
 def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
@@ -86,7 +87,7 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
         if n.analysis == "stages" and n.done
     ]
     searched = _frozen_search(run, found)
-    return tuple(
+    every = (
         stages
         + found
         + frozen
@@ -96,6 +97,10 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
         + not_run
         + unmeasured
     )
+    if len(every) <= MAX_FINDINGS:
+        return tuple(every)
+    more = f"… and {len(every) - MAX_FINDINGS:,} more findings, not shown."
+    return (*every[:MAX_FINDINGS], Finding(FindingKind.UNMEASURED, more))
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:

@@ -9,9 +9,10 @@ so a factory still imports its neighbours and an ONNX file finds its external da
 outside the manifest's folder (absolute, or climbing out with ..) lands under `_outside/`,
 by its folder.
 
-A URI (s3://, gs://, https://, file://) is read by the pair's own process on either engine
-(`fetch_uris`): file:// by Parity's safe reader, the others by fsspec and the package for
-the scheme. A SHA-256 pinned in the manifest is checked on what arrived.
+A URI (s3://, gs://, https://, file://) is read where the pair runs on either engine (its
+Ray task, the local engine's thread for it: `fetch_uris`), streamed to the pair's private
+folder within the pair's time: file:// by Parity's safe reader, the others by fsspec and the
+package for the scheme. A SHA-256 pinned in the manifest is checked on what arrived.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +30,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from parity.errors import StorageError, UsageError, first_line
-from parity.files.safe_read import read_bytes
+from parity.files.safe_read import open_regular, read_bytes
+from parity.limits.budget import format_size
+from parity.sweep.names import redacted_text, redacted_uri
 from parity.sweep.plan import InputSlot, PairJob
 
 MAX_FILE = 32 << 30
@@ -191,6 +196,14 @@ Retried = Callable[[str, float], None]
 """(what went wrong, the seconds that try took): one failed read, about to be tried again."""
 
 
+class FetchTimeout(Exception):
+    """The pair's time ran out while its URIs were read (the read is abandoned)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self.uri = uri
+
+
 def fetch_uris(
     job: PairJob,
     folder: Path,
@@ -198,37 +211,95 @@ def fetch_uris(
     *,
     tries: int | None = None,
     backoff: Sequence[float] | None = None,
+    deadline: float | None = None,
 ) -> dict[int, str]:
     """Read every URI input of the pair into `folder` (the pair's private folder); args index
-    -> absolute path. A transient storage error is retried `tries` times in all, after the
-    `backoff` waits, each failed read told to `on_retry`. StorageError (one line) when one
-    cannot be read; UsageError when it differs from its pin."""
+    -> absolute path. Each is streamed to disk (CHUNK bytes at a time), its size checked
+    before (the storage's own size: Content-Length, an object's listing) and while it is read.
+    A transient storage error is retried `tries` times in all, after the `backoff` waits, each
+    failed read told to `on_retry`. StorageError (one line) when one cannot be read;
+    UsageError when it differs from its pin or is too large; FetchTimeout at `deadline`
+    (time.monotonic()): the reads run in a thread that is abandoned there, told to stop at
+    its next chunk, so a server trickling a byte at a time cannot hold the pair past its
+    --timeout."""
+    slots = [s for s in job.inputs if s.kind == "uri"]
+    if not slots:
+        return {}
+    done: dict[str, Any] = {}
+    stop = threading.Event()
+    reading = [slots[0].path]
+
+    def read_all() -> None:
+        try:
+            done["moved"] = _fetch_all(slots, folder, on_retry, tries, backoff, stop, reading)
+        except BaseException as exc:  # handed to the waiting thread
+            done["error"] = exc
+
+    worker = threading.Thread(target=read_all, name="parity-uri-fetch", daemon=True)
+    worker.start()
+    worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        stop.set()
+        raise FetchTimeout(redacted_uri(reading[0]))
+    if "error" in done:
+        raise done["error"]
+    return dict(done["moved"])
+
+
+def _fetch_all(
+    slots: Sequence[InputSlot],
+    folder: Path,
+    on_retry: Retried | None,
+    tries: int | None,
+    backoff: Sequence[float] | None,
+    stop: threading.Event,
+    reading: list[str],
+) -> dict[int, str]:
     tries = STORAGE_TRIES if tries is None else tries
     backoff = STORAGE_BACKOFF_S if backoff is None else backoff
     moved: dict[int, str] = {}
-    for k, slot in enumerate(s for s in job.inputs if s.kind == "uri"):
-        data = _read_retrying(slot.path, on_retry, tries, backoff)
-        if slot.sha256:
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != slot.sha256:
-                raise UsageError(
-                    f"{slot.path}: its SHA-256 is {digest}, the manifest pins {slot.sha256}"
-                )
-        name = PurePosixPath(urlparse(slot.path).path).name or "file"
-        target = folder / f"uri{k}" / name
+    for k, slot in enumerate(slots):
+        reading[0] = slot.path
+        target = folder / f"uri{k}" / uri_file_name(slot.path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        digest = _read_retrying(slot.path, target, uri_limit(slot), on_retry, tries, backoff, stop)
+        if slot.sha256 and digest != slot.sha256:
+            raise UsageError(
+                f"{redacted_uri(slot.path)}: its SHA-256 is {digest}, the manifest pins "
+                f"{slot.sha256}"
+            )
         moved[slot.index] = str(target)
     return moved
 
 
+def uri_file_name(uri: str) -> str:
+    """The name a URI's file gets in the pair's folder: the last part of its path, unless that
+    is no file name (`s3://b/models/..`, `/`, `.`): then `file`."""
+    name = PurePosixPath(urlparse(uri).path).name
+    return name if name not in ("", ".", "..") else "file"
+
+
+def uri_limit(slot: InputSlot) -> int:
+    """The most bytes one URI input may have: an ONNX file (`--onnx`, `--reference-onnx`) is
+    read whole by ONNX's protobuf (2 GiB, parity.load.onnx_read); anything else MAX_FILE."""
+    return ONNX_LIMIT if "onnx" in slot.flag else MAX_FILE
+
+
 def _read_retrying(
-    uri: str, on_retry: Retried | None, tries: int, backoff: Sequence[float]
-) -> bytes:
+    uri: str,
+    target: Path,
+    limit: int,
+    on_retry: Retried | None,
+    tries: int,
+    backoff: Sequence[float],
+    stop: threading.Event | None = None,
+) -> str:
     for n in range(max(1, tries)):
+        if stop is not None and stop.is_set():  # the pair's time ran out during a back-off
+            raise _Stopped(uri)
         start = time.monotonic()
         try:
-            return read_uri(uri)
+            return fetch_uri(uri, target, limit, stop)
         except StorageError as exc:
             if not exc.transient or n + 1 >= tries:
                 if not n:
@@ -310,31 +381,93 @@ _TRANSIENT_ERRNOS = frozenset(
 )
 
 
+CHUNK = 1 << 20
+"""Bytes read from a URI at a time: what one read holds in memory, whatever the file's size."""
+ONNX_LIMIT = 2 << 30
+"""parity.load.onnx_read.MAX_PROTO (not imported: that would import onnx here)."""
+
+
 def read_uri(uri: str, limit: int = MAX_FILE) -> bytes:
-    """The bytes at `uri`: file:// with no extra package, any other scheme with fsspec."""
+    """The bytes at `uri` (a small file: a test's, a manifest's), through fetch_uri."""
+    with tempfile.TemporaryDirectory(prefix="parity-uri-") as tmp:
+        target = Path(tmp) / "file"
+        fetch_uri(uri, target, limit)
+        return read_bytes(target, what=redacted_uri(uri), limit=limit, error=StorageError)
+
+
+def fetch_uri(uri: str, target: Path, limit: int, stop: threading.Event | None = None) -> str:
+    """Stream the bytes at `uri` into the new file `target`, CHUNK at a time; their SHA-256.
+    file:// by Parity's safe reader, any other scheme by fsspec (a fresh filesystem each read:
+    fsspec caches instances per process, which would keep an endpoint or credentials the
+    environment no longer names). The size is checked before the read where the storage
+    says it and while reading always: past `limit`, UsageError, nothing more read. Every
+    message names the URI redacted (parity.sweep.names.redacted_uri)."""
+    shown = redacted_uri(uri)
     scheme = uri.split("://", 1)[0].lower()
     if scheme == "file":
         parsed = urlparse(uri)
         if parsed.netloc not in ("", "localhost"):
-            raise StorageError(f"{uri}: a file:// URI names a path on this machine (file:///PATH)")
-        return read_bytes(unquote(parsed.path), what=uri, limit=limit, error=StorageError)
+            raise StorageError(
+                f"{shown}: a file:// URI names a path on this machine (file:///PATH)"
+            )
+        with open_regular(unquote(parsed.path), what=shown, limit=limit, error=StorageError) as fh:
+            return _copy(fh, target, limit, shown, stop)
     package = FSSPEC_PACKAGES.get(scheme)
     install = f"pip install fsspec {package}" if package else "pip install fsspec"
     try:
         import fsspec
     except ImportError:
-        raise StorageError(f"reading {uri} needs fsspec on the worker: {install}") from None
+        raise StorageError(f"reading {shown} needs fsspec on the worker: {install}") from None
     try:
-        # a fresh filesystem each read: fsspec caches instances per process, which would keep
-        # an endpoint or credentials the environment no longer names (a long-lived driver)
-        with fsspec.open(uri, "rb", skip_instance_cache=True) as fh:
-            data = fh.read(limit + 1)
+        fs, path = fsspec.core.url_to_fs(uri, skip_instance_cache=True)
+        size = _stated_size(fs, path)
+        if size is not None and size > limit:
+            raise UsageError(_too_large(shown, size, limit))
+        # HTTP: a stream (a sized file would fetch ranges, or all of it when it cannot)
+        options = {"block_size": 0} if scheme in ("http", "https") else {}
+        with fs.open(path, "rb", **options) as fh:
+            return _copy(fh, target, limit, shown, stop)
+    except (UsageError, _Stopped):
+        raise
     except ImportError as exc:
-        raise StorageError(f"reading {uri} needs {install} ({first_line(exc)})") from None
-    except Exception as exc:  # every filesystem raises its own: the message is what matters
         raise StorageError(
-            f"cannot read {uri}: {type(exc).__name__}: {first_line(exc)}", transient=transient(exc)
+            f"reading {shown} needs {install} ({redacted_text(first_line(exc))})"
         ) from None
-    if len(data) > limit:
-        raise UsageError(f"{uri}: larger than {limit} bytes")
-    return data
+    except Exception as exc:  # every filesystem raises its own: the message is what matters
+        said = redacted_text(first_line(exc).replace(str(target), shown))
+        raise StorageError(
+            f"cannot read {shown}: {type(exc).__name__}: {said}", transient=transient(exc)
+        ) from None
+
+
+class _Stopped(Exception):
+    """The read was abandoned (its pair's time ran out)."""
+
+
+def _stated_size(fs: Any, path: str) -> int | None:
+    """The size the storage states for `path` (S3's listing, HTTP's Content-Length), if any."""
+    try:
+        size = fs.size(path)
+    except Exception:  # noqa: BLE001 - no stated size: the read itself says what is wrong
+        return None
+    return size if isinstance(size, int) and size >= 0 else None
+
+
+def _copy(fh: Any, target: Path, limit: int, shown: str, stop: threading.Event | None) -> str:
+    digest = hashlib.sha256()
+    total = 0
+    with open(target, "xb") as out:
+        while chunk := fh.read(CHUNK):
+            if stop is not None and stop.is_set():
+                raise _Stopped(shown)
+            total += len(chunk)
+            if total > limit:
+                raise UsageError(_too_large(shown, None, limit))
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
+
+
+def _too_large(shown: str, size: int | None, limit: int) -> str:
+    stated = f"{format_size(size)}, " if size is not None else ""
+    return f"{shown}: {stated}larger than {format_size(limit)}, not read"

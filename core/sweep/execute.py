@@ -29,8 +29,8 @@ from parity.files.atomic import write_bytes
 from parity.files.json_budget import check_json_budget
 from parity.files.safe_read import open_regular, read_bytes
 from parity.limits.budget import format_size
-from parity.sweep.delivery import fetch_uris
-from parity.sweep.names import names_env, renamed_text
+from parity.sweep.delivery import FetchTimeout, fetch_uris
+from parity.sweep.names import names_env, redacted_uri, renamed_text
 from parity.sweep.pair_process import command as pair_command
 from parity.sweep.plan import REPORT, PairJob
 from parity.verdict import ExitCode, Verdict
@@ -130,10 +130,14 @@ def run_pair(
 
         try:
             work.mkdir()
-            fetched = fetch_uris(job, Path(tmp) / "uri", on_retry)
+            deadline = None if job.timeout is None else start + job.timeout
+            fetched = fetch_uris(job, Path(tmp) / "uri", on_retry, deadline=deadline)
             names += uri_names(job, fetched)
             moved = {**(moved or {}), **fetched}
             result, report = _run(job, should_stop, start, work, cwd, moved, names)
+        except FetchTimeout as exc:  # the pair's --timeout counts its reads too
+            text = f"timed out after {job.timeout:g} s (killed) while reading {exc.uri}"
+            result, report = _died(job, start, None, text, "timeout")
         except StorageError as exc:  # its storage failed: `--resume` runs it again
             message = renamed_text(exc.message, names)
             result, report = _died(job, start, None, message, StorageError.kind)
@@ -180,7 +184,7 @@ def pair_names(
 
 def uri_names(job: PairJob, fetched: Mapping[int, str]) -> list[tuple[str, str]]:
     """(where the pair's process reads it, the URI) for every URI input."""
-    return [(fetched[s.index], s.path) for s in job.inputs if s.index in fetched]
+    return [(fetched[s.index], redacted_uri(s.path)) for s in job.inputs if s.index in fetched]
 
 
 def refused(job: PairJob, message: str, *, started: bool = False) -> PairOutput:

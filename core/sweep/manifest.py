@@ -6,8 +6,8 @@
      "sha256": {"r18.onnx": "9f2c..."}}
 
 `args` are `parity validate`'s arguments; the defaults come first. Paths in them are relative
-to the manifest's folder (pairs run there), or URIs (s3://, gs://, https://, file://) that the
-pair's own process reads (parity.sweep.delivery). `sha256` pins a file's or URI's contents: a
+to the manifest's folder (pairs run there), or URIs (s3://, gs://, https://, file://) read
+where the pair runs (parity.sweep.delivery). `sha256` pins a file's or URI's contents: a
 local file that differs stops the sweep before it starts, a URI that differs fails its pair.
 Every pair writes only inside its own folder DIR/NAME: the sweep gives `--json` itself, and
 every other flag that writes (`--html`, `--save-run`, `--repro`, ...: those validate's parser
@@ -32,6 +32,7 @@ from parity.files.safe_read import read_bytes
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.path_flags import PathFlags
 from parity.sweep import SCHEMA
+from parity.sweep.names import redacted_uri
 
 MAX_MANIFEST_BYTES = 64 << 20
 URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -120,7 +121,8 @@ def _pins(value: Any, shown: str) -> dict[str, str]:
         raise UsageError(f"{shown}: sha256 must be a JSON object {{path or URI: SHA-256}}")
     for key, digest in value.items():
         if not isinstance(digest, str) or not SHA256_RE.fullmatch(digest):
-            raise UsageError(f"{shown}: sha256[{key!r}] must be 64 lowercase hexadecimal digits")
+            said = redacted_uri(key) if is_uri(key) else key
+            raise UsageError(f"{shown}: sha256[{said!r}] must be 64 lowercase hexadecimal digits")
     return dict(value)
 
 
@@ -257,7 +259,8 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
         kind, value = kind_path
         if is_uri(value):
             if kind == "dir":
-                raise UsageError(f"{shown}: {where}: {fv.flag} {fv.value}: a URI names one file")
+                said = redacted_uri(fv.value)
+                raise UsageError(f"{shown}: {where}: {fv.flag} {said}: a URI names one file")
             continue
         target = root / value
         if kind == "dir":

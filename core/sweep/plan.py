@@ -5,7 +5,7 @@ A pair never writes where it runs: every file it writes (`--json`, and `--html`,
 `--repro`, ... given as plain names) goes to a private folder that `command_args` names, and
 the driver lands those files in DIR/NAME (parity.sweep.land). Inputs are read where the pair
 runs: the manifest's folder on the local engine, a private copy on a Ray worker
-(parity.sweep.delivery), or a URI the pair's process fetches (`InputSlot.uri`).
+(parity.sweep.delivery), or a URI fetched where the pair runs (`InputSlot.uri`).
 
 The key is a SHA-256 of what decides the pair's result: its arguments (the defaults'
 included), the sweep's timeout, the versions of Parity and of the packages that compute the
@@ -67,7 +67,7 @@ class InputSlot:
     index: int
     flag: str
     kind: str
-    """"file", "dir" (hf:DIR) or "uri" (read by the pair's own process)."""
+    """"file", "dir" (hf:DIR) or "uri" (read where the pair runs)."""
     path: str
     prefix: str = ""
     suffix: str = ""
