@@ -249,6 +249,7 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
     owners = dict(module.named_modules())
     saved: list[tuple[Any, Any]] = []
     hooks: list[Any] = []
+    rounded: set[str] = set()  # a packed weight's split parts round its input once
     try:
         for m in matched:
             start = 0
@@ -256,12 +257,26 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
                 owner = owners[linear.path]
                 old = owner.weight
                 width = old.shape[0] if linear.transposed else old.shape[1]
+                if linear.rows is not None:
+                    width = linear.rows[1] - linear.rows[0]
                 part = m.node.weight[:, start : start + width]
                 start += width
-                value = part.T if linear.transposed else part
-                tensor = torch.from_numpy(np.ascontiguousarray(value)).to(old.dtype)
+                value = torch.from_numpy(
+                    np.ascontiguousarray(part.T if linear.transposed else part)
+                )
+                tensor = value.to(old.dtype)
+                if linear.rows is not None:  # the node's rows of the packed weight
+                    tensor = old.detach().clone()
+                    rows = slice(*linear.rows)
+                    if linear.transposed:
+                        tensor[rows] = value
+                    else:
+                        tensor[:, rows] = value
                 saved.append((owner, old))
                 owner.weight = torch.nn.Parameter(tensor, requires_grad=False)
+                if linear.path in rounded:
+                    continue
+                rounded.add(linear.path)
                 if m.node.dynamic:
                     hooks.append(owner.register_forward_pre_hook(_rounded_input))
                 elif m.node.int8_input:

@@ -18,15 +18,16 @@ holds its neighbour's values).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+from parity.layers.projections import PACKED, split_of
 from parity.load.quantized_weights import QuantizedNode
 from parity.results import QuantizedWeight
 
 SLACK = 1.0 + 1e-3  # one step, with float32's own rounding of the dequantized value
-PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 ALIASES = (("attn.", "self_attn."), ("", "model."))
 DIAGNOSED_BLOCKS = 256
 CHUNK_COLUMNS = 4096  # blocks looked at to say what is wrong (the count covers them all)
@@ -39,9 +40,16 @@ class Linear:
     path: str  # the module's path
     parameter: str  # its weight's full name
     transposed: bool  # torch stores [N, K] (nn.Linear); Conv1D stores [K, N]
+    # the node's rows of a packed weight (output features: GenAI splits Phi-3's gate_up_proj)
+    rows: tuple[int, int] | None = None
 
     def as_b(self, weight: np.ndarray) -> np.ndarray:
-        return weight.T if self.transposed else weight
+        b = weight.T if self.transposed else weight
+        return b if self.rows is None else b[:, self.rows[0] : self.rows[1]]
+
+    @property
+    def words(self) -> str:
+        return self.parameter + (f"[{self.rows[0]}:{self.rows[1]}]" if self.rows else "")
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ class Matched:
     @property
     def names(self) -> str:
         """What it stands for, in words ("" when unmatched)."""
-        return self.initializer or " + ".join(lin.parameter for lin in self.linears)
+        return self.initializer or " + ".join(lin.words for lin in self.linears)
 
 
 def linears(module: object) -> dict[str, Linear]:
@@ -91,7 +99,7 @@ def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = ""
 
     out = []
     for node in nodes:
-        chosen = _by_name(node, table, prefix)
+        chosen = _by_name(node, table, prefix, params)
         weight = None
         if chosen:
             parts = [b_of(lin) for lin in chosen]  # views of torch's own weights
@@ -124,7 +132,9 @@ def _from_weight(name: str) -> str:
     return ""
 
 
-def _by_name(node: QuantizedNode, table: Mapping[str, Linear], prefix: str) -> tuple[Linear, ...]:
+def _by_name(
+    node: QuantizedNode, table: Mapping[str, Linear], prefix: str, params: Mapping[str, Any]
+) -> tuple[Linear, ...]:
     for path in _names(node, prefix):
         if path in table:
             return (table[path],)
@@ -133,6 +143,13 @@ def _by_name(node: QuantizedNode, table: Mapping[str, Linear], prefix: str) -> t
             parts = tuple(f"{parent}.{p}" if parent else p for p in PACKED[leaf])
             if all(p in table for p in parts):
                 return tuple(table[p] for p in parts)
+        split = split_of(path)  # a part of a packed torch weight (equal chunks along N)
+        if split is not None and split[0] in table:
+            whole = table[split[0]]
+            shape = params[whole.parameter].shape
+            n = int(shape[0] if whole.transposed else shape[1])
+            step = n // split[2]
+            return (replace(whole, rows=(split[1] * step, (split[1] + 1) * step)),)
     return ()
 
 

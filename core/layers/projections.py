@@ -14,7 +14,8 @@ parts' paths joined by "+", a chunk's `PATH[k/n]`.
 
 Contract:
 PACKED; respelled(scope) -> str (a slash scope, GenAI's spelling as transformers'),
-projection(path, known) -> Projection | None, parse(key) -> Packed | Chunk | None
+projection(path, known) -> Projection | None, split_of(path) -> (packed path, index, count)
+| None, parse(key) -> Packed | Chunk | None
 """
 
 from __future__ import annotations
@@ -79,17 +80,28 @@ def projection(path: str, known: Collection[str]) -> Projection | None:
             reads=parts[0],
             covers=parts,
         )
-    packed = _EQUAL_CHUNKS.get(leaf)
-    if packed is not None and prefix + packed in known:
-        members = PACKED[packed]
+    split = split_of(path)
+    if split is not None and split[0] in known:
+        whole, index, count = split
         return Projection(
-            f"{prefix}{packed}[{members.index(leaf)}/{len(members)}]",
-            prefix + packed,
-            f"{leaf} (split) against its part of torch's {packed}",
-            reads=prefix + packed,
-            covers=(prefix + packed,),
+            f"{whole}[{index}/{count}]",
+            whole,
+            f"{leaf} (split) against its part of torch's {whole.rpartition('.')[2]}",
+            reads=whole,
+            covers=(whole,),
         )
     return None
+
+
+def split_of(path: str) -> tuple[str, int, int] | None:
+    """A split projection's packed module, its index among the equal parts and their
+    count: `model.layers.0.mlp.up_proj` -> (`model.layers.0.mlp.gate_up_proj`, 1, 2)."""
+    parent, _, leaf = path.rpartition(".")
+    packed = _EQUAL_CHUNKS.get(leaf)
+    if packed is None:
+        return None
+    members = PACKED[packed]
+    return (f"{parent}.{packed}" if parent else packed), members.index(leaf), len(members)
 
 
 def parse(key: str) -> Packed | Chunk | None:
