@@ -448,6 +448,7 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
     owners = dict(module.named_modules())
     saved: list[tuple[Any, str, Any]] = []
     hooks: list[Any] = []
+    rounded: set[str] = set()  # a packed weight's split parts round its input once
     try:
         for m in matched:
             start = 0
@@ -455,15 +456,29 @@ def swapped(module: Any, matched: Sequence[Matched]) -> Iterator[None]:
                 owner = owners[linear.path]
                 old = getattr(owner, linear.leaf)
                 width = old.shape[0] if linear.transposed or old.ndim == 1 else old.shape[1]
+                if linear.rows is not None:
+                    width = linear.rows[1] - linear.rows[0]
                 part = m.node.weight[:, start : start + width]
                 start += width
                 value = part.T if linear.transposed else part
                 if linear.folded:  # the BatchNorm after the conv multiplies it back
                     value = value / fold_factor(module, linear.folded)[:, None]
-                value = np.ascontiguousarray(value).reshape(tuple(old.shape))
-                tensor = torch.from_numpy(value).to(old.dtype)
+                if linear.rows is not None:  # the node's rows of the packed weight
+                    tensor = old.detach().clone()
+                    rows = slice(*linear.rows)
+                    put = torch.from_numpy(np.ascontiguousarray(value)).to(old.dtype)
+                    if linear.transposed:
+                        tensor[rows] = put
+                    else:
+                        tensor[:, rows] = put
+                else:
+                    value = np.ascontiguousarray(value).reshape(tuple(old.shape))
+                    tensor = torch.from_numpy(value).to(old.dtype)
                 saved.append((owner, linear.leaf, old))
                 setattr(owner, linear.leaf, torch.nn.Parameter(tensor, requires_grad=False))
+                if linear.path in rounded:
+                    continue
+                rounded.add(linear.path)
                 if m.node.dynamic:
                     hooks.append(owner.register_forward_pre_hook(_rounded_input))
                 elif m.node.int8_input:

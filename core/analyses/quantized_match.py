@@ -22,15 +22,16 @@ holds its neighbour's values).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
+from parity.layers.projections import PACKED, split_of
 from parity.load.quantized_weights import QuantizedNode
 from parity.results import QuantizedWeight
 
 SLACK = 1.0 + 1e-3  # one step, with float32's own rounding of the dequantized value
-PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 # a fused attention (QAttention) packs its module's q/k/v Linears, in this order
 ATTENTION_PARTS = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"))
 ALIASES = (("attn.", "self_attn."), ("", "model."))
@@ -47,13 +48,20 @@ class Linear:
     transposed: bool  # torch stores [N, K] (nn.Linear); Conv1D stores [K, N]
     folded: str = ""  # a Conv: the path of the BatchNorm the export folded into it
     leaf: str = "weight"  # the module's attribute (a LayerNorm's gamma "weight", beta "bias")
+    # the node's rows of a packed weight (output features: GenAI splits Phi-3's gate_up_proj)
+    rows: tuple[int, int] | None = None
 
     def as_b(self, weight: np.ndarray) -> np.ndarray:
         if weight.ndim > 2:  # a conv's [O, I/groups, kh, kw]
             weight = weight.reshape(weight.shape[0], -1)
         if weight.ndim == 1:  # a norm's gamma or beta, as one row
             return weight.reshape(1, -1)
-        return weight.T if self.transposed else weight
+        b = weight.T if self.transposed else weight
+        return b if self.rows is None else b[:, self.rows[0] : self.rows[1]]
+
+    @property
+    def words(self) -> str:
+        return self.parameter + (f"[{self.rows[0]}:{self.rows[1]}]" if self.rows else "")
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class Matched:
     @property
     def names(self) -> str:
         """What it stands for, in words ("" when unmatched)."""
-        return self.initializer or " + ".join(lin.parameter for lin in self.linears)
+        return self.initializer or " + ".join(lin.words for lin in self.linears)
 
 
 def linears(module: object) -> dict[str, Linear]:
@@ -176,7 +184,7 @@ def match_nodes(nodes: Sequence[QuantizedNode], module: object, prefix: str = ""
                 if tuple(params[conv.parameter].shape) == node.kernel
             }
             table = _with_folds(node, table, module, b_of)
-        chosen = _by_name(node, table, prefix)
+        chosen = _by_name(node, table, prefix, params)
         weight = None
         if chosen:
             parts = [b_of(lin) for lin in chosen]  # views of torch's own weights
@@ -249,7 +257,9 @@ def _by_parameter(node: QuantizedNode, params: Mapping[str, object], prefix: str
     return ()
 
 
-def _by_name(node: QuantizedNode, table: Mapping[str, Linear], prefix: str) -> tuple[Linear, ...]:
+def _by_name(
+    node: QuantizedNode, table: Mapping[str, Linear], prefix: str, params: Mapping[str, Any]
+) -> tuple[Linear, ...]:
     for path in _names(node, prefix):
         if node.op == "QAttention":
             for names in ATTENTION_PARTS:
@@ -264,6 +274,13 @@ def _by_name(node: QuantizedNode, table: Mapping[str, Linear], prefix: str) -> t
             parts = tuple(f"{parent}.{p}" if parent else p for p in PACKED[leaf])
             if all(p in table for p in parts):
                 return tuple(table[p] for p in parts)
+        split = split_of(path)  # a part of a packed torch weight (equal chunks along N)
+        if split is not None and split[0] in table:
+            whole = table[split[0]]
+            shape = params[whole.parameter].shape
+            n = int(shape[0] if whole.transposed else shape[1])
+            step = n // split[2]
+            return (replace(whole, rows=(split[1] * step, (split[1] + 1) * step)),)
     return ()
 
 

@@ -23,6 +23,7 @@ from parity.signature import OnnxSignature, TensorSpec
 PAST_NAME = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 PRESENT_NAME = re.compile(r"^present\.(\d+)\.(key|value)$")
 LOGITS = "logits"
+HIDDEN = ("last_hidden_state", "token_embeddings")  # sentence-transformers: the same rows
 KNOWN_INPUTS = (
     "input_ids",
     "attention_mask",
@@ -200,6 +201,6 @@ def masked_positions(call: CapturedCall, name: str, shape: tuple[int, ...]) -> n
         return mask[:, None, :, None]
     if name == LOGITS and len(shape) == 3 and shape[1] <= mask.shape[1]:
         return mask[:, -shape[1] :, None]
-    if name == "last_hidden_state" and len(shape) == 3 and shape[1] == mask.shape[1]:
+    if name in HIDDEN and len(shape) == 3 and shape[1] == mask.shape[1]:
         return mask[:, :, None]  # an encoder's padded query rows
     return None

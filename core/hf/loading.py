@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from parity.errors import ModelLoadError, first_line
+from parity.hf import sentence
 from parity.hf.heads import FORWARD, SEQ2SEQ, ModelClass, choose_model_class
 from parity.hf.media import is_media_model, load_processor
 from parity.load.pickle_cause import file_pickle_cause, pickle_cause, unpickling_error
@@ -81,28 +82,36 @@ def load_hf_model(
     path = Path(directory)
     if not path.is_dir():
         raise ModelLoadError(f"hf:{directory}: no such directory (hf: takes a local directory)")
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(f"hf:{directory}: no config.json in the directory")
+    # a sentence-transformers folder: the pipeline its modules.json lists (parity.hf.sentence)
+    pipeline = sentence.read_pipeline(path) if sentence.wanted(path, task, onnx_outputs) else None
+    source = str(path / pipeline.transformer) if pipeline and pipeline.transformer else directory
+    if not (Path(source) / "config.json").is_file():
+        raise ModelLoadError(f"hf:{source}: no config.json in the directory")
 
-    config = _load_config(transformers, directory, overrides)
-    model_class = _model_class(config, directory, task=task, onnx_outputs=onnx_outputs)
+    config = _load_config(transformers, source, overrides)
+    if pipeline is not None:
+        model_class = ModelClass("feature-extraction", "AutoModel", FORWARD, pipeline.describe())
+    else:
+        model_class = _model_class(config, directory, task=task, onnx_outputs=onnx_outputs)
     auto_cls = getattr(transformers, model_class.auto_class)
     encoder = model_class.kind == FORWARD
     model = instantiate(
         auto_cls,
         config,
-        directory,
+        source,
         random_weights=random_weights,
         seed=seed,
         max_memory=max_memory,
     )
+    if pipeline is not None:
+        model = sentence.sentence_model(model, pipeline)
     model.eval()
     tokenizer = processor = None
     with quiet_transformers():
         if is_media_model(model):  # pixels or audio: a processor, no tokenizer
-            processor = load_processor(transformers, directory, model.main_input_name)
+            processor = load_processor(transformers, source, model.main_input_name)
         else:
-            tokenizer = _load_tokenizer(transformers, directory, left_pad=not encoder)
+            tokenizer = _load_tokenizer(transformers, source, left_pad=not encoder)
     return LoadedHfModel(
         directory=directory,
         model=model,

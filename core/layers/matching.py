@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from parity.layers import fusion, recurrent
-from parity.layers.onnx_graph import DYNAMO, LEGACY, GraphIndex, fx_text
+from parity.layers import fusion, projections, recurrent
+from parity.layers.onnx_graph import DYNAMO, DYNAMO_NAMES, LEGACY, UNKNOWN, GraphIndex, fx_text
 from parity.layers.torch_side import INPUT, FxCapture, HookCapture, exporter_program
 from parity.results import InputSet
 from parity.signature import OnnxSignature
@@ -28,6 +28,12 @@ from parity.sources import TorchSide
 FX_NAMES = "fx names"
 MODULE_BOUNDARIES = "module boundaries"
 NONE = "none"
+NO_METADATA = (
+    "the ONNX file carries neither the dynamo exporter's node metadata nor the legacy "
+    "exporter's scoped node names (a slimmer such as onnxslim or onnxsim drops them): module "
+    "outputs are matched by the weights each node reads (a node reading `fc1.weight` is in "
+    "module fc1)"
+)
 
 
 @dataclass(frozen=True)
@@ -69,11 +75,12 @@ def make_plan(
         )
     if side.scope_prefix:
         graph = graph.rebased(side.scope_prefix)
-    if graph.exporter == DYNAMO and side.traceable:
+    slimmed = graph.exporter in (UNKNOWN, DYNAMO_NAMES)
+    if graph.exporter in (DYNAMO, DYNAMO_NAMES) and side.traceable:
         program, why = exporter_program(model, input_set, signature)
         notes.extend(why)
         if program is not None:
-            plan = _fx_plan(model, program, graph, notes)
+            plan = _fx_plan(model, program, graph, notes, checked=graph.exporter == DYNAMO)
             if plan.pairs:
                 if getattr(model, "program", None) is None and hasattr(
                     model.module, "named_modules"
@@ -81,11 +88,8 @@ def make_plan(
                     plan.capture.eager = HookCapture(model, signature, call=side.call)
                 return plan
             notes.extend(plan.notes)
-    elif graph.exporter not in (LEGACY, DYNAMO):
-        notes.append(
-            "the ONNX file carries neither the dynamo exporter's node metadata nor the "
-            "legacy exporter's scoped node names (renamed by an optimiser?)"
-        )
+    if slimmed:
+        notes.append(NO_METADATA)
     if kind == "exported_program":
         if graph.exporter == LEGACY:
             notes.append(
@@ -110,7 +114,14 @@ def _nothing(graph: GraphIndex, *notes: str) -> Plan:
     return Plan(NONE, (), None, len(graph.values), 0, tuple(notes))
 
 
-def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> Plan:
+def _fx_plan(
+    model: Any, program: Any, graph: GraphIndex, notes: list[str], *, checked: bool = True
+) -> Plan:
+    """`checked`: each value's producer records its FX node (the exporter's metadata), and
+    a value is compared only where that record is the program's node. Without it (a slimmed
+    file) the value's name alone pairs it, and its module is the FX node's."""
+    if not checked:
+        return _named_fx_plan(model, program, graph, notes)
     capture = FxCapture(
         program,
         _runnable(program),
@@ -193,6 +204,56 @@ def _fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> P
         unmatched_torch,
         tuple(notes),
     )
+
+
+def _named_fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> Plan:
+    """A dynamo export without its node metadata: each ONNX value named like an FX node of
+    the exporter's program is that node's value (graph outputs renamed by `output_names`:
+    the program's user output at the same position); its module is the FX node's own
+    (`nn_module_stack`), a folded BatchNorm's output named at the Conv that made it."""
+    capture = FxCapture(
+        program,
+        _runnable(program),
+        tuple(getattr(model, "parameter_names", ())),
+        tuple(getattr(model, "positional_names", ())),
+    )
+    origins = _output_origins(program, graph)
+    pairs: list[Pair] = []
+    for v in graph.values.values():
+        key = origins.get(v.name, v.name)
+        node = capture.nodes.get(key)
+        if node is None or not _is_tensor_node(node):
+            continue
+        item = _item_of(node)
+        module = (_folded_module(v, item) if item is not None else None) or _fx_module(node)
+        pairs.append(Pair(v.name, key, module, key))
+    pairs.extend(recurrent_fx_pairs(graph, capture.nodes))
+    pairs.sort(key=lambda p: graph.values[p.onnx_value].order)
+    matched = {p.key for p in pairs}
+    unmatched_torch = sum(
+        1 for n in capture.nodes.values() if n.name not in matched and _is_tensor_node(n)
+    )
+    notes.append(
+        f"matched {len(pairs)} ONNX values to FX nodes of the exporter's decomposed program by "
+        "name alone: the file carries no node metadata to check each against (a slimmer "
+        "dropped it); each is named at its FX node's module"
+    )
+    return Plan(
+        FX_NAMES,
+        tuple(pairs),
+        capture,
+        len(graph.values) - len(pairs),
+        unmatched_torch,
+        tuple(notes),
+    )
+
+
+def _fx_module(node: Any) -> str | None:
+    """The innermost module an FX node was traced in (its `nn_module_stack`)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return None
+    return str(list(stack.values())[-1][0]).removeprefix("L['self'].")
 
 
 def _item_of(node: Any) -> Any:
@@ -318,8 +379,15 @@ def _module_plan(
     }
     by_value: dict[str, str] = {}
     candidates: dict[str, tuple[str, ...]] = {}
+    # a scope with no torch module of its own: a packed or split projection's
+    projected = {
+        path: made
+        for path in boundaries
+        if path not in capture.paths
+        and (made := projections.projection(path, capture.paths)) is not None
+    }
     for path, values in boundaries.items():
-        if path not in capture.paths:
+        if path not in capture.paths and path not in projected:
             continue
         # last made first; a value a fusion took the meaning of after every other
         ordered = tuple(
@@ -347,6 +415,10 @@ def _module_plan(
                     "one of the module's outputs moved around (output, h_n, c_n): not compared"
                 )
                 continue
+        if path in projected:
+            made = projected[path]
+            pairs.append(Pair(value, made.key, made.torch_module, None, candidates[path]))
+            continue
         key = folds.get(path, path)
         # a BatchNorm folded into the Conv before it: compared with the BatchNorm's output,
         # named at the Conv's module, whose op made the value (as the dynamo path names it)
@@ -363,7 +435,10 @@ def _module_plan(
     ]
     if layered:
         notes.append(recurrent_note(layered))
-    inputs = _input_pairs(graph, modules, [*pairs, *layered], set(by_value.values()))
+    inputs = [
+        _input_of(p, projected)
+        for p in _input_pairs(graph, modules, [*pairs, *layered], set(by_value.values()))
+    ]
     if inputs:
         notes.append(
             f"{len(inputs)} values that the ops between modules (or in a module's own forward) "
@@ -371,6 +446,12 @@ def _module_plan(
             "pre-hook): an error those ops make is named at them, not at the module after"
         )
     pairs = sorted([*pairs, *layered, *inputs], key=lambda p: graph.values[p.onnx_value].order)
+    packed = sorted({made.words for p, made in projected.items() if p in by_value.values()})
+    if packed:
+        notes.append(
+            "projections the file packs or splits where torch does not are compared with "
+            f"torch's values put the file's way: {'; '.join(packed)}"
+        )
     used = [f"{q} into {p}" for p, q in folds.items() if p in by_value.values()]
     if used:
         notes.append(
@@ -379,6 +460,7 @@ def _module_plan(
             "compared with the folded module's output"
         )
     scoped = set(boundaries) | set(folds.values())
+    scoped |= {m for made in projected.values() for m in made.covers}
     pairs = [
         replace(p, covers=fusion.covered(graph, p.onnx_value, capture.paths, scoped))
         if fusion.is_fused_op(graph.values[p.onnx_value].op)
@@ -408,6 +490,14 @@ def _module_plan(
         unmatched_torch,
         tuple(notes),
     )
+
+
+def _input_of(pair: Pair, projected: Mapping[str, projections.Projection]) -> Pair:
+    """A projection's input pair: the input of the torch module it reads from."""
+    made = projected.get(pair.feeds or "")
+    if made is None:
+        return pair
+    return replace(pair, key=made.reads + INPUT, feeds=made.reads)
 
 
 def _recurrent_leaf(graph: GraphIndex, value: str) -> int | None:

@@ -17,11 +17,15 @@ from pathlib import Path
 
 import onnx
 
-from parity.layers import fusion
+from parity.layers import fusion, projections
 from parity.layers.integer_values import integer_meanings, is_inserted_rounding
 from parity.load.onnx_read import read_onnx
 
 DYNAMO, LEGACY, UNKNOWN = "dynamo", "legacy", "unknown"
+# a dynamo export whose node metadata a slimmer dropped (onnxslim, onnxsim): its nodes keep
+# the exporter's names (`node_linear`), its values the FX nodes' names (`linear`)
+DYNAMO_NAMES = "dynamo names"
+_DYNAMO_NODE = "node_"
 
 _FX_NAME = re.compile(r"^%([\w.]+)\s*:")
 _NUM_USERS = re.compile(r"\[num_users=\d+\]\s*")
@@ -107,22 +111,31 @@ class GraphIndex:
         known = set(paths)
         cache: dict[str, str] = {}
 
+        def walk(scope: str) -> str:
+            full = ""
+            for part in scope.split("/") if scope else []:
+                parent = full.rpartition(".")[0]
+                for guess in (
+                    f"{full}.{part}" if full else part,
+                    f"{parent}.{part}" if parent else part,
+                    part,
+                ):
+                    if guess in known:
+                        full = guess
+                        break
+                else:
+                    full = _called_through(known, full, part)
+            return full
+
         def resolve(scope: str) -> str:
+            """The scope as the file spells it, else as transformers does (GenAI's `attn`:
+            parity.layers.projections): whichever names a module, or whose parent does."""
             if scope not in cache:
-                full = ""
-                for part in scope.split("/") if scope else []:
-                    parent = full.rpartition(".")[0]
-                    for guess in (
-                        f"{full}.{part}" if full else part,
-                        f"{parent}.{part}" if parent else part,
-                        part,
-                    ):
-                        if guess in known:
-                            full = guess
-                            break
-                    else:
-                        full = _called_through(known, full, part)
-                cache[scope] = full
+                tries = [walk(s) for s in dict.fromkeys((scope, projections.respelled(scope)))]
+                cache[scope] = next(
+                    (t for t in tries if t in known),
+                    next((t for t in tries if t.rpartition(".")[0] in known), tries[0]),
+                )
             return cache[scope]
 
         values = {
@@ -136,7 +149,7 @@ class GraphIndex:
         wrapped module ("model.layers.1"): `prefix` ("model.") dropped where it leads. A
         legacy graph, or one whose scopes do not carry the prefix, is returned as is."""
         head = prefix.rstrip(".")
-        if self.exporter != DYNAMO or not head:
+        if self.exporter == LEGACY or not head:  # dynamo's scopes, or weight names'
             return self
         scopes = [v.scope for v in self.values.values() if v.scope]
         if not scopes or not any(s == head or s.startswith(prefix) for s in scopes):
@@ -236,8 +249,13 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
     dynamo = any(
         p.key == "pkg.torch.onnx.fx_node" for n in graph.node[:50] for p in n.metadata_props
     )
-    legacy = not dynamo and any(n.name.startswith("/") for n in graph.node)
+    # legacy: scoped node names, or (a tool renamed the nodes) scoped value names
+    legacy = not dynamo and any(_legacy_name(n) for n in graph.node)
     exporter = DYNAMO if dynamo else LEGACY if legacy else UNKNOWN
+    if exporter == UNKNOWN and any(n.name.startswith(_DYNAMO_NODE) for n in graph.node):
+        exporter = DYNAMO_NAMES
+    slimmed = exporter in (UNKNOWN, DYNAMO_NAMES)
+    weights, constants = _weight_names(graph) if slimmed else ({}, frozenset())
     values: dict[str, GraphValue] = {}
     inputs_of: dict[str, tuple[str, ...]] = {}
     consumers: dict[str, list[int]] = {}
@@ -246,6 +264,8 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
     for order, node in enumerate(graph.node):
         meta = {p.key: p.value for p in node.metadata_props}
         scope, fx_name, fx_target = _node_scope(node, meta, exporter)
+        if slimmed:  # no exporter metadata: the module whose weights the node reads
+            scope = weight_scope(node, weights, constants)
         scope = None if is_inserted_rounding(node) else scope
         if exporter == LEGACY and scope == "":
             scope = fusion.fused_scope(node, initializers) or scope
@@ -279,6 +299,44 @@ def index_graph(proto: onnx.ModelProto) -> GraphIndex:
         n_nodes=len(graph.node),
         output_origins=_output_origins(graph.output),
     )
+
+
+def _weight_names(graph: onnx.GraphProto) -> tuple[dict[str, str], frozenset[str]]:
+    """Value -> the initializer it is (through the Identity nodes exporters put between
+    deduplicated initializers and their readers), for the initializers one node reads: an
+    initializer several nodes read was shared or deduplicated (every zero bias of a fresh
+    model is one tensor), so its name says nothing of which module reads it."""
+    names = {t.name: t.name for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input and node.input[0] in names:
+            names[node.output[0]] = names[node.input[0]]
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type == "Identity":
+            continue
+        for name in dict.fromkeys(i for i in node.input if i in names):
+            readers[names[name]] = readers.get(names[name], 0) + 1
+    named = {value: weight for value, weight in names.items() if readers.get(weight) == 1}
+    return named, frozenset(names)
+
+
+def weight_scope(
+    node: onnx.NodeProto, weights: Mapping[str, str], constants: Collection[str]
+) -> str | None:
+    """The module a node belongs to by the weights it reads (`fc1.weight` -> "fc1"), where
+    nothing else says: slimmers drop node metadata, never initializer names. None when it
+    reads no weight with a state-dict name (`onnx::MatMul_12`, `val_3`: anonymous), or
+    only weights (a Transpose of one: no activation of the module's)."""
+    if all(name in constants for name in node.input if name):
+        return None
+    for name in node.input:
+        weight = weights.get(name)
+        if weight is None or "::" in weight:
+            continue
+        path, dot, leaf = weight.rpartition(".")
+        if dot and path and leaf.isidentifier():
+            return path
+    return None
 
 
 def _output_origins(outputs: Iterable[onnx.ValueInfoProto]) -> dict[str, str]:
@@ -317,10 +375,20 @@ def _node_scope(
             target.group(1).removeprefix("torch.ops.") if target else None,
         )
     if exporter == LEGACY:
-        if not node.name.startswith("/"):
+        scoped = _legacy_name(node)
+        if not scoped:
             return "", None, None
-        return "/".join(node.name.split("/")[1:-1]), None, None  # see resolve_legacy
+        return "/".join(scoped.split("/")[1:-1]), None, None  # see resolve_legacy
     return None, None, None
+
+
+def _legacy_name(node: onnx.NodeProto) -> str:
+    """The legacy exporter's scoped name of a node (`/fc1/Gemm`), else its first output's
+    (`/fc1/Gemm_output_0`: the scopes survive a tool that renames nodes), else ""."""
+    if node.name.startswith("/"):
+        return node.name
+    first = node.output[0] if node.output else ""
+    return first if first.startswith("/") else ""
 
 
 def _called_through(known: Collection[str], full: str, part: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from parity.layers import recurrent
+from parity.layers import projections, recurrent
 from parity.load.export_lock import export_lock
 from parity.load.quiet import quiet_torch
 from parity.results import InputSet
@@ -155,6 +155,8 @@ class HookCapture:
                         on_value(_path, output)
 
                     handles.append(modules[path].register_forward_hook(hook))
+                elif (made := projections.parse(path)) is not None:
+                    handles += _projection_hooks(made, path, modules, on_value)
                 elif path.endswith(INPUT) and path.removesuffix(INPUT) in modules:
 
                     def pre(_m: Any, args: Any, kwargs: Any, _key: str = path) -> None:
@@ -178,8 +180,11 @@ class HookCapture:
 
     def folds(self, input_set: InputSet, scoped: Collection[str]) -> dict[str, str]:
         """Modules the exporter folded into the op before them (a BatchNorm after a Conv):
-        leaf P (scoped in ONNX) -> leaf Q (no scope) where Q's input is P's very output
-        tensor and Q makes a new tensor. P's ONNX value then holds Q's result."""
+        leaf P (scoped in ONNX) -> BatchNorm Q (no scope) where Q's input is P's very output
+        tensor. P's ONNX value then holds Q's result. Only a BatchNorm: in eval it is an
+        affine map per channel, which an exporter can fold into the Conv or Linear before
+        it; a module that reads P's output otherwise (a Linear after a layer norm, whose
+        scope a file spells another way: GenAI's `attn/qkv_proj`) is not folded into it."""
 
         scoped = set(scoped)
         # id -> (weak reference, module): an id alone can be reused once a tensor is freed
@@ -191,7 +196,9 @@ class HookCapture:
             entry = made_by.get(id(t)) if isinstance(t, torch.Tensor) else None
             return entry[1] if entry is not None and entry[0]() is t else None
 
-        def after(path: str) -> Callable[..., None]:
+        def after(path: str, module: Any) -> Callable[..., None]:
+            foldable = isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+
             def hook(_m: Any, args: Any, output: Any) -> None:
                 if not isinstance(output, torch.Tensor):
                     return
@@ -199,7 +206,7 @@ class HookCapture:
                 if first is output:  # identity (eval Dropout): not a fold, not a new value
                     return
                 source = source_of(first)
-                if path not in scoped and source is not None:
+                if path not in scoped and source is not None and foldable:
                     folded.setdefault(source, path)
                 made_by[id(output)] = (weakref.ref(output), path)
 
@@ -207,13 +214,47 @@ class HookCapture:
 
         for path, module in self.model.module.named_modules():
             if path and not list(module.children()):
-                handles.append(module.register_forward_hook(after(path)))
+                handles.append(module.register_forward_hook(after(path, module)))
         try:
             self.forward(input_set)
         finally:
             for h in handles:
                 h.remove()
         return folded
+
+
+def _projection_hooks(
+    made: projections.Packed | projections.Chunk,
+    key: str,
+    modules: dict[str, Any],
+    on_value: ValueCallback,
+) -> list[Any]:
+    """Hooks that hand a packed projection's value (its parts' outputs concatenated on
+    the last axis, once all are made) or a split one's (its chunk of the packed output)."""
+    if isinstance(made, projections.Chunk):
+        if made.path not in modules:
+            return []
+
+        def chunk(_m: Any, _args: Any, output: Any) -> None:
+            if isinstance(output, torch.Tensor) and output.shape[-1] % made.count == 0:
+                on_value(key, output.chunk(made.count, dim=-1)[made.index])
+
+        return [modules[made.path].register_forward_hook(chunk)]
+    if not all(p in modules for p in made.parts):
+        return []
+    pending: dict[str, Any] = {}
+
+    def part(path: str) -> Callable[..., None]:
+        def hook(_m: Any, _args: Any, output: Any) -> None:
+            pending[path] = output
+            if len(pending) == len(made.parts):
+                tensors = [pending.pop(p) for p in made.parts]
+                if all(isinstance(t, torch.Tensor) for t in tensors):
+                    on_value(key, torch.cat(tensors, dim=-1))
+
+        return hook
+
+    return [modules[p].register_forward_hook(part(p)) for p in made.parts]
 
 
 def exporter_program(

@@ -103,3 +103,39 @@ def make_wav2vec2_dir(directory: Path, seed: int = 0) -> str:
     extractor = transformers.Wav2Vec2FeatureExtractor(sampling_rate=16000)
     extractor.save_pretrained(directory)
     return str(directory)
+
+
+def make_sentence_dir(
+    directory: Path,
+    *,
+    pooling: tuple[str, ...] = ("mean",),
+    normalize: bool = True,
+    seed: int = 0,
+) -> str:
+    """A sentence-transformers folder as the hub ships one: a tiny BertModel saved at its
+    root, `modules.json` (Transformer -> Pooling (-> Normalize)), `1_Pooling/config.json` in
+    sentence-transformers' own boolean keys, `2_Normalize/`."""
+    import json
+
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    save_text_model(transformers.BertModel(bert_config()), directory)
+    modules = [("Transformer", ""), ("Pooling", "1_Pooling")]
+    modules += [("Normalize", "2_Normalize")] if normalize else []
+    listed = [
+        {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+        for i, (kind, path) in enumerate(modules)
+    ]
+    (directory / "modules.json").write_text(json.dumps(listed))
+    keys = {"cls": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
+    config = {f"pooling_mode_{v}": k in pooling for k, v in keys.items()}
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    (directory / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": BERT["hidden_size"], **config})
+    )
+    if normalize:
+        (directory / "2_Normalize").mkdir(exist_ok=True)
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64}))
+    return str(directory)
