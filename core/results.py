@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from parity.data.result import DataResult
 from parity.judge.error_profile import ErrorProfile
 from parity.messages import failure_message, with_notes
 from parity.signature import OnnxSignature
@@ -636,6 +637,8 @@ class ValidationRun:
     suggested_tolerances: SuggestedTolerances | None = None
     # what each analysis asked for did, or why it could not (parity.analyses)
     analyses: tuple[AnalysisNote, ...] = ()
+    # --data: what changes per output on the user's samples (parity.analyses.answers)
+    data: DataResult | None = None
 
     @classmethod
     def from_rows(
@@ -725,7 +728,7 @@ class ValidationRun:
         be run at all (the CLI's exit 2); else FAIL."""
         if any(c.info.error is not None for c in self.candidates):
             return Verdict.ERROR
-        if all(c.status.passed for c in self.outputs) and self.outputs:
+        if self.outputs and not self.failing:
             return Verdict.PASS
         return Verdict.FAIL
 
@@ -736,8 +739,15 @@ class ValidationRun:
 
     @property
     def failing(self) -> tuple[str, ...]:
-        """Names of the outputs that fail (any status but pass) in at least one input set."""
-        bad = {c.name for c in self.outputs if not c.status.passed}
+        """Names of the outputs that fail (any status but pass) in at least one input set. An
+        output judged on agreement (--min-agreement) fails on it instead of on its values."""
+        answers = self.data.criteria if self.data is not None else {}
+        bad = {
+            c.name
+            for c in self.outputs
+            if not c.status.passed and not (c.name in answers and c.status is Status.FAIL)
+        }
+        bad |= {name for name, passed in answers.items() if not passed}
         return tuple(name for name in self.output_names if name in bad)
 
     @property

@@ -54,6 +54,7 @@ SETTINGS: dict[str, Words] = {
     "quantized_reference": Words("--no-quantized-reference", "quantized_reference"),
     "timeout": Words("--timeout", "timeout", "Time limit"),
     "max_memory": Words("--max-memory", "max_memory"),
+    "data": Words("--data", "data", "Data set"),
     # an hf: model's options (parity.hf.options.HfOptions)
     "prompt": Words("--prompt", None, "Prompts"),
     "max_new_tokens": Words("--max-new-tokens", None, "Max new tokens"),

@@ -166,6 +166,10 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         data["layers"] = run.layers.to_json()
     if run.quantization is not None:  # a file's quantized weights judged (on by default)
         data["quantization"] = quantization_to_json(run.quantization)
+    if run.data is not None:  # --data: answers on the user's samples (parity.data.codec)
+        from parity.data.codec import data_to_json
+
+        data["data"] = data_to_json(run.data)
     from parity.show.findings import findings_json
 
     data["findings"] = findings_json(run)  # the one list every front renders
@@ -351,7 +355,14 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "frozen": [frozen_to_json(f) for f in run.frozen],
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
         "analyses": [analysis_note_to_json(a) for a in run.analyses],
+        "data": None if run.data is None else _data_to_json(run.data, put),
     }
+
+
+def _data_to_json(data: Any, put: ArrayPut) -> dict[str, Any]:
+    from parity.data.codec import data_to_json
+
+    return plain(data_to_json(data, put))
 
 
 def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> ValidationRun:
@@ -415,7 +426,14 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         static_axes=static_axes_from_json(m.get("static_axes")),
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
         analyses=analysis_notes_from_json(m.get("analyses")),
+        data=_data_from_json(m.get("data"), get),
     )
+
+
+def _data_from_json(raw: Any, get: ArrayGet) -> Any:
+    from parity.data.codec import data_from_json
+
+    return data_from_json(raw, get)
 
 
 def _check_references(references: Sequence[OutputSet | None], outputs_kept: bool) -> None:
