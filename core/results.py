@@ -545,6 +545,7 @@ class FindingKind(StrEnum):
     STAGE = "stage"  # several files as pipeline stages: the first where the numbers break
     # what an approximation the deploy tool applied on purpose costs (FastGelu's tanh GELU, ...)
     APPROXIMATION = "approximation"
+    ANSWERS = "answers"  # --data: what changes for the samples (parity.data.words)
 
 
 FINDING_KINDS = tuple(k.value for k in FindingKind)
@@ -741,14 +742,21 @@ class ValidationRun:
     def failing(self) -> tuple[str, ...]:
         """Names of the outputs that fail (any status but pass) in at least one input set. An
         output judged on agreement (--min-agreement) fails on it instead of on its values."""
-        answers = self.data.criteria if self.data is not None else {}
-        bad = {
-            c.name
-            for c in self.outputs
-            if not c.status.passed and not (c.name in answers and c.status is Status.FAIL)
-        }
-        bad |= {name for name, passed in answers.items() if not passed}
+        bad = {c.name for c in self.verdict_rows if not c.status.passed}
+        bad |= {name for name, passed in self.answer_criteria.items() if not passed}
         return tuple(name for name in self.output_names if name in bad)
+
+    @property
+    def answer_criteria(self) -> dict[str, bool]:
+        """Outputs judged on their answers (--min-agreement with --data): name -> passed."""
+        return self.data.criteria if self.data is not None else {}
+
+    @property
+    def verdict_rows(self) -> tuple[OutputComparison, ...]:
+        """The rows that decide the verdict: all but the value failures of an output judged
+        on its answers (its shape, dtype and errors still count)."""
+        answers = self.answer_criteria
+        return tuple(c for c in self.outputs if not (c.name in answers and c.status is Status.FAIL))
 
     @property
     def comparisons(self) -> tuple[OutputComparison, ...]:

@@ -148,6 +148,10 @@ def format_text(run: ValidationRun) -> str:
         text = format_run(run)
     if not run.is_generation:  # the findings, then the verdict line: still the last line
         head, _, verdict = text.rpartition("\n")
+        if run.data is not None:  # --data: the changed samples, listed by id
+            from parity.data.words import data_lines
+
+            head = head.rstrip() + "\n\n" + "\n".join(map(terminal_text, data_lines(run.data)))
         text = f"{head.rstrip()}{findings_text(run)}\n\n{verdict}" if findings_text(run) else text
     else:
         text += findings_text(run)

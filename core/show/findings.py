@@ -54,8 +54,13 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     confirmed frozen size explains the failure)."""
     found = _per_candidate(run)
     frozen = _frozen(run)
-    # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
-    unmeasured = _unmeasured(run, found) if run.verdict is Verdict.FAIL and not frozen else []
+    # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it (nor
+    # on a data run, where those analyses do not apply: its answers lead)
+    unmeasured = (
+        _unmeasured(run, found)
+        if run.verdict is Verdict.FAIL and not frozen and run.data is None
+        else []
+    )
     not_run = _not_run(run)
     stages = [
         Finding(FindingKind.STAGE, n.text)
@@ -64,7 +69,8 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     ]
     searched = _frozen_search(run, found)
     return tuple(
-        stages
+        _answers(run)
+        + stages
         + found
         + frozen
         + searched
@@ -73,6 +79,21 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
         + not_run
         + unmeasured
     )
+
+
+def _answers(run: ValidationRun) -> list[Finding]:
+    """--data: the answer per output first (parity.data.words), then what was skipped."""
+    if run.data is None:
+        return []
+    from parity.data.words import answer_sentence, skipped_sentence
+
+    named = len(run.data.outputs) > 1
+    found = [
+        Finding(FindingKind.ANSWERS, answer_sentence(run.data, o, named=named), o.name)
+        for o in run.data.outputs
+    ]
+    skipped = skipped_sentence(run.data)
+    return found + ([Finding(FindingKind.ANSWERS, skipped)] if skipped else [])
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:

@@ -31,9 +31,14 @@ def _count(n: int, noun: str) -> str:
 def format_verdict(run: ValidationRun) -> str:
     unit = "step" if run.is_generation else "input set"
     size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
-    failing = [c for c in run.outputs if not c.status.passed]
+    failing = [c for c in run.verdict_rows if not c.status.passed]
+    answers = run.answer_criteria  # --min-agreement: judged on the samples' answers
+    below = [terminal_text(n) for n, passed in answers.items() if not passed]
+    if not failing and not below:
+        on = f"; {', '.join(map(terminal_text, answers))} on its answers" if answers else ""
+        return f"PASS: every output within tolerance ({size}){on}"
     if not failing:
-        return f"PASS: every output within tolerance ({size})"
+        return f"FAIL: below its --min-agreement on the samples' answers: {', '.join(below)}"
     names = sorted({terminal_text(c.name) for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODEL_CODE = '''
+MODEL_CODE = """
 import torch
 from torch import nn
 
@@ -28,7 +28,7 @@ class DigitsNet(nn.Module):
 
 def make():
     return DigitsNet()
-'''
+"""
 
 
 @dataclass(frozen=True)
