@@ -254,3 +254,30 @@ def test_embedding_and_regression_answers_per_sample():
     out = regress.result()
     assert out.relative_error_max == pytest.approx(0.001 * np.abs(ref).max() / ref.std())
     assert out.agree == 40
+
+
+def test_samples_page_shows_the_changed_samples_and_the_overview_leads_with_the_answer(
+    digits, tmp_path
+):
+    from streamlit.testing.v1 import AppTest
+
+    bug = tmp_path / "bug.onnx"
+    plant(digits.onnx, bug, "/fc/Gemm", "bias", 6.0)
+    run = parity.validate(
+        digits.model, str(bug), weights=str(digits.weights), data=str(digits.test_npz)
+    )
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    at = AppTest.from_file(app, default_timeout=180)
+    at.session_state["parity_run"] = run
+    at.switch_page("pages/samples.py").run()
+    assert not at.exception, at.exception
+    assert any(t.value.startswith("On 597 of your samples") for t in at.text)
+    (table,) = at.dataframe
+    assert table.value["sample"].tolist() == [f.sample for f in run.data.outputs[0].flips]
+    assert set(table.value["ONNX class"]) == {0}
+    (chart,) = at.get("plotly_chart")
+    assert sum(json.loads(chart.proto.spec)["data"][0]["y"]) == 597
+    at.switch_page("pages/overview.py").run()
+    assert not at.exception
+    found = next(m.value for m in at.markdown if "On 597 of your samples" in m.value)
+    assert "all to class 0" in found
