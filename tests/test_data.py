@@ -73,6 +73,7 @@ def test_int8_file_fails_atol_yet_changes_almost_no_answer(digits, torch_logits,
     assert accuracy["within_noise"] is True
     assert report["findings"][0]["kind"] == "answers"
     assert report["findings"][0]["text"].startswith("On 597 of your samples")
+    assert "--min-agreement logits=0.995" in report["findings"][0]["text"]  # proposed
 
 
 def test_min_agreement_passes_the_int8_file_on_its_answers(digits, tmp_path):
@@ -84,6 +85,7 @@ def test_min_agreement_passes_the_int8_file_on_its_answers(digits, tmp_path):
     (out,) = report["data"]["outputs"]
     assert out["min_agreement"] == 0.99 and out["passed"] is True
     assert any(o["status"] == "fail" for o in report["outputs"])  # still said, row by row
+    assert "to judge it on them" not in report["findings"][0]["text"]  # given: not proposed
 
 
 def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits, tmp_path):
@@ -144,7 +146,7 @@ def test_imagefolder_of_pngs_through_a_preprocess_file_with_a_bad_sample(digits,
                  "--onnx", str(digits.onnx), *args]) == 2  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["parquet", "jsonl"])
+@pytest.mark.parametrize("kind", ["parquet", "jsonl", "arrow"])
 def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kind):
     x, y = digits.x_test[:40], digits.y_test[:40]
     rows = [{"x": image.tolist(), "label": int(v)} for image, v in zip(x, y, strict=True)]
@@ -154,6 +156,13 @@ def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kin
         import pyarrow.parquet as pq
 
         pq.write_table(pa.Table.from_pylist(rows), path)
+    elif kind == "arrow":  # the stream format, as `datasets` writes its files
+        import pyarrow as pa
+
+        table = pa.Table.from_pylist(rows)
+        with pa.ipc.new_stream(path, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=16):
+                writer.write_batch(batch)
     else:
         lines = [json.dumps(r) for r in rows]
         lines[3] = "{not json"
@@ -166,7 +175,7 @@ def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kin
     assert code == 0
     data = report["data"]
     skipped = [s["id"] for s in data["skipped"]]
-    assert skipped == ([] if kind == "parquet" else ["row 3", "row 5"])
+    assert skipped == ([] if kind != "jsonl" else ["row 3", "row 5"])
     assert data["samples"] == 40 - len(skipped) and data["labels"] == "column label"
     assert data["outputs"][0]["accuracy"]["n"] == data["samples"]
     if skipped:

@@ -1,7 +1,8 @@
 """Reading a data set one sample at a time: a `.npy` / `.npz` of arrays with a leading sample
 axis, a folder of `.npy` / `.npz` samples (or any files through `--preprocess`), the same in
 the ImageFolder layout (`CLASS/FILE`, class folders sorted give the label numbers, as
-torchvision does), or a table (`.parquet`, `.jsonl`) whose columns are named as the inputs.
+torchvision does), or a table (`.parquet`, `.jsonl`, `.arrow`) whose columns are named as
+the inputs.
 
 A sample that cannot be read is yielded with its reason, never raised: the batcher skips it by
 name (parity.data.batches). Nothing here holds more than one sample, but a `.npz` file, whose
@@ -24,7 +25,7 @@ import numpy as np
 from parity.data.options import DataOptions
 from parity.errors import InputError, UsageError
 
-TABLES = (".parquet", ".jsonl")
+TABLES = (".parquet", ".jsonl", ".arrow")
 SAMPLE_FILES = (".npy", ".npz")
 _TABLE_ROWS = 256  # rows a table reader decodes at once
 
@@ -246,6 +247,14 @@ def _table(path: Path, options: DataOptions, input_names: Sequence[str]) -> Data
             for batch in pq.ParquetFile(path).iter_batches(_TABLE_ROWS, columns=columns):
                 yield from batch.to_pylist()
 
+    elif path.suffix == ".arrow":  # Arrow IPC, file or stream (what `datasets` writes)
+        count = None
+        _check_columns(path, _arrow_batches(path).schema.names, columns)
+
+        def rows() -> Iterator[dict[str, Any] | str]:
+            for batch in _arrow_batches(path):
+                yield from batch.select(columns).to_pylist()
+
     else:
         count = None
 
@@ -281,6 +290,28 @@ def _table(path: Path, options: DataOptions, input_names: Sequence[str]) -> Data
 
     labels = f"column {label_column}" if label_column else None
     return DataSet(str(path), "table", count, samples, (), labels)
+
+
+def _arrow_batches(path: Path) -> Any:
+    """An Arrow IPC file's record batches, one at a time (a reader with `.schema`): the
+    random-access file format, else the stream format."""
+    import pyarrow as pa
+
+    try:
+        reader = pa.ipc.open_file(path)
+    except pa.ArrowInvalid:
+        try:
+            return pa.ipc.open_stream(path)
+        except pa.ArrowInvalid as exc:
+            raise InputError(f"--data {path}: not an Arrow IPC file ({exc})") from exc
+
+    class _Batches:
+        schema = reader.schema
+
+        def __iter__(self) -> Iterator[Any]:
+            return (reader.get_batch(i) for i in range(reader.num_record_batches))
+
+    return _Batches()
 
 
 def _check_columns(path: Path, names: Sequence[str], columns: Sequence[str]) -> None:

@@ -84,6 +84,24 @@ def _regression(o: DataOutput, head: str, of: str) -> str:
     )
 
 
+PROPOSED_AGREEMENT = 0.995  # the criterion proposed where the answers hold
+PROPOSE_FROM = 0.995  # ... at or above this agreement, and no shift toward one class
+
+
+def criterion_hint(o: DataOutput, values_fail: bool) -> str:
+    """Where an output's element errors fail but its answers hold (a classification at or
+    above PROPOSE_FROM agreement, its changes not all to one class): the criterion that
+    judges it on them ("" otherwise, and once one is given)."""
+    if o.min_agreement is not None or not values_fail or o.task != "classification":
+        return ""
+    if o.agreement < PROPOSE_FROM or one_class(o.flips) is not None:
+        return ""
+    return (
+        f" Its element errors fail the tolerance while its answers hold: to judge it on "
+        f"them, --min-agreement {o.name}={PROPOSED_AGREEMENT}."
+    )
+
+
 def one_class(flips: tuple[Flip, ...]) -> int | None:
     """The class every changed sample went to, where there are enough to say so."""
     if len(flips) < ONE_CLASS_AT_LEAST:

@@ -85,11 +85,16 @@ def _answers(run: ValidationRun) -> list[Finding]:
     """--data: the answer per output first (parity.data.words), then what was skipped."""
     if run.data is None:
         return []
-    from parity.data.words import answer_sentence, skipped_sentence
+    from parity.data.words import answer_sentence, criterion_hint, skipped_sentence
 
     named = len(run.data.outputs) > 1
+    failing = {c.name for c in run.outputs if c.status is Status.FAIL}
     found = [
-        Finding(FindingKind.ANSWERS, answer_sentence(run.data, o, named=named), o.name)
+        Finding(
+            FindingKind.ANSWERS,
+            answer_sentence(run.data, o, named=named) + criterion_hint(o, o.name in failing),
+            o.name,
+        )
         for o in run.data.outputs
     ]
     skipped = skipped_sentence(run.data)
