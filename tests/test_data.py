@@ -93,7 +93,7 @@ def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits
     plant(digits.onnx, bug, "/fc/Gemm", "bias", 6.0)  # class 0's bias, +6
     code, report = _validate(
         digits, bug, tmp_path, "--data", str(digits.test_npz), "--labels", str(digits.labels),
-        "--min-agreement", "logits=0.99",
+        "--min-agreement", "logits=0.99", "--save-run", str(tmp_path / "run.parity.npz"),
     )  # fmt: skip
     assert code == 1
     (out,) = report["data"]["outputs"]
@@ -107,6 +107,11 @@ def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits
     assert margins == pytest.approx((top2[:, 1] - top2[:, 0]).tolist(), rel=1e-5)
     assert out["passed"] is False
     assert "all to class 0" in report["findings"][0]["text"]
+    html = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "run.parity.npz"), "--html", str(html)]) == 1
+    page = html.read_text()
+    assert "Answers on your data" in page and "all to class 0" in page
+    assert f"<tr><td>{changed[0]}</td>" in page  # the changed samples listed by number
 
 
 def test_imagefolder_of_pngs_through_a_preprocess_file_with_a_bad_sample(digits, tmp_path):
@@ -181,6 +186,28 @@ def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kin
     if skipped:
         assert "not JSON" in data["skipped"][0]["reason"]
         assert "where the model takes [1, 8, 8] per sample" in data["skipped"][1]["reason"]
+
+
+def test_a_file_with_a_fixed_batch_gets_batches_of_that_size_the_last_one_padded(
+    digits, torch_logits, tmp_path
+):
+    fixed = tmp_path / "fixed.onnx"
+    scope: dict = {}
+    exec(compile((digits.folder / "digits_model.py").read_text(), "m", "exec"), scope)
+    net = scope["make"]()
+    net.load_state_dict(torch.load(digits.weights))
+    net.eval()
+    x = torch.from_numpy(digits.x_test[:4])
+    torch.onnx.export(net, (x,), str(fixed), input_names=["x"], dynamo=False)  # batch of 4
+    data = tmp_path / "eleven.npy"
+    np.save(data, digits.x_test[:11])
+    code, report = _validate(digits, fixed, tmp_path, "--data", str(data), "--batch-size", "64")
+    assert code == 0
+    assert [s["label"] for s in report["input_sets"]] == [
+        "samples 0-3", "samples 4-7", "samples 8-10",
+    ]  # fmt: skip
+    (out,) = report["data"]["outputs"]
+    assert out["samples"] == 11 and report["data"]["batch_size"] == 4  # the padding not judged
 
 
 def test_json_contract_and_a_run_that_keeps_no_batch(digits, tmp_path):

@@ -143,12 +143,7 @@ def _folder(
     input_names: Sequence[str],
     preprocess: Callable[[str], Any] | None,
 ) -> DataSet:
-    files = sorted(
-        (Path(root) / f).relative_to(path)
-        for root, dirs, names in os.walk(path)
-        for f in names
-        if not f.startswith(".")
-    )
+    files = sorted((Path(root) / f).relative_to(path) for root, names in _walk(path) for f in names)
     if not files:
         raise InputError(f"--data {path}: the folder holds no file")
     image_folder = all(len(f.parts) == 2 for f in files)
@@ -187,6 +182,14 @@ def _folder(
     fmt = "imagefolder" if image_folder else "folder"
     labels = "the class folders" if image_folder and not options.labels else None
     return DataSet(str(path), fmt, len(files), samples, classes, labels)
+
+
+def _walk(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """(folder, its file names) under `path`; hidden files and folders (".ipynb_checkpoints")
+    are not samples."""
+    for root, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        yield root, [f for f in names if not f.startswith(".")]
 
 
 def _named(value: Any, input_names: Sequence[str]) -> Mapping[str, Any]:
