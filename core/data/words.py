@@ -120,26 +120,33 @@ def skipped_sentence(d: DataResult) -> str:
     return f"{n} sample{'s' * (n != 1)} skipped (could not be used): {shown}{more}."
 
 
-def flip_line(f: Flip, task: str) -> str:
-    """One changed sample: index, id, both answers, torch's margin, near tie or not."""
+def flip_line(f: Flip, task: str, *, ties: bool = True) -> str:
+    """One changed sample: index, id (where it says more), both answers, torch's margin, and
+    near tie or not (`ties` False: not said, the changes being a shift toward one class)."""
     what = "class" if task == "classification" else "nearest neighbour"
-    kind = "near tie" if f.near_tie else "real change"
+    kind = (" (near tie)" if f.near_tie else " (real change)") if ties else ""
+    name = "" if f.id == str(f.sample) else f" ({f.id})"
     return (
-        f"sample {f.sample} ({f.id}): {what} {f.torch} with torch, {f.onnx} with the ONNX file; "
-        f"torch's margin {f.torch_margin:.3g} ({kind})"
+        f"sample {f.sample}{name}: {what} {f.torch} with torch, {f.onnx} with the ONNX file; "
+        f"torch's margin {f.torch_margin:.3g}{kind}"
     )
 
 
 def data_lines(d: DataResult) -> list[str]:
-    """The terminal's "Answers on your data" block: the sentences, then the changed samples."""
-    lines = [f"Answers on your data ({d.source}, {d.samples} samples, {d.format}):"]
-    named = len(d.outputs) > 1
+    """The terminal's block on the samples (the answers themselves lead the findings): each
+    output's changed samples, then the skipped ones; [] when there are none."""
+    lines = []
     for o in d.outputs:
-        lines.append("  " + answer_sentence(d, o, named=named))
-        for f in o.flips[:FLIPS_SHOWN]:
-            lines.append("    " + flip_line(f, o.task))
+        if not o.flips:
+            continue
+        lines.append(f"Changed samples of {o.name} ({o.n_flips} of {o.samples}):")
+        ties = one_class(o.flips) is None
+        lines += ["  " + flip_line(f, o.task, ties=ties) for f in o.flips[:FLIPS_SHOWN]]
         if o.n_flips > FLIPS_SHOWN:
-            lines.append(f"    ... and {o.n_flips - FLIPS_SHOWN} more (--json lists them all)")
+            lines.append(f"  ... and {o.n_flips - FLIPS_SHOWN} more (--json lists them all)")
     if d.skipped:
-        lines.append("  " + skipped_sentence(d))
+        lines.append(f"Skipped samples ({len(d.skipped)}):")
+        lines += [f"  {s.id}: {s.reason}" for s in d.skipped[:FLIPS_SHOWN]]
+        if len(d.skipped) > FLIPS_SHOWN:
+            lines.append(f"  ... and {len(d.skipped) - FLIPS_SHOWN} more (--json lists them all)")
     return lines
