@@ -88,7 +88,7 @@ def test_min_agreement_passes_the_int8_file_on_its_answers(digits, tmp_path):
     assert "to judge it on them" not in report["findings"][0]["text"]  # given: not proposed
 
 
-def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits, tmp_path):
+def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits, tmp_path, capsys):
     bug = tmp_path / "bug.onnx"
     plant(digits.onnx, bug, "/fc/Gemm", "bias", 6.0)  # class 0's bias, +6
     code, report = _validate(
@@ -107,6 +107,12 @@ def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits
     assert margins == pytest.approx((top2[:, 1] - top2[:, 0]).tolist(), rel=1e-5)
     assert out["passed"] is False
     assert "all to class 0" in report["findings"][0]["text"]
+    said = capsys.readouterr().out  # the terminal: each output's worst batch, the changes by id
+    assert "10 batches of your samples (samples 0-63 ... samples 576-596)" in said
+    assert f"Changed samples of logits ({len(changed)} of 597):" in said
+    assert f"  sample {changed[0]}: class " in said
+    verdict = "FAIL: below its --min-agreement on the samples' answers: logits"
+    assert said.strip().splitlines()[-1] == verdict
     html = tmp_path / "report.html"
     assert main(["report", str(tmp_path / "run.parity.npz"), "--html", str(html)]) == 1
     page = html.read_text()
@@ -246,6 +252,8 @@ def test_json_contract_and_a_run_that_keeps_no_batch(digits, tmp_path):
         (["--data", "DATA", "--data-task", "nope=classification"], "--data-task nope"),
         (["--data", "DATA", "--data-task", "logits=ranking"], "choose from classification"),
         (["--data", "missing.npz"], "no such file"),
+        (["--data", "DATA", "--save-reference", "ref.npz"], "--save-reference does not apply"),
+        (["--data", "DATA", "--max-memory", "8K"], "give a smaller --batch-size"),
     ],
 )
 def test_data_usage_errors_exit_2_in_one_line(digits, args, words, capsys):

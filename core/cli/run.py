@@ -95,6 +95,10 @@ def _data_options(args: argparse.Namespace):  # -> DataOptions | None
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} applies only with --data PATH")
         return None
+    if getattr(args, "save_reference", None):
+        raise UsageError(
+            "--save-reference does not apply with --data: a data run keeps no batch's outputs"
+        )
     return DataOptions(
         path=data,
         batch_size=args.batch_size,

@@ -15,6 +15,7 @@ import numpy as np
 from parity.data.read import Sample
 from parity.data.result import Skipped
 from parity.errors import InputError
+from parity.limits.budget import MemoryBudget
 from parity.signature import TensorSpec
 
 
@@ -51,8 +52,11 @@ class Batcher:
         batch_size: int,
         max_bad: float,
         expected: int | None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self._inputs = tuple(inputs)
+        self._budget = budget
+        self._checked_shapes: set[tuple[tuple[int, ...], ...]] = set()
         fixed = fixed_batch(inputs)
         self.batch_size = fixed or batch_size
         self.fixed = fixed is not None
@@ -71,6 +75,7 @@ class Batcher:
                 self._check_bad(final=False)
                 continue
             key = _shapes(checked)
+            self._check_budget(key, checked)
             if pending and (_shapes(pending[0][1]) != key or len(pending) >= self.batch_size):
                 yield self._stack(index, pending)
                 index += 1
@@ -106,6 +111,21 @@ class Batcher:
                 return None
             out[spec.name] = array
         return out
+
+    def _check_budget(
+        self, key: tuple[tuple[int, ...], ...], arrays: dict[str, np.ndarray]
+    ) -> None:
+        """A batch of samples this size within --max-memory (BudgetError, one line, naming
+        --batch-size), checked once per sample size before the batch is stacked."""
+        if self._budget is None or key in self._checked_shapes:
+            return
+        self._checked_shapes.add(key)
+        n_bytes = self.batch_size * sum(a.nbytes for a in arrays.values())
+        self._budget.check(
+            n_bytes,
+            f"a batch of {self.batch_size} samples of {', '.join(map(str, key))}",
+            proceed="give a smaller --batch-size",
+        )
 
     def _check_bad(self, *, final: bool) -> None:
         """InputError once more samples were skipped than --max-bad allows of the data set

@@ -52,8 +52,14 @@ class DataSource(TorchSource):
         self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
         t0 = time.perf_counter()
         self.dataset = data = open_data(self.options, signature.input_names)
+        from parity.limits.budget import MemoryBudget
+
         self.batcher = Batcher(
-            signature.inputs, self.options.batch_size, self.options.max_bad, data.count
+            signature.inputs,
+            self.options.batch_size,
+            self.options.max_bad,
+            data.count,
+            MemoryBudget.of(self._config.max_memory),
         )
         if data.count:
             self.n_cases = math.ceil(data.count / self.batcher.batch_size)
