@@ -325,3 +325,79 @@ def test_samples_page_shows_the_changed_samples_and_the_overview_leads_with_the_
     assert not at.exception
     found = next(m.value for m in at.markdown if "On 597 of your samples" in m.value)
     assert "all to class 0" in found
+
+
+TWO_OUTPUTS = """
+import torch
+from torch import nn
+
+
+class DigitsTwo(nn.Module):  # the trained net's parameters, its features given out too
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        features = nn.functional.max_pool2d(x, 2).flatten(1)
+        return self.fc(features), features
+
+
+def make():
+    return DigitsTwo()
+"""
+
+
+def _nearest(v: np.ndarray) -> np.ndarray:
+    v = v / np.linalg.norm(v, axis=1, keepdims=True)
+    similarity = v @ v.T
+    np.fill_diagonal(similarity, -np.inf)
+    return similarity.argmax(axis=1)
+
+
+def test_an_embedding_output_beside_the_logits_keeps_its_nearest_neighbours(digits, tmp_path):
+    import onnxruntime.quantization as q
+
+    factory = tmp_path / "two.py"
+    factory.write_text(TWO_OUTPUTS)
+    scope: dict = {}
+    exec(compile(TWO_OUTPUTS, str(factory), "exec"), scope)
+    net = scope["make"]()
+    net.load_state_dict(torch.load(digits.weights))
+    net.eval()
+    float_file, int8 = tmp_path / "two.onnx", tmp_path / "two.int8.onnx"
+    torch.onnx.export(
+        net, (torch.from_numpy(digits.x_test[:2]),), str(float_file), input_names=["x"],
+        output_names=["logits", "embedding"], dynamo=False,
+        dynamic_axes={"x": {0: "b"}, "logits": {0: "b"}, "embedding": {0: "b"}},
+    )  # fmt: skip
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            self._left = iter([{"x": digits.x_test[:100]}])
+
+        def get_next(self):  # type: ignore[no-untyped-def]
+            return next(self._left, None)
+
+    q.quantize_static(str(float_file), str(int8), Reader(), quant_format=q.QuantFormat.QDQ,
+                      per_channel=True)  # fmt: skip
+    report = tmp_path / "two.json"
+    args = ["--model", f"{factory}:make", "--weights", str(digits.weights), "--onnx", str(int8)]
+    code = main(["validate", *args, "--data", str(digits.test_npz), "--json", str(report)])
+    assert code == 1
+    data = json.loads(report.read_text())["data"]
+    logits, embedding = data["outputs"]
+    assert (logits["task"], embedding["task"]) == ("classification", "embedding")
+    with torch.no_grad():
+        ref = net(torch.from_numpy(digits.x_test))[1].numpy()
+    onnx = ort.InferenceSession(str(int8)).run(["embedding"], {"x": digits.x_test})[0]
+    same = int((_nearest(ref) == _nearest(onnx)).sum())
+    # two neighbours at nearly one distance may swap with the summation order: within 2
+    assert embedding["neighbours_on"] == 597 and abs(embedding["agree"] - same) <= 2
+    cosine = (ref * onnx).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(onnx, axis=1)
+    assert embedding["cosine_min"] == pytest.approx(float(cosine.min()), rel=1e-4)
+    assert embedding["accuracy"] is None
+    texts = [f["text"] for f in json.loads(report.read_text())["findings"][:2]]
+    assert "(embedding)" in texts[1]
+    assert f"the same for {embedding['agree']} of 597" in texts[1]
