@@ -401,3 +401,14 @@ def test_an_embedding_output_beside_the_logits_keeps_its_nearest_neighbours(digi
     texts = [f["text"] for f in json.loads(report.read_text())["findings"][:2]]
     assert "(embedding)" in texts[1]
     assert f"the same for {embedding['agree']} of 597" in texts[1]
+
+
+def test_a_classification_is_batch_by_classes():
+    from parity.data.answers import answers_for
+    from parity.errors import UsageError
+
+    shapes = {"tokens": ((4, 7, 10), np.dtype("float32"))}
+    with pytest.raises(UsageError, match="a classification is \\(batch, classes\\)"):
+        answers_for(shapes, {"tokens": "classification"}, {})
+    (found,) = answers_for(shapes, {}, {}).values()  # inferred: not a classification
+    assert found.task == "regression" and found.inferred

@@ -33,6 +33,7 @@ import numpy as np
 from parity.data.batches import Batch
 from parity.data.result import DataOutput, Flip, WorstSample
 from parity.data.stats import paired_accuracy
+from parity.errors import UsageError
 
 MAX_FLIPS = 10_000  # flips listed per output (all are counted)
 WORST_KEPT = 8  # samples kept with their arrays per output
@@ -329,6 +330,11 @@ def answers_for(
     found = {}
     for name, (shape, dtype) in names_shapes.items():
         task = tasks.get(name)
+        if task == "classification" and len(shape) != 2:
+            raise UsageError(
+                f"--data-task {name}=classification: output {name} has shape {list(shape)}; "
+                "a classification is (batch, classes): give embedding or regression"
+            )
         found[name] = OutputAnswers(
             name,
             task or infer_task(name, shape, dtype),
