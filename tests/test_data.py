@@ -412,3 +412,21 @@ def test_a_classification_is_batch_by_classes():
         answers_for(shapes, {"tokens": "classification"}, {})
     (found,) = answers_for(shapes, {}, {}).values()  # inferred: not a classification
     assert found.task == "regression" and found.inferred
+
+
+def test_the_api_takes_a_module_in_memory_and_a_data_path(digits, torch_logits):
+    scope: dict = {}
+    exec(compile((digits.folder / "digits_model.py").read_text(), "m", "exec"), scope)
+    net = scope["make"]()
+    net.load_state_dict(torch.load(digits.weights))
+    run = parity.validate(
+        net, str(digits.onnx), data=digits.test_npz, labels=digits.labels,
+        min_agreement={"logits": 1.0},
+    )  # fmt: skip
+    assert run.passed and run.data is not None
+    (out,) = run.data.outputs
+    assert out.agree == 597 and out.passed is True
+    assert out.accuracy is not None
+    assert out.accuracy.torch == pytest.approx((torch_logits.argmax(1) == digits.y_test).mean())
+    with pytest.raises(parity.UsageError, match="labels= and min_agreement= apply only with"):
+        parity.validate(net, str(digits.onnx), labels=digits.labels)
