@@ -430,3 +430,28 @@ def test_the_api_takes_a_module_in_memory_and_a_data_path(digits, torch_logits):
     assert out.accuracy.torch == pytest.approx((torch_logits.argmax(1) == digits.y_test).mean())
     with pytest.raises(parity.UsageError, match="labels= and min_agreement= apply only with"):
         parity.validate(net, str(digits.onnx), labels=digits.labels)
+
+
+def test_a_batch_onnx_runtime_raises_on_is_said_and_its_samples_not_judged(digits, tmp_path):
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(digits.onnx))  # Flatten -> Reshape to a batch of 4, frozen
+    flatten = next(n for n in model.graph.node if n.op_type == "Flatten")
+    model.graph.initializer.append(numpy_helper.from_array(np.array([4, 128]), "four"))
+    reshape = helper.make_node("Reshape", [flatten.input[0], "four"], list(flatten.output))
+    nodes = [reshape if n is flatten else n for n in model.graph.node]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    frozen = tmp_path / "frozen.onnx"
+    onnx.save(model, str(frozen))
+    data = tmp_path / "eleven.npy"
+    np.save(data, digits.x_test[:11])
+    code, report = _validate(digits, frozen, tmp_path, "--data", str(data), "--batch-size", "4")
+    assert code == 1
+    assert [o["status"] for o in report["outputs"]] == ["pass", "pass", "error"]
+    (out,) = report["data"]["outputs"]
+    assert out["samples"] == 8 and report["data"]["samples"] == 11
+    said = [f["text"] for f in report["findings"] if f["kind"] == "answers"]
+    raised = "ONNX Runtime raised on 1 batch(es) (samples 8-10): their samples are not judged."
+    assert raised in said

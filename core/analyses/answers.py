@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from parity.analyses.stage import Analysis, AnalysisContext, CaseHook, Preparation
 from parity.errors import UsageError
-from parity.results import OutputComparison, OutputSet, ValidationRun
+from parity.results import OutputComparison, OutputSet, Status, ValidationRun
 from parity.run.config import RunConfig
 
 if TYPE_CHECKING:
@@ -84,6 +84,15 @@ class Answers(Analysis):
             return run
         outputs = tuple(a.result() for a in (self._answers or {}).values())
         skipped = tuple(batcher.skipped)
+        lead = [c for c in run.outputs if c.candidate == self._lead]
+        raised = sorted({c.input_set for c in lead if c.status is Status.ERROR})
+        if raised:  # ONNX Runtime raised on those batches: nothing to read sample by sample
+            labels = ", ".join(s.label for s in run.input_sets if s.index in raised[:3])
+            more = f" and {len(raised) - 3} more" if len(raised) > 3 else ""
+            self._notes[
+                f"ONNX Runtime raised on {len(raised)} batch(es) ({labels}{more}): their "
+                "samples are not judged"
+            ] = None
         result = DataResult(
             source=data.source,
             format=data.format,

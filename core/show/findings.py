@@ -98,7 +98,8 @@ def _answers(run: ValidationRun) -> list[Finding]:
         for o in run.data.outputs
     ]
     skipped = skipped_sentence(run.data)
-    return found + ([Finding(FindingKind.ANSWERS, skipped)] if skipped else [])
+    found += [Finding(FindingKind.ANSWERS, skipped)] if skipped else []
+    return found + [Finding(FindingKind.ANSWERS, note + ".") for note in run.data.notes]
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
