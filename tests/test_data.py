@@ -321,6 +321,7 @@ def test_samples_page_shows_the_changed_samples_and_the_overview_leads_with_the_
     assert set(table.value["ONNX class"]) == {0}
     (chart,) = at.get("plotly_chart")
     assert sum(json.loads(chart.proto.spec)["data"][0]["y"]) == 597
+    assert len(at.get("image")) == 8  # the worst samples' digits, as thumbnails
     at.switch_page("pages/overview.py").run()
     assert not at.exception
     found = next(m.value for m in at.markdown if "On 597 of your samples" in m.value)
