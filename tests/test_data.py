@@ -217,14 +217,19 @@ def test_a_file_with_a_fixed_batch_gets_batches_of_that_size_the_last_one_padded
 
 
 def test_json_contract_and_a_run_that_keeps_no_batch(digits, tmp_path):
+    events: list = []
     run = parity.validate(
         digits.model,
         str(digits.int8),
+        progress=events.append,
         weights=str(digits.weights),
         data=DataOptions(str(digits.test_npz), batch_size=50, limit=120),
         labels=str(digits.labels),
     )
     assert len(run.input_sets) == math.ceil(120 / 50)
+    said = [e.message for e in events if e.step == "torch"]  # the progress line's words
+    assert said[0] == "torch on samples 0-49 of 120"
+    assert "samples/s, ETA 0:" in said[1]
     assert all(not s.feeds for s in run.input_sets)  # memory of a batch, never of the data
     assert all(not o.arrays for o in run.onnx_outputs)
     data = run.to_json()["data"]
