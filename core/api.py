@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from parity.data.options import DataOptions
 from parity.errors import ParityError, UsageError
 from parity.results import Finding, ValidationRun, register_run_files
 from parity.run.config import RunConfig, default_loaders
@@ -115,6 +116,9 @@ class ValidateOptions:
     suggest: bool = False
     quantized_reference: bool = True
     judge: str = "tolerance"
+    data: str | os.PathLike[str] | DataOptions | None = None
+    labels: str | os.PathLike[str] | None = None
+    min_agreement: Mapping[str, float] | None = None
 
 
 def _options_of(function: str, given: Mapping[str, Any]) -> ValidateOptions:
@@ -276,6 +280,7 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
             reference_file=None if o.reference is None else os.fspath(o.reference),
             max_memory=_max_memory(o.max_memory),
             timeout=o.timeout,
+            data=_data_options(o),
         )
         from parity.pipeline import run_validation
 
@@ -333,6 +338,20 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
 
 
 # --- arguments -> RunConfig ---------------------------------------------------------------
+
+
+def _data_options(o: ValidateOptions) -> DataOptions | None:
+    """data= (a path or DataOptions) with labels= and min_agreement= folded in."""
+    if o.data is None:
+        if o.labels is not None or o.min_agreement:
+            raise UsageError("labels= and min_agreement= apply only with data=")
+        return None
+    options = o.data if isinstance(o.data, DataOptions) else DataOptions(os.fspath(o.data))
+    if o.labels is not None:
+        options = replace(options, labels=os.fspath(o.labels))
+    if o.min_agreement:
+        options = replace(options, min_agreement={**options.min_agreement, **o.min_agreement})
+    return options
 
 
 def _input_mappings(

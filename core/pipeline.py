@@ -97,6 +97,10 @@ def open_source(
 
         assert reference is not None
         return OnnxReferenceSource(config, reference, report, deadline)
+    if config.data is not None:
+        from parity.sources.data import DataSource
+
+        return DataSource(config, loaders, report)
     from parity.sources.torch_inputs import TorchSource
 
     return TorchSource(config, loaders, report)
@@ -343,9 +347,10 @@ def _run_cases(
     cases: list[Case] = []
     t_onnx = t_compare = 0.0
     many = len(slots) > 1
+    keep = source.keeps_arrays
     for case in _source_cases(source, signature, first):
         deadline.check()  # torch cannot be interrupted: checked between cases
-        cases.append(case)
+        cases.append(case if keep else _let_go(case))
         name = case.input_set.label or f"input set {case.input_set.index}"
         fraction = _fraction(len(cases), source.n_cases)
         for slot in slots:
@@ -390,7 +395,7 @@ def _run_cases(
             for hook in hooks:
                 judged = hook(case, slot.index, shown, judged)
             t_compare += time.perf_counter() - t0
-            slot.outputs.append(shown)
+            slot.outputs.append(shown if keep else OutputSet(arrays={}))
             slot.comparisons.extend(replace(c, candidate=slot.index) for c in judged)
     deadline.check()
     _raise_if_none_loaded(slots)
@@ -430,6 +435,15 @@ def _run_cases(
         provenance=provenance,
         generation=generation,
         judge=config.judge,
+    )
+
+
+def _let_go(case: Case) -> Case:
+    """The case as a run that keeps no arrays holds it: its index and label only."""
+    return replace(
+        case,
+        input_set=replace(case.input_set, feeds={}),
+        reference=replace(case.reference, arrays={}),
     )
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from parity.data.result import DataResult
 from parity.judge.error_profile import ErrorProfile
 from parity.messages import failure_message, with_notes
 from parity.signature import OnnxSignature
@@ -591,6 +592,7 @@ class FindingKind(StrEnum):
     STAGE = "stage"  # several files as pipeline stages: the first where the numbers break
     # what an approximation the deploy tool applied on purpose costs (FastGelu's tanh GELU, ...)
     APPROXIMATION = "approximation"
+    ANSWERS = "answers"  # --data: what changes for the samples (parity.data.words)
 
 
 FINDING_KINDS = tuple(k.value for k in FindingKind)
@@ -685,6 +687,8 @@ class ValidationRun:
     analyses: tuple[AnalysisNote, ...] = ()
     # how `verdict` is decided: the tolerance (default) or the cause (parity.show.cause)
     judge: Judge = Judge.TOLERANCE
+    # --data: what changes per output on the user's samples (parity.analyses.answers)
+    data: DataResult | None = None
 
     @classmethod
     def from_rows(
@@ -789,7 +793,7 @@ class ValidationRun:
         candidate could not be run at all; else FAIL."""
         if any(c.info.error is not None for c in self.candidates):
             return Verdict.ERROR
-        if all(c.status.passed for c in self.outputs) and self.outputs:
+        if self.outputs and not self.failing:
             return Verdict.PASS
         return Verdict.FAIL
 
@@ -800,9 +804,23 @@ class ValidationRun:
 
     @property
     def failing(self) -> tuple[str, ...]:
-        """Names of the outputs that fail (any status but pass) in at least one input set."""
-        bad = {c.name for c in self.outputs if not c.status.passed}
+        """Names of the outputs that fail (any status but pass) in at least one input set. An
+        output judged on agreement (--min-agreement) fails on it instead of on its values."""
+        bad = {c.name for c in self.verdict_rows if not c.status.passed}
+        bad |= {name for name, passed in self.answer_criteria.items() if not passed}
         return tuple(name for name in self.output_names if name in bad)
+
+    @property
+    def answer_criteria(self) -> dict[str, bool]:
+        """Outputs judged on their answers (--min-agreement with --data): name -> passed."""
+        return self.data.criteria if self.data is not None else {}
+
+    @property
+    def verdict_rows(self) -> tuple[OutputComparison, ...]:
+        """The rows that decide the verdict: all but the value failures of an output judged
+        on its answers (its shape, dtype and errors still count)."""
+        answers = self.answer_criteria
+        return tuple(c for c in self.outputs if not (c.name in answers and c.status is Status.FAIL))
 
     @property
     def comparisons(self) -> tuple[OutputComparison, ...]:

@@ -55,6 +55,7 @@ SETTINGS: dict[str, Words] = {
     "judge": Words("--judge", "judge", "Judge by"),
     "timeout": Words("--timeout", "timeout", "Time limit"),
     "max_memory": Words("--max-memory", "max_memory"),
+    "data": Words("--data", "data", "Data set"),
     # an hf: model's options (parity.run.hf_options.HfOptions)
     "prompt": Words("--prompt", None, "Prompts"),
     "max_new_tokens": Words("--max-new-tokens", None, "Max new tokens"),

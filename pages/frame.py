@@ -15,7 +15,7 @@ from PIL import Image
 
 from parity.dashboard import state
 from parity.dashboard.access import foreign_host, refuse
-from parity.dashboard.routes import GENERATION_PAGE, PAGES, RUN
+from parity.dashboard.routes import GENERATION_PAGE, PAGES, RUN, SAMPLES_PAGE
 from parity.dashboard.saved_runs import open_initial_run
 from parity.dashboard.sidebar import render_sidebar
 from parity.launch import SWEEP_ENV
@@ -50,13 +50,18 @@ def land_on_sweep(at_root: bool, sweep_page: st.Page) -> None:
 
 def listed_pages() -> tuple[tuple[str, str, str, str], ...]:
     """PAGES, with the Generation page after Layers while the current run has free-running
-    generation (a causal LM's hf: run)."""
+    generation (a causal LM's hf: run), the Samples page after Overview while it was made on
+    a data set (--data)."""
     run = state.raw_run()
+    pages = PAGES
+    if run is not None and run.data is not None:
+        at = [url for *_, url in pages].index("overview") + 1
+        pages = (*pages[:at], SAMPLES_PAGE, *pages[at:])
     g = run.generation if run is not None else None
     if g is None or not g.prompts:
-        return PAGES
-    at = [url for *_, url in PAGES].index("layers") + 1
-    return (*PAGES[:at], GENERATION_PAGE, *PAGES[at:])
+        return pages
+    at = [url for *_, url in pages].index("layers") + 1
+    return (*pages[:at], GENERATION_PAGE, *pages[at:])
 
 
 def main() -> None:

@@ -29,5 +29,9 @@ GENERATION = str(HERE / "generation.py")
 GENERATION_PAGE = (GENERATION, "Generation", ":material/text_fields:", "generation")
 """Listed after Layers, only while the current run has free-running generation (causal LMs)."""
 
+SAMPLES = str(HERE / "samples.py")
+SAMPLES_PAGE = (SAMPLES, "Samples", ":material/photo_library:", "samples")
+"""Listed after Overview, only while the current run was made on a data set (--data)."""
+
 MAIN = str(HERE / "main.py")
 """The script Streamlit runs for `parity dashboard` (app.py runs the same frame)."""

@@ -103,6 +103,9 @@ CANDIDATE_GENERATION = "parity_generation_candidate"  # widget: the Generation p
 CANDIDATES_TABLE = "candidates_table"  # widget: the candidates table
 CANDIDATES_GRID = "candidates_grid"  # widget: the candidates x outputs grid (its selection)
 
+# --- Samples (samples.py)
+SAMPLES_OUTPUT = "parity_samples_output"  # widget: the Samples page's output selectbox
+
 # --- Overview (overview.py)
 OVERVIEW_TABLE = "overview_table"  # widget: the outputs table (a selection opens Inspect)
 OVERVIEW_GRID = "overview_grid"  # widget: the outputs x input sets grid (likewise)

@@ -8,6 +8,7 @@ layers confirmed)."""
 
 from __future__ import annotations
 
+from parity.analyses.answers import Answers
 from parity.analyses.approximation import Approximation
 from parity.analyses.frozen_sizes import FrozenSizes
 from parity.analyses.interface import Analysis
@@ -31,6 +32,12 @@ ANALYSES: tuple[type[Analysis], ...] = (
 )
 
 
+# a data run (--data) keeps no batch's arrays: the analyses that run its cases again have
+# nothing to run on (parity.run.config refuses them when asked for)
+DATA_ANALYSES: tuple[type[Analysis], ...] = (Answers,)
+
+
 def wanted_analyses(config: RunConfig) -> list[Analysis]:
     """A fresh instance of each analysis the config asks for (an instance lives one run)."""
-    return [stage for stage in (cls() for cls in ANALYSES) if stage.wanted(config)]
+    classes = DATA_ANALYSES if config.data is not None else ANALYSES
+    return [stage for stage in (cls() for cls in classes) if stage.wanted(config)]

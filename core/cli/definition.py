@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.cli.parser import Parser
+from parity.data.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BAD
 from parity.judge.pass_rule import RULE_TEXT
 from parity.launch import DASHBOARD_HELP, DEFAULT_HOST, DEFAULT_PORT, SERVER_OPTIONS, UPLOAD_OPTION
 from parity.limits.budget import DEFAULT_MAX_MEMORY, format_size
@@ -231,6 +232,62 @@ INPUTS = Group(
         ),
     ),
 )
+DATA = Group(
+    "answers on your data (what changes per sample: classes, neighbours, accuracy)",
+    (
+        flag(
+            "--data",
+            metavar="PATH",
+            help="your samples instead of generated inputs: a .npy / .npz (arrays named as the "
+            "inputs, leading sample axis), a .parquet / .jsonl table (columns named as the "
+            "inputs), or a folder of samples (ImageFolder: CLASS/FILE)",
+            path=READS,
+        ),
+        flag(
+            "--batch-size",
+            type=int,
+            default=DEFAULT_BATCH_SIZE,
+            metavar="N",
+            help=f"samples per batch (default {DEFAULT_BATCH_SIZE}; a file with a fixed batch "
+            "size: that one)",
+        ),
+        flag("--limit", type=int, metavar="N", help="judge the first N samples only"),
+        flag(
+            "--preprocess",
+            metavar="FILE.py:FN",
+            help="a function from a sample's path to a dict of input arrays (code: trusted as "
+            "--model FILE.py:make)",
+            path=READS,
+        ),
+        flag(
+            "--labels",
+            metavar="FILE.npy|COLUMN",
+            help="one label per sample: accuracy of both sides, its difference and a paired 95%% "
+            "interval (an ImageFolder's labels are its folders)",
+        ),
+        flag(
+            "--max-bad",
+            default=str(DEFAULT_MAX_BAD),
+            metavar="FRACTION",
+            help="samples that may be unreadable, skipped by name, before the run ends with "
+            f"exit 2 (default {DEFAULT_MAX_BAD:g}, or write 1%%)",
+        ),
+        flag(
+            "--data-task",
+            action="append",
+            metavar="NAME=TASK",
+            help="what output NAME is: classification | embedding | regression (default: "
+            "inferred from its name and shape)",
+        ),
+        flag(
+            "--min-agreement",
+            action="append",
+            metavar="NAME=FRACTION",
+            help="judge output NAME on its answers: it passes when at least FRACTION of the "
+            "samples give the same answer (e.g. 0.995), whatever its element errors",
+        ),
+    ),
+)
 RUNTIME = Group(
     "ONNX Runtime",
     (
@@ -415,6 +472,7 @@ HF = Group(
 VALIDATION_GROUPS = (
     MODEL,
     INPUTS,
+    DATA,
     RUNTIME,
     TOLERANCES,
     REPORTS,

@@ -133,6 +133,12 @@ def _write_model_explorer(run: ValidationRun, path: str) -> None:
     write_node_data(run.layers, path, pass_line=run.layers.threshold, onnx_path=run.onnx)
 
 
+def _data_lines(run: ValidationRun) -> list[str]:
+    from parity.data.words import data_lines
+
+    return [terminal_text(line) for line in data_lines(run.data)] if run.data else []
+
+
 def format_text(run: ValidationRun) -> str:
     """A run as the terminal shows it: table or steps, noise, layers."""
     if run.is_generation:
@@ -149,6 +155,8 @@ def format_text(run: ValidationRun) -> str:
         text = format_run(run)
     if not run.is_generation:  # the findings, then the verdict line: still the last line
         head, _, verdict = text.rpartition("\n")
+        if run.data is not None and (lines := _data_lines(run)):  # the changed samples, by id
+            head = head.rstrip() + "\n\n" + "\n".join(lines)
         text = f"{head.rstrip()}{findings_text(run)}\n\n{verdict}" if findings_text(run) else text
     else:
         text += findings_text(run)

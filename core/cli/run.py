@@ -80,9 +80,37 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         ),
         timeout=args.timeout,
         max_memory=max_memory_bytes(args),
+        data=_data_options(args),
     )
     run = run_validation(config, progress=progress_printer())
     return run.renamed(names)  # a sweep pair: files named as its manifest names them
+
+
+def _data_options(args: argparse.Namespace):  # -> DataOptions | None
+    """--data and its flags as DataOptions (None without --data; its flags alone refused)."""
+    from parity.data.options import DataOptions, parse_fraction, parse_min_agreement, parse_pairs
+
+    data = getattr(args, "data", None)
+    given = [f for f in ("preprocess", "labels", "data_task", "min_agreement", "limit")
+             if getattr(args, f, None)]  # fmt: skip
+    if not data:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} applies only with --data PATH")
+        return None
+    if getattr(args, "save_reference", None):
+        raise UsageError(
+            "--save-reference does not apply with --data: a data run keeps no batch's outputs"
+        )
+    return DataOptions(
+        path=data,
+        batch_size=args.batch_size,
+        limit=args.limit,
+        preprocess=args.preprocess,
+        labels=args.labels,
+        max_bad=parse_fraction(str(args.max_bad), "--max-bad"),
+        tasks=parse_pairs(args.data_task, "--data-task"),
+        min_agreement=parse_min_agreement(args.min_agreement),
+    )
 
 
 _OUTPUTS = (

@@ -179,6 +179,10 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         from parity.reports.approximation_json import approximation_to_json
 
         data["approximation"] = approximation_to_json(run.approximation)
+    if run.data is not None:  # --data: answers on the user's samples (parity.data.codec)
+        from parity.data.codec import data_to_json
+
+        data["data"] = data_to_json(run.data)
     from parity.show.findings import findings_json
 
     data["findings"] = findings_json(run)  # the one list every front renders
@@ -369,7 +373,14 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "static_axes": [static_axis_to_json(a) for a in run.static_axes],
         "analyses": [analysis_note_to_json(a) for a in run.analyses],
         "judge": run.judge,
+        "data": None if run.data is None else _data_to_json(run.data, put),
     }
+
+
+def _data_to_json(data: Any, put: ArrayPut) -> dict[str, Any]:
+    from parity.data.codec import data_to_json
+
+    return plain(data_to_json(data, put))
 
 
 def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> ValidationRun:
@@ -434,6 +445,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         suggested_tolerances=suggested_from_json(m.get("suggested_tolerances")),
         analyses=analysis_notes_from_json(m.get("analyses")),
         judge=_judge_from_json(m.get("judge", "tolerance")),
+        data=_data_from_json(m.get("data"), get),
     )
 
 
@@ -442,6 +454,12 @@ def _judge_from_json(raw: Any) -> Judge:
         return judge_of(sj.string(raw, "judge"))
     except ValueError as exc:
         raise sj.FieldError(str(exc)) from None
+
+
+def _data_from_json(raw: Any, get: ArrayGet) -> Any:
+    from parity.data.codec import data_from_json
+
+    return data_from_json(raw, get)
 
 
 def _check_references(references: Sequence[OutputSet | None], outputs_kept: bool) -> None:

@@ -55,6 +55,7 @@ def render_html_report(run: ValidationRun) -> str:
         failing = _failing(run)
         sections = [  # plain words first (parity.show.summary), the numbers, then the notes
             _header(run, failing),
+            _data(run),
             _numbers_lead(run, failing),
             _grid(run),
             _outputs_table(run),
@@ -152,6 +153,42 @@ def _numbers_lead(
     if more > 0:
         items += f"<li>{more} more failing output{_s(more)}: see the table below.</li>"
     return f"<section><h2>In numbers</h2><ul class='lead'>{items}</ul></section>"
+
+
+def _data(run: ValidationRun) -> str:
+    """--data: each output's changed samples by id (the answer itself leads the findings),
+    and the samples that were skipped."""
+    d = run.data
+    if d is None:
+        return ""
+    from parity.data.words import FLIPS_SHOWN
+
+    parts = [
+        "<section><h2>Answers on your data</h2>",
+        f"<p>{_e(d.source)}: {d.samples} samples ({_e(d.format)}, batches of {d.batch_size}).</p>",
+    ]
+    for o in d.outputs:
+        what = "class" if o.task == "classification" else "neighbour"
+        parts.append(f"<h3>{_e(o.name)}: {_e(o.task)}, {o.agree} of {o.samples} agree</h3>")
+        if not o.flips:
+            continue
+        rows = "".join(
+            f"<tr><td>{f.sample}</td><td>{_e(f.id)}</td><td>{f.torch}</td><td>{f.onnx}</td>"
+            f"<td>{f.torch_margin:.3g}</td><td>{'near tie' if f.near_tie else 'real change'}"
+            "</td></tr>"
+            for f in o.flips[: 5 * FLIPS_SHOWN]
+        )
+        more = o.n_flips - min(len(o.flips), 5 * FLIPS_SHOWN)
+        parts.append(
+            f"<table><tr><th>sample</th><th>id</th><th>torch {what}</th><th>ONNX {what}</th>"
+            f"<th>torch margin</th><th></th></tr>{rows}</table>"
+            + (f"<p>... and {more} more (the JSON report lists them all).</p>" if more else "")
+        )
+    if d.skipped:
+        items = "".join(f"<li>{_e(s.id)}: {_e(s.reason)}</li>" for s in d.skipped[:50])
+        parts.append(f"<h3>Skipped samples ({len(d.skipped)})</h3><ul>{items}</ul>")
+    parts.append("</section>")
+    return "".join(parts)
 
 
 def _technical_notes(run: ValidationRun) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from parity.data.options import DataOptions  # parity.data stands below parity.run
 from parity.errors import UsageError
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind
@@ -64,6 +65,8 @@ class RunConfig:
     max_memory: int | None = (
         None  # bytes of inputs/feeds/reference a run may hold (parity.limits.budget)
     )
+    # --data: answers on the user's data set, read in batches (parity.sources.data)
+    data: DataOptions | None = None
 
     @property
     def n_given_sets(self) -> int:
@@ -170,6 +173,7 @@ def _problems(config: RunConfig) -> Iterator[UsageError]:
         except UsageError as exc:
             yield exc
     yield from _candidate_problems(config)
+    yield from _data_problems(config)
     if config.model is not None and config.reference_file is not None:
         yield UsageError(("give either ", Mention("model"), " or ", _REFERENCE_ALONE, ", not both"))
     if config.reference_file is not None and not config.n_given_sets:
@@ -299,6 +303,33 @@ def _candidate_problems(config: RunConfig) -> Iterator[UsageError]:
         yield UsageError(
             ("an hf: model's generate() steps are validated against one ONNX file: ",
              *_ONE_OF_EACH),
+        )  # fmt: skip
+
+
+def _data_problems(config: RunConfig) -> Iterator[UsageError]:
+    """--data needs a torch model and is its inputs; the analyses that run cases again do
+    not apply (a data run keeps no batch's arrays)."""
+    if config.data is None:
+        return
+    for text in config.data.problems():
+        yield UsageError(text)
+    if config.kind is not RunKind.TORCH:
+        yield UsageError(
+            ("needs a torch model (", _MODEL, "; not hf: yet)"), setting=Setting("data")
+        )
+    clash = _set_flags(
+        ("input_files", bool(config.n_given_sets)),
+        ("dims", bool(config.dims)),
+        ("n_input_sets", config.n_input_sets is not None),
+        ("float_range", bool(config.float_ranges) or config.float_range is not None),
+        ("layers", config.layers),
+        ("noise_floor", config.noise_floor),
+        ("suggest", config.suggest),
+    )
+    if clash:
+        yield UsageError(
+            (*_listed(clash), f" {_do(clash)} not apply with ", Mention("data"),
+             ": its samples are the inputs, and a data run keeps no batch's arrays"),
         )  # fmt: skip
 
 

@@ -60,6 +60,22 @@ def config_json(config: RunConfig) -> dict[str, Any]:
         "judge": str(config.judge),
         "timeout": None if config.timeout is None else float(config.timeout),
         "max_memory": config.max_memory,
+        # what --data read, for the record: a reopened run is not given it again (a
+        # --preprocess file is code, and runs only from a path the user typed)
+        "data": None if config.data is None else _data_json(config.data),
+    }
+
+
+def _data_json(data: Any) -> dict[str, Any]:
+    return {
+        "path": data.path,
+        "batch_size": int(data.batch_size),
+        "limit": data.limit,
+        "preprocess": data.preprocess,
+        "labels": data.labels,
+        "max_bad": float(data.max_bad),
+        "tasks": dict(data.tasks),
+        "min_agreement": {k: float(v) for k, v in data.min_agreement.items()},
     }
 
 

@@ -65,7 +65,7 @@ def judge_by_cause(run: ValidationRun) -> CauseJudgement:
         for f in failing
         if f.output is not None
     }
-    for c in run.outputs:
+    for c in run.verdict_rows:  # an output judged on its answers (--min-agreement) is not
         key = (c.candidate, c.name)
         if c.status.passed or key in seen:
             continue
@@ -78,6 +78,8 @@ def judge_by_cause(run: ValidationRun) -> CauseJudgement:
             intended.append((*key, kind))
         else:
             unexplained.append(key)
+    # --min-agreement: an output whose answers changed beyond it fails, whatever the cause
+    unexplained += [(0, n) for n, ok in run.answer_criteria.items() if not ok]
     verdict = Verdict.FAIL if failing or unexplained else Verdict.PASS
     return CauseJudgement(verdict, failing, tuple(unexplained), tuple(intended))
 

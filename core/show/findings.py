@@ -77,9 +77,10 @@ def all_findings(run: ValidationRun) -> tuple[Finding, ...]:
 def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
     found = _per_candidate(run, limit)
     frozen = _frozen(run)
-    # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it
+    # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it (nor
+    # on a data run, where those analyses do not apply: its answers lead)
     failed = run.tolerance_verdict is Verdict.FAIL
-    unmeasured = _unmeasured(run, found) if failed and not frozen else []
+    unmeasured = _unmeasured(run, found) if failed and not frozen and run.data is None else []
     not_run = _not_run(run)
     stages = [
         Finding(FindingKind.STAGE, n.text)
@@ -88,7 +89,8 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
     ]
     searched = _frozen_search(run, found)
     every = (
-        stages
+        _answers(run)
+        + stages
         + found
         + frozen
         + searched
@@ -101,6 +103,27 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
         return tuple(every)
     more = f"… and {len(every) - MAX_FINDINGS:,} more findings, not shown."
     return (*every[:MAX_FINDINGS], Finding(FindingKind.UNMEASURED, more))
+
+
+def _answers(run: ValidationRun) -> list[Finding]:
+    """--data: the answer per output first (parity.data.words), then what was skipped."""
+    if run.data is None:
+        return []
+    from parity.data.words import answer_sentence, criterion_hint, skipped_sentence
+
+    named = len(run.data.outputs) > 1
+    failing = {c.name for c in run.outputs if c.status is Status.FAIL}
+    found = [
+        Finding(
+            FindingKind.ANSWERS,
+            answer_sentence(run.data, o, named=named) + criterion_hint(o, o.name in failing),
+            o.name,
+        )
+        for o in run.data.outputs
+    ]
+    skipped = skipped_sentence(run.data)
+    found += [Finding(FindingKind.ANSWERS, skipped)] if skipped else []
+    return found + [Finding(FindingKind.ANSWERS, note + ".") for note in run.data.notes]
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:

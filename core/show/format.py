@@ -4,7 +4,7 @@ string from a file (names, paths, messages) is one field of text (parity.text.te
 from __future__ import annotations
 
 from parity.judge.where import WhereProfile, where_of
-from parity.labels import status_label, wrong_pair_note
+from parity.labels import status_label, worst_first, wrong_pair_note
 from parity.results import OutputComparison, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import cause_line
@@ -36,9 +36,14 @@ def format_verdict(run: ValidationRun) -> str:
         return cause_line(run)
     unit = "step" if run.is_generation else "input set"
     size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
-    failing = [c for c in run.outputs if not c.status.passed]
+    failing = [c for c in run.verdict_rows if not c.status.passed]
+    answers = run.answer_criteria  # --min-agreement: judged on the samples' answers
+    below = [terminal_text(n) for n, passed in answers.items() if not passed]
+    if not failing and not below:
+        on = f"; {', '.join(map(terminal_text, answers))} on its answers" if answers else ""
+        return f"PASS: every output within tolerance ({size}){on}"
     if not failing:
-        return f"PASS: every output within tolerance ({size})"
+        return f"FAIL: below its --min-agreement on the samples' answers: {', '.join(below)}"
     names = sorted({terminal_text(c.name) for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (
@@ -99,12 +104,35 @@ def run_head(run: ValidationRun, *, onnx: bool = True) -> str:
 
 def format_run(run: ValidationRun) -> str:
     head = run_head(run)
-    failures = [format_failure(c, where_of(run, c)) for c in run.outputs if not c.status.passed]
-    parts = [head, format_input_sets(run), "", format_table(run)]
+    view, sets = _batches_view(run)
+    failures = [format_failure(c, where_of(view, c)) for c in view.outputs if not c.status.passed]
+    parts = [head, sets or format_input_sets(run), "", format_table(view)]
     if failures:
         parts += ["", *failures]
     parts += ["", format_verdict(run)]
     return "\n".join(parts)
+
+
+DATA_ROWS_ALL = 4
+"""Batches of a data run whose every row the terminal lists; past it, each output's worst."""
+
+
+def _batches_view(run: ValidationRun) -> tuple[ValidationRun, str]:
+    """A data run (--data) of many batches as the terminal shows it: each output's worst batch
+    (hundreds of batches would be screens of rows; --json keeps every one), and one line for
+    the batches. Any other run: itself, and ""."""
+    n = len(run.input_sets)
+    if run.data is None or n <= DATA_ROWS_ALL:
+        return run, ""
+    worst: dict[str, OutputComparison] = {}
+    for c in worst_first(run.outputs):
+        worst.setdefault(c.name, c)
+    first, last = run.input_sets[0].label, run.input_sets[-1].label
+    line = (
+        f"{n} batches of your samples ({first} ... {last}); each output's worst batch below "
+        "(--json: every batch)"
+    )
+    return run.with_rows([c for c in run.outputs if worst.get(c.name) is c]), line
 
 
 def _wrong_pair_line(run: ValidationRun) -> str:

@@ -2,9 +2,10 @@
 
 A source yields `Case`s lazily: an input set, the reference outputs for it, and what must
 not be judged. Kinds today: generated or given inputs + a torch model (`torch_inputs`),
-stored reference outputs (`stored`), the captured generate() calls of an hf: model
-(`parity.hf.source`), a reference ONNX file (`onnx_reference`; its `reference_signature` is
-the signature cases are made for, where other sources take the first candidate's).
+stored reference outputs (`stored`), a data set read in batches (`data`), the captured
+generate() calls of an hf: model (`parity.hf.source`), a reference ONNX file
+(`onnx_reference`; its `reference_signature` is the signature cases are made for, where
+other sources take the first candidate's).
 A new kind of run is a new Source; a new way to run the ONNX side is a new candidate in
 the loop (parity.run.candidates). Neither is a new orchestrator. `--layers` is the same loop
 with intermediate values compared: each source hands its torch side (`torch_side()`) to
@@ -146,6 +147,9 @@ class Source(Protocol):
 
     # the frozen-at-export search and the static-axis check need torch at other sizes
     runs_other_sizes: bool = False
+    # the run keeps each case's arrays (inputs, reference, ONNX outputs) for the pages; a data
+    # set's batches (parity.sources.data) are judged while they pass, and let go
+    keeps_arrays: bool = True
 
     def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> Any:
         """Torch's outputs on one more input set at any size (`runs_other_sizes`); default:

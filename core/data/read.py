@@ -1,0 +1,358 @@
+"""Reading a data set one sample at a time: a `.npy` / `.npz` of arrays with a leading sample
+axis, a folder of `.npy` / `.npz` samples (or any files through `--preprocess`), the same in
+the ImageFolder layout (`CLASS/FILE`, class folders sorted give the label numbers, as
+torchvision does), or a table (`.parquet`, `.jsonl`, `.arrow`) whose columns are named as
+the inputs.
+
+A sample that cannot be read is yielded with its reason, never raised: the batcher skips it by
+name (parity.data.batches). Nothing here holds more than one sample, but a `.npz` file, whose
+members numpy reads whole.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parity.data.options import DataOptions
+from parity.errors import InputError, UsageError
+
+TABLES = (".parquet", ".jsonl", ".arrow")
+SAMPLE_FILES = (".npy", ".npz")
+_TABLE_ROWS = 256  # rows a table reader decodes at once
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample: its number in the data set's order, its id (a path relative to the folder,
+    a row, an index), its input arrays without the sample axis (None: unreadable, `reason`
+    says why) and its label (None: none)."""
+
+    index: int
+    id: str
+    arrays: Mapping[str, Any] | None
+    label: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """A data set opened: `count` its number of samples where known up front (after
+    --limit), `classes` an ImageFolder's class names, `samples()` reads them in order."""
+
+    source: str
+    format: str
+    count: int | None
+    samples: Callable[[], Iterator[Sample]]
+    classes: tuple[str, ...] = ()
+    labels: str | None = None  # where the labels come from, in words
+
+
+def open_data(options: DataOptions, input_names: Sequence[str]) -> DataSet:
+    """The data set `options.path` names, checked up front (UsageError / InputError: one line
+    naming --data); samples are read only when `samples()` is iterated."""
+    path = Path(options.path)
+    if not path.exists():
+        raise InputError(f"--data {options.path}: no such file or folder")
+    preprocess = load_preprocess(options.preprocess) if options.preprocess else None
+    if path.is_dir():
+        data = _folder(path, options, input_names, preprocess)
+    elif path.suffix in TABLES:
+        data = _table(path, options, input_names)
+    elif path.suffix in SAMPLE_FILES:
+        data = _arrays(path, input_names)
+    else:
+        raise UsageError(
+            f"--data {options.path}: give a .npy or .npz of arrays, a .parquet or .jsonl table, "
+            "or a folder of samples (ImageFolder layout: CLASS/FILE)"
+        )
+    if options.labels and (data.format != "table" or _is_label_file(options.labels)):
+        data = _with_label_file(data, options.labels)
+    return _limited(data, options.limit)
+
+
+def _limited(data: DataSet, limit: int | None) -> DataSet:
+    if limit is None:
+        return data
+    count = limit if data.count is None else min(limit, data.count)
+
+    def samples() -> Iterator[Sample]:
+        for sample in data.samples():
+            if sample.index >= limit:
+                return
+            yield sample
+
+    return DataSet(data.source, data.format, count, samples, data.classes, data.labels)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+# --- arrays: one .npy (one input) or one .npz (one array per input) ---------------------------
+
+
+def _arrays(path: Path, input_names: Sequence[str]) -> DataSet:
+    if path.suffix == ".npy":
+        if len(input_names) != 1:
+            raise UsageError(
+                f"--data {path}: a .npy holds one input; the model takes {len(input_names)} "
+                f"({', '.join(input_names)}): give a .npz with one array per input"
+            )
+        array = np.load(path, mmap_mode="r", allow_pickle=False)  # read a sample at a time
+        arrays = {input_names[0]: array}
+    else:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [n for n in input_names if n not in z.files]
+            if missing:
+                raise UsageError(
+                    f"--data {path}: no array named {', '.join(missing)} (it holds "
+                    f"{', '.join(z.files) or 'nothing'}; name one array per input)"
+                )
+            arrays = {n: z[n] for n in input_names}
+    lengths = {n: a.shape[0] if a.ndim else 0 for n, a in arrays.items()}
+    if len(set(lengths.values())) != 1 or not all(lengths.values()):
+        raise InputError(
+            f"--data {path}: every array needs the same leading (sample) axis, got "
+            + ", ".join(f"{n} {list(a.shape)}" for n, a in arrays.items())
+        )
+    n = next(iter(lengths.values()))
+
+    def samples() -> Iterator[Sample]:
+        for i in range(n):
+            yield Sample(i, str(i), {name: np.asarray(a[i]) for name, a in arrays.items()})
+
+    return DataSet(str(path), path.suffix.lstrip("."), n, samples)
+
+
+# --- folders: samples as files, flat or in class folders --------------------------------------
+
+
+def _folder(
+    path: Path,
+    options: DataOptions,
+    input_names: Sequence[str],
+    preprocess: Callable[[str], Any] | None,
+) -> DataSet:
+    files = sorted((Path(root) / f).relative_to(path) for root, names in _walk(path) for f in names)
+    if not files:
+        raise InputError(f"--data {path}: the folder holds no file")
+    image_folder = all(len(f.parts) == 2 for f in files)
+    classes = tuple(sorted({f.parts[0] for f in files})) if image_folder else ()
+    label_of = {c: k for k, c in enumerate(classes)}
+    if preprocess is None:
+        other = next((f for f in files if f.suffix not in SAMPLE_FILES), None)
+        if other is not None:
+            raise UsageError(
+                f"--data {path}: {other.as_posix()} is not a .npy / .npz sample; give "
+                "--preprocess FILE.py:FN (a function from a path to a dict of input arrays)"
+            )
+
+    def read(file: Path) -> Mapping[str, Any]:
+        full = str(path / file)
+        if preprocess is not None:
+            return _named(preprocess(full), input_names)
+        if file.suffix == ".npy":
+            return _named(np.load(full, allow_pickle=False), input_names)
+        with np.load(full, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+
+    def samples() -> Iterator[Sample]:
+        for i, file in enumerate(files):
+            label = label_of.get(file.parts[0]) if image_folder else None
+            name = file.as_posix()
+            try:
+                arrays = read(file)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:
+                yield Sample(i, name, None, label, _first_line(exc))
+                continue
+            yield Sample(i, name, arrays, label)
+
+    fmt = "imagefolder" if image_folder else "folder"
+    labels = "the class folders" if image_folder and not options.labels else None
+    return DataSet(str(path), fmt, len(files), samples, classes, labels)
+
+
+def _walk(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """(folder, its file names) under `path`; hidden files and folders (".ipynb_checkpoints")
+    are not samples."""
+    for root, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        yield root, [f for f in names if not f.startswith(".")]
+
+
+def _named(value: Any, input_names: Sequence[str]) -> Mapping[str, Any]:
+    """A preprocess function's (or a .npy's) value as arrays by input name: a dict as it is,
+    one array for a one-input model."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if len(input_names) == 1:
+        return {input_names[0]: value}
+    raise ValueError(
+        f"one array for a model of {len(input_names)} inputs; return a dict by input name"
+    )
+
+
+def load_preprocess(spec: str) -> Callable[[str], Any]:
+    """--preprocess FILE.py:FN: the function, imported from the file the user typed (code:
+    the same trust as --model FILE.py:make; the dashboard never takes one from a form)."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target.endswith(".py") or not attr.isidentifier():
+        raise UsageError(f"--preprocess expects FILE.py:FUNCTION, got {spec!r}")
+    path = Path(target)
+    if not path.is_file():
+        raise UsageError(f"--preprocess {spec}: no such file {target}")
+    name = "parity_preprocess_" + str(abs(hash(str(path.resolve()))))
+    module_spec = importlib.util.spec_from_file_location(name, path.resolve())
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(f"--preprocess {spec}: not an importable Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        raise InputError(f"--preprocess {spec}: importing it raised {_first_line(exc)}") from exc
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise UsageError(f"--preprocess {spec}: {target} has no function {attr!r}")
+    return function
+
+
+# --- tables: columns named as the inputs ------------------------------------------------------
+
+
+def _table(path: Path, options: DataOptions, input_names: Sequence[str]) -> DataSet:
+    label_column = options.labels if options.labels and not _is_label_file(options.labels) else None
+    columns = [*input_names, *([label_column] if label_column else [])]
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(path)
+        names = table.schema_arrow.names
+        count: int | None = table.metadata.num_rows
+        _check_columns(path, names, columns)
+
+        def rows() -> Iterator[dict[str, Any] | str]:
+            for batch in pq.ParquetFile(path).iter_batches(_TABLE_ROWS, columns=columns):
+                yield from batch.to_pylist()
+
+    elif path.suffix == ".arrow":  # Arrow IPC, file or stream (what `datasets` writes)
+        count = None
+        _check_columns(path, _arrow_batches(path).schema.names, columns)
+
+        def rows() -> Iterator[dict[str, Any] | str]:
+            for batch in _arrow_batches(path):
+                yield from batch.select(columns).to_pylist()
+
+    else:
+        count = None
+
+        def rows() -> Iterator[dict[str, Any] | str]:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except ValueError as exc:
+                        yield f"not JSON ({_first_line(exc)})"
+                        continue
+                    yield row if isinstance(row, dict) else "not a JSON object"
+
+    def samples() -> Iterator[Sample]:
+        for i, row in enumerate(rows()):
+            sid = f"row {i}"
+            if isinstance(row, str):
+                yield Sample(i, sid, None, None, row)
+                continue
+            missing = [c for c in columns if row.get(c) is None]
+            if missing:
+                yield Sample(i, sid, None, None, f"no value in column {', '.join(missing)}")
+                continue
+            try:
+                arrays = {n: np.asarray(row[n]) for n in input_names}
+                label = int(row[label_column]) if label_column else None
+            except (TypeError, ValueError) as exc:
+                yield Sample(i, sid, None, None, _first_line(exc))
+                continue
+            yield Sample(i, sid, arrays, label)
+
+    labels = f"column {label_column}" if label_column else None
+    return DataSet(str(path), "table", count, samples, (), labels)
+
+
+def _arrow_batches(path: Path) -> Any:
+    """An Arrow IPC file's record batches, one at a time (a reader with `.schema`): the
+    random-access file format, else the stream format."""
+    import pyarrow as pa
+
+    try:
+        reader = pa.ipc.open_file(path)
+    except pa.ArrowInvalid:
+        try:
+            return pa.ipc.open_stream(path)
+        except pa.ArrowInvalid as exc:
+            raise InputError(f"--data {path}: not an Arrow IPC file ({exc})") from exc
+
+    class _Batches:
+        schema = reader.schema
+
+        def __iter__(self) -> Iterator[Any]:
+            return (reader.get_batch(i) for i in range(reader.num_record_batches))
+
+    return _Batches()
+
+
+def _check_columns(path: Path, names: Sequence[str], columns: Sequence[str]) -> None:
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise UsageError(
+            f"--data {path}: no column {', '.join(missing)} (it has {', '.join(names)}); "
+            "name one column per input"
+        )
+
+
+# --- labels from a file -----------------------------------------------------------------------
+
+
+def _is_label_file(labels: str) -> bool:
+    return labels.endswith(".npy")
+
+
+def _with_label_file(data: DataSet, labels: str) -> DataSet:
+    """The samples with labels from a .npy (one per sample, in the samples' order)."""
+    if not _is_label_file(labels):
+        raise UsageError(
+            f"--labels {labels}: a column name applies to a table; give a .npy of labels"
+        )
+    if not Path(labels).is_file():
+        raise InputError(f"--labels {labels}: no such file")
+    values = np.load(labels, mmap_mode="r", allow_pickle=False)
+    if values.ndim != 1 or values.dtype.kind not in "iu":
+        raise InputError(
+            f"--labels {labels}: expected one integer label per sample, got "
+            f"{values.dtype} {list(values.shape)}"
+        )
+    if data.count is not None and len(values) < data.count:
+        raise InputError(f"--labels {labels}: {len(values)} labels for {data.count} samples")
+
+    def samples() -> Iterator[Sample]:
+        for s in data.samples():
+            label = int(values[s.index]) if s.index < len(values) else None
+            yield Sample(s.index, s.id, s.arrays, label, s.reason)
+
+    return DataSet(data.source, data.format, data.count, samples, data.classes, labels)
