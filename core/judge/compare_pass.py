@@ -55,7 +55,7 @@ from parity.judge.error_profile import (
 )
 from parity.judge.exact_ints import exact_diff, is_integer_pair
 from parity.judge.hull import simplify_hull, upper_left_hull
-from parity.judge.pass_rule import exact_int_mismatch, exceeds_into, one_sided
+from parity.judge.pass_rule import exact_int_mismatch, exceeds, exceeds_into, one_sided
 from parity.results import ErrorStats
 from parity.tolerances import Tolerance
 
@@ -212,12 +212,6 @@ class _Pass:
             i = int(D.argmax())
             self.max_abs = m
             self.worst = start + (int(pos[i]) if pos is not None else i)
-        # the run's own tolerance, exactly (nothing fails while the largest error is <= atol)
-        if n_fail is not None:  # counted in the values' own type (integers)
-            self.n_mismatch += n_fail
-        elif m > self.atol:
-            exceeds_into(D, R, self.atol, self.rtol, scratch=T, out=M)
-            self.n_mismatch += int(np.count_nonzero(M))
         # candidates for the exact p99 and the top errors
         self.chunks += 1
         self._raise_tp()
@@ -238,6 +232,15 @@ class _Pass:
                     self._compact_pairs()
             if self.top_size > self.top_cap:
                 self._compact_top()
+        # the run's own tolerance, exactly (nothing fails while the largest error is <= atol)
+        if n_fail is not None:  # counted in the values' own type (integers)
+            self.n_mismatch += n_fail
+        elif m > self.atol:
+            if idx is not None and self.atol >= tp:  # a failing d > atol >= tp: kept above
+                fails = exceeds(D[idx], R[idx], self.atol, self.rtol)
+            else:
+                fails = exceeds_into(D, R, self.atol, self.rtol, scratch=T, out=M)
+            self.n_mismatch += int(np.count_nonzero(fails))
         # candidates for the hull (points that could raise min_atol at some rtol)
         self._hull_candidates(R, D, m, T, M, (tp, idx))
         # histogram of d: bin = ceil(bits / 2**49), the keys written over D (its last use:
