@@ -69,6 +69,7 @@ _HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
 _DOT_BLOCK = 8192  # OpenBLAS runs a dot product of up to 10,000 elements in the calling thread
 _PREFILTER_SHARE = 0.02  # a fast path leaving more (in the sample) than this: the full path
+_ZEROS_SHARE = 0.01  # ref == 0 in more of the sample than this: see _Pass._left_bar
 _HOLD_CHUNKS = 8  # the hull's fast-path survivors are handled every this many chunks ...
 _HOLD_POINTS = 1 << 14  # ... or once this many are held
 _ROUND_UP = np.uint64(HIST_ROUND_UP)
@@ -146,7 +147,7 @@ class _Pass:
         self.lines: list[tuple[float, float]] = []
         self.slack_rel = _HULL_SLACK
         # the fast path's (rk, th) and the share of a sample it lets through, see _prefilter
-        self.pre: tuple[float, float, float] | None = None
+        self.pre: tuple[float, float, float, bool] | None = None
         self.samp_r = self.samp_d = np.zeros(0)
         # the fast path's survivors, handled a few chunks at a time (_flush_hull)
         self.held_r: list[np.ndarray] = []
@@ -330,15 +331,20 @@ class _Pass:
             return
         if self.pre is None:
             self.pre = self._prefilter()
-        rk, th, share = self.pre
+        rk, th, share, zeros = self.pre
         if share > _PREFILTER_SHARE:  # e.g. errors proportional to |ref|: a cone of points
             self._flush_hull()  # along the hull, which one vertex cannot cut: the full path
             self._hull_candidates_full(R, D, m, T, M)
             return
         tp, above_tp = top
         M2 = self.M2[: R.size]
+        np.less(R, rk, out=M2)
+        if zeros and not self._left_bar(R, D, T, M, M2):  # a new smallest |ref| > 0
+            self._flush_hull()
+            self._hull_candidates_full(R, D, m, T, M)
+            return
         if th >= tp:  # d > th only where d > tp: those are the p99 pass's positions
-            left = np.flatnonzero(np.less(R, rk, out=M2))
+            left = np.flatnonzero(M2)
             if above_tp is not None and m > th:
                 high = above_tp[D[above_tp] > th]
                 idx = np.concatenate((high, left)) if left.size else high
@@ -346,7 +352,6 @@ class _Pass:
                 idx = left
         else:
             np.greater(D, th, out=M)
-            np.less(R, rk, out=M2)
             np.logical_or(M, M2, out=M)
             idx = np.flatnonzero(M)
         if idx.size == 0:
@@ -356,6 +361,30 @@ class _Pass:
         self.held_size += idx.size
         if self.held_size > _HOLD_POINTS or self.chunks % _HOLD_CHUNKS == 0:
             self._flush_hull()
+
+    def _left_bar(
+        self, R: np.ndarray, D: np.ndarray, T: np.ndarray, M: np.ndarray, M2: np.ndarray
+    ) -> bool:
+        """Narrow M2 (|ref| < rk) to the points there that can matter, where ref == 0 is
+        common (ReLU outputs: else half the chunk would be held). False, M2 untouched, when
+        the chunk has a |ref| > 0 left of the hull's leftmost vertex (always a new vertex).
+        Else a point at r_left <= |ref| needs d above the leftmost vertex's d (the envelope
+        rises from there) or above max_rel * r_left (a new max_rel), and a point at
+        ref == 0 needs d above the ref == 0 maximum."""
+        U = T.view(np.uint64)
+        np.subtract(R.view(np.uint64), 1, out=U)  # ref == 0 wraps to the top
+        umin = int(U.min())
+        r_left = float(self.hull_r[0])
+        if umin != 2**64 - 1 and float(np.uint64(umin + 1).view(np.float64)) < r_left:
+            return False
+        bar = min(
+            float(self.hull_d[0]),
+            (self.max_rel * r_left) * (1.0 - 2.0**-50),
+            max(self.zero_max, 0.0),
+        )
+        np.greater(D, bar, out=M)
+        np.logical_and(M2, M, out=M2)
+        return True
 
     def _flush_hull(self) -> None:
         """The held survivors against the exact tests: ref == 0, max_rel, stages 2 and 1."""
@@ -387,8 +416,8 @@ class _Pass:
         if r.size:
             self._merge_hull(r, d)
 
-    def _prefilter(self) -> tuple[float, float, float]:
-        """(rk, th, share): every point the full path could use has |ref| < rk or d > th;
+    def _prefilter(self) -> tuple[float, float, float, bool]:
+        """(rk, th, share, zeros): every point the full path could use has |ref| < rk or d > th;
         share: at most the part of the sample with ref != 0 that passes (ref == 0 passes on
         both paths; errors proportional to |ref| put
         a cone of points along the hull: then no vertex cuts well, and the full path's
@@ -415,9 +444,9 @@ class _Pass:
         left = np.searchsorted(self.samp_r, hr)
         above = self.samp_d.size - np.searchsorted(self.samp_d, th, side="right")
         v = int(np.argmin(left + above))
-        zeros = int(np.searchsorted(self.samp_r, 0.0, side="right"))  # pass either way
+        zeros = int(np.searchsorted(self.samp_r, 0.0, side="right"))  # see _left_bar
         share = float(left[v] - zeros + above[v]) / self.samp_d.size
-        return float(hr[v]), float(th[v]), share
+        return float(hr[v]), float(th[v]), share, zeros > _ZEROS_SHARE * self.samp_r.size
 
     def _hull_candidates_full(
         self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
