@@ -70,6 +70,7 @@ _SEED = 20250101  # fixed: the same tensors always give the same profile
 _DOT_BLOCK = 8192  # OpenBLAS runs a dot product of up to 10,000 elements in the calling thread
 _PREFILTER_SHARE = 0.02  # a fast path leaving more (in the sample) than this: the full path
 _ZEROS_SHARE = 0.01  # ref == 0 in more of the sample than this: see _Pass._left_bar
+_RAISE_EVERY = 4  # chunks between raises of the p99 threshold once it moves slowly
 _HOLD_CHUNKS = 8  # the hull's fast-path survivors are handled every this many chunks ...
 _HOLD_POINTS = 1 << 14  # ... or once this many are held
 _ROUND_UP = np.uint64(HIST_ROUND_UP)
@@ -138,7 +139,7 @@ class _Pass:
         self.pair_size = 0
         self.t_pairs = -math.inf
         self.top_size = 0
-        self.top_cap = max(2 * self.k_keep, 1 << 16)
+        self.top_cap = max(3 * self.k_keep, 1 << 16)  # compacted past it (see _compact_top)
         self.tp_ties = -1  # >= 0 once tp is a data value: elements equal to tp, counted
         # hull of (r, d) for r > 0, its lookup tables, and the max d where r == 0
         self.hull_r = np.zeros(0)
@@ -215,7 +216,8 @@ class _Pass:
             self.worst = start + (int(pos[i]) if pos is not None else i)
         # candidates for the exact p99 and the top errors
         self.chunks += 1
-        self._raise_tp()
+        if self.chunks % _RAISE_EVERY == 0 or self.n_finite < 4 * self.k_keep:
+            self._raise_tp()  # a lower tp only keeps more: raised every chunk while it moves fast
         if self.tp_ties >= 0 and m >= self.tp:
             self.tp_ties += int(np.count_nonzero(np.equal(D, self.tp, out=M)))
         tp, idx = self.tp, None
@@ -297,7 +299,7 @@ class _Pass:
             self.tp = v
             d = d[d > v]
         self.top_d, self.top_size = [d], d.size
-        self.top_cap = max(2 * d.size, 2 * self.k_keep, 1 << 16)
+        self.top_cap = max(2 * d.size, 3 * self.k_keep, 1 << 16)
 
     def _compact_pairs(self) -> None:
         """Keep the TOP_PAIRS largest errors (ties at the cutoff: any of them; the rest <= it)."""
