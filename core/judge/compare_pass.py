@@ -67,7 +67,7 @@ _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are no
 _HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
 _HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
-_DOT_BLOCK = 8192  # OpenBLAS runs a dot product of up to 10,000 elements in the calling thread
+_DOT_BLOCK = 8192  # short enough for OpenBLAS to stay in the calling thread (bench/README.md)
 _PREFILTER_SHARE = 0.02  # a fast path leaving more (in the sample) than this: the full path
 _ZEROS_SHARE = 0.01  # ref == 0 in more of the sample than this: see _Pass._left_bar
 _RAISE_EVERY = 4  # chunks between raises of the p99 threshold once it moves slowly
@@ -80,7 +80,7 @@ _SHIFT = np.uint64(HIST_SHIFT)
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
     """Sum of a * b (float64): BLAS dot products over blocks of _DOT_BLOCK, each too short
     for OpenBLAS to start its threads (which, on a loaded machine, wait for a free core);
-    einsum (single-threaded, ~2x slower) on a ragged remainder."""
+    einsum (single-threaded, ~1.6x slower) on a ragged remainder."""
     k = a.size - a.size % _DOT_BLOCK
     total = float(np.vecdot(a[:k].reshape(-1, _DOT_BLOCK), b[:k].reshape(-1, _DOT_BLOCK)).sum())
     if k < a.size:
