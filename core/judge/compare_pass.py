@@ -67,6 +67,7 @@ _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are no
 _HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
 _HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
+_VECDOT = getattr(np, "vecdot", None)  # numpy >= 2.0
 _DOT_BLOCK = 8192  # short enough for OpenBLAS to stay in the calling thread (bench/README.md)
 _PREFILTER_SHARE = 0.02  # a fast path leaving more (in the sample) than this: the full path
 _ZEROS_SHARE = 0.01  # ref == 0 in more of the sample than this: see _Pass._left_bar
@@ -82,7 +83,12 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     for OpenBLAS to start its threads (which, on a loaded machine, wait for a free core);
     einsum (single-threaded, ~1.6x slower) on a ragged remainder."""
     k = a.size - a.size % _DOT_BLOCK
-    total = float(np.vecdot(a[:k].reshape(-1, _DOT_BLOCK), b[:k].reshape(-1, _DOT_BLOCK)).sum())
+    if _VECDOT is not None:
+        blocks = _VECDOT(a[:k].reshape(-1, _DOT_BLOCK), b[:k].reshape(-1, _DOT_BLOCK))
+        total = float(blocks.sum())
+    else:  # numpy < 2: one call per block
+        total = sum(float(np.dot(a[i : i + _DOT_BLOCK], b[i : i + _DOT_BLOCK])) for i in
+                    range(0, k, _DOT_BLOCK))  # fmt: skip
     if k < a.size:
         total += float(np.einsum("i,i->", a[k:], b[k:]))
     return total
