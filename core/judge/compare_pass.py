@@ -24,7 +24,7 @@ p99 is exact in one pass: errors above a threshold are kept; the threshold is a 
 edge proven to lie below the k-th largest error (k = what np.percentile's linear method
 reads, about 1 % of the elements), or, when errors pile up in a few bins, the k-th largest
 kept value with its ties counted. Extra memory: six chunk buffers (~2.2 MB at the default
-chunk) plus those kept errors (~1-2 % of the elements, 8 bytes each; 58 MiB at 100M).
+chunk) plus those kept errors (~1-3 % of the elements, 8 bytes each; 61 MiB at 100M).
 
 Cost: about fifteen vectorised float64 passes per chunk (cast, difference, three dot
 products, two abs, sum, max, the tolerance count, histogram key and np.bincount, the p99 and
