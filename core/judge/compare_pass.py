@@ -425,11 +425,11 @@ class _Pass:
             self._merge_hull(r, d)
 
     def _prefilter(self) -> tuple[float, float, float, bool]:
-        """(rk, th, share, zeros): every point the full path could use has |ref| < rk or d > th;
-        share: at most the part of the sample with ref != 0 that passes (ref == 0 passes on
-        both paths; errors proportional to |ref| put
-        a cone of points along the hull: then no vertex cuts well, and the full path's
-        polygon is cheaper than a quarter of the elements through the exact tests).
+        """(rk, th, share, zeros): every point the full path could use has |ref| < rk or
+        d > th. share: at most the part of the sample with ref != 0 that passes (errors
+        proportional to |ref| put a cone of points along the hull: no vertex cuts it well,
+        and the full path's polygon is cheaper than a quarter of the elements through the
+        exact tests); zeros: ref == 0 is common in the sample (see _left_bar).
 
         For |ref| >= rk, a point merged into the hull passes stage 1 (a line, rising since
         the hull's d rises with r, is at least its value at rk, computed with the same
