@@ -17,6 +17,7 @@ is printed too: on a shared machine, compare ratios, not seconds.
 
     python bench/bench_compare.py                 # 10M and 100M elements
     python bench/bench_compare.py --sizes 1e6 1e7 --repeat 5
+    python bench/bench_compare.py --sizes 1e7 --errors relu --skip polygraphy torch allclose
 """
 
 from __future__ import annotations
@@ -40,11 +41,20 @@ from parity.tolerances import Tolerance
 TOL = Tolerance(atol=1e-5, rtol=0.0)
 
 
-def _arrays(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+ERRORS = ("noise", "relative", "relu")
+
+
+def _arrays(n: int, errors: str = "noise", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Two float32 outputs: errors independent of the value (noise), proportional to it
+    (relative), or ReLU outputs (half the reference exactly 0, most of those exact)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(n, dtype=np.float32)
-    b = a + rng.standard_normal(n, dtype=np.float32) * np.float32(3e-6)
-    return a, b
+    noise = rng.standard_normal(n, dtype=np.float32)
+    if errors == "relative":
+        return a, a * (np.float32(1) + noise * np.float32(1e-4))
+    if errors == "relu":
+        return np.maximum(a, 0), np.maximum(a + noise * np.float32(3e-6), 0)
+    return a, a + noise * np.float32(3e-6)
 
 
 def _core(a: np.ndarray, b: np.ndarray, chunk: int) -> None:
@@ -119,10 +129,10 @@ def _peak_extra_mib(fn: Callable[[], None]) -> float:
     return peak / 2**20
 
 
-def bench(n: int, repeat: int, chunk: int, skip: set[str]) -> None:
-    a, b = _arrays(n)
+def bench(n: int, repeat: int, chunk: int, skip: set[str], errors: str = "noise") -> None:
+    a, b = _arrays(n, errors)
     print(
-        f"\n{n:,} float32 elements per side ({a.nbytes / 2**20:.0f} MiB each), "
+        f"\n{n:,} float32 elements per side ({a.nbytes / 2**20:.0f} MiB each), {errors} errors, "
         f"best of {repeat}, load average {os.getloadavg()[0]:.2f}"
     )
     rows: list[tuple[str, tuple[float, float] | None, str]] = []
@@ -175,10 +185,13 @@ def main() -> None:
         choices=["allclose", "polygraphy", "torch"],
         help="methods to leave out",
     )
+    parser.add_argument(
+        "--errors", choices=ERRORS, default="noise", help="the errors' shape (default: noise)"
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     for size in args.sizes:
-        bench(int(size), args.repeat, args.chunk, set(args.skip))
+        bench(int(size), args.repeat, args.chunk, set(args.skip), args.errors)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,37 @@ def test_an_unknown_opt_level_is_refused(tmp_path: Path) -> None:
     onnx.save(_matmul_model(np.eye(2, dtype=np.float32)), str(path))
     with pytest.raises(ValueError, match="fastest"):
         open_session(path, opt_level="fastest")
+
+
+def test_the_crash_probe_runs_once_per_content_provider_and_level(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard writes a file anew for each run: the forked probe (real fork, real ONNX
+    Runtime) runs once per content x provider x level, wherever the bytes lie."""
+    from parity.load import sessions
+
+    probes: list[tuple[str, str]] = []
+    real = sessions._probe
+
+    def counted(path: str, provider: str, opt_level: str) -> str | None:
+        probes.append((Path(path).parent.name, opt_level))
+        return real(path, provider, opt_level)
+
+    monkeypatch.setattr(sessions, "_probe", counted)
+    model = _matmul_model(np.eye(3, dtype=np.float32))
+    model.doc_string = str(tmp_path)  # content no earlier test of this process probed
+    first, second = tmp_path / "run1" / "m.onnx", tmp_path / "run2" / "upload.onnx"
+    for path in (first, second):
+        path.parent.mkdir()
+        onnx.save(model, str(path))
+    cpu = "CPUExecutionProvider"
+    for path in (first, first, second):
+        assert sessions.crash_of(path, provider=cpu, opt_level="all") is None
+    assert probes == [("run1", "all")]
+    assert sessions.opening_level(second, provider=cpu, opt_level="all") == ("all", None)
+    assert sessions.crash_of(second, provider=cpu, opt_level="disable") is None
+    assert probes == [("run1", "all"), ("run2", "disable")]
+    model.doc_string += " changed"  # new content at a path already probed: probed again
+    onnx.save(model, str(first))
+    assert sessions.crash_of(first, provider=cpu, opt_level="all") is None
+    assert probes == [("run1", "all"), ("run2", "disable"), ("run1", "all")]

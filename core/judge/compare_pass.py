@@ -8,9 +8,12 @@ statistic is exact (p99 included) and computed in float64. It also builds the
 How the profile's hull is kept small and fast: each chunk finds the few points above the
 current hull: once there is a hull, two comparisons per element (|ref| below one vertex's r,
 or d above a bound that a merged point or a new max_rel must exceed right of that r;
-:meth:`_Pass._prefilter`) leave ~0.1-2 % of the elements; on those (on every element of
-the first chunk), a test against an inner polygon of the hull (three vertices), then the
-hull itself (np.interp), then a merge. max_rel comes from the same survivors, exactly. Points within
+:meth:`_Pass._prefilter`; the second is read off the p99 pass's positions when its bound is
+the higher) leave ~0.1-2 % of the elements, held and handled every few chunks; on those (on
+every element of the first chunk, and of every chunk where the sample says one vertex cannot
+cut: errors proportional to |ref|), a test against an inner polygon of the hull (three
+vertices), then the hull itself (np.interp), then a merge. max_rel comes from the same
+survivors, exactly. Points within
 ``hull_slack`` above the hull are not merged (this keeps data lying exactly on a line, e.g.
 an all-zero ONNX output, fast). ``hull_slack`` is ``2**-44 * max_abs`` unless the hull grew
 past 2048 vertices (errors lying on a concave curve, e.g. proportional to sqrt|ref|): then it
@@ -21,13 +24,14 @@ p99 is exact in one pass: errors above a threshold are kept; the threshold is a 
 edge proven to lie below the k-th largest error (k = what np.percentile's linear method
 reads, about 1 % of the elements), or, when errors pile up in a few bins, the k-th largest
 kept value with its ties counted. Extra memory: six chunk buffers (~2.2 MB at the default
-chunk) plus those kept errors (~1-2 % of the elements, 8 bytes each; 58 MiB at 100M).
+chunk) plus those kept errors (~1-3 % of the elements, 8 bytes each; 61 MiB at 100M).
 
-Cost: about fifteen vectorised float64 passes per chunk (cast, difference, three einsum
-sums, two abs, sum, max, histogram key and np.bincount, the p99 and hull comparisons), each
-over an L2-sized chunk; the sums' chunking is part of the result (their rounding), so the
-chunk size stays. See docs/benchmarks.md and bench/README.md for measurements against
-numpy, Polygraphy and torch.testing, and for why a fused numba kernel was not kept.
+Cost: about fifteen vectorised float64 passes per chunk (cast, difference, three dot
+products, two abs, sum, max, the tolerance count, histogram key and np.bincount, the p99 and
+hull comparisons), each over an L2-sized chunk; the histogram's keys are written over the
+differences once nothing else reads them. What keeps it ~3.5x a bare float32 max(|a - b|)
+rather than 2x is measured in docs/benchmarks.md and bench/README.md (with the comparisons
+against numpy, Polygraphy and torch.testing, and why a fused numba kernel was not kept).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from parity.judge.error_profile import (
 )
 from parity.judge.exact_ints import exact_diff, is_integer_pair
 from parity.judge.hull import simplify_hull, upper_left_hull
-from parity.judge.pass_rule import exact_int_mismatch, exceeds_into, one_sided
+from parity.judge.pass_rule import exact_int_mismatch, exceeds, exceeds_into, one_sided
 from parity.results import ErrorStats
 from parity.tolerances import Tolerance
 
@@ -63,8 +67,31 @@ _HULL_SLACK = 2.0**-44  # relative slack below which points near the hull are no
 _HULL_MAX = 2048  # more vertices than this: simplify the hull (and widen the slack)
 _HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
+_VECDOT = getattr(np, "vecdot", None)  # numpy >= 2.0
+_DOT_BLOCK = 8192  # short enough for OpenBLAS to stay in the calling thread (bench/README.md)
+_PREFILTER_SHARE = 0.02  # a fast path leaving more (in the sample) than this: the full path
+_ZEROS_SHARE = 0.01  # ref == 0 in more of the sample than this: see _Pass._left_bar
+_RAISE_EVERY = 4  # chunks between raises of the p99 threshold once it moves slowly
+_HOLD_CHUNKS = 8  # the hull's fast-path survivors are handled every this many chunks ...
+_HOLD_POINTS = 1 << 14  # ... or once this many are held
 _ROUND_UP = np.uint64(HIST_ROUND_UP)
 _SHIFT = np.uint64(HIST_SHIFT)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Sum of a * b (float64): BLAS dot products over blocks of _DOT_BLOCK, each too short
+    for OpenBLAS to start its threads (which, on a loaded machine, wait for a free core);
+    einsum (single-threaded, ~1.6x slower) on a ragged remainder."""
+    k = a.size - a.size % _DOT_BLOCK
+    if _VECDOT is not None:
+        blocks = _VECDOT(a[:k].reshape(-1, _DOT_BLOCK), b[:k].reshape(-1, _DOT_BLOCK))
+        total = float(blocks.sum())
+    else:  # numpy < 2: one call per block
+        total = sum(float(np.dot(a[i : i + _DOT_BLOCK], b[i : i + _DOT_BLOCK])) for i in
+                    range(0, k, _DOT_BLOCK))  # fmt: skip
+    if k < a.size:
+        total += float(np.einsum("i,i->", a[k:], b[k:]))
+    return total
 
 
 def measure(
@@ -118,7 +145,7 @@ class _Pass:
         self.pair_size = 0
         self.t_pairs = -math.inf
         self.top_size = 0
-        self.top_cap = max(2 * self.k_keep, 1 << 16)
+        self.top_cap = max(3 * self.k_keep, 1 << 16)  # compacted past it (see _compact_top)
         self.tp_ties = -1  # >= 0 once tp is a data value: elements equal to tp, counted
         # hull of (r, d) for r > 0, its lookup tables, and the max d where r == 0
         self.hull_r = np.zeros(0)
@@ -126,8 +153,14 @@ class _Pass:
         self.zero_max = -math.inf
         self.lines: list[tuple[float, float]] = []
         self.slack_rel = _HULL_SLACK
-        self.pre: tuple[float, float] | None = None  # the fast path's (rk, th), see _prefilter
+        # the fast path's (rk, th) and the share of a sample it lets through, see _prefilter
+        self.pre: tuple[float, float, float, bool] | None = None
         self.samp_r = self.samp_d = np.zeros(0)
+        # the fast path's survivors, handled a few chunks at a time (_flush_hull)
+        self.held_r: list[np.ndarray] = []
+        self.held_d: list[np.ndarray] = []
+        self.held_size = 0
+        self.chunks = 0
 
     # -- one chunk ---------------------------------------------------------------------
 
@@ -140,10 +173,10 @@ class _Pass:
             np.copyto(D, mag, casting="unsafe")
             np.negative(D, out=D, where=~ge)
             n_fail = int(np.count_nonzero(exact_int_mismatch(mag, absref, self.atol, self.rtol)))
-            self._finite(R, D, float(np.einsum("i,i->", D, D)), start, None, n_fail)
+            self._finite(R, D, _dot(D, D), start, None, n_fail)
             return
         np.subtract(onnx_chunk, R, out=D, casting="unsafe")  # the cast fused into the pass
-        dd = float(np.einsum("i,i->", D, D))
+        dd = _dot(D, D)
         if math.isfinite(dd):  # every pair finite (a NaN/Inf anywhere makes the sum non-finite)
             self._finite(R, D, dd, start, None)
         else:
@@ -161,7 +194,7 @@ class _Pass:
         Rf = R[pos]
         D = self.D[:m]
         np.subtract(Ob[pos], Rf, out=D)
-        dd = float(np.einsum("i,i->", D, D))
+        dd = _dot(D, D)
         self._finite(Rf, D, dd, start, pos)
 
     def _finite(
@@ -175,11 +208,10 @@ class _Pass:
     ) -> None:
         k = R.size
         T, M = self.T[:k], self.M[:k]
-        Ix = T.view(np.int64)  # the histogram's keys reuse the scratch: fewer bytes in cache
         self.n_finite += k
         self.dd += dd
-        self.rd += float(np.einsum("i,i->", R, D))
-        self.rr += float(np.einsum("i,i->", R, R))
+        self.rd += _dot(R, D)
+        self.rr += _dot(R, R)
         np.abs(D, out=D)
         np.abs(R, out=R)
         self.sum_abs += float(D.sum())
@@ -188,25 +220,15 @@ class _Pass:
             i = int(D.argmax())
             self.max_abs = m
             self.worst = start + (int(pos[i]) if pos is not None else i)
-        # the run's own tolerance, exactly (nothing fails while the largest error is <= atol)
-        if n_fail is not None:  # counted in the values' own type (integers)
-            self.n_mismatch += n_fail
-        elif m > self.atol:
-            exceeds_into(D, R, self.atol, self.rtol, scratch=T, out=M)
-            self.n_mismatch += int(np.count_nonzero(M))
-        # histogram of d: bin = ceil(bits / 2**49)
-        U = Ix.view(np.uint64)  # d >= 0: the bits + HIST_ROUND_UP never reach the sign bit
-        np.add(D.view(np.uint64), _ROUND_UP, out=U)
-        np.right_shift(U, _SHIFT, out=U)  # unsigned: faster than the int64 shift
-        counts = np.bincount(Ix)  # up to the chunk's largest bin, not all HIST_BINS
-        self.hist[: counts.size] += counts
-        self.top_bin = max(self.top_bin, counts.size - 1)
         # candidates for the exact p99 and the top errors
-        self._raise_tp()
+        self.chunks += 1
+        if self.chunks % _RAISE_EVERY == 0 or self.n_finite < 4 * self.k_keep:
+            self._raise_tp()  # a lower tp only keeps more: raised every chunk while it moves fast
         if self.tp_ties >= 0 and m >= self.tp:
             self.tp_ties += int(np.count_nonzero(np.equal(D, self.tp, out=M)))
-        if m > self.tp:
-            idx = np.flatnonzero(np.greater(D, self.tp, out=M))
+        tp, idx = self.tp, None
+        if m > tp:
+            idx = np.flatnonzero(np.greater(D, tp, out=M))
             cand = D[idx]
             self.top_d.append(cand)
             self.top_size += idx.size
@@ -219,8 +241,25 @@ class _Pass:
                     self._compact_pairs()
             if self.top_size > self.top_cap:
                 self._compact_top()
+        # the run's own tolerance, exactly (nothing fails while the largest error is <= atol)
+        if n_fail is not None:  # counted in the values' own type (integers)
+            self.n_mismatch += n_fail
+        elif m > self.atol:
+            if idx is not None and self.atol >= tp:  # a failing d > atol >= tp: kept above
+                fails = exceeds(D[idx], R[idx], self.atol, self.rtol)
+            else:
+                fails = exceeds_into(D, R, self.atol, self.rtol, scratch=T, out=M)
+            self.n_mismatch += int(np.count_nonzero(fails))
         # candidates for the hull (points that could raise min_atol at some rtol)
-        self._hull_candidates(R, D, m, T, M)
+        self._hull_candidates(R, D, m, T, M, (tp, idx))
+        # histogram of d: bin = ceil(bits / 2**49), the keys written over D (its last use:
+        # fewer bytes in cache)
+        U = D.view(np.uint64)  # d >= 0: the bits + HIST_ROUND_UP never reach the sign bit
+        np.add(U, _ROUND_UP, out=U)
+        np.right_shift(U, _SHIFT, out=U)  # unsigned: faster than the int64 shift
+        counts = np.bincount(U.view(np.int64))  # up to the chunk's largest bin only
+        self.hist[: counts.size] += counts
+        self.top_bin = max(self.top_bin, counts.size - 1)
 
     # -- p99 / top errors ----------------------------------------------------------------
 
@@ -266,7 +305,7 @@ class _Pass:
             self.tp = v
             d = d[d > v]
         self.top_d, self.top_size = [d], d.size
-        self.top_cap = max(2 * d.size, 2 * self.k_keep, 1 << 16)
+        self.top_cap = max(2 * d.size, 3 * self.k_keep, 1 << 16)
 
     def _compact_pairs(self) -> None:
         """Keep the TOP_PAIRS largest errors (ties at the cutoff: any of them; the rest <= it)."""
@@ -278,24 +317,89 @@ class _Pass:
     # -- hull ----------------------------------------------------------------------------
 
     def _hull_candidates(
-        self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
+        self,
+        R: np.ndarray,
+        D: np.ndarray,
+        m: float,
+        T: np.ndarray,
+        M: np.ndarray,
+        top: tuple[float, np.ndarray | None],
     ) -> None:
         """max_rel, the ref == 0 maximum and the hull's new points; see _prefilter for the
-        fast path, taken once there is a hull and a max_rel."""
+        fast path, taken once there is a hull and a max_rel. ``top``: the p99 pass's
+        threshold and the positions above it (None: the chunk has none).
+
+        The fast path's survivors are held and handled a few chunks at a time: a survivor
+        picked against an older hull and max_rel is picked against a lower bar (both only
+        grow), and a handled point that no longer adds anything is dropped by the tests.
+        """
         if self.hull_r.size == 0 or self.max_rel < 0.0 or self.samp_r.size == 0:
+            self._flush_hull()
             self._hull_candidates_full(R, D, m, T, M)
             return
         if self.pre is None:
             self.pre = self._prefilter()
-        rk, th = self.pre
+        rk, th, share, zeros = self.pre
+        if share > _PREFILTER_SHARE:  # e.g. errors proportional to |ref|: a cone of points
+            self._flush_hull()  # along the hull, which one vertex cannot cut: the full path
+            self._hull_candidates_full(R, D, m, T, M)
+            return
+        tp, above_tp = top
         M2 = self.M2[: R.size]
-        np.greater(D, th, out=M)
         np.less(R, rk, out=M2)
-        np.logical_or(M, M2, out=M)
-        idx = np.flatnonzero(M)
+        if zeros and not self._left_bar(R, D, T, M, M2):  # a new smallest |ref| > 0
+            self._flush_hull()
+            self._hull_candidates_full(R, D, m, T, M)
+            return
+        if th >= tp:  # d > th only where d > tp: those are the p99 pass's positions
+            left = np.flatnonzero(M2)
+            if above_tp is not None and m > th:
+                high = above_tp[D[above_tp] > th]
+                idx = np.concatenate((high, left)) if left.size else high
+            else:
+                idx = left
+        else:
+            np.greater(D, th, out=M)
+            np.logical_or(M, M2, out=M)
+            idx = np.flatnonzero(M)
         if idx.size == 0:
             return
-        r, d = R[idx], D[idx]
+        self.held_r.append(R[idx])  # a position in both sets is one point twice: harmless
+        self.held_d.append(D[idx])
+        self.held_size += idx.size
+        if self.held_size > _HOLD_POINTS or self.chunks % _HOLD_CHUNKS == 0:
+            self._flush_hull()
+
+    def _left_bar(
+        self, R: np.ndarray, D: np.ndarray, T: np.ndarray, M: np.ndarray, M2: np.ndarray
+    ) -> bool:
+        """Narrow M2 (|ref| < rk) to the points there that can matter, where ref == 0 is
+        common (ReLU outputs: else half the chunk would be held). False, M2 untouched, when
+        the chunk has a |ref| > 0 left of the hull's leftmost vertex (always a new vertex).
+        Else a point at r_left <= |ref| needs d above the leftmost vertex's d (the envelope
+        rises from there) or above max_rel * r_left (a new max_rel), and a point at
+        ref == 0 needs d above the ref == 0 maximum."""
+        U = T.view(np.uint64)
+        np.subtract(R.view(np.uint64), 1, out=U)  # ref == 0 wraps to the top
+        umin = int(U.min())
+        r_left = float(self.hull_r[0])
+        if umin != 2**64 - 1 and float(np.uint64(umin + 1).view(np.float64)) < r_left:
+            return False
+        bar = min(
+            float(self.hull_d[0]),
+            (self.max_rel * r_left) * (1.0 - 2.0**-50),
+            max(self.zero_max, 0.0),
+        )
+        np.greater(D, bar, out=M)
+        np.logical_and(M2, M, out=M2)
+        return True
+
+    def _flush_hull(self) -> None:
+        """The held survivors against the exact tests: ref == 0, max_rel, stages 2 and 1."""
+        if not self.held_r:
+            return
+        r, d = np.concatenate(self.held_r), np.concatenate(self.held_d)
+        self.held_r, self.held_d, self.held_size = [], [], 0
         zero = r == 0.0
         if zero.any():
             zmax = float(d[zero].max())
@@ -320,8 +424,12 @@ class _Pass:
         if r.size:
             self._merge_hull(r, d)
 
-    def _prefilter(self) -> tuple[float, float]:
-        """(rk, th): every point the full path could use has |ref| < rk or d > th.
+    def _prefilter(self) -> tuple[float, float, float, bool]:
+        """(rk, th, share, zeros): every point the full path could use has |ref| < rk or
+        d > th. share: at most the part of the sample with ref != 0 that passes (errors
+        proportional to |ref| put a cone of points along the hull: no vertex cuts it well,
+        and the full path's polygon is cheaper than a quarter of the elements through the
+        exact tests); zeros: ref == 0 is common in the sample (see _left_bar).
 
         For |ref| >= rk, a point merged into the hull passes stage 1 (a line, rising since
         the hull's d rises with r, is at least its value at rk, computed with the same
@@ -344,7 +452,9 @@ class _Pass:
         left = np.searchsorted(self.samp_r, hr)
         above = self.samp_d.size - np.searchsorted(self.samp_d, th, side="right")
         v = int(np.argmin(left + above))
-        return float(hr[v]), float(th[v])
+        zeros = int(np.searchsorted(self.samp_r, 0.0, side="right"))  # see _left_bar
+        share = float(left[v] - zeros + above[v]) / self.samp_d.size
+        return float(hr[v]), float(th[v]), share, zeros > _ZEROS_SHARE * self.samp_r.size
 
     def _hull_candidates_full(
         self, R: np.ndarray, D: np.ndarray, m: float, T: np.ndarray, M: np.ndarray
@@ -557,6 +667,7 @@ def empty_stats() -> ErrorStats:
 def _finish(
     acc: _Pass, ref: np.ndarray, onnx: np.ndarray, tol: Tolerance
 ) -> tuple[ErrorStats, ErrorProfile, int]:
+    acc._flush_hull()
     n, m = acc.n, acc.n_finite
     fr, fo = flat(ref), flat(onnx)
     nonfinite = acc.n_nan + acc.n_inf

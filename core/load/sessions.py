@@ -12,7 +12,10 @@ finishes it in a background thread (it cannot be stopped).
 A native crash (ONNX Runtime 1.32's CPU session segfaults optimising a float16 GRU its own
 converter made) would kill the process with no word: `crash_of` opens the session first in a
 forked child (no interpreter start, about the session's own setup time; files up to
-PROBE_MAX_BYTES, each file x provider x level once per process) and names the signal;
+PROBE_MAX_BYTES) and names the signal. Its outcome is kept by the file's content (SHA-256) x
+provider x level for the process, so the dashboard's re-runs of a file, wherever it was
+written and however often, probe it once (the hash is kept by path, size and mtime: a file
+unchanged since is not read again);
 `opening_level` then finds the highest lower level that opens, which the run goes on at, said.
 
 Contract:
@@ -29,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parity.errors import RunTimeout
+from parity.errors import ParityError, RunTimeout
 from parity.limits.deadline import current as current_deadline
 from parity.limits.deadline import timeout_message
 from parity.load.quiet import apply_ort_default_severity, ort_severity
@@ -112,13 +115,16 @@ def ort_default_domain_ops() -> frozenset[str]:
 
 PROBE_MAX_BYTES = 512 * 1024 * 1024  # larger files are not probed: the probe doubles the setup
 PROBE_TIMEOUT_S = 120.0  # a child still setting up then: no crash said, the setup goes on here
-_probed: dict[tuple[str, int, int, str, str], str | None] = {}
+_probed: dict[tuple[str, str, str], str | None] = {}  # (sha256, provider, level) -> outcome
+_digests: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime_ns) -> sha256
 
 
 def crash_of(path: str | os.PathLike[str], *, provider: str, opt_level: str) -> str | None:
     """The signal ONNX Runtime died of while opening `path`'s session (e.g. "SIGSEGV"), run
     in a forked child; None when it opened, raised (the in-process setup says why), or was
-    not probed (no fork here, a file past PROBE_MAX_BYTES, a child past PROBE_TIMEOUT_S)."""
+    not probed (no fork here, a file past PROBE_MAX_BYTES, a child past PROBE_TIMEOUT_S).
+    Probed once per content x provider x level in a process (external weights are not part
+    of the key: a crash in the setup is the graph's)."""
     if not hasattr(os, "fork"):
         return None
     try:
@@ -127,7 +133,15 @@ def crash_of(path: str | os.PathLike[str], *, provider: str, opt_level: str) -> 
         return None
     if st.st_size > PROBE_MAX_BYTES:
         return None
-    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, provider, opt_level)
+    where = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if where not in _digests:
+        from parity.files.hashing import file_sha256
+
+        try:
+            _digests[where] = file_sha256(path)
+        except (OSError, ParityError):  # unreadable here: the in-process setup says why
+            return None
+    key = (_digests[where], provider, opt_level)
     if key not in _probed:
         _probed[key] = _probe(str(path), provider, opt_level)
     return _probed[key]
