@@ -15,6 +15,7 @@ import pytest
 
 from parity.pipeline import RunConfig, run_validation
 from parity.run.hf_options import HfOptions
+from tests.helpers.deploy_matrix import record, right
 from tests.helpers.genai import build, genai_python
 from tests.helpers.genai_models import make_causal_dir
 from tests.helpers.hf_models import PROMPTS
@@ -62,6 +63,8 @@ def _run(directory: Path, onnx: Path, *, layers: bool = True):
 def test_a_clean_genai_file_says_no_bug_and_no_birth(files, family) -> None:
     run = _run(files[family], files[f"{family}_fp32"])
     assert run.verdict == "pass", [f.text for f in run.findings]
+    row = record(run, tool="GenAI builder", option="-p fp32", architecture=family)
+    assert right(row), row
     layers = run.layers
     assert layers is not None and layers.first_divergence is None
     assert not layers.confirmations
@@ -86,6 +89,9 @@ def test_a_weight_scaled_in_layer_1_is_named_at_layer_1(files, family) -> None:
     confirmed = run.layers.confirmation_of(first)
     assert confirmed is not None and confirmed.outcome == "born"
     assert not any("layers.0" in (c.torch_module or "") for c in run.layers.confirmations)
+    row = record(run, tool="GenAI builder", option="-p fp32", architecture=family,
+                 planted_at=module)  # fmt: skip
+    assert right(row), row
 
 
 def test_an_int4_phi3_s_split_gate_up_weights_are_halves_of_torch_s(files) -> None:

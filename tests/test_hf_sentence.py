@@ -17,6 +17,7 @@ from parity.hf.sentence import SentencePipeline, read_pipeline
 from parity.pipeline import RunConfig, run_validation
 from parity.results import Status
 from parity.run.hf_options import HfOptions
+from tests.helpers.deploy_matrix import record, right
 from tests.helpers.hf_models import PROMPTS
 from tests.helpers.hf_tasks import make_sentence_dir
 
@@ -59,6 +60,9 @@ def test_the_folder_says_its_pipeline(folders) -> None:
 def test_optimum_sentence_export_passes_paired_by_name_with_layers(folders) -> None:
     run = _run(folders["mean"], folders["mean_onnx"], layers=True)
     assert run.verdict == "pass", [f.text for f in run.findings]
+    row = record(run, tool="Optimum export", option="sentence-transformers folder",
+                 architecture="BERT + mean pooling + normalize")  # fmt: skip
+    assert right(row), row
     assert set(run.output_names) == {"token_embeddings", "sentence_embedding"}
     assert all(c.status == Status.PASS for c in run.outputs)
     assert "modules.json" in run.generation.summary["class_chosen_by"]
