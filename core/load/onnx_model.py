@@ -41,6 +41,7 @@ from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import open_regular
 from parity.load.dtypes import from_onnx_elem_type
 from parity.load.sessions import ORT_OPT_LEVELS, open_session
+from parity.load.training_mode import training_nodes
 from parity.signature import Dim, OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class OnnxModel:
     notes: tuple[str, ...] = ()  # what was accepted though a checker complained
     # the main graph's op types, read once with the file: a stage asks this, never the path
     op_types: frozenset[str] = frozenset()
+    # nodes exported in training mode, by op (parity.load.training_mode), read once here
+    training: tuple[tuple[str, int], ...] = ()
 
 
 def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
@@ -85,8 +88,14 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         notes = (f"onnx.checker: {complaint} (accepted: {accepted})",)
     signature = read_signature(proto, where=p)
     ops = frozenset(n.op_type for n in proto.graph.node)
+    training = training_nodes(proto)
     return OnnxModel(
-        path=p, signature=signature, sha256=_sha256(p, proto), notes=notes, op_types=ops
+        path=p,
+        signature=signature,
+        sha256=_sha256(p, proto),
+        notes=notes,
+        op_types=ops,
+        training=training,
     )
 
 

@@ -12,6 +12,9 @@ precision it was measured at (Noise.precision: float16, bfloat16, int8), never "
 for a 16-bit file. The layers record no output reachability, so "every failing output it
 feeds" is every failing output of the candidate whose layers found the birth.
 
+A file exported in training mode (Dropout or BatchNormalization nodes that train) is a bug
+said first, on every run, passing or not: it is read from the file, not the numbers.
+
 Kinds (parity.results.FindingKind): bug, rounding, frozen (a size or branch the export
 froze; confirmed ones), frozen_search (what the frozen search cost when it confirmed
 nothing, or a check it skipped), near_tie (an LLM's greedy token flipped by an acceptable error),
@@ -29,6 +32,7 @@ from collections.abc import Iterable
 
 from parity.judge.noise_floor import is_rounding, noise_rank
 from parity.labels import OUTSIDE_MODULES, set_label
+from parity.layers.movers import birth_place, born_before
 from parity.results import (
     Finding,
     FindingKind,
@@ -65,6 +69,7 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
     searched = _frozen_search(run, found)
     return tuple(
         stages
+        + _training_mode(run)
         + found
         + frozen
         + searched
@@ -135,20 +140,24 @@ def _candidate_findings(run: ValidationRun, candidate: int) -> list[Finding]:
     born = getattr(confirmation, "outcome", None) == "born"
     precision = file_precision_word(run)
     if first is not None:
-        node = f"{first.onnx_op} node {first.onnx_node}"
         where = (
-            f"The export starts to diverge in {first.torch_module}, at its {node}."
+            f"The export starts to diverge in {first.torch_module}, {birth_place(first, 'its')}."
             if first.torch_module
-            else f"The export starts to diverge at the {node}, {OUTSIDE_MODULES[1:-1]}."
+            else f"The export starts to diverge {birth_place(first)}, {OUTSIDE_MODULES[1:-1]}."
         )
         out.append(Finding(FindingKind.BUG if born else "diverges", where, candidate=candidate))
         if born:
+            alone = (
+                "those nodes with it still give"
+                if born_before(first)
+                else f"that {first.onnx_op} node still gives"
+            )
             out.append(
                 Finding(
                     FindingKind.BUG,
-                    f"Not rounding: run alone on PyTorch's exact inputs, that {first.onnx_op} "
-                    "node still gives a different answer, so the error is made there (a bug "
-                    f"in the export, not {precision} noise carried along).",
+                    f"Not rounding: run alone on PyTorch's exact inputs, {alone} a different "
+                    "answer, so the error is made there (a bug in the export, not "
+                    f"{precision} noise carried along).",
                     candidate=candidate,
                 )
             )
@@ -319,8 +328,8 @@ def _ratio_words(noise: Noise) -> str:
 
 def _born_text(name: str, first, noise: Noise | None) -> str:
     said = (
-        f"{name}: a bug, not rounding: the error is made at the {first.onnx_op} node "
-        f"{first.onnx_node} (confirmed alone) and carried to this output"
+        f"{name}: a bug, not rounding: the error is made {birth_place(first)} (confirmed "
+        "alone) and carried to this output"
     )
     if noise is None:
         return said + "."
@@ -373,6 +382,15 @@ def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
 
 
 # ----------------------------------------------------------------------------- whole run
+
+
+def _training_mode(run: ValidationRun) -> list[Finding]:
+    """A file exported in training mode (parity.analyses.training_mode): a bug on any run."""
+    return [
+        Finding(FindingKind.BUG, n.text)
+        for n in run.analyses
+        if n.analysis == "training_mode" and n.done
+    ]
 
 
 def _frozen(run: ValidationRun) -> list[Finding]:
