@@ -568,8 +568,8 @@ def page() -> None:
         default=False,
         help="Says, per float32 output, whether ONNX's error is float32 rounding (about "
         "torch's own error against float64) or not. The verdict stays the tolerance's. "
-        "Same as `parity validate --noise-floor`. Unchecked, a run whose outputs fail still "
-        "measures it where that costs at most the run's own torch time.",
+        "Unchecked, a run whose outputs fail still measures it where the model has at most "
+        "50 M parameters.",
     )
     from parity.load.demos import DEMOS
 

@@ -318,7 +318,8 @@ NOISE_FLOOR = Group(
             action="store_true",
             help="do not measure the noise floor by default: without it, a run whose outputs "
             "fail (and that asks for no analysis) runs torch in float64 on the failing input "
-            "sets when that costs at most the run's own torch time, to say rounding or bug",
+            "sets (the two smallest) when the model has at most 50 M parameters, to say "
+            "rounding or bug",
         ),
         flag(
             "--suggest",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from parity.labels import OUTSIDE_MODULES
-from parity.layers.movers import birth_place
+from parity.layers.movers import birth_place, born_before
 from parity.layers.result import LayerStatus
 from parity.text import number_text, ratio_text
 
@@ -166,6 +166,9 @@ def divergence_sentence(result: LayersResult) -> str:
         f"{first.onnx_value}, input set {first.input_set})"
         if place is not None
         else f"The export starts to diverge in {where}, {birth_place(first, 'its')} "
+        f"(value {first.onnx_value}, input set {first.input_set})"
+        if born_before(first)
+        else f"The export starts to diverge in {where}: {first.onnx_op} node {first.onnx_node} "
         f"(value {first.onnx_value}, input set {first.input_set})"
     ]
     numbers = [f"max |error| {fmt(first.max_abs)}"]

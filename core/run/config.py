@@ -46,8 +46,8 @@ class RunConfig:
     layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
     noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise_floor)
     suggest: bool = False  # tolerances fitted, then checked on fresh input sets (parity.analyses)
-    # failing outputs and no analysis asked: the floor measured where it costs at most the
-    # run's own torch time (parity.analyses.noise); --no-noise-floor sets it False
+    # failing outputs and no analysis asked: the floor measured where the model has at most
+    # DEFAULT_PARAMETERS (parity.analyses.noise); --no-noise-floor sets it False
     noise_floor_default: bool = True
     # a file's weight-only quantized ops (int4 MatMulNBits, ...) judged against torch with the
     # file's own dequantized weights (parity.analyses.quantization); acts only where found
