@@ -120,3 +120,13 @@ def test_the_default_floor_is_decided_by_the_models_size_not_a_timing(
     (note,) = [a for a in fits.analyses if a.analysis == "noise_floor"]
     assert f"a model of {n:,} parameters" in note.text
     assert any(f.kind == "rounding" for f in fits.findings)
+
+
+def test_a_rounding_failure_at_every_size_runs_no_frozen_search(export: Path) -> None:
+    """The file has a dynamic batch and fails 1e-5 by float32 rounding at every size: a frozen
+    size cannot explain that, so the search does not run (it once said "the search ran 0
+    checks in 0.0 s" as this run's headline)."""
+    run = validate(make_logits(), str(export), no_noise_floor=True)
+    assert not run.passed and len(run.input_sets) > 1
+    assert not [a for a in run.analyses if a.analysis == "frozen"]
+    assert not [f for f in run.findings if f.kind == "frozen_search"]

@@ -15,15 +15,15 @@ feeds" is every failing output of the candidate whose layers found the birth.
 A file exported in training mode (Dropout or BatchNormalization nodes that train) is a bug
 said first, on every run, passing or not: it is read from the file, not the numbers.
 
-Kinds (parity.results.FindingKind): bug, rounding, frozen (a size or branch the export
-froze; confirmed ones), frozen_search (what the frozen search cost when it confirmed
-nothing, or a check it skipped), near_tie (an LLM's greedy token flipped by an acceptable error),
-error (ONNX Runtime raised on an input set), diverges (where the outputs start to differ,
-not confirmed as made there), unmeasured (what this run did not measure, or an analysis
-asked for that could not run, and why), quantization (what a file's intended quantized
+Kinds (parity.results.FindingKind): bug, rounding, frozen (a size or branch the export froze;
+confirmed ones), frozen_search (no longer made: a search that confirms nothing says so in its
+analyses[] note only, never as a finding), near_tie (an LLM's greedy token flipped by an
+acceptable error), error (ONNX Runtime raised on an input set), diverges (where the outputs
+start to differ, not confirmed as made there), unmeasured (what this run did not measure, or an
+analysis asked for that could not run, and why), quantization (what a file's intended quantized
 weights cost: "int4 weights ..."; the file judged against torch with its own dequantized
-weights, parity.analyses.quantization, speaks for that candidate instead of the layers,
-whose reference is torch's float weights; a weight that is not a rounding stays a bug).
+weights, parity.analyses.quantization, speaks for that candidate instead of the layers, whose
+reference is torch's float weights; a weight that is not a rounding stays a bug).
 """
 
 from __future__ import annotations
@@ -66,13 +66,11 @@ def run_findings(run: ValidationRun) -> tuple[Finding, ...]:
         for n in run.analyses
         if n.analysis == "stages" and n.done
     ]
-    searched = _frozen_search(run, found)
     return tuple(
         stages
         + _training_mode(run)
         + found
         + frozen
-        + searched
         + _static_axes(run)
         + _near_ties(run)
         + not_run
@@ -400,19 +398,6 @@ def _frozen(run: ValidationRun) -> list[Finding]:
         )
         for f in run.frozen
         if f.confirmed
-    ]
-
-
-def _frozen_search(run: ValidationRun, found: list[Finding]) -> list[Finding]:
-    """What the frozen search cost when it confirmed nothing, or skipped a check (its done
-    note): said where no bug, rounding or quantization finding explains the run."""
-    explained = (FindingKind.BUG, FindingKind.ROUNDING, FindingKind.QUANTIZATION)
-    if any(f.kind in explained for f in found):
-        return []
-    return [
-        Finding(FindingKind.FROZEN_SEARCH, n.text)
-        for n in run.analyses
-        if n.analysis == "frozen" and n.done
     ]
 
 
