@@ -161,11 +161,14 @@ def with_frozen(
         return _noted(run, exc.message, done=False)
     failing: list[dict[str, int]] = []
     passing: list[dict[str, int]] = []
+    raised: list[bool] = []  # per failing set: ONNX Runtime raised there
     for s in run.input_sets:
         rows = [c for c in run.outputs if c.input_set == s.index]
-        (passing if rows and all(c.status.passed for c in rows) else failing).append(
-            set_dims(signature, s)
-        )
+        if rows and all(c.status.passed for c in rows):
+            passing.append(set_dims(signature, s))
+        else:
+            failing.append(set_dims(signature, s))
+            raised.append(any(c.status is Status.ERROR for c in rows))
     spent = run.timings.get("torch", 0.0) + run.timings.get("onnxruntime", 0.0)
     seconds = max(MIN_SEARCH_SECONDS, SEARCH_TIMES * spent)
     left = deadline.remaining() if deadline is not None else None
@@ -198,8 +201,15 @@ def with_frozen(
         seconds=seconds,
         batch=first_axis_dims(signature),
     )
-    run = named_as_in_file(run, model, [n.node for n in search.nodes])
-    run = replace(run, frozen=search.nodes)
+    nodes = search.nodes
+    if not nodes:  # no constant holds it: a learned tensor's shape may (a position grid)
+        from parity.judge.frozen_grid import learned_grids
+
+        nodes = learned_grids(model, signature, failing, passing, raised)
+        if nodes:
+            search = replace(search, nodes=nodes)
+    run = named_as_in_file(run, model, [n.node for n in nodes])
+    run = replace(run, frozen=nodes)
     return _noted(run, search.note) if search.note else run
 
 
