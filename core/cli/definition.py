@@ -330,6 +330,14 @@ NOISE_FLOOR = Group(
             '(adds "suggested_tolerances" to --json)',
         ),
         flag(
+            "--stages",
+            action="store_true",
+            help="several --onnx files are one pipeline's stages in order (an export, its "
+            "optimised file, its float16 copy): each is also judged against the one before, "
+            "and the first where the numbers break is named (without it: only where every "
+            "file after the first is a conversion, made by no exporter)",
+        ),
+        flag(
             "--no-quantized-reference",
             action="store_true",
             help="do not judge a file's weight-only quantized ops (int4 MatMulNBits, ...) "

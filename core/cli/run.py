@@ -71,6 +71,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         noise_floor_default=not getattr(args, "no_noise_floor", False),
         suggest=bool(getattr(args, "suggest", False)),
         quantized_reference=not getattr(args, "no_quantized_reference", False),
+        stages=bool(getattr(args, "stages", False)),
         repro=getattr(args, "repro", None) or None,
         repro_command=renamed_text(
             "parity " + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),

@@ -40,6 +40,7 @@ from parity.files.hashing import update_with_file
 from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import open_regular
 from parity.load.dtypes import from_onnx_elem_type
+from parity.load.provider_precision import has_sixteen_bit
 from parity.load.sessions import ORT_OPT_LEVELS, open_session
 from parity.load.training_mode import training_nodes
 from parity.signature import Dim, OnnxSignature, TensorSpec
@@ -60,6 +61,10 @@ class OnnxModel:
     op_types: frozenset[str] = frozenset()
     # nodes exported in training mode, by op (parity.load.training_mode), read once here
     training: tuple[tuple[str, int], ...] = ()
+    producer: str = ""  # producer_name: "pytorch" for an export, a converter's name else
+    # what a conversion adds: op domains beyond ONNX's (ORT's fused ops), 16-bit values
+    domains: frozenset[str] = frozenset()
+    sixteen_bit: bool = False
 
 
 def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
@@ -96,6 +101,9 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         notes=notes,
         op_types=ops,
         training=training,
+        producer=proto.producer_name,
+        domains=frozenset(n.domain for n in proto.graph.node if n.domain not in ("", "ai.onnx")),
+        sixteen_bit=has_sixteen_bit(proto.graph),
     )
 
 

@@ -52,6 +52,10 @@ class RunConfig:
     # a file's weight-only quantized ops (int4 MatMulNBits, ...) judged against torch with the
     # file's own dequantized weights (parity.analyses.quantization); acts only where found
     quantized_reference: bool = True
+    # several --onnx files judged as pipeline stages, each against the one before
+    # (parity.analyses.stages); without it only where the files after the first are
+    # conversions (no exporter made them)
+    stages: bool = False
     # --repro DIR: the first confirmed divergence as a standalone folder (needs layers);
     # `repro_command` is the command its README names (the CLI's argv, the API's call)
     repro: str | None = None

@@ -55,6 +55,7 @@ def config_json(config: RunConfig) -> dict[str, Any]:
         "noise_floor_default": bool(config.noise_floor_default),
         "suggest": bool(config.suggest),
         "quantized_reference": bool(config.quantized_reference),
+        "stages": bool(config.stages),
         "timeout": None if config.timeout is None else float(config.timeout),
         "max_memory": config.max_memory,
     }
@@ -108,6 +109,7 @@ def config_from_json(data: Mapping[str, Any], tolerances: Tolerances | None = No
         noise_floor_default=bool(get("noise_floor_default", sj.boolean, True)),
         suggest=bool(get("suggest", sj.boolean, False)),
         quantized_reference=bool(get("quantized_reference", sj.boolean, True)),
+        stages=bool(get("stages", sj.boolean, False)),
         timeout=get("timeout", sj.number, None, minimum=0.0) or None,
         max_memory=get("max_memory", sj.integer),
     )
