@@ -60,6 +60,12 @@ def test_exports_side_by_side_are_stages_only_when_asked(candidate_exports, tmp_
     run, side_by_side = _stages(exports, exports.legacy, exports.buggy, stages=False)
     assert not [f for f in side_by_side if f["kind"] == "stage"]
     assert not [a for a in run.analyses if a.analysis == "stages"]
+    from parity.reports.html_report import render_html_report
+
+    page = render_html_report(run)  # two files: "What we found", as one file's report has
+    assert "What we found" in page
+    assert any(f["candidate"] == 1 for f in side_by_side)
+    assert "<li class='finding" in page and "#1 buggy.onnx (CPU, all): " in page
     half = tmp_path / "half.onnx"
     onnx.save(
         convert_float_to_float16(onnx.load(str(exports.legacy)), keep_io_types=True), str(half)
