@@ -53,6 +53,9 @@ SETTINGS: dict[str, Words] = {
     "noise_floor": Words("--noise-floor", "noise_floor", "Measure rounding noise"),
     "quantized_reference": Words("--no-quantized-reference", "quantized_reference"),
     "timeout": Words("--timeout", "timeout", "Time limit"),
+    # analyses the dashboard runs by a button, not a form field: their button's label
+    "suggest": Words("--suggest", None, "Suggest"),
+    "repro": Words("--repro", None, "Download a standalone repro (.zip)"),
     "max_memory": Words("--max-memory", "max_memory"),
     # an hf: model's options (parity.hf.options.HfOptions)
     "prompt": Words("--prompt", None, "Prompts"),

@@ -117,8 +117,7 @@ def _no_layers(run: ValidationRun) -> None:
     if config is None:
         st.info(
             "This run compared the model's outputs only. To find the op where the export "
-            "starts to diverge, tick **Compare layers** on the Run page and run again, or run "
-            "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
+            "starts to diverge, tick **Compare layers** on the Run page and run again."
         )
         st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return

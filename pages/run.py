@@ -12,7 +12,7 @@ from dataclasses import replace
 import streamlit as st
 
 from parity.dashboard import routes, state
-from parity.dashboard.access import trust_code
+from parity.dashboard.access import may_run, trust_code
 from parity.dashboard.findings_view import findings_section
 from parity.dashboard.run_form import (
     DEMO,
@@ -38,7 +38,15 @@ from parity.dashboard.where_views import failing_sentences
 from parity.errors import InputError, ParityError
 from parity.labels import wrong_pair_note
 from parity.launch import UPLOAD_LIMIT_WHERE
-from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
+from parity.load.specs import (
+    TRUST_COMMANDS,
+    code_words,
+    demo_spec,
+    hf_spec,
+    is_hf_spec,
+    reference_path,
+    reference_spec,
+)
 from parity.results import ValidationRun
 from parity.run.config import config_problem
 from parity.settings import Front, Setting
@@ -505,6 +513,13 @@ def why_not_run(
         return ":", "choose a PyTorch model."
     if not onnx_path:
         return ":", "choose an ONNX file."
+    code = code_words(config.model) if config.model else None
+    if code is not None and not may_run(config.model):
+        return ":", (
+            f"{config.model} is {code}, which is code and runs when loaded: this dashboard "
+            f"runs code only when started with {TRUST_COMMANDS[0]} (from a checkout: "
+            f"{TRUST_COMMANDS[1]}), or the model its own command line gave."
+        )
     problem = config_problem(config)
     if problem is not None:
         return ":", problem.words(Front.DASHBOARD)

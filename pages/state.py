@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from parity.dashboard.access import trust_code
+from parity.dashboard.access import may_run
 from parity.errors import ParityError, describe_error
 from parity.results import ValidationRun
 from parity.settings import Front
@@ -533,13 +533,14 @@ def _torch_model(
 def _torch_model_cached(spec: str, *, weights: str | None = None, max_memory: int | None = None):
     """The loaded torch model, reused while the files behind `spec` and `weights` are unchanged.
 
-    TorchScript and Python factories are refused (one line) unless the app trusts code.
+    TorchScript and Python factories are refused (one line) unless the app trusts code, or
+    the spec is the one its command line validated (parity.dashboard.access.may_run).
     """
     parts = [spec]
     for path in (spec.rpartition(":")[0] if ".py:" in spec else spec, weights):
         if path and Path(path).is_file():
             parts.append(file_key(path))
-    return _torch_model(spec, weights, "|".join(parts), trust_code(), max_memory)
+    return _torch_model(spec, weights, "|".join(parts), may_run(spec), max_memory)
 
 
 def cached_loaders():
