@@ -149,6 +149,8 @@ SAVED_OPEN = "parity_saved_open"  # widget: the Open button
 SAVED_SAVE = "parity_saved_save"  # widget: the Save button
 SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
 SAVED_OPENED = "parity_saved_initial"  # the ?run=PATH this session has opened
+TAB_TOKEN = "parity_tab_token"  # this tab's key to its kept run (parity.dashboard.keep)
+TAB_RESTORED = "parity_tab_restored"  # the session has looked for a kept run once
 LINKED_RUN = "parity_linked_run"  # a run a ?run= link opened, read-only until confirmed
 LINK_CONFIRM = "parity_link_confirm"  # widget: "Use this run's settings in the Run form"
 
