@@ -20,6 +20,7 @@ from parity.dashboard.text import md_text
 from parity.labels import OUTSIDE_MODULES
 from parity.layers import birth_words, views
 from parity.layers import figures as lf
+from parity.layers.movers import born_before, feeding_count, feeding_words
 from parity.results import ValidationRun
 from parity.text import ratio_text
 
@@ -164,7 +165,15 @@ def verdict(result) -> None:
             else:
                 st.code(first.torch_module or OUTSIDE_MODULES, language=None)
             cols = st.columns(4)
-            cols[0].metric("op", first.onnx_op)
+            if born_before(first):  # a mover is not the place: the nodes feeding it are
+                cols[0].metric(
+                    "op",
+                    f"before {first.onnx_op}",
+                    help=f"{feeding_count(first)} unmatched nodes feed this {first.onnx_op}, "
+                    f"which only moves data: {feeding_words(first)}",
+                )
+            else:
+                cols[0].metric("op", first.onnx_op)
             cols[1].metric("jump", ratio_text(first.jump), help=views.jump_words(first))
             cols[2].metric("error ratio", views.fmt(first.error_ratio))
             cols[3].metric("max |error|", views.fmt(first.max_abs))
