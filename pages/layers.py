@@ -20,8 +20,8 @@ from parity.dashboard.text import md_text
 from parity.labels import OUTSIDE_MODULES
 from parity.layers import birth_words, views
 from parity.layers import figures as lf
-from parity.layers.movers import born_before, feeding_count, feeding_words
 from parity.results import ValidationRun
+from parity.show.births import born_before, feeding_count, feeding_words
 from parity.text import ratio_text
 
 

@@ -3,9 +3,9 @@ the terminal, the HTML report and the Layers page. Plain text: names are the use
 
 from __future__ import annotations
 
-from parity.layers.movers import born_before, feeding_count, feeding_words
 from parity.layers.result import Confirmation, LayersResult, LayerValue, Outcome
 from parity.layers.views import fmt
+from parity.show.births import born_before, feeding_count, feeding_words
 
 MAX_LISTED = 8
 

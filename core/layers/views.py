@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from parity.labels import OUTSIDE_MODULES
-from parity.layers.movers import birth_place, born_before
 from parity.layers.result import LayerStatus
+from parity.show.births import birth_place, born_before
 from parity.text import number_text, ratio_text
 
 if TYPE_CHECKING:

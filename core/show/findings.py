@@ -32,7 +32,6 @@ from collections.abc import Iterable
 
 from parity.judge.noise_floor import is_rounding, noise_rank
 from parity.labels import OUTSIDE_MODULES, set_label
-from parity.layers.movers import birth_place, born_before
 from parity.results import (
     Finding,
     FindingKind,
@@ -42,6 +41,7 @@ from parity.results import (
     Status,
     ValidationRun,
 )
+from parity.show.births import birth_place, born_before
 from parity.text import number_text
 from parity.verdict import Verdict
 
