@@ -55,6 +55,7 @@ SETTINGS: dict[str, Words] = {
     "timeout": Words("--timeout", "timeout", "Time limit"),
     # analyses the dashboard runs by a button, not a form field: their button's label
     "suggest": Words("--suggest", None, "Suggest"),
+    "stages": Words("--stages", None, "These files are one pipeline's stages"),
     "repro": Words("--repro", None, "Download a standalone repro (.zip)"),
     "max_memory": Words("--max-memory", "max_memory"),
     # an hf: model's options (parity.hf.options.HfOptions)

@@ -287,6 +287,17 @@ def choose_more_onnx() -> tuple[str, ...]:
         key=state.RUN_ONNX_MORE_UPLOAD,
     )
     paths += [str(p) for p in upload_paths("onnx_more", ups or [])]
+    if paths:
+        state.form_widget(
+            st.checkbox,
+            "These files are one pipeline's stages, in order (the ONNX file first)",
+            key=state.RUN_STAGES,
+            default=False,
+            help="Each file is also judged against the one before it, and the first stage "
+            "where the numbers break is named. Unticked, files side by side are stages only "
+            "where each is a conversion of the one before (ONNX Runtime's fused ops, "
+            "16-bit values, another tool's file).",
+        )
     return tuple(paths)
 
 
@@ -651,6 +662,7 @@ def page() -> None:
             reference_file=reference,
             hf=hf_options,
             layers=compare_layers(),
+            stages=bool(more_onnx) and bool(state.get(state.RUN_STAGES, False)),
             noise_floor=noise_floor() and bool(model),
             timeout=float(timeout) or None,
             **settings,

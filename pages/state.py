@@ -51,6 +51,7 @@ RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to
 FORM_BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
 AUTORUN = "parity_autorun"  # the ?demo=NAME (or PARITY_DEMO) this session has run
 RUN_LAYERS = "run_layers"  # widget: the "compare layers" checkbox
+RUN_STAGES = "run_stages"  # widget: several ONNX files are one pipeline's stages
 RUN_NOISE = "run_noise_floor"  # widget: the "noise floor" checkbox
 LAYERS_DONE = "parity_layers_done"  # a run compared layers: the Run page unticks its box
 RUN_MODEL_SOURCE = "model_source"  # widget: where the model comes from (run_form.MODEL_SOURCES)
