@@ -36,7 +36,7 @@ def candidates_header(run: ValidationRun) -> str:
 
 
 def _findings(run: ValidationRun) -> str:
-    """"What we found", as a one-file report has it: each finding about one candidate
+    """ "What we found", as a one-file report has it: each finding about one candidate
     starts with its label."""
     found = run.findings
     if not found:

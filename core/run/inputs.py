@@ -83,11 +83,6 @@ _SEQUENCE_RE = re.compile(r"seq|len|time|token|step|^(t|s|l)$", re.IGNORECASE)
 _SPATIAL_RE = re.compile(r"height|width|^(h|w|img|image)$", re.IGNORECASE)
 
 
-def is_spatial(name: str) -> bool:
-    """A dim named like a height or a width (its default size is SPATIAL_SIZE)."""
-    return bool(_SPATIAL_RE.search(name))
-
-
 def default_dim_size(name: str | None) -> int:
     """Set-0 size of a symbolic dim nobody sized: by what its name looks like."""
     if name is None:

@@ -51,12 +51,13 @@ def with_image_size(
     signature: OnnxSignature, dims: Mapping[str, int], size: tuple[int, int]
 ) -> dict[str, int]:
     """`dims` with the spatial dims nobody sized set to `size` (module doc)."""
-    from parity.run.inputs import is_spatial
+    from parity.run.inputs import SPATIAL_SIZE, default_dim_size
 
     out = dict(dims)
     for spec in signature.inputs:
         for axis, d in enumerate(spec.shape):
-            if isinstance(d, str) and d not in out and is_spatial(d):
+            spatial = isinstance(d, str) and default_dim_size(d) == SPATIAL_SIZE  # by its name
+            if isinstance(d, str) and d not in out and spatial:
                 out[d] = size[0] if _is_height(d, axis, len(spec.shape)) else size[1]
             elif d is None and len(spec.shape) == 4 and axis in (2, 3):
                 out.setdefault(f"{spec.name}:{axis}", size[axis - 2])
