@@ -82,9 +82,7 @@ def _train_mode(run) -> list[str]:
 def test_train_mode_is_a_bug_at_every_level_and_layers_name_the_nodes(bert_in_train_mode):
     directory, onnx_path = bert_in_train_mode
     disabled = run_validation(
-        RunConfig(
-            model=f"hf:{directory}", onnx=onnx_path, ort_opt_level="disable", layers=True
-        )
+        RunConfig(model=f"hf:{directory}", onnx=onnx_path, ort_opt_level="disable", layers=True)
     )
     assert disabled.verdict == "fail"
     said = _train_mode(disabled)
