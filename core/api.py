@@ -179,7 +179,7 @@ def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
         the tolerance's.
     no_noise_floor: do not measure the floor by default (as ``--no-noise-floor``). Without
         it, a run whose outputs fail and that asks for no analysis runs torch in float64 on
-        the failing input sets when that costs at most the run's own torch time.
+        its two smallest failing input sets when the model has at most 50 M parameters.
     max_memory: bytes (or "512M", "16G") of arrays the run may hold, as ``--max-memory``:
         given inputs, generated sets and the float64 copy of `noise_floor` are checked
         against it before they are made (default 4 GiB).

@@ -47,6 +47,9 @@ RUN_ENV = "PARITY_RUN"
 RUN_SCRATCH_ENV = "PARITY_RUN_SCRATCH"
 """Set when PARITY_RUN is this launcher's temp copy of the run it validated: the dashboard
 names the run by its model and files, never by that file."""
+COMMAND_MODEL_ENV = "PARITY_COMMAND_MODEL"
+"""The model spec the launcher validated (`parity dashboard --model SPEC ...`): the user typed
+it, so the dashboard may run it again (Run, Suggest) without --trust-code."""
 SWEEP_ENV = "PARITY_SWEEP"
 """A sweep folder to open in every new session (the dashboard's ?sweep=DIR)."""
 HOSTS_ENV = "PARITY_ALLOWED_HOSTS"
@@ -231,6 +234,8 @@ def _dashboard(args: argparse.Namespace, validate, stop: _StopSignals) -> int:
                 scratch = Path(tempfile.mkdtemp(prefix="parity-dashboard-"))
                 env[RUN_ENV] = str(save_run(run, scratch / "run.parity.npz"))
                 env[RUN_SCRATCH_ENV] = "1"
+                if run.provenance.config and run.provenance.config.get("model"):
+                    env[COMMAND_MODEL_ENV] = str(run.provenance.config["model"])
             elif args.path:
                 path = Path(args.path).expanduser()
                 if path.is_dir():

@@ -54,6 +54,10 @@ SETTINGS: dict[str, Words] = {
     "quantized_reference": Words("--no-quantized-reference", "quantized_reference"),
     "judge": Words("--judge", "judge", "Judge by"),
     "timeout": Words("--timeout", "timeout", "Time limit"),
+    # analyses the dashboard runs by a button, not a form field: their button's label
+    "suggest": Words("--suggest", None, "Suggest"),
+    "stages": Words("--stages", None, "These files are one pipeline's stages"),
+    "repro": Words("--repro", None, "Download a standalone repro (.zip)"),
     "max_memory": Words("--max-memory", "max_memory"),
     "data": Words("--data", "data", "Data set"),
     # an hf: model's options (parity.run.hf_options.HfOptions)

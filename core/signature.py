@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 Dim = int | str | None
@@ -24,6 +25,20 @@ class TensorSpec:
 
     def shape_text(self) -> str:
         return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+
+_MADE_UP = re.compile(r"^([A-Z][A-Za-z0-9]*)out_dim_\d+$")  # the legacy exporter's: Resizeout_dim_1
+_UNKNOWN = re.compile(r"^unk__\d+$")  # ONNX shape inference's
+
+
+def readable_dim(name: str) -> str | None:
+    """A dim name as people read it: a name an exporter made up for a size its op computes
+    ("Resizeout_dim_1") is "Resize size"; shape inference's "unk__12" is no name (None);
+    any other name is the user's, as it is."""
+    made = _MADE_UP.match(name)
+    if made:
+        return f"{made.group(1)} size"
+    return None if _UNKNOWN.match(name) else name
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,7 @@ class OnnxSignature:
         spec = next((t for t in self.outputs if t.name == name), None)
         if spec is None or spec.rank != rank:
             return (None,) * rank
-        return tuple(d if isinstance(d, str) and d else None for d in spec.shape)
+        return tuple(readable_dim(d) if isinstance(d, str) and d else None for d in spec.shape)
 
     @property
     def symbolic_dims(self) -> tuple[str, ...]:

@@ -63,6 +63,27 @@ def refuse(host: str) -> None:
     st.stop()
 
 
+def may_run(spec: str | None) -> bool:
+    """Whether this dashboard runs `spec` when it is code (a TorchScript archive, a
+    FILE.py:CALLABLE or module:CALLABLE factory): started with --trust-code, or the very spec
+    the command line validated (`parity dashboard --model SPEC`: the user typed it)."""
+    import os
+
+    from parity.launch import COMMAND_MODEL_ENV
+
+    return trust_code() or (bool(spec) and spec == os.environ.get(COMMAND_MODEL_ENV))
+
+
+def command_run(path: str | None) -> bool:
+    """The saved run at `path` is the launcher's own copy of the run its command validated."""
+    import os
+
+    from parity.launch import RUN_ENV, RUN_SCRATCH_ENV
+
+    own = os.environ.get(RUN_ENV)
+    return bool(path and own and os.environ.get(RUN_SCRATCH_ENV) and path == own)
+
+
 def trust_code() -> bool:
     """True when the app was started with `parity dashboard --trust-code` (which passes the
     flag to the script) or `streamlit run app.py -- --trust-code`."""

@@ -13,7 +13,7 @@ import numpy as np
 import streamlit as st
 from PIL import Image
 
-from parity.dashboard import state
+from parity.dashboard import keep, state
 from parity.dashboard.access import foreign_host, refuse
 from parity.dashboard.routes import GENERATION_PAGE, PAGES, RUN, SAMPLES_PAGE
 from parity.dashboard.saved_runs import open_initial_run
@@ -70,7 +70,9 @@ def main() -> None:
     # when ?sweep=DIR is given, /sweep?sweep=DIR would name no page ("Page not found").
     host = foreign_host()  # DNS rebinding: checked before anything runs (access.py)
     if host is None:  # before the pages are listed: a saved LLM run lists Generation at once
+        keep.restore()  # a reloaded tab: its run and tolerances (parity.dashboard.keep)
         open_initial_run()  # ?run=PATH opens a saved run (no torch, no model needed)
+        keep.remember()  # what the last script run made (a Run ends with st.rerun)
     pages = {
         url: st.Page(path, title=title, icon=icon, url_path=url, default=(url == "run"))
         for path, title, icon, url in listed_pages()
@@ -85,6 +87,8 @@ def main() -> None:
         render_sidebar()
         raise
     render_sidebar()  # after the page, so a run started on this rerun shows at once
+    if host is None:
+        keep.remember()
 
 
 def run_or_invite(

@@ -33,8 +33,9 @@ KIND_LABELS = {
 WORST_K = 25
 WORST_COLUMN_CONFIG = {  # fits the page's right column (~360 px at 1280 px), no scrolling
     "index": st.column_config.TextColumn("index", width=96),
-    "ref": st.column_config.NumberColumn("ref", format=NUMBER_FORMAT, width=64),
-    "onnx": st.column_config.NumberColumn("onnx", format=NUMBER_FORMAT, width=64),
+    # text: as many digits as tell the two apart (parity.text.number_pair_text)
+    "ref": st.column_config.TextColumn("ref", width=72),
+    "onnx": st.column_config.TextColumn("onnx", width=72),
     "abs error": st.column_config.NumberColumn("|error|", format=NUMBER_FORMAT, width=64),
     "rel error": st.column_config.NumberColumn(
         "rel", format=NUMBER_FORMAT, width=64, help="relative error, |error| / |ref|"

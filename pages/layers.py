@@ -21,6 +21,7 @@ from parity.labels import OUTSIDE_MODULES
 from parity.layers import birth_words, views
 from parity.layers import figures as lf
 from parity.results import ValidationRun
+from parity.show.births import born_before, feeding_count, feeding_words
 from parity.text import ratio_text
 
 
@@ -117,8 +118,7 @@ def _no_layers(run: ValidationRun) -> None:
     if config is None:
         st.info(
             "This run compared the model's outputs only. To find the op where the export "
-            "starts to diverge, tick **Compare layers** on the Run page and run again, or run "
-            "`parity validate ... --layers` (add `--save-run FILE` to open it here)."
+            "starts to diverge, tick **Compare layers** on the Run page and run again."
         )
         st.page_link(routes.RUN, label="Go to Run", icon=":material/play_arrow:")
         return
@@ -165,7 +165,15 @@ def verdict(result) -> None:
             else:
                 st.code(first.torch_module or OUTSIDE_MODULES, language=None)
             cols = st.columns(4)
-            cols[0].metric("op", first.onnx_op)
+            if born_before(first):  # a mover is not the place: the nodes feeding it are
+                cols[0].metric(
+                    "op",
+                    f"before {first.onnx_op}",
+                    help=f"{feeding_count(first)} unmatched nodes feed this {first.onnx_op}, "
+                    f"which only moves data: {feeding_words(first)}",
+                )
+            else:
+                cols[0].metric("op", first.onnx_op)
             cols[1].metric("jump", ratio_text(first.jump), help=views.jump_words(first))
             cols[2].metric("error ratio", views.fmt(first.error_ratio))
             cols[3].metric("max |error|", views.fmt(first.max_abs))

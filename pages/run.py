@@ -12,7 +12,7 @@ from dataclasses import replace
 import streamlit as st
 
 from parity.dashboard import routes, state
-from parity.dashboard.access import trust_code
+from parity.dashboard.access import may_run, trust_code
 from parity.dashboard.findings_view import findings_section
 from parity.dashboard.run_form import (
     DEMO,
@@ -38,7 +38,15 @@ from parity.dashboard.where_views import failing_sentences
 from parity.errors import InputError, ParityError
 from parity.labels import wrong_pair_note
 from parity.launch import UPLOAD_LIMIT_WHERE
-from parity.load.specs import demo_spec, hf_spec, is_hf_spec, reference_path, reference_spec
+from parity.load.specs import (
+    TRUST_COMMANDS,
+    code_words,
+    demo_spec,
+    hf_spec,
+    is_hf_spec,
+    reference_path,
+    reference_spec,
+)
 from parity.results import ValidationRun
 from parity.run.config import config_problem
 from parity.settings import Front, Setting
@@ -286,6 +294,17 @@ def choose_more_onnx() -> tuple[str, ...]:
         key=state.RUN_ONNX_MORE_UPLOAD,
     )
     paths += [str(p) for p in upload_paths("onnx_more", ups or [])]
+    if paths:
+        state.form_widget(
+            st.checkbox,
+            "These files are one pipeline's stages, in order (the ONNX file first)",
+            key=state.RUN_STAGES,
+            default=False,
+            help="Each file is also judged against the one before it, and the first stage "
+            "where the numbers break is named. Unticked, files side by side are stages only "
+            "where each is a conversion of the one before (ONNX Runtime's fused ops, "
+            "16-bit values, another tool's file).",
+        )
     return tuple(paths)
 
 
@@ -512,6 +531,13 @@ def why_not_run(
         return ":", "choose a PyTorch model."
     if not onnx_path:
         return ":", "choose an ONNX file."
+    code = code_words(config.model) if config.model else None
+    if code is not None and not may_run(config.model):
+        return ":", (
+            f"{config.model} is {code}, which is code and runs when loaded: this dashboard "
+            f"runs code only when started with {TRUST_COMMANDS[0]} (from a checkout: "
+            f"{TRUST_COMMANDS[1]}), or the model its own command line gave."
+        )
     problem = config_problem(config)
     if problem is not None:
         return ":", problem.words(Front.DASHBOARD)
@@ -575,8 +601,8 @@ def page() -> None:
         default=False,
         help="Says, per float32 output, whether ONNX's error is float32 rounding (about "
         "torch's own error against float64) or not. The verdict stays the tolerance's. "
-        "Same as `parity validate --noise-floor`. Unchecked, a run whose outputs fail still "
-        "measures it where that costs at most the run's own torch time.",
+        "Unchecked, a run whose outputs fail still measures it where the model has at most "
+        "50 M parameters.",
     )
     state.form_widget(  # kept while other pages are shown
         st.checkbox,
@@ -652,6 +678,7 @@ def page() -> None:
             reference_file=reference,
             hf=hf_options,
             layers=compare_layers(),
+            stages=bool(more_onnx) and bool(state.get(state.RUN_STAGES, False)),
             noise_floor=noise_floor() and bool(model),
             judge=judge(),
             timeout=float(timeout) or None,

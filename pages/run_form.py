@@ -49,6 +49,7 @@ def form_values(config) -> dict[str, Any]:
     """The Run form's widget values that show `config` (a parity.run.config.RunConfig)."""
     values: dict[str, Any] = {
         state.RUN_LAYERS: bool(config.layers),
+        state.RUN_STAGES: bool(getattr(config, "stages", False)),
         state.RUN_NOISE: bool(config.noise_floor),
         state.RUN_JUDGE: config.judge == "cause",
         state.RUN_N_SETS: _clamped(config.n_input_sets or N_SETS_DEFAULT, "n_sets"),

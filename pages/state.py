@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from parity.dashboard.access import trust_code
+from parity.dashboard.access import may_run
 from parity.errors import ParityError, describe_error
 from parity.results import ValidationRun
 from parity.settings import Front
@@ -51,6 +51,7 @@ RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to
 FORM_BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
 AUTORUN = "parity_autorun"  # the ?demo=NAME (or PARITY_DEMO) this session has run
 RUN_LAYERS = "run_layers"  # widget: the "compare layers" checkbox
+RUN_STAGES = "run_stages"  # widget: several ONNX files are one pipeline's stages
 RUN_NOISE = "run_noise_floor"  # widget: the "noise floor" checkbox
 RUN_JUDGE = "run_judge_cause"  # widget: the "judge by cause" checkbox
 LAYERS_DONE = "parity_layers_done"  # a run compared layers: the Run page unticks its box
@@ -153,6 +154,8 @@ SAVED_OPEN = "parity_saved_open"  # widget: the Open button
 SAVED_SAVE = "parity_saved_save"  # widget: the Save button
 SAVED_MESSAGE = "parity_saved_message"  # the sidebar's word on the saved run last opened
 SAVED_OPENED = "parity_saved_initial"  # the ?run=PATH this session has opened
+TAB_TOKEN = "parity_tab_token"  # this tab's key to its kept run (parity.dashboard.keep)
+TAB_RESTORED = "parity_tab_restored"  # the session has looked for a kept run once
 LINKED_RUN = "parity_linked_run"  # a run a ?run= link opened, read-only until confirmed
 LINK_CONFIRM = "parity_link_confirm"  # widget: "Use this run's settings in the Run form"
 
@@ -536,13 +539,14 @@ def _torch_model(
 def _torch_model_cached(spec: str, *, weights: str | None = None, max_memory: int | None = None):
     """The loaded torch model, reused while the files behind `spec` and `weights` are unchanged.
 
-    TorchScript and Python factories are refused (one line) unless the app trusts code.
+    TorchScript and Python factories are refused (one line) unless the app trusts code, or
+    the spec is the one its command line validated (parity.dashboard.access.may_run).
     """
     parts = [spec]
     for path in (spec.rpartition(":")[0] if ".py:" in spec else spec, weights):
         if path and Path(path).is_file():
             parts.append(file_key(path))
-    return _torch_model(spec, weights, "|".join(parts), trust_code(), max_memory)
+    return _torch_model(spec, weights, "|".join(parts), may_run(spec), max_memory)
 
 
 def cached_loaders():

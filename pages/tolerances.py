@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from parity.dashboard import state
+from parity.dashboard.access import command_run
 from parity.dashboard.candidates import candidate_selector, candidates_frame
 from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import verdict_badge
@@ -108,12 +109,15 @@ def _suggest(run: ValidationRun, basis: str, margin: float) -> None:
     from parity.pipeline import check_suggestion
     from parity.run.config_json import config_of_run
 
-    config = config_of_run(run) if run.saved is None else None
+    # a reopened run is not made again (its files could run code), except the run this
+    # dashboard's command line validated: the user typed that model
+    own = run.saved is None or command_run(run.saved.path)
+    config = config_of_run(run) if own else None
     with st.spinner("Checking the suggestion on fresh input sets (the model runs again)..."):
         found = check_suggestion(
             run, config, basis=basis, margin=margin, loaders=state.cached_loaders()
         )
-    if run.saved is not None:
+    if not own:
         found = replace(found, withheld={k: REOPENED for k in found.withheld})
     state.set_tolerances(found.tolerances(state.tolerances()))
     state.put(state.TOL_SUGGESTED, (id(state.raw_run()), found))  # this run's only
@@ -128,6 +132,9 @@ def suggestion_shown() -> None:
         return
     head, *rest = lines
     st.caption(md_text(dashboard_words(head)))
+    # no "As flags: --tol ..." here: the page has applied them (the editor shows them), and
+    # the download gives the file for the command line
+    rest = [line for line in rest if not line.startswith("As flags:")]
     with st.expander("Suggested tolerance per output"):
         st.text("\n".join(dashboard_words(line) for line in rest))
 

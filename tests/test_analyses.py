@@ -80,17 +80,18 @@ def no_float64(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Modul
 def test_the_analyses_run_in_order_each_when_its_setting_asks() -> None:
     names = [cls.name for cls in ANALYSES]
     assert names == [
-        "frozen", "noise_floor", "approximation", "layers", "quantization", "stages", "suggest",
-        "repro",
+        "training_mode", "frozen", "noise_floor", "approximation", "layers", "quantization",
+        "stages", "suggest", "repro",
     ]  # fmt: skip
     plain = RunConfig(model=None, onnx=("a.onnx", "b.onnx"))
-    # on by default: it acts only where a file has weight-only quantized ops
-    assert [a.name for a in wanted_analyses(plain)] == ["quantization"]
+    # on by default: they act only where a file trains or has weight-only quantized ops
+    assert [a.name for a in wanted_analyses(plain)] == ["training_mode", "quantization"]
     off = RunConfig(model=None, onnx=("a.onnx", "b.onnx"), quantized_reference=False)
-    assert [a.name for a in wanted_analyses(off)] == []
+    assert [a.name for a in wanted_analyses(off)] == ["training_mode"]
     asked = RunConfig(model="demo:broken", onnx=None, noise_floor=True, suggest=True, repro="r")
     assert [a.name for a in wanted_analyses(asked)] == [
-        "frozen", "noise_floor", "approximation", "layers", "quantization", "suggest", "repro",
+        "training_mode", "frozen", "noise_floor", "approximation", "layers", "quantization",
+        "suggest", "repro",
     ]  # fmt: skip
 
 

@@ -60,6 +60,24 @@ def test_run_page_runs_every_file_at_every_level_as_candidates(side_by_side: App
     assert [run.candidate(i).verdict for i in range(6)] == ["pass"] * 4 + ["fail"] * 2
     said = md_text("6 candidates: 4 pass, 2 fail")  # names and counts are shown as text
     assert any(said in m.value for m in side_by_side.markdown)
+    # three exports side by side are not stages unless the box says so (issue 60)
+    assert not [a for a in run.analyses if a.analysis == "stages"]
+
+
+def test_the_stages_box_makes_the_files_a_pipeline(exports: Exports):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.radio(key="model_source").set_value("Path on this machine").run()
+    at.text_input(key="model_path").input(str(exports.pt2)).run()
+    at.radio(key="onnx_source_False").set_value("Path on this machine").run()
+    at.text_input(key="onnx_path").input(str(exports.dynamo)).run()
+    at.text_area(key="onnx_more").input(f"{exports.buggy}\n").run()
+    at.checkbox(key="run_stages").check().run()
+    at.button(key="run_custom").click().run()
+    assert not at.exception, at.exception
+    run = at.session_state["parity_run"]
+    [stage] = [f for f in run.findings if f.kind == "stage"]
+    assert stage.text.startswith("The numbers first break at #1 buggy.onnx")
 
 
 def test_overview_grid_shows_candidates_by_outputs_and_follows_the_tolerances(

@@ -45,7 +45,8 @@ def _run_model(spec: str, onnx: Path) -> AppTest:
     at.text_input(key="model_path").set_value(spec).run()
     at.radio(key="onnx_source_False").set_value("Path on this machine").run()
     at.text_input(key="onnx_path").set_value(str(onnx)).run()
-    at.button(key="run_custom").click().run()
+    if not at.button(key="run_custom").disabled:  # a model this dashboard may not run: off
+        at.button(key="run_custom").click().run()
     assert not at.exception, at.exception
     return at
 
@@ -65,15 +66,19 @@ def test_untrusted_dashboard_refuses_factories_and_torchscript_in_one_line(
 ):
     monkeypatch.setattr(sys, "argv", ["app.py"])
     spec, marker = factory
-    for model in (spec, str(tiny_artifacts.torchscript)):
+    for model, what in (
+        (spec, "a Python factory"),
+        (str(tiny_artifacts.torchscript), "TorchScript"),
+    ):
         at = _run_model(model, tiny_artifacts.onnx)
-        (error,) = _errors(at)
-        assert error.startswith("**Run failed** (model_load)") and "trust" in error, error
-        assert "\n" not in error
-        shown = error.replace("\\", "").replace("`--`", "--")  # md_text's escapes, one span
-        assert "parity dashboard --trust-code" in shown and "`" not in shown, error
-        assert "streamlit run app.py -- --trust-code" in shown, error
-        assert "parity_run" not in at.session_state
+        # said before the click: Run is off, and why
+        assert at.button(key="run_custom").disabled
+        (why,) = [c.value for c in at.caption if "Run is off" in c.value]
+        shown = why.replace("\\", "").replace("`--`", "--")  # md_text's escapes
+        assert f"is {what}, which is code" in shown, why
+        assert "parity dashboard --trust-code" in shown, why
+        assert "streamlit run app.py -- --trust-code" in shown, why
+        assert _errors(at) == [] and "parity_run" not in at.session_state
     assert not marker.exists()
     assert _model_upload_types(at) == [".pt2"]  # the upload widget takes no TorchScript
     # a .pt2 is read without running code: still allowed
@@ -88,3 +93,20 @@ def test_trusted_dashboard_runs_a_factory(factory, tiny_artifacts, monkeypatch):
     assert marker.read_text() == "factory code ran"
     assert at.session_state["parity_run"].model == spec
     assert _model_upload_types(at) == [".pt2", ".pt", ".pth", ".ts", ".jit"]
+
+
+def test_the_model_the_command_line_gave_runs_without_trust(factory, tiny_artifacts, monkeypatch):
+    """`parity dashboard --model FILE.py:build ...` typed by the user: that very spec runs
+    again from the Run page (another factory still does not)."""
+    from parity.launch import COMMAND_MODEL_ENV
+
+    monkeypatch.setattr(sys, "argv", ["app.py"])
+    spec, marker = factory
+    monkeypatch.setenv(COMMAND_MODEL_ENV, spec)
+    at = _run_model(spec, tiny_artifacts.onnx)
+    assert marker.read_text() == "factory code ran"
+    assert at.session_state["parity_run"].model == spec
+    monkeypatch.setenv(COMMAND_MODEL_ENV, spec + "_other")
+    marker.unlink()
+    at = _run_model(spec, tiny_artifacts.onnx)
+    assert at.button(key="run_custom").disabled and not marker.exists()

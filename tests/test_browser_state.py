@@ -331,3 +331,28 @@ def test_the_layers_page_compares_layers_for_this_run_and_the_box_does_not_stick
     more.press("Control+Enter")
     page.get_by_role("checkbox", name=re.compile("^Compare layers")).uncheck(force=True)
     settle(page)
+
+
+def test_a_reload_keeps_the_run_and_the_tolerances(page):
+    """Reloading the tab is a new Streamlit session: the tab's run and the tolerances Suggest
+    set come back with it (parity.dashboard.keep, by the ?tab= token in the URL)."""
+    run_demo(page, "fp16")
+    nav(page, "Tolerances")
+    page.get_by_role("button", name="Suggest").click()
+    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+    _wait_badge(page, "PASS")
+    settle(page)
+    assert "tab=" in page.url, page.url
+    page.reload()
+    page.get_by_text("2 of 2 output(s) pass in every input set").wait_for()
+    _wait_badge(page, "PASS")
+    assert "last_hidden_state: atol" in _sidebar_tolerances(page)
+    _assert_no_exception(page, "after a reload")
+    shot(page, "state-04-reload-keeps-run-and-tolerances")
+    fresh = page.context.new_page()  # another tab without the token: a session of its own
+    fresh.goto(re.sub(r"^(https?://[^/]+)/.*$", r"\1/", page.url))  # the Run page
+    fresh.get_by_role("button", name="Run demo:fp16").wait_for()
+    settle(fresh)
+    said = _sidebar(fresh).inner_text()
+    assert not re.search(r"Current run\s+(PASS|FAIL|ERROR)", said), said
+    fresh.close()

@@ -350,6 +350,8 @@ LATER_FIELDS = {
     "analyses",
     "not_comparable",  # layers.values[]: why no torch value stands for it
     "covers",  # layers.values[]: a fused node's modules
+    "feeding",  # layers.values[]: the unmatched nodes feeding a flagged value, by op
+    "moves_data",  # layers.values[]: its node only moves data
     "matching_errors",  # layers
 }
 

@@ -256,3 +256,22 @@ def test_the_run_button_asks_check_config_and_shows_its_reason_in_the_forms_word
     at.multiselect(key="opt").set_value(["basic"]).run()
     assert not at.button(key="run_custom").disabled and not _run_is_off(at)
     assert not at.exception, at.exception
+
+
+def test_suggest_checks_the_run_the_command_started(tmp_path, monkeypatch):
+    """`parity dashboard --model demo:fp16`: the user typed that model, so Suggest makes it
+    again on fresh input sets (a saved run opened by hand is not made again)."""
+    from parity.cli import main
+    from parity.dashboard.tolerances import REOPENED
+
+    saved = tmp_path / "fp16.parity.npz"
+    assert main(["validate", "--model", "demo:fp16", "--save-run", str(saved)]) == 1
+    at = _open(saved, monkeypatch, scratch=True)
+    at.switch_page("pages/tolerances.py").run()
+    at.button(key="tol_suggest").click().run()
+    assert not at.exception, at.exception
+    _, checked = at.session_state["tol_suggested"]
+    assert checked.checked_on and checked.outputs, checked
+    assert REOPENED not in checked.withheld.values()
+    shown = "\n".join(t.value for t in at.text)
+    assert "As flags" not in shown and "--tol" not in shown  # the page applied them

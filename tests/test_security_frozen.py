@@ -57,6 +57,19 @@ LOGGED = textwrap.dedent(
             return self.fc(y.sum((2, 3)) / float(h * w))
 
 
+    class Flat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 1, 3, padding=1)
+
+        def forward(self, x):
+            with open(LOG, "a") as fh:
+                fh.write(f"{{x.shape[2]}} {{x.shape[3]}}\\n")
+            y = self.conv(x)
+            h, w = y.shape[2], y.shape[3]
+            return y.reshape(y.shape[0], int(h * w)).mean(1, keepdim=True)
+
+
     class Idle(nn.Module):
         def forward(self, x):
             for c in CONSTANTS:
@@ -69,6 +82,11 @@ LOGGED = textwrap.dedent(
         return Pool().eval()
 
 
+    def flat():
+        torch.manual_seed(0)
+        return Flat().eval()
+
+
     def idle():
         return Idle().eval()
     """
@@ -77,8 +95,8 @@ LOGGED = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    """models.py (a pool that logs its sizes, the idle Div / Mul chain), the pool's legacy
-    export, and a copy of it with the divisor edited to 1,000,000."""
+    """models.py (a pool and a flatten that log their sizes, the idle Div / Mul chain), the
+    pool's legacy export, and the flatten's with its frozen h x w edited to 1,000,000."""
     root = tmp_path_factory.mktemp("security_frozen")
     (root / "models.py").write_text(
         LOGGED.format(log=str(root / "sizes.log"), sleepy=str(root / "sleepy"), n=N_CONSTANTS)
@@ -93,22 +111,24 @@ def _export_pool(root: Path) -> None:
 
     import torch
 
-    model = frozen_models.load(root, "pool")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model, (torch.randn(*frozen_models.EXPORT_SHAPE),), str(root / "pool.onnx"),
-            dynamo=False, input_names=["x"], output_names=["y"],
-            dynamic_axes=frozen_models.DYNAMIC_AXES,
-        )  # fmt: skip
-    proto = onnx.load(str(root / "pool.onnx"))
+    for name in ("pool", "flat"):
+        model = frozen_models.load(root, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model, (torch.randn(*frozen_models.EXPORT_SHAPE),), str(root / f"{name}.onnx"),
+                dynamo=False, input_names=["x"], output_names=["y"],
+                dynamic_axes=frozen_models.DYNAMIC_AXES,
+            )  # fmt: skip
+    proto = onnx.load(str(root / "flat.onnx"))
     edited = 0
     for node in proto.graph.node:
         for attr in node.attribute:
             if node.op_type == "Constant" and attr.name == "value":
                 value = numpy_helper.to_array(attr.t)
                 if value.size == 1 and float(value.reshape(-1)[0]) == 3072.0:
-                    attr.t.CopyFrom(numpy_helper.from_array(np.array(1e6, value.dtype)))
+                    crafted = np.full(value.shape, 1_000_000, value.dtype)
+                    attr.t.CopyFrom(numpy_helper.from_array(crafted))
                     edited += 1
     assert edited == 1
     onnx.save(proto, str(root / "crafted.onnx"))
@@ -126,16 +146,18 @@ def validate(root: Path, name: str, onnx_path: Path, *flags: str) -> tuple[int, 
     return code, json.loads(report.read_text()) if report.exists() else {}
 
 
-def test_a_crafted_divisor_is_not_run_past_max_memory(root) -> None:
-    """The file divides by 1,000,000: the search would take 1000 x 1000 for the export's
-    size; its forward is estimated against --max-memory 40M first, skipped and said, and
-    torch never runs there."""
+def test_a_crafted_size_is_not_run_past_max_memory(root) -> None:
+    """The file reshapes to 1,000,000 columns (ONNX Runtime raises at every size, so the
+    search runs): it would take 1000 x 1000 for the export's size; its forward is estimated
+    against --max-memory 40M first, skipped and said in the search's note (no finding: it
+    confirmed nothing), and torch never runs there."""
     log = root / "sizes.log"
     log.unlink(missing_ok=True)
-    code, report = validate(root, "pool", root / "crafted.onnx", "--max-memory", "40M")
+    code, report = validate(root, "flat", root / "crafted.onnx", "--max-memory", "40M")
     assert code == 1 and report["frozen"] == []
-    said = [f["text"] for f in report["findings"] if f["kind"] == "frozen_search"]
+    said = [a["text"] for a in report["analyses"] if a["analysis"] == "frozen"]
     assert said and "memory budget" in said[0] and "1000" in said[0]
+    assert not [f for f in report["findings"] if f["kind"] == "frozen_search"]
     sizes = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
     assert sizes and max(h * w for h, w in sizes) < 250_000
 
@@ -186,15 +208,16 @@ def _idle_chain(path: Path) -> None:
 
 def test_thousands_of_distinct_constants_end_within_the_bound(root) -> None:
     """6000 Div / Mul by 3000 distinct sizes: the scoring once took 600 s; under --timeout 120
-    the run ends with its own verdict (exit 1, not a timeout), nothing named, and the search
-    says what it tried."""
+    the run ends with its own verdict (exit 1, not a timeout), nothing named; what the search
+    tried is its note (JSON analyses[]), no finding: it confirmed nothing."""
     path = root / "idle.onnx"
     _idle_chain(path)
     code, report = validate(root, "idle", path, "--timeout", "120")
     assert code == 1 and report["verdict"] == "fail"
     assert report["frozen"] == []
-    said = [f["text"] for f in report["findings"] if f["kind"] == "frozen_search"]
+    said = [a["text"] for a in report["analyses"] if a["analysis"] == "frozen"]
     assert said and said[0].startswith("No size frozen at export was confirmed")
+    assert not [f for f in report["findings"] if f["kind"] == "frozen_search"]
 
 
 def _swapped(root: Path, kind: str) -> parity.ValidationRun:

@@ -46,3 +46,11 @@ def test_counts_and_alls_read_as_people_say_them():
     assert [times_text(x) for x in (0.13, 4.2, 48123.0, 1.2e10, float("inf"))] == [
         "0.13 times", "4.2 times", "48,100 times", "1.20e+10 times", "an unbounded multiple of"
     ]  # fmt: skip
+
+
+def test_a_dim_name_an_exporter_made_up_reads_as_the_op_that_sets_it() -> None:
+    from parity.signature import readable_dim
+    from parity.text import axis_text
+
+    assert axis_text(1, 32, readable_dim("Resizeout_dim_1")) == "Resize size (axis 1, size 32)"
+    assert readable_dim("unk__7") is None and readable_dim("height") == "height"

@@ -170,6 +170,15 @@ def test_worst_elements_match_a_full_sort_across_chunks(pair):
     assert w.to_records()[0]["index"] == "[1, 17, 33]"
 
 
+def test_worst_elements_read_ref_and_onnx_apart():
+    """-0.6981 against -0.6984 (a float16 error): 3 digits would print -0.698 twice; the
+    table says as many as tell them apart (parity.text.number_pair_text)."""
+    ref = np.array([-0.69812, 0.5], np.float32)
+    onnx = np.array([-0.69843, 0.5], np.float32)
+    [top] = ins.worst_elements(ref, onnx, k=1).to_records()
+    assert top["ref"] != top["onnx"] and top["ref"].startswith("-0.698")
+
+
 def test_worst_elements_rank_a_one_sided_nan_first():
     ref = np.arange(100.0)
     onnx = ref + 1.0

@@ -71,6 +71,11 @@ def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRu
     side = context.source.torch_side()
     raised = {c.input_set for c in run.outputs if c.status is Status.ERROR}
     sets = tuple(s for s in run.input_sets if s.index not in raised)  # where ORT ran
+    if not sets:
+        from parity.layers.localise import not_compared
+
+        why = "ONNX Runtime raised on every input set: no intermediate value to compare"
+        return run.with_layers({run.candidates[0].index: not_compared(why)})
     module = getattr(side.model, "module", None) if side is not None else None
     # torch as the file means it: its approximations, a dynamic int8 file's weights and rounding
     with (
@@ -80,7 +85,7 @@ def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRu
         layers = localise_run(
             side,
             candidate.path,
-            sets or run.input_sets,
+            sets,
             candidate.signature,
             provider=candidate.provider,
             opt_level=candidate.opt_level,
@@ -96,4 +101,11 @@ def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRu
 
         context.report("layers", "simulating exclusions from quantization", None)
         layers = torch_exclusions(layers, candidate, run, model)
+    if raised:
+        left = sorted(raised)
+        note = (
+            f"input set{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} left out: "
+            "ONNX Runtime raised there (compared on the sets where the file runs)"
+        )
+        layers = replace(layers, notes=(note, *layers.notes))
     return replace(run.with_layers({run.candidates[0].index: layers}))

@@ -4,11 +4,13 @@ judged against the reference run again in float64, and at a 16-bit candidate's p
 be measured for any output is said (an analysis asked for is never silently absent).
 
 By default (no --noise-floor, no other analysis, `RunConfig.noise_floor_default`), a run
-whose float32 outputs fail gets the floor after its cases, on the failing input sets, where
-torch in float64 costs at most the run's own torch time (estimated per set from its float32
-time, FLOAT64_GUESS x before the first is measured): a correct export failing a tight atol
-then says "float32 rounding, not a bug" instead of an unexplained FAIL. What it measured and
-what it cost is the run's done note; --no-noise-floor turns it off."""
+whose float32 outputs fail gets the floor after its cases, on its smallest failing input sets
+(at most DEFAULT_SETS, by input elements), where the torch model has at most
+DEFAULT_PARAMETERS parameters and its float64 copy fits --max-memory: a correct export
+failing a tight atol then says "float32 rounding, not a bug" instead of an unexplained FAIL.
+Decided from the model's size and the run's memory budget, never from a wall-clock time: the
+same run explains itself the same way on a fast machine and a slow one. What it measured is
+the run's done note; --no-noise-floor turns it off."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
     from parity.sources import Case
 
 NOT_MEASURED = "noise floor not measured: this kind of run has no float64 reference"
-FLOAT64_GUESS = 2.0  # float64 / float32 torch time assumed before one set is measured
+DEFAULT_PARAMETERS = 50_000_000  # a bigger model's float64 pass is --noise-floor's to ask for
+DEFAULT_SETS = 2  # failing input sets measured by default, the smallest first
 
 
 class NoiseFloor(Analysis):
@@ -104,16 +107,22 @@ def by_default(config: RunConfig) -> bool:
 def _measured_by_default(
     run: ValidationRun, context: AnalysisContext, name: str, *, for_cause: bool = False
 ) -> ValidationRun:
-    """The floor on the failing input sets, cheapest first, while the estimated float64 time
-    stays within the run's torch time (module doc); the run unchanged when nothing fails in
-    float32, a candidate is not float32 throughout, or no set fits. `for_cause` (the verdict
-    by cause): every set where an output fails, or passes only at a tolerance looser than
-    the default, whatever it costs: what it leaves unmeasured is never forgiven."""
+    """The floor on the smallest failing input sets (module doc); the run unchanged when
+    nothing fails in float32, a candidate is not float32 throughout, the model is over
+    DEFAULT_PARAMETERS (or its size is unknown) or its float64 copy is past --max-memory.
+    `for_cause` (the verdict by cause): every set where an output fails, or passes only at a
+    tolerance looser than the default, whatever the model's size: what it leaves unmeasured
+    is never forgiven."""
     from parity.load.file_precision import output_precisions
+    from parity.run.noise_floor_runs import parameter_count
 
     failing = sorted({c.input_set for c in run.outputs if _needs_floor(c, for_cause)})
     cases = {c.input_set.index: c for c in run.cases}
     if not failing or any(cases.get(i) is None or cases[i].reference is None for i in failing):
+        return run
+    parameters = parameter_count(getattr(context.source, "torch_model", None))
+    too_big = parameters is None or parameters > DEFAULT_PARAMETERS
+    if too_big and not for_cause:
         return run
     try:
         precisions = {c.index: output_precisions(c.info.onnx) for c in run.candidates}
@@ -121,15 +130,13 @@ def _measured_by_default(
         return run
     if any(p.precision != "float32" for f in precisions.values() for p in f.values()):
         return run  # a 16-bit or int8 file: its floor is --noise-floor's to measure
-    budget = float("inf") if for_cause else run.timings.get("torch", 0.0)
-    ratio, spent, measured = FLOAT64_GUESS, 0.0, []
+    measured: list[int] = []
     rows = list(run.outputs)
     signature = run.signature
-    for index in sorted(failing, key=lambda i: cases[i].reference.seconds):
+    spent = 0.0
+    order = sorted(failing, key=lambda i: (_elements(cases[i]), i))
+    for index in order if for_cause else order[:DEFAULT_SETS]:
         case = cases[index]
-        took = case.reference.seconds
-        if spent + ratio * took > budget:
-            break
         context.deadline.check()
         context.report("torch", f"torch in float64 on input set {index} (noise floor)", None)
         t0 = time.perf_counter()
@@ -137,9 +144,7 @@ def _measured_by_default(
             arrays, how = context.source.float64_of(case.input_set, signature)
         except ParityError:
             break  # its float64 copy is past --max-memory: not by default
-        elapsed = time.perf_counter() - t0
-        spent += elapsed
-        ratio = max(elapsed / max(took, 1e-6), 1.0)
+        spent += time.perf_counter() - t0
         if arrays is None:
             break
         measured.append(index)
@@ -156,10 +161,11 @@ def _measured_by_default(
             f"({spent:.2g} s), where an output differs beyond the default tolerance"
         )
         return noted(run, name, text)
+    size = f"a model of {parameters:,} parameters" if parameters is not None else "a model"
     text = (
         f"measured without --noise-floor because outputs failed: torch in float64 on input "
-        f"set{plural} {sets} ({spent:.2g} s; the run's torch took "
-        f"{budget:.2g} s); --no-noise-floor turns it off"
+        f"set{plural} {sets} ({size}; up to {DEFAULT_PARAMETERS:,} get it by default); "
+        "--no-noise-floor turns it off"
     )
     return noted(run, name, text)
 
@@ -173,6 +179,11 @@ def _needs_floor(c: OutputComparison, for_cause: bool) -> bool:
         return True
     loose = for_cause and c.status is Status.PASS and c.can_rejudge
     return loose and c.tolerance != Tolerance() and not c.rejudge(Tolerance()).status.passed
+
+
+def _elements(case: Any) -> int:
+    """The input set's size: its feeds' elements (the float64 pass grows with them)."""
+    return sum(int(getattr(a, "size", 0)) for a in case.input_set.feeds.values())
 
 
 def _judged(

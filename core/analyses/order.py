@@ -1,4 +1,5 @@
-"""The analyses in the order the pipeline runs them: sizes frozen at export first (they
+"""The analyses in the order the pipeline runs them: a file exported in training mode (read
+with the file: it costs nothing and explains any failure), then sizes frozen at export (they
 explain a failure before anything else looks at it), the noise floor (judged per case while
 the loop runs), the intended approximations (torch doing what the file means: the layers
 compare against it too), layers, the quantized weights (torch again with a file's own int4 weights:
@@ -18,9 +19,11 @@ from parity.analyses.quantization import Quantization
 from parity.analyses.repro import Repro
 from parity.analyses.stages import Stages
 from parity.analyses.suggest import Suggest
+from parity.analyses.training_mode import TrainingMode
 from parity.run.config import RunConfig
 
 ANALYSES: tuple[type[Analysis], ...] = (
+    TrainingMode,
     FrozenSizes,
     NoiseFloor,
     Approximation,

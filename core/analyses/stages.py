@@ -1,5 +1,6 @@
 """Pipeline stages side by side: several --onnx files (a raw export, the optimizer's fused
-file, its float16 copy, ...) given in pipeline order are each judged against torch (the run's
+file, its float16 copy, ...) given in pipeline order, with --stages or where every file after
+the first is a conversion (no exporter made it), are each judged against torch (the run's
 rows) and against the stage before it (ONNX against ONNX, on the same input sets, from the
 outputs the run already holds: nothing runs again), so the findings name the first stage
 where the numbers break. Candidates at the run's first provider and optimisation level
@@ -10,6 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.results import CandidateRun, RunKind, Status, ValidationRun
@@ -30,6 +32,8 @@ class Stages(Analysis):
         stages = _stage_candidates(run)
         if len(stages) < 2:
             return run
+        if not context.config.stages and not conversions(context):
+            return run  # files side by side (two exports), not one pipeline's stages
         if not all(s.onnx_outputs for s in stages):  # a run that keeps no outputs: rows only
             return run
         steps = [_step(run, before, after) for before, after in itertools.pairwise(stages)]
@@ -45,6 +49,30 @@ class Step:
     max_abs: float | None
     failing: tuple[str, ...]
     missing: tuple[str, ...]  # outputs one of the two stages does not have
+
+
+def conversions(context: AnalysisContext) -> bool:
+    """Every file is a conversion of the one before it (`converted`): one graph's successive
+    conversions, so the files are stages without --stages. Two exports of a model side by
+    side are not (nor a raw export given after its float16 copy)."""
+    models = [getattr(c, "model", None) for c in context.candidates]
+    if len(models) < 2 or any(m is None for m in models):
+        return False
+    return all(converted(a, b) for a, b in itertools.pairwise(models))
+
+
+def converted(before: Any, after: Any) -> bool:
+    """`after` reads as a conversion of `before`: another tool wrote it (producer_name), or
+    it adds what converters add and exporters do not: ops in a domain of their own (ONNX
+    Runtime's fused ops) or 16-bit values; and it takes nothing back (no such op or 16-bit
+    value of `before` is gone)."""
+    ops_a: frozenset[str] = getattr(before, "domains", frozenset())
+    ops_b: frozenset[str] = getattr(after, "domains", frozenset())
+    half_a, half_b = getattr(before, "sixteen_bit", False), getattr(after, "sixteen_bit", False)
+    if not ops_a <= ops_b or (half_a and not half_b):
+        return False
+    other_tool = getattr(before, "producer", "") != getattr(after, "producer", "")
+    return other_tool or ops_b > ops_a or (half_b and not half_a)
 
 
 def _stage_candidates(run: ValidationRun) -> list[CandidateRun]:

@@ -375,7 +375,8 @@ NOISE_FLOOR = Group(
             action="store_true",
             help="do not measure the noise floor by default: without it, a run whose outputs "
             "fail (and that asks for no analysis) runs torch in float64 on the failing input "
-            "sets when that costs at most the run's own torch time, to say rounding or bug",
+            "sets (the two smallest) when the model has at most 50 M parameters, to say "
+            "rounding or bug",
         ),
         flag(
             "--suggest",
@@ -393,7 +394,15 @@ NOISE_FLOOR = Group(
             "every output within atol + rtol*|ref|; 'cause' exits 1 on a bug and 0 where every "
             "difference is what the file was meant to do (its precision's rounding, its "
             "quantization, a tool's intended approximation), measured (it measures the noise "
-            "floor; docs/precision.md)",
+            "floor where it must; docs/deploy.md)",
+        ),
+        flag(
+            "--stages",
+            action="store_true",
+            help="several --onnx files are one pipeline's stages in order (an export, its "
+            "optimised file, its float16 copy): each is also judged against the one before, "
+            "and the first where the numbers break is named (without it: only where every "
+            "file after the first is a conversion, made by no exporter)",
         ),
         flag(
             "--no-quantized-reference",

@@ -73,6 +73,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
         suggest=bool(getattr(args, "suggest", False)),
         quantized_reference=not getattr(args, "no_quantized_reference", False),
         judge=Judge(getattr(args, "judge", "tolerance")),
+        stages=bool(getattr(args, "stages", False)),
         repro=getattr(args, "repro", None) or None,
         repro_command=renamed_text(
             "parity " + " ".join(shlex.quote(a) for a in (getattr(args, "argv", None) or ())),

@@ -3,8 +3,9 @@ the terminal, the HTML report and the Layers page. Plain text: names are the use
 
 from __future__ import annotations
 
-from parity.layers.result import Confirmation, LayersResult, Outcome
+from parity.layers.result import Confirmation, LayersResult, LayerValue, Outcome
 from parity.layers.views import fmt
+from parity.show.births import born_before, feeding_count, feeding_words
 
 MAX_LISTED = 8
 
@@ -38,13 +39,23 @@ def birth_sentence(result: LayersResult) -> str | None:
     if c.outcome == Outcome.UNCONFIRMED:
         return (
             f"Unconfirmed: this {c.onnx_op} node could not be re-run alone ({c.reason}); "
-            f"named by the criterion only{_standing_for(first.ops)}."
+            f"named by the criterion only{_feeding(first)}{_standing_for(first.ops)}."
         )
-    nodes = "" if c.nodes <= 1 else f" (with the {c.nodes - 1} unmatched node(s) feeding it)"
+    nodes = ""
+    if first.feeding:
+        n, ops = feeding_count(first), feeding_words(first)
+        nodes = f" (with the {n} unmatched node(s) feeding it: {ops})"
+    elif c.nodes > 1:
+        nodes = f" (with the {c.nodes - 1} unmatched node(s) feeding it)"
+    here = (
+        f"the error is born among those nodes (a {c.onnx_op} only moves data)"
+        if born_before(first)
+        else "the error is born here"
+    )
     return (
         f"From the exact inputs (torch's values) this {c.onnx_op} node{nodes} alone still errs "
         f"by max |error| {fmt(c.max_abs)} (error ratio {fmt(c.error_ratio)}; in the full run "
-        f"{fmt(first.max_abs)}): the error is born here."
+        f"{fmt(first.max_abs)}): {here}."
     )
 
 
@@ -55,6 +66,17 @@ def other_lines(result: LayersResult) -> list[str]:
     if len(shown) > MAX_LISTED:
         lines.append(f"... and {len(shown) - MAX_LISTED} more (in the JSON report)")
     return lines
+
+
+def _feeding(v: LayerValue) -> str:
+    """The unmatched nodes feeding a flagged value, by op; where its own node only moves
+    data, that the error is born among them."""
+    if not v.feeding:
+        return ""
+    said = f"; {feeding_count(v)} unmatched node(s) feed it: {feeding_words(v)}"
+    if born_before(v):
+        said += f" (a {v.onnx_op} only moves data: the error is born among them)"
+    return said
 
 
 def _standing_for(ops: tuple[str, ...]) -> str:

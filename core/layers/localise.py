@@ -30,6 +30,7 @@ from parity.layers.matching import (
     eager_plan,
     make_plan,
 )
+from parity.layers.movers import feeding, moves_data
 from parity.layers.onnx_graph import (
     GraphIndex,
     flattened_branch,
@@ -594,6 +595,9 @@ def _values(
     inputs_of: dict[str, tuple[str, ...]],
 ) -> list[LayerValue]:
     values = []
+    known: dict[int, set[str]] = {}  # per input set, the values compared (a cut's stops)
+    for value, s in compared:
+        known.setdefault(s, set()).add(value)
     for (value, s), c in compared.items():
         g = graph.values[c.onnx_value]
         st = c.stats
@@ -618,6 +622,8 @@ def _values(
                 dtype=c.dtype,
                 feeds=c.pair.feeds,
                 ops=stands_for(graph, value, inputs_of) if c.judgement.status.born else (),
+                feeding=feeding(graph, value, known[s]) if c.judgement.status.born else (),
+                moves_data=c.judgement.status.born and moves_data(graph, value),
                 reason=g.not_comparable,
                 covers=c.pair.covers,
             )

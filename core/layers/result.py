@@ -77,6 +77,10 @@ class LayerValue:
     ops: tuple[str, ...] = ()
     reason: str | None = None  # why it is not comparable (status "not_comparable")
     covers: tuple[str, ...] = ()  # a fused node's output: the torch modules it stands for
+    # a flagged value: the unmatched nodes feeding it by op, and whether its own node only
+    # moves data (parity.layers.movers: then the error is born among those nodes)
+    feeding: tuple[tuple[str, int], ...] = ()
+    moves_data: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +106,8 @@ class LayerValue:
             "ops": list(self.ops),
             "not_comparable": self.reason,  # why, where the status says so
             "covers": list(self.covers),
+            "feeding": {op: int(n) for op, n in self.feeding},
+            "moves_data": self.moves_data,
         }
 
     @classmethod
@@ -129,6 +135,8 @@ class LayerValue:
             ops=tuple(str(o) for o in data.get("ops") or ()),
             reason=_opt_str(data.get("not_comparable")),
             covers=tuple(str(m) for m in data.get("covers") or ()),
+            feeding=tuple((str(op), int(n)) for op, n in dict(data.get("feeding") or {}).items()),
+            moves_data=bool(data.get("moves_data", False)),
         )
 
 

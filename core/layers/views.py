@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from parity.labels import OUTSIDE_MODULES
 from parity.layers.result import LayerStatus
+from parity.show.births import birth_place, born_before
 from parity.text import number_text, ratio_text
 
 if TYPE_CHECKING:
@@ -164,6 +165,9 @@ def divergence_sentence(result: LayersResult) -> str:
         f"The export starts to diverge in {place}, not in {first.feeds} after them (value "
         f"{first.onnx_value}, input set {first.input_set})"
         if place is not None
+        else f"The export starts to diverge in {where}, {birth_place(first, 'its')} "
+        f"(value {first.onnx_value}, input set {first.input_set})"
+        if born_before(first)
         else f"The export starts to diverge in {where}: {first.onnx_op} node {first.onnx_node} "
         f"(value {first.onnx_value}, input set {first.input_set})"
     ]

@@ -40,7 +40,9 @@ from parity.files.hashing import update_with_file, update_with_range
 from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import open_regular
 from parity.load.dtypes import from_onnx_elem_type
+from parity.load.provider_precision import has_sixteen_bit
 from parity.load.sessions import ORT_OPT_LEVELS, open_session
+from parity.load.training_mode import training_nodes
 from parity.signature import Dim, OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
@@ -57,6 +59,12 @@ class OnnxModel:
     notes: tuple[str, ...] = ()  # what was accepted though a checker complained
     # the main graph's op types, read once with the file: an analysis asks this, never the path
     op_types: frozenset[str] = frozenset()
+    # nodes exported in training mode, by op (parity.load.training_mode), read once here
+    training: tuple[tuple[str, int], ...] = ()
+    producer: str = ""  # producer_name: "pytorch" for an export, a converter's name else
+    # what a conversion adds: op domains beyond ONNX's (ORT's fused ops), 16-bit values
+    domains: frozenset[str] = frozenset()
+    sixteen_bit: bool = False
 
 
 def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
@@ -88,8 +96,17 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         notes = (f"onnx.checker: {complaint} (accepted: {accepted})",)
     signature = read_signature(proto, where=p)
     ops = frozenset(n.op_type for n in proto.graph.node)
+    training = training_nodes(proto)
     return OnnxModel(
-        path=p, signature=signature, sha256=_sha256(p, proto), notes=notes, op_types=ops
+        path=p,
+        signature=signature,
+        sha256=_sha256(p, proto),
+        notes=notes,
+        op_types=ops,
+        training=training,
+        producer=proto.producer_name,
+        domains=frozenset(n.domain for n in proto.graph.node if n.domain not in ("", "ai.onnx")),
+        sixteen_bit=has_sixteen_bit(proto.graph),
     )
 
 

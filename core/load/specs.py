@@ -4,6 +4,9 @@ reference outputs, no model), ``onnx:FILE`` (a reference ONNX file) or a path /
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 __all__ = [
     "DEMO_PREFIX",
     "HF_PREFIX",
@@ -60,4 +63,35 @@ def onnx_reference_path(spec: str | None) -> str | None:
     """FILE of an ``onnx:FILE`` model text (a reference ONNX file); None for any other."""
     if spec and spec.startswith(ONNX_REFERENCE_PREFIX):
         return spec.removeprefix(ONNX_REFERENCE_PREFIX)
+    return None
+
+
+TRUST_COMMANDS = ("parity dashboard --trust-code", "streamlit run app.py -- --trust-code")
+"""How a dashboard is started so that it runs code-bearing models."""
+
+CALLABLE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def code_words(spec: str) -> str | None:
+    """What makes `spec` code that runs when loaded, in words ("a Python factory",
+    "TorchScript" by its suffix), or None: a form can say it before anything loads."""
+    spec = spec.strip()
+    if demo_name(spec) is not None:
+        return None
+    if split_factory(spec) is not None:
+        return "a Python factory"
+    if Path(spec).suffix.lower() in (".pt", ".pth", ".ts", ".jit"):
+        return "TorchScript"
+    return None
+
+
+def split_factory(spec: str) -> tuple[str, str] | None:
+    """("FILE.py" or "package.module", "CALLABLE") when the spec names a factory."""
+    if ":" not in spec:
+        return None
+    target, _, attr = spec.rpartition(":")
+    if not target or not CALLABLE_RE.match(attr):
+        return None
+    if target.endswith(".py") or CALLABLE_RE.match(target):
+        return target, attr
     return None

@@ -35,7 +35,6 @@ import importlib.util
 import inspect
 import os
 import pickle
-import re
 import sys
 import zipfile
 from collections.abc import Callable, Mapping
@@ -52,12 +51,12 @@ from parity.files.safe_read import check_regular
 from parity.load.pickle_cause import file_pickle_cause, is_raw_pickle
 from parity.load.pt2_archive import is_pt2, load_pt2
 from parity.load.quiet import quiet_torch
-from parity.load.specs import demo_name
+from parity.load.specs import TRUST_COMMANDS, demo_name
+from parity.load.specs import split_factory as _split_factory
 from parity.settings import Mention
 
 KINDS = ("demo", "exported_program", "torchscript", "factory", "module")
 
-_CALLABLE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _MAX_KEYS_SHOWN = 5
 
 
@@ -72,7 +71,6 @@ class TorchModel:
     positional_names: tuple[str, ...] = ()  # names of arguments taken by position only
 
 
-TRUST_COMMANDS = ("parity dashboard --trust-code", "streamlit run app.py -- --trust-code")
 CODE_REFUSED_HINT = (
     f"the dashboard refuses code-bearing models unless started with: {TRUST_COMMANDS[0]} "
     f"(from a checkout: {TRUST_COMMANDS[1]})"
@@ -202,18 +200,6 @@ def _load_demo(name: str) -> nn.Module:
     except Exception as exc:
         raise ModelLoadError(f"demo:{name} raised {type(exc).__name__}: {first_line(exc)}") from exc
     return module
-
-
-def _split_factory(spec: str) -> tuple[str, str] | None:
-    """("FILE.py" or "package.module", "CALLABLE") when the spec names a factory."""
-    if ":" not in spec:
-        return None
-    target, _, attr = spec.rpartition(":")
-    if not target or not _CALLABLE_RE.match(attr):
-        return None
-    if target.endswith(".py") or _CALLABLE_RE.match(target):
-        return target, attr
-    return None
 
 
 def _load_factory(spec: str, target: str, attr: str) -> nn.Module:

@@ -31,8 +31,24 @@ def candidates_header(run: ValidationRun) -> str:
         f"<header><h1>Parity report</h1>"
         f"<div class='verdict {run.verdict}'>{_e(verdict_label(run.verdict))}</div>"
         f"<p class='summary'>{_e(headline(run))}</p><p>{_e(summary)}</p>"
-        f"<p>{_e(reference_text(run))}</p></header>"
+        f"<p>{_e(reference_text(run))}</p>{_findings(run)}</header>"
     )
+
+
+def _findings(run: ValidationRun) -> str:
+    """ "What we found", as a one-file report has it: each finding about one candidate
+    starts with its label."""
+    found = run.findings
+    if not found:
+        return ""
+    labels = {c.index: c.label for c in run.candidates}
+    items = "".join(
+        f"<li class='finding {_e(f.kind)}'>"
+        + (f"{_e(labels[f.candidate])}: " if f.candidate in labels else "")
+        + f"{_e(f.text)}</li>"
+        for f in found
+    )
+    return f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
 
 
 def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], str]) -> str:

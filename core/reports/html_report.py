@@ -26,7 +26,7 @@ from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
 from parity.show.summary import notes, onnx_words, plain_summary
 from parity.text import html_text as _e
-from parity.text import number_text, tolerance_text
+from parity.text import number_pair_text, number_text, tolerance_text
 from parity.verdict import Verdict
 from parity.version import __version__
 
@@ -597,9 +597,9 @@ def _figure_html(fig, kind: str) -> str:
 
 def _worst_table(worst) -> str:
     rows = "".join(
-        f"<tr><td>[{', '.join(str(i) for i in w.index)}]</td><td>{number_text(w.ref, 8)}</td>"
-        f"<td>{number_text(w.onnx, 8)}</td><td>{number_text(w.abs_error)}</td>"
-        f"<td>{number_text(w.rel_error)}</td></tr>"
+        f"<tr><td>[{', '.join(str(i) for i in w.index)}]</td>"
+        + "".join(f"<td>{t}</td>" for t in number_pair_text(w.ref, w.onnx))
+        + f"<td>{number_text(w.abs_error)}</td><td>{number_text(w.rel_error)}</td></tr>"
         for w in worst.rows
     )
     return (

@@ -46,8 +46,8 @@ class RunConfig:
     layers_confirm: bool = True  # re-run flagged nodes alone (parity.layers.birth)
     noise_floor: bool = False  # also run the torch model in float64 (parity.judge.noise_floor)
     suggest: bool = False  # tolerances fitted, then checked on fresh input sets (parity.analyses)
-    # failing outputs and no analysis asked: the floor measured where it costs at most the
-    # run's own torch time (parity.analyses.noise); --no-noise-floor sets it False
+    # failing outputs and no analysis asked: the floor measured where the model has at most
+    # DEFAULT_PARAMETERS (parity.analyses.noise); --no-noise-floor sets it False
     noise_floor_default: bool = True
     # a file's weight-only quantized ops (int4 MatMulNBits, ...) judged against torch with the
     # file's own dequantized weights (parity.analyses.quantization); acts only where found
@@ -55,6 +55,10 @@ class RunConfig:
     # how the run's verdict is decided (parity.verdict.Judge): CAUSE also measures the noise
     # floor on every output (`measures_noise`), as the cause of a difference needs it
     judge: Judge = Judge.TOLERANCE
+    # several --onnx files judged as pipeline stages, each against the one before
+    # (parity.analyses.stages); without it only where the files after the first are
+    # conversions (no exporter made them)
+    stages: bool = False
     # --repro DIR: the first confirmed divergence as a standalone folder (needs layers);
     # `repro_command` is the command its README names (the CLI's argv, the API's call)
     repro: str | None = None

@@ -58,6 +58,7 @@ def config_json(config: RunConfig) -> dict[str, Any]:
         "suggest": bool(config.suggest),
         "quantized_reference": bool(config.quantized_reference),
         "judge": str(config.judge),
+        "stages": bool(config.stages),
         "timeout": None if config.timeout is None else float(config.timeout),
         "max_memory": config.max_memory,
         # what --data read, for the record: a reopened run is not given it again (a
@@ -128,6 +129,7 @@ def config_from_json(data: Mapping[str, Any], tolerances: Tolerances | None = No
         suggest=bool(get("suggest", sj.boolean, False)),
         quantized_reference=bool(get("quantized_reference", sj.boolean, True)),
         judge=_judge_from_json(data.get("judge", "tolerance")),
+        stages=bool(get("stages", sj.boolean, False)),
         timeout=get("timeout", sj.number, None, minimum=0.0) or None,
         max_memory=get("max_memory", sj.integer),
     )

@@ -2,10 +2,12 @@
 each check makes an input set at the asked sizes, runs torch and ONNX Runtime (the file, or
 the graph with a constant changed) and judges every output at the run's tolerances.
 
-Looked for when a generated run of a torch model on a file with dynamic axes fails at some
-size (a passing run costs nothing). Legacy exports carry no source line: the torch model is
-re-traced (torch.jit.trace) at the size where the file works and each traced op's source
-range is matched to the ONNX node by scope, op and order.
+Looked for when a generated run of a torch model on a file with dynamic axes fails in a way
+a frozen size can explain (`explainable`: ONNX Runtime raised, a shape differs, the error
+depends on the size or is gross); a passing run, or one failing by rounding, costs nothing.
+Legacy exports carry no source line: the torch model is re-traced (torch.jit.trace) at the
+size where the file works and each traced op's source range is matched to the ONNX node by
+scope, op and order.
 """
 
 from __future__ import annotations
@@ -75,8 +77,13 @@ def set_dims(signature: OnnxSignature, input_set: InputSet) -> dict[str, int]:
     return sizes
 
 
+SIZE_DEPENDENT = 100.0  # a set failing this many times worse than another: the size matters
+GROSS = 1e-2  # max |error| / max |torch| past any rounding (float16's is ~1e-3): a wrong size
+
+
 def should_look(run: ValidationRun, config: RunConfig) -> bool:
-    """A generated run of a torch model, on a file with dynamic axes, that failed somewhere."""
+    """A generated run of a torch model, on a file with dynamic axes, whose failure a size
+    frozen at export can explain (`explainable`)."""
     return (
         config.model is not None
         and not config.n_given_sets
@@ -85,7 +92,49 @@ def should_look(run: ValidationRun, config: RunConfig) -> bool:
         and not run.passed
         and not run.is_multi_candidate
         and any(c.error is None for c in run.infos)
+        and explainable(run)
     )
+
+
+def explainable(run: ValidationRun) -> bool:
+    """Whether the failure can be a size frozen at export: ONNX Runtime raised at a size, an
+    output's shape differs from torch's (the file fixes a dim torch varies), an output fails
+    at one size SIZE_DEPENDENT times worse than at another (the file works at some sizes
+    only), or an error is gross (GROSS of the output's scale: a divisor or a grid of the
+    wrong size changes values by whole factors). An error within rounding of the values at
+    every size (float32 or float16 rounding, a fused kernel's, a small bug) is not searched:
+    the search would cost up to 24 runs of the model and could not explain it."""
+    rows = run.candidates[0].outputs if run.candidates else ()
+    if any(c.status in (Status.ERROR, Status.SHAPE_MISMATCH) for c in rows):
+        return True
+    refs = {c.input_set.index: c.reference for c in run.cases}
+    errors: dict[str, list[tuple[int, float]]] = {}
+    for c in rows:
+        error = c.stats.max_abs if c.stats is not None else None
+        if error is None or not math.isfinite(error):
+            if c.status is Status.FAIL:
+                return True  # NaN or inf where torch has a number: not rounding
+            continue
+        errors.setdefault(c.name, []).append((c.input_set, error))
+        if c.status is Status.FAIL and error >= GROSS * _scale(refs.get(c.input_set), c.name):
+            return True
+    for seen in errors.values():
+        worst = max(e for _, e in seen)
+        if any(e * SIZE_DEPENDENT <= worst for _, e in seen):
+            return True
+    return False
+
+
+def _scale(reference: Any, name: str) -> float:
+    """max |torch| of an output on one set (inf where it was not kept: never gross)."""
+    array = None if reference is None else reference.arrays.get(name)
+    if array is None:
+        return math.inf
+    values = np.asarray(array)
+    if not np.issubdtype(values.dtype, np.floating):
+        return math.inf
+    finite = np.abs(values[np.isfinite(values)])
+    return float(finite.max()) if finite.size else math.inf
 
 
 def with_frozen(
@@ -112,11 +161,14 @@ def with_frozen(
         return _noted(run, exc.message, done=False)
     failing: list[dict[str, int]] = []
     passing: list[dict[str, int]] = []
+    raised: list[bool] = []  # per failing set: ONNX Runtime raised there
     for s in run.input_sets:
         rows = [c for c in run.outputs if c.input_set == s.index]
-        (passing if rows and all(c.status.passed for c in rows) else failing).append(
-            set_dims(signature, s)
-        )
+        if rows and all(c.status.passed for c in rows):
+            passing.append(set_dims(signature, s))
+        else:
+            failing.append(set_dims(signature, s))
+            raised.append(any(c.status is Status.ERROR for c in rows))
     spent = run.timings.get("torch", 0.0) + run.timings.get("onnxruntime", 0.0)
     seconds = max(MIN_SEARCH_SECONDS, SEARCH_TIMES * spent)
     left = deadline.remaining() if deadline is not None else None
@@ -149,8 +201,15 @@ def with_frozen(
         seconds=seconds,
         batch=first_axis_dims(signature),
     )
-    run = named_as_in_file(run, model, [n.node for n in search.nodes])
-    run = replace(run, frozen=search.nodes)
+    nodes = search.nodes
+    if not nodes:  # no constant holds it: a learned tensor's shape may (a position grid)
+        from parity.judge.frozen_grid import learned_grids
+
+        nodes = learned_grids(model, signature, failing, passing, raised)
+        if nodes:
+            search = replace(search, nodes=nodes)
+    run = named_as_in_file(run, model, [n.node for n in nodes])
+    run = replace(run, frozen=nodes)
     return _noted(run, search.note) if search.note else run
 
 

@@ -53,6 +53,16 @@ def float64_bytes(module: torch.nn.Module) -> int:
     return total
 
 
+def parameter_count(model: Any) -> int | None:
+    """The torch model's parameter and buffer elements (None: not an nn.Module), what the
+    default noise floor is decided by (parity.analyses.noise)."""
+    module = getattr(model, "module", None)
+    if not isinstance(module, torch.nn.Module):
+        return None
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(int(t.numel()) for t in tensors)
+
+
 def float64_model(model: Any, budget: MemoryBudget | None = None) -> Float64Model:
     """The model cast to float64 (or None and why). Its size is checked against `budget`
     (--max-memory) before the copy is made: BudgetError, one line."""

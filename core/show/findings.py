@@ -12,15 +12,18 @@ precision it was measured at (Noise.precision: float16, bfloat16, int8), never "
 for a 16-bit file. The layers record no output reachability, so "every failing output it
 feeds" is every failing output of the candidate whose layers found the birth.
 
-Kinds (parity.results.FindingKind): bug, rounding, frozen (a size or branch the export
-froze; confirmed ones), frozen_search (what the frozen search cost when it confirmed
-nothing, or a check it skipped), near_tie (an LLM's greedy token flipped by an acceptable error),
-error (ONNX Runtime raised on an input set), diverges (where the outputs start to differ,
-not confirmed as made there), unmeasured (what this run did not measure, or an analysis
-asked for that could not run, and why), quantization (what a file's intended quantized
+A file exported in training mode (Dropout or BatchNormalization nodes that train) is a bug
+said first, on every run, passing or not: it is read from the file, not the numbers.
+
+Kinds (parity.results.FindingKind): bug, rounding, frozen (a size or branch the export froze;
+confirmed ones), frozen_search (no longer made: a search that confirms nothing says so in its
+analyses[] note only, never as a finding), near_tie (an LLM's greedy token flipped by an
+acceptable error), error (ONNX Runtime raised on an input set), diverges (where the outputs
+start to differ, not confirmed as made there), unmeasured (what this run did not measure, or an
+analysis asked for that could not run, and why), quantization (what a file's intended quantized
 weights cost: "int4 weights ..."; the file judged against torch with its own dequantized
-weights, parity.analyses.quantization, speaks for that candidate instead of the layers,
-whose reference is torch's float weights; a weight that is not a rounding stays a bug).
+weights, parity.analyses.quantization, speaks for that candidate instead of the layers, whose
+reference is torch's float weights; a weight that is not a rounding stays a bug).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from parity.results import (
     Status,
     ValidationRun,
 )
+from parity.show.births import birth_place, born_before
 from parity.text import number_text, tolerance_text
 from parity.tolerances import Tolerance
 from parity.verdict import Verdict
@@ -87,19 +91,18 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
         for n in run.analyses
         if n.analysis == "stages" and n.done
     ]
-    searched = _frozen_search(run, found)
     every = (
         _answers(run)
         + stages
+        + _training_mode(run)
         + found
         + frozen
-        + searched
         + _static_axes(run)
         + _near_ties(run)
         + not_run
         + unmeasured
     )
-    if len(every) <= MAX_FINDINGS:
+    if limit is None or len(every) <= MAX_FINDINGS:  # uncapped: the verdict by cause
         return tuple(every)
     more = f"… and {len(every) - MAX_FINDINGS:,} more findings, not shown."
     return (*every[:MAX_FINDINGS], Finding(FindingKind.UNMEASURED, more))
@@ -238,20 +241,24 @@ def _divergence(run: ValidationRun, candidate: int) -> tuple[list[Finding], bool
     precision = file_precision_word(run)
     out: list[Finding] = []
     if first is not None:
-        node = f"{first.onnx_op} node {first.onnx_node}"
         where = (
-            f"The export starts to diverge in {first.torch_module}, at its {node}."
+            f"The export starts to diverge in {first.torch_module}, {birth_place(first, 'its')}."
             if first.torch_module
-            else f"The export starts to diverge at the {node}, {OUTSIDE_MODULES[1:-1]}."
+            else f"The export starts to diverge {birth_place(first)}, {OUTSIDE_MODULES[1:-1]}."
         )
         out.append(Finding(FindingKind.BUG if born else "diverges", where, candidate=candidate))
         if born:
+            alone = (
+                "those nodes with it still give"
+                if born_before(first)
+                else f"that {first.onnx_op} node still gives"
+            )
             out.append(
                 Finding(
                     FindingKind.BUG,
-                    f"Not rounding: run alone on PyTorch's exact inputs, that {first.onnx_op} "
-                    "node still gives a different answer, so the error is made there (a bug "
-                    f"in the export, not {precision} noise carried along).",
+                    f"Not rounding: run alone on PyTorch's exact inputs, {alone} a different "
+                    "answer, so the error is made there (a bug in the export, not "
+                    f"{precision} noise carried along).",
                     candidate=candidate,
                 )
             )
@@ -516,8 +523,8 @@ def _ratio_words(noise: Noise) -> str:
 
 def _born_text(name: str, first, noise: Noise | None) -> str:
     said = (
-        f"{name}: a bug, not rounding: the error is made at the {first.onnx_op} node "
-        f"{first.onnx_node} (confirmed alone) and carried to this output"
+        f"{name}: a bug, not rounding: the error is made {birth_place(first)} (confirmed "
+        "alone) and carried to this output"
     )
     if noise is None:
         return said + "."
@@ -572,6 +579,15 @@ def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
 # ----------------------------------------------------------------------------- whole run
 
 
+def _training_mode(run: ValidationRun) -> list[Finding]:
+    """A file exported in training mode (parity.analyses.training_mode): a bug on any run."""
+    return [
+        Finding(FindingKind.BUG, n.text)
+        for n in run.analyses
+        if n.analysis == "training_mode" and n.done
+    ]
+
+
 def _frozen(run: ValidationRun) -> list[Finding]:
     return [
         Finding(
@@ -579,24 +595,6 @@ def _frozen(run: ValidationRun) -> list[Finding]:
         )
         for f in run.frozen
         if f.confirmed
-    ]
-
-
-def _frozen_search(run: ValidationRun, found: list[Finding]) -> list[Finding]:
-    """What the frozen search cost when it confirmed nothing, or skipped a check (its done
-    note): said where no bug, rounding or quantization finding explains the run."""
-    explained = (
-        FindingKind.BUG,
-        FindingKind.ROUNDING,
-        FindingKind.QUANTIZATION,
-        FindingKind.APPROXIMATION,
-    )
-    if any(f.kind in explained for f in found):
-        return []
-    return [
-        Finding(FindingKind.FROZEN_SEARCH, n.text)
-        for n in run.analyses
-        if n.analysis == "frozen" and n.done
     ]
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from parity.judge.chunks import flat_chunks
 from parity.judge.ratio import element_errors
-from parity.text import axis_text
+from parity.text import axis_text, number_pair_text
 from parity.tolerances import Tolerance
 
 ErrorKind = Literal["signed", "abs", "rel"]
@@ -440,17 +440,21 @@ class WorstElements:
     n_excluded: int = 0  # elements not judged, never ranked
 
     def to_records(self) -> list[dict[str, object]]:
-        """One plain dict per row, for a table (index as text like numpy prints it)."""
-        return [
-            {
-                "index": "[" + ", ".join(str(i) for i in w.index) + "]",
-                "ref": w.ref,
-                "onnx": w.onnx,
-                "abs error": w.abs_error,
-                "rel error": w.rel_error,
-            }
-            for w in self.rows
-        ]
+        """One plain dict per row, for a table (index as text like numpy prints it; ref and
+        onnx as text with the digits it takes to tell them apart, parity.text)."""
+        records: list[dict[str, object]] = []
+        for w in self.rows:
+            ref, onnx = number_pair_text(w.ref, w.onnx)
+            records.append(
+                {
+                    "index": "[" + ", ".join(str(i) for i in w.index) + "]",
+                    "ref": ref,
+                    "onnx": onnx,
+                    "abs error": w.abs_error,
+                    "rel error": w.rel_error,
+                }
+            )
+        return records
 
 
 def _top_k(a: np.ndarray, k: int) -> np.ndarray:

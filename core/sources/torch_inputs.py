@@ -166,6 +166,14 @@ class TorchSource(Source):
             self.model, weights=self._config.weights, max_memory=self._config.max_memory
         )
         self.timings["load_model"] = time.perf_counter() - t0
+        if not self._config.n_given_sets:  # the model's own image size, where it says one
+            from parity.run.size_hint import image_size, with_image_size
+
+            size = image_size(self._torch)
+            dims = with_image_size(signature, self._config.dims, size) if size else None
+            if dims and dims != dict(self._config.dims):
+                sized = replace(self._config, dims=dims)
+                sets = timed_input_sets(sized, signature, self.timings)
         double = None
         lows: dict[str, Any] = {}
         if self._float64:

@@ -1,0 +1,127 @@
+"""A file exported in training mode is said from the file alone, on every run; and a first
+divergence at an op that only moves data, with unmatched nodes feeding it, names those nodes
+by op and places the error among them.
+
+The model is a real Hugging Face BERT (tiny config, eager attention, hidden dropout 0,
+attention dropout 0.1) exported by the legacy exporter with
+`training=torch.onnx.TrainingMode.TRAINING`: its two attention-probability Dropouts train
+(the five hidden ones have ratio 0 and drop nothing). ONNX Runtime's default optimiser
+removes them, so the run passes at the default level and fails at "disable"; the attention
+dropout is functional, so --layers first sees the error at the attention's output Reshape.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from parity.pipeline import run_validation
+from parity.results import FindingKind
+from parity.run.config import RunConfig
+from parity.show.findings import run_findings
+
+NAMES = ["input_ids", "attention_mask", "token_type_ids"]  # BertModel.forward's order
+
+
+@pytest.fixture(scope="module")
+def bert_in_train_mode(tmp_path_factory) -> tuple[str, str]:
+    import torch
+    import transformers
+
+    from tests.helpers.hf_models import make_tokenizer
+
+    directory = tmp_path_factory.mktemp("bert_train")
+    tokenizer = make_tokenizer(
+        specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]"),
+        decoder=False,
+        input_names=("input_ids", "token_type_ids", "attention_mask"),
+    )
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.1,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(2)
+    model = transformers.BertModel(config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    model.train()
+    feeds = {n: torch.ones(2, 8, dtype=torch.long) for n in NAMES}
+    onnx_path = str(directory / "bert_train.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (),
+            onnx_path,
+            kwargs=feeds,
+            input_names=NAMES,
+            output_names=["last_hidden_state", "pooler_output"],
+            dynamo=False,
+            training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False,
+            dynamic_axes={n: {0: "batch", 1: "seq"} for n in NAMES},
+        )
+    return str(directory), onnx_path
+
+
+def _train_mode(run) -> list[str]:
+    return [
+        f.text for f in run_findings(run) if f.kind is FindingKind.BUG and "training mode" in f.text
+    ]
+
+
+def test_train_mode_is_a_bug_at_every_level_and_layers_name_the_nodes(bert_in_train_mode):
+    directory, onnx_path = bert_in_train_mode
+    disabled = run_validation(
+        RunConfig(model=f"hf:{directory}", onnx=onnx_path, ort_opt_level="disable", layers=True)
+    )
+    assert disabled.verdict == "fail"
+    said = _train_mode(disabled)
+    assert len(said) == 1 and "2 Dropout node(s) have training_mode true" in said[0], said
+    assert run_findings(disabled)[0].text == said[0]  # the cause comes first
+
+    # the first divergence is the attention's output Reshape; it only moves data, so the
+    # error is placed among the unmatched nodes feeding it, listed by op (the Dropout too)
+    first = disabled.layers.first_divergence
+    assert first.onnx_op in {"Reshape", "Transpose"} and first.moves_data
+    assert dict(first.feeding).get("Dropout") == 1
+    where = next(f.text for f in run_findings(disabled) if "starts to diverge" in f.text)
+    assert "among the" in where and "1 Dropout" in where and "only moves data" in where
+    assert f"at its {first.onnx_op} node" not in where
+
+    default = run_validation(RunConfig(model=f"hf:{directory}", onnx=onnx_path))
+    assert default.verdict == "pass"  # ONNX Runtime's optimiser removed the Dropouts
+    assert _train_mode(default) == said
+
+
+def test_batch_norm_in_training_mode_is_counted_and_an_eval_export_is_not(tmp_path: Path):
+    import torch
+
+    from parity.load.onnx_model import load_onnx
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    x = torch.randn(2, 3, 8, 8)
+    counts = {}
+    for mode in ("TRAINING", "EVAL"):
+        path = tmp_path / f"{mode}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                net,
+                (x,),
+                str(path),
+                dynamo=False,
+                training=getattr(torch.onnx.TrainingMode, mode),
+                do_constant_folding=False,
+            )
+        counts[mode] = load_onnx(path).training
+    assert counts == {"TRAINING": (("BatchNormalization", 1),), "EVAL": ()}
