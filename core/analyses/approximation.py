@@ -196,10 +196,12 @@ def judge_file(
             "the file's float32 twin (its graph and weights widened)",
             proceed=("leave it out with ", Mention("quantized_reference")),
         )
-        with (
-            approximated(module, modules if plan.exact_too else None),
-            rounded(module, plan.sixteen),
-        ):
+        gelu = (
+            approximated(module, modules if plan.exact_too else None)
+            if words
+            else contextlib.nullcontext()
+        )
+        with gelu, rounded(module, plan.sixteen):
             weighted = [context.source.reference_again(s, signature) for s in sets]
         twin = _twin_outputs(candidate, sets, context)
     lead = run.for_candidate(index)
