@@ -192,14 +192,16 @@ def judge_file(
     twin: list[dict[str, Any]] = []
     if plan.sixteen:
         context.budget.check(
-            4 * Path(candidate.path).stat().st_size,
-            "the file's float32 twin (its graph and weights widened, and its session)",
+            2 * Path(candidate.path).stat().st_size,
+            "the file's float32 twin (its graph and weights widened)",
             proceed=("leave it out with ", Mention("quantized_reference")),
         )
-        with (
-            approximated(module, modules if plan.exact_too else None),
-            rounded(module, plan.sixteen),
-        ):
+        gelu = (
+            approximated(module, modules if plan.exact_too else None)
+            if words
+            else contextlib.nullcontext()
+        )
+        with gelu, rounded(module, plan.sixteen):
             weighted = [context.source.reference_again(s, signature) for s in sets]
         twin = _twin_outputs(candidate, sets, context)
     lead = run.for_candidate(index)
@@ -322,25 +324,43 @@ def rounded(module: Any, precision: str) -> Iterator[None]:
 
 
 def _twin_outputs(candidate: Any, sets: Sequence[Any], context: AnalysisContext) -> list[dict]:
-    """The candidate's float32 twin run on each input set (16-bit float feeds widened)."""
+    """The candidate's float32 twin run on each input set (16-bit float feeds widened). The
+    twin is written to a temp folder, its weights in a file beside it that ONNX Runtime maps,
+    and its session does not prepack them: no second copy of the widened weights in memory."""
+    import tempfile
     from dataclasses import replace
+
+    import onnx
 
     from parity.load.float32_twin import float32_twin
     from parity.load.onnx_read import read_onnx
     from parity.load.sessions import open_session
     from parity.run.runner import run_onnx
 
-    data = float32_twin(read_onnx(candidate.path)).SerializeToString()  # the proto freed
-    session = open_session(data, provider=candidate.provider, opt_level=candidate.opt_level)
-    del data
-    out = []
-    for s in sets:
-        feeds = {
-            k: np.asarray(v, np.float32) if np.asarray(v).dtype in (np.float16,) else v
-            for k, v in s.feeds.items()
-        }
-        made = run_onnx(session, replace(s, feeds=feeds), deadline=context.deadline)
-        out.append(dict(made.arrays))
+    with tempfile.TemporaryDirectory(prefix="parity-twin-") as folder:
+        path = Path(folder) / "twin.onnx"
+        onnx.save(
+            float32_twin(read_onnx(candidate.path)),
+            str(path),
+            save_as_external_data=True,
+            location="twin.weights",
+            size_threshold=1024,
+        )
+        session = open_session(
+            path,
+            provider=candidate.provider,
+            opt_level=candidate.opt_level,
+            config=(("session.disable_prepacking", "1"),),
+        )
+        out = []
+        for s in sets:
+            feeds = {
+                k: np.asarray(v, np.float32) if np.asarray(v).dtype == np.float16 else v
+                for k, v in s.feeds.items()
+            }
+            made = run_onnx(session, replace(s, feeds=feeds), deadline=context.deadline)
+            out.append(dict(made.arrays))
+        del session
     return out
 
 

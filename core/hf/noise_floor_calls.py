@@ -65,22 +65,31 @@ def float64_calls(
 def call_at(model: Any, call: CapturedCall, precision: str) -> tuple[CapturedCall | None, str, str]:
     """`call` made again at a 16-bit `precision`, emulated (weights, inputs and every op's
     float output rounded to it, computed in float32: how ONNX Runtime's CPU provider runs
-    most 16-bit nodes, and at float32's cost, parity.run.noise_floor_runs.Rounding): (the
-    call, how it was made, "") or (None, "", why not)."""
+    most 16-bit nodes, and at float32's cost, parity.run.noise_floor_runs.Rounding; the
+    captured float inputs and past cache rounded first): (the call, how it was made, "") or
+    (None, "", why not)."""
     import torch
 
     from parity.run.noise_floor_runs import EMULATED, Rounding
 
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[precision]
+
+    def rounded(a: np.ndarray) -> np.ndarray:
+        if a.dtype != np.float32:
+            return a
+        return torch.from_numpy(np.array(a)).to(dtype).to(torch.float32).numpy()
+
+    low = replace(
+        call,
+        inputs={k: rounded(np.asarray(v)) for k, v in call.inputs.items()},
+        past=tuple(tuple(rounded(np.asarray(a)) for a in kv) for kv in call.past),
+    )
     try:
-        with Rounding(dtype):
-            made = call_again(model, call, float64=False)
+        with Rounding(dtype, model):
+            made = call_again(model, low, float64=False)
     except Exception as exc:
-        return (
-            None,
-            "",
-            f"{precision} noise floor not measured: the model failed ({first_line(exc)})",
-        )
+        why = f"the model failed ({first_line(exc)})"
+        return None, "", f"{precision} noise floor not measured: {why}"
     return made, EMULATED.format(dtype=precision), ""
 
 

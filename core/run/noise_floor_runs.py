@@ -322,18 +322,27 @@ def _run_cast(
 
 
 class Rounding(torch.overrides.TorchFunctionMode):
-    """Every float32 tensor an op takes or returns, rounded to `dtype` (and back to
-    float32): the weights as each op reads them (the model itself is not copied or
-    changed: no second model in memory), the inputs, and every op's result."""
+    """Every float32 tensor an op returns rounded to `dtype` (and back to float32), and
+    `module`'s float32 weights (parameters and buffers) as each op reads them: the model
+    itself is not copied or changed (no second model in memory). Activations are rounded
+    where they are made, never replaced as an op's operand, so in-place ops still change
+    the tensor the model holds."""
 
-    def __init__(self, dtype: torch.dtype) -> None:
+    def __init__(self, dtype: torch.dtype, module: Any = None) -> None:
         super().__init__()
         self.dtype = dtype
+        tensors = [*module.parameters(), *module.buffers()] if module is not None else []
+        self.weights = {id(t) for t in tensors if t.dtype == torch.float32}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         up = torch.utils._pytree.tree_map
-        out = func(*up(self._round, args), **up(self._round, kwargs or {}))
+        out = func(*up(self._weight, args), **up(self._weight, kwargs or {}))
         return up(self._round, out)
+
+    def _weight(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and id(value) in self.weights:
+            return value.detach().to(self.dtype).to(torch.float32)
+        return value
 
     def _round(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
@@ -352,7 +361,7 @@ def _run_emulated(
             for k, v in _feeds(input_set, signature, dtype).items()
         }
         binding = model_binding(model, feeds)
-        with quiet_torch(), torch.inference_mode(), Rounding(dtype):
+        with quiet_torch(), torch.inference_mode(), Rounding(dtype, model.module):
             return _outputs(model.module(*binding.args, **binding.kwargs), signature), ""
     except Exception as exc:
         return None, first_line(exc)
