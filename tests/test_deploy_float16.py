@@ -1,6 +1,6 @@
 """The deploy matrix, float16 (issue 63): files made by both float16 converters, ONNX
 Runtime's `onnxruntime.transformers.float16.convert_float_to_float16` (keep_io_types True and
-False) and onnxconverter-common's `float16.convert_float_to_float16` (keep_io_types True),
+False) and onnxconverter-common's `float16.convert_float_to_float16` (the same two),
 from a small CNN (legacy and dynamo export) and a tiny random BERT (Optimum's export, run as
 hf:). Each clean file passes by cause with no bug said, --layers included (its difference is
 float16 rounding);
@@ -46,7 +46,7 @@ def make():
 """
 
 # (tool, keep_io_types): the converters as users call them
-CONVERTERS = [("ORT float16", True), ("ORT float16", False), ("onnxconverter-common", True)]
+CONVERTERS = [(t, k) for t in ("ORT float16", "onnxconverter-common") for k in (True, False)]
 ARCHS = ("cnn (legacy)", "cnn (dynamo)", "BERT (hf:)")
 BUMP = 0.05  # one bias element moved: far above float16's rounding, small beside the weights
 
