@@ -1,11 +1,10 @@
 """The deploy matrix, float16 (issue 63): files made by both float16 converters, ONNX
-Runtime's `onnxruntime.transformers.float16.convert_float_to_float16` (keep_io_types True and
-False) and onnxconverter-common's `float16.convert_float_to_float16` (the same two),
-from a small CNN (legacy and dynamo export) and a tiny random BERT (Optimum's export, run as
-hf:). Each clean file passes by cause with no bug said, --layers included (its difference is
-float16 rounding);
-one bias moved by +0.05 at one node is a bug that fails by cause, named at that node with
---layers."""
+Runtime's `onnxruntime.transformers.float16.convert_float_to_float16` and onnxconverter-common's
+`float16.convert_float_to_float16`, keep_io_types True and False, from a small CNN (legacy and
+dynamo export) and a tiny random BERT (Optimum's export, run as hf:). Each clean file passes
+by cause with no bug said, --layers and --noise-floor included (its difference is float16
+rounding); one bias moved by +0.05 at one node is a bug that fails by cause, named at that
+node with --layers."""
 
 from __future__ import annotations
 
@@ -162,9 +161,11 @@ def _run(files: Files, arch: str, path: Path, **kw) -> ValidationRun:
 def _case(files, arch, tool, keep_io) -> None:
     clean, bad, node = files.get(arch, tool, keep_io)
     option = f"keep_io_types={keep_io}"
-    run = _run(files, arch, clean, layers=True)  # --layers must not call float16 a bug
+    run = _run(files, arch, clean, layers=True, noise_floor=True)  # one story, every stage
     row = record(run, tool=tool, option=option, architecture=arch)
     assert right(row), (row, run.findings)
+    noise = [c.noise for c in run.outputs if c.noise is not None]
+    assert noise and {n.precision for n in noise} == {"float16"}, run.findings
     wrong = _run(files, arch, bad, layers=True)
     row = record(wrong, tool=tool, option=option, architecture=arch, planted_at=node)
     assert right(row), (row, wrong.findings)
