@@ -1,9 +1,9 @@
 """The deploy matrix, MatMulNBits (issue 63): files made by ONNX Runtime's
 MatMulNBitsQuantizer at 4 bits, blocks of 32 and 128, symmetric and not, from an MLP (legacy
-export) and a tiny random Llama (Optimum's export, run as hf:). Each clean file passes by
-cause (its weights each a rounding of torch's, the file against torch with them float32
-noise: kind `quantization`, never `bug`); one node's scales x1.5 is a bug named at that
-node."""
+export) and a tiny random Llama and Qwen2 (Optimum's export, run as hf:), all with --layers.
+Each clean file passes by cause (its weights each a rounding of torch's, the file against
+torch with them float32 noise: kind `quantization`, never `bug`); one node's scales x1.5 is a
+bug named at that node."""
 
 from __future__ import annotations
 
@@ -45,7 +45,23 @@ OPTIONS = [(b, s) for b in (32, 128) for s in (True, False)]  # block size, symm
 PLANTED = {  # the MatMul whose scales go wrong
     "MLP (legacy)": "/fc2/MatMul_Q4",
     "Llama (hf:)": "/model/layers.1/self_attn/q_proj/MatMul_Q4",
+    "Qwen2 (hf:)": "/model/layers.1/self_attn/q_proj/MatMul_Q4",
 }
+LMS = ("Llama (hf:)", "Qwen2 (hf:)")
+
+
+def _qwen2_dir(directory: Path) -> str:
+    """A 2-layer Qwen2 (hidden 64, q/k/v with biases) with random weights and a tokenizer."""
+    import transformers
+
+    from tests.helpers.hf_models import SPECIAL, save_model
+
+    config = transformers.Qwen2Config(
+        vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, **SPECIAL,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return save_model(transformers.Qwen2ForCausalLM(config), directory)
 
 
 def _quantize(src: Path, dst: Path, block: int, symmetric: bool) -> Path:
@@ -77,8 +93,10 @@ class Files:
             else:
                 from optimum.exporters.onnx import main_export
 
-                directory = make_llama_dir(self.root / "llama", hidden=64)
-                out = self.root / "llama_onnx"
+                name = arch.split()[0].lower()
+                make = _qwen2_dir if name == "qwen2" else make_llama_dir
+                directory = make(self.root / name, **({"hidden": 64} if name == "llama" else {}))
+                out = self.root / f"{name}_onnx"
                 main_export(directory, output=str(out), task="text-generation-with-past",
                             no_post_process=True, do_validation=False)  # fmt: skip
                 self.raw[arch] = (f"hf:{directory}", out / "model.onnx")
@@ -115,7 +133,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
 def _run(files: Files, arch: str, path: Path) -> ValidationRun:
     model, _raw = files.source(arch)
     hf = HfOptions(prompts=PROMPTS, max_new_tokens=4) if model.startswith("hf:") else None
-    return run_validation(RunConfig(model=model, onnx=str(path), hf=hf))
+    return run_validation(RunConfig(model=model, onnx=str(path), hf=hf, layers=True))
 
 
 def _case(files: Files, arch: str, block: int, symmetric: bool) -> None:
@@ -141,9 +159,10 @@ def test_an_int4_mlp_is_its_weights_and_a_wrong_scale_is_a_bug_at_its_node(
     _case(files, "MLP (legacy)", block, symmetric)
 
 
-@pytest.mark.slow  # Optimum's export of a Llama, validated as hf: with tokens
+@pytest.mark.slow  # Optimum's export of a causal LM, validated as hf: with tokens
 @pytest.mark.parametrize(("block", "symmetric"), OPTIONS, ids=lambda v: str(v))
-def test_an_int4_llama_is_its_weights_and_a_wrong_scale_is_a_bug_at_its_node(
-    files, block, symmetric
+@pytest.mark.parametrize("arch", LMS)
+def test_an_int4_causal_lm_is_its_weights_and_a_wrong_scale_is_a_bug_at_its_node(
+    files, arch, block, symmetric
 ) -> None:
-    _case(files, "Llama (hf:)", block, symmetric)
+    _case(files, arch, block, symmetric)
