@@ -187,6 +187,18 @@ class OutputComparison:
         return self.profile.min_atol(self.tolerance.rtol)
 
     @property
+    def narrowed(self) -> bool:
+        """Only the float width differs: ONNX gives a 16-bit float where the reference is
+        float32 (a file converted to float16 with float16 outputs, keep_io_types=False).
+        That is the file's own precision: its values are judged as a FAIL row's are."""
+        return (
+            self.status is Status.DTYPE_MISMATCH
+            and self.profile is not None
+            and self.ref_dtype in ("float32", "float64")
+            and self.onnx_dtype in ("float16", "bfloat16")
+        )
+
+    @property
     def can_rejudge(self) -> bool:
         """A tolerance can change its verdict: judged element by element, with a profile
         (shape, dtype and missing failures, and string outputs, stay what they are)."""

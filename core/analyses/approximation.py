@@ -113,7 +113,7 @@ class Approximation(Analysis):
             view = run.candidates[slot]
             if view.info.error is not None or _quantized(candidate):
                 continue  # a quantized file: torch with its own weights speaks for it
-            if not any(c.status is Status.FAIL for c in view.outputs):
+            if not any(c.status is Status.FAIL or c.narrowed for c in view.outputs):
                 continue
             try:
                 plan = read_plan(candidate.path)

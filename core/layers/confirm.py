@@ -121,17 +121,20 @@ def build(
     *,
     base_dir: str | Path | None = None,
 ) -> Cut:
-    """The selection as a model: inputs typed and shaped like `arrays`, the output like
-    `expected`, its weights copied in with their data."""
+    """The selection as a model: inputs shaped like `arrays`, the output like `expected`,
+    each typed as the file declares it where it does (a float16 file's values are float16
+    though torch's are float32: fed cast, as the file would compute them), else like the
+    array; its weights copied in with their data."""
     graph = proto.graph
     nodes = [graph.node[k] for k in selection.nodes]
     inits = {t.name: t for t in graph.initializer}
+    declared = _declared_types(proto)
     model = helper.make_model(
         helper.make_graph(
             nodes,
             f"parity_cut_{_safe(selection.output)}",
-            [_value_info(n, arrays[n]) for n in selection.inputs],
-            [_value_info(selection.output, expected)],
+            [_value_info(n, arrays[n], declared.get(n)) for n in selection.inputs],
+            [_value_info(selection.output, expected, declared.get(selection.output))],
             initializer=[_with_data(inits[n], base_dir) for n in selection.weights],
         ),
         opset_imports=list(proto.opset_import),
@@ -212,8 +215,28 @@ def with_output_shape(c: Cut, got: np.ndarray) -> Cut:
     return Cut(model, c.inputs, c.output, c.nodes, c.ops)
 
 
-def _value_info(name: str, array: np.ndarray) -> onnx.ValueInfoProto:
+_FLOATS = frozenset(
+    {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+     onnx.TensorProto.DOUBLE}
+)  # fmt: skip
+
+
+def _declared_types(proto: onnx.ModelProto) -> dict[str, int]:
+    """The float element type the file declares for each value it types (graph inputs and
+    outputs, value_info): where torch's array is float32 and the file's value float16."""
+    graph = proto.graph
+    typed = (*graph.input, *graph.output, *graph.value_info)
+    return {
+        v.name: v.type.tensor_type.elem_type
+        for v in typed
+        if v.type.tensor_type.elem_type in _FLOATS
+    }
+
+
+def _value_info(name: str, array: np.ndarray, declared: int | None = None) -> onnx.ValueInfoProto:
     elem = helper.np_dtype_to_tensor_dtype(np.asarray(array).dtype)
+    if declared is not None and elem in _FLOATS:
+        elem = declared
     return helper.make_tensor_value_info(name, elem, [int(d) for d in np.shape(array)])
 
 

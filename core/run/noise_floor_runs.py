@@ -167,7 +167,7 @@ def _run_float64(
     for name in signature.input_names:
         if name in input_set.feeds:
             a = np.asarray(input_set.feeds[name])
-            if a.dtype == np.float32:
+            if a.dtype.name in ("float32", "float16", "bfloat16"):  # 16-bit: float16 I/O
                 a = a.astype(np.float64)
             tensors[name] = torch.from_numpy(np.array(a, copy=True, order="C"))
     binding = model_binding(model, tensors)
@@ -288,7 +288,7 @@ def _feeds(input_set: InputSet, signature: OnnxSignature, dtype: torch.dtype) ->
         if name in input_set.feeds:
             a = np.asarray(input_set.feeds[name])
             t = torch.from_numpy(np.array(a, copy=True, order="C"))
-            if t.dtype in (torch.float32, torch.float64):
+            if t.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
                 t = t.to(dtype)
             tensors[name] = t
     return tensors

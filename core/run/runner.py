@@ -63,19 +63,16 @@ class Leaf:
     named: bool
 
 
-def _precision_hint(module: object, input_set: InputSet) -> str:
-    """Why a float32 model rejects an fp16/bf16 export's inputs, and what to compare against."""
-    low = sorted(
-        {str(a.dtype) for a in input_set.feeds.values() if str(a.dtype) in ("float16", "bfloat16")}
-    )
+def _widened(tensors: dict[str, torch.Tensor], module: object) -> dict[str, torch.Tensor]:
+    """A float32 model's 16-bit inputs (an export converted with float16 inputs, e.g.
+    keep_io_types=False) cast up to float32: the same values, exactly, in the model's own
+    precision, so torch computes what the file was converted from."""
     params = getattr(module, "parameters", None)
     first = next(iter(params()), None) if callable(params) else None
-    if not low or first is None or first.dtype != torch.float32:
-        return ""
-    return (
-        f" (the ONNX inputs are {'/'.join(low)} but the model's weights are float32: compare "
-        "against the model in that precision, e.g. a FILE.py:CALLABLE returning model.half())"
-    )
+    if first is None or first.dtype != torch.float32:
+        return tensors
+    low = (torch.float16, torch.bfloat16)
+    return {k: t.float() if t.dtype in low else t for k, t in tensors.items()}
 
 
 def _index_hint(exc: BaseException, input_set: InputSet) -> str:
@@ -106,7 +103,7 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
         for name in signature.input_names
         if name in input_set.feeds
     }
-    binding = model_binding(model, tensors)
+    binding = model_binding(model, _widened(tensors, model.module))
     try:
         with quiet_torch(), torch.inference_mode():
             start = time.perf_counter()
@@ -127,7 +124,7 @@ def run_torch(model: TorchModel, input_set: InputSet, signature: OnnxSignature) 
             raise mismatch from exc
         raise ModelRunError(
             f"torch model raised {type(exc).__name__} on input set {input_set.index}: "
-            f"{first_line(exc)}{_precision_hint(model.module, input_set)}"
+            f"{first_line(exc)}"
             f"{_index_hint(exc, input_set)}"
         ) from exc
     named, renamed = pair_outputs(flatten_outputs(result), signature.outputs)

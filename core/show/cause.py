@@ -67,14 +67,15 @@ def judge_by_cause(run: ValidationRun) -> CauseJudgement:
     }
     for c in run.verdict_rows:  # an output judged on its answers (--min-agreement) is not
         key = (c.candidate, c.name)
-        if c.status.passed or key in seen:
+        # a 16-bit output of a float16 file (only the width differs): its values decide
+        if c.status.passed or (c.narrowed and not c.n_mismatch) or key in seen:
             continue
         seen.add(key)
         kind = kinds.get(key)
         if kind is None and len(run.candidates) == 1:
             kind = kinds.get((None, c.name))
         # only values can be explained: a shape, a type, a missing output is never intended
-        if kind is not None and c.status is Status.FAIL:
+        if kind is not None and (c.status is Status.FAIL or c.narrowed):
             intended.append((*key, kind))
         else:
             unexplained.append(key)

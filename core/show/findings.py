@@ -491,10 +491,11 @@ def _steps(value: float | None) -> str:
 
 
 def _numeric_failures(run: ValidationRun) -> dict[str, list[OutputComparison]]:
-    """Failing rows judged element by element (FAIL), by output, in the run's output order."""
+    """Failing rows judged element by element (FAIL, or a 16-bit output's values beyond the
+    tolerance: `narrowed`), by output, in the run's output order."""
     rows: dict[str, list[OutputComparison]] = {}
     for c in run.outputs:
-        if c.status is Status.FAIL:
+        if c.status is Status.FAIL or (c.narrowed and c.n_mismatch):
             rows.setdefault(c.name, []).append(c)
     return rows
 
