@@ -87,10 +87,9 @@ def load_onnx(path: str | os.PathLike[str]) -> OnnxModel:
         onnx.checker.check_model(str(p))
     except Exception as exc:  # ValidationError, and OSError for missing external data
         complaint = first_line(exc)
-        try:
-            accepted = _accepted_as_ort_runs_it(proto, complaint)
-        except _OtherComplaint as other:  # the real cause behind an op it set apart
-            raise _load_error(p, f"onnx.checker: {other}") from exc
+        accepted = _accepted_as_ort_runs_it(proto, complaint)
+        if isinstance(accepted, _OtherComplaint):  # the real cause behind an op set apart
+            raise _load_error(p, f"onnx.checker: {accepted.text}") from exc
         if accepted is None:
             raise _load_error(p, f"onnx.checker: {complaint}") from exc
         notes = (f"onnx.checker: {complaint} (accepted: {accepted})",)
@@ -115,12 +114,17 @@ _NO_OP = re.compile(r"No Op registered for (\S+) with domain_version")
 ORT_DOMAIN = "ai.onnxruntime.default"  # where the checked copy sets ORT's default-domain ops
 
 
-class _OtherComplaint(Exception):
+@dataclass(frozen=True)
+class _OtherComplaint:
     """The checker, once the ops ONNX Runtime registers are set apart, refuses the file for
     something else (unsafe external data, a bad attribute): that is what is said."""
 
+    text: str
 
-def _accepted_as_ort_runs_it(proto: onnx.ModelProto, complaint: str) -> str | None:
+
+def _accepted_as_ort_runs_it(
+    proto: onnx.ModelProto, complaint: str
+) -> str | _OtherComplaint | None:
     """Why the file stands though the checker refused it, or None. Only two complaints are
     ONNX Runtime's to overrule: the node order (it sorts nodes itself) and an op it
     registers in the default domain that ONNX does not. The checker then runs again on a
@@ -139,7 +143,7 @@ def _accepted_as_ort_runs_it(proto: onnx.ModelProto, complaint: str) -> str | No
     except Exception as exc:  # the checker's next complaint is the file's real fault
         other = first_line(exc)
         if other and other != complaint:
-            raise _OtherComplaint(other) from exc
+            return _OtherComplaint(other)
         return None
     why = []
     if set_apart:

@@ -196,8 +196,9 @@ Retried = Callable[[str, float], None]
 """(what went wrong, the seconds that try took): one failed read, about to be tried again."""
 
 
-class FetchTimeout(Exception):
-    """The pair's time ran out while its URIs were read (the read is abandoned)."""
+class FetchTimeout(BaseException):
+    """The pair's time ran out while its URIs were read (the read is abandoned): control
+    flow to the pair's runner, which says the timeout (never an error of its own)."""
 
     def __init__(self, uri: str) -> None:
         super().__init__(uri)
@@ -440,8 +441,8 @@ def fetch_uri(uri: str, target: Path, limit: int, stop: threading.Event | None =
         ) from None
 
 
-class _Stopped(Exception):
-    """The read was abandoned (its pair's time ran out)."""
+class _Stopped(BaseException):
+    """The read was abandoned (its pair's time ran out): control flow, never an error."""
 
 
 def _stated_size(fs: Any, path: str) -> int | None:
