@@ -106,10 +106,11 @@ def test_the_code_refusal_names_commands_one_can_copy(server, browser, tmp_path,
     page.keyboard.press("Enter")
     page.get_by_text("ONNX signature").wait_for()
     _settle(page)
-    page.get_by_role("button", name="Run", exact=True).click()
-    error = page.locator('[data-testid="stAlertContentError"]').filter(has_text="Run failed")
-    error.wait_for(timeout=RUN_TIMEOUT_MS)
-    shown = error.inner_text().replace("\u2060", "")
+    # refused before the click (issue 60): Run is off, and its caption says why and how
+    assert page.get_by_role("button", name="Run", exact=True).is_disabled()
+    why = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="Run is off")
+    why.wait_for(timeout=RUN_TIMEOUT_MS)
+    shown = why.inner_text().replace("\u2060", "")
     assert "parity dashboard --trust-code" in shown, shown
     assert "streamlit run app.py -- --trust-code" in shown, shown
     assert "—" not in shown and "`" not in shown, shown

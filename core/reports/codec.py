@@ -110,6 +110,7 @@ REPORT_SCHEMA = "parity.report/1"
 MAX_NOTES = 10_000
 """The most entries a saved run's list of sentences may have (analyses, notes, frozen,
 static axes): a run says a few dozen; a forged one's 300,000 is refused in one line."""
+MAX_TOKENS = 1_000_000  # a generation's token pieces, per prompt (one per token it made)
 
 ArrayPut = Callable[[str, np.ndarray, str], str]
 """(member name, array, what it is, for errors) -> the member name the manifest records."""
@@ -771,9 +772,9 @@ def _output_set_from_json(entry: Any, at: str, get: ArrayGet) -> OutputSet:
     )
 
 
-def _texts(value: Any, at: str) -> tuple[str, ...]:
+def _texts(value: Any, at: str, limit: int = MAX_NOTES) -> tuple[str, ...]:
     return tuple(
-        sj.string(n, f"{at}[{j}]") for j, n in enumerate(sj.array(value, at, limit=MAX_NOTES))
+        sj.string(n, f"{at}[{j}]") for j, n in enumerate(sj.array(value, at, limit=limit))
     )
 
 
@@ -1247,8 +1248,9 @@ def _prompt_from_json(raw: Any, at: str) -> PromptGeneration:
         torch_text=sj.string(sj.field(raw, "torch_text", at), f"{at}.torch_text"),
         onnx_text=sj.string(sj.field(raw, "onnx_text", at), f"{at}.onnx_text"),
         first_divergence=None if d is None else _divergence_from_json(d, f"{at}.first_divergence"),
-        torch_pieces=_texts(raw.get("torch_pieces", []), f"{at}.torch_pieces"),
-        onnx_pieces=_texts(raw.get("onnx_pieces", []), f"{at}.onnx_pieces"),
+        # one piece per token: as many as a generation makes (the manifest's size bounds them)
+        torch_pieces=_texts(raw.get("torch_pieces", []), f"{at}.torch_pieces", MAX_TOKENS),
+        onnx_pieces=_texts(raw.get("onnx_pieces", []), f"{at}.onnx_pieces", MAX_TOKENS),
     )
 
 
