@@ -773,9 +773,7 @@ def _output_set_from_json(entry: Any, at: str, get: ArrayGet) -> OutputSet:
 
 
 def _texts(value: Any, at: str, limit: int = MAX_NOTES) -> tuple[str, ...]:
-    return tuple(
-        sj.string(n, f"{at}[{j}]") for j, n in enumerate(sj.array(value, at, limit=limit))
-    )
+    return tuple(sj.string(n, f"{at}[{j}]") for j, n in enumerate(sj.array(value, at, limit=limit)))
 
 
 # ---------------------------------------------------------------------------------------
