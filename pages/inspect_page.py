@@ -31,14 +31,16 @@ KIND_LABELS = {
     "rel": "relative error",
 }
 WORST_K = 25
-WORST_COLUMN_CONFIG = {  # fits the page's right column (~360 px at 1280 px), no scrolling
-    "index": st.column_config.TextColumn("index", width=96),
+WORST_COLUMN_CONFIG = {  # fits the page's right column (~354 px inside at 1280 px), no scrolling
+    # the widths add up to 352: index 88 (a 4-d index with two-digit places), the two
+    # values 72 each (up to ten characters), the errors 60 each (%.2e: "4.81e-1")
+    "index": st.column_config.TextColumn("index", width=88),
     # text: as many digits as tell the two apart (parity.text.number_pair_text)
     "ref": st.column_config.TextColumn("ref", width=72),
     "onnx": st.column_config.TextColumn("onnx", width=72),
-    "abs error": st.column_config.NumberColumn("|error|", format=NUMBER_FORMAT, width=64),
+    "abs error": st.column_config.NumberColumn("|error|", format=NUMBER_FORMAT, width=60),
     "rel error": st.column_config.NumberColumn(
-        "rel", format=NUMBER_FORMAT, width=64, help="relative error, |error| / |ref|"
+        "rel", format=NUMBER_FORMAT, width=60, help="relative error, |error| / |ref|"
     ),
 }
 
