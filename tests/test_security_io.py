@@ -502,7 +502,9 @@ def test_timeout_ends_a_torch_model_that_never_returns(tmp_path: Path, tiny_arti
         "validate", "--model", f"{factory}:make", "--onnx", str(tiny_artifacts.onnx),
         "--timeout", "3", "--html", str(html),
     )  # fmt: skip
-    assert one_error_line(result) == "parity: error: timed out after 3 s"
+    # one line, whichever step the 3 s ran out in (on a loaded machine: ONNX Runtime's
+    # session setup, tried in a child first, can take them all)
+    assert one_error_line(result).startswith("parity: error: timed out after 3 s")
     assert html.read_text() == "<html>the previous good report</html>"
     assert temps_of(html) == []
 
