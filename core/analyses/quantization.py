@@ -15,7 +15,6 @@ back before the stage returns, whatever happens.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,8 +22,8 @@ import numpy as np
 
 from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.analyses.quantized_match import Matched, check, match_nodes
+from parity.analyses.quantized_rows import judge_into, outputs_of_rows
 from parity.errors import BudgetError, ModelRunError, OnnxLoadError
-from parity.judge.compare import compare_outputs
 from parity.results import (
     QuantizationResult,
     QuantizedOutput,
@@ -544,18 +543,7 @@ def split_outputs(
             )
             mask = case.exclusions.get(name)
             if name in onnx and np.shape(onnx[name]) == mine.shape:
-                c = compare_outputs(
-                    mine,
-                    np.asarray(onnx[name]),
-                    name=name,
-                    input_set=case.input_set.index,
-                    tolerance=run.tolerances.for_output(name),
-                    exclude=mask,
-                )
-                worst = c.stats.max_abs if c.stats is not None else None
-                if worst is not None:
-                    row["export"] = max(row["export"], worst)
-                row["passed"] = (row["passed"] is not False) and c.status.passed
+                judge_into(row, run, case, name, mine, onnx[name])
             if name in ref and np.shape(ref[name]) == mine.shape and _is_float(mine):
                 base = np.asarray(ref[name], np.float64)
                 keep = (
@@ -572,25 +560,7 @@ def split_outputs(
                     row["noise"] += float(np.sum(err[keep] ** 2))
                 if keep.any():
                     row["max"] = max(row["max"], float(np.max(np.abs(err[keep]))))
-    out = []
-    for name, row in rows.items():
-        sqnr = None
-        if row["noise"] > 0 and row["signal"] > 0:
-            sqnr = float(10 * np.log10(row["signal"] / row["noise"]))
-        if row.get("broken"):  # its weights give Inf/NaN where torch's are finite: not judged
-            out.append(QuantizedOutput(name, None, None, None, quant_max_abs=math.inf))
-            continue
-        out.append(
-            QuantizedOutput(
-                name=name,
-                export_max_abs=row["export"] if row["passed"] is not None else None,
-                export_passed=row["passed"],
-                sqnr_db=sqnr,
-                quant_max_abs=row["max"],
-            )
-        )
-    order = {n: k for k, n in enumerate(run.output_names)}
-    return tuple(sorted(out, key=lambda o: order.get(o.name, len(order))))
+    return outputs_of_rows(run, rows)
 
 
 def _is_float(a: np.ndarray) -> bool:

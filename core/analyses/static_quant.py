@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parity.analyses.quantized_match import ALIASES, Linear, Matched, check
-from parity.judge.compare import compare_outputs
+from parity.analyses.quantized_rows import judge_into, outputs_of_rows
 from parity.load.quantized_weights import QuantizedNode
 from parity.load.static_quant import StaticWeight
 from parity.results import QuantizationResult, QuantizedOutput, QuantizedWeight, ValidationRun
@@ -526,17 +526,7 @@ def static_outputs(
             )
             mask = case.exclusions.get(name)
             if name in side and np.shape(side[name]) == mine.shape:
-                c = compare_outputs(
-                    mine,
-                    np.asarray(side[name]),
-                    name=name,
-                    input_set=case.input_set.index,
-                    tolerance=run.tolerances.for_output(name),
-                    exclude=mask,
-                )
-                if c.stats is not None and c.stats.max_abs is not None:
-                    row["export"] = max(row["export"], c.stats.max_abs)
-                row["passed"] = (row["passed"] is not False) and c.status.passed
+                judge_into(row, run, case, name, mine, side[name])
             if name in ref and name in onnx and np.shape(ref[name]) == np.shape(onnx[name]):
                 base = np.asarray(ref[name], np.float64)
                 if not np.issubdtype(base.dtype, np.floating):
@@ -549,19 +539,4 @@ def static_outputs(
                 row["noise"] += float(np.sum(err[keep] ** 2))
                 if keep.any():
                     row["max"] = max(row["max"], float(np.max(np.abs(err[keep]))))
-    out = []
-    for name, row in rows.items():
-        sqnr = None
-        if row["noise"] > 0 and row["signal"] > 0:
-            sqnr = float(10 * np.log10(row["signal"] / row["noise"]))
-        out.append(
-            QuantizedOutput(
-                name=name,
-                export_max_abs=row["export"] if row["passed"] is not None else None,
-                export_passed=row["passed"],
-                sqnr_db=sqnr,
-                quant_max_abs=row["max"],
-            )
-        )
-    order = {n: k for k, n in enumerate(run.output_names)}
-    return tuple(sorted(out, key=lambda o: order.get(o.name, len(order))))
+    return outputs_of_rows(run, rows)  # its rows are never "broken": as they were
