@@ -10,20 +10,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.browser import nav, run_demo, settle, shot
+from tests.helpers.browser import nav, open_page, run_demo, settle, shot
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def page(chromium, app_url: str) -> Iterator:
-    context = chromium.new_context(viewport={"width": 1280, "height": 1100})
-    pg = context.new_page()
-    pg.set_default_timeout(60_000)
-    pg.goto(app_url)
+    pg = open_page(chromium, app_url, viewport={"width": 1280, "height": 1100})
     pg.get_by_role("button", name="Run demo:broken").wait_for()
     yield pg
-    context.close()
+    pg.context.close()
 
 
 def test_judged_by_cause_a_float16_file_passes_and_a_bug_fails(page) -> None:
