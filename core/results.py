@@ -204,6 +204,15 @@ class OutputComparison:
         (shape, dtype and missing failures, and string outputs, stay what they are)."""
         return self.profile is not None and self.status in (Status.PASS, Status.FAIL)
 
+    @property
+    def passes_only_loosened(self) -> bool:
+        """It passes at its tolerance and fails at the default one (a tolerance loosened for
+        it lets it through: what a bug that tolerance hides looks like)."""
+        default = Tolerance()
+        if self.status is not Status.PASS or not self.can_rejudge or self.tolerance == default:
+            return False
+        return not self.rejudge(default).status.passed
+
     def rejudge(self, tolerance: Tolerance) -> OutputComparison:
         """The same comparison judged at another tolerance, from the profile alone."""
         if not self.can_rejudge or self.profile is None:  # can_rejudge: a profile is kept

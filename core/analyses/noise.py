@@ -22,7 +22,6 @@ from parity.analyses.interface import Analysis, AnalysisContext, CaseHook, Prepa
 from parity.errors import ParityError
 from parity.results import OutputComparison, OutputSet, RunKind, Status, ValidationRun
 from parity.run.config import RunConfig
-from parity.tolerances import Tolerance
 
 if TYPE_CHECKING:
     from parity.sources import Case
@@ -177,8 +176,7 @@ def _needs_floor(c: OutputComparison, for_cause: bool) -> bool:
         return False
     if c.status is Status.FAIL:
         return True
-    loose = for_cause and c.status is Status.PASS and c.can_rejudge
-    return loose and c.tolerance != Tolerance() and not c.rejudge(Tolerance()).status.passed
+    return for_cause and c.passes_only_loosened
 
 
 def _elements(case: Any) -> int:
