@@ -25,10 +25,10 @@ import inspect
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypedDict, TypeVar, Unpack
 
 from parity.data.options import DataOptions
 from parity.errors import ParityError, UsageError
@@ -72,12 +72,12 @@ class _ReportFiles:
     def save(self, run: ValidationRun, path: str | os.PathLike[str], *, keep_outputs: bool) -> Path:
         from parity.reports.saved_run import save_run
 
-        return save_run(run, path, keep_outputs=keep_outputs)
+        return save_run(run, Path(path), keep_outputs=keep_outputs)
 
     def write_html(self, run: ValidationRun, path: str | os.PathLike[str]) -> Path:
         from parity.reports.html_report import write_html_report
 
-        return write_html_report(run, path)
+        return write_html_report(run, Path(path))
 
     def html(self, run: ValidationRun) -> str:
         from parity.reports.html_report import render_html_report
@@ -88,66 +88,103 @@ class _ReportFiles:
 register_run_files(_ReportFiles())
 
 
-@dataclass(frozen=True)
-class ValidateOptions:
+class ValidateOptions(TypedDict, total=False):
     """`validate`'s (and `assert_export_close`'s) keyword arguments, declared once: their
-    names, types and defaults here; their meanings in validate's docstring. `validate`'s
-    signature is made from these fields."""
+    names and types here (type checkers read them through ``**options:
+    Unpack[ValidateOptions]``), their defaults in `DEFAULTS`, their meanings in validate's
+    docstring. `validate`'s signature (help(), inspect) is made from these two."""
 
-    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
-    input_sets: int | None = None
-    dims: Mapping[str, int] | None = None
-    seed: int = 0
-    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None = None
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
-    tolerances: TolerancesLike = None
-    provider: str = "CPUExecutionProvider"
-    ort_opt_level: str = "all"
-    layers: bool = False
-    repro: str | os.PathLike[str] | None = None
-    noise_floor: bool = False
-    no_noise_floor: bool = False
-    reference: str | os.PathLike[str] | None = None
-    weights: str | os.PathLike[str] | None = None
-    progress: ProgressCallback | None = None
-    max_memory: int | str | None = None
-    timeout: float | None = None
-    suggest: bool = False
-    quantized_reference: bool = True
-    judge: str = "tolerance"
-    data: str | os.PathLike[str] | DataOptions | None = None
-    labels: str | os.PathLike[str] | None = None
-    min_agreement: Mapping[str, float] | None = None
+    inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+    input_sets: int | None
+    dims: Mapping[str, int] | None
+    seed: int
+    float_range: tuple[float, float] | Mapping[str, tuple[float, float]] | None
+    atol: float
+    rtol: float
+    tolerances: TolerancesLike
+    provider: str
+    ort_opt_level: str
+    layers: bool
+    repro: str | os.PathLike[str] | None
+    noise_floor: bool
+    no_noise_floor: bool
+    reference: str | os.PathLike[str] | None
+    weights: str | os.PathLike[str] | None
+    progress: ProgressCallback | None
+    max_memory: int | str | None
+    timeout: float | None
+    suggest: bool
+    quantized_reference: bool
+    judge: str
+    data: str | os.PathLike[str] | DataOptions | None
+    labels: str | os.PathLike[str] | None
+    min_agreement: Mapping[str, float] | None
 
 
-def _options_of(function: str, given: Mapping[str, Any]) -> ValidateOptions:
-    """The keywords given, as ValidateOptions; an unknown one is Python's own TypeError."""
-    known = {f.name for f in fields(ValidateOptions)}
+# every key of ValidateOptions, with the value a call that does not give it gets
+DEFAULTS: Final[ValidateOptions] = {
+    "inputs": None,
+    "input_sets": None,
+    "dims": None,
+    "seed": 0,
+    "float_range": None,
+    "atol": DEFAULT_ATOL,
+    "rtol": DEFAULT_RTOL,
+    "tolerances": None,
+    "provider": "CPUExecutionProvider",
+    "ort_opt_level": "all",
+    "layers": False,
+    "repro": None,
+    "noise_floor": False,
+    "no_noise_floor": False,
+    "reference": None,
+    "weights": None,
+    "progress": None,
+    "max_memory": None,
+    "timeout": None,
+    "suggest": False,
+    "quantized_reference": True,
+    "judge": "tolerance",
+    "data": None,
+    "labels": None,
+    "min_agreement": None,
+}
+
+
+def _options_of(function: str, given: ValidateOptions) -> ValidateOptions:
+    """The keywords given, every one not given at its default; an unknown one is Python's
+    own TypeError (a caller that no type checker read may pass any name)."""
     for name in given:
-        if name not in known:
+        if name not in DEFAULTS:
             raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
-    return ValidateOptions(**given)
+    return {**DEFAULTS, **given}
 
 
-def _signature_with_options(function: Any) -> Any:
+_Function = TypeVar("_Function", bound=Callable[..., ValidationRun])
+
+
+def _signature_with_options(function: _Function) -> _Function:
     """`function(model, onnx=None, **options)` shown (help(), inspect, notebooks) with each
-    ValidateOptions field as a keyword of its own."""
+    ValidateOptions key as a keyword of its own, in the order declared."""
     head = list(inspect.signature(function).parameters.values())[:2]
+    defaults: Mapping[str, object] = DEFAULTS
     keywords = [
         inspect.Parameter(
-            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=defaults[name],
+            annotation=getattr(declared, "__forward_arg__", declared),  # as written, a string
         )
-        for f in fields(ValidateOptions)
+        for name, declared in ValidateOptions.__annotations__.items()
     ]
-    function.__signature__ = inspect.Signature(
+    function.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [*head, *keywords], return_annotation="ValidationRun"
     )
     return function
 
 
 @_signature_with_options
-def validate(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
+def validate(model: Any, onnx: Any = None, **options: Unpack[ValidateOptions]) -> ValidationRun:
     """Run `model` and `onnx` on the same inputs and compare every output element.
 
     model: an ``nn.Module`` (run in eval mode under ``inference_mode``), a
@@ -232,9 +269,9 @@ def _max_memory(value: int | str | None) -> int | None:
 def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
     o = options
     tol = tolerances_of(
-        o.tolerances,
-        Tolerance(atol=o.atol, rtol=o.rtol),
-        explicit=(o.atol, o.rtol) != (DEFAULT_ATOL, DEFAULT_RTOL),
+        o["tolerances"],
+        Tolerance(atol=o["atol"], rtol=o["rtol"]),
+        explicit=(o["atol"], o["rtol"]) != (DEFAULT_ATOL, DEFAULT_RTOL),
     )
     loaders = default_loaders()
     spec: str | None
@@ -246,46 +283,46 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
         prepared = from_object(model)
         spec = prepared.spec
         loaders = replace(loaders, load_torch_model=lambda _spec, **_: prepared)
-    if o.repro is not None:  # a bad folder is refused before the run, not after it
+    if o["repro"] is not None:  # a bad folder is refused before the run, not after it
         from parity.files.outputs import check_repro_folder
 
-        check_repro_folder(os.fspath(o.repro), "repro folder")
-    feeds = _input_mappings(o.inputs)
+        check_repro_folder(os.fspath(o["repro"]), "repro folder")
+    feeds = _input_mappings(o["inputs"])
     with tempfile.TemporaryDirectory(prefix="parity-api-") as tmp:
         onnx_path, onnx_label = _onnx_file(onnx, Path(tmp))
         config = RunConfig(
             model=spec,
             onnx=onnx_path,
-            weights=None if o.weights is None else os.fspath(o.weights),
-            dims=dict(o.dims or {}),
-            n_input_sets=o.input_sets,
-            seed=o.seed,
-            float_range=None if isinstance(o.float_range, Mapping) else o.float_range,
-            float_ranges=dict(o.float_range) if isinstance(o.float_range, Mapping) else {},
+            weights=None if o["weights"] is None else os.fspath(o["weights"]),
+            dims=dict(o["dims"] or {}),
+            n_input_sets=o["input_sets"],
+            seed=o["seed"],
+            float_range=None if isinstance(o["float_range"], Mapping) else o["float_range"],
+            float_ranges=dict(o["float_range"]) if isinstance(o["float_range"], Mapping) else {},
             feeds=feeds,
-            provider=o.provider,
-            ort_opt_level=o.ort_opt_level,
-            layers=o.layers or o.repro is not None,
-            noise_floor=o.noise_floor,
-            noise_floor_default=not o.no_noise_floor,
-            suggest=bool(o.suggest),
-            quantized_reference=bool(o.quantized_reference),
-            judge=_judge(o.judge),
-            repro=None if o.repro is None else os.fspath(o.repro),
+            provider=o["provider"],
+            ort_opt_level=o["ort_opt_level"],
+            layers=o["layers"] or o["repro"] is not None,
+            noise_floor=o["noise_floor"],
+            noise_floor_default=not o["no_noise_floor"],
+            suggest=bool(o["suggest"]),
+            quantized_reference=bool(o["quantized_reference"]),
+            judge=_judge(o["judge"]),
+            repro=None if o["repro"] is None else os.fspath(o["repro"]),
             repro_command=f"parity.validate({spec or type(model).__name__!r}, "
-            f"{onnx_label or onnx_path!r}, repro={os.fspath(o.repro)!r})"
-            if o.repro is not None
+            f"{onnx_label or onnx_path!r}, repro={os.fspath(o['repro'])!r})"
+            if o["repro"] is not None
             else "",
             tolerances=tol,
-            reference_file=None if o.reference is None else os.fspath(o.reference),
-            max_memory=_max_memory(o.max_memory),
-            timeout=o.timeout,
+            reference_file=None if o["reference"] is None else os.fspath(o["reference"]),
+            max_memory=_max_memory(o["max_memory"]),
+            timeout=o["timeout"],
             data=_data_options(o),
         )
         from parity.pipeline import run_validation
 
         try:
-            run = run_validation(config, progress=o.progress, loaders=loaders)
+            run = run_validation(config, progress=o["progress"], loaders=loaders)
         except ParityError as exc:  # name what the caller gave, not the temp file it went to
             if onnx_label is not None and onnx_path:
                 exc.replace_text(onnx_path, onnx_label)
@@ -299,7 +336,9 @@ def _validate(model: Any, onnx: Any, options: ValidateOptions) -> ValidationRun:
 
 
 @_signature_with_options
-def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> ValidationRun:
+def assert_export_close(
+    model: Any, onnx: Any = None, **options: Unpack[ValidateOptions]
+) -> ValidationRun:
     """`validate(model, onnx, **options)`; raises AssertionError unless every output passes.
 
     The message names each failing output in numpy.testing's words (``Mismatched elements:
@@ -342,15 +381,15 @@ def assert_export_close(model: Any, onnx: Any = None, **options: Any) -> Validat
 
 def _data_options(o: ValidateOptions) -> DataOptions | None:
     """data= (a path or DataOptions) with labels= and min_agreement= folded in."""
-    if o.data is None:
-        if o.labels is not None or o.min_agreement:
+    if o["data"] is None:
+        if o["labels"] is not None or o["min_agreement"]:
             raise UsageError("labels= and min_agreement= apply only with data=")
         return None
-    options = o.data if isinstance(o.data, DataOptions) else DataOptions(os.fspath(o.data))
-    if o.labels is not None:
-        options = replace(options, labels=os.fspath(o.labels))
-    if o.min_agreement:
-        options = replace(options, min_agreement={**options.min_agreement, **o.min_agreement})
+    options = o["data"] if isinstance(o["data"], DataOptions) else DataOptions(os.fspath(o["data"]))
+    if o["labels"] is not None:
+        options = replace(options, labels=os.fspath(o["labels"]))
+    if o["min_agreement"]:
+        options = replace(options, min_agreement={**options.min_agreement, **o["min_agreement"]})
     return options
 
 

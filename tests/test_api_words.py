@@ -111,18 +111,18 @@ def test_a_memory_refusal_in_the_api_names_max_memory_with_a_value(tiny, tiny_ar
 
 
 def test_validate_and_assert_export_close_take_the_options_declared_once():
-    """Their keywords are ValidateOptions' fields (names and defaults, in order), and a
+    """Their keywords are ValidateOptions' keys (in order, with DEFAULTS' values), and a
     keyword that is not one is Python's TypeError naming the function called."""
-    import dataclasses
     import inspect
 
-    from parity.api import ValidateOptions
+    from parity.api import DEFAULTS, ValidateOptions
 
-    options = dataclasses.fields(ValidateOptions)
+    names = list(ValidateOptions.__annotations__)
+    assert set(names) == ValidateOptions.__optional_keys__ == set(DEFAULTS)
     for function in (parity.validate, parity.assert_export_close):
         params = list(inspect.signature(function).parameters.values())
-        assert [p.name for p in params] == ["model", "onnx", *(f.name for f in options)]
-        assert [p.default for p in params[2:]] == [f.default for f in options]
+        assert [p.name for p in params] == ["model", "onnx", *names]
+        assert [p.default for p in params[2:]] == [DEFAULTS[n] for n in names]
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:])
     for function in (parity.validate, parity.assert_export_close):
         name = function.__name__
