@@ -365,7 +365,7 @@ def _run_cases(
             fit = slot.fit if part is cand else SignatureFit()  # a part runs its own feeds
             try:
                 raw = run_onnx(
-                    part.session,
+                    part.live_session(),
                     fit.feeds(case.input_set),
                     signature=part.signature,
                     deadline=deadline,

@@ -19,7 +19,7 @@ Contract:
     notes: tuple[str, ...] = ()
 load_onnx(path) -> OnnxModel            raises OnnxLoadError (one line: what and where)
 make_session(model: OnnxModel, *, provider="CPUExecutionProvider", opt_level="all")
-    -> onnxruntime.InferenceSession     opt_level in ORT_OPT_LEVELS; raises OnnxLoadError
+    -> OrtSession                      opt_level in ORT_OPT_LEVELS; raises OnnxLoadError
 ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
 """
 
@@ -41,12 +41,12 @@ from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import open_regular
 from parity.load.dtypes import from_onnx_elem_type
 from parity.load.provider_precision import has_sixteen_bit
-from parity.load.sessions import ORT_OPT_LEVELS, open_session
+from parity.load.sessions import ORT_OPT_LEVELS, OrtSession, open_session
 from parity.load.training_mode import training_nodes
 from parity.signature import Dim, OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
-    import onnxruntime
+    pass
 
 MAX_PROTO = 2 << 30  # protobuf cannot parse more; weights past it live in external data
 
@@ -313,7 +313,7 @@ def available_providers() -> list[str]:
 
 def make_session(
     model: OnnxModel, *, provider: str = "CPUExecutionProvider", opt_level: str = "all"
-) -> onnxruntime.InferenceSession:
+) -> OrtSession:
     """An ONNX Runtime session on one provider at one graph-optimisation level."""
     available = available_providers()
     if provider not in available:

@@ -22,15 +22,15 @@ Contract:
 ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
 open_session(model: path | bytes, *, provider, opt_level="all", cpu_arena=True,
     external_folder=None, optimized_path=None, config=(), intra_op_threads=None)
-    -> onnxruntime.InferenceSession
+    -> OrtSession (an onnxruntime.InferenceSession, typed by what Parity calls on it)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from parity.errors import ParityError, RunTimeout
 from parity.limits.deadline import current as current_deadline
@@ -43,6 +43,42 @@ if TYPE_CHECKING:
 ORT_OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
+class OrtValueInfo(Protocol):
+    """An input or output of a session (onnxruntime.NodeArg)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str: ...  # "tensor(float)", "seq(tensor(int64))", ...
+    @property
+    def shape(self) -> Sequence[int | str | None] | None: ...
+
+
+class OrtSession(Protocol):
+    """What Parity calls on an onnxruntime.InferenceSession: a candidate's session, and every
+    session `open_session` makes. ONNX Runtime ships no type information, so this names the
+    part of its API the code stands on, where a type checker can hold the callers to it."""
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: onnxruntime.RunOptions | None = None,
+    ) -> list[Any]: ...  # numpy arrays, or lists / dicts for sequence and map outputs
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str],
+        input_dict_ort_values: Mapping[str, onnxruntime.OrtValue],
+        run_options: onnxruntime.RunOptions | None = None,
+    ) -> Sequence[onnxruntime.OrtValue]: ...
+
+    def get_inputs(self) -> Sequence[OrtValueInfo]: ...
+    def get_outputs(self) -> Sequence[OrtValueInfo]: ...
+    def get_modelmeta(self) -> onnxruntime.ModelMetadata: ...
+    def get_providers(self) -> Sequence[str]: ...
+
+
 def open_session(
     model: str | os.PathLike[str] | bytes,
     *,
@@ -53,7 +89,7 @@ def open_session(
     optimized_path: str | os.PathLike[str] | None = None,
     config: Iterable[tuple[str, str]] = (),
     intra_op_threads: int | None = None,
-) -> onnxruntime.InferenceSession:
+) -> OrtSession:
     """An ONNX Runtime session over a file (or a serialised model) on one provider.
 
     `external_folder`: where a serialised model's external weights are read from (bytes
@@ -86,7 +122,7 @@ def open_session(
         options.add_session_config_entry(key, value)
     source = model if isinstance(model, bytes) else str(Path(model))
 
-    def make() -> onnxruntime.InferenceSession:
+    def make() -> OrtSession:
         return ort.InferenceSession(source, sess_options=options, providers=[provider])
 
     deadline = current_deadline()  # the run's time limit covers the setup (parity.limits.deadline)
@@ -138,7 +174,7 @@ def crash_of(path: str | os.PathLike[str], *, provider: str, opt_level: str) -> 
         from parity.files.hashing import file_sha256
 
         try:
-            _digests[where] = file_sha256(path)
+            _digests[where] = file_sha256(Path(path))
         except (OSError, ParityError):  # unreadable here: the in-process setup says why
             return None
     key = (_digests[where], provider, opt_level)

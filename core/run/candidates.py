@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,10 @@ from parity.results import InputSet, OutputSet
 from parity.run.config import Loaders
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
+
+if TYPE_CHECKING:
+    from parity.load.onnx_model import OnnxModel
+    from parity.load.sessions import OrtSession
 
 __all__ = [
     "Candidate",
@@ -47,8 +51,8 @@ class Candidate:
     """One way to run the ONNX side: a loaded file, its session, provider and opt level."""
 
     path: str
-    model: Any  # parity.load.onnx_model.OnnxModel
-    session: Any  # onnxruntime.InferenceSession
+    model: OnnxModel
+    session: OrtSession | None  # None: let go (parity.pipeline, before --layers opens its own)
     provider: str
     opt_level: str
     parts: Mapping[str, Candidate] = field(default_factory=dict)  # an export's files, by part
@@ -57,6 +61,12 @@ class Candidate:
     @property
     def signature(self) -> OnnxSignature:
         return self.model.signature
+
+    def live_session(self) -> OrtSession:
+        """The session, to run: the pipeline lets it go only once the cases ran."""
+        if self.session is None:
+            raise RuntimeError(f"{self.path}: its ONNX Runtime session was let go")
+        return self.session
 
     def for_case(self, part: str) -> Candidate:
         """The file that runs a case of this `part` of a multi-file export ("": self)."""
@@ -74,9 +84,9 @@ def expand_specs(
 def shared_loaders(loaders: Loaders) -> Loaders:
     """The same loaders, reading each ONNX file once per run however many candidates use it
     (the dashboard's loaders are cached already; the CLI's are not)."""
-    loaded: dict[str, Any] = {}
+    loaded: dict[str, OnnxModel] = {}
 
-    def load_onnx(path: str) -> Any:
+    def load_onnx(path: str) -> OnnxModel:
         key = str(path)
         if key not in loaded:
             loaded[key] = loaders.load_onnx(path)
@@ -109,7 +119,7 @@ def load_candidate(
     return main if len(parts) == 1 else replace(main, path=str(spec.onnx), parts=parts)
 
 
-def _opening_level(model: Any, spec: CandidateSpec) -> tuple[str, str | None]:
+def _opening_level(model: OnnxModel, spec: CandidateSpec) -> tuple[str, str | None]:
     """The level the session is opened at: the asked one, or where ONNX Runtime crashes
     natively there, the highest that opens and the crash in words; OnnxLoadError (exit 2,
     one line) when none opens (parity.load.sessions.opening_level)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from parity.data.options import DataOptions  # parity.data stands below parity.run
 from parity.errors import UsageError
@@ -17,6 +17,11 @@ from parity.run.hf_options import HfOptions
 from parity.settings import Mention, Part, Setting
 from parity.tolerances import Tolerances
 from parity.verdict import Judge
+
+if TYPE_CHECKING:
+    from parity.load.onnx_model import OnnxModel
+    from parity.load.sessions import OrtSession
+    from parity.load.torch_model import TorchModel
 
 
 @dataclass(frozen=True)
@@ -123,9 +128,23 @@ class Loaders:
     """Where a run gets its heavy objects. The dashboard passes versions cached by content
     identity, so a second run of the same files reuses the loaded model and ONNX session."""
 
-    load_onnx: Callable[[str], Any]
-    make_session: Callable[..., Any]  # (onnx_model, *, provider, opt_level)
-    load_torch_model: Callable[..., Any]  # (spec, *, weights, max_memory)
+    load_onnx: Callable[[str], OnnxModel]
+    make_session: SessionMaker
+    load_torch_model: TorchLoader
+
+
+class SessionMaker(Protocol):
+    """parity.load.onnx_model.make_session, or a cached version of it."""
+
+    def __call__(self, model: OnnxModel, /, *, provider: str, opt_level: str) -> OrtSession: ...
+
+
+class TorchLoader(Protocol):
+    """parity.load.torch_model.load_torch_model as a run calls it, or a cached version."""
+
+    def __call__(
+        self, spec: str, /, *, weights: str | None = None, max_memory: int | None = None
+    ) -> TorchModel: ...
 
 
 def default_loaders() -> Loaders:

@@ -47,8 +47,7 @@ from parity.run.inputs import check_feeds
 from parity.signature import OnnxSignature, TensorSpec
 
 if TYPE_CHECKING:
-    import onnxruntime
-
+    from parity.load.sessions import OrtSession, OrtValueInfo
     from parity.load.torch_model import TorchModel
 
 EXTRA_PREFIX = "torch:"
@@ -142,7 +141,7 @@ def model_binding(model: TorchModel, feeds: Mapping[str, Any]) -> InputBinding:
 
 
 def run_onnx(
-    session: onnxruntime.InferenceSession,
+    session: OrtSession,
     input_set: InputSet,
     *,
     signature: OnnxSignature | None = None,
@@ -191,7 +190,7 @@ def _output_set(named: Iterable[tuple[str, Any]], seconds: float, side: str) -> 
 
 
 def _run_bfloat16(
-    session: onnxruntime.InferenceSession,
+    session: OrtSession,
     names: list[str],
     feeds: Mapping[str, np.ndarray],
     options: Any = None,
@@ -214,10 +213,10 @@ def _run_bfloat16(
     ]
 
 
-def session_signature(session: onnxruntime.InferenceSession) -> OnnxSignature:
+def session_signature(session: OrtSession) -> OnnxSignature:
     """The feed-checking part of a signature, read from a live session."""
 
-    def spec(arg: Any) -> TensorSpec:
+    def spec(arg: OrtValueInfo) -> TensorSpec:
         shape = tuple(
             d if isinstance(d, int | str) or d is None else None for d in (arg.shape or ())
         )
