@@ -105,6 +105,13 @@ NO_TORCH_MODEL = (
 )
 
 
+def _cannot(source: object, what: str) -> NotImplementedError:
+    """The error of a capability this kind of run lacks. Raised as `raise _cannot(...)`: a
+    method whose body is `raise NotImplementedError(...)` reads as abstract to type checkers,
+    and every source would have to define it."""
+    return NotImplementedError(f"{type(source).__name__} {what}")
+
+
 class Source(Protocol):
     """What the loop needs from a kind of run (see parity.pipeline.run_validation).
 
@@ -151,10 +158,10 @@ class Source(Protocol):
     # set's batches (parity.sources.data) are judged while they pass, and let go
     keeps_arrays: bool = True
 
-    def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> Any:
+    def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> OutputSet:
         """Torch's outputs on one more input set at any size (`runs_other_sizes`); default:
         this kind cannot (no torch model to run again)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot run torch at other sizes")
+        raise _cannot(self, "cannot run torch at other sizes")
 
     def float64_of(
         self, input_set: InputSet, signature: OnnxSignature
@@ -164,11 +171,13 @@ class Source(Protocol):
         default: this kind of run has no float64 reference."""
         return None, "noise floor not measured: this kind of run has no float64 reference"
 
-    def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
+    def reference_again(
+        self, input_set: InputSet, signature: OnnxSignature
+    ) -> dict[str, np.ndarray]:
         """Torch's outputs on one of this run's cases once more, by the model as it is now
         (parity.analyses.quantization puts a file's own weights in it), under the ONNX names;
         default: this kind has no torch model to run again."""
-        raise NotImplementedError(f"{type(self).__name__} has no torch model to run again")
+        raise _cannot(self, "has no torch model to run again")
 
     def tokens_again(self) -> np.ndarray | None:
         """A causal LM's greedy new tokens (batch, steps) made again by generate() with the

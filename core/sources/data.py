@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from parity.results import InputSet
 from parity.run.config import Loaders, RunConfig
@@ -19,6 +19,10 @@ from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
 from parity.sources import Case
 from parity.sources.torch_inputs import TorchSource
+
+if TYPE_CHECKING:
+    from parity.data.batches import Batch, Batcher
+    from parity.data.read import DataSet
 
 
 class DataSource(TorchSource):
@@ -32,12 +36,12 @@ class DataSource(TorchSource):
         assert config.data is not None
         self.options = config.data
         self.n_cases = None
-        self.dataset: Any = None  # parity.data.read.DataSet, once opened
-        self.batcher: Any = None  # parity.data.batches.Batcher
-        self._current: Any = None  # the batch of the case the loop runs now
+        self.dataset: DataSet | None = None  # once opened
+        self.batcher: Batcher | None = None
+        self._current: Batch | None = None  # the batch of the case the loop runs now
 
-    def batch(self, index: int) -> Any:
-        """The batch (parity.data.batches.Batch) of the case numbered `index`: the one the
+    def batch(self, index: int) -> Batch | None:
+        """The batch of the case numbered `index`: the one the
         loop runs now (earlier ones are let go)."""
         current = self._current
         return current if current is not None and current.index == index else None

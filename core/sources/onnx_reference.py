@@ -8,13 +8,13 @@ export against last release's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 
 from parity.errors import UsageError
 from parity.limits.deadline import Deadline
 from parity.load.specs import onnx_reference_spec
-from parity.results import Provenance, RunKind
+from parity.results import OutputComparison, Provenance, RunKind
 from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
@@ -48,7 +48,7 @@ class OnnxReferenceSource(Source):
     def reference_signature(self) -> OnnxSignature:
         return self.reference.signature
 
-    def default_onnx(self, workdir: Any) -> str:
+    def default_onnx(self, workdir: Callable[[], Path]) -> str:
         raise UsageError(("ONNX against ONNX needs the files to compare (", Mention("onnx"), ")"))
 
     def cases(
@@ -63,7 +63,7 @@ class OnnxReferenceSource(Source):
         for input_set in timed_input_sets(self._config, signature, self.timings):
             self._report("reference", f"reference ONNX on {set_name(input_set)}", None)
             outputs = run_onnx(
-                ref.session, input_set, signature=ref.signature, deadline=self._deadline
+                ref.live_session(), input_set, signature=ref.signature, deadline=self._deadline
             )
             self.timings["reference_onnx"] += outputs.seconds
             yield Case(input_set=input_set, reference=outputs)
@@ -78,7 +78,9 @@ class OnnxReferenceSource(Source):
             reference_opt_level=self.reference.opt_level,
         )
 
-    def generation(self, comparisons: Any, timings: Any) -> None:
+    def generation(
+        self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]
+    ) -> None:
         return None
 
     def torch_side(self) -> TorchSide:

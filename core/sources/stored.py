@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 
 from parity.errors import UsageError
 from parity.limits.budget import MemoryBudget
 from parity.load.specs import reference_spec
-from parity.results import Provenance, RunKind
+from parity.results import OutputComparison, Provenance, RunKind
 from parity.run.config import RunConfig
 from parity.run.progress import ProgressReporter
 from parity.settings import Mention, Setting
@@ -31,7 +31,7 @@ class StoredSource(Source):
         self._config = config
         self._report = report
 
-    def default_onnx(self, workdir: Any) -> str:
+    def default_onnx(self, workdir: Callable[[], Path]) -> str:
         raise UsageError(("is required with ", Mention("reference_file")), setting=Setting("onnx"))
 
     def cases(
@@ -53,7 +53,9 @@ class StoredSource(Source):
     def provenance(self) -> Provenance:
         return Provenance(kind=RunKind.REFERENCE, reference_file=self.reference_file)
 
-    def generation(self, comparisons: Any, timings: Any) -> None:
+    def generation(
+        self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]
+    ) -> None:
         return None
 
     def torch_side(self) -> TorchSide:

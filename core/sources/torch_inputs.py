@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from parity.errors import UsageError
 from parity.load.specs import demo_name
-from parity.results import InputSet, Provenance, RunKind
+from parity.results import InputSet, OutputComparison, OutputSet, Provenance, RunKind
 from parity.run.config import Loaders, RunConfig
 from parity.run.progress import ProgressReporter
 from parity.settings import Setting
 from parity.signature import OnnxSignature
 from parity.sources import Case, Source, TorchSide
+
+if TYPE_CHECKING:
+    from parity.load.torch_model import TorchModel
+    from parity.run.input_binding import InputBinding
+    from parity.run.noise_floor_runs import Float64Model, LowModel
 
 
 def input_sets(config: RunConfig, signature: OnnxSignature) -> Iterator[InputSet]:
@@ -90,34 +98,44 @@ class TorchSource(Source):
         self._config = config
         self._loaders = loaders
         self._report = report
-        self._torch: Any = None
-        self._binding: Any = None  # parity.run.input_binding.InputBinding of the last input set
+        self._torch: TorchModel | None = None
+        self._binding: InputBinding | None = None  # how the last input set was fed
         self._noise_at: tuple[str, ...] = ()  # 16-bit precisions torch also runs at
         self._float64 = config.noise_floor  # every case again in float64 (measure_noise)
         self._float64_ratio: list[float] = []  # float64 / float32 seconds, per set so far
-        self._double: Any = None  # the float64 copy float64_of made (once)
+        self._double: Float64Model | None = None  # the float64 copy float64_of made (once)
 
     runs_other_sizes = True
 
-    def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> Any:
+    def reference_at(self, input_set: InputSet, signature: OnnxSignature) -> OutputSet:
         """Torch's outputs on one more input set (the frozen-at-export search's checks);
         ModelRunError where torch cannot run at that size."""
         from parity.run.runner import run_torch
 
-        return run_torch(self._torch, input_set, signature)
+        return run_torch(self._loaded, input_set, signature)
 
-    def reference_again(self, input_set: InputSet, signature: OnnxSignature) -> dict[str, Any]:
+    def reference_again(
+        self, input_set: InputSet, signature: OnnxSignature
+    ) -> dict[str, np.ndarray]:
         """Torch's outputs on a case again (the model's weights may have been changed)."""
         from parity.run.runner import run_torch
 
-        return dict(run_torch(self._torch, input_set, signature).arrays)
+        return dict(run_torch(self._loaded, input_set, signature).arrays)
 
     @property
-    def torch_model(self) -> Any:
+    def _loaded(self) -> TorchModel:
+        """The torch model, which cases() loads before anything runs it."""
+        assert self._torch is not None, "the torch model is loaded by cases()"
+        return self._torch
+
+    @property
+    def torch_model(self) -> TorchModel | None:
         """The loaded TorchModel (re-traced for a legacy export's source lines), or None."""
         return self._torch
 
-    def float64_of(self, input_set: InputSet, signature: OnnxSignature) -> tuple[Any, str]:
+    def float64_of(
+        self, input_set: InputSet, signature: OnnxSignature
+    ) -> tuple[Mapping[str, np.ndarray] | None, str]:
         """Torch in float64 on one input set (the copy made once, checked against
         --max-memory: BudgetError), as --noise-floor runs it per case."""
         from parity.run.noise_floor_runs import float64_model, run_float64
@@ -141,7 +159,7 @@ class TorchSource(Source):
         candidates' own), so their floor is torch's error at that precision."""
         self._noise_at = tuple(sorted(set(precisions)))
 
-    def default_onnx(self, workdir: Any) -> str:
+    def default_onnx(self, workdir: Callable[[], Path]) -> str:
         if (demo := demo_name(self.model)) is not None:
             from parity.load.demos import demo_onnx_path
 
@@ -175,7 +193,7 @@ class TorchSource(Source):
                 sized = replace(self._config, dims=dims)
                 sets = timed_input_sets(sized, signature, self.timings)
         double = None
-        lows: dict[str, Any] = {}
+        lows: dict[str, LowModel | str] = {}
         if self._float64:
             from parity.limits.budget import MemoryBudget
             from parity.run.noise_floor_runs import float64_model, low_model
@@ -191,17 +209,19 @@ class TorchSource(Source):
                 case = self._with_low(case, lows, signature)
             yield case
 
-    def _references(self, sets: Iterator[InputSet], signature: OnnxSignature) -> Iterator[Any]:
+    def _references(
+        self, sets: Iterator[InputSet], signature: OnnxSignature
+    ) -> Iterator[tuple[InputSet, OutputSet]]:
         """(input set, torch's outputs), one set at a time. Where the second size is Parity's
         default (no --input-sets) and torch itself cannot run at it (a .pt2 exported at a
         static batch), the run keeps the first size and its label says why."""
         from parity.errors import ModelRunError
         from parity.run.runner import model_binding, run_torch
 
-        def run(input_set: InputSet) -> Any:
+        def run(input_set: InputSet) -> OutputSet:
             self._report("torch", f"torch on {set_name(input_set)}", None)
-            self._binding = model_binding(self._torch, input_set.feeds)
-            reference = run_torch(self._torch, input_set, signature)
+            self._binding = model_binding(self._loaded, input_set.feeds)
+            reference = run_torch(self._loaded, input_set, signature)
             self.timings["torch"] += reference.seconds
             return reference
 
@@ -222,7 +242,9 @@ class TorchSource(Source):
                 break
         yield from done
 
-    def _with_low(self, case: Case, lows: dict[str, Any], signature: OnnxSignature) -> Case:
+    def _with_low(
+        self, case: Case, lows: Mapping[str, LowModel | str], signature: OnnxSignature
+    ) -> Case:
         """The case with torch's outputs at each 16-bit precision a candidate computes in."""
         from dataclasses import replace
 
@@ -252,7 +274,7 @@ class TorchSource(Source):
         ratio = max(self._float64_ratio)
         return f"torch in float64 on {name}: about {ratio * took:.0f} s ({ratio:.1f}x float32)"
 
-    def _with_float64(self, case: Case, double: Any, signature: OnnxSignature) -> Case:
+    def _with_float64(self, case: Case, double: Float64Model, signature: OnnxSignature) -> Case:
         """The case with the float64 run's outputs (or the note saying why there are none)."""
         from dataclasses import replace
 
@@ -283,5 +305,7 @@ class TorchSource(Source):
             inputs_note=getattr(self._binding, "note", None) or None,
         )
 
-    def generation(self, comparisons: Any, timings: Any) -> None:
+    def generation(
+        self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]
+    ) -> None:
         return None
