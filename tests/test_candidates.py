@@ -377,3 +377,41 @@ def test_rejudged_run_judges_every_candidate(side_by_side):
     assert loose.verdict == "pass"
     assert [v.verdict for v in loose.candidates] == ["pass"] * 6
     assert side_by_side.candidate(2).verdict == "fail"
+
+
+def test_the_dashboard_rerun_opens_no_session_again(exports: Exports, monkeypatch):
+    """Issue 62 ("Start"): with the dashboard's loaders each candidate's session is opened
+    once in this process and probed once in a forked child (parity.load.sessions); the same
+    run again, as the Run page's button does, opens and probes none."""
+    from parity.dashboard import state
+    from parity.load import onnx_model, sessions
+
+    opened: list[tuple[str, str]] = []
+    probed: list[tuple[str, str]] = []
+    real_open, real_probe = onnx_model.open_session, sessions._probe
+
+    def open_counted(path, **kwargs):
+        opened.append((Path(path).name, kwargs["opt_level"]))
+        return real_open(path, **kwargs)
+
+    def probe_counted(path: str, provider: str, opt_level: str) -> str | None:
+        probed.append((Path(path).name, opt_level))
+        return real_probe(path, provider, opt_level)
+
+    monkeypatch.setattr(onnx_model, "open_session", open_counted)
+    monkeypatch.setattr(sessions, "_probe", probe_counted)
+    monkeypatch.setattr(sessions, "_probed", {})  # what earlier tests probed: probed again
+    state._session.clear()
+    config = RunConfig(
+        model=str(exports.pt2),  # not code: the dashboard runs it untrusted
+        onnx=(str(exports.dynamo), str(exports.legacy)),
+        ort_opt_level=("disable", "all"),
+        n_input_sets=1,
+    )
+    each = sorted((f, lv) for f in ("dynamo.onnx", "legacy.onnx") for lv in ("disable", "all"))
+    first = run_validation(config, loaders=state.cached_loaders())
+    assert first.verdict == "pass" and len(first.candidates) == 4
+    assert sorted(opened) == sorted(probed) == each  # once in process, once in the child
+    second = run_validation(config, loaders=state.cached_loaders())
+    assert second.verdict == "pass" and len(second.candidates) == 4
+    assert sorted(opened) == sorted(probed) == each  # the re-run: neither again
