@@ -64,6 +64,8 @@ def make_plan(
     """How the ONNX values pair with `model`'s (a TorchModel, or a source's TorchSide)."""
     side = model if isinstance(model, TorchSide) else TorchSide(model)
     model = side.model
+    if model is None:  # a source without a torch model: nothing to pair (localise asks first)
+        return _nothing(graph, side.missing)
     notes: list[str] = [*side.notes]
     kind = getattr(model, "kind", "")
     if kind == "torchscript":
@@ -365,7 +367,7 @@ def _module_plan(
     input_set: InputSet,
 ) -> Plan:
     model = side.model
-    if not hasattr(model.module, "named_modules"):
+    if model is None or not hasattr(model.module, "named_modules"):
         return _nothing(graph, *notes, "the torch model has no named_modules() to hook")
     capture = HookCapture(model, signature, call=side.call)
     graph = graph.resolve_legacy(capture.paths)

@@ -33,6 +33,8 @@ from parity.signature import OnnxSignature
 from parity.tolerances import Tolerances
 
 if TYPE_CHECKING:
+    import torch
+
     from parity.limits.deadline import Deadline
     from parity.run.candidates import Candidate
 
@@ -72,13 +74,24 @@ class Case:
     at_precision: Mapping[str, PrecisionRun] = field(default_factory=dict)
 
 
+class TorchSideModel(Protocol):
+    """What parity.layers reads of a torch model: a parity.load.torch_model.TorchModel, or an
+    hf: run's model (parity.hf.layers_side.HfTorchModel)."""
+
+    @property
+    def module(self) -> torch.nn.Module: ...  # whose named_modules() are hooked
+    @property
+    def kind(self) -> str: ...  # "torchscript", "hf", ... (TorchModel.kind)
+    @property
+    def parameter_names(self) -> tuple[str, ...]: ...
+
+
 @dataclass(frozen=True)
 class TorchSide:
     """What --layers needs from a source: the torch model and how to call it on one case.
 
-    `model`: a parity.load.torch_model.TorchModel, or any object with `module` (an
-    nn.Module whose named_modules() are hooked), `kind` and `parameter_names`; None when
-    the source has no torch model (`missing` says why, in words). `call(input_set)` runs
+    `model`: the torch model (see TorchSideModel); None when the source has no torch model
+    (`missing` says why, in words). `call(input_set)` runs
     torch's forward on one case exactly as its reference outputs were made (an hf: run's
     captured generate() call, its KV cache included); None: parity.run.runner.run_torch.
     `scope_prefix`: the export wrapper's attribute that the dynamo exporter's module scopes
@@ -89,7 +102,7 @@ class TorchSide:
     shape, True where it is not judged (padding no query attends), or None.
     """
 
-    model: Any
+    model: TorchSideModel | None
     call: Callable[[InputSet], Any] | None = None
     scope_prefix: str = ""
     traceable: bool = True
