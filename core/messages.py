@@ -9,10 +9,15 @@ __all__ = ["failure_message", "mismatch_message", "with_notes"]
 
 
 class _Stats(Protocol):  # parity.results.ErrorStats; typed here so this module stays a leaf
-    max_abs: float | None
-    max_rel: float | None
-    n_nan_mismatch: int
-    n_inf_mismatch: int
+    # read-only, as a frozen dataclass's fields are (a plain attribute would ask settable)
+    @property
+    def max_abs(self) -> float | None: ...
+    @property
+    def max_rel(self) -> float | None: ...
+    @property
+    def n_nan_mismatch(self) -> int: ...
+    @property
+    def n_inf_mismatch(self) -> int: ...
 
 
 def mismatch_message(n_mismatch: int, n_elements: int) -> str:

@@ -32,8 +32,11 @@ __all__ = [
 
 
 class _Tolerance(Protocol):  # parity.tolerances.Tolerance (which parses its numbers here)
-    atol: float
-    rtol: float
+    # read-only, as a frozen dataclass's fields are (a plain attribute would ask settable)
+    @property
+    def atol(self) -> float: ...
+    @property
+    def rtol(self) -> float: ...
 
 
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")

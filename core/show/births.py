@@ -14,10 +14,15 @@ from typing import Protocol
 
 
 class _Flagged(Protocol):  # parity.layers.result.LayerValue
-    onnx_op: str
-    onnx_node: str
-    moves_data: bool
-    feeding: tuple[tuple[str, int], ...]
+    # read-only, as a frozen dataclass's fields are (a plain attribute would ask settable)
+    @property
+    def onnx_op(self) -> str: ...
+    @property
+    def onnx_node(self) -> str: ...
+    @property
+    def moves_data(self) -> bool: ...
+    @property
+    def feeding(self) -> tuple[tuple[str, int], ...]: ...
 
 
 MOVES_DATA = frozenset(
