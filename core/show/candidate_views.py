@@ -43,9 +43,10 @@ def candidate_cells(run: ValidationRun) -> list[CandidateCell]:
     return cells
 
 
-def verdict_counts(run: ValidationRun) -> dict[Verdict, int]:
-    """How many candidates pass, fail, could not run (keys read as "pass", "fail", "error")."""
-    counts = dict.fromkeys(Verdict, 0)
+def verdict_counts(run: ValidationRun) -> dict[str, int]:
+    """How many candidates pass, fail, could not run (keys read as "pass", "fail", "error":
+    each key a Verdict, which is a str)."""
+    counts: dict[str, int] = {v: 0 for v in Verdict}
     for view in run.candidates:
         counts[run.candidate_verdict(view.index)] += 1
     return counts

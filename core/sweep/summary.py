@@ -119,8 +119,9 @@ def attempts_text(pair: PairResult) -> str:
     )
 
 
-def counts(results: Iterable[PairResult]) -> dict[Verdict, int]:
-    """Pairs per verdict, every verdict a key (keys read as "pass", "fail", "error")."""
+def counts(results: Iterable[PairResult]) -> dict[str, int]:
+    """Pairs per verdict, every verdict a key (keys read as "pass", "fail", "error": each a
+    Verdict, which is a str)."""
     c = Counter(r.verdict for r in results)
     return {v: c.get(v, 0) for v in VERDICTS}
 
