@@ -8,6 +8,7 @@ import functools
 import sys
 import textwrap
 import traceback
+from collections.abc import Callable
 
 from parity.cli.values import tolerances_from_args
 from parity.errors import OutputsUnwritten, ParityError, UsageError, WriteError
@@ -70,10 +71,10 @@ def write_outputs(run: ValidationRun, args: argparse.Namespace) -> None:
         raise _unwritten(run, errors)
 
 
-def _writers(run: ValidationRun, args: argparse.Namespace) -> list:
+def _writers(run: ValidationRun, args: argparse.Namespace) -> list[Callable[[], object]]:
     from parity.reports.report import report_dict, write_json
 
-    writers = []
+    writers: list[Callable[[], object]] = []
     if getattr(args, "save_run", None):
         from parity.reports.saved_run import save_run
 
@@ -112,7 +113,7 @@ def _write_fixed(run: ValidationRun, path: str) -> None:
 
     reference = run.provenance.reference_file
     check = run.layers.findings.get("keep_float32_check") if run.layers is not None else None
-    if reference is None or not check or not check.get("fixed"):
+    if reference is None or run.layers is None or not check or not check.get("fixed"):
         why = (
             "nothing needed fixing (no float16 value diverged for a node kept in float32 to cure)"
             if not check
