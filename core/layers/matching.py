@@ -558,7 +558,8 @@ def _fused_inputs(graph: GraphIndex, paths: Collection[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for v in graph.values.values():
         if (
-            v.scope in paths
+            v.scope is not None
+            and v.scope in paths
             and v.scope not in found
             and fusion.meaning(v.op.rpartition(".")[2], v.slot) == fusion.MODULE_INPUT
         ):

@@ -180,8 +180,8 @@ def config_of_run(run: ValidationRun) -> RunConfig | None:
     reference = reference_path(run.model)
     if reference is not None or onnx_reference_path(run.model) is not None:
         model = None
-    if onnx_reference_path(run.model) is not None:
-        files = (onnx_reference_path(run.model), *files)
+    if (reference_onnx := onnx_reference_path(run.model)) is not None:
+        files = (reference_onnx, *files)
     if demo_name(model) is not None and all(is_demo_export(f) for f in files):
         files = ()  # the demo's own export: made (or found in the cache) again
     return RunConfig(

@@ -244,7 +244,8 @@ def _divergence(run: ValidationRun, candidate: int) -> tuple[list[Finding], bool
             if first.torch_module
             else f"The export starts to diverge {birth_place(first)}, {OUTSIDE_MODULES[1:-1]}."
         )
-        out.append(Finding(FindingKind.BUG if born else "diverges", where, candidate=candidate))
+        kind = FindingKind.BUG if born else FindingKind.DIVERGES
+        out.append(Finding(kind, where, candidate=candidate))
         if born:
             alone = (
                 "those nodes with it still give"

@@ -69,11 +69,11 @@ def summary_line(run: ValidationRun) -> str:
     if run.generation is None:
         return ""
     bugs = [
-        (i, p)
+        (i, d)
         for i, p in enumerate(run.generation.prompts, 1)
-        if p.first_divergence is not None and not p.first_divergence.near_tie
+        if (d := p.first_divergence) is not None and not d.near_tie
     ]
     if not bugs:
         return ""
-    where = ", ".join(f"prompt {i} at new token {p.first_divergence.position + 1}" for i, p in bugs)
+    where = ", ".join(f"prompt {i} at new token {d.position + 1}" for i, d in bugs)
     return f"Generation: ONNX Runtime's tokens part from torch's, not a near tie: {where}"
