@@ -97,6 +97,7 @@ def test_no_tolerance_is_suggested_for_a_bug_the_layers_confirm(files: Files, tm
     report = run.to_json()["suggested_tolerances"]
     assert report["outputs"] == {} and report["basis"] == "rounding"
     assert report["checked_on"] == []
+    assert _nothing_suggested(run)  # every output withheld as a bug: none suggested, said
 
 
 def test_an_observed_suggestion_says_it_has_no_rounding_measurement(files: Files) -> None:
@@ -105,6 +106,7 @@ def test_an_observed_suggestion_says_it_has_no_rounding_measurement(files: Files
     assert s.basis == "observed" and "activations" in s.outputs and len(s.checked_on) >= 2
     head = suggestion_lines(s)[0]
     assert "float rounding" in head and "--noise-floor" in head
+    assert not _nothing_suggested(run)
 
 
 def test_suggest_alone_gives_no_flag_that_passes_a_planted_bias_bug(files: Files, capsys) -> None:
@@ -125,6 +127,17 @@ def test_given_inputs_cannot_be_checked_so_nothing_is_suggested(files: Files) ->
     s = run.suggested_tolerances
     assert s.outputs == {}
     assert s.withheld["activations"].startswith("not checked on fresh inputs: the run's inputs")
+    assert _nothing_suggested(run)
+
+
+def _nothing_suggested(run) -> bool:
+    """--suggest said it suggested nothing (a finding; the withheld lines say why per output)."""
+    notes = [n for n in run.analyses if n.analysis == "suggest" and not n.done]
+    said = [f.text for f in run.findings if f.text.startswith("Asked for but not done (--suggest)")]
+    assert len(notes) == len(said) <= 1, (notes, said)
+    if said:
+        assert "no tolerance is suggested for any output" in said[0], said
+    return bool(said)
 
 
 def test_the_cli_json_terminal_and_saved_run_carry_the_same_suggestion(

@@ -29,9 +29,11 @@ class Suggest(Analysis):
         context.report(NOTICE, said, None)
         checked = suggest_checked(run, context.config, rerun=context.rerun)
         run = replace(run, suggested_tolerances=checked)
-        if checked.tolerances or checked.withheld:
+        if checked.outputs:
             return run
         return noted(run, self.name, NOTHING, done=False)
 
 
-NOTHING = "no output has an error a tolerance could be fitted to (every one is exact or not float)"
+# every output left without one is withheld with its reason (exact, a bug, not rounding, not
+# checked on fresh inputs, ...): the note says none was suggested, the withheld lines say why
+NOTHING = "no tolerance is suggested for any output (the suggested tolerances say why for each)"
