@@ -116,6 +116,7 @@ def suggest_checked(
         return empty
     why = unchecked_reason(config)
     if why is None:
+        assert config is not None  # unchecked_reason is None only for known settings
         # the floor is measured on the fresh sets whatever the basis: without it nothing
         # tells a bug's error from rounding, and an observed tolerance would pass the bug
         fresh_cfg = fresh_config(config, run, n_sets=2 * n, noise_floor=True)
@@ -225,16 +226,16 @@ def _fit(
             else:
                 fitted[name] = Tolerance(atol=s.atols[name], rtol=0.0)
         return fitted, withheld, s.k
-    s = suggest_tolerances(run, margin=margin)
+    fit = suggest_tolerances(run, margin=margin)
     for name in run.output_names:
         if name in bugs:
             continue
-        found = s.min_atols.get(name)
+        found = fit.min_atols.get(name)
         if found is None or found == 0.0:
-            if name in s.notes:
-                withheld[name] = s.notes[name]
+            if name in fit.notes:
+                withheld[name] = fit.notes[name]
             continue
-        fitted[name] = s.tolerances.for_output(name)
+        fitted[name] = fit.tolerances.for_output(name)
     return fitted, withheld, None
 
 
@@ -244,14 +245,16 @@ def _rows(rows: Sequence[OutputComparison], name: str) -> list[OutputComparison]
 
 def _passes(rows: Sequence[OutputComparison], name: str, tolerance: Tolerance) -> bool:
     mine = _rows(rows, name)
-    return bool(mine) and all(c.can_rejudge and c.profile.passes(tolerance) for c in mine)
+    return bool(mine) and all(
+        c.can_rejudge and c.profile is not None and c.profile.passes(tolerance) for c in mine
+    )
 
 
 def _needed(rows: Sequence[OutputComparison], name: str, rtol: float) -> float:
     """The largest smallest-passing atol over `rows` of `name` (inf: none passes)."""
     worst = 0.0
     for c in _rows(rows, name):
-        m = c.profile.min_atol(rtol) if c.can_rejudge else None
+        m = c.profile.min_atol(rtol) if c.can_rejudge and c.profile is not None else None
         worst = max(worst, float("inf") if m is None else float(m))
     return worst
 
@@ -270,18 +273,18 @@ def _refit(
     to A's, so B, one step larger again, is allowed g more (g >= 1) on top of the margin."""
     mine, fresh = _rows(own, name), _rows(a, name)
     if basis == "rounding":
-        noises = [c.noise for c in (*mine, *fresh)]
-        if any(n is None for n in noises):
+        mine_noise = [c.noise for c in mine if c.noise is not None]
+        fresh_noise = [c.noise for c in fresh if c.noise is not None]
+        if len(mine_noise) < len(mine) or len(fresh_noise) < len(fresh):
             return "rounding noise not measured on the fresh input sets: not suggested"
-        worst = max(noises, key=noise_rank)
-        rank = noise_rank(worst)
+        rank = max(noise_rank(n) for n in (*mine_noise, *fresh_noise))
         if rank > ROUNDING_RATIO:
             return (
                 f"on fresh input sets its error is not rounding ({rank:.2g}x the floor): "
                 "no rounding tolerance is suggested"
             )
-        before = max(c.noise.torch_error for c in mine)
-        after = max(c.noise.torch_error for c in fresh)
+        before = max(n.torch_error for n in mine_noise)
+        after = max(n.torch_error for n in fresh_noise)
         floor = max(before, after) * _growth(before, after)
         return Tolerance(atol=round_up_2sig(next_multiple(k) * floor), rtol=0.0)
     before, after = _needed(mine, name, tolerance.rtol), _needed(fresh, name, tolerance.rtol)

@@ -129,9 +129,11 @@ def _measured_by_default(
         return run
     if any(p.precision != "float32" for f in precisions.values() for p in f.values()):
         return run  # a 16-bit or int8 file: its floor is --noise-floor's to measure
+    signature = run.signature
+    if signature is None:  # no candidate was read: nothing to run in float64
+        return run
     measured: list[int] = []
     rows = list(run.outputs)
-    signature = run.signature
     spent = 0.0
     order = sorted(failing, key=lambda i: (_elements(cases[i]), i))
     for index in order if for_cause else order[:DEFAULT_SETS]:

@@ -122,8 +122,8 @@ def judge_static(
             if isinstance(exc, (BudgetError, RunTimeout)):
                 raise
             twin = None
-            first = (str(exc).splitlines() or [""])[0][:200]
-            notes.append(f"the file's float twin could not run ({first})")
+            said = (str(exc).splitlines() or [""])[0][:200]
+            notes.append(f"the file's float twin could not run ({said})")
     outputs = static_outputs(lead, again, twin_outputs)
     located = ""
     faithful = all(o.export_passed is not False for o in outputs)

@@ -81,7 +81,7 @@ def suggest_tolerances(run: ValidationRun, *, margin: float = DEFAULT_MARGIN) ->
         for c in run.outputs:
             if c.name != name:
                 continue
-            if not c.can_rejudge:
+            if not c.can_rejudge or c.profile is None:  # can_rejudge: a profile is kept
                 worst = None
                 status = status_label(c.status)
                 notes[name] = f"{status} in input set {c.input_set}: no tolerance fixes it"

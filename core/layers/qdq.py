@@ -155,18 +155,16 @@ def exclusion_notes(search: Search, n_sets: int) -> list[str]:
     )
     best = search.best
     if best is None:
-        top = max(
-            (t for t in search.tried if t.sqnr_db is not None),
-            key=lambda t: t.sqnr_db,
-            default=None,
-        )
-        tail = f" (best {list(top.nodes)}: {_db(top.sqnr_db)})" if top is not None else ""
+        scored = [(db, t.nodes) for t in search.tried if (db := t.sqnr_db) is not None]
+        top = max(scored, key=lambda s: s[0], default=None)
+        tail = f" (best {list(top[1])}: {_db(top[0])})" if top is not None else ""
         return [
             f"no exclusion suggested: none raises the outputs' SQNR ({_db(search.before)}) by "
             f"{MIN_GAIN_DB} dB or more{tail}; {how}",
             *search.notes,
         ]
-    gain = best.sqnr_db - search.before if search.before is not None else None
+    after, before = best.sqnr_db, search.before
+    gain = after - before if after is not None and before is not None else None
     return [
         f"suggested: quantize_static(..., nodes_to_exclude={list(best.nodes)!r}): outputs' "
         f"SQNR {_db(search.before)} -> {_db(best.sqnr_db)}"

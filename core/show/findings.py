@@ -137,7 +137,7 @@ def findings_json(run: ValidationRun) -> list[dict[str, object]]:
     ]
 
 
-def bug_outputs(run: ValidationRun) -> frozenset[tuple[int | None, str]]:
+def bug_outputs(run: ValidationRun) -> frozenset[tuple[int | None, str | None]]:
     """(candidate, output) of every bug finding: no tolerance is suggested for these."""
     return frozenset(
         (f.candidate, f.output) for f in run_findings(run) if f.kind is FindingKind.BUG

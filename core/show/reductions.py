@@ -297,6 +297,7 @@ def slice_view(
         b1 = min(nr, b0 + band_blocks)
         rows_sl = slice(b0 * rf, b1 * rf)
         if kind in JUDGED_KINDS:
+            assert tolerance is not None  # a judged view without one raised above
             _, err, fails = element_errors(r2[rows_sl], o2[rows_sl], tolerance)
             if kind == "fails":
                 err[~fails] = np.nan
