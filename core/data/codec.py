@@ -86,7 +86,7 @@ def _worst_to_json(w: WorstSample, member: str, put: Put | None) -> dict[str, An
     entry: dict[str, Any] = {"sample": w.sample, "id": w.id, "error": _number(w.error)}
     if put is not None:
         arrays = {f"input.{k}": v for k, v in w.inputs.items()}
-        arrays.update({"torch": w.torch, "onnx": w.onnx})
+        arrays.update({k: v for k, v in (("torch", w.torch), ("onnx", w.onnx)) if v is not None})
         entry["arrays"] = {
             key: put(f"{member}.{key}", np.asarray(value), f"sample {w.id} {key}")
             for key, value in arrays.items()

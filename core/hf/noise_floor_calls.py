@@ -82,7 +82,7 @@ def call_at(model: Any, call: CapturedCall, precision: str) -> tuple[CapturedCal
     low = replace(
         call,
         inputs={k: rounded(np.asarray(v)) for k, v in call.inputs.items()},
-        past=tuple(tuple(rounded(np.asarray(a)) for a in kv) for kv in call.past),
+        past=tuple((rounded(np.asarray(k)), rounded(np.asarray(v))) for k, v in call.past),
     )
     try:
         with Rounding(dtype, model):

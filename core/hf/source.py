@@ -57,9 +57,11 @@ _Loaded = TypeVar("_Loaded")
 _Capture = TypeVar("_Capture", bound="_Captured")
 
 
-class _Captured(Protocol):  # Capture and Seq2SeqCapture
-    seconds: float
-    calls: Sequence[Any]
+class _Captured(Protocol):  # Capture and Seq2SeqCapture (frozen: read-only members)
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def calls(self) -> Sequence[Any]: ...
 
 
 class HfSourceBase(Source):
@@ -101,7 +103,7 @@ class HfSourceBase(Source):
 def call_case(
     input_set: InputSet,
     reference: Mapping[str, np.ndarray],
-    seconds: float | None,
+    seconds: float,
     padding: Callable[[str, tuple[int, ...]], np.ndarray | None],
     *,
     part: str = "",

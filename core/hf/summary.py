@@ -17,6 +17,7 @@ from parity.results import OutputComparison, ValidationRun, set_passed
 if TYPE_CHECKING:
     from parity.hf.capture import Capture
     from parity.hf.loading import LoadedHfModel
+    from parity.hf.seq2seq_loading import LoadedSeq2Seq
     from parity.run.hf_options import HfOptions
 
 MASKED_NOTE = (
@@ -68,7 +69,7 @@ def build_summary(
     }
 
 
-def model_class_summary(loaded: LoadedHfModel) -> dict[str, Any]:
+def model_class_summary(loaded: LoadedHfModel | LoadedSeq2Seq) -> dict[str, Any]:
     """The task the model was built for and what chose it (parity.hf.heads)."""
     chosen = getattr(loaded, "model_class", None)
     if chosen is None:

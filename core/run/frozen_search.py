@@ -599,7 +599,7 @@ def _retrace(
     ``/scope/Op_k``; the k-th traced op of that kind in that scope is its source)."""
     loaded = getattr(source, "torch_model", None)
     module = getattr(loaded, "module", None)
-    if module is None:
+    if loaded is None or module is None:
         return {}
     import torch
 
