@@ -53,7 +53,7 @@ def listed_pages() -> tuple[tuple[str, str, str, str], ...]:
     generation (a causal LM's hf: run), the Samples page after Overview while it was made on
     a data set (--data)."""
     run = state.raw_run()
-    pages = PAGES
+    pages: tuple[tuple[str, str, str, str], ...] = PAGES
     if run is not None and run.data is not None:
         at = [url for *_, url in pages].index("overview") + 1
         pages = (*pages[:at], SAMPLES_PAGE, *pages[at:])

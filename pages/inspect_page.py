@@ -45,7 +45,7 @@ WORST_COLUMN_CONFIG = {  # fits the page's right column (~354 px inside at 1280 
 }
 
 
-def _cached(run: ValidationRun, key: tuple, compute):
+def _cached(run: ValidationRun | None, key: tuple, compute):
     """Per-run memo of widget-independent views (kept in the session, not pickled).
 
     Keyed on the stored run (state.raw_run), not the one re-judged at the session's
@@ -283,12 +283,16 @@ def page() -> None:
 
     st.subheader("Reference, ONNX and error side by side")
     small = ins.PANEL_MAX_CELLS
-    panels = [ins.slice_view(ref, onnx, spec, kind=k, max_cells=small) for k in ("ref", "onnx")]
+    ref_small, onnx_small = (
+        ins.slice_view(ref, onnx, spec, kind=k, max_cells=small) for k in ("ref", "onnx")
+    )
     err_small = ins.slice_view(
         ref, onnx, spec, kind=kind, max_cells=small, exclude=exclude, tolerance=tol
     )
     st.plotly_chart(
-        fg.slice_panels(*panels, err_small, log_color=log_color, tolerance=tol, names=names),
+        fg.slice_panels(
+            ref_small, onnx_small, err_small, log_color=log_color, tolerance=tol, names=names
+        ),
         width="stretch",
         theme=None,
         key=state.INSP_SIDE,

@@ -170,6 +170,8 @@ def _open_upload() -> None:
     if upload is None:
         return
     path = upload_path("saved_run", upload)
+    if path is None:  # not None for an upload given
+        return
     open_and_say(path, shown=upload.name)
 
 

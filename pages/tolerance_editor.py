@@ -50,7 +50,9 @@ def apply_edits(
         name = names[int(row)]
         current = tol.outputs.get(name)
         on = current is not None
-        values = {"atol": None, "rtol": None} if current is None else current.to_json()
+        values: dict[str, float | None] = {"atol": None, "rtol": None}
+        if current is not None:
+            values.update(current.to_json())
         for column in ("atol", "rtol"):
             if column not in edit:
                 continue
