@@ -118,3 +118,18 @@ def test_pyproject_packages_are_exactly_the_package_folders():
         stray = [p for p in top.rglob("*.py") if not (p.parent / "__init__.py").is_file()]
         assert stray == [], f"modules in a folder that is no package: {stray}"
     assert sorted(setuptools["packages"]) == sorted(expected)
+
+
+def test_the_type_checkers_package_links_every_entry_of_core_and_the_dashboard():
+    """mypy checks the package `parity` as .ci/parity (docs/development.md, Types): one link
+    per entry of core/ and `dashboard` to pages/. A module of core/ without its link would go
+    unchecked, and every import of it would read as Any."""
+    farm = ROOT / ".ci" / "parity"
+    links = {p.name: p for p in farm.iterdir()}
+    assert all(p.is_symlink() for p in links.values()), sorted(links)
+    assert {n: p.resolve() for n, p in links.items()} == {
+        **{p.name: p.resolve() for p in PACKAGES["parity"].iterdir() if p.name != "__pycache__"},
+        "dashboard": PACKAGES["parity.dashboard"].resolve(),
+    }
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy["files"] == [".ci/parity"]

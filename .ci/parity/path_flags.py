@@ -1,0 +1,1 @@
+../../core/path_flags.py
