@@ -114,6 +114,8 @@ def _cause_headline(run: ValidationRun, ref: str) -> str:
         )
     if any(f.kind is FindingKind.BUG for f in judged.failing):
         return f"The export does not match {ref}: Parity found a bug."
+    if any(f.kind is FindingKind.LIMITATION for f in judged.failing):
+        return f"The export does not match {ref}: the file cannot do all the model does."
     if judged.unexplained:
         n = len({name for _, name in judged.unexplained})
         return (
