@@ -204,6 +204,7 @@ def test_the_terminal_and_the_pages_say_the_batch(gpt2, runs) -> None:
     run = gpt2["run"]
     text = format_steps_table(run)
     assert "Left-padded batch: the file has no position_ids" in text
+    assert "prompts:   2 (each alone, then as one left-padded batch)" in text
     second = run.generation.padded_batch.prompts[1]
     assert f"{PROMPTS[1]!r}: {second.padding} padding tokens: logits max" in text
     assert format_verdict(run).startswith("FAIL: every step within tolerance")
