@@ -18,7 +18,7 @@ from parity.dashboard.candidates import candidate_selector
 from parity.dashboard.frame import run_or_invite
 from parity.hf.generation_figures import KINDS, kv_cache_grid
 from parity.results import PaddedBatch, PromptGeneration
-from parity.show.generation_text import PADDED_HEAD, parting_words, tie_words
+from parity.show.generation_text import PADDED_WHY, parting_words, tie_words
 from parity.text import count_text, number_text
 
 FIRST_DIFFERENCE = "✗ first difference"
@@ -162,7 +162,7 @@ def padded_rows(b: PaddedBatch) -> pd.DataFrame:
 def _padded_batch(b: PaddedBatch) -> None:
     """A decoder file with no position_ids: the prompts as one left-padded batch."""
     st.subheader("Left-padded batch")
-    st.caption(PADDED_HEAD + f" ({count_text(b.steps, 'step')}).")
+    st.caption(f"{PADDED_WHY[0].upper()}{PADDED_WHY[1:]} ({count_text(b.steps, 'step')}).")
     st.dataframe(padded_rows(b), hide_index=True, key=state.GEN_PADDED)
     (_warn if b.fails else st.text)(b.text)
 

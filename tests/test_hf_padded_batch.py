@@ -200,6 +200,7 @@ def test_the_terminal_and_the_pages_say_the_batch(gpt2, runs) -> None:
 
     from parity.hf.steps_text import format_steps_table
     from parity.show.format import format_verdict
+    from parity.show.summary import headline
 
     run = gpt2["run"]
     text = format_steps_table(run)
@@ -208,6 +209,10 @@ def test_the_terminal_and_the_pages_say_the_batch(gpt2, runs) -> None:
     second = run.generation.padded_batch.prompts[1]
     assert f"{PROMPTS[1]!r}: {second.padding} padding tokens: logits max" in text
     assert format_verdict(run).startswith("FAIL: every step within tolerance")
+    assert headline(run) == (
+        "The export does not match PyTorch: its logits differ when the prompts run as one "
+        "left-padded batch."
+    )
     passing = format_steps_table(runs["gemma"])
     assert "gives each prompt what it gives it alone" in passing
 

@@ -51,11 +51,11 @@ def parting_words(p: PromptGeneration) -> str:
     )
 
 
-PADDED_HEAD = (
-    "Left-padded batch: the file has no position_ids, so the steps ran each prompt alone; "
-    "here the prompts ran as one batch, as generate() makes it, the file on its own cache "
-    "fed torch's tokens"
+PADDED_WHY = (
+    "the file has no position_ids, so the steps ran each prompt alone; here the prompts ran "
+    "as one batch, as generate() makes it, the file on its own cache fed torch's tokens"
 )
+PADDED_HEAD = f"Left-padded batch: {PADDED_WHY}"
 
 
 def padded_prompt_words(p: PaddedPrompt) -> str:

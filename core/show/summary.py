@@ -73,6 +73,12 @@ def headline(run: ValidationRun) -> str:
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
     failing = run.failing
     statuses = {c.status for c in run.outputs if c.name in failing}
+    padded = run.generation.padded_batch if run.generation is not None else None
+    if padded is not None and padded.fails and all(c.status.passed for c in run.verdict_rows):
+        return (  # every step passes: only the prompts as one batch fail (parity.hf.padded_batch)
+            f"The export does not match {ref}: its {padded.output} differ when the prompts run "
+            "as one left-padded batch."
+        )
     one = len(outputs) == 1  # "its output differs", never "1 of 1 output differ"
     if statuses & {Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH, Status.MISSING}:
         how = f"{'does' if one else 'do'} not match (a shape, a type or a missing output)"
