@@ -162,6 +162,9 @@ def padded_rows(b: PaddedBatch) -> pd.DataFrame:
 def _padded_batch(b: PaddedBatch) -> None:
     """A decoder file with no position_ids: the prompts as one left-padded batch."""
     st.subheader("Left-padded batch")
+    if not b.prompts:  # not run: why
+        st.text(b.text)
+        return
     st.caption(f"{PADDED_WHY[0].upper()}{PADDED_WHY[1:]} ({count_text(b.steps, 'step')}).")
     st.dataframe(padded_rows(b), hide_index=True, key=state.GEN_PADDED)
     (_warn if b.fails else st.text)(b.text)

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -230,3 +231,20 @@ def test_the_terminal_and_the_pages_say_the_batch(gpt2, runs) -> None:
     at.switch_page("pages/overview.py").run()
     assert not at.exception, at.exception
     assert any(LIMIT in m.value.replace("\\", "") for m in at.markdown)  # escaped markdown
+
+
+def test_a_file_that_takes_one_prompt_at_a_time_says_why_no_batch_ran(exports, tmp_path) -> None:
+    """The GPT-2 file with its batch fixed at 1: ONNX Runtime refuses the batch; the steps
+    (each prompt alone) decide, and the batch's line says why it was not run."""
+    model_dir, onnx_path = exports["gpt2"]
+    model = onnx.load(str(onnx_path))
+    for graph_input in model.graph.input:
+        graph_input.type.tensor_type.shape.dim[0].dim_value = 1
+    one = tmp_path / "batch_one.onnx"
+    onnx.save(model, str(one))
+    run = run_validation(_config(model_dir, one))
+    assert run.verdict is Verdict.PASS
+    padded = run.generation.padded_batch
+    assert padded is not None and not padded.prompts and not padded.fails
+    assert padded.text.startswith("The prompts as one left-padded batch were not run: ")
+    assert "input_ids" in padded.text

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from parity.errors import ExportError, UsageError
+from parity.errors import ExportError, InputError, OnnxRunError, UsageError
 from parity.hf.capture import Capture, CapturedCall, capture_forward, capture_generate
 from parity.hf.feeds import (
     LOGITS,
@@ -38,6 +38,7 @@ from parity.results import (
     InputSet,
     OutputComparison,
     OutputSet,
+    PaddedBatch,
     PromptGeneration,
     Provenance,
     RunKind,
@@ -143,7 +144,7 @@ class HfSource(HfSourceBase):
         self._free_note = ""
         # one capture per prompt, where the file cannot take a left-padded batch (None: one)
         self._per_prompt: tuple[Capture, ...] | None = None
-        self._batch: BatchRun | None = None  # those prompts as one batch (padded_batch)
+        self._batch: BatchRun | str | None = None  # those prompts as one batch, or why not
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -329,9 +330,13 @@ class HfSource(HfSourceBase):
             return
         self._report("generation", "the prompts as one left-padded batch", None)
         t0 = time.perf_counter()
-        self._batch = run_batch(
-            loaded, self._per_prompt, candidate, tolerances.for_output(LOGITS), deadline=deadline
-        )
+        try:
+            tolerance = tolerances.for_output(LOGITS)
+            self._batch = run_batch(
+                loaded, self._per_prompt, candidate, tolerance, deadline=deadline
+            )
+        except (InputError, OnnxRunError) as exc:  # said, never a crash: the steps stand
+            self._batch = f"The prompts as one left-padded batch were not run: {exc.message}"
         self.timings["padded_batch"] = time.perf_counter() - t0
 
     def generation(
@@ -339,7 +344,9 @@ class HfSource(HfSourceBase):
     ) -> GenerationInfo:
         _, capture = self._captured()
         padded = None
-        if self._batch is not None and self._per_prompt is not None:
+        if isinstance(self._batch, str):
+            padded = PaddedBatch(prompts=(), steps=0, text=self._batch)
+        elif self._batch is not None and self._per_prompt is not None:
             from parity.hf.padded_batch import alone_results, judge_batch
 
             alone = alone_results(comparisons, [len(p.calls) for p in self._per_prompt])

@@ -356,6 +356,8 @@ def _padded(run: ValidationRun) -> str:
     b = run.generation.padded_batch if run.generation is not None else None
     if b is None:
         return ""
+    if not b.prompts:  # not run: why
+        return f"<section><h2>Left-padded batch</h2><p class='note'>{_e(b.text)}</p></section>"
     from parity.show.generation_text import PADDED_HEAD, padded_prompt_words
 
     rows = "".join(

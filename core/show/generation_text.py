@@ -74,6 +74,8 @@ def padded_lines(g: GenerationInfo) -> list[str]:
     b = g.padded_batch
     if b is None:
         return []
+    if not b.prompts:  # not run: why
+        return [b.text]
     lines = [f"{PADDED_HEAD} ({count_text(b.steps, 'step')}):"]
     lines += [
         f"  prompt {i} {p.prompt!r}: {padded_prompt_words(p)}" for i, p in enumerate(b.prompts, 1)
