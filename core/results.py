@@ -539,15 +539,55 @@ class PromptGeneration:
 
 
 @dataclass(frozen=True)
+class PaddedPrompt:
+    """One prompt of the left-padded batch (parity.hf.padded_batch): its padding tokens; the
+    max |onnx - torch| of its logits in the batch over every step, the file on its own cache
+    (`batch_error`); whether they stay within the logits tolerance of what the file gives the
+    prompt alone, fed the same tokens (`batch_passed`; `shift`: their max difference); the
+    prompt alone as the step comparison judged it (`alone_error`: None when not compared)."""
+
+    prompt: str
+    padding: int
+    batch_error: float
+    batch_passed: bool
+    alone_error: float | None = None
+    alone_passed: bool = True
+    shift: float = 0.0
+
+
+@dataclass(frozen=True)
+class PaddedBatch:
+    """A decoder file with no position_ids, whose steps are compared one prompt at a time,
+    run on the prompts as the one left-padded batch generate() makes (parity.hf.padded_batch):
+    each prompt's logits over `steps` steps. `kind`: the finding it makes (limitation: only
+    padded prompts differ while each alone matches; bug: a prompt with no padding differs
+    too; None: the batch matches, or a prompt alone already fails the steps); `text`: the
+    sentence every front shows. Judged at the tolerances of the run that made it."""
+
+    prompts: tuple[PaddedPrompt, ...]
+    steps: int
+    text: str
+    kind: FindingKind | None = None
+    output: str = "logits"
+
+    @property
+    def fails(self) -> bool:
+        """The batch fails the run: a finding says why (the step rows all pass)."""
+        return self.kind is not None
+
+
+@dataclass(frozen=True)
 class GenerationInfo:
     """What an hf: run adds: its summary (plain JSON, the report's "summary") and steps;
     for a causal LM, each prompt generated freely by ONNX Runtime (`prompts`; () when not
-    run, `free_run_note` says why)."""
+    run, `free_run_note` says why); for a decoder file with no position_ids, the prompts as
+    one left-padded batch (`padded_batch`; None when not run)."""
 
     summary: Mapping[str, Any]
     steps: tuple[GenerationStep, ...]
     prompts: tuple[PromptGeneration, ...] = ()
     free_run_note: str = ""
+    padded_batch: PaddedBatch | None = None
 
 
 FROZEN_KINDS = ("size", "branch")  # `frozen[].kind`
@@ -610,6 +650,8 @@ class FindingKind(StrEnum):
     UNMEASURED = "unmeasured"
     DIVERGES = "diverges"
     QUANTIZATION = "quantization"  # what a file's quantized weights cost (not a bug)
+    # what the file cannot do that the model does (a left-padded batch: parity.hf.padded_batch)
+    LIMITATION = "limitation"
     STAGE = "stage"  # several files as pipeline stages: the first where the numbers break
     # what an approximation the deploy tool applied on purpose costs (FastGelu's tanh GELU, ...)
     APPROXIMATION = "approximation"
@@ -826,9 +868,13 @@ class ValidationRun:
     @property
     def failing(self) -> tuple[str, ...]:
         """Names of the outputs that fail (any status but pass) in at least one input set. An
-        output judged on agreement (--min-agreement) fails on it instead of on its values."""
+        output judged on agreement (--min-agreement) fails on it instead of on its values; an
+        LLM's logits fail on a left-padded batch the file gets wrong (GenerationInfo)."""
         bad = {c.name for c in self.verdict_rows if not c.status.passed}
         bad |= {name for name, passed in self.answer_criteria.items() if not passed}
+        padded = self.generation.padded_batch if self.generation is not None else None
+        if padded is not None and padded.fails:  # a left-padded batch the file gets wrong
+            bad.add(padded.output)
         return tuple(name for name in self.output_names if name in bad)
 
     @property

@@ -17,8 +17,9 @@ from parity.dashboard import state
 from parity.dashboard.candidates import candidate_selector
 from parity.dashboard.frame import run_or_invite
 from parity.hf.generation_figures import KINDS, kv_cache_grid
-from parity.results import PromptGeneration
-from parity.show.generation_text import parting_words, tie_words
+from parity.results import PaddedBatch, PromptGeneration
+from parity.show.generation_text import PADDED_WHY, parting_words, tie_words
+from parity.text import count_text, number_text
 
 FIRST_DIFFERENCE = "✗ first difference"
 MAX_TOKEN_ROWS = 2000
@@ -124,6 +125,8 @@ def render() -> None:
             hide_index=True,
             key=f"{state.GEN_TOKENS_PREFIX}{i}",
         )
+    if g.padded_batch is not None:
+        _padded_batch(g.padded_batch)
     st.subheader("KV cache")
     st.caption(
         "Each step's present key/value per layer, fed torch's own inputs (the step "
@@ -135,6 +138,36 @@ def render() -> None:
             st.text("No present.{i}.key/value outputs were compared.")
             break
         st.plotly_chart(fig, width="stretch", key=f"{state.GEN_KV_PREFIX}{kind}")
+
+
+def padded_rows(b: PaddedBatch) -> pd.DataFrame:
+    """One row per prompt of the left-padded batch: its padding, its logits' max error against
+    torch in the batch and alone, and whether the file gives it in the batch what it gives
+    it alone (within the logits tolerance)."""
+    return pd.DataFrame(
+        [
+            {
+                "prompt": bounded_text(p.prompt),
+                "padding tokens": p.padding,
+                "logits max error, batch": number_text(p.batch_error),
+                "alone": number_text(p.alone_error),
+                "batch vs the file alone": number_text(p.shift),
+                "same as alone": "✓" if p.batch_passed else "✗",
+            }
+            for p in b.prompts
+        ]
+    )
+
+
+def _padded_batch(b: PaddedBatch) -> None:
+    """A decoder file with no position_ids: the prompts as one left-padded batch."""
+    st.subheader("Left-padded batch")
+    if not b.prompts:  # not run: why
+        st.text(b.text)
+        return
+    st.caption(f"{PADDED_WHY[0].upper()}{PADDED_WHY[1:]} ({count_text(b.steps, 'step')}).")
+    st.dataframe(padded_rows(b), hide_index=True, key=state.GEN_PADDED)
+    (_warn if b.fails else st.text)(b.text)
 
 
 def _warn(text: str) -> None:

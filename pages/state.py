@@ -188,6 +188,7 @@ TOL_SUGGESTED = "tol_suggested"  # the last checked suggestion (SuggestedToleran
 # --- Generation (generation.py)
 GEN_TOKENS_PREFIX = "parity_generation_tokens_"  # widget prefix: each prompt's token table
 GEN_KV_PREFIX = "parity_generation_kv_"  # widget prefix: each KV-cache figure
+GEN_PADDED = "parity_generation_padded"  # the left-padded batch's table
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _run(directory: Path, onnx: Path, *, layers: bool = True):
-    options = HfOptions(prompts=PROMPTS, max_new_tokens=2)
+    # one prompt: these files cannot serve a left-padded batch (a `limitation` that fails the
+    # run by cause: tests/test_genai_files.py); here the question is where a bug is born
+    options = HfOptions(prompts=PROMPTS[:1], max_new_tokens=2)
     return run_validation(
         RunConfig(model=f"hf:{directory}", onnx=str(onnx), hf=options, layers=layers)
     )

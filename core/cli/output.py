@@ -21,6 +21,9 @@ from parity.text import terminal_text
 from parity.tolerances import Tolerances
 from parity.verdict import ExitCode
 
+# findings no tolerance should forgive: no --suggest hint beside them
+_NOT_TOLERANCE = (FindingKind.BUG, FindingKind.LIMITATION)
+
 
 def say(text: object, *, file=None, end: str = "\n", flush: bool = False) -> None:
     """Every line a command prints goes through here: its text with every control character
@@ -185,7 +188,7 @@ def format_text(run: ValidationRun) -> str:
             text += f"\n\n{terminal_text(head)}\n" + "\n".join(
                 f"  {terminal_text(line)}" for line in rest
             )
-    elif noise and not run.passed and not any(f.kind is FindingKind.BUG for f in run.findings):
+    elif noise and not run.passed and not any(f.kind in _NOT_TOLERANCE for f in run.findings):
         text += (
             "\n\nTolerances for this file: --suggest (fitted on these input sets, then "
             "checked on as many fresh ones)"

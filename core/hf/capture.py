@@ -113,9 +113,16 @@ def hooked_run(hooks: Sequence[Any], what: str) -> Iterator[None]:
 
 
 def capture_generate(
-    loaded: LoadedHfModel, *, prompts: Sequence[str], max_new_tokens: int
+    loaded: LoadedHfModel,
+    *,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    keep_cache: bool = True,
 ) -> Capture:
-    """Run greedy generate() on a left-padded batch of prompts and record every call."""
+    """Run greedy generate() on a left-padded batch of prompts and record every call.
+
+    `keep_cache=False` keeps no KV cache but the prefill's zero-length past: enough for a
+    file to generate on its own cache from the first call (parity.hf.padded_batch)."""
     import torch
 
     model, tokenizer = loaded.model, loaded.tokenizer
@@ -137,15 +144,18 @@ def capture_generate(
         }
         if "input_ids" not in pending["inputs"]:
             raise ModelRunError("hf: generate() called forward without input_ids")
-        pending["past"] = _cache_arrays(_cache_of(kwargs))
+        pending["past"] = _cache_arrays(_cache_of(kwargs)) if keep_cache else ()
         pending["t0"] = time.perf_counter()
 
     def after(_module: Any, _args: tuple, kwargs: dict[str, Any], output: Any) -> None:
         seconds = time.perf_counter() - pending["t0"]
-        present = _cache_arrays(_output_cache(output, kwargs))
+        first = not calls
+        present = _cache_arrays(_output_cache(output, kwargs)) if keep_cache or first else ()
         past = pending["past"] or tuple(
             (_empty_like_time(k), _empty_like_time(v)) for k, v in present
         )
+        if not keep_cache:
+            present, past = (), past if first else ()
         calls.append(
             CapturedCall(
                 index=len(calls),

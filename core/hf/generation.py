@@ -17,7 +17,7 @@ margin says whether the token was a near tie that an acceptable error flipped, o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -100,17 +100,55 @@ def free_run(
     deadline: Deadline | None = None,
 ) -> tuple[PromptGeneration, ...]:
     """Each prompt of `capture` generated greedily by ONNX Runtime on its own (see module)."""
-    from parity.run.runner import run_onnx
-
     assert capture.new_tokens is not None
     torch_tokens = capture.new_tokens.astype(np.int64)
     batch, n_new = torch_tokens.shape
+    chosen = np.zeros((batch, n_new), dtype=np.int64)
+    parted: dict[int, TokenDivergence] = {}
+    steps = own_cache_steps(
+        capture, session, signature, lambda _, logits: greedy(logits, eos), deadline=deadline
+    )
+    for step, (onnx_logits, tokens) in enumerate(steps):
+        chosen[:, step] = tokens
+        torch_logits = _last(capture.calls[step].logits)
+        for row in range(batch):
+            if row in parted or chosen[row, step] == torch_tokens[row, step]:
+                continue
+            parted[row] = divergence(
+                step,
+                torch_logits[row],
+                onnx_logits[row],
+                int(torch_tokens[row, step]),
+                int(chosen[row, step]),
+                tolerance=tolerance,
+                eos=eos,
+            )
+    return tuple(
+        _prompt(capture, tokenizer, row, torch_tokens[row], chosen[row], parted.get(row))
+        for row in range(batch)
+    )
+
+
+def own_cache_steps(
+    capture: Capture,
+    session: Any,
+    signature: OnnxSignature,
+    choose: Callable[[int, np.ndarray], np.ndarray],
+    *,
+    deadline: Deadline | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The file run on its own, one step per new token of `capture`, from its first call's
+    inputs: yields each step's last logits (batch, vocab) and the tokens `choose(step,
+    logits)` picked, which the next step is fed with its own `present.*` as the past, the
+    mask grown by one (a file with no cache inputs: the whole sequence again)."""
+    from parity.run.runner import run_onnx
+
+    assert capture.new_tokens is not None
+    n_new = capture.new_tokens.shape[1]
     layers = _cache_layers(signature)
     first = capture.calls[0]
     inputs: dict[str, np.ndarray] = dict(first.inputs)
     past = first.past if layers else ()
-    chosen = np.zeros((batch, n_new), dtype=np.int64)
-    parted: dict[int, TokenDivergence] = {}
     for step in range(n_new):
         if deadline is not None:
             deadline.check()
@@ -125,35 +163,19 @@ def free_run(
             signature=signature,
             deadline=deadline,
         ).arrays
-        onnx_logits = _last(out[LOGITS])
-        chosen[:, step] = greedy(onnx_logits, eos)
-        torch_logits = _last(capture.calls[step].logits)
-        for row in range(batch):
-            if row in parted or chosen[row, step] == torch_tokens[row, step]:
-                continue
-            parted[row] = divergence(
-                step,
-                torch_logits[row],
-                onnx_logits[row],
-                int(torch_tokens[row, step]),
-                int(chosen[row, step]),
-                tolerance=tolerance,
-                eos=eos,
-            )
+        logits = _last(out[LOGITS])
+        tokens = np.asarray(choose(step, logits), dtype=np.int64)
+        yield logits, tokens
         mask = full_attention_mask(call)
-        grown = np.concatenate([mask, np.ones((batch, 1), dtype=mask.dtype)], axis=1)
+        grown = np.concatenate([mask, np.ones((len(tokens), 1), dtype=mask.dtype)], axis=1)
         if layers:
             past = tuple(
                 (out[present_name(i, "key")], out[present_name(i, "value")]) for i in layers
             )
-            inputs = {"input_ids": chosen[:, step : step + 1], "attention_mask": grown}
+            inputs = {"input_ids": tokens[:, None], "attention_mask": grown}
         else:  # no cache inputs: the whole sequence again
-            ids = np.concatenate([call.input_ids, chosen[:, step : step + 1]], axis=1)
+            ids = np.concatenate([call.input_ids, tokens[:, None]], axis=1)
             inputs = {"input_ids": ids, "attention_mask": grown}
-    return tuple(
-        _prompt(capture, tokenizer, row, torch_tokens[row], chosen[row], parted.get(row))
-        for row in range(batch)
-    )
 
 
 def greedy(logits: np.ndarray, eos: Sequence[int] = ()) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from parity.errors import ExportError, UsageError
+from parity.errors import ExportError, InputError, OnnxRunError, UsageError
 from parity.hf.capture import Capture, CapturedCall, capture_forward, capture_generate
 from parity.hf.feeds import (
     LOGITS,
@@ -29,6 +29,7 @@ from parity.hf.feeds import (
 )
 from parity.hf.loading import LoadedHfModel, load_hf_model
 from parity.hf.media import generated_inputs, is_media_model
+from parity.hf.padded_batch import BatchRun
 from parity.hf.summary import build_summary
 from parity.limits.deadline import Deadline
 from parity.results import (
@@ -37,6 +38,7 @@ from parity.results import (
     InputSet,
     OutputComparison,
     OutputSet,
+    PaddedBatch,
     PromptGeneration,
     Provenance,
     RunKind,
@@ -144,6 +146,7 @@ class HfSource(HfSourceBase):
         self._free_note = ""
         # one capture per prompt, where the file cannot take a left-padded batch (None: one)
         self._per_prompt: tuple[Capture, ...] | None = None
+        self._batch: BatchRun | str | None = None  # those prompts as one batch, or why not
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -293,7 +296,11 @@ class HfSource(HfSourceBase):
     def free_run(
         self, candidate: Candidate, tolerances: Tolerances, deadline: Deadline | None = None
     ) -> None:
-        """After the cases: ONNX Runtime generates on its own (parity.hf.generation)."""
+        """After the cases: a file run one prompt at a time is run on them as one left-padded
+        batch too (parity.hf.padded_batch); ONNX Runtime generates on its own
+        (parity.hf.generation)."""
+        if self._per_prompt is not None and len(self._per_prompt) > 1:
+            self._padded(candidate, tolerances, deadline)
         if not self.options.generation:
             self._free_note = "free-running generation not run (--no-generation)"
             return
@@ -312,15 +319,47 @@ class HfSource(HfSourceBase):
         self._prompts = tuple(prompts)
         self.timings["generation"] = time.perf_counter() - t0
 
+    def _padded(
+        self, candidate: Candidate, tolerances: Tolerances, deadline: Deadline | None
+    ) -> None:
+        """The prompts as the left-padded batch generate() makes, the file on its own cache."""
+        from parity.hf.generation import why_not
+        from parity.hf.padded_batch import run_batch
+
+        loaded, _ = self._captured()
+        assert self._per_prompt is not None
+        if why_not(self._per_prompt[0], candidate.signature):  # no logits, no step per token
+            return
+        self._report("generation", "the prompts as one left-padded batch", None)
+        t0 = time.perf_counter()
+        try:
+            tolerance = tolerances.for_output(LOGITS)
+            self._batch = run_batch(
+                loaded, self._per_prompt, candidate, tolerance, deadline=deadline
+            )
+        except (InputError, OnnxRunError) as exc:  # said, never a crash: the steps stand
+            self._batch = f"The prompts as one left-padded batch were not run: {exc.message}"
+        self.timings["padded_batch"] = time.perf_counter() - t0
+
     def generation(
         self, comparisons: Sequence[OutputComparison], timings: Mapping[str, float]
     ) -> GenerationInfo:
         _, capture = self._captured()
+        padded = None
+        if isinstance(self._batch, str):
+            padded = PaddedBatch(prompts=(), steps=0, text=self._batch)
+        elif self._batch is not None and self._per_prompt is not None:
+            from parity.hf.padded_batch import alone_results, judge_batch
+
+            alone = alone_results(comparisons, [len(p.calls) for p in self._per_prompt])
+            steps = len(self._per_prompt[0].calls)
+            padded = judge_batch(self._batch, steps, alone)
         return GenerationInfo(
             summary=build_summary(*self._summary_input(), comparisons, timings),
             steps=tuple(generation_step(call) for call in capture.calls),
             prompts=self._prompts,
             free_run_note=self._free_note,
+            padded_batch=padded,
         )
 
     def torch_side(self) -> TorchSide:
@@ -343,9 +382,10 @@ def output_ranks(signature: OnnxSignature | None) -> dict[str, int] | None:
 
 
 def positions_from_mask(signature: OnnxSignature | None) -> bool:
-    """A decoder file with a KV cache and no `position_ids` input (ONNX Runtime GenAI's
-    GroupQueryAttention): it takes each row's positions from the attention mask's count,
-    so a left-padded batch means other positions than torch's; each prompt runs alone."""
+    """A decoder file with a KV cache and no `position_ids` input (Optimum's Gemma, ONNX
+    Runtime GenAI's GroupQueryAttention): it places a left-padded row's tokens by its own
+    rule, so torch's cache of that batch does not fit its steps; each prompt runs alone, and
+    the batch is asked apart (parity.hf.padded_batch)."""
     if signature is None:
         return False
     names = signature.input_names

@@ -24,8 +24,8 @@ MASKED_NOTE = (
     "positions the attention mask excludes (padding) are never attended; exports may "
     "differ there, so they are counted apart and not judged"
 )
-PHASES = ("load", "capture", "export", "onnxruntime", "compare", "generation", "total")
-_TIMING_KEYS = {"load": "load_model"}
+PHASES = ("load", "capture", "export", "onnxruntime", "compare", "batch", "generation", "total")
+_TIMING_KEYS = {"load": "load_model", "batch": "padded_batch"}
 
 
 def build_summary(

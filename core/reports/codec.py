@@ -33,6 +33,7 @@ from parity.files.json_output import exact, from_exact, plain, strict
 from parity.judge.where import WhereProfile, where_of
 from parity.labels import wrong_pair_note
 from parity.results import (
+    FINDING_KINDS,
     FROZEN_KINDS,
     NOISE_PRECISIONS,
     SUGGESTION_BASES,
@@ -40,6 +41,7 @@ from parity.results import (
     CandidateInfo,
     CandidateRun,
     ErrorStats,
+    FindingKind,
     FrozenNode,
     GenerationInfo,
     GenerationStep,
@@ -48,6 +50,8 @@ from parity.results import (
     Noise,
     OutputComparison,
     OutputSet,
+    PaddedBatch,
+    PaddedPrompt,
     PromptGeneration,
     Provenance,
     QuantizationResult,
@@ -170,8 +174,9 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         data["summary"] = judged_summary(run)
         data["steps"] = steps_json(run)
         data["masked_positions"] = masked_positions_json(run)
-        if run.generation.prompts or run.generation.free_run_note:  # causal LMs
-            data["generation"] = generation_report_json(run.generation)
+        g = run.generation
+        if g.prompts or g.free_run_note or g.padded_batch is not None:  # causal LMs
+            data["generation"] = generation_report_json(g)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
     if run.quantization is not None:  # a file's quantized weights judged (on by default)
@@ -1195,6 +1200,7 @@ def generation_from_json(raw: Mapping[str, Any] | None) -> GenerationInfo | None
         steps=tuple(steps),
         prompts=prompts_from_json(raw.get("prompts")),  # none in runs saved before it
         free_run_note=sj.string(raw.get("note", ""), "generation.note"),
+        padded_batch=padded_from_json(raw.get("padded_batch")),  # none in runs saved before it
     )
 
 
@@ -1203,7 +1209,57 @@ def generation_report_json(g: GenerationInfo) -> dict[str, Any]:
     data: dict[str, Any] = {"prompts": [prompt_to_json(p) for p in g.prompts]}
     if g.free_run_note:
         data["note"] = g.free_run_note
+    if g.padded_batch is not None:
+        data["padded_batch"] = padded_to_json(g.padded_batch)
     return data
+
+
+def padded_to_json(b: PaddedBatch) -> dict[str, Any]:
+    """`generation.padded_batch`: the prompts as one left-padded batch (parity.hf.padded_batch)."""
+    return {
+        "steps": b.steps,
+        "output": b.output,
+        "kind": None if b.kind is None else str(b.kind),
+        "text": b.text,
+        "prompts": [{f.name: getattr(p, f.name) for f in fields(PaddedPrompt)} for p in b.prompts],
+    }
+
+
+def _figure(value: Any, at: str) -> float:
+    """An error read back: null is a value that was not finite (strict JSON)."""
+    number = sj.optional(sj.number, value, at)
+    return float("inf") if number is None else number
+
+
+def padded_from_json(raw: Any, at: str = "generation.padded_batch") -> PaddedBatch | None:
+    if raw is None:
+        return None
+    raw = sj.obj(raw, at)
+    prompts = []
+    for i, item in enumerate(sj.array(sj.field(raw, "prompts", at), f"{at}.prompts")):
+        where = f"{at}.prompts[{i}]"
+        item = sj.obj(item, where)
+        prompts.append(
+            PaddedPrompt(
+                prompt=sj.string(sj.field(item, "prompt", where), f"{where}.prompt"),
+                padding=sj.integer(sj.field(item, "padding", where), f"{where}.padding"),
+                batch_error=_figure(item.get("batch_error"), f"{where}.batch_error"),
+                batch_passed=sj.boolean(item.get("batch_passed"), f"{where}.batch_passed"),
+                alone_error=sj.optional(sj.number, item.get("alone_error"), f"{where}.alone_error"),
+                alone_passed=sj.boolean(item.get("alone_passed", True), f"{where}.alone_passed"),
+                shift=_figure(item.get("shift", 0.0), f"{where}.shift"),
+            )
+        )
+    kind = raw.get("kind")
+    if kind is not None and kind not in FINDING_KINDS:
+        raise sj.FieldError(f"{at}.kind: unknown kind {kind!r}")
+    return PaddedBatch(
+        prompts=tuple(prompts),
+        steps=sj.integer(sj.field(raw, "steps", at), f"{at}.steps"),
+        text=sj.string(sj.field(raw, "text", at), f"{at}.text"),
+        kind=None if kind is None else FindingKind(kind),
+        output=sj.string(raw.get("output", "logits"), f"{at}.output"),
+    )
 
 
 DIVERGENCE_FIELDS = tuple(f.name for f in fields(TokenDivergence))

@@ -322,7 +322,7 @@ def _generation(run: ValidationRun) -> str:
     """Causal LMs: ONNX Runtime's free-running tokens beside torch's, where they part."""
     g = run.generation
     if g is None or not (g.prompts or g.free_run_note):
-        return ""
+        return _padded(run)
     from parity.show.generation_text import parting_words, tie_words
 
     parts = ["<section><h2>Free-running generation</h2>"]
@@ -345,7 +345,31 @@ def _generation(run: ValidationRun) -> str:
             )
         parts.append("</table>")
     parts.append("</section>")
-    return "".join(parts)
+    return "".join(parts) + _padded(run)
+
+
+_DIVERGES = " class='diverges'"
+
+
+def _padded(run: ValidationRun) -> str:
+    """A decoder file with no position_ids: the prompts as one left-padded batch."""
+    b = run.generation.padded_batch if run.generation is not None else None
+    if b is None:
+        return ""
+    if not b.prompts:  # not run: why
+        return f"<section><h2>Left-padded batch</h2><p class='note'>{_e(b.text)}</p></section>"
+    from parity.show.generation_text import PADDED_HEAD, padded_prompt_words
+
+    rows = "".join(
+        f"<tr{'' if p.batch_passed else _DIVERGES}><td>{_e(p.prompt)}</td>"
+        f"<td>{_e(padded_prompt_words(p))}</td></tr>"
+        for p in b.prompts
+    )
+    return (
+        f"<section><h2>Left-padded batch</h2><p>{_e(PADDED_HEAD)}.</p>"
+        f"<table class='generation'><tr><th>prompt</th><th>in the batch and alone</th></tr>"
+        f"{rows}</table><p>{_e(b.text)}</p></section>"
+    )
 
 
 def _layers(run: ValidationRun) -> str:

@@ -6,8 +6,9 @@ is: the precision's own rounding (measured against a float64 run), what the file
 weights cost (torch with the file's own dequantized weights), an approximation a deploy tool
 applied on purpose, or a bug. This module turns that account into a verdict:
 
-- FAIL when a finding is a bug (an output, a weight or a node), ONNX Runtime raised, or a
-  size frozen at export was confirmed; also when an output fails the tolerance and no
+- FAIL when a finding is a bug (an output, a weight or a node), ONNX Runtime raised, a
+  size frozen at export was confirmed, or a limitation (the file cannot do what the model
+  does: a left-padded batch); also when an output fails the tolerance and no
   finding explains it (a shape, a type, a missing output, or a difference nothing measured:
   an unexplained difference is never forgiven);
 - PASS otherwise: every output within the tolerance or explained as intended.
@@ -29,7 +30,7 @@ __all__ = ["CauseJudgement", "INTENDED", "cause_line", "judge_by_cause"]
 # what the file was meant to do: a difference one of these names is not a bug
 INTENDED = (FindingKind.ROUNDING, FindingKind.QUANTIZATION, FindingKind.APPROXIMATION)
 # what fails the run whatever the tolerance
-FAILING = (FindingKind.BUG, FindingKind.ERROR, FindingKind.FROZEN)
+FAILING = (FindingKind.BUG, FindingKind.ERROR, FindingKind.FROZEN, FindingKind.LIMITATION)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,10 @@ def cause_line(run: ValidationRun) -> str:
         reasons.append("ONNX Runtime raised")
     if any(f.kind is FindingKind.FROZEN for f in judged.failing):
         reasons.append("a size frozen at export")
+    limits = [f for f in judged.failing if f.kind is FindingKind.LIMITATION]
+    if limits:  # a left-padded batch the file gets wrong (parity.hf.padded_batch)
+        named = sorted({terminal_text(f.output) for f in limits if f.output})
+        reasons.append(f"a limitation ({', '.join(named)})" if named else "a limitation")
     if judged.unexplained:
         names = sorted({terminal_text(name) for _, name in judged.unexplained})
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""

@@ -23,7 +23,9 @@ start to differ, not confirmed as made there), unmeasured (what this run did not
 analysis asked for that could not run, and why), quantization (what a file's intended quantized
 weights cost: "int4 weights ..."; the file judged against torch with its own dequantized
 weights, parity.analyses.quantization, speaks for that candidate instead of the layers, whose
-reference is torch's float weights; a weight that is not a rounding stays a bug).
+reference is torch's float weights; a weight that is not a rounding stays a bug),
+limitation (what the file cannot do that the model does: a decoder file with no position_ids
+that gets a left-padded batch wrong while each prompt alone matches).
 """
 
 from __future__ import annotations
@@ -83,7 +85,12 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
     frozen = _frozen(run)
     # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it (nor
     # on a data run, where those analyses do not apply: its answers lead)
-    failed = run.tolerance_verdict is Verdict.FAIL
+    padded = _padded_batch(run)
+    # a left-padded batch that fails where every step passes: --layers and --noise-floor
+    # would measure the steps, not the batch
+    failed = run.tolerance_verdict is Verdict.FAIL and not (
+        padded and all(c.status.passed for c in run.verdict_rows)
+    )
     unmeasured = _unmeasured(run, found) if failed and not frozen and run.data is None else []
     not_run = _not_run(run)
     stages = [
@@ -96,6 +103,7 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
         + stages
         + _training_mode(run)
         + found
+        + padded
         + frozen
         + _static_axes(run)
         + _near_ties(run)
@@ -586,6 +594,16 @@ def _training_mode(run: ValidationRun) -> list[Finding]:
         for n in run.analyses
         if n.analysis == "training_mode" and n.done
     ]
+
+
+def _padded_batch(run: ValidationRun) -> list[Finding]:
+    """A decoder file that gets a left-padded batch wrong (parity.hf.padded_batch): its
+    sentence, for the logits of the lead candidate."""
+    padded = run.generation.padded_batch if run.generation is not None else None
+    if padded is None or padded.kind is None:
+        return []
+    candidate = 0 if run.is_multi_candidate else None
+    return [Finding(padded.kind, padded.text, padded.output, candidate)]
 
 
 def _frozen(run: ValidationRun) -> list[Finding]:

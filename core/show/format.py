@@ -39,11 +39,18 @@ def format_verdict(run: ValidationRun) -> str:
     failing = [c for c in run.verdict_rows if not c.status.passed]
     answers = run.answer_criteria  # --min-agreement: judged on the samples' answers
     below = [terminal_text(n) for n, passed in answers.items() if not passed]
-    if not failing and not below:
+    padded = run.generation.padded_batch if run.generation is not None else None
+    batch = padded is not None and padded.fails  # parity.hf.padded_batch
+    if not failing and not below and not batch:
         on = f"; {', '.join(map(terminal_text, answers))} on its answers" if answers else ""
         return f"PASS: every output within tolerance ({size}){on}"
-    if not failing:
+    if not failing and below:
         return f"FAIL: below its --min-agreement on the samples' answers: {', '.join(below)}"
+    if not failing and padded is not None:
+        return (
+            f"FAIL: every step within tolerance ({size}), but not the prompts as one "
+            f"left-padded batch ({terminal_text(padded.output)})"
+        )
     names = sorted({terminal_text(c.name) for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return (

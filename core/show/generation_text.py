@@ -7,8 +7,14 @@ here they are quoted with repr() wherever they sit inside a sentence.
 
 from __future__ import annotations
 
-from parity.results import GenerationInfo, PromptGeneration, TokenDivergence, ValidationRun
-from parity.text import number_text
+from parity.results import (
+    GenerationInfo,
+    PaddedPrompt,
+    PromptGeneration,
+    TokenDivergence,
+    ValidationRun,
+)
+from parity.text import count_text, number_text
 
 
 def token_text(piece: str, token: int) -> str:
@@ -45,8 +51,45 @@ def parting_words(p: PromptGeneration) -> str:
     )
 
 
+PADDED_WHY = (
+    "the file has no position_ids, so the steps ran each prompt alone; here the prompts ran "
+    "as one batch, as generate() makes it, the file on its own cache fed torch's tokens"
+)
+PADDED_HEAD = f"Left-padded batch: {PADDED_WHY}"
+
+
+def padded_prompt_words(p: PaddedPrompt) -> str:
+    """One prompt of the left-padded batch: its padding, its logits' error there (and how far
+    from what the file gives it alone, where beyond the tolerance), and alone."""
+    moved = "" if p.batch_passed else f", {number_text(p.shift)} from the file's own alone"
+    return (
+        f"{count_text(p.padding, 'padding token')}: logits max {number_text(p.batch_error)} "
+        f"off torch in the batch{moved}; {number_text(p.alone_error)} alone"
+    )
+
+
+def padded_lines(g: GenerationInfo) -> list[str]:
+    """The prompts as one left-padded batch (parity.hf.padded_batch): a header, one line per
+    prompt, then the sentence unless it is a finding (said with the findings, not twice)."""
+    b = g.padded_batch
+    if b is None:
+        return []
+    if not b.prompts:  # not run: why
+        return [b.text]
+    lines = [f"{PADDED_HEAD} ({count_text(b.steps, 'step')}):"]
+    lines += [
+        f"  prompt {i} {p.prompt!r}: {padded_prompt_words(p)}" for i, p in enumerate(b.prompts, 1)
+    ]
+    return lines + ([f"  {b.text}"] if b.kind is None else [])
+
+
 def generation_lines(g: GenerationInfo) -> list[str]:
-    """The terminal's section: per prompt, both texts, where they part, near tie or not."""
+    """The terminal's section: per prompt, both texts, where they part, near tie or not;
+    then the left-padded batch, where one was run."""
+    return _free_lines(g) + padded_lines(g)
+
+
+def _free_lines(g: GenerationInfo) -> list[str]:
     if not g.prompts:
         return [g.free_run_note] if g.free_run_note else []
     n = len(g.prompts[0].torch_tokens)

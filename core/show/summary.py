@@ -73,6 +73,12 @@ def headline(run: ValidationRun) -> str:
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
     failing = run.failing
     statuses = {c.status for c in run.outputs if c.name in failing}
+    padded = run.generation.padded_batch if run.generation is not None else None
+    if padded is not None and padded.fails and all(c.status.passed for c in run.verdict_rows):
+        return (  # every step passes: only the prompts as one batch fail (parity.hf.padded_batch)
+            f"The export does not match {ref}: its {padded.output} differ when the prompts run "
+            "as one left-padded batch."
+        )
     one = len(outputs) == 1  # "its output differs", never "1 of 1 output differ"
     if statuses & {Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH, Status.MISSING}:
         how = f"{'does' if one else 'do'} not match (a shape, a type or a missing output)"
@@ -114,6 +120,8 @@ def _cause_headline(run: ValidationRun, ref: str) -> str:
         )
     if any(f.kind is FindingKind.BUG for f in judged.failing):
         return f"The export does not match {ref}: Parity found a bug."
+    if any(f.kind is FindingKind.LIMITATION for f in judged.failing):
+        return f"The export does not match {ref}: the file cannot do all the model does."
     if judged.unexplained:
         n = len({name for _, name in judged.unexplained})
         return (

@@ -63,3 +63,36 @@ def make_llama_dir(directory: Path, *, hidden: int = 32) -> str:
     )
     torch.manual_seed(0)
     return save_model(transformers.LlamaForCausalLM(config), directory)
+
+
+def make_gemma_dir(directory: Path) -> str:
+    """A 2-layer Gemma (hidden 32, head_dim 8, vocab 96) with random weights: Optimum exports
+    it without position_ids (the file numbers positions from the past length)."""
+    import torch
+    import transformers
+
+    config = transformers.GemmaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        **SPECIAL,
+    )
+    torch.manual_seed(0)
+    return save_model(transformers.GemmaForCausalLM(config), directory)
+
+
+def make_gpt2_dir(directory: Path) -> str:
+    """A 2-layer GPT-2 (hidden 32, vocab 96, learned absolute positions) with random weights."""
+    import torch
+    import transformers
+
+    config = transformers.GPT2Config(
+        vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64, **SPECIAL
+    )
+    torch.manual_seed(0)
+    return save_model(transformers.GPT2LMHeadModel(config), directory)

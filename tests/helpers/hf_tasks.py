@@ -139,3 +139,31 @@ def make_sentence_dir(
         (directory / "2_Normalize").mkdir(exist_ok=True)
     (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64}))
     return str(directory)
+
+
+def optimum_export_without_positions(model_dir: str, out_dir: Path) -> Path:
+    """Optimum's text-generation-with-past export of a GPT-2 directory through a custom ONNX
+    config that leaves position_ids out (GPT-2's own config has them): the file then numbers
+    positions from the past length, as transformers does without them."""
+    import transformers
+    from optimum.exporters.onnx import main_export
+    from optimum.exporters.onnx.config import TextDecoderOnnxConfig
+    from optimum.exporters.onnx.model_configs import GPT2OnnxConfig
+
+    class WithoutPositions(TextDecoderOnnxConfig):
+        NORMALIZED_CONFIG_CLASS = GPT2OnnxConfig.NORMALIZED_CONFIG_CLASS
+        DUMMY_INPUT_GENERATOR_CLASSES = GPT2OnnxConfig.DUMMY_INPUT_GENERATOR_CLASSES
+        DEFAULT_ONNX_OPSET = GPT2OnnxConfig.DEFAULT_ONNX_OPSET
+
+    config = transformers.AutoConfig.from_pretrained(model_dir)
+    custom = WithoutPositions(
+        config, task="text-generation", use_past=True, use_past_in_inputs=True
+    )
+    main_export(
+        model_dir,
+        output=out_dir,
+        task="text-generation-with-past",
+        custom_onnx_configs={"model": custom},
+        do_validation=False,
+    )
+    return Path(out_dir) / "model.onnx"
