@@ -104,7 +104,9 @@ def run_batch(
     error, shift, same = np.zeros(n), np.zeros(n), np.ones(n, dtype=bool)
     runs = [steps(batch, slice(None))] + [steps(c, slice(k, k + 1)) for k, c in enumerate(alone)]
     for step, ((in_batch, _), *each) in enumerate(zip(*runs, strict=True)):
-        error = np.maximum(error, _max_abs(in_batch, batch.calls[step].logits[:, -1, :]))
+        torch_logits = batch.calls[step].logits
+        assert torch_logits is not None  # a decoder's calls keep their logits
+        error = np.maximum(error, _max_abs(in_batch, torch_logits[:, -1, :]))
         for k, (by_itself, _) in enumerate(each):
             shift[k] = max(shift[k], float(_max_abs(in_batch[k : k + 1], by_itself)[0]))
             same[k] &= _within(by_itself, in_batch[k : k + 1], step, tolerance)
@@ -140,7 +142,9 @@ def alone_results(
             for c in comparisons
             if c.name == LOGITS and c.candidate == 0 and start <= c.input_set < start + n
         ]
-        errors = [c.stats.max_abs for c in rows if c.stats is not None]
+        errors = [
+            c.stats.max_abs for c in rows if c.stats is not None and c.stats.max_abs is not None
+        ]
         results.append((max(errors) if errors else None, all(c.status.passed for c in rows)))
         start += n
     return results
