@@ -11,10 +11,10 @@ from parity.dashboard.findings_view import findings_section
 from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import own_export_words, verdict_badge
 from parity.dashboard.tables import (
-    ROW_COLUMN_CONFIG,
     fitting_columns,
     one_dtype,
     one_tolerance,
+    row_column_config,
     rows_frame,
     status_style,
 )
@@ -138,7 +138,7 @@ def page() -> None:
         status_style(frame),
         hide_index=True,
         width="stretch",
-        column_config=ROW_COLUMN_CONFIG,
+        column_config=row_column_config(frame),
         # fits 1280 px: the smallest passing atol is the Tolerances page's question
         column_order=fitting_columns(frame, leave_out=("min_atol",)),
         on_select=_on_table_select,
@@ -160,9 +160,11 @@ def page() -> None:
     st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
     st.caption(
         f"Colour: the worst error ÷ allowed error ({ALLOWED_TEXT}), the same scale in every "
-        "run: greens pass (yellow close to the line), reds fail, purple cannot be compared "
-        "element by element (shape, dtype, missing, or error: ONNX Runtime raised at that "
-        "size). ✓ / ✗ say it without colour. Click a cell's mark to inspect it."
+        "run: greens pass (yellow close to the line), reds fail, amber (≈) fails by what "
+        "the file was meant to do (its precision's rounding, its quantization, an "
+        "approximation: no bug found), purple cannot be compared element by element (shape, "
+        "dtype, missing, or error: ONNX Runtime raised at that size). ✓ / ✗ / ≈ say it "
+        "without colour. Click a cell's mark to inspect it."
     )
     grid, frozen = st.columns([3, 2]) if run.frozen else (st.container(), None)
     with grid:
