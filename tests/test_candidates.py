@@ -308,7 +308,7 @@ def test_html_report_shows_candidates_table_grid_and_each_failing_candidate(side
 
     page = render_html_report(side_by_side)
     assert "<h2>Candidates</h2>" in page and "Outputs × candidates" in page
-    assert page.count("<h2 class='candidate'>") == 2  # buggy at both levels, nothing else
+    assert page.count("<h2 class='candidate fail'>") == 2  # buggy at both levels, nothing else
     assert "Candidate #2 buggy.onnx (CPU, disable): FAIL" in page
     assert "&lt;i&gt;odd.onnx" in page and "<i>odd" not in page
     assert page.count("class='fig ") == figure_count(side_by_side)
