@@ -122,8 +122,10 @@ def _summary(sweep: SweepFolder) -> None:
         if sweep.complete
         else f" (still running: {len(sweep.pairs)} of {sweep.total} done; Open again to refresh)"
     )
+    meant = sum(bool(sweep.intended(p.name)) for p in sweep.pairs)
+    meant_words = f" ({meant} only by what its file was meant to do)" if meant else ""
     st.text(
-        f"{len(sweep.pairs)} pair(s): {counts['pass']} pass, {counts['fail']} fail, "
+        f"{len(sweep.pairs)} pair(s): {counts['pass']} pass, {counts['fail']} fail{meant_words}, "
         f"{counts['error']} error{still}\nfolder {sweep.path}\nmanifest {sweep.manifest}"
     )
 

@@ -22,20 +22,29 @@ pytestmark = pytest.mark.browser
 
 VIEWPORT = {"width": 1400, "height": 2400}
 AMBER = "rgb(227, 160, 8)"  # parity.show.cause_labels.INTENDED_COLOR
+HEADER_PX, ROW_PX, MARKER_X = 37, 35, 18
+"""Streamlit's dataframe geometry: header height, row height, the row-selection box's x."""
+
+
+def _exports(folder: Path) -> tuple[Path, Path]:
+    """demo:fp16's float16 export and a copy with the first Linear's weight x1.3."""
+    from parity.load.demos import SHIPPED_DIR
+    from tests.helpers.plant_bug import plant
+
+    fp16 = folder / "fp16.onnx"
+    fp16.write_bytes(next(Path(SHIPPED_DIR).glob("fp16-*.onnx")).read_bytes())
+    bug = folder / "bug.onnx"
+    plant(fp16, bug, "node_linear", "scale", 0.3)
+    return fp16, bug
 
 
 @pytest.fixture(scope="module")
 def fp16_and_bug(tmp_path_factory) -> tuple[Path, Path]:
     """(saved run, HTML report) of demo:fp16 against its float16 export and a buggy copy."""
     from parity.cli import main
-    from parity.load.demos import SHIPPED_DIR
-    from tests.helpers.plant_bug import plant
 
     folder = tmp_path_factory.mktemp("intended")
-    fp16 = folder / "fp16.onnx"
-    fp16.write_bytes(next(Path(SHIPPED_DIR).glob("fp16-*.onnx")).read_bytes())
-    bug = folder / "bug.onnx"
-    plant(fp16, bug, "node_linear", "scale", 0.3)  # the first Linear's weight x1.3
+    fp16, bug = _exports(folder)
     saved, html = folder / "run.parity.npz", folder / "report.html"
     args = ["validate", "--model", "demo:fp16", "--onnx", str(fp16), "--onnx", str(bug)]
     args += ["--noise-floor", "--input-sets", "1", "--save-run", str(saved), "--html", str(html)]
@@ -152,9 +161,10 @@ def _row_of(run_path: Path, *, kept: bool) -> tuple[int, int]:
 
 
 def _click_row(page, table, row: int) -> None:
-    """Select row `row` of a st.dataframe (a canvas: its row marker column, 35 px rows)."""
+    """Select row `row` of a st.dataframe (a canvas: its row marker column, header and row
+    heights as tests/test_browser_sweep.py measures them)."""
     box = table.bounding_box()
-    page.mouse.click(box["x"] + 16, box["y"] + 35 + 35 * row + 17)
+    page.mouse.click(box["x"] + MARKER_X, box["y"] + HEADER_PX + ROW_PX * row + ROW_PX / 2)
 
 
 def test_a_changed_sample_opens_in_inspect(digits_run, chromium, app_url):
@@ -193,5 +203,53 @@ def test_a_changed_sample_opens_in_inspect(digits_run, chromium, app_url):
         main.get_by_role("button", name="Back to the outputs").click()
         settle(page)
         assert "opened from the Samples page" not in main.inner_text()
+    finally:
+        page.context.close()
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory) -> Path:
+    """`parity sweep` over the float16 file and the buggy copy, one pair each."""
+    from parity.cli import main
+    from tests.helpers.sweep_zoo import write_manifest
+
+    zoo = tmp_path_factory.mktemp("intended_sweep")
+    _exports(zoo)
+    common = ["--model", "demo:fp16", "--noise-floor", "--input-sets", "1", "--onnx"]
+    manifest = write_manifest(
+        zoo, [{"name": "fp16", "args": [*common, "fp16.onnx"]},
+              {"name": "bug", "args": [*common, "bug.onnx"]}],
+    )  # fmt: skip
+    out = zoo / "out"
+    assert main(["sweep", str(manifest), "--out", str(out), "--workers", "2"]) == 1
+    return out
+
+
+def _rows(table) -> list[list[str]]:
+    """A st.dataframe's rows as shown, header first (its accessibility table)."""
+    table.locator("tr").nth(1).wait_for(state="attached")
+    return [r.locator("th, td").all_inner_texts() for r in table.locator("tr").all()]
+
+
+def test_the_sweep_names_the_float16_pair_by_its_cause(sweep_dir, chromium, app_url):
+    page = open_page(
+        chromium,
+        f"{app_url}/?sweep={urllib.parse.quote(str(sweep_dir))}",
+        viewport={"width": 1400, "height": 1400},
+    )
+    try:
+        page.get_by_role("heading", name="Sweep", exact=True).wait_for()
+        settle(page)
+        said = page.locator('[data-testid="stMain"]').inner_text()
+        assert "2 pair(s): 0 pass, 2 fail (1 only by what its file was meant to do)" in said
+        tables = page.locator('[data-testid="stDataFrame"]')
+        pairs = _rows(tables.nth(0))
+        verdicts = {r[0]: r[1] for r in pairs[1:]}
+        assert verdicts == {"fp16": "≈ fail: float16 rounding", "bug": "✗ fail"}
+        grid = _rows(tables.nth(1))
+        by_pair = {r[0]: r[1:] for r in grid[1:]}
+        assert all(c.startswith("≈ float16 rounding ") for c in by_pair["fp16"]), by_pair
+        assert all(c.startswith("✗ fail ") for c in by_pair["bug"]), by_pair
+        shot(page, "intended-sweep")
     finally:
         page.context.close()
