@@ -25,6 +25,7 @@ from parity.judge.pass_rule import ALLOWED_TEXT
 from parity.labels import WORST_WORDS, worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
+from parity.show.cause_labels import INTENDED_WORDS
 from parity.show.figures import verdict_grid
 from parity.show.rows import comparison_rows
 from parity.show.sentences import failing_outputs
@@ -160,11 +161,10 @@ def page() -> None:
     st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
     st.caption(
         f"Colour: the worst error ÷ allowed error ({ALLOWED_TEXT}), the same scale in every "
-        "run: greens pass (yellow close to the line), reds fail, amber (≈) fails by what "
-        "the file was meant to do (its precision's rounding, its quantization, an "
-        "approximation: no bug found), purple cannot be compared element by element (shape, "
-        "dtype, missing, or error: ONNX Runtime raised at that size). ✓ / ✗ / ≈ say it "
-        "without colour. Click a cell's mark to inspect it."
+        f"run: greens pass (yellow close to the line), reds fail, {INTENDED_WORDS}, purple "
+        "cannot be compared element by element (shape, dtype, missing, or error: ONNX Runtime "
+        "raised at that size). ✓ / ✗ / ≈ say it without colour. Click a cell's mark to "
+        "inspect it."
     )
     grid, frozen = st.columns([3, 2]) if run.frozen else (st.container(), None)
     with grid:

@@ -21,6 +21,7 @@ from parity.dashboard.tables import status_style
 from parity.errors import ParityError
 from parity.labels import INTENDED_MARK, status_label
 from parity.results import Status
+from parity.show.cause_labels import INTENDED_WORDS
 from parity.sweep.execute import LOG, PairResult
 from parity.sweep.folder import SweepFolder, load_sweep
 from parity.sweep.plan import REPORT
@@ -254,9 +255,8 @@ def _grid(sweep: SweepFolder, *, only_bad: bool) -> None:
         return
     st.caption(
         "Each cell: the output's worst status over the input sets and its largest max abs "
-        "error; amber (≈) where it fails by what its file was meant to do (float16 rounding, "
-        "quantization, an approximation), red where it is a bug or nothing explains it. "
-        "Empty: that pair has no such output."
+        f"error: green passes, {INTENDED_WORDS}, red fails by a bug or by what nothing "
+        "explains. Empty: that pair has no such output."
         + (f" {left_out} pair(s) without compared outputs are left out." if left_out else "")
     )
     st.dataframe(status_style(frame, None), width="stretch")

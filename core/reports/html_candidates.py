@@ -11,7 +11,7 @@ from collections.abc import Callable
 from parity.labels import status_label, verdict_label
 from parity.results import ValidationRun
 from parity.show.candidate_views import candidate_cells, verdict_counts
-from parity.show.cause_labels import intended_outputs, run_cause
+from parity.show.cause_labels import INTENDED_WORDS, intended_outputs, run_cause
 from parity.show.format import reference_text
 from parity.show.summary import headline
 from parity.text import html_text as _e
@@ -97,7 +97,7 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
         side_rows.append(f"<tr><td class='name'>{_e(name)}</td>{''.join(tds)}</tr>")
     note = (
         "Each cell: the candidate's largest max |error| for that output over the input sets, "
-        "and its worst status."
+        "and its worst status" + (f"; {INTENDED_WORDS}." if intended else ".")
     )
     return (
         "<section><h2>Candidates</h2>"

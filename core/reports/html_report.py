@@ -21,7 +21,7 @@ from parity.judge.where import WhereProfile, where_of
 from parity.labels import status_label, verdict_label
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import binding_text
-from parity.show.cause_labels import run_cause
+from parity.show.cause_labels import INTENDED_WORDS, intended_outputs, run_cause
 from parity.show.colors import css_palette
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
 from parity.show.sentences import failing_outputs, other_failing_sets, output_facts
@@ -291,6 +291,10 @@ def _grid(run: ValidationRun) -> str:
         from parity.show.figures import verdict_grid
 
         parts.append(_figure_html(verdict_grid(run), "grid"))
+        if intended_outputs(run):  # the amber cells say what they are
+            parts.append(f"<p class='legend'>{_e(INTENDED_WORDS[0].upper())}"
+                         f"{_e(INTENDED_WORDS[1:])}; red fails by a bug or by what nothing "
+                         "explains.</p>")  # fmt: skip
     if run.frozen:
         items = "".join(f"<li>{_e(f.text)}</li>" for f in run.frozen)
         parts.append(f"<h2 class='findings'>Frozen at export</h2><ul class='frozen'>{items}</ul>")

@@ -22,6 +22,7 @@ __all__ = [
     "INTENDED_COLOR",
     "INTENDED_MARK",
     "INTENDED_TEXT",
+    "INTENDED_WORDS",
     "CauseLook",
     "intended_json",
     "intended_label",
@@ -33,6 +34,11 @@ INTENDED_COLOR = "#e3a008"
 """Amber: an output beyond its tolerance by what the file was meant to do (not a bug)."""
 INTENDED_TEXT = "#1f2328"
 """Text drawn on INTENDED_COLOR."""
+INTENDED_WORDS = (
+    "amber (≈) fails by what the file was meant to do (its precision's rounding, its "
+    "quantization, an approximation: no bug found)"
+)
+"""The colour's legend, as every caption and report says it."""
 
 
 def intended_label(kind: FindingKind, precision: str = "float32") -> str:
