@@ -19,9 +19,10 @@ from parity.dashboard.where_views import where_for
 from parity.judge.compare import compare_outputs
 from parity.judge.where import where_profile
 from parity.labels import set_label, status_label
-from parity.results import ValidationRun
+from parity.results import Status, ValidationRun
 from parity.show import figures as fg
 from parity.show import reductions as ins
+from parity.show.cause_labels import intended_outputs
 from parity.text import shape_text, tolerance_text
 
 KIND_LABELS = {
@@ -242,8 +243,14 @@ def page() -> None:
         set_index, name = _choose_target(run)
         comp = run.comparison(set_index, name)
         ref, onnx = run.arrays(comp)
+        cause = intended_outputs(run).get((comp.candidate, name), "")  # amber, as on the grid
+        said = status_label(comp.status).upper() + (
+            f" ({md_text(cause)}, what the file was meant to do)"
+            if cause and comp.status is Status.FAIL
+            else ""
+        )
         st.markdown(
-            f"**{status_label(comp.status).upper()}** · {md_code(name)} in "
+            f"**{said}** · {md_code(name)} in "
             f"{md_text(set_label(run, set_index))} · "
             f"torch {md_text(shape_text(comp.ref_shape))} {md_text(comp.ref_dtype)} · "
             f"ONNX {md_text(shape_text(comp.onnx_shape))} {md_text(comp.onnx_dtype)} · "

@@ -103,6 +103,13 @@ def test_the_float16_cell_is_amber_and_the_bug_red_on_the_overview(fp16_and_bug,
         assert re.search(r"Worst: off by \S+ \(reference \S+, ONNX \S+\), [\d,.]+ times", text)
         assert "not a bug" in text and "a bug in the export" not in text  # #0's findings only
         shot(page, "intended-overview")
+
+        # Inspect names the cause beside the status, as the grid does
+        page.get_by_role("button", name=re.compile("Inspect the worst failure")).click()
+        page.get_by_role("heading", name="Inspect an output").wait_for()
+        settle(page)
+        said = page.locator('[data-testid="stMain"]').inner_text()
+        assert "FAIL (float16 rounding, what the file was meant to do) · " in said
     finally:
         page.context.close()
 
