@@ -11,6 +11,7 @@ from parity.results import OutputComparison, Status, ValidationRun
 from parity.verdict import Verdict
 
 __all__ = [
+    "INTENDED_MARK",
     "OUTSIDE_MODULES",
     "WORST_WORDS",
     "StatusStyle",
@@ -55,9 +56,20 @@ _MARK = {  # one grid cell: a tick, a cross, or what kind of mismatch
 }
 
 
-def status_label(status: Status, style: StatusStyle = "words") -> str:
+INTENDED_MARK = "≈"
+"""A cell readable without colour: beyond the tolerance by what the file was meant to do."""
+
+
+def status_label(status: Status, style: StatusStyle = "words", intended: str = "") -> str:
     """``terminal`` (pass / FAIL / SHAPE ...), ``words`` (HTML: pass / FAIL / shape mismatch),
-    ``marked`` (tables: ✓ pass / ✗ shape mismatch), ``mark`` (grid cells: ✓ / ✗ / shape)."""
+    ``marked`` (tables: ✓ pass / ✗ shape mismatch), ``mark`` (grid cells: ✓ / ✗ / shape).
+
+    `intended`: the cause's label of an output whose failure is intended (parity.show.
+    cause_labels: "float16 rounding"); a FAIL then reads as it (``≈ float16 rounding``)."""
+    if intended and status is Status.FAIL:
+        if style == "mark":
+            return INTENDED_MARK
+        return f"{INTENDED_MARK} {intended}" if style == "marked" else intended
     if style == "terminal":
         return _TERMINAL[status]
     if style == "mark":

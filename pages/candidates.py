@@ -8,10 +8,12 @@ import pandas as pd
 import streamlit as st
 
 from parity.dashboard import state
+from parity.dashboard.tables import status_style
 from parity.dashboard.text import md_text
 from parity.results import ValidationRun
 from parity.show.candidate_figures import candidate_row_label, candidates_grid
 from parity.show.candidate_views import verdict_counts
+from parity.show.cause_labels import run_cause
 from parity.show.format import reference_text
 
 
@@ -53,11 +55,12 @@ def could_not_run(view: ValidationRun) -> bool:
 def candidates_frame(run: ValidationRun) -> pd.DataFrame:
     rows = []
     for view in run.candidates:
-        i, verdict = view.info, run.candidate_verdict(view.index)
+        i = view.info
         rows.append(
             {
                 "#": i.index,
-                "verdict": {"pass": "✓ pass", "fail": "✗ FAIL", "error": "⚠ error"}[verdict],
+                # ≈ FAIL: float16 rounding where every failure is intended (amber)
+                "verdict": run_cause(run, view.index).marked(),
                 "ONNX file": i.onnx,
                 "provider": i.provider,
                 "opt level": i.ort_opt_level,
@@ -89,7 +92,10 @@ def candidates_overview(run: ValidationRun) -> None:
     st.subheader("Candidates")
     st.markdown(md_text(f"{', '.join(parts)}; {reference_text(run)}"))
     st.dataframe(
-        candidates_frame(run), hide_index=True, width="stretch", key=state.CANDIDATES_TABLE
+        status_style(candidates_frame(run), ["verdict"]),
+        hide_index=True,
+        width="stretch",
+        key=state.CANDIDATES_TABLE,
     )
     st.caption(
         "Each cell: the candidate's worst input set for that output. Click a cell's mark to "

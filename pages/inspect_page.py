@@ -7,6 +7,7 @@ browser never receives a raw tensor; per-output results that do not depend on th
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from parity.dashboard import state
@@ -18,9 +19,10 @@ from parity.dashboard.where_views import where_for
 from parity.judge.compare import compare_outputs
 from parity.judge.where import where_profile
 from parity.labels import set_label, status_label
-from parity.results import ValidationRun
+from parity.results import Status, ValidationRun
 from parity.show import figures as fg
 from parity.show import reductions as ins
+from parity.show.cause_labels import intended_outputs
 from parity.text import shape_text, tolerance_text
 
 KIND_LABELS = {
@@ -158,6 +160,47 @@ def _layer_value(run: ValidationRun):
     return set_index, name, comp, pair.ref, pair.onnx
 
 
+def _sample_value(run: ValidationRun):
+    """The data sample the Samples page opened here (--data; its arrays kept by the run),
+    compared like an output at that output's tolerance: (set key, view name, comparison,
+    torch array, ONNX array), or None. Its inputs show as a thumbnail or their shapes."""
+    from parity.data.figures import thumbnail
+
+    picked = state.sample_target()
+    data = run.data
+    if picked is None or data is None:
+        return None
+    output, number = picked
+    o = data.output(output)
+    w = next((x for x in o.worst if x.sample == number), None) if o is not None else None
+    if w is None or w.torch is None or w.onnx is None:
+        state.clear_sample_target()
+        return None
+    st.caption("A sample of your data, opened from the Samples page (its arrays were kept)")
+    inputs = ", ".join(f"{k} {shape_text(a.shape)} {a.dtype}" for k, a in w.inputs.items())
+    named = f"sample {w.sample}" + (f" · {w.id}" if w.id != str(w.sample) else "")
+    st.text(f"{named} · output {output} · inputs: {inputs or 'not kept'}")
+    image = next((i for i in map(thumbnail, w.inputs.values()) if i is not None), None)
+    if image is not None:
+        st.image(image, width=160, clamp=True, caption=f"sample {w.sample}")
+    if st.button("Back to the outputs", key=state.INSP_SAMPLE_BACK, icon=":material/undo:"):
+        state.clear_sample_target()
+        st.rerun()
+    name = f"sample {w.sample} {output}"
+    tolerance = run.tolerances.for_output(output)
+    comp = _cached(
+        state.raw_view(),
+        (-1, name, "comparison"),
+        lambda: compare_outputs(w.torch, w.onnx, name=output, input_set=-1, tolerance=tolerance),
+    ).rejudge(tolerance)
+    st.markdown(
+        f"**{status_label(comp.status).upper()}** at {md_text(output)}'s tolerance "
+        f"({tolerance_text(comp.tolerance)}) · torch {shape_text(comp.ref_shape)} "
+        f"{comp.ref_dtype} · ONNX {shape_text(comp.onnx_shape)} {comp.onnx_dtype}"
+    )
+    return -1, name, comp, np.asarray(w.torch), np.asarray(w.onnx)
+
+
 def _where_section(run, stored, set_index, name, comp, ref, onnx, exclude, is_layer) -> None:
     """Where the mismatches are at the current tolerance (parity.judge.where): one sentence, and the
     per-axis profile folded below it."""
@@ -193,15 +236,21 @@ def page() -> None:
     run = candidate_selector(run, key=state.CANDIDATE_INSPECT)
     if could_not_run(run):
         return
-    layer = _layer_value(run)
+    layer = _layer_value(run) or _sample_value(run)  # a layer value, a data sample
     if layer is not None:
         set_index, name, comp, ref, onnx = layer
     else:
         set_index, name = _choose_target(run)
         comp = run.comparison(set_index, name)
         ref, onnx = run.arrays(comp)
+        cause = intended_outputs(run).get((comp.candidate, name), "")  # amber, as on the grid
+        said = status_label(comp.status).upper() + (
+            f" ({md_text(cause)}, what the file was meant to do)"
+            if cause and comp.status is Status.FAIL
+            else ""
+        )
         st.markdown(
-            f"**{status_label(comp.status).upper()}** · {md_code(name)} in "
+            f"**{said}** · {md_code(name)} in "
             f"{md_text(set_label(run, set_index))} · "
             f"torch {md_text(shape_text(comp.ref_shape))} {md_text(comp.ref_dtype)} · "
             f"ONNX {md_text(shape_text(comp.onnx_shape))} {md_text(comp.onnx_dtype)} · "

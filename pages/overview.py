@@ -11,10 +11,10 @@ from parity.dashboard.findings_view import findings_section
 from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import own_export_words, verdict_badge
 from parity.dashboard.tables import (
-    ROW_COLUMN_CONFIG,
     fitting_columns,
     one_dtype,
     one_tolerance,
+    row_column_config,
     rows_frame,
     status_style,
 )
@@ -25,6 +25,7 @@ from parity.judge.pass_rule import ALLOWED_TEXT
 from parity.labels import WORST_WORDS, worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
+from parity.show.cause_labels import INTENDED_WORDS
 from parity.show.figures import verdict_grid
 from parity.show.rows import comparison_rows
 from parity.show.sentences import failing_outputs
@@ -138,7 +139,7 @@ def page() -> None:
         status_style(frame),
         hide_index=True,
         width="stretch",
-        column_config=ROW_COLUMN_CONFIG,
+        column_config=row_column_config(frame),
         # fits 1280 px: the smallest passing atol is the Tolerances page's question
         column_order=fitting_columns(frame, leave_out=("min_atol",)),
         on_select=_on_table_select,
@@ -160,9 +161,10 @@ def page() -> None:
     st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
     st.caption(
         f"Colour: the worst error ÷ allowed error ({ALLOWED_TEXT}), the same scale in every "
-        "run: greens pass (yellow close to the line), reds fail, purple cannot be compared "
-        "element by element (shape, dtype, missing, or error: ONNX Runtime raised at that "
-        "size). ✓ / ✗ say it without colour. Click a cell's mark to inspect it."
+        f"run: greens pass (yellow close to the line), reds fail, {INTENDED_WORDS}, purple "
+        "cannot be compared element by element (shape, dtype, missing, or error: ONNX Runtime "
+        "raised at that size). ✓ / ✗ / ≈ say it without colour. Click a cell's mark to "
+        "inspect it."
     )
     grid, frozen = st.columns([3, 2]) if run.frozen else (st.container(), None)
     with grid:

@@ -9,13 +9,16 @@ from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.labels import verdict_label
 from parity.results import ValidationRun
+from parity.show.cause_labels import CauseLook, run_cause
 from parity.show.colors import VERDICT_BADGE
 from parity.text import count_text
 
 
-def verdict_badge(run: ValidationRun, *, size: str = "") -> str:
-    """Markdown for a coloured verdict badge (`size` is a heading prefix like '## ')."""
-    return verdict_badge_of(run.verdict, size=size)
+def verdict_badge(run: ValidationRun, *, size: str = "", candidate: int | None = None) -> str:
+    """Markdown for a coloured verdict badge (`size` is a heading prefix like '## '): a run
+    (or `candidate`) failing only by what its file was meant to do reads "FAIL · float16
+    rounding" in amber (parity.show.cause_labels), never in a bug's red."""
+    return badge_of(run_cause(run, candidate), size=size)
 
 
 def tolerance_text(run: ValidationRun) -> str:
@@ -75,11 +78,14 @@ def render_sidebar() -> None:
 def candidate_lines(run: ValidationRun) -> str:
     """One line per candidate of a run with several: its verdict badge, then which file,
     provider and level it is (the sidebar's list)."""
-    return "  \n".join(f"{verdict_badge_of(v.verdict)} {md_text(v.label)}" for v in run.candidates)
+    return "  \n".join(
+        f"{verdict_badge(run, candidate=v.index)} {md_text(v.label)}" for v in run.candidates
+    )
 
 
-def verdict_badge_of(verdict: str, *, size: str = "") -> str:
-    return f"{size}:{VERDICT_BADGE[verdict]}-background[**{verdict_label(verdict)}**]"
+def badge_of(look: CauseLook, *, size: str = "") -> str:
+    said = verdict_label(look.verdict) + (f" · {md_text(look.intended)}" if look.intended else "")
+    return f"{size}:{VERDICT_BADGE[look.css]}-background[**{said}**]"
 
 
 def own_export_words(run: ValidationRun) -> str | None:

@@ -106,6 +106,11 @@ CANDIDATES_GRID = "candidates_grid"  # widget: the candidates x outputs grid (it
 
 # --- Samples (samples.py)
 SAMPLES_OUTPUT = "parity_samples_output"  # widget: the Samples page's output selectbox
+SAMPLES_FLIPS = "parity_samples_flips"  # widget prefix: the changed samples table (+ output)
+SAMPLES_INSPECT = "parity_samples_inspect"  # widget prefix: a worst sample's Inspect button
+SAMPLES_NOT_KEPT = "parity_samples_not_kept"  # the changed sample picked whose arrays are gone
+SAMPLE_TARGET = "parity_inspect_sample"  # (output, sample number) the Inspect page opens on
+INSP_SAMPLE_BACK = "insp_sample_back"  # widget: "Back to the outputs" from a data sample
 
 # --- Overview (overview.py)
 OVERVIEW_TABLE = "overview_table"  # widget: the outputs table (a selection opens Inspect)
@@ -252,6 +257,7 @@ def set_run(run: ValidationRun) -> None:
     st.session_state.pop(SUSPECT, None)
     st.session_state.pop(TARGET, None)
     st.session_state.pop(LAYER_TARGET, None)
+    st.session_state.pop(SAMPLE_TARGET, None)
     st.session_state.pop(VIEWS, None)
     st.session_state.pop(SAVED_MESSAGE, None)  # "Opened FILE" is stale once another run shows
     st.session_state[CANDIDATE] = _first_bad_candidate(run)
@@ -346,15 +352,31 @@ def set_target(input_set: int, name: str) -> None:
     """The (input set, output) the Inspect page opens on."""
     st.session_state[TARGET] = (int(input_set), str(name))
     st.session_state.pop(LAYER_TARGET, None)
+    st.session_state.pop(SAMPLE_TARGET, None)
 
 
 def target() -> tuple[int, str] | None:
     return st.session_state.get(TARGET)
 
 
+def set_sample_target(output: str, sample: int) -> None:
+    """A data sample (--data: one whose arrays the run kept) for the Inspect page to open."""
+    st.session_state[SAMPLE_TARGET] = (str(output), int(sample))
+    st.session_state.pop(LAYER_TARGET, None)
+
+
+def sample_target() -> tuple[str, int] | None:
+    return st.session_state.get(SAMPLE_TARGET)
+
+
+def clear_sample_target() -> None:
+    st.session_state.pop(SAMPLE_TARGET, None)
+
+
 def set_layer_target(order: int, input_set: int) -> None:
     """An intermediate value (of the run's layers comparison) for the Inspect page to open."""
     st.session_state[LAYER_TARGET] = (int(order), int(input_set))
+    st.session_state.pop(SAMPLE_TARGET, None)
 
 
 def layer_target() -> tuple[int, int] | None:

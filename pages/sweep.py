@@ -19,6 +19,9 @@ from parity.dashboard.frame import initial_sweep
 from parity.dashboard.saved_runs import open_and_say
 from parity.dashboard.tables import status_style
 from parity.errors import ParityError
+from parity.labels import INTENDED_MARK, status_label
+from parity.results import Status
+from parity.show.cause_labels import INTENDED_WORDS
 from parity.sweep.execute import LOG, PairResult
 from parity.sweep.folder import SweepFolder, load_sweep
 from parity.sweep.plan import REPORT
@@ -120,8 +123,10 @@ def _summary(sweep: SweepFolder) -> None:
         if sweep.complete
         else f" (still running: {len(sweep.pairs)} of {sweep.total} done; Open again to refresh)"
     )
+    meant = sum(bool(sweep.intended(p.name)) for p in sweep.pairs)
+    meant_words = f" ({meant} only by what its file was meant to do)" if meant else ""
     st.text(
-        f"{len(sweep.pairs)} pair(s): {counts['pass']} pass, {counts['fail']} fail, "
+        f"{len(sweep.pairs)} pair(s): {counts['pass']} pass, {counts['fail']} fail{meant_words}, "
         f"{counts['error']} error{still}\nfolder {sweep.path}\nmanifest {sweep.manifest}"
     )
 
@@ -130,8 +135,7 @@ def pairs_frame(sweep: SweepFolder, *, only_bad: bool) -> pd.DataFrame:
     rows = [
         {
             "pair": p.name,
-            "verdict": VERDICT_TEXT.get(p.verdict, p.verdict)
-            + (" (retried)" if retried(p) else ""),
+            "verdict": _verdict_text(sweep, p) + (" (retried)" if retried(p) else ""),
             "worst output": p.worst.output if p.worst else "",
             "max abs": p.worst.max_abs if p.worst else None,
             "failing / error": p.error or ", ".join(p.failing),
@@ -145,6 +149,15 @@ def pairs_frame(sweep: SweepFolder, *, only_bad: bool) -> pd.DataFrame:
         for p in shown_pairs(sweep, only_bad=only_bad)
     ]
     return pd.DataFrame(rows)
+
+
+def _verdict_text(sweep: SweepFolder, p: PairResult) -> str:
+    """``✓ pass``, ``✗ fail``, ``⚠ error``, or ``≈ fail: float16 rounding`` where every
+    failing output is what the file was meant to do (amber: parity.show.colors.mark_css)."""
+    intended = sweep.intended(p.name)
+    if intended:
+        return f"{INTENDED_MARK} fail: {intended}"
+    return VERDICT_TEXT.get(p.verdict, p.verdict)
 
 
 def _pairs_table(sweep: SweepFolder) -> bool:
@@ -219,7 +232,11 @@ def grid_frame(sweep: SweepFolder, pairs: list[PairResult] | None = None) -> pd.
         for name in names:
             cell = cells.get(name)
             if cell is not None:
-                mark = CELL_MARK.get(cell.status, f"✗ {cell.status}")
+                mark = (
+                    status_label(Status.FAIL, "marked", cell.intended)
+                    if cell.intended
+                    else CELL_MARK.get(cell.status, f"✗ {cell.status}")
+                )
                 row[name] = f"{mark} {number_text(cell.max_abs)}"
             else:
                 row[name] = ""
@@ -238,7 +255,8 @@ def _grid(sweep: SweepFolder, *, only_bad: bool) -> None:
         return
     st.caption(
         "Each cell: the output's worst status over the input sets and its largest max abs "
-        "error. Empty: that pair has no such output."
+        f"error: green passes, {INTENDED_WORDS}, red fails by a bug or by what nothing "
+        "explains. Empty: that pair has no such output."
         + (f" {left_out} pair(s) without compared outputs are left out." if left_out else "")
     )
     st.dataframe(status_style(frame, None), width="stretch")

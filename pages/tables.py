@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from parity.show.colors import status_css
+from parity.show.colors import mark_css
 from parity.show.rows import COLUMNS, ComparisonRow
 
 
@@ -57,6 +57,16 @@ ROW_COLUMN_CONFIG = {  # widths that fit the Overview's table on a 1280 px scree
 """Column settings for :func:`rows_frame` tables (st.dataframe's column_config)."""
 
 
+def row_column_config(frame: pd.DataFrame) -> dict:
+    """ROW_COLUMN_CONFIG, its status column wide enough for a cause's label where a row
+    reads one (``≈ float16 rounding``: parity.show.cause_labels)."""
+    status = _header("status")
+    if status not in frame or not frame[status].astype(str).str.startswith("≈").any():
+        return ROW_COLUMN_CONFIG
+    wide = st.column_config.TextColumn(status, width=150)
+    return {**ROW_COLUMN_CONFIG, status: wide}
+
+
 def fitting_columns(frame: pd.DataFrame, *, leave_out: Sequence[str] = ()) -> list[str]:
     """The frame's headers to show (st.dataframe's column_order) on a 1280 px page: without
     the `leave_out` column keys, the NaN / Inf column when every count is 0, and the
@@ -89,14 +99,10 @@ def one_tolerance(frame: pd.DataFrame) -> str | None:
 
 
 def status_style(frame: pd.DataFrame, columns: Sequence[str] | None = ("status",)):
-    """Status cells in green or red (a Styler; st.dataframe keeps the column config).
+    """Status cells in green, red, or amber where the failure is intended (a Styler;
+    st.dataframe keeps the column config; colours: parity.show.colors.mark_css).
 
-    `columns`: the columns whose text starts with ✓ or ✗ (None: every column)."""
-
-    def color(value: object) -> str:
-        text = str(value)
-        if text.startswith(("✓", "✗")):
-            return status_css(text.startswith("✓"))
-        return ""
-
-    return frame.style.map(color, subset=None if columns is None else list(columns))
+    `columns`: the columns whose text starts with ✓, ✗ or ≈ (None: every column)."""
+    return frame.style.map(
+        lambda value: mark_css(str(value)), subset=None if columns is None else list(columns)
+    )

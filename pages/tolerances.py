@@ -19,7 +19,7 @@ from parity.dashboard.access import command_run
 from parity.dashboard.candidates import candidate_selector, candidates_frame
 from parity.dashboard.frame import run_or_invite
 from parity.dashboard.sidebar import verdict_badge
-from parity.dashboard.tables import ROW_COLUMN_CONFIG, rows_frame, status_style
+from parity.dashboard.tables import row_column_config, rows_frame, status_style
 from parity.dashboard.text import dashboard_words, md_code, md_text
 from parity.dashboard.tolerance_editor import apply_edits, editor_frame, fmt
 from parity.judge.pass_rule import RULE_SENTENCE
@@ -213,7 +213,7 @@ def controls(raw: ValidationRun) -> None:
         status_style(table),
         hide_index=True,
         width="stretch",
-        column_config=ROW_COLUMN_CONFIG,
+        column_config=row_column_config(table),
         key=state.TOL_PASS_TABLE,
     )
     st.caption(f"Re-judged {len(judged.outputs)} comparison(s) in {ms:.1f} ms.")

@@ -9,7 +9,7 @@ from parity.dashboard import state
 from parity.dashboard.text import md_text
 from parity.judge.where import WhereProfile, where_of
 from parity.results import OutputComparison, ValidationRun
-from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
+from parity.show.sentences import failing_outputs, other_failing_sets, output_facts
 
 
 def where_for(run: ValidationRun, c: OutputComparison) -> WhereProfile | None:
@@ -25,13 +25,15 @@ def _others(run: ValidationRun, c: OutputComparison) -> list[tuple[int, WherePro
 
 
 def failing_sentences(run: ValidationRun, *, limit: int = 8) -> None:
-    """One plain sentence per failing output (what, how bad, where), worst first."""
+    """Per failing output, worst first, its facts one a line (parity.show.sentences.
+    output_facts: the HTML report's "In numbers" words)."""
     failing = failing_outputs(run)
-    lines = [
-        f"- {md_text(output_sentence(run, c, where_for(run, c), _others(run, c)))}"
-        for c in failing[:limit]
-    ]
+    items = []
+    for c in failing[:limit]:
+        facts = output_facts(run, c, where_for(run, c), _others(run, c))
+        items.append(f"- **{md_text(facts.head)}**")
+        items += [f"    - {md_text(line)}" for line in facts.lines]
     if len(failing) > limit:
-        lines.append(f"- {len(failing) - limit} more failing outputs: see the table below.")
-    if lines:
-        st.markdown("\n".join(lines))
+        items.append(f"- {len(failing) - limit} more failing outputs: see the table below.")
+    if items:
+        st.markdown("\n".join(items))

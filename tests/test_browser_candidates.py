@@ -97,8 +97,9 @@ def test_the_sidebar_and_the_run_page_name_the_candidate_that_fails(saved_run, c
     ):  # fmt: skip
         assert line in " ".join(text.split()), text
     main = page.locator('[data-testid="stMain"]').inner_text()
-    assert "fails in 2 of 2 input sets on #4 buggy.onnx (CPU, disable)." in main, main
-    assert "fails in 2 of 2 input sets on #5 buggy.onnx (CPU, all)." in main
+    # each failing output's head on its line, its facts below
+    assert "fails in 2 of 2 input sets on #4 buggy.onnx (CPU, disable)\n" in main, main
+    assert "fails in 2 of 2 input sets on #5 buggy.onnx (CPU, all)\n" in main
     settle(page)
     page.screenshot(path=str(ARTIFACTS / "candidates-run-page.png"))
     context.close()

@@ -308,7 +308,7 @@ def test_html_report_shows_candidates_table_grid_and_each_failing_candidate(side
 
     page = render_html_report(side_by_side)
     assert "<h2>Candidates</h2>" in page and "Outputs × candidates" in page
-    assert page.count("<h2 class='candidate'>") == 2  # buggy at both levels, nothing else
+    assert page.count("<h2 class='candidate fail'>") == 2  # buggy at both levels, nothing else
     assert "Candidate #2 buggy.onnx (CPU, disable): FAIL" in page
     assert "&lt;i&gt;odd.onnx" in page and "<i>odd" not in page
     assert page.count("class='fig ") == figure_count(side_by_side)
@@ -354,20 +354,24 @@ def test_candidates_grid_colours_cells_on_the_judgement_scale(side_by_side):
 def test_a_failing_sentence_names_its_candidate_and_counts_its_own_sets(side_by_side):
     """Issue 22: in a run with several candidates a verdict sentence says which file,
     provider and level fails, and counts that candidate's input sets only."""
-    from parity.show.sentences import failing_outputs, output_sentence
+    from parity.show.sentences import failing_outputs, output_facts
 
     failing = failing_outputs(side_by_side)
     assert sorted((c.candidate, c.name) for c in failing) == [
         (2, "logits"), (2, "total"), (3, "logits"), (3, "total")
     ]  # fmt: skip
     by = {
-        c.candidate: output_sentence(side_by_side, c, None) for c in failing if c.name == "logits"
+        c.candidate: output_facts(side_by_side, c, None).text()
+        for c in failing
+        if c.name == "logits"
     }
     assert by[2].startswith("logits fails in 2 of 2 input sets on #2 buggy.onnx (CPU, disable).")
     assert by[3].startswith("logits fails in 2 of 2 input sets on #3 buggy.onnx (CPU, all).")
     single = side_by_side.for_candidate(2)
-    alone = {c.name: output_sentence(single, c, None) for c in failing_outputs(single)}
-    assert alone["logits"].startswith("logits fails in 2 of 2 input sets. In set")  # no "on #"
+    alone = {c.name: output_facts(single, c, None).text() for c in failing_outputs(single)}
+    assert alone["logits"].startswith(
+        "logits fails in 2 of 2 input sets. Out of tolerance in set"
+    )  # no "on #"
 
 
 def test_rejudged_run_judges_every_candidate(side_by_side):

@@ -344,6 +344,7 @@ LATER_FIELDS = {
     "judge",  # the verdict by cause (--judge)
     "tolerance_verdict",
     "tolerance_forgives",
+    "intended",  # outputs beyond their tolerance by what the file meant (cause_labels)
     "suggested_tolerances",
     "input_of",  # layers.values[]
     "ops",

@@ -247,7 +247,7 @@ def test_the_headline_sentence_weighs_every_failing_input_set() -> None:
     says where for its worst set and that the other set agrees (not set 0's words alone)."""
     from parity.judge.where import where_of
     from parity.results import InputSet, OutputSet, ValidationRun
-    from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
+    from parity.show.sentences import failing_outputs, other_failing_sets, output_facts
     from parity.tolerances import Tolerances
 
     sets, refs, onnxs, comps = [], [], [], []
@@ -266,8 +266,7 @@ def test_the_headline_sentence_weighs_every_failing_input_set() -> None:
     )  # fmt: skip
     (worst,) = failing_outputs(run)
     others = [(x.input_set, where_of(run, x)) for x in other_failing_sets(run, worst)]
-    sentence = output_sentence(run, worst, where_of(run, worst), others)
+    sentence = output_facts(run, worst, where_of(run, worst), others).text()
     assert "spread" not in sentence
-    assert "lie at index 2 of axis 1, in every entry of axis 0; the same holds in set " in (
-        sentence
-    )
+    said = "lie at index 2 of axis 1, in every entry of axis 0. Other failing sets: the same "
+    assert said + "holds in set " in sentence

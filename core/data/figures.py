@@ -1,5 +1,6 @@
 """The Samples page's figure: each sample's error as bars on log-spaced bins (binned in
-parity.data.answers: the browser gets 24 bars, never the samples)."""
+parity.data.answers: the browser gets 24 bars, never the samples); a sample's input as a
+thumbnail (the Samples and Inspect pages)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,18 @@ def per_sample_figure(o: DataOutput) -> Any:
         showlegend=False,
     )
     return fig
+
+
+def thumbnail(array: np.ndarray) -> np.ndarray | None:
+    """An input as a greyscale or RGB image in [0, 1] (H x W, 1|3 x H x W, H x W x 3), or None
+    for any other shape."""
+    a = np.asarray(array, dtype=np.float64)
+    if a.ndim == 3 and a.shape[0] in (1, 3):
+        a = a[0] if a.shape[0] == 1 else np.moveaxis(a, 0, -1)
+    if not (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] == 3)) or min(a.shape[:2]) < 2:
+        return None
+    finite = a[np.isfinite(a)]
+    if not finite.size:
+        return None
+    low, high = float(finite.min()), float(finite.max())
+    return np.clip((a - low) / (high - low), 0, 1) if high > low else np.zeros_like(a)

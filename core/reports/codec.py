@@ -66,6 +66,7 @@ from parity.results import (
     TokenDivergence,
     ValidationRun,
 )
+from parity.show.cause_labels import intended_json
 from parity.show.forgiven import forgiven_json
 from parity.show.rows import ComparisonRow
 from parity.signature import OnnxSignature, TensorSpec
@@ -134,6 +135,8 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         # how the verdict was decided, and what each judge says (both, so CI can read either)
         "judge": run.judge,
         "tolerance_verdict": run.tolerance_verdict,
+        # outputs beyond their tolerance by what the file meant (parity.show.cause_labels)
+        "intended": intended_json(run),
         "model": run.model,
         "onnx": run.onnx,
         "environment": dict(run.environment),

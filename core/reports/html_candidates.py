@@ -11,6 +11,7 @@ from collections.abc import Callable
 from parity.labels import status_label, verdict_label
 from parity.results import ValidationRun
 from parity.show.candidate_views import candidate_cells, verdict_counts
+from parity.show.cause_labels import INTENDED_WORDS, intended_outputs, run_cause
 from parity.show.format import reference_text
 from parity.show.summary import headline
 from parity.text import html_text as _e
@@ -27,9 +28,11 @@ def candidates_header(run: ValidationRun) -> str:
     parts += [f"{counts['error']} could not be run"] * bool(counts["error"])
     sets = len(run.input_sets)
     summary = f"{', '.join(parts)} ({len(run.output_names)} outputs, {sets} input sets)"
+    look = run_cause(run)  # amber, and named, where every failure is intended
+    intended = f" · {_e(look.intended)}" if look.intended else ""
     return (
         f"<header><h1>Parity report</h1>"
-        f"<div class='verdict {run.verdict}'>{_e(verdict_label(run.verdict))}</div>"
+        f"<div class='verdict {look.css}'>{_e(verdict_label(run.verdict))}{intended}</div>"
         f"<p class='summary'>{_e(headline(run))}</p><p>{_e(summary)}</p>"
         f"<p>{_e(reference_text(run))}</p>{_findings(run)}</header>"
     )
@@ -62,15 +65,18 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
     )
     rows = []
     for i in infos:
-        verdict = run.candidate_verdict(i.index)
+        look = run_cause(run, i.index)  # amber, named, where every failure is intended
+        verdict = verdict_label(look.verdict) + (f" · {look.intended}" if look.intended else "")
         said = i.error if i.error is not None else "; ".join(i.notes)
+        cls = look.css if look.css in ("pass", "intended") else "fail"
         rows.append(
-            f"<tr class='{'pass' if verdict == 'pass' else 'fail'}'><td>{i.index}</td>"
+            f"<tr class='{cls}'><td>{i.index}</td>"
             f"<td class='name'>{_e(i.onnx)}</td><td>{_e(i.provider)}</td>"
-            f"<td>{_e(i.ort_opt_level)}</td><td class='status'>{_e(verdict_label(verdict))}</td>"
+            f"<td>{_e(i.ort_opt_level)}</td><td class='status'>{_e(verdict)}</td>"
             f"<td>{i.seconds:.3f} s</td><td>{_e(said)}</td></tr>"
         )
     cells = {(c.candidate.index, c.name): c for c in candidate_cells(run)}
+    intended = intended_outputs(run)
     side_head = "<tr><th>output</th>" + "".join(f"<th>#{i.index}</th>" for i in infos) + "</tr>"
     side_rows = []
     for name in run.output_names:
@@ -84,12 +90,14 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
             else:
                 w = cell.worst
                 value = number_text(w.stats.max_abs if w.stats is not None else None)
-                cls = "ok" if w.status.passed else "bad"
-                tds.append(f"<td class='{cls}'>{value} {_e(status_label(w.status))}</td>")
+                cause = intended.get((i.index, name), "")
+                status = status_label(w.status, "words", cause)
+                cls = "ok" if w.status.passed else "intended" if cause else "bad"
+                tds.append(f"<td class='{cls}'>{value} {_e(status)}</td>")
         side_rows.append(f"<tr><td class='name'>{_e(name)}</td>{''.join(tds)}</tr>")
     note = (
         "Each cell: the candidate's largest max |error| for that output over the input sets, "
-        "and its worst status."
+        "and its worst status" + (f"; {INTENDED_WORDS}." if intended else ".")
     )
     return (
         "<section><h2>Candidates</h2>"
@@ -102,8 +110,9 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
 
 def candidate_heading(run: ValidationRun, index: int) -> str:
     view = run.candidate(index)
+    look = run_cause(run, index)
+    said = verdict_label(look.verdict) + (f" · {look.intended}" if look.intended else "")
     return (
-        f"<h2 class='candidate'>Candidate {_e(view.label)}: "
-        f"{_e(verdict_label(run.candidate_verdict(index)))}</h2>"
+        f"<h2 class='candidate {look.css}'>Candidate {_e(view.label)}: {_e(said)}</h2>"
         f"<p class='name'>{_e(view.info.onnx)}</p>"
     )

@@ -21,9 +21,10 @@ from parity.judge.where import WhereProfile, where_of
 from parity.labels import status_label, verdict_label
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.run.input_binding import binding_text
+from parity.show.cause_labels import INTENDED_WORDS, intended_outputs, run_cause
 from parity.show.colors import css_palette
 from parity.show.rows import COLUMNS, ComparisonRow, comparison_rows
-from parity.show.sentences import failing_outputs, other_failing_sets, output_sentence
+from parity.show.sentences import failing_outputs, other_failing_sets, output_facts
 from parity.show.summary import notes, onnx_words, plain_summary
 from parity.text import html_text as _e
 from parity.text import number_pair_text, number_text, tolerance_text
@@ -101,8 +102,10 @@ def _candidate_sections(run: ValidationRun) -> list[str]:
     sections = [candidates_header(run), candidates_section(run, _figure_html)]
     for view in _failing_views(run):
         index = view.candidates[0].index
-        details = _failing_details(view, _failing(view))
-        sections += [candidate_heading(run, index), _outputs_table(view), details]
+        failing = _failing(view)
+        details = _failing_details(view, failing)
+        heading = candidate_heading(run, index)
+        sections += [heading, _numbers_lead(view, failing), _outputs_table(view), details]
     return [*sections, _input_sets(run), _tolerances(run), _environment(run)]
 
 
@@ -132,9 +135,11 @@ def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfi
         )
         found = f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
     model = f"<p class='what'>{_e(run.model)} against {_e(onnx_words(run))}</p>"
+    look = run_cause(run)  # amber, and named, where every failure is intended
+    intended = f" · {_e(look.intended)}" if look.intended else ""
     return (
         f"<header><h1>Parity report</h1>"
-        f"<div class='verdict {run.verdict}'>{_e(verdict_label(run.verdict))}</div>"
+        f"<div class='verdict {look.css}'>{_e(verdict_label(run.verdict))}{intended}</div>"
         f"<p class='summary'>{_e(plain.headline)}</p>{model}{found}</header>"
     )
 
@@ -142,12 +147,15 @@ def _header(run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfi
 def _numbers_lead(
     run: ValidationRun, failing: list[tuple[OutputComparison, WhereProfile | None]]
 ) -> str:
-    """One sentence per failing output (what, how bad, where), worst first: the numbers."""
+    """Per failing output, worst first, its facts one a line (parity.show.sentences.
+    output_facts: the Overview's words)."""
     if not failing:
         return ""
+    shown = failing[:MAX_DETAILED_OUTPUTS]
+    facts = [output_facts(run, c, where, _others(run, c)) for c, where in shown]
     items = "".join(
-        f"<li>{_e(output_sentence(run, c, where, _others(run, c)))}</li>"
-        for c, where in failing[:MAX_DETAILED_OUTPUTS]
+        f"<li><b>{_e(f.head)}</b><ul>{''.join(f'<li>{_e(x)}</li>' for x in f.lines)}</ul></li>"
+        for f in facts
     )
     more = len(failing) - MAX_DETAILED_OUTPUTS
     if more > 0:
@@ -222,9 +230,7 @@ def _provenance(run: ValidationRun) -> str:
 def _outputs_table(run: ValidationRun) -> str:
     head = "<tr>" + "".join(f"<th>{_e(c.header)}</th>" for c in COLUMNS) + "</tr>"
     rows = [
-        f"<tr class='{'pass' if row.status.passed else 'fail'}'>"
-        + "".join(_cell(row, c.key) for c in COLUMNS)
-        + "</tr>"
+        f"<tr class='{_row_class(row)}'>" + "".join(_cell(row, c.key) for c in COLUMNS) + "</tr>"
         for row in comparison_rows(run)
     ]
     n_pass = sum(c.status.passed for c in run.outputs)
@@ -233,6 +239,13 @@ def _outputs_table(run: ValidationRun) -> str:
         f"<section><h2>Outputs</h2><p>{_e(caption)}.</p>"
         f"<div class='scroll'><table class='outputs'>{head}{''.join(rows)}</table></div></section>"
     )
+
+
+def _row_class(row: ComparisonRow) -> str:
+    """pass, fail, or intended (a failure the file meant: amber, parity.show.cause_labels)."""
+    if row.status.passed:
+        return "pass"
+    return "intended" if row.intended and row.status is Status.FAIL else "fail"
 
 
 def _cell(row: ComparisonRow, key: str) -> str:
@@ -278,6 +291,10 @@ def _grid(run: ValidationRun) -> str:
         from parity.show.figures import verdict_grid
 
         parts.append(_figure_html(verdict_grid(run), "grid"))
+        if intended_outputs(run):  # the amber cells say what they are
+            parts.append(f"<p class='legend'>{_e(INTENDED_WORDS[0].upper())}"
+                         f"{_e(INTENDED_WORDS[1:])}; red fails by a bug or by what nothing "
+                         "explains.</p>")  # fmt: skip
     if run.frozen:
         items = "".join(f"<li>{_e(f.text)}</li>" for f in run.frozen)
         parts.append(f"<h2 class='findings'>Frozen at export</h2><ul class='frozen'>{items}</ul>")
@@ -651,9 +668,14 @@ max-width:1280px;color:var(--text);padding:0 16px}
 h1{margin:0 0 8px}h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:32px}
 .verdict{display:inline-block;font-size:28px;font-weight:700;padding:6px 18px;border-radius:6px;
 color:#fff}.verdict.pass{background:var(--pass)}.verdict.fail{background:var(--fail)}
-.verdict.error{background:var(--error)}.summary{font-size:18px}
+.verdict.error{background:var(--error)}.verdict.intended{background:var(--intended);
+color:var(--intended-text)}tr.intended td.status{background:var(--intended);
+color:var(--intended-text);font-weight:700}td.intended{background:var(--intended);
+color:var(--intended-text);font-weight:600}.summary{font-size:18px}
 table.side td.ok{color:var(--pass)}h2.candidate{border-bottom:2px solid var(--fail)}
-ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead li{margin:6px 0}
+h2.candidate.intended{border-bottom-color:var(--intended)}
+ul.lead{font-size:16px;line-height:1.5;padding-left:20px}ul.lead>li{margin:8px 0}
+ul.lead ul{font-size:15px;padding-left:18px;margin:2px 0}ul.lead ul li{margin:1px 0}
 ul.findings{font-size:16px;line-height:1.5;padding-left:20px}ul.findings li{margin:6px 0}
 h2.findings{font-size:17px;margin:14px 0 4px}
 .what{color:#656d76;font-size:13px;overflow-wrap:anywhere}

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from parity.results import CandidateInfo, ValidationRun
 from parity.show.candidate_views import candidate_cells
+from parity.show.cause_labels import intended_outputs, run_cause
 from parity.show.colors import FAIL_TEXT, STRUCTURAL_COLOR
 from parity.show.figures import GridCell, judgement_grid, plot_text
 from parity.verdict import Verdict
@@ -17,8 +18,9 @@ __all__ = ["candidate_row_label", "candidates_grid"]
 
 def candidate_row_label(run: ValidationRun, info: CandidateInfo) -> str:
     """``#1 model.onnx (CPU, all) · FAIL``: a grid row, a menu entry."""
-    verdict = run.candidate_verdict(info.index)
-    return f"{info.label} · {'FAIL' if verdict is Verdict.FAIL else verdict}"
+    look = run_cause(run, info.index)
+    said = "FAIL" if look.verdict is Verdict.FAIL else str(look.verdict)
+    return f"{info.label} · {said}" + (f" · {look.intended}" if look.intended else "")
 
 
 def candidates_grid(run: ValidationRun) -> go.Figure:
@@ -31,6 +33,7 @@ def candidates_grid(run: ValidationRun) -> go.Figure:
     names = list(run.output_names)
     rows = [candidate_row_label(run, i) for i in infos]
     row_of = {i.index: rows[k] for k, i in enumerate(infos)}
+    intended = intended_outputs(run)
     cells = []
     for cell in candidate_cells(run):
         worst = cell.worst
@@ -43,6 +46,7 @@ def candidates_grid(run: ValidationRun) -> go.Figure:
                 worst,
                 (cell.candidate.index, cell.name, worst.input_set),
                 words,
+                intended=intended.get((cell.candidate.index, cell.name), ""),
             )
         )
     fig = judgement_grid(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from parity.labels import WORST_WORDS, status_label, verdict_label, worst_first
 from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
+from parity.show.cause_labels import intended_outputs, run_cause
 from parity.show.format import format_failure, format_input_sets, run_head
 from parity.text import aligned_table, number_text, terminal_text
 from parity.verdict import Verdict
@@ -15,12 +16,12 @@ from parity.verdict import Verdict
 __all__ = ["candidate_verdict_text", "format_candidates", "overall_verdict_text"]
 
 
-def _cell(c: OutputComparison | None, info: CandidateInfo) -> str:
+def _cell(c: OutputComparison | None, info: CandidateInfo, intended: str = "") -> str:
     if info.error is not None:
         return Verdict.ERROR
     if c is None:
         return "-"
-    label = status_label(c.status, "terminal")
+    label = status_label(c.status, "terminal", intended)  # "float16 rounding" if intended
     if c.stats is None or c.status in (Status.MISSING, Status.SHAPE_MISMATCH):
         return label
     return f"{number_text(c.stats.max_abs)} {label}"
@@ -30,12 +31,16 @@ def candidates_table(run: ValidationRun) -> str:
     """Rows: (input set, output); columns: candidates #0, #1, ... (named in the legend)."""
     infos = run.infos
     by_key = {(c.candidate, c.input_set, c.name): c for c in run.outputs}
+    intended = intended_outputs(run)
     multi_set = len(run.input_sets) > 1
     header = (["set"] if multi_set else []) + ["output"] + [f"#{i.index}" for i in infos]
     rows = [header]
     for s in run.input_sets:
         for name in run.output_names:
-            cells = [_cell(by_key.get((i.index, s.index, name)), i) for i in infos]
+            cells = [
+                _cell(by_key.get((i.index, s.index, name)), i, intended.get((i.index, name), ""))
+                for i in infos
+            ]
             rows.append(([str(s.index)] if multi_set else []) + [name] + cells)
     return aligned_table(rows)
 
@@ -52,7 +57,9 @@ def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
     names = [terminal_text(n) for n in view.failing]
     where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     head = verdict_label(Verdict.FAIL)
-    return f"{head}: {len(failing)} of {len(view.outputs)} comparisons failed: {where}"
+    said = f"{head}: {len(failing)} of {len(view.outputs)} comparisons failed: {where}"
+    cause = run_cause(run, info.index).intended  # every failure what the file meant
+    return said + (f" (each {cause}: what the file was meant to do)" if cause else "")
 
 
 def overall_verdict_text(run: ValidationRun) -> str:

@@ -21,12 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from parity.judge.ratio import comparison_ratio
-from parity.labels import status_label
+from parity.labels import INTENDED_MARK, status_label
 from parity.results import OutputComparison, Status
+from parity.show.cause_labels import INTENDED_COLOR, INTENDED_TEXT
 from parity.text import number_text, ratio_text
 
 __all__ = [
     "css_palette",
+    "mark_css",
     "status_css",
     "FAIL_COLOR",
     "FAIL_TEXT",
@@ -55,8 +57,9 @@ PASS_COLOR = "#1a7f37"
 WARN_COLOR = "#f2cc60"
 FAIL_COLOR = "#cf222e"
 """A failing mark in a figure (the first divergence, the failing elements)."""
-VERDICT_BADGE = {"pass": "green", "fail": "red", "error": "orange"}
-"""A verdict's badge colour in the dashboard (Streamlit's named colours: `:green-background`)."""
+VERDICT_BADGE = {"pass": "green", "fail": "red", "error": "orange", "intended": "yellow"}
+"""A verdict's badge colour in the dashboard (Streamlit's named colours: `:green-background`),
+by parity.show.cause_labels.CauseLook.css (a failure that is all intended: yellow)."""
 ERROR_COLOR = "#9a6700"
 """A run or candidate that could not be made (the verdict "error")."""
 PASS_TEXT = "#1f2328"
@@ -127,8 +130,10 @@ class CellLook:
     words: str  # one line for hover text: status and how far from the line
 
 
-def cell_look(c: OutputComparison) -> CellLook:
-    """Colour, mark and words of one comparison at its own tolerance."""
+def cell_look(c: OutputComparison, intended: str = "") -> CellLook:
+    """Colour, mark and words of one comparison at its own tolerance; `intended` (the
+    cause's label, parity.show.cause_labels) draws a failure explained as intended in amber,
+    off the ratio scale whose reds are kept for what is not."""
     failing = not c.status.passed
     ratio = comparison_ratio(c)
     if ratio is None and c.status is Status.FAIL:  # judged by equality only (strings)
@@ -143,6 +148,10 @@ def cell_look(c: OutputComparison) -> CellLook:
         words += f": max |error| {max_abs} = {ratio_text(ratio)} the allowed error"
     if c.status not in (Status.PASS, Status.FAIL):
         return CellLook(ratio, None, STRUCTURAL_COLOR, FAIL_TEXT, mark, words)
+    if intended and c.status is Status.FAIL:
+        said = f"beyond the tolerance by {intended}, what the file was meant to do; {words}"
+        mark = status_label(c.status, "mark", intended)
+        return CellLook(ratio, None, INTENDED_COLOR, INTENDED_TEXT, mark, said)
     shown = ratio if ratio is not None else 0.1  # a pass with no profile: plain green
     z = float(ratio_z(shown, failing))
     fill = ratio_color(shown, failing)
@@ -154,10 +163,21 @@ def css_palette() -> str:
     report, the sweep index): `var(--pass)`, `var(--fail)`, `var(--error)`, `var(--text)`."""
     return (
         f":root{{--pass:{PASS_COLOR};--fail:{FAIL_COLOR};--error:{ERROR_COLOR};"
-        f"--warn:{WARN_COLOR};--text:{PASS_TEXT};--structural:{STRUCTURAL_COLOR}}}"
+        f"--warn:{WARN_COLOR};--text:{PASS_TEXT};--structural:{STRUCTURAL_COLOR};"
+        f"--intended:{INTENDED_COLOR};--intended-text:{INTENDED_TEXT}}}"
     )
 
 
 def status_css(passed: bool) -> str:
     """A ✓ / ✗ cell's style in a table (the dashboard's dataframes)."""
     return f"color: {PASS_COLOR if passed else FAIL_COLOR}; font-weight: 600"
+
+
+def mark_css(text: str) -> str:
+    """A table cell's style by the mark it starts with: ✓ green, ✗ red, ≈ (beyond the
+    tolerance as intended: parity.show.cause_labels) amber, anything else unstyled."""
+    if text.startswith(INTENDED_MARK):
+        return f"background-color: {INTENDED_COLOR}; color: {INTENDED_TEXT}; font-weight: 600"
+    if text.startswith(("✓", "✗")):
+        return status_css(text.startswith("✓"))
+    return ""

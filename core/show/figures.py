@@ -23,6 +23,7 @@ from parity.judge.ratio import element_errors
 from parity.judge.where import AxisProfile, WhereProfile
 from parity.labels import set_label
 from parity.results import OutputComparison, ValidationRun
+from parity.show.cause_labels import intended_outputs
 from parity.show.colors import (
     FAIL_COLOR,
     PASS_COLOR,
@@ -655,6 +656,7 @@ class GridCell:
     comparison: OutputComparison
     select: tuple = ()
     note: str = ""  # more hover words (a candidates grid: on how many sets it fails)
+    intended: str = ""  # the cause's label of a failure the file meant (parity.show.cause_labels)
 
 
 def judgement_grid(
@@ -675,14 +677,16 @@ def judgement_grid(
     columns = [plot_text(c) for c in columns]
     where = {name: i for i, name in enumerate(rows)}, {name: j for j, name in enumerate(columns)}
     z = np.full((len(rows), len(columns)), np.nan)
-    other = np.full((len(rows), len(columns)), np.nan)
+    # cells off the ratio scale, by their own colour: structural (shape, dtype, missing)
+    # and intended (amber)
+    other: dict[str, np.ndarray] = {}
     hover = [["" for _ in columns] for _ in rows]
     xs, ys, marks, colors, custom, texts = [], [], [], [], [], []
     for cell in cells:
         i, j = where[0][plot_text(cell.row)], where[1][plot_text(cell.column)]
-        look = cell_look(cell.comparison)
+        look = cell_look(cell.comparison, cell.intended)
         if look.z is None:
-            other[i, j] = 1.0
+            other.setdefault(look.fill, np.full(z.shape, np.nan))[i, j] = 1.0
         else:
             z[i, j] = look.z
         text = f"{rows[i]} · {columns[j]}<br>{plot_text(look.words)}"
@@ -707,13 +711,13 @@ def judgement_grid(
             **common,
         )
     )
-    if np.isfinite(other).any():
+    for fill, cells_z in other.items():
         fig.add_trace(
             go.Heatmap(
-                z=other,
-                colorscale=[[0.0, STRUCTURAL_COLOR], [1.0, STRUCTURAL_COLOR]],
+                z=cells_z,
+                colorscale=[[0.0, fill], [1.0, fill]],
                 showscale=False,
-                name="not comparable",
+                name="not comparable" if fill == STRUCTURAL_COLOR else "intended",
                 **common,
             )
         )
@@ -758,8 +762,15 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
     input sizes stands out as one odd row; a click selects (input set, output name)."""
     sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.outputs})
     labels = {s: set_label(run, s) for s in sets}
+    intended = intended_outputs(run)
     cells = [
-        GridCell(labels[c.input_set], c.name, c, (c.input_set, c.name))
+        GridCell(
+            labels[c.input_set],
+            c.name,
+            c,
+            (c.input_set, c.name),
+            intended=intended.get((c.candidate, c.name), ""),
+        )
         for c in run.outputs
         if c.input_set in labels
     ]

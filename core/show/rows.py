@@ -104,9 +104,12 @@ class ComparisonRow:
     can_rejudge: bool
     message: str
     candidate: int = 0  # which candidate of the run (ValidationRun.candidates)
+    # the cause's label where the output fails by what the file was meant to do
+    # (parity.show.cause_labels: "float16 rounding"), else ""
+    intended: str = ""
 
     @classmethod
-    def from_comparison(cls, c: OutputComparison) -> ComparisonRow:
+    def from_comparison(cls, c: OutputComparison, intended: str = "") -> ComparisonRow:
         s = c.stats
         return cls(
             input_set=c.input_set,
@@ -139,6 +142,7 @@ class ComparisonRow:
             can_rejudge=c.can_rejudge,
             message=c.message,
             candidate=c.candidate,
+            intended=intended,
         )
 
     # ------------------------------------------------------------------ derived values
@@ -195,7 +199,7 @@ class ComparisonRow:
             case "output":
                 return self.name
             case "status":
-                return status_label(self.status, style)
+                return status_label(self.status, style, self.intended)
             case "shape":
                 return self.shape_text()
             case "dtype":
@@ -226,8 +230,15 @@ class ComparisonRow:
 
 
 def comparison_rows(run: ValidationRun) -> tuple[ComparisonRow, ...]:
-    """One row per comparison, in the run's order (row k is ``run.outputs[k]``)."""
-    return tuple(ComparisonRow.from_comparison(c) for c in run.outputs)
+    """One row per comparison, in the run's order (row k is ``run.outputs[k]``), a failure
+    named by its cause where it is intended (parity.show.cause_labels)."""
+    from parity.show.cause_labels import intended_outputs
+
+    intended = intended_outputs(run)
+    return tuple(
+        ComparisonRow.from_comparison(c, intended.get((c.candidate, c.name), ""))
+        for c in run.outputs
+    )
 
 
 def output_rows(run: ValidationRun) -> tuple[ComparisonRow, ...]:
@@ -279,6 +290,7 @@ def merge(rows: Sequence[ComparisonRow]) -> ComparisonRow:
         can_rejudge=fixable,
         message=worst.message,
         candidate=worst.candidate,
+        intended=worst.intended,
     )
 
 

@@ -1,4 +1,4 @@
-"""One plain sentence per failing output: what fails, how badly, and where.
+"""Per failing output, a few short lines: what fails, how badly, and where.
 
 What a reader who will not open a table sees first: the HTML report leads with these, the
 Overview lists them under the verdict. Numbers read as parity.text writes them; the "where"
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from parity.judge.ratio import comparison_ratio
 from parity.judge.where import WhereProfile
 from parity.labels import worst_first
 from parity.results import OutputComparison, Status, ValidationRun
+from parity.show.cause_labels import intended_outputs
 from parity.text import (
     number_pair_text,
     number_text,
@@ -27,7 +29,8 @@ __all__ = [
     "candidate_words",
     "failing_outputs",
     "other_failing_sets",
-    "output_sentence",
+    "OutputFacts",
+    "output_facts",
 ]
 
 
@@ -76,62 +79,81 @@ def _other_sets_words(
     sets = [str(k) for k, _ in known]
     named = f"set {sets[0]}" if len(sets) == 1 else f"sets {', '.join(sets[:-1])} and {sets[-1]}"
     if all(w.pattern == where.pattern for _, w in known):
-        return f"; the same holds in {named}"
-    return "".join(f"; in set {k}, {w.summary}" for k, w in known[:3])
+        return f"the same holds in {named}"
+    return "; ".join(f"in set {k}, {w.summary}" for k, w in known[:3])
 
 
-def output_sentence(
+@dataclass(frozen=True)
+class OutputFacts:
+    """One failing output in numbers, one fact per line, for a reader at a glance: `head`
+    (``logits fails in 2 of 2 input sets``) and `lines` (``Out of tolerance: ...``,
+    ``Worst: ...``, ``Where: ...``). The Overview and the HTML report render these as-is."""
+
+    head: str
+    lines: tuple[str, ...]
+
+    def text(self) -> str:
+        """The facts as one paragraph (plain text: a log, a test's message)."""
+        return ". ".join((self.head, *self.lines)) + "."
+
+
+def output_facts(
     run: ValidationRun,
     c: OutputComparison,
     where: WhereProfile | None,
     others: Sequence[tuple[int, WhereProfile | None]] = (),
-) -> str:
-    """``mask fails in 2 of 2 input sets. In set 0, 248 of 2,048 elements (12.1%) are out of
-    tolerance (atol 1e-05, rtol 0), the worst off by 0.481 (the reference reads 0.5 there, ONNX
-    0.019), 48,100 times the allowed error; all 248 mismatches lie along ...``"""
+) -> OutputFacts:
+    """``mask fails in 2 of 2 input sets`` / ``Out of tolerance in set 0: 248 of 2,048
+    elements (12.1%) at atol 1e-05, rtol 0`` / ``Worst: off by 0.481 (reference 0.5, ONNX
+    0.019), 48,100 times the allowed error`` / ``Where: all 248 mismatches lie along ...`` /
+    ``Other failing sets: the same holds in set 1``."""
     unit = "steps" if run.is_generation else "input sets"
     mine = [x for x in run.candidate(c.candidate).outputs if x.name == c.name]
     n_sets = len({x.input_set for x in mine})
     n_failing = len({x.input_set for x in mine if not x.status.passed})
     on = candidate_words(run, c)
     head = (
-        f"{c.name} fails in {n_failing} of {n_sets} {unit}{on}."
+        f"{c.name} fails in {n_failing} of {n_sets} {unit}{on}"
         if n_sets > 1
-        else f"{c.name} fails{on}."
+        else (f"{c.name} fails{on}")
     )
-    at = f"In set {c.input_set}, " if n_sets > 1 else ""
+    if cause := intended_outputs(run).get((c.candidate, c.name)):  # amber on every page
+        head += f" ({cause}, what the file was meant to do)" if c.status is Status.FAIL else ""
+    at = f" in set {c.input_set}" if n_sets > 1 else ""
     if c.status is Status.SHAPE_MISMATCH:
-        return (
-            f"{head} {at}its shape is {shape_text(c.ref_shape)} in the reference but "
-            f"{shape_text(c.onnx_shape)} in ONNX, so no element can be compared."
-        )
-    if c.status is Status.MISSING:
-        return f"{head} {at}{c.message or 'it is missing on one side'}."
-    if c.status is Status.ERROR:
-        return f"{head} {at}{c.message or 'ONNX Runtime raised'}."
-    parts = []
+        return OutputFacts(head, (
+            f"Shape{at}: {shape_text(c.ref_shape)} in the reference, "
+            f"{shape_text(c.onnx_shape)} in ONNX (no element can be compared)",
+        ))  # fmt: skip
+    if c.status in (Status.MISSING, Status.ERROR):
+        why = c.message or ("missing on one side" if c.status is Status.MISSING else "")
+        return OutputFacts(head, (f"Why{at}: {why or 'ONNX Runtime raised'}",))
+    lines = []
     if c.status is Status.DTYPE_MISMATCH:
-        parts.append(f"its dtype is {c.ref_dtype} in the reference but {c.onnx_dtype} in ONNX")
+        lines.append(f"Dtype{at}: {c.ref_dtype} in the reference, {c.onnx_dtype} in ONNX")
+    s = c.stats
     if c.n_mismatch:
-        text = (
-            f"{c.n_mismatch:,} of {c.n_judged:,} elements ({percent_text(c.mismatch_fraction)}) "
-            "are out of tolerance "
-            f"({tolerance_text(c.tolerance)})"
+        count = (
+            f"Out of tolerance{at}: {c.n_mismatch:,} of {c.n_judged:,} elements "
+            f"({percent_text(c.mismatch_fraction)}) at {tolerance_text(c.tolerance)}"
         )
-        s = c.stats
         if s is not None and (s.n_nan_mismatch or s.n_inf_mismatch):
-            text += f", {s.n_nan_mismatch + s.n_inf_mismatch:,} of them NaN or Inf on one side"
+            count += f", {s.n_nan_mismatch + s.n_inf_mismatch:,} of them NaN or Inf on one side"
+        lines.append(count)
         if s is not None and s.max_abs is not None:
-            ratio = comparison_ratio(c)
-            text += f", the worst off by {number_text(s.max_abs)}"
+            worst = f"Worst: off by {number_text(s.max_abs)}"
             if _finite(s.ref_at_worst) and _finite(s.onnx_at_worst):  # in the output's units
                 ref, onnx = number_pair_text(s.ref_at_worst, s.onnx_at_worst)
-                text += f" (the reference reads {ref} there, ONNX {onnx})"
+                worst += f" (reference {ref}, ONNX {onnx})"
+            ratio = comparison_ratio(c)
             if ratio is not None:
-                text += f", {times_text(ratio)} the allowed error"
-        parts.append(text)
-    body = "; ".join(parts) or (c.message.splitlines()[0] if c.message else "it fails")
-    sentence = f"{head} {at}{body}"
+                worst += f", {times_text(ratio)} the allowed error"
+            lines.append(worst)
+    if not lines:
+        lines.append(c.message.splitlines()[0] if c.message else "it fails")
     if where is not None:  # the worst set's place, then what the other failing sets say
-        sentence += f"; {where.summary}" + _other_sets_words(where, others)
-    return sentence + "."
+        lines.append(f"Where: {where.summary}")
+        other = _other_sets_words(where, others)
+        if other:
+            lines.append(f"Other failing sets: {other}")
+    return OutputFacts(head, tuple(lines))

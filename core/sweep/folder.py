@@ -30,6 +30,8 @@ class OutputCell:
 
     status: str
     max_abs: float | None
+    # the cause's label where it fails by what the file meant (the report's `intended`)
+    intended: str = ""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,16 @@ class SweepFolder:
         for cells in self.outputs.values():
             names.update(dict.fromkeys(cells))
         return list(names)
+
+    def intended(self, name: str) -> str:
+        """The causes' labels of pair `name` when it fails only by what its file was meant
+        to do (every failing output intended, no error), else "": the pair drawn amber."""
+        pair = next((p for p in self.pairs if p.name == name), None)
+        cells = self.outputs.get(name, {})
+        if pair is None or pair.verdict != "fail" or pair.error or not pair.failing:
+            return ""
+        labels = [cells[n].intended if n in cells else "" for n in pair.failing]
+        return ", ".join(sorted(set(labels))) if all(labels) else ""
 
     def saved_run(self, name: str) -> Path | None:
         pair = next((p for p in self.pairs if p.name == name), None)
@@ -109,15 +121,30 @@ def _cells(report_path: Path) -> dict[str, OutputCell]:
     from parity.reports.codec import report_rows_from_json
     from parity.show.rows import merge
 
+    report = read_json(report_path) or {}
     try:
-        rows = report_rows_from_json(read_json(report_path) or {})
+        rows = report_rows_from_json(report)
     except FieldError:
         return {}
+    intended = _intended(report)
     by_name: dict[str, list] = {}
     for row in rows:
         by_name.setdefault(row.name, []).append(row)
     cells: dict[str, OutputCell] = {}
     for name, mine in by_name.items():
         merged = merge(mine)
-        cells[name] = OutputCell(status=str(merged.status), max_abs=merged.max_abs)
+        label = intended.get(name, "") if merged.status == "fail" else ""
+        cells[name] = OutputCell(str(merged.status), merged.max_abs, label)
     return cells
+
+
+def _intended(report: object) -> dict[str, str]:
+    """output -> label from the report's `intended` (parity.show.cause_labels.intended_json);
+    entries that are not what it writes are left out."""
+    entries = report.get("intended") if isinstance(report, dict) else None
+    out: dict[str, str] = {}
+    for e in entries if isinstance(entries, list) else []:
+        output, label = (e.get("output"), e.get("label")) if isinstance(e, dict) else (0, 0)
+        if isinstance(output, str) and isinstance(label, str):
+            out.setdefault(output, label)
+    return out
