@@ -8,7 +8,7 @@ Too many skipped (more than --max-bad of those read) ends the run: InputError, o
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,26 @@ class Batch:
     ids: tuple[str, ...]
     labels: np.ndarray | None  # int64, one per real row (None: no labels)
     n_real: int
+    # rows whose inputs `feeds` holds, in order (None: every row): a batch judged on a Ray
+    # worker comes back with the inputs of the rows that may be among the worst only
+    kept: tuple[int, ...] | None = None
+    n_rows: int = 0  # rows run, padding included (0: those of `feeds`)
+
+    @property
+    def rows(self) -> int:
+        """Rows the models ran on, padding included."""
+        return self.n_rows or len(next(iter(self.feeds.values())))
+
+    def inputs_of(self, row: int) -> dict[str, np.ndarray]:
+        """Row `row`'s inputs (copies)."""
+        at = row if self.kept is None else self.kept.index(row)
+        return {k: np.array(v[at]) for k, v in self.feeds.items()}
+
+    def keeping(self, rows: Sequence[int]) -> Batch:
+        """This batch with the inputs of `rows` only (the rest let go)."""
+        kept = tuple(sorted(set(rows)))
+        feeds = {k: np.ascontiguousarray(v[list(kept)]) for k, v in self.feeds.items()}
+        return replace(self, feeds=feeds, kept=kept, n_rows=self.rows)
 
     @property
     def label(self) -> str:
@@ -72,7 +92,7 @@ class Batcher:
             self.read += 1
             checked = self._checked(sample)
             if checked is None:
-                self._check_bad(final=False)
+                self.check_bad(final=False)
                 continue
             key = _shapes(checked)
             self._check_budget(key, checked)
@@ -81,7 +101,7 @@ class Batcher:
                 index += 1
                 pending = []
             pending.append((sample, checked))
-        self._check_bad(final=True)
+        self.check_bad(final=True)
         if pending:
             yield self._stack(index, pending)
 
@@ -127,7 +147,7 @@ class Batcher:
             proceed="give a smaller --batch-size",
         )
 
-    def _check_bad(self, *, final: bool) -> None:
+    def check_bad(self, *, final: bool) -> None:
         """InputError once more samples were skipped than --max-bad allows of the data set
         (early where its size is known, else at the end)."""
         total = self.read if final or self._expected is None else self._expected
