@@ -92,7 +92,7 @@ class Batcher:
             self.read += 1
             checked = self._checked(sample)
             if checked is None:
-                self.check_bad(final=False)
+                self._check_bad(final=False)
                 continue
             key = _shapes(checked)
             self._check_budget(key, checked)
@@ -101,7 +101,7 @@ class Batcher:
                 index += 1
                 pending = []
             pending.append((sample, checked))
-        self.check_bad(final=True)
+        self._check_bad(final=True)
         if pending:
             yield self._stack(index, pending)
 
@@ -148,6 +148,11 @@ class Batcher:
         )
 
     def check_bad(self, *, final: bool) -> None:
+        """`_check_bad` for samples batched elsewhere (the shards of a run on Ray), counted
+        into `read` and `skipped` by the caller."""
+        self._check_bad(final=final)
+
+    def _check_bad(self, *, final: bool) -> None:
         """InputError once more samples were skipped than --max-bad allows of the data set
         (early where its size is known, else at the end)."""
         total = self.read if final or self._expected is None else self._expected

@@ -92,6 +92,8 @@ class RayDataSource(DataSource):
 
     def __init__(self, config: RunConfig, loaders: Loaders, report: ProgressReporter) -> None:
         super().__init__(config, loaders, report)
+        assert config.data is not None
+        self._data = config.data
         self.shipped = 0  # bytes put in the object store
 
     def cases(
@@ -104,15 +106,15 @@ class RayDataSource(DataSource):
 
         ray = import_ray()
         self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
-        data = self.dataset = open_data(self.options, signature.input_names)
+        data = self.dataset = open_data(self._data, signature.input_names)
         if data.count is None:
             raise UsageError(
-                f"--engine ray: {self.options.path}: a data set whose size is known up front "
+                f"--engine ray: {self._data.path}: a data set whose size is known up front "
                 "(.npy, .npz, .parquet or a folder) is sharded; give --limit N for this one"
             )
         budget = MemoryBudget.of(self._config.max_memory)
         batcher = Batcher(
-            signature.inputs, self.options.batch_size, self.options.max_bad, data.count, budget
+            signature.inputs, self._data.batch_size, self._data.max_bad, data.count, budget
         )
         self.batcher = batcher
         self.n_cases = math.ceil(data.count / batcher.batch_size)
@@ -129,7 +131,7 @@ class RayDataSource(DataSource):
         started = not ray.is_initialized()
         with prints_to_stderr():
             if started:
-                connect(ray, self.options.ray_address, self.options.workers)
+                connect(ray, self._data.ray_address, self._data.workers)
             try:
                 job = self._job(ray, signature)
                 yield from self._run(ray, job, shards, data.count)
@@ -164,7 +166,7 @@ class RayDataSource(DataSource):
                 return f"{ship(target, folder)}:{attr}"
             return ship(spec, folder) if Path(spec).is_file() else spec
 
-        config, options = self._config, self.options
+        config, options = self._config, self._data
         onnx = config.onnx_files[0]
         labels = options.labels
         job = ShardJob(
