@@ -177,3 +177,41 @@ def test_a_batch_kept_for_its_worst_rows_gives_the_same_worst_samples():
         assert [(w.sample, w.error) for w in a.worst] == [(w.sample, w.error) for w in b.worst]
         for wa, wb in zip(a.worst, b.worst, strict=True):
             np.testing.assert_array_equal(wa.inputs["x"], wb.inputs["x"])
+
+
+@pytest.mark.slow
+def test_a_parquet_table_with_a_label_column_on_ray_gives_the_local_block(
+    digits, cluster, tmp_path, monkeypatch
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x, y = digits.x_test[:150], digits.y_test[:150]
+    rows = [{"x": image.tolist(), "label": int(v)} for image, v in zip(x, y, strict=True)]
+    path = tmp_path / "digits.parquet"  # row groups of 40: shards start inside them
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=40)
+    extra = ("--data", str(path), "--labels", "label", "--batch-size", "10")
+    local, ray = _both(digits, digits.folder / "bias.onnx", tmp_path, cluster, monkeypatch, *extra)
+    assert ray == local
+    assert (ray["samples"], ray["labels"]) == (150, "column label")
+    assert ray["outputs"][0]["n_flips"] > 0 and ray["outputs"][0]["accuracy"]["n"] == 150
+
+
+def test_a_model_in_memory_is_refused_before_any_cluster_starts(tmp_path):
+    import torch
+
+    import parity
+    from parity.data.options import DataOptions
+    from parity.errors import UsageError
+
+    net = torch.nn.Linear(3, 2).eval()
+    onnx = tmp_path / "lin.onnx"
+    torch.onnx.export(net, (torch.zeros(1, 3),), str(onnx), input_names=["x"],
+                      dynamic_axes={"x": {0: "b"}}, dynamo=False)  # fmt: skip
+    np.save(tmp_path / "x.npy", np.ones((4, 3), np.float32))
+    options = DataOptions(str(tmp_path / "x.npy"), engine="ray")
+    with pytest.raises(UsageError, match="not a file the workers can load"):
+        parity.validate(net, onnx, data=options)
+    import ray
+
+    assert not ray.is_initialized()

@@ -39,6 +39,7 @@ from parity.data.options import DataOptions
 from parity.data.result import Skipped
 from parity.errors import ModelRunError, ParityError, UsageError, first_line
 from parity.files.ship import Bundle, ContentStore, Shipped, beside_factory, external_data, unpack
+from parity.load.specs import DEMO_PREFIX
 from parity.results import InputSet, OutputSet
 from parity.run.config import Loaders, RunConfig
 from parity.run.progress import ProgressReporter
@@ -128,6 +129,11 @@ class RayDataSource(DataSource):
         shards = [
             {"start": a, "stop": min(a + shard, data.count)} for a in range(0, data.count, shard)
         ]
+        if _file_of(self.model) is None and not self.model.startswith(DEMO_PREFIX):
+            raise UsageError(
+                f"--engine ray: the model ({self.model}) is not a file the workers can load: "
+                "give FILE.py:make, an exported or TorchScript file, or demo:NAME"
+            )
         started = not ray.is_initialized()
         with prints_to_stderr():
             if started:
@@ -161,10 +167,10 @@ class RayDataSource(DataSource):
             """FILE.py:NAME or a model file as shipped; anything else (demo:NAME) as it is."""
             if spec is None:
                 return None
-            target, sep, attr = spec.rpartition(":")
-            if sep and target.endswith(".py") and Path(target).is_file():
-                return f"{ship(target, folder)}:{attr}"
-            return ship(spec, folder) if Path(spec).is_file() else spec
+            file = _file_of(spec)
+            if file is None:
+                return spec
+            return ship(file, folder) + spec[len(file) :]
 
         config, options = self._config, self._data
         onnx = config.onnx_files[0]
@@ -227,6 +233,15 @@ class RayDataSource(DataSource):
             t0 = time.perf_counter()
         batcher.check_bad(final=True)
         self._current = None
+
+
+def _file_of(spec: str) -> str | None:
+    """The file a model or --preprocess text names (FILE.py of FILE.py:NAME, or the path
+    itself), None for another kind (demo:NAME, a model in memory)."""
+    target, sep, _ = spec.rpartition(":")
+    if sep and target.endswith(".py") and Path(target).is_file():
+        return target
+    return spec if Path(spec).is_file() else None
 
 
 def _shard_runs(ray: Any, runs: Any) -> Iterator[ShardRun]:
