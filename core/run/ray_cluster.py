@@ -20,6 +20,13 @@ TOKEN_HINT = (
     "~/.ray/auth_token), as on the cluster"
 )
 LOCAL_OBJECT_STORE = 256 << 20
+GPU_PROVIDERS = (
+    "CUDAExecutionProvider",
+    "TensorrtExecutionProvider",
+    "ROCMExecutionProvider",
+    "MIGraphXExecutionProvider",
+)
+"""Execution providers that run on a GPU: Ray's "GPU" resource covers NVIDIA and AMD alike."""
 
 
 def import_ray(flag: str = "--engine ray") -> Any:

@@ -198,7 +198,7 @@ class RayDataSource(DataSource):
     def _run(
         self, ray: Any, job: ShardJob, shards: list[dict[str, int]], total: int
     ) -> Iterator[Case]:
-        from parity.run.ray_cluster import cluster_cpus
+        from parity.run.ray_cluster import GPU_PROVIDERS, cluster_cpus
 
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # its INFO lines: stderr noise
         context = ray.data.DataContext.get_current()
@@ -206,12 +206,22 @@ class RayDataSource(DataSource):
         context.enable_progress_bars = False
         context.print_on_execution_start = False
         workers = max(1, min(len(shards), cluster_cpus(ray)))
+        gpu = job.provider in GPU_PROVIDERS
+        if gpu:  # an actor per GPU: one that no node can place would wait forever
+            gpus = int(ray.cluster_resources().get("GPU", 0))
+            if not gpus:
+                raise UsageError(
+                    f"--engine ray: {job.provider} needs a GPU, and the Ray cluster has none: "
+                    "run on a cluster with a GPU node, or with --provider CPUExecutionProvider"
+                )
+            workers = min(workers, gpus)
         runs = ray.data.from_items(shards, override_num_blocks=len(shards)).map_batches(
             ShardRunner,
             fn_constructor_kwargs={"job": job},
             batch_size=1,
             compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=1,
+            num_gpus=1 if gpu else 0,
             batch_format="numpy",
         )
         batcher, index, done, started = self.batcher, 0, 0, time.perf_counter()
