@@ -12,6 +12,7 @@ peak grow by its size.
 
     python bench/bench_data.py                       # 200, 1000 and 4000 samples
     python bench/bench_data.py --sizes 200 1000      # quicker
+    python bench/bench_data.py --ray                 # also --engine ray (a local cluster)
 """
 
 from __future__ import annotations
@@ -104,19 +105,24 @@ def hand_loop(model: str, onnx: str, data: str) -> dict:
     return {"seconds": time.perf_counter() - t0, "samples": n, "same": same}
 
 
-def parity_run(model: str, onnx: str, data: str) -> dict:
+def parity_run(model: str, onnx: str, data: str, engine: str = "local") -> dict:
+    import hashlib
+
     from parity.cli import main
 
-    report = Path(data).with_suffix(".json")
+    report = Path(data).with_suffix(f".{engine}.json")
+    on_ray = ["--engine", "ray", "--workers", "2"] if engine == "ray" else []
     t0 = time.perf_counter()
     main(["validate", "--model", f"{model}:make", "--onnx", onnx, "--data", data,
-          "--batch-size", str(BATCH), "--json", str(report)])  # fmt: skip
+          "--batch-size", str(BATCH), "--json", str(report), *on_ray])  # fmt: skip
     seconds = time.perf_counter() - t0
-    out = json.loads(report.read_text())["data"]["outputs"][0]
-    timings = json.loads(report.read_text())["timings"]
+    found = json.loads(report.read_text())
+    out = found["data"]["outputs"][0]
+    timings = found["timings"]
     loop = sum(timings.get(k, 0.0) for k in ("inputs", "torch", "onnxruntime", "compare"))
+    block = hashlib.sha256(json.dumps(found["data"], sort_keys=True).encode()).hexdigest()
     return {"seconds": seconds, "samples": out["samples"], "same": out["agree"],
-            "loop": loop, "timings": timings}  # fmt: skip
+            "loop": loop, "timings": timings, "data_block": block}  # fmt: skip
 
 
 def peak_mb() -> float:
@@ -129,7 +135,10 @@ def peak_mb() -> float:
 
 
 def child(kind: str, model: str, onnx: str, data: str) -> None:
-    result = (hand_loop if kind == "hand" else parity_run)(model, onnx, data)
+    if kind == "hand":
+        result = hand_loop(model, onnx, data)
+    else:
+        result = parity_run(model, onnx, data, "ray" if kind == "ray" else "local")
     result["peak_mb"] = peak_mb()
     print(json.dumps(result))
 
@@ -137,6 +146,11 @@ def child(kind: str, model: str, onnx: str, data: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000, 4000])
+    parser.add_argument(
+        "--ray", action="store_true",
+        help="also --engine ray on a local cluster of 2 CPUs: its whole run, the driver's peak "
+        "memory, and whether its data block is the local run's",
+    )  # fmt: skip
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -148,7 +162,7 @@ def main() -> None:
         for n in args.sizes:
             model, onnx, data = prepare(Path(tmp), n)
             found = {}
-            for kind in ("hand", "parity"):
+            for kind in ("hand", "parity", *(("ray",) if args.ray else ())):
                 env = {**os.environ, "PARITY_NO_SUPERVISE": "1"}
                 out = subprocess.run(
                     [sys.executable, __file__, "--child", kind, str(model), str(onnx), str(data)],
@@ -156,12 +170,12 @@ def main() -> None:
                 )  # fmt: skip
                 found[kind] = json.loads(out.stdout.strip().splitlines()[-1])
             hand, ours = found["hand"], found["parity"]
-            rows.append((n, hand, ours))
+            rows.append((n, hand, ours, found.get("ray")))
             data.unlink()
         print(f"load average before / after: {load[0]} / {os.getloadavg()[0]:.1f}")
         print(f"{'samples':>8} {'hand s/s':>9} {'parity s/s':>11} {'ratio':>6} "
               f"{'whole run s/s':>14} {'hand MB':>8} {'parity MB':>10} agree")  # fmt: skip
-        for n, hand, ours in rows:
+        for n, hand, ours, ray in rows:
             h = hand["samples"] / hand["seconds"]
             p = ours["samples"] / ours["loop"]  # read, torch, ORT, compare: the loop's own
             whole = ours["samples"] / ours["seconds"]  # + imports, loading, the session
@@ -169,6 +183,10 @@ def main() -> None:
                   f"{hand['peak_mb']:>8.0f} {ours['peak_mb']:>10.0f} "
                   f"{ours['same']}/{ours['samples']}")  # fmt: skip
             print("         parity timings:", {k: round(v, 2) for k, v in ours["timings"].items()})
+            if ray is not None:
+                same = "the same" if ray["data_block"] == ours["data_block"] else "ANOTHER"
+                print(f"         --engine ray: whole run {ray['samples'] / ray['seconds']:.0f} "
+                      f"s/s, driver peak {ray['peak_mb']:.0f} MB, {same} data block")  # fmt: skip
 
 
 if __name__ == "__main__":
