@@ -296,8 +296,9 @@ DATA = Group(
             "--workers",
             type=int,
             metavar="N",
-            help="with --engine ray and no --ray-address: the local cluster's CPUs (default: "
-            "this machine's)",
+            help="with --engine ray: actors at most, one CPU each (default: the cluster's "
+            "CPUs); without --ray-address also the local cluster's CPUs (default: this "
+            "machine's)",
         ),
         flag(
             "--min-agreement",

@@ -30,7 +30,8 @@ class DataOptions:
     tasks: Mapping[str, str] = field(default_factory=dict)
     min_agreement: Mapping[str, float] = field(default_factory=dict)
     # where the batches run: "local" (this process) or "ray" (shards of the data set on a
-    # Ray cluster: `ray_address`, else a local one of `workers` CPUs; parity.sources.data_ray)
+    # Ray cluster: `ray_address`, else a local one of `workers` CPUs; at most `workers`
+    # actors; parity.sources.data_ray)
     engine: str = "local"
     ray_address: str | None = None
     workers: int | None = None

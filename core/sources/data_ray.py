@@ -95,7 +95,6 @@ class RayDataSource(DataSource):
         super().__init__(config, loaders, report)
         assert config.data is not None
         self._data = config.data
-        self.shipped = 0  # bytes put in the object store
 
     def cases(
         self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
@@ -106,6 +105,11 @@ class RayDataSource(DataSource):
         from parity.run.ray_cluster import connect, import_ray, prints_to_stderr
 
         ray = import_ray()
+        if _file_of(self.model) is None and not self.model.startswith(DEMO_PREFIX):
+            raise UsageError(
+                f"--engine ray: the model ({self.model}) is not a file the workers can load: "
+                "give FILE.py:make, an exported or TorchScript file, or demo:NAME"
+            )
         self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
         data = self.dataset = open_data(self._data, signature.input_names)
         if data.count is None:
@@ -129,11 +133,6 @@ class RayDataSource(DataSource):
         shards = [
             {"start": a, "stop": min(a + shard, data.count)} for a in range(0, data.count, shard)
         ]
-        if _file_of(self.model) is None and not self.model.startswith(DEMO_PREFIX):
-            raise UsageError(
-                f"--engine ray: the model ({self.model}) is not a file the workers can load: "
-                "give FILE.py:make, an exported or TorchScript file, or demo:NAME"
-            )
         started = not ray.is_initialized()
         with prints_to_stderr():
             if started:
@@ -192,7 +191,6 @@ class RayDataSource(DataSource):
             signature=signature,
             max_memory=config.max_memory,
         )
-        self.shipped = store.bytes_put
         return replace(job, bundle=Bundle(tuple(files.values()), ()))
 
     def _run(
@@ -205,7 +203,7 @@ class RayDataSource(DataSource):
         context.execution_options.preserve_order = True  # shards come back in order
         context.enable_progress_bars = False
         context.print_on_execution_start = False
-        workers = max(1, min(len(shards), cluster_cpus(ray)))
+        workers = max(1, min(len(shards), cluster_cpus(ray), self._data.workers or len(shards)))
         gpu = job.provider in GPU_PROVIDERS
         if gpu:  # an actor per GPU: one that no node can place would wait forever
             gpus = int(ray.cluster_resources().get("GPU", 0))
