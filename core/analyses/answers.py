@@ -57,7 +57,7 @@ class Answers(Analysis):
             if index != self._lead or batch is None:
                 return judged
             ref = case.reference.arrays
-            rows = len(next(iter(batch.feeds.values())))
+            rows = batch.rows
             if self._answers is None:
                 kinds = {
                     n: (a.shape, a.dtype)

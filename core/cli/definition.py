@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity.cli.parser import Parser
-from parity.data.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BAD
+from parity.data.options import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BAD, ENGINES
 from parity.judge.pass_rule import RULE_TEXT
 from parity.launch import DASHBOARD_HELP, DEFAULT_HOST, DEFAULT_PORT, SERVER_OPTIONS, UPLOAD_OPTION
 from parity.limits.budget import DEFAULT_MAX_MEMORY, format_size
@@ -278,6 +278,27 @@ DATA = Group(
             metavar="NAME=TASK",
             help="what output NAME is: classification | embedding | regression (default: "
             "inferred from its name and shape)",
+        ),
+        flag(
+            "--engine",
+            choices=ENGINES,
+            default="local",
+            help="where the batches run: local (this process, default) or ray (shards of the "
+            "data set on a Ray cluster, the same numbers; pip install -e '.[ray]')",
+        ),
+        flag(
+            "--ray-address",
+            metavar="ADDR",
+            help="with --engine ray: an existing Ray cluster (e.g. auto, HOST:PORT or "
+            "ray://head:10001); default: a local one",
+        ),
+        flag(
+            "--workers",
+            type=int,
+            metavar="N",
+            help="with --engine ray: actors at most, one CPU each (default: the cluster's "
+            "CPUs); without --ray-address also the local cluster's CPUs (default: this "
+            "machine's)",
         ),
         flag(
             "--min-agreement",

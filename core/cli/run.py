@@ -92,8 +92,10 @@ def _data_options(args: argparse.Namespace):  # -> DataOptions | None
     from parity.data.options import DataOptions, parse_fraction, parse_min_agreement, parse_pairs
 
     data = getattr(args, "data", None)
-    given = [f for f in ("preprocess", "labels", "data_task", "min_agreement", "limit")
-             if getattr(args, f, None)]  # fmt: skip
+    given = [f for f in ("preprocess", "labels", "data_task", "min_agreement", "limit",
+                         "ray_address", "workers") if getattr(args, f, None)]  # fmt: skip
+    if getattr(args, "engine", "local") != "local":
+        given.append("engine")
     if not data:
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} applies only with --data PATH")
@@ -111,6 +113,9 @@ def _data_options(args: argparse.Namespace):  # -> DataOptions | None
         max_bad=parse_fraction(str(args.max_bad), "--max-bad"),
         tasks=parse_pairs(args.data_task, "--data-task"),
         min_agreement=parse_min_agreement(args.min_agreement),
+        engine=args.engine,
+        ray_address=args.ray_address,
+        workers=args.workers,
     )
 
 

@@ -82,7 +82,7 @@ class _Worst:
                 sample=int(batch.samples[row]),
                 id=batch.ids[row],
                 error=float(measure[row]),
-                inputs={k: np.array(v[row]) for k, v in batch.feeds.items()},
+                inputs=batch.inputs_of(int(row)),
                 torch=np.array(ref[row]),
                 onnx=np.array(onnx[row]),
             )
@@ -122,11 +122,8 @@ class OutputAnswers:
         n = batch.n_real
         ref = np.asarray(ref)[:n]
         onnx = np.asarray(onnx)[:n]
-        r = ref.reshape(n, -1).astype(np.float64)
-        o = onnx.reshape(n, -1).astype(np.float64)
-        diff = np.abs(o - r)
-        diff[np.isnan(diff)] = np.inf  # NaN on one side: as far off as can be
-        error = diff.max(axis=1) if r.shape[1] else np.zeros(n)
+        r, o = _flat(ref, onnx, n)
+        error = _sample_errors(r, o)
         self._errors.append(error)
         self._samples.append(batch.samples)
         if self._labels is not None:
@@ -134,21 +131,19 @@ class OutputAnswers:
                 self._labels = None
             else:
                 self._labels.append(batch.labels)
-        measure = rank = error
         if self.task == "classification":
-            rank = self._add_classes(batch, r, o, error)
+            self._add_classes(batch, r, o)
         elif self.task == "embedding":
-            measure = rank = self._add_vectors(batch, r, o)
+            self._add_vectors(batch, r, o)
         else:
             finite = r[np.isfinite(r)]
             self._sum += float(finite.sum())
             self._sumsq += float((finite**2).sum())
             self._count += int(finite.size)
-        self._worst.offer(rank, measure, batch, ref, onnx)
+        rank = _rank(self.task, r, o, error)
+        self._worst.offer(rank, rank if self.task == "embedding" else error, batch, ref, onnx)
 
-    def _add_classes(
-        self, batch: Batch, r: np.ndarray, o: np.ndarray, error: np.ndarray
-    ) -> np.ndarray:
+    def _add_classes(self, batch: Batch, r: np.ndarray, o: np.ndarray) -> None:
         t_cls = np.argmax(r, axis=1)
         o_cls = np.argmax(o, axis=1)
         top2 = np.sort(r, axis=1)[:, -2:] if r.shape[1] >= 2 else np.zeros((r.shape[0], 2))
@@ -162,14 +157,11 @@ class OutputAnswers:
         self._overlap += float(same.sum()) / k
         for row in np.flatnonzero(t_cls != o_cls):
             self._ids[int(batch.samples[row])] = batch.ids[row]
-        flipped = (t_cls != o_cls).astype(np.float64)
-        return error + flipped * (1.0 + float(np.nanmax(error, initial=0.0)))  # flips first
 
-    def _add_vectors(self, batch: Batch, r: np.ndarray, o: np.ndarray) -> np.ndarray:
+    def _add_vectors(self, batch: Batch, r: np.ndarray, o: np.ndarray) -> None:
         rn = np.linalg.norm(r, axis=1)
         on = np.linalg.norm(o, axis=1)
-        cos = (r * o).sum(axis=1) / np.maximum(rn * on, 1e-30)
-        cos = np.where((rn == 0) & (on == 0), 1.0, cos)
+        cos = _cosine(r, o)
         self._cosines.append(cos)
         room = NEIGHBOUR_SAMPLES - self._kept_vectors
         if room > 0:
@@ -183,7 +175,6 @@ class OutputAnswers:
             for row in range(take.stop):
                 self._ids[int(batch.samples[row])] = batch.ids[row]
             self._kept_vectors += take.stop
-        return 1.0 - cos
 
     def result(self) -> DataOutput:
         errors = np.concatenate(self._errors) if self._errors else np.zeros(0)
@@ -300,6 +291,53 @@ class OutputAnswers:
             cosine_min=_finite(cos.min()) if cos.size else None,
             neighbours_on=m,
         )
+
+
+def _flat(ref: np.ndarray, onnx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `n` rows of both sides, one float64 row per sample."""
+    r = np.asarray(ref)[:n].reshape(n, -1).astype(np.float64)
+    o = np.asarray(onnx)[:n].reshape(n, -1).astype(np.float64)
+    return r, o
+
+
+def _sample_errors(r: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Each sample's largest |onnx - torch| (NaN on one side: as far off as can be)."""
+    diff = np.abs(o - r)
+    diff[np.isnan(diff)] = np.inf
+    return diff.max(axis=1) if r.shape[1] else np.zeros(r.shape[0])
+
+
+def _cosine(r: np.ndarray, o: np.ndarray) -> np.ndarray:
+    rn = np.linalg.norm(r, axis=1)
+    on = np.linalg.norm(o, axis=1)
+    cos = (r * o).sum(axis=1) / np.maximum(rn * on, 1e-30)
+    return np.where((rn == 0) & (on == 0), 1.0, cos)
+
+
+def _rank(task: str, r: np.ndarray, o: np.ndarray, error: np.ndarray) -> np.ndarray:
+    """What orders a batch's samples worst first: a changed class before any kept one (then
+    the error), an embedding's 1 - cosine, anything else its error."""
+    if task == "classification":
+        flipped = (np.argmax(r, axis=1) != np.argmax(o, axis=1)).astype(np.float64)
+        return error + flipped * (1.0 + float(np.nanmax(error, initial=0.0)))
+    if task == "embedding":
+        return 1.0 - _cosine(r, o)
+    return error
+
+
+def rows_worth_keeping(
+    tasks: Mapping[str, str], ref: Mapping[str, np.ndarray], onnx: Mapping[str, np.ndarray], n: int
+) -> list[int]:
+    """The rows of a batch of `n` real samples that may be among an output's WORST_KEPT
+    (its inputs kept): the batch's own worst rows by `_rank`, per output of `tasks`."""
+    rows: set[int] = set()
+    for name, task in tasks.items():
+        if name not in ref or name not in onnx or ref[name].shape != onnx[name].shape:
+            continue
+        r, o = _flat(ref[name], onnx[name], n)
+        rank = _rank(task, r, o, _sample_errors(r, o))
+        rows.update(int(k) for k in np.argsort(-rank, kind="stable")[:WORST_KEPT])
+    return sorted(rows)
 
 
 def _finite(value: float) -> float | None:

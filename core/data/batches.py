@@ -8,7 +8,7 @@ Too many skipped (more than --max-bad of those read) ends the run: InputError, o
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,26 @@ class Batch:
     ids: tuple[str, ...]
     labels: np.ndarray | None  # int64, one per real row (None: no labels)
     n_real: int
+    # rows whose inputs `feeds` holds, in order (None: every row): a batch judged on a Ray
+    # worker comes back with the inputs of the rows that may be among the worst only
+    kept: tuple[int, ...] | None = None
+    n_rows: int = 0  # rows run, padding included (0: those of `feeds`)
+
+    @property
+    def rows(self) -> int:
+        """Rows the models ran on, padding included."""
+        return self.n_rows or len(next(iter(self.feeds.values())))
+
+    def inputs_of(self, row: int) -> dict[str, np.ndarray]:
+        """Row `row`'s inputs (copies)."""
+        at = row if self.kept is None else self.kept.index(row)
+        return {k: np.array(v[at]) for k, v in self.feeds.items()}
+
+    def keeping(self, rows: Sequence[int]) -> Batch:
+        """This batch with the inputs of `rows` only (the rest let go)."""
+        kept = tuple(sorted(set(rows)))
+        feeds = {k: np.ascontiguousarray(v[list(kept)]) for k, v in self.feeds.items()}
+        return replace(self, feeds=feeds, kept=kept, n_rows=self.rows)
 
     @property
     def label(self) -> str:
@@ -126,6 +146,11 @@ class Batcher:
             f"a batch of {self.batch_size} samples of {', '.join(map(str, key))}",
             proceed="give a smaller --batch-size",
         )
+
+    def check_bad(self, *, final: bool) -> None:
+        """`_check_bad` for samples batched elsewhere (the shards of a run on Ray), counted
+        into `read` and `skipped` by the caller."""
+        self._check_bad(final=final)
 
     def _check_bad(self, *, final: bool) -> None:
         """InputError once more samples were skipped than --max-bad allows of the data set

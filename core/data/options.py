@@ -10,6 +10,7 @@ from parity.errors import UsageError
 
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_MAX_BAD = 0.01  # skipped samples allowed, as a fraction of those read
+ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ class DataOptions:
     max_bad: float = DEFAULT_MAX_BAD
     tasks: Mapping[str, str] = field(default_factory=dict)
     min_agreement: Mapping[str, float] = field(default_factory=dict)
+    # where the batches run: "local" (this process) or "ray" (shards of the data set on a
+    # Ray cluster: `ray_address`, else a local one of `workers` CPUs; at most `workers`
+    # actors; parity.sources.data_ray)
+    engine: str = "local"
+    ray_address: str | None = None
+    workers: int | None = None
 
     def problems(self) -> list[str]:
         """Why these options cannot run (flag-worded), [] when they can."""
@@ -38,6 +45,12 @@ class DataOptions:
             found.append(f"--limit must be >= 1, got {self.limit}")
         if not 0 <= self.max_bad <= 1:
             found.append(f"--max-bad must be a fraction in [0, 1], got {self.max_bad}")
+        if self.engine not in ENGINES:
+            found.append(f"--engine {self.engine}: choose from {', '.join(ENGINES)}")
+        elif self.engine == "local" and (self.ray_address or self.workers):
+            found.append("--ray-address and --workers apply only with --engine ray")
+        if self.workers is not None and self.workers < 1:
+            found.append(f"--workers must be >= 1, got {self.workers}")
         for name, task in self.tasks.items():
             if task not in TASKS:
                 found.append(f"--data-task {name}={task}: choose from {', '.join(TASKS)}")

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,15 @@ class DataSet:
     samples: Callable[[], Iterator[Sample]]
     classes: tuple[str, ...] = ()
     labels: str | None = None  # where the labels come from, in words
+    # the samples from number `start` on, those before it not read (None: a format read
+    # from its start; `samples_from` skips): a shard of a data run on Ray
+    starting_at: Callable[[int], Iterator[Sample]] | None = None
+
+    def samples_from(self, start: int) -> Iterator[Sample]:
+        """The samples numbered `start` and after, in order."""
+        if self.starting_at is not None:
+            return self.starting_at(start)
+        return (s for s in self.samples() if s.index >= start)
 
 
 def open_data(options: DataOptions, input_names: Sequence[str]) -> DataSet:
@@ -84,13 +93,18 @@ def _limited(data: DataSet, limit: int | None) -> DataSet:
         return data
     count = limit if data.count is None else min(limit, data.count)
 
-    def samples() -> Iterator[Sample]:
-        for sample in data.samples():
+    def until_limit(samples: Iterator[Sample]) -> Iterator[Sample]:
+        for sample in samples:
             if sample.index >= limit:
                 return
             yield sample
 
-    return DataSet(data.source, data.format, count, samples, data.classes, data.labels)
+    return replace(
+        data,
+        count=count,
+        samples=lambda: until_limit(data.samples()),
+        starting_at=lambda start: until_limit(data.samples_from(start)),
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -108,8 +122,7 @@ def _arrays(path: Path, input_names: Sequence[str]) -> DataSet:
                 f"--data {path}: a .npy holds one input; the model takes {len(input_names)} "
                 f"({', '.join(input_names)}): give a .npz with one array per input"
             )
-        array = np.load(path, mmap_mode="r", allow_pickle=False)  # read a sample at a time
-        arrays = {input_names[0]: array}
+        return _npy(path, input_names[0])
     else:
         with np.load(path, allow_pickle=False) as z:
             missing = [n for n in input_names if n not in z.files]
@@ -127,11 +140,55 @@ def _arrays(path: Path, input_names: Sequence[str]) -> DataSet:
         )
     n = next(iter(lengths.values()))
 
-    def samples() -> Iterator[Sample]:
-        for i in range(n):
+    def samples(start: int = 0) -> Iterator[Sample]:
+        for i in range(start, n):
             yield Sample(i, str(i), {name: np.asarray(a[i]) for name, a in arrays.items()})
 
-    return DataSet(str(path), path.suffix.lstrip("."), n, samples)
+    return DataSet(str(path), "npz", n, samples, starting_at=samples)
+
+
+def _npy(path: Path, name: str) -> DataSet:
+    """A .npy read a sample at a time by offset (os.pread): its pages go through the page
+    cache, never into this process's memory, so a run's peak memory does not grow with the
+    file (a memory map's pages count in the process as they are read). A Fortran-ordered
+    file, whose samples are not contiguous, is memory-mapped."""
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = header(f)
+        except ValueError as exc:
+            raise InputError(f"--data {path}: not a .npy file ({exc})") from None
+        offset = f.tell()
+    if not shape:
+        raise InputError(f"--data {path}: every array needs a leading (sample) axis, got []")
+    if dtype.hasobject:
+        raise InputError(f"--data {path}: {dtype} values (objects) cannot be read")
+    n, per = shape[0], tuple(shape[1:])
+    if not n:
+        raise InputError(f"--data {path}: no samples (its shape is {list(shape)})")
+    size = int(np.prod(per, dtype=np.int64)) * dtype.itemsize
+    mapped = np.load(path, mmap_mode="r", allow_pickle=False) if fortran and n else None
+
+    def samples(start: int = 0) -> Iterator[Sample]:
+        with open(path, "rb") as f:
+            fd = f.fileno()
+            for i in range(start, n):
+                if mapped is not None:
+                    value = np.array(mapped[i])
+                else:
+                    raw = os.pread(fd, size, offset + i * size)
+                    if len(raw) < size:
+                        yield Sample(i, str(i), None, None, "the file ends before this sample")
+                        continue
+                    value = np.frombuffer(raw, dtype=dtype).reshape(per)
+                yield Sample(i, str(i), {name: value})
+
+    return DataSet(str(path), "npy", n, samples, starting_at=samples)
 
 
 # --- folders: samples as files, flat or in class folders --------------------------------------
@@ -166,8 +223,8 @@ def _folder(
         with np.load(full, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
 
-    def samples() -> Iterator[Sample]:
-        for i, file in enumerate(files):
+    def samples(start: int = 0) -> Iterator[Sample]:
+        for i, file in enumerate(files[start:], start):
             label = label_of.get(file.parts[0]) if image_folder else None
             name = file.as_posix()
             try:
@@ -181,7 +238,7 @@ def _folder(
 
     fmt = "imagefolder" if image_folder else "folder"
     labels = "the class folders" if image_folder and not options.labels else None
-    return DataSet(str(path), fmt, len(files), samples, classes, labels)
+    return DataSet(str(path), fmt, len(files), samples, classes, labels, starting_at=samples)
 
 
 def _walk(path: Path) -> Iterator[tuple[str, list[str]]]:
@@ -350,9 +407,14 @@ def _with_label_file(data: DataSet, labels: str) -> DataSet:
     if data.count is not None and len(values) < data.count:
         raise InputError(f"--labels {labels}: {len(values)} labels for {data.count} samples")
 
-    def samples() -> Iterator[Sample]:
-        for s in data.samples():
+    def labelled(samples: Iterator[Sample]) -> Iterator[Sample]:
+        for s in samples:
             label = int(values[s.index]) if s.index < len(values) else None
             yield Sample(s.index, s.id, s.arrays, label, s.reason)
 
-    return DataSet(data.source, data.format, data.count, samples, data.classes, labels)
+    return replace(
+        data,
+        samples=lambda: labelled(data.samples()),
+        starting_at=lambda start: labelled(data.samples_from(start)),
+        labels=labels,
+    )

@@ -336,6 +336,10 @@ def _data_problems(config: RunConfig) -> Iterator[UsageError]:
         return
     for text in config.data.problems():
         yield UsageError(text)
+    if config.data.engine == "ray" and config.n_candidates > 1:
+        yield UsageError(
+            "--engine ray judges one ONNX file at one provider and level: give one of each"
+        )
     if config.kind is not RunKind.TORCH:
         yield UsageError(
             ("needs a torch model (", _MODEL, "; not hf: yet)"), setting=Setting("data")

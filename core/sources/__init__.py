@@ -72,6 +72,9 @@ class Case:
     # ... and at a 16-bit candidate's precision, by precision (a source that can: see
     # TorchSource.measure_noise_at)
     at_precision: Mapping[str, PrecisionRun] = field(default_factory=dict)
+    # the candidate's raw outputs, computed where the reference was (a data run on Ray: the
+    # worker ran both sides); the loop compares them instead of running the file again
+    computed: OutputSet | None = None
 
 
 class TorchSideModel(Protocol):

@@ -24,59 +24,36 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from parity.errors import StorageError, UsageError, first_line
 from parity.files.safe_read import open_regular, read_bytes
+from parity.files.ship import (  # noqa: F401  (re-exported: the sweep's names for them)
+    BESIDE_LIMIT,
+    MAX_FILE,
+    MAX_FOLDER_FILES,
+    NOT_BESIDE,
+    Bundle,
+    ContentStore,
+    Shipped,
+    beside_factory,
+    bounded,
+    external_data,
+    unpack,
+)
 from parity.limits.budget import format_size
 from parity.sweep.names import redacted_text, redacted_uri
 from parity.sweep.plan import InputSlot, PairJob
 
-MAX_FILE = 32 << 30
-"""One input file shipped or fetched: past this, it is not a model file."""
-MAX_FOLDER_FILES = 10_000
-"""Files in one shipped folder (hf:DIR) or beside one factory file."""
-BESIDE_LIMIT = 256 << 20
-"""A file beside a factory larger than this is not shipped with it (name it with a flag)."""
-NOT_BESIDE = frozenset({".onnx", ".onnx_data", ".data"})
 OUTSIDE = "_outside"
 FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "http": "aiohttp"}
 FSSPEC_PACKAGES |= {"https": "aiohttp", "az": "adlfs", "abfs": "adlfs", "hf": "huggingface_hub"}
 
 
-@dataclass(frozen=True)
-class Shipped:
-    """One file a pair's task writes into its folder: `content` is an object reference."""
-
-    rel: str
-    sha256: str
-    size: int
-    content: Any
-
-
-@dataclass(frozen=True)
-class Bundle:
-    files: tuple[Shipped, ...]
-    moved: tuple[tuple[int, str], ...]
-    """args index -> the input's path in the task's folder."""
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
-
-
-class Shipper:
-    """Each distinct content put once per sweep (the driver owns the objects, so they
-    outlive a lost worker node and serve a retry); `put` is ray.put."""
-
-    def __init__(self, put: Callable[[bytes], Any]) -> None:
-        self.put = put
-        self.refs: dict[str, Any] = {}
-        self.bytes_put = 0
-        self.files_put = 0
+class Shipper(ContentStore):
+    """Each pair's input files as a Bundle, each distinct content put once per sweep."""
 
     def bundle(self, job: PairJob) -> Bundle:
         """UsageError (one line) when a file cannot be read or differs from its pin."""
@@ -91,19 +68,8 @@ class Shipper:
             for source, target in _files_of(slot, root / slot.path, rel):
                 if target not in files:
                     pin = slot.sha256 if target == rel else None
-                    files[target] = self._ship(source, target, pin)
+                    files[target] = self.ship(source, target, pin)
         return Bundle(tuple(files.values()), tuple(moved))
-
-    def _ship(self, source: Path, rel: str, pin: str | None) -> Shipped:
-        data = read_bytes(source, what="input file", limit=MAX_FILE, error=UsageError)
-        digest = hashlib.sha256(data).hexdigest()
-        if pin and digest != pin:
-            raise UsageError(f"{source}: its SHA-256 is {digest}, the manifest pins {pin}")
-        if digest not in self.refs:
-            self.refs[digest] = self.put(data)
-            self.bytes_put += len(data)
-            self.files_put += 1
-        return Shipped(rel, digest, len(data), self.refs[digest])
 
 
 def task_path(path: str) -> str:
@@ -120,7 +86,7 @@ def _files_of(slot: InputSlot, path: Path, rel: str) -> list[tuple[Path, str]]:
     """(file on the driver, its place in the task's folder) for everything the input needs."""
     if slot.kind == "dir":
         found = [p for p in sorted(path.rglob("*")) if p.is_file() and not p.is_symlink()]
-        _bounded(found, path)
+        bounded(found, path)
         return [(p, f"{rel}/{p.relative_to(path).as_posix()}") for p in found]
     files = [(path, rel)]
     parent = PurePosixPath(rel).parent
@@ -130,62 +96,6 @@ def _files_of(slot: InputSlot, path: Path, rel: str) -> list[tuple[Path, str]]:
     elif path.suffix == ".onnx":
         files += [(path.parent / loc, str(parent / loc)) for loc in external_data(path)]
     return files
-
-
-def beside_factory(path: Path) -> list[Path]:
-    """What a factory file may import or open beside itself: the files in its folder (ONNX
-    files and files over BESIDE_LIMIT left: ONNX files travel as --onnx), and the .py files
-    of the packages there (sub-folders with an __init__.py)."""
-    folder = path.parent
-    found = [
-        p
-        for p in sorted(folder.iterdir())
-        if p != path and p.is_file() and not p.is_symlink()
-        and p.suffix not in NOT_BESIDE and p.stat().st_size <= BESIDE_LIMIT
-    ]  # fmt: skip
-    for init in sorted(folder.glob("*/**/__init__.py")):
-        found += [p for p in sorted(init.parent.glob("*.py")) if p.is_file() and not p.is_symlink()]
-    _bounded(found, folder)
-    return list(dict.fromkeys(found))
-
-
-def _bounded(found: list[Path], where: Path) -> None:
-    if len(found) > MAX_FOLDER_FILES:
-        raise UsageError(f"{where}: more than {MAX_FOLDER_FILES} files to ship to a Ray worker")
-
-
-def external_data(path: Path) -> list[str]:
-    """The external-data files an ONNX file names beside itself (the loader refuses others)."""
-    import onnx
-    from onnx import external_data_helper as edh
-
-    from parity.files.safe_read import open_regular
-
-    try:
-        with open_regular(path, what="ONNX file", limit=2 << 30, error=UsageError) as fh:
-            proto = onnx.load(fh, load_external_data=False)
-    except UsageError:
-        raise
-    except Exception:  # not an ONNX file: the pair's own run says so, in its report
-        return []
-    found: dict[str, None] = {}
-    for tensor in edh._get_all_tensors(proto):
-        if edh.uses_external_data(tensor):
-            loc = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            where = PurePosixPath(loc.replace("\\", "/"))
-            inside = loc and not where.is_absolute() and ".." not in where.parts
-            if inside and (path.parent / loc).is_file():
-                found[str(where)] = None
-    return list(found)
-
-
-def unpack(bundle: Bundle, folder: Path, get: Callable[[Any], bytes]) -> dict[int, str]:
-    """Write the bundle's files into `folder`; args index -> path, relative to `folder`."""
-    for shipped in bundle.files:
-        target = folder / shipped.rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(get(shipped.content))
-    return dict(bundle.moved)
 
 
 STORAGE_TRIES = 4

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from parity.errors import ParityError, UsageError
 from parity.files.hashing import file_sha256
+from parity.run.ray_cluster import GPU_PROVIDERS
 from parity.sweep.manifest import (
     MODEL_FLAG,
     Manifest,
@@ -40,13 +41,6 @@ from parity.version import __version__
 REPORT = "report.json"
 DECIDING_PACKAGES = ("torch", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "transformers")
 """Distributions whose version is part of every resume key (those not installed are left out)."""
-GPU_PROVIDERS = (
-    "CUDAExecutionProvider",
-    "TensorrtExecutionProvider",
-    "ROCMExecutionProvider",
-    "MIGraphXExecutionProvider",
-)
-"""Execution providers that run on a GPU: Ray's "GPU" resource covers NVIDIA and AMD alike."""
 MEMORY_FLAG = "--max-memory"
 
 
