@@ -157,12 +157,15 @@ def test_imagefolder_of_pngs_through_a_preprocess_file_with_a_bad_sample(digits,
                  "--onnx", str(digits.onnx), *args]) == 2  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["parquet", "jsonl", "arrow"])
-def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kind):
+@pytest.mark.parametrize("kind", ["parquet", "jsonl", "arrow", "save_to_disk"])
+def test_table_columns_named_as_inputs_with_a_label_column(digits, torch_logits, tmp_path, kind):
     x, y = digits.x_test[:40], digits.y_test[:40]
     rows = [{"x": image.tolist(), "label": int(v)} for image, v in zip(x, y, strict=True)]
     path = tmp_path / f"digits.{kind}"
-    if kind == "parquet":
+    if kind == "save_to_disk":  # a folder `datasets` wrote: state.json, dataset_info.json, .arrow
+        datasets = pytest.importorskip("datasets")
+        datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    elif kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -188,7 +191,11 @@ def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kin
     skipped = [s["id"] for s in data["skipped"]]
     assert skipped == ([] if kind != "jsonl" else ["row 3", "row 5"])
     assert data["samples"] == 40 - len(skipped) and data["labels"] == "column label"
+    assert data["format"] == ("dataset" if kind == "save_to_disk" else "table")
     assert data["outputs"][0]["accuracy"]["n"] == data["samples"]
+    if not skipped:  # torch's accuracy on the rows, computed here apart from Parity
+        right = np.argmax(torch_logits[:40], axis=1) == y
+        assert data["outputs"][0]["accuracy"]["torch"] == pytest.approx(float(right.mean()))
     if skipped:
         assert "not JSON" in data["skipped"][0]["reason"]
         assert "where the model takes [1, 8, 8] per sample" in data["skipped"][1]["reason"]

@@ -64,7 +64,10 @@ class Answers(Analysis):
                     for n, a in ref.items()
                     if n in shown.arrays and a.ndim >= 1 and a.shape[0] == rows
                 }
-                self._answers = answers_for(kinds, options.tasks, options.min_agreement)
+                known: dict[str, str] = getattr(source, "known_tasks", dict)()  # id2label
+                self._answers = answers_for(
+                    kinds, options.tasks, options.min_agreement, known=known
+                )
             for name, answers in self._answers.items():
                 r, o = ref.get(name), shown.arrays.get(name)
                 if r is None or o is None or r.shape != o.shape or r.shape[0] != rows:
@@ -102,5 +105,6 @@ class Answers(Analysis):
             labels=data.labels,
             batch_size=batcher.batch_size,
             notes=tuple(self._notes),
+            processor=data.processor,
         )
         return replace(run, data=result)

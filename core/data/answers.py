@@ -325,11 +325,18 @@ def answers_for(
     names_shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]],
     tasks: Mapping[str, str],
     min_agreement: Mapping[str, float],
+    *,
+    known: Mapping[str, str] | None = None,
 ) -> dict[str, OutputAnswers]:
-    """One accumulator per output, its task given or inferred from its first batch."""
+    """One accumulator per output, its task given, else `known` (what the model's config
+    says: an hf: head's id2label), else inferred from its first batch."""
     found = {}
     for name, (shape, dtype) in names_shapes.items():
         task = tasks.get(name)
+        told = (known or {}).get(name)
+        if task is None and told == "classification" and len(shape) == 2:
+            found[name] = OutputAnswers(name, told, True, min_agreement.get(name))
+            continue
         if task == "classification" and len(shape) != 2:
             raise UsageError(
                 f"--data-task {name}=classification: output {name} has shape {list(shape)}; "

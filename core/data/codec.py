@@ -32,6 +32,7 @@ def data_to_json(d: DataResult, put: Put | None = None) -> dict[str, Any]:
         "skipped": [{"id": s.id, "reason": s.reason} for s in d.skipped],
         "outputs": [_output_to_json(o, k, put) for k, o in enumerate(d.outputs)],
         "notes": list(d.notes),
+        "processor": d.processor or None,
     }
 
 
@@ -117,6 +118,7 @@ def data_from_json(raw: Any, get: Get | None = None, at: str = "data") -> DataRe
         labels=sj.optional(sj.string, raw.get("labels"), f"{at}.labels"),
         batch_size=sj.integer(raw.get("batch_size", 0), f"{at}.batch_size"),
         notes=tuple(sj.string(n, f"{at}.notes") for n in sj.array(raw.get("notes") or [], at)),
+        processor=sj.optional(sj.string, raw.get("processor"), f"{at}.processor") or "",
     )
 
 

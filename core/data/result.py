@@ -108,6 +108,7 @@ class DataResult:
     labels: str | None = None
     batch_size: int = 0
     notes: tuple[str, ...] = ()
+    processor: str = ""  # the model's own processor the samples went through ("": none)
 
     def output(self, name: str) -> DataOutput | None:
         return next((o for o in self.outputs if o.name == name), None)

@@ -317,10 +317,8 @@ def _data_problems(config: RunConfig) -> Iterator[UsageError]:
         return
     for text in config.data.problems():
         yield UsageError(text)
-    if config.kind is not RunKind.TORCH:
-        yield UsageError(
-            ("needs a torch model (", _MODEL, "; not hf: yet)"), setting=Setting("data")
-        )
+    if config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
+        yield UsageError(("needs a torch model (", _MODEL, ")"), setting=Setting("data"))
     clash = _set_flags(
         ("input_files", bool(config.n_given_sets)),
         ("dims", bool(config.dims)),
