@@ -261,8 +261,11 @@ def test_json_contract_and_a_run_that_keeps_no_batch(digits, tmp_path):
     [
         (["--labels", "y.npy"], "--labels applies only with --data"),
         (["--data", "DATA", "--input-sets", "2"], "--input-sets does not apply with --data"),
-        (["--data", "DATA", "--data-task", "nope=classification"], "--data-task nope"),
-        (["--data", "DATA", "--data-task", "logits=ranking"], "choose from classification"),
+        (["--data", "DATA", "--task", "nope=classification"], "--task nope"),
+        (["--data", "DATA", "--data-task", "nope=classification"], "--task nope"),  # its alias
+        (["--data", "DATA", "--task", "logits=ranking"], "choose from classification"),
+        (["--data", "DATA", "--task", "classification"], "name the output, --task NAME="),
+        (["--task", "logits=regression"], "--task NAME=TASK applies only with --data"),
         (["--data", "missing.npz"], "no such file"),
         (["--data", "DATA", "--save-reference", "ref.npz"], "--save-reference does not apply"),
         (["--data", "DATA", "--max-memory", "8K"], "give a smaller --batch-size"),

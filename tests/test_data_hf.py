@@ -77,6 +77,7 @@ def test_texts_of_a_jsonl_go_through_the_folders_tokenizer_a_batch_at_a_time(ber
     code, report = _run(
         directory, onnx, tmp_path, "--data", str(path), "--labels", "label",
         "--batch-size", "4", "--max-bad", "0.2", "--save-run", str(tmp_path / "run.parity.npz"),
+        "--task", "text-classification", "--task", "logits=classification",  # one flag, both
     )  # fmt: skip
     data = report["data"]
     assert code == 0, data
@@ -89,6 +90,7 @@ def test_texts_of_a_jsonl_go_through_the_folders_tokenizer_a_batch_at_a_time(ber
     )
     out = data["outputs"][0]
     assert out["name"] == "logits" and out["task"] == "classification"
+    assert out["task_inferred"] is False
     assert out["agree"] == 9 and out["accuracy"]["n"] == 9
     # three batches, each padded to its own longest text, never the data set held
     assert len(report["input_sets"]) == 3

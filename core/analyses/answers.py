@@ -40,7 +40,7 @@ class Answers(Analysis):
         self._lead = min(prepare.candidates)
         outputs = prepare.candidates[self._lead].signature.output_names
         for flag, named in (
-            ("--data-task", options.tasks),
+            ("--task", options.tasks),
             ("--min-agreement", options.min_agreement),
         ):
             unknown = [n for n in named if n not in outputs]

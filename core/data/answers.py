@@ -1,7 +1,8 @@
 """What changes per output, by what it is, accumulated batch by batch (a few numbers per
 sample, the arrays of the worst few).
 
-Tasks: set with --data-task NAME=TASK, else inferred: a name with "logit", "class", "prob"
+Tasks: set with --task NAME=TASK (or --data-task), else given by the model's config (an hf:
+classification head's id2label), else inferred: a name with "logit", "class", "prob"
 or "score" and (batch, C) values, or any (batch, C) float output with 2 <= C <= 1000, is a
 classification; a name with "embed", "pool", "feature", "sentence" or "vector" an embedding;
 anything else a regression.
@@ -339,7 +340,7 @@ def answers_for(
             continue
         if task == "classification" and len(shape) != 2:
             raise UsageError(
-                f"--data-task {name}=classification: output {name} has shape {list(shape)}; "
+                f"--task {name}=classification: output {name} has shape {list(shape)}; "
                 "a classification is (batch, classes): give embedding or regression"
             )
         found[name] = OutputAnswers(

@@ -40,7 +40,7 @@ class DataOptions:
             found.append(f"--max-bad must be a fraction in [0, 1], got {self.max_bad}")
         for name, task in self.tasks.items():
             if task not in TASKS:
-                found.append(f"--data-task {name}={task}: choose from {', '.join(TASKS)}")
+                found.append(f"--task {name}={task}: choose from {', '.join(TASKS)}")
         for name, value in self.min_agreement.items():
             if not 0 <= value <= 1:
                 found.append(f"--min-agreement {name}={value}: a fraction in [0, 1]")
