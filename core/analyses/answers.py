@@ -66,7 +66,11 @@ class Answers(Analysis):
                 }
                 known: dict[str, str] = getattr(source, "known_tasks", dict)()  # id2label
                 self._answers = answers_for(
-                    kinds, options.tasks, options.min_agreement, known=known
+                    kinds,
+                    options.tasks,
+                    options.min_agreement,
+                    known=known,
+                    suggest=prepare.config.suggest,
                 )
             for name, answers in self._answers.items():
                 r, o = ref.get(name), shown.arrays.get(name)

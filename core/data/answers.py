@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -100,8 +100,18 @@ class _Worst:
 class OutputAnswers:
     """One output's per-sample summaries, fed batch by batch (`add`), judged by `result`."""
 
-    def __init__(self, name: str, task: str, inferred: bool, min_agreement: float | None):
+    def __init__(
+        self,
+        name: str,
+        task: str,
+        inferred: bool,
+        min_agreement: float | None,
+        *,
+        suggest: bool = False,
+    ):
         self.name = name
+        self.suggest = suggest  # --suggest: a checked --min-agreement (parity.data.suggest)
+        self._agrees: np.ndarray | None = None  # each sample's answer the same, once judged
         self.task = task
         self.inferred = inferred
         self.min_agreement = min_agreement
@@ -187,6 +197,15 @@ class OutputAnswers:
         return 1.0 - cos
 
     def result(self) -> DataOutput:
+        """What changes for this output (with --suggest, the criterion proposed for it)."""
+        made = self._result()
+        if not self.suggest:
+            return made
+        from parity.data.suggest import suggest_agreement
+
+        return replace(made, suggestion=suggest_agreement(made, self._agrees))
+
+    def _result(self) -> DataOutput:
         errors = np.concatenate(self._errors) if self._errors else np.zeros(0)
         samples = np.concatenate(self._samples) if self._samples else np.zeros(0, np.int64)
         n = int(errors.size)
@@ -230,6 +249,7 @@ class OutputAnswers:
         t_cls, o_cls, margin = (np.concatenate([c[i] for c in self._classes]) for i in range(3))
         n = int(t_cls.size)
         changed = np.flatnonzero(t_cls != o_cls)
+        self._agrees = t_cls == o_cls
         tie = NEAR_TIE_FACTOR * (typical or 0.0)
         flips = tuple(
             Flip(
@@ -276,6 +296,7 @@ class OutputAnswers:
             top2 = np.sort(sim_r, axis=1)[:, -2:]
             margin = top2[:, 1] - top2[:, 0]
             changed = np.flatnonzero(nn_r != nn_o)
+            self._agrees = nn_r == nn_o
             agree = m - int(changed.size)
             tie = NEAR_TIE_FACTOR * float(np.median(1.0 - cos[:m])) if m else 0.0
             for k in changed[:MAX_FLIPS]:
@@ -328,6 +349,7 @@ def answers_for(
     min_agreement: Mapping[str, float],
     *,
     known: Mapping[str, str] | None = None,
+    suggest: bool = False,
 ) -> dict[str, OutputAnswers]:
     """One accumulator per output, its task given, else `known` (what the model's config
     says: an hf: head's id2label), else inferred from its first batch."""
@@ -336,7 +358,7 @@ def answers_for(
         task = tasks.get(name)
         told = (known or {}).get(name)
         if task is None and told == "classification" and len(shape) == 2:
-            found[name] = OutputAnswers(name, told, True, min_agreement.get(name))
+            found[name] = OutputAnswers(name, told, True, min_agreement.get(name), suggest=suggest)
             continue
         if task == "classification" and len(shape) != 2:
             raise UsageError(
@@ -348,5 +370,6 @@ def answers_for(
             task or infer_task(name, shape, dtype),
             task is None,
             min_agreement.get(name),
+            suggest=suggest,
         )
     return found

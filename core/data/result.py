@@ -62,6 +62,19 @@ class WorstSample:
 
 
 @dataclass(frozen=True)
+class AgreementSuggestion:
+    """--suggest on a data run: the --min-agreement criterion proposed for one output
+    (`value`; None: withheld, `reason` says why), fitted on every other sample and checked
+    on the samples between them before it is shown (parity.data.suggest)."""
+
+    value: float | None
+    reason: str
+    fitted_on: int = 0
+    checked_on: int = 0
+    checked_agreement: float | None = None  # the agreement on the samples it was checked on
+
+
+@dataclass(frozen=True)
 class DataOutput:
     """One output judged on the data (`data.outputs[]`): `agree` samples of `samples` give
     the same answer (`agreement` their fraction); `min_agreement` the criterion asked for
@@ -87,6 +100,7 @@ class DataOutput:
     min_agreement: float | None = None
     worst: tuple[WorstSample, ...] = ()
     histogram: tuple[tuple[float, ...], tuple[int, ...]] = ((), ())  # per-sample error bins
+    suggestion: AgreementSuggestion | None = None  # --suggest: a checked --min-agreement
 
     @property
     def passed(self) -> bool | None:

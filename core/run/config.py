@@ -324,14 +324,19 @@ def _data_problems(config: RunConfig) -> Iterator[UsageError]:
         ("dims", bool(config.dims)),
         ("n_input_sets", config.n_input_sets is not None),
         ("float_range", bool(config.float_ranges) or config.float_range is not None),
-        ("layers", config.layers),
-        ("noise_floor", config.noise_floor),
-        ("suggest", config.suggest),
     )
     if clash:
         yield UsageError(
             (*_listed(clash), f" {_do(clash)} not apply with ", Mention("data"),
-             ": its samples are the inputs, and a data run keeps no batch's arrays"),
+             ": its samples are the inputs"),
+        )  # fmt: skip
+    rerun = _set_flags(("layers", config.layers), ("noise_floor", config.noise_floor))
+    if rerun:  # what they need: each case run again (parity.analyses.order), batches are let go
+        yield UsageError(
+            (*_listed(rerun), f" {_do(rerun)} not apply with ", Mention("data"),
+             f": {'it needs' if len(rerun) == 1 else 'they need'} each case run again, and a "
+             f"data run lets each batch go; run {'it' if len(rerun) == 1 else 'them'} with ",
+             Mention("input_files"), " on the samples the data run names as its worst"),
         )  # fmt: skip
 
 
