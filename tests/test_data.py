@@ -138,6 +138,7 @@ def test_suggest_proposes_a_min_agreement_checked_on_samples_it_was_not_fitted_t
     assert g["checked_agreement"] == pytest.approx(float(same[1::2].mean()))
     assert 0.95 < g["min_agreement"] < 1.0
     assert f"--min-agreement logits={g['min_agreement']:g} (fitted on" in capsys.readouterr().out
+    assert "--min-agreement logits=0.995" not in report["findings"][0]["text"]  # unchecked
     criterion = ("--min-agreement", f"logits={g['min_agreement']}")
     assert _validate(digits, digits.int8, tmp_path, *data, *criterion)[0] == 0
     # the criterion fails a bug whose changed answers go many ways (not one class)

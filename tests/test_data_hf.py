@@ -166,6 +166,26 @@ def test_an_imagefolder_goes_through_the_folders_image_processor(vit, tmp_path):
     assert out["agree"] == 10
 
 
+def test_class_folders_of_txt_files_are_texts_with_their_folders_as_labels(bert, tmp_path):
+    directory, onnx = bert
+    texts = _texts(6)
+    for k, text in enumerate(texts):
+        folder = tmp_path / "data" / LABELS[k % 3]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{k}.txt").write_text(text + "\n")
+    code, report = _run(directory, onnx, tmp_path, "--data", str(tmp_path / "data"))
+    data = report["data"]
+    assert code == 0, data
+    assert data["format"] == "imagefolder" and data["labels"] == "the class folders"
+    assert data["processor"].startswith("PreTrainedTokenizerFast")
+    out = data["outputs"][0]
+    # the folders sorted give the labels: negative 0, neutral 1, positive 2, as id2label has
+    expected = np.array(
+        [int(np.argmax(_alone(directory, t))) == k % 3 for k, t in enumerate(texts)]
+    )
+    assert out["accuracy"]["torch"] == pytest.approx(float(expected.mean()))
+
+
 def test_a_model_that_generates_or_no_onnx_file_is_refused_in_one_line(bert, tmp_path, capsys):
     directory, _ = bert
     path = tmp_path / "texts.jsonl"

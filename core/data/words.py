@@ -94,6 +94,8 @@ def criterion_hint(o: DataOutput, values_fail: bool) -> str:
     judges it on them ("" otherwise, and once one is given)."""
     if o.min_agreement is not None or not values_fail or o.task != "classification":
         return ""
+    if o.suggestion is not None:  # --suggest proposed one, checked: that one speaks
+        return ""
     if o.agreement < PROPOSE_FROM or one_class(o.flips) is not None:
         return ""
     return (
