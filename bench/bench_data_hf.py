@@ -57,7 +57,6 @@ def prepare(folder: Path, sizes: list[int]) -> tuple[Path, Path, dict[int, Path]
 
 
 def hand_loop(directory: str, onnx: str, data: str) -> dict:
-    import numpy as np
     import onnxruntime as ort
     import torch
     import transformers
