@@ -166,6 +166,73 @@ def test_an_imagefolder_goes_through_the_folders_image_processor(vit, tmp_path):
     assert out["agree"] == 10
 
 
+def test_a_file_of_fixed_sizes_gets_texts_padded_and_truncated_to_its_length(bert, tmp_path):
+    directory, _ = bert
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(directory).eval()
+    names = ("input_ids", "attention_mask", "token_type_ids")
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.model(input_ids, attention_mask, token_type_ids).logits
+
+    fixed = tmp_path / "fixed.onnx"
+    example = tuple(torch.ones(4, 16, dtype=torch.int64) for _ in names)
+    torch.onnx.export(Logits(), example, str(fixed), input_names=list(names),
+                      output_names=["logits"], dynamo=False)  # fmt: skip
+    texts = [*_texts(5), " ".join(WORDS[:8] * 3)]  # the last one: 24 words, cut at 16
+    path = tmp_path / "texts.jsonl"
+    path.write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n")
+    code, report = _run(directory, fixed, tmp_path, "--data", str(path),
+                        "--save-run", str(tmp_path / "run.parity.npz"))  # fmt: skip
+    data = report["data"]
+    assert code == 0, data
+    assert data["batch_size"] == 4 and data["samples"] == 6
+    assert (
+        data["processor"]
+        == "column text through PreTrainedTokenizerFast (padded to 16, truncated at 16)"
+    )
+    from parity.reports.saved_run import load_run
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    fresh = transformers.AutoModelForSequenceClassification.from_pretrained(directory).eval()
+    for w in load_run(tmp_path / "run.parity.npz").data.outputs[0].worst:
+        assert w.inputs["input_ids"].shape == (16,)
+        cut = tokenizer(texts[w.sample], truncation=True, max_length=16, return_tensors="pt")
+        with torch.no_grad():
+            np.testing.assert_allclose(w.torch, fresh(**cut).logits[0].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["save_to_disk", "parquet"])
+def test_an_image_column_goes_through_the_image_processor(vit, tmp_path, kind):
+    datasets = pytest.importorskip("datasets")
+    from sklearn.datasets import load_sample_images
+
+    directory, onnx = vit
+    photo = load_sample_images().images[0]
+    tiles = [photo[40 * k : 40 * (k + 1), 50 * k : 50 * (k + 1)] for k in range(6)]
+    table = datasets.Dataset.from_dict({"img": tiles, "y": [k % 3 for k in range(6)]})
+    table = table.cast_column("img", datasets.Image())
+    path = tmp_path / f"images.{kind}"
+    if kind == "parquet":  # the Image feature stored as {bytes, path}
+        table.to_parquet(str(path))
+    else:  # datasets decodes it to PIL images
+        table.save_to_disk(str(path))
+    code, report = _run(directory, onnx, tmp_path, "--data", str(path), "--labels", "y")
+    data = report["data"]
+    assert code == 0, data
+    assert data["samples"] == 6 and data["processor"] == "column img through ViTImageProcessor"
+    processor = transformers.AutoImageProcessor.from_pretrained(directory)
+    model = transformers.AutoModelForImageClassification.from_pretrained(directory).eval()
+    with torch.no_grad():
+        pixels = processor(images=tiles, return_tensors="pt")["pixel_values"]
+        right = model(pixel_values=pixels).logits.argmax(1).numpy() == np.arange(6) % 3
+    assert data["outputs"][0]["accuracy"]["torch"] == pytest.approx(float(right.mean()))
+
+
 def test_class_folders_of_txt_files_are_texts_with_their_folders_as_labels(bert, tmp_path):
     directory, onnx = bert
     texts = _texts(6)
