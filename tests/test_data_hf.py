@@ -103,6 +103,8 @@ def test_texts_of_a_jsonl_go_through_the_folders_tokenizer_a_batch_at_a_time(ber
         assert w.id == f"row {w.sample}"
         np.testing.assert_allclose(w.torch, _alone(directory, texts[w.sample]), atol=1e-5)
         assert int(w.inputs["attention_mask"].sum()) == len(texts[w.sample].split())
+        assert w.text == texts[w.sample]  # what the Samples page shows of it
+    assert [w["text"] for w in out["worst"]] == [texts[w["sample"]] for w in out["worst"]]
 
 
 def test_a_planted_bias_on_one_class_changes_answers_of_a_saved_dataset(bert, tmp_path):
@@ -251,6 +253,7 @@ def test_class_folders_of_txt_files_are_texts_with_their_folders_as_labels(bert,
         [int(np.argmax(_alone(directory, t))) == k % 3 for k, t in enumerate(texts)]
     )
     assert out["accuracy"]["torch"] == pytest.approx(float(expected.mean()))
+    assert {w["text"] for w in out["worst"]} <= set(texts)  # read from its .txt file
 
 
 def test_a_model_that_generates_or_no_onnx_file_is_refused_in_one_line(bert, tmp_path, capsys):

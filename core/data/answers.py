@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from parity.data.batches import Batch
-from parity.data.result import DataOutput, Flip, WorstSample
+from parity.data.result import TEXT_KEPT, DataOutput, Flip, WorstSample
 from parity.data.stats import paired_accuracy
 from parity.errors import UsageError
 
@@ -86,6 +86,7 @@ class _Worst:
                 inputs={k: np.array(v[row]) for k, v in batch.feeds.items()},
                 torch=np.array(ref[row]),
                 onnx=np.array(onnx[row]),
+                text=batch.texts[row][:TEXT_KEPT] if batch.texts else "",
             )
             item = (value, -sample.sample, sample)
             if len(self.heap) < WORST_KEPT:
@@ -229,8 +230,7 @@ class OutputAnswers:
         relative = errors / spread if spread > 0 else np.where(errors > 0, np.inf, 0.0)
         agree = int(np.count_nonzero(relative <= REGRESSION_AGREE))
         worst = tuple(
-            WorstSample(w.sample, w.id, w.error / spread if spread > 0 else w.error,
-                        w.inputs, w.torch, w.onnx)
+            replace(w, error=w.error / spread if spread > 0 else w.error)
             for w in base.pop("worst")
         )  # fmt: skip
         return DataOutput(

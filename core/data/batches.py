@@ -31,6 +31,7 @@ class Batch:
     ids: tuple[str, ...]
     labels: np.ndarray | None  # int64, one per real row (None: no labels)
     n_real: int
+    texts: tuple[str, ...] = ()  # each real row's text, where a tokenizer read texts
 
     @property
     def label(self) -> str:
@@ -165,6 +166,7 @@ class Batcher:
             if any(label is None for label in labels)
             else np.array(labels, dtype=np.int64),
             n_real=n_real,
+            texts=tuple(s.text for s, _ in pending) if any(s.text for s, _ in pending) else (),
         )
 
 

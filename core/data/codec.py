@@ -117,6 +117,8 @@ def _suggestion_from_json(raw: Any, at: str) -> AgreementSuggestion | None:
 
 def _worst_to_json(w: WorstSample, member: str, put: Put | None) -> dict[str, Any]:
     entry: dict[str, Any] = {"sample": w.sample, "id": w.id, "error": _number(w.error)}
+    if w.text:
+        entry["text"] = w.text
     if put is not None:
         arrays = {f"input.{k}": v for k, v in w.inputs.items()}
         arrays.update({"torch": w.torch, "onnx": w.onnx})
@@ -229,4 +231,5 @@ def _worst_from_json(w: Mapping[str, Any], get: Get | None, at: str) -> WorstSam
         inputs={k[len("input.") :]: v for k, v in arrays.items() if k.startswith("input.")},
         torch=arrays.get("torch"),
         onnx=arrays.get("onnx"),
+        text=sj.string(w.get("text", ""), f"{at}.text"),
     )

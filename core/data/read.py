@@ -44,6 +44,7 @@ class Sample:
     arrays: Mapping[str, Any] | None
     label: int | None = None
     reason: str = ""
+    text: str = ""  # the text a tokenizer read ("": not a text), what the pages show of it
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,12 @@ def open_data(
     if not path.exists():
         raise InputError(f"--data {options.path}: no such file or folder")
     preprocess = load_preprocess(options.preprocess) if options.preprocess else None
-    if preprocess is None and processor is not None:
-        preprocess = processor.file
-    else:
+    if preprocess is not None:
         processor = None
     if path.is_dir() and _saved_dataset(path):
         data = _table(path, options, input_names, processor)
     elif path.is_dir():
-        data = _folder(path, options, input_names, preprocess)
+        data = _folder(path, options, input_names, preprocess, processor)
     elif path.suffix in TABLES:
         data = _table(path, options, input_names, processor)
     elif path.suffix in SAMPLE_FILES:
@@ -180,14 +179,17 @@ def _folder(
     options: DataOptions,
     input_names: Sequence[str],
     preprocess: Callable[[str], Any] | None,
+    processor: Processor | None = None,
 ) -> DataSet:
+    """Files as samples: .npy / .npz as arrays; any other file through --preprocess (which
+    takes every file), else the model's own processor (a text file's text kept)."""
     files = sorted((Path(root) / f).relative_to(path) for root, names in _walk(path) for f in names)
     if not files:
         raise InputError(f"--data {path}: the folder holds no file")
     image_folder = all(len(f.parts) == 2 for f in files)
     classes = tuple(sorted({f.parts[0] for f in files})) if image_folder else ()
     label_of = {c: k for k, c in enumerate(classes)}
-    if preprocess is None:
+    if preprocess is None and processor is None:
         other = next((f for f in files if f.suffix not in SAMPLE_FILES), None)
         if other is not None:
             raise UsageError(
@@ -196,27 +198,33 @@ def _folder(
                 "or an hf: model whose own processor reads it"
             )
 
-    def read(file: Path) -> Mapping[str, Any]:
+    def read(file: Path) -> tuple[Mapping[str, Any], str]:
         full = str(path / file)
         if preprocess is not None:
-            return _named(preprocess(full), input_names)
+            return _named(preprocess(full), input_names), ""
         if file.suffix == ".npy":
-            return _named(np.load(full, allow_pickle=False), input_names)
-        with np.load(full, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            return _named(np.load(full, allow_pickle=False), input_names), ""
+        if file.suffix == ".npz":
+            with np.load(full, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}, ""
+        assert processor is not None
+        if processor.kind == "text":
+            text = Path(full).read_text(encoding="utf-8").rstrip("\n")
+            return processor.value(text), text
+        return processor.file(full), ""
 
     def samples() -> Iterator[Sample]:
         for i, file in enumerate(files):
             label = label_of.get(file.parts[0]) if image_folder else None
             name = file.as_posix()
             try:
-                arrays = read(file)
+                arrays, text = read(file)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:
                 yield Sample(i, name, None, label, _first_line(exc))
                 continue
-            yield Sample(i, name, arrays, label)
+            yield Sample(i, name, arrays, label, text=text)
 
     fmt = "imagefolder" if image_folder else "folder"
     labels = "the class folders" if image_folder and not options.labels else None
@@ -302,8 +310,10 @@ def _table(
                 yield Sample(i, sid, None, None, f"no value in column {', '.join(missing)}")
                 continue
             try:
+                text = ""
                 if column and processor is not None:
                     arrays = dict(processor.value(row[column]))
+                    text = row[column] if processor.kind == "text" else ""
                 else:
                     arrays = {n: np.asarray(row[n]) for n in input_names}
                 label = int(row[label_column]) if label_column else None
@@ -312,7 +322,7 @@ def _table(
             except BaseException as exc:  # a processor's own error: this row's reason
                 yield Sample(i, sid, None, None, _first_line(exc))
                 continue
-            yield Sample(i, sid, arrays, label)
+            yield Sample(i, sid, arrays, label, text=text)
 
     labels = f"column {label_column}" if label_column else None
     fmt = "dataset" if path.is_dir() else "table"
@@ -478,6 +488,6 @@ def _with_label_file(data: DataSet, labels: str) -> DataSet:
     def samples() -> Iterator[Sample]:
         for s in data.samples():
             label = int(values[s.index]) if s.index < len(values) else None
-            yield Sample(s.index, s.id, s.arrays, label, s.reason)
+            yield replace(s, label=label)
 
     return replace(data, samples=samples, labels=labels)

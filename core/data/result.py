@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 TASKS = ("classification", "embedding", "regression")
+TEXT_KEPT = 2000  # characters of a worst sample's text the run keeps
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class WorstSample:
     inputs: Mapping[str, np.ndarray] = field(default_factory=dict)
     torch: np.ndarray | None = None
     onnx: np.ndarray | None = None
+    text: str = ""  # the sample's text, where a tokenizer read it (cut at TEXT_KEPT)
 
 
 @dataclass(frozen=True)
