@@ -208,13 +208,21 @@ def test_imagefolder_of_pngs_through_a_preprocess_file_with_a_bad_sample(digits,
 
 
 @pytest.mark.parametrize("kind", ["parquet", "jsonl", "arrow", "save_to_disk"])
-def test_table_columns_named_as_inputs_with_a_label_column(digits, torch_logits, tmp_path, kind):
+def test_table_columns_named_as_inputs_with_a_label_column(
+    digits, torch_logits, tmp_path, kind, capsys
+):
     x, y = digits.x_test[:40], digits.y_test[:40]
     rows = [{"x": image.tolist(), "label": int(v)} for image, v in zip(x, y, strict=True)]
     path = tmp_path / f"digits.{kind}"
     if kind == "save_to_disk":  # a folder `datasets` wrote: state.json, dataset_info.json, .arrow
         datasets = pytest.importorskip("datasets")
-        datasets.Dataset.from_list(rows).save_to_disk(str(path))
+        splits = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        splits.save_to_disk(str(tmp_path / "splits"))
+        code = main(["validate", "--model", digits.model, "--weights", str(digits.weights),
+                     "--onnx", str(digits.onnx), "--data", str(tmp_path / "splits")])  # fmt: skip
+        assert code == 2  # a DatasetDict: one split's folder is named instead
+        assert f"give one split's folder, {tmp_path / 'splits' / 'test'}" in capsys.readouterr().err
+        path = tmp_path / "splits" / "test"
     elif kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -64,7 +64,7 @@ class Answers(Analysis):
                     for n, a in ref.items()
                     if n in shown.arrays and a.ndim >= 1 and a.shape[0] == rows
                 }
-                known: dict[str, str] = getattr(source, "known_tasks", dict)()  # id2label
+                known: dict[str, str] = source.known_tasks()  # an hf: config's id2label
                 self._answers = answers_for(
                     kinds,
                     options.tasks,

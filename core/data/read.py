@@ -95,6 +95,12 @@ def open_data(
     preprocess = load_preprocess(options.preprocess) if options.preprocess else None
     if preprocess is not None:
         processor = None
+    if path.is_dir() and (path / "dataset_dict.json").is_file():  # a DatasetDict: its splits
+        splits = sorted(d.name for d in path.iterdir() if _saved_dataset(d))
+        raise UsageError(
+            f"--data {options.path}: a datasets DatasetDict; give one split's folder, "
+            + ", ".join(str(path / s) for s in splits[:4])
+        )
     if path.is_dir() and _saved_dataset(path):
         data = _table(path, options, input_names, processor)
     elif path.is_dir():

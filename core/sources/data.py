@@ -43,6 +43,10 @@ class DataBatches:
         self.batcher: Any = None  # parity.data.batches.Batcher
         self._current: Any = None  # the batch of the case the loop runs now
 
+    def known_tasks(self) -> dict[str, str]:
+        """Output -> task where the model says it (an hf: config's id2label); {}: inferred."""
+        return {}
+
     def batch(self, index: int) -> Any:
         """The batch (parity.data.batches.Batch) of the case numbered `index`: the one the
         loop runs now (earlier ones are let go)."""
