@@ -262,3 +262,14 @@ def test_a_model_that_generates_or_no_onnx_file_is_refused_in_one_line(bert, tmp
     path.write_text(json.dumps({"text": "the sun"}) + "\n")
     assert main(["validate", "--model", f"hf:{directory}", "--data", str(path)]) == 2
     assert "needs its ONNX file (--onnx)" in capsys.readouterr().err
+    from tests.helpers.hf_models import make_llama_dir
+
+    llama = make_llama_dir(tmp_path / "llama")  # a causal LM: its inputs are generate()'s steps
+    assert main(["validate", "--model", f"hf:{llama}", "--onnx", str(bert[1]), "--data",
+                 str(path)]) == 2  # fmt: skip
+    assert "--data needs a one-forward hf: model" in capsys.readouterr().err
+    args = ["validate", "--model", f"hf:{directory}", "--onnx", "x.onnx", "--data", str(path)]
+    assert main([*args, "--prompt", "the sun"]) == 2
+    assert "--prompt does not apply with --data: its samples are the inputs" in (
+        capsys.readouterr().err
+    )

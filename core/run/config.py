@@ -13,7 +13,7 @@ from parity.data.options import DataOptions  # parity.data stands below parity.r
 from parity.errors import UsageError
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind
-from parity.run.hf_options import HfOptions
+from parity.run.hf_options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, HfOptions
 from parity.settings import Mention, Part, Setting
 from parity.tolerances import Tolerances
 from parity.verdict import Judge
@@ -324,6 +324,11 @@ def _data_problems(config: RunConfig) -> Iterator[UsageError]:
         ("dims", bool(config.dims)),
         ("n_input_sets", config.n_input_sets is not None),
         ("float_range", bool(config.float_ranges) or config.float_range is not None),
+        ("prompt", config.hf is not None and config.hf.prompts != (DEFAULT_PROMPT,)),
+        (
+            "max_new_tokens",
+            config.hf is not None and config.hf.max_new_tokens != DEFAULT_MAX_NEW_TOKENS,
+        ),
     )
     if clash:
         yield UsageError(
