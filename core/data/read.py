@@ -55,7 +55,7 @@ class Processor:
     of varying length (token ids) padded at their end to a batch's longest, by pad value."""
 
     kind: str
-    name: str  # in words, e.g. "BertTokenizerFast, at most 64 tokens"
+    name: str  # in words, e.g. "BertTokenizerFast (padded to each batch's longest, ...)"
     file: Callable[[str], Mapping[str, Any]]
     value: Callable[[Any], Mapping[str, Any]]
     pad: Mapping[str, int] = field(default_factory=dict)
@@ -115,8 +115,6 @@ def open_data(
             ".arrow table, a datasets.save_to_disk folder, or a folder of samples "
             "(ImageFolder layout: CLASS/FILE)"
         )
-    if processor is not None and data.format in ("folder", "imagefolder"):
-        data = replace(data, processor=processor.name)
     if options.labels and (data.format not in TABLE_FORMATS or _is_label_file(options.labels)):
         data = _with_label_file(data, options.labels)
     return _limited(data, options.limit)
@@ -234,7 +232,9 @@ def _folder(
 
     fmt = "imagefolder" if image_folder else "folder"
     labels = "the class folders" if image_folder and not options.labels else None
-    return DataSet(str(path), fmt, len(files), samples, classes, labels)
+    used = processor is not None and any(f.suffix not in SAMPLE_FILES for f in files)
+    through = processor.name if used and processor is not None else ""
+    return DataSet(str(path), fmt, len(files), samples, classes, labels, through)
 
 
 def _walk(path: Path) -> Iterator[tuple[str, list[str]]]:
