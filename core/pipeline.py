@@ -87,6 +87,10 @@ def open_source(
         from parity.hf.seq2seq_source import Seq2SeqSource, is_seq2seq
         from parity.hf.source import HfSource
 
+        if config.data is not None:  # a data set through the folder's own processor
+            from parity.hf.data_source import HfDataSource
+
+            return HfDataSource(config, report)
         return Seq2SeqSource(config, report) if is_seq2seq(config) else HfSource(config, report)
     if config.kind is RunKind.REFERENCE:
         from parity.sources.stored import StoredSource

@@ -66,6 +66,8 @@ def _worst(o: DataOutput) -> None:
             image = next((i for i in images if i is not None), None)
             if image is not None:
                 st.image(image, width=120, clamp=True)
+            if w.text:  # a text a tokenizer read: the text, not its token ids
+                st.text(w.text[:300] + ("..." if len(w.text) > 300 else ""))
             if w.torch is not None and w.onnx is not None and w.torch.size <= 16:
                 st.text(
                     "torch " + np.array2string(w.torch, precision=3)

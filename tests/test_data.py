@@ -120,6 +120,56 @@ def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits
     assert f"<tr><td>{changed[0]}</td>" in page  # the changed samples listed by number
 
 
+def test_suggest_proposes_a_min_agreement_checked_on_samples_it_was_not_fitted_to(
+    digits, torch_logits, tmp_path, capsys
+):
+    from parity.data.suggest import wilson_low
+
+    data = ("--data", str(digits.test_npz))
+    code, report = _validate(digits, digits.int8, tmp_path, *data, "--labels",
+                             str(digits.labels), "--suggest")  # fmt: skip
+    assert code == 1  # --suggest proposes; it does not judge
+    (out,) = report["data"]["outputs"]
+    g = out["suggestion"]
+    # the rule, computed here apart from Parity: even positions fit, odd ones check
+    same = torch_logits.argmax(1) == _onnx_logits(digits.int8, digits.x_test).argmax(1)
+    assert (g["fitted_on"], g["checked_on"]) == (299, 298)
+    assert g["min_agreement"] == math.floor(1000 * wilson_low(int(same[0::2].sum()), 299)) / 1000
+    assert g["checked_agreement"] == pytest.approx(float(same[1::2].mean()))
+    assert 0.95 < g["min_agreement"] < 1.0
+    assert f"--min-agreement logits={g['min_agreement']:g} (fitted on" in capsys.readouterr().out
+    assert "--min-agreement logits=0.995" not in report["findings"][0]["text"]  # unchecked
+    criterion = ("--min-agreement", f"logits={g['min_agreement']}")
+    assert _validate(digits, digits.int8, tmp_path, *data, *criterion)[0] == 0
+    # the criterion fails a bug whose changed answers go many ways (not one class)
+    bug = tmp_path / "bug.onnx"
+    plant(digits.onnx, bug, "/conv/Conv", "bias", 1.0)
+    bug_classes = _onnx_logits(bug, digits.x_test).argmax(1)
+    changed = bug_classes != torch_logits.argmax(1)
+    assert len(set(bug_classes[changed])) > 1 and 1 - changed.mean() < g["min_agreement"]
+    assert _validate(digits, bug, tmp_path, *data, *criterion)[0] == 1
+    # a bug whose changes all go to one class gets none, said why
+    shift = tmp_path / "shift.onnx"
+    plant(digits.onnx, shift, "/fc/Gemm", "bias", 6.0)
+    _, report = _validate(digits, shift, tmp_path, *data, "--suggest")
+    g = report["data"]["outputs"][0]["suggestion"]
+    assert g["min_agreement"] is None and "all go to one class" in g["reason"]
+
+
+def test_a_suggested_criterion_that_does_not_hold_out_of_sample_is_withheld():
+    from parity.data.result import DataOutput
+    from parity.data.suggest import suggest_agreement
+
+    agrees = np.ones(60, dtype=bool)
+    agrees[1::6] = False  # every changed answer on a checked (odd) position
+    out = DataOutput("y", "classification", True, 60, 50, 50 / 60, (), 10)
+    g = suggest_agreement(out, agrees)
+    assert g.value is None and g.reason.startswith("not held out of sample")
+    assert g.checked_agreement == pytest.approx(20 / 30)
+    assert suggest_agreement(out, agrees[:30]).reason.startswith("too few samples")
+    assert suggest_agreement(out, ~(agrees & False)).value == pytest.approx(0.886)
+
+
 def test_imagefolder_of_pngs_through_a_preprocess_file_with_a_bad_sample(digits, tmp_path):
     from PIL import Image
 
@@ -157,12 +207,23 @@ def test_imagefolder_of_pngs_through_a_preprocess_file_with_a_bad_sample(digits,
                  "--onnx", str(digits.onnx), *args]) == 2  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["parquet", "jsonl", "arrow"])
-def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kind):
+@pytest.mark.parametrize("kind", ["parquet", "jsonl", "arrow", "save_to_disk"])
+def test_table_columns_named_as_inputs_with_a_label_column(
+    digits, torch_logits, tmp_path, kind, capsys
+):
     x, y = digits.x_test[:40], digits.y_test[:40]
     rows = [{"x": image.tolist(), "label": int(v)} for image, v in zip(x, y, strict=True)]
     path = tmp_path / f"digits.{kind}"
-    if kind == "parquet":
+    if kind == "save_to_disk":  # a folder `datasets` wrote: state.json, dataset_info.json, .arrow
+        datasets = pytest.importorskip("datasets")
+        splits = datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+        splits.save_to_disk(str(tmp_path / "splits"))
+        code = main(["validate", "--model", digits.model, "--weights", str(digits.weights),
+                     "--onnx", str(digits.onnx), "--data", str(tmp_path / "splits")])  # fmt: skip
+        assert code == 2  # a DatasetDict: one split's folder is named instead
+        assert f"give one split's folder, {tmp_path / 'splits' / 'test'}" in capsys.readouterr().err
+        path = tmp_path / "splits" / "test"
+    elif kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -188,7 +249,11 @@ def test_table_columns_named_as_inputs_with_a_label_column(digits, tmp_path, kin
     skipped = [s["id"] for s in data["skipped"]]
     assert skipped == ([] if kind != "jsonl" else ["row 3", "row 5"])
     assert data["samples"] == 40 - len(skipped) and data["labels"] == "column label"
+    assert data["format"] == ("dataset" if kind == "save_to_disk" else "table")
     assert data["outputs"][0]["accuracy"]["n"] == data["samples"]
+    if not skipped:  # torch's accuracy on the rows, computed here apart from Parity
+        right = np.argmax(torch_logits[:40], axis=1) == y
+        assert data["outputs"][0]["accuracy"]["torch"] == pytest.approx(float(right.mean()))
     if skipped:
         assert "not JSON" in data["skipped"][0]["reason"]
         assert "where the model takes [1, 8, 8] per sample" in data["skipped"][1]["reason"]
@@ -254,8 +319,13 @@ def test_json_contract_and_a_run_that_keeps_no_batch(digits, tmp_path):
     [
         (["--labels", "y.npy"], "--labels applies only with --data"),
         (["--data", "DATA", "--input-sets", "2"], "--input-sets does not apply with --data"),
-        (["--data", "DATA", "--data-task", "nope=classification"], "--data-task nope"),
-        (["--data", "DATA", "--data-task", "logits=ranking"], "choose from classification"),
+        (["--data", "DATA", "--layers"], "--layers does not apply with --data: it needs each"),
+        (["--data", "DATA", "--noise-floor"], "run it with --inputs on the samples the data"),
+        (["--data", "DATA", "--task", "nope=classification"], "--task nope"),
+        (["--data", "DATA", "--data-task", "nope=classification"], "--task nope"),  # its alias
+        (["--data", "DATA", "--task", "logits=ranking"], "choose from classification"),
+        (["--data", "DATA", "--task", "classification"], "name the output, --task NAME="),
+        (["--task", "logits=regression"], "--task NAME=TASK applies only with --data"),
         (["--data", "missing.npz"], "no such file"),
         (["--data", "DATA", "--save-reference", "ref.npz"], "--save-reference does not apply"),
         (["--data", "DATA", "--max-memory", "8K"], "give a smaller --batch-size"),

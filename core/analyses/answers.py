@@ -40,7 +40,7 @@ class Answers(Analysis):
         self._lead = min(prepare.candidates)
         outputs = prepare.candidates[self._lead].signature.output_names
         for flag, named in (
-            ("--data-task", options.tasks),
+            ("--task", options.tasks),
             ("--min-agreement", options.min_agreement),
         ):
             unknown = [n for n in named if n not in outputs]
@@ -64,7 +64,14 @@ class Answers(Analysis):
                     for n, a in ref.items()
                     if n in shown.arrays and a.ndim >= 1 and a.shape[0] == rows
                 }
-                self._answers = answers_for(kinds, options.tasks, options.min_agreement)
+                known: dict[str, str] = source.known_tasks()  # an hf: config's id2label
+                self._answers = answers_for(
+                    kinds,
+                    options.tasks,
+                    options.min_agreement,
+                    known=known,
+                    suggest=prepare.config.suggest,
+                )
             for name, answers in self._answers.items():
                 r, o = ref.get(name), shown.arrays.get(name)
                 if r is None or o is None or r.shape != o.shape or r.shape[0] != rows:
@@ -102,5 +109,6 @@ class Answers(Analysis):
             labels=data.labels,
             batch_size=batcher.batch_size,
             notes=tuple(self._notes),
+            processor=data.processor,
         )
         return replace(run, data=result)

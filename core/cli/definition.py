@@ -276,8 +276,8 @@ DATA = Group(
             "--data-task",
             action="append",
             metavar="NAME=TASK",
-            help="what output NAME is: classification | embedding | regression (default: "
-            "inferred from its name and shape)",
+            help="the same as --task NAME=TASK: what output NAME is, classification | embedding "
+            "| regression (default: inferred from its name, shape and an hf: config's id2label)",
         ),
         flag(
             "--engine",
@@ -478,10 +478,13 @@ HF = Group(
         ),
         flag(
             "--task",
-            metavar="TASK",
+            action="append",
+            metavar="TASK|NAME=TASK",
             help="the task (Optimum's names: text-classification, token-classification, "
             "question-answering, image-classification, object-detection, feature-extraction, "
-            "text-generation, ...) whose class builds the model (default: config.architectures)",
+            "text-generation, ...) whose class builds the model (default: config.architectures); "
+            "with --data, NAME=classification|embedding|regression says what output NAME is "
+            "(repeatable; any model)",
         ),
         flag(
             "--no-generation",

@@ -43,6 +43,7 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
     from parity.load.specs import is_hf_spec
     from parity.pipeline import RunConfig, run_validation
 
+    args = _tasks_split(args)
     hf = None
     if is_hf_spec(args.model) or hf_flags_given(args):  # run_validation refuses stray flags
         hf = hf_options_from_args(args)
@@ -87,6 +88,28 @@ def _validate(args: argparse.Namespace) -> ValidationRun:
     return run.renamed(names)  # a sweep pair: files named as its manifest names them
 
 
+def _tasks_split(args: argparse.Namespace) -> argparse.Namespace:
+    """--task carries two things that never look alike: NAME=TASK (what a --data output is,
+    as --data-task) and a bare Optimum task name (an hf: model's class), which never holds
+    "=". The flags as if each had been given to its own."""
+    from parity.data.result import TASKS
+
+    given = getattr(args, "task", None) or []
+    bare = [t for t in given if "=" not in t]
+    pairs = [t for t in given if "=" in t]
+    if bare and bare[0] in TASKS:
+        raise UsageError(
+            f"--task {bare[0]}: name the output, --task NAME={bare[0]} (a bare --task is the "
+            "Optimum task an hf: model is built for)"
+        )
+    if len(bare) > 1:
+        raise UsageError(f"--task: one Optimum task for an hf: model, got {', '.join(bare)}")
+    split = argparse.Namespace(**vars(args))
+    split.task = bare[0] if bare else None
+    split.data_task = [*(getattr(args, "data_task", None) or []), *pairs]
+    return split
+
+
 def _data_options(args: argparse.Namespace):  # -> DataOptions | None
     """--data and its flags as DataOptions (None without --data; its flags alone refused)."""
     from parity.data.options import DataOptions, parse_fraction, parse_min_agreement, parse_pairs
@@ -98,7 +121,8 @@ def _data_options(args: argparse.Namespace):  # -> DataOptions | None
         given.append("engine")
     if not data:
         if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} applies only with --data PATH")
+            name = "task NAME=TASK" if given[0] == "data_task" else given[0].replace("_", "-")
+            raise UsageError(f"--{name} applies only with --data PATH")
         return None
     if getattr(args, "save_reference", None):
         raise UsageError(
@@ -111,7 +135,7 @@ def _data_options(args: argparse.Namespace):  # -> DataOptions | None
         preprocess=args.preprocess,
         labels=args.labels,
         max_bad=parse_fraction(str(args.max_bad), "--max-bad"),
-        tasks=parse_pairs(args.data_task, "--data-task"),
+        tasks=parse_pairs(args.data_task, "--task"),
         min_agreement=parse_min_agreement(args.min_agreement),
         engine=args.engine,
         ray_address=args.ray_address,

@@ -1,7 +1,8 @@
 """What changes per output, by what it is, accumulated batch by batch (a few numbers per
 sample, the arrays of the worst few).
 
-Tasks: set with --data-task NAME=TASK, else inferred: a name with "logit", "class", "prob"
+Tasks: set with --task NAME=TASK (or --data-task), else given by the model's config (an hf:
+classification head's id2label), else inferred: a name with "logit", "class", "prob"
 or "score" and (batch, C) values, or any (batch, C) float output with 2 <= C <= 1000, is a
 classification; a name with "embed", "pool", "feature", "sentence" or "vector" an embedding;
 anything else a regression.
@@ -25,13 +26,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from parity.data.batches import Batch
-from parity.data.result import DataOutput, Flip, WorstSample
+from parity.data.result import TEXT_KEPT, DataOutput, Flip, WorstSample
 from parity.data.stats import paired_accuracy
 from parity.errors import UsageError
 
@@ -85,6 +86,7 @@ class _Worst:
                 inputs=batch.inputs_of(int(row)),
                 torch=np.array(ref[row]),
                 onnx=np.array(onnx[row]),
+                text=batch.texts[row][:TEXT_KEPT] if batch.texts else "",
             )
             item = (value, -sample.sample, sample)
             if len(self.heap) < WORST_KEPT:
@@ -99,8 +101,18 @@ class _Worst:
 class OutputAnswers:
     """One output's per-sample summaries, fed batch by batch (`add`), judged by `result`."""
 
-    def __init__(self, name: str, task: str, inferred: bool, min_agreement: float | None):
+    def __init__(
+        self,
+        name: str,
+        task: str,
+        inferred: bool,
+        min_agreement: float | None,
+        *,
+        suggest: bool = False,
+    ):
         self.name = name
+        self.suggest = suggest  # --suggest: a checked --min-agreement (parity.data.suggest)
+        self._agrees: np.ndarray | None = None  # each sample's answer the same, once judged
         self.task = task
         self.inferred = inferred
         self.min_agreement = min_agreement
@@ -177,6 +189,15 @@ class OutputAnswers:
             self._kept_vectors += take.stop
 
     def result(self) -> DataOutput:
+        """What changes for this output (with --suggest, the criterion proposed for it)."""
+        made = self._result()
+        if not self.suggest:
+            return made
+        from parity.data.suggest import suggest_agreement
+
+        return replace(made, suggestion=suggest_agreement(made, self._agrees))
+
+    def _result(self) -> DataOutput:
         errors = np.concatenate(self._errors) if self._errors else np.zeros(0)
         samples = np.concatenate(self._samples) if self._samples else np.zeros(0, np.int64)
         n = int(errors.size)
@@ -200,8 +221,7 @@ class OutputAnswers:
         relative = errors / spread if spread > 0 else np.where(errors > 0, np.inf, 0.0)
         agree = int(np.count_nonzero(relative <= REGRESSION_AGREE))
         worst = tuple(
-            WorstSample(w.sample, w.id, w.error / spread if spread > 0 else w.error,
-                        w.inputs, w.torch, w.onnx)
+            replace(w, error=w.error / spread if spread > 0 else w.error)
             for w in base.pop("worst")
         )  # fmt: skip
         return DataOutput(
@@ -220,6 +240,7 @@ class OutputAnswers:
         t_cls, o_cls, margin = (np.concatenate([c[i] for c in self._classes]) for i in range(3))
         n = int(t_cls.size)
         changed = np.flatnonzero(t_cls != o_cls)
+        self._agrees = t_cls == o_cls
         tie = NEAR_TIE_FACTOR * (typical or 0.0)
         flips = tuple(
             Flip(
@@ -266,6 +287,7 @@ class OutputAnswers:
             top2 = np.sort(sim_r, axis=1)[:, -2:]
             margin = top2[:, 1] - top2[:, 0]
             changed = np.flatnonzero(nn_r != nn_o)
+            self._agrees = nn_r == nn_o
             agree = m - int(changed.size)
             tie = NEAR_TIE_FACTOR * float(np.median(1.0 - cos[:m])) if m else 0.0
             for k in changed[:MAX_FLIPS]:
@@ -363,14 +385,22 @@ def answers_for(
     names_shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]],
     tasks: Mapping[str, str],
     min_agreement: Mapping[str, float],
+    *,
+    known: Mapping[str, str] | None = None,
+    suggest: bool = False,
 ) -> dict[str, OutputAnswers]:
-    """One accumulator per output, its task given or inferred from its first batch."""
+    """One accumulator per output, its task given, else `known` (what the model's config
+    says: an hf: head's id2label), else inferred from its first batch."""
     found = {}
     for name, (shape, dtype) in names_shapes.items():
         task = tasks.get(name)
+        told = (known or {}).get(name)
+        if task is None and told == "classification" and len(shape) == 2:
+            found[name] = OutputAnswers(name, told, True, min_agreement.get(name), suggest=suggest)
+            continue
         if task == "classification" and len(shape) != 2:
             raise UsageError(
-                f"--data-task {name}=classification: output {name} has shape {list(shape)}; "
+                f"--task {name}=classification: output {name} has shape {list(shape)}; "
                 "a classification is (batch, classes): give embedding or regression"
             )
         found[name] = OutputAnswers(
@@ -378,5 +408,6 @@ def answers_for(
             task or infer_task(name, shape, dtype),
             task is None,
             min_agreement.get(name),
+            suggest=suggest,
         )
     return found

@@ -1,13 +1,14 @@
 """Samples stacked into batches the ONNX file takes: each sample checked against the inputs
 (names, rank, fixed sizes, dtype cast), a bad one skipped by name with its reason; samples
-of other sizes start a new batch; a file with a fixed batch size gets batches of that size
+of other sizes start a new batch, but token ids (`pad`: an hf: tokenizer's inputs) are padded
+at their end to the batch's longest; a file with a fixed batch size gets batches of that size
 (the last one padded with copies of its last sample, `n_real` says how many are real).
 Too many skipped (more than --max-bad of those read) ends the run: InputError, one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,6 +31,7 @@ class Batch:
     ids: tuple[str, ...]
     labels: np.ndarray | None  # int64, one per real row (None: no labels)
     n_real: int
+    texts: tuple[str, ...] = ()  # each real row's text, where a tokenizer read texts
     # rows whose inputs `feeds` holds, in order (None: every row): a batch judged on a Ray
     # worker comes back with the inputs of the rows that may be among the worst only
     kept: tuple[int, ...] | None = None
@@ -73,8 +75,10 @@ class Batcher:
         max_bad: float,
         expected: int | None,
         budget: MemoryBudget | None = None,
+        pad: Mapping[str, int] | None = None,
     ) -> None:
         self._inputs = tuple(inputs)
+        self._pad = dict(pad or {})  # input -> pad value: lengths may differ within a batch
         self._budget = budget
         self._checked_shapes: set[tuple[tuple[int, ...], ...]] = set()
         fixed = fixed_batch(inputs)
@@ -94,9 +98,9 @@ class Batcher:
             if checked is None:
                 self._check_bad(final=False)
                 continue
-            key = _shapes(checked)
+            key = self._key(checked)
             self._check_budget(key, checked)
-            if pending and (_shapes(pending[0][1]) != key or len(pending) >= self.batch_size):
+            if pending and (self._key(pending[0][1]) != key or len(pending) >= self.batch_size):
                 yield self._stack(index, pending)
                 index += 1
                 pending = []
@@ -104,6 +108,10 @@ class Batcher:
         self._check_bad(final=True)
         if pending:
             yield self._stack(index, pending)
+
+    def _key(self, arrays: dict[str, np.ndarray]) -> tuple[tuple[int, ...], ...]:
+        """What samples of one batch share: their shapes, but a padded input's length."""
+        return tuple(a.shape[1:] if n in self._pad else a.shape for n, a in arrays.items())
 
     def _checked(self, sample: Sample) -> dict[str, np.ndarray] | None:
         """The sample's arrays in the inputs' dtypes, or None (skipped, with why)."""
@@ -169,7 +177,10 @@ class Batcher:
     def _stack(self, index: int, pending: list[tuple[Sample, dict[str, np.ndarray]]]) -> Batch:
         n_real = len(pending)
         rows = pending + [pending[-1]] * (self.batch_size - n_real if self.fixed else 0)
-        feeds = {s.name: np.stack([arrays[s.name] for _, arrays in rows]) for s in self._inputs}
+        feeds = {
+            s.name: _stacked([arrays[s.name] for _, arrays in rows], self._pad.get(s.name))
+            for s in self._inputs
+        }
         labels = [s.label for s, _ in pending]
         return Batch(
             index=index,
@@ -180,11 +191,19 @@ class Batcher:
             if any(label is None for label in labels)
             else np.array(labels, dtype=np.int64),
             n_real=n_real,
+            texts=tuple(s.text for s, _ in pending) if any(s.text for s, _ in pending) else (),
         )
 
 
-def _shapes(arrays: dict[str, np.ndarray]) -> tuple[tuple[int, ...], ...]:
-    return tuple(a.shape for a in arrays.values())
+def _stacked(arrays: list[np.ndarray], pad: int | None) -> np.ndarray:
+    """Samples stacked; with a pad value, each first padded at its end to the longest."""
+    longest = max(a.shape[0] for a in arrays) if pad is not None and arrays[0].ndim else 0
+    if pad is None or all(a.shape[0] == longest for a in arrays):
+        return np.stack(arrays)
+    out = np.full((len(arrays), longest, *arrays[0].shape[1:]), pad, dtype=arrays[0].dtype)
+    for k, a in enumerate(arrays):
+        out[k, : a.shape[0]] = a
+    return out
 
 
 def _shape_problem(spec: TensorSpec, shape: tuple[int, ...]) -> str:

@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 
 import parity.files.strict_json as sj
-from parity.data.result import Accuracy, DataOutput, DataResult, Flip, Skipped, WorstSample
+from parity.data.result import (
+    Accuracy,
+    AgreementSuggestion,
+    DataOutput,
+    DataResult,
+    Flip,
+    Skipped,
+    WorstSample,
+)
 
 Put = Callable[[str, np.ndarray, str], str]
 Get = Callable[[Any, str], np.ndarray]
@@ -32,6 +40,7 @@ def data_to_json(d: DataResult, put: Put | None = None) -> dict[str, Any]:
         "skipped": [{"id": s.id, "reason": s.reason} for s in d.skipped],
         "outputs": [_output_to_json(o, k, put) for k, o in enumerate(d.outputs)],
         "notes": list(d.notes),
+        "processor": d.processor or None,
     }
 
 
@@ -79,11 +88,37 @@ def _output_to_json(o: DataOutput, k: int, put: Put | None) -> dict[str, Any]:
         "neighbours_on": o.neighbours_on,
         "worst": [_worst_to_json(w, f"data.{k}.worst.{j}", put) for j, w in enumerate(o.worst)],
         "histogram": {"edges": list(o.histogram[0]), "counts": list(o.histogram[1])},
+        "suggestion": None if o.suggestion is None else _suggestion_to_json(o.suggestion),
     }
+
+
+def _suggestion_to_json(g: AgreementSuggestion) -> dict[str, Any]:
+    return {
+        "min_agreement": g.value,
+        "reason": g.reason,
+        "fitted_on": g.fitted_on,
+        "checked_on": g.checked_on,
+        "checked_agreement": _number(g.checked_agreement),
+    }
+
+
+def _suggestion_from_json(raw: Any, at: str) -> AgreementSuggestion | None:
+    if raw is None:
+        return None
+    g = sj.obj(raw, at)
+    return AgreementSuggestion(
+        value=_float(g.get("min_agreement"), f"{at}.min_agreement"),
+        reason=sj.string(g.get("reason", ""), f"{at}.reason"),
+        fitted_on=sj.integer(g.get("fitted_on", 0), f"{at}.fitted_on"),
+        checked_on=sj.integer(g.get("checked_on", 0), f"{at}.checked_on"),
+        checked_agreement=_float(g.get("checked_agreement"), f"{at}.checked_agreement"),
+    )
 
 
 def _worst_to_json(w: WorstSample, member: str, put: Put | None) -> dict[str, Any]:
     entry: dict[str, Any] = {"sample": w.sample, "id": w.id, "error": _number(w.error)}
+    if w.text:
+        entry["text"] = w.text
     if put is not None:
         arrays = {f"input.{k}": v for k, v in w.inputs.items()}
         arrays.update({k: v for k, v in (("torch", w.torch), ("onnx", w.onnx)) if v is not None})
@@ -117,6 +152,7 @@ def data_from_json(raw: Any, get: Get | None = None, at: str = "data") -> DataRe
         labels=sj.optional(sj.string, raw.get("labels"), f"{at}.labels"),
         batch_size=sj.integer(raw.get("batch_size", 0), f"{at}.batch_size"),
         notes=tuple(sj.string(n, f"{at}.notes") for n in sj.array(raw.get("notes") or [], at)),
+        processor=sj.optional(sj.string, raw.get("processor"), f"{at}.processor") or "",
     )
 
 
@@ -179,6 +215,7 @@ def _output_from_json(o: Mapping[str, Any], get: Get | None, at: str) -> DataOut
             tuple(float(e) for e in sj.array(hist.get("edges") or [], f"{at}.histogram")),
             tuple(int(c) for c in sj.array(hist.get("counts") or [], f"{at}.histogram")),
         ),
+        suggestion=_suggestion_from_json(o.get("suggestion"), f"{at}.suggestion"),
     )
 
 
@@ -194,4 +231,5 @@ def _worst_from_json(w: Mapping[str, Any], get: Get | None, at: str) -> WorstSam
         inputs={k[len("input.") :]: v for k, v in arrays.items() if k.startswith("input.")},
         torch=arrays.get("torch"),
         onnx=arrays.get("onnx"),
+        text=sj.string(w.get("text", ""), f"{at}.text"),
     )

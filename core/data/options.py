@@ -53,7 +53,7 @@ class DataOptions:
             found.append(f"--workers must be >= 1, got {self.workers}")
         for name, task in self.tasks.items():
             if task not in TASKS:
-                found.append(f"--data-task {name}={task}: choose from {', '.join(TASKS)}")
+                found.append(f"--task {name}={task}: choose from {', '.join(TASKS)}")
         for name, value in self.min_agreement.items():
             if not 0 <= value <= 1:
                 found.append(f"--min-agreement {name}={value}: a fraction in [0, 1]")

@@ -1,8 +1,10 @@
 """Reading a data set one sample at a time: a `.npy` / `.npz` of arrays with a leading sample
-axis, a folder of `.npy` / `.npz` samples (or any files through `--preprocess`), the same in
-the ImageFolder layout (`CLASS/FILE`, class folders sorted give the label numbers, as
-torchvision does), or a table (`.parquet`, `.jsonl`, `.arrow`) whose columns are named as
-the inputs.
+axis, a folder of `.npy` / `.npz` samples (or any files through `--preprocess` or the model's
+own processor), the same in the ImageFolder layout (`CLASS/FILE`, class folders sorted give
+the label numbers, as torchvision does), or a table (`.parquet`, `.jsonl`, `.arrow`, a
+`datasets.save_to_disk` folder) whose columns are named as the inputs, or whose text / image
+column goes through the model's own processor (`Processor`: an hf: folder's tokenizer or
+image processor, parity.hf.data_source).
 
 A sample that cannot be read is yielded with its reason, never raised: the batcher skips it by
 name (parity.data.batches). Nothing here holds more than one sample, but a `.npz` file, whose
@@ -16,7 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from parity.errors import InputError, UsageError
 
 TABLES = (".parquet", ".jsonl", ".arrow")
 SAMPLE_FILES = (".npy", ".npz")
+TABLE_FORMATS = ("table", "dataset")  # a table file, a datasets.save_to_disk folder
 _TABLE_ROWS = 256  # rows a table reader decodes at once
 
 
@@ -41,6 +44,28 @@ class Sample:
     arrays: Mapping[str, Any] | None
     label: int | None = None
     reason: str = ""
+    text: str = ""  # the text a tokenizer read ("": not a text), what the pages show of it
+
+
+@dataclass(frozen=True)
+class Processor:
+    """A model's own preprocessing of raw samples (an hf: folder's tokenizer or image
+    processor): `file(path)` and `value(cell)` give a dict of input arrays without the sample
+    axis. `kind`: "text" or "image", the table column and the files it reads; `pad`: inputs
+    of varying length (token ids) padded at their end to a batch's longest, by pad value."""
+
+    kind: str
+    name: str  # in words, e.g. "BertTokenizerFast (padded to each batch's longest, ...)"
+    file: Callable[[str], Mapping[str, Any]]
+    value: Callable[[Any], Mapping[str, Any]]
+    pad: Mapping[str, int] = field(default_factory=dict)
+
+
+# a table's text / image column, by the names data sets give it (else its only other column)
+COLUMN_NAMES = {
+    "text": ("text", "sentence", "content", "review", "document", "question"),
+    "image": ("image", "img", "picture", "photo"),
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +79,7 @@ class DataSet:
     samples: Callable[[], Iterator[Sample]]
     classes: tuple[str, ...] = ()
     labels: str | None = None  # where the labels come from, in words
+    processor: str = ""  # the model's own processor the samples went through ("": none)
     # the samples from number `start` on, those before it not read (None: a format read
     # from its start; `samples_from` skips): a shard of a data run on Ray
     starting_at: Callable[[int], Iterator[Sample]] | None = None
@@ -65,25 +91,40 @@ class DataSet:
         return (s for s in self.samples() if s.index >= start)
 
 
-def open_data(options: DataOptions, input_names: Sequence[str]) -> DataSet:
+def open_data(
+    options: DataOptions, input_names: Sequence[str], processor: Processor | None = None
+) -> DataSet:
     """The data set `options.path` names, checked up front (UsageError / InputError: one line
-    naming --data); samples are read only when `samples()` is iterated."""
+    naming --data); samples are read only when `samples()` is iterated. `processor`: the
+    model's own (an hf: folder's), for files and columns that are not input arrays;
+    --preprocess, the user's code, goes first."""
     path = Path(options.path)
     if not path.exists():
         raise InputError(f"--data {options.path}: no such file or folder")
     preprocess = load_preprocess(options.preprocess) if options.preprocess else None
-    if path.is_dir():
-        data = _folder(path, options, input_names, preprocess)
+    if preprocess is not None:
+        processor = None
+    if path.is_dir() and (path / "dataset_dict.json").is_file():  # a DatasetDict: its splits
+        splits = sorted(d.name for d in path.iterdir() if _saved_dataset(d))
+        raise UsageError(
+            f"--data {options.path}: a datasets DatasetDict; give one split's folder, "
+            + ", ".join(str(path / s) for s in splits[:4])
+        )
+    if path.is_dir() and _saved_dataset(path):
+        data = _table(path, options, input_names, processor)
+    elif path.is_dir():
+        data = _folder(path, options, input_names, preprocess, processor)
     elif path.suffix in TABLES:
-        data = _table(path, options, input_names)
+        data = _table(path, options, input_names, processor)
     elif path.suffix in SAMPLE_FILES:
         data = _arrays(path, input_names)
     else:
         raise UsageError(
-            f"--data {options.path}: give a .npy or .npz of arrays, a .parquet or .jsonl table, "
-            "or a folder of samples (ImageFolder layout: CLASS/FILE)"
+            f"--data {options.path}: give a .npy or .npz of arrays, a .parquet, .jsonl or "
+            ".arrow table, a datasets.save_to_disk folder, or a folder of samples "
+            "(ImageFolder layout: CLASS/FILE)"
         )
-    if options.labels and (data.format != "table" or _is_label_file(options.labels)):
+    if options.labels and (data.format not in TABLE_FORMATS or _is_label_file(options.labels)):
         data = _with_label_file(data, options.labels)
     return _limited(data, options.limit)
 
@@ -199,46 +240,60 @@ def _folder(
     options: DataOptions,
     input_names: Sequence[str],
     preprocess: Callable[[str], Any] | None,
+    processor: Processor | None = None,
 ) -> DataSet:
+    """Files as samples: .npy / .npz as arrays; any other file through --preprocess (which
+    takes every file), else the model's own processor (a text file's text kept)."""
     files = sorted((Path(root) / f).relative_to(path) for root, names in _walk(path) for f in names)
     if not files:
         raise InputError(f"--data {path}: the folder holds no file")
     image_folder = all(len(f.parts) == 2 for f in files)
     classes = tuple(sorted({f.parts[0] for f in files})) if image_folder else ()
     label_of = {c: k for k, c in enumerate(classes)}
-    if preprocess is None:
+    if preprocess is None and processor is None:
         other = next((f for f in files if f.suffix not in SAMPLE_FILES), None)
         if other is not None:
             raise UsageError(
                 f"--data {path}: {other.as_posix()} is not a .npy / .npz sample; give "
-                "--preprocess FILE.py:FN (a function from a path to a dict of input arrays)"
+                "--preprocess FILE.py:FN (a function from a path to a dict of input arrays), "
+                "or an hf: model whose own processor reads it"
             )
 
-    def read(file: Path) -> Mapping[str, Any]:
+    def read(file: Path) -> tuple[Mapping[str, Any], str]:
         full = str(path / file)
         if preprocess is not None:
-            return _named(preprocess(full), input_names)
+            return _named(preprocess(full), input_names), ""
         if file.suffix == ".npy":
-            return _named(np.load(full, allow_pickle=False), input_names)
-        with np.load(full, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            return _named(np.load(full, allow_pickle=False), input_names), ""
+        if file.suffix == ".npz":
+            with np.load(full, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}, ""
+        assert processor is not None
+        if processor.kind == "text":
+            text = Path(full).read_text(encoding="utf-8").rstrip("\n")
+            return processor.value(text), text
+        return processor.file(full), ""
 
     def samples(start: int = 0) -> Iterator[Sample]:
         for i, file in enumerate(files[start:], start):
             label = label_of.get(file.parts[0]) if image_folder else None
             name = file.as_posix()
             try:
-                arrays = read(file)
+                arrays, text = read(file)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:
                 yield Sample(i, name, None, label, _first_line(exc))
                 continue
-            yield Sample(i, name, arrays, label)
+            yield Sample(i, name, arrays, label, text=text)
 
     fmt = "imagefolder" if image_folder else "folder"
     labels = "the class folders" if image_folder and not options.labels else None
-    return DataSet(str(path), fmt, len(files), samples, classes, labels, starting_at=samples)
+    used = processor is not None and any(f.suffix not in SAMPLE_FILES for f in files)
+    through = processor.name if used and processor is not None else ""
+    return DataSet(
+        str(path), fmt, len(files), samples, classes, labels, through, starting_at=samples
+    )
 
 
 def _walk(path: Path) -> Iterator[tuple[str, list[str]]]:
@@ -292,46 +347,25 @@ def load_preprocess(spec: str) -> Callable[[str], Any]:
 # --- tables: columns named as the inputs ------------------------------------------------------
 
 
-def _table(path: Path, options: DataOptions, input_names: Sequence[str]) -> DataSet:
+def _table(
+    path: Path, options: DataOptions, input_names: Sequence[str], processor: Processor | None
+) -> DataSet:
+    """Rows as samples: the columns named as the inputs, else (with the model's processor)
+    its text / image column through it."""
     label_column = options.labels if options.labels and not _is_label_file(options.labels) else None
-    columns = [*input_names, *([label_column] if label_column else [])]
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        table = pq.ParquetFile(path)
-        names = table.schema_arrow.names
-        count: int | None = table.metadata.num_rows
+    names, count, read_rows = _table_reader(path)
+    column = None
+    if processor is not None:
+        seen = names if names is not None else _jsonl_names(path)
+        if seen is not None and not set(input_names) <= set(seen):
+            column = _processor_column(path, seen, processor, label_column)
+    wanted = [column] if column else list(input_names)
+    columns = [*wanted, *([label_column] if label_column else [])]
+    if names is not None:
         _check_columns(path, names, columns)
 
-        def rows() -> Iterator[dict[str, Any] | str]:
-            for batch in pq.ParquetFile(path).iter_batches(_TABLE_ROWS, columns=columns):
-                yield from batch.to_pylist()
-
-    elif path.suffix == ".arrow":  # Arrow IPC, file or stream (what `datasets` writes)
-        count = None
-        _check_columns(path, _arrow_batches(path).schema.names, columns)
-
-        def rows() -> Iterator[dict[str, Any] | str]:
-            for batch in _arrow_batches(path):
-                yield from batch.select(columns).to_pylist()
-
-    else:
-        count = None
-
-        def rows() -> Iterator[dict[str, Any] | str]:
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except ValueError as exc:
-                        yield f"not JSON ({_first_line(exc)})"
-                        continue
-                    yield row if isinstance(row, dict) else "not a JSON object"
-
     def samples() -> Iterator[Sample]:
-        for i, row in enumerate(rows()):
+        for i, row in enumerate(read_rows(columns)):
             sid = f"row {i}"
             if isinstance(row, str):
                 yield Sample(i, sid, None, None, row)
@@ -341,15 +375,124 @@ def _table(path: Path, options: DataOptions, input_names: Sequence[str]) -> Data
                 yield Sample(i, sid, None, None, f"no value in column {', '.join(missing)}")
                 continue
             try:
-                arrays = {n: np.asarray(row[n]) for n in input_names}
+                text = ""
+                if column and processor is not None:
+                    arrays = dict(processor.value(row[column]))
+                    text = row[column] if processor.kind == "text" else ""
+                else:
+                    arrays = {n: np.asarray(row[n]) for n in input_names}
                 label = int(row[label_column]) if label_column else None
-            except (TypeError, ValueError) as exc:
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # a processor's own error: this row's reason
                 yield Sample(i, sid, None, None, _first_line(exc))
                 continue
-            yield Sample(i, sid, arrays, label)
+            yield Sample(i, sid, arrays, label, text=text)
 
     labels = f"column {label_column}" if label_column else None
-    return DataSet(str(path), "table", count, samples, (), labels)
+    fmt = "dataset" if path.is_dir() else "table"
+    through = f"column {column} through {processor.name}" if column and processor else ""
+    return DataSet(str(path), fmt, count, samples, (), labels, through)
+
+
+Rows = Iterator[dict[str, Any] | str]  # a row, or why it could not be read
+
+
+def _table_reader(
+    path: Path,
+) -> tuple[Sequence[str] | None, int | None, Callable[[Sequence[str]], Rows]]:
+    """(column names, row count, rows(columns)) of a table; names None where only reading
+    tells them (.jsonl), count None where unknown up front."""
+    if path.is_dir():  # datasets.save_to_disk: read by datasets, memory-mapped
+        dataset = _load_from_disk(path)
+
+        def disk_rows(columns: Sequence[str]) -> Rows:
+            for batch in dataset.select_columns(list(columns)).iter(batch_size=_TABLE_ROWS):
+                n = len(next(iter(batch.values()))) if batch else 0
+                yield from ({c: batch[c][k] for c in columns} for k in range(n))
+
+        return list(dataset.column_names), len(dataset), disk_rows
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(path)
+
+        def parquet_rows(columns: Sequence[str]) -> Rows:
+            for batch in pq.ParquetFile(path).iter_batches(_TABLE_ROWS, columns=list(columns)):
+                yield from batch.to_pylist()
+
+        return table.schema_arrow.names, table.metadata.num_rows, parquet_rows
+    if path.suffix == ".arrow":  # Arrow IPC, file or stream (what `datasets` writes)
+
+        def arrow_rows(columns: Sequence[str]) -> Rows:
+            for batch in _arrow_batches(path):
+                yield from batch.select(list(columns)).to_pylist()
+
+        return _arrow_batches(path).schema.names, None, arrow_rows
+
+    def json_rows(columns: Sequence[str]) -> Rows:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    yield f"not JSON ({_first_line(exc)})"
+                    continue
+                yield row if isinstance(row, dict) else "not a JSON object"
+
+    return None, None, json_rows  # a row without a column is skipped by name
+
+
+def _jsonl_names(path: Path) -> list[str] | None:
+    """The keys of a .jsonl's first object (None when it has none to read)."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    return None
+                return list(row) if isinstance(row, dict) else None
+    return None
+
+
+def _saved_dataset(path: Path) -> bool:
+    """A folder `datasets.save_to_disk` wrote (a Dataset: state.json beside its .arrow)."""
+    return (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+
+
+def _load_from_disk(path: Path) -> Any:
+    try:
+        import datasets
+    except ImportError as exc:
+        raise UsageError(
+            f"--data {path}: a datasets.save_to_disk folder is read by the datasets package, "
+            "which is not installed: pip install datasets"
+        ) from exc
+    try:
+        return datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise InputError(f"--data {path}: datasets cannot load it: {_first_line(exc)}") from exc
+
+
+def _processor_column(
+    path: Path, names: Sequence[str], processor: Processor, label_column: str | None
+) -> str:
+    """The column the model's processor reads: the one with a usual name for its kind, else
+    the only column besides the labels (UsageError naming the columns otherwise)."""
+    others = [n for n in names if n != label_column]
+    for name in COLUMN_NAMES.get(processor.kind, ()):
+        if name in others:
+            return name
+    if len(others) == 1:
+        return others[0]
+    usual = ", ".join(COLUMN_NAMES.get(processor.kind, ()))
+    raise UsageError(
+        f"--data {path}: no column named as the inputs, and no {processor.kind} column for "
+        f"{processor.name} (it has {', '.join(names)}; name it one of {usual})"
+    )
 
 
 def _arrow_batches(path: Path) -> Any:
@@ -410,7 +553,7 @@ def _with_label_file(data: DataSet, labels: str) -> DataSet:
     def labelled(samples: Iterator[Sample]) -> Iterator[Sample]:
         for s in samples:
             label = int(values[s.index]) if s.index < len(values) else None
-            yield Sample(s.index, s.id, s.arrays, label, s.reason)
+            yield replace(s, label=label)
 
     return replace(
         data,

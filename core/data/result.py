@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 TASKS = ("classification", "embedding", "regression")
+TEXT_KEPT = 2000  # characters of a worst sample's text the run keeps
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,20 @@ class WorstSample:
     inputs: Mapping[str, np.ndarray] = field(default_factory=dict)
     torch: np.ndarray | None = None
     onnx: np.ndarray | None = None
+    text: str = ""  # the sample's text, where a tokenizer read it (cut at TEXT_KEPT)
+
+
+@dataclass(frozen=True)
+class AgreementSuggestion:
+    """--suggest on a data run: the --min-agreement criterion proposed for one output
+    (`value`; None: withheld, `reason` says why), fitted on every other sample and checked
+    on the samples between them before it is shown (parity.data.suggest)."""
+
+    value: float | None
+    reason: str
+    fitted_on: int = 0
+    checked_on: int = 0
+    checked_agreement: float | None = None  # the agreement on the samples it was checked on
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,7 @@ class DataOutput:
     min_agreement: float | None = None
     worst: tuple[WorstSample, ...] = ()
     histogram: tuple[tuple[float, ...], tuple[int, ...]] = ((), ())  # per-sample error bins
+    suggestion: AgreementSuggestion | None = None  # --suggest: a checked --min-agreement
 
     @property
     def passed(self) -> bool | None:
@@ -108,6 +124,7 @@ class DataResult:
     labels: str | None = None
     batch_size: int = 0
     notes: tuple[str, ...] = ()
+    processor: str = ""  # the model's own processor the samples went through ("": none)
 
     def output(self, name: str) -> DataOutput | None:
         return next((o for o in self.outputs if o.name == name), None)

@@ -94,6 +94,8 @@ def criterion_hint(o: DataOutput, values_fail: bool) -> str:
     judges it on them ("" otherwise, and once one is given)."""
     if o.min_agreement is not None or not values_fail or o.task != "classification":
         return ""
+    if o.suggestion is not None:  # --suggest proposed one, checked: that one speaks
+        return ""
     if o.agreement < PROPOSE_FROM or one_class(o.flips) is not None:
         return ""
     return (
@@ -132,9 +134,27 @@ def flip_line(f: Flip, task: str, *, ties: bool = True) -> str:
     )
 
 
+def suggestion_lines(d: DataResult) -> list[str]:
+    """--suggest on a data run: each output's criterion, checked, or why none ([]: none
+    asked)."""
+    made = [o for o in d.outputs if o.suggestion is not None]
+    if not made:
+        return []
+    lines = ["Suggested criteria on answers (--suggest):"]
+    for o in made:
+        g = o.suggestion
+        assert g is not None
+        if g.value is None:
+            lines.append(f"  {o.name}: none, {g.reason}")
+        else:
+            lines.append(f"  --min-agreement {o.name}={g.value:g} ({g.reason})")
+    return lines
+
+
 def data_lines(d: DataResult) -> list[str]:
     """The terminal's block on the samples (the answers themselves lead the findings): each
-    output's changed samples, then the skipped ones; [] when there are none."""
+    output's changed samples, the criteria --suggest proposes, then the skipped samples; []
+    when there are none."""
     lines = []
     for o in d.outputs:
         if not o.flips:
@@ -144,6 +164,7 @@ def data_lines(d: DataResult) -> list[str]:
         lines += ["  " + flip_line(f, o.task, ties=ties) for f in o.flips[:FLIPS_SHOWN]]
         if o.n_flips > FLIPS_SHOWN:
             lines.append(f"  ... and {o.n_flips - FLIPS_SHOWN} more (--json lists them all)")
+    lines += suggestion_lines(d)
     if d.skipped:
         lines.append(f"Skipped samples ({len(d.skipped)}):")
         lines += [f"  {s.id}: {s.reason}" for s in d.skipped[:FLIPS_SHOWN]]

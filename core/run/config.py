@@ -13,7 +13,7 @@ from parity.data.options import DataOptions  # parity.data stands below parity.r
 from parity.errors import UsageError
 from parity.load.specs import demo_name, is_hf_spec
 from parity.results import RunKind
-from parity.run.hf_options import HfOptions
+from parity.run.hf_options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_PROMPT, HfOptions
 from parity.settings import Mention, Part, Setting
 from parity.tolerances import Tolerances
 from parity.verdict import Judge
@@ -340,23 +340,36 @@ def _data_problems(config: RunConfig) -> Iterator[UsageError]:
         yield UsageError(
             "--engine ray judges one ONNX file at one provider and level: give one of each"
         )
-    if config.kind is not RunKind.TORCH:
+    if config.kind not in (RunKind.TORCH, RunKind.HF_GENERATE):
+        yield UsageError(("needs a torch model (", _MODEL, ")"), setting=Setting("data"))
+    if config.data.engine == "ray" and config.kind is not RunKind.TORCH:
         yield UsageError(
-            ("needs a torch model (", _MODEL, "; not hf: yet)"), setting=Setting("data")
+            ("--engine ray needs a torch model (", _MODEL, "; not hf: yet)"),
+            setting=Setting("data"),
         )
     clash = _set_flags(
         ("input_files", bool(config.n_given_sets)),
         ("dims", bool(config.dims)),
         ("n_input_sets", config.n_input_sets is not None),
         ("float_range", bool(config.float_ranges) or config.float_range is not None),
-        ("layers", config.layers),
-        ("noise_floor", config.noise_floor),
-        ("suggest", config.suggest),
+        ("prompt", config.hf is not None and config.hf.prompts != (DEFAULT_PROMPT,)),
+        (
+            "max_new_tokens",
+            config.hf is not None and config.hf.max_new_tokens != DEFAULT_MAX_NEW_TOKENS,
+        ),
     )
     if clash:
         yield UsageError(
             (*_listed(clash), f" {_do(clash)} not apply with ", Mention("data"),
-             ": its samples are the inputs, and a data run keeps no batch's arrays"),
+             ": its samples are the inputs"),
+        )  # fmt: skip
+    rerun = _set_flags(("layers", config.layers), ("noise_floor", config.noise_floor))
+    if rerun:  # what they need: each case run again (parity.analyses.order), batches are let go
+        yield UsageError(
+            (*_listed(rerun), f" {_do(rerun)} not apply with ", Mention("data"),
+             f": {'it needs' if len(rerun) == 1 else 'they need'} each case run again, and a "
+             f"data run lets each batch go; run {'it' if len(rerun) == 1 else 'them'} with ",
+             Mention("input_files"), " on the samples the data run names as its worst"),
         )  # fmt: skip
 
 

@@ -3,15 +3,18 @@
 Each case is one batch of samples (parity.data.batches): the loop runs every candidate on it
 and compares its outputs element by element as for any input set, and the answers analysis
 (parity.analyses.answers) reads the batch's samples, ids and labels from here. The run keeps
-no batch's arrays (`keeps_arrays`): memory of a batch, never of the data set.
+no batch's arrays (`keeps_arrays`): memory of a batch, never of the data set. `DataBatches`
+is what every data source shares (this torch one, and an hf: folder's,
+parity.hf.data_source): the data set opened, its batches read one at a time with the
+progress said.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from parity.results import InputSet
 from parity.run.config import Loaders, RunConfig
@@ -25,20 +28,28 @@ if TYPE_CHECKING:
     from parity.data.read import DataSet
 
 
-class DataSource(TorchSource):
-    """Each case: a batch of the user's samples, and the torch model run on it once."""
+class DataBatches:
+    """A data source's batches: `dataset` and `batcher` once `open` ran (what the answers
+    analysis reads after the cases), the batch the loop runs now (`batch(index)`)."""
 
     keeps_arrays = False
     runs_other_sizes = False  # no frozen-size search: the data's sizes are the data's
+    n_cases: int | None
+    timings: dict[str, float]
+    _report: ProgressReporter
 
-    def __init__(self, config: RunConfig, loaders: Loaders, report: ProgressReporter) -> None:
-        super().__init__(config, loaders, report)
+    def _start_data(self, config: RunConfig) -> None:
         assert config.data is not None
-        self.options = config.data
+        self.data_options = config.data
+        self._data_memory = config.max_memory
         self.n_cases = None
         self.dataset: DataSet | None = None  # once opened
         self.batcher: Batcher | None = None
         self._current: Batch | None = None  # the batch of the case the loop runs now
+
+    def known_tasks(self) -> dict[str, str]:
+        """Output -> task where the model says it (an hf: config's id2label); {}: inferred."""
+        return {}
 
     def batch(self, index: int) -> Batch | None:
         """The batch of the case numbered `index`: the one the
@@ -46,37 +57,33 @@ class DataSource(TorchSource):
         current = self._current
         return current if current is not None and current.index == index else None
 
-    def cases(
-        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
-    ) -> Iterator[Case]:
+    def _open_data(self, signature: OnnxSignature, processor: Any = None) -> None:
+        """The data set opened for this file's inputs (`processor`: the model's own,
+        parity.data.read.Processor), its batcher made; timed as inputs."""
         from parity.data.batches import Batcher
         from parity.data.read import open_data
-        from parity.run.runner import run_torch
-
-        self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
-        t0 = time.perf_counter()
-        self.dataset = data = open_data(self.options, signature.input_names)
         from parity.limits.budget import MemoryBudget
 
+        t0 = time.perf_counter()
+        self.dataset = data = open_data(self.data_options, signature.input_names, processor)
         self.batcher = Batcher(
             signature.inputs,
-            self.options.batch_size,
-            self.options.max_bad,
+            self.data_options.batch_size,
+            self.data_options.max_bad,
             data.count,
-            MemoryBudget.of(self._config.max_memory),
+            MemoryBudget.of(self._data_memory),
+            pad=processor.pad if processor is not None else None,
         )
         if data.count:
             self.n_cases = math.ceil(data.count / self.batcher.batch_size)
-        self.timings["inputs"] += time.perf_counter() - t0
-        self._report("load", f"loading model {self.model}", 0.05)
-        t0 = time.perf_counter()
-        self._torch = self._loaders.load_torch_model(
-            self.model, weights=self._config.weights, max_memory=self._config.max_memory
-        )
-        self.timings["load_model"] = time.perf_counter() - t0
+        self.timings["inputs"] = self.timings.get("inputs", 0.0) + time.perf_counter() - t0
+
+    def _cases_of(self, reference: Callable[[Any, InputSet], Case]) -> Iterator[Case]:
+        """One case per batch, read as the loop asks for it: `reference(batch, input_set)`
+        runs torch on it (timed by the caller); progress in samples/s and the time left."""
         started = time.perf_counter()
         done = 0
-        batches = self.batcher.batches(data.samples())
+        batches = self.batcher.batches(self.dataset.samples())
         while True:
             t0 = time.perf_counter()
             batch = next(batches, None)
@@ -85,12 +92,44 @@ class DataSource(TorchSource):
                 self._current = None
                 return
             self._current = batch
-            self._report("torch", f"torch on {batch.label}{_rate(done, started, data.count)}")
+            rate = _rate(done, started, self.dataset.count)
+            self._report("torch", f"torch on {batch.label}{rate}")
             input_set = InputSet(index=batch.index, feeds=batch.feeds, label=batch.label)
-            reference = run_torch(self._torch, input_set, signature)
-            self.timings["torch"] += reference.seconds
+            case = reference(batch, input_set)
             done += batch.n_real
-            yield Case(input_set=input_set, reference=reference)
+            yield case
+
+
+class DataSource(DataBatches, TorchSource):
+    """Each case: a batch of the user's samples, and the torch model run on it once."""
+
+    keeps_arrays = False
+    runs_other_sizes = False
+
+    def __init__(self, config: RunConfig, loaders: Loaders, report: ProgressReporter) -> None:
+        super().__init__(config, loaders, report)
+        self._start_data(config)
+
+    def cases(
+        self, signature: OnnxSignature, parts: Mapping[str, OnnxSignature] | None = None
+    ) -> Iterator[Case]:
+        from parity.run.runner import run_torch
+
+        self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
+        self._open_data(signature)
+        self._report("load", f"loading model {self.model}", 0.05)
+        t0 = time.perf_counter()
+        self._torch = self._loaders.load_torch_model(
+            self.model, weights=self._config.weights, max_memory=self._config.max_memory
+        )
+        self.timings["load_model"] = time.perf_counter() - t0
+
+        def reference(batch: Any, input_set: InputSet) -> Case:
+            made = run_torch(self._torch, input_set, signature)
+            self.timings["torch"] += made.seconds
+            return Case(input_set=input_set, reference=made)
+
+        yield from self._cases_of(reference)
 
 
 def _rate(done: int, started: float, total: int | None) -> str:
