@@ -67,6 +67,9 @@ Retrace = Callable[[Mapping[str, int]], Mapping[str, str]]
 MAX_CHECKS = 24  # torch + ONNX Runtime runs the search may make, all told
 MAX_SIZES = 6  # export sizes tried
 MAX_PLANS = 16  # sets of constants recomputed together, tried at a failing size
+MAX_GROUPS = 8  # explanations dropped together (every "1 = batch"), subsets over at most 8
+MIN_GRID = 3  # a patch grid's side is at least this (a 2 × 3 grid is no ViT's)
+ONE_WEIGHT = 0.1  # a 1 read as the batch: the weakest evidence (a shape's own leading 1)
 STRIDES = (2, 4, 8, 16, 32)  # a size read after a strided layer: height // 8
 MAX_SIZE = 1 << 24  # a larger constant is no size (an INT64_MAX Slice end)
 MAX_COMBINATIONS = 6000  # export sizes scored (pure arithmetic), at most
@@ -75,21 +78,30 @@ MAX_SPLIT = 8  # a product of two dims is split into sizes at most 8 times apart
 ROUNDING_REL = 1e-4  # float32 rounding at the outputs' scale: ~840 ulps, far below a wrong size
 ROUNDING_MARGIN = 8.0  # a recomputed graph's error may be this many times the file's own
 ROUNDING_FLOOR = 1e-6  # ... and never needs to be below this (8 ulps of the outputs' scale)
+OFF_PATCH = 1.5  # how unlikely a size no patch stride divides is, for a file with patches
 _BATCH_WORDS = ("batch", "n", "b", "bs", "bsz", "num_samples")
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """How one constant element is made of dims: the product of `dims`, divided by `stride`."""
+    """How one constant element is made of dims: the product of `dims`, divided by `stride`;
+    or, with `grid`, a patch grid's tokens: each dim divided by `grid`, multiplied, plus
+    `extra` (a ViT's class token: 37 = 48 // 8 × 48 // 8 + 1)."""
 
     dims: tuple[str, ...]
     stride: int = 1
+    grid: int = 0
+    extra: int = 0
 
     def value(self, sizes: Mapping[str, int]) -> int:
+        if self.grid:
+            return math.prod(sizes[d] // self.grid for d in self.dims) + self.extra
         return math.prod(sizes[d] for d in self.dims) // self.stride
 
     def weight(self, model_number: bool) -> float:
-        if len(self.dims) > 1:
+        if self.grid:  # a patch grid's tokens (+ a class token): a ViT's own count
+            base = 4.0
+        elif len(self.dims) > 1:
             base = 3.0
         elif self.stride == 1:
             base = 2.0
@@ -98,6 +110,9 @@ class Explanation:
         return base * (0.25 if model_number else 1.0)
 
     def words(self) -> str:
+        if self.grid:
+            text = " × ".join(f"{d} // {self.grid}" for d in self.dims)
+            return text + (f" + {self.extra}" if self.extra else "")
         text = " × ".join(self.dims)
         return f"{text} // {self.stride}" if self.stride > 1 else text
 
@@ -179,6 +194,9 @@ class FrozenSearch:
 
 
 _BATCH: ContextVar[frozenset[str]] = ContextVar("parity_frozen_batch", default=frozenset())
+# the strides of the file's patch Convs (parity.judge.frozen_graph.patch_strides): a size may be
+# a patch grid's side (height // 8) or its tokens (height // 8 × width // 8 + 1)
+_PATCHES: ContextVar[tuple[int, ...]] = ContextVar("parity_frozen_patches", default=())
 
 
 def is_batch(name: str) -> bool:
@@ -196,19 +214,23 @@ def find_frozen(
     retrace: Retrace | None = None,
     seconds: float = math.inf,
     batch: Collection[str] = (),
+    patches: Sequence[int] = (),
 ) -> FrozenSearch:
     """The confirmed frozen nodes of `model` (none when none is confirmed) and the search's
     cost. `dims`: the dynamic dims' names (``height``, or ``x:2`` for an unnamed one);
     `failing` / `passing`: the sizes of the run's input sets that failed or passed;
-    `seconds`: nothing (scoring, check, re-trace) starts after that long."""
+    `seconds`: nothing (scoring, check, re-trace) starts after that long; `patches`: the
+    file's patch strides (a ViT's grid is read from the input's size divided by them)."""
     if not failing or not dims:
         return FrozenSearch(())
     token = _BATCH.set(frozenset(batch))
+    patched = _PATCHES.set(tuple(patches))
     t0 = time.monotonic()
     budget = _Budget(until=t0 + seconds)
     try:
         nodes = _find(model, dims, failing, passing, check, retrace, budget)
     finally:
+        _PATCHES.reset(patched)
         _BATCH.reset(token)
     return FrozenSearch(
         nodes,
@@ -253,29 +275,49 @@ def _add_source(text: str, source: str) -> str:
 # --- sizes -----------------------------------------------------------------------------------
 
 
+def _strides() -> tuple[int, ...]:
+    return STRIDES + tuple(p for p in _PATCHES.get() if p not in STRIDES)
+
+
 def _all_explanations(dims: Sequence[str]) -> tuple[Explanation, ...]:
     """Every explanation over `dims`, in the order ties are broken (the first wins)."""
     found = [Explanation((d,)) for d in dims]
-    found += [Explanation((d,), s) for d in dims for s in STRIDES]
+    found += [Explanation((d,), s) for d in dims if not is_batch(d) for s in _strides()]
     sizes = [d for d in dims if not is_batch(d)]  # height x width, never batch x height
     found += [Explanation(pair) for pair in itertools.combinations(sizes, 2)]
+    found += [
+        Explanation(pair, grid=p, extra=extra)
+        for pair in itertools.combinations(sizes, 2)
+        for p in _PATCHES.get()
+        for extra in (1, 0)
+    ]
     return tuple(found)
 
 
-def _best_by_value(sizes: Mapping[str, int]) -> dict[int, Explanation]:
-    """Value -> its heaviest explanation at `sizes` (the first among equals): what every
-    element of that value is scored by. A handful of values per size, whatever the number of
-    constants: scoring costs the explanations, not the elements."""
-    best: dict[int, Explanation] = {}
+def _ties_by_value(sizes: Mapping[str, int]) -> dict[int, list[Explanation]]:
+    """Value -> its heaviest explanations at `sizes`, in order (height // 8 and width // 8 at
+    a square export): what every element of that value is scored by. A handful of values per
+    size, whatever the number of constants: scoring costs the explanations, not the
+    elements."""
+    ties: dict[int, list[Explanation]] = {}
     for e in _all_explanations(list(sizes)):
         v = e.value(sizes)
         if v < 1 or v > MAX_SIZE or (v == 1 and not (len(e.dims) == 1 and e.stride == 1)):
             continue
+        if e.grid and any(sizes[d] // e.grid < MIN_GRID for d in e.dims):
+            continue  # 6 tokens are no 2 × 3 grid: a grid that small is no ViT's
         if v == 1 and not is_batch(e.dims[0]):
             continue  # a 1 is a batch's, never a height's
-        if v not in best or e.weight(False) > best[v].weight(False):
-            best[v] = e
-    return best
+        if v not in ties or e.weight(False) > ties[v][0].weight(False):
+            ties[v] = [e]
+        elif e.weight(False) == ties[v][0].weight(False):
+            ties[v].append(e)
+    return ties
+
+
+def _best_by_value(sizes: Mapping[str, int]) -> dict[int, Explanation]:
+    """Value -> its heaviest explanation at `sizes` (the first among equals)."""
+    return {v: es[0] for v, es in _ties_by_value(sizes).items()}
 
 
 def _size_candidates(
@@ -305,17 +347,20 @@ def _size_candidates(
             if v >= 2:
                 per_dim[d][v] += 1
             if 2 <= v <= MAX_STRIDED:  # a grid read after a stride: height // 8
-                per_dim[d].update(v * s for s in STRIDES)
+                per_dim[d].update(v * s for s in _strides())
         for a in range(4, int(math.isqrt(v)) + 1):
             if v % a == 0 and v // a <= MAX_SPLIT * a:  # height x width, roughly square
                 for d in dims:
                     per_dim[d].update((a, v // a))
+        for p, extra in itertools.product(_PATCHES.get(), (1, 0)):  # a patch grid's tokens
+            for a in range(MIN_GRID, int(math.isqrt(max(v - extra, 0))) + 1):
+                rest, left = divmod(v - extra, a)
+                if not left and rest <= MAX_SPLIT * a:
+                    for d in dims:
+                        per_dim[d].update((a * p, rest * p))
     scored = []
     keep = max(2, int(MAX_COMBINATIONS ** (1 / max(len(dims), 1))) - 1)
-    options = [
-        sorted(per_dim[d], key=functools.partial(_rank_size, per_dim[d], d))[:keep] + [None]
-        for d in dims
-    ]
+    options = [_options(per_dim[d], d, keep) for d in dims]
     for k, combo in enumerate(itertools.product(*options)):
         if budget is not None and k % 64 == 0 and budget.out_of_time():
             break
@@ -342,6 +387,16 @@ def _size_candidates(
     return [s[3] for s in scored[: MAX_SIZES * 4]]
 
 
+def _options(counts: Counter[int], dim: str, keep: int) -> list[int | None]:
+    """The sizes a dim may have had, most constants explained first, at most `keep`, and
+    None (the dim explains nothing); a batch of 1 always among them where a 1 is seen (one
+    distinct value counts less than a size every stride of every value proposes)."""
+    ranked = sorted(counts, key=functools.partial(_rank_size, counts, dim))[:keep]
+    if is_batch(dim) and counts[1] and 1 not in ranked:
+        ranked.append(1)
+    return [*ranked, None]
+
+
 def _rank_size(counts: Counter[int], dim: str, size: int) -> tuple[int, float]:
     """Sort key of a size a dim may have had: most constants explained first, then likely."""
     return (-counts[size], _unlikely(dim, size))
@@ -349,9 +404,12 @@ def _rank_size(counts: Counter[int], dim: str, size: int) -> tuple[int, float]:
 
 def _unlikely(dim: str, size: int) -> float:
     """How unlikely a size is for an export: a batch of 1 a little (the constant could be
-    something else), a height or a sequence under 16 or over 4096 more, by octave."""
+    something else), a height or a sequence under 16 or over 4096 more, by octave; in a file
+    with patch Convs, a size none of their strides divides most."""
     if is_batch(dim):
         return 0.5 if size == 1 else 0.0
+    if _PATCHES.get() and all(size % p for p in _PATCHES.get()):
+        return OFF_PATCH  # a patch Conv would drop the last pixels: not an export's size
     if size < 16:
         return 0.5 * math.log2(16 / size)
     return 0.5 * math.log2(size / 4096) if size > 4096 else 0.0
@@ -453,15 +511,24 @@ def _recomputed(
 def _plans(
     found: Sequence[Suspect], export: Mapping[str, int], numbers: frozenset[int]
 ) -> list[list[tuple[Suspect, tuple[Explanation | None, ...]]]]:
-    """Which constants to recompute, most likely first: every explained element, then without
-    the weakest explanations one at a time, then the strongest only."""
-    best = _best_by_value(export)
+    """Which constants to recompute, most likely first: every explained element; then without
+    whole explanations (every "1 = batch" dropped together: a shape's leading 1 is more
+    often the model's own than the batch), fewest dropped first; then without single
+    elements, the weakest first. Within one constant, a value that ties (6 = height // 8 and
+    6 = width // 8 at a square export) takes the tied explanations in turn."""
+    ties = _ties_by_value(export)
     explained: list[tuple[Suspect, int, Explanation, float]] = []
     for s in found:
+        seen: Counter[int] = Counter()
         for k, v in enumerate(s.values):
-            e = best.get(int(v)) if v == int(v) and 1 <= v <= MAX_SIZE else None
-            if e is not None and (v != 1 or e.dims[0] in export):
-                explained.append((s, k, e, e.weight(int(v) in numbers)))
+            options = ties.get(int(v)) if v == int(v) and 1 <= v <= MAX_SIZE else None
+            if not options or _fixed_axis(s, k):
+                continue
+            e = options[seen[int(v)] % len(options)]
+            seen[int(v)] += 1
+            if v != 1 or e.dims[0] in export:
+                weight = ONE_WEIGHT if v == 1 else e.weight(int(v) in numbers)
+                explained.append((s, k, e, weight))
     if not explained:
         return []
 
@@ -471,6 +538,15 @@ def _plans(
             entry = by_node.setdefault((s.position, s.slot), (s, [None] * len(s.values)))
             entry[1][k] = e
         return [(s, tuple(es)) for s, es in by_node.values()]
+
+    weights: dict[tuple, float] = {}
+    for t in explained:
+        weights[_group(t[2])] = weights.get(_group(t[2]), 0.0) + t[3]
+    groups = list(weights)[:MAX_GROUPS]
+    # subsets of whole explanations, fewest dropped first, the lightest dropped first
+    dropping = [c for n in range(len(groups)) for c in itertools.combinations(groups, n)]
+    dropping.sort(key=lambda gone: (len(gone), sum(weights[g] for g in gone)))
+    by_group = ([t for t in explained if _group(t[2]) not in gone] for gone in dropping[:MAX_PLANS])
 
     # subsets, fewest dropped first, the heaviest kept first among as many dropped; made
     # lazily: thousands of explained elements must not make millions of subsets
@@ -482,7 +558,26 @@ def _plans(
 
     chosen = list(itertools.islice(subsets(), MAX_PLANS * 4))
     chosen.sort(key=lambda kept: (len(explained) - len(kept), -sum(t[3] for t in kept)))
-    return [plan(kept) for kept in chosen[:MAX_PLANS]]
+    plans: dict[tuple[tuple[int, int], ...], list] = {}
+    for kept in [*itertools.islice(by_group, MAX_PLANS - 4), *chosen]:
+        key = tuple((id(t[0]), t[1]) for t in kept)
+        if kept and key not in plans:
+            plans[key] = plan(kept)
+    return list(plans.values())[:MAX_PLANS]
+
+
+def _fixed_axis(s: Suspect, k: int) -> bool:
+    """Element `k` of a Resize's sizes is an axis no input size sets: its channels (1 of N, C,
+    H, W), and its N too where it resizes a learned tensor (a position grid's own 1)."""
+    if s.op not in ("Resize", "Upsample") or len(s.values) < 3:
+        return False
+    return k == 1 or (k == 0 and s.learned is not None)
+
+
+def _group(e: Explanation) -> tuple[tuple[str, ...], int, int]:
+    """The explanations recomputed together: a size read once and written in several places
+    (every "1 = batch", every "6 = height // 8")."""
+    return e.dims, e.stride, e.grid
 
 
 def _size_node(
@@ -529,6 +624,8 @@ def size_text(s: Suspect, es: tuple[Explanation | None, ...], dims: Mapping[str,
         if s.baked == "range":
             does = f"({s.op}) reads a range made at the export's size, of length {values}"
     explained = [(v, e) for v, e in zip(s.values, es, strict=True) if e is not None]
+    if s.learned is not None and s.op in ("Resize", "Upsample"):
+        does = _resized(s, es, values)
     if len(s.values) == 1 and explained:
         which = f"which is {explained[0][1].words()}"
     else:
@@ -542,6 +639,22 @@ def size_text(s: Suspect, es: tuple[Explanation | None, ...], dims: Mapping[str,
         f"This export only works at its own size: node {s.node!r} {does}, {which} at the "
         f"export's {at}{where}."
     )
+
+
+def _resized(s: Suspect, es: tuple[Explanation | None, ...], values: str) -> str:
+    """ "resizes the learned tensor 'pos' (1 × 32 × 4 × 4) to a position grid frozen at 6 × 6
+    (1 × 32 × 6 × 6)": a Resize of a learned tensor whose last two sizes are the input's
+    height and width over a stride is a position grid (or another learned map) the export
+    froze at its own input's grid."""
+    assert s.learned is not None
+    name, shape = s.learned
+    tensor = f"the learned tensor {name!r} ({' × '.join(str(d) for d in shape)})"
+    last = es[-2:]
+    strided = [e for e in last if e is not None and len(e.dims) == 1 and e.stride > 1]
+    if len(s.values) >= 3 and len(strided) == 2 and strided[0].dims != strided[1].dims:
+        grid = " × ".join(_number(v) for v in s.values[-2:])
+        return f"resizes {tensor} to a position grid frozen at {grid} ({values})"
+    return f"resizes {tensor} to {values}"
 
 
 # --- branches ---------------------------------------------------------------------------------

@@ -80,6 +80,8 @@ class Suspect:
     values: tuple[float, ...]
     source: str | None  # FILE:LINE the exporter recorded (dynamo), else None
     baked: str = ""
+    # a Resize of a learned tensor (an initializer: a position grid): its name and shape
+    learned: tuple[str, tuple[int, ...]] | None = None
 
 
 def _constants(graph: onnx.GraphProto, baked: bool = False) -> dict[str, np.ndarray]:
@@ -124,18 +126,20 @@ def suspects(model: onnx.ModelProto) -> list[Suspect]:
     graph = model.graph
     constants = _constants(graph)
     producer = {out: k for k, node in enumerate(graph.node) for out in node.output if out}
+    weights = _learned(graph)
     found: dict[tuple[int, int], Suspect] = {}
     for position, node in enumerate(graph.node):  # shape inputs first: they name the user
         name = node.name or f"{node.op_type}#{position}"
+        learned = weights.get(node.input[0]) if node.op_type in _RESIZES and node.input else None
         for slot in SHAPE_INPUTS.get(node.op_type, ()):
             if slot >= len(node.input) or not node.input[slot]:
                 continue
             values = constants.get(node.input[slot])
             if values is not None:
-                _add(found, name, node, position, slot, values, shape=True)
+                _add(found, name, node, position, slot, values, shape=True, learned=learned)
                 continue
             for at, at_slot, values in _reaching(graph, node.input[slot], producer, constants):
-                _add(found, name, node, at, at_slot, values, shape=True)
+                _add(found, name, node, at, at_slot, values, shape=True, learned=learned)
     for position, node in enumerate(graph.node):
         if node.op_type in SCALING:
             name = node.name or f"{node.op_type}#{position}"
@@ -164,6 +168,7 @@ def _add(
     values: np.ndarray,
     *,
     shape: bool = False,
+    learned: tuple[str, tuple[int, ...]] | None = None,
 ) -> None:
     """One suspect at (position, slot), the first that reaches it kept."""
     flat = values.reshape(-1)
@@ -178,7 +183,40 @@ def _add(
         slot=slot,
         values=tuple(float(v) for v in flat),
         source=stack_source(user),
+        learned=learned,
     )
+
+
+_RESIZES = ("Resize", "Upsample")
+
+
+def _learned(graph: onnx.GraphProto) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Value name -> (initializer, its shape) for every initializer of two or more axes, also
+    seen through Identity / Cast: what a Resize reading it resizes is a learned tensor (the
+    legacy exporter folds ``pos_embed[:, 1:].reshape(...).permute(...)`` into one)."""
+    found = {
+        init.name: (init.name, tuple(int(d) for d in init.dims))
+        for init in graph.initializer
+        if len(init.dims) >= 2
+    }
+    for node in graph.node:
+        if node.op_type in ("Identity", "Cast") and node.input and node.input[0] in found:
+            found[node.output[0]] = found[node.input[0]]
+    return found
+
+
+def patch_strides(model: onnx.ModelProto) -> tuple[int, ...]:
+    """Strides of Convs whose kernel equals their stride (a ViT's patch embedding), largest
+    first: a token count there is height / stride × width / stride (+ a class token)."""
+    found = set()
+    for node in model.graph.node:
+        if node.op_type != "Conv":
+            continue
+        attrs = {a.name: list(a.ints) for a in node.attribute}
+        strides, kernel = attrs.get("strides", []), attrs.get("kernel_shape", [])
+        if len(set(strides)) == 1 and strides == kernel and strides[0] > 1:
+            found.add(strides[0])
+    return tuple(sorted(found, reverse=True))
 
 
 def _reaching(

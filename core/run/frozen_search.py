@@ -25,7 +25,7 @@ import onnx
 from parity.errors import OnnxLoadError, ParityError, RunTimeout, first_line
 from parity.judge.compare import compare_outputs
 from parity.judge.frozen import Check, Outcome, find_frozen
-from parity.judge.frozen_graph import user_frame
+from parity.judge.frozen_graph import patch_strides, user_frame
 from parity.limits.budget import MemoryBudget, format_size
 from parity.limits.deadline import Deadline
 from parity.load.onnx_read import check_external, read_onnx
@@ -200,6 +200,7 @@ def with_frozen(
         retrace,
         seconds=seconds,
         batch=first_axis_dims(signature),
+        patches=patch_strides(model),
     )
     nodes = search.nodes
     if not nodes:  # no constant holds it: a learned tensor's shape may (a position grid)
