@@ -175,6 +175,11 @@ def resampled(tmp_path_factory) -> Path:
             module.vit(), (x,), str(root / "legacy.onnx"), dynamo=False, input_names=["x"],
             output_names=["y"], dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}},
         )  # fmt: skip
+        torch.onnx.export(  # the sizes stay Concat(Shape(grid)[:2], [6, 6]), pos_embed sliced
+            module.vit(), (x,), str(root / "unfolded.onnx"), dynamo=False, input_names=["x"],
+            output_names=["y"], dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}},
+            do_constant_folding=False,
+        )  # fmt: skip
         dim = torch.export.Dim
         program = torch.onnx.export(
             module.vit(), (x,), input_names=["x"], output_names=["y"], dynamo=True,
@@ -195,20 +200,30 @@ def _validate(root: Path, onnx: str) -> tuple[int, dict]:
     return code, json.loads(report.read_text())
 
 
-def test_a_position_grid_resized_with_python_ints_names_the_resize(resampled: Path) -> None:
-    """Legacy export: h // 8 became the constant 6 in the Resize's sizes (folded from the
-    Concat of the learned tensor's shape and the grid) and 37 = 6 × 6 + 1 tokens in the
-    attention's reshapes; at 32 and 64 ONNX Runtime raises at the Add. The Resize is named,
-    with the grid it froze and the export's size, confirmed: the graph with 4 × 4 (and 17
-    tokens) agrees with torch at 32 × 32."""
-    code, report = _validate(resampled, "legacy.onnx")
+@pytest.mark.parametrize(
+    ("onnx", "constant", "tensor"),
+    [
+        ("legacy.onnx", [1.0, 32.0, 6.0, 6.0], "(1 × 32 × 4 × 4)"),  # folded: one initializer
+        ("unfolded.onnx", [6.0, 6.0], "'pos_embed' (1 × 17 × 32)"),  # through the Concat
+    ],
+)
+def test_a_position_grid_resized_with_python_ints_names_the_resize(
+    resampled: Path, onnx: str, constant: list[float], tensor: str
+) -> None:
+    """Legacy export: h // 8 became the constant 6 in the Resize's sizes (folded, or the tail
+    of Concat(Shape(grid)[:2], [6, 6]) without constant folding) and 37 = 6 × 6 + 1 tokens
+    in the attention's reshapes; at 32 and 64 ONNX Runtime raises at the Add. The Resize is
+    named, with the learned tensor, the grid it froze and the export's size, confirmed: the
+    graph with 4 × 4 (and 17 tokens) agrees with torch at 32 × 32."""
+    code, report = _validate(resampled, onnx)
     assert code == 1
     assert {o["status"] for o in report["outputs"]} == {"error"}  # the premise: both raise
     by_node = {f["node"]: f for f in report["frozen"]}
     resize = by_node["/Resize"]
-    assert resize["constant"] == [1.0, 32.0, 6.0, 6.0] and resize["confirmed"]
+    assert resize["constant"] == constant and resize["confirmed"]
     assert resize["dims"] == {"height": 48, "width": 48}
-    assert "a position grid frozen at 6 × 6" in resize["text"]
+    assert "resizes the learned tensor '" in resize["text"]
+    assert f"{tensor} to a position grid frozen at 6 × 6" in resize["text"]
     assert "6 = height // 8 and 6 = width // 8 at the export's 48 × 48" in resize["text"]
     line = next(n for n, x in enumerate(RESAMPLED.splitlines(), 1) if "F.interpolate" in x)
     assert resize["source"] == f"models.py:{line}"  # a legacy file has none: a re-trace's

@@ -68,6 +68,7 @@ MAX_CHECKS = 24  # torch + ONNX Runtime runs the search may make, all told
 MAX_SIZES = 6  # export sizes tried
 MAX_PLANS = 16  # sets of constants recomputed together, tried at a failing size
 MAX_GROUPS = 8  # explanations dropped together (every "1 = batch"), subsets over at most 8
+CORROBORATED = 8.0  # score a patch grid read both as its tokens and as its sides
 MIN_GRID = 3  # a patch grid's side is at least this (a 2 × 3 grid is no ViT's)
 ONE_WEIGHT = 0.1  # a 1 read as the batch: the weakest evidence (a shape's own leading 1)
 STRIDES = (2, 4, 8, 16, 32)  # a size read after a strided layer: height // 8
@@ -369,22 +370,36 @@ def _size_candidates(
             continue
         score, squareness = 0.0, 0.0
         used: set[str] = set()
-        for v, e in _best_by_value(sizes).items():
+        found: set[Explanation] = set()
+        for v, tied in _ties_by_value(sizes).items():
             if v not in by_value:
                 continue
-            entry = by_value[v]
+            e, entry = tied[0], by_value[v]
             score += e.weight(False) * entry[1]
-            used.update(e.dims)
+            used.update(d for t in tied for d in t.dims)  # 6 = height // 8 or width // 8
+            found.update(tied)
             if len(e.dims) == 2:
                 a, b = (sizes[d] for d in e.dims)
                 squareness += abs(math.log2(a / b)) * entry[0]
         if used != set(sizes):
             continue  # a size that explains nothing is not recovered
+        score += CORROBORATED * _corroborated(found)
         score -= sum(_unlikely(d, v) for d, v in sizes.items())
+        if not math.isfinite(score):
+            continue  # a size the model cannot run at
         order = tuple(-sizes.get(d, 0) for d in dims)
         scored.append((-score, squareness, order, sizes))
     scored.sort(key=lambda t: (t[0], t[1], t[2]))
     return [s[3] for s in scored[: MAX_SIZES * 4]]
+
+
+def _corroborated(found: Collection[Explanation]) -> int:
+    """Patch grids read twice: as their tokens (37 = height // 8 × width // 8 + 1) and as
+    their sides (6 = height // 8, 6 = width // 8), in the same stride. Two readings of one
+    size agreeing are what a ViT's frozen grid leaves; a head count or a model's own 4 is
+    read once."""
+    sides = {(e.dims[0], e.stride) for e in found if len(e.dims) == 1 and e.stride > 1}
+    return sum(1 for e in found if e.grid and all((d, e.grid) in sides for d in e.dims))
 
 
 def _options(counts: Counter[int], dim: str, keep: int) -> list[int | None]:
@@ -408,7 +423,10 @@ def _unlikely(dim: str, size: int) -> float:
     with patch Convs, a size none of their strides divides most."""
     if is_batch(dim):
         return 0.5 if size == 1 else 0.0
-    if _PATCHES.get() and all(size % p for p in _PATCHES.get()):
+    patches = _PATCHES.get()
+    if patches and size < min(patches):
+        return math.inf  # not one patch: the model cannot run there
+    if patches and all(size % p for p in patches):
         return OFF_PATCH  # a patch Conv would drop the last pixels: not an export's size
     if size < 16:
         return 0.5 * math.log2(16 / size)
@@ -445,6 +463,7 @@ def _sizes(
         return []
     if not budget.take() or budget.agrees(budget.run(check, failing, None)):
         return []  # the failing size is off by rounding only: nothing frozen to explain
+    export = _without_free_batch(export, failing, check, budget)
     full = {**failing, **export}
     for plan in _plans(found, export, numbers):
         if not plan or not budget.take():
@@ -454,6 +473,19 @@ def _sizes(
             plan = _needed(model, _changed(plan, failing), failing, check, budget)
             return [_size_node(s, es, export, full) for s, es in plan]
     return []
+
+
+def _without_free_batch(
+    export: dict[str, int], failing: Mapping[str, int], check: Check, budget: _Budget
+) -> dict[str, int]:
+    """The export's size without a batch dim the file takes at any value: where it works at
+    the failing set's batch too (one check), no constant is the batch (a head count of 4
+    that scored the export's batch 4 is left alone)."""
+    for d in [d for d in export if is_batch(d) and failing.get(d, export[d]) != export[d]]:
+        moved = {**failing, **export, d: failing[d]}
+        if len(export) > 1 and budget.take() and budget.agrees(budget.run(check, moved, None)):
+            export = {k: v for k, v in export.items() if k != d}
+    return export
 
 
 def _changed(
@@ -651,9 +683,10 @@ def _resized(s: Suspect, es: tuple[Explanation | None, ...], values: str) -> str
     tensor = f"the learned tensor {name!r} ({' × '.join(str(d) for d in shape)})"
     last = es[-2:]
     strided = [e for e in last if e is not None and len(e.dims) == 1 and e.stride > 1]
-    if len(s.values) >= 3 and len(strided) == 2 and strided[0].dims != strided[1].dims:
+    if len(s.values) >= 2 and len(strided) == 2 and strided[0].dims != strided[1].dims:
         grid = " × ".join(_number(v) for v in s.values[-2:])
-        return f"resizes {tensor} to a position grid frozen at {grid} ({values})"
+        whole = f" ({values})" if len(s.values) > 2 else ""
+        return f"resizes {tensor} to a position grid frozen at {grid}{whole}"
     return f"resizes {tensor} to {values}"
 
 

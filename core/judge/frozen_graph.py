@@ -127,9 +127,12 @@ def suspects(model: onnx.ModelProto) -> list[Suspect]:
     constants = _constants(graph)
     producer = {out: k for k, node in enumerate(graph.node) for out in node.output if out}
     weights = _learned(graph)
+    fed = _fed(graph)
     found: dict[tuple[int, int], Suspect] = {}
     for position, node in enumerate(graph.node):  # shape inputs first: they name the user
         name = node.name or f"{node.op_type}#{position}"
+        if node.op_type == "Reshape" and node.input and node.input[0] not in fed:
+            continue  # a learned tensor's reshape (pos.reshape(1, 4, 4, -1)): its own size
         learned = weights.get(node.input[0]) if node.op_type in _RESIZES and node.input else None
         for slot in SHAPE_INPUTS.get(node.op_type, ()):
             if slot >= len(node.input) or not node.input[slot]:
@@ -190,19 +193,35 @@ def _add(
 _RESIZES = ("Resize", "Upsample")
 
 
+def _fed(graph: onnx.GraphProto) -> set[str]:
+    """Values that depend on a graph input: a Reshape of anything else reshapes a tensor of
+    one size at every input size (its element count fixed), so its shape is no frozen size."""
+    fed = {i.name for i in graph.input}
+    for node in graph.node:
+        if any(i in fed for i in node.input) or (not node.input and node.op_type != "Constant"):
+            fed.update(o for o in node.output if o)
+    return fed
+
+
 def _learned(graph: onnx.GraphProto) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Value name -> (initializer, its shape) for every initializer of two or more axes, also
-    seen through Identity / Cast: what a Resize reading it resizes is a learned tensor (the
-    legacy exporter folds ``pos_embed[:, 1:].reshape(...).permute(...)`` into one)."""
+    seen through ops that only move its data (_MOVES): what a Resize reading it resizes is a
+    learned tensor (the legacy exporter folds ``pos_embed[:, 1:].reshape(...).permute(...)``
+    into one initializer, or keeps the ops without constant folding)."""
     found = {
         init.name: (init.name, tuple(int(d) for d in init.dims))
         for init in graph.initializer
         if len(init.dims) >= 2
     }
     for node in graph.node:
-        if node.op_type in ("Identity", "Cast") and node.input and node.input[0] in found:
+        if node.op_type in _MOVES and node.input and node.input[0] in found and node.output:
             found[node.output[0]] = found[node.input[0]]
     return found
+
+
+# ops that move a tensor's data without computing on it: pos_embed[:, 1:].reshape(1, 4, 4, -1)
+# .permute(0, 3, 1, 2) is still the learned tensor where a Resize reads it
+_MOVES = ("Identity", "Cast", "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze")
 
 
 def patch_strides(model: onnx.ModelProto) -> tuple[int, ...]:
