@@ -118,6 +118,30 @@ class Explanation:
         return f"{text} // {self.stride}" if self.stride > 1 else text
 
 
+@dataclass(frozen=True)
+class Allowance:
+    """What the checks may cost where the failure gives the search little to go on (values
+    only, no error, no shape): `seconds` in all, each check estimated before it runs from the
+    run's own measured rates (torch `torch_rate` and the rest of a check `ort_rate` seconds
+    per input element, `elements(dims)` a set's input elements, `session` a changed graph's
+    session setup); torch is charged once per size (its outputs are kept), at least
+    `torch_floor` (a new shape's start-up). Estimated, not timed: the search's own clock
+    never decides what it runs. `basis` says where the seconds come from, for the note."""
+
+    seconds: float
+    elements: Callable[[Mapping[str, int]], int]
+    torch_rate: float
+    ort_rate: float
+    torch_floor: float = 0.0
+    session: float = 0.0
+    basis: str = ""
+
+    def cost(self, dims: Mapping[str, int], patched: bool, torch_ran: bool) -> float:
+        n = self.elements(dims)
+        torch = 0.0 if torch_ran else max(self.torch_rate * n, self.torch_floor)
+        return torch + self.ort_rate * n + (self.session if patched else 0.0)
+
+
 @dataclass
 class _Budget:
     """Checks left, the time the search may take (a big model's failing run whose constants
@@ -128,7 +152,12 @@ class _Budget:
     ran: int = 0
     skipped: list[str] = field(default_factory=list)  # why a check was not run (memory)
     stopped: bool = False  # the time limit ended the search
+    unaffordable: int = 0  # checks the allowance left out
+    over: str = ""  # ... the first, where and why, said in the note
     bound: float = ROUNDING_REL  # an agreeing output's largest relative error
+    allowance: Allowance | None = None  # the estimated cost the checks may take, all told
+    spent: float = 0.0  # ... and what the checks run so far were estimated to cost
+    sizes: set[tuple[tuple[str, int], ...]] = field(default_factory=set)  # torch ran there
 
     def take(self) -> bool:
         if self.out_of_time():
@@ -144,7 +173,10 @@ class _Budget:
         return self.stopped
 
     def run(self, check: Check, dims: Mapping[str, int], patched: bytes | None) -> Outcome | None:
-        """One check, counted; None where torch cannot run there or it was skipped."""
+        """One check, counted; None where torch cannot run there or it was skipped (its
+        estimated cost past the allowance ends the search, said)."""
+        if not self._affords(dims, patched is not None):
+            return None
         outcome = check(dims, patched)
         if outcome is not None and outcome.skipped:
             if outcome.skipped not in self.skipped:
@@ -152,6 +184,24 @@ class _Budget:
             return None
         self.ran += 1
         return outcome
+
+    def _affords(self, dims: Mapping[str, int], patched: bool) -> bool:
+        if self.allowance is None:
+            return True
+        key = tuple(sorted((d, int(v)) for d, v in dims.items()))
+        cost = self.allowance.cost(dims, patched, key in self.sizes)
+        if self.spent + cost > self.allowance.seconds:
+            self.unaffordable += 1  # skipped: a later check (a smaller size) may fit
+            if not self.over:
+                at = ", ".join(f"{d} {v}" for d, v in dims.items())
+                self.over = (
+                    f"({self.allowance.basis}): the first at {at}, about {cost:.2g} s with "
+                    f"{self.spent:.2g} s spent"
+                )
+            return False
+        self.spent += cost
+        self.sizes.add(key)
+        return True
 
     def agrees(self, outcome: Outcome | None) -> bool:
         """Within the user's tolerance, or within the file's own rounding (`bound`)."""
@@ -161,7 +211,8 @@ class _Budget:
 @dataclass(frozen=True)
 class FrozenSearch:
     """What the search found (`nodes`, confirmed only) and what it cost: checks run, sizes
-    skipped for memory (with why), whether the time limit stopped it, its seconds."""
+    skipped for memory (with why), whether the time limit stopped it, its seconds, and the
+    check its allowance could not afford (`over`)."""
 
     nodes: tuple[FrozenNode, ...]
     checks: int = 0
@@ -169,6 +220,8 @@ class FrozenSearch:
     stopped: bool = False
     seconds: float = 0.0
     limit: float = math.inf
+    over: str = ""  # the first check its allowance left out, where and why
+    unaffordable: int = 0  # ... and how many it left out
 
     @property
     def note(self) -> str:
@@ -187,6 +240,12 @@ class FrozenSearch:
             )
         elif self.stopped and math.isfinite(self.limit):
             parts.append(f"The frozen-size search stopped at its {self.limit:.0f} s limit.")
+        if self.over:
+            n = self.unaffordable
+            parts.append(
+                f"The frozen-size search left out {n} check{'s' if n != 1 else ''} past its "
+                f"budget for a failure of values only {self.over}."
+            )
         if self.skipped:
             more = len(self.skipped) - 1
             also = f" (and {more} more size{'s' if more > 1 else ''})" if more else ""
@@ -216,18 +275,21 @@ def find_frozen(
     seconds: float = math.inf,
     batch: Collection[str] = (),
     patches: Sequence[int] = (),
+    allowance: Allowance | None = None,
 ) -> FrozenSearch:
     """The confirmed frozen nodes of `model` (none when none is confirmed) and the search's
     cost. `dims`: the dynamic dims' names (``height``, or ``x:2`` for an unnamed one);
     `failing` / `passing`: the sizes of the run's input sets that failed or passed;
     `seconds`: nothing (scoring, check, re-trace) starts after that long; `patches`: the
-    file's patch strides (a ViT's grid is read from the input's size divided by them)."""
+    file's patch strides (a ViT's grid is read from the input's size divided by them);
+    `allowance`: the estimated cost the checks may take (None: only MAX_CHECKS and
+    `seconds` bound them)."""
     if not failing or not dims:
         return FrozenSearch(())
     token = _BATCH.set(frozenset(batch))
     patched = _PATCHES.set(tuple(patches))
     t0 = time.monotonic()
-    budget = _Budget(until=t0 + seconds)
+    budget = _Budget(until=t0 + seconds, allowance=allowance)
     try:
         nodes = _find(model, dims, failing, passing, check, retrace, budget)
     finally:
@@ -238,6 +300,8 @@ def find_frozen(
         checks=budget.ran,
         skipped=tuple(budget.skipped),
         stopped=budget.stopped,
+        over=budget.over,
+        unaffordable=budget.unaffordable,
         seconds=time.monotonic() - t0,
         limit=seconds,
     )
