@@ -112,7 +112,6 @@ def test_the_allowance_is_a_quarter_of_the_runs_torch_time(exports) -> None:
     from parity.run.frozen_search import (
         SMALL_WORK,
         input_elements,
-        model_weights,
         raised_or_reshaped,
         search_allowance,
         set_dims,
@@ -132,8 +131,14 @@ def test_the_allowance_is_a_quarter_of_the_runs_torch_time(exports) -> None:
     assert allowance.elements({"batch": 1, "height": 64, "width": 48}) == 3 * 64 * 48
     # a model this small (8 x 3 x 3 x 3 conv weights, 4 x 3 x 64 x 64 inputs) keeps the full
     # bound: its checks cost start-up, not size; decided from its size, not from a clock
-    assert model_weights(proto) * max(sizes) <= SMALL_WORK
-    assert search_allowance(run, run.signature, proto) is None
+    size = (exports / "pool_legacy.onnx").stat().st_size
+    assert size * max(sizes) <= SMALL_WORK
+    assert search_allowance(run, run.signature, size) is None
+    big = search_allowance(run, run.signature, 10**9)
+    assert big is not None and big.seconds == allowance.seconds
+    # two sets: a quarter of torch's time is less than one torch run at a new size, so a big
+    # model's search on values only does not start (parity.run.frozen_search.with_frozen)
+    assert len(run.input_sets) == 2 and big.seconds < big.torch_floor
     assert run.frozen and run.frozen[0].node == "/Div"
     raised = parity.validate(f"{model}:flatten", exports / "flatten_legacy.onnx")
     assert raised_or_reshaped(raised)

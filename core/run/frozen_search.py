@@ -138,7 +138,7 @@ def _scale(reference: Any, name: str) -> float:
 
 
 VALUES_SHARE = 0.25  # a failure of values only: the search may take this share of torch's time
-SMALL_WORK = 1e9  # a model's weights x its largest set's input elements up to this: a small one
+SMALL_WORK = 4e9  # a file's bytes x its largest set's input elements up to this: a small model
 # the run's stages a check repeats whatever its size: inputs made, ONNX Runtime, the comparison
 PER_CHECK = ("inputs", "onnxruntime", "compare")
 SESSION_BASE = 0.01  # seconds an ONNX Runtime session of a changed graph takes to set up ...
@@ -154,25 +154,30 @@ def raised_or_reshaped(run: ValidationRun) -> bool:
 
 
 def search_allowance(
-    run: ValidationRun, signature: OnnxSignature, model: onnx.ModelProto
+    run: ValidationRun, signature: OnnxSignature, model_bytes: int
 ) -> Allowance | None:
     """What the search's checks may cost: None (its full bound: MAX_CHECKS and the time
-    limit) where ONNX Runtime raised or a shape differs, or for a small model (its weights
-    times its largest input set's elements up to SMALL_WORK: a check costs start-up, not
-    size; decided from the model's size, never from a clock); else `values_allowance`."""
+    limit) where ONNX Runtime raised or a shape differs, or for a small model (its file's
+    bytes times its largest input set's elements up to SMALL_WORK: a check costs start-up,
+    not size; decided from the model's size, never from a clock); else `values_allowance`."""
     if raised_or_reshaped(run):
         return None
     largest = max(
         (input_elements(signature, set_dims(signature, s)) for s in run.input_sets), default=0
     )
-    if model_weights(model) * largest <= SMALL_WORK:
+    if model_bytes * largest <= SMALL_WORK:
         return None
-    return values_allowance(run, signature, model.ByteSize())
+    return values_allowance(run, signature, model_bytes)
 
 
-def model_weights(model: onnx.ModelProto) -> int:
-    """The elements of the file's initializers (its weights)."""
-    return sum(math.prod(init.dims) for init in model.graph.initializer)
+def _file_bytes(path: str) -> int:
+    """The file's size on disk (a stat: nothing read), 0 where it cannot be told."""
+    from pathlib import Path
+
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
 
 
 def values_allowance(run: ValidationRun, signature: OnnxSignature, model_bytes: int) -> Allowance:
@@ -227,6 +232,14 @@ def with_frozen(
     --max-memory; the file is re-read only through the safe reader."""
     signature = run.signature
     assert signature is not None
+    allowance = search_allowance(run, signature, _file_bytes(candidate.path))
+    if allowance is not None and allowance.seconds < allowance.torch_floor:
+        return _noted(  # not even the file re-read: a big model's search that cannot run a check
+            run,
+            "The frozen-size search did not run: on a failure of values only it may take "
+            f"{allowance.basis}, less than one torch run at another size (about "
+            f"{allowance.torch_floor:.2g} s).",
+        )
     try:  # never onnx.load(path): a FIFO or /dev/zero swapped in is one line, not a hang
         model = read_onnx(candidate.path, external_data=False)
     except OnnxLoadError as exc:
@@ -273,7 +286,7 @@ def with_frozen(
         seconds=seconds,
         batch=first_axis_dims(signature),
         patches=patch_strides(model),
-        allowance=search_allowance(run, signature, model),
+        allowance=allowance,
     )
     nodes = search.nodes
     if not nodes:  # no constant holds it: a learned tensor's shape may (a position grid)
