@@ -15,7 +15,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from parity.judge.frozen import Allowance, Outcome, find_frozen
+from parity.judge.frozen import find_frozen
+from parity.judge.frozen_budget import Allowance, Outcome
 from tests.helpers import frozen_models
 
 DIMS = ["batch", "height", "width"]

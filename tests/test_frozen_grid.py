@@ -110,7 +110,7 @@ RESAMPLED = textwrap.dedent(
     from torch import nn
 
 
-    def resample_abs_pos_embed(posemb, new_size, num_prefix_tokens=1):
+    def resample_abs_pos_embed(posemb, new_size, num_prefix_tokens=1, scaled=False):
         '''timm's (layers/pos_embed.py, 0.9), antialias off: the legacy exporter has no
         antialiased bicubic.'''
         num_pos_tokens = posemb.shape[1]
@@ -122,7 +122,11 @@ RESAMPLED = textwrap.dedent(
         embed_dim = posemb.shape[-1]
         posemb = posemb.reshape(1, hw, hw, -1).permute(0, 3, 1, 2)
         new_size = (int(new_size[0]), int(new_size[1]))
-        posemb = F.interpolate(posemb, size=new_size, mode="bicubic", antialias=False)
+        if scaled:  # the same grid as a scale factor: the file holds Resize scales
+            factor = (new_size[0] / hw, new_size[1] / hw)
+            posemb = F.interpolate(posemb, scale_factor=factor, mode="bicubic")
+        else:
+            posemb = F.interpolate(posemb, size=new_size, mode="bicubic", antialias=False)
         posemb = posemb.permute(0, 2, 3, 1).reshape(1, -1, embed_dim)
         return torch.cat([prefix, posemb], dim=1)
 
@@ -131,9 +135,10 @@ RESAMPLED = textwrap.dedent(
         '''Trained at 32 x 32 (a 4 x 4 grid of 8-pixel patches); its forward resamples the
         position embedding to the input's grid, read as Python ints from x.shape.'''
 
-        def __init__(self, dim=32, patch=8, grid=4):
+        def __init__(self, dim=32, patch=8, grid=4, scaled=False):
             super().__init__()
             self.patch_size = patch
+            self.scaled = scaled
             self.patch = nn.Conv2d(3, dim, patch, stride=patch)
             self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
             self.pos_embed = nn.Parameter(torch.randn(1, grid * grid + 1, dim) * 0.02)
@@ -144,7 +149,7 @@ RESAMPLED = textwrap.dedent(
             b, _, h, w = x.shape
             grid = (h // self.patch_size, w // self.patch_size)
             tokens = self.patch(x).flatten(2).transpose(1, 2)
-            pos = resample_abs_pos_embed(self.pos_embed, grid)
+            pos = resample_abs_pos_embed(self.pos_embed, grid, scaled=self.scaled)
             tokens = torch.cat([self.cls.expand(b, -1, -1), tokens], 1) + pos
             return self.head(self.block(tokens)[:, 0])
 
@@ -152,6 +157,11 @@ RESAMPLED = textwrap.dedent(
     def vit():
         torch.manual_seed(0)
         return ViT().eval()
+
+
+    def vit_scaled():
+        torch.manual_seed(0)
+        return ViT(scaled=True).eval()
     """
 )
 
@@ -180,6 +190,11 @@ def resampled(tmp_path_factory) -> Path:
             output_names=["y"], dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}},
             do_constant_folding=False,
         )  # fmt: skip
+        torch.onnx.export(
+            module.vit_scaled(), (x,), str(root / "scaled.onnx"), dynamo=False,
+            input_names=["x"], output_names=["y"],
+            dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}},
+        )  # fmt: skip
         dim = torch.export.Dim
         program = torch.onnx.export(
             module.vit(), (x,), input_names=["x"], output_names=["y"], dynamo=True,
@@ -190,11 +205,11 @@ def resampled(tmp_path_factory) -> Path:
     return root
 
 
-def _validate(root: Path, onnx: str) -> tuple[int, dict]:
+def _validate(root: Path, onnx: str, spec: str = "vit") -> tuple[int, dict]:
     report = root / f"{onnx}.json"
     with contextlib.redirect_stdout(io.StringIO()):
         code = main(
-            ["validate", "--model", f"{root / 'models.py'}:vit", "--onnx", str(root / onnx)]
+            ["validate", "--model", f"{root / 'models.py'}:{spec}", "--onnx", str(root / onnx)]
             + ["--json", str(report)]
         )
     return code, json.loads(report.read_text())
@@ -225,7 +240,7 @@ def test_a_position_grid_resized_with_python_ints_names_the_resize(
     assert "resizes the learned tensor '" in resize["text"]
     assert f"{tensor} to a position grid frozen at 6 × 6" in resize["text"]
     assert "6 = height // 8 and 6 = width // 8 at the export's 48 × 48" in resize["text"]
-    line = next(n for n, x in enumerate(RESAMPLED.splitlines(), 1) if "F.interpolate" in x)
+    line = next(n for n, x in enumerate(RESAMPLED.splitlines(), 1) if "size=new_size" in x)
     assert resize["source"] == f"models.py:{line}"  # a legacy file has none: a re-trace's
     tokens = [f for f in report["frozen"] if f["constant"] == [37.0]]
     assert tokens and all("height // 8 × width // 8 + 1" in f["text"] for f in tokens)
@@ -242,3 +257,16 @@ def test_the_dynamo_export_of_the_same_vit_fixes_the_size_and_says_so(resampled:
     axes = {(a["input"], a["axis"], a["size"]) for a in report["static_axes"]}
     assert axes == {("x", 2, 48), ("x", 3, 48)}
     assert report["frozen"] == []
+
+
+def test_a_position_grid_resized_by_scales_names_the_resize_with_its_sizes(resampled) -> None:
+    """scale_factor=(6 / 4, 6 / 4): the legacy file holds Resize scales [1, 1, 1.5, 1.5], no
+    sizes; read against the learned tensor's 4 × 4 they are the 6 × 6 grid, recomputed as
+    scales (1.0 at 32 × 32) for the check that confirms it."""
+    code, report = _validate(resampled, "scaled.onnx", "vit_scaled")
+    assert code == 1
+    resize = {f["node"]: f for f in report["frozen"]}["/Resize"]
+    assert resize["constant"] == [1.0, 1.0, 1.5, 1.5] and resize["confirmed"]
+    assert resize["dims"] == {"height": 48, "width": 48}
+    said = "a position grid frozen at 6 × 6 (1 × 32 × 6 × 6, by the scales 1 × 1 × 1.5 × 1.5)"
+    assert said in resize["text"]

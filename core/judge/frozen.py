@@ -28,13 +28,21 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 
+from parity.judge.frozen_budget import (
+    ROUNDING_REL,
+    Allowance,
+    Budget,
+    Check,
+    FrozenSearch,
+    Retrace,
+)
 from parity.judge.frozen_graph import (
     Suspect,
     branch_suspects,
@@ -46,25 +54,6 @@ from parity.judge.frozen_graph import (
 )
 from parity.results import FrozenNode
 
-
-@dataclass(frozen=True)
-class Outcome:
-    """One check's answer: `passed` at the user's tolerances; `error`: the largest output's
-    max |onnx - torch| over its max |torch| (inf: ONNX Runtime raised, shapes or one-sided
-    NaN differ); `skipped`: why the check was not run (its memory estimate over the budget)."""
-
-    passed: bool
-    error: float = math.inf
-    skipped: str = ""
-
-
-# (dims, model bytes or None for the file itself) -> its Outcome, or None where torch itself
-# cannot run at that size
-Check = Callable[[Mapping[str, int], bytes | None], Outcome | None]
-# (dims) -> {ONNX node name: FILE:LINE} from a re-trace at that size (legacy exports), or {}
-Retrace = Callable[[Mapping[str, int]], Mapping[str, str]]
-
-MAX_CHECKS = 24  # torch + ONNX Runtime runs the search may make, all told
 MAX_SIZES = 6  # export sizes tried
 MAX_PLANS = 16  # sets of constants recomputed together, tried at a failing size
 MAX_GROUPS = 8  # explanations dropped together (every "1 = batch"), subsets over at most 8
@@ -76,7 +65,6 @@ MAX_SIZE = 1 << 24  # a larger constant is no size (an INT64_MAX Slice end)
 MAX_COMBINATIONS = 6000  # export sizes scored (pure arithmetic), at most
 MAX_STRIDED = 512  # a constant above it is not taken for a size // stride
 MAX_SPLIT = 8  # a product of two dims is split into sizes at most 8 times apart
-ROUNDING_REL = 1e-4  # float32 rounding at the outputs' scale: ~840 ulps, far below a wrong size
 ROUNDING_MARGIN = 8.0  # a recomputed graph's error may be this many times the file's own
 ROUNDING_FLOOR = 1e-6  # ... and never needs to be below this (8 ulps of the outputs' scale)
 OFF_PATCH = 1.5  # how unlikely a size no patch stride divides is, for a file with patches
@@ -118,141 +106,6 @@ class Explanation:
         return f"{text} // {self.stride}" if self.stride > 1 else text
 
 
-@dataclass(frozen=True)
-class Allowance:
-    """What the checks may cost where the failure gives the search little to go on (values
-    only, no error, no shape): `seconds` in all, each check estimated before it runs from the
-    run's own measured rates (torch `torch_rate` and the rest of a check `ort_rate` seconds
-    per input element, `elements(dims)` a set's input elements, `session` a changed graph's
-    session setup); torch is charged once per size (its outputs are kept), at least
-    `torch_floor` (a new shape's start-up). Estimated, not timed: the search's own clock
-    never decides what it runs. `basis` says where the seconds come from, for the note."""
-
-    seconds: float
-    elements: Callable[[Mapping[str, int]], int]
-    torch_rate: float
-    ort_rate: float
-    torch_floor: float = 0.0
-    session: float = 0.0
-    basis: str = ""
-
-    def cost(self, dims: Mapping[str, int], patched: bool, torch_ran: bool) -> float:
-        n = self.elements(dims)
-        torch = 0.0 if torch_ran else max(self.torch_rate * n, self.torch_floor)
-        return torch + self.ort_rate * n + (self.session if patched else 0.0)
-
-
-@dataclass
-class _Budget:
-    """Checks left, the time the search may take (a big model's failing run whose constants
-    are no sizes must not cost 24 more runs of it), and what it did, for the note."""
-
-    left: int = MAX_CHECKS
-    until: float = math.inf  # time.monotonic() past which nothing more starts
-    ran: int = 0
-    skipped: list[str] = field(default_factory=list)  # why a check was not run (memory)
-    stopped: bool = False  # the time limit ended the search
-    unaffordable: int = 0  # checks the allowance left out
-    over: str = ""  # ... the first, where and why, said in the note
-    bound: float = ROUNDING_REL  # an agreeing output's largest relative error
-    allowance: Allowance | None = None  # the estimated cost the checks may take, all told
-    spent: float = 0.0  # ... and what the checks run so far were estimated to cost
-    sizes: set[tuple[tuple[str, int], ...]] = field(default_factory=set)  # torch ran there
-
-    def take(self) -> bool:
-        if self.out_of_time():
-            return False
-        if self.left <= 0:
-            return False
-        self.left -= 1
-        return True
-
-    def out_of_time(self) -> bool:
-        if time.monotonic() > self.until:
-            self.stopped = True
-        return self.stopped
-
-    def run(self, check: Check, dims: Mapping[str, int], patched: bytes | None) -> Outcome | None:
-        """One check, counted; None where torch cannot run there or it was skipped (its
-        estimated cost past the allowance ends the search, said)."""
-        if not self._affords(dims, patched is not None):
-            return None
-        outcome = check(dims, patched)
-        if outcome is not None and outcome.skipped:
-            if outcome.skipped not in self.skipped:
-                self.skipped.append(outcome.skipped)
-            return None
-        self.ran += 1
-        return outcome
-
-    def _affords(self, dims: Mapping[str, int], patched: bool) -> bool:
-        if self.allowance is None:
-            return True
-        key = tuple(sorted((d, int(v)) for d, v in dims.items()))
-        cost = self.allowance.cost(dims, patched, key in self.sizes)
-        if self.spent + cost > self.allowance.seconds:
-            self.unaffordable += 1  # skipped: a later check (a smaller size) may fit
-            if not self.over:
-                at = ", ".join(f"{d} {v}" for d, v in dims.items())
-                self.over = (
-                    f"({self.allowance.basis}): the first at {at}, about {cost:.2g} s with "
-                    f"{self.spent:.2g} s spent"
-                )
-            return False
-        self.spent += cost
-        self.sizes.add(key)
-        return True
-
-    def agrees(self, outcome: Outcome | None) -> bool:
-        """Within the user's tolerance, or within the file's own rounding (`bound`)."""
-        return outcome is not None and (outcome.passed or outcome.error <= self.bound)
-
-
-@dataclass(frozen=True)
-class FrozenSearch:
-    """What the search found (`nodes`, confirmed only) and what it cost: checks run, sizes
-    skipped for memory (with why), whether the time limit stopped it, its seconds, and the
-    check its allowance could not afford (`over`)."""
-
-    nodes: tuple[FrozenNode, ...]
-    checks: int = 0
-    skipped: tuple[str, ...] = ()
-    stopped: bool = False
-    seconds: float = 0.0
-    limit: float = math.inf
-    over: str = ""  # the first check its allowance left out, where and why
-    unaffordable: int = 0  # ... and how many it left out
-
-    @property
-    def note(self) -> str:
-        """The one sentence said when nothing is named, or a check was skipped ("" else)."""
-        parts = []
-        if not self.nodes:
-            parts.append(
-                f"No size frozen at export was confirmed: the search ran {self.checks} check"
-                f"{'s' if self.checks != 1 else ''} in {self.seconds:.1f} s"
-                + (
-                    f" and stopped at its {self.limit:.0f} s limit"
-                    if self.stopped and math.isfinite(self.limit)
-                    else ""
-                )
-                + "."
-            )
-        elif self.stopped and math.isfinite(self.limit):
-            parts.append(f"The frozen-size search stopped at its {self.limit:.0f} s limit.")
-        if self.over:
-            n = self.unaffordable
-            parts.append(
-                f"The frozen-size search left out {n} check{'s' if n != 1 else ''} past its "
-                f"budget for a failure of values only {self.over}."
-            )
-        if self.skipped:
-            more = len(self.skipped) - 1
-            also = f" (and {more} more size{'s' if more > 1 else ''})" if more else ""
-            parts.append(f"A frozen-size check was skipped: {self.skipped[0]}{also}.")
-        return " ".join(parts)
-
-
 _BATCH: ContextVar[frozenset[str]] = ContextVar("parity_frozen_batch", default=frozenset())
 # the strides of the file's patch Convs (parity.judge.frozen_graph.patch_strides): a size may be
 # a patch grid's side (height // 8) or its tokens (height // 8 × width // 8 + 1)
@@ -289,7 +142,7 @@ def find_frozen(
     token = _BATCH.set(frozenset(batch))
     patched = _PATCHES.set(tuple(patches))
     t0 = time.monotonic()
-    budget = _Budget(until=t0 + seconds, allowance=allowance)
+    budget = Budget(until=t0 + seconds, allowance=allowance)
     try:
         nodes = _find(model, dims, failing, passing, check, retrace, budget)
     finally:
@@ -314,7 +167,7 @@ def _find(
     passing: Sequence[Mapping[str, int]],
     check: Check,
     retrace: Retrace | None,
-    budget: _Budget,
+    budget: Budget,
 ) -> tuple[FrozenNode, ...]:
     found = _sizes(model, dims, failing[0], check, budget)
     branches = _branches(model, dims, failing[0], passing, check, budget)
@@ -388,7 +241,7 @@ def _best_by_value(sizes: Mapping[str, int]) -> dict[int, Explanation]:
 def _size_candidates(
     elements: Sequence[tuple[float, bool]],
     dims: Sequence[str],
-    budget: _Budget | None = None,
+    budget: Budget | None = None,
 ) -> list[dict[str, int]]:
     """Export sizes that explain the constants, best first: each one's score sums the weight of
     the best explanation of every element (a product of two dims weighs most; an element equal
@@ -502,7 +355,7 @@ def _sizes(
     dims: Sequence[str],
     failing: Mapping[str, int],
     check: Check,
-    budget: _Budget,
+    budget: Budget,
 ) -> list[FrozenNode]:
     found = suspects(model)
     if not found or budget.out_of_time():
@@ -540,7 +393,7 @@ def _sizes(
 
 
 def _without_free_batch(
-    export: dict[str, int], failing: Mapping[str, int], check: Check, budget: _Budget
+    export: dict[str, int], failing: Mapping[str, int], check: Check, budget: Budget
 ) -> dict[str, int]:
     """The export's size without a batch dim the file takes at any value: where it works at
     the failing set's batch too (one check), no constant is the batch (a head count of 4
@@ -575,7 +428,7 @@ def _needed(
     plan: list[tuple[Suspect, tuple[Explanation | None, ...]]],
     failing: Mapping[str, int],
     check: Check,
-    budget: _Budget,
+    budget: Budget,
 ) -> list[tuple[Suspect, tuple[Explanation | None, ...]]]:
     """The confirmed plan without the nodes it agrees without (a Slice end that clamps alike
     at any size): each node named is one whose recomputed constant the agreement needs."""
@@ -599,6 +452,8 @@ def _recomputed(
     """The constant as it would be at `sizes`: each explained element recomputed (a baked
     tensor: one of the recomputed shape, filled as the file's is)."""
     values = [e.value(sizes) if e else v for v, e in zip(s.values, es, strict=True)]
+    if s.per:  # scales: the sizes over the input's
+        return np.array(values, dtype=np.float64) / np.array(s.per, dtype=np.float64)
     if not s.baked:
         return np.array(values)
     return remade(model, s, tuple(int(v) for v in values))
@@ -688,7 +543,7 @@ def _size_node(
         node=s.node,
         op=s.op,
         kind="size",
-        constant=s.values,
+        constant=tuple(v / p for v, p in zip(s.values, s.per, strict=True)) if s.per else s.values,
         dims=dims,
         source=s.source,
         confirmed=True,
@@ -750,6 +605,9 @@ def _resized(s: Suspect, es: tuple[Explanation | None, ...], values: str) -> str
     if len(s.values) >= 2 and len(strided) == 2 and strided[0].dims != strided[1].dims:
         grid = " × ".join(_number(v) for v in s.values[-2:])
         whole = f" ({values})" if len(s.values) > 2 else ""
+        if s.per:  # the file holds scales: say them beside the sizes they make
+            scales = " × ".join(_number(v / p) for v, p in zip(s.values, s.per, strict=True))
+            whole = f" ({values}, by the scales {scales})"
         return f"resizes {tensor} to a position grid frozen at {grid}{whole}"
     return f"resizes {tensor} to {values}"
 
@@ -763,7 +621,7 @@ def _branches(
     failing: Mapping[str, int],
     passing: Sequence[Mapping[str, int]],
     check: Check,
-    budget: _Budget,
+    budget: Budget,
 ) -> list[FrozenNode]:
     """A Pad (computed amount) that torch skips at the failing size: the graph without it
     agrees with torch there, and the file passes at a size where torch pads too."""
@@ -801,7 +659,7 @@ def _where_taken(
     failing: Mapping[str, int],
     passing: Sequence[Mapping[str, int]],
     check: Check,
-    budget: _Budget,
+    budget: Budget,
 ) -> dict[str, int] | None:
     """The dims at which the file passes (the branch taken, as at export): a passing set's, or
     the failing size with one dim moved by 8 or 16 (the dim that decides it)."""

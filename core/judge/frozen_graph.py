@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 
 import numpy as np
@@ -82,6 +82,9 @@ class Suspect:
     baked: str = ""
     # a Resize of a learned tensor (an initializer: a position grid): its name and shape
     learned: tuple[str, tuple[int, ...]] | None = None
+    # a Resize's scales read as sizes: `values` = scales × `per` (its input's static shape),
+    # written back as sizes / per
+    per: tuple[int, ...] = ()
 
 
 def _constants(graph: onnx.GraphProto, baked: bool = False) -> dict[str, np.ndarray]:
@@ -138,6 +141,13 @@ def suspects(model: onnx.ModelProto) -> list[Suspect]:
             if slot >= len(node.input) or not node.input[slot]:
                 continue
             values = constants.get(node.input[slot])
+            per = _scaled_shape(node, slot, values, weights)
+            if values is not None and per:  # scale_factor=6 / 4: the sizes it makes
+                sizes = np.floor(values.reshape(-1) * np.array(per) + 1e-6)
+                _add(found, name, node, position, slot, sizes, shape=True, learned=learned)
+                if (position, slot) in found:
+                    found[(position, slot)] = replace(found[(position, slot)], per=per)
+                continue
             if values is not None:
                 _add(found, name, node, position, slot, values, shape=True, learned=learned)
                 continue
@@ -191,6 +201,25 @@ def _add(
 
 
 _RESIZES = ("Resize", "Upsample")
+
+
+def _scaled_shape(
+    node: onnx.NodeProto,
+    slot: int,
+    values: np.ndarray | None,
+    weights: dict[str, tuple[str, tuple[int, ...]]],
+) -> tuple[int, ...]:
+    """The static input shape a Resize's constant scales multiply (its data a learned
+    tensor of that shape, as an initializer), or () where they are no such scales."""
+    if node.op_type != "Resize" or slot != 2 or values is None or not node.input:
+        return ()
+    learned = weights.get(node.input[0])
+    flat = values.reshape(-1)
+    if learned is None or learned[0] != node.input[0] or len(learned[1]) != flat.size:
+        return ()  # scales of a computed tensor, or seen through a reshape: not followed
+    if not np.issubdtype(flat.dtype, np.floating) or np.all(np.mod(flat, 1) == 0):
+        return ()
+    return learned[1]
 
 
 def _fed(graph: onnx.GraphProto) -> set[str]:

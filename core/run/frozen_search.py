@@ -24,7 +24,8 @@ import onnx
 
 from parity.errors import OnnxLoadError, ParityError, RunTimeout, first_line
 from parity.judge.compare import compare_outputs
-from parity.judge.frozen import Allowance, Check, Outcome, find_frozen
+from parity.judge.frozen import find_frozen
+from parity.judge.frozen_budget import Allowance, Check, Outcome
 from parity.judge.frozen_graph import patch_strides, user_frame
 from parity.limits.budget import MemoryBudget, format_size
 from parity.limits.deadline import Deadline
