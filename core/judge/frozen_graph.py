@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 
 import numpy as np
@@ -80,6 +80,11 @@ class Suspect:
     values: tuple[float, ...]
     source: str | None  # FILE:LINE the exporter recorded (dynamo), else None
     baked: str = ""
+    # a Resize of a learned tensor (an initializer: a position grid): its name and shape
+    learned: tuple[str, tuple[int, ...]] | None = None
+    # a Resize's scales read as sizes: `values` = scales × `per` (its input's static shape),
+    # written back as sizes / per
+    per: tuple[int, ...] = ()
 
 
 def _constants(graph: onnx.GraphProto, baked: bool = False) -> dict[str, np.ndarray]:
@@ -124,18 +129,30 @@ def suspects(model: onnx.ModelProto) -> list[Suspect]:
     graph = model.graph
     constants = _constants(graph)
     producer = {out: k for k, node in enumerate(graph.node) for out in node.output if out}
+    weights = _learned(graph)
+    fed = _fed(graph)
     found: dict[tuple[int, int], Suspect] = {}
     for position, node in enumerate(graph.node):  # shape inputs first: they name the user
         name = node.name or f"{node.op_type}#{position}"
+        if node.op_type == "Reshape" and node.input and node.input[0] not in fed:
+            continue  # a learned tensor's reshape (pos.reshape(1, 4, 4, -1)): its own size
+        learned = weights.get(node.input[0]) if node.op_type in _RESIZES and node.input else None
         for slot in SHAPE_INPUTS.get(node.op_type, ()):
             if slot >= len(node.input) or not node.input[slot]:
                 continue
             values = constants.get(node.input[slot])
+            per = _scaled_shape(node, slot, values, weights)
+            if values is not None and per:  # scale_factor=6 / 4: the sizes it makes
+                sizes = np.floor(values.reshape(-1) * np.array(per) + 1e-6)
+                _add(found, name, node, position, slot, sizes, shape=True, learned=learned)
+                if (position, slot) in found:
+                    found[(position, slot)] = replace(found[(position, slot)], per=per)
+                continue
             if values is not None:
-                _add(found, name, node, position, slot, values, shape=True)
+                _add(found, name, node, position, slot, values, shape=True, learned=learned)
                 continue
             for at, at_slot, values in _reaching(graph, node.input[slot], producer, constants):
-                _add(found, name, node, at, at_slot, values, shape=True)
+                _add(found, name, node, at, at_slot, values, shape=True, learned=learned)
     for position, node in enumerate(graph.node):
         if node.op_type in SCALING:
             name = node.name or f"{node.op_type}#{position}"
@@ -164,6 +181,7 @@ def _add(
     values: np.ndarray,
     *,
     shape: bool = False,
+    learned: tuple[str, tuple[int, ...]] | None = None,
 ) -> None:
     """One suspect at (position, slot), the first that reaches it kept."""
     flat = values.reshape(-1)
@@ -178,7 +196,75 @@ def _add(
         slot=slot,
         values=tuple(float(v) for v in flat),
         source=stack_source(user),
+        learned=learned,
     )
+
+
+_RESIZES = ("Resize", "Upsample")
+
+
+def _scaled_shape(
+    node: onnx.NodeProto,
+    slot: int,
+    values: np.ndarray | None,
+    weights: dict[str, tuple[str, tuple[int, ...]]],
+) -> tuple[int, ...]:
+    """The static input shape a Resize's constant scales multiply (its data a learned
+    tensor of that shape, as an initializer), or () where they are no such scales."""
+    if node.op_type != "Resize" or slot != 2 or values is None or not node.input:
+        return ()
+    learned = weights.get(node.input[0])
+    flat = values.reshape(-1)
+    if learned is None or learned[0] != node.input[0] or len(learned[1]) != flat.size:
+        return ()  # scales of a computed tensor, or seen through a reshape: not followed
+    if not np.issubdtype(flat.dtype, np.floating) or np.all(np.mod(flat, 1) == 0):
+        return ()
+    return learned[1]
+
+
+def _fed(graph: onnx.GraphProto) -> set[str]:
+    """Values that depend on a graph input: a Reshape of anything else reshapes a tensor of
+    one size at every input size (its element count fixed), so its shape is no frozen size."""
+    fed = {i.name for i in graph.input}
+    for node in graph.node:
+        if any(i in fed for i in node.input) or (not node.input and node.op_type != "Constant"):
+            fed.update(o for o in node.output if o)
+    return fed
+
+
+def _learned(graph: onnx.GraphProto) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Value name -> (initializer, its shape) for every initializer of two or more axes, also
+    seen through ops that only move its data (_MOVES): what a Resize reading it resizes is a
+    learned tensor (the legacy exporter folds ``pos_embed[:, 1:].reshape(...).permute(...)``
+    into one initializer, or keeps the ops without constant folding)."""
+    found = {
+        init.name: (init.name, tuple(int(d) for d in init.dims))
+        for init in graph.initializer
+        if len(init.dims) >= 2
+    }
+    for node in graph.node:
+        if node.op_type in _MOVES and node.input and node.input[0] in found and node.output:
+            found[node.output[0]] = found[node.input[0]]
+    return found
+
+
+# ops that move a tensor's data without computing on it: pos_embed[:, 1:].reshape(1, 4, 4, -1)
+# .permute(0, 3, 1, 2) is still the learned tensor where a Resize reads it
+_MOVES = ("Identity", "Cast", "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze")
+
+
+def patch_strides(model: onnx.ModelProto) -> tuple[int, ...]:
+    """Strides of Convs whose kernel equals their stride (a ViT's patch embedding), largest
+    first: a token count there is height / stride × width / stride (+ a class token)."""
+    found = set()
+    for node in model.graph.node:
+        if node.op_type != "Conv":
+            continue
+        attrs = {a.name: list(a.ints) for a in node.attribute}
+        strides, kernel = attrs.get("strides", []), attrs.get("kernel_shape", [])
+        if len(set(strides)) == 1 and strides == kernel and strides[0] > 1:
+            found.add(strides[0])
+    return tuple(sorted(found, reverse=True))
 
 
 def _reaching(

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
+from parity.judge.frozen_graph import patch_strides
 from parity.results import FrozenNode
 from parity.signature import OnnxSignature
 
@@ -41,7 +42,7 @@ def learned_grids(
     if image is None or not passing or not failing:
         return ()
     height, width = image
-    patches = _patch_strides(model)
+    patches = patch_strides(model)
     readers = _readers(model)
     found: list[FrozenNode] = []
     for tensor in model.graph.initializer:
@@ -82,19 +83,6 @@ def _image_dims(signature: OnnxSignature) -> tuple[str, str] | None:
     return None
 
 
-def _patch_strides(model: onnx.ModelProto) -> list[int]:
-    """Strides of Convs whose kernel equals their stride (a patch embedding), largest first."""
-    found = set()
-    for node in model.graph.node:
-        if node.op_type != "Conv":
-            continue
-        attrs = {a.name: list(a.ints) for a in node.attribute}
-        strides, kernel = attrs.get("strides", []), attrs.get("kernel_shape", [])
-        if len(set(strides)) == 1 and strides == kernel and strides[0] > 1:
-            found.add(strides[0])
-    return sorted(found, reverse=True)
-
-
 def _readers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
     """Initializer -> the elementwise node that reads it (through Identity / Cast)."""
     through: dict[str, str] = {}
@@ -120,7 +108,7 @@ def _tokens(dims: Mapping[str, int], height: str, width: str, p: int) -> int | N
 
 def _grid_fit(
     size: int,
-    patches: list[int],
+    patches: tuple[int, ...],
     height: str,
     width: str,
     passing: Sequence[Mapping[str, int]],

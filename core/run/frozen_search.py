@@ -24,8 +24,9 @@ import onnx
 
 from parity.errors import OnnxLoadError, ParityError, RunTimeout, first_line
 from parity.judge.compare import compare_outputs
-from parity.judge.frozen import Check, Outcome, find_frozen
-from parity.judge.frozen_graph import user_frame
+from parity.judge.frozen import find_frozen
+from parity.judge.frozen_budget import Allowance, Check, Outcome
+from parity.judge.frozen_graph import patch_strides, user_frame
 from parity.limits.budget import MemoryBudget, format_size
 from parity.limits.deadline import Deadline
 from parity.load.onnx_read import check_external, read_onnx
@@ -137,6 +138,83 @@ def _scale(reference: Any, name: str) -> float:
     return float(finite.max()) if finite.size else math.inf
 
 
+VALUES_SHARE = 0.25  # a failure of values only: the search may take this share of torch's time
+SMALL_WORK = 4e9  # a file's bytes x its largest set's input elements up to this: a small model
+# the run's stages a check repeats whatever its size: inputs made, ONNX Runtime, the comparison
+PER_CHECK = ("inputs", "onnxruntime", "compare")
+SESSION_BASE = 0.01  # seconds an ONNX Runtime session of a changed graph takes to set up ...
+SESSION_PER_BYTE = 1e-8  # ... plus this per byte of the graph (10 ms a MB)
+
+
+def raised_or_reshaped(run: ValidationRun) -> bool:
+    """ONNX Runtime raised at a size, or an output's shape differs from torch's (the file fixes
+    a dim torch varies): a failure a frozen size explains where nothing else would, so the
+    search takes its full bound. Any other failure is of values only (VALUES_SHARE)."""
+    rows = run.candidates[0].outputs if run.candidates else ()
+    return any(c.status in (Status.ERROR, Status.SHAPE_MISMATCH) for c in rows)
+
+
+def search_allowance(
+    run: ValidationRun, signature: OnnxSignature, model_bytes: int
+) -> Allowance | None:
+    """What the search's checks may cost: None (its full bound: MAX_CHECKS and the time
+    limit) where ONNX Runtime raised or a shape differs, or for a small model (its file's
+    bytes times its largest input set's elements up to SMALL_WORK: a check costs start-up,
+    not size; decided from the model's size, never from a clock); else `values_allowance`."""
+    if raised_or_reshaped(run):
+        return None
+    largest = max(
+        (input_elements(signature, set_dims(signature, s)) for s in run.input_sets), default=0
+    )
+    if model_bytes * largest <= SMALL_WORK:
+        return None
+    return values_allowance(run, signature, model_bytes)
+
+
+def _file_bytes(path: str) -> int:
+    """The file's size on disk (a stat: nothing read), 0 where it cannot be told."""
+    from pathlib import Path
+
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
+
+
+def values_allowance(run: ValidationRun, signature: OnnxSignature, model_bytes: int) -> Allowance:
+    """What the search may cost on a failure of values only: VALUES_SHARE of the run's torch
+    time, each check estimated from the run's own seconds per input element: torch once per
+    size, at least the run's torch time per set (a new shape's start-up); its inputs, ONNX
+    Runtime and the comparison every check (PER_CHECK); a changed graph's session by its
+    bytes."""
+    torch_time = run.timings.get("torch", 0.0)
+    total = sum(input_elements(signature, set_dims(signature, s)) for s in run.input_sets)
+    seconds = VALUES_SHARE * torch_time
+    return Allowance(
+        seconds=seconds,
+        elements=lambda dims: input_elements(signature, dims),
+        torch_rate=torch_time / max(total, 1),
+        ort_rate=sum(run.timings.get(k, 0.0) for k in PER_CHECK) / max(total, 1),
+        torch_floor=torch_time / max(len(run.input_sets), 1),
+        session=SESSION_BASE + SESSION_PER_BYTE * model_bytes,
+        basis=f"{seconds:.2g} s, {VALUES_SHARE:g} × the run's {torch_time:.2g} s of torch",
+    )
+
+
+def input_elements(signature: OnnxSignature, dims: Mapping[str, int]) -> int:
+    """The elements of one input set at `dims` (a fixed axis at its size, an unknown one 1)."""
+    total = 0
+    for spec in signature.inputs:
+        n = 1
+        for axis, d in enumerate(spec.shape):
+            if isinstance(d, int):
+                n *= d
+            else:
+                n *= int(dims.get(d if isinstance(d, str) else f"{spec.name}:{axis}", 1))
+        total += n
+    return total
+
+
 def with_frozen(
     run: ValidationRun,
     config: RunConfig,
@@ -155,6 +233,14 @@ def with_frozen(
     --max-memory; the file is re-read only through the safe reader."""
     signature = run.signature
     assert signature is not None
+    allowance = search_allowance(run, signature, _file_bytes(candidate.path))
+    if allowance is not None and allowance.seconds < allowance.torch_floor:
+        return _noted(  # not even the file re-read: a big model's search that cannot run a check
+            run,
+            "The frozen-size search did not run: on a failure of values only it may take "
+            f"{allowance.basis}, less than one torch run at another size (about "
+            f"{allowance.torch_floor:.2g} s).",
+        )
     try:  # never onnx.load(path): a FIFO or /dev/zero swapped in is one line, not a hang
         model = read_onnx(candidate.path, external_data=False)
     except OnnxLoadError as exc:
@@ -200,6 +286,8 @@ def with_frozen(
         retrace,
         seconds=seconds,
         batch=first_axis_dims(signature),
+        patches=patch_strides(model),
+        allowance=allowance,
     )
     nodes = search.nodes
     if not nodes:  # no constant holds it: a learned tensor's shape may (a position grid)
