@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,7 @@ __all__ = [
     "RULE_SENTENCE",
     "RULE_TEXT",
     "allowed",
+    "allowed_at",
     "element_mismatch",
     "exceeds",
     "exceeds_into",
@@ -41,7 +43,13 @@ __all__ = [
 
 def allowed(absref: np.ndarray | float, atol: float, rtol: float) -> np.ndarray:
     """The largest |error| that passes at each ``|ref|``."""
-    return np.asarray(absref, dtype=np.float64) * rtol + atol
+    return allowed_at(np.asarray(absref, dtype=np.float64), atol, rtol)
+
+
+def allowed_at(absref: Any, atol: float, rtol: float) -> Any:
+    """:func:`allowed`, written for a float64 array or one float64 (the comparison's
+    compiled loop, :mod:`parity.judge.compare_kernel`, compiles this function)."""
+    return absref * rtol + atol
 
 
 def exceeds(d: np.ndarray, absref: np.ndarray, atol: float, rtol: float) -> np.ndarray:
