@@ -225,3 +225,15 @@ def test_finite_float64_values_whose_difference_overflows_are_an_infinite_error(
     got = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=Tolerance(1e-5, 0.0))
     assert got.stats.max_abs == math.inf and got.stats.worst_index == (4,)
     assert got.n_mismatch == 1 and got.stats.n_inf_mismatch == 0
+
+
+def test_p99_when_errors_pile_up_in_one_bin_past_the_candidate_buffer():
+    """A third of the errors about 1.0 (a few values): more than the loop's p99 buffer holds
+    above any histogram edge, so tp becomes a data value whose ties are counted (not kept)."""
+    ref, onnx = _data("ties", 300_000, seed=2)
+    tol = Tolerance(1e-5, 0.0)
+    got = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    want = _reference(ref, onnx, tol)
+    assert got.stats.p99_abs == want["p99"]
+    assert got.n_mismatch == want["n_mismatch"]
+    assert np.array_equal(got.profile.top_d, np.sort(want["d"])[::-1][:512])

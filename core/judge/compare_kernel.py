@@ -36,7 +36,7 @@ _REL_MARGIN = 1.0 - 2.0**-50  # below max_rel by more than a rounding: a candida
 
 F = IntEnum(
     "F",
-    "SUM_ABS DD RD RR MAX_ABS MAX_REL ZERO_MAX TP ATOL RTOL R_LEFT D_TOP",
+    "SUM_ABS DD RD RR MAX_ABS MAX_REL ZERO_MAX TP ATOL RTOL R_LEFT D_TOP SLACK",
     start=0,
 )
 """Slots of the float64 state."""
@@ -171,6 +171,27 @@ def _heap_replace(hd, hr, n, d, r):
 
 
 @njit(cache=True, nogil=True)
+def _above(hr, hd, r, d, slack):
+    """Whether (r > 0, d) lies above the hull's envelope (its polyline, -inf left of it, flat
+    right of it) plus ``slack``: the driver's test (np.interp), with a slack the driver
+    makes a little smaller, so that every point it would take is handed back."""
+    m = hr.size
+    if m == 0 or r < hr[0]:
+        return True
+    if r >= hr[m - 1]:
+        return d > hd[m - 1] + slack
+    lo, hi = 0, m - 1  # hr[lo] <= r < hr[hi]
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if hr[mid] <= r:
+            lo = mid
+        else:
+            hi = mid
+    slope = (hd[hi] - hd[lo]) / (hr[hi] - hr[lo])  # as np.interp
+    return d > slope * (r - hr[lo]) + hd[lo] + slack
+
+
+@njit(cache=True, nogil=True)
 def raise_tp(fs, st, hist, edges):
     """Raise the p99 threshold tp to a histogram edge below the k-th largest error so far.
 
@@ -197,8 +218,8 @@ def raise_tp(fs, st, hist, edges):
 
 
 @njit(cache=True, nogil=True)
-def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, top, hull_r, hull_d,
-        heap_d, heap_r, bd, br, kb, fb, pos):  # fmt: skip
+def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env_d, top,
+        hull_r, hull_d, heap_d, heap_r, bd, br, kb, fb, pos):  # fmt: skip
     """Feed ``ref[lo:hi]``, ``onnx[lo:hi]`` (position ``base + i``; ``is_diff``: onnx holds
     the signed difference already) into the state; return where it stopped."""
     atol, rtol = fs[F.ATOL], fs[F.RTOL]
@@ -206,7 +227,7 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, top, hull_
     max_rel = fs[F.MAX_REL]
     rel_bar = max_rel * _REL_MARGIN
     zero_max, tp = fs[F.ZERO_MAX], fs[F.TP]
-    r_left, d_top = fs[F.R_LEFT], fs[F.D_TOP]
+    r_left, d_top, slack = fs[F.R_LEFT], fs[F.D_TOP], fs[F.SLACK]
     s0, a0, s1, a1, s2, a2 = lines[0], lines[1], lines[2], lines[3], lines[4], lines[5]
     n_mismatch, ties = st[S.N_MISMATCH], st[S.TIES]
     n_top, n_hull, n_heap, top_bin = st[S.N_TOP], st[S.N_HULL], st[S.N_HEAP], st[S.TOP_BIN]
@@ -294,7 +315,8 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, top, hull_
                             max_rel = rel
                             rel_bar = max_rel * _REL_MARGIN
                     hull = (r < r_left) | (d > d_top) | (d > r * s0 + a0)
-                    if hull | (d > r * s1 + a1) | (d > r * s2 + a2):
+                    hull = hull | (d > r * s1 + a1) | (d > r * s2 + a2)
+                    if hull and _above(env_r, env_d, r, d, slack):
                         hull_r[n_hull] = r
                         hull_d[n_hull] = d
                         n_hull += 1

@@ -61,8 +61,7 @@ _HULL_KEEP = 1024  # ... down to at most this many
 _SEED = 20250101  # fixed: the same tensors always give the same profile
 _SEED_STEP = 61  # the first chunk's every 61st point seeds the hull
 _CAP = 1 << 16  # hull candidates the loop hands back at most at a time
-_HOLD_CHUNKS = 8  # hull candidates are tested every this many chunks ...
-_HOLD_POINTS = 1 << 12  # ... or once this many are held
+_HOLD_POINTS = 1 << 12  # hull candidates are merged once this many are held (and at the end)
 _EDGES = hist_edge(np.arange(HIST_BINS))
 _NO_LINE = (0.0, math.inf)  # an unused stage-1 line: nothing is above it
 
@@ -130,7 +129,6 @@ class _Pass:
         fs[F.R_LEFT] = fs[F.D_TOP] = math.inf  # no hull yet: every r > 0 is a candidate
         self.slack_rel = _HULL_SLACK
         self.seeded = False
-        self.chunks = 0
 
     # -- one chunk ---------------------------------------------------------------------
 
@@ -151,12 +149,11 @@ class _Pass:
         while i < k:
             i = kernel.run(
                 a, b, self.integers, i, k, start, self.fs, self.st, self.hist, _EDGES,
-                self.loop_lines, self.buf_top, self.buf_r, self.buf_d, self.heap_d,
-                self.heap_r, self.block_d, self.block_r, self.block_key, self.block_flag,
-                self.block_pos,
+                self.loop_lines, self.hull_r, self.hull_d, self.buf_top, self.buf_r, self.buf_d,
+                self.heap_d, self.heap_r, self.block_d, self.block_r, self.block_key,
+                self.block_flag, self.block_pos,
             )  # fmt: skip
-            self._drain(final=i < k)  # stopped early: its buffers are full
-        self.chunks += 1
+            self._drain(stopped=i < k)
 
     def _seed_hull(self, a: np.ndarray, b: np.ndarray, is_diff: bool) -> None:
         """Start the hull from every 61st point: its envelope lies below the full one, so
@@ -169,16 +166,19 @@ class _Pass:
         if keep.any():
             self._merge_hull(r[keep], d[keep])
 
-    def _drain(self, final: bool = False) -> None:
-        """Take what the loop handed back: hull candidates (every few chunks: a candidate
-        found against an older hull only passes a lower bar, and the tests here drop it if
-        it adds nothing), and p99 candidates when it could not make room for them itself."""
-        st = self.st
-        if final and 2 * int(st[S.N_TOP]) + kernel.BLOCK > self.buf_top.size:
+    def _drain(self, stopped: bool) -> None:
+        """Take what the loop handed back: hull candidates (a few thousand at a time: they
+        are above the hull as it was when they were found, and the tests here drop those
+        the hull has grown past since), and, when it ``stopped`` early, what filled up."""
+        if stopped and 2 * int(self.st[S.N_TOP]) + kernel.BLOCK > self.buf_top.size:
             self._compact_top()
-        n_hull = int(st[S.N_HULL])
-        if n_hull and (final or n_hull > _HOLD_POINTS or self.chunks % _HOLD_CHUNKS == 0):
-            st[S.N_HULL] = 0
+        if stopped or self.st[S.N_HULL] > _HOLD_POINTS:
+            self._take_hull()
+
+    def _take_hull(self) -> None:
+        n_hull = int(self.st[S.N_HULL])
+        if n_hull:
+            self.st[S.N_HULL] = 0
             self._add_hull(self.buf_r[:n_hull].copy(), self.buf_d[:n_hull].copy())
 
     # -- p99 / top errors ----------------------------------------------------------------
@@ -279,17 +279,14 @@ class _Pass:
         padded = self.lines + [_NO_LINE] * (3 - len(self.lines))
         self.loop_lines = np.array([x for line in padded for x in line])
         self.fs[F.R_LEFT], self.fs[F.D_TOP] = float(hr[0]), d_top
+        self.fs[F.SLACK] = slack - 2.0**-40 * d_top  # below the slack by more than roundings
 
     # -- results -------------------------------------------------------------------------
 
     def p99(self) -> float | None:
         m = int(self.st[S.N_FINITE])
-        tp = float(self.fs[F.TP])
         if m == 0:
             return None
-        values = self.buf_top[: int(self.st[S.N_TOP])]
-        values = values[values > tp]  # exactly the errors above tp ...
-        ties = max(int(self.st[S.TIES]), 0)  # ... and how many equal it: a top-k multiset
         # numpy's default (linear) method, step for step, on the order statistics we kept
         virtual = (m - 1) * np.true_divide(99.0, 100)
         previous = math.floor(virtual)
@@ -297,6 +294,32 @@ class _Pass:
             previous = nxt = m - 1
         else:
             nxt = previous + 1
+        a, b = self._order_statistics(m, previous, nxt)
+        gamma = np.float64(virtual - previous)
+        diff = b - a
+        if gamma >= 0.5:
+            return float(b - diff * (1 - gamma))
+        return float(a + diff * gamma)
+
+    def _order_statistics(self, m: int, previous: int, nxt: int) -> tuple[Any, Any]:
+        """The errors of ascending rank ``previous`` and ``nxt`` among all ``m``."""
+        tp = float(self.fs[F.TP])
+        kept = self.buf_top[: int(self.st[S.N_TOP])]
+        # The exact histogram says which bins hold the two; when every error in them was
+        # kept (all above tp), only those need sorting.
+        cum = np.cumsum(self.hist)
+        j_lo = int(np.searchsorted(cum, previous, side="right"))
+        j_hi = int(np.searchsorted(cum, nxt, side="right"))
+        lo_edge = float(hist_edge(j_lo - 1)) if j_lo > 0 else -math.inf
+        if tp <= lo_edge:
+            below = int(cum[j_lo - 1]) if j_lo > 0 else 0
+            window = kept[(kept > lo_edge) & (kept <= float(hist_edge(j_hi)))]
+            if window.size != int(cum[j_hi]) - below:  # cannot happen: tp is a lower bound
+                raise AssertionError("p99 candidates lost")
+            part = np.partition(window, [previous - below, nxt - below])
+            return part[previous - below], part[nxt - below]
+        values = kept[kept > tp]  # exactly the errors above tp ...
+        ties = max(int(self.st[S.TIES]), 0)  # ... and how many equal it: a top-k multiset
         total = values.size + ties
         if total < m - previous:  # cannot happen: tp is a proven lower bound
             raise AssertionError("p99 candidates lost")
@@ -306,11 +329,7 @@ class _Pass:
         above = [q - ties for q in ranks if q >= ties]
         part = np.partition(values, above) if above else values
         a, b = (tp if q < ties else part[q - ties] for q in ranks)
-        gamma = np.float64(virtual - previous)
-        diff = b - a
-        if gamma >= 0.5:
-            return float(b - diff * (1 - gamma))
-        return float(a + diff * gamma)
+        return a, b
 
     def top_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """The TOP_PAIRS largest errors, descending, with their |ref|."""
@@ -361,7 +380,7 @@ def empty_stats() -> ErrorStats:
 def _finish(
     acc: _Pass, ref: np.ndarray, onnx: np.ndarray, tol: Tolerance
 ) -> tuple[ErrorStats, ErrorProfile, int]:
-    acc._drain(final=True)
+    acc._take_hull()
     fs, st = acc.fs, acc.st
     n, m = acc.n, int(st[S.N_FINITE])
     n_nan, n_inf = int(st[S.N_NAN]), int(st[S.N_INF])
