@@ -141,21 +141,22 @@ def _scan(bd, br, n, kb, fb, atol, rtol, d_bar, d_tie, rel_bar, rel_any, r_left,
 
 
 @njit(cache=True, nogil=True)
-def _heap_push(hd, hr, n, d, r):
-    """Into the min-heap of the largest errors (n entries, room for one more)."""
+def _heap_push(hd, hr, hi, n, d, r, i):
+    """Into the min-heap of the largest errors (n entries, room for one more): the error,
+    its |ref| and its position."""
     k = n
     while k > 0:
         p = (k - 1) >> 1
         if hd[p] <= d:
             break
-        hd[k], hr[k] = hd[p], hr[p]
+        hd[k], hr[k], hi[k] = hd[p], hr[p], hi[p]
         k = p
-    hd[k], hr[k] = d, r
+    hd[k], hr[k], hi[k] = d, r, i
 
 
 @njit(cache=True, nogil=True)
-def _heap_replace(hd, hr, n, d, r):
-    """Replace the heap's smallest entry (hd[0] < d) with (d, r)."""
+def _heap_replace(hd, hr, hi, n, d, r, i):
+    """Replace the heap's smallest entry (hd[0] < d) with (d, r, i)."""
     k = 0
     while True:
         c = 2 * k + 1
@@ -165,9 +166,9 @@ def _heap_replace(hd, hr, n, d, r):
             c += 1
         if hd[c] >= d:
             break
-        hd[k], hr[k] = hd[c], hr[c]
+        hd[k], hr[k], hi[k] = hd[c], hr[c], hi[c]
         k = c
-    hd[k], hr[k] = d, r
+    hd[k], hr[k], hi[k] = d, r, i
 
 
 @njit(cache=True, nogil=True)
@@ -219,7 +220,7 @@ def raise_tp(fs, st, hist, edges):
 
 @njit(cache=True, nogil=True)
 def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env_d, top,
-        hull_r, hull_d, heap_d, heap_r, bd, br, kb, fb, pos):  # fmt: skip
+        hull_r, hull_d, heap_d, heap_r, heap_i, bd, br, kb, fb, pos):  # fmt: skip
     """Feed ``ref[lo:hi]``, ``onnx[lo:hi]`` (position ``base + i``; ``is_diff``: onnx holds
     the signed difference already) into the state; return where it stopped."""
     atol, rtol = fs[F.ATOL], fs[F.RTOL]
@@ -322,14 +323,15 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
                         n_hull += 1
                 if d == tp and ties >= 0:
                     ties += 1
-                if d > heap_min:
+                if d > heap_min:  # a tie with the smallest kept: the first one stays
+                    at = base + i + (pos[j] if packed else j)
                     if n_heap < TOP_PAIRS:
-                        _heap_push(heap_d, heap_r, n_heap, d, r)
+                        _heap_push(heap_d, heap_r, heap_i, n_heap, d, r, at)
                         n_heap += 1
                         if n_heap == TOP_PAIRS:
                             heap_min = heap_d[0]
                     else:
-                        _heap_replace(heap_d, heap_r, n_heap, d, r)
+                        _heap_replace(heap_d, heap_r, heap_i, n_heap, d, r, at)
                         heap_min = heap_d[0]
         i += n
         st[S.SINCE_RAISE] += n

@@ -115,6 +115,7 @@ class _Pass:
         # errors above tp (compacted in the loop, grown here), the hull candidates it hands
         # back, one block of |d|, |ref|, histogram keys, flags and positions
         self.heap_d, self.heap_r = np.zeros(TOP_PAIRS), np.zeros(TOP_PAIRS)
+        self.heap_i = np.zeros(TOP_PAIRS, dtype=np.int64)
         self.buf_top = np.empty(max(4 * int(st[S.K_KEEP]), 1 << 16))
         self.buf_r, self.buf_d = np.empty(_CAP), np.empty(_CAP)
         self.block_d, self.block_r = np.empty(kernel.BLOCK), np.empty(kernel.BLOCK)
@@ -150,7 +151,7 @@ class _Pass:
             i = kernel.run(
                 a, b, self.integers, i, k, start, self.fs, self.st, self.hist, _EDGES,
                 self.loop_lines, self.hull_r, self.hull_d, self.buf_top, self.buf_r, self.buf_d,
-                self.heap_d, self.heap_r, self.block_d, self.block_r, self.block_key,
+                self.heap_d, self.heap_r, self.heap_i, self.block_d, self.block_r, self.block_key,
                 self.block_flag, self.block_pos,
             )  # fmt: skip
             self._drain(stopped=i < k)
@@ -332,10 +333,11 @@ class _Pass:
         return a, b
 
     def top_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """The TOP_PAIRS largest errors, descending, with their |ref|."""
+        """The TOP_PAIRS largest errors, descending (equal ones in the order they sit), with
+        their |ref|."""
         n = int(self.st[S.N_HEAP])
-        d, r = self.heap_d[:n].copy(), self.heap_r[:n].copy()
-        order = np.argsort(-d, kind="stable")
+        d, r, at = self.heap_d[:n], self.heap_r[:n], self.heap_i[:n]
+        order = np.lexsort((at, -d))
         return d[order], r[order]
 
 
