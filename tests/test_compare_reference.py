@@ -237,3 +237,16 @@ def test_p99_when_errors_pile_up_in_one_bin_past_the_candidate_buffer():
     assert got.stats.p99_abs == want["p99"]
     assert got.n_mismatch == want["n_mismatch"]
     assert np.array_equal(got.profile.top_d, np.sort(want["d"])[::-1][:512])
+
+
+def test_max_rel_on_a_line_then_just_above_it():
+    """An all-zero ONNX output puts every point on the line d = |ref| (max_rel 1, which the
+    loop does not re-divide); one point a float32 ulp above it in the last chunk is seen."""
+    ref = _data("noise32", 200_000, seed=4)[0]
+    onnx = np.zeros_like(ref)
+    tol = Tolerance(1e-5, 0.0)
+    on_line = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    assert on_line.stats.max_rel == 1.0 == _reference(ref, onnx, tol)["max_rel"]
+    onnx[-5] = -ref[-5] * np.float32(2.0**-23)
+    above = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    assert above.stats.max_rel == _reference(ref, onnx, tol)["max_rel"] > 1.0

@@ -32,6 +32,7 @@ __all__ = ["BLOCK", "F", "N_F", "N_S", "S", "raise_tp", "run"]
 BLOCK = 4096  # elements per block (its buffers stay in L2; shorter blocks measured slower)
 RAISE_EVERY = 1 << 14  # elements between raises of the p99 threshold
 _REL_MARGIN = 1.0 - 2.0**-50  # below max_rel by more than a rounding: a candidate is never missed
+_NORMAL = 2.0**-1022  # the smallest normal float64
 
 
 F = IntEnum(
@@ -116,8 +117,18 @@ def _sums_nonfinite(ref, onnx, is_diff, i, n, bd, br, pos):
     return s_abs, s_dd, s_rd, s_rr, n_fin, n_nan, n_inf
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _rel_candidate(d, r, max_rel, rel_bar):
+    """Whether ``d / r`` (r > 0) may be above ``max_rel`` (the division decides). rel_bar is
+    max_rel lowered by more than a rounding, so none is missed; a point on the line
+    (``d`` is ``max_rel * r`` rounded, in the normal range) is not one: d / r is then within
+    half an ulp of max_rel and rounds to it, or below (an all-zero ONNX output is such a line)."""
+    on_line = (d == max_rel * r) & (d >= _NORMAL)
+    return (d >= rel_bar * r) & ((d > 0.0) | (max_rel < 0.0)) & (on_line == False)  # noqa: E712
+
+
 @njit(cache=True, nogil=True)
-def _scan(bd, br, n, kb, fb, atol, rtol, d_bar, d_tie, rel_bar, rel_any, r_left, lines):
+def _scan(bd, br, n, kb, fb, atol, rtol, d_bar, max_rel, rel_bar, r_left, lines):
     """One vectorised pass over a block's |d| and |ref|: histogram keys, the count at the
     tolerance, the largest |d| and the largest |d| where ref == 0 (as bits: d >= 0, so
     bits order like values), and a flag on each element the scalar loop must see (a
@@ -133,8 +144,8 @@ def _scan(bd, br, n, kb, fb, atol, rtol, d_bar, d_tie, rel_bar, rel_any, r_left,
         top = max(top, b)
         zero_top = max(zero_top, b if r == 0.0 else np.int64(0))
         hull = (r < r_left) | (d > r * s0 + a0) | (d > r * s1 + a1) | (d > r * s2 + a2)
-        rel = (d >= rel_bar * r) & ((d > 0.0) | rel_any)
-        f = (d > d_bar) | (d == d_tie) | ((r > 0.0) & (hull | rel))
+        rel = _rel_candidate(d, r, max_rel, rel_bar)
+        f = (d > d_bar) | ((r > 0.0) & (hull | rel))
         fb[j] = f
         n_flag += f
     return n_mismatch, top, zero_top, n_flag
@@ -271,27 +282,18 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
         fs[F.RR] += s_rr
         st[S.N_FINITE] += n_fin
         d_bar = min(heap_min, d_top)
-        d_tie = tp if ties >= 0 else math.nan
+        d_tie = tp if ties >= 0 else math.nan  # ties with tp counted (see _compact_top)
         n_fail, block_top, block_zero, n_flag = _scan(
-            bd,
-            br,
-            n_fin,
-            kb,
-            fb,
-            atol,
-            rtol,
-            d_bar,
-            d_tie,
-            rel_bar,
-            max_rel < 0.0,
-            r_left,
-            lines,
+            bd, br, n_fin, kb, fb, atol, rtol, d_bar, max_rel, rel_bar, r_left, lines
         )
         n_mismatch += n_fail
-        for j in range(n_fin):  # the histogram, and the errors above tp (no branch)
+        n_tie = 0
+        for j in range(n_fin):  # the histogram, the errors above tp and its ties (no branch)
             hist[kb[j]] += 1
             top[n_top] = bd[j]
             n_top += bd[j] > tp
+            n_tie += bd[j] == d_tie
+        ties += n_tie
         if n_fin:
             top_bin = max(top_bin, (block_top + _RU) >> _SHIFT)
         zero_bits = max(zero_bits, block_zero)
@@ -310,7 +312,7 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
                     continue
                 d, r = bd[j], br[j]
                 if r > 0.0:
-                    if (d >= rel_bar * r) & ((d > 0.0) | (max_rel < 0.0)):
+                    if _rel_candidate(d, r, max_rel, rel_bar):
                         rel = d / r
                         if rel > max_rel:
                             max_rel = rel
@@ -321,8 +323,6 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
                         hull_r[n_hull] = r
                         hull_d[n_hull] = d
                         n_hull += 1
-                if d == tp and ties >= 0:
-                    ties += 1
                 if d > heap_min:  # a tie with the smallest kept: the first one stays
                     at = base + i + (pos[j] if packed else j)
                     if n_heap < TOP_PAIRS:
