@@ -21,9 +21,9 @@ the hull grew past 2048 vertices (errors lying on a concave curve, e.g. proporti
 sqrt|ref|): then it is simplified (Douglas-Peucker) to at most 1024 vertices, the slack
 widening in 4x steps until it fits.
 
-Extra memory: the candidate buffers (~1.5 MB) plus the kept p99 errors (~1-3 % of the
-elements, 8 bytes each). The cost against a bare float32 ``max(|a - b|)`` is measured in
-docs/benchmarks.md and bench/README.md.
+Extra memory: the hull's candidate buffers (1 MB), and the p99 candidates' buffer, 4 x 1 %
+of the elements, 8 bytes each (32 MiB at 100M). The cost against a bare float32
+``max(|a - b|)`` (1.6-1.9x) is measured in docs/benchmarks.md and bench/README.md.
 """
 
 from __future__ import annotations
