@@ -250,3 +250,14 @@ def test_max_rel_on_a_line_then_just_above_it():
     onnx[-5] = -ref[-5] * np.float32(2.0**-23)
     above = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
     assert above.stats.max_rel == _reference(ref, onnx, tol)["max_rel"] > 1.0
+
+
+def test_a_block_of_nan_on_both_sides_then_exact_values():
+    """No finite pair in the first block, only exact ones after it: the worst is the first
+    finite pair (error 0), as argmax over the finite errors says."""
+    from parity.judge.compare_kernel import BLOCK
+
+    ref = np.concatenate([np.full(BLOCK + 7, np.nan), np.arange(50.0)])
+    got = compare_outputs(ref, ref.copy(), name="y", input_set=0, tolerance=Tolerance(0.0, 0.0))
+    assert got.stats.max_abs == 0.0 and got.stats.worst_index == (BLOCK + 7,)
+    assert got.n_mismatch == 0 and got.stats.p99_abs == 0.0

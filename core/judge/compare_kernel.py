@@ -1,17 +1,22 @@
 """The compiled inner loop of the comparison (numba): every element read once, every figure exact.
 
-:func:`run` walks a range of one chunk in blocks of :data:`BLOCK` elements. Per block, a
-vectorised loop (float64 differences, the four float64 sums) fills two small buffers
-(``|d|``, ``|ref|``); a scalar loop over them then keeps what needs each element: the exact
-histogram, the count at the run's tolerance, the largest error and its first position, the
-largest error where ref == 0, and the rare elements that the driver
-(:mod:`parity.judge.compare_pass`) must see: errors above the p99 threshold, points that may
-join the hull, a new largest relative error (decided here, exactly), the 512 largest errors
-with their |ref| (a heap). A block holding NaN/Inf (its sums are not finite) is done again
-element by element, one-sided NaN/Inf counted.
+:func:`run` walks a range of one chunk in blocks of :data:`BLOCK` elements. Per block:
 
-State lives in two arrays (slots below) so that one call continues where the last stopped;
-:func:`run` returns where it stopped: the end of the range, or earlier when a candidate
+1. :func:`_sums`, vectorised: the float64 differences into a buffer of ``|d|`` and one of
+   ``|ref|``, and the four float64 sums (only here is fast-math allowed, ``reassoc``: it
+   lets the sums run in vector lanes and changes nothing but their last bits). A block
+   holding NaN/Inf (its sums are not finite) is done again by :func:`_sums_nonfinite`,
+   which packs the finite pairs and counts the one-sided NaN/Inf.
+2. :func:`_scan`, vectorised, exact: histogram keys, the count at the run's tolerance, the
+   largest ``|d|`` and the largest where ref == 0, and a flag on the rare elements.
+3. a scalar loop: the histogram, and the errors above the p99 threshold tp appended without a
+   branch (tp is raised from the histogram as it fills; the kept errors are compacted here).
+4. the flagged elements only: a new largest relative error (by division, exactly), a point
+   above the hull (:func:`_above`, handed back to the driver, :mod:`parity.judge.compare_pass`),
+   one of the 512 largest errors (a heap, with |ref| and position).
+
+State lives in two arrays (slots :data:`F`, :data:`S`) so that one call continues where the
+last stopped; :func:`run` returns where it stopped: the end of the range, or earlier when a
 buffer cannot take another block (the driver empties it and calls again). Compiled once per
 dtype pair (float32, float64; other dtypes are converted first) and cached on disk.
 """
@@ -297,7 +302,7 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
         if n_fin:
             top_bin = max(top_bin, (block_top + _RU) >> _SHIFT)
         zero_bits = max(zero_bits, block_zero)
-        if block_top > max_bits:  # the first of the largest, like argmax
+        if n_fin and block_top > max_bits:  # the first of the largest, like argmax
             max_bits = block_top
             for j in range(n_fin):
                 if bits[j] == block_top:
