@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from parity.judge.error_profile import HIST_ROUND_UP, HIST_SHIFT, TOP_PAIRS
-from parity.judge.pass_rule import allowed_at
+from parity.judge.pass_rule import allowed_at, one_sided_at
 
 __all__ = ["BLOCK", "F", "N_F", "N_S", "S", "raise_tp", "run"]
 
@@ -59,6 +59,7 @@ N_F, N_S = len(F), len(S)
 _RU = np.int64(HIST_ROUND_UP)
 _SHIFT = np.int64(HIST_SHIFT)
 _allowed = njit(cache=True, nogil=True, inline="always")(allowed_at)
+_one_sided = njit(cache=True, nogil=True, inline="always")(one_sided_at)
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc"})
@@ -95,7 +96,7 @@ def _sums(ref, onnx, is_diff, i, n, bd, br):
 def _sums_nonfinite(ref, onnx, is_diff, i, n, bd, br, pos):
     """:func:`_sums` over the finite pairs only, packed at the buffers' front (``pos``: their
     offsets), and the count of the others: NaN on one side only, Inf on one side only or
-    of opposite signs (see :func:`parity.judge.pass_rule.one_sided`). A pair of finite
+    of opposite signs (:func:`parity.judge.pass_rule.one_sided_at`). A pair of finite
     values whose float64 difference overflows is a finite pair with error inf."""
     s_abs = s_dd = s_rd = s_rr = 0.0
     n_fin = n_nan = n_inf = 0
@@ -113,12 +114,11 @@ def _sums_nonfinite(ref, onnx, is_diff, i, n, bd, br, pos):
             s_rr += x * x
             n_fin += 1
             continue
-        rn, on = math.isnan(x), math.isnan(y)
-        if rn != on:
-            n_nan += 1
-        ri, oi = math.isinf(x), math.isinf(y)
-        if (ri and not oi and not on) or (oi and not ri and not rn) or (ri and oi and x != y):
-            n_inf += 1
+        nan_mm, inf_mm = _one_sided(
+            math.isnan(x), math.isnan(y), math.isinf(x), math.isinf(y), x == y
+        )
+        n_nan += nan_mm
+        n_inf += inf_mm
     return s_abs, s_dd, s_rd, s_rr, n_fin, n_nan, n_inf
 
 
