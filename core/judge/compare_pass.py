@@ -317,8 +317,9 @@ class _Pass:
             window = kept[(kept > lo_edge) & (kept <= float(hist_edge(j_hi)))]
             if window.size != int(cum[j_hi]) - below:  # cannot happen: tp is a lower bound
                 raise AssertionError("p99 candidates lost")
-            part = np.partition(window, [previous - below, nxt - below])
-            return part[previous - below], part[nxt - below]
+            q = previous - below
+            part = np.partition(window, q)  # one selection: the next one up is the min above
+            return part[q], (part[q] if nxt == previous else part[q + 1 :].min())
         values = kept[kept > tp]  # exactly the errors above tp ...
         ties = max(int(self.st[S.TIES]), 0)  # ... and how many equal it: a top-k multiset
         total = values.size + ties
