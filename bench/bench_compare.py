@@ -15,6 +15,11 @@ may use several), each one's ratio to the bare numpy line, and the core's peak e
 memory (tracemalloc: numpy reports every buffer it allocates). The machine's load average
 is printed too: on a shared machine, compare ratios, not seconds.
 
+The core's loop is compiled by numba (``parity.judge.compare_kernel``): the first comparison
+in a process loads it from numba's on-disk cache (or compiles it, a few seconds per dtype
+pair, the first time after an install or a change); that first call is timed and printed
+apart, and the lines above are warm.
+
     python bench/bench_compare.py                 # 10M and 100M elements
     python bench/bench_compare.py --sizes 1e6 1e7 --repeat 5
     python bench/bench_compare.py --sizes 1e7 --errors relu --skip polygraphy torch allclose
@@ -129,6 +134,17 @@ def _peak_extra_mib(fn: Callable[[], None]) -> float:
     return peak / 2**20
 
 
+def first_call() -> None:
+    """Time the first comparison in this process (numba's cache load, or its compile)."""
+    small = np.ones(1000, dtype=np.float32)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    _core(small, small + 1, DEFAULT_CHUNK_ELEMENTS)
+    print(
+        f"first comparison in this process (the compiled loop loaded or compiled): "
+        f"{time.perf_counter() - start:.2f} s wall, {time.process_time() - start_cpu:.2f} s CPU"
+    )
+
+
 def bench(n: int, repeat: int, chunk: int, skip: set[str], errors: str = "noise") -> None:
     a, b = _arrays(n, errors)
     print(
@@ -190,6 +206,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.disable(logging.WARNING)
+    first_call()
     for size in args.sizes:
         bench(int(size), args.repeat, args.chunk, set(args.skip), args.errors)
 

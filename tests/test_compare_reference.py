@@ -195,18 +195,69 @@ def test_relu_outputs_see_late_points_left_of_the_hull(late):
         assert exact - got.profile.hull_slack <= got.profile.min_atol(rtol) <= exact * (1 + 1e-12)
 
 
-def test_the_sums_without_numpy_2s_vecdot(monkeypatch):
-    """numpy < 2 has no np.vecdot: the sums' dot products go block by block, same figures."""
-    from parity.judge import compare_pass
+def test_blocks_with_nan_or_inf_are_summed_over_their_finite_pairs_only():
+    """The compiled loop sums whole blocks at once and does a block holding NaN/Inf again
+    element by element: the sums, counts and worst position over blocks of both kinds."""
+    from parity.judge.compare_kernel import BLOCK
 
-    ref, onnx = _data("noise32", 3 * 8192 + 100, seed=11)
+    ref, onnx = _data("noise32", 5 * BLOCK + 100, seed=11)
+    ref[BLOCK + 3], onnx[3 * BLOCK + 5] = np.nan, np.inf  # two blocks of five
+    onnx[3 * BLOCK + 9] = onnx[3 * BLOCK + 9] + np.float32(0.5)  # the worst, in such a block
     tol = Tolerance(1e-5, 0.0)
-    with_vecdot = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
-    monkeypatch.setattr(compare_pass, "_VECDOT", None)
-    without = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    got = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
     want = _reference(ref, onnx, tol)
-    for got in (with_vecdot, without):
-        assert got.stats.rms == pytest.approx(want["rms"], rel=1e-12)
-        r, o = ref.astype(np.float64), onnx.astype(np.float64)
-        cosine = float(np.dot(r, o) / math.sqrt(np.dot(r, r) * np.dot(o, o)))
-        assert got.stats.cosine == pytest.approx(cosine, rel=1e-12)
+    assert got.stats.worst_index == (3 * BLOCK + 9,) == (want["worst"],)
+    assert (got.stats.n_nan_mismatch, got.stats.n_inf_mismatch) == (1, 1)
+    assert got.n_mismatch == want["n_mismatch"]
+    assert got.stats.mean_abs == pytest.approx(want["mean_abs"], rel=1e-12)
+    assert got.stats.rms == pytest.approx(want["rms"], rel=1e-12)
+    fin = np.isfinite(ref) & np.isfinite(onnx)
+    r, o = ref[fin].astype(np.float64), onnx[fin].astype(np.float64)
+    cosine = float(np.dot(r, o) / math.sqrt(np.dot(r, r) * np.dot(o, o)))
+    assert got.stats.cosine == pytest.approx(cosine, rel=1e-12)
+
+
+def test_finite_float64_values_whose_difference_overflows_are_an_infinite_error():
+    """1e308 against -1e308: both finite, the float64 difference is inf (as numpy's)."""
+    ref = np.zeros(10)
+    onnx = np.zeros(10)
+    ref[4], onnx[4] = 1e308, -1e308
+    got = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=Tolerance(1e-5, 0.0))
+    assert got.stats.max_abs == math.inf and got.stats.worst_index == (4,)
+    assert got.n_mismatch == 1 and got.stats.n_inf_mismatch == 0
+
+
+def test_p99_when_errors_pile_up_in_one_bin_past_the_candidate_buffer():
+    """A third of the errors about 1.0 (a few values): more than the loop's p99 buffer holds
+    above any histogram edge, so tp becomes a data value whose ties are counted (not kept)."""
+    ref, onnx = _data("ties", 300_000, seed=2)
+    tol = Tolerance(1e-5, 0.0)
+    got = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    want = _reference(ref, onnx, tol)
+    assert got.stats.p99_abs == want["p99"]
+    assert got.n_mismatch == want["n_mismatch"]
+    assert np.array_equal(got.profile.top_d, np.sort(want["d"])[::-1][:512])
+
+
+def test_max_rel_on_a_line_then_just_above_it():
+    """An all-zero ONNX output puts every point on the line d = |ref| (max_rel 1, which the
+    loop does not re-divide); one point a float32 ulp above it in the last chunk is seen."""
+    ref = _data("noise32", 200_000, seed=4)[0]
+    onnx = np.zeros_like(ref)
+    tol = Tolerance(1e-5, 0.0)
+    on_line = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    assert on_line.stats.max_rel == 1.0 == _reference(ref, onnx, tol)["max_rel"]
+    onnx[-5] = -ref[-5] * np.float32(2.0**-23)
+    above = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    assert above.stats.max_rel == _reference(ref, onnx, tol)["max_rel"] > 1.0
+
+
+def test_a_block_of_nan_on_both_sides_then_exact_values():
+    """No finite pair in the first block, only exact ones after it: the worst is the first
+    finite pair (error 0), as argmax over the finite errors says."""
+    from parity.judge.compare_kernel import BLOCK
+
+    ref = np.concatenate([np.full(BLOCK + 7, np.nan), np.arange(50.0)])
+    got = compare_outputs(ref, ref.copy(), name="y", input_set=0, tolerance=Tolerance(0.0, 0.0))
+    assert got.stats.max_abs == 0.0 and got.stats.worst_index == (BLOCK + 7,)
+    assert got.n_mismatch == 0 and got.stats.p99_abs == 0.0

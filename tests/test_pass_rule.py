@@ -18,7 +18,6 @@ from parity.judge.pass_rule import (
     element_mismatch,
     exact_int_mismatch,
     exceeds,
-    exceeds_into,
     one_sided,
 )
 from parity.judge.ratio import element_errors
@@ -92,13 +91,37 @@ def test_one_sided_counts_nan_and_inf_apart():
     assert inf_mm.tolist() == [False, False, False, True, True, False]
 
 
-def test_the_hot_loop_decides_as_the_rule():
+def test_the_compiled_loop_decides_as_the_rule():
+    """The comparison's compiled loop compiles the rule's own functions: one element at a
+    time they decide as numpy does over arrays (errors on and beside the line included)."""
+    from numba import njit
+
+    from parity.judge.compare_kernel import _allowed, _one_sided  # the rule, compiled
+
+    @njit
+    def loop(d, r, atol, rtol, x, y):  # type: ignore[no-untyped-def]
+        fails = np.empty(d.size, dtype=np.bool_)
+        nan_mm = np.empty(x.size, dtype=np.bool_)
+        inf_mm = np.empty(x.size, dtype=np.bool_)
+        for i in range(d.size):
+            fails[i] = d[i] > _allowed(r[i], atol, rtol)
+        for i in range(x.size):
+            a, b = x[i], y[i]
+            nan_mm[i], inf_mm[i] = _one_sided(
+                np.isnan(a), np.isnan(b), np.isinf(a), np.isinf(b), a == b
+            )
+        return fails, nan_mm, inf_mm
+
     rng = np.random.default_rng(1)
-    d, r = np.abs(rng.standard_normal(1000)), np.abs(rng.standard_normal(1000))
+    r = np.abs(rng.standard_normal(1000))
+    values = [0.0, 1.0, -1.0, np.nan, np.inf, -np.inf]
+    x, y = (np.array([v for v in values for _ in values]), np.array(values * len(values)))
     for atol, rtol in ((0.5, 0.0), (0.1, 0.7)):
-        out = exceeds_into(d, r, atol, rtol, scratch=np.empty(1000), out=np.empty(1000, bool))
-        assert np.array_equal(out, exceeds(d, r, atol, rtol))
-        assert np.array_equal(out, d > allowed(r, atol, rtol))
+        d = np.concatenate([np.abs(rng.standard_normal(1000)), allowed(r, atol, rtol)])
+        rr = np.concatenate([r, r])
+        fails, nan_mm, inf_mm = loop(d, rr, atol, rtol, x, y)
+        assert np.array_equal(fails, exceeds(d, rr, atol, rtol))
+        assert [nan_mm.tolist(), inf_mm.tolist()] == [a.tolist() for a in one_sided(x, y)]
 
 
 def test_integers_are_decided_without_rounding():

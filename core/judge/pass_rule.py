@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -31,17 +32,24 @@ __all__ = [
     "RULE_SENTENCE",
     "RULE_TEXT",
     "allowed",
+    "allowed_at",
     "element_mismatch",
     "exceeds",
-    "exceeds_into",
     "exact_int_mismatch",
     "one_sided",
+    "one_sided_at",
 ]
 
 
 def allowed(absref: np.ndarray | float, atol: float, rtol: float) -> np.ndarray:
     """The largest |error| that passes at each ``|ref|``."""
-    return np.asarray(absref, dtype=np.float64) * rtol + atol
+    return allowed_at(np.asarray(absref, dtype=np.float64), atol, rtol)
+
+
+def allowed_at(absref: Any, atol: float, rtol: float) -> Any:
+    """:func:`allowed`, written for a float64 array or one float64 (the comparison's
+    compiled loop, :mod:`parity.judge.compare_kernel`, compiles this function)."""
+    return absref * rtol + atol
 
 
 def exceeds(d: np.ndarray, absref: np.ndarray, atol: float, rtol: float) -> np.ndarray:
@@ -49,30 +57,22 @@ def exceeds(d: np.ndarray, absref: np.ndarray, atol: float, rtol: float) -> np.n
     return np.asarray(d) > allowed(absref, atol, rtol)
 
 
-def exceeds_into(
-    d: np.ndarray,
-    absref: np.ndarray,
-    atol: float,
-    rtol: float,
-    *,
-    scratch: np.ndarray,
-    out: np.ndarray,
-) -> np.ndarray:
-    """:func:`exceeds` for float64 chunks, into preallocated buffers (the chunked pass's hot
-    loop: no allocation). ``scratch`` and ``out`` are as long as ``d``."""
-    if rtol == 0.0:
-        return np.greater(d, atol, out=out)
-    np.multiply(absref, rtol, out=scratch)
-    np.add(scratch, atol, out=scratch)
-    return np.greater(d, scratch, out=out)
-
-
 def one_sided(ref: np.ndarray, onnx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(NaN mismatch, Inf mismatch) per element: NaN on one side only; Inf on one side only
     (the other finite) or Infs of opposite signs. Both are mismatches at any tolerance."""
-    rn, on, ri, oi = np.isnan(ref), np.isnan(onnx), np.isinf(ref), np.isinf(onnx)
+    return one_sided_at(np.isnan(ref), np.isnan(onnx), np.isinf(ref), np.isinf(onnx), ref == onnx)
+
+
+def one_sided_at(rn: Any, on: Any, ri: Any, oi: Any, equal: Any) -> tuple[Any, Any]:
+    """:func:`one_sided` from each side's NaN and Inf flags and ``ref == onnx``, written for
+    bool arrays or single bools (the comparison's compiled loop compiles this function:
+    hence ``== False``, which is a logical not for both)."""
     nan_mm = rn != on
-    inf_mm = (ri & ~oi & ~on) | (oi & ~ri & ~rn) | (ri & oi & (ref != onnx))
+    inf_mm = (
+        (ri & (oi == False) & (on == False))  # noqa: E712
+        | (oi & (ri == False) & (rn == False))  # noqa: E712
+        | (ri & oi & (equal == False))  # noqa: E712
+    )
     return nan_mm, inf_mm
 
 
