@@ -23,6 +23,7 @@ from parity.pipeline import RunConfig, run_validation
 from parity.reports.derived import decode, encode, form_of
 from parity.reports.saved_run import load_run
 from parity.results import ValidationRun
+from parity.results.by_name import analysis_result
 
 MLP_SOURCE = """
 import torch
@@ -245,3 +246,31 @@ def test_the_arrays_stay_members_not_json(int4_run) -> None:
     assert "<array" not in manifest and members
     with zipfile.ZipFile(saved) as zf:
         assert np.load(zf.open(members[0])).size > 0
+
+
+@analysis_result("probe_for_the_codec_test")
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    """A new analysis's result, as its module would declare it: nothing else is edited."""
+
+    worst: float
+    nodes: tuple[str, ...] = ()
+    note: str | None = None
+
+
+def test_a_new_analysis_result_is_saved_and_reported_by_its_name(int4_run, tmp_path) -> None:
+    """ValidationRun holds analysis results by name: a type registered under a new name goes
+    into the saved run, back out, and into the JSON report with no codec edit."""
+    run, _, _ = int4_run
+    probe = ProbeResult(worst=float("inf"), nodes=("/fc1/MatMul_Q4",), note="found")
+    grown = run.with_results("probe_for_the_codec_test", {0: probe})
+    again = load_run(grown.save(tmp_path / "probe.parity.npz"))
+    assert again.candidates[0].result("probe_for_the_codec_test", ProbeResult) == probe
+    assert again.quantization == run.quantization  # the registered analyses' own, as before
+    report = again.to_json()
+    assert report["probe_for_the_codec_test"] == {
+        "worst": None,  # strict JSON: null where the saved run keeps "inf"
+        "nodes": ["/fc1/MatMul_Q4"],
+        "note": "found",
+    }
+    assert report["quantization"]["bits"] == "int4"

@@ -37,7 +37,6 @@ from parity.reports.report_json import (
 )
 from parity.results import (
     AnalysisNote,
-    ApproximationResult,
     CandidateInfo,
     CandidateRun,
     FrozenNode,
@@ -48,12 +47,12 @@ from parity.results import (
     OutputSet,
     PromptGeneration,
     Provenance,
-    QuantizationResult,
     SavedFrom,
     StaticAxis,
     SuggestedTolerances,
     ValidationRun,
 )
+from parity.results.by_name import result_types
 from parity.signature import OnnxSignature
 from parity.tolerances import Tolerances
 from parity.verdict import Judge
@@ -378,9 +377,8 @@ def _candidates_to_json(
             if c.layers is None
             else layers_to_json(c.layers, put, "layers" if k == 0 else f"layers/c{c.index}")
         )
-        entry["quantization"] = encode(c.quantization)
-        if c.approximation is not None:
-            entry["approximation"] = encode(c.approximation)
+        for name, result in c.results.items():  # each analysis's, under its name
+            entry[name] = encode(result)
         row += len(c.outputs)
         position += len(c.onnx_outputs)
         entries.append(entry)
@@ -409,15 +407,22 @@ def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[Cand
                 tuple(rows),
                 output_sets_from_json(entry, "onnx_outputs", get),
                 layers_from_json(entry.get("layers"), get, f"{at}.layers"),
-                decode(QuantizationResult | None, entry.get("quantization"), f"{at}.quantization"),
-                decode(
-                    ApproximationResult | None, entry.get("approximation"), f"{at}.approximation"
-                ),
+                _results_from_json(entry, at),
             )
         )
     if not records:
         raise sj.FieldError("candidates: the run has none")
     return tuple(records)
+
+
+def _results_from_json(entry: Mapping[str, Any], at: str) -> dict[str, object]:
+    """A candidate's analysis results, each under its analysis's name (parity.results.by_name:
+    a type registered there, when parity.results is imported, is read with no edit here)."""
+    return {
+        name: decode(cls, entry[name], f"{at}.{name}")
+        for name, cls in result_types().items()
+        if entry.get(name) is not None
+    }
 
 
 # ---------------------------------------------------------------------------------------

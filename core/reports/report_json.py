@@ -88,10 +88,8 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
             data["generation"] = generation_report_json(run.generation)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
-    if run.quantization is not None:  # a file's quantized weights judged (on by default)
-        data["quantization"] = _strict(run.quantization)
-    if run.approximation is not None:  # what the file approximates on purpose, judged
-        data["approximation"] = _strict(run.approximation)
+    for name, result in run.candidates[0].results.items() if run.candidates else ():
+        data[name] = _strict(result)  # the lead's, by analysis: "quantization", ...
     if run.data is not None:  # --data: answers on the user's samples (parity.data.codec)
         from parity.data.codec import data_to_json
 
@@ -117,10 +115,8 @@ def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[s
     data["seconds"] = round(float(info.seconds), 6)
     if run.is_multi_candidate and candidate.layers is not None:
         data["layers"] = candidate.layers.to_json()
-    if run.is_multi_candidate and candidate.quantization is not None:
-        data["quantization"] = _strict(candidate.quantization)
-    if run.is_multi_candidate and candidate.approximation is not None:
-        data["approximation"] = _strict(candidate.approximation)
+    for name, result in candidate.results.items() if run.is_multi_candidate else ():
+        data[name] = _strict(result)  # each analysis's, under its name
     return {**head, "verdict": candidate.verdict, **data}
 
 

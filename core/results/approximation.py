@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parity.results.by_name import analysis_result
+
 
 @dataclass(frozen=True)
 class ApproximatedOutput:
@@ -22,6 +24,7 @@ class ApproximatedOutput:
     export_within: str = "the run's tolerance"
 
 
+@analysis_result("approximation")
 @dataclass(frozen=True)
 class ApproximationResult:
     """What a file approximates on purpose and what that costs (parity.analyses.approximation):

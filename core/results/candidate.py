@@ -4,10 +4,10 @@ what the run was made from (Provenance)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from parity.results.approximation import ApproximationResult
 from parity.results.comparison import OutputComparison, OutputSet
@@ -17,6 +17,8 @@ from parity.verdict import Verdict
 
 if TYPE_CHECKING:  # annotation only: parity.layers stands on this package
     from parity.layers.result import LayersResult
+
+R = TypeVar("R")
 
 
 class RunKind(StrEnum):
@@ -90,10 +92,24 @@ class CandidateRun:
     # not run); () when the run kept no outputs
     onnx_outputs: tuple[OutputSet, ...] = ()
     layers: LayersResult | None = None  # --layers: its intermediate values against the reference
-    # its weight-only quantized ops judged for what they are (parity.analyses.quantization)
-    quantization: QuantizationResult | None = None
-    # its intended approximations (a tanh GELU, 16-bit weights) judged for what they are
-    approximation: ApproximationResult | None = None
+    # what each analysis found of it, by the analysis's name (parity.results.by_name): its
+    # quantized weights judged ("quantization"), its intended approximations ("approximation")
+    results: Mapping[str, object] = field(default_factory=dict)
+
+    def result(self, name: str, cls: type[R]) -> R | None:
+        """Analysis `name`'s result for this candidate (None: not run, or found nothing)."""
+        value = self.results.get(name)
+        return value if isinstance(value, cls) else None
+
+    @property
+    def quantization(self) -> QuantizationResult | None:
+        """Its weight-only quantized ops judged for what they are (parity.analyses.quantization)."""
+        return self.result("quantization", QuantizationResult)
+
+    @property
+    def approximation(self) -> ApproximationResult | None:
+        """Its intended approximations (a tanh GELU, 16-bit weights) judged for what they are."""
+        return self.result("approximation", ApproximationResult)
 
     @property
     def index(self) -> int:

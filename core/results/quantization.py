@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parity.results.by_name import analysis_result
+
 
 @dataclass(frozen=True)
 class QuantizedWeight:
@@ -63,6 +65,7 @@ class QuantizedTokens:
     onnx_agree: int | None = None  # ONNX Runtime's free-running tokens vs the file's weights'
 
 
+@analysis_result("quantization")
 @dataclass(frozen=True)
 class QuantizationResult:
     """What a file's quantized weights are and cost (parity.analyses.quantization)."""

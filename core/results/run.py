@@ -280,22 +280,13 @@ class ValidationRun:
             ),
         )
 
-    def with_quantization(self, found: Mapping[int, QuantizationResult]) -> ValidationRun:
-        """The run with each candidate's quantized weights judged, by its index."""
+    def with_results(self, name: str, found: Mapping[int, object]) -> ValidationRun:
+        """The run with analysis `name`'s result for each candidate, by its index (a type
+        registered under `name`: parity.results.by_name)."""
         return replace(
             self,
             candidates=tuple(
-                replace(c, quantization=found[c.index]) if c.index in found else c
-                for c in self.candidates
-            ),
-        )
-
-    def with_approximation(self, found: Mapping[int, ApproximationResult]) -> ValidationRun:
-        """The run with each candidate's intended approximations judged, by its index."""
-        return replace(
-            self,
-            candidates=tuple(
-                replace(c, approximation=found[c.index]) if c.index in found else c
+                replace(c, results={**c.results, name: found[c.index]}) if c.index in found else c
                 for c in self.candidates
             ),
         )
