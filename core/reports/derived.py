@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -80,8 +81,11 @@ _PLAIN = Form()
 def register(cls: type, form: Form) -> None:
     """Give `cls` its form (parity.reports.forms does, for the types whose JSON differs)."""
     _FORMS[cls] = form
+    for made in (form_of, _plan, _write_plan, _reader):  # made from the forms: made again
+        made.cache_clear()
 
 
+@cache
 def form_of(cls: type) -> Form:
     """The form of `cls` (a subclass has its base's)."""
     return next((_FORMS[c] for c in cls.__mro__ if c in _FORMS), _PLAIN)
@@ -96,46 +100,6 @@ def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     return tuple(f for f in dataclasses.fields(cls) if f.init)
 
 
-# ---------------------------------------------------------------------------------------
-# writing
-
-
-def encode(value: Any, *, exact: bool = True) -> Any:
-    """`value` as JSON: floats `exact` (a saved run) or strict (null where non-finite)."""
-    if value is None or isinstance(value, (bool, str)):
-        return value.value if isinstance(value, enum.Enum) else value
-    if isinstance(value, enum.Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _encode_object(value, exact)
-    if isinstance(value, (np.bool_, np.integer, np.floating)):
-        value = value.item()
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float):
-        return exact_float(value) if exact else finite_or_none(value)
-    if isinstance(value, Mapping):
-        return {str(k): encode(v, exact=exact) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [encode(v, exact=exact) for v in value]
-    return plain(value)  # an array where free-form JSON holds one: its short description
-
-
-def _encode_object(value: Any, exact: bool) -> dict[str, Any]:
-    form = form_of(type(value))
-    data: dict[str, Any] = {key: get(value) for key, get in form.extra.items()}
-    for f in _fields(type(value)):
-        if f.name in form.skip:
-            continue
-        item = getattr(value, f.name)
-        if f.name in form.omit and item == _default(f):
-            continue
-        encoder = form.encoders.get(f.name)
-        key = form.keys.get(f.name, f.name)
-        data[key] = encoder(item, exact) if encoder else encode(item, exact=exact)
-    return {key: encode(v, exact=exact) for key, v in data.items()}
-
-
 def _default(f: dataclasses.Field[Any]) -> Any:
     if f.default is not MISSING:
         return f.default
@@ -145,52 +109,138 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------
-# reading
+# writing
+
+
+def encode(value: Any, *, exact: bool = True) -> Any:
+    """`value` as JSON: floats `exact` (a saved run) or strict (null where non-finite)."""
+    kind = type(value)
+    if kind is float:
+        return exact_float(value) if exact else finite_or_none(value)
+    if value is None or kind is int or kind is str or kind is bool:
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _encode_object(value, exact)
+    if isinstance(value, (tuple, list)):
+        return [encode(v, exact=exact) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): encode(v, exact=exact) for k, v in value.items()}
+    if isinstance(value, np.generic):  # a numpy scalar: its Python value
+        return encode(value.item(), exact=exact)
+    for base in (int, float, str):  # a subclass of one
+        if isinstance(value, base):
+            return encode(base(value), exact=exact)
+    return plain(value)  # an array where free-form JSON holds one: its short description
+
+
+@cache
+def _write_plan(cls: type) -> tuple[tuple[str, str, Encoder | None, bool, Any], ...]:
+    """(field, key, its own encoder, omitted at its default, the default) per written field."""
+    form = form_of(cls)
+    return tuple(
+        (f.name, form.keys.get(f.name, f.name), form.encoders.get(f.name), f.name in form.omit,
+         _default(f))
+        for f in _fields(cls)
+        if f.name not in form.skip
+    )  # fmt: skip
+
+
+def _encode_object(value: Any, exact: bool) -> dict[str, Any]:
+    cls: type = type(value)
+    data = {key: encode(get(value), exact=exact) for key, get in form_of(cls).extra.items()}
+    for name, key, encoder, omit, default in _write_plan(cls):
+        item = getattr(value, name)
+        if omit and item == default:
+            continue
+        data[key] = encoder(item, exact) if encoder else encode(item, exact=exact)
+    return data
+
+
+# ---------------------------------------------------------------------------------------
+# reading: each type's reader is made once from its hints (then a field costs a lookup)
+
+Reader = Callable[[Any, str], Any]
 
 
 def decode(tp: Any, raw: Any, at: str, **given: Any) -> Any:
     """The value of type `tp` that `raw` holds, every field checked (FieldError naming the
     first bad one by its dotted path `at`). `given`: fields of a dataclass `tp` the caller
     read itself (arrays from a saved run's members)."""
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _decode_object(tp, raw, at, given)
-    return _decode_value(tp, raw, at, None)
+    if given:
+        return _read_object(tp, raw, at, given)
+    return _reader(tp)(raw, at)
 
 
-def _decode_object(cls: type, raw: Any, at: str, given: Mapping[str, Any]) -> Any:
-    entry = sj.obj(raw, at)
+@dataclass(frozen=True)
+class _Field:
+    """One field as a reader reads it: its JSON key, its default (MISSING: the file must have
+    it) and how its value is read."""
+
+    name: str
+    key: str
+    default: Any
+    required: bool
+    read: Reader
+    null_is_default: bool  # null where the type is not Optional: the default (undefined)
+    choices: tuple[str, ...] | None
+
+
+@cache
+def _plan(cls: type) -> tuple[_Field, ...]:
     form, hints = form_of(cls), _hints(cls)
-    values = dict(given)
+    plan = []
     for f in _fields(cls):
-        if f.name in given or f.name in form.skip:
+        if f.name in form.skip:
             continue
-        key = form.keys.get(f.name, f.name)
-        where = f"{at}.{key}"
         default = form.absent.get(f.name, _default(f))
-        if key not in entry:  # a file saved before the field existed: its default
-            if default is MISSING or f.name in form.required:
-                raise sj.FieldError(f"{at}: missing field {key!r}")
-            values[f.name] = default
-            continue
         decoder = form.decoders.get(f.name)
-        if decoder is not None:
-            values[f.name] = decoder(entry[key], where)
-        elif entry[key] is None and default is not MISSING and not _optional(hints[f.name]):
-            values[f.name] = default  # null: written where the value was undefined
-        else:
-            value = _decode_value(hints[f.name], entry[key], where, form.limits.get(f.name))
-            choices = form.choices.get(f.name)
-            if choices is not None and value not in choices:
-                raise sj.FieldError(f"{where}: {value!r} is not one of {', '.join(choices)}")
-            values[f.name] = value
+        plan.append(
+            _Field(
+                name=f.name,
+                key=form.keys.get(f.name, f.name),
+                default=default,
+                required=default is MISSING or f.name in form.required,
+                read=decoder or _reader(hints[f.name], form.limits.get(f.name)),
+                null_is_default=decoder is None
+                and default is not MISSING
+                and not _optional(hints[f.name]),
+                choices=form.choices.get(f.name),
+            )
+        )
+    return tuple(plan)
+
+
+def _read_object(cls: type, raw: Any, at: str, given: Mapping[str, Any]) -> Any:
+    entry = sj.obj(raw, at)
+    values = dict(given)
+    for f in _plan(cls):
+        if f.name in values:
+            continue
+        if f.key not in entry:  # a file saved before the field existed: its default
+            if f.required:
+                raise sj.FieldError(f"{at}: missing field {f.key!r}")
+            values[f.name] = f.default
+            continue
+        item = entry[f.key]
+        if item is None and f.null_is_default:
+            values[f.name] = f.default  # null: written where the value was undefined
+            continue
+        value = f.read(item, f"{at}.{f.key}")
+        if f.choices is not None and value not in f.choices:
+            where = f"{at}.{f.key}"
+            raise sj.FieldError(f"{where}: {value!r} is not one of {', '.join(f.choices)}")
+        values[f.name] = value
     try:
         result = cls(**values)
     except sj.FieldError:
         raise
     except (ValueError, TypeError, UsageError) as exc:  # its own check (a negative tolerance)
         raise sj.FieldError(f"{at}: {str(exc).splitlines()[0]}") from None
-    if form.check is not None:
-        form.check(result, at)
+    check = form_of(cls).check
+    if check is not None:
+        check(result, at)
     return result
 
 
@@ -202,58 +252,90 @@ def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (Union, types.UnionType)
 
 
-def _decode_value(tp: Any, raw: Any, at: str, limit: int | None) -> Any:
+def _number(raw: Any, at: str) -> float:
+    number = from_exact(raw, at)
+    if number is None:
+        raise sj.FieldError(f"{at}: expected a number, got null")
+    return number
+
+
+def _any(raw: Any, at: str) -> Any:
+    sj.check_depth(raw)
+    return raw
+
+
+_LEAVES: dict[Any, tuple[Reader, Callable[[Any], bool]]] = {
+    # reader, and the test a value passes without it (its path is made only for an error)
+    bool: (sj.boolean, lambda v: v is True or v is False),
+    int: (sj.integer, lambda v: type(v) is int and 0 <= v <= sj.MAX_INT),
+    float: (_number, lambda v: type(v) is float and math.isfinite(v)),
+    str: (sj.string, lambda v: type(v) is str),
+}
+
+
+@cache
+def _reader(tp: Any, limit: int | None = None) -> Reader:
+    """How a value of type `tp` is read (`limit`: most entries of a list)."""
     if tp is Any:
-        sj.check_depth(raw)
-        return raw
+        return _any
     if _is_union(tp):
         options = [t for t in typing.get_args(tp) if t is not type(None)]
-        if raw is None and len(options) < len(typing.get_args(tp)):
-            return None
         if len(options) != 1:
-            raise TypeError(f"{at}: a union of {options} needs a decoder in its Form")
-        return _decode_value(options[0], raw, at, limit)
+            raise TypeError(f"a union of {options} needs a decoder in its Form")
+        inner = _reader(options[0], limit)
+        if len(options) == len(typing.get_args(tp)):
+            return inner
+        return lambda raw, at: None if raw is None else inner(raw, at)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is tuple:
-        return _decode_tuple(args, raw, at, limit)
-    if origin in (Mapping, dict, typing.Mapping, dict) or tp in (dict, Mapping):
-        inner = args[1] if len(args) == 2 else Any
-        items = sj.obj(raw, at)
-        return {k: _decode_value(inner, v, f"{at}.{k}", None) for k, v in items.items()}
+        return _tuple_reader(args, limit)
+    if origin in (Mapping, dict) or tp in (dict, Mapping):
+        value = _reader(args[1] if len(args) == 2 else Any)
+        return lambda raw, at: {k: value(v, f"{at}.{k}") for k, v in sj.obj(raw, at).items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _decode_object(tp, raw, at, {})
+        return lambda raw, at: _read_object(tp, raw, at, {})
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        text = sj.string(raw, at)
-        names = [m.value for m in tp]
-        if text not in names:
-            kind = tp.__name__.lower()
-            raise sj.FieldError(f"{at}: unknown {kind} {text!r} (one of {', '.join(names)})")
-        return tp(text)
-    if tp is bool:
-        return sj.boolean(raw, at)
-    if tp is int:
-        return sj.integer(raw, at)
-    if tp is float:
-        number = from_exact(raw, at)
-        if number is None:
-            raise sj.FieldError(f"{at}: expected a number, got null")
-        return number
-    if tp is str:
-        return sj.string(raw, at)
-    raise TypeError(f"{at}: no JSON form for {tp!r}: give its field a decoder in its Form")
+        return _enum_reader(tp)
+    if tp in _LEAVES:
+        return _LEAVES[tp][0]
+    raise TypeError(f"no JSON form for {tp!r}: give its field a decoder in its Form")
 
 
-def _decode_tuple(args: tuple[Any, ...], raw: Any, at: str, limit: int | None) -> tuple[Any, ...]:
-    if len(args) == 2 and args[1] is Ellipsis:
-        inner = args[0]
-        if limit is None:
-            limit = {str: MAX_NOTES, int: MAX_TOKENS, float: MAX_TOKENS}.get(inner)
-        items = sj.array(raw, at, limit=limit)
-        return tuple(_decode_value(inner, v, f"{at}[{i}]", None) for i, v in enumerate(items))
-    items = sj.array(raw, at)
-    if len(items) != len(args):
-        raise sj.FieldError(f"{at}: expected {len(args)} entries, got {len(items)}")
-    return tuple(
-        _decode_value(t, v, f"{at}[{i}]", None)
-        for i, (t, v) in enumerate(zip(args, items, strict=True))
-    )
+def _enum_reader(tp: type[enum.Enum]) -> Reader:
+    members = {m.value: m for m in tp}
+
+    def read(raw: Any, at: str) -> enum.Enum:
+        member = members.get(sj.string(raw, at))
+        if member is None:
+            names = ", ".join(map(str, members))
+            raise sj.FieldError(f"{at}: unknown {tp.__name__.lower()} {raw!r} (one of {names})")
+        return member
+
+    return read
+
+
+def _tuple_reader(args: tuple[Any, ...], limit: int | None) -> Reader:
+    if len(args) != 2 or args[1] is not Ellipsis:  # a fixed length: (K, N)
+        items = tuple(_reader(t) for t in args)
+
+        def fixed(raw: Any, at: str) -> tuple[Any, ...]:
+            values = sj.array(raw, at)
+            if len(values) != len(items):
+                raise sj.FieldError(f"{at}: expected {len(items)} entries, got {len(values)}")
+            pairs = enumerate(zip(items, values, strict=True))
+            return tuple(read(v, f"{at}[{i}]") for i, (read, v) in pairs)
+
+        return fixed
+    inner = args[0]
+    if limit is None:
+        limit = {str: MAX_NOTES, int: MAX_TOKENS, float: MAX_TOKENS}.get(inner)
+    read = _reader(inner)
+    ok = _LEAVES[inner][1] if inner in _LEAVES else None
+
+    def listed(raw: Any, at: str) -> tuple[Any, ...]:
+        values = sj.array(raw, at, limit=limit)
+        if ok is not None and all(map(ok, values)):  # a leaf list: a path only for an error
+            return tuple(float(v) for v in values) if inner is float else tuple(values)
+        return tuple(read(v, f"{at}[{i}]") for i, v in enumerate(values))
+
+    return listed
