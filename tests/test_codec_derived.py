@@ -5,10 +5,13 @@ a malformed saved run is refused in one line that names the field."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import logging
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from parity.reports.derived import decode, encode, form_of
 from parity.reports.saved_run import load_run
 from parity.results import ValidationRun
 from parity.results.by_name import analysis_result
+from tests.helpers import frozen_models
 
 MLP_SOURCE = """
 import torch
@@ -47,9 +51,10 @@ def make():
 
 @pytest.fixture(scope="module")
 def int4_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[ValidationRun, Path, ValidationRun]:
-    """(the run, its saved file, the float file's run): an int4 file judged with --layers and
+    """(the run, its saved file, other runs' values): an int4 file judged with --layers and
     --suggest, so that its quantization, layers and suggestions are real; the float export it
-    was made from judged with --noise-floor (an int4 file has no float noise floor)."""
+    was made from judged with --noise-floor (an int4 file has no float noise floor), and a
+    model frozen at its export's size (tests/helpers/frozen_models.py: its frozen node)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     root = tmp_path_factory.mktemp("derived")
@@ -77,7 +82,13 @@ def int4_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[ValidationRun, P
         RunConfig(model=model, onnx=str(int4), n_input_sets=2, layers=True, suggest=True)
     )
     floor = run_validation(RunConfig(model=model, onnx=str(raw), noise_floor=True))
-    return run, run.save(root / "int4.parity.npz"), floor
+    frozen_models.write_models(root)
+    with contextlib.redirect_stdout(io.StringIO()):
+        pool = frozen_models.export(root, "pool", dynamo=False)
+    frozen = run_validation(RunConfig(model=f"{root / 'models.py'}:pool", onnx=str(pool)))
+    assert frozen.frozen  # the Div by height x width, found and confirmed
+    others = replace(floor, frozen=frozen.frozen, static_axes=frozen.static_axes)
+    return run, run.save(root / "int4.parity.npz"), others
 
 
 OWN_CODECS = {"LayersResult", "ErrorProfile", "Tolerances", "DataResult"}
@@ -135,6 +146,7 @@ def test_every_result_type_of_a_real_run_round_trips(int4_run) -> None:
         "QuantizedWeight",
         "QuantizedOutput",
         "SuggestedTolerances",
+        "FrozenNode",
     } <= names, names
     for value in values:
         for exact in (True, False):
