@@ -286,3 +286,15 @@ def test_a_new_analysis_result_is_saved_and_reported_by_its_name(int4_run, tmp_p
         "note": "found",
     }
     assert report["quantization"]["bits"] == "int4"
+
+
+def test_an_analysis_result_never_replaces_a_field_of_the_json() -> None:
+    """A result registered under a name the report or a candidate's entry already uses
+    ("layers", "index") is refused where it would be written, never saved over it."""
+    from parity.reports.report_json import put_results
+
+    entry = {"index": 0, "layers": None}
+    with pytest.raises(ValueError, match="analysis result 'layers' would replace"):
+        put_results(entry, {"layers": ProbeResult(worst=1.0)}, exact=True)
+    put_results(entry, {"probe": ProbeResult(worst=1.0)}, exact=True)
+    assert entry["probe"] == {"worst": 1.0, "nodes": [], "note": None}

@@ -28,6 +28,7 @@ from parity.reports.forms import noise_from_json, noise_to_json, register_forms
 from parity.reports.report_json import (
     REPORT_SCHEMA,
     generation_report_json,
+    put_results,
     report_json,
     report_rows_from_json,
     report_verdict,
@@ -377,8 +378,7 @@ def _candidates_to_json(
             if c.layers is None
             else layers_to_json(c.layers, put, "layers" if k == 0 else f"layers/c{c.index}")
         )
-        for name, result in c.results.items():  # each analysis's, under its name
-            entry[name] = encode(result)
+        put_results(entry, c.results, exact=True)  # each analysis's, under its name
         row += len(c.outputs)
         position += len(c.onnx_outputs)
         entries.append(entry)

@@ -24,6 +24,7 @@ from parity.verdict import Verdict
 __all__ = [
     "REPORT_SCHEMA",
     "generation_report_json",
+    "put_results",
     "report_json",
     "report_rows_from_json",
     "report_verdict",
@@ -88,8 +89,6 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
             data["generation"] = generation_report_json(run.generation)
     if run.layers is not None:
         data["layers"] = run.layers.to_json()
-    for name, result in run.candidates[0].results.items() if run.candidates else ():
-        data[name] = _strict(result)  # the lead's, by analysis: "quantization", ...
     if run.data is not None:  # --data: answers on the user's samples (parity.data.codec)
         from parity.data.codec import data_to_json
 
@@ -99,11 +98,22 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
     data["findings"] = findings_json(run)  # the one list every front renders
     if run.suggested_tolerances is not None:  # asked for (--suggest): checked on fresh sets
         data["suggested_tolerances"] = _strict(run.suggested_tolerances)
+    if run.candidates:  # the lead's analysis results, by name: "quantization", ...
+        put_results(data, run.candidates[0].results, exact=False)
     return strict(data)
 
 
 def _strict(value: Any) -> Any:
     return encode(value, exact=False)
+
+
+def put_results(data: dict[str, Any], results: Mapping[str, object], *, exact: bool) -> None:
+    """Each analysis's result into `data` under the analysis's name (parity.results.by_name);
+    a name `data` already has is refused: a result never stands in for another field."""
+    for name, result in results.items():
+        if name in data:
+            raise ValueError(f"analysis result {name!r} would replace the JSON's own {name!r}")
+        data[name] = encode(result, exact=exact)
 
 
 def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[str, Any]:
@@ -115,8 +125,8 @@ def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[s
     data["seconds"] = round(float(info.seconds), 6)
     if run.is_multi_candidate and candidate.layers is not None:
         data["layers"] = candidate.layers.to_json()
-    for name, result in candidate.results.items() if run.is_multi_candidate else ():
-        data[name] = _strict(result)  # each analysis's, under its name
+    if run.is_multi_candidate:
+        put_results(data, candidate.results, exact=False)
     return {**head, "verdict": candidate.verdict, **data}
 
 
