@@ -50,7 +50,6 @@ from parity.results import (
     Provenance,
     SavedFrom,
     StaticAxis,
-    SuggestedTolerances,
     ValidationRun,
 )
 from parity.results.by_name import result_types
@@ -103,7 +102,7 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
             None if kept is None else output_sets_to_json("ref", (kept,), put, start=s)[0]
         )
         input_sets.append(entry)
-    return {
+    manifest = {
         "model": run.model,
         "onnx": run.onnx,
         "environment": {str(k): str(v) for k, v in run.environment.items()},
@@ -116,13 +115,14 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         # a generation's JSON is plain (null where a margin was infinite), as it always was
         "generation": encode(run.generation, exact=False),
         "candidates": _candidates_to_json(run, put, keep_outputs),
-        "suggested_tolerances": encode(run.suggested_tolerances),
         "frozen": encode(run.frozen),
         "static_axes": encode(run.static_axes),
         "analyses": encode(run.analyses),
         "judge": run.judge,
         "data": None if run.data is None else _data_to_json(run.data, put),
     }
+    put_results(manifest, run.results, exact=True)  # each analysis's of the whole run
+    return manifest
 
 
 def _data_to_json(data: Any, put: ArrayPut) -> dict[str, Any]:
@@ -186,9 +186,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         saved=saved,
         frozen=frozen_from_json(m.get("frozen")),
         static_axes=static_axes_from_json(m.get("static_axes")),
-        suggested_tolerances=decode(
-            SuggestedTolerances | None, m.get("suggested_tolerances"), "suggested_tolerances"
-        ),
+        results=_results_from_json(m, "", per_run=True),
         analyses=_listed(AnalysisNote, m.get("analyses"), "analyses"),
         judge=decode(Judge, m.get("judge", "tolerance"), "judge"),
         data=_data_from_json(m.get("data"), get),
@@ -415,12 +413,15 @@ def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[Cand
     return tuple(records)
 
 
-def _results_from_json(entry: Mapping[str, Any], at: str) -> dict[str, object]:
-    """A candidate's analysis results, each under its analysis's name (parity.results.by_name:
-    a type registered there, when parity.results is imported, is read with no edit here)."""
+def _results_from_json(
+    entry: Mapping[str, Any], at: str, *, per_run: bool = False
+) -> dict[str, object]:
+    """A candidate's analysis results (with `per_run`, the run's), each under its analysis's
+    name (parity.results.by_name: a type registered there is read with no edit here)."""
+    prefix = f"{at}." if at else ""
     return {
-        name: decode(cls, entry[name], f"{at}.{name}")
-        for name, cls in result_types().items()
+        name: decode(cls, entry[name], f"{prefix}{name}")
+        for name, cls in result_types(per_run=per_run).items()
         if entry.get(name) is not None
     }
 

@@ -96,8 +96,7 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
     from parity.show.findings import findings_json
 
     data["findings"] = findings_json(run)  # the one list every front renders
-    if run.suggested_tolerances is not None:  # asked for (--suggest): checked on fresh sets
-        data["suggested_tolerances"] = _strict(run.suggested_tolerances)
+    put_results(data, run.results, exact=False)  # the run's analysis results, by name
     if run.candidates:  # the lead's analysis results, by name: "quantization", ...
         put_results(data, run.candidates[0].results, exact=False)
     return strict(data)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from parity.results.by_name import analysis_result
 from parity.tolerances import Tolerance, Tolerances
 
 FROZEN_KINDS = ("size", "branch")  # `frozen[].kind`
@@ -93,6 +94,7 @@ class Finding:
 SUGGESTION_BASES = ("rounding", "observed")  # `suggested_tolerances.basis`
 
 
+@analysis_result("suggested_tolerances", per_run=True)
 @dataclass(frozen=True)
 class SuggestedTolerances:
     """Per-output tolerances Parity suggests (parity.analyses.fresh_check): fitted on the run's

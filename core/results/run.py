@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,8 @@ from parity.verdict import Judge, Verdict, judge_of
 
 if TYPE_CHECKING:  # annotation only: parity.layers stands on this package
     from parity.layers.result import LayersResult
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ class ValidationRun:
     frozen: tuple[FrozenNode, ...] = ()
     # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
     static_axes: tuple[StaticAxis, ...] = ()
-    # tolerances suggested and checked on fresh input sets (parity.analyses.fresh_check), if asked
-    suggested_tolerances: SuggestedTolerances | None = None
+    # what each analysis of the whole run found, by its name (parity.results.by_name): the
+    # tolerances suggested and checked on fresh input sets ("suggested_tolerances", --suggest)
+    results: Mapping[str, object] = field(default_factory=dict)
     # what each analysis asked for did, or why it could not (parity.analyses)
     analyses: tuple[AnalysisNote, ...] = ()
     # how `verdict` is decided: the tolerance (default) or the cause (parity.show.cause)
@@ -132,6 +135,21 @@ class ValidationRun:
             for k, info in enumerate(infos)
         )
         return cls(cases=cases, candidates=runs, **fields)
+
+    def result(self, name: str, cls: type[R]) -> R | None:
+        """Analysis `name`'s result of the whole run (None: not run, or found nothing)."""
+        value = self.results.get(name)
+        return value if isinstance(value, cls) else None
+
+    def with_result(self, name: str, result: object) -> ValidationRun:
+        """The run with analysis `name`'s result of the whole run (a type registered under
+        `name` with per_run: parity.results.by_name)."""
+        return replace(self, results={**self.results, name: result})
+
+    @property
+    def suggested_tolerances(self) -> SuggestedTolerances | None:
+        """Tolerances suggested and checked on fresh input sets (parity.analyses.fresh_check)."""
+        return self.result("suggested_tolerances", SuggestedTolerances)
 
     @cached_property
     def input_sets(self) -> tuple[InputSet, ...]:
