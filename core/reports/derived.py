@@ -3,10 +3,11 @@ and `typing.get_type_hints`, so a field added to a result type is written and re
 no edit here or in parity.reports.codec (a file saved before it existed reads its default).
 
 The types say the form: a frozen dataclass is an object keyed by its field names, a tuple a
-list, `X | None` null or X, an enum its value, a `Mapping[str, X]` an object, `Any` plain
-JSON. Floats follow parity.files.json_output: `exact` (a saved run: "nan", "inf" and "-inf"
-come back bit for bit) or strict (the report: null). Reading is strict JSON checked field by
-field (parity.files.strict_json), every FieldError naming its dotted path. Where a type's
+list, `X | None` null or X, an enum its value, a `Literal` one of its values, a
+`Mapping[str, X]` an object, `Any` plain JSON. Floats follow parity.files.json_output: `exact`
+(a saved run: "nan", "inf" and "-inf" come back bit for bit) or strict (the report: null).
+Reading is strict JSON checked field by field (parity.files.strict_json), every FieldError
+naming its dotted path. Where a type's
 JSON truly differs from its fields (a renamed key, a property written for readers, a field
 kept elsewhere, values from a closed list, what fields must agree on), its `Form` says so
 (parity.reports.forms registers them); nothing else is per type.
@@ -287,6 +288,8 @@ def _reader(tp: Any, limit: int | None = None) -> Reader:
             return inner
         return lambda raw, at: None if raw is None else inner(raw, at)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:  # one of a few texts or numbers
+        return lambda raw, at: _one_of(args, raw, at)
     if origin is tuple:
         return _tuple_reader(args, limit)
     if origin in (Mapping, dict) or tp in (dict, Mapping):
@@ -299,6 +302,13 @@ def _reader(tp: Any, limit: int | None = None) -> Reader:
     if tp in _LEAVES:
         return _LEAVES[tp][0]
     raise TypeError(f"no JSON form for {tp!r}: give its field a decoder in its Form")
+
+
+def _one_of(values: tuple[Any, ...], raw: Any, at: str) -> Any:
+    if not any(raw == v and type(raw) is type(v) for v in values):
+        shown = ", ".join(map(repr, values))
+        raise sj.FieldError(f"{at}: {raw!r} is not one of {shown}")
+    return raw
 
 
 def _enum_reader(tp: type[enum.Enum]) -> Reader:
