@@ -184,18 +184,20 @@ def test_a_field_added_to_any_type_is_carried_with_no_codec_edit(int4_run) -> No
                 ("added", float, dataclasses.field(default=0.5)),
                 ("added_notes", tuple[str, ...], dataclasses.field(default=())),
                 ("added_kind", Literal["one", "two"], dataclasses.field(default="one")),
+                ("added_sizes", list[int], dataclasses.field(default_factory=list)),
             ],
             bases=(cls,),
             frozen=True,
         )
         kept = {f.name: getattr(value, f.name) for f in dataclasses.fields(cls) if f.init}
-        new = grown(**kept, added=2.25, added_notes=("a", "b"), added_kind="two")
+        new = grown(**kept, added=2.25, added_notes=("a", "b"), added_kind="two", added_sizes=[3])
         data = encode(new)
         assert data["added"] == 2.25 and data["added_notes"] == ["a", "b"], cls.__name__
         assert decode(grown, data, "v", **_given(new)) == new, cls.__name__
-        del data["added"], data["added_notes"], data["added_kind"]  # saved before they existed
+        for key in ("added", "added_notes", "added_kind", "added_sizes"):
+            del data[key]  # saved before they existed
         old = decode(grown, data, "v", **_given(new))
-        assert (old.added, old.added_notes, old.added_kind) == (0.5, (), "one"), cls.__name__
+        assert (old.added, old.added_notes, old.added_kind, old.added_sizes) == (0.5, (), "one", [])
         with pytest.raises(FieldError, match=r"^v\.added: expected a finite number"):
             decode(grown, {**encode(new), "added": "much"}, "v", **_given(new))
         with pytest.raises(FieldError, match=r"^v\.added_kind: 'three' is not one of"):

@@ -24,7 +24,7 @@ import enum
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field
 from functools import cache
 from typing import Any, Union
@@ -292,6 +292,11 @@ def _reader(tp: Any, limit: int | None = None) -> Reader:
         return lambda raw, at: _one_of(args, raw, at)
     if origin is tuple:
         return _tuple_reader(args, limit)
+    if origin in (list, Sequence):  # a list field (a frozen type's is a tuple, but it reads)
+        items = _tuple_reader((args[0] if args else Any, ...), limit)
+        return lambda raw, at: list(items(raw, at)) if origin is list else items(raw, at)
+    if typing.is_typeddict(tp):  # free-form settings typed by their keys: plain JSON
+        return _any
     if origin in (Mapping, dict) or tp in (dict, Mapping):
         value = _reader(args[1] if len(args) == 2 else Any)
         return lambda raw, at: {k: value(v, f"{at}.{k}") for k, v in sj.obj(raw, at).items()}
