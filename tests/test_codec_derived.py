@@ -1,4 +1,4 @@
-"""The codec derived from the types (parity.reports.derived): every result type of a real small
+"""The codec derived from the types (parity.files.derived_json): every result type of a real small
 run (an int4 MLP made by ONNX Runtime's quantizer, judged with its noise floor and layers)
 goes to JSON and back equal, a field added to any of them is carried with no codec edit, and
 a malformed saved run is refused in one line that names the field."""
@@ -22,8 +22,8 @@ import torch
 
 from parity.cli import main
 from parity.errors import FieldError
+from parity.files.derived_json import decode, encode, form_of
 from parity.pipeline import RunConfig, run_validation
-from parity.reports.derived import decode, encode, form_of
 from parity.reports.saved_run import load_run
 from parity.results import ValidationRun
 from parity.results.by_name import analysis_result
@@ -237,6 +237,10 @@ def _forged(saved: Path, target: Path, edit) -> Path:
         (
             lambda m: m["candidates"][0]["quantization"]["weights"][0].update(shape=[1, 2, 3]),
             "candidates[0].quantization.weights[0].shape: expected 2 entries",
+        ),
+        (
+            lambda m: m["candidates"][0]["layers"]["values"][0].update(order="first"),
+            "candidates[0].layers.values[0].order: expected an integer",
         ),
         (
             lambda m: m["analyses"].extend([{"analysis": "x", "text": "y"}] * 10_001),

@@ -2,7 +2,7 @@
 
 A manifest must reopen the run exactly: figures are written losslessly, arrays go to the
 container (parity.reports.saved_run) through an `ArrayPut` and come back through an
-`ArrayGet`. Every result type's JSON is derived from its fields (parity.reports.derived, with
+`ArrayGet`. Every result type's JSON is derived from its fields (parity.files.derived_json, with
 parity.reports.forms where a type's JSON differs), so a field added to a type is saved and
 read back with no edit here. This module says where the run's parts and arrays lie: each
 input set's feeds, reference outputs and exclusion masks in its `input_sets[]` entry, each
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import parity.files.strict_json as sj
+from parity.files.derived_json import MAX_NOTES, MAX_TOKENS, decode, encode
 from parity.files.json_output import exact, from_exact, plain
-from parity.reports.derived import MAX_NOTES, MAX_TOKENS, decode, encode
 from parity.reports.forms import noise_from_json, noise_to_json, register_forms
 from parity.reports.report_json import (
     REPORT_SCHEMA,
@@ -518,4 +518,4 @@ def layers_from_json(data: Any, get: ArrayGet, at: str) -> LayersResult | None:
         ref = get(sj.field(k, "ref", where), f"{where}.ref")
         onnx = get(sj.field(k, "onnx", where), f"{where}.onnx")
         kept.append(decode(KeptValue, k, where, ref=ref, onnx=onnx))
-    return LayersResult.from_json(data, kept=tuple(kept))
+    return LayersResult.from_json(data, kept=tuple(kept), at=at)

@@ -1,4 +1,4 @@
-"""Where a result type's JSON differs from its fields: each one's `Form` (parity.reports.derived
+"""Where a result type's JSON differs from its fields: each one's `Form` (parity.files.derived_json
 derives the rest from the type). A type not named here is written field by field, and a field
 added to any type is carried with no edit here.
 
@@ -16,9 +16,9 @@ from dataclasses import fields
 from typing import Any
 
 import parity.files.strict_json as sj
+from parity.files.derived_json import MAX_TOKENS, Form, register
 from parity.files.json_output import exact, from_exact, plain, strict
 from parity.layers.result import KeptValue
-from parity.reports.derived import MAX_TOKENS, Form, register
 from parity.results import (
     FROZEN_KINDS,
     NOISE_PRECISIONS,

@@ -11,7 +11,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import parity.files.strict_json as sj
-from parity.reports.derived import decode
+from parity.files.derived_json import decode
 from parity.results import (
     CandidateInfo,
     CandidateRun,

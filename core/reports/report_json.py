@@ -1,6 +1,6 @@
 """The JSON report (schema ``parity.report/1``), strict and read by people and CI: non-finite
 numbers are null, and its fields keep their names and meanings once they exist. Each part is
-the derived codec's (parity.reports.derived, in its strict form); this module says which
+the derived codec's (parity.files.derived_json, in its strict form); this module says which
 parts the report holds, and reads a report's rows and verdict back (a sweep judges by them).
 """
 
@@ -11,10 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 import parity.files.strict_json as sj
+from parity.files.derived_json import decode, encode
 from parity.files.json_output import strict
 from parity.judge.where import WhereProfile, where_of
 from parity.labels import wrong_pair_note
-from parity.reports.derived import decode, encode
 from parity.reports.forms import noise_to_json, register_forms
 from parity.results import CandidateRun, GenerationInfo, OutputComparison, RunKind, ValidationRun
 from parity.show.forgiven import forgiven_json

@@ -2,7 +2,7 @@
 name (`analysis_result`), a candidate holds its results by that name (CandidateRun.results),
 or the run does for a result of the whole run (ValidationRun.results, `per_run`), and the codec
 and the JSON report write and read every registered type with no edit (parity.reports.codec,
-parity.reports.derived): a new analysis adds its type and registers it.
+parity.files.derived_json): a new analysis adds its type and registers it.
 """
 
 from __future__ import annotations

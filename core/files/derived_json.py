@@ -9,8 +9,8 @@ list, `X | None` null or X, an enum its value, a `Literal` one of its values, a
 Reading is strict JSON checked field by field (parity.files.strict_json), every FieldError
 naming its dotted path. Where a type's JSON truly differs from its fields (a renamed key, a
 property written for readers, a field kept elsewhere, values from a closed list, what fields
-must agree on), its `Form` says so (parity.reports.forms registers them); nothing else is per
-type.
+must agree on), its `Form` says so (parity.reports.forms registers the result types'; a
+type below parity.reports, a layer's value, registers its own); nothing else is per type.
 
 Why not cattrs or msgspec: the saved-run format predates this module and must not change,
 its checks (dotted-path errors, bounded lists, exact floats, defaults for fields a file
