@@ -365,14 +365,14 @@ def test_a_failing_pytest_shows_the_message_not_parity_internals(tmp_path: Path)
 
 def test_a_runs_methods_are_declared_on_its_class() -> None:
     """to_json, save, write_html and the notebook view are ValidationRun's own methods, typed
-    in parity.results (what a type checker and help() read), not attached from elsewhere."""
+    in parity.results.run (what a type checker and help() read), not attached from elsewhere."""
     import typing
 
-    from parity import results
+    from parity.results import run as results
 
     for name in ("to_json", "save", "write_html", "_repr_html_"):
         method = ValidationRun.__dict__[name]
-        assert method.__module__ == "parity.results", name
+        assert method.__module__ == "parity.results.run", name
         assert typing.get_type_hints(method)["return"] in (dict[str, typing.Any], Path, str)
     assert results._RUN_FILES, "parity.api wires parity.reports in when parity is imported"
 

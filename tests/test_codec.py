@@ -354,6 +354,7 @@ LATER_FIELDS = {
     "feeding",  # layers.values[]: the unmatched nodes feeding a flagged value, by op
     "moves_data",  # layers.values[]: its node only moves data
     "matching_errors",  # layers
+    "pairing",  # a reference output set's pairing line, saved since the codec is derived
 }
 
 

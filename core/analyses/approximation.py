@@ -145,7 +145,7 @@ class Approximation(Analysis):
                 results[index] = result
         if not results:
             return run
-        return run.with_approximation(results)
+        return run.with_results("approximation", results)
 
 
 QUANTIZING = {

@@ -76,7 +76,7 @@ class Quantization(Analysis):
                 index: judge_against_reference(run, context, index, path)
                 for index, path in found.items()
             }
-            run = run.with_quantization(results)
+            run = run.with_results("quantization", results)
             return noted(run, NAME, "the reference file run again with each file's weights")
         side = context.source.torch_side()
         model = getattr(side.model, "module", None)
@@ -104,7 +104,7 @@ class Quantization(Analysis):
                 return noted(run, NAME, f"quantized weights not judged: {why}", done=False)
             except (BudgetError, ModelRunError, OnnxLoadError) as exc:  # the run stands
                 return noted(run, NAME, f"quantized weights not judged: {exc.message}", done=False)
-        run = with_measured_floor(run.with_quantization(results), floors)
+        run = with_measured_floor(run.with_results("quantization", results), floors)
         words = ", ".join(f"#{i}" for i in results) if run.is_multi_candidate else "the file"
         return noted(run, NAME, f"{words}: torch run again with its own dequantized weights")
 

@@ -4,8 +4,6 @@ and the model are at hand. The fresh sets' count and size are said before they r
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from parity.analyses.interface import Analysis, AnalysisContext, noted
 from parity.results import ValidationRun
 from parity.run.config import RunConfig
@@ -28,7 +26,7 @@ class Suggest(Analysis):
             said += " (torch in float64 on each too: this run has no noise floor to tell a bug)"
         context.report(NOTICE, said, None)
         checked = suggest_checked(run, context.config, rerun=context.rerun)
-        run = replace(run, suggested_tolerances=checked)
+        run = run.with_result("suggested_tolerances", checked)
         if checked.outputs:
             return run
         return noted(run, self.name, NOTHING, done=False)

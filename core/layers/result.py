@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+import parity.files.strict_json as sj
+from parity.files.derived_json import Form, decode, encode, register
 from parity.files.json_output import finite_or_none
 
 FINDINGS = (
@@ -83,61 +85,38 @@ class LayerValue:
     moves_data: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "order": self.order,
-            "onnx_value": self.onnx_value,
-            "onnx_node": self.onnx_node,
-            "onnx_op": self.onnx_op,
-            "torch_module": self.torch_module,
-            "torch_node": self.torch_node,
-            "input_set": self.input_set,
-            "shape": [int(d) for d in self.shape],
-            "max_abs": finite_or_none(self.max_abs),
-            "max_rel": finite_or_none(self.max_rel),
-            "scale": finite_or_none(self.scale),
-            "error_ratio": finite_or_none(self.error_ratio),
-            "jump": finite_or_none(self.jump),
-            "cosine": finite_or_none(self.cosine),
-            "status": str(self.status),
-            "inputs": [int(i) for i in self.inputs],
-            "sqnr_db": finite_or_none(self.sqnr_db),
-            "dtype": self.dtype or None,
-            "input_of": self.feeds,
-            "ops": list(self.ops),
-            "not_comparable": self.reason,  # why, where the status says so
-            "covers": list(self.covers),
-            "feeding": {op: int(n) for op, n in self.feeding},
-            "moves_data": self.moves_data,
-        }
+        """Its JSON in the report's "layers" block (strict: null for non-finite numbers),
+        derived from its fields (parity.files.derived_json; its form: _VALUE_FORM)."""
+        data: dict[str, Any] = encode(self, exact=False)
+        return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LayerValue:
-        return cls(
-            order=int(data["order"]),
-            onnx_value=str(data["onnx_value"]),
-            onnx_node=str(data["onnx_node"]),
-            onnx_op=str(data["onnx_op"]),
-            torch_module=_opt_str(data.get("torch_module")),
-            torch_node=_opt_str(data.get("torch_node")),
-            input_set=int(data["input_set"]),
-            shape=tuple(int(d) for d in data.get("shape") or ()),
-            max_abs=_opt_float(data.get("max_abs")),
-            max_rel=_opt_float(data.get("max_rel")),
-            scale=_opt_float(data.get("scale")),
-            error_ratio=_opt_float(data.get("error_ratio")),
-            jump=_opt_float(data.get("jump")),
-            cosine=_opt_float(data.get("cosine")),
-            status=str(data["status"]),
-            inputs=tuple(int(i) for i in data.get("inputs") or ()),
-            sqnr_db=_opt_float(data.get("sqnr_db")),
-            dtype=_opt_str(data.get("dtype")) or "",
-            feeds=_opt_str(data.get("input_of")),
-            ops=tuple(str(o) for o in data.get("ops") or ()),
-            reason=_opt_str(data.get("not_comparable")),
-            covers=tuple(str(m) for m in data.get("covers") or ()),
-            feeding=tuple((str(op), int(n)) for op, n in dict(data.get("feeding") or {}).items()),
-            moves_data=bool(data.get("moves_data", False)),
-        )
+    def from_json(cls, data: Mapping[str, Any], at: str = "layers.values[]") -> LayerValue:
+        """What `to_json` wrote, every field checked (FieldError naming it by `at`)."""
+        value: LayerValue = decode(cls, data, at)
+        return value
+
+
+def _feeding(raw: Any, at: str) -> tuple[tuple[str, int], ...]:
+    return tuple((op, sj.integer(n, f"{at}.{op}")) for op, n in sj.obj(raw, at).items())
+
+
+_VALUE_FORM = Form(
+    # the report's names: "input_of" (the value it feeds), "not_comparable" (why not)
+    keys={"feeds": "input_of", "reason": "not_comparable"},
+    encoders={
+        "dtype": lambda v, exact: v or None,  # "": float32, written null
+        "feeding": lambda v, exact: {op: int(n) for op, n in v},
+    },
+    decoders={"feeding": _feeding},
+    # a report written before a figure existed lacks it: not measured
+    absent={
+        **dict.fromkeys(("torch_module", "torch_node", "max_abs", "max_rel", "scale")),
+        **dict.fromkeys(("error_ratio", "jump", "cosine")),
+        "shape": (),
+    },
+)
+register(LayerValue, _VALUE_FORM)
 
 
 class Outcome(StrEnum):
@@ -324,7 +303,9 @@ class LayersResult:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], kept: tuple[KeptValue, ...] = ()) -> LayersResult:
+    def from_json(
+        cls, data: Mapping[str, Any], kept: tuple[KeptValue, ...] = (), at: str = "layers"
+    ) -> LayersResult:
         first = data.get("first_divergence")
         confirmations = [
             Confirmation.from_json(c)
@@ -344,8 +325,13 @@ class LayersResult:
             matched=int(data["matched"]),
             unmatched_onnx=int(data["unmatched_onnx"]),
             unmatched_torch=int(data["unmatched_torch"]),
-            first_divergence=None if first is None else LayerValue.from_json(first),
-            values=tuple(LayerValue.from_json(v) for v in data.get("values") or ()),
+            first_divergence=None
+            if first is None
+            else LayerValue.from_json(first, f"{at}.first_divergence"),
+            values=tuple(
+                LayerValue.from_json(v, f"{at}.values[{i}]")
+                for i, v in enumerate(data.get("values") or ())
+            ),
             notes=tuple(str(n) for n in data.get("notes") or ()),
             threshold=_opt_float(data.get("threshold")),
             min_jump=_opt_float(data.get("min_jump")),

@@ -27,6 +27,7 @@ from parity.show.cause_labels import INTENDED_COLOR, INTENDED_TEXT
 from parity.text import number_text, ratio_text
 
 __all__ = [
+    "ATOL_COLOR",
     "css_palette",
     "mark_css",
     "status_css",
@@ -52,6 +53,7 @@ RATIO_SPAN = 3.0
 _EPS_Z = 1e-3  # keeps a passing value on the green side of the line and a failing one off it
 _PASS_STOPS = ((-3.0, "#5aae61"), (-2.0, "#a6d96a"), (-1.0, "#d9ef8b"), (0.0, "#fee08b"))
 _FAIL_STOPS = ((0.0, "#e0392b"), (1.5, "#a50026"), (3.0, "#5c0011"))
+ATOL_COLOR = "#0969da"  # the tolerance drawn on a figure (a line, a mark)
 PASS_COLOR = "#1a7f37"
 """A passing line or mark drawn in a figure (the pass line, a tolerance's own line)."""
 WARN_COLOR = "#f2cc60"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -20,20 +19,20 @@ from plotly.subplots import make_subplots
 
 from parity.judge.pass_rule import allowed, exceeds
 from parity.judge.ratio import element_errors
-from parity.judge.where import AxisProfile, WhereProfile
-from parity.labels import set_label
-from parity.results import OutputComparison, ValidationRun
-from parity.show.cause_labels import intended_outputs
 from parity.show.colors import (
+    ATOL_COLOR,
     FAIL_COLOR,
     PASS_COLOR,
     RATIO_COLORBAR,
     RATIO_COLORSCALE,
     RATIO_SPAN,
-    STRUCTURAL_COLOR,
-    cell_look,
     ratio_z,
 )
+
+# the grid and the where profile are their own modules; their names stay importable from here
+from parity.show.grid_figure import GridCell as GridCell
+from parity.show.grid_figure import judgement_grid as judgement_grid
+from parity.show.grid_figure import verdict_grid as verdict_grid
 from parity.show.reductions import (
     JUDGED_KINDS,
     ErrorHistogram,
@@ -43,10 +42,11 @@ from parity.show.reductions import (
     WorstElements,
     as_2d_shape,
 )
+from parity.show.where_figure import MAX_PROFILE_BARS as MAX_PROFILE_BARS
+from parity.show.where_figure import where_figure as where_figure
 from parity.text import number_text, plot_number_format, plot_text
 from parity.tolerances import Tolerance
 
-ATOL_COLOR = "#0969da"
 ERROR_SCALE = "Inferno"
 SIGNED_SCALE = "RdBu_r"
 VALUE_SCALE = "Viridis"
@@ -644,249 +644,3 @@ def mismatch_curve(
         height=340,
     )
     return fig
-
-
-@dataclass(frozen=True)
-class GridCell:
-    """One cell of a judgement grid: where it sits, the comparison it shows, and what a
-    click on it selects (plotly customdata)."""
-
-    row: str
-    column: str
-    comparison: OutputComparison
-    select: tuple = ()
-    note: str = ""  # more hover words (a candidates grid: on how many sets it fails)
-    intended: str = ""  # the cause's label of a failure the file meant (parity.show.cause_labels)
-
-
-def judgement_grid(
-    cells: Sequence[GridCell],
-    *,
-    rows: Sequence[str],
-    columns: Sequence[str],
-    title: str,
-    column_title: str = "output",
-) -> go.Figure:
-    """Rows x columns of comparisons, each cell coloured by its worst error ÷ allowed error
-    (parity.show.colors: the same scale in every run, greens pass, reds fail) and marked in
-    words (✓, ✗, shape, dtype, missing) so the verdict reads without colour. Shape, dtype
-    and missing cells are drawn in their own colour, never left empty. Row and column
-    labels are plain text (plot_text); a click on a mark selects its `select` data.
-    """
-    rows = [plot_text(r) for r in rows]
-    columns = [plot_text(c) for c in columns]
-    where = {name: i for i, name in enumerate(rows)}, {name: j for j, name in enumerate(columns)}
-    z = np.full((len(rows), len(columns)), np.nan)
-    # cells off the ratio scale, by their own colour: structural (shape, dtype, missing)
-    # and intended (amber)
-    other: dict[str, np.ndarray] = {}
-    hover = [["" for _ in columns] for _ in rows]
-    xs, ys, marks, colors, custom, texts = [], [], [], [], [], []
-    for cell in cells:
-        i, j = where[0][plot_text(cell.row)], where[1][plot_text(cell.column)]
-        look = cell_look(cell.comparison, cell.intended)
-        if look.z is None:
-            other.setdefault(look.fill, np.full(z.shape, np.nan))[i, j] = 1.0
-        else:
-            z[i, j] = look.z
-        text = f"{rows[i]} · {columns[j]}<br>{plot_text(look.words)}"
-        if cell.note:
-            text += f"<br>{plot_text(cell.note)}"
-        hover[i][j] = text
-        xs.append(columns[j])
-        ys.append(rows[i])
-        marks.append(look.mark)
-        colors.append(look.text_color)
-        custom.append(list(cell.select))
-        texts.append(text)
-    common = {"x": columns, "y": rows, "xgap": 3, "ygap": 3, "hoverinfo": "text", "text": hover}
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            zmin=-RATIO_SPAN,
-            zmax=RATIO_SPAN,
-            colorscale=RATIO_COLORSCALE,
-            colorbar=dict(RATIO_COLORBAR),
-            name="judged",
-            **common,
-        )
-    )
-    for fill, cells_z in other.items():
-        fig.add_trace(
-            go.Heatmap(
-                z=cells_z,
-                colorscale=[[0.0, fill], [1.0, fill]],
-                showscale=False,
-                name="not comparable" if fill == STRUCTURAL_COLOR else "intended",
-                **common,
-            )
-        )
-    fig.add_trace(
-        go.Scatter(
-            x=xs,
-            y=ys,
-            mode="markers+text",
-            text=marks,
-            customdata=custom,
-            textfont={"color": colors, "size": 15},
-            marker={"size": 28, "opacity": 0},
-            hovertext=texts,
-            hoverinfo="text",
-            showlegend=False,
-        )
-    )
-    fig.update_layout(
-        title={"text": plot_text(title)},
-        xaxis={
-            "title": column_title,
-            "type": "category",
-            "categoryorder": "array",
-            "categoryarray": columns,
-        },
-        yaxis={
-            "title": "",
-            "type": "category",
-            "autorange": "reversed",
-            "categoryorder": "array",
-            "categoryarray": rows,
-        },
-        margin={"l": 80, "r": 20, "t": 50, "b": 50},
-        height=max(300, 90 + 56 * len(rows)),
-        plot_bgcolor="#ffffff",
-    )
-    return fig
-
-
-def verdict_grid(run: ValidationRun) -> go.Figure:
-    """Input sets x outputs (:func:`judgement_grid`). A failure that appears only at some
-    input sizes stands out as one odd row; a click selects (input set, output name)."""
-    sets = [s.index for s in run.input_sets] or sorted({c.input_set for c in run.outputs})
-    labels = {s: set_label(run, s) for s in sets}
-    intended = intended_outputs(run)
-    cells = [
-        GridCell(
-            labels[c.input_set],
-            c.name,
-            c,
-            (c.input_set, c.name),
-            intended=intended.get((c.candidate, c.name), ""),
-        )
-        for c in run.outputs
-        if c.input_set in labels
-    ]
-    return judgement_grid(
-        cells,
-        rows=[labels[s] for s in sets],
-        columns=list(run.output_names),
-        title=f"{_rows_name(run)} × outputs (colour: worst error ÷ allowed error)",
-    )
-
-
-def _rows_name(run: ValidationRun) -> str:
-    return "generate() steps" if run.is_generation else "input sets"
-
-
-MAX_PROFILE_BARS = 512
-"""Bars per axis in a where figure; longer axes are max-pooled into this many (and said so)."""
-
-
-def where_figure(where: WhereProfile) -> go.Figure:
-    """Per axis (size > 1): the mismatch fraction at each index (bars; the concentrated
-    indices in red) and the largest error ÷ allowed there (line, log scale, the pass line at
-    1); axes carry their ONNX names. The summary sentence goes beside it, as text."""
-    axes = [a for a in where.axes if a.size > 1] or list(where.axes[:1])
-    fig = make_subplots(
-        rows=max(1, len(axes)),
-        cols=1,
-        specs=[[{"secondary_y": True}] for _ in range(max(1, len(axes)))],
-        vertical_spacing=0.12 if len(axes) > 1 else 0.0,
-    )
-    for row, a in enumerate(axes, start=1):
-        starts, fraction, ratio, hot = _profile_bars(a)
-        fig.add_trace(
-            go.Bar(
-                x=starts,
-                y=fraction,
-                marker_color=np.where(hot, FAIL_COLOR, "#8c959f").tolist(),
-                name=plot_text(a.label),
-                customdata=ratio,
-                hovertemplate=f"{plot_text(a.label)} index %{{x}}<br>%{{y:.3%}} mismatch"
-                "<br>max error ÷ allowed %{customdata:.3g}<extra></extra>",
-                showlegend=False,
-            ),
-            row=row,
-            col=1,
-            secondary_y=False,
-        )
-        shown = np.where(np.isfinite(ratio) & (ratio > 0), ratio, np.nan)
-        fig.add_trace(
-            go.Scatter(
-                x=starts,
-                y=shown,
-                mode="lines",
-                line={"color": "#8250df", "width": 1.5},
-                name="max error ÷ allowed",
-                hoverinfo="skip",
-                showlegend=row == 1,
-            ),
-            row=row,
-            col=1,
-            secondary_y=True,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=[starts[0], starts[-1]] if starts.size else [0, 1],
-                y=[1.0, 1.0],
-                mode="lines",
-                line={"color": ATOL_COLOR, "dash": "dash", "width": 1},
-                name="pass line (error = allowed)",
-                hoverinfo="name",
-                showlegend=row == 1,
-            ),
-            row=row,
-            col=1,
-            secondary_y=True,
-        )
-        pooled = f" (max over blocks of {a.bin * _pool(a)} indices)" if a.bin * _pool(a) > 1 else ""
-        fig.update_xaxes(
-            title_text=plot_text(a.label) + pooled, row=row, col=1,
-            **({"dtick": 1} if starts.size <= 16 else {}),
-        )  # fmt: skip
-        fig.update_yaxes(
-            title_text="mismatch", tickformat=".0%", rangemode="tozero", row=row, col=1,
-            secondary_y=False,
-        )  # fmt: skip
-        fig.update_yaxes(
-            title_text="max ÷ allowed", type="log", row=row, col=1, secondary_y=True,
-            showgrid=False, dtick=1, exponentformat="e",
-        )  # fmt: skip
-    fig.update_layout(
-        title={"text": "Mismatch fraction and worst error ÷ allowed, per index of each axis"},
-        bargap=0.1,
-        height=140 + 190 * max(1, len(axes)),
-        margin={"l": 60, "r": 60, "t": 90, "b": 40},
-        legend={"orientation": "h", "y": 1.02, "x": 1, "xanchor": "right", "yanchor": "bottom"},
-    )
-    return fig
-
-
-def _pool(a: AxisProfile) -> int:
-    return max(1, math.ceil(a.n_mismatch.size / MAX_PROFILE_BARS))
-
-
-def _profile_bars(a: AxisProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(first index, mismatch fraction, max ratio, concentrated?) per bar, block-max pooled."""
-    fraction = np.nan_to_num(a.fraction, nan=0.0)
-    ratio = np.nan_to_num(a.max_ratio, nan=0.0, posinf=np.inf)
-    hot = np.zeros(a.n_mismatch.size, dtype=bool)
-    if a.concentrated:
-        hot[np.asarray(a.concentrated) // a.bin] = True
-    k = _pool(a)
-    if k > 1:
-        n = math.ceil(fraction.size / k) * k
-        pad = n - fraction.size
-        fraction = np.pad(fraction, (0, pad)).reshape(-1, k).max(axis=1)
-        ratio = np.pad(ratio, (0, pad)).reshape(-1, k).max(axis=1)
-        hot = np.asarray(np.pad(hot, (0, pad)).reshape(-1, k).any(axis=1))
-    starts = np.arange(fraction.size) * k * a.bin
-    return starts, fraction, ratio, hot

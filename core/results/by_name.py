@@ -1,0 +1,38 @@
+"""Analysis results held by name: an analysis's result type is registered under the analysis's
+name (`analysis_result`), a candidate holds its results by that name (CandidateRun.results),
+or the run does for a result of the whole run (ValidationRun.results, `per_run`), and the codec
+and the JSON report write and read every registered type with no edit (parity.reports.codec,
+parity.files.derived_json): a new analysis adds its type and registers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TypeVar
+
+__all__ = ["analysis_result", "result_types"]
+
+T = TypeVar("T", bound=type)
+
+_TYPES: dict[bool, dict[str, type]] = {False: {}, True: {}}  # per_run -> name -> type
+
+
+def analysis_result(name: str, *, per_run: bool = False) -> Callable[[T], T]:
+    """Register a frozen dataclass as analysis `name`'s result (the JSON key it is saved and
+    reported under): one per candidate, or with `per_run` one for the whole run. A name is one
+    type's."""
+
+    def register(cls: T) -> T:
+        if any(types.get(name, cls) is not cls for types in _TYPES.values()):
+            raise ValueError(f"analysis {name!r} already has its result type")
+        _TYPES[per_run][name] = cls
+        return cls
+
+    return register
+
+
+def result_types(*, per_run: bool = False) -> Mapping[str, type]:
+    """The registered result types by their analysis's name, in registration order: a
+    candidate's, or with `per_run` the run's."""
+    return MappingProxyType(_TYPES[per_run])
