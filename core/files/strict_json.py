@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from parity.errors import FieldError
@@ -75,7 +75,7 @@ def obj(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def field(data: dict[str, Any], key: str, where: str) -> Any:
+def field(data: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in data:
         raise FieldError(f"{where}: missing field {key!r}")
     return data[key]

@@ -160,9 +160,10 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         provenance, generation = older_runs.from_extra(
             sj.optional(sj.obj, m.get("extra"), "extra") or {}
         )
-    timings = {
-        k: from_exact(v, f"timings.{k}")
+    timings = {  # a step's seconds; null (never written by exact) reads as not timed
+        k: seconds
         for k, v in sj.obj(sj.field(m, "timings", "manifest"), "timings").items()
+        if (seconds := from_exact(v, f"timings.{k}")) is not None
     }
     environment = decode(dict[str, str], sj.field(m, "environment", "manifest"), "environment")
     onnx = sj.string(sj.field(m, "onnx", "manifest"), "onnx")

@@ -109,7 +109,7 @@ def _candidate_layers(
     """Each candidate's layers (absent in runs saved before they were kept: {})."""
     from parity.reports.codec import layers_from_json
 
-    result = {}
+    result: dict[int, LayersResult | None] = {}
     for i, entry in enumerate(sj.array(raw or [], "candidate_layers")):
         at = f"candidate_layers[{i}]"
         entry = sj.obj(entry, at)

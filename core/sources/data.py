@@ -83,7 +83,9 @@ class DataBatches:
         runs torch on it (timed by the caller); progress in samples/s and the time left."""
         started = time.perf_counter()
         done = 0
-        batches = self.batcher.batches(self.dataset.samples())
+        assert self.batcher is not None and self.dataset is not None  # opened before the cases
+        dataset = self.dataset
+        batches = self.batcher.batches(dataset.samples())
         while True:
             t0 = time.perf_counter()
             batch = next(batches, None)
@@ -92,7 +94,7 @@ class DataBatches:
                 self._current = None
                 return
             self._current = batch
-            rate = _rate(done, started, self.dataset.count)
+            rate = _rate(done, started, dataset.count)
             self._report("torch", f"torch on {batch.label}{rate}")
             input_set = InputSet(index=batch.index, feeds=batch.feeds, label=batch.label)
             case = reference(batch, input_set)
@@ -124,8 +126,11 @@ class DataSource(DataBatches, TorchSource):
         )
         self.timings["load_model"] = time.perf_counter() - t0
 
+        torch_model = self._torch
+        assert torch_model is not None
+
         def reference(batch: Any, input_set: InputSet) -> Case:
-            made = run_torch(self._torch, input_set, signature)
+            made = run_torch(torch_model, input_set, signature)
             self.timings["torch"] += made.seconds
             return Case(input_set=input_set, reference=made)
 

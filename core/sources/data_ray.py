@@ -223,6 +223,7 @@ class RayDataSource(DataSource):
             batch_format="numpy",
         )
         batcher, index, done, started = self.batcher, 0, 0, time.perf_counter()
+        assert batcher is not None  # opened before the cases
         t0 = time.perf_counter()
         for shard in _shard_runs(ray, runs):
             self.timings["inputs"] += time.perf_counter() - t0
