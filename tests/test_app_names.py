@@ -55,8 +55,10 @@ def test_payload_names_are_escaped_on_every_page(payload_app: AppTest):
     run_sources = _markdown_sources(at)
     assert "**Failing outputs**, worst first:" in run_sources
     sentences = next(s for s in run_sources if s.startswith("- ") and " fails" in s)
-    # one sentence per failing output (parity.show.sentences), each leading with its escaped name
-    assert sorted(line[2:].split(" fails")[0] for line in sentences.splitlines()) == sorted(
+    # one head line per failing output (parity.show.sentences.output_facts), each leading with
+    # its escaped name; its facts are the nested lines under it
+    heads = [line for line in sentences.splitlines() if line.startswith("- ")]
+    assert sorted(line[2:].split(" fails")[0].strip("*") for line in heads) == sorted(
         md_text(n) for n in FAILING
     )
     _assert_only_escaped(run_sources)

@@ -62,6 +62,15 @@ def test_the_float16_file_is_intended_and_the_bug_is_not(side_by_side) -> None:
     assert {v for k, v in said.items() if k[0] == 1} == {"✗ fail"}
     table = candidates_table(run).splitlines()
     assert all(line.count("float16 rounding") == 1 and "FAIL" in line for line in table[2:])
+    # the terminal's rounding-noise block: each candidate's own floor, labelled, so #0's
+    # float16 rounding is never said "not rounding" beside the bug's
+    from parity.cli.output import format_text
+
+    block = format_text(run).split("Rounding noise (against torch in float64):\n", 1)[1]
+    noise = [line.strip() for line in block.split("\n\n", 1)[0].splitlines()]
+    assert {line.split(":", 1)[0] for line in noise} == {i.label for i in run.infos}
+    assert not [line for line in noise if line.startswith("#0 ") and "not rounding" in line]
+    assert [line for line in noise if line.startswith("#1 ") and "not rounding" in line]
     intended = report_dict(run)["intended"]
     assert sorted((e["candidate"], e["output"], e["label"]) for e in intended) == sorted(
         (0, n, "float16 rounding") for n in names

@@ -25,14 +25,11 @@ from parity.run.config import RunConfig
 import typing
 hints = typing.get_type_hints(RunConfig, {**vars(parity.run.config), "HfOptions": HfOptions})
 assert "hf" in hints
-hints = typing.get_type_hints(
-    parity.results.CandidateRun, {**vars(parity.results), "LayersResult": LayersResult}
-)
-assert "layers" in hints  # a candidate's record holds its layers
-hints = typing.get_type_hints(
-    parity.results.ValidationRun, {**vars(parity.results), "LayersResult": LayersResult}
-)
-assert "candidates" in hints
+def hints_of(cls):  # each type read in its own module's names (parity.results is a package)
+    names = {**vars(sys.modules[cls.__module__]), "LayersResult": LayersResult}
+    return typing.get_type_hints(cls, names)
+assert "layers" in hints_of(parity.results.CandidateRun)  # a candidate holds its layers
+assert "candidates" in hints_of(parity.results.ValidationRun)
 """
 
 

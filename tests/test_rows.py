@@ -54,6 +54,14 @@ def test_report_outputs_are_the_rows_as_json_with_the_contract_fields_in_order()
     run = _mixed_run()
     outputs = report_dict(run)["outputs"]
     assert [list(o) for o in outputs] == [REPORT_FIELDS] * 4
+    # every row field is in the report but those it says elsewhere or never (so a new one is
+    # placed in the contract's order on purpose)
+    from dataclasses import fields
+
+    from parity.show.rows import REPORT_KEYS, ComparisonRow
+
+    written = {f.name for f in fields(ComparisonRow)} - {"n_judged", "can_rejudge", "intended"}
+    assert set(REPORT_KEYS) == written
     first = outputs[0]
     assert first["status"] == "fail" and first["n_mismatch"] == 1 and first["ref_shape"] == [4]
     assert first["max_abs"] == 0.5 and first["worst_index"] == [3]

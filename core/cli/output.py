@@ -171,6 +171,12 @@ def format_text(run: ValidationRun) -> str:
         from parity.judge.noise_floor import noise_lines
 
         lines = noise_lines(run.outputs)
+        if run.is_multi_candidate:  # each candidate's own floor: one story per candidate
+            lines = [
+                f"{i.label}: {line}"
+                for i in run.infos
+                for line in noise_lines([c for c in run.outputs if c.candidate == i.index])
+            ]
         text += "\n\nRounding noise (against torch in float64):\n" + "\n".join(
             f"  {terminal_text(line)}" for line in lines
         )

@@ -12,7 +12,9 @@ anything else a regression.
   torch's margin (its top logit minus its second). A flip is a near tie when torch's margin
   is at most twice the output's typical error, the median over the data set of each sample's
   largest |onnx - torch|: the file's ordinary error alone can swap the two classes.
-  Otherwise it is a real change.
+  Otherwise it is a real change. Where every change goes to one class (parity.data.words.
+  one_class: a shift, likely a bug), the typical error is the bug's, not noise: none is a
+  near tie.
 - embedding: the cosine similarity of each sample's vectors; each sample's nearest
   neighbour (cosine) among the first NEIGHBOUR_SAMPLES samples, on each side; `agree` the
   samples whose neighbour is the same; a flip names both neighbours (sample numbers) and
@@ -34,6 +36,7 @@ import numpy as np
 from parity.data.batches import Batch
 from parity.data.result import TEXT_KEPT, DataOutput, Flip, WorstSample
 from parity.data.stats import paired_accuracy
+from parity.data.words import one_class
 from parity.errors import UsageError
 
 MAX_FLIPS = 10_000  # flips listed per output (all are counted)
@@ -253,6 +256,8 @@ class OutputAnswers:
             )
             for k in changed[:MAX_FLIPS]
         )
+        if one_class(flips) is not None:  # a shift: the typical error measures the bug
+            flips = tuple(replace(f, near_tie=False) for f in flips)
         accuracy = None
         if self._labels:
             labels = np.concatenate(self._labels)

@@ -16,15 +16,26 @@ types. The JSON report is parity.reports.report_json's (its names are re-exporte
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 import parity.files.strict_json as sj
 from parity.files.derived_json import MAX_NOTES, MAX_TOKENS, decode, encode
 from parity.files.json_output import exact, from_exact, plain
 from parity.reports.forms import noise_from_json, noise_to_json, register_forms
+from parity.reports.members import (
+    ArrayGet,
+    ArrayPut,
+    comparison_from_json,
+    comparison_to_json,
+    input_set_from_json,
+    input_set_to_json,
+    layers_from_json,
+    layers_to_json,
+    output_set_from_json,
+    output_sets_from_json,
+    output_sets_to_json,
+)
 from parity.reports.report_json import (
     REPORT_SCHEMA,
     generation_report_json,
@@ -43,8 +54,6 @@ from parity.results import (
     FrozenNode,
     GenerationInfo,
     InputCase,
-    InputSet,
-    OutputComparison,
     OutputSet,
     PromptGeneration,
     Provenance,
@@ -58,7 +67,7 @@ from parity.tolerances import Tolerances
 from parity.verdict import Judge
 
 if TYPE_CHECKING:
-    from parity.layers.result import LayersResult
+    pass
 
 __all__ = [
     "MAX_NOTES",
@@ -86,17 +95,12 @@ __all__ = [
 
 register_forms()
 
-ArrayPut = Callable[[str, np.ndarray, str], str]
-"""(member name, array, what it is, for errors) -> the member name the manifest records."""
-ArrayGet = Callable[[Any, str], np.ndarray]
-"""(member name as the manifest has it, its dotted path) -> the array (FieldError if absent)."""
-
 
 def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True) -> dict[str, Any]:
     """Everything of `run` but its container's own fields (schema, identity, members)."""
     input_sets = []
     for s, case in enumerate(run.cases):
-        entry = _input_set_to_json(case.input_set, s, case.exclusions, put)
+        entry = input_set_to_json(case.input_set, s, case.exclusions, put)
         kept = case.reference if keep_outputs else None
         entry["reference"] = (
             None if kept is None else output_sets_to_json("ref", (kept,), put, start=s)[0]
@@ -139,7 +143,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
     input_sets, exclusions, references = [], [], []
     for i, entry in enumerate(sj.array(sj.field(m, "input_sets", "manifest"), "input_sets")):
         at = f"input_sets[{i}]"
-        input_set, masks = _input_set_from_json(entry, at, get)
+        input_set, masks = input_set_from_json(entry, at, get)
         input_sets.append(input_set)
         exclusions.append(masks)
         raw = entry.get("reference")
@@ -269,91 +273,6 @@ def _check_candidates(candidates: Sequence[CandidateRun], n_sets: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# arrays: a saved run's members, named by position (user names stay in the manifest)
-
-
-def _named_arrays_to_json(
-    arrays: Mapping[str, np.ndarray], prefix: str, put: ArrayPut, what: Callable[[str], str]
-) -> list[dict[str, Any]]:
-    """{NAME: array} as [{"name": NAME, "member": PREFIX/K.npy}]."""
-    return [
-        {"name": name, "member": put(f"{prefix}/{k}.npy", array, what(name))}
-        for k, (name, array) in enumerate(arrays.items())
-    ]
-
-
-def _named_arrays_from_json(value: Any, at: str, get: ArrayGet) -> dict[str, np.ndarray]:
-    result = {}
-    for k, item in enumerate(sj.array(value, at)):
-        item = sj.obj(item, f"{at}[{k}]")
-        name = sj.string(sj.field(item, "name", f"{at}[{k}]"), f"{at}[{k}].name")
-        result[name] = get(sj.field(item, "member", f"{at}[{k}]"), f"{at}[{k}].member")
-    return result
-
-
-def _input_set_to_json(
-    s: InputSet, position: int, masks: Mapping[str, np.ndarray], put: ArrayPut
-) -> dict[str, Any]:
-    """One input set: its feeds and its outputs' exclusion masks as members, its label."""
-    at = f"of set {s.index}"
-    return {
-        "index": s.index,
-        "label": s.label,
-        "feeds": _named_arrays_to_json(
-            s.feeds, f"inputs/{position}", put, lambda n: f"input {n!r} {at}"
-        ),
-        "exclude": _named_arrays_to_json(
-            {name: np.asarray(mask, dtype=bool) for name, mask in masks.items()},
-            f"exclude/{position}",
-            put,
-            lambda n: f"exclusion mask of output {n!r} {at}",
-        ),
-    }
-
-
-def _input_set_from_json(
-    entry: Any, at: str, get: ArrayGet
-) -> tuple[InputSet, dict[str, np.ndarray]]:
-    entry = sj.obj(entry, at)
-    feeds = _named_arrays_from_json(sj.field(entry, "feeds", at), f"{at}.feeds", get)
-    input_set = decode(InputSet, entry, at, feeds=feeds)
-    return input_set, _named_arrays_from_json(entry.get("exclude", []), f"{at}.exclude", get)
-
-
-def output_sets_to_json(
-    side: str, sets: tuple[OutputSet, ...], put: ArrayPut, *, start: int = 0
-) -> list[dict[str, Any]]:
-    """Output sets as entries whose arrays are members SIDE/POSITION/K (`start`: the first's
-    position, where several candidates' sets are numbered in turn)."""
-    return [
-        {
-            **encode(output_set),
-            "arrays": _named_arrays_to_json(
-                output_set.arrays, f"{side}/{s}", put, _output_what(side, s)
-            ),
-        }
-        for s, output_set in enumerate(sets, start=start)
-    ]
-
-
-def _output_what(side: str, s: int) -> Callable[[str], str]:
-    return lambda n: f"{side} output {n!r} of set {s}"
-
-
-def output_sets_from_json(m: Mapping[str, Any], key: str, get: ArrayGet) -> tuple[OutputSet, ...]:
-    return tuple(
-        output_set_from_json(entry, f"{key}[{i}]", get)
-        for i, entry in enumerate(sj.array(sj.field(m, key, "manifest"), key))
-    )
-
-
-def output_set_from_json(entry: Any, at: str, get: ArrayGet) -> OutputSet:
-    entry = sj.obj(entry, at)
-    arrays = _named_arrays_from_json(sj.field(entry, "arrays", at), f"{at}.arrays", get)
-    return decode(OutputSet, entry, at, arrays=arrays)
-
-
-# ---------------------------------------------------------------------------------------
 # candidates: each one's info with its rows, ONNX output sets, layers and analyses
 
 
@@ -425,98 +344,3 @@ def _results_from_json(
         for name, cls in result_types(per_run=per_run).items()
         if entry.get(name) is not None
     }
-
-
-# ---------------------------------------------------------------------------------------
-# one comparison: its fields derived, its re-judge profile as members
-
-
-def comparison_to_json(c: OutputComparison, put: ArrayPut, position: int) -> dict[str, Any]:
-    """One comparison, exactly; its re-judge profile as members profiles/POSITION/K."""
-    data: dict[str, Any] = encode(c)
-    data["profile"] = (
-        None
-        if c.profile is None
-        else {
-            key: put(
-                f"profiles/{position}/{i}.npy",
-                np.asarray(value),
-                f"profile {key!r} of output {c.name!r}",
-            )
-            for i, (key, value) in enumerate(c.profile.to_arrays().items())
-        }
-    )
-    return data
-
-
-def comparison_from_json(entry: Any, at: str, get: ArrayGet) -> OutputComparison:
-    entry = sj.obj(entry, at)
-    profile = None
-    raw_profile = sj.optional(sj.obj, sj.field(entry, "profile", at), f"{at}.profile")
-    if raw_profile is not None:
-        from parity.judge.error_profile import ErrorProfile
-
-        arrays = {str(k): get(member, f"{at}.profile.{k}") for k, member in raw_profile.items()}
-        profile = ErrorProfile.from_arrays(_profile_arrays(arrays, f"{at}.profile"))
-    return decode(OutputComparison, entry, at, profile=profile)
-
-
-_PROFILE_SIZES = {"counts": 3, "anchor": 3, "zero_ref_max": 1, "hull_slack": 1}
-_PROFILE_PAIRS = (("hull_r", "hull_d"), ("hist_bins", "hist_counts"), ("top_d", "top_r"),
-                  ("sample_d", "sample_r"))  # fmt: skip
-
-
-def _profile_arrays(arrays: dict[str, np.ndarray], at: str) -> dict[str, np.ndarray]:
-    """A saved error profile's arrays, consistent before they are used: every member there,
-    numbers, flat, the fixed ones of their size, each pair (hull, histogram, top, sample)
-    of one length. A crafted file is one line, never a page's traceback."""
-    needed = {"counts", "anchor", "zero_ref_max"} | {k for pair in _PROFILE_PAIRS for k in pair}
-    missing = sorted(needed - set(arrays))
-    if missing:
-        raise sj.FieldError(f"{at}: missing {', '.join(missing)}")
-    for key, array in arrays.items():
-        if array.dtype.kind not in "biuf" or array.ndim > 1:
-            raise sj.FieldError(f"{at}.{key}: expected a flat array of numbers, got {array.dtype}")
-        if key in _PROFILE_SIZES and array.size != _PROFILE_SIZES[key]:
-            raise sj.FieldError(f"{at}.{key}: expected {_PROFILE_SIZES[key]} numbers")
-    for a, b in _PROFILE_PAIRS:
-        if arrays[a].size != arrays[b].size:
-            raise sj.FieldError(f"{at}: {a} and {b} differ in length")
-    return arrays
-
-
-# ---------------------------------------------------------------------------------------
-# --layers: the report's "layers" block, with its kept arrays as members
-
-
-def layers_to_json(layers: LayersResult, put: ArrayPut, prefix: str) -> dict[str, Any]:
-    """The report's layers block (LayersResult.to_json, parity.layers.result) and its kept
-    arrays as members PREFIX/K/{ref,onnx}."""
-    data = layers.to_json()
-    data["kept"] = [
-        {
-            "order": k.order,
-            "input_set": k.input_set,
-            "onnx_value": k.onnx_value,
-            "ref": put(f"{prefix}/{i}/ref.npy", k.ref, f"layer value {k.onnx_value!r}"),
-            "onnx": put(f"{prefix}/{i}/onnx.npy", k.onnx, f"layer value {k.onnx_value!r}"),
-        }
-        for i, k in enumerate(layers.kept)
-    ]
-    return data
-
-
-def layers_from_json(data: Any, get: ArrayGet, at: str) -> LayersResult | None:
-    if data is None:
-        return None
-    from parity.layers.result import KeptValue, LayersResult
-
-    data = sj.obj(data, at)
-    kept = []
-    for i, k in enumerate(sj.array(data.get("kept") or [], f"{at}.kept")):
-        where = f"{at}.kept[{i}]"
-        k = sj.obj(k, where)
-        ref = get(sj.field(k, "ref", where), f"{where}.ref")
-        onnx = get(sj.field(k, "onnx", where), f"{where}.onnx")
-        kept.append(decode(KeptValue, k, where, ref=ref, onnx=onnx))
-    return LayersResult.from_json(data, kept=tuple(kept), at=at)

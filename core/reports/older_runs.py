@@ -25,7 +25,7 @@ from parity.results import (
 
 if TYPE_CHECKING:
     from parity.layers.result import LayersResult
-    from parity.reports.codec import ArrayGet
+    from parity.reports.members import ArrayGet
 
 __all__ = ["check_indices", "flat_candidates", "flat_references", "from_extra"]
 
@@ -34,7 +34,7 @@ def flat_references(
     m: Mapping[str, Any], get: ArrayGet, n_sets: int, outputs_kept: bool
 ) -> list[OutputSet | None]:
     """Each input set's reference outputs from the flat "ref_outputs" list."""
-    from parity.reports.codec import output_sets_from_json
+    from parity.reports.members import output_sets_from_json
 
     flat = output_sets_from_json(m, "ref_outputs", get)
     if len(flat) != n_sets and (flat or outputs_kept):
@@ -74,7 +74,7 @@ def flat_candidates(
     """The candidates of a manifest saved with flat rows ("comparisons"), flat ONNX output
     sets and the lead's layers apart ("layers", "candidate_layers"); before there were
     several candidates, none listed: the one implied by the run's own fields."""
-    from parity.reports.codec import comparison_from_json, layers_from_json, output_sets_from_json
+    from parity.reports.members import comparison_from_json, layers_from_json, output_sets_from_json
 
     comparisons = [
         comparison_from_json(entry, f"comparisons[{c}]", get)
@@ -107,7 +107,7 @@ def _candidate_layers(
     raw: Any, layers: LayersResult | None, get: ArrayGet
 ) -> dict[int, LayersResult | None]:
     """Each candidate's layers (absent in runs saved before they were kept: {})."""
-    from parity.reports.codec import layers_from_json
+    from parity.reports.members import layers_from_json
 
     result: dict[int, LayersResult | None] = {}
     for i, entry in enumerate(sj.array(raw or [], "candidate_layers")):

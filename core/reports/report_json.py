@@ -19,7 +19,7 @@ from parity.reports.forms import noise_to_json, register_forms
 from parity.results import CandidateRun, GenerationInfo, OutputComparison, RunKind, ValidationRun
 from parity.show.cause_labels import intended_json
 from parity.show.forgiven import forgiven_json
-from parity.show.rows import ComparisonRow
+from parity.show.rows import REPORT_KEYS, ComparisonRow
 from parity.verdict import Verdict
 
 __all__ = [
@@ -145,9 +145,9 @@ def report_output_json(c: OutputComparison, where: WhereProfile | None = None) -
 
 def row_to_json(row: ComparisonRow) -> dict[str, Any]:
     """The comparison's table row (parity.show.rows) as ``outputs[]`` names it (these names
-    and meanings are fixed): every field but `n_judged` and `can_rejudge`."""
+    and meanings are fixed), in the contract's order (parity.show.rows.REPORT_KEYS)."""
     data: dict[str, Any] = _strict(row)
-    return data
+    return {key: data[key] for key in REPORT_KEYS}
 
 
 def row_from_json(entry: Any, at: str) -> ComparisonRow:

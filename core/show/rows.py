@@ -67,6 +67,18 @@ _NUMBERS = {  # column key -> the ComparisonRow field a dataframe shows as a num
 }
 
 
+# the JSON report's ``outputs[]`` keys of a row, in the contract's order (docs/cli.md): every
+# field but `n_judged`, `can_rejudge` (not in the report) and `intended` (the report's own
+# top-level `intended` list says it); the report adds "where" and "noise" after them
+REPORT_KEYS = (
+    "candidate", "input_set", "name", "status", "ref_shape", "onnx_shape", "ref_dtype",
+    "onnx_dtype", "n_elements", "n_excluded", "max_abs", "max_rel", "mean_abs", "rms", "p99_abs",
+    "n_mismatch", "mismatch_fraction", "n_nan_mismatch", "n_inf_mismatch", "worst_index",
+    "ref_at_worst", "onnx_at_worst", "cosine", "snr_db", "atol", "rtol", "min_atol_to_pass",
+    "message",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ComparisonRow:
     """What a table shows of one comparison (``input_set`` None: merged over every set).
