@@ -26,6 +26,11 @@ weights, parity.analyses.quantization, speaks for that candidate instead of the 
 reference is torch's float weights; a weight that is not a rounding stays a bug),
 limitation (what the file cannot do that the model does: a decoder file with no position_ids
 that gets a left-padded batch wrong while each prompt alone matches).
+
+An analysis that judges outputs against torch doing what the file means (quantization,
+approximation) owns its findings: a finder registered under its result's name
+(parity.show.finder, every one imported by parity.show.analysis_finders), asked here in rank
+order, so adding one edits nothing here.
 """
 
 from __future__ import annotations
@@ -40,12 +45,12 @@ from parity.results import (
     FindingKind,
     Noise,
     OutputComparison,
-    QuantizationResult,
-    QuantizedTokens,
     Status,
     ValidationRun,
 )
+from parity.show.analysis_finders import finders
 from parity.show.births import birth_place, born_before
+from parity.show.finder import Finder, numeric_failures
 from parity.text import number_text, tolerance_text
 from parity.tolerances import Tolerance
 from parity.verdict import Verdict
@@ -185,8 +190,10 @@ def _per_candidate(run: ValidationRun, limit: int | None) -> list[Finding]:
         one = run.for_candidate(view.index)
         if not view.passed:
             out += _candidate_findings(one, view.index, limit)
-        elif view.quantization is not None:  # passing, yet a weight may be wrong
-            out += _quantization(one, view.index, limit)
+        else:  # passing, yet an analysis may see a bug (a quantized weight that is wrong)
+            for finder in finders():
+                if finder.passing and view.results.get(finder.name) is not None:
+                    out += finder.find(one, view.index, limit)
         out += _hidden_by_tolerance(one, view.index)
     return out
 
@@ -215,15 +222,16 @@ def _hidden_by_tolerance(run: ValidationRun, candidate: int) -> list[Finding]:
 
 def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
     out: list[Finding] = list(_errors(run, candidate))
-    if run.quantization is not None and run.quantization.outputs:
-        return out + _quantization(run, candidate, limit)
+    speaker = _speaker(run)
+    if speaker is not None and not speaker.after_birth:
+        return out + speaker.find(run, candidate, limit)
     located, born, first = _divergence(run, candidate)
-    if run.approximation is not None and run.approximation.outputs:
+    if speaker is not None:
         # --layers compared with the same intended torch: where it confirms a birth, it
         # locates what the account calls a bug
-        return out + (located if born else []) + _approximation(run, candidate, limit)
+        return out + (located if born else []) + speaker.find(run, candidate, limit)
     out += located
-    numeric = _numeric_failures(run)
+    numeric = numeric_failures(run)
     for name, rows in list(numeric.items())[:limit]:
         noise = _worst_noise(rows)
         if born:
@@ -272,239 +280,15 @@ def _divergence(run: ValidationRun, candidate: int) -> tuple[list[Finding], bool
     return out, born, first
 
 
-def _quantization(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
-    """A file with weight-only quantized ops (parity.analyses.quantization): its weights
-    (each a rounding of the model's, or a bug at its node), then each failing output split
-    in two: the file against torch with its own weights, and what those weights cost."""
-    quant = run.quantization
-    assert quant is not None
-    width = quant.width
-    out: list[Finding] = []
-    rounded = [w for w in quant.weights if w.status == "rounding"]
-    if rounded:
-        ops = sorted({w.op for w in rounded})
-        sizes = sorted({w.block_size for w in rounded if w.op == "MatMulNBits"})
-        blocks = f", blocks of {', '.join(map(str, sizes))}" if sizes else ""
-        worst = max((w.max_steps or 0.0) for w in rounded)
-        out.append(
-            Finding(
-                FindingKind.QUANTIZATION,
-                f"{width} weights: {len(rounded)} {'/'.join(ops)} node(s){blocks}, each a "
-                f"rounding of the model's weight (at most {worst:.2g} step off): "
-                f"{width} rounding, intended, not a bug in the export.",
-                candidate=candidate,
-            )
-        )
-    for w in quant.bugs:
-        what = f" ({w.defect})" if w.defect else ""
-        out.append(
-            Finding(
-                FindingKind.BUG,
-                f"The {w.op} node {w.node}: its int{w.bits} weights are not a rounding of "
-                f"{w.parameter}: {w.bad_blocks} of {w.n_blocks} block(s) are off by up to "
-                f"{_steps(w.max_steps)} steps{what}; a bug in the quantized weights, made at "
-                "this node.",
-                candidate=candidate,
-            )
-        )
-    bad = ", ".join(w.node for w in quant.bugs[:3])
-    ref = quant.reference
-    themselves = (
-        f"and the {quant.activations} rounding of its activations at run time"
-        if quant.activations and quant.activations_simulated
-        else "themselves"
-    )
-    by_name = {o.name: o for o in quant.outputs}
-    for name in list(_numeric_failures(run))[:limit]:
-        o = by_name.get(name)
-        if o is None or o.export_passed is None:
-            continue
-        cost = (
-            f"the {width} weights {themselves} move it to an SQNR of {o.sqnr_db:.1f} dB "
-            f"(max abs {number_text(o.quant_max_abs)}) from {ref}'s float weights"
-            if o.sqnr_db is not None
-            else f"the {width} weights {themselves} move it by max abs "
-            f"{number_text(o.quant_max_abs)} from {ref}'s float weights"
-        )
-        agrees = (
-            f"against {ref} with the file's own dequantized weights it agrees (max abs "
-            f"{number_text(o.export_max_abs)}, within the run's tolerance)"
-        )
-        if quant.float_twin:  # static quantization (parity.analyses.static_quant)
-            agrees = "with its activation rounding taken out, the file " + agrees.replace(
-                "it agrees", "agrees", 1
-            )
-        if not o.export_passed and not quant.activations_simulated:
-            text = (
-                f"{name}: against {ref} with the file's own dequantized weights it differs by "
-                f"max abs {number_text(o.export_max_abs)}, which includes the file's "
-                f"{quant.activations} rounding of its activations at run time ({ref} does not "
-                "round them): not judged a bug; "
-                f"{cost}."
-            )
-            out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
-        elif not o.export_passed and _within_flips(o.export_max_abs, o.flip_max_abs):
-            text = (
-                f"{name}: against {ref} with the file's own dequantized weights and its "
-                f"{quant.activations} rounding of activations it differs by max abs "
-                f"{number_text(o.export_max_abs)}, no more than values on a rounding boundary "
-                f"move it (max abs {number_text(o.flip_max_abs)} with each rounding nudged by "
-                f"a thousandth of a step): {width} rounding, not a bug; {cost}."
-            )
-            out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
-        elif not o.export_passed and quant.unsimulated:
-            text = (
-                f"{name}: against {ref} with the file's own dequantized weights it differs by "
-                f"max abs {number_text(o.export_max_abs)}; the file's "
-                f"{', '.join(quant.unsimulated)} compute with int8 in ways {ref} does not "
-                "simulate, so whether that is the rounding was not measured."
-            )
-            out.append(Finding(FindingKind.UNMEASURED, text, name, candidate))
-        elif not o.export_passed:
-            what = "with its activation rounding taken out, " if quant.float_twin else ""
-            located = quant.located
-            where = f"; it starts at {located}, --layers on its float twin" if located else ""
-            text = (
-                f"{name}: not {width} rounding: {what}against {ref} with the file's own "
-                f"dequantized weights it still differs (max abs {number_text(o.export_max_abs)}, "
-                "beyond the run's tolerance), so the export or its kernels compute something "
-                f"else{where or _born_where(run, quant)}."
-            )
-            out.append(Finding(FindingKind.BUG, text, name, candidate))
-        elif quant.bugs:
-            text = f"{name}: {agrees}, but its weights are wrong at {bad}: {cost}."
-            out.append(Finding(FindingKind.BUG, text, name, candidate))
-        else:
-            what = f"{width} weights and activations" if quant.float_twin else f"{width} weights"
-            text = f"{name}: {what}, not a bug in the export: {agrees}; {cost}."
-            out.append(Finding(FindingKind.QUANTIZATION, text, name, candidate))
-    tokens = quant.tokens
-    if tokens is not None:
-        said = _token_words(tokens)
-        if said:
-            text = f"{width} weights and the tokens: {'; '.join(said)}."
-            out.append(Finding(FindingKind.QUANTIZATION, text, candidate=candidate))
-    return out
-
-
-def _approximation(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
-    """A file that approximates on purpose (parity.analyses.approximation): each failing
-    output judged against torch doing what the file means (its tanh GELU, its 16-bit
-    weights; a 16-bit file through its float32 twin). Agreement: each approximation's cost
-    said (`approximation`, and `rounding` for the 16-bit weights and arithmetic); else a bug."""
-    result = run.approximation
-    assert result is not None
-    gelu = ", ".join(result.approximations)
-    p = result.precision
-    means = " and ".join(
-        (["the same approximation"] if gelu else []) + ([f"the file's {p} weights"] if p else [])
-    )
-    subject = "its wide twin" if p else "the file"
-    by_name = {o.name: o for o in result.outputs}
-    out: list[Finding] = []
-    for name in list(_numeric_failures(run))[:limit]:
-        o = by_name.get(name)
-        if o is None or o.export_passed is None:
-            continue
-        against = f"against torch with {means}{f' ({gelu})' if gelu else ''}"
-        if not o.export_passed:
-            twin = (
-                f" (the same graph and weights computed without rounding to {p}, so not {p} "
-                "rounding)"
-                if p
-                else ""
-            )
-            text = (
-                f"{name}: not what the file means, a bug in the export: {against}, {subject}"
-                f"{twin} still differs by max abs {number_text(o.export_max_abs)} (beyond the "
-                "run's tolerance)."
-            )
-            out.append(Finding(FindingKind.BUG, text, name, candidate))
-            continue
-        agrees = (
-            f"against torch with {means}, {subject} agrees to max abs "
-            f"{number_text(o.export_max_abs)} (within {o.export_within})"
-        )
-        if gelu:
-            text = (
-                f"{name}: {gelu}, moves it by max abs {number_text(o.cost_max_abs)} from "
-                f"torch's exact GELU; {agrees}: intended, not a bug."
-            )
-            out.append(Finding(FindingKind.APPROXIMATION, text, name, candidate))
-        if p:
-            text = (
-                f"{name}: {p} rounding, not a bug: its {p} weights move it by max abs "
-                f"{number_text(o.weights_max_abs)} and its {p} arithmetic by max abs "
-                f"{number_text(o.arithmetic_max_abs)} (the file against its wide twin: the "
-                f"same graph and weights computed without rounding to {p}); {agrees}."
-            )
-            out.append(Finding(FindingKind.ROUNDING, text, name, candidate))
-    return out
-
-
-def _born_where(run: ValidationRun, quant: QuantizationResult) -> str:
-    """Where --layers confirmed the error born, when its torch side computed what a dynamic
-    int8 file means (parity.analyses.layers: its weights, its activations rounded), so the
-    node it names is one that account does not explain."""
-    layers = run.layers
-    if layers is None or quant.reference != "torch" or quant.activations != "uint8 per tensor":
-        return ""
-    first = layers.first_divergence
-    confirmation = layers.confirmation_of(first)
-    if first is None or getattr(confirmation, "outcome", None) != "born":
-        return ""
-    module = f" in {first.torch_module}" if first.torch_module else ""
-    return (
-        f": the error is made at the {first.onnx_op} node {first.onnx_node}{module} (--layers, "
-        "confirmed alone against torch computing what the file means)"
-    )
-
-
-def _within_flips(residual: float | None, flips: float | None) -> bool:
-    """The file's difference from the reference that rounds as it does is no more than
-    what flipping values on a rounding boundary moves that reference (measured)."""
-    return residual is not None and flips is not None and residual <= flips
-
-
-def _token_words(tokens: QuantizedTokens) -> list[str]:
-    """What a causal LM's tokens say with the file's weights: greedy new tokens against
-    torch's (and ONNX Runtime's own against them), top-1 agreement and KL."""
-    said = []
-    if tokens.greedy_total:
-        change = (
-            f" (first change at new token {tokens.first_change + 1})"
-            if tokens.first_change is not None
-            else ""
-        )
-        said.append(
-            f"torch with the file's weights picks torch's greedy token for "
-            f"{tokens.greedy_agree} of {tokens.greedy_total} new tokens{change}"
-        )
-        if tokens.onnx_agree is not None:
-            said.append(
-                f"ONNX Runtime's own tokens agree with torch-with-its-weights' for "
-                f"{tokens.onnx_agree} of {tokens.greedy_total}"
-            )
-    if tokens.top1_agreement is not None and tokens.kl_mean is not None:
-        said.append(
-            f"top-1 agreement {tokens.top1_agreement:.1%} and mean KL divergence "
-            f"{tokens.kl_mean:.3g} over every step's positions"
-        )
-    return said
-
-
-def _steps(value: float | None) -> str:
-    return "?" if value is None else f"{value:.3g}"
-
-
-def _numeric_failures(run: ValidationRun) -> dict[str, list[OutputComparison]]:
-    """Failing rows judged element by element (FAIL, or a 16-bit output's values beyond the
-    tolerance: `narrowed`), by output, in the run's output order."""
-    rows: dict[str, list[OutputComparison]] = {}
-    for c in run.outputs:
-        if c.status is Status.FAIL or (c.narrowed and c.n_mismatch):
-            rows.setdefault(c.name, []).append(c)
-    return rows
+def _speaker(run: ValidationRun) -> Finder | None:
+    """The analysis that speaks for a failing candidate instead of --layers and --noise-floor:
+    the first finder, in rank order, whose result judged some of its outputs against torch
+    doing what the file means (parity.show.finder)."""
+    results = run.candidates[0].results if run.candidates else {}
+    for finder in finders():
+        if getattr(results.get(finder.name), "outputs", ()):
+            return finder
+    return None
 
 
 def _worst_noise(rows: Iterable[OutputComparison]) -> Noise | None:
@@ -679,7 +463,7 @@ def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
             FindingKind.APPROXIMATION,
         )
     }
-    numeric = set(_numeric_failures(run))
+    numeric = set(numeric_failures(run))
     intended = (FindingKind.QUANTIZATION, FindingKind.APPROXIMATION)
     accounted = {f.output for f in found if f.kind in intended}
     if numeric and numeric <= accounted:  # torch doing what the file means said it all

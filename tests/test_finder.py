@@ -1,0 +1,110 @@
+"""An analysis's findings found by its result's name (parity.show.finder): a toy analysis
+registered here, in the test, with no edit to parity.show.findings, speaks for a failing
+candidate on every front (run findings, the JSON report, the terminal, a reopened saved run);
+the finders' order is their rank, whatever module a caller imported first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from parity import validate
+from parity.cli.output import format_text
+from parity.reports.saved_run import load_run, save_run
+from parity.results import Finding, FindingKind, ValidationRun
+from parity.results.by_name import analysis_result
+from parity.show.finder import finds, numeric_failures
+from tests.helpers.plant_bug import export_with_bias_bug
+
+
+@analysis_result("toy_intended")
+@dataclass(frozen=True)
+class ToyResult:
+    """What a toy analysis judged: the outputs it accounts for."""
+
+    outputs: tuple[str, ...] = ()
+    word: str = "toy"
+
+
+@finds("toy_intended", rank=1000)
+def toy_findings(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
+    result = run.candidates[0].results["toy_intended"]
+    assert isinstance(result, ToyResult)
+    return [
+        Finding(
+            FindingKind.APPROXIMATION, f"{name}: the {result.word} explains it.", name, candidate
+        )
+        for name in list(numeric_failures(run))[:limit]
+        if name in result.outputs
+    ]
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(4, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv1d(8, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c2(torch.relu(self.c1(x)))
+
+
+@pytest.fixture(scope="module")
+def bug_run(tmp_path_factory: pytest.TempPathFactory) -> ValidationRun:
+    torch.manual_seed(0)
+    model = Net().eval()
+    _, bug = export_with_bias_bug(model, tmp_path_factory.mktemp("finder"))
+    run = validate(model, bug)
+    assert not run.passed  # the planted bias fails the default tolerance
+    return run
+
+
+TEXT = "activations: the toy explains it."
+
+
+def test_a_registered_finder_speaks_on_every_front(bug_run: ValidationRun, tmp_path: Path) -> None:
+    assert TEXT not in [f.text for f in bug_run.findings]  # no toy result: not asked
+    run = bug_run.with_results("toy_intended", {0: ToyResult(outputs=("activations",))})
+    assert TEXT in [f.text for f in run.findings]
+    # it speaks instead of --layers and --noise-floor: no "not measured" hint beside it
+    assert not any(f.kind is FindingKind.UNMEASURED for f in run.findings)
+    assert TEXT in [f["text"] for f in run.to_json()["findings"]]
+    assert f"  - {TEXT}" in format_text(run)
+    reopened = load_run(save_run(run, tmp_path / "toy.parity.npz"))
+    assert reopened.candidates[0].results["toy_intended"] == ToyResult(outputs=("activations",))
+    assert [f.text for f in reopened.findings] == [f.text for f in run.findings]
+
+
+def test_a_result_that_judged_no_output_leaves_the_candidate_to_the_layers(
+    bug_run: ValidationRun,
+) -> None:
+    run = bug_run.with_results("toy_intended", {0: ToyResult()})
+    assert run.findings == bug_run.findings
+
+
+def test_a_rank_and_a_name_are_one_finders() -> None:
+    def other(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:
+        return []
+
+    with pytest.raises(ValueError, match="already has its finder"):
+        finds("another_toy", rank=1000)(other)
+    with pytest.raises(ValueError, match="already has its finder"):
+        finds("toy_intended", rank=1001)(other)
+
+
+def test_the_order_is_the_ranks_whatever_was_imported_first() -> None:
+    """A caller that imports the approximation's finder first (or none: a saved run reopened
+    by `parity report`) gets the same finders in the same order."""
+    code = (
+        "import parity.show.approximation_findings\n"
+        "from parity.show.findings import run_findings\n"
+        "from parity.show.analysis_finders import finders\n"
+        "print([f.name for f in finders()])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['quantization', 'approximation']"
