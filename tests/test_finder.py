@@ -97,14 +97,14 @@ def test_a_rank_and_a_name_are_one_finders() -> None:
         finds("toy_intended", rank=1001)(other)
 
 
-def test_the_order_is_the_ranks_whatever_was_imported_first() -> None:
-    """A caller that imports the approximation's finder first (or none: a saved run reopened
-    by `parity report`) gets the same finders in the same order."""
+@pytest.mark.parametrize("first", ["", "import parity.show.approximation_findings\n"])
+def test_the_order_is_the_ranks_whatever_was_imported_first(first: str) -> None:
+    """A caller that imports only the findings (a saved run reopened by `parity report`), or
+    the approximation's finder first, gets every finder in the same order."""
     code = (
-        "import parity.show.approximation_findings\n"
-        "from parity.show.findings import run_findings\n"
-        "from parity.show.analysis_finders import finders\n"
-        "print([f.name for f in finders()])\n"
+        f"{first}import parity.show.findings\n"
+        "from parity.show.finder import registered\n"
+        "print([f.name for f in registered()])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['quantization', 'approximation']"
