@@ -198,14 +198,16 @@ def _run_validation(
         loaded = {s.index: s.candidate for s in slots if s.candidate is not None}
         prepare = Preparation(config, source, loaded)
         hooks = [h for h in (analysis.before(prepare) for analysis in analyses) if h is not None]
+        del prepare, loaded  # the slots alone hold the candidates: their sessions can be let go
         run = _run_cases(config, source, slots, report, t_start, deadline, hooks)
+        held = [s.candidate for s in slots]  # what the analyses see, sessions let go with slots'
         context = AnalysisContext(
             config=config,
             source=source,
             reference=reference,
-            candidates=tuple(s.candidate for s in slots),
+            candidates=held,
             lead=lambda: slots[0].candidate,
-            lead_without_sessions=lambda: _sessions_released(slots),
+            lead_without_sessions=lambda: _sessions_released(slots, held),
             loaders=loaders,
             deadline=deadline,
             budget=MemoryBudget.of(config.max_memory),
@@ -301,17 +303,20 @@ def _check_tolerance_names(
     config.tolerances.check_outputs(tuple(names))
 
 
-def _sessions_released(slots: list[_Slot]) -> Candidate | None:
-    """The first candidate without its ONNX Runtime session, every slot's session let go:
+def _sessions_released(slots: list[_Slot], held: list[Candidate | None]) -> Candidate | None:
+    """The first candidate without its ONNX Runtime session, every session let go (the
+    slots' and those the analyses see, `held`, which keep their files and signatures):
     --layers opens its own session with extra outputs, and a model's weights held twice
     (a 2.5 GB LLM's) would be more than the layers memory bound allows."""
-    lead = slots[0].candidate
     for slot in slots:
         slot.candidate = None
-    if lead is None:
-        return None
-    parts = {k: replace(p, session=None) for k, p in lead.parts.items()}
-    return replace(lead, session=None, parts=parts)
+    held[:] = [None if c is None else _without_session(c) for c in held]
+    return held[0] if held else None
+
+
+def _without_session(candidate: Candidate) -> Candidate:
+    parts = {k: replace(p, session=None) for k, p in candidate.parts.items()}
+    return replace(candidate, session=None, parts=parts)
 
 
 def _source_cases(source: Source, signature: OnnxSignature, first: Candidate) -> Iterator[Case]:

@@ -6,7 +6,7 @@ function (parity.show.findings): no new field wiring in the API, the CLI or the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
@@ -44,7 +44,8 @@ class AnalysisContext:
     config: RunConfig
     source: Source
     reference: Candidate | None  # ONNX against ONNX: the reference file, loaded
-    candidates: tuple[Candidate | None, ...]  # per candidate, in order (None: did not load)
+    # per candidate, in order (None: did not load); their sessions are let go with the lead's
+    candidates: Sequence[Candidate | None]
     lead: Callable[[], Candidate | None]
     lead_without_sessions: Callable[[], Candidate | None]
     loaders: Loaders
