@@ -124,12 +124,7 @@ def _fx_plan(
     file) the value's name alone pairs it, and its module is the FX node's."""
     if not checked:
         return _named_fx_plan(model, program, graph, notes)
-    capture = FxCapture(
-        program,
-        _runnable(program),
-        tuple(getattr(model, "parameter_names", ())),
-        tuple(getattr(model, "positional_names", ())),
-    )
+    capture = _fx_capture(model, program)
     pairs: list[Pair] = []
     renamed: list[str] = []
     origins = _output_origins(program, graph)
@@ -157,11 +152,6 @@ def _fx_plan(
         pairs.append(Pair(v.name, key, v.scope, key))
     layered = recurrent_fx_pairs(graph, capture.nodes)
     pairs.extend(layered)
-    pairs.sort(key=lambda p: graph.values[p.onnx_value].order)
-    matched = {p.key for p in pairs}
-    unmatched_torch = sum(
-        1 for n in capture.nodes.values() if n.name not in matched and _is_tensor_node(n)
-    )
     if items:
         notes.append(
             f"{items} ONNX values hold one output of a multi-output FX node (a BatchNorm's "
@@ -198,14 +188,7 @@ def _fx_plan(
         "program by name, checked against each node's recorded FX node; the other ONNX "
         "values are internal to one FX node's translation or were folded by the optimiser"
     )
-    return Plan(
-        FX_NAMES,
-        tuple(pairs),
-        capture,
-        len(graph.values) - len(pairs),
-        unmatched_torch,
-        tuple(notes),
-    )
+    return _fx_pairs_plan(pairs, capture, graph, notes)
 
 
 def _named_fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]) -> Plan:
@@ -213,12 +196,7 @@ def _named_fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]
     the exporter's program is that node's value (graph outputs renamed by `output_names`:
     the program's user output at the same position); its module is the FX node's own
     (`nn_module_stack`), a folded BatchNorm's output named at the Conv that made it."""
-    capture = FxCapture(
-        program,
-        _runnable(program),
-        tuple(getattr(model, "parameter_names", ())),
-        tuple(getattr(model, "positional_names", ())),
-    )
+    capture = _fx_capture(model, program)
     origins = _output_origins(program, graph)
     pairs: list[Pair] = []
     for v in graph.values.values():
@@ -230,15 +208,33 @@ def _named_fx_plan(model: Any, program: Any, graph: GraphIndex, notes: list[str]
         module = (_folded_module(v, item) if item is not None else None) or _fx_module(node)
         pairs.append(Pair(v.name, key, module, key))
     pairs.extend(recurrent_fx_pairs(graph, capture.nodes))
-    pairs.sort(key=lambda p: graph.values[p.onnx_value].order)
-    matched = {p.key for p in pairs}
-    unmatched_torch = sum(
-        1 for n in capture.nodes.values() if n.name not in matched and _is_tensor_node(n)
-    )
     notes.append(
         f"matched {len(pairs)} ONNX values to FX nodes of the exporter's decomposed program by "
         "name alone: the file carries no node metadata to check each against (a slimmer "
         "dropped it); each is named at its FX node's module"
+    )
+    return _fx_pairs_plan(pairs, capture, graph, notes)
+
+
+def _fx_capture(model: Any, program: Any) -> FxCapture:
+    """The exporter's program, runnable, with the model's parameter and input names."""
+    return FxCapture(
+        program,
+        _runnable(program),
+        tuple(getattr(model, "parameter_names", ())),
+        tuple(getattr(model, "positional_names", ())),
+    )
+
+
+def _fx_pairs_plan(
+    pairs: list[Pair], capture: FxCapture, graph: GraphIndex, notes: list[str]
+) -> Plan:
+    """Pairs by FX name as a plan: in the graph's order, with the ONNX values and the torch
+    tensor nodes none of them pairs counted (both FX plans end here)."""
+    pairs.sort(key=lambda p: graph.values[p.onnx_value].order)
+    matched = {p.key for p in pairs}
+    unmatched_torch = sum(
+        1 for n in capture.nodes.values() if n.name not in matched and _is_tensor_node(n)
     )
     return Plan(
         FX_NAMES,
