@@ -36,6 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# the BERT wrapper the fused-noise bench writes: its last hidden state from a saved folder
+from bench.bench_fused_noise import MODULE as BERT  # noqa: E402
+
 MODELS = textwrap.dedent(
     """
     import torch
@@ -87,19 +90,6 @@ MODELS = textwrap.dedent(
         return _seeded(Seg)
     """
 )
-
-BERT = """
-import torch, transformers
-class Last(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.bert = transformers.BertModel.from_pretrained({path!r}).eval()
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                         token_type_ids=token_type_ids).last_hidden_state
-def make():
-    return Last()
-"""
 
 CASES = ("cnn_int8", "seg512", "bert_fused", "bert_gross", "bert_gross_noise")
 
