@@ -25,12 +25,11 @@ import numpy as np
 from parity.errors import UsageError
 from parity.hf.capture import capture_forward
 from parity.hf.feeds import masked_positions, paired_outputs
-from parity.hf.loading import LoadedHfModel, load_hf_model
+from parity.hf.loading import LoadedHfModel
 from parity.hf.media import PIXELS
-from parity.hf.source import HfSourceBase, call_case, output_ranks
+from parity.hf.source import HfSourceBase, call_case
 from parity.results import InputSet
 from parity.run.config import RunConfig
-from parity.run.hf_options import hf_directory
 from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
 from parity.sources import Case, TorchSide
@@ -58,17 +57,7 @@ class HfDataSource(DataBatches, HfSourceBase):
 
     def _model(self, signature: OnnxSignature) -> LoadedHfModel:
         if self._loaded is None:
-            self._loaded = self._load_timed(
-                lambda: load_hf_model(
-                    hf_directory(self.model),
-                    random_weights=self.options.random_weights,
-                    config_overrides=self.options.config_overrides,
-                    seed=self._seed,
-                    task=self.options.task,
-                    onnx_outputs=output_ranks(signature),
-                    max_memory=self._max_memory,
-                )
-            )
+            self._loaded = self._load_model(signature)
             if not self._loaded.encoder:
                 raise UsageError(
                     f"--data needs a one-forward hf: model (a classifier, an encoder, an image "

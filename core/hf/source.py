@@ -92,6 +92,21 @@ class HfSourceBase(Source):
         self.timings["load_model"] = time.perf_counter() - t0
         return loaded
 
+    def _load_model(self, signature: OnnxSignature | None) -> LoadedHfModel:
+        """The run's one-forward or causal model, loaded and timed (a given ONNX file's
+        outputs help choose its class where its config does not say: parity.hf.heads)."""
+        return self._load_timed(
+            lambda: load_hf_model(
+                hf_directory(self.model),
+                random_weights=self.options.random_weights,
+                config_overrides=self.options.config_overrides,
+                seed=self._seed,
+                task=self.options.task,
+                onnx_outputs=output_ranks(signature),
+                max_memory=self._max_memory,
+            )
+        )
+
     def _counted(self, capture: _Capture) -> _Capture:
         """A capture made: its time, and the number of cases it gives."""
         self.timings["capture"] = capture.seconds
@@ -152,17 +167,7 @@ class HfSource(HfSourceBase):
         """Load the model and capture its calls, once. A given ONNX file's outputs help
         choose the model's class when its config does not say (parity.hf.heads)."""
         if self._loaded is None or self._capture is None:
-            self._loaded = self._load_timed(
-                lambda: load_hf_model(
-                    hf_directory(self.model),
-                    random_weights=self.options.random_weights,
-                    config_overrides=self.options.config_overrides,
-                    seed=self._seed,
-                    task=self.options.task,
-                    onnx_outputs=output_ranks(signature),
-                    max_memory=self._max_memory,
-                )
-            )
+            self._loaded = self._load_model(signature)
             if positions_from_mask(signature) and not self._loaded.encoder:
                 self._per_prompt = self._each_prompt(self._loaded)
                 capture = merged_capture(self._per_prompt)
