@@ -30,7 +30,7 @@ from parity.layers.matching import (
     eager_plan,
     make_plan,
 )
-from parity.layers.movers import feeding, moves_data
+from parity.layers.movers import feeding, moves_data, unmatched_upstream
 from parity.layers.onnx_graph import (
     GraphIndex,
     flattened_branch,
@@ -571,18 +571,11 @@ def stands_for(
     """The ONNX nodes a compared value stands for, in graph order: its producer and the
     unmatched nodes between it and the matched values feeding it (Constants left out), as
     "Op 'node'"; at most MAX_OPS (the last ones, nearest the value), then a count."""
-    matched = set(inputs_of)
-    seen: set[str] = set()
-    stack = [value]
-    nodes: dict[int, str] = {}
-    while stack:
-        name = stack.pop()
-        v = graph.values.get(name)
-        if name in seen or v is None or v.op == "Constant":
-            continue
-        seen.add(name)
-        nodes[v.order] = f"{v.op} {v.node!r}"
-        stack.extend(i for i in graph.inputs_of.get(name, ()) if i not in matched)
+    own = graph.values.get(value)
+    found = unmatched_upstream(graph, value, inputs_of)
+    if own is not None and own.op != "Constant":
+        found.append(own)
+    nodes = {v.order: f"{v.op} {v.node!r}" for v in found}  # a node once, however many outputs
     ordered = [nodes[k] for k in sorted(nodes)]
     if len(ordered) > MAX_OPS:
         return (f"... {len(ordered) - MAX_OPS} more", *ordered[-MAX_OPS:])

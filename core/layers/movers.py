@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection
 
-from parity.layers.onnx_graph import GraphIndex
+from parity.layers.onnx_graph import GraphIndex, GraphValue
 from parity.show.births import MOVES_DATA
 
 
@@ -41,16 +41,23 @@ def feeding(
     """The nodes between `value` and the values compared on the same input set that feed it
     (its own node and Constants left out; a matched value torch never produced is passed
     through, as a confirmation's cut does), counted by op, most first."""
-    matched = set(compared)
+    ops = Counter(v.op for v in unmatched_upstream(graph, value, compared))
+    return tuple(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def unmatched_upstream(graph: GraphIndex, value: str, matched: Collection[str]) -> list[GraphValue]:
+    """The nodes between `value` and the `matched` values that feed it: every producer up
+    the graph until a matched value, `value`'s own node and Constants left out."""
+    stop = set(matched)
     seen: set[str] = {value}
-    stack = [i for i in graph.inputs_of.get(value, ()) if i not in matched]
-    ops: Counter[str] = Counter()
+    stack = [i for i in graph.inputs_of.get(value, ()) if i not in stop]
+    found: list[GraphValue] = []
     while stack:
         name = stack.pop()
         v = graph.values.get(name)
         if name in seen or v is None or v.op == "Constant":
             continue
         seen.add(name)
-        ops[v.op] += 1
-        stack.extend(i for i in graph.inputs_of.get(name, ()) if i not in matched)
-    return tuple(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
+        found.append(v)
+        stack.extend(i for i in graph.inputs_of.get(name, ()) if i not in stop)
+    return found
