@@ -30,29 +30,15 @@ def bert_in_train_mode(tmp_path_factory) -> tuple[str, str]:
     import torch
     import transformers
 
-    from tests.helpers.hf_models import make_tokenizer
+    from tests.helpers.hf_tasks import bert_config, save_text_model
 
     directory = tmp_path_factory.mktemp("bert_train")
-    tokenizer = make_tokenizer(
-        specials=("[PAD]", "[UNK]", "[CLS]", "[SEP]"),
-        decoder=False,
-        input_names=("input_ids", "token_type_ids", "attention_mask"),
-    )
-    config = transformers.BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.1,
-        attn_implementation="eager",
+    config = bert_config(
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.1, attn_implementation="eager"
     )
     torch.manual_seed(2)
     model = transformers.BertModel(config)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    save_text_model(model, directory)
     model.train()
     feeds = {n: torch.ones(2, 8, dtype=torch.long) for n in NAMES}
     onnx_path = str(directory / "bert_train.onnx")
