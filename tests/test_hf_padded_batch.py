@@ -78,6 +78,7 @@ def gpt2(exports, tmp_path_factory) -> dict:
         "code": code,
         "json": json.loads((out / "r.json").read_text()),
         "run": load_run(out / "r.parity.npz"),
+        "saved": str(out / "r.parity.npz"),
         "html": (out / "r.html").read_text(),
     }
 
@@ -248,3 +249,62 @@ def test_a_file_that_takes_one_prompt_at_a_time_says_why_no_batch_ran(exports, t
     assert padded is not None and not padded.prompts and not padded.fails
     assert padded.text.startswith("The prompts as one left-padded batch were not run: ")
     assert "input_ids" in padded.text
+
+
+def test_the_batch_is_judged_again_at_the_tolerances_a_run_is_rejudged_at(gpt2, tmp_path) -> None:
+    """`parity report RUN --tol`, run.rejudge and the dashboard's tolerances judge the batch
+    again from the figures it kept (no model run): above the padded prompt's batch-vs-alone
+    difference it passes with no limitation; back at the run's tolerances it fails as made."""
+    from streamlit.testing.v1 import AppTest
+
+    from parity.tolerances import Tolerance
+
+    run = gpt2["run"]  # reopened from the saved run
+    made = run.generation.padded_batch
+    second = made.prompts[1]
+    # the kept figures decide as the measured difference does (rtol 0: its largest |d|)
+    assert not second.same_at(Tolerance(second.shift * 0.99, 0.0))
+    assert second.same_at(Tolerance(second.shift * 1.01, 0.0))
+    loose = f"logits={second.shift * 2:.6g}:0"
+
+    out = tmp_path / "loose"
+    argv = ["report", gpt2["saved"], "--tol", loose, "--json", str(out.with_suffix(".json"))]
+    argv += ["--html", str(out.with_suffix(".html"))]
+    code = main(argv)
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert code == 0 and report["verdict"] == "pass"
+    batch = report["generation"]["padded_batch"]
+    assert batch["kind"] is None and [p["batch_passed"] for p in batch["prompts"]] == [True, True]
+    assert not any(f["kind"] == "limitation" for f in report["findings"])
+    html = out.with_suffix(".html").read_text()
+    assert "Left-padded batch" in html and LIMIT not in html
+
+    tolerances = run.tolerances.with_output("logits", Tolerance(second.shift * 2, 0.0))
+    passed = run.rejudge(tolerances)
+    assert passed.verdict is Verdict.PASS and passed.failing == ()
+    assert passed.generation.padded_batch.kind is None
+    assert "within the logits tolerance" in passed.generation.padded_batch.text
+    assert not any(f.kind is FindingKind.LIMITATION for f in passed.findings)
+
+    again = passed.rejudge(run.tolerances)  # back at the tolerances the run was made at
+    assert again.verdict is Verdict.FAIL and again.failing == ("logits",)
+    assert again.generation.padded_batch == made
+    (found,) = [f for f in again.findings if f.kind is FindingKind.LIMITATION]
+    assert found.text == made.text
+
+    # the loosened run saved and reopened: as judged; re-judged at the original: the limitation
+    reopened = load_run(passed.save(tmp_path / "passed.parity.npz"))
+    assert reopened.verdict is Verdict.PASS and reopened.generation.padded_batch.kind is None
+    assert reopened.rejudge(run.tolerances).generation.padded_batch == made
+
+    # the dashboard at the loose tolerances: the Generation page shows both prompts the same
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    at = AppTest.from_file(app, default_timeout=180)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = tolerances
+    at.switch_page("pages/generation.py").run()
+    assert not at.exception, at.exception
+    frame = at.dataframe[-1].value
+    frame = frame.data if hasattr(frame, "data") else frame
+    assert frame["same as alone"].tolist() == ["✓", "✓"]
+    assert not any(t.value.startswith(LIMIT) for t in at.text)

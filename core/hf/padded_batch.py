@@ -10,7 +10,9 @@ batch's first call, fed torch's tokens (parity.hf.generation's own_cache_steps);
 the file on each prompt alone, fed the same tokens. Padding must change nothing: a prompt
 whose logits in the batch differ from its own alone beyond the logits tolerance is one the
 file gets wrong (the file against itself, so a quantized file's own error does not count);
-its error against torch is what the sentence says.
+its error against torch is what the sentence says. This module measures; the decision
+(parity.results.padded) is made from the figures it keeps, at the run's tolerance and again
+at any other (`parity report --tol`).
 
 Measured (tiny random-weight models, ORT 1.32): Optimum's Gemma export serves the batch
 (rotary positions shifted by one constant per row leave attention as it was: 6e-8 off
@@ -28,41 +30,24 @@ from typing import Any
 import numpy as np
 
 from parity.hf.capture import Capture, capture_generate
-from parity.hf.feeds import LOGITS, full_attention_mask
+from parity.hf.feeds import full_attention_mask
 from parity.hf.generation import own_cache_steps
 from parity.hf.loading import LoadedHfModel
+from parity.judge.hull import upper_left_hull
+from parity.judge.pass_rule import one_sided
 from parity.limits.deadline import Deadline
-from parity.results import FindingKind, OutputComparison, PaddedBatch, PaddedPrompt
-from parity.text import count_text, number_text
-from parity.tolerances import Tolerance
+from parity.results import PaddedPrompt
 
-__all__ = ["BatchRow", "BatchRun", "alone_results", "judge_batch", "run_batch"]
-
-
-# how a file with no position_ids places a row's tokens: what the finding says it does
-RULES = {
-    "gqa": "its GroupQueryAttention reads the attention mask as right padding",
-    "past": "it numbers positions from the past length, not from the attention mask as "
-    "generate() does",
-}
-
-
-@dataclass(frozen=True)
-class BatchRow:
-    """One prompt in the batch, before the step comparison's verdict on it alone is added."""
-
-    prompt: str
-    padding: int
-    error: float  # max |onnx - torch| of its logits in the batch, over the steps
-    shift: float  # max |batch - alone| of the file's own logits, fed the same tokens
-    same: bool  # the batch's logits within the logits tolerance of its own alone, each step
+__all__ = ["BatchRun", "file_rule", "run_batch"]
 
 
 @dataclass(frozen=True)
 class BatchRun:
-    """The batch run: each prompt's row, and the file's rule (a key of RULES)."""
+    """The batch run: each prompt's figures (not yet judged: parity.results.padded's
+    judge_padded decides `batch_passed` and the alone fields), and the file's rule (a key of
+    parity.results.padded.RULES)."""
 
-    rows: tuple[BatchRow, ...]
+    prompts: tuple[PaddedPrompt, ...]
     rule: str
 
 
@@ -76,14 +61,13 @@ def run_batch(
     loaded: LoadedHfModel,
     alone: Sequence[Capture],
     candidate: Any,
-    tolerance: Tolerance,
     *,
     deadline: Deadline | None = None,
 ) -> BatchRun:
     """torch's generate() on the prompts of `alone` (each prompt's own capture) as one
     left-padded batch, no cache kept; the file (a parity.run.candidates.Candidate) on its own
     cache on the batch and on each prompt alone, fed torch's batch tokens, step by step (one
-    step's logits held at a time); each prompt's errors and verdict (module)."""
+    step's logits held at a time); each prompt's figures (module)."""
     prompts = [p for part in alone for p in part.prompts]
     n_new = len(alone[0].calls)
     batch = capture_generate(loaded, prompts=prompts, max_new_tokens=n_new, keep_cache=False)
@@ -101,7 +85,8 @@ def run_batch(
         )
 
     n = len(prompts)
-    error, shift, same = np.zeros(n), np.zeros(n), np.ones(n, dtype=bool)
+    error, shift = np.zeros(n), np.zeros(n)
+    hulls = [_Hull() for _ in range(n)]
     runs = [steps(batch, slice(None))] + [steps(c, slice(k, k + 1)) for k, c in enumerate(alone)]
     for step, ((in_batch, _), *each) in enumerate(zip(*runs, strict=True)):
         torch_logits = batch.calls[step].logits
@@ -109,84 +94,47 @@ def run_batch(
         error = np.maximum(error, _max_abs(in_batch, torch_logits[:, -1, :]))
         for k, (by_itself, _) in enumerate(each):
             shift[k] = max(shift[k], float(_max_abs(in_batch[k : k + 1], by_itself)[0]))
-            same[k] &= _within(by_itself, in_batch[k : k + 1], step, tolerance)
+            hulls[k].add(by_itself, in_batch[k : k + 1])
     rows = tuple(
-        BatchRow(str(p), int(padding[k]), float(error[k]), float(shift[k]), bool(same[k]))
+        PaddedPrompt(
+            str(p),
+            int(padding[k]),
+            float(error[k]),
+            batch_passed=False,  # judged by parity.results.padded.judge_padded
+            shift=float(shift[k]),
+            hull_ref=tuple(float(x) for x in hulls[k].r),
+            hull_diff=tuple(float(x) for x in hulls[k].d),
+            one_sided=hulls[k].one_sided,
+        )
         for k, p in enumerate(prompts)
     )
     return BatchRun(rows, file_rule(candidate.model.op_types))
+
+
+class _Hull:
+    """The points (|alone|, |batch - alone|) of one prompt's logits over the steps, kept as
+    their upper-left hull (the pass rule's answer at any tolerance lies on its vertices), and
+    whether a NaN or Inf stood in one of the two only (parity.judge.pass_rule.one_sided)."""
+
+    def __init__(self) -> None:
+        self.r = np.zeros(0)
+        self.d = np.zeros(0)
+        self.one_sided = False
+
+    def add(self, alone: np.ndarray, in_batch: np.ndarray) -> None:
+        ref = np.asarray(alone, dtype=np.float64).ravel()
+        got = np.asarray(in_batch, dtype=np.float64).ravel()
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.abs(got - ref)
+        finite = np.isfinite(d)  # both sides finite
+        if not finite.all():
+            nan_mm, inf_mm = one_sided(ref[~finite], got[~finite])
+            self.one_sided |= bool((nan_mm | inf_mm).any())
+        r = np.concatenate([self.r, np.abs(ref[finite])])
+        self.r, self.d = upper_left_hull(r, np.concatenate([self.d, d[finite]]))
 
 
 def _max_abs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per row, max |a - b| in float64 (inf where either is not finite)."""
     diff = np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
     return np.where(np.isfinite(diff), diff, np.inf).max(axis=-1)
-
-
-def _within(ref: np.ndarray, got: np.ndarray, step: int, tolerance: Tolerance) -> bool:
-    from parity.judge.compare import compare_outputs
-
-    judged = compare_outputs(ref, got, name=LOGITS, input_set=step, tolerance=tolerance)
-    return judged.status.passed
-
-
-def alone_results(
-    comparisons: Sequence[OutputComparison], calls_per_prompt: Sequence[int]
-) -> list[tuple[float | None, bool]]:
-    """Each prompt alone, as the step comparison judged its logits: (max abs, all passed);
-    its calls are numbered on after the previous prompt's (parity.hf.source.merged_capture)."""
-    results, start = [], 0
-    for n in calls_per_prompt:
-        rows = [
-            c
-            for c in comparisons
-            if c.name == LOGITS and c.candidate == 0 and start <= c.input_set < start + n
-        ]
-        errors = [
-            c.stats.max_abs for c in rows if c.stats is not None and c.stats.max_abs is not None
-        ]
-        results.append((max(errors) if errors else None, all(c.status.passed for c in rows)))
-        start += n
-    return results
-
-
-def judge_batch(
-    batch: BatchRun, steps: int, alone: Sequence[tuple[float | None, bool]]
-) -> PaddedBatch:
-    """The batch judged beside each prompt alone: the finding it makes, in words (module)."""
-    prompts = tuple(
-        PaddedPrompt(r.prompt, r.padding, r.error, r.same, error, ok, r.shift)
-        for r, (error, ok) in zip(batch.rows, alone, strict=True)
-    )
-    run = f"Run as one left-padded batch ({len(prompts)} prompts, {steps} steps)"
-    wrong = [(k, p) for k, p in enumerate(prompts, 1) if not p.batch_passed]
-    if not wrong:
-        most = max((p.batch_error for p in prompts), default=0.0)
-        text = (
-            f"{run} on its own cache, the file gives each prompt what it gives it alone "
-            f"(logits max {number_text(most)} off torch), though it has no position_ids."
-        )
-        return PaddedBatch(prompts, steps, text)
-    off = "; ".join(
-        f"prompt {k} {p.prompt!r} ({count_text(p.padding, 'padding token')}) is off by "
-        f"{number_text(p.batch_error)} in its logits"
-        for k, p in wrong
-    )
-    errors = [p.alone_error for p in prompts if p.alone_error is not None]
-    most_alone = number_text(max(errors)) if errors else "-"
-    alone_words = (
-        f"each prompt alone matches torch (max {most_alone})"
-        if all(p.alone_passed for p in prompts)
-        else f"each prompt alone is at most {most_alone} off torch, as its steps say"
-    )
-    if all(p.padding > 0 for _, p in wrong):
-        text = (
-            "This file cannot serve left-padded batches: it has no position_ids input and "
-            f"{RULES[batch.rule]}. {run}, {off}; {alone_words}."
-        )
-        return PaddedBatch(prompts, steps, text, FindingKind.LIMITATION)
-    text = (
-        f"{run}, the file's logits for a prompt with no padding differ from what it gives "
-        f"that prompt alone: {off}; {alone_words}."
-    )
-    return PaddedBatch(prompts, steps, text, FindingKind.BUG)

@@ -43,6 +43,7 @@ from parity.results import (
     Provenance,
     RunKind,
 )
+from parity.results.padded import judge_padded
 from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
 from parity.run.hf_options import HfOptions, hf_directory
@@ -50,7 +51,7 @@ from parity.run.progress import ProgressReporter
 from parity.settings import Setting
 from parity.signature import OnnxSignature
 from parity.sources import Case, Crop, Source, TorchSide
-from parity.tolerances import Tolerances
+from parity.tolerances import Tolerance, Tolerances
 
 PADDING = "padding, never attended"
 NOT_EXPORTED = {"status": "not run (--onnx given)", "seconds": None}
@@ -162,6 +163,7 @@ class HfSource(HfSourceBase):
         # one capture per prompt, where the file cannot take a left-padded batch (None: one)
         self._per_prompt: tuple[Capture, ...] | None = None
         self._batch: BatchRun | str | None = None  # those prompts as one batch, or why not
+        self._batch_tolerance = Tolerance()  # the logits tolerance it is judged at
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -337,11 +339,9 @@ class HfSource(HfSourceBase):
             return
         self._report("generation", "the prompts as one left-padded batch", None)
         t0 = time.perf_counter()
+        self._batch_tolerance = tolerances.for_output(LOGITS)
         try:
-            tolerance = tolerances.for_output(LOGITS)
-            self._batch = run_batch(
-                loaded, self._per_prompt, candidate, tolerance, deadline=deadline
-            )
+            self._batch = run_batch(loaded, self._per_prompt, candidate, deadline=deadline)
         except (InputError, OnnxRunError) as exc:  # said, never a crash: the steps stand
             self._batch = f"The prompts as one left-padded batch were not run: {exc.message}"
         self.timings["padded_batch"] = time.perf_counter() - t0
@@ -354,11 +354,9 @@ class HfSource(HfSourceBase):
         if isinstance(self._batch, str):
             padded = PaddedBatch(prompts=(), steps=0, text=self._batch)
         elif self._batch is not None and self._per_prompt is not None:
-            from parity.hf.padded_batch import alone_results, judge_batch
-
-            alone = alone_results(comparisons, [len(p.calls) for p in self._per_prompt])
-            steps = len(self._per_prompt[0].calls)
-            padded = judge_batch(self._batch, steps, alone)
+            steps = len(self._per_prompt[0].calls)  # each prompt's: run_batch zips them
+            b, tolerance = self._batch, self._batch_tolerance
+            padded = judge_padded(b.prompts, steps, b.rule, tolerance, comparisons)
         return GenerationInfo(
             summary=build_summary(*self._summary_input(), comparisons, timings),
             steps=tuple(generation_step(call) for call in capture.calls),

@@ -3,7 +3,7 @@
 Data flows one way: InputSet -> (torch, ONNX Runtime) OutputSet -> OutputComparison ->
 ValidationRun. Re-judging at other tolerances never touches raw tensors: every
 OutputComparison carries an ErrorProfile (parity.judge.error_profile) that answers for any (atol,
-rtol). One module per job (comparison, candidate, run, generation, evidence, and each
+rtol). One module per job (comparison, candidate, run, generation, padded, evidence, and each
 analysis's result); every name is imported from here, `parity.results`.
 """
 
@@ -45,11 +45,10 @@ from parity.results.evidence import (
 from parity.results.generation import (
     GenerationInfo,
     GenerationStep,
-    PaddedBatch,
-    PaddedPrompt,
     PromptGeneration,
     TokenDivergence,
 )
+from parity.results.padded import PaddedBatch, PaddedPrompt
 from parity.results.quantization import (
     QuantizationResult,
     QuantizedOutput,

@@ -3,11 +3,13 @@ freely by ONNX Runtime beside torch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from parity.results.evidence import FindingKind
+from parity.results.comparison import OutputComparison
+from parity.results.padded import PaddedBatch
+from parity.tolerances import Tolerances
 
 
 @dataclass(frozen=True)
@@ -70,44 +72,6 @@ class PromptGeneration:
 
 
 @dataclass(frozen=True)
-class PaddedPrompt:
-    """One prompt of the left-padded batch (parity.hf.padded_batch): its padding tokens; the
-    max |onnx - torch| of its logits in the batch over every step, the file on its own cache
-    (`batch_error`); whether they stay within the logits tolerance of what the file gives the
-    prompt alone, fed the same tokens (`batch_passed`; `shift`: their max difference); the
-    prompt alone as the step comparison judged it (`alone_error`: None when not compared)."""
-
-    prompt: str
-    padding: int
-    batch_error: float
-    batch_passed: bool
-    alone_error: float | None = None
-    alone_passed: bool = True
-    shift: float = 0.0
-
-
-@dataclass(frozen=True)
-class PaddedBatch:
-    """A decoder file with no position_ids, whose steps are compared one prompt at a time,
-    run on the prompts as the one left-padded batch generate() makes (parity.hf.padded_batch):
-    each prompt's logits over `steps` steps. `kind`: the finding it makes (limitation: only
-    padded prompts differ while each alone matches; bug: a prompt with no padding differs
-    too; None: the batch matches, or a prompt alone already fails the steps); `text`: the
-    sentence every front shows. Judged at the tolerances of the run that made it."""
-
-    prompts: tuple[PaddedPrompt, ...]
-    steps: int
-    text: str
-    kind: FindingKind | None = None
-    output: str = "logits"
-
-    @property
-    def fails(self) -> bool:
-        """The batch fails the run: a finding says why (the step rows all pass)."""
-        return self.kind is not None
-
-
-@dataclass(frozen=True)
 class GenerationInfo:
     """What an hf: run adds: its summary (plain JSON, the report's "summary") and steps;
     for a causal LM, each prompt generated freely by ONNX Runtime (`prompts`; () when not
@@ -119,3 +83,11 @@ class GenerationInfo:
     prompts: tuple[PromptGeneration, ...] = ()
     free_run_note: str = ""
     padded_batch: PaddedBatch | None = None
+
+    def rejudge(self, tolerances: Tolerances, rows: Sequence[OutputComparison]) -> GenerationInfo:
+        """The left-padded batch judged again at `tolerances`, beside the run's `rows` judged
+        at them (parity.results.padded); the rest as it was."""
+        b = self.padded_batch
+        if b is None:
+            return self
+        return replace(self, padded_batch=b.rejudge(tolerances.for_output(b.output), rows))

@@ -378,7 +378,8 @@ class ValidationRun:
         rtol: float | None = None,
         judge: Judge | str | None = None,
     ) -> ValidationRun:
-        """Judge every output again at other tolerances; milliseconds, no tensors touched.
+        """Judge every output again at other tolerances; milliseconds, no tensors touched
+        (a left-padded batch too, from its kept figures: parity.results.padded).
 
         `tolerances`: a `Tolerances`, a mapping name -> atol or (atol, rtol), or a tolerances
         JSON file; `atol` / `rtol` replace the default (the run's where not given); `judge`
@@ -394,11 +395,16 @@ class ValidationRun:
             explicit = atol is not None or rtol is not None
             tolerances = tolerances_of(tolerances, default, explicit=explicit)
         tolerances.check_outputs(self.output_names)
+        candidates = tuple(c.rejudge(tolerances) for c in self.candidates)
+        generation = self.generation
+        if generation is not None:  # the left-padded batch, beside the rows it was judged with
+            generation = generation.rejudge(tolerances, [r for c in candidates for r in c.outputs])
         return replace(
             self,
             judge=self.judge if judge is None else judge_of(judge),
             tolerances=tolerances,
-            candidates=tuple(c.rejudge(tolerances) for c in self.candidates),
+            candidates=candidates,
+            generation=generation,
         )
 
     @property
