@@ -308,3 +308,22 @@ def test_the_batch_is_judged_again_at_the_tolerances_a_run_is_rejudged_at(gpt2, 
     frame = frame.data if hasattr(frame, "data") else frame
     assert frame["same as alone"].tolist() == ["✓", "✓"]
     assert not any(t.value.startswith(LIMIT) for t in at.text)
+
+
+def test_a_batch_saved_without_its_figures_keeps_its_verdict_when_rejudged(gpt2) -> None:
+    """A run saved before the hull was kept (no `rule`, no `hull_*`): re-judged at any
+    tolerance, its batch stays as it was judged (the figures to judge it again are not there)."""
+    from parity.tolerances import Tolerance
+
+    run = gpt2["run"]
+    made = run.generation.padded_batch
+    old = dataclasses.replace(
+        made,
+        rule="",
+        prompts=tuple(dataclasses.replace(p, hull_ref=None, hull_diff=None) for p in made.prompts),
+    )
+    saved = dataclasses.replace(
+        run, generation=dataclasses.replace(run.generation, padded_batch=old)
+    )
+    loose = saved.rejudge(saved.tolerances.with_output("logits", Tolerance(10.0, 0.0)))
+    assert loose.generation.padded_batch == old and loose.verdict is Verdict.FAIL
