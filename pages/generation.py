@@ -18,7 +18,7 @@ from parity.dashboard.candidates import candidate_selector
 from parity.dashboard.frame import run_or_invite
 from parity.hf.generation_figures import KINDS, kv_cache_grid
 from parity.results import PaddedBatch, PromptGeneration
-from parity.show.generation_text import PADDED_WHY, parting_words, tie_words
+from parity.show.generation_text import padded_why, parting_words, tie_words
 from parity.text import count_text, number_text
 
 FIRST_DIFFERENCE = "✗ first difference"
@@ -141,7 +141,7 @@ def render() -> None:
 
 
 def padded_rows(b: PaddedBatch) -> pd.DataFrame:
-    """One row per prompt of the left-padded batch: its padding, its logits' max error against
+    """One row per prompt of the padded batch: its padding, its logits' max error against
     torch in the batch and alone, and whether the file gives it in the batch what it gives
     it alone (within the logits tolerance)."""
     return pd.DataFrame(
@@ -160,12 +160,13 @@ def padded_rows(b: PaddedBatch) -> pd.DataFrame:
 
 
 def _padded_batch(b: PaddedBatch) -> None:
-    """A decoder file with no position_ids: the prompts as one left-padded batch."""
-    st.subheader("Left-padded batch")
+    """A decoder file with no position_ids: the prompts as one padded batch."""
+    st.subheader(b.title)
     if not b.prompts:  # not run: why
         st.text(b.text)
         return
-    st.caption(f"{PADDED_WHY[0].upper()}{PADDED_WHY[1:]} ({count_text(b.steps, 'step')}).")
+    why = padded_why(b)
+    st.caption(f"{why[0].upper()}{why[1:]} ({count_text(b.steps, 'step')}).")
     st.dataframe(padded_rows(b), hide_index=True, key=state.GEN_PADDED)
     (_warn if b.fails else st.text)(b.text)
 

@@ -53,8 +53,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _run(directory: Path, onnx: Path, *, layers: bool = True):
-    # one prompt: these files cannot serve a left-padded batch (a `limitation` that fails the
-    # run by cause: tests/test_genai_files.py); here the question is where a bug is born
+    # one prompt: here the question is where a bug is born (the prompts as one batch, padded
+    # on the right as ONNX Runtime GenAI pads one, are tests/test_genai_files.py's)
     options = HfOptions(prompts=PROMPTS[:1], max_new_tokens=2)
     return run_validation(
         RunConfig(model=f"hf:{directory}", onnx=str(onnx), hf=options, layers=layers)

@@ -163,10 +163,10 @@ def own_cache_steps(
             signature=signature,
             deadline=deadline,
         ).arrays
-        logits = _last(out[LOGITS])
+        mask = full_attention_mask(call)
+        logits = _last(out[LOGITS], mask)
         tokens = np.asarray(choose(step, logits), dtype=np.int64)
         yield logits, tokens
-        mask = full_attention_mask(call)
         grown = np.concatenate([mask, np.ones((len(tokens), 1), dtype=mask.dtype)], axis=1)
         if layers:
             past = tuple(
@@ -270,10 +270,16 @@ def _cache_layers(signature: OnnxSignature) -> tuple[int, ...]:
     return tuple(sorted(inputs))
 
 
-def _last(logits: np.ndarray | None) -> np.ndarray:
-    """The last position's logits, (batch, vocab), as float32 (float16 files included)."""
+def _last(logits: np.ndarray | None, mask: np.ndarray | None = None) -> np.ndarray:
+    """Each row's last attended position's logits, (batch, vocab), as float32 (float16 files
+    included): the last position, unless `mask` (past + current) pads a row on the right
+    (a batch padded as ONNX Runtime GenAI pads one: parity.hf.padded_batch)."""
     assert logits is not None and logits.ndim == 3
-    return np.asarray(logits[:, -1, :], dtype=np.float32)
+    if mask is None or logits.shape[1] == 1:
+        return np.asarray(logits[:, -1, :], dtype=np.float32)
+    window = np.asarray(mask)[:, -logits.shape[1] :] != 0
+    last = window.shape[1] - 1 - np.argmax(window[:, ::-1], axis=1)
+    return np.asarray(logits[np.arange(len(last)), last, :], dtype=np.float32)
 
 
 def _without(logits: np.ndarray, eos: Sequence[int]) -> np.ndarray:

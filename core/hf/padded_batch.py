@@ -23,6 +23,7 @@ while the unpadded one matches.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from parity.judge.hull import upper_left_hull
 from parity.judge.pass_rule import one_sided
 from parity.limits.deadline import Deadline
 from parity.results import PaddedPrompt
+from parity.results.padded import SIDES
 
 __all__ = ["BatchRun", "file_rule", "run_batch"]
 
@@ -84,10 +86,12 @@ def run_batch(
             deadline=deadline,
         )
 
+    rule = file_rule(candidate.model.op_types)
+    fed = batch if SIDES[rule] == "left" else right_padded(batch)
     n = len(prompts)
     error, shift = np.zeros(n), np.zeros(n)
     hulls = [_Hull() for _ in range(n)]
-    runs = [steps(batch, slice(None))] + [steps(c, slice(k, k + 1)) for k, c in enumerate(alone)]
+    runs = [steps(fed, slice(None))] + [steps(c, slice(k, k + 1)) for k, c in enumerate(alone)]
     for step, ((in_batch, _), *each) in enumerate(zip(*runs, strict=True)):
         torch_logits = batch.calls[step].logits
         assert torch_logits is not None  # a decoder's calls keep their logits
@@ -108,7 +112,19 @@ def run_batch(
         )
         for k, p in enumerate(prompts)
     )
-    return BatchRun(rows, file_rule(candidate.model.op_types))
+    return BatchRun(rows, rule)
+
+
+def right_padded(batch: Capture) -> Capture:
+    """The batch with its first call padded on the right: each row's tokens first, in order,
+    then its padding (ids and mask moved alike), as ONNX Runtime GenAI pads a batch (its
+    PadInputs); what the file is fed after grows the mask by one per step, as for the left."""
+    first = batch.calls[0]
+    mask = full_attention_mask(first)
+    order = np.argsort(mask == 0, axis=1, kind="stable")  # attended positions first, in order
+    rows = np.arange(mask.shape[0])[:, None]
+    inputs = {"input_ids": first.input_ids[rows, order], "attention_mask": mask[rows, order]}
+    return dataclasses.replace(batch, calls=(dataclasses.replace(first, inputs=inputs),))
 
 
 class _Hull:

@@ -43,7 +43,7 @@ from parity.results import (
     Provenance,
     RunKind,
 )
-from parity.results.padded import judge_padded
+from parity.results.padded import SIDES, judge_padded
 from parity.run.candidates import Candidate
 from parity.run.config import RunConfig
 from parity.run.hf_options import HfOptions, hf_directory
@@ -164,6 +164,7 @@ class HfSource(HfSourceBase):
         self._per_prompt: tuple[Capture, ...] | None = None
         self._batch: BatchRun | str | None = None  # those prompts as one batch, or why not
         self._batch_tolerance = Tolerance()  # the logits tolerance it is judged at
+        self._batch_rule = ""  # how the file places a row's tokens (parity.results.padded)
 
     def _captured(self, signature: OnnxSignature | None = None) -> tuple[LoadedHfModel, Capture]:
         """Load the model and capture its calls, once. A given ONNX file's outputs help
@@ -329,21 +330,24 @@ class HfSource(HfSourceBase):
     def _padded(
         self, candidate: Candidate, tolerances: Tolerances, deadline: Deadline | None
     ) -> None:
-        """The prompts as the left-padded batch generate() makes, the file on its own cache."""
+        """The prompts as one padded batch, as the file's runtime pads one (generate(): on the
+        left; ONNX Runtime GenAI: on the right), the file on its own cache."""
         from parity.hf.generation import why_not
-        from parity.hf.padded_batch import run_batch
+        from parity.hf.padded_batch import file_rule, run_batch
 
         loaded, _ = self._captured()
         assert self._per_prompt is not None
         if why_not(self._per_prompt[0], candidate.signature):  # no logits, no step per token
             return
-        self._report("generation", "the prompts as one left-padded batch", None)
+        self._batch_rule = file_rule(candidate.model.op_types)
+        batch = f"the prompts as one {SIDES[self._batch_rule]}-padded batch"
+        self._report("generation", batch, None)
         t0 = time.perf_counter()
         self._batch_tolerance = tolerances.for_output(LOGITS)
         try:
             self._batch = run_batch(loaded, self._per_prompt, candidate, deadline=deadline)
         except (InputError, OnnxRunError) as exc:  # said, never a crash: the steps stand
-            self._batch = f"The prompts as one left-padded batch were not run: {exc.message}"
+            self._batch = f"{batch[0].upper()}{batch[1:]} were not run: {exc.message}"
         self.timings["padded_batch"] = time.perf_counter() - t0
 
     def generation(
@@ -352,7 +356,7 @@ class HfSource(HfSourceBase):
         _, capture = self._captured()
         padded = None
         if isinstance(self._batch, str):
-            padded = PaddedBatch(prompts=(), steps=0, text=self._batch)
+            padded = PaddedBatch(prompts=(), steps=0, text=self._batch, rule=self._batch_rule)
         elif self._batch is not None and self._per_prompt is not None:
             steps = len(self._per_prompt[0].calls)  # each prompt's: run_batch zips them
             b, tolerance = self._batch, self._batch_tolerance

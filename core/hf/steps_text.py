@@ -112,7 +112,8 @@ def format_hf_summary(run: ValidationRun) -> str:
     side = s.get("padding", "left" if s.get("left_padded") else "none")
     batch = f"{side}-padded batch" if side in ("left", "right") else "batch"
     if run.generation is not None and run.generation.padded_batch is not None:
-        batch = "each alone, then as one left-padded batch"  # parity.hf.padded_batch
+        side = run.generation.padded_batch.side  # parity.hf.padded_batch
+        batch = f"each alone, then as one {side}-padded batch"
     export = s.get("export") or {}
     status = str(export.get("status", "?"))
     if export.get("seconds") is not None:

@@ -369,13 +369,13 @@ _DIVERGES = " class='diverges'"
 
 
 def _padded(run: ValidationRun) -> str:
-    """A decoder file with no position_ids: the prompts as one left-padded batch."""
+    """A decoder file with no position_ids: the prompts as one padded batch."""
     b = run.generation.padded_batch if run.generation is not None else None
     if b is None:
         return ""
     if not b.prompts:  # not run: why
-        return f"<section><h2>Left-padded batch</h2><p class='note'>{_e(b.text)}</p></section>"
-    from parity.show.generation_text import PADDED_HEAD, padded_prompt_words
+        return f"<section><h2>{_e(b.title)}</h2><p class='note'>{_e(b.text)}</p></section>"
+    from parity.show.generation_text import padded_prompt_words, padded_why
 
     rows = "".join(
         f"<tr{'' if p.batch_passed else _DIVERGES}><td>{_e(p.prompt)}</td>"
@@ -383,7 +383,7 @@ def _padded(run: ValidationRun) -> str:
         for p in b.prompts
     )
     return (
-        f"<section><h2>Left-padded batch</h2><p>{_e(PADDED_HEAD)}.</p>"
+        f"<section><h2>{_e(b.title)}</h2><p>{_e(b.title)}: {_e(padded_why(b))}.</p>"
         f"<table class='generation'><tr><th>prompt</th><th>in the batch and alone</th></tr>"
         f"{rows}</table><p>{_e(b.text)}</p></section>"
     )

@@ -16,7 +16,7 @@ from parity.results.evidence import FindingKind
 from parity.text import count_text, number_text, tolerance_text
 from parity.tolerances import Tolerance
 
-__all__ = ["RULES", "PaddedBatch", "PaddedPrompt", "alone_results", "judge_padded"]
+__all__ = ["RULES", "SIDES", "PaddedBatch", "PaddedPrompt", "alone_results", "judge_padded"]
 
 LOGITS = "logits"
 
@@ -26,6 +26,11 @@ RULES = {
     "past": "it numbers positions from the past length, not from the attention mask as "
     "generate() does",
 }
+# which side its batch is padded on, as the runtime it is made for pads one: transformers'
+# generate() pads on the left; ONNX Runtime GenAI, which runs GroupQueryAttention files, pads
+# on the right (its PadInputs), and its GroupQueryAttention takes padding there only
+SIDES = {"gqa": "right", "past": "left"}
+RUNTIMES = {"right": "ONNX Runtime GenAI", "left": "generate()"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,17 @@ class PaddedBatch:
         return self.kind is not None
 
     @property
+    def side(self) -> str:
+        """Where the batch's padding is: "right" for a GroupQueryAttention file (as ONNX
+        Runtime GenAI pads a batch), else "left" (as generate() does)."""
+        return SIDES.get(self.rule, "left")
+
+    @property
+    def title(self) -> str:
+        """Its heading on every front: "Left-padded batch" or "Right-padded batch"."""
+        return f"{self.side.capitalize()}-padded batch"
+
+    @property
     def can_rejudge(self) -> bool:
         """It ran and kept the figures that judge it again (not a run saved before them)."""
         kept = all(p.can_rejudge for p in self.prompts)
@@ -141,7 +157,11 @@ def judge_padded(
         replace(p, batch_passed=p.same_at(tolerance), alone_error=error, alone_passed=ok)
         for p, (error, ok) in zip(prompts, alone, strict=True)
     )
-    run = f"Run as one left-padded batch ({len(judged)} prompts, {steps} steps)"
+    side = SIDES[rule]
+    run = (
+        f"Run as one {side}-padded batch, as {RUNTIMES[side]} pads one ({len(judged)} prompts, "
+        f"{steps} steps)"
+    )
     wrong = [(k, p) for k, p in enumerate(judged, 1) if not p.batch_passed]
     if not wrong:
         most = max((p.batch_error for p in judged), default=0.0)
@@ -152,6 +172,9 @@ def judge_padded(
             f"{number_text(apart)} apart; logits max "
             f"{number_text(most)} off torch), though it has no position_ids."
         )
+        if side == "right":  # what it cannot do, said without failing the run
+            left = "It cannot serve a batch padded on the left, as generate() pads one"
+            text += f" {left}: {RULES[rule]}."
         return PaddedBatch(judged, steps, text, rule=rule)
     off = "; ".join(
         f"prompt {k} {p.prompt!r} ({count_text(p.padding, 'padding token')}) is off by "
@@ -166,10 +189,12 @@ def judge_padded(
         else f"each prompt alone is at most {most_alone} off torch, as its steps say"
     )
     if all(p.padding > 0 for _, p in wrong):
-        text = (
-            "This file cannot serve left-padded batches: it has no position_ids input and "
-            f"{RULES[rule]}. {run}, {off}; {alone_words}."
+        why = (  # a GroupQueryAttention file that fails the padding it is made for
+            f"it has no position_ids input and {RULES[rule]}"
+            if side == "left"
+            else f"it has no position_ids input and, though {RULES[rule]}, gets a padded row wrong"
         )
+        text = f"This file cannot serve {side}-padded batches: {why}. {run}, {off}; {alone_words}."
         return PaddedBatch(judged, steps, text, FindingKind.LIMITATION, rule=rule)
     text = (
         f"{run}, the file's logits for a prompt with no padding differ from what it gives "

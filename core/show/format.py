@@ -49,7 +49,7 @@ def format_verdict(run: ValidationRun) -> str:
     if not failing and padded is not None:
         return (
             f"FAIL: every step within tolerance ({size}), but not the prompts as one "
-            f"left-padded batch ({terminal_text(padded.output)})"
+            f"{padded.side}-padded batch ({terminal_text(padded.output)})"
         )
     names = sorted({terminal_text(c.name) for c in failing})
     where = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from parity.results import (
     GenerationInfo,
+    PaddedBatch,
     PaddedPrompt,
     PromptGeneration,
     TokenDivergence,
     ValidationRun,
 )
+from parity.results.padded import RUNTIMES
 from parity.text import count_text, number_text
 
 
@@ -51,15 +53,17 @@ def parting_words(p: PromptGeneration) -> str:
     )
 
 
-PADDED_WHY = (
-    "the file has no position_ids, so the steps ran each prompt alone; here the prompts ran "
-    "as one batch, as generate() makes it, the file on its own cache fed torch's tokens"
-)
-PADDED_HEAD = f"Left-padded batch: {PADDED_WHY}"
+def padded_why(b: PaddedBatch) -> str:
+    """Why the batch ran, and how (padded on the side the file's runtime pads it)."""
+    return (
+        "the file has no position_ids, so the steps ran each prompt alone; here the prompts ran "
+        f"as one batch, as {RUNTIMES[b.side]} makes it, the file on its own cache fed torch's "
+        "tokens"
+    )
 
 
 def padded_prompt_words(p: PaddedPrompt) -> str:
-    """One prompt of the left-padded batch: its padding, its logits' error there (and how far
+    """One prompt of the padded batch: its padding, its logits' error there (and how far
     from what the file gives it alone, where beyond the tolerance), and alone."""
     moved = "" if p.batch_passed else f", {number_text(p.shift)} from the file's own alone"
     return (
@@ -69,14 +73,14 @@ def padded_prompt_words(p: PaddedPrompt) -> str:
 
 
 def padded_lines(g: GenerationInfo) -> list[str]:
-    """The prompts as one left-padded batch (parity.hf.padded_batch): a header, one line per
+    """The prompts as one padded batch (parity.hf.padded_batch): a header, one line per
     prompt, then the sentence unless it is a finding (said with the findings, not twice)."""
     b = g.padded_batch
     if b is None:
         return []
     if not b.prompts:  # not run: why
         return [b.text]
-    lines = [f"{PADDED_HEAD} ({count_text(b.steps, 'step')}):"]
+    lines = [f"{b.title}: {padded_why(b)} ({count_text(b.steps, 'step')}):"]
     lines += [
         f"  prompt {i} {p.prompt!r}: {padded_prompt_words(p)}" for i, p in enumerate(b.prompts, 1)
     ]
@@ -85,7 +89,7 @@ def padded_lines(g: GenerationInfo) -> list[str]:
 
 def generation_lines(g: GenerationInfo) -> list[str]:
     """The terminal's section: per prompt, both texts, where they part, near tie or not;
-    then the left-padded batch, where one was run."""
+    then the padded batch, where one was run."""
     return _free_lines(g) + padded_lines(g)
 
 

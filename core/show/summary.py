@@ -77,7 +77,7 @@ def headline(run: ValidationRun) -> str:
     if padded is not None and padded.fails and all(c.status.passed for c in run.verdict_rows):
         return (  # every step passes: only the prompts as one batch fail (parity.hf.padded_batch)
             f"The export does not match {ref}: its {padded.output} differ when the prompts run "
-            "as one left-padded batch."
+            f"as one {padded.side}-padded batch."
         )
     one = len(outputs) == 1  # "its output differs", never "1 of 1 output differ"
     if statuses & {Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH, Status.MISSING}:
