@@ -185,27 +185,32 @@ def _arrays(store: Storage, input_names: Sequence[str], budget: MemoryBudget) ->
             )
         return _npy(store, input_names[0])
     with store.open() as fh:
-        arrays = _npz_arrays(fh, store, input_names, budget)
-    lengths = {n: a.shape[0] if a.ndim else 0 for n, a in arrays.items()}
+        shapes = _npz_shapes(fh, store, input_names, budget)
+    lengths = {n: shape[0] if shape else 0 for n, shape in shapes.items()}
     if len(set(lengths.values())) != 1 or not all(lengths.values()):
         raise InputError(
             f"--data {store.shown}: every array needs the same leading (sample) axis, got "
-            + ", ".join(f"{n} {list(a.shape)}" for n, a in arrays.items())
+            + ", ".join(f"{n} {list(shape)}" for n, shape in shapes.items())
         )
     n = next(iter(lengths.values()))
+    arrays: dict[str, np.ndarray] = {}  # read at the first sample: a Ray driver never does
 
     def samples(start: int = 0) -> Iterator[Sample]:
+        if not arrays:
+            with store.open() as fh, np.load(fh, allow_pickle=False) as z:
+                arrays.update({name: z[name] for name in input_names})
         for i in range(start, n):
             yield Sample(i, str(i), {name: np.asarray(a[i]) for name, a in arrays.items()})
 
     return DataSet(store.shown, "npz", n, samples, starting_at=samples)
 
 
-def _npz_arrays(
+def _npz_shapes(
     fh: Any, store: Storage, input_names: Sequence[str], budget: MemoryBudget
-) -> dict[str, np.ndarray]:
-    """The inputs' arrays of an .npz, read whole: its directory bounded and the arrays'
-    sizes checked against `budget` from their headers before any is inflated."""
+) -> dict[str, tuple[int, ...]]:
+    """The shapes of the inputs' arrays in an .npz, from their headers: its directory
+    bounded, and the arrays (read whole when samples are read) checked against `budget`
+    before any is inflated."""
     try:
         check_zip_directory(fh, what="--data", path=store.shown, max_entries=_NPZ_ENTRIES,
                             error=InputError)  # fmt: skip
@@ -227,9 +232,7 @@ def _npz_arrays(
         f"--data {store.shown} ({describe_largest(wanted)})",
         proceed="an .npz is read whole: give a .npy, a table or a folder (read a sample at a time)",
     )
-    fh.seek(0)
-    with np.load(fh, allow_pickle=False) as z:
-        return {n: z[n] for n in input_names}
+    return {n: headers[n].shape for n in input_names}
 
 
 def _npy(store: Storage, name: str) -> DataSet:
@@ -265,7 +268,7 @@ def _npy(store: Storage, name: str) -> DataSet:
                 if mapped is not None:
                     value = np.array(mapped[i])
                 else:
-                    raw = _read_at(f, offset + i * size, size, store.remote)
+                    raw = _read_at(f, offset + i * size, size, store)
                     if len(raw) < size:
                         yield Sample(i, str(i), None, None, "the file ends before this sample")
                         continue
@@ -275,12 +278,14 @@ def _npy(store: Storage, name: str) -> DataSet:
     return DataSet(store.shown, "npy", n, samples, starting_at=samples)
 
 
-def _read_at(f: Any, offset: int, size: int, remote: bool) -> bytes:
-    """`size` bytes at `offset` (fewer at the end): os.pread on a file of this machine."""
-    if not remote:
+def _read_at(f: Any, offset: int, size: int, store: Storage) -> bytes:
+    """`size` bytes at `offset` (fewer at the end): os.pread on a file of this machine, a
+    ranged read of an object (what the storage raises: one line naming it)."""
+    if not store.remote:
         return os.pread(f.fileno(), size, offset)
-    f.seek(offset)
-    return bytes(f.read(size))
+    with store.said():
+        f.seek(offset)
+        return bytes(f.read(size))
 
 
 # --- folders: samples as files, flat or in class folders --------------------------------------

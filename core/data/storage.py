@@ -77,26 +77,26 @@ class Storage:
     def exists(self) -> bool:
         if not self.remote:
             return Path(self.given).exists()
-        with self._said():
+        with self.said():
             return bool(self.fs.exists(self.root))
 
     def is_dir(self, rel: str = "") -> bool:
         if not self.remote:
             return Path(self.where(rel)).is_dir()
-        with self._said(rel):
+        with self.said(rel):
             return bool(self.fs.isdir(self.where(rel)))
 
     def is_file(self, rel: str = "") -> bool:
         if not self.remote:
             return Path(self.where(rel)).is_file()
-        with self._said(rel):
+        with self.said(rel):
             return bool(self.fs.isfile(self.where(rel)))
 
     def open(self, rel: str = "") -> IO[bytes]:
         """`rel` opened for reading, seekable (an object is read by ranges as it is asked)."""
         if not self.remote:
             return open(self.where(rel), "rb")  # noqa: SIM115 - the caller closes it
-        with self._said(rel):
+        with self.said(rel):
             return self.fs.open(self.where(rel), "rb")
 
     def files(self) -> list[PurePosixPath]:
@@ -110,7 +110,7 @@ class Storage:
                 rel = Path(folder).relative_to(root)
                 found += [PurePosixPath((rel / n).as_posix()) for n in names if n[0] != "."]
             return sorted(found)
-        with self._said():
+        with self.said():
             keys = self.fs.find(self.root)
         prefix = self.root.rstrip("/") + "/"
         rels = [PurePosixPath(k[len(prefix) :]) for k in keys if k.startswith(prefix)]
@@ -132,7 +132,7 @@ class Storage:
     def copy(self, rel: str, target: Path) -> None:
         """`rel`'s bytes into the new file `target`, at most MAX_FILE of them."""
         where = self.where(rel)
-        with self._said(rel):
+        with self.said(rel):
             size = self.fs.size(where)
         if isinstance(size, int) and size > MAX_FILE:
             raise UsageError(f"{self.named(rel)}: {format_size(size)}, larger than "
@@ -140,7 +140,7 @@ class Storage:
         total = 0
         with self.open(rel) as fh, open(target, "xb") as out:
             while True:
-                with self._said(rel):
+                with self.said(rel):
                     chunk = fh.read(_CHUNK)
                 if not chunk:
                     break
@@ -154,7 +154,7 @@ class Storage:
         return f"{self.flag} {self.shown}" + (f" ({rel})" if rel else "")
 
     @contextlib.contextmanager
-    def _said(self, rel: str = "") -> Iterator[None]:
+    def said(self, rel: str = "") -> Iterator[None]:
         """What the storage raised, as one line naming the flag and the URI (redacted):
         InputError for a missing object, StorageError for anything else (refused,
         unreachable), neither kept as the other's cause."""
