@@ -4,8 +4,10 @@ cluster whose worker node cannot see the model's folder.
 The cluster is the sweep tests' (tests/helpers/isolated_ray.py): a head with no CPUs and one
 worker node in a private mount namespace with a tmpfs over the folder holding the model
 factory, its weights, the ONNX files, the labels and the --preprocess file, so they reach the
-worker through Ray's object store only; the samples are read by the worker at their path.
-Skipped, with the reason, only where `unshare --mount` is refused (not root).
+worker through Ray's object store only. The samples are read by the worker at their path, or
+from moto's S3 server (which the worker node's environment names, as the sweep tests' does)
+where they are put only there. Skipped, with the reason, only where `unshare --mount` is
+refused (not root); the S3 ones without s3fs and moto's server.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import pytest
 
 from parity.cli import main
 from tests.helpers import isolated_ray
+from tests.helpers.data_files import PREPROCESS, image_folder, table_files
 from tests.helpers.digits import Digits, build
+from tests.helpers.moto_s3 import BUCKET, Moto
 from tests.helpers.plant_bug import plant
 
 
@@ -36,15 +40,43 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Digits:
 
 
 @pytest.fixture(scope="module")
-def cluster(digits: Digits):
+def s3_server():
+    """moto's S3 server, which the worker node reaches; None without s3fs or moto's server."""
     try:
-        made = isolated_ray.start([digits.folder])
+        import moto.server  # noqa: F401
+        import s3fs  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    server = Moto()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(digits: Digits, s3_server):
+    env = s3_server.env if s3_server else None
+    try:
+        made = isolated_ray.start([digits.folder], worker_env=env)
     except isolated_ray.Unavailable as exc:
         pytest.skip(f"no private mount namespace here: {exc}")
     try:
         yield made
     finally:
         made.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The S3 server, named in this (the driver's) environment too."""
+    if s3_server is None:
+        pytest.skip("needs s3fs and moto[server] (the dev extra)")
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
 
 
 PROBE = """
@@ -180,21 +212,74 @@ def test_a_batch_kept_for_its_worst_rows_gives_the_same_worst_samples():
 
 
 @pytest.mark.slow
-def test_a_parquet_table_with_a_label_column_on_ray_gives_the_local_block(
-    digits, cluster, tmp_path, monkeypatch
+@pytest.mark.parametrize("kind", ["parquet", "jsonl", "arrow"])
+def test_a_table_only_in_s3_on_ray_gives_the_local_block_without_a_limit(
+    digits, cluster, s3, tmp_path, monkeypatch, kind
 ):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    x, y = digits.x_test[:150], digits.y_test[:150]
-    rows = [{"x": image.tolist(), "label": int(v)} for image, v in zip(x, y, strict=True)]
-    path = tmp_path / "digits.parquet"  # row groups of 40: shards start inside them
-    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=40)
-    extra = ("--data", str(path), "--labels", "label", "--batch-size", "10")
+    """Row groups of 40, Arrow batches of 16, a .jsonl with a broken and a blank line: shards
+    of 40 rows start inside them; the .jsonl and .arrow are counted by a first pass."""
+    path = table_files(digits, 150, digits.folder / "tables")[kind]  # hidden from the worker
+    s3.put(f"ray/{path.name}", path.read_bytes())
+    uri = f"s3://{BUCKET}/ray/{path.name}"
+    extra = ("--data", uri, "--labels", "label", "--batch-size", "10", "--max-bad", "5%")
     local, ray = _both(digits, digits.folder / "bias.onnx", tmp_path, cluster, monkeypatch, *extra)
     assert ray == local
-    assert (ray["samples"], ray["labels"]) == (150, "column label")
-    assert ray["outputs"][0]["n_flips"] > 0 and ray["outputs"][0]["accuracy"]["n"] == 150
+    rows = 149 if kind == "jsonl" else 150  # the blank line is no row
+    skipped = ["row 3"] if kind == "jsonl" else []
+    assert (ray["source"], ray["samples"], ray["labels"]) == (uri, rows - len(skipped),
+                                                              "column label")  # fmt: skip
+    assert [s["id"] for s in ray["skipped"]] == skipped
+    assert ray["outputs"][0]["n_flips"] > 0 and ray["outputs"][0]["accuracy"]["n"] == rows - len(
+        skipped
+    )
+    assert _seen_by_worker(cluster, [path]) == [False]
+
+
+@pytest.mark.slow
+def test_an_npz_and_its_labels_only_in_s3_on_ray_give_the_local_block(
+    digits, cluster, s3, tmp_path, monkeypatch
+):
+    s3.put("ray/test.npz", digits.test_npz.read_bytes())  # both hidden from the worker
+    s3.put("ray/labels.npy", digits.labels.read_bytes())
+    extra = ("--data", f"s3://{BUCKET}/ray/test.npz", "--labels",
+             f"s3://{BUCKET}/ray/labels.npy", "--batch-size", "32")  # fmt: skip
+    local, ray = _both(digits, digits.folder / "bias.onnx", tmp_path, cluster, monkeypatch, *extra)
+    assert ray == local
+    (out,) = ray["outputs"]
+    assert out["n_flips"] >= 10 and {f["onnx"] for f in out["flips"]} == {0}
+    assert out["accuracy"]["n"] == 597 and ray["labels"] == f"s3://{BUCKET}/ray/labels.npy"
+    assert _seen_by_worker(cluster, [digits.test_npz, digits.labels]) == [False, False]
+
+
+@pytest.mark.slow
+def test_an_imagefolder_prefix_only_in_s3_through_a_shipped_preprocess_file(
+    digits, cluster, s3, tmp_path, monkeypatch
+):
+    for rel, data in image_folder(digits, 60).items():
+        s3.put(f"ray/images/{rel}", data)
+    pre = digits.folder / "prep_s3.py"  # hidden from the worker: it travels with the job
+    pre.write_text(PREPROCESS)
+    uri = f"s3://{BUCKET}/ray/images"
+    extra = ("--data", uri, "--preprocess", f"{pre}:load", "--batch-size", "8",
+             "--max-bad", "5%")  # fmt: skip
+    local, ray = _both(digits, digits.int8, tmp_path, cluster, monkeypatch, *extra)
+    assert ray == local
+    assert (ray["format"], ray["samples"]) == ("imagefolder", 60)
+    (skipped,) = ray["skipped"]  # named by its object on both, never by a worker's copy
+    assert skipped["id"] == "digit9/zz_broken.png"
+    assert f"{uri}/digit9/zz_broken.png" in skipped["reason"]
+
+
+def test_a_bad_uri_is_one_line_exit_2_before_any_cluster_starts(digits, s3, capsys):
+    import ray
+
+    code = main(["validate", "--model", digits.model, "--weights", str(digits.weights),
+                 "--onnx", str(digits.onnx), "--data", f"s3://{BUCKET}/ray/none.parquet",
+                 "--engine", "ray"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"--data s3://{BUCKET}/ray/none.parquet: no such file or folder" in err
+    assert not ray.is_initialized()
 
 
 def test_a_model_in_memory_is_refused_before_any_cluster_starts(tmp_path):

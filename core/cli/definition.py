@@ -239,8 +239,9 @@ DATA = Group(
             "--data",
             metavar="PATH",
             help="your samples instead of generated inputs: a .npy / .npz (arrays named as the "
-            "inputs, leading sample axis), a .parquet / .jsonl table (columns named as the "
-            "inputs), or a folder of samples (ImageFolder: CLASS/FILE)",
+            "inputs, leading sample axis), a .parquet / .jsonl / .arrow table (columns named as "
+            "the inputs), or a folder of samples (ImageFolder: CLASS/FILE); a path or a URI "
+            "(s3://bucket/test.npz, an s3:// prefix as a folder; pip install fsspec s3fs)",
             path=READS,
         ),
         flag(

@@ -6,31 +6,39 @@ the label numbers, as torchvision does), or a table (`.parquet`, `.jsonl`, `.arr
 column goes through the model's own processor (`Processor`: an hf: folder's tokenizer or
 image processor, parity.hf.data_source).
 
+Each is read where it lies: a path on this machine or an object-storage URI (s3://, gs://,
+...; parity.data.storage), by the same code, so a Ray worker reading its shard from a bucket
+gives the samples, ids and skip reasons a local run gives.
+
 A sample that cannot be read is yielded with its reason, never raised: the batcher skips it by
 name (parity.data.batches). Nothing here holds more than one sample, but a `.npz` file, whose
-members numpy reads whole.
+members numpy reads whole (their sizes checked against the memory budget first, from their
+headers, nothing inflated).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from parity.data.options import DataOptions
+from parity.data.storage import Storage
+from parity.data.tables import TABLES, check_columns, jsonl_names, reason, table_reader
 from parity.errors import InputError, UsageError
+from parity.files.zip_bounds import check_zip_directory
+from parity.limits.budget import MemoryBudget, describe_largest, npz_headers, read_npy_header
 
-TABLES = (".parquet", ".jsonl", ".arrow")
 SAMPLE_FILES = (".npy", ".npz")
 TABLE_FORMATS = ("table", "dataset")  # a table file, a datasets.save_to_disk folder
-_TABLE_ROWS = 256  # rows a table reader decodes at once
+_NPZ_ENTRIES = 4096  # members an .npz of inputs may list (one array per input)
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,8 @@ class DataSet:
     # the samples from number `start` on, those before it not read (None: a format read
     # from its start; `samples_from` skips): a shard of a data run on Ray
     starting_at: Callable[[int], Iterator[Sample]] | None = None
+    # a first pass counting the samples where `count` is None (a .jsonl's lines)
+    counted: Callable[[], int] | None = None
 
     def samples_from(self, start: int) -> Iterator[Sample]:
         """The samples numbered `start` and after, in order."""
@@ -90,42 +100,55 @@ class DataSet:
             return self.starting_at(start)
         return (s for s in self.samples() if s.index >= start)
 
+    def size(self) -> int | None:
+        """The number of samples: known up front, else counted by a first pass."""
+        if self.count is not None or self.counted is None:
+            return self.count
+        return self.counted()
+
 
 def open_data(
-    options: DataOptions, input_names: Sequence[str], processor: Processor | None = None
+    options: DataOptions,
+    input_names: Sequence[str],
+    processor: Processor | None = None,
+    budget: MemoryBudget | None = None,
 ) -> DataSet:
-    """The data set `options.path` names, checked up front (UsageError / InputError: one line
-    naming --data); samples are read only when `samples()` is iterated. `processor`: the
-    model's own (an hf: folder's), for files and columns that are not input arrays;
-    --preprocess, the user's code, goes first."""
-    path = Path(options.path)
-    if not path.exists():
-        raise InputError(f"--data {options.path}: no such file or folder")
+    """The data set `options.path` names (a path or a URI), checked up front (UsageError /
+    InputError / StorageError: one line naming --data); samples are read only when
+    `samples()` is iterated. `processor`: the model's own (an hf: folder's), for files and
+    columns that are not input arrays; --preprocess, the user's code, goes first.
+    `budget`: what an .npz's arrays, read whole, may take (default: the default budget)."""
+    store = Storage.of(options.path)
+    if not store.exists():
+        raise InputError(f"--data {store.shown}: no such file or folder")
     preprocess = load_preprocess(options.preprocess) if options.preprocess else None
     if preprocess is not None:
         processor = None
-    if path.is_dir() and (path / "dataset_dict.json").is_file():  # a DatasetDict: its splits
-        splits = sorted(d.name for d in path.iterdir() if _saved_dataset(d))
+    folder = store.is_dir()
+    if folder and store.is_file("dataset_dict.json"):  # a DatasetDict: its splits
+        splits = [] if store.remote else sorted(
+            d.name for d in Path(store.given).iterdir() if _saved_dataset(Storage(str(d)))
+        )  # fmt: skip
         raise UsageError(
-            f"--data {options.path}: a datasets DatasetDict; give one split's folder, "
-            + ", ".join(str(path / s) for s in splits[:4])
+            f"--data {store.shown}: a datasets DatasetDict; give one split's folder"
+            + "".join(f", {Path(store.given) / s}" for s in splits[:4])
         )
-    if path.is_dir() and _saved_dataset(path):
-        data = _table(path, options, input_names, processor)
-    elif path.is_dir():
-        data = _folder(path, options, input_names, preprocess, processor)
-    elif path.suffix in TABLES:
-        data = _table(path, options, input_names, processor)
-    elif path.suffix in SAMPLE_FILES:
-        data = _arrays(path, input_names)
+    if folder and _saved_dataset(store):
+        data = _table(store, options, input_names, processor)
+    elif folder:
+        data = _folder(store, options, input_names, preprocess, processor)
+    elif store.suffix in TABLES:
+        data = _table(store, options, input_names, processor)
+    elif store.suffix in SAMPLE_FILES:
+        data = _arrays(store, input_names, budget or MemoryBudget())
     else:
         raise UsageError(
-            f"--data {options.path}: give a .npy or .npz of arrays, a .parquet, .jsonl or "
+            f"--data {store.shown}: give a .npy or .npz of arrays, a .parquet, .jsonl or "
             ".arrow table, a datasets.save_to_disk folder, or a folder of samples "
             "(ImageFolder layout: CLASS/FILE)"
         )
     if options.labels and (data.format not in TABLE_FORMATS or _is_label_file(options.labels)):
-        data = _with_label_file(data, options.labels)
+        data = _with_label_file(data, options.labels, budget or MemoryBudget())
     return _limited(data, options.limit)
 
 
@@ -145,108 +168,142 @@ def _limited(data: DataSet, limit: int | None) -> DataSet:
         count=count,
         samples=lambda: until_limit(data.samples()),
         starting_at=lambda start: until_limit(data.samples_from(start)),
+        counted=None,
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 # --- arrays: one .npy (one input) or one .npz (one array per input) ---------------------------
 
 
-def _arrays(path: Path, input_names: Sequence[str]) -> DataSet:
-    if path.suffix == ".npy":
+def _arrays(store: Storage, input_names: Sequence[str], budget: MemoryBudget) -> DataSet:
+    if store.suffix == ".npy":
         if len(input_names) != 1:
             raise UsageError(
-                f"--data {path}: a .npy holds one input; the model takes {len(input_names)} "
-                f"({', '.join(input_names)}): give a .npz with one array per input"
+                f"--data {store.shown}: a .npy holds one input; the model takes "
+                f"{len(input_names)} ({', '.join(input_names)}): give a .npz with one array per "
+                "input"
             )
-        return _npy(path, input_names[0])
-    else:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [n for n in input_names if n not in z.files]
-            if missing:
-                raise UsageError(
-                    f"--data {path}: no array named {', '.join(missing)} (it holds "
-                    f"{', '.join(z.files) or 'nothing'}; name one array per input)"
-                )
-            arrays = {n: z[n] for n in input_names}
-    lengths = {n: a.shape[0] if a.ndim else 0 for n, a in arrays.items()}
+        return _npy(store, input_names[0])
+    with store.open() as fh:
+        shapes = _npz_shapes(fh, store, input_names, budget)
+    lengths = {n: shape[0] if shape else 0 for n, shape in shapes.items()}
     if len(set(lengths.values())) != 1 or not all(lengths.values()):
         raise InputError(
-            f"--data {path}: every array needs the same leading (sample) axis, got "
-            + ", ".join(f"{n} {list(a.shape)}" for n, a in arrays.items())
+            f"--data {store.shown}: every array needs the same leading (sample) axis, got "
+            + ", ".join(f"{n} {list(shape)}" for n, shape in shapes.items())
         )
     n = next(iter(lengths.values()))
+    arrays: dict[str, np.ndarray] = {}  # read at the first sample: a Ray driver never does
 
     def samples(start: int = 0) -> Iterator[Sample]:
+        if not arrays:
+            with store.open() as fh, np.load(fh, allow_pickle=False) as z:
+                arrays.update({name: z[name] for name in input_names})
         for i in range(start, n):
             yield Sample(i, str(i), {name: np.asarray(a[i]) for name, a in arrays.items()})
 
-    return DataSet(str(path), "npz", n, samples, starting_at=samples)
+    return DataSet(store.shown, "npz", n, samples, starting_at=samples)
 
 
-def _npy(path: Path, name: str) -> DataSet:
-    """A .npy read a sample at a time by offset (os.pread): its pages go through the page
-    cache, never into this process's memory, so a run's peak memory does not grow with the
-    file (a memory map's pages count in the process as they are read). A Fortran-ordered
-    file, whose samples are not contiguous, is memory-mapped."""
-    with open(path, "rb") as f:
+def _npz_shapes(
+    fh: Any, store: Storage, input_names: Sequence[str], budget: MemoryBudget
+) -> dict[str, tuple[int, ...]]:
+    """The shapes of the inputs' arrays in an .npz, from their headers: its directory
+    bounded, and the arrays (read whole when samples are read) checked against `budget`
+    before any is inflated."""
+    try:
+        check_zip_directory(fh, what="--data", path=store.shown, max_entries=_NPZ_ENTRIES,
+                            error=InputError)  # fmt: skip
+        fh.seek(0)
+        headers = {h.key: h for h in npz_headers(fh)}
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile's and numpy's words name what is wrong
+        raise InputError(f"--data {store.shown}: not a readable .npz ({reason(exc)})") from None
+    missing = [n for n in input_names if n not in headers]
+    if missing:
+        raise UsageError(
+            f"--data {store.shown}: no array named {', '.join(missing)} (it holds "
+            f"{', '.join(headers) or 'nothing'}; name one array per input)"
+        )
+    wanted = [headers[n] for n in input_names]
+    budget.check(
+        sum(h.n_bytes for h in wanted),
+        f"--data {store.shown} ({describe_largest(wanted)})",
+        proceed="an .npz is read whole: give a .npy, a table or a folder (read a sample at a time)",
+    )
+    return {n: headers[n].shape for n in input_names}
+
+
+def _npy(store: Storage, name: str) -> DataSet:
+    """A .npy read a sample at a time by offset (os.pread on this machine, a ranged read of
+    an object): its pages go through the page cache, never into this process's memory, so a
+    run's peak memory does not grow with the file (a memory map's pages count in the process
+    as they are read). A Fortran-ordered file, whose samples are not contiguous, is
+    memory-mapped (on this machine only)."""
+    with store.open() as f:
         try:
-            version = np.lib.format.read_magic(f)
-            header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = header(f)
+            shape, fortran, dtype = read_npy_header(f)
         except ValueError as exc:
-            raise InputError(f"--data {path}: not a .npy file ({exc})") from None
+            raise InputError(f"--data {store.shown}: not a .npy file ({exc})") from None
         offset = f.tell()
     if not shape:
-        raise InputError(f"--data {path}: every array needs a leading (sample) axis, got []")
+        raise InputError(f"--data {store.shown}: every array needs a leading (sample) axis, got []")
     if dtype.hasobject:
-        raise InputError(f"--data {path}: {dtype} values (objects) cannot be read")
+        raise InputError(f"--data {store.shown}: {dtype} values (objects) cannot be read")
     n, per = shape[0], tuple(shape[1:])
     if not n:
-        raise InputError(f"--data {path}: no samples (its shape is {list(shape)})")
+        raise InputError(f"--data {store.shown}: no samples (its shape is {list(shape)})")
+    if fortran and store.remote:
+        raise UsageError(
+            f"--data {store.shown}: a Fortran-ordered .npy is read from a path on this machine "
+            "(its samples are not contiguous); save it in C order (np.ascontiguousarray)"
+        )
     size = int(np.prod(per, dtype=np.int64)) * dtype.itemsize
-    mapped = np.load(path, mmap_mode="r", allow_pickle=False) if fortran and n else None
+    mapped = np.load(store.given, mmap_mode="r", allow_pickle=False) if fortran else None
 
     def samples(start: int = 0) -> Iterator[Sample]:
-        with open(path, "rb") as f:
-            fd = f.fileno()
+        with store.open() as f:
             for i in range(start, n):
                 if mapped is not None:
                     value = np.array(mapped[i])
                 else:
-                    raw = os.pread(fd, size, offset + i * size)
+                    raw = _read_at(f, offset + i * size, size, store)
                     if len(raw) < size:
                         yield Sample(i, str(i), None, None, "the file ends before this sample")
                         continue
                     value = np.frombuffer(raw, dtype=dtype).reshape(per)
                 yield Sample(i, str(i), {name: value})
 
-    return DataSet(str(path), "npy", n, samples, starting_at=samples)
+    return DataSet(store.shown, "npy", n, samples, starting_at=samples)
+
+
+def _read_at(f: Any, offset: int, size: int, store: Storage) -> bytes:
+    """`size` bytes at `offset` (fewer at the end): os.pread on a file of this machine, a
+    ranged read of an object (what the storage raises: one line naming it)."""
+    if not store.remote:
+        return os.pread(f.fileno(), size, offset)
+    with store.said():
+        f.seek(offset)
+        return bytes(f.read(size))
 
 
 # --- folders: samples as files, flat or in class folders --------------------------------------
 
 
 def _folder(
-    path: Path,
+    store: Storage,
     options: DataOptions,
     input_names: Sequence[str],
     preprocess: Callable[[str], Any] | None,
     processor: Processor | None = None,
 ) -> DataSet:
     """Files as samples: .npy / .npz as arrays; any other file through --preprocess (which
-    takes every file), else the model's own processor (a text file's text kept)."""
-    files = sorted((Path(root) / f).relative_to(path) for root, names in _walk(path) for f in names)
+    takes every file), else the model's own processor (a text file's text kept). A file in
+    object storage is copied to a private path first (what --preprocess is given)."""
+    files = store.files()
     if not files:
-        raise InputError(f"--data {path}: the folder holds no file")
+        raise InputError(f"--data {store.shown}: the folder holds no file")
     image_folder = all(len(f.parts) == 2 for f in files)
     classes = tuple(sorted({f.parts[0] for f in files})) if image_folder else ()
     label_of = {c: k for k, c in enumerate(classes)}
@@ -254,36 +311,41 @@ def _folder(
         other = next((f for f in files if f.suffix not in SAMPLE_FILES), None)
         if other is not None:
             raise UsageError(
-                f"--data {path}: {other.as_posix()} is not a .npy / .npz sample; give "
+                f"--data {store.shown}: {other.as_posix()} is not a .npy / .npz sample; give "
                 "--preprocess FILE.py:FN (a function from a path to a dict of input arrays), "
                 "or an hf: model whose own processor reads it"
             )
 
-    def read(file: Path) -> tuple[Mapping[str, Any], str]:
-        full = str(path / file)
-        if preprocess is not None:
-            return _named(preprocess(full), input_names), ""
-        if file.suffix == ".npy":
-            return _named(np.load(full, allow_pickle=False), input_names), ""
-        if file.suffix == ".npz":
-            with np.load(full, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}, ""
-        assert processor is not None
-        if processor.kind == "text":
-            text = Path(full).read_text(encoding="utf-8").rstrip("\n")
-            return processor.value(text), text
-        return processor.file(full), ""
+    def read(file: PurePosixPath, copied: list[str]) -> tuple[Mapping[str, Any], str]:
+        with store.local(file.as_posix()) as full:
+            copied.append(full)
+            if preprocess is not None:
+                return _named(preprocess(full), input_names), ""
+            if file.suffix == ".npy":
+                return _named(np.load(full, allow_pickle=False), input_names), ""
+            if file.suffix == ".npz":
+                with np.load(full, allow_pickle=False) as z:
+                    return {k: z[k] for k in z.files}, ""
+            assert processor is not None
+            if processor.kind == "text":
+                text = Path(full).read_text(encoding="utf-8").rstrip("\n")
+                return processor.value(text), text
+            return processor.file(full), ""
 
     def samples(start: int = 0) -> Iterator[Sample]:
         for i, file in enumerate(files[start:], start):
             label = label_of.get(file.parts[0]) if image_folder else None
             name = file.as_posix()
+            copied: list[str] = []
             try:
-                arrays, text = read(file)
+                arrays, text = read(file, copied)
             except (KeyboardInterrupt, SystemExit):
                 raise
-            except BaseException as exc:
-                yield Sample(i, name, None, label, _first_line(exc))
+            except BaseException as exc:  # a copy's path named as the object it holds
+                said = reason(exc)
+                if store.remote and copied:
+                    said = said.replace(copied[0], store.shown_of(name))
+                yield Sample(i, name, None, label, said)
                 continue
             yield Sample(i, name, arrays, label, text=text)
 
@@ -292,16 +354,8 @@ def _folder(
     used = processor is not None and any(f.suffix not in SAMPLE_FILES for f in files)
     through = processor.name if used and processor is not None else ""
     return DataSet(
-        str(path), fmt, len(files), samples, classes, labels, through, starting_at=samples
+        store.shown, fmt, len(files), samples, classes, labels, through, starting_at=samples
     )
-
-
-def _walk(path: Path) -> Iterator[tuple[str, list[str]]]:
-    """(folder, its file names) under `path`; hidden files and folders (".ipynb_checkpoints")
-    are not samples."""
-    for root, dirs, names in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        yield root, [f for f in names if not f.startswith(".")]
 
 
 def _named(value: Any, input_names: Sequence[str]) -> Mapping[str, Any]:
@@ -337,7 +391,7 @@ def load_preprocess(spec: str) -> Callable[[str], Any]:
         raise
     except BaseException as exc:
         sys.modules.pop(name, None)
-        raise InputError(f"--preprocess {spec}: importing it raised {_first_line(exc)}") from exc
+        raise InputError(f"--preprocess {spec}: importing it raised {reason(exc)}") from exc
     function = getattr(module, attr, None)
     if not callable(function):
         raise UsageError(f"--preprocess {spec}: {target} has no function {attr!r}")
@@ -348,24 +402,24 @@ def load_preprocess(spec: str) -> Callable[[str], Any]:
 
 
 def _table(
-    path: Path, options: DataOptions, input_names: Sequence[str], processor: Processor | None
+    store: Storage, options: DataOptions, input_names: Sequence[str], processor: Processor | None
 ) -> DataSet:
     """Rows as samples: the columns named as the inputs, else (with the model's processor)
     its text / image column through it."""
     label_column = options.labels if options.labels and not _is_label_file(options.labels) else None
-    names, count, read_rows = _table_reader(path)
+    table = table_reader(store)
     column = None
     if processor is not None:
-        seen = names if names is not None else _jsonl_names(path)
+        seen = table.names if table.names is not None else jsonl_names(store)
         if seen is not None and not set(input_names) <= set(seen):
-            column = _processor_column(path, seen, processor, label_column)
+            column = _processor_column(store, seen, processor, label_column)
     wanted = [column] if column else list(input_names)
     columns = [*wanted, *([label_column] if label_column else [])]
-    if names is not None:
-        _check_columns(path, names, columns)
+    if table.names is not None:
+        check_columns(store, table.names, columns)
 
-    def samples() -> Iterator[Sample]:
-        for i, row in enumerate(read_rows(columns)):
+    def samples(start: int = 0) -> Iterator[Sample]:
+        for i, row in enumerate(table.rows(columns, start), start):
             sid = f"row {i}"
             if isinstance(row, str):
                 yield Sample(i, sid, None, None, row)
@@ -385,100 +439,24 @@ def _table(
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as exc:  # a processor's own error: this row's reason
-                yield Sample(i, sid, None, None, _first_line(exc))
+                yield Sample(i, sid, None, None, reason(exc))
                 continue
             yield Sample(i, sid, arrays, label, text=text)
 
     labels = f"column {label_column}" if label_column else None
-    fmt = "dataset" if path.is_dir() else "table"
+    fmt = "dataset" if store.is_dir() else "table"
     through = f"column {column} through {processor.name}" if column and processor else ""
-    return DataSet(str(path), fmt, count, samples, (), labels, through)
+    return DataSet(store.shown, fmt, table.count, samples, (), labels, through,
+                   starting_at=samples, counted=table.counted)  # fmt: skip
 
 
-Rows = Iterator[dict[str, Any] | str]  # a row, or why it could not be read
-
-
-def _table_reader(
-    path: Path,
-) -> tuple[Sequence[str] | None, int | None, Callable[[Sequence[str]], Rows]]:
-    """(column names, row count, rows(columns)) of a table; names None where only reading
-    tells them (.jsonl), count None where unknown up front."""
-    if path.is_dir():  # datasets.save_to_disk: read by datasets, memory-mapped
-        dataset = _load_from_disk(path)
-
-        def disk_rows(columns: Sequence[str]) -> Rows:
-            for batch in dataset.select_columns(list(columns)).iter(batch_size=_TABLE_ROWS):
-                n = len(next(iter(batch.values()))) if batch else 0
-                yield from ({c: batch[c][k] for c in columns} for k in range(n))
-
-        return list(dataset.column_names), len(dataset), disk_rows
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        table = pq.ParquetFile(path)
-
-        def parquet_rows(columns: Sequence[str]) -> Rows:
-            for batch in pq.ParquetFile(path).iter_batches(_TABLE_ROWS, columns=list(columns)):
-                yield from batch.to_pylist()
-
-        return table.schema_arrow.names, table.metadata.num_rows, parquet_rows
-    if path.suffix == ".arrow":  # Arrow IPC, file or stream (what `datasets` writes)
-
-        def arrow_rows(columns: Sequence[str]) -> Rows:
-            for batch in _arrow_batches(path):
-                yield from batch.select(list(columns)).to_pylist()
-
-        return _arrow_batches(path).schema.names, None, arrow_rows
-
-    def json_rows(columns: Sequence[str]) -> Rows:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError as exc:
-                    yield f"not JSON ({_first_line(exc)})"
-                    continue
-                yield row if isinstance(row, dict) else "not a JSON object"
-
-    return None, None, json_rows  # a row without a column is skipped by name
-
-
-def _jsonl_names(path: Path) -> list[str] | None:
-    """The keys of a .jsonl's first object (None when it has none to read)."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    return None
-                return list(row) if isinstance(row, dict) else None
-    return None
-
-
-def _saved_dataset(path: Path) -> bool:
+def _saved_dataset(store: Storage) -> bool:
     """A folder `datasets.save_to_disk` wrote (a Dataset: state.json beside its .arrow)."""
-    return (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
-
-
-def _load_from_disk(path: Path) -> Any:
-    try:
-        import datasets
-    except ImportError as exc:
-        raise UsageError(
-            f"--data {path}: a datasets.save_to_disk folder is read by the datasets package, "
-            "which is not installed: pip install datasets"
-        ) from exc
-    try:
-        return datasets.load_from_disk(str(path))
-    except Exception as exc:
-        raise InputError(f"--data {path}: datasets cannot load it: {_first_line(exc)}") from exc
+    return store.is_file("state.json") and store.is_file("dataset_info.json")
 
 
 def _processor_column(
-    path: Path, names: Sequence[str], processor: Processor, label_column: str | None
+    store: Storage, names: Sequence[str], processor: Processor, label_column: str | None
 ) -> str:
     """The column the model's processor reads: the one with a usual name for its kind, else
     the only column besides the labels (UsageError naming the columns otherwise)."""
@@ -490,40 +468,9 @@ def _processor_column(
         return others[0]
     usual = ", ".join(COLUMN_NAMES.get(processor.kind, ()))
     raise UsageError(
-        f"--data {path}: no column named as the inputs, and no {processor.kind} column for "
+        f"--data {store.shown}: no column named as the inputs, and no {processor.kind} column for "
         f"{processor.name} (it has {', '.join(names)}; name it one of {usual})"
     )
-
-
-def _arrow_batches(path: Path) -> Any:
-    """An Arrow IPC file's record batches, one at a time (a reader with `.schema`): the
-    random-access file format, else the stream format."""
-    import pyarrow as pa
-
-    try:
-        reader = pa.ipc.open_file(path)
-    except pa.ArrowInvalid:
-        try:
-            return pa.ipc.open_stream(path)
-        except pa.ArrowInvalid as exc:
-            raise InputError(f"--data {path}: not an Arrow IPC file ({exc})") from exc
-
-    class _Batches:
-        schema = reader.schema
-
-        def __iter__(self) -> Iterator[Any]:
-            return (reader.get_batch(i) for i in range(reader.num_record_batches))
-
-    return _Batches()
-
-
-def _check_columns(path: Path, names: Sequence[str], columns: Sequence[str]) -> None:
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise UsageError(
-            f"--data {path}: no column {', '.join(missing)} (it has {', '.join(names)}); "
-            "name one column per input"
-        )
 
 
 # --- labels from a file -----------------------------------------------------------------------
@@ -533,22 +480,25 @@ def _is_label_file(labels: str) -> bool:
     return labels.endswith(".npy")
 
 
-def _with_label_file(data: DataSet, labels: str) -> DataSet:
-    """The samples with labels from a .npy (one per sample, in the samples' order)."""
+def _with_label_file(data: DataSet, labels: str, budget: MemoryBudget) -> DataSet:
+    """The samples with labels from a .npy (one per sample, in the samples' order): on this
+    machine memory-mapped, an object read whole (its size checked against `budget` from its
+    header first)."""
     if not _is_label_file(labels):
         raise UsageError(
             f"--labels {labels}: a column name applies to a table; give a .npy of labels"
         )
-    if not Path(labels).is_file():
-        raise InputError(f"--labels {labels}: no such file")
-    values = np.load(labels, mmap_mode="r", allow_pickle=False)
+    store = Storage.of(labels, "--labels")
+    if not store.is_file():
+        raise InputError(f"--labels {store.shown}: no such file")
+    values = _label_values(store, budget)
     if values.ndim != 1 or values.dtype.kind not in "iu":
         raise InputError(
-            f"--labels {labels}: expected one integer label per sample, got "
+            f"--labels {store.shown}: expected one integer label per sample, got "
             f"{values.dtype} {list(values.shape)}"
         )
     if data.count is not None and len(values) < data.count:
-        raise InputError(f"--labels {labels}: {len(values)} labels for {data.count} samples")
+        raise InputError(f"--labels {store.shown}: {len(values)} labels for {data.count} samples")
 
     def labelled(samples: Iterator[Sample]) -> Iterator[Sample]:
         for s in samples:
@@ -559,5 +509,22 @@ def _with_label_file(data: DataSet, labels: str) -> DataSet:
         data,
         samples=lambda: labelled(data.samples()),
         starting_at=lambda start: labelled(data.samples_from(start)),
-        labels=labels,
+        labels=store.shown,
     )
+
+
+def _label_values(store: Storage, budget: MemoryBudget) -> np.ndarray:
+    if not store.remote:
+        return np.load(store.given, mmap_mode="r", allow_pickle=False)
+    with store.open() as fh:
+        try:
+            shape, _, dtype = read_npy_header(fh)
+            budget.check(
+                math.prod(shape) * dtype.itemsize,
+                f"--labels {store.shown} ({dtype} {list(shape)})",
+                proceed="give one integer label per sample",
+            )
+            fh.seek(0)
+            return np.load(fh, allow_pickle=False)
+        except ValueError as exc:
+            raise InputError(f"--labels {store.shown}: not a .npy file ({exc})") from None

@@ -68,12 +68,14 @@ def config_json(config: RunConfig) -> dict[str, Any]:
 
 
 def _data_json(data: Any) -> dict[str, Any]:
+    from parity.files.uris import redacted_text  # a presigned URI's signature never stored
+
     return {
-        "path": data.path,
+        "path": redacted_text(data.path),
         "batch_size": int(data.batch_size),
         "limit": data.limit,
         "preprocess": data.preprocess,
-        "labels": data.labels,
+        "labels": None if data.labels is None else redacted_text(data.labels),
         "max_bad": float(data.max_bad),
         "tasks": dict(data.tasks),
         "min_agreement": {k: float(v) for k, v in data.min_agreement.items()},

@@ -65,13 +65,14 @@ class DataBatches:
         from parity.limits.budget import MemoryBudget
 
         t0 = time.perf_counter()
-        self.dataset = data = open_data(self.data_options, signature.input_names, processor)
+        budget = MemoryBudget.of(self._data_memory)
+        self.dataset = data = open_data(self.data_options, signature.input_names, processor, budget)
         self.batcher = Batcher(
             signature.inputs,
             self.data_options.batch_size,
             self.data_options.max_bad,
             data.count,
-            MemoryBudget.of(self._data_memory),
+            budget,
             pad=processor.pad if processor is not None else None,
         )
         if data.count:

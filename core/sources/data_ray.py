@@ -1,11 +1,13 @@
 """Source: a data set judged on Ray (`--data PATH --engine ray`), the same cases as
 parity.sources.data's, each batch run where its shard was read.
 
-The driver plans shards (ranges of sample numbers, whole batches each), and Ray Data runs
-them: `from_items(shards).map_batches(ShardRunner, concurrency=N)`, an actor per worker that
-loads the torch model and the ONNX session once. A shard's actor reads its samples with
-Parity's own reader from the shard's first sample on (parity.data.read: the same ids, labels
-and skip reasons as a local run), stacks them into batches (parity.data.batches), runs torch
+The driver plans shards (ranges of sample numbers, whole batches each; a .jsonl's or
+.arrow's rows counted by a first pass), and Ray Data runs them:
+`from_items(shards).map_batches(ShardRunner, concurrency=N)`, an actor per worker that loads
+the torch model and the ONNX session once and opens the data set once. A shard's actor reads
+its samples with Parity's own reader from the shard's first sample on (parity.data.read: the
+same ids, labels and skip reasons as a local run; a parquet's earlier row groups, a .npy's
+earlier bytes not read), stacks them into batches (parity.data.batches), runs torch
 and ONNX Runtime on each, and sends back per batch both sides' outputs and the inputs of the
 rows that may be among an output's worst (parity.data.answers.rows_worth_keeping), never the
 whole batch's inputs. The driver takes the shards in order, one at a time (Ray Data streams
@@ -14,10 +16,12 @@ candidate's outputs already computed (`Case.computed`): the loop compares and th
 analysis reads them as on a local run, so the numbers are the local engine's.
 
 The model, its weights, the ONNX file (and its external data), a --preprocess file and a
---labels file travel through Ray's object store as a sweep's files do (parity.files.ship,
-each factory with what lies beside it); the data set itself is read by the workers at its
-path (a shared filesystem). The model file is code: it is loaded on the driver first through
-the run's loaders (the same refusal of code a front end applies), then on each worker.
+--labels .npy travel through Ray's object store as a sweep's files do (parity.files.ship,
+each factory with what lies beside it); the data set itself is read by the workers where it
+lies (parity.data.storage): an object-storage URI (s3://, gs://, ...) with the workers' own
+credentials, or a path every node sees. The model file is code: it is loaded on the driver
+first through the run's loaders (the same refusal of code a front end applies), then on each
+worker.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +50,9 @@ from parity.run.progress import ProgressReporter
 from parity.signature import OnnxSignature
 from parity.sources import Case
 from parity.sources.data import DataSource, _rate
+
+if TYPE_CHECKING:
+    from parity.data.read import DataSet
 
 SHARD_BATCHES = 4
 """Batches per shard: small enough that every worker gets several, large enough that a
@@ -111,18 +118,18 @@ class RayDataSource(DataSource):
                 "give FILE.py:make, an exported or TorchScript file, or demo:NAME"
             )
         self.timings.update(load_model=0.0, inputs=0.0, torch=0.0)
-        data = self.dataset = open_data(self._data, signature.input_names)
-        if data.count is None:
-            raise UsageError(
-                f"--engine ray: {self._data.path}: a data set whose size is known up front "
-                "(.npy, .npz, .parquet or a folder) is sharded; give --limit N for this one"
-            )
+        t0 = time.perf_counter()
         budget = MemoryBudget.of(self._config.max_memory)
+        data = open_data(self._data, signature.input_names, budget=budget)
+        count = data.size()  # a .jsonl's or .arrow's by a first pass: shards need it
+        assert count is not None  # every format is counted
+        self.dataset = data = replace(data, count=count)
+        self.timings["inputs"] = time.perf_counter() - t0
         batcher = Batcher(
-            signature.inputs, self._data.batch_size, self._data.max_bad, data.count, budget
+            signature.inputs, self._data.batch_size, self._data.max_bad, count, budget
         )
         self.batcher = batcher
-        self.n_cases = math.ceil(data.count / batcher.batch_size)
+        self.n_cases = math.ceil(count / batcher.batch_size)
         self._report("load", f"loading model {self.model}", 0.05)
         t0 = time.perf_counter()  # on the driver first: the run's loaders refuse code there
         self._loaders.load_torch_model(
@@ -130,16 +137,14 @@ class RayDataSource(DataSource):
         )
         self.timings["load_model"] = time.perf_counter() - t0
         shard = batcher.batch_size * SHARD_BATCHES
-        shards = [
-            {"start": a, "stop": min(a + shard, data.count)} for a in range(0, data.count, shard)
-        ]
+        shards = [{"start": a, "stop": min(a + shard, count)} for a in range(0, count, shard)]
         started = not ray.is_initialized()
         with prints_to_stderr():
             if started:
                 connect(ray, self._data.ray_address, self._data.workers)
             try:
                 job = self._job(ray, signature)
-                yield from self._run(ray, job, shards, data.count)
+                yield from self._run(ray, job, shards, count)
             finally:
                 if started:
                     ray.shutdown()
@@ -184,7 +189,7 @@ class RayDataSource(DataSource):
             options=replace(
                 options,
                 preprocess=code(options.preprocess, "preprocess"),
-                labels=ship(labels, "labels") if labels and labels.endswith(".npy") else labels,
+                labels=ship(labels, "labels") if _label_file(labels) else labels,
                 max_bad=1.0,  # judged on the driver, over every shard
                 engine="local",
             ),
@@ -253,6 +258,11 @@ def _file_of(spec: str) -> str | None:
     return spec if Path(spec).is_file() else None
 
 
+def _label_file(labels: str | None) -> bool:
+    """--labels names a .npy on this machine (shipped), not a column or a URI (read there)."""
+    return bool(labels and labels.endswith(".npy") and Path(labels).is_file())
+
+
 def _shard_runs(ray: Any, runs: Any) -> Iterator[ShardRun]:
     """The shards' runs in order; what a worker raised, as the error it is (a ParityError
     as raised there, anything else one line naming the worker)."""
@@ -309,6 +319,7 @@ class ShardRunner:
         self.session = make_session(
             load_onnx(str(root / job.onnx)), provider=job.provider, opt_level=job.opt_level
         )
+        self.data: DataSet | None = None
 
     def __call__(self, shard: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         start, stop = int(shard["start"][0]), int(shard["stop"][0])
@@ -325,7 +336,10 @@ class ShardRunner:
         from parity.run.runner import run_onnx, run_torch
 
         signature = self.job.signature
-        data = open_data(self.options, signature.input_names)
+        if self.data is None:  # opened once per actor (an .npz's arrays read once)
+            budget = MemoryBudget.of(self.job.max_memory)
+            self.data = open_data(self.options, signature.input_names, budget=budget)
+        data = self.data
         batcher = Batcher(
             signature.inputs, self.options.batch_size, 1.0, None,
             MemoryBudget.of(self.job.max_memory),

@@ -43,13 +43,11 @@ from parity.files.ship import (  # noqa: F401  (re-exported: the sweep's names f
     external_data,
     unpack,
 )
+from parity.files.uris import FSSPEC_PACKAGES, redacted_text, redacted_uri
 from parity.limits.budget import format_size
-from parity.sweep.names import redacted_text, redacted_uri
 from parity.sweep.plan import InputSlot, PairJob
 
 OUTSIDE = "_outside"
-FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "http": "aiohttp"}
-FSSPEC_PACKAGES |= {"https": "aiohttp", "az": "adlfs", "abfs": "adlfs", "hf": "huggingface_hub"}
 
 
 class Shipper(ContentStore):

@@ -29,13 +29,12 @@ from parity.errors import UsageError
 from parity.files.json_budget import check_json_budget
 from parity.files.kinds import not_a_regular_file
 from parity.files.safe_read import read_bytes
+from parity.files.uris import is_uri, redacted_uri
 from parity.load.specs import HF_PREFIX, demo_name, is_hf_spec
 from parity.path_flags import PathFlags
 from parity.sweep import SCHEMA
-from parity.sweep.names import redacted_uri
 
 MAX_MANIFEST_BYTES = 64 << 20
-URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 RESERVED_NAMES = frozenset({"summary.json", "index.html"})
@@ -107,11 +106,6 @@ def load_manifest(
         if problem:
             raise UsageError(f"{shown}: pair {pair.name!r}: {problem}")
     return Manifest(path=path, root=root, pairs=pairs, sha256=_pins(data.get("sha256"), shown))
-
-
-def is_uri(value: str) -> bool:
-    """s3://..., gs://..., https://..., file://...: read by the pair's process, not here."""
-    return URI_RE.match(value) is not None
 
 
 def _pins(value: Any, shown: str) -> dict[str, str]:

@@ -8,63 +8,21 @@ manifest names it) in one environment variable; validate renames its run with th
 the pair's log. So no temporary folder appears in --out, and two runs of one manifest name the
 same things.
 
-A URI is shown and stored only as `redacted_uri` writes it: its user info (`user:PASS@`) and
-the values of signing parameters (a presigned URL's `X-Amz-Signature`, `X-Amz-Credential`,
-`X-Amz-Security-Token`, GCS's `X-Goog-Signature`, Azure SAS's `sig`, any `token`) become
-`***`, so the name stays recognisable and the secret never leaves the process that reads it
-(CI uploads report.json, log.txt, the HTML and the saved run).
+A URI is shown and stored only as `redacted_uri` writes it (parity.files.uris): its user
+info and signing parameters' values become `***`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
-from urllib.parse import unquote, urlsplit, urlunsplit
+
+from parity.files.uris import HIDDEN, redacted_text, redacted_uri  # noqa: F401  (re-exported)
 
 ENV = "PARITY_SWEEP_NAMES"
 """JSON list of [where, name] pairs; set only by the sweep for its pairs' processes."""
 _MAX_ENV = 1 << 20
-
-
-HIDDEN = "***"
-_URI = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
-_SECRET_PARAM = re.compile(
-    r"(signature|credential|token|secret|passw|pwd|api[-_]?key|access[-_]?key|key-pair-id"
-    r"|policy|^sig$|^auth|^code$|^key$)",
-    re.IGNORECASE,
-)
-"""Query parameters whose value is (or grants) a secret: AWS SigV4 (X-Amz-Credential,
-X-Amz-Signature, X-Amz-Security-Token) and V2 (AWSAccessKeyId, Signature), GCS (X-Goog-
-Signature, X-Goog-Credential), Azure SAS (sig), CloudFront (Policy, Key-Pair-Id), tokens."""
-
-
-def redacted_uri(uri: str) -> str:
-    """`uri` as it may be shown or stored: user info and signing parameters' values hidden
-    (`https://***@host/m.onnx?X-Amz-Signature=***&X-Amz-Expires=60`); the rest unchanged."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:  # e.g. an unbalanced [ in the host: show nothing after the scheme
-        return uri.split("://", 1)[0] + "://" + HIDDEN
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = HIDDEN + "@" + netloc.rpartition("@")[2]
-    query = "&".join(_hidden_param(p) for p in parts.query.split("&")) if parts.query else ""
-    if netloc == parts.netloc and query == parts.query:
-        return uri
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _hidden_param(param: str) -> str:
-    name, equals, _ = param.partition("=")
-    return f"{name}={HIDDEN}" if equals and _SECRET_PARAM.search(unquote(name)) else param
-
-
-def redacted_text(text: str) -> str:
-    """`text` with every URI in it redacted (redacted_uri): an error message of a storage
-    library quotes the URL it read."""
-    return _URI.sub(lambda m: redacted_uri(m.group()), text) if "://" in text else text
 
 
 def names_env(names: Sequence[tuple[str, str]]) -> dict[str, str]:
