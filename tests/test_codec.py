@@ -412,7 +412,7 @@ def test_every_field_added_this_session_survives_a_save(tmp_path: Path) -> None:
 def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> None:
     """Status error (ONNX Runtime raised on that set) and `frozen` reopen as they were; the
     JSON report carries both; a run saved before `frozen` existed reopens with none."""
-    from parity.results import FrozenNode, Status
+    from parity.results import FrozenNode, FrozenNodes, Status
 
     run = rich_run()
     raised = replace(
@@ -435,7 +435,7 @@ def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> Non
         confirmed=True,
         text="This export only works at its own size: node '/Div' divides by 3072.",
     )
-    run = replace(run.with_rows((raised, *run.outputs[1:])), frozen=(frozen,))
+    run = run.with_rows((raised, *run.outputs[1:])).with_result("frozen", FrozenNodes((frozen,)))
     back = _reopen(run, tmp_path)
     assert back.outputs[0].status is Status.ERROR
     assert back.outputs[0].message == raised.message
@@ -452,12 +452,12 @@ def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> Non
         "confirmed": True,
         "text": frozen.text,
     }
-    assert codec.frozen_from_json(None) == ()
-    from parity.results import StaticAxis
+    from parity.results import StaticAxes, StaticAxis
 
     axis = StaticAxis("x", 2, 64, 80, "Input 'x' is fixed at 64 on axis 2 in the ONNX file.")
-    assert _reopen(replace(run, static_axes=(axis,)), tmp_path, "s").static_axes == (axis,)
-    assert codec.static_axes_from_json(None) == ()
+    with_axis = run.with_result("static_axes", StaticAxes((axis,)))
+    assert _reopen(with_axis, tmp_path, "s").static_axes == (axis,)
+    assert replace(run, results={}).frozen == () == replace(run, results={}).static_axes
 
 
 def test_generation_prompts_survive_a_save(tmp_path: Path) -> None:

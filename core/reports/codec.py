@@ -51,14 +51,12 @@ from parity.results import (
     AnalysisNote,
     CandidateInfo,
     CandidateRun,
-    FrozenNode,
     GenerationInfo,
     InputCase,
     OutputSet,
     PromptGeneration,
     Provenance,
     SavedFrom,
-    StaticAxis,
     ValidationRun,
 )
 from parity.results.by_name import result_types
@@ -75,7 +73,6 @@ __all__ = [
     "REPORT_SCHEMA",
     "ArrayGet",
     "ArrayPut",
-    "frozen_from_json",
     "generation_report_json",
     "noise_from_json",
     "noise_to_json",
@@ -89,7 +86,6 @@ __all__ = [
     "row_to_json",
     "run_from_json",
     "run_to_json",
-    "static_axes_from_json",
     "where_to_json",
 ]
 
@@ -119,13 +115,11 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         # a generation's JSON is plain (null where a margin was infinite), as it always was
         "generation": encode(run.generation, exact=False),
         "candidates": _candidates_to_json(run, put, keep_outputs),
-        "frozen": encode(run.frozen),
-        "static_axes": encode(run.static_axes),
         "analyses": encode(run.analyses),
         "judge": run.judge,
         "data": None if run.data is None else _data_to_json(run.data, put),
     }
-    put_results(manifest, run.results, exact=True)  # each analysis's of the whole run
+    put_results(manifest, run.results, exact=True, per_run=True)  # each analysis's of the run
     return manifest
 
 
@@ -189,8 +183,6 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         provenance=provenance,
         generation=generation,
         saved=saved,
-        frozen=frozen_from_json(m.get("frozen")),
-        static_axes=static_axes_from_json(m.get("static_axes")),
         results=_results_from_json(m, "", per_run=True),
         analyses=_listed(AnalysisNote, m.get("analyses"), "analyses"),
         judge=decode(Judge, m.get("judge", "tolerance"), "judge"),
@@ -203,16 +195,6 @@ def _listed(cls: type, raw: Any, at: str) -> tuple[Any, ...]:
     MAX_NOTES long."""
     items = sj.array(raw or [], at, limit=MAX_NOTES)
     return tuple(decode(cls, entry, f"{at}[{i}]") for i, entry in enumerate(items))
-
-
-def frozen_from_json(raw: Any) -> tuple[FrozenNode, ...]:
-    """The run's frozen nodes (absent in runs saved before they were looked for: ())."""
-    return _listed(FrozenNode, raw, "frozen")
-
-
-def static_axes_from_json(raw: Any) -> tuple[StaticAxis, ...]:
-    """The run's static axes (absent in runs saved before they were looked for: ())."""
-    return _listed(StaticAxis, raw, "static_axes")
 
 
 def provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
@@ -296,7 +278,7 @@ def _candidates_to_json(
             if c.layers is None
             else layers_to_json(c.layers, put, "layers" if k == 0 else f"layers/c{c.index}")
         )
-        put_results(entry, c.results, exact=True)  # each analysis's, under its name
+        put_results(entry, c.results, exact=True, per_run=False)  # each analysis's, by name
         row += len(c.outputs)
         position += len(c.onnx_outputs)
         entries.append(entry)

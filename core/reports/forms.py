@@ -20,13 +20,11 @@ from parity.files.derived_json import MAX_TOKENS, Form, register
 from parity.files.json_output import exact, from_exact, plain, strict
 from parity.layers.result import KeptValue
 from parity.results import (
-    FROZEN_KINDS,
     NOISE_PRECISIONS,
     SUGGESTION_BASES,
     ApproximatedOutput,
     ApproximationResult,
     ErrorStats,
-    FrozenNode,
     GenerationInfo,
     InputSet,
     Noise,
@@ -175,7 +173,6 @@ def register_forms() -> None:
     register(InputSet, Form(skip=frozenset({"feeds"})))
     register(OutputSet, Form(skip=frozenset({"arrays"})))
     register(KeptValue, Form(skip=frozenset({"ref", "onnx"})))
-    register(FrozenNode, Form(choices={"kind": FROZEN_KINDS}, absent={"constant": (), "dims": {}}))
     weight = Form(
         extra={"status": lambda w: w.status}, check=_check_weight, absent={"parameter": None}
     )

@@ -33,14 +33,18 @@ from parity.results.comparison import (
 )
 from parity.results.evidence import (
     FINDING_KINDS,
-    FROZEN_KINDS,
     SUGGESTION_BASES,
     AnalysisNote,
     Finding,
     FindingKind,
-    FrozenNode,
-    StaticAxis,
     SuggestedTolerances,
+)
+from parity.results.frozen import (
+    FROZEN_KINDS,
+    FrozenNode,
+    FrozenNodes,
+    StaticAxes,
+    StaticAxis,
 )
 from parity.results.generation import (
     GenerationInfo,
@@ -77,6 +81,7 @@ __all__ = [
     "Finding",
     "FindingKind",
     "FrozenNode",
+    "FrozenNodes",
     "GenerationInfo",
     "GenerationStep",
     "InputCase",
@@ -96,6 +101,7 @@ __all__ = [
     "RunFiles",
     "RunKind",
     "SavedFrom",
+    "StaticAxes",
     "StaticAxis",
     "Status",
     "SuggestedTolerances",

@@ -23,13 +23,8 @@ from parity.results.comparison import (
     OutputSet,
     Status,
 )
-from parity.results.evidence import (
-    AnalysisNote,
-    Finding,
-    FrozenNode,
-    StaticAxis,
-    SuggestedTolerances,
-)
+from parity.results.evidence import AnalysisNote, Finding, SuggestedTolerances
+from parity.results.frozen import FrozenNode, FrozenNodes, StaticAxes, StaticAxis
 from parity.results.generation import GenerationInfo
 from parity.results.quantization import QuantizationResult
 from parity.signature import OnnxSignature
@@ -81,12 +76,9 @@ class ValidationRun:
     provenance: Provenance = field(default_factory=Provenance)
     generation: GenerationInfo | None = None
     saved: SavedFrom | None = None
-    # nodes holding a size or branch frozen at export (parity.frozen), confirmed ones first
-    frozen: tuple[FrozenNode, ...] = ()
-    # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
-    static_axes: tuple[StaticAxis, ...] = ()
     # what each analysis of the whole run found, by its name (parity.results.by_name): the
-    # tolerances suggested and checked on fresh input sets ("suggested_tolerances", --suggest)
+    # tolerances suggested and checked on fresh input sets ("suggested_tolerances", --suggest),
+    # the frozen search's nodes and static axes ("frozen", "static_axes")
     results: Mapping[str, object] = field(default_factory=dict)
     # what each analysis asked for did, or why it could not (parity.analyses)
     analyses: tuple[AnalysisNote, ...] = ()
@@ -150,6 +142,20 @@ class ValidationRun:
     def suggested_tolerances(self) -> SuggestedTolerances | None:
         """Tolerances suggested and checked on fresh input sets (parity.analyses.fresh_check)."""
         return self.result("suggested_tolerances", SuggestedTolerances)
+
+    @property
+    def frozen(self) -> tuple[FrozenNode, ...]:
+        """Nodes holding a size or branch frozen at export, confirmed ones first (the frozen
+        search's result "frozen": parity.results.frozen)."""
+        found = self.result("frozen", FrozenNodes)
+        return found.nodes if found is not None else ()
+
+    @property
+    def static_axes(self) -> tuple[StaticAxis, ...]:
+        """Input axes the file fixes where the torch model takes other sizes (the frozen
+        search's result "static_axes")."""
+        found = self.result("static_axes", StaticAxes)
+        return found.axes if found is not None else ()
 
     @cached_property
     def input_sets(self) -> tuple[InputSet, ...]:

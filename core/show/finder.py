@@ -10,6 +10,12 @@ of --layers and --noise-floor, whose reference is torch's float model. With `pas
 asked on a passing candidate too (a quantized weight can be wrong where every output passes);
 with `after_birth` a birth --layers confirmed is said before its findings (its torch side
 computed the same intended model, so the node it names is a bug the analysis does not explain).
+
+An analysis of the whole run (the frozen search) registers a run finder instead
+(`finds_in_run`): asked once per run, its findings placed by its rank among the run's own parts
+(RUN_PARTS, parity.show.findings); with `explains`, what it found accounts for the failure and
+no "not measured" hint is said beside it. Every analysis registers the words its "Asked for but
+not done (...)" finding names it by (`asked_as`), beside its findings.
 """
 
 from __future__ import annotations
@@ -20,11 +26,30 @@ from typing import TypeVar
 
 from parity.results import Finding, OutputComparison, Status, ValidationRun
 
-__all__ = ["Find", "Finder", "finds", "numeric_failures", "registered"]
+__all__ = [
+    "RUN_PARTS",
+    "Find",
+    "Finder",
+    "RunFinder",
+    "asked_as",
+    "asked_words",
+    "finds",
+    "finds_in_run",
+    "numeric_failures",
+    "registered",
+    "run_finders",
+]
 
 # (the candidate's run as if it were the only one, its index, at most this many outputs)
 Find = Callable[[ValidationRun, int, "int | None"], list[Finding]]
 F = TypeVar("F", bound=Find)
+RunFind = Callable[[ValidationRun], list[Finding]]
+G = TypeVar("G", bound=RunFind)
+
+RUN_PARTS = {"stages": 200, "training_mode": 300, "candidates": 400, "padded_batch": 500,
+             "near_ties": 700, "not_run": 800, "unmeasured": 900}  # fmt: skip
+"""The ranks of the run's own parts, in reading order (parity.show.findings): a run finder's
+rank places its findings among them (the frozen search's after the padded batch: 600)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,52 @@ def finds(
         return find
 
     return register
+
+
+@dataclass(frozen=True)
+class RunFinder:
+    name: str  # the analysis's name
+    rank: int  # its place among the run's parts (RUN_PARTS) and the other run finders
+    find: RunFind
+    explains: bool = False  # what it found accounts for the failure: no "not measured" hint
+
+
+_RUN_FINDERS: dict[str, RunFinder] = {}
+_ASKED: dict[str, str] = {}
+
+
+def finds_in_run(name: str, *, rank: int, explains: bool = False) -> Callable[[G], G]:
+    """Register `find` as what analysis `name` concludes of the whole run, said at `rank`
+    among the run's parts (RUN_PARTS). One per name and per rank."""
+
+    def register(find: G) -> G:
+        finder = RunFinder(name, rank, find, explains)
+        others = [f for f in _RUN_FINDERS.values() if f != finder]
+        clash = any(f.name == name or f.rank == rank for f in others)
+        if clash or rank in RUN_PARTS.values():
+            raise ValueError(f"analysis {name!r} (rank {rank}) already has its run finder")
+        _RUN_FINDERS[name] = finder
+        return find
+
+    return register
+
+
+def run_finders() -> tuple[RunFinder, ...]:
+    """Every registered run finder in rank order."""
+    return tuple(sorted(_RUN_FINDERS.values(), key=lambda f: f.rank))
+
+
+def asked_as(name: str, words: str) -> None:
+    """The words analysis `name` is named by where it was asked for and could not run
+    ("--noise-floor", "the frozen-size search"): its module says them, once."""
+    if _ASKED.get(name, words) != words:
+        raise ValueError(f"analysis {name!r} already has its words")
+    _ASKED[name] = words
+
+
+def asked_words(name: str) -> str:
+    """Analysis `name`'s words (asked_as); its name where it registered none."""
+    return _ASKED.get(name, name)
 
 
 def registered() -> tuple[Finder, ...]:

@@ -48,9 +48,9 @@ from parity.results import (
     Status,
     ValidationRun,
 )
-from parity.show.analysis_finders import finders
+from parity.show.analysis_finders import finders, run_level
 from parity.show.births import birth_place, born_before
-from parity.show.finder import Finder, numeric_failures
+from parity.show.finder import RUN_PARTS, Finder, asked_as, asked_words, numeric_failures
 from parity.text import number_text, tolerance_text
 from parity.tolerances import Tolerance
 from parity.verdict import Verdict
@@ -87,34 +87,35 @@ def all_findings(run: ValidationRun) -> tuple[Finding, ...]:
 
 def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
     found = _per_candidate(run, limit)
-    frozen = _frozen(run)
-    # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it (nor
-    # on a data run, where those analyses do not apply: its answers lead)
+    by_analysis = [(f, f.find(run)) for f in run_level()]
+    # what an analysis found that accounts for the failure (a size frozen at export,
+    # confirmed) is the cause: no "not measured" hint beside it (nor on a data run, where
+    # those analyses do not apply: its answers lead)
+    explained = any(said for f, said in by_analysis if f.explains)
     padded = _padded_batch(run)
     # a left-padded batch that fails where every step passes: --layers and --noise-floor
     # would measure the steps, not the batch
     failed = run.tolerance_verdict is Verdict.FAIL and not (
         padded and all(c.status.passed for c in run.verdict_rows)
     )
-    unmeasured = _unmeasured(run, found) if failed and not frozen and run.data is None else []
-    not_run = _not_run(run)
+    unmeasured = _unmeasured(run, found) if failed and not explained and run.data is None else []
     stages = [
         Finding(FindingKind.STAGE, n.text)
         for n in run.analyses
         if n.analysis == "stages" and n.done
     ]
-    every = (
-        _answers(run)
-        + stages
-        + _training_mode(run)
-        + found
-        + padded
-        + frozen
-        + _static_axes(run)
-        + _near_ties(run)
-        + not_run
-        + unmeasured
-    )
+    own = {  # the run's own parts, placed by RUN_PARTS among the analyses' run findings
+        "stages": stages,
+        "training_mode": _training_mode(run),
+        "candidates": found,
+        "padded_batch": padded,
+        "near_ties": _near_ties(run),
+        "not_run": _not_run(run),
+        "unmeasured": unmeasured,
+    }
+    parts = [(RUN_PARTS[k], said) for k, said in own.items()]
+    parts += [(f.rank, said) for f, said in by_analysis]
+    every = _answers(run) + [f for _, said in sorted(parts, key=lambda p: p[0]) for f in said]
     if limit is None or len(every) <= MAX_FINDINGS:  # uncapped: the verdict by cause
         return tuple(every)
     more = f"… and {len(every) - MAX_FINDINGS:,} more findings, not shown."
@@ -390,21 +391,6 @@ def _padded_batch(run: ValidationRun) -> list[Finding]:
     return [Finding(padded.kind, padded.text, padded.output, candidate)]
 
 
-def _frozen(run: ValidationRun) -> list[Finding]:
-    return [
-        Finding(
-            FindingKind.FROZEN, f.text or f"The {f.op} node {f.node} holds a size frozen at export."
-        )
-        for f in run.frozen
-        if f.confirmed
-    ]
-
-
-def _static_axes(run: ValidationRun) -> list[Finding]:
-    """An input axis the file fixes where torch takes other sizes: its one line."""
-    return [Finding(FindingKind.STATIC_AXIS, a.text) for a in run.static_axes if a.text]
-
-
 def _near_ties(run: ValidationRun) -> list[Finding]:
     if run.generation is None:
         return []
@@ -429,22 +415,17 @@ def _not_run(run: ValidationRun) -> list[Finding]:
     found = []
     for note in run.analyses:
         if not note.done:
-            flag = _ANALYSIS_WORDS.get(note.analysis, note.analysis)
+            flag = asked_words(note.analysis)
             text = f"Asked for but not done ({flag}): {note.text.rstrip('.')}."
             found.append(Finding(FindingKind.UNMEASURED, text))
     return found
 
 
-_ANALYSIS_WORDS = {
-    "noise_floor": "--noise-floor",
-    "quantization": "the quantization-aware reference",
-    "approximation": "the intended reference (approximations, 16-bit weights)",
-    "layers": "--layers",
-    "suggest": "--suggest",
-    "repro": "--repro",
-    "frozen": "the frozen-size search",
-    "stages": "pipeline stages (several --onnx files)",
-}
+asked_as("noise_floor", "--noise-floor")
+asked_as("layers", "--layers")
+asked_as("suggest", "--suggest")
+asked_as("repro", "--repro")
+asked_as("stages", "pipeline stages (several --onnx files)")
 
 
 def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
