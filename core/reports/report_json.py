@@ -15,9 +15,10 @@ from parity.files.derived_json import decode, encode
 from parity.files.json_output import strict
 from parity.judge.where import WhereProfile, where_of
 from parity.labels import wrong_pair_note
-from parity.reports.forms import noise_to_json, register_forms
+from parity.reports.forms import register_forms
 from parity.results import CandidateRun, GenerationInfo, OutputComparison, RunKind, ValidationRun
 from parity.results.by_name import written_results
+from parity.results.noise import noise_to_json
 from parity.show.cause_labels import intended_json
 from parity.show.forgiven import forgiven_json
 from parity.show.rows import REPORT_KEYS, ComparisonRow
@@ -142,7 +143,7 @@ def report_output_json(c: OutputComparison, where: WhereProfile | None = None) -
     return {
         **row_to_json(ComparisonRow.from_comparison(c)),
         "where": where_to_json(where),
-        "noise": noise_to_json(c.noise),
+        "noise": noise_to_json(c.noise),  # the noise floor's (parity.results.noise)
     }
 
 

@@ -20,14 +20,11 @@ from parity.results.candidate import (
     RunKind,
 )
 from parity.results.comparison import (
-    NOISE_PRECISIONS,
     ErrorStats,
     InputCase,
     InputSet,
-    Noise,
     OutputComparison,
     OutputSet,
-    PrecisionRun,
     Status,
     set_passed,
 )
@@ -54,6 +51,7 @@ from parity.results.generation import (
     PromptGeneration,
     TokenDivergence,
 )
+from parity.results.noise import NOISE_PRECISIONS, Noise, PrecisionRun
 from parity.results.quantization import (
     QuantizationResult,
     QuantizedOutput,

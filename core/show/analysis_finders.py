@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import parity.show.approximation_findings
 import parity.show.frozen_findings
+import parity.show.noise_findings
 import parity.show.quantization_findings
 from parity.show.finder import Finder, RunFinder, registered, run_finders
 
@@ -17,6 +18,7 @@ MODULES = (
     parity.show.quantization_findings,
     parity.show.approximation_findings,
     parity.show.frozen_findings,
+    parity.show.noise_findings,
 )
 
 

@@ -11,6 +11,13 @@ asked on a passing candidate too (a quantized weight can be wrong where every ou
 with `after_birth` a birth --layers confirmed is said before its findings (its torch side
 computed the same intended model, so the node it names is a bug the analysis does not explain).
 
+An analysis that measures a failing candidate against torch's float model (--layers,
+--noise-floor) registers its `Evidence`, asked where no finder speaks instead, in rank order:
+what it locates in the candidate (where its outputs start to differ) before each failing
+output's finding (the first evidence with one speaks for that output), what it sees on every
+candidate that ran, passing or not (a bug a loose tolerance hides), and what it would have
+told where it was not measured (the "Not measured in this run" hint).
+
 An analysis of the whole run (the frozen search) registers a run finder instead
 (`finds_in_run`): asked once per run, its findings placed by its rank among the run's own parts
 (RUN_PARTS, parity.show.findings); with `explains`, what it found accounts for the failure and
@@ -28,11 +35,14 @@ from parity.results import Finding, OutputComparison, Status, ValidationRun
 
 __all__ = [
     "RUN_PARTS",
+    "Evidence",
     "Find",
     "Finder",
     "RunFinder",
     "asked_as",
     "asked_words",
+    "evidence",
+    "evidences",
     "finds",
     "finds_in_run",
     "numeric_failures",
@@ -124,6 +134,51 @@ def asked_as(name: str, words: str) -> None:
 def asked_words(name: str) -> str:
     """Analysis `name`'s words (asked_as); its name where it registered none."""
     return _ASKED.get(name, name)
+
+
+Locate = Callable[[ValidationRun, int], list[Finding]]  # (the candidate's run, its index)
+# (the candidate's run, its index, a failing output's name, its failing rows)
+JudgeOutput = Callable[[ValidationRun, int, str, list[OutputComparison]], "Finding | None"]
+# (the run, every candidate's findings) -> what it would have told, in words, or None
+Hint = Callable[[ValidationRun, list[Finding]], "str | None"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What an analysis measured against torch's float model says of a candidate (module
+    doc): each part optional."""
+
+    name: str
+    rank: int  # the order evidences are asked in, lowest first
+    locate: Locate | None = None  # a failing candidate's findings before its outputs'
+    judge: JudgeOutput | None = None  # one failing output's finding: the first one speaks
+    every: Locate | None = None  # every candidate that ran, after its other findings
+    hint: Hint | None = None  # "Not measured in this run: ..." where it was not
+
+
+_EVIDENCE: dict[str, Evidence] = {}
+
+
+def evidence(
+    name: str,
+    *,
+    rank: int,
+    locate: Locate | None = None,
+    judge: JudgeOutput | None = None,
+    every: Locate | None = None,
+    hint: Hint | None = None,
+) -> None:
+    """Register analysis `name`'s evidence (module doc). One per name and per rank."""
+    found = Evidence(name, rank, locate, judge, every, hint)
+    others = [e for e in _EVIDENCE.values() if e != found]
+    if any(e.name == name or e.rank == rank for e in others):
+        raise ValueError(f"analysis {name!r} (rank {rank}) already has its evidence")
+    _EVIDENCE[name] = found
+
+
+def evidences() -> tuple[Evidence, ...]:
+    """Every registered evidence in rank order."""
+    return tuple(sorted(_EVIDENCE.values(), key=lambda e: e.rank))
 
 
 def registered() -> tuple[Finder, ...]:

@@ -35,24 +35,34 @@ order, so adding one edits nothing here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
-from parity.judge.noise_floor import is_rounding, noise_rank
+from parity.judge.noise_floor import is_rounding
 from parity.labels import OUTSIDE_MODULES, set_label
 from parity.results import (
     Finding,
     FindingKind,
     Noise,
-    OutputComparison,
     Status,
     ValidationRun,
 )
 from parity.show.analysis_finders import finders, run_level
 from parity.show.births import birth_place, born_before
-from parity.show.finder import RUN_PARTS, Finder, asked_as, asked_words, numeric_failures
-from parity.text import number_text, tolerance_text
-from parity.tolerances import Tolerance
+from parity.show.finder import (
+    RUN_PARTS,
+    Finder,
+    asked_as,
+    asked_words,
+    evidences,
+    numeric_failures,
+)
+from parity.show.noise_findings import (
+    HIDDEN_BY_TOLERANCE,
+    file_precision_word,
+    ratio_words,
+    rounding_name,
+    worst_noise,
+)
 from parity.verdict import Verdict
 
 __all__ = [
@@ -64,7 +74,6 @@ __all__ = [
     "run_findings",
 ]
 
-HIDDEN_BY_TOLERANCE = "a bug the tolerance hides"  # the words of _hidden_by_tolerance's finding
 MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing outputs stays readable
 MAX_FINDINGS = 200  # in all: what every front renders (a forged run's notes are many)
 
@@ -158,26 +167,6 @@ def bug_outputs(run: ValidationRun) -> frozenset[tuple[int | None, str | None]]:
     )
 
 
-def file_precision_word(run: ValidationRun) -> str:
-    """The precision the ONNX file computes at, as far as the run knows without reading the
-    file again: the measured noise's, else the provider's 16-bit note, else int8 for a
-    quantized file's layers, else float32."""
-    for c in run.outputs:
-        if c.noise is not None:
-            return c.noise.precision
-    from parity.load.provider_precision import precision_notes
-
-    for info in run.infos:
-        for note in precision_notes(info.notes):
-            for word in ("bfloat16", "float16"):
-                if f" {word} nodes" in note:
-                    return word
-    layers = run.layers
-    if layers is not None and layers.findings.get("quantized"):
-        return "int8"
-    return "float32"
-
-
 # ----------------------------------------------------------------------------- one candidate
 
 
@@ -195,29 +184,8 @@ def _per_candidate(run: ValidationRun, limit: int | None) -> list[Finding]:
             for finder in finders():
                 if finder.passing and view.results.get(finder.name) is not None:
                     out += finder.find(one, view.index, limit)
-        out += _hidden_by_tolerance(one, view.index)
-    return out
-
-
-def _hidden_by_tolerance(run: ValidationRun, candidate: int) -> list[Finding]:
-    """An output that passes only because its tolerance is looser than the default, while
-    its error is far beyond the file's rounding (the noise floor measured it): a bug the
-    tolerance hides, said whatever the judge (under --judge cause the run fails)."""
-    default = Tolerance()
-    out: list[Finding] = []
-    said: set[str] = set()
-    for c in run.outputs:
-        if c.name in said or c.noise is None or is_rounding(c.noise):
-            continue
-        if not c.passes_only_loosened:
-            continue  # it fails, or passes the default too: the tolerance hides nothing
-        said.add(c.name)
-        text = (
-            f"{c.name}: {HIDDEN_BY_TOLERANCE}: it passes at {tolerance_text(c.tolerance)} "
-            f"only; {_ratio_words(c.noise)}, far beyond {_rounding_name(c.noise.precision)}, "
-            f"and at the default {tolerance_text(default)} it fails."
-        )
-        out.append(Finding(FindingKind.BUG, text, c.name, candidate))
+        for e in evidences():  # passing or not: a bug a loose tolerance hides
+            out += e.every(one, view.index) if e.every is not None else []
     return out
 
 
@@ -234,15 +202,15 @@ def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -
     out += located
     numeric = numeric_failures(run)
     for name, rows in list(numeric.items())[:limit]:
-        noise = _worst_noise(rows)
         if born:
-            out.append(Finding(FindingKind.BUG, _born_text(name, first, noise), name, candidate))
-        elif noise is None:
+            text = _born_text(name, first, worst_noise(rows))
+            out.append(Finding(FindingKind.BUG, text, name, candidate))
             continue
-        elif is_rounding(noise):
-            out.append(Finding(FindingKind.ROUNDING, _rounding_text(name, noise), name, candidate))
-        else:
-            out.append(Finding(FindingKind.BUG, _noise_bug_text(name, noise), name, candidate))
+        for e in evidences():  # the first that judges the output speaks for it
+            said = e.judge(run, candidate, name, rows) if e.judge is not None else None
+            if said is not None:
+                out.append(said)
+                break
     return out
 
 
@@ -292,28 +260,6 @@ def _speaker(run: ValidationRun) -> Finder | None:
     return None
 
 
-def _worst_noise(rows: Iterable[OutputComparison]) -> Noise | None:
-    noises = [c.noise for c in rows if c.noise is not None]
-    return max(noises, key=noise_rank) if noises else None
-
-
-def _times(ratio: float) -> str:
-    return f"{float(f'{ratio:.2g}'):,.0f}" if ratio >= 100 else f"{ratio:.2g}"
-
-
-def _ratio_words(noise: Noise) -> str:
-    """ONNX's error against float64 beside the floor, as the noise measured it."""
-    floor = (
-        "the int8 quantization noise"
-        if noise.precision == "int8"
-        else (f"torch's own {noise.precision} error")
-    )
-    how = f" ({noise.emulated})" if noise.emulated and noise.precision == "float32" else ""
-    if noise.ratio is None:
-        return f"ONNX is {number_text(noise.onnx_error)} off float64 where {floor} is 0{how}"
-    return f"ONNX's error against float64 is {_times(noise.ratio)}\u00d7 {floor}{how}"
-
-
 def _born_text(name: str, first, noise: Noise | None) -> str:
     said = (
         f"{name}: a bug, not rounding: the error is made {birth_place(first)} (confirmed "
@@ -323,29 +269,10 @@ def _born_text(name: str, first, noise: Noise | None) -> str:
         return said + "."
     if is_rounding(noise):
         return (
-            f"{said}; {_ratio_words(noise)}, which alone could pass for "
-            f"{_rounding_name(noise.precision)}, so no tolerance should be loosened for it."
+            f"{said}; {ratio_words(noise)}, which alone could pass for "
+            f"{rounding_name(noise.precision)}, so no tolerance should be loosened for it."
         )
-    return f"{said}; {_ratio_words(noise)}."
-
-
-def _rounding_name(precision: str) -> str:
-    return "int8 quantization noise" if precision == "int8" else f"{precision} rounding"
-
-
-def _rounding_text(name: str, noise: Noise) -> str:
-    kind = _rounding_name(noise.precision)
-    return (
-        f"{name}: {kind}, not a bug; --suggest gives tolerances that hold: "
-        f"{_ratio_words(noise)}, about what the precision itself makes."
-    )
-
-
-def _noise_bug_text(name: str, noise: Noise) -> str:
-    return (
-        f"{name}: not rounding: {_ratio_words(noise)}, far beyond "
-        f"{_rounding_name(noise.precision)}, which points to a bug in the export."
-    )
+    return f"{said}; {ratio_words(noise)}."
 
 
 def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
@@ -421,7 +348,6 @@ def _not_run(run: ValidationRun) -> list[Finding]:
     return found
 
 
-asked_as("noise_floor", "--noise-floor")
 asked_as("layers", "--layers")
 asked_as("suggest", "--suggest")
 asked_as("repro", "--repro")
@@ -429,34 +355,23 @@ asked_as("stages", "pipeline stages (several --onnx files)")
 
 
 def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
-    """What would have told more, had it been measured: --layers, --noise-floor (only where
-    some failing output is neither a bug nor rounding yet)."""
-    missing = []
-    could_not = {n.analysis for n in run.analyses if not n.done}  # said by _not_run
-    explained = {
-        f.output
-        for f in found
-        if f.kind
-        in (
-            FindingKind.BUG,
-            FindingKind.ROUNDING,
-            FindingKind.QUANTIZATION,
-            FindingKind.APPROXIMATION,
-        )
-    }
+    """What would have told more, had it been measured: each evidence's hint (--layers,
+    --noise-floor), unless it was asked for and could not run (said by _not_run) or torch
+    doing what the file means accounts for every failing output."""
+    could_not = {n.analysis for n in run.analyses if not n.done}
     numeric = set(numeric_failures(run))
     intended = (FindingKind.QUANTIZATION, FindingKind.APPROXIMATION)
     accounted = {f.output for f in found if f.kind in intended}
     if numeric and numeric <= accounted:  # torch doing what the file means said it all
         return []
+    missing = [
+        said
+        for e in evidences()
+        if e.hint is not None and e.name not in could_not
+        if (said := e.hint(run, found)) is not None
+    ]
     if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
-        missing.append("where inside the model the outputs start to differ (--layers)")
-    bug_or_rounding = explained
-    born = any(f.kind is FindingKind.BUG and f.output is None for f in found)
-    asked = "noise_floor" in could_not
-    if numeric and not born and not numeric <= bug_or_rounding and not asked:
-        word = file_precision_word(run)
-        missing.append(f"whether the difference is {_rounding_name(word)} (--noise-floor)")
+        missing.insert(0, "where inside the model the outputs start to differ (--layers)")
     if not missing:
         return []
     return [Finding(FindingKind.UNMEASURED, f"Not measured in this run: {' and '.join(missing)}.")]
