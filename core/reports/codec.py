@@ -30,8 +30,6 @@ from parity.reports.members import (
     comparison_to_json,
     input_set_from_json,
     input_set_to_json,
-    layers_from_json,
-    layers_to_json,
     output_set_from_json,
     output_sets_from_json,
     output_sets_to_json,
@@ -59,7 +57,7 @@ from parity.results import (
     SavedFrom,
     ValidationRun,
 )
-from parity.results.by_name import result_types
+from parity.results.by_name import OwnJson, result_types
 from parity.results.noise import noise_from_json, noise_to_json
 from parity.signature import OnnxSignature
 from parity.tolerances import Tolerances
@@ -120,7 +118,7 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "judge": run.judge,
         "data": None if run.data is None else _data_to_json(run.data, put),
     }
-    put_results(manifest, run.results, exact=True, per_run=True)  # each analysis's of the run
+    _put_saved(manifest, run.results, put, "", per_run=True)  # each analysis's of the run
     return manifest
 
 
@@ -184,7 +182,7 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         provenance=provenance,
         generation=generation,
         saved=saved,
-        results=_results_from_json(m, "", per_run=True),
+        results=_results_from_json(m, "", get, per_run=True),
         analyses=_listed(AnalysisNote, m.get("analyses"), "analyses"),
         judge=decode(Judge, m.get("judge", "tolerance"), "judge"),
         data=_data_from_json(m.get("data"), get),
@@ -262,9 +260,9 @@ def _check_candidates(candidates: Sequence[CandidateRun], n_sets: int) -> None:
 def _candidates_to_json(
     run: ValidationRun, put: ArrayPut, keep_outputs: bool
 ) -> list[dict[str, Any]]:
-    """Each candidate with its rows, ONNX output sets and layers. Members keep the names they
-    had when these were flat (rows and output sets numbered across candidates, the lead's
-    layers under "layers"), so a run's arrays are named as in older saved runs."""
+    """Each candidate with its rows, ONNX output sets and analyses' results. Members keep the
+    names they had when these were flat (rows and output sets numbered across candidates, the
+    lead's layers under "layers"), so a run's arrays are named as in older saved runs."""
     entries, row, position = [], 0, 0
     for k, c in enumerate(run.candidates):
         entry = encode(c.info)
@@ -274,16 +272,32 @@ def _candidates_to_json(
         entry["onnx_outputs"] = (
             output_sets_to_json("onnx", c.onnx_outputs, put, start=position) if keep_outputs else []
         )
-        entry["layers"] = (
-            None
-            if c.layers is None
-            else layers_to_json(c.layers, put, "layers" if k == 0 else f"layers/c{c.index}")
-        )
-        put_results(entry, c.results, exact=True, per_run=False)  # each analysis's, by name
+        # each analysis's, under its name; one with arrays puts them under NAME (the lead's)
+        # or NAME/cINDEX
+        _put_saved(entry, c.results, put, "" if k == 0 else f"/c{c.index}", per_run=False)
         row += len(c.outputs)
         position += len(c.onnx_outputs)
         entries.append(entry)
     return entries
+
+
+def _put_saved(
+    entry: dict[str, Any],
+    results: Mapping[str, object],
+    put: ArrayPut,
+    suffix: str,
+    *,
+    per_run: bool,
+) -> None:
+    """Each analysis's result exactly, under its name (parity.results.by_name): one that
+    writes its own JSON (OwnJson) with its arrays as members NAME{suffix}/..."""
+    own = {n: r for n, r in results.items() if isinstance(r, OwnJson)}
+    rest = {n: r for n, r in results.items() if n not in own}
+    put_results(entry, rest, exact=True, per_run=per_run)
+    for name, result in own.items():
+        if name in entry:
+            raise ValueError(f"analysis result {name!r} would replace the JSON's own {name!r}")
+        entry[name] = result.saved_json(put, f"{name}{suffix}")
 
 
 def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[CandidateRun, ...]:
@@ -307,8 +321,7 @@ def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[Cand
                 info,
                 tuple(rows),
                 output_sets_from_json(entry, "onnx_outputs", get),
-                layers_from_json(entry.get("layers"), get, f"{at}.layers"),
-                _results_from_json(entry, at),
+                _results_from_json(entry, at, get),
             )
         )
     if not records:
@@ -317,13 +330,16 @@ def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[Cand
 
 
 def _results_from_json(
-    entry: Mapping[str, Any], at: str, *, per_run: bool = False
+    entry: Mapping[str, Any], at: str, get: ArrayGet, *, per_run: bool = False
 ) -> dict[str, object]:
     """A candidate's analysis results (with `per_run`, the run's), each under its analysis's
-    name (parity.results.by_name: a type registered there is read with no edit here)."""
+    name (parity.results.by_name: a type registered there is read with no edit here; one that
+    writes its own JSON, OwnJson, reads its own, arrays and all)."""
     prefix = f"{at}." if at else ""
     return {
-        name: decode(cls, entry[name], f"{prefix}{name}")
+        name: cls.from_saved_json(entry[name], get, f"{prefix}{name}")
+        if issubclass(cls, OwnJson)
+        else decode(cls, entry[name], f"{prefix}{name}")
         for name, cls in result_types(per_run=per_run).items()
         if entry.get(name) is not None
     }

@@ -17,7 +17,7 @@ from parity.judge.where import WhereProfile, where_of
 from parity.labels import wrong_pair_note
 from parity.reports.forms import register_forms
 from parity.results import CandidateRun, GenerationInfo, OutputComparison, RunKind, ValidationRun
-from parity.results.by_name import written_results
+from parity.results.by_name import OwnJson, written_results
 from parity.results.noise import noise_to_json
 from parity.show.cause_labels import intended_json
 from parity.show.forgiven import forgiven_json
@@ -91,8 +91,6 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         g = run.generation
         if g.prompts or g.free_run_note or g.padded_batch is not None:  # causal LMs
             data["generation"] = generation_report_json(g)
-    if run.layers is not None:
-        data["layers"] = run.layers.to_json()
     if run.data is not None:  # --data: answers on the user's samples (parity.data.codec)
         from parity.data.codec import data_to_json
 
@@ -102,7 +100,7 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
     data["findings"] = findings_json(run)  # the one list every front renders
     # the run's analysis results, by name: "frozen", "static_axes", "suggested_tolerances", ...
     put_results(data, run.results, exact=False, per_run=True)
-    if run.candidates:  # the lead's analysis results, by name: "quantization", ...
+    if run.candidates:  # the lead's analysis results, by name: "layers", "quantization", ...
         put_results(data, run.candidates[0].results, exact=False, per_run=False)
     return strict(data)
 
@@ -120,7 +118,10 @@ def put_results(
     for name, result in written_results(results, per_run=per_run).items():
         if name in data:
             raise ValueError(f"analysis result {name!r} would replace the JSON's own {name!r}")
-        data[name] = encode(result, exact=exact)
+        if isinstance(result, OwnJson):  # it writes its own JSON (--layers): the report's
+            data[name] = result.to_json()
+        else:
+            data[name] = encode(result, exact=exact)
 
 
 def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[str, Any]:
@@ -130,8 +131,6 @@ def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[s
     data = _strict(info)
     head = {k: data.pop(k) for k in ("index", "onnx", "provider", "ort_opt_level")}
     data["seconds"] = round(float(info.seconds), 6)
-    if run.is_multi_candidate and candidate.layers is not None:
-        data["layers"] = candidate.layers.to_json()
     if run.is_multi_candidate:
         put_results(data, candidate.results, exact=False, per_run=False)
     return {**head, "verdict": candidate.verdict, **data}

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["analysis_result", "result_types", "written_results"]
+__all__ = ["OwnJson", "analysis_result", "result_types", "written_results"]
+
+Put = Callable[[str, Any, str], str]  # (member name, array, what it is) -> the member's name
+Get = Callable[[Any, str], Any]  # (member name as the manifest has it, its path) -> the array
 
 T = TypeVar("T", bound=type)
 
@@ -37,6 +40,21 @@ def analysis_result(name: str, *, per_run: bool = False, always: bool = False) -
         return cls
 
     return register
+
+
+@runtime_checkable
+class OwnJson(Protocol):
+    """A result whose JSON is its own code's, arrays and all (--layers: its kept values): the
+    report's is `to_json()`, a saved run's `saved_json(put, prefix)` (each array a member
+    named under `prefix`, through `put`), read back by the type's `from_saved_json(raw, get,
+    at)`. Any other registered type is derived from its fields (parity.files.derived_json)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    def saved_json(self, put: Put, prefix: str) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_saved_json(cls, raw: Any, get: Get, at: str) -> Any: ...
 
 
 def result_types(*, per_run: bool = False) -> Mapping[str, type]:

@@ -122,7 +122,7 @@ class ValidationRun:
                 info,
                 tuple(c for c in outputs if c.candidate == info.index),
                 tuple(onnx_outputs[k * n : (k + 1) * n]),
-                layers if k == 0 else None,
+                {"layers": layers} if k == 0 and layers is not None else {},
             )
             for k, info in enumerate(infos)
         )
@@ -300,22 +300,20 @@ class ValidationRun:
 
     def with_layers(self, layers: Mapping[int, LayersResult | None]) -> ValidationRun:
         """The run with each candidate's layers (--layers) by its index; others keep theirs."""
-        return replace(
-            self,
-            candidates=tuple(
-                replace(c, layers=layers[c.index]) if c.index in layers else c
-                for c in self.candidates
-            ),
-        )
+        return self.with_results("layers", layers)
 
-    def with_results(self, name: str, found: Mapping[int, object]) -> ValidationRun:
+    def with_results(self, name: str, found: Mapping[int, object | None]) -> ValidationRun:
         """The run with analysis `name`'s result for each candidate, by its index (a type
-        registered under `name`: parity.results.by_name)."""
+        registered under `name`: parity.results.by_name; None: it has none)."""
+
+        def held(c: CandidateRun) -> Mapping[str, object]:
+            kept = {k: v for k, v in c.results.items() if k != name}
+            return kept if found[c.index] is None else {**c.results, name: found[c.index]}
+
         return replace(
             self,
             candidates=tuple(
-                replace(c, results={**c.results, name: found[c.index]}) if c.index in found else c
-                for c in self.candidates
+                replace(c, results=held(c)) if c.index in found else c for c in self.candidates
             ),
         )
 

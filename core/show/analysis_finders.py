@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import parity.show.approximation_findings
 import parity.show.frozen_findings
+import parity.show.layers_findings
 import parity.show.noise_findings
 import parity.show.quantization_findings
 from parity.show.finder import Finder, RunFinder, registered, run_finders
@@ -18,6 +19,7 @@ MODULES = (
     parity.show.quantization_findings,
     parity.show.approximation_findings,
     parity.show.frozen_findings,
+    parity.show.layers_findings,
     parity.show.noise_findings,
 )
 

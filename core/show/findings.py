@@ -35,19 +35,14 @@ order, so adding one edits nothing here.
 
 from __future__ import annotations
 
-from typing import Any
-
-from parity.judge.noise_floor import is_rounding
-from parity.labels import OUTSIDE_MODULES, set_label
+from parity.labels import set_label
 from parity.results import (
     Finding,
     FindingKind,
-    Noise,
     Status,
     ValidationRun,
 )
 from parity.show.analysis_finders import finders, run_level
-from parity.show.births import birth_place, born_before
 from parity.show.finder import (
     RUN_PARTS,
     Finder,
@@ -59,9 +54,6 @@ from parity.show.finder import (
 from parity.show.noise_findings import (
     HIDDEN_BY_TOLERANCE,
     file_precision_word,
-    ratio_words,
-    rounding_name,
-    worst_noise,
 )
 from parity.verdict import Verdict
 
@@ -194,59 +186,21 @@ def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -
     speaker = _speaker(run)
     if speaker is not None and not speaker.after_birth:
         return out + speaker.find(run, candidate, limit)
-    located, born, first = _divergence(run, candidate)
+    located = [f for e in evidences() if e.locate is not None for f in e.locate(run, candidate)]
     if speaker is not None:
-        # --layers compared with the same intended torch: where it confirms a birth, it
-        # locates what the account calls a bug
+        # --layers compared with the same intended torch: where it confirms a birth (a bug
+        # located), it locates what the account calls a bug
+        born = any(f.kind is FindingKind.BUG for f in located)
         return out + (located if born else []) + speaker.find(run, candidate, limit)
     out += located
     numeric = numeric_failures(run)
     for name, rows in list(numeric.items())[:limit]:
-        if born:
-            text = _born_text(name, first, worst_noise(rows))
-            out.append(Finding(FindingKind.BUG, text, name, candidate))
-            continue
         for e in evidences():  # the first that judges the output speaks for it
             said = e.judge(run, candidate, name, rows) if e.judge is not None else None
             if said is not None:
                 out.append(said)
                 break
     return out
-
-
-def _divergence(run: ValidationRun, candidate: int) -> tuple[list[Finding], bool, Any]:
-    """Where --layers saw the outputs start to differ: (its findings, whether it confirmed
-    the error born there, the first divergence)."""
-    layers = run.layers
-    first = layers.first_divergence if layers is not None else None
-    confirmation = layers.confirmation_of(first) if layers is not None else None
-    born = getattr(confirmation, "outcome", None) == "born"
-    precision = file_precision_word(run)
-    out: list[Finding] = []
-    if first is not None:
-        where = (
-            f"The export starts to diverge in {first.torch_module}, {birth_place(first, 'its')}."
-            if first.torch_module
-            else f"The export starts to diverge {birth_place(first)}, {OUTSIDE_MODULES[1:-1]}."
-        )
-        kind = FindingKind.BUG if born else FindingKind.DIVERGES
-        out.append(Finding(kind, where, candidate=candidate))
-        if born:
-            alone = (
-                "those nodes with it still give"
-                if born_before(first)
-                else f"that {first.onnx_op} node still gives"
-            )
-            out.append(
-                Finding(
-                    FindingKind.BUG,
-                    f"Not rounding: run alone on PyTorch's exact inputs, {alone} a different "
-                    "answer, so the error is made there (a bug in the export, not "
-                    f"{precision} noise carried along).",
-                    candidate=candidate,
-                )
-            )
-    return out, born, first
 
 
 def _speaker(run: ValidationRun) -> Finder | None:
@@ -258,21 +212,6 @@ def _speaker(run: ValidationRun) -> Finder | None:
         if getattr(results.get(finder.name), "outputs", ()):
             return finder
     return None
-
-
-def _born_text(name: str, first, noise: Noise | None) -> str:
-    said = (
-        f"{name}: a bug, not rounding: the error is made {birth_place(first)} (confirmed "
-        "alone) and carried to this output"
-    )
-    if noise is None:
-        return said + "."
-    if is_rounding(noise):
-        return (
-            f"{said}; {ratio_words(noise)}, which alone could pass for "
-            f"{rounding_name(noise.precision)}, so no tolerance should be loosened for it."
-        )
-    return f"{said}; {ratio_words(noise)}."
 
 
 def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
@@ -348,7 +287,6 @@ def _not_run(run: ValidationRun) -> list[Finding]:
     return found
 
 
-asked_as("layers", "--layers")
 asked_as("suggest", "--suggest")
 asked_as("repro", "--repro")
 asked_as("stages", "pipeline stages (several --onnx files)")
@@ -370,8 +308,6 @@ def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
         if e.hint is not None and e.name not in could_not
         if (said := e.hint(run, found)) is not None
     ]
-    if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
-        missing.insert(0, "where inside the model the outputs start to differ (--layers)")
     if not missing:
         return []
     return [Finding(FindingKind.UNMEASURED, f"Not measured in this run: {' and '.join(missing)}.")]
