@@ -6,6 +6,7 @@ manifest written before the codec existed (tests/data/manifest_before_codec.json
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -575,3 +576,22 @@ if __name__ == "__main__":  # `python tests/test_codec.py --write-golden`, by th
         data = {key: _golden(make(), Path(tmp) / f"{key}.parity.npz") for key, make in RUNS.items()}
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def test_a_fresh_process_reopens_every_analysis_result(tmp_path: Path) -> None:
+    """A result type registers when its module is imported: `parity report` in a fresh
+    process, which imports no analysis, still reads each candidate's layers back."""
+    path = save_run(rich_run(), tmp_path / "fresh.parity.npz")
+    code = (
+        "import sys; from parity.reports.saved_run import load_run; "
+        "run = load_run(sys.argv[1]); "
+        "print(sum(c.layers is not None for c in run.candidates), len(run.layers.kept))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    run = rich_run()
+    assert done.stdout.split() == [
+        str(sum(c.layers is not None for c in run.candidates)),
+        str(len(run.layers.kept)),
+    ]

@@ -204,6 +204,9 @@ class KeptValue:
         return int(self.ref.nbytes + self.onnx.nbytes)
 
 
+register(KeptValue, Form(skip=frozenset({"ref", "onnx"})))  # arrays: a saved run's members
+
+
 @analysis_result("layers")
 @dataclass(frozen=True)
 class LayersResult:

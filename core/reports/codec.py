@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import parity.files.strict_json as sj
 from parity.files.derived_json import MAX_NOTES, MAX_TOKENS, decode, encode
 from parity.files.json_output import exact, from_exact, plain
+from parity.reports.analysis_results import result_types  # every one registered
 from parity.reports.forms import register_forms
 from parity.reports.members import (
     ArrayGet,
@@ -57,7 +58,7 @@ from parity.results import (
     SavedFrom,
     ValidationRun,
 )
-from parity.results.by_name import OwnJson, result_types
+from parity.results.by_name import OwnJson
 from parity.results.noise import noise_from_json, noise_to_json
 from parity.signature import OnnxSignature
 from parity.tolerances import Tolerances

@@ -18,7 +18,6 @@ from typing import Any
 import parity.files.strict_json as sj
 from parity.files.derived_json import MAX_TOKENS, Form, register
 from parity.files.json_output import exact, plain
-from parity.layers.result import KeptValue
 from parity.results import (
     SUGGESTION_BASES,
     ApproximatedOutput,
@@ -127,10 +126,10 @@ def register_forms() -> None:
             check=check_comparison,
         ),
     )
-    # arrays: a saved run's members (parity.reports.codec reads them and gives them)
+    # arrays: a saved run's members (parity.reports.codec reads them and gives them; the
+    # layers' kept values: parity.layers.result)
     register(InputSet, Form(skip=frozenset({"feeds"})))
     register(OutputSet, Form(skip=frozenset({"arrays"})))
-    register(KeptValue, Form(skip=frozenset({"ref", "onnx"})))
     weight = Form(
         extra={"status": lambda w: w.status}, check=_check_weight, absent={"parameter": None}
     )
