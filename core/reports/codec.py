@@ -117,16 +117,9 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         "candidates": _candidates_to_json(run, put, keep_outputs),
         "analyses": encode(run.analyses),
         "judge": run.judge,
-        "data": None if run.data is None else _data_to_json(run.data, put),
     }
     _put_saved(manifest, run.results, put, "", per_run=True)  # each analysis's of the run
     return manifest
-
-
-def _data_to_json(data: Any, put: ArrayPut) -> dict[str, Any]:
-    from parity.data.codec import data_to_json
-
-    return plain(data_to_json(data, put))
 
 
 def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> ValidationRun:
@@ -186,7 +179,6 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         results=_results_from_json(m, "", get, per_run=True),
         analyses=_listed(AnalysisNote, m.get("analyses"), "analyses"),
         judge=decode(Judge, m.get("judge", "tolerance"), "judge"),
-        data=_data_from_json(m.get("data"), get),
     )
 
 
@@ -211,12 +203,6 @@ def prompt_to_json(p: PromptGeneration) -> dict[str, Any]:
 def prompts_from_json(raw: Any, at: str = "generation.prompts") -> tuple[PromptGeneration, ...]:
     """Prompts read back (sj.FieldError naming the field when malformed)."""
     return () if raw is None else decode(tuple[PromptGeneration, ...], raw, at)
-
-
-def _data_from_json(raw: Any, get: ArrayGet) -> Any:
-    from parity.data.codec import data_from_json
-
-    return data_from_json(raw, get)
 
 
 def _check_references(references: Sequence[OutputSet | None], outputs_kept: bool) -> None:

@@ -91,14 +91,10 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         g = run.generation
         if g.prompts or g.free_run_note or g.padded_batch is not None:  # causal LMs
             data["generation"] = generation_report_json(g)
-    if run.data is not None:  # --data: answers on the user's samples (parity.data.codec)
-        from parity.data.codec import data_to_json
-
-        data["data"] = data_to_json(run.data)
     from parity.show.findings import findings_json
 
     data["findings"] = findings_json(run)  # the one list every front renders
-    # the run's analysis results, by name: "frozen", "static_axes", "suggested_tolerances", ...
+    # the run's analysis results, by name: "frozen", "static_axes", "data", ...
     put_results(data, run.results, exact=False, per_run=True)
     if run.candidates:  # the lead's analysis results, by name: "layers", "quantization", ...
         put_results(data, run.candidates[0].results, exact=False, per_run=False)

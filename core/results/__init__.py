@@ -9,6 +9,7 @@ analysis's result); every name is imported from here, `parity.results`.
 
 from __future__ import annotations
 
+from parity.results.answers import DataResult  # --data's, registered by name there
 from parity.results.approximation import (
     ApproximatedOutput,
     ApproximationResult,
@@ -75,6 +76,7 @@ __all__ = [
     "ApproximationResult",
     "CandidateInfo",
     "CandidateRun",
+    "DataResult",
     "ErrorStats",
     "Finding",
     "FindingKind",

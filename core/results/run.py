@@ -78,14 +78,13 @@ class ValidationRun:
     saved: SavedFrom | None = None
     # what each analysis of the whole run found, by its name (parity.results.by_name): the
     # tolerances suggested and checked on fresh input sets ("suggested_tolerances", --suggest),
-    # the frozen search's nodes and static axes ("frozen", "static_axes")
+    # the frozen search's nodes and static axes ("frozen", "static_axes"), what changes per
+    # output on the user's samples ("data", --data)
     results: Mapping[str, object] = field(default_factory=dict)
     # what each analysis asked for did, or why it could not (parity.analyses)
     analyses: tuple[AnalysisNote, ...] = ()
     # how `verdict` is decided: the tolerance (default) or the cause (parity.show.cause)
     judge: Judge = Judge.TOLERANCE
-    # --data: what changes per output on the user's samples (parity.analyses.answers)
-    data: DataResult | None = None
 
     @classmethod
     def from_rows(
@@ -142,6 +141,12 @@ class ValidationRun:
     def suggested_tolerances(self) -> SuggestedTolerances | None:
         """Tolerances suggested and checked on fresh input sets (parity.analyses.fresh_check)."""
         return self.result("suggested_tolerances", SuggestedTolerances)
+
+    @property
+    def data(self) -> DataResult | None:
+        """--data: what changes per output on the user's samples (parity.analyses.answers;
+        the run's result "data")."""
+        return self.result("data", DataResult)
 
     @property
     def frozen(self) -> tuple[FrozenNode, ...]:

@@ -7,6 +7,7 @@ of the findings is each finder's rank (parity.show.finder), not this list's.
 from __future__ import annotations
 
 import parity.show.approximation_findings
+import parity.show.data_findings
 import parity.show.frozen_findings
 import parity.show.layers_findings
 import parity.show.noise_findings
@@ -19,6 +20,7 @@ MODULES = (
     parity.show.quantization_findings,
     parity.show.approximation_findings,
     parity.show.frozen_findings,
+    parity.show.data_findings,
     parity.show.layers_findings,
     parity.show.noise_findings,
 )
@@ -31,5 +33,6 @@ def finders() -> tuple[Finder, ...]:
 
 
 def run_level() -> tuple[RunFinder, ...]:
-    """Every registered finder of the whole run, in rank order: the frozen search's."""
+    """Every registered finder of the whole run, in rank order: --data's, the frozen
+    search's."""
     return run_finders()

@@ -18,11 +18,13 @@ output's finding (the first evidence with one speaks for that output), what it s
 candidate that ran, passing or not (a bug a loose tolerance hides), and what it would have
 told where it was not measured (the "Not measured in this run" hint).
 
-An analysis of the whole run (the frozen search) registers a run finder instead
+An analysis of the whole run (the frozen search, --data) registers a run finder instead
 (`finds_in_run`): asked once per run, its findings placed by its rank among the run's own parts
 (RUN_PARTS, parity.show.findings); with `explains`, what it found accounts for the failure and
-no "not measured" hint is said beside it. Every analysis registers the words its "Asked for but
-not done (...)" finding names it by (`asked_as`), beside its findings.
+no "not measured" hint is said beside it; with `alone`, a run that holds its result is one the
+other analyses do not apply to (a data run: its answers lead), and no hint is said. Every
+analysis registers the words its "Asked for but not done (...)" finding names it by
+(`asked_as`), beside its findings.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ G = TypeVar("G", bound=RunFind)
 RUN_PARTS = {"stages": 200, "training_mode": 300, "candidates": 400, "padded_batch": 500,
              "near_ties": 700, "not_run": 800, "unmeasured": 900}  # fmt: skip
 """The ranks of the run's own parts, in reading order (parity.show.findings): a run finder's
-rank places its findings among them (the frozen search's after the padded batch: 600)."""
+rank places its findings among them (--data's answers first: 100; the frozen search's after
+the padded batch: 600)."""
 
 
 @dataclass(frozen=True)
@@ -96,18 +99,21 @@ class RunFinder:
     rank: int  # its place among the run's parts (RUN_PARTS) and the other run finders
     find: RunFind
     explains: bool = False  # what it found accounts for the failure: no "not measured" hint
+    alone: bool = False  # a run holding its result gets no "not measured" hint either
 
 
 _RUN_FINDERS: dict[str, RunFinder] = {}
 _ASKED: dict[str, str] = {}
 
 
-def finds_in_run(name: str, *, rank: int, explains: bool = False) -> Callable[[G], G]:
+def finds_in_run(
+    name: str, *, rank: int, explains: bool = False, alone: bool = False
+) -> Callable[[G], G]:
     """Register `find` as what analysis `name` concludes of the whole run, said at `rank`
     among the run's parts (RUN_PARTS). One per name and per rank."""
 
     def register(find: G) -> G:
-        finder = RunFinder(name, rank, find, explains)
+        finder = RunFinder(name, rank, find, explains, alone)
         others = [f for f in _RUN_FINDERS.values() if f != finder]
         clash = any(f.name == name or f.rank == rank for f in others)
         if clash or rank in RUN_PARTS.values():

@@ -92,14 +92,16 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
     # what an analysis found that accounts for the failure (a size frozen at export,
     # confirmed) is the cause: no "not measured" hint beside it (nor on a data run, where
     # those analyses do not apply: its answers lead)
-    explained = any(said for f, said in by_analysis if f.explains)
+    explained = any(said for f, said in by_analysis if f.explains) or any(
+        f.alone and f.name in run.results for f in run_level()
+    )
     padded = _padded_batch(run)
     # a left-padded batch that fails where every step passes: --layers and --noise-floor
     # would measure the steps, not the batch
     failed = run.tolerance_verdict is Verdict.FAIL and not (
         padded and all(c.status.passed for c in run.verdict_rows)
     )
-    unmeasured = _unmeasured(run, found) if failed and not explained and run.data is None else []
+    unmeasured = _unmeasured(run, found) if failed and not explained else []
     stages = [
         Finding(FindingKind.STAGE, n.text)
         for n in run.analyses
@@ -116,32 +118,11 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
     }
     parts = [(RUN_PARTS[k], said) for k, said in own.items()]
     parts += [(f.rank, said) for f, said in by_analysis]
-    every = _answers(run) + [f for _, said in sorted(parts, key=lambda p: p[0]) for f in said]
+    every = [f for _, said in sorted(parts, key=lambda p: p[0]) for f in said]
     if limit is None or len(every) <= MAX_FINDINGS:  # uncapped: the verdict by cause
         return tuple(every)
     more = f"… and {len(every) - MAX_FINDINGS:,} more findings, not shown."
     return (*every[:MAX_FINDINGS], Finding(FindingKind.UNMEASURED, more))
-
-
-def _answers(run: ValidationRun) -> list[Finding]:
-    """--data: the answer per output first (parity.data.words), then what was skipped."""
-    if run.data is None:
-        return []
-    from parity.data.words import answer_sentence, criterion_hint, skipped_sentence
-
-    named = len(run.data.outputs) > 1
-    failing = {c.name for c in run.outputs if c.status is Status.FAIL}
-    found = [
-        Finding(
-            FindingKind.ANSWERS,
-            answer_sentence(run.data, o, named=named) + criterion_hint(o, o.name in failing),
-            o.name,
-        )
-        for o in run.data.outputs
-    ]
-    skipped = skipped_sentence(run.data)
-    found += [Finding(FindingKind.ANSWERS, skipped)] if skipped else []
-    return found + [Finding(FindingKind.ANSWERS, note + ".") for note in run.data.notes]
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
