@@ -12,6 +12,7 @@ import parity.show.frozen_findings
 import parity.show.layers_findings
 import parity.show.noise_findings
 import parity.show.quantization_findings
+import parity.show.stage_findings
 from parity.show.finder import Finder, RunFinder, registered, run_finders
 
 __all__ = ["finders", "run_level"]
@@ -21,6 +22,7 @@ MODULES = (
     parity.show.approximation_findings,
     parity.show.frozen_findings,
     parity.show.data_findings,
+    parity.show.stage_findings,
     parity.show.layers_findings,
     parity.show.noise_findings,
 )

@@ -58,11 +58,11 @@ F = TypeVar("F", bound=Find)
 RunFind = Callable[[ValidationRun], list[Finding]]
 G = TypeVar("G", bound=RunFind)
 
-RUN_PARTS = {"stages": 200, "training_mode": 300, "candidates": 400, "padded_batch": 500,
+RUN_PARTS = {"training_mode": 300, "candidates": 400, "padded_batch": 500,
              "near_ties": 700, "not_run": 800, "unmeasured": 900}  # fmt: skip
 """The ranks of the run's own parts, in reading order (parity.show.findings): a run finder's
-rank places its findings among them (--data's answers first: 100; the frozen search's after
-the padded batch: 600)."""
+rank places its findings among them (--data's answers first: 100, pipeline stages 200; the
+frozen search's after the padded batch: 600)."""
 
 
 @dataclass(frozen=True)

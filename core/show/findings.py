@@ -102,13 +102,7 @@ def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
         padded and all(c.status.passed for c in run.verdict_rows)
     )
     unmeasured = _unmeasured(run, found) if failed and not explained else []
-    stages = [
-        Finding(FindingKind.STAGE, n.text)
-        for n in run.analyses
-        if n.analysis == "stages" and n.done
-    ]
     own = {  # the run's own parts, placed by RUN_PARTS among the analyses' run findings
-        "stages": stages,
         "training_mode": _training_mode(run),
         "candidates": found,
         "padded_batch": padded,
@@ -268,9 +262,9 @@ def _not_run(run: ValidationRun) -> list[Finding]:
     return found
 
 
+# analyses whose result is no finding of their own (tolerances, a repro folder): their words
 asked_as("suggest", "--suggest")
 asked_as("repro", "--repro")
-asked_as("stages", "pipeline stages (several --onnx files)")
 
 
 def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
