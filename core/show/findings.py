@@ -9,8 +9,8 @@ bug, whatever its noise ratio, and the ratio is said beside it (a softmax's floa
 can be larger than a small bug's effect, so the ratio alone cannot clear it); otherwise the
 --noise-floor ratio decides bug or rounding. No output is both. Rounding is named at the
 precision it was measured at (Noise.precision: float16, bfloat16, int8), never "float32"
-for a 16-bit file. The layers record no output reachability, so "every failing output it
-feeds" is every failing output of the candidate whose layers found the birth.
+for a 16-bit file. Each is said by its analysis's own module (parity.show.layers_findings,
+parity.show.noise_findings), registered as evidence and asked here in rank order.
 
 A file exported in training mode (Dropout or BatchNormalization nodes that train) is a bug
 said first, on every run, passing or not: it is read from the file, not the numbers.
@@ -27,10 +27,13 @@ reference is torch's float weights; a weight that is not a rounding stays a bug)
 limitation (what the file cannot do that the model does: a decoder file with no position_ids
 that gets a left-padded batch wrong while each prompt alone matches).
 
-An analysis that judges outputs against torch doing what the file means (quantization,
-approximation) owns its findings: a finder registered under its result's name
-(parity.show.finder, every one imported by parity.show.analysis_finders), asked here in rank
-order, so adding one edits nothing here.
+Every analysis owns its findings and its words, registered by name (parity.show.finder, every
+one imported by parity.show.analysis_finders), so adding one edits nothing here: one that judges
+outputs against torch doing what the file means (quantization, approximation) speaks for its
+candidate; evidence against torch's float model (--layers, --noise-floor) where none does; an
+analysis of the whole run (--data, pipeline stages, the frozen search) is placed by its rank
+among the run's own parts here (training mode, candidates, padded batch, near ties, what was
+not done, what was not measured).
 """
 
 from __future__ import annotations
