@@ -6,6 +6,7 @@ manifest written before the codec existed (tests/data/manifest_before_codec.json
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -412,7 +413,7 @@ def test_every_field_added_this_session_survives_a_save(tmp_path: Path) -> None:
 def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> None:
     """Status error (ONNX Runtime raised on that set) and `frozen` reopen as they were; the
     JSON report carries both; a run saved before `frozen` existed reopens with none."""
-    from parity.results import FrozenNode, Status
+    from parity.results import FrozenNode, FrozenNodes, Status
 
     run = rich_run()
     raised = replace(
@@ -435,7 +436,7 @@ def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> Non
         confirmed=True,
         text="This export only works at its own size: node '/Div' divides by 3072.",
     )
-    run = replace(run.with_rows((raised, *run.outputs[1:])), frozen=(frozen,))
+    run = run.with_rows((raised, *run.outputs[1:])).with_result("frozen", FrozenNodes((frozen,)))
     back = _reopen(run, tmp_path)
     assert back.outputs[0].status is Status.ERROR
     assert back.outputs[0].message == raised.message
@@ -452,12 +453,12 @@ def test_an_error_row_and_the_frozen_nodes_survive_a_save(tmp_path: Path) -> Non
         "confirmed": True,
         "text": frozen.text,
     }
-    assert codec.frozen_from_json(None) == ()
-    from parity.results import StaticAxis
+    from parity.results import StaticAxes, StaticAxis
 
     axis = StaticAxis("x", 2, 64, 80, "Input 'x' is fixed at 64 on axis 2 in the ONNX file.")
-    assert _reopen(replace(run, static_axes=(axis,)), tmp_path, "s").static_axes == (axis,)
-    assert codec.static_axes_from_json(None) == ()
+    with_axis = run.with_result("static_axes", StaticAxes((axis,)))
+    assert _reopen(with_axis, tmp_path, "s").static_axes == (axis,)
+    assert replace(run, results={}).frozen == () == replace(run, results={}).static_axes
 
 
 def test_generation_prompts_survive_a_save(tmp_path: Path) -> None:
@@ -488,11 +489,12 @@ def test_a_manifest_written_before_the_codec_still_reads(tmp_path: Path) -> None
         records = _as_then(_json(now["candidates"]))
         for field in ("comparisons", "onnx_outputs"):
             assert [x for c in records for x in c[field]] == then[field], field
-        assert records[0]["layers"] == then["layers"]
+        # (a candidate without layers has no "layers" now, as with every analysis's result)
+        assert records[0].get("layers") == then["layers"]
         if "candidate_layers" in then:  # older still: the lead's layers only were kept
             by_index = {e["candidate"]: e for e in then["candidate_layers"] if "layers" in e}
             for c in records[1:]:
-                assert c["layers"] == by_index.get(c["index"], {}).get("layers"), c["index"]
+                assert c.get("layers") == by_index.get(c["index"], {}).get("layers"), c["index"]
         infos = [{k: v for k, v in c.items() if k not in RECORD_KEYS} for c in records]
         if then["candidates"]:
             assert infos == then["candidates"]
@@ -574,3 +576,22 @@ if __name__ == "__main__":  # `python tests/test_codec.py --write-golden`, by th
         data = {key: _golden(make(), Path(tmp) / f"{key}.parity.npz") for key, make in RUNS.items()}
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def test_a_fresh_process_reopens_every_analysis_result(tmp_path: Path) -> None:
+    """A result type registers when its module is imported: `parity report` in a fresh
+    process, which imports no analysis, still reads each candidate's layers back."""
+    path = save_run(rich_run(), tmp_path / "fresh.parity.npz")
+    code = (
+        "import sys; from parity.reports.saved_run import load_run; "
+        "run = load_run(sys.argv[1]); "
+        "print(sum(c.layers is not None for c in run.candidates), len(run.layers.kept))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    run = rich_run()
+    assert done.stdout.split() == [
+        str(sum(c.layers is not None for c in run.candidates)),
+        str(len(run.layers.kept)),
+    ]

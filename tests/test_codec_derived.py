@@ -11,7 +11,6 @@ import io
 import json
 import logging
 import zipfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +24,7 @@ from parity.errors import FieldError
 from parity.files.derived_json import decode, encode, form_of
 from parity.pipeline import RunConfig, run_validation
 from parity.reports.saved_run import load_run
-from parity.results import ValidationRun
+from parity.results import FrozenNodes, StaticAxes, ValidationRun
 from parity.results.by_name import analysis_result
 from tests.helpers import frozen_models
 
@@ -87,7 +86,8 @@ def int4_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[ValidationRun, P
         pool = frozen_models.export(root, "pool", dynamo=False)
     frozen = run_validation(RunConfig(model=f"{root / 'models.py'}:pool", onnx=str(pool)))
     assert frozen.frozen  # the Div by height x width, found and confirmed
-    others = replace(floor, frozen=frozen.frozen, static_axes=frozen.static_axes)
+    others = floor.with_result("frozen", FrozenNodes(frozen.frozen))
+    others = others.with_result("static_axes", StaticAxes(frozen.static_axes))
     return run, run.save(root / "int4.parity.npz"), others
 
 
@@ -175,7 +175,7 @@ def test_a_field_added_to_any_type_is_carried_with_no_codec_edit(int4_run) -> No
     seen: set[type] = set()
     for value in _derived(run) + _derived(floor):
         cls = type(value)
-        if cls in seen:
+        if cls in seen or form_of(cls).unwrap:  # written as its one field: a list the report has
             continue
         seen.add(cls)
         grown = dataclasses.make_dataclass(

@@ -1,13 +1,15 @@
 """An analysis's findings found by its result's name (parity.show.finder): a toy analysis
 registered here, in the test, with no edit to parity.show.findings, speaks for a failing
 candidate on every front (run findings, the JSON report, the terminal, a reopened saved run);
-the finders' order is their rank, whatever module a caller imported first."""
+the finders' order is their rank, whatever module a caller imported first. So do a toy
+analysis of the whole run (a run finder placed by its rank, its words) and toy evidence
+against torch's float model (asked before the noise floor's)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,11 @@ import torch
 
 from parity import validate
 from parity.cli.output import format_text
+from parity.files.derived_json import Form, register
 from parity.reports.saved_run import load_run, save_run
-from parity.results import Finding, FindingKind, ValidationRun
+from parity.results import AnalysisNote, Finding, FindingKind, OutputComparison, ValidationRun
 from parity.results.by_name import analysis_result
-from parity.show.finder import finds, numeric_failures
+from parity.show.finder import asked_as, evidence, finds, finds_in_run, numeric_failures
 from tests.helpers.plant_bug import export_with_bias_bug
 
 
@@ -108,3 +111,78 @@ def test_the_order_is_the_ranks_whatever_was_imported_first(first: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['quantization', 'approximation']"
+
+
+@analysis_result("toy_of_the_run", per_run=True)  # not `always`: other tests' reports stay
+@dataclass(frozen=True)
+class ToyRunResult:
+    """A toy analysis of the whole run, written as a list (as the frozen search's is)."""
+
+    seen: tuple[str, ...] = ()
+
+
+register(ToyRunResult, Form(unwrap="seen"))
+asked_as("toy_of_the_run", "--toy")
+
+
+@finds_in_run("toy_of_the_run", rank=650)
+def toy_run_findings(run: ValidationRun) -> list[Finding]:
+    found = run.result("toy_of_the_run", ToyRunResult)
+    seen = found.seen if found is not None else ()
+    return [Finding(FindingKind.STATIC_AXIS, f"The toy saw {s}.") for s in seen]
+
+
+def test_an_analysis_of_the_whole_run_needs_no_edit_either(
+    bug_run: ValidationRun, tmp_path: Path
+) -> None:
+    """A result of the whole run written as a list, its run finder placed by its rank (after
+    the frozen search's, before near ties and what was not measured) and its words: in the
+    findings, the JSON, the terminal and a reopened run, with no edit to the codec, the
+    report or the findings."""
+    assert "toy_of_the_run" not in bug_run.to_json()
+    run = bug_run.with_result("toy_of_the_run", ToyRunResult(("a tie",)))
+    texts = [f.text for f in run.findings]
+    assert "The toy saw a tie." in texts
+    unmeasured = [t for t in texts if t.startswith("Not measured")]
+    assert unmeasured and texts.index("The toy saw a tie.") < texts.index(unmeasured[0])
+    assert run.to_json()["toy_of_the_run"] == ["a tie"]
+    assert "  - The toy saw a tie." in format_text(run)
+    reopened = load_run(save_run(run, tmp_path / "toy_run.parity.npz"))
+    assert reopened.results["toy_of_the_run"] == ToyRunResult(("a tie",))
+    assert [f.text for f in reopened.findings] == texts
+    # asked for and not done: said with its own words
+    noted = replace(run, analyses=(AnalysisNote("toy_of_the_run", "no toys here", False),))
+    assert "Asked for but not done (--toy): no toys here." in [f.text for f in noted.findings]
+
+
+@dataclass(frozen=True)
+class ToyEvidence:
+    """What a toy measurement against torch's float model saw: the outputs it explains."""
+
+    outputs: tuple[str, ...] = ()
+
+
+analysis_result("toy_evidence")(ToyEvidence)
+
+
+def _toy_judge(
+    run: ValidationRun, candidate: int, name: str, rows: list[OutputComparison]
+) -> Finding | None:
+    held = run.candidates[0].result("toy_evidence", ToyEvidence)
+    if held is None or name not in held.outputs:
+        return None
+    return Finding(FindingKind.ROUNDING, f"{name}: the toy evidence explains it.", name, candidate)
+
+
+evidence("toy_evidence", rank=5, judge=_toy_judge)
+
+
+def test_registered_evidence_speaks_for_an_output_before_the_noise_floor(
+    bug_run: ValidationRun,
+) -> None:
+    """Evidence against torch's float model is asked in rank order: the toy's (rank 5)
+    speaks for the output before the noise floor's (20), with no edit to the findings."""
+    run = bug_run.with_results("toy_evidence", {0: ToyEvidence(("activations",))})
+    said = [f for f in run.findings if f.output == "activations"]
+    assert said[0].text == "activations: the toy evidence explains it."
+    assert "activations: the toy evidence explains it." not in [f.text for f in bug_run.findings]

@@ -21,6 +21,7 @@ from parity.reports.html_report import render_html_report
 from parity.results import (
     FINDING_KINDS,
     FrozenNode,
+    FrozenNodes,
     GenerationInfo,
     Noise,
     PromptGeneration,
@@ -159,7 +160,8 @@ def test_frozen_error_and_near_tie_findings(bug_run) -> None:
     generation = GenerationInfo(
         summary={}, steps=(), prompts=(PromptGeneration("hi", (1,), (2,), "a", "b", tie),)
     )
-    run = replace(bug_run.with_rows(rows), frozen=frozen, generation=generation)
+    run = replace(bug_run.with_rows(rows), generation=generation)
+    run = run.with_result("frozen", FrozenNodes(frozen))
     kinds = [f.kind for f in run.findings]
     assert kinds.count("frozen") == 1 and "unconfirmed" not in str(run.findings)
     (error,) = [f for f in run.findings if f.kind == "error"]

@@ -4,7 +4,6 @@ the skipped samples and the labels' accuracy put on the run (`run.data`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from parity.analyses.interface import Analysis, AnalysisContext, CaseHook, Preparation
@@ -111,4 +110,4 @@ class Answers(Analysis):
             notes=tuple(self._notes),
             processor=data.processor,
         )
-        return replace(run, data=result)
+        return run.with_result("data", result)

@@ -6,10 +6,8 @@ file fixes where the model takes other sizes. Needs a source that runs torch at 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from parity.analyses.interface import Analysis, AnalysisContext
-from parity.results import RunKind, ValidationRun
+from parity.results import RunKind, StaticAxes, ValidationRun
 from parity.run.config import RunConfig
 
 
@@ -29,4 +27,4 @@ class FrozenSizes(Analysis):
             context.report("frozen", "looking for sizes frozen at export", None)
             run = with_frozen(run, context.config, context.source, lead, deadline=context.deadline)
         axes = static_axes(run, context.config, context.source, deadline=context.deadline)
-        return replace(run, static_axes=axes)
+        return run.with_result("static_axes", StaticAxes(axes))

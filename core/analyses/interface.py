@@ -1,7 +1,8 @@
 """The interface every optional analysis implements, and the context the pipeline hands it.
 
-A new kind of evidence is one module here with one `Analysis` subclass and one finding
-function (parity.show.findings): no new field wiring in the API, the CLI or the pages.
+A new kind of evidence is one module here with one `Analysis` subclass, its result type
+registered by name (parity.results.by_name) and its findings registered beside it
+(parity.show.finder): no new field wiring in the API, the CLI, the codec or the pages.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """What a data run concludes (the JSON report's top-level `data`): frozen values, no parity
-imports, so parity.results can hold them."""
+imports at load, so parity.results can hold them (the run's result "data", registered there:
+parity.results.answers); their JSON is parity.data.codec's, arrays and all."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -128,6 +130,28 @@ class DataResult:
 
     def output(self, name: str) -> DataOutput | None:
         return next((o for o in self.outputs if o.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's `data` (parity.data.codec; parity.results.by_name.OwnJson)."""
+        from parity.data.codec import data_to_json
+
+        return data_to_json(self)
+
+    def saved_json(self, put: Callable[[str, Any, str], str], prefix: str) -> dict[str, Any]:
+        """A saved run's `data`: the report's, with the worst samples' arrays as members."""
+        from parity.data.codec import data_to_json
+        from parity.files.json_output import plain
+
+        return plain(data_to_json(self, put))
+
+    @classmethod
+    def from_saved_json(cls, raw: Any, get: Callable[[Any, str], Any], at: str) -> DataResult:
+        """What `saved_json` wrote, its arrays from the members."""
+        from parity.data.codec import data_from_json
+
+        found = data_from_json(raw, get, at)
+        assert found is not None  # raw is not null: the codec reads only those
+        return found
 
     @property
     def criteria(self) -> dict[str, bool]:

@@ -60,6 +60,8 @@ class Form:
     fields that take one of these values. `limits`: most entries of a list field (lists of
     texts: MAX_NOTES, of numbers: MAX_TOKENS, of objects: no limit but the file's size).
     `check`: what the fields must agree on, raising FieldError (at: the object's path).
+    `unwrap`: the one field the type is written as (a result the report has always held as a
+    list, the frozen search's `frozen`, is that list, not an object around it).
     """
 
     keys: Mapping[str, str] = field(default_factory=dict)
@@ -73,6 +75,7 @@ class Form:
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     limits: Mapping[str, int] = field(default_factory=dict)
     check: Callable[[Any, str], None] | None = None
+    unwrap: str | None = None
 
 
 _FORMS: dict[type, Form] = {}
@@ -81,6 +84,8 @@ _PLAIN = Form()
 
 def register(cls: type, form: Form) -> None:
     """Give `cls` its form (parity.reports.forms does, for the types whose JSON differs)."""
+    if form.unwrap is not None and [f.name for f in _fields(cls)] != [form.unwrap]:
+        raise TypeError(f"{cls.__name__} is written as its field {form.unwrap!r}: its only one")
     _FORMS[cls] = form
     for made in (form_of, _plan, _write_plan, _reader):  # made from the forms: made again
         made.cache_clear()
@@ -148,8 +153,11 @@ def _write_plan(cls: type) -> tuple[tuple[str, str, Encoder | None, bool, Any], 
     )  # fmt: skip
 
 
-def _encode_object(value: Any, exact: bool) -> dict[str, Any]:
+def _encode_object(value: Any, exact: bool) -> Any:
     cls: type = type(value)
+    unwrap = form_of(cls).unwrap
+    if unwrap is not None:
+        return encode(getattr(value, unwrap), exact=exact)
     data = {key: encode(get(value), exact=exact) for key, get in form_of(cls).extra.items()}
     for name, key, encoder, omit, default in _write_plan(cls):
         item = getattr(value, name)
@@ -301,12 +309,21 @@ def _reader(tp: Any, limit: int | None = None) -> Reader:
         value = _reader(args[1] if len(args) == 2 else Any)
         return lambda raw, at: {k: value(v, f"{at}.{k}") for k, v in sj.obj(raw, at).items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return lambda raw, at: _read_object(tp, raw, at, {})
+        return _object_reader(tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum_reader(tp)
     if tp in _LEAVES:
         return _LEAVES[tp][0]
     raise TypeError(f"no JSON form for {tp!r}: give its field a decoder in its Form")
+
+
+def _object_reader(cls: type) -> Reader:
+    form = form_of(cls)
+    if form.unwrap is None:
+        return lambda raw, at: _read_object(cls, raw, at, {})
+    name = form.unwrap
+    inner = _reader(_hints(cls)[name], form.limits.get(name))
+    return lambda raw, at: cls(**{name: inner(raw, at)})
 
 
 def _one_of(values: tuple[Any, ...], raw: Any, at: str) -> Any:

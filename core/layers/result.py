@@ -17,6 +17,7 @@ import numpy as np
 import parity.files.strict_json as sj
 from parity.files.derived_json import Form, decode, encode, register
 from parity.files.json_output import finite_or_none
+from parity.results.by_name import Get, Put, analysis_result
 
 FINDINGS = (
     "quantized",  # per quantized tensor and input set: SQNR before/after its Q/DQ pair
@@ -203,6 +204,10 @@ class KeptValue:
         return int(self.ref.nbytes + self.onnx.nbytes)
 
 
+register(KeptValue, Form(skip=frozenset({"ref", "onnx"})))  # arrays: a saved run's members
+
+
+@analysis_result("layers")
 @dataclass(frozen=True)
 class LayersResult:
     """Localisation of one run. `values` are in (order, input_set) order.
@@ -292,6 +297,35 @@ class LayersResult:
             "values": [v.to_json() for v in self.values],
             **{k: v for k, v in self.findings.items() if k in FINDINGS},
         }
+
+    def saved_json(self, put: Put, prefix: str) -> dict[str, Any]:
+        """A saved run's layers (parity.results.by_name.OwnJson): the report's block and its
+        kept arrays as members PREFIX/K/{ref,onnx}."""
+        data = self.to_json()
+        data["kept"] = [
+            {
+                "order": k.order,
+                "input_set": k.input_set,
+                "onnx_value": k.onnx_value,
+                "ref": put(f"{prefix}/{i}/ref.npy", k.ref, f"layer value {k.onnx_value!r}"),
+                "onnx": put(f"{prefix}/{i}/onnx.npy", k.onnx, f"layer value {k.onnx_value!r}"),
+            }
+            for i, k in enumerate(self.kept)
+        ]
+        return data
+
+    @classmethod
+    def from_saved_json(cls, raw: Any, get: Get, at: str) -> LayersResult:
+        """A saved run's layers read back, its kept arrays from the members."""
+        data = sj.obj(raw, at)
+        kept = []
+        for i, k in enumerate(sj.array(data.get("kept") or [], f"{at}.kept")):
+            where = f"{at}.kept[{i}]"
+            k = sj.obj(k, where)
+            ref = get(sj.field(k, "ref", where), f"{where}.ref")
+            onnx = get(sj.field(k, "onnx", where), f"{where}.onnx")
+            kept.append(decode(KeptValue, k, where, ref=ref, onnx=onnx))
+        return cls.from_json(data, kept=tuple(kept), at=at)
 
     def _first_json(self, first: LayerValue) -> dict[str, Any]:
         c = self.confirmation_of(first)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import parity.files.strict_json as sj
 from parity.files.derived_json import MAX_NOTES, MAX_TOKENS, decode, encode
 from parity.files.json_output import exact, from_exact, plain
-from parity.reports.forms import noise_from_json, noise_to_json, register_forms
+from parity.reports.analysis_results import result_types  # every one registered
+from parity.reports.forms import register_forms
 from parity.reports.members import (
     ArrayGet,
     ArrayPut,
@@ -30,8 +31,6 @@ from parity.reports.members import (
     comparison_to_json,
     input_set_from_json,
     input_set_to_json,
-    layers_from_json,
-    layers_to_json,
     output_set_from_json,
     output_sets_from_json,
     output_sets_to_json,
@@ -51,17 +50,16 @@ from parity.results import (
     AnalysisNote,
     CandidateInfo,
     CandidateRun,
-    FrozenNode,
     GenerationInfo,
     InputCase,
     OutputSet,
     PromptGeneration,
     Provenance,
     SavedFrom,
-    StaticAxis,
     ValidationRun,
 )
-from parity.results.by_name import result_types
+from parity.results.by_name import OwnJson
+from parity.results.noise import noise_from_json, noise_to_json
 from parity.signature import OnnxSignature
 from parity.tolerances import Tolerances
 from parity.verdict import Judge
@@ -75,7 +73,6 @@ __all__ = [
     "REPORT_SCHEMA",
     "ArrayGet",
     "ArrayPut",
-    "frozen_from_json",
     "generation_report_json",
     "noise_from_json",
     "noise_to_json",
@@ -89,7 +86,6 @@ __all__ = [
     "row_to_json",
     "run_from_json",
     "run_to_json",
-    "static_axes_from_json",
     "where_to_json",
 ]
 
@@ -119,20 +115,11 @@ def run_to_json(run: ValidationRun, put: ArrayPut, *, keep_outputs: bool = True)
         # a generation's JSON is plain (null where a margin was infinite), as it always was
         "generation": encode(run.generation, exact=False),
         "candidates": _candidates_to_json(run, put, keep_outputs),
-        "frozen": encode(run.frozen),
-        "static_axes": encode(run.static_axes),
         "analyses": encode(run.analyses),
         "judge": run.judge,
-        "data": None if run.data is None else _data_to_json(run.data, put),
     }
-    put_results(manifest, run.results, exact=True)  # each analysis's of the whole run
+    _put_saved(manifest, run.results, put, "", per_run=True)  # each analysis's of the run
     return manifest
-
-
-def _data_to_json(data: Any, put: ArrayPut) -> dict[str, Any]:
-    from parity.data.codec import data_to_json
-
-    return plain(data_to_json(data, put))
 
 
 def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> ValidationRun:
@@ -189,12 +176,9 @@ def run_from_json(m: Mapping[str, Any], get: ArrayGet, saved: SavedFrom) -> Vali
         provenance=provenance,
         generation=generation,
         saved=saved,
-        frozen=frozen_from_json(m.get("frozen")),
-        static_axes=static_axes_from_json(m.get("static_axes")),
-        results=_results_from_json(m, "", per_run=True),
+        results=_results_from_json(m, "", get, per_run=True),
         analyses=_listed(AnalysisNote, m.get("analyses"), "analyses"),
         judge=decode(Judge, m.get("judge", "tolerance"), "judge"),
-        data=_data_from_json(m.get("data"), get),
     )
 
 
@@ -203,16 +187,6 @@ def _listed(cls: type, raw: Any, at: str) -> tuple[Any, ...]:
     MAX_NOTES long."""
     items = sj.array(raw or [], at, limit=MAX_NOTES)
     return tuple(decode(cls, entry, f"{at}[{i}]") for i, entry in enumerate(items))
-
-
-def frozen_from_json(raw: Any) -> tuple[FrozenNode, ...]:
-    """The run's frozen nodes (absent in runs saved before they were looked for: ())."""
-    return _listed(FrozenNode, raw, "frozen")
-
-
-def static_axes_from_json(raw: Any) -> tuple[StaticAxis, ...]:
-    """The run's static axes (absent in runs saved before they were looked for: ())."""
-    return _listed(StaticAxis, raw, "static_axes")
 
 
 def provenance_from_json(raw: Mapping[str, Any]) -> Provenance:
@@ -229,12 +203,6 @@ def prompt_to_json(p: PromptGeneration) -> dict[str, Any]:
 def prompts_from_json(raw: Any, at: str = "generation.prompts") -> tuple[PromptGeneration, ...]:
     """Prompts read back (sj.FieldError naming the field when malformed)."""
     return () if raw is None else decode(tuple[PromptGeneration, ...], raw, at)
-
-
-def _data_from_json(raw: Any, get: ArrayGet) -> Any:
-    from parity.data.codec import data_from_json
-
-    return data_from_json(raw, get)
 
 
 def _check_references(references: Sequence[OutputSet | None], outputs_kept: bool) -> None:
@@ -279,9 +247,9 @@ def _check_candidates(candidates: Sequence[CandidateRun], n_sets: int) -> None:
 def _candidates_to_json(
     run: ValidationRun, put: ArrayPut, keep_outputs: bool
 ) -> list[dict[str, Any]]:
-    """Each candidate with its rows, ONNX output sets and layers. Members keep the names they
-    had when these were flat (rows and output sets numbered across candidates, the lead's
-    layers under "layers"), so a run's arrays are named as in older saved runs."""
+    """Each candidate with its rows, ONNX output sets and analyses' results. Members keep the
+    names they had when these were flat (rows and output sets numbered across candidates, the
+    lead's layers under "layers"), so a run's arrays are named as in older saved runs."""
     entries, row, position = [], 0, 0
     for k, c in enumerate(run.candidates):
         entry = encode(c.info)
@@ -291,16 +259,32 @@ def _candidates_to_json(
         entry["onnx_outputs"] = (
             output_sets_to_json("onnx", c.onnx_outputs, put, start=position) if keep_outputs else []
         )
-        entry["layers"] = (
-            None
-            if c.layers is None
-            else layers_to_json(c.layers, put, "layers" if k == 0 else f"layers/c{c.index}")
-        )
-        put_results(entry, c.results, exact=True)  # each analysis's, under its name
+        # each analysis's, under its name; one with arrays puts them under NAME (the lead's)
+        # or NAME/cINDEX
+        _put_saved(entry, c.results, put, "" if k == 0 else f"/c{c.index}", per_run=False)
         row += len(c.outputs)
         position += len(c.onnx_outputs)
         entries.append(entry)
     return entries
+
+
+def _put_saved(
+    entry: dict[str, Any],
+    results: Mapping[str, object],
+    put: ArrayPut,
+    suffix: str,
+    *,
+    per_run: bool,
+) -> None:
+    """Each analysis's result exactly, under its name (parity.results.by_name): one that
+    writes its own JSON (OwnJson) with its arrays as members NAME{suffix}/..."""
+    own = {n: r for n, r in results.items() if isinstance(r, OwnJson)}
+    rest = {n: r for n, r in results.items() if n not in own}
+    put_results(entry, rest, exact=True, per_run=per_run)
+    for name, result in own.items():
+        if name in entry:
+            raise ValueError(f"analysis result {name!r} would replace the JSON's own {name!r}")
+        entry[name] = result.saved_json(put, f"{name}{suffix}")
 
 
 def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[CandidateRun, ...]:
@@ -324,8 +308,7 @@ def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[Cand
                 info,
                 tuple(rows),
                 output_sets_from_json(entry, "onnx_outputs", get),
-                layers_from_json(entry.get("layers"), get, f"{at}.layers"),
-                _results_from_json(entry, at),
+                _results_from_json(entry, at, get),
             )
         )
     if not records:
@@ -334,13 +317,16 @@ def _candidates_from_json(raw: Any, get: ArrayGet, sets: set[int]) -> tuple[Cand
 
 
 def _results_from_json(
-    entry: Mapping[str, Any], at: str, *, per_run: bool = False
+    entry: Mapping[str, Any], at: str, get: ArrayGet, *, per_run: bool = False
 ) -> dict[str, object]:
     """A candidate's analysis results (with `per_run`, the run's), each under its analysis's
-    name (parity.results.by_name: a type registered there is read with no edit here)."""
+    name (parity.results.by_name: a type registered there is read with no edit here; one that
+    writes its own JSON, OwnJson, reads its own, arrays and all)."""
     prefix = f"{at}." if at else ""
     return {
-        name: decode(cls, entry[name], f"{prefix}{name}")
+        name: cls.from_saved_json(entry[name], get, f"{prefix}{name}")
+        if issubclass(cls, OwnJson)
+        else decode(cls, entry[name], f"{prefix}{name}")
         for name, cls in result_types(per_run=per_run).items()
         if entry.get(name) is not None
     }

@@ -17,19 +17,14 @@ from typing import Any
 
 import parity.files.strict_json as sj
 from parity.files.derived_json import MAX_TOKENS, Form, register
-from parity.files.json_output import exact, from_exact, plain, strict
-from parity.layers.result import KeptValue
+from parity.files.json_output import exact, plain
 from parity.results import (
-    FROZEN_KINDS,
-    NOISE_PRECISIONS,
     SUGGESTION_BASES,
     ApproximatedOutput,
     ApproximationResult,
     ErrorStats,
-    FrozenNode,
     GenerationInfo,
     InputSet,
-    Noise,
     OutputComparison,
     OutputSet,
     PaddedPrompt,
@@ -41,10 +36,11 @@ from parity.results import (
     SuggestedTolerances,
     TokenDivergence,
 )
+from parity.results.noise import noise_from_json, noise_to_json
 from parity.signature import OnnxSignature, TensorSpec
 from parity.tolerances import Tolerance
 
-__all__ = ["check_comparison", "noise_from_json", "noise_to_json", "register_forms"]
+__all__ = ["check_comparison", "register_forms"]
 
 _SIZES = ("max_abs", "max_rel", "mean_abs", "rms", "p99_abs")  # >= 0 (inf: a float64 overflow)
 
@@ -77,47 +73,6 @@ def check_comparison(c: OutputComparison, at: str) -> None:
             f"{at}.stats.worst_index: {list(worst)} is not an index of the compared shape "
             f"{None if shape is None else list(shape)}"
         )
-
-
-def noise_to_json(n: Noise | None) -> dict[str, Any] | None:
-    """``outputs[].noise``, the same in the report and the manifest (strict: null for
-    non-finite); int8's scale, tensors and clipped under "quantization"."""
-    if n is None:
-        return None
-    return strict(
-        {
-            "torch_error": n.torch_error,
-            "onnx_error": n.onnx_error,
-            "ratio": n.ratio,
-            "precision": n.precision,
-            "quantization": None
-            if n.precision != "int8"
-            else {"scale": n.scale, "tensors": int(n.tensors), "clipped": n.clipped},
-            "emulated": n.emulated or None,
-        }
-    )
-
-
-def noise_from_json(raw: Any, at: str) -> Noise | None:
-    """Noise read back; precision, quantization and emulated are absent before they existed."""
-    if raw is None:
-        return None
-    raw = sj.obj(raw, at)
-    precision = sj.string(raw.get("precision", "float32"), f"{at}.precision")
-    if precision not in NOISE_PRECISIONS:
-        raise sj.FieldError(f"{at}.precision: expected one of {', '.join(NOISE_PRECISIONS)}")
-    quantization = raw.get("quantization")
-    q = {} if quantization is None else sj.obj(quantization, f"{at}.quantization")
-    return Noise(
-        torch_error=from_exact(raw.get("torch_error"), f"{at}.torch_error") or 0.0,
-        onnx_error=from_exact(raw.get("onnx_error"), f"{at}.onnx_error") or 0.0,
-        ratio=from_exact(raw.get("ratio"), f"{at}.ratio"),
-        precision=precision,
-        scale=from_exact(q.get("scale"), f"{at}.quantization.scale"),
-        tensors=sj.integer(q.get("tensors", 0), f"{at}.quantization.tensors"),
-        clipped=from_exact(q.get("clipped"), f"{at}.quantization.clipped") or 0.0,
-        emulated=sj.optional(sj.string, raw.get("emulated"), f"{at}.emulated") or "",
-    )
 
 
 def _check_weight(w: QuantizedWeight, at: str) -> None:
@@ -171,11 +126,10 @@ def register_forms() -> None:
             check=check_comparison,
         ),
     )
-    # arrays: a saved run's members (parity.reports.codec reads them and gives them)
+    # arrays: a saved run's members (parity.reports.codec reads them and gives them; the
+    # layers' kept values: parity.layers.result)
     register(InputSet, Form(skip=frozenset({"feeds"})))
     register(OutputSet, Form(skip=frozenset({"arrays"})))
-    register(KeptValue, Form(skip=frozenset({"ref", "onnx"})))
-    register(FrozenNode, Form(choices={"kind": FROZEN_KINDS}, absent={"constant": (), "dims": {}}))
     weight = Form(
         extra={"status": lambda w: w.status}, check=_check_weight, absent={"parameter": None}
     )

@@ -1,13 +1,14 @@
 """A saved run's array members and the parts that hold them: input sets (feeds, exclusion
-masks), output sets, a comparison's re-judge profile, the layers' kept values. What the
-manifest (parity.reports.codec) and the older layouts it still reads (parity.reports.older_runs)
-both write and read: one floor below both, so neither imports the other back.
+masks), output sets, a comparison's re-judge profile (an analysis's result with arrays writes
+its own: parity.results.by_name.OwnJson). What the manifest (parity.reports.codec) and the
+older layouts it still reads (parity.reports.older_runs) both write and read: one floor below
+both, so neither imports the other back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -15,9 +16,6 @@ import parity.files.strict_json as sj
 from parity.files.derived_json import decode, encode
 from parity.reports.forms import register_forms
 from parity.results import InputSet, OutputComparison, OutputSet
-
-if TYPE_CHECKING:
-    from parity.layers.result import LayersResult
 
 register_forms()
 
@@ -167,40 +165,3 @@ def _profile_arrays(arrays: dict[str, np.ndarray], at: str) -> dict[str, np.ndar
         if arrays[a].size != arrays[b].size:
             raise sj.FieldError(f"{at}: {a} and {b} differ in length")
     return arrays
-
-
-# ---------------------------------------------------------------------------------------
-# --layers: the report's "layers" block, with its kept arrays as members
-
-
-def layers_to_json(layers: LayersResult, put: ArrayPut, prefix: str) -> dict[str, Any]:
-    """The report's layers block (LayersResult.to_json, parity.layers.result) and its kept
-    arrays as members PREFIX/K/{ref,onnx}."""
-    data = layers.to_json()
-    data["kept"] = [
-        {
-            "order": k.order,
-            "input_set": k.input_set,
-            "onnx_value": k.onnx_value,
-            "ref": put(f"{prefix}/{i}/ref.npy", k.ref, f"layer value {k.onnx_value!r}"),
-            "onnx": put(f"{prefix}/{i}/onnx.npy", k.onnx, f"layer value {k.onnx_value!r}"),
-        }
-        for i, k in enumerate(layers.kept)
-    ]
-    return data
-
-
-def layers_from_json(data: Any, get: ArrayGet, at: str) -> LayersResult | None:
-    if data is None:
-        return None
-    from parity.layers.result import KeptValue, LayersResult
-
-    data = sj.obj(data, at)
-    kept = []
-    for i, k in enumerate(sj.array(data.get("kept") or [], f"{at}.kept")):
-        where = f"{at}.kept[{i}]"
-        k = sj.obj(k, where)
-        ref = get(sj.field(k, "ref", where), f"{where}.ref")
-        onnx = get(sj.field(k, "onnx", where), f"{where}.onnx")
-        kept.append(decode(KeptValue, k, where, ref=ref, onnx=onnx))
-    return LayersResult.from_json(data, kept=tuple(kept), at=at)

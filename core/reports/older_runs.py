@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import parity.files.strict_json as sj
 from parity.files.derived_json import decode
+from parity.layers.result import LayersResult
+from parity.reports.members import ArrayGet
 from parity.results import (
     CandidateInfo,
     CandidateRun,
@@ -22,10 +24,6 @@ from parity.results import (
     Provenance,
     RunKind,
 )
-
-if TYPE_CHECKING:
-    from parity.layers.result import LayersResult
-    from parity.reports.members import ArrayGet
 
 __all__ = ["check_indices", "flat_candidates", "flat_references", "from_extra"]
 
@@ -74,13 +72,13 @@ def flat_candidates(
     """The candidates of a manifest saved with flat rows ("comparisons"), flat ONNX output
     sets and the lead's layers apart ("layers", "candidate_layers"); before there were
     several candidates, none listed: the one implied by the run's own fields."""
-    from parity.reports.members import comparison_from_json, layers_from_json, output_sets_from_json
+    from parity.reports.members import comparison_from_json, output_sets_from_json
 
     comparisons = [
         comparison_from_json(entry, f"comparisons[{c}]", get)
         for c, entry in enumerate(sj.array(sj.field(m, "comparisons", "manifest"), "comparisons"))
     ]
-    layers = layers_from_json(m.get("layers"), get, "layers")
+    layers = _layers_from_json(m.get("layers"), get, "layers")
     listed = sj.array(m.get("candidates") or [], "candidates")
     infos = tuple(
         decode(CandidateInfo, entry, f"candidates[{i}]") for i, entry in enumerate(listed)
@@ -97,18 +95,25 @@ def flat_candidates(
             info,
             tuple(c for c in comparisons if c.candidate == info.index),
             onnx_outputs[k * n : (k + 1) * n],
-            candidate_layers.get(info.index),
+            _layers_held(candidate_layers.get(info.index)),
         )
         for k, info in enumerate(infos)
     )
+
+
+def _layers_from_json(raw: Any, get: ArrayGet, at: str) -> LayersResult | None:
+    return None if raw is None else LayersResult.from_saved_json(raw, get, at)
+
+
+def _layers_held(layers: LayersResult | None) -> dict[str, object]:
+    """A candidate's results as its layers make them (--layers' result "layers")."""
+    return {} if layers is None else {"layers": layers}
 
 
 def _candidate_layers(
     raw: Any, layers: LayersResult | None, get: ArrayGet
 ) -> dict[int, LayersResult | None]:
     """Each candidate's layers (absent in runs saved before they were kept: {})."""
-    from parity.reports.members import layers_from_json
-
     result: dict[int, LayersResult | None] = {}
     for i, entry in enumerate(sj.array(raw or [], "candidate_layers")):
         at = f"candidate_layers[{i}]"
@@ -119,7 +124,7 @@ def _candidate_layers(
                 raise sj.FieldError(f"{at}.is_layers: the run has no layers")
             result[index] = layers
         else:
-            result[index] = layers_from_json(sj.field(entry, "layers", at), get, f"{at}.layers")
+            result[index] = _layers_from_json(sj.field(entry, "layers", at), get, f"{at}.layers")
     return result
 
 

@@ -15,8 +15,10 @@ from parity.files.derived_json import decode, encode
 from parity.files.json_output import strict
 from parity.judge.where import WhereProfile, where_of
 from parity.labels import wrong_pair_note
-from parity.reports.forms import noise_to_json, register_forms
+from parity.reports.forms import register_forms
 from parity.results import CandidateRun, GenerationInfo, OutputComparison, RunKind, ValidationRun
+from parity.results.by_name import OwnJson, written_results
+from parity.results.noise import noise_to_json
 from parity.show.cause_labels import intended_json
 from parity.show.forgiven import forgiven_json
 from parity.show.rows import REPORT_KEYS, ComparisonRow
@@ -61,8 +63,6 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         "likely_wrong_pair": wrong_pair_note(run) is not None,
         "wrong_pair_note": wrong_pair_note(run),  # the sentence (parity.labels), or null
         "timings": {k: round(float(v), 6) for k, v in run.timings.items()},
-        "frozen": _strict(run.frozen),
-        "static_axes": _strict(run.static_axes),
         "analyses": _strict(run.analyses),
         # what each tolerance the user set forgives against its output's rounding noise
         "tolerance_forgives": forgiven_json(run),
@@ -91,18 +91,13 @@ def report_json(run: ValidationRun) -> dict[str, Any]:
         g = run.generation
         if g.prompts or g.free_run_note or g.padded_batch is not None:  # causal LMs
             data["generation"] = generation_report_json(g)
-    if run.layers is not None:
-        data["layers"] = run.layers.to_json()
-    if run.data is not None:  # --data: answers on the user's samples (parity.data.codec)
-        from parity.data.codec import data_to_json
-
-        data["data"] = data_to_json(run.data)
     from parity.show.findings import findings_json
 
     data["findings"] = findings_json(run)  # the one list every front renders
-    put_results(data, run.results, exact=False)  # the run's analysis results, by name
-    if run.candidates:  # the lead's analysis results, by name: "quantization", ...
-        put_results(data, run.candidates[0].results, exact=False)
+    # the run's analysis results, by name: "frozen", "static_axes", "data", ...
+    put_results(data, run.results, exact=False, per_run=True)
+    if run.candidates:  # the lead's analysis results, by name: "layers", "quantization", ...
+        put_results(data, run.candidates[0].results, exact=False, per_run=False)
     return strict(data)
 
 
@@ -110,13 +105,19 @@ def _strict(value: Any) -> Any:
     return encode(value, exact=False)
 
 
-def put_results(data: dict[str, Any], results: Mapping[str, object], *, exact: bool) -> None:
-    """Each analysis's result into `data` under the analysis's name (parity.results.by_name);
-    a name `data` already has is refused: a result never stands in for another field."""
-    for name, result in results.items():
+def put_results(
+    data: dict[str, Any], results: Mapping[str, object], *, exact: bool, per_run: bool = False
+) -> None:
+    """Each analysis's result into `data` under the analysis's name (parity.results.by_name:
+    one registered `always` is written empty where the run holds none); a name `data` already
+    has is refused: a result never stands in for another field."""
+    for name, result in written_results(results, per_run=per_run).items():
         if name in data:
             raise ValueError(f"analysis result {name!r} would replace the JSON's own {name!r}")
-        data[name] = encode(result, exact=exact)
+        if isinstance(result, OwnJson):  # it writes its own JSON (--layers): the report's
+            data[name] = result.to_json()
+        else:
+            data[name] = encode(result, exact=exact)
 
 
 def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[str, Any]:
@@ -126,10 +127,8 @@ def report_candidate_json(run: ValidationRun, candidate: CandidateRun) -> dict[s
     data = _strict(info)
     head = {k: data.pop(k) for k in ("index", "onnx", "provider", "ort_opt_level")}
     data["seconds"] = round(float(info.seconds), 6)
-    if run.is_multi_candidate and candidate.layers is not None:
-        data["layers"] = candidate.layers.to_json()
     if run.is_multi_candidate:
-        put_results(data, candidate.results, exact=False)
+        put_results(data, candidate.results, exact=False, per_run=False)
     return {**head, "verdict": candidate.verdict, **data}
 
 
@@ -139,7 +138,7 @@ def report_output_json(c: OutputComparison, where: WhereProfile | None = None) -
     return {
         **row_to_json(ComparisonRow.from_comparison(c)),
         "where": where_to_json(where),
-        "noise": noise_to_json(c.noise),
+        "noise": noise_to_json(c.noise),  # the noise floor's (parity.results.noise)
     }
 
 

@@ -9,6 +9,7 @@ analysis's result); every name is imported from here, `parity.results`.
 
 from __future__ import annotations
 
+from parity.results.answers import DataResult  # --data's, registered by name there
 from parity.results.approximation import (
     ApproximatedOutput,
     ApproximationResult,
@@ -20,27 +21,28 @@ from parity.results.candidate import (
     RunKind,
 )
 from parity.results.comparison import (
-    NOISE_PRECISIONS,
     ErrorStats,
     InputCase,
     InputSet,
-    Noise,
     OutputComparison,
     OutputSet,
-    PrecisionRun,
     Status,
     set_passed,
 )
 from parity.results.evidence import (
     FINDING_KINDS,
-    FROZEN_KINDS,
     SUGGESTION_BASES,
     AnalysisNote,
     Finding,
     FindingKind,
-    FrozenNode,
-    StaticAxis,
     SuggestedTolerances,
+)
+from parity.results.frozen import (
+    FROZEN_KINDS,
+    FrozenNode,
+    FrozenNodes,
+    StaticAxes,
+    StaticAxis,
 )
 from parity.results.generation import (
     GenerationInfo,
@@ -49,6 +51,7 @@ from parity.results.generation import (
     TokenDivergence,
 )
 from parity.results.padded import PaddedBatch, PaddedPrompt
+from parity.results.noise import NOISE_PRECISIONS, Noise, PrecisionRun
 from parity.results.quantization import (
     QuantizationResult,
     QuantizedOutput,
@@ -72,10 +75,12 @@ __all__ = [
     "ApproximationResult",
     "CandidateInfo",
     "CandidateRun",
+    "DataResult",
     "ErrorStats",
     "Finding",
     "FindingKind",
     "FrozenNode",
+    "FrozenNodes",
     "GenerationInfo",
     "GenerationStep",
     "InputCase",
@@ -95,6 +100,7 @@ __all__ = [
     "RunFiles",
     "RunKind",
     "SavedFrom",
+    "StaticAxes",
     "StaticAxis",
     "Status",
     "SuggestedTolerances",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from parity.results.approximation import ApproximationResult
 from parity.results.comparison import OutputComparison, OutputSet
@@ -83,23 +83,28 @@ class CandidateInfo:
 @dataclass(frozen=True)
 class CandidateRun:
     """One candidate's share of a run (`ValidationRun.candidates`): its info, its judged rows,
-    its ONNX outputs and its layers. The run stores one per candidate, so no reader works
-    out where a candidate's rows and output sets lie."""
+    its ONNX outputs and its analyses' results (its layers among them). The run stores one
+    per candidate, so no reader works out where a candidate's rows and output sets lie."""
 
     info: CandidateInfo
     outputs: tuple[OutputComparison, ...] = ()  # its (input set, output) rows
     # one OutputSet per input set, in `input_sets` order (empty ones for a candidate that could
     # not run); () when the run kept no outputs
     onnx_outputs: tuple[OutputSet, ...] = ()
-    layers: LayersResult | None = None  # --layers: its intermediate values against the reference
     # what each analysis found of it, by the analysis's name (parity.results.by_name): its
-    # quantized weights judged ("quantization"), its intended approximations ("approximation")
+    # intermediate values against the reference ("layers", --layers), its quantized weights
+    # judged ("quantization"), its intended approximations ("approximation")
     results: Mapping[str, object] = field(default_factory=dict)
 
     def result(self, name: str, cls: type[R]) -> R | None:
         """Analysis `name`'s result for this candidate (None: not run, or found nothing)."""
         value = self.results.get(name)
         return value if isinstance(value, cls) else None
+
+    @property
+    def layers(self) -> LayersResult | None:
+        """Its intermediate values against the reference (--layers: parity.layers.result)."""
+        return cast("LayersResult | None", self.results.get("layers"))
 
     @property
     def quantization(self) -> QuantizationResult | None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from parity.judge.error_profile import ErrorProfile
 from parity.messages import failure_message, with_notes
+from parity.results.noise import Noise
 from parity.tolerances import Tolerance
 
 
@@ -93,41 +94,6 @@ class ErrorStats:
     n_inf_mismatch: int
     cosine: float | None
     snr_db: float | None
-
-
-NOISE_PRECISIONS = ("float32", "float16", "bfloat16", "int8")  # `outputs[].noise.precision`
-
-
-@dataclass(frozen=True)
-class PrecisionRun:
-    """The reference run once more at a 16-bit precision (``--noise-floor`` on a float16 /
-    bfloat16 candidate): its outputs by ONNX name (None: not run, `note` says why), and how
-    it was emulated where torch could not run at that precision ("" where it did)."""
-
-    arrays: Mapping[str, np.ndarray] | None
-    emulated: str = ""
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Noise:
-    """An output's rounding noise at the candidate's precision, measured against the reference
-    run in float64 (parity.judge.noise_floor): `onnx_error` = max |onnx - torch64|; `torch_error` =
-    the floor: max |torch - torch64| with torch run at `precision` (float32, float16,
-    bfloat16; `emulated` says how where torch could not run at it), or for int8 the
-    quantization noise sqrt(n) x scale/2 + clipped (`scale` the compared value's quantization
-    scale, `tensors` = n the activations quantized upstream, `clipped` the most float64 lies
-    outside the range its DequantizeLinear can give); `ratio` = onnx_error / torch_error
-    (None where torch_error is 0)."""
-
-    torch_error: float
-    onnx_error: float
-    ratio: float | None
-    precision: str = "float32"
-    scale: float | None = None
-    tensors: int = 0
-    clipped: float = 0.0  # int8: how far float64 lies outside the output's range, at most
-    emulated: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""What a run found beside its rows: nodes frozen at export, static axes, what each analysis
-did, the findings every front renders, and the tolerances it suggests."""
+"""What a run found beside its rows: what each analysis did, the findings every front renders,
+and the tolerances it suggests (the frozen search's nodes and axes: parity.results.frozen)."""
 
 from __future__ import annotations
 
@@ -9,40 +9,6 @@ from enum import StrEnum
 
 from parity.results.by_name import analysis_result
 from parity.tolerances import Tolerance, Tolerances
-
-FROZEN_KINDS = ("size", "branch")  # `frozen[].kind`
-
-
-@dataclass(frozen=True)
-class FrozenNode:
-    """A node of the ONNX graph that holds a size (or a branch) tracing froze at the
-    export's size (parity.frozen): the JSON report's top-level `frozen` list. `dims` maps each
-    dim the constant equals to its value at the export's size ({"height": 64, "width": 48});
-    `source` is the torch line the exporter recorded (``models.py:18``) or None; `confirmed`:
-    the file passes at the recovered size and the graph with the constant recomputed agrees
-    with torch at the failing size (a node is shown only once confirmed, unless said)."""
-
-    node: str
-    op: str
-    kind: str  # FROZEN_KINDS
-    constant: tuple[float, ...]
-    dims: Mapping[str, int]
-    source: str | None = None
-    confirmed: bool = False
-    text: str = ""  # the one sentence every front shows (parity.frozen's words)
-
-
-@dataclass(frozen=True)
-class StaticAxis:
-    """An input axis the ONNX file fixes although the torch model runs at other sizes (the
-    dynamo exporter made an LSTM's time axis static): the JSON report's `static_axes`.
-    `text` is the one line every front shows (parity.run.frozen_search's words)."""
-
-    input: str
-    axis: int
-    size: int  # the file's fixed size
-    torch_size: int  # another size torch ran at
-    text: str = ""
 
 
 @dataclass(frozen=True)

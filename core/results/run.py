@@ -23,13 +23,8 @@ from parity.results.comparison import (
     OutputSet,
     Status,
 )
-from parity.results.evidence import (
-    AnalysisNote,
-    Finding,
-    FrozenNode,
-    StaticAxis,
-    SuggestedTolerances,
-)
+from parity.results.evidence import AnalysisNote, Finding, SuggestedTolerances
+from parity.results.frozen import FrozenNode, FrozenNodes, StaticAxes, StaticAxis
 from parity.results.generation import GenerationInfo
 from parity.results.quantization import QuantizationResult
 from parity.signature import OnnxSignature
@@ -81,19 +76,15 @@ class ValidationRun:
     provenance: Provenance = field(default_factory=Provenance)
     generation: GenerationInfo | None = None
     saved: SavedFrom | None = None
-    # nodes holding a size or branch frozen at export (parity.frozen), confirmed ones first
-    frozen: tuple[FrozenNode, ...] = ()
-    # input axes the file fixes where the torch model takes other sizes (parity.run.frozen_search)
-    static_axes: tuple[StaticAxis, ...] = ()
     # what each analysis of the whole run found, by its name (parity.results.by_name): the
-    # tolerances suggested and checked on fresh input sets ("suggested_tolerances", --suggest)
+    # tolerances suggested and checked on fresh input sets ("suggested_tolerances", --suggest),
+    # the frozen search's nodes and static axes ("frozen", "static_axes"), what changes per
+    # output on the user's samples ("data", --data)
     results: Mapping[str, object] = field(default_factory=dict)
     # what each analysis asked for did, or why it could not (parity.analyses)
     analyses: tuple[AnalysisNote, ...] = ()
     # how `verdict` is decided: the tolerance (default) or the cause (parity.show.cause)
     judge: Judge = Judge.TOLERANCE
-    # --data: what changes per output on the user's samples (parity.analyses.answers)
-    data: DataResult | None = None
 
     @classmethod
     def from_rows(
@@ -130,7 +121,7 @@ class ValidationRun:
                 info,
                 tuple(c for c in outputs if c.candidate == info.index),
                 tuple(onnx_outputs[k * n : (k + 1) * n]),
-                layers if k == 0 else None,
+                {"layers": layers} if k == 0 and layers is not None else {},
             )
             for k, info in enumerate(infos)
         )
@@ -150,6 +141,26 @@ class ValidationRun:
     def suggested_tolerances(self) -> SuggestedTolerances | None:
         """Tolerances suggested and checked on fresh input sets (parity.analyses.fresh_check)."""
         return self.result("suggested_tolerances", SuggestedTolerances)
+
+    @property
+    def data(self) -> DataResult | None:
+        """--data: what changes per output on the user's samples (parity.analyses.answers;
+        the run's result "data")."""
+        return self.result("data", DataResult)
+
+    @property
+    def frozen(self) -> tuple[FrozenNode, ...]:
+        """Nodes holding a size or branch frozen at export, confirmed ones first (the frozen
+        search's result "frozen": parity.results.frozen)."""
+        found = self.result("frozen", FrozenNodes)
+        return found.nodes if found is not None else ()
+
+    @property
+    def static_axes(self) -> tuple[StaticAxis, ...]:
+        """Input axes the file fixes where the torch model takes other sizes (the frozen
+        search's result "static_axes")."""
+        found = self.result("static_axes", StaticAxes)
+        return found.axes if found is not None else ()
 
     @cached_property
     def input_sets(self) -> tuple[InputSet, ...]:
@@ -294,22 +305,20 @@ class ValidationRun:
 
     def with_layers(self, layers: Mapping[int, LayersResult | None]) -> ValidationRun:
         """The run with each candidate's layers (--layers) by its index; others keep theirs."""
-        return replace(
-            self,
-            candidates=tuple(
-                replace(c, layers=layers[c.index]) if c.index in layers else c
-                for c in self.candidates
-            ),
-        )
+        return self.with_results("layers", layers)
 
-    def with_results(self, name: str, found: Mapping[int, object]) -> ValidationRun:
+    def with_results(self, name: str, found: Mapping[int, object | None]) -> ValidationRun:
         """The run with analysis `name`'s result for each candidate, by its index (a type
-        registered under `name`: parity.results.by_name)."""
+        registered under `name`: parity.results.by_name; None: it has none)."""
+
+        def held(c: CandidateRun) -> Mapping[str, object]:
+            kept = {k: v for k, v in c.results.items() if k != name}
+            return kept if found[c.index] is None else {**c.results, name: found[c.index]}
+
         return replace(
             self,
             candidates=tuple(
-                replace(c, results={**c.results, name: found[c.index]}) if c.index in found else c
-                for c in self.candidates
+                replace(c, results=held(c)) if c.index in found else c for c in self.candidates
             ),
         )
 

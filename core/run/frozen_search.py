@@ -30,7 +30,14 @@ from parity.judge.frozen_graph import patch_strides, user_frame
 from parity.limits.budget import MemoryBudget, format_size
 from parity.limits.deadline import Deadline
 from parity.load.onnx_read import check_external, read_onnx
-from parity.results import AnalysisNote, InputSet, StaticAxis, Status, ValidationRun
+from parity.results import (
+    AnalysisNote,
+    FrozenNodes,
+    InputSet,
+    StaticAxis,
+    Status,
+    ValidationRun,
+)
 from parity.run.config import RunConfig
 from parity.run.inputs import has_dynamic_axes, make_input_sets
 from parity.run.ort_errors import with_file_node
@@ -297,7 +304,7 @@ def with_frozen(
         if nodes:
             search = replace(search, nodes=nodes)
     run = named_as_in_file(run, model, [n.node for n in nodes])
-    run = replace(run, frozen=nodes)
+    run = run.with_result("frozen", FrozenNodes(tuple(nodes)))
     return _noted(run, search.note) if search.note else run
 
 

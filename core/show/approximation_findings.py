@@ -7,10 +7,13 @@ confirmed is said before them (its torch side computed the same intended model).
 from __future__ import annotations
 
 from parity.results import Finding, FindingKind, ValidationRun
-from parity.show.finder import finds, numeric_failures
+from parity.show.finder import asked_as, finds, numeric_failures
 from parity.text import number_text
 
 __all__ = ["approximation_findings"]
+
+
+asked_as("approximation", "the intended reference (approximations, 16-bit weights)")
 
 
 @finds("approximation", rank=20, after_birth=True)

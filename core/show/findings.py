@@ -9,8 +9,8 @@ bug, whatever its noise ratio, and the ratio is said beside it (a softmax's floa
 can be larger than a small bug's effect, so the ratio alone cannot clear it); otherwise the
 --noise-floor ratio decides bug or rounding. No output is both. Rounding is named at the
 precision it was measured at (Noise.precision: float16, bfloat16, int8), never "float32"
-for a 16-bit file. The layers record no output reachability, so "every failing output it
-feeds" is every failing output of the candidate whose layers found the birth.
+for a 16-bit file. Each is said by its analysis's own module (parity.show.layers_findings,
+parity.show.noise_findings), registered as evidence and asked here in rank order.
 
 A file exported in training mode (Dropout or BatchNormalization nodes that train) is a bug
 said first, on every run, passing or not: it is read from the file, not the numbers.
@@ -27,32 +27,37 @@ reference is torch's float weights; a weight that is not a rounding stays a bug)
 limitation (what the file cannot do that the model does: a decoder file with no position_ids
 that gets a left-padded batch wrong while each prompt alone matches).
 
-An analysis that judges outputs against torch doing what the file means (quantization,
-approximation) owns its findings: a finder registered under its result's name
-(parity.show.finder, every one imported by parity.show.analysis_finders), asked here in rank
-order, so adding one edits nothing here.
+Every analysis owns its findings and its words, registered by name (parity.show.finder, every
+one imported by parity.show.analysis_finders), so adding one edits nothing here: one that judges
+outputs against torch doing what the file means (quantization, approximation) speaks for its
+candidate; evidence against torch's float model (--layers, --noise-floor) where none does; an
+analysis of the whole run (--data, pipeline stages, the frozen search) is placed by its rank
+among the run's own parts here (training mode, candidates, padded batch, near ties, what was
+not done, what was not measured).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
-
-from parity.judge.noise_floor import is_rounding, noise_rank
-from parity.labels import OUTSIDE_MODULES, set_label
+from parity.labels import set_label
 from parity.results import (
     Finding,
     FindingKind,
-    Noise,
-    OutputComparison,
     Status,
     ValidationRun,
 )
-from parity.show.analysis_finders import finders
-from parity.show.births import birth_place, born_before
-from parity.show.finder import Finder, numeric_failures
-from parity.text import number_text, tolerance_text
-from parity.tolerances import Tolerance
+from parity.show.analysis_finders import finders, run_level
+from parity.show.finder import (
+    RUN_PARTS,
+    Finder,
+    asked_as,
+    asked_words,
+    evidences,
+    numeric_failures,
+)
+from parity.show.noise_findings import (
+    HIDDEN_BY_TOLERANCE,
+    file_precision_word,
+)
 from parity.verdict import Verdict
 
 __all__ = [
@@ -64,7 +69,6 @@ __all__ = [
     "run_findings",
 ]
 
-HIDDEN_BY_TOLERANCE = "a bug the tolerance hides"  # the words of _hidden_by_tolerance's finding
 MAX_OUTPUT_FINDINGS = 12  # per candidate: a run with hundreds of failing outputs stays readable
 MAX_FINDINGS = 200  # in all: what every front renders (a forged run's notes are many)
 
@@ -87,59 +91,35 @@ def all_findings(run: ValidationRun) -> tuple[Finding, ...]:
 
 def _findings(run: ValidationRun, limit: int | None) -> tuple[Finding, ...]:
     found = _per_candidate(run, limit)
-    frozen = _frozen(run)
-    # a size frozen at export, confirmed, is the cause: no "not measured" hint beside it (nor
-    # on a data run, where those analyses do not apply: its answers lead)
+    by_analysis = [(f, f.find(run)) for f in run_level()]
+    # what an analysis found that accounts for the failure (a size frozen at export,
+    # confirmed) is the cause: no "not measured" hint beside it (nor on a data run, where
+    # those analyses do not apply: its answers lead)
+    explained = any(said for f, said in by_analysis if f.explains) or any(
+        f.alone and f.name in run.results for f in run_level()
+    )
     padded = _padded_batch(run)
     # a left-padded batch that fails where every step passes: --layers and --noise-floor
     # would measure the steps, not the batch
     failed = run.tolerance_verdict is Verdict.FAIL and not (
         padded and all(c.status.passed for c in run.verdict_rows)
     )
-    unmeasured = _unmeasured(run, found) if failed and not frozen and run.data is None else []
-    not_run = _not_run(run)
-    stages = [
-        Finding(FindingKind.STAGE, n.text)
-        for n in run.analyses
-        if n.analysis == "stages" and n.done
-    ]
-    every = (
-        _answers(run)
-        + stages
-        + _training_mode(run)
-        + found
-        + padded
-        + frozen
-        + _static_axes(run)
-        + _near_ties(run)
-        + not_run
-        + unmeasured
-    )
+    unmeasured = _unmeasured(run, found) if failed and not explained else []
+    own = {  # the run's own parts, placed by RUN_PARTS among the analyses' run findings
+        "training_mode": _training_mode(run),
+        "candidates": found,
+        "padded_batch": padded,
+        "near_ties": _near_ties(run),
+        "not_run": _not_run(run),
+        "unmeasured": unmeasured,
+    }
+    parts = [(RUN_PARTS[k], said) for k, said in own.items()]
+    parts += [(f.rank, said) for f, said in by_analysis]
+    every = [f for _, said in sorted(parts, key=lambda p: p[0]) for f in said]
     if limit is None or len(every) <= MAX_FINDINGS:  # uncapped: the verdict by cause
         return tuple(every)
     more = f"… and {len(every) - MAX_FINDINGS:,} more findings, not shown."
     return (*every[:MAX_FINDINGS], Finding(FindingKind.UNMEASURED, more))
-
-
-def _answers(run: ValidationRun) -> list[Finding]:
-    """--data: the answer per output first (parity.data.words), then what was skipped."""
-    if run.data is None:
-        return []
-    from parity.data.words import answer_sentence, criterion_hint, skipped_sentence
-
-    named = len(run.data.outputs) > 1
-    failing = {c.name for c in run.outputs if c.status is Status.FAIL}
-    found = [
-        Finding(
-            FindingKind.ANSWERS,
-            answer_sentence(run.data, o, named=named) + criterion_hint(o, o.name in failing),
-            o.name,
-        )
-        for o in run.data.outputs
-    ]
-    skipped = skipped_sentence(run.data)
-    found += [Finding(FindingKind.ANSWERS, skipped)] if skipped else []
-    return found + [Finding(FindingKind.ANSWERS, note + ".") for note in run.data.notes]
 
 
 def findings_json(run: ValidationRun) -> list[dict[str, object]]:
@@ -155,26 +135,6 @@ def bug_outputs(run: ValidationRun) -> frozenset[tuple[int | None, str | None]]:
     return frozenset(
         (f.candidate, f.output) for f in run_findings(run) if f.kind is FindingKind.BUG
     )
-
-
-def file_precision_word(run: ValidationRun) -> str:
-    """The precision the ONNX file computes at, as far as the run knows without reading the
-    file again: the measured noise's, else the provider's 16-bit note, else int8 for a
-    quantized file's layers, else float32."""
-    for c in run.outputs:
-        if c.noise is not None:
-            return c.noise.precision
-    from parity.load.provider_precision import precision_notes
-
-    for info in run.infos:
-        for note in precision_notes(info.notes):
-            for word in ("bfloat16", "float16"):
-                if f" {word} nodes" in note:
-                    return word
-    layers = run.layers
-    if layers is not None and layers.findings.get("quantized"):
-        return "int8"
-    return "float32"
 
 
 # ----------------------------------------------------------------------------- one candidate
@@ -194,29 +154,8 @@ def _per_candidate(run: ValidationRun, limit: int | None) -> list[Finding]:
             for finder in finders():
                 if finder.passing and view.results.get(finder.name) is not None:
                     out += finder.find(one, view.index, limit)
-        out += _hidden_by_tolerance(one, view.index)
-    return out
-
-
-def _hidden_by_tolerance(run: ValidationRun, candidate: int) -> list[Finding]:
-    """An output that passes only because its tolerance is looser than the default, while
-    its error is far beyond the file's rounding (the noise floor measured it): a bug the
-    tolerance hides, said whatever the judge (under --judge cause the run fails)."""
-    default = Tolerance()
-    out: list[Finding] = []
-    said: set[str] = set()
-    for c in run.outputs:
-        if c.name in said or c.noise is None or is_rounding(c.noise):
-            continue
-        if not c.passes_only_loosened:
-            continue  # it fails, or passes the default too: the tolerance hides nothing
-        said.add(c.name)
-        text = (
-            f"{c.name}: {HIDDEN_BY_TOLERANCE}: it passes at {tolerance_text(c.tolerance)} "
-            f"only; {_ratio_words(c.noise)}, far beyond {_rounding_name(c.noise.precision)}, "
-            f"and at the default {tolerance_text(default)} it fails."
-        )
-        out.append(Finding(FindingKind.BUG, text, c.name, candidate))
+        for e in evidences():  # passing or not: a bug a loose tolerance hides
+            out += e.every(one, view.index) if e.every is not None else []
     return out
 
 
@@ -225,59 +164,21 @@ def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -
     speaker = _speaker(run)
     if speaker is not None and not speaker.after_birth:
         return out + speaker.find(run, candidate, limit)
-    located, born, first = _divergence(run, candidate)
+    located = [f for e in evidences() if e.locate is not None for f in e.locate(run, candidate)]
     if speaker is not None:
-        # --layers compared with the same intended torch: where it confirms a birth, it
-        # locates what the account calls a bug
+        # --layers compared with the same intended torch: where it confirms a birth (a bug
+        # located), it locates what the account calls a bug
+        born = any(f.kind is FindingKind.BUG for f in located)
         return out + (located if born else []) + speaker.find(run, candidate, limit)
     out += located
     numeric = numeric_failures(run)
     for name, rows in list(numeric.items())[:limit]:
-        noise = _worst_noise(rows)
-        if born:
-            out.append(Finding(FindingKind.BUG, _born_text(name, first, noise), name, candidate))
-        elif noise is None:
-            continue
-        elif is_rounding(noise):
-            out.append(Finding(FindingKind.ROUNDING, _rounding_text(name, noise), name, candidate))
-        else:
-            out.append(Finding(FindingKind.BUG, _noise_bug_text(name, noise), name, candidate))
+        for e in evidences():  # the first that judges the output speaks for it
+            said = e.judge(run, candidate, name, rows) if e.judge is not None else None
+            if said is not None:
+                out.append(said)
+                break
     return out
-
-
-def _divergence(run: ValidationRun, candidate: int) -> tuple[list[Finding], bool, Any]:
-    """Where --layers saw the outputs start to differ: (its findings, whether it confirmed
-    the error born there, the first divergence)."""
-    layers = run.layers
-    first = layers.first_divergence if layers is not None else None
-    confirmation = layers.confirmation_of(first) if layers is not None else None
-    born = getattr(confirmation, "outcome", None) == "born"
-    precision = file_precision_word(run)
-    out: list[Finding] = []
-    if first is not None:
-        where = (
-            f"The export starts to diverge in {first.torch_module}, {birth_place(first, 'its')}."
-            if first.torch_module
-            else f"The export starts to diverge {birth_place(first)}, {OUTSIDE_MODULES[1:-1]}."
-        )
-        kind = FindingKind.BUG if born else FindingKind.DIVERGES
-        out.append(Finding(kind, where, candidate=candidate))
-        if born:
-            alone = (
-                "those nodes with it still give"
-                if born_before(first)
-                else f"that {first.onnx_op} node still gives"
-            )
-            out.append(
-                Finding(
-                    FindingKind.BUG,
-                    f"Not rounding: run alone on PyTorch's exact inputs, {alone} a different "
-                    "answer, so the error is made there (a bug in the export, not "
-                    f"{precision} noise carried along).",
-                    candidate=candidate,
-                )
-            )
-    return out, born, first
 
 
 def _speaker(run: ValidationRun) -> Finder | None:
@@ -289,62 +190,6 @@ def _speaker(run: ValidationRun) -> Finder | None:
         if getattr(results.get(finder.name), "outputs", ()):
             return finder
     return None
-
-
-def _worst_noise(rows: Iterable[OutputComparison]) -> Noise | None:
-    noises = [c.noise for c in rows if c.noise is not None]
-    return max(noises, key=noise_rank) if noises else None
-
-
-def _times(ratio: float) -> str:
-    return f"{float(f'{ratio:.2g}'):,.0f}" if ratio >= 100 else f"{ratio:.2g}"
-
-
-def _ratio_words(noise: Noise) -> str:
-    """ONNX's error against float64 beside the floor, as the noise measured it."""
-    floor = (
-        "the int8 quantization noise"
-        if noise.precision == "int8"
-        else (f"torch's own {noise.precision} error")
-    )
-    how = f" ({noise.emulated})" if noise.emulated and noise.precision == "float32" else ""
-    if noise.ratio is None:
-        return f"ONNX is {number_text(noise.onnx_error)} off float64 where {floor} is 0{how}"
-    return f"ONNX's error against float64 is {_times(noise.ratio)}\u00d7 {floor}{how}"
-
-
-def _born_text(name: str, first, noise: Noise | None) -> str:
-    said = (
-        f"{name}: a bug, not rounding: the error is made {birth_place(first)} (confirmed "
-        "alone) and carried to this output"
-    )
-    if noise is None:
-        return said + "."
-    if is_rounding(noise):
-        return (
-            f"{said}; {_ratio_words(noise)}, which alone could pass for "
-            f"{_rounding_name(noise.precision)}, so no tolerance should be loosened for it."
-        )
-    return f"{said}; {_ratio_words(noise)}."
-
-
-def _rounding_name(precision: str) -> str:
-    return "int8 quantization noise" if precision == "int8" else f"{precision} rounding"
-
-
-def _rounding_text(name: str, noise: Noise) -> str:
-    kind = _rounding_name(noise.precision)
-    return (
-        f"{name}: {kind}, not a bug; --suggest gives tolerances that hold: "
-        f"{_ratio_words(noise)}, about what the precision itself makes."
-    )
-
-
-def _noise_bug_text(name: str, noise: Noise) -> str:
-    return (
-        f"{name}: not rounding: {_ratio_words(noise)}, far beyond "
-        f"{_rounding_name(noise.precision)}, which points to a bug in the export."
-    )
 
 
 def _errors(run: ValidationRun, candidate: int) -> list[Finding]:
@@ -390,21 +235,6 @@ def _padded_batch(run: ValidationRun) -> list[Finding]:
     return [Finding(padded.kind, padded.text, padded.output, candidate)]
 
 
-def _frozen(run: ValidationRun) -> list[Finding]:
-    return [
-        Finding(
-            FindingKind.FROZEN, f.text or f"The {f.op} node {f.node} holds a size frozen at export."
-        )
-        for f in run.frozen
-        if f.confirmed
-    ]
-
-
-def _static_axes(run: ValidationRun) -> list[Finding]:
-    """An input axis the file fixes where torch takes other sizes: its one line."""
-    return [Finding(FindingKind.STATIC_AXIS, a.text) for a in run.static_axes if a.text]
-
-
 def _near_ties(run: ValidationRun) -> list[Finding]:
     if run.generation is None:
         return []
@@ -429,53 +259,33 @@ def _not_run(run: ValidationRun) -> list[Finding]:
     found = []
     for note in run.analyses:
         if not note.done:
-            flag = _ANALYSIS_WORDS.get(note.analysis, note.analysis)
+            flag = asked_words(note.analysis)
             text = f"Asked for but not done ({flag}): {note.text.rstrip('.')}."
             found.append(Finding(FindingKind.UNMEASURED, text))
     return found
 
 
-_ANALYSIS_WORDS = {
-    "noise_floor": "--noise-floor",
-    "quantization": "the quantization-aware reference",
-    "approximation": "the intended reference (approximations, 16-bit weights)",
-    "layers": "--layers",
-    "suggest": "--suggest",
-    "repro": "--repro",
-    "frozen": "the frozen-size search",
-    "stages": "pipeline stages (several --onnx files)",
-}
+# analyses whose result is no finding of their own (tolerances, a repro folder): their words
+asked_as("suggest", "--suggest")
+asked_as("repro", "--repro")
 
 
 def _unmeasured(run: ValidationRun, found: list[Finding]) -> list[Finding]:
-    """What would have told more, had it been measured: --layers, --noise-floor (only where
-    some failing output is neither a bug nor rounding yet)."""
-    missing = []
-    could_not = {n.analysis for n in run.analyses if not n.done}  # said by _not_run
-    explained = {
-        f.output
-        for f in found
-        if f.kind
-        in (
-            FindingKind.BUG,
-            FindingKind.ROUNDING,
-            FindingKind.QUANTIZATION,
-            FindingKind.APPROXIMATION,
-        )
-    }
+    """What would have told more, had it been measured: each evidence's hint (--layers,
+    --noise-floor), unless it was asked for and could not run (said by _not_run) or torch
+    doing what the file means accounts for every failing output."""
+    could_not = {n.analysis for n in run.analyses if not n.done}
     numeric = set(numeric_failures(run))
     intended = (FindingKind.QUANTIZATION, FindingKind.APPROXIMATION)
     accounted = {f.output for f in found if f.kind in intended}
     if numeric and numeric <= accounted:  # torch doing what the file means said it all
         return []
-    if all(c.layers is None for c in run.candidates) and "layers" not in could_not:
-        missing.append("where inside the model the outputs start to differ (--layers)")
-    bug_or_rounding = explained
-    born = any(f.kind is FindingKind.BUG and f.output is None for f in found)
-    asked = "noise_floor" in could_not
-    if numeric and not born and not numeric <= bug_or_rounding and not asked:
-        word = file_precision_word(run)
-        missing.append(f"whether the difference is {_rounding_name(word)} (--noise-floor)")
+    missing = [
+        said
+        for e in evidences()
+        if e.hint is not None and e.name not in could_not
+        if (said := e.hint(run, found)) is not None
+    ]
     if not missing:
         return []
     return [Finding(FindingKind.UNMEASURED, f"Not measured in this run: {' and '.join(missing)}.")]

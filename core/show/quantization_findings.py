@@ -8,10 +8,13 @@ before the approximation's and on a passing candidate too (a weight can be wrong
 from __future__ import annotations
 
 from parity.results import Finding, FindingKind, QuantizationResult, QuantizedTokens, ValidationRun
-from parity.show.finder import finds, numeric_failures
+from parity.show.finder import asked_as, finds, numeric_failures
 from parity.text import number_text
 
 __all__ = ["quantization_findings"]
+
+
+asked_as("quantization", "the quantization-aware reference")
 
 
 @finds("quantization", rank=10, passing=True)
