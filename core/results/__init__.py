@@ -50,8 +50,8 @@ from parity.results.generation import (
     PromptGeneration,
     TokenDivergence,
 )
-from parity.results.padded import PaddedBatch, PaddedPrompt
 from parity.results.noise import NOISE_PRECISIONS, Noise, PrecisionRun
+from parity.results.padded import PaddedBatch, PaddedPrompt
 from parity.results.quantization import (
     QuantizationResult,
     QuantizedOutput,
