@@ -26,7 +26,7 @@ widening in 4x steps until it fits.
 
 Extra memory: the hull's candidate buffers (1 MB), and the p99 candidates' buffer, 4 x 1 %
 of the elements, 8 bytes each (32 MiB at 100M). The cost against a bare float32
-``max(|a - b|)`` (1.6-1.9x) is measured in docs/benchmarks.md and bench/README.md.
+``max(|a - b|)`` (1.5-1.9x) is measured in docs/benchmarks.md and bench/README.md.
 """
 
 from __future__ import annotations
