@@ -46,17 +46,23 @@ from parity.tolerances import Tolerance
 TOL = Tolerance(atol=1e-5, rtol=0.0)
 
 
-ERRORS = ("noise", "relative", "relu")
+ERRORS = ("noise", "relative", "relu", "ulp", "zero")
 
 
 def _arrays(n: int, errors: str = "noise", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Two float32 outputs: errors independent of the value (noise), proportional to it
-    (relative), or ReLU outputs (half the reference exactly 0, most of those exact)."""
+    (relative), ReLU outputs (half the reference exactly 0, most of those exact), a few
+    float32 ulps (ulp: -2..2 ulps of each value, few distinct errors) or none (zero: equal)."""
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(n, dtype=np.float32)
     noise = rng.standard_normal(n, dtype=np.float32)
     if errors == "relative":
         return a, a * (np.float32(1) + noise * np.float32(1e-4))
+    if errors == "ulp":
+        k = rng.integers(-2, 3, size=n).astype(np.float32)
+        return a, a + k * np.spacing(np.abs(a))
+    if errors == "zero":
+        return a, a.copy()
     if errors == "relu":
         return np.maximum(a, 0), np.maximum(a + noise * np.float32(3e-6), 0)
     return a, a + noise * np.float32(3e-6)

@@ -28,6 +28,9 @@ KINDS = [
     "float16",
     "float64",
     "ints",
+    "exact",
+    "exact_blocks",
+    "ulp32",
 ]
 
 
@@ -54,12 +57,43 @@ def _data(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
                 side[rng.integers(0, n, max(1, n // 60))] = value
         ref[rng.integers(0, n, max(1, n // 20))] = 0.0
         return ref, onnx
+    if kind in ("exact", "exact_blocks"):
+        return _exact(kind, n, rng)
+    if kind == "ulp32":  # a few exact float32 ulps: each histogram bin holds one value
+        ref = (rng.uniform(1.0, 2.0, n) * rng.choice([-1.0, 1.0], n)).astype(np.float32)
+        ulps = rng.integers(-2, 3, n).astype(np.float32)
+        return ref, ref + ulps * np.spacing(np.abs(ref))
     if kind == "float16":
         return a.astype(np.float16), (a + rng.standard_normal(n) * 1e-3).astype(np.float16)
     if kind == "float64":
         return a, a + rng.standard_normal(n) * 1e-9 * np.abs(a)
     ref = rng.integers(-100, 100, n)
     return ref, ref + rng.integers(-2, 3, n)
+
+
+def _exact(kind: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs equal over whole blocks of the compiled loop (its exact-block path) and not
+    over others. "exact": equal but for as many differences as lie above numpy's p99 rank
+    (so p99 falls between the largest zero and the smallest difference: every zero must be
+    counted); "exact_blocks": stretches of noise between equal stretches. Both: zeros in the
+    reference, NaN and Inf on both sides, and a new smallest |ref| in an equal stretch."""
+    ref = rng.standard_normal(n).astype(np.float32)
+    ref[rng.random(n) < 0.3] = 0.0
+    onnx = ref.copy()
+    at = n // 2 + 17  # in an equal stretch of both kinds (see `noisy` below)
+    ref[at] = onnx[at] = np.float32(1e-30)
+    ref[n // 3] = onnx[n // 3] = np.inf
+    ref[n // 3 + 1] = onnx[n // 3 + 1] = np.nan
+    if kind == "exact":
+        m = n - 2  # finite pairs
+        above = (m - 1) - math.floor(0.99 * (m - 1))
+        where = rng.choice(np.flatnonzero(np.isfinite(ref) & (np.arange(n) != at)), above, False)
+        onnx[where] += np.float32(1e-3) * (1 + rng.random(above)).astype(np.float32)
+    else:
+        noisy = (np.arange(n) // 9000) % 3 == 0
+        noisy[n // 3 : n // 3 + 2] = False
+        onnx[noisy] += (rng.standard_normal(int(noisy.sum())) * 1e-4).astype(np.float32)
+    return ref, onnx
 
 
 def _reference(ref: np.ndarray, onnx: np.ndarray, tol: Tolerance) -> dict:
@@ -261,3 +295,118 @@ def test_a_block_of_nan_on_both_sides_then_exact_values():
     got = compare_outputs(ref, ref.copy(), name="y", input_set=0, tolerance=Tolerance(0.0, 0.0))
     assert got.stats.max_abs == 0.0 and got.stats.worst_index == (BLOCK + 7,)
     assert got.n_mismatch == 0 and got.stats.p99_abs == 0.0
+
+
+def test_p99_when_exact_ulp_errors_crowd_the_candidate_buffer():
+    """Errors of -2..2 float32 ulps on |ref| in [1, 2): 40 % of them in the bin of the
+    k-th largest, more than the loop's p99 buffer holds; the bin holds one value, which
+    becomes tp with its ties counted (no partition), and p99 stays numpy's."""
+    ref, onnx = _data("ulp32", 300_000, seed=7)
+    tol = Tolerance(1e-7, 0.0)
+    got = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol)
+    want = _reference(ref, onnx, tol)
+    assert got.stats.p99_abs == want["p99"]
+    assert got.n_mismatch == want["n_mismatch"]
+    assert np.array_equal(got.profile.hist_counts, want["hist"][want["hist"] > 0])
+    assert np.array_equal(got.profile.top_d, np.sort(want["d"])[::-1][:512])
+
+
+@pytest.mark.parametrize("start", ["relu", "zeros"])
+@pytest.mark.parametrize("chunk", [1000, 65536])
+def test_an_exact_output_gives_the_general_paths_figures(chunk, start):
+    """Equal outputs (every error 0, zeros in the reference; or zeros only, then values
+    none of which is left of the hull: the first relative error, 0, in an exact block),
+    then one difference in the last element: the same figures as numpy's, exact blocks
+    taken in one step or not."""
+    from parity.judge.compare_kernel import BLOCK
+
+    n = 40 * BLOCK
+    if start == "relu":
+        ref = _data("relu", n, seed=9)[0]
+    else:
+        ref = np.random.default_rng(9).choice(np.float32([-1.0, 1.0, 2.0]), n)
+        ref[: 5 * BLOCK] = 0.0
+    onnx = ref.copy()
+    tol = Tolerance(1e-5, 0.0)
+    for last in (0.0, 1e-3):
+        onnx[-1] = ref[-1] + np.float32(last)
+        got = compare_outputs(ref, onnx, name="y", input_set=0, tolerance=tol, chunk_elements=chunk)
+        want = _reference(ref, onnx, tol)
+        s = got.stats
+        assert (s.max_abs, s.worst_index, s.max_rel) == (
+            want["max_abs"],
+            (want["worst"],),
+            want["max_rel"],
+        )
+        assert (s.p99_abs, got.n_mismatch) == (want["p99"], want["n_mismatch"])
+        assert np.array_equal(got.profile.hist_counts, want["hist"][want["hist"] > 0])
+        assert s.rms == pytest.approx(want["rms"], rel=1e-12, abs=0.0)
+        assert got.profile.hull_r[0] == want["r"][want["r"] > 0].min()
+        r, o = ref.astype(np.float64), onnx.astype(np.float64)
+        cosine = float(np.dot(r, o) / math.sqrt(np.dot(r, r) * np.dot(o, o)))
+        assert s.cosine == pytest.approx(cosine, rel=1e-12)
+        if last:
+            snr = 10 * math.log10(float(np.dot(r, r)) / float(np.sum(want["d"] ** 2)))
+            assert s.snr_db == pytest.approx(snr, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kind", "n"), [("exact", 70_000), ("equal", 70_000), ("ulp32", 300_000), ("ties", 300_000)]
+)
+def test_the_p99_threshold_keeps_every_error_above_it_and_counts_those_equal(kind, n):
+    """The invariant p99 rests on, after the pass: every error above tp is kept, and when
+    tp is a data value (TIES >= 0) the errors equal to it are counted, exactly ("equal":
+    exact blocks, counted in one step, but for the last element)."""
+    from parity.judge.chunks import flat_chunks
+    from parity.judge.compare_kernel import F, S
+    from parity.judge.compare_pass import _Pass
+
+    if kind == "equal":
+        ref = _data("relu", n, seed=8)[0]
+        onnx = ref.copy()
+        onnx[-1] += np.float32(1e-3)
+    else:
+        ref, onnx = _data(kind, n, seed=8)
+    acc = _Pass(n, Tolerance(1e-5, 0.0))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for start, rc, oc in flat_chunks(ref, onnx, 65536):
+            acc.feed(rc, oc, start)
+    d = _reference(ref, onnx, Tolerance(1e-5, 0.0))["d"]
+    tp, ties = float(acc.fs[F.TP]), int(acc.st[S.TIES])
+    kept = acc.buf_top[: int(acc.st[S.N_TOP])]
+    assert np.array_equal(np.sort(kept[kept > tp]), np.sort(d[d > tp]))
+    assert ties == np.count_nonzero(d == tp)  # each of these ends with tp on a data value
+
+
+def test_tp_becomes_the_one_value_of_a_crowded_bin():
+    """raise_tp: the k-th largest error's bin holds one value (read off the kept errors only
+    when they crowd the buffer; bin 0 holds exact zeros and is never read): tp becomes it,
+    its count the ties; a bin of two values, one that is not crowded, or tp's own bin (its
+    errors at or below tp are not kept) leaves tp at an edge or where it was."""
+    from parity.judge.compare_kernel import N_F, N_S, F, S, raise_tp
+    from parity.judge.error_profile import HIST_BINS, hist_bin
+
+    edges = hist_edge(np.arange(HIST_BINS))
+    value = 2.0**-22  # a histogram edge: the upper end of its bin
+
+    def raised(kept, crowded, k=3, tp=-math.inf, ties=-1, not_kept=()):
+        fs, st = np.zeros(N_F), np.zeros(N_S, dtype=np.int64)
+        hist = np.zeros(HIST_BINS, dtype=np.int64)
+        for x in [*kept, *not_kept]:
+            hist[hist_bin(x)] += 1
+        fs[F.TP], st[S.TIES], st[S.K_KEEP] = tp, ties, k
+        st[S.TP_BIN] = hist_bin(tp) if tp >= 0 else 0
+        st[S.N_FINITE], st[S.TOP_BIN] = hist.sum(), max(hist_bin(x) for x in kept)
+        top = np.array(kept)
+        raise_tp(fs, st, hist, edges, top, top.size, crowded)
+        return float(fs[F.TP]), int(st[S.TIES])
+
+    below = float(edges[hist_bin(value) - 1])
+    assert raised([value] * 6 + [0.0] * 4, True) == (value, 6)
+    assert raised([value] * 6 + [0.0] * 4, False) == (below, -1)
+    assert raised([value] * 5 + [value * 0.99, 0.0], True) == (below, -1)
+    assert raised([0.0] * 9 + [value], False) == (0.0, 9)
+    assert raised([value] * 2 + [value / 2] * 3, True) == (value / 2, 3)
+    v = value * 0.99  # tp, in value's bin, its 4 ties counted; 2 errors below it
+    own = raised([value] * 3, True, k=5, tp=v, ties=4, not_kept=[v] * 4 + [value * 0.98] * 2)
+    assert own == (v, 4)

@@ -15,6 +15,12 @@
    above the hull (:func:`_above`, handed back to the driver, :mod:`parity.judge.compare_pass`),
    one of the 512 largest errors (a heap, with |ref| and position).
 
+An exact block (every pair equal and finite: every error 0), once the first blocks have
+filled the heap and set tp, is taken in one step instead (:func:`_equal_block`: one pass for
+equality, sum ref*ref and |ref|, one for the hull's test at d = 0); it changes each figure
+as the steps above would (bin 0, the ties of tp = 0, the first max_rel), and a block that
+does not qualify goes the general way. An exact output costs about one pass.
+
 State lives in two arrays (slots :data:`F`, :data:`S`) so that one call continues where the
 last stopped; :func:`run` returns where it stopped: the end of the range, or earlier when a
 buffer cannot take another block (the driver empties it and calls again). Compiled once per
@@ -36,6 +42,7 @@ __all__ = ["BLOCK", "F", "N_F", "N_S", "S", "raise_tp", "run"]
 
 BLOCK = 4096  # elements per block (its buffers stay in L2; shorter blocks measured slower)
 RAISE_EVERY = 1 << 14  # elements between raises of the p99 threshold
+EQUAL_PART = 256  # elements an exact block is checked in before the next part
 _REL_MARGIN = 1.0 - 2.0**-50  # below max_rel by more than a rounding: a candidate is never missed
 _NORMAL = 2.0**-1022  # the smallest normal float64
 
@@ -156,6 +163,44 @@ def _scan(bd, br, n, kb, fb, atol, rtol, d_bar, max_rel, rel_bar, r_left, lines)
     return n_mismatch, top, zero_top, n_flag
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _equal_sums(ref, onnx, i, n, br):
+    """Whether ``ref[i:i+n] == onnx[i:i+n]`` everywhere, and then sum ref*ref (``|ref|`` into
+    the buffer). Gives up at the first part of :data:`EQUAL_PART` elements holding a
+    difference (or a NaN), so an inexact block costs little. ``reassoc``: only the sum's
+    last bits depend on it, as in :func:`_sums`."""
+    s_rr = 0.0
+    for p in range(0, n, EQUAL_PART):
+        neq = 0
+        for j in range(p, min(p + EQUAL_PART, n)):
+            x = np.float64(ref[i + j])
+            neq += x != np.float64(onnx[i + j])
+            br[j] = abs(x)
+            s_rr += x * x
+        if neq:
+            return False, 0.0
+    return True, s_rr
+
+
+@njit(cache=True, nogil=True)
+def _equal_block(ref, onnx, i, n, br, r_left, lines):
+    """An exact block the general path would take in one step: every pair equal and finite
+    (every |d| 0, so with atol, rtol >= 0 no mismatch, histogram bin 0, nothing larger than
+    the largest error, the heap's or the hull's top) and no point (|ref|, 0) that
+    :func:`_scan` would flag for the hull. Returns (taken, sum ref*ref, how many |ref| > 0)."""
+    equal, s_rr = _equal_sums(ref, onnx, i, n, br)
+    if not (equal and math.isfinite(s_rr)):  # Inf on both sides: a non-finite pair
+        return False, 0.0, 0
+    s0, a0, s1, a1, s2, a2 = lines[0], lines[1], lines[2], lines[3], lines[4], lines[5]
+    n_flag = n_pos = 0
+    for j in range(n):  # _scan's hull test at d = 0 (no fast-math: a decision)
+        r = br[j]
+        hull = (r < r_left) | (0.0 > r * s0 + a0) | (0.0 > r * s1 + a1) | (0.0 > r * s2 + a2)
+        n_flag += (r > 0.0) & hull
+        n_pos += r > 0.0
+    return n_flag == 0, s_rr, n_pos
+
+
 @njit(cache=True, nogil=True)
 def _heap_push(hd, hr, hi, n, d, r, i):
     """Into the min-heap of the largest errors (n entries, room for one more): the error,
@@ -209,29 +254,62 @@ def _above(hr, hd, r, d, slack):
 
 
 @njit(cache=True, nogil=True)
-def raise_tp(fs, st, hist, edges):
-    """Raise the p99 threshold tp to a histogram edge below the k-th largest error so far.
+def _one_value(top, n_top, lo_edge, hi_edge):
+    """The one value of ``top[:n_top]`` in (lo_edge, hi_edge]; -1 if none or several."""
+    value = -1.0
+    for q in range(n_top):
+        d = top[q]
+        if lo_edge < d <= hi_edge:
+            if value < 0.0:
+                value = d
+            elif d != value:
+                return -1.0
+    return value
 
-    Everything the final top k can hold is above it, and an error equal to the edge is
-    below at least k others, so nothing equal to tp needs keeping."""
+
+@njit(cache=True, nogil=True)
+def raise_tp(fs, st, hist, edges, top, n_top, crowded):
+    """Raise the p99 threshold tp below the k-th largest error so far (k = K_KEEP).
+
+    To a histogram edge below it: everything the final top k can hold is above the edge,
+    and an error equal to the edge is below at least k others, so nothing equal to tp
+    needs keeping. When no edge is left between tp and that error's bin, and the bin holds
+    one value only (exact zeros; errors that are a few exact float32 ulps, whose bins hold
+    one value each), tp becomes that value and the bin's errors are its ties (counted, not
+    kept: the top-k multiset is every error above tp plus TIES copies of tp). Telling one
+    value reads the kept errors, so it is done only when they ``crowded`` the buffer (bin
+    0 needs no reading: it holds exact zeros only). Every error above tp is kept, so
+    every error of a bin above tp's is in ``top[:n_top]``."""
     k_keep = st[S.K_KEEP]
     if st[S.N_FINITE] < k_keep:
         return
-    j0, top = st[S.TP_BIN], st[S.TOP_BIN]
+    j0, top_bin, tp = st[S.TP_BIN], st[S.TOP_BIN], fs[F.TP]
     cum = 0
-    j = top
+    j = top_bin
     while j >= j0:
         cum += hist[j]
         if cum >= k_keep:
             break
         j -= 1
-    if j < j0 or j - 1 < j0:  # fewer than k_keep above tp, or no edge above it
+    if j < j0:  # fewer than k_keep above tp
         return
-    edge = edges[j - 1]
-    if edge > fs[F.TP]:
-        fs[F.TP] = edge
-        st[S.TP_BIN] = j - 1
+    if j - 1 >= j0 and edges[j - 1] > tp:
+        tp = fs[F.TP] = edges[j - 1]
+        j0 = st[S.TP_BIN] = j - 1
         st[S.TIES] = -1
+    if not (j > j0 or tp < 0.0):  # the bin holds errors at or below tp: not all kept
+        return
+    if j == 0:
+        value = 0.0
+    elif crowded:
+        value = _one_value(top, n_top, edges[j - 1], edges[j])
+        if value < 0.0:
+            return
+    else:
+        return
+    fs[F.TP] = value
+    st[S.TP_BIN] = j
+    st[S.TIES] = hist[j]
 
 
 @njit(cache=True, nogil=True)
@@ -255,6 +333,7 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
     one[0] = max(zero_max, 0.0)
     zero_bits = one.view(np.int64)[0]
     bits = bd.view(np.int64)
+    can_equal = not is_diff and atol >= 0.0 and rtol >= 0.0  # then 0 is within tolerance
     i = lo
     while i < hi:
         n = min(BLOCK, hi - i)
@@ -262,7 +341,7 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
             break
         if n_top + n > top.size:  # raise tp, drop what is now at or below it
             st[S.TOP_BIN], st[S.TIES] = top_bin, ties
-            raise_tp(fs, st, hist, edges)
+            raise_tp(fs, st, hist, edges, top, n_top, True)
             tp, ties = fs[F.TP], st[S.TIES]
             kept = 0
             for q in range(n_top):
@@ -272,78 +351,98 @@ def run(ref, onnx, is_diff, lo, hi, base, fs, st, hist, edges, lines, env_r, env
             n_top = kept
             if 2 * n_top + n > top.size:  # errors piled in few bins: the driver decides
                 break
-        s_abs, s_dd, s_rd, s_rr = _sums(ref, onnx, is_diff, i, n, bd, br)
-        n_fin, packed = n, False
-        if not math.isfinite(s_abs + s_dd + s_rd + s_rr):
-            s_abs, s_dd, s_rd, s_rr, n_fin, n_nan, n_inf = _sums_nonfinite(
-                ref, onnx, is_diff, i, n, bd, br, pos
+        # an exact block (every error 0) after the first ones: what the general path below
+        # would do to each figure, without its passes (see _equal_block)
+        equal = False
+        if (
+            can_equal
+            and ref[i] == onnx[i]
+            and max_bits >= 0
+            and tp >= 0.0
+            and min(heap_min, d_top) >= 0.0
+        ):
+            equal, s_rr, n_pos = _equal_block(ref, onnx, i, n, br, r_left, lines)
+        if equal:
+            fs[F.RR] += s_rr
+            st[S.N_FINITE] += n
+            hist[0] += n
+            if ties >= 0 and tp == 0.0:
+                ties += n
+            if n_pos and max_rel < 0.0:  # 0 / |ref|: the first relative error
+                max_rel = rel_bar = 0.0
+        else:
+            s_abs, s_dd, s_rd, s_rr = _sums(ref, onnx, is_diff, i, n, bd, br)
+            n_fin, packed = n, False
+            if not math.isfinite(s_abs + s_dd + s_rd + s_rr):
+                s_abs, s_dd, s_rd, s_rr, n_fin, n_nan, n_inf = _sums_nonfinite(
+                    ref, onnx, is_diff, i, n, bd, br, pos
+                )
+                st[S.N_NAN] += n_nan
+                st[S.N_INF] += n_inf
+                packed = True
+            fs[F.SUM_ABS] += s_abs
+            fs[F.DD] += s_dd
+            fs[F.RD] += s_rd
+            fs[F.RR] += s_rr
+            st[S.N_FINITE] += n_fin
+            d_bar = min(heap_min, d_top)
+            d_tie = tp if ties >= 0 else math.nan  # ties with tp counted (see _compact_top)
+            n_fail, block_top, block_zero, n_flag = _scan(
+                bd, br, n_fin, kb, fb, atol, rtol, d_bar, max_rel, rel_bar, r_left, lines
             )
-            st[S.N_NAN] += n_nan
-            st[S.N_INF] += n_inf
-            packed = True
-        fs[F.SUM_ABS] += s_abs
-        fs[F.DD] += s_dd
-        fs[F.RD] += s_rd
-        fs[F.RR] += s_rr
-        st[S.N_FINITE] += n_fin
-        d_bar = min(heap_min, d_top)
-        d_tie = tp if ties >= 0 else math.nan  # ties with tp counted (see _compact_top)
-        n_fail, block_top, block_zero, n_flag = _scan(
-            bd, br, n_fin, kb, fb, atol, rtol, d_bar, max_rel, rel_bar, r_left, lines
-        )
-        n_mismatch += n_fail
-        n_tie = 0
-        for j in range(n_fin):  # the histogram, the errors above tp and its ties (no branch)
-            hist[kb[j]] += 1
-            top[n_top] = bd[j]
-            n_top += bd[j] > tp
-            n_tie += bd[j] == d_tie
-        ties += n_tie
-        if n_fin:
-            top_bin = max(top_bin, (block_top + _RU) >> _SHIFT)
-        zero_bits = max(zero_bits, block_zero)
-        if n_fin and block_top > max_bits:  # the first of the largest, like argmax
-            max_bits = block_top
-            for j in range(n_fin):
-                if bits[j] == block_top:
-                    worst = base + i + (pos[j] if packed else j)
-                    break
-        words = fb.view(np.uint64)
-        for q in range((n_fin + 7) >> 3 if n_flag else 0):
-            if words[q] == 0:  # eight unflagged elements
-                continue
-            for j in range(8 * q, min(8 * q + 8, n_fin)):
-                if not fb[j]:
+            n_mismatch += n_fail
+            n_tie = 0
+            for j in range(n_fin):  # the histogram, the errors above tp and its ties (no branch)
+                hist[kb[j]] += 1
+                top[n_top] = bd[j]
+                n_top += bd[j] > tp
+                n_tie += bd[j] == d_tie
+            ties += n_tie
+            if n_fin:
+                top_bin = max(top_bin, (block_top + _RU) >> _SHIFT)
+            zero_bits = max(zero_bits, block_zero)
+            if n_fin and block_top > max_bits:  # the first of the largest, like argmax
+                max_bits = block_top
+                for j in range(n_fin):
+                    if bits[j] == block_top:
+                        worst = base + i + (pos[j] if packed else j)
+                        break
+            words = fb.view(np.uint64)
+            for q in range((n_fin + 7) >> 3 if n_flag else 0):
+                if words[q] == 0:  # eight unflagged elements
                     continue
-                d, r = bd[j], br[j]
-                if r > 0.0:
-                    if _rel_candidate(d, r, max_rel, rel_bar):
-                        rel = d / r
-                        if rel > max_rel:
-                            max_rel = rel
-                            rel_bar = max_rel * _REL_MARGIN
-                    hull = (r < r_left) | (d > d_top) | (d > r * s0 + a0)
-                    hull = hull | (d > r * s1 + a1) | (d > r * s2 + a2)
-                    if hull and _above(env_r, env_d, r, d, slack):
-                        hull_r[n_hull] = r
-                        hull_d[n_hull] = d
-                        n_hull += 1
-                if d > heap_min:  # a tie with the smallest kept: the first one stays
-                    at = base + i + (pos[j] if packed else j)
-                    if n_heap < TOP_PAIRS:
-                        _heap_push(heap_d, heap_r, heap_i, n_heap, d, r, at)
-                        n_heap += 1
-                        if n_heap == TOP_PAIRS:
+                for j in range(8 * q, min(8 * q + 8, n_fin)):
+                    if not fb[j]:
+                        continue
+                    d, r = bd[j], br[j]
+                    if r > 0.0:
+                        if _rel_candidate(d, r, max_rel, rel_bar):
+                            rel = d / r
+                            if rel > max_rel:
+                                max_rel = rel
+                                rel_bar = max_rel * _REL_MARGIN
+                        hull = (r < r_left) | (d > d_top) | (d > r * s0 + a0)
+                        hull = hull | (d > r * s1 + a1) | (d > r * s2 + a2)
+                        if hull and _above(env_r, env_d, r, d, slack):
+                            hull_r[n_hull] = r
+                            hull_d[n_hull] = d
+                            n_hull += 1
+                    if d > heap_min:  # a tie with the smallest kept: the first one stays
+                        at = base + i + (pos[j] if packed else j)
+                        if n_heap < TOP_PAIRS:
+                            _heap_push(heap_d, heap_r, heap_i, n_heap, d, r, at)
+                            n_heap += 1
+                            if n_heap == TOP_PAIRS:
+                                heap_min = heap_d[0]
+                        else:
+                            _heap_replace(heap_d, heap_r, heap_i, n_heap, d, r, at)
                             heap_min = heap_d[0]
-                    else:
-                        _heap_replace(heap_d, heap_r, heap_i, n_heap, d, r, at)
-                        heap_min = heap_d[0]
         i += n
         st[S.SINCE_RAISE] += n
         if st[S.SINCE_RAISE] >= RAISE_EVERY:
             st[S.SINCE_RAISE] = 0
             st[S.TOP_BIN], st[S.TIES] = top_bin, ties
-            raise_tp(fs, st, hist, edges)
+            raise_tp(fs, st, hist, edges, top, n_top, False)
             tp, ties = fs[F.TP], st[S.TIES]
     one.view(np.int64)[0] = max_bits
     fs[F.MAX_ABS] = one[0] if max_bits >= 0 else -1.0

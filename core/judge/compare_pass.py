@@ -10,7 +10,10 @@ few, in numpy, and builds the :class:`~parity.judge.error_profile.ErrorProfile`.
 p99 is exact in one pass: errors above a threshold tp are kept; tp is a histogram edge
 proven to lie below the k-th largest error (k = what np.percentile's linear method reads,
 about 1 % of the elements; raised in the loop as the histogram fills), or, when errors pile
-up in a few bins, the k-th largest kept value with its ties counted.
+up in a few bins, a data value with its ties counted (not kept): the one value of the k-th
+largest's bin when it holds one (exact zeros, errors of a few exact float32 ulps: no
+sorting, :func:`parity.judge.compare_kernel.raise_tp`), else the k-th largest kept value
+(one np.partition here).
 
 The profile's hull: the loop hands back the points above an inner polygon of the current
 hull (three vertices), left of its leftmost vertex or above its top; here they are tested
@@ -23,7 +26,7 @@ widening in 4x steps until it fits.
 
 Extra memory: the hull's candidate buffers (1 MB), and the p99 candidates' buffer, 4 x 1 %
 of the elements, 8 bytes each (32 MiB at 100M). The cost against a bare float32
-``max(|a - b|)`` (1.6-1.9x) is measured in docs/benchmarks.md and bench/README.md.
+``max(|a - b|)`` (1.5-1.9x) is measured in docs/benchmarks.md and bench/README.md.
 """
 
 from __future__ import annotations
@@ -192,7 +195,7 @@ class _Pass:
         largest errors come from the loop's own heap).
         """
         fs, st = self.fs, self.st
-        kernel.raise_tp(fs, st, self.hist, _EDGES)
+        kernel.raise_tp(fs, st, self.hist, _EDGES, self.buf_top, int(st[S.N_TOP]), True)
         tp, k_keep = float(fs[F.TP]), int(st[S.K_KEEP])
         d = self.buf_top[: int(st[S.N_TOP])]
         d = d[d > tp]
