@@ -1,7 +1,8 @@
 """The floors hold: the import-linter contracts of pyproject.toml (the floors, the few imports
 allowed back up, no Streamlit in core), no import cycle, and importing `parity.results` and
-`parity.run.config` loads neither `parity.layers` nor `parity.hf` (the layers' type is an
-annotation only, under TYPE_CHECKING; an hf: run's options are the run's own,
+`parity.run.config` loads neither `parity.layers` nor `parity.hf` (the layers' type is
+registered by name when parity.layers.result loads, and an annotation only here, under
+TYPE_CHECKING; an hf: run's options are the run's own,
 parity.run.hf_options), both still working with the values those packages give."""
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ assert "hf" in hints
 def hints_of(cls):  # each type read in its own module's names (parity.results is a package)
     names = {**vars(sys.modules[cls.__module__]), "LayersResult": LayersResult}
     return typing.get_type_hints(cls, names)
-assert "layers" in hints_of(parity.results.CandidateRun)  # a candidate holds its layers
+from parity.results.by_name import result_types
+assert result_types()["layers"] is LayersResult  # a candidate holds its layers by that name
+layers_hint = typing.get_type_hints(parity.results.CandidateRun.layers.fget, {
+    **vars(sys.modules[parity.results.CandidateRun.__module__]), "LayersResult": LayersResult,
+})["return"]
+assert layers_hint == LayersResult | None, layers_hint
 assert "candidates" in hints_of(parity.results.ValidationRun)
 """
 

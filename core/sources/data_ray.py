@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -258,7 +258,7 @@ def _file_of(spec: str) -> str | None:
     return spec if Path(spec).is_file() else None
 
 
-def _label_file(labels: str | None) -> bool:
+def _label_file(labels: str | None) -> TypeGuard[str]:
     """--labels names a .npy on this machine (shipped), not a column or a URI (read there)."""
     return bool(labels and labels.endswith(".npy") and Path(labels).is_file())
 
