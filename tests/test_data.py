@@ -98,7 +98,9 @@ def test_min_agreement_passes_the_int8_file_on_its_answers(digits, tmp_path):
     assert "to judge it on them" not in report["findings"][0]["text"]  # given: not proposed
 
 
-def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits, tmp_path, capsys):
+def test_planted_bias_changes_many_answers_all_to_one_class(
+    digits, torch_logits, clean_atol, tmp_path, capsys
+):
     bug = tmp_path / "bug.onnx"
     plant(digits.onnx, bug, "/fc/Gemm", "bias", 6.0)  # class 0's bias, +6
     code, report = _validate(
@@ -114,7 +116,10 @@ def test_planted_bias_changes_many_answers_all_to_one_class(digits, torch_logits
     assert [f["torch"] for f in out["flips"]] == torch_logits.argmax(1)[changed].tolist()
     top2 = np.sort(torch_logits[changed], axis=1)[:, -2:]
     margins = [f["torch_margin"] for f in out["flips"]]
-    assert margins == pytest.approx((top2[:, 1] - top2[:, 0]).tolist(), rel=1e-5)
+    # Parity's torch ran in batches of 64, torch_logits in one of 597: with AVX2 kernels the
+    # two differ by 2.7e-6 (bit-equal with AVX-512's), so a margin is equal to the logits' noise
+    expected = (top2[:, 1] - top2[:, 0]).tolist()
+    assert margins == pytest.approx(expected, rel=0, abs=2 * float(clean_atol))
     assert out["passed"] is False
     assert "all to class 0" in report["findings"][0]["text"]
     # a shift toward one class: the typical error is the bug's, so no change is a near tie
