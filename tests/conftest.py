@@ -272,3 +272,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         from tests.helpers.deploy_matrix import ROWS
 
         ROWS.unlink(missing_ok=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`PARITY_TEST_ORT_THREADS=N`: every ONNX Runtime session this process opens (Parity's
+    and the tests' own) runs on N intra-op threads. ONNX Runtime sizes its pool by the
+    machine's cores, and MLAS splits its work by the pool, so CI's machine may round in
+    another order than this one: the suite is checked under other splits with it
+    (docs/development.md, "Any CPU"). Sessions of a subprocess keep the default."""
+    threads = os.environ.get("PARITY_TEST_ORT_THREADS")
+    if not threads:
+        return
+    import onnxruntime as ort
+
+    opened = ort.InferenceSession.__init__
+
+    def init(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kw):
+        options = sess_options if sess_options is not None else ort.SessionOptions()
+        options.intra_op_num_threads = int(threads)
+        opened(self, path_or_bytes, options, providers, provider_options, **kw)
+
+    ort.InferenceSession.__init__ = init

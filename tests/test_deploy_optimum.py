@@ -136,8 +136,12 @@ def test_each_clean_optimum_level_passes_by_cause_and_says_what_fastgelu_costs(
     assert _passes_by_cause(run), run.findings
     row = record(run, tool="Optimum optimize", option=f"-{level}", architecture="BERT (hf:)")
     assert right(row), row
-    if level in ("O1", "O2"):  # exact GELU: float32 noise only
-        assert run.verdict == "pass"
+    if level in ("O1", "O2"):  # exact GELU: float32 noise only, said so on any CPU
+        # (2.1e-6 of atol 1e-5 here; the fused GPT-2 of tests/test_layers_fused.py read
+        # 1.67e-5 on another Xeon): a failing output is rounding, none an approximation
+        assert FindingKind.APPROXIMATION not in _kinds(run), run.findings
+        failing = {c.name for c in run.outputs if not c.status.passed}
+        assert failing <= {f.output for f in run.findings if f.kind is FindingKind.ROUNDING}
         return
     if level == "O3":  # without torch doing what the file means, FastGelu reads as a bug
         bare = _run(deploy, deploy.optimized[level], noise_floor=True, quantized_reference=False)
@@ -149,8 +153,10 @@ def test_each_clean_optimum_level_passes_by_cause_and_says_what_fastgelu_costs(
     assert result is not None and result.faithful
     (out,) = result.outputs
     # FastGelu's cost is what fails the tolerance; torch doing the same agrees far closer
+    # (4.4e-4 against 1.7e-6 to 3e-6 here: judged by Parity, not against atol 1e-5's edge)
     assert out.cost_max_abs is not None and out.export_max_abs is not None
-    assert out.cost_max_abs > 1e-5 > out.export_max_abs
+    assert out.export_passed and out.cost_max_abs > 1e-5
+    assert out.cost_max_abs > 30 * out.export_max_abs
     if level == "O4":  # float16 too: its rounding said as rounding, both costs measured
         assert result.precision == "float16"
         rounding = [f for f in run.findings if f.kind is FindingKind.ROUNDING]

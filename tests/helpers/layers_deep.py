@@ -2,10 +2,14 @@
 LayerNorm on [4, 32], a bug planted in block 11's shift (the ONNX file only).
 
 Block 5 shifts its values by +300, so its LayerNorm subtracts a mean near 300 and float32
-rounding (ORT's and torch's differ) leaves ~1e-5 of noise, under the criterion's threshold.
-Block 6 shifts by -3, so its GELU maps most values near zero (scale ~3e-4): measured against
+rounding (ORT's and torch's differ) leaves ~3e-5 of noise, under the criterion's threshold.
+Block 6 shifts by -3.5, so its GELU maps most values near zero (scale ~4e-5): measured against
 that size, the carried noise looks like a jump and the criterion flags block 6's Gelu, though
-that Gelu alone on torch's inputs agrees. Only the confirmation tells the two apart.
+that Gelu alone on torch's inputs agrees. Only the confirmation tells the two apart. The jump
+is the carried noise at a few elements, so it moves with the kernels' rounding: at -3 it was
+55x on AVX-512 but 18x with AVX2 kernels (MIN_JUMP is 10); at -3.5 it is 120-200x on
+AVX-512, AVX2 and SSE4.1 kernels alike, while block 5's LayerNorm stays at 0.45 of the
+threshold on all three.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def deep_export(out: Path, *, n: int = 32, batch: int = 4) -> DeepExport:
     class Deep(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            special = {5: (1.0, 300.0), CARRIED_BLOCK: (2.0, -3.0)}
+            special = {5: (1.0, 300.0), CARRIED_BLOCK: (2.0, -3.5)}
             self.blocks = nn.ModuleList(Block(*special.get(i, (1.0, 0.0))) for i in range(16))
 
         def forward(self, x):
