@@ -14,7 +14,7 @@ from parity.judge.pass_rule import RULE_TEXT
 from parity.results import Finding, FindingKind, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import judge_by_cause
-from parity.show.findings import run_findings
+from parity.show.findings import HIDDEN_BY_TOLERANCE, run_findings
 from parity.show.forgiven import forgiven, forgiven_text
 from parity.text import all_text, count_text, tolerance_text
 from parity.verdict import Judge, Verdict
@@ -69,6 +69,14 @@ def headline(run: ValidationRun) -> str:
     if run.judge is Judge.CAUSE:
         return _cause_headline(run, ref)
     if run.verdict is Verdict.PASS:
+        hidden = _hidden_bugs(run)
+        if hidden:  # one story: never "matches" above "a bug the tolerance hides"
+            names = ", ".join(hidden)
+            verb = "passes" if len(hidden) == 1 else "pass"
+            return (
+                f"Every output is within the tolerances set, but {names} {verb} only because "
+                f"of {'its' if len(hidden) == 1 else 'their'} tolerance: Parity found a bug."
+            )
         every = all_text(len(outputs), "output") + (" agrees" if len(outputs) == 1 else " agree")
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
     failing = run.failing
@@ -91,6 +99,12 @@ def headline(run: ValidationRun) -> str:
         how = f"{'differs' if one else 'differ'} beyond the allowed error"
     said = "its output" if one else f"{len(failing)} of {count_text(len(outputs), 'output')}"
     return f"The export does not match {ref}: {said} {how}."
+
+
+def _hidden_bugs(run: ValidationRun) -> list[str]:
+    """The outputs a bug finding says pass only at a tolerance looser than the default."""
+    bugs = (f for f in run.findings if f.kind is FindingKind.BUG)
+    return sorted({f.output for f in bugs if HIDDEN_BY_TOLERANCE in f.text and f.output})
 
 
 _CAUSE_WORDS = {
