@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.browser import ARTIFACTS, open_page, settle, settle_loaded, shot
+from tests.helpers.browser import ARTIFACTS, nav, open_page, settle, settle_loaded, shot
 
 pytestmark = pytest.mark.browser
 
@@ -213,13 +213,54 @@ def test_a_changed_sample_opens_in_inspect(digits_run, chromium, app_url):
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
         settle(page)
         text = main.inner_text()
-        assert "opened from the Samples page" in text and "x (1, 8, 8) float32" in text
+        assert "the run kept its values" in text and "x (1, 8, 8) float32" in text
         assert main.locator('[data-testid="stImage"]').count() >= 1  # the digit itself
         shot(page, "samples-inspect")
 
         main.get_by_role("button", name="Back to the outputs").click()
         settle(page)
-        assert "opened from the Samples page" not in main.inner_text()
+        assert "the run kept its values" not in main.inner_text()
+    finally:
+        page.context.close()
+
+
+def test_a_data_runs_worst_failure_opens_a_sample_and_its_histogram_reads_values(
+    digits_run, chromium, app_url
+):
+    """A data run keeps its worst samples' values, not its batches': the Overview's button
+    opened a batch in Inspect ("holds no values ... nothing to draw"); it opens the worst
+    sample, and Inspect on a batch points to the Samples page. The per-sample histogram's
+    log axis read "5 6 7 8 9 0.1 2 3" and put "typical error" far right of its line."""
+    page = open_page(
+        chromium,
+        f"{app_url}/samples?run={urllib.parse.quote(str(digits_run))}",
+        viewport={"width": 1280, "height": 1600},
+    )
+    try:
+        settle_loaded(page)
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 1")
+        axis = page.locator(".js-plotly-plot").first.evaluate(
+            "g => ({range: g._fullLayout.xaxis.range, text: g._fullLayout.xaxis.ticktext,"
+            " notes: g._fullLayout.annotations.map(a => [a.text, a.x])})"
+        )
+        shown = [float(t) for t in axis["text"]]  # every label a whole value
+        assert shown == sorted(shown) and len(shown) >= 2, axis
+        (note,) = [x for text, x in axis["notes"] if text == "typical error"]
+        low, high = axis["range"]  # log10 units, as the annotation's x
+        assert low <= note <= high, axis
+
+        nav(page, "Inspect")
+        main = page.locator('[data-testid="stMain"]')
+        main.get_by_text(re.compile("open one from the Samples page")).wait_for()
+        assert "nothing to draw" not in main.inner_text()
+
+        nav(page, "Overview")
+        page.get_by_role("button", name=re.compile("Inspect the worst sample")).click()
+        page.get_by_role("heading", name="Inspect an output").wait_for()
+        settle(page)
+        main.get_by_text(re.compile(r"^sample \d+ · output ")).first.wait_for()
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
+        shot(page, "samples-worst-from-overview")
     finally:
         page.context.close()
 

@@ -265,3 +265,15 @@ def test_beside_a_float16_file_a_float32_bug_is_said_and_each_finding_names_its_
     assert any(line.startswith(f"  - #0 {fp16.name} ") and "float16" in line for line in lines)
     said = [line for line in lines if line.startswith("  - #1 bug.onnx ")]
     assert said and all("bug in the export" in line for line in said), found
+
+
+def test_a_note_that_starts_with_a_name_keeps_its_case() -> None:
+    """Technical notes start as sentences, but "onnx.checker: ..." read "Onnx.checker"."""
+    from parity.text import sentence_start
+
+    note = "onnx.checker: nodes must be sorted"
+    assert sentence_start(note) == note
+    assert sentence_start("node_linear_3 is fused") == "node_linear_3 is fused"
+    assert sentence_start("the file, as given") == "The file, as given"
+    assert sentence_start("ONNX Runtime ran") == "ONNX Runtime ran"
+    assert sentence_start("") == ""

@@ -16,7 +16,7 @@ from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import judge_by_cause
 from parity.show.findings import HIDDEN_BY_TOLERANCE, run_findings
 from parity.show.forgiven import forgiven, forgiven_text
-from parity.text import all_text, count_text, tolerance_text
+from parity.text import all_text, count_text, sentence_start, tolerance_text
 from parity.verdict import Judge, Verdict
 
 
@@ -183,7 +183,7 @@ def candidate_notes(run: ValidationRun) -> list[str]:
     candidate's label in a run with several."""
     many = run.is_multi_candidate
     return [
-        f"{info.label}: {note}" if many else f"{note[0].upper()}{note[1:]}"
+        f"{info.label}: {note}" if many else sentence_start(note)
         for info in run.infos
         for note in info.notes
         if note
