@@ -225,7 +225,7 @@ def test_a_changed_sample_opens_in_inspect(digits_run, chromium, app_url):
 
 
 def test_a_data_runs_worst_failure_opens_a_sample_and_its_histogram_reads_values(
-    digits_run, chromium, app_url
+    digits_run, chromium, app_url, tmp_path
 ):
     """A data run keeps its worst samples' values, not its batches': the Overview's button
     opened a batch in Inspect ("holds no values ... nothing to draw"); it opens the worst
@@ -235,9 +235,19 @@ def test_a_data_runs_worst_failure_opens_a_sample_and_its_histogram_reads_values
         chromium,
         f"{app_url}/samples?run={urllib.parse.quote(str(digits_run))}",
         viewport={"width": 1280, "height": 1600},
+        accept_downloads=True,
     )
     try:
         settle_loaded(page)
+        # the HTML report says why a batch has no element-wise view (not "cannot be compared")
+        with page.expect_download() as info:
+            sidebar = page.locator('[data-testid="stSidebar"]')
+            sidebar.get_by_role("button", name="Download HTML report").click()
+        html = tmp_path / "report.html"
+        info.value.save_as(html)
+        report = html.read_text()
+        assert "keeps the values of its worst samples, not of every batch" in report
+        assert "cannot be compared element by element" not in report
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 1")
         axis = page.locator(".js-plotly-plot").first.evaluate(
             "g => ({range: g._fullLayout.xaxis.range, text: g._fullLayout.xaxis.ticktext,"
