@@ -277,16 +277,19 @@ def test_a_data_runs_worst_failure_opens_a_sample_and_its_histogram_reads_values
 
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory) -> Path:
-    """`parity sweep` over the float16 file and the buggy copy, one pair each."""
+    """`parity sweep` over the float16 file and the buggy copy, one pair each, and the buggy
+    copy again at a tolerance loose enough to pass it ("loose")."""
     from parity.cli import main
     from tests.helpers.sweep_zoo import write_manifest
 
     zoo = tmp_path_factory.mktemp("intended_sweep")
     _exports(zoo)
+    (zoo / "loose.json").write_text('{"default": {"atol": 10, "rtol": 0}}')
     common = ["--model", "demo:fp16", "--noise-floor", "--input-sets", "1", "--onnx"]
     manifest = write_manifest(
         zoo, [{"name": "fp16", "args": [*common, "fp16.onnx"]},
-              {"name": "bug", "args": [*common, "bug.onnx"]}],
+              {"name": "bug", "args": [*common, "bug.onnx"]},
+              {"name": "loose", "args": [*common, "bug.onnx", "--tolerances", "loose.json"]}],
     )  # fmt: skip
     out = zoo / "out"
     assert main(["sweep", str(manifest), "--out", str(out), "--workers", "2"]) == 1
@@ -309,15 +312,25 @@ def test_the_sweep_names_the_float16_pair_by_its_cause(sweep_dir, chromium, app_
         page.get_by_role("heading", name="Sweep", exact=True).wait_for()
         settle(page)
         said = page.locator('[data-testid="stMain"]').inner_text()
-        assert "2 pair(s): 0 pass, 2 fail (1 only by what its file was meant to do)" in said
+        # a pass whose report found a bug its tolerance hides is red and counted so (it was
+        # a green "✓ pass" beside the same file's red fail)
+        assert (
+            "3 pair(s): 1 pass (1 with a bug the tolerance hides), "
+            "2 fail (1 only by what its file was meant to do)"
+        ) in said, said
         tables = page.locator('[data-testid="stDataFrame"]')
         pairs = _rows(tables.nth(0))
         verdicts = {r[0]: r[1] for r in pairs[1:]}
-        assert verdicts == {"fp16": "≈ fail: float16 rounding", "bug": "✗ fail"}
+        assert verdicts == {
+            "fp16": "≈ fail: float16 rounding",
+            "bug": "✗ fail",
+            "loose": "✗ pass: a bug the tolerance hides",
+        }
         grid = _rows(tables.nth(1))
         by_pair = {r[0]: r[1:] for r in grid[1:]}
         assert all(c.startswith("≈ float16 rounding ") for c in by_pair["fp16"]), by_pair
         assert all(c.startswith("✗ fail ") for c in by_pair["bug"]), by_pair
+        assert any(c.startswith("✗ pass: a bug the tolerance hides") for c in by_pair["loose"])
         shot(page, "intended-sweep")
     finally:
         page.context.close()
