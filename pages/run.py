@@ -416,7 +416,7 @@ def choose_settings(signature) -> dict:
                     )
                 )
     settings["dims"] = dims
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4 = st.columns([1, 1, 2, 1.4])  # a provider name is long: its chip whole
     settings["n_input_sets"] = int(
         state.form_widget(
             c1.number_input,

@@ -115,9 +115,14 @@ def test_a_tuned_tolerance_is_kept_by_run_and_reload_and_never_hides_a_bug(page,
     box.fill(float32_bug)
     box.press("Enter")
     settle(page)
+    # the provider's chip shows its whole name (it read "CPUExecutionP..." at this width)
+    chip = page.locator('[data-testid="stMultiSelect"] span', has_text="CPUExecutionProvider")
+    width, shown = chip.last.evaluate("e => [e.scrollWidth, e.clientWidth]")
+    assert width <= shown, (width, shown)
     page.get_by_role("button", name="Run", exact=True).click()
     main = page.locator('[data-testid="stMain"]')
-    main.get_by_text(re.compile(r"demo:fp16: PASS in")).wait_for(timeout=RUN_TIMEOUT_MS)
+    sidebar = page.locator('[data-testid="stSidebar"]')  # the new run is the current one
+    sidebar.get_by_text(re.compile(r"small_bug\.onnx$")).wait_for(timeout=RUN_TIMEOUT_MS)
     settle(page)
     assert "default: atol 0.01" in _sidebar_tolerances(page)  # kept by Run
     nav(page, "Overview")
