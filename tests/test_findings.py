@@ -265,6 +265,15 @@ def test_beside_a_float16_file_a_float32_bug_is_said_and_each_finding_names_its_
     assert any(line.startswith(f"  - #0 {fp16.name} ") and "float16" in line for line in lines)
     said = [line for line in lines if line.startswith("  - #1 bug.onnx ")]
     assert said and all("bug in the export" in line for line in said), found
+    # at a tolerance both pass: the bug is said, and the headline does not say "matches"
+    html = tmp_path / "report.html"
+    assert main([*args, "--input-sets", "1", "--atol", "0.05", "--html", str(html)]) == 0
+    found = capsys.readouterr().out.split("What we found:")[1]
+    assert "  - #1 bug.onnx (CPU, all): last_hidden_state: a bug the tolerance hides" in found
+    assert (
+        "Every one of the 2 ONNX candidates is within the tolerances set, but #1 bug.onnx "
+        "(CPU, all) passes only because of the tolerance: Parity found a bug."
+    ) in html.read_text()
 
 
 def test_a_note_that_starts_with_a_name_keeps_its_case() -> None:
