@@ -688,7 +688,8 @@ def page() -> None:
         why = why_not_run(config, unreadable=unreadable, onnx_path=onnx_path, chosen=chosen)
         if why is None and is_hf and hf_options is None:  # its settings' error is above them
             why = (":", "fix the model's settings above.")
-        data = state.raw_run().data if state.raw_run() is not None else None
+        shown = state.raw_run()
+        data = shown.data if shown is not None else None
         if data is not None:  # the form has no data set field: say what Run makes instead
             st.caption(
                 f"The run on screen was made on your data ({md_text(data.source)}, "
