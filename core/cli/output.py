@@ -212,10 +212,7 @@ def findings_text(run: ValidationRun) -> str:
     found = run.findings
     if not found:
         return ""
-    from parity.show.candidates_text import finding_line
-
-    lines = (f"  - {terminal_text(finding_line(run, f))}" for f in found)
-    return "\n\nWhat we found:\n" + "\n".join(lines)
+    return "\n\nWhat we found:\n" + "\n".join(f"  - {terminal_text(f.text)}" for f in found)
 
 
 def fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:
