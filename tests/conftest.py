@@ -1,6 +1,6 @@
 """Shared fixtures, each built once per session in tmp dirs: tiny real models and their real
-exports, the candidates' exports, a Llama directory, and for the browser tests one Chromium
-and one `streamlit run app.py` server.
+exports, the candidates' exports, a Llama directory, moto's S3 server, and for the browser
+tests one Chromium and one `streamlit run app.py` server.
 
 The models live in a Python file written to a temp dir, so the same source serves the
 ``FILE.py:CALLABLE`` and ``module:CALLABLE`` specs and the exports made from it.
@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers.moto_s3 import Moto
 
 MODELS_MODULE = "parity_test_models"
 
@@ -215,6 +217,35 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from tests.helpers.hf_models import make_llama_dir
 
     return make_llama_dir(tmp_path_factory.mktemp("llama"))
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Moto | None]:
+    """moto's S3 server (tests/helpers/moto_s3.py), one a session (a pytest-xdist worker) for
+    the modules that put keys of their own in its bucket and never stop it; None without s3fs
+    or moto's server (the dev extra), so that a Ray cluster can start without it."""
+    try:
+        import moto.server  # noqa: F401
+        import s3fs  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    server = Moto()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: Moto | None, monkeypatch: pytest.MonkeyPatch) -> Moto:
+    """The session's S3 server, named in this (the driver's) environment for one test."""
+    if s3_server is None:
+        pytest.skip("needs s3fs and moto[server] (the dev extra)")
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
 
 
 @pytest.fixture(scope="session")

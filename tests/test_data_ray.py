@@ -26,7 +26,7 @@ from parity.cli import main
 from tests.helpers import isolated_ray
 from tests.helpers.data_files import PREPROCESS, image_folder, table_files
 from tests.helpers.digits import Digits, build
-from tests.helpers.moto_s3 import BUCKET, Moto
+from tests.helpers.moto_s3 import BUCKET
 from tests.helpers.plant_bug import plant
 
 
@@ -40,23 +40,6 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Digits:
 
 
 @pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3 server, which the worker node reaches; None without s3fs or moto's server."""
-    try:
-        import moto.server  # noqa: F401
-        import s3fs  # noqa: F401
-    except ImportError:
-        yield None
-        return
-    server = Moto()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
 def cluster(digits: Digits, s3_server):
     env = s3_server.env if s3_server else None
     try:
@@ -67,16 +50,6 @@ def cluster(digits: Digits, s3_server):
         yield made
     finally:
         made.stop()
-
-
-@pytest.fixture
-def s3(s3_server, monkeypatch):
-    """The S3 server, named in this (the driver's) environment too."""
-    if s3_server is None:
-        pytest.skip("needs s3fs and moto[server] (the dev extra)")
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    return s3_server
 
 
 PROBE = """

@@ -17,7 +17,7 @@ from parity.data.options import DataOptions
 from parity.data.read import open_data
 from tests.helpers.data_files import PREPROCESS, image_folder, table_files
 from tests.helpers.digits import Digits, build
-from tests.helpers.moto_s3 import BUCKET, Moto
+from tests.helpers.moto_s3 import BUCKET
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -26,23 +26,6 @@ pytest.importorskip("moto.server")
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory: pytest.TempPathFactory) -> Digits:
     return build(tmp_path_factory.mktemp("digits_uris"))
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = Moto()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def env(s3, monkeypatch):
-    for name, value in s3.env.items():
-        monkeypatch.setenv(name, value)
-    return s3
 
 
 def _block(digits: Digits, onnx: Path, out: Path, *extra: str) -> tuple[int, dict]:
@@ -60,19 +43,19 @@ def _same_but_where(on_disk: dict, in_s3: dict, uri: str, root: Path | None = No
 
 
 @pytest.mark.parametrize("kind", ["npz", "npy", "parquet", "jsonl", "arrow"])
-def test_a_file_in_s3_gives_the_block_its_copy_on_disk_gives(digits, env, tmp_path, kind):
+def test_a_file_in_s3_gives_the_block_its_copy_on_disk_gives(digits, s3, tmp_path, kind):
     if kind in ("npz", "npy"):
         path = digits.test_npz if kind == "npz" else tmp_path / "x.npy"
         if kind == "npy":
             np.save(path, digits.x_test)
         labels = ("--labels", str(digits.labels))
-        env.put("uris/labels.npy", digits.labels.read_bytes())
+        s3.put("uris/labels.npy", digits.labels.read_bytes())
         s3_labels = ("--labels", f"s3://{BUCKET}/uris/labels.npy")
     else:
         path = table_files(digits, 150, tmp_path)[kind]
         labels = s3_labels = ("--labels", "label")
     uri = f"s3://{BUCKET}/uris/{path.name}"
-    env.put(f"uris/{path.name}", path.read_bytes())
+    s3.put(f"uris/{path.name}", path.read_bytes())
     extra = ("--batch-size", "32", "--max-bad", "5%")
     code, on_disk = _block(digits, digits.int8, tmp_path / "a.json", "--data", str(path), *labels,
                            *extra)  # fmt: skip
@@ -85,13 +68,13 @@ def test_a_file_in_s3_gives_the_block_its_copy_on_disk_gives(digits, env, tmp_pa
     assert skipped == (["row 3"] if kind == "jsonl" else [])  # the blank line is no row
 
 
-def test_an_imagefolder_prefix_in_s3_through_a_preprocess_file(digits, env, tmp_path):
+def test_an_imagefolder_prefix_in_s3_through_a_preprocess_file(digits, s3, tmp_path):
     files = image_folder(digits, 40)
     root = tmp_path / "images"
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
-        env.put(f"images/{rel}", data)
+        s3.put(f"images/{rel}", data)
     pre = tmp_path / "prep.py"
     pre.write_text(PREPROCESS)
     extra = ("--preprocess", f"{pre}:load", "--batch-size", "8", "--max-bad", "5%")
@@ -107,10 +90,10 @@ def test_an_imagefolder_prefix_in_s3_through_a_preprocess_file(digits, env, tmp_
 
 
 def test_a_jsonl_and_an_arrow_stream_are_counted_by_a_first_pass_and_read_from_any_row(
-    digits, env, tmp_path
+    digits, s3, tmp_path
 ):
     for kind, path in table_files(digits, 90, tmp_path).items():
-        env.put(f"count/{path.name}", path.read_bytes())
+        s3.put(f"count/{path.name}", path.read_bytes())
         for where in (str(path), f"s3://{BUCKET}/count/{path.name}"):
             data = open_data(DataOptions(where, labels="label"), ["x"])
             rows = list(data.samples())
@@ -132,17 +115,17 @@ def test_a_jsonl_and_an_arrow_stream_are_counted_by_a_first_pass_and_read_from_a
     ],
 )  # fmt: skip
 def test_a_bad_uri_or_an_unreadable_object_is_one_line_exit_2(
-    digits, env, uri, words, capsys, tmp_path
+    digits, s3, uri, words, capsys, tmp_path
 ):
     for name in ("garbage.npz", "garbage.parquet", "x.csv"):
-        env.put(f"bad/{name}", b"this is not what its name says")
+        s3.put(f"bad/{name}", b"this is not what its name says")
     code = main(["validate", "--model", digits.model, "--weights", str(digits.weights),
                  "--onnx", str(digits.onnx), "--data", uri])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_signed_uri_is_shown_and_stored_redacted(digits, env, tmp_path, capsys):
+def test_a_signed_uri_is_shown_and_stored_redacted(digits, s3, tmp_path, capsys):
     secret = "c2VjcmV0LXNpZ25hdHVyZQ"
     uri = f"https://127.0.0.1:9/x.npz?X-Amz-Expires=60&X-Amz-Signature={secret}"
     code = main(["validate", "--model", digits.model, "--weights", str(digits.weights),
@@ -151,12 +134,12 @@ def test_a_signed_uri_is_shown_and_stored_redacted(digits, env, tmp_path, capsys
     assert code == 2 and "X-Amz-Signature=***" in err and secret not in err
 
 
-def test_an_npz_whose_arrays_are_past_the_budget_is_refused_before_it_is_inflated(env, tmp_path):
+def test_an_npz_whose_arrays_are_past_the_budget_is_refused_before_it_is_inflated(s3, tmp_path):
     from parity.errors import BudgetError
     from parity.limits.budget import MemoryBudget
 
     out = io.BytesIO()  # 64 MB of zeros, compressed to a few KB
     np.savez_compressed(out, x=np.zeros((4096, 4096), np.float32))
-    env.put("bomb/x.npz", out.getvalue())
+    s3.put("bomb/x.npz", out.getvalue())
     with pytest.raises(BudgetError, match=r"an \.npz is read whole"):
         open_data(DataOptions(f"s3://{BUCKET}/bomb/x.npz"), ["x"], budget=MemoryBudget(16 << 20))

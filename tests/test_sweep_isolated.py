@@ -21,7 +21,7 @@ import pytest
 
 from parity.cli import main
 from tests.helpers import isolated_ray
-from tests.helpers.moto_s3 import BUCKET, TEMP_MARKS, Moto, tree_bytes
+from tests.helpers.moto_s3 import BUCKET, TEMP_MARKS, tree_bytes
 from tests.helpers.sweep_zoo import (
     WORKER_KILLER,
     summary_without_times,
@@ -31,24 +31,6 @@ from tests.helpers.sweep_zoo import (
 
 pytestmark = pytest.mark.slow
 HANG_S = 300
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3 server, which the worker nodes reach (their environment names it); None
-    without s3fs or moto's server."""
-    try:
-        import moto.server  # noqa: F401
-        import s3fs  # noqa: F401
-    except ImportError:
-        yield None
-        return
-    server = Moto()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -215,17 +197,13 @@ def test_a_worker_sigkilled_mid_pair_is_retried_and_both_attempts_are_recorded(
 
 
 def test_every_output_of_an_s3_pair_on_ray_names_its_uri_as_the_local_engine_does(
-    cluster, s3_server, model_zoo, tiny_artifacts, tmp_path, monkeypatch
+    cluster, s3, model_zoo, tiny_artifacts, tmp_path
 ):
-    if s3_server is None:
-        pytest.skip("needs s3fs and moto[server] (the dev extra)")
     made, data = cluster
-    for key, value in s3_server.env.items():
-        monkeypatch.setenv(key, value)
     zoo = data / "zoo"
     if not (zoo / "models.py").exists():
         shutil.copy(model_zoo.file, zoo / "models.py")
-    s3_server.put("models/tiny.onnx", tiny_artifacts.onnx.read_bytes())
+    s3.put("models/tiny.onnx", tiny_artifacts.onnx.read_bytes())
     uri = f"s3://{BUCKET}/models/tiny.onnx"
     args = ["--model", "models.py:make_tiny", "--onnx", uri]
     args += ["--html", "r.html", "--save-run", "run.parity.npz"]
