@@ -5,13 +5,14 @@ as --layers' does)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 import parity.files.strict_json as sj
+from parity.files.array_members import ArrayGet, ArrayPut
 
 TASKS = ("classification", "embedding", "regression")
 TEXT_KEPT = 2000  # characters of a worst sample's text the run keeps
@@ -138,14 +139,14 @@ class DataResult:
         """The report's `data` (parity.results.by_name.OwnJson)."""
         return data_to_json(self)
 
-    def saved_json(self, put: Callable[[str, Any, str], str], prefix: str) -> dict[str, Any]:
+    def saved_json(self, put: ArrayPut, prefix: str) -> dict[str, Any]:
         """A saved run's `data`: the report's, with the worst samples' arrays as members."""
         from parity.files.json_output import plain
 
         return plain(data_to_json(self, put))
 
     @classmethod
-    def from_saved_json(cls, raw: Any, get: Callable[[Any, str], Any], at: str) -> DataResult:
+    def from_saved_json(cls, raw: Any, get: ArrayGet, at: str) -> DataResult:
         """What `saved_json` wrote, its arrays from the members."""
         found = data_from_json(raw, get, at)
         assert found is not None  # raw is not null: the codec reads only those
@@ -160,9 +161,6 @@ class DataResult:
 # --- `data` as JSON: the report's block (the contract CI reads) and a saved run's, which also
 # keeps the worst samples' arrays (through the saved run's array members).
 
-Put = Callable[[str, np.ndarray, str], str]
-Get = Callable[[Any, str], np.ndarray]
-
 
 def _number(value: float | None) -> float | None:
     if value is None or not np.isfinite(value):
@@ -170,7 +168,7 @@ def _number(value: float | None) -> float | None:
     return float(value)
 
 
-def data_to_json(d: DataResult, put: Put | None = None) -> dict[str, Any]:
+def data_to_json(d: DataResult, put: ArrayPut | None = None) -> dict[str, Any]:
     """The report's `data` (with `put`: a saved run's, the worst samples' arrays stored)."""
     return {
         "source": d.source,
@@ -185,7 +183,7 @@ def data_to_json(d: DataResult, put: Put | None = None) -> dict[str, Any]:
     }
 
 
-def _output_to_json(o: DataOutput, k: int, put: Put | None) -> dict[str, Any]:
+def _output_to_json(o: DataOutput, k: int, put: ArrayPut | None) -> dict[str, Any]:
     a = o.accuracy
     return {
         "name": o.name,
@@ -256,7 +254,7 @@ def _suggestion_from_json(raw: Any, at: str) -> AgreementSuggestion | None:
     )
 
 
-def _worst_to_json(w: WorstSample, member: str, put: Put | None) -> dict[str, Any]:
+def _worst_to_json(w: WorstSample, member: str, put: ArrayPut | None) -> dict[str, Any]:
     entry: dict[str, Any] = {"sample": w.sample, "id": w.id, "error": _number(w.error)}
     if w.text:
         entry["text"] = w.text
@@ -271,7 +269,7 @@ def _worst_to_json(w: WorstSample, member: str, put: Put | None) -> dict[str, An
     return entry
 
 
-def data_from_json(raw: Any, get: Get | None = None, at: str = "data") -> DataResult | None:
+def data_from_json(raw: Any, get: ArrayGet | None = None, at: str = "data") -> DataResult | None:
     """What `data_to_json` wrote (None: absent, a run without --data or saved before)."""
     if raw is None:
         return None
@@ -301,7 +299,7 @@ def _float(value: Any, at: str) -> float | None:
     return None if value is None else float(sj.number(value, at))
 
 
-def _output_from_json(o: Mapping[str, Any], get: Get | None, at: str) -> DataOutput:
+def _output_from_json(o: Mapping[str, Any], get: ArrayGet | None, at: str) -> DataOutput:
     flips = tuple(
         Flip(
             sample=sj.integer(f.get("sample"), f"{at}.flips.sample"),
@@ -360,7 +358,7 @@ def _output_from_json(o: Mapping[str, Any], get: Get | None, at: str) -> DataOut
     )
 
 
-def _worst_from_json(w: Mapping[str, Any], get: Get | None, at: str) -> WorstSample:
+def _worst_from_json(w: Mapping[str, Any], get: ArrayGet | None, at: str) -> WorstSample:
     arrays: dict[str, np.ndarray] = {}
     if get is not None:
         for key, member in sj.obj(w.get("arrays") or {}, f"{at}.arrays").items():

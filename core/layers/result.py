@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 import parity.files.strict_json as sj
+from parity.files.array_members import ArrayGet, ArrayPut
 from parity.files.derived_json import Form, decode, encode, register
 from parity.files.json_output import finite_or_none
-from parity.results.by_name import Get, Put, analysis_result
+from parity.results.by_name import analysis_result
 
 FINDINGS = (
     "quantized",  # per quantized tensor and input set: SQNR before/after its Q/DQ pair
@@ -298,7 +299,7 @@ class LayersResult:
             **{k: v for k, v in self.findings.items() if k in FINDINGS},
         }
 
-    def saved_json(self, put: Put, prefix: str) -> dict[str, Any]:
+    def saved_json(self, put: ArrayPut, prefix: str) -> dict[str, Any]:
         """A saved run's layers (parity.results.by_name.OwnJson): the report's block and its
         kept arrays as members PREFIX/K/{ref,onnx}."""
         data = self.to_json()
@@ -315,7 +316,7 @@ class LayersResult:
         return data
 
     @classmethod
-    def from_saved_json(cls, raw: Any, get: Get, at: str) -> LayersResult:
+    def from_saved_json(cls, raw: Any, get: ArrayGet, at: str) -> LayersResult:
         """A saved run's layers read back, its kept arrays from the members."""
         data = sj.obj(raw, at)
         kept = []

@@ -20,13 +20,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import parity.files.strict_json as sj
+from parity.files.array_members import ArrayGet, ArrayPut
 from parity.files.derived_json import MAX_NOTES, MAX_TOKENS, decode, encode
 from parity.files.json_output import exact, from_exact, plain
 from parity.reports.analysis_results import result_types  # every one registered
 from parity.reports.forms import register_forms
 from parity.reports.members import (
-    ArrayGet,
-    ArrayPut,
     comparison_from_json,
     comparison_to_json,
     input_set_from_json,

@@ -13,16 +13,12 @@ from typing import Any
 import numpy as np
 
 import parity.files.strict_json as sj
+from parity.files.array_members import ArrayGet, ArrayPut
 from parity.files.derived_json import decode, encode
 from parity.reports.forms import register_forms
 from parity.results import InputSet, OutputComparison, OutputSet
 
 register_forms()
-
-ArrayPut = Callable[[str, np.ndarray, str], str]
-"""(member name, array, what it is, for errors) -> the member name the manifest records."""
-ArrayGet = Callable[[Any, str], np.ndarray]
-"""(member name as the manifest has it, its dotted path) -> the array (FieldError if absent)."""
 
 # ---------------------------------------------------------------------------------------
 # arrays: a saved run's members, named by position (user names stay in the manifest)

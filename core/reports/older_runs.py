@@ -11,9 +11,9 @@ from dataclasses import fields
 from typing import Any
 
 import parity.files.strict_json as sj
+from parity.files.array_members import ArrayGet
 from parity.files.derived_json import decode
 from parity.layers.result import LayersResult
-from parity.reports.members import ArrayGet
 from parity.results import (
     CandidateInfo,
     CandidateRun,

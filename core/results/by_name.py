@@ -15,10 +15,9 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["OwnJson", "analysis_result", "result_types", "written_results"]
+from parity.files.array_members import ArrayGet, ArrayPut
 
-Put = Callable[[str, Any, str], str]  # (member name, array, what it is) -> the member's name
-Get = Callable[[Any, str], Any]  # (member name as the manifest has it, its path) -> the array
+__all__ = ["OwnJson", "analysis_result", "result_types", "written_results"]
 
 T = TypeVar("T", bound=type)
 
@@ -51,10 +50,10 @@ class OwnJson(Protocol):
 
     def to_json(self) -> dict[str, Any]: ...
 
-    def saved_json(self, put: Put, prefix: str) -> dict[str, Any]: ...
+    def saved_json(self, put: ArrayPut, prefix: str) -> dict[str, Any]: ...
 
     @classmethod
-    def from_saved_json(cls, raw: Any, get: Get, at: str) -> Any: ...
+    def from_saved_json(cls, raw: Any, get: ArrayGet, at: str) -> Any: ...
 
 
 def result_types(*, per_run: bool = False) -> Mapping[str, type]:
