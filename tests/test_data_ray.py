@@ -41,15 +41,8 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Digits:
 
 @pytest.fixture(scope="module")
 def cluster(digits: Digits, s3_server):
-    env = s3_server.env if s3_server else None
-    try:
-        made = isolated_ray.start([digits.folder], worker_env=env)
-    except isolated_ray.Unavailable as exc:
-        pytest.skip(f"no private mount namespace here: {exc}")
-    try:
+    with isolated_ray.for_module([digits.folder], s3_server) as made:
         yield made
-    finally:
-        made.stop()
 
 
 PROBE = """

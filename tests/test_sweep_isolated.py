@@ -38,15 +38,9 @@ def cluster(tmp_path_factory, s3_server):
     """(cluster, data folder): the worker sees an empty tmpfs where `data` is."""
     data = tmp_path_factory.mktemp("isolated")
     outs = ("ray_out", "retry_out", "lost_out", "s3_out", "replaced_out")
-    try:
-        hidden = [data / name for name in ("zoo", *outs)]
-        made = isolated_ray.start(hidden, worker_env=s3_server.env if s3_server else None)
-    except isolated_ray.Unavailable as exc:
-        pytest.skip(f"no private mount namespace here: {exc}")
-    try:
+    hidden = [data / name for name in ("zoo", *outs)]
+    with isolated_ray.for_module(hidden, s3_server) as made:
         yield made, data
-    finally:
-        made.stop()
 
 
 PROBE = """

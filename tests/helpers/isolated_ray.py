@@ -23,8 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.helpers.moto_s3 import Moto
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
@@ -127,6 +132,23 @@ def check_unshare() -> None:
     )
     if done.returncode != 0:
         raise Unavailable(f"unshare --mount refused: {done.stderr.strip() or done.returncode}")
+
+
+@contextlib.contextmanager
+def for_module(hidden: list[Path], s3: Moto | None = None) -> Iterator[IsolatedCluster]:
+    """A test module's cluster, its worker reaching `s3` (the session's moto server, where
+    there is one), stopped after; the module's tests skipped, with the reason, where no private
+    mount namespace can be made here."""
+    import pytest
+
+    try:
+        made = start(hidden, worker_env=s3.env if s3 is not None else None)
+    except Unavailable as exc:
+        pytest.skip(f"no private mount namespace here: {exc}")
+    try:
+        yield made
+    finally:
+        made.stop()
 
 
 def start(
