@@ -20,12 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.peak_memory import own_peak_bytes  # noqa: E402
 
 MODEL = """
 import torch
@@ -125,21 +129,12 @@ def parity_run(model: str, onnx: str, data: str, engine: str = "local") -> dict:
             "loop": loop, "timings": timings, "data_block": block}  # fmt: skip
 
 
-def peak_mb() -> float:
-    """This process's peak resident memory since it started (VmHWM: ru_maxrss would also
-    count the forked parent's memory before exec)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def child(kind: str, model: str, onnx: str, data: str) -> None:
     if kind == "hand":
         result = hand_loop(model, onnx, data)
     else:
         result = parity_run(model, onnx, data, "ray" if kind == "ray" else "local")
-    result["peak_mb"] = peak_mb()
+    result["peak_mb"] = own_peak_bytes() / 2**20
     print(json.dumps(result))
 
 

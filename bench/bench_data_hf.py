@@ -6,7 +6,7 @@ with a WordLevel tokenizer and exported by Optimum, and a `.jsonl` of N texts of
 words. Each size runs in a fresh process, twice: the hand loop (batches of 64 texts through
 the tokenizer, padded to each batch's longest, torch and ONNX Runtime on each, the classes
 compared: what a user writes by hand) and `parity validate --data` in-process. It prints
-samples/s of each, their ratio, and each process's peak resident memory (ru_maxrss): flat
+samples/s of each, their ratio, and each process's peak resident memory (VmHWM): flat
 across sizes means memory of a batch, never of the data set.
 
     python bench/bench_data_hf.py                    # 500 and 4000 texts
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.peak_memory import own_peak_bytes  # noqa: E402
 
 BATCH = 64
 
@@ -99,7 +100,7 @@ def parity_run(directory: str, onnx: str, data: str) -> dict:
 
 def child(kind: str, directory: str, onnx: str, data: str) -> None:
     result = (hand_loop if kind == "hand" else parity_run)(directory, onnx, data)
-    result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_mb"] = own_peak_bytes() / 2**20
     print(json.dumps(result))
 
 

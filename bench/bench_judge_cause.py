@@ -3,7 +3,7 @@ against a plain run of the same file, on a 6-layer BERT (all-MiniLM-L6-v2's shap
 384, 12 heads, intermediate 1536; random weights), float32 as exported and int8 by ONNX
 Runtime's quantize_dynamic.
 
-Not a test. Each measurement runs in a fresh child process (its peak RSS is ru_maxrss, the
+Not a test. Each measurement runs in a fresh child process (its peak RSS is its VmHWM, the
 whole process: torch's own footprint included, so the difference between two lines is what
 the judge adds); best wall time of `--repeat` runs per line, printed with its ratio to the
 plain run of the same file.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,11 @@ import warnings
 from pathlib import Path
 
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.peak_memory import own_peak_bytes  # noqa: E402
 
 SEQ, BATCH = 64, 4
 
@@ -83,7 +87,7 @@ def _child(onnx: str, judge: str, batch: int, seq: int) -> None:
         make(), onnx, judge=judge, dims={"batch": batch, "sequence": seq}, input_sets=1,
     )  # fmt: skip
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = own_peak_bytes()
     print(json.dumps({"wall": wall, "peak": peak, "verdict": str(run.verdict)}))
 
 

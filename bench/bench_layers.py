@@ -30,7 +30,6 @@ import io
 import logging
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -40,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.peak_memory import command_peak  # noqa: E402
 
 MINILM_SOURCE = textwrap.dedent(
     """
@@ -281,23 +282,9 @@ def memory(work: Path, *, blocks: int, shape: tuple[int, ...], budget_mb: int) -
 
 def _peak_rss(command: list[str]) -> int:
     """Peak RSS (bytes) of `command`, run in a fresh wrapper process so nothing else counts."""
-    probe = (
-        "import resource, subprocess, sys; "
-        "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE); "
-        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
-    )
-    t0 = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", probe, *command],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=True,
-    )
-    code, kb = out.stdout.split()
-    print(f"  ({' '.join(command[3:4])} ... exit {code}, {time.perf_counter() - t0:.0f} s)")
-    return int(kb) * 1024
+    got = command_peak(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    print(f"  ({' '.join(command[3:4])} ... exit {got.returncode}, {got.seconds:.0f} s)")
+    return got.peak_bytes
 
 
 def main() -> None:

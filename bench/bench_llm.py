@@ -11,9 +11,10 @@ Each run is `parity validate --model hf:DIR --onnx FILE --max-new-tokens 4` in i
 process: plain, `--layers` (intermediate values of every step compared, confirmation
 included, default --layers-memory) and `--noise-floor` (every call again in float64), each
 with `--no-generation`, then the default run (free-running generation after the steps);
-wall time and peak RSS (getrusage of the child), printed against the model's float32 size
-and the plain run. Goals (issue 40): plain <= 2.5x the float32 size in peak memory;
---layers <= plain + 1.5 GB and <= 5x plain time; generation <= 1.5x plain.
+wall time and peak RSS (bench.peak_memory.command_peak: the supervised child's included),
+printed against the model's float32 size and the plain run. Goals (issue 40): plain <= 2.5x
+the float32 size in peak memory; --layers <= plain + 1.5 GB and <= 5x plain time; generation
+<= 1.5x plain.
 
     nice python bench/bench_llm.py                       # builds the model in a temp dir
     nice python bench/bench_llm.py --work /tmp/llm       # keeps (and reuses) the files
@@ -33,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.peak_memory import command_peak  # noqa: E402
 
 QWEN25_05B = {
     "hidden_size": 896,
@@ -85,26 +88,12 @@ def optimum_export(model_dir: Path, out: Path) -> float:
 
 def run(argv: list[str], report: Path) -> tuple[int, float, int, dict]:
     """(exit code, wall s, peak RSS bytes, JSON report) of one `parity validate`."""
-    probe = (
-        "import resource, subprocess, sys, time; t0 = time.perf_counter(); "
-        "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE); "
-        "print(r.returncode, time.perf_counter() - t0, "
-        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
-        "sys.stderr.write(r.stderr.decode()[-2000:])"
-    )
     command = [sys.executable, "-m", "parity", "validate", *argv, "--json", str(report)]
-    out = subprocess.run(
-        [sys.executable, "-c", probe, *command],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    code, wall, kb = out.stdout.split()
+    got = command_peak(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     data = json.loads(report.read_text()) if report.exists() else {}
-    if int(code) == 2:
-        print(f"    (exit 2: {out.stderr.strip().splitlines()[-1:]})")
-    return int(code), float(wall), int(kb) * 1024, data
+    if got.returncode == 2:
+        print(f"    (exit 2: {got.stderr.strip().splitlines()[-1:]})")
+    return got.returncode, got.seconds, got.peak_bytes, data
 
 
 def _external_bytes(onnx_file: Path) -> int:
