@@ -12,6 +12,7 @@ refused (not root); the S3 ones without s3fs and moto's server.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from tests.helpers.data_files import PREPROCESS, image_folder, table_files
 from tests.helpers.digits import Digits, build
 from tests.helpers.moto_s3 import BUCKET
 from tests.helpers.plant_bug import plant
+from tests.helpers.sweep_zoo import write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +236,32 @@ def test_an_imagefolder_prefix_only_in_s3_through_a_shipped_preprocess_file(
     (skipped,) = ray["skipped"]  # named by its object on both, never by a worker's copy
     assert skipped["id"] == "digit9/zz_broken.png"
     assert f"{uri}/digit9/zz_broken.png" in skipped["reason"]
+
+
+@pytest.mark.slow
+def test_a_sweep_pair_reads_a_data_prefix_in_s3_as_validate_does_on_both_engines(
+    digits, cluster, s3, tmp_path, monkeypatch
+):
+    """`--data s3://bucket/prefix/` in a manifest: the pair opens the prefix where it runs, as
+    `parity validate` does (the sweep fetched it as one object, which no reader could open);
+    on Ray the worker reads it with its own environment, the model's files shipped to it."""
+    for k in range(40):
+        buffer = io.BytesIO()
+        np.save(buffer, digits.x_test[k])
+        s3.put(f"ray/sweep/digit{digits.y_test[k]}/{k:03d}.npy", buffer.getvalue())
+    uri = f"s3://{BUCKET}/ray/sweep/"
+    args = ["--model", digits.model, "--weights", str(digits.weights), "--onnx",
+            str(digits.folder / "bias.onnx"), "--data", uri, "--batch-size", "8"]  # fmt: skip
+    code = main(["validate", *args, "--json", str(tmp_path / "alone.json")])
+    alone = json.loads((tmp_path / "alone.json").read_text())["data"]
+    assert (alone["source"], alone["format"], alone["samples"]) == (uri, "imagefolder", 40)
+    manifest = write_manifest(tmp_path, [{"name": "prefix", "args": args}])
+    for name, value in cluster.env.items():
+        monkeypatch.setenv(name, value)
+    for engine in (["--workers", "1"], ["--engine", "ray", "--ray-address", cluster.address]):
+        out = tmp_path / engine[0].lstrip("-")
+        assert main(["sweep", str(manifest), "--out", str(out), *engine]) == code
+        assert json.loads((out / "prefix" / "report.json").read_text())["data"] == alone
 
 
 def test_a_bad_uri_is_one_line_exit_2_before_any_cluster_starts(digits, s3, capsys):

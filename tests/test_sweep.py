@@ -127,6 +127,10 @@ def test_the_resume_key_changes_with_args_defaults_timeout_and_versions(tmp_path
         ),
         (_m(_p(), sha256={"tiny.onnx": "ab"}), "sha256['tiny.onnx'] must be 64 lowercase"),
         (_m(_p(), sha256={"tiny.onnx": "0" * 64}), "pair 'a': --onnx tiny.onnx: its SHA-256 is "),
+        (
+            _m(_p(args=[*GOOD, "--data", "s3://zoo/d/"]), sha256={"s3://zoo/d/": "0" * 64}),
+            "pair 'a': --data s3://zoo/d/: the pair reads it where it lies",
+        ),
         (_m(_p(args=[*GOOD, "--htm", "r.html"])), "pair 'a': write --html in full, not --htm"),
         (_m(_p(args=["validate", *GOOD])), "pair 'a': unrecognized arguments: validate"),
         (_m(_p(args=[*GOOD, "--input-sets", "two"])), "--input-sets: invalid int value: 'two'"),
@@ -193,6 +197,18 @@ def test_paths_resolve_in_the_manifest_folder_and_outputs_land_in_the_pair_folde
     moved = {i: "/w/in/tiny.onnx" for i, a in enumerate(job.args) if a == "--onnx=tiny.onnx"}
     assert "--onnx=/w/in/tiny.onnx" in job.command_args(tmp_path / "work", moved)
     assert job.num_gpus == 1  # Ray reserves a GPU for a CUDA pair
+
+
+def test_a_data_uri_stays_in_the_pairs_args_for_validate_to_read_where_the_pair_runs(tmp_path):
+    """--data's URI (a prefix of many objects here) is validate's to open, as `parity validate
+    --data` does; an --onnx URI is fetched into the pair's folder."""
+    data, onnx = "s3://zoo/images/", "s3://zoo/m.onnx"
+    args = ["--model", "demo:cnn", "--data", data, "--onnx", onnx]
+    manifest = write_manifest(tmp_path, [{"name": "a", "args": args}])
+    (job,) = plan_jobs(load_manifest(manifest, flags=FLAGS), tmp_path / "out", timeout=None)
+    assert [(s.flag, s.kind, s.path) for s in job.inputs] == [("--onnx", "uri", onnx)]
+    moved = {s.index: "/w/uri/m.onnx" for s in job.inputs}
+    assert job.command_args(tmp_path / "work", moved)[:6] == [*args[:5], "/w/uri/m.onnx"]
 
 
 def test_a_gpu_pairs_ray_task_asks_for_a_gpu_and_a_cluster_without_one_refuses_it(tmp_path):

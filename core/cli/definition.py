@@ -29,7 +29,8 @@ from parity.tolerances import DEFAULT_ATOL, DEFAULT_RTOL
 @dataclass(frozen=True)
 class Flag:
     """One argparse argument: `names` are its option strings, or its one positional name;
-    `path` is READS / WRITES for a value that names a file the run reads or writes.
+    `path` is READS / WRITES for a value that names a file the run reads or writes;
+    `uri_in_place`: a READS flag whose URI the run opens itself (parity.path_flags.reads).
     A repeatable flag (action "append") starts from a fresh empty list."""
 
     names: tuple[str, ...]
@@ -42,6 +43,7 @@ class Flag:
     nargs: str | None = None
     required: bool = False
     path: str | None = None
+    uri_in_place: bool = False
 
     @property
     def dest(self) -> str:
@@ -64,7 +66,7 @@ class Flag:
             kwargs["default"] = self.default
         action = target.add_argument(*self.names, **kwargs)
         if self.path == READS:
-            reads(action)
+            reads(action, uri_in_place=self.uri_in_place)
         elif self.path == WRITES:
             writes(action)
 
@@ -243,6 +245,7 @@ DATA = Group(
             "the inputs), or a folder of samples (ImageFolder: CLASS/FILE); a path or a URI "
             "(s3://bucket/test.npz, an s3:// prefix as a folder; pip install fsspec s3fs)",
             path=READS,
+            uri_in_place=True,
         ),
         flag(
             "--batch-size",

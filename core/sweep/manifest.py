@@ -7,8 +7,11 @@
 
 `args` are `parity validate`'s arguments; the defaults come first. Paths in them are relative
 to the manifest's folder (pairs run there), or URIs (s3://, gs://, https://, file://) read
-where the pair runs (parity.sweep.delivery). `sha256` pins a file's or URI's contents: a
-local file that differs stops the sweep before it starts, a URI that differs fails its pair.
+where the pair runs: fetched whole into the pair's folder (parity.sweep.delivery), but for a
+flag whose URI validate opens itself (--data: an object or a prefix of many, read a sample at a
+time, as `parity validate` reads it; PathFlags.uris_in_place), which the pair is given as it
+is. `sha256` pins a file's or a fetched URI's contents: a local file that differs stops the
+sweep before it starts, a URI that differs fails its pair.
 Every pair writes only inside its own folder DIR/NAME: the sweep gives `--json` itself, and
 every other flag that writes (`--html`, `--save-run`, `--repro`, ...: those validate's parser
 marks with parity.path_flags.writes) takes a plain name placed in that folder. Which flags read and
@@ -100,12 +103,13 @@ def load_manifest(
         raise UsageError(f"{shown}: {exc}") from exc
     root = path.resolve().parent
     pairs = _parse(data, shown, flags)
+    pins = _pins(data.get("sha256"), shown)
     for pair in pairs:
-        _check_args(pair, root, shown)
+        _check_args(pair, root, shown, pins)
         problem = check_args(pair.args) if check_args is not None else None
         if problem:
             raise UsageError(f"{shown}: pair {pair.name!r}: {problem}")
-    return Manifest(path=path, root=root, pairs=pairs, sha256=_pins(data.get("sha256"), shown))
+    return Manifest(path=path, root=root, pairs=pairs, sha256=pins)
 
 
 def _pins(value: Any, shown: str) -> dict[str, str]:
@@ -213,7 +217,7 @@ def _check_name(name: str, shown: str, where: str) -> None:
         raise UsageError(f"{shown}: {where}: name {name!r} is reserved for the sweep's own files")
 
 
-def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
+def _check_args(pair: PairSpec, root: Path, shown: str, pins: Mapping[str, str]) -> None:
     where = f"pair {pair.name!r}"
     path_flags = pair.flags.all
     for token in pair.args:
@@ -252,9 +256,14 @@ def _check_args(pair: PairSpec, root: Path, shown: str) -> None:
             continue
         kind, value = kind_path
         if is_uri(value):
+            said = redacted_uri(fv.value)
             if kind == "dir":
-                said = redacted_uri(fv.value)
                 raise UsageError(f"{shown}: {where}: {fv.flag} {said}: a URI names one file")
+            if fv.flag in pair.flags.uris_in_place and value in pins:
+                raise UsageError(
+                    f"{shown}: {where}: {fv.flag} {said}: the pair reads it where it lies, "
+                    "never fetched whole, so no SHA-256 is checked: remove its sha256 pin"
+                )
             continue
         target = root / value
         if kind == "dir":

@@ -5,7 +5,9 @@ A pair never writes where it runs: every file it writes (`--json`, and `--html`,
 `--repro`, ... given as plain names) goes to a private folder that `command_args` names, and
 the driver lands those files in DIR/NAME (parity.sweep.land). Inputs are read where the pair
 runs: the manifest's folder on the local engine, a private copy on a Ray worker
-(parity.sweep.delivery), or a URI fetched where the pair runs (`InputSlot.uri`).
+(parity.sweep.delivery), or a URI fetched where the pair runs (`InputSlot.uri`); a URI that
+validate opens itself (--data's: PathFlags.uris_in_place) is left in the arguments as it is,
+so a pair reads a data set in object storage as `parity validate` does (a prefix included).
 
 The key is a SHA-256 of what decides the pair's result: its arguments (the defaults'
 included), the sweep's timeout, the versions of Parity and of the packages that compute the
@@ -129,15 +131,12 @@ def plan_jobs(manifest: Manifest, out: Path, *, timeout: float | None) -> tuple[
 def _plan(
     pair: PairSpec, manifest: Manifest, out_dir: Path, timeout: float | None, versions: dict
 ) -> PairJob:
-    outputs: list[OutputSlot] = []
-    inputs: list[InputSlot] = []
-    for fv in flag_values(pair.args, pair.flags):
-        if fv.flag in pair.flags.writes:
-            outputs.append(OutputSlot(fv.index, fv.flag, fv.value, fv.inline))
-            continue
-        slot = input_slot(fv.index, fv.flag, fv.value, fv.inline, manifest.sha256)
-        if slot is not None:
-            inputs.append(slot)
+    outputs = [
+        OutputSlot(fv.index, fv.flag, fv.value, fv.inline)
+        for fv in flag_values(pair.args, pair.flags)
+        if fv.flag in pair.flags.writes
+    ]
+    inputs = read_slots(pair, manifest.sha256)
     args = (*pair.args, "--json", REPORT)
     outputs.append(OutputSlot(len(args) - 1, "--json", REPORT, inline=False))
     return PairJob(
@@ -154,10 +153,29 @@ def _plan(
     )
 
 
+def read_slots(pair: PairSpec, pins: Mapping[str, str] | None = None) -> list[InputSlot]:
+    """What the pair's read flags name, in order (those `input_slot` finds none for left out)."""
+    found = []
+    for fv in flag_values(pair.args, pair.flags):
+        if fv.flag in pair.flags.writes:
+            continue
+        in_place = fv.flag in pair.flags.uris_in_place
+        slot = input_slot(fv.index, fv.flag, fv.value, fv.inline, pins, in_place)
+        if slot is not None:
+            found.append(slot)
+    return found
+
+
 def input_slot(
-    index: int, flag: str, value: str, inline: bool, pins: Mapping[str, str] | None = None
+    index: int,
+    flag: str,
+    value: str,
+    inline: bool,
+    pins: Mapping[str, str] | None = None,
+    uri_in_place: bool = False,
 ) -> InputSlot | None:
-    """What a read flag's value names (None: nothing on disk, e.g. demo:cnn)."""
+    """What a read flag's value names (None: nothing on disk, e.g. demo:cnn, or a URI the
+    run opens itself: `uri_in_place`, its text in the key with the arguments)."""
     if flag == MODEL_FLAG:
         found = model_path(value)
         if found is None:
@@ -168,6 +186,8 @@ def input_slot(
     else:
         kind, path, prefix, suffix = "file", value, "", ""
     if is_uri(path):
+        if uri_in_place:
+            return None
         kind = "uri"
     pin = (pins or {}).get(path)
     return InputSlot(index, flag, kind, path, prefix, suffix, inline, pin)
@@ -190,12 +210,7 @@ def pair_key(
     inputs: tuple[InputSlot, ...] | list[InputSlot] | None = None,
 ) -> str:
     if inputs is None:
-        inputs = [
-            s
-            for fv in flag_values(pair.args, pair.flags)
-            if fv.flag not in pair.flags.writes
-            and (s := input_slot(fv.index, fv.flag, fv.value, fv.inline)) is not None
-        ]
+        inputs = read_slots(pair)
     files: list[list[str]] = []
     for slot in inputs:
         if slot.kind == "uri":
