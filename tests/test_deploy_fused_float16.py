@@ -197,3 +197,29 @@ def test_a_tolerance_that_passes_the_gamma_bug_hides_a_bug_and_says_what_it_forg
     assert code == 0  # the tolerance's verdict, and the bug it hides said beside it
     bugs = [f for f in report["findings"] if f["kind"] == "bug"]
     assert bugs and "a bug the tolerance hides" in bugs[0]["text"], report["findings"]
+
+
+def test_the_tolerances_page_says_the_gamma_bug_its_slider_hides_against_float16_rounding(
+    fused,
+) -> None:
+    """The run the user made (no noise floor, the default tolerance) on the Tolerances page:
+    the atol slider moved past the bug's error says the bug it hides, and what the atol
+    forgives against the file's own float16 rounding, never "not known"."""
+    from streamlit.testing.v1 import AppTest
+
+    from parity.show.noise_findings import HIDDEN_BY_TOLERANCE
+    from parity.tolerances import Tolerances
+
+    run = _run(fused.bert_dir, fused.pairs[True].bug)
+    app = Path(__file__).resolve().parents[1] / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=180)
+    at.session_state["parity_run"] = run
+    at.session_state["parity_tolerances"] = Tolerances()
+    at.switch_page("pages/tolerances.py").run()
+    assert not at.exception and not [e for e in at.error if HIDDEN_BY_TOLERANCE in e.value]
+    at.select_slider(key="tol_atol").set_value(1.0).run()
+    assert not at.exception
+    assert [e for e in at.error if HIDDEN_BY_TOLERANCE in e.value]
+    captions = [c.value for c in at.caption]
+    assert any("float16 rounding" in c and "passes an error" in c for c in captions), captions
+    assert not [c for c in captions if "not known" in c]
