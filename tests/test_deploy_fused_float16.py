@@ -8,8 +8,9 @@ file, the last SkipLayerNormalization's gamma is scaled so that the output's err
 2.5x torch's own float16 error (the scale computed from the clean run's numbers): under the
 ratio alone (10x) that read "within float16 rounding". The clean file is float16 rounding and
 passes by cause; the copy is a `bug` on every front (terminal, JSON, HTML), fails by cause,
-and a tolerance loose enough to pass it is a bug that tolerance hides. Without the noise
-floor, what a set tolerance forgives is said against the file's own float16 rounding.
+and a tolerance loose enough to pass it (--atol, the Tolerances page's slider) is a bug that
+tolerance hides. Without the noise floor, what a set tolerance forgives is said against the
+file's own float16 rounding.
 """
 
 from __future__ import annotations
