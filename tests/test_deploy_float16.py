@@ -4,7 +4,9 @@ Runtime's `onnxruntime.transformers.float16.convert_float_to_float16` and onnxco
 dynamo export) and a tiny random BERT (Optimum's export, run as hf:). Each clean file passes
 by cause with no bug said, --layers and --noise-floor included (its difference is float16
 rounding); one bias moved by +0.05 at one node is a bug that fails by cause, named at that
-node with --layers."""
+node with --layers. A small bug (the CNN's fc weight scaled to a few times torch's own float16
+error, under the 10x a ratio alone calls rounding) is a bug by cause too: the float32 twin
+tells it (parity.judge.noise_floor)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ import pytest
 import torch
 
 from parity.pipeline import RunConfig, run_validation
-from parity.results import ValidationRun
+from parity.results import FindingKind, ValidationRun
 from parity.run.hf_options import HfOptions
+from parity.verdict import Judge
 from tests.helpers.deploy_matrix import record, right
 from tests.helpers.hf_models import PROMPTS
-from tests.helpers.plant_bug import plant
+from tests.helpers.plant_bug import plant, scale_for_error
 
 CNN_SOURCE = """
 import torch
@@ -197,3 +200,31 @@ def test_onnxconverter_commons_float16_bert_is_a_file_onnx_runtime_cannot_load(f
     clean, _bad, _node = files.get(ARCHS[2], "onnxconverter-common", True)
     with pytest.raises(OnnxLoadError, match="does not match expected type"):
         _run(files, ARCHS[2], clean)
+
+
+SMALL = 2.5  # a bug this many times torch's own float16 error: under 10x, yet not rounding
+
+
+@pytest.mark.parametrize("keep_io", [True, False], ids=lambda k: f"keep_io_types={k}")
+def test_a_cnn_weight_bug_a_few_times_float16_rounding_is_a_bug(files, keep_io) -> None:
+    """The rule is the fused BERT's (tests/test_deploy_fused_float16.py) on a plain graph: the
+    fc's weight scaled so y moves by SMALL x torch's own float16 error (computed from the
+    clean run) reads within 10x by its ratio, and is a bug by cause all the same."""
+    from parity.judge.noise_floor import ROUNDING_RATIO, noise_lines
+
+    arch = ARCHS[0]
+    clean, _bad, _node = files.get(arch, "ORT float16", keep_io)
+    run = _run(files, arch, clean, judge=Judge.CAUSE)
+    fc = next(n.name for n in onnx.load(str(clean)).graph.node if n.op_type == "Gemm")
+    bad = files.root / f"{clean.stem}_fc_small.onnx"
+    plant(clean, bad, fc, "scale", scale_for_error(run, clean, fc, "y", SMALL))
+    wrong = _run(files, arch, bad, judge=Judge.CAUSE)
+    ratios = [c.noise.ratio for c in wrong.outputs if c.noise is not None]
+    # the premise: by its worst ratio alone this bug reads as float16 rounding (at most 10x)
+    assert ratios and 1.5 < max(r or 0 for r in ratios) <= ROUNDING_RATIO, ratios
+    assert wrong.verdict == "fail", wrong.findings
+    kinds = {f.kind for f in wrong.findings}
+    assert FindingKind.BUG in kinds and FindingKind.ROUNDING not in kinds, wrong.findings
+    lines = noise_lines(wrong.outputs)  # the terminal's and pages' noise lines
+    assert lines and all("not rounding: its float32 twin" in line for line in lines), lines
+    assert run.verdict == "pass" and FindingKind.BUG not in {f.kind for f in run.findings}

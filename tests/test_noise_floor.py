@@ -67,10 +67,12 @@ def test_json_terminal_html_and_saved_run(blocks, tmp_path: Path, capsys) -> Non
     assert "y: not rounding: " in text
     noise = json.loads(out.read_text())["outputs"][0]["noise"]
     assert set(noise) == {
-        "torch_error", "onnx_error", "ratio", "precision", "quantization", "emulated"
+        "torch_error", "onnx_error", "ratio", "precision", "quantization", "emulated",
+        "export_error",
     }  # fmt: skip
     assert noise["ratio"] > 1000 and noise["precision"] == "float32"
     assert noise["quantization"] is None and noise["emulated"] is None
+    assert noise["export_error"] is None  # a float32 file has no 16-bit twin
     back = load_run(saved)
     assert back.comparisons[0].noise.ratio == pytest.approx(noise["ratio"])
     assert back.comparisons[0].noise.precision == "float32"

@@ -277,10 +277,10 @@ def _refit(
         fresh_noise = [c.noise for c in fresh if c.noise is not None]
         if len(mine_noise) < len(mine) or len(fresh_noise) < len(fresh):
             return "rounding noise not measured on the fresh input sets: not suggested"
-        rank = max(noise_rank(n) for n in (*mine_noise, *fresh_noise))
-        if rank > ROUNDING_RATIO:
+        worst = max((*mine_noise, *fresh_noise), key=noise_rank)
+        if noise_rank(worst) > ROUNDING_RATIO:
             return (
-                f"on fresh input sets its error is not rounding ({rank:.2g}x the floor): "
+                f"on fresh input sets its error is not rounding ({noise_sentence(worst)}): "
                 "no rounding tolerance is suggested"
             )
         before = max(n.torch_error for n in mine_noise)

@@ -11,6 +11,15 @@ upstream (scale/2: one quantizer's largest error; independent ones add in quadra
 how far float64 lies outside the range the output's DequantizeLinear can give (saturation),
 since torch has no int8 run of the same model. The verdict stays the tolerance's: this only says
 which of the two an error looks like. Every sentence about it is made here.
+
+A 16-bit file's ratio alone cannot tell a small bug from rounding: torch's own float16 error
+is a thousand times float32's, so a scaled LayerNorm weight at 2-3x it still reads as
+"within float16 rounding". Where the file's float32 twin was run (`Noise.export_error`: its
+graph and 16-bit weights computed in float32, against torch with the same weights), the 16-bit
+rounding is taken out of the comparison: what is left must be float32 arithmetic, at most
+a tenth of torch's own 16-bit error (`twin_within`), or the error is not rounding whatever
+the ratio. `noise_rank` carries that, so every reader of it (findings, suggestions, the noise
+lines) decides the same way.
 """
 
 from __future__ import annotations
@@ -208,6 +217,13 @@ def noise_sentence(noise: Noise | None) -> str:
     if p == "int8":
         return _int8_sentence(noise)
     emulated = f" (emulated: {noise.emulated})" if noise.emulated else ""
+    if twin_off(noise):
+        ratio = (
+            f"{_times(noise.ratio)} torch's own {p} error{emulated}"
+            if noise.ratio is not None
+            else f"{number_text(noise.onnx_error)} off float64"
+        )
+        return f"not rounding: {twin_words(noise)}; ONNX is {ratio}"
     if noise.ratio is None:
         if noise.onnx_error == 0:
             return f"exact: torch {p}, ONNX and float64 agree"
@@ -249,15 +265,55 @@ def _int8_sentence(noise: Noise) -> str:
 
 
 def is_rounding(noise: Noise) -> bool:
-    """The error looks like the precision's own rounding (ratio at most ROUNDING_RATIO)."""
+    """The error looks like the precision's own rounding (ratio at most ROUNDING_RATIO, and
+    a 16-bit file's float32 twin within float32 arithmetic of torch with its weights)."""
     return noise_rank(noise) <= ROUNDING_RATIO
 
 
+def twin_within(export_error: float, floor: float) -> bool:
+    """A 16-bit file's float32 twin against torch with the file's own weights (`export_error`)
+    is float32 arithmetic: at most a tenth of torch's own 16-bit error (`floor`). The one rule
+    for it (parity.analyses.approximation judges a twin by it too)."""
+    return export_error <= floor / ROUNDING_RATIO
+
+
 def noise_rank(n: Noise) -> float:
-    """How far from rounding: the ratio (inf when the floor is 0 and ONNX is not exact)."""
-    if n.ratio is None:
-        return float("inf") if n.onnx_error > 0 else 0.0
-    return n.ratio
+    """How far from rounding: the ratio (inf when the floor is 0 and ONNX is not exact); for
+    a 16-bit output with its twin measured, at least the twin's error in units where the
+    twin_within bound is ROUNDING_RATIO (a twin off by more is never rounding)."""
+    exact = float("inf") if n.onnx_error > 0 else 0.0
+    rank = exact if n.ratio is None else n.ratio
+    if n.export_error is not None and n.precision in SIXTEEN_BIT:
+        if n.torch_error > 0:
+            twin = ROUNDING_RATIO**2 * n.export_error / n.torch_error
+        else:
+            twin = float("inf") if n.export_error > 0 else 0.0
+        rank = max(rank, twin)
+    return rank
+
+
+def twin_off(noise: Noise) -> bool:
+    """A 16-bit output whose float32 twin differs from torch with the file's weights beyond
+    float32 arithmetic: an error in the export itself, whatever its ratio says."""
+    e = noise.export_error
+    if e is None or noise.precision not in SIXTEEN_BIT:
+        return False
+    return not twin_within(e, noise.torch_error)
+
+
+def twin_words(noise: Noise) -> str:
+    """The twin's comparison in words, for a 16-bit output where it was measured ("" where
+    not): "its float32 twin (…) is 0.012 off torch with the file's float16 weights, where
+    float32 arithmetic allows 0.00049"."""
+    e, p = noise.export_error, noise.precision
+    if e is None or p not in SIXTEEN_BIT:
+        return ""
+    return (
+        f"its float32 twin (the same graph and {p} weights computed without rounding to {p}) "
+        f"is {number_text(e)} off torch with the file's {p} weights, where float32 arithmetic "
+        f"allows {number_text(noise.torch_error / ROUNDING_RATIO)} (a tenth of torch's own {p} "
+        "error)"
+    )
 
 
 def output_floors(comparisons: Sequence[OutputComparison]) -> dict[str, tuple[Noise, float, int]]:

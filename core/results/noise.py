@@ -41,7 +41,10 @@ class Noise:
     quantization noise sqrt(n) x scale/2 + clipped (`scale` the compared value's quantization
     scale, `tensors` = n the activations quantized upstream, `clipped` the most float64 lies
     outside the range its DequantizeLinear can give); `ratio` = onnx_error / torch_error
-    (None where torch_error is 0)."""
+    (None where torch_error is 0). `export_error`, 16-bit only: the file's float32 twin (its
+    graph and 16-bit weights computed in float32) against torch with those same weights,
+    max abs: the export with the 16-bit rounding taken out (None: not measured;
+    parity.analyses.approximation measures it, parity.judge.noise_floor judges it)."""
 
     torch_error: float
     onnx_error: float
@@ -51,6 +54,7 @@ class Noise:
     tensors: int = 0
     clipped: float = 0.0  # int8: how far float64 lies outside the output's range, at most
     emulated: str = ""
+    export_error: float | None = None
 
 
 def noise_to_json(n: Noise | None) -> dict[str, Any] | None:
@@ -68,12 +72,14 @@ def noise_to_json(n: Noise | None) -> dict[str, Any] | None:
             if n.precision != "int8"
             else {"scale": n.scale, "tensors": int(n.tensors), "clipped": n.clipped},
             "emulated": n.emulated or None,
+            "export_error": n.export_error,
         }
     )
 
 
 def noise_from_json(raw: Any, at: str) -> Noise | None:
-    """Noise read back; precision, quantization and emulated are absent before they existed."""
+    """Noise read back; precision, quantization, emulated and export_error are absent before
+    they existed."""
     if raw is None:
         return None
     raw = sj.obj(raw, at)
@@ -91,4 +97,5 @@ def noise_from_json(raw: Any, at: str) -> Noise | None:
         tensors=sj.integer(q.get("tensors", 0), f"{at}.quantization.tensors"),
         clipped=from_exact(q.get("clipped"), f"{at}.quantization.clipped") or 0.0,
         emulated=sj.optional(sj.string, raw.get("emulated"), f"{at}.emulated") or "",
+        export_error=from_exact(raw.get("export_error"), f"{at}.export_error"),
     )

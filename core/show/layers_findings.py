@@ -17,7 +17,13 @@ from parity.labels import OUTSIDE_MODULES
 from parity.results import Finding, FindingKind, Noise, OutputComparison, ValidationRun
 from parity.show.births import birth_place, born_before
 from parity.show.finder import asked_as, evidence
-from parity.show.noise_findings import file_precision_word, ratio_words, rounding_name, worst_noise
+from parity.show.noise_findings import (
+    beyond_rounding,
+    file_precision_word,
+    ratio_words,
+    rounding_name,
+    worst_noise,
+)
 
 __all__ = ["born_output", "located"]
 
@@ -87,7 +93,7 @@ def _born_text(name: str, first: Any, noise: Noise | None) -> str:
             f"{said}; {ratio_words(noise)}, which alone could pass for "
             f"{rounding_name(noise.precision)}, so no tolerance should be loosened for it."
         )
-    return f"{said}; {ratio_words(noise)}."
+    return f"{said}; {beyond_rounding(noise)}."
 
 
 def hint(run: ValidationRun, found: list[Finding]) -> str | None:

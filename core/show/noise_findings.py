@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from parity.judge.noise_floor import is_rounding, noise_rank
+from parity.judge.noise_floor import is_rounding, noise_rank, twin_off, twin_words
 from parity.results import Finding, FindingKind, Noise, OutputComparison, ValidationRun
 from parity.show.finder import asked_as, evidence, numeric_failures
 from parity.text import number_text, tolerance_text
@@ -20,6 +20,7 @@ from parity.tolerances import Tolerance
 
 __all__ = [
     "HIDDEN_BY_TOLERANCE",
+    "beyond_rounding",
     "file_precision_word",
     "hidden_by_tolerance",
     "ratio_words",
@@ -98,11 +99,18 @@ def _rounding_text(name: str, noise: Noise) -> str:
     )
 
 
+def beyond_rounding(noise: Noise) -> str:
+    """Why an error that is not rounding is not: its ratio far beyond the precision's
+    rounding, or a 16-bit file's float32 twin off torch with the file's weights (then the
+    ratio is said beside it, however small)."""
+    rounding = rounding_name(noise.precision)
+    if twin_off(noise):
+        return f"{twin_words(noise)}, so not {rounding} ({ratio_words(noise)})"
+    return f"{ratio_words(noise)}, far beyond {rounding}"
+
+
 def _noise_bug_text(name: str, noise: Noise) -> str:
-    return (
-        f"{name}: not rounding: {ratio_words(noise)}, far beyond "
-        f"{rounding_name(noise.precision)}, which points to a bug in the export."
-    )
+    return f"{name}: not rounding: {beyond_rounding(noise)}, which points to a bug in the export."
 
 
 def hidden_by_tolerance(run: ValidationRun, candidate: int) -> list[Finding]:
@@ -120,8 +128,8 @@ def hidden_by_tolerance(run: ValidationRun, candidate: int) -> list[Finding]:
         said.add(c.name)
         text = (
             f"{c.name}: {HIDDEN_BY_TOLERANCE}: it passes at {tolerance_text(c.tolerance)} "
-            f"only; {ratio_words(c.noise)}, far beyond {rounding_name(c.noise.precision)}, "
-            f"and at the default {tolerance_text(default)} it fails."
+            f"only; {beyond_rounding(c.noise)}, and at the default {tolerance_text(default)} "
+            "it fails."
         )
         out.append(Finding(FindingKind.BUG, text, c.name, candidate))
     return out

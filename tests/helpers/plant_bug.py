@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from parity.results import ValidationRun
+
 
 def plant(src: str | Path, dst: str | Path, node: str, kind: str, value: object = None) -> str:
     """Write `src` with one bug in `node` to `dst`; returns the node's first output name.
@@ -112,3 +114,34 @@ def wrong_weight_scale(src: str | Path, dst: str | Path, node: str, factor: floa
     holder.input[slot] = name
     onnx.save(model, str(dst))
     return Path(dst)
+
+
+def scale_for_error(
+    run: ValidationRun, path: str | Path, node: str, output: str, target: float
+) -> float:
+    """The `plant(..., "scale", s)` amount that moves `output` by at most `target` x torch's
+    own error (the run's measured noise floor) on each of the run's own input sets. `node`
+    makes `output` as weight x something + offset (a Gemm's B and C, a
+    SkipLayerNormalization's gamma and beta: its first and second initializer inputs), so
+    scaling the weight by 1 + s moves the output by s x |output - offset|, read from the
+    run's ONNX outputs, judged elements only."""
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    found = next(n for n in graph.node if n.name == node)
+    offset = [inits[i] for i in found.input if i in inits][1].astype(np.float64)
+    floors = {
+        c.input_set: c.noise.torch_error
+        for c in run.outputs
+        if c.name == output and c.noise is not None and c.candidate == 0
+    }
+    assert floors, "the run measured no noise floor for this output"
+    amounts = []  # per input set: the s that moves it by target x its own floor
+    made = run.candidates[0].onnx_outputs
+    for case, outputs in zip(run.cases, made, strict=True):
+        values = np.asarray(outputs.arrays[output], np.float64) - offset
+        mask = case.exclusions.get(output)
+        if mask is not None:
+            values = values[~np.broadcast_to(mask, values.shape)]
+        amounts.append(target * floors[case.input_set.index] / float(np.abs(values).max()))
+    return min(amounts)
