@@ -111,3 +111,38 @@ def test_batch_norm_in_training_mode_is_counted_and_an_eval_export_is_not(tmp_pa
             )
         counts[mode] = load_onnx(path).training
     assert counts == {"TRAINING": (("BatchNormalization", 1),), "EVAL": ()}
+
+
+def test_a_dropout_fed_by_its_ratio_constants_alone_names_no_unmatched_nodes(tmp_path: Path):
+    """The first divergence at a training Dropout whose only other inputs are its ratio and
+    training_mode Constants: no node "feeds it" (the words never count the Constants)."""
+    import torch
+
+    from parity import validate
+    from parity.layers.birth_words import birth_sentence
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(16, 32)
+            self.drop = torch.nn.Dropout(0.3)
+            self.b = torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.b(self.drop(self.a(x)))
+
+    torch.manual_seed(0)
+    net = Net().train()
+    path = tmp_path / "drop.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net, (torch.randn(2, 16),), str(path), dynamo=False, input_names=["x"],
+            training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+        )  # fmt: skip
+    run = validate(net.eval(), str(path), ort_opt_level="disable", layers=True)
+    first = run.layers.first_divergence
+    assert (first.onnx_op, first.torch_module, first.feeding) == ("Dropout", "drop", ())
+    said = birth_sentence(run.layers)
+    assert said is not None and "the error is born here" in said
+    assert "unmatched node" not in said, said
