@@ -101,6 +101,29 @@ def test_a_position_grid_frozen_at_export_is_named_with_its_size(vit: Path) -> N
     assert data["layers"]["matched"] > 0
 
 
+def test_a_position_grid_is_named_where_onnx_runtime_raised_at_every_size(vit: Path) -> None:
+    """Validated at 64 x 64 and 96 x 96 only (--dim): no set shows where the file works; the
+    17-token tensor proposes 32 x 32 (a 4 x 4 grid of 8-pixel patches), the file is run there,
+    and it works: the tensor is named with that size."""
+    report = vit / "report_raised.json"
+    sizes = ["--dim", "height=64", "--dim", "width=64"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(
+            ["validate", "--model", f"{vit / 'models.py'}:vit", "--onnx", str(vit / "vit.onnx")]
+            + [*sizes, "--json", str(report)]
+        )
+    data = json.loads(report.read_text())
+    assert code == 1 and [o["status"] for o in data["outputs"]] == ["error", "error"]
+    [frozen] = data["frozen"]
+    assert (frozen["node"], frozen["constant"], frozen["dims"]) == (
+        "/Add",
+        [17.0],
+        {"height": 32, "width": 32},
+    )
+    assert "'pos_embed'" in frozen["text"] and "65 tokens at 64 × 64" in frozen["text"]
+    assert not any("No size frozen" in n["text"] for n in data.get("analyses", [])), data
+
+
 RESAMPLED = textwrap.dedent(
     """
     import math
