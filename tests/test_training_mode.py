@@ -84,6 +84,11 @@ def test_train_mode_is_a_bug_at_every_level_and_layers_name_the_nodes(bert_in_tr
     assert "among the" in where and "1 Dropout" in where and "only moves data" in where
     assert f"at its {first.onnx_op} node" not in where
 
+    from parity.show.grid_figure import verdict_grid
+
+    title = verdict_grid(disabled).layout.title.text
+    assert title.startswith("captured calls × outputs"), title  # an encoder: no generate()
+
     default = run_validation(RunConfig(model=f"hf:{directory}", onnx=onnx_path))
     assert default.verdict == "pass"  # ONNX Runtime's optimiser removed the Dropouts
     assert _train_mode(default) == said
