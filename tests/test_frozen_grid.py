@@ -124,6 +124,24 @@ def test_a_position_grid_is_named_where_onnx_runtime_raised_at_every_size(vit: P
     assert not any("No size frozen" in n["text"] for n in data.get("analyses", [])), data
 
 
+def test_the_html_report_keeps_the_input_sets_table_under_its_own_heading(vit: Path) -> None:
+    """The frozen list comes after the sets' table: under "Frozen at export" the table read
+    as the frozen sizes."""
+    import re
+
+    html = vit / "report.html"
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(
+            ["validate", "--model", f"{vit / 'models.py'}:vit", "--onnx", str(vit / "vit.onnx")]
+            + ["--html", str(html)]
+        )
+    text = html.read_text()
+    headings = re.findall(r"<h2[^>]*>([^<]+)</h2>|<table><tr><th>set</th><th>label", text)
+    order = [h or "sets table" for h in headings]
+    sets = order.index("Input sets")
+    assert order[sets : sets + 3] == ["Input sets", "sets table", "Frozen at export"], order
+
+
 RESAMPLED = textwrap.dedent(
     """
     import math
