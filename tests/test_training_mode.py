@@ -117,6 +117,16 @@ def test_batch_norm_in_training_mode_is_counted_and_an_eval_export_is_not(tmp_pa
         counts[mode] = load_onnx(path).training
     assert counts == {"TRAINING": (("BatchNormalization", 1),), "EVAL": ()}
 
+    # a BatchNorm in training mode fails at ONNX Runtime's default level too: the words never
+    # say that the optimiser removes it (only its Dropouts go)
+    from parity import validate
+
+    run = validate(net.eval(), str(tmp_path / "TRAINING.onnx"), inputs={"input.1": x})
+    assert run.verdict == "fail"
+    [said] = [f.text for f in run_findings(run) if "training mode" in f.text]
+    assert "BatchNormalization" in said and "Dropout" not in said, said
+    assert "at every level" in said, said
+
 
 def test_a_dropout_fed_by_its_ratio_constants_alone_names_no_unmatched_nodes(tmp_path: Path):
     """The first divergence at a training Dropout whose only other inputs are its ratio and
