@@ -40,17 +40,11 @@ def candidates_header(run: ValidationRun) -> str:
 
 def _findings(run: ValidationRun) -> str:
     """ "What we found", as a one-file report has it: each finding about one candidate
-    starts with its label."""
+    starts with its label (parity.show.findings puts it there, for every front)."""
     found = run.findings
     if not found:
         return ""
-    labels = {c.index: c.label for c in run.candidates}
-    items = "".join(
-        f"<li class='finding {_e(f.kind)}'>"
-        + (f"{_e(labels[f.candidate])}: " if f.candidate in labels else "")
-        + f"{_e(f.text)}</li>"
-        for f in found
-    )
+    items = "".join(f"<li class='finding {_e(f.kind)}'>{_e(f.text)}</li>" for f in found)
     return f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
 
 
