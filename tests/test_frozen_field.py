@@ -86,7 +86,17 @@ def test_a_square_export_size_is_read_from_the_set_where_the_file_works(exports)
     [frozen] = report["frozen"]
     assert (frozen["node"], frozen["op"], frozen["constant"]) == ("/Resize", "Resize", [32, 32])
     assert frozen["dims"] == {"height": 32, "width": 32} and frozen["confirmed"]
-    assert frozen["source"] == f"models.py:{models.line_of('F.interpolate')}"
+    assert frozen["source"] == f"models.py:{models.line_of('F.interpolate(self.down')}"
+
+
+def test_layers_never_call_a_frozen_outputs_shape_a_failed_pairing(exports) -> None:
+    """The output's shape differs at 64 x 64 because the file froze 32 x 32: --layers says
+    so as the run's own rows do, not "the pairing failed there (not an error of the export)"."""
+    code, report = validate(exports, "square", "legacy", "--layers")
+    notes = report["layers"]["notes"]
+    assert code == 1 and report["frozen"], report["frozen"]
+    assert not any("pairing failed" in n for n in notes), notes
+    assert any(n.startswith("1 output(s) have another shape in ONNX") for n in notes), notes
 
 
 @pytest.mark.parametrize("exporter", ["legacy", "dynamo"])
