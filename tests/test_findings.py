@@ -248,3 +248,7 @@ def test_a_finding_of_one_of_several_files_names_its_file(exports: Exports) -> N
     said = [f for f in run_findings(run) if f.candidate is not None]
     assert said and all(f.candidate == 1 for f in said), said
     assert all(f.text.startswith(f"{run.candidates[1].label}: ") for f in said), said
+    page = render_html_report(run)
+    assert "1 fail (1 output, 1 input set)" in page  # never "1 outputs"
+    label = html.escape(run.candidates[1].label, quote=True)
+    assert f"<li class='finding bug'>{label}: " in page and f"{label}: {label}" not in page
