@@ -110,10 +110,12 @@ def test_a_position_grid_is_named_where_onnx_runtime_raised_at_every_size(vit: P
     with contextlib.redirect_stdout(io.StringIO()):
         code = main(
             ["validate", "--model", f"{vit / 'models.py'}:vit", "--onnx", str(vit / "vit.onnx")]
-            + [*sizes, "--json", str(report)]
+            + [*sizes, "--layers", "--json", str(report)]
         )
     data = json.loads(report.read_text())
     assert code == 1 and [o["status"] for o in data["outputs"]] == ["error", "error"]
+    said = " ".join(data["layers"]["notes"])
+    assert "--dim height=32 --dim width=32: the size the file was frozen at" in said, said
     [frozen] = data["frozen"]
     assert (frozen["node"], frozen["constant"], frozen["dims"]) == (
         "/Add",
