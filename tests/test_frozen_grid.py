@@ -115,7 +115,7 @@ def test_a_position_grid_is_named_where_onnx_runtime_raised_at_every_size(vit: P
     data = json.loads(report.read_text())
     assert code == 1 and [o["status"] for o in data["outputs"]] == ["error", "error"]
     said = " ".join(data["layers"]["notes"])
-    assert "--dim height=32 --dim width=32: the size the file was frozen at" in said, said
+    assert "runs at height=32, width=32, the size it was frozen at" in said, said
     [frozen] = data["frozen"]
     assert (frozen["node"], frozen["constant"], frozen["dims"]) == (
         "/Add",
