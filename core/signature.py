@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -27,18 +28,30 @@ class TensorSpec:
         return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
 
 
-_MADE_UP = re.compile(r"^([A-Z][A-Za-z0-9]*)out_dim_\d+$")  # the legacy exporter's: Resizeout_dim_1
+# the legacy exporter's OP + OUTPUT + _dim_K: Resizeout_dim_1, Convy_dim_3
+_MADE_UP = re.compile(r"^([A-Z][A-Za-z0-9]*?)(\w+)_dim_\d+$")
 _UNKNOWN = re.compile(r"^unk__\d+$")  # ONNX shape inference's
 
 
 def readable_dim(name: str) -> str | None:
     """A dim name as people read it: a name an exporter made up for a size its op computes
-    ("Resizeout_dim_1") is "Resize size"; shape inference's "unk__12" is no name (None);
-    any other name is the user's, as it is."""
+    ("Resizeout_dim_1", "Convy_dim_3": an ONNX op, then an output's name) is "Resize size";
+    shape inference's "unk__12" is no name (None); any other name is the user's, as it is."""
     made = _MADE_UP.match(name)
     if made:
-        return f"{made.group(1)} size"
+        ops = _op_types()
+        for end in range(len(made.group(1)) + len(made.group(2)) - 1, 0, -1):
+            if name[:end] in ops:  # the longest op name that leaves an output name after it
+                return f"{name[:end]} size"
     return None if _UNKNOWN.match(name) else name
+
+
+@functools.cache
+def _op_types() -> frozenset[str]:
+    """Every ONNX op type (the default domain's), as the legacy exporter spells them."""
+    import onnx.defs
+
+    return frozenset(s.name for s in onnx.defs.get_all_schemas() if s.domain == "")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ run with dataclasses.replace."""
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import re
 from dataclasses import dataclass, replace
@@ -226,3 +227,28 @@ def test_the_where_sentence_names_the_channel_the_worst_elements_point_at(
         said = where_of(run, c).summary
         assert "the largest errors lie at index 17 of axis 1" in said, said
         assert "axis 0" not in said
+
+
+def test_a_finding_of_one_of_several_files_names_its_file(exports: Exports) -> None:
+    """Two files side by side, the clean one passing: the bug said of the other names it
+    (a bare "out: not rounding" read as said of both)."""
+    from parity.pipeline import run_validation
+    from parity.run.config import RunConfig
+    from parity.show.findings import run_findings
+
+    spec = str(exports.clean.parent / "models.py") + ":net"
+    (exports.clean.parent / "models.py").write_text(  # SoftmaxNet, as the fixture seeds it
+        "import inspect\nimport torch\n\n"
+        + inspect.getsource(SoftmaxNet)
+        + "\n\ndef net():\n    torch.manual_seed(0)\n    return SoftmaxNet().eval()\n"
+    )
+    onnx = (str(exports.clean), str(exports.bug))
+    run = run_validation(RunConfig(model=spec, onnx=onnx, n_input_sets=1))
+    assert [c.passed for c in run.candidates] == [True, False]  # the premise
+    said = [f for f in run_findings(run) if f.candidate is not None]
+    assert said and all(f.candidate == 1 for f in said), said
+    assert all(f.text.startswith(f"{run.candidates[1].label}: ") for f in said), said
+    page = render_html_report(run)
+    assert "1 fail (1 output, 1 input set)" in page  # never "1 outputs"
+    label = html.escape(run.candidates[1].label, quote=True)
+    assert f"<li class='finding bug'>{label}: " in page and f"{label}: {label}" not in page

@@ -155,3 +155,31 @@ def test_a_rounding_failure_at_every_size_runs_no_frozen_search(export: Path) ->
     assert not run.passed and len(run.input_sets) > 1
     assert not [a for a in run.analyses if a.analysis == "frozen"]
     assert not [f for f in run.findings if f.kind == "frozen_search"]
+
+
+def test_a_search_with_nothing_to_try_leaves_no_note(tmp_path: Path) -> None:
+    """A gross bug (a Linear's weight x 1.5) in a file whose only dynamic dim is the batch and
+    that holds no size: the search has nothing to check, and says nothing (it once noted "the
+    search ran 0 checks in 0.0 s")."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    path = tmp_path / "mlp.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net.eval(), (torch.randn(2, 16),), str(path), dynamo=False, input_names=["x"],
+            output_names=["y"], dynamic_axes={"x": {0: "b"}},
+        )  # fmt: skip
+    proto = onnx.load(str(path))
+    weight = next(t for t in proto.graph.initializer if t.name == "2.weight")
+    weight.CopyFrom(
+        numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(1.5), weight.name)
+    )
+    onnx.save(proto, str(path))
+    run = validate(net.eval(), str(path))
+    assert not run.passed and any(f.kind == "bug" for f in run.findings)  # the premise
+    assert not [a.text for a in run.analyses if a.analysis == "frozen"]

@@ -78,6 +78,27 @@ def test_an_interpolate_to_int_sizes_through_a_concat_names_the_resize(exports) 
     assert "wrong pair" not in json.dumps(report["findings"])
 
 
+def test_a_square_export_size_is_read_from_the_set_where_the_file_works(exports) -> None:
+    """Exported at 32 x 32 (the default first set): each 32 is read as height x width (8 x 4)
+    by the constants alone; the size where the file works is tried first."""
+    code, report = validate(exports, "square")
+    assert code == 1 and [o["status"] for o in report["outputs"]] == ["pass", "shape_mismatch"]
+    [frozen] = report["frozen"]
+    assert (frozen["node"], frozen["op"], frozen["constant"]) == ("/Resize", "Resize", [32, 32])
+    assert frozen["dims"] == {"height": 32, "width": 32} and frozen["confirmed"]
+    assert frozen["source"] == f"models.py:{models.line_of('F.interpolate(self.down')}"
+
+
+def test_layers_never_call_a_frozen_outputs_shape_a_failed_pairing(exports) -> None:
+    """The output's shape differs at 64 x 64 because the file froze 32 x 32: --layers says
+    so as the run's own rows do, not "the pairing failed there (not an error of the export)"."""
+    code, report = validate(exports, "square", "legacy", "--layers")
+    notes = report["layers"]["notes"]
+    assert code == 1 and report["frozen"], report["frozen"]
+    assert not any("pairing failed" in n for n in notes), notes
+    assert any(n.startswith("1 output(s) have another shape in ONNX") for n in notes), notes
+
+
 @pytest.mark.parametrize("exporter", ["legacy", "dynamo"])
 def test_a_size_through_gather_unsqueeze_concat_names_the_reshape(exports, exporter) -> None:
     code, report = validate(exports, "flat", exporter)

@@ -101,6 +101,49 @@ def test_a_position_grid_frozen_at_export_is_named_with_its_size(vit: Path) -> N
     assert data["layers"]["matched"] > 0
 
 
+def test_a_position_grid_is_named_where_onnx_runtime_raised_at_every_size(vit: Path) -> None:
+    """Validated at 64 x 64 and 96 x 96 only (--dim): no set shows where the file works; the
+    17-token tensor proposes 32 x 32 (a 4 x 4 grid of 8-pixel patches), the file is run there,
+    and it works: the tensor is named with that size."""
+    report = vit / "report_raised.json"
+    sizes = ["--dim", "height=64", "--dim", "width=64"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(
+            ["validate", "--model", f"{vit / 'models.py'}:vit", "--onnx", str(vit / "vit.onnx")]
+            + [*sizes, "--layers", "--json", str(report)]
+        )
+    data = json.loads(report.read_text())
+    assert code == 1 and [o["status"] for o in data["outputs"]] == ["error", "error"]
+    said = " ".join(data["layers"]["notes"])
+    assert "runs at height=32, width=32, the size it was frozen at" in said, said
+    [frozen] = data["frozen"]
+    assert (frozen["node"], frozen["constant"], frozen["dims"]) == (
+        "/Add",
+        [17.0],
+        {"height": 32, "width": 32},
+    )
+    assert "'pos_embed'" in frozen["text"] and "65 tokens at 64 × 64" in frozen["text"]
+    assert not any("No size frozen" in n["text"] for n in data.get("analyses", [])), data
+
+
+def test_the_html_report_keeps_the_input_sets_table_under_its_own_heading(vit: Path) -> None:
+    """The frozen list comes after the sets' table: under "Frozen at export" the table read
+    as the frozen sizes."""
+    import re
+
+    html = vit / "report.html"
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(
+            ["validate", "--model", f"{vit / 'models.py'}:vit", "--onnx", str(vit / "vit.onnx")]
+            + ["--html", str(html)]
+        )
+    text = html.read_text()
+    headings = re.findall(r"<h2[^>]*>([^<]+)</h2>|<table><tr><th>set</th><th>label", text)
+    order = [h or "sets table" for h in headings]
+    sets = order.index("Input sets")
+    assert order[sets : sets + 3] == ["Input sets", "sets table", "Frozen at export"], order
+
+
 RESAMPLED = textwrap.dedent(
     """
     import math

@@ -63,3 +63,21 @@ def test_the_size_is_read_from_what_models_carry() -> None:
 
     assert image_size(Hf()) == (224, 224) and image_size(Timm()) == (256, 192)
     assert image_size(torch.nn.Linear(2, 2)) is None
+
+
+def test_a_model_built_at_another_size_than_its_pretrained_config_says_is_read_as_built() -> None:
+    """timm.create_model(..., img_size=32) keeps pretrained_cfg's (3, 224, 224): the patch
+    embedding's img_size is the size the model was built (and exported) at."""
+
+    class PatchEmbed(torch.nn.Module):
+        img_size = (32, 32)
+
+    class Vit(torch.nn.Module):
+        pretrained_cfg = {"input_size": (3, 224, 224)}
+        default_cfg = pretrained_cfg
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch_embed = PatchEmbed()
+
+    assert image_size(Vit()) == (32, 32)

@@ -54,3 +54,28 @@ def test_a_dim_name_an_exporter_made_up_reads_as_the_op_that_sets_it() -> None:
 
     assert axis_text(1, 32, readable_dim("Resizeout_dim_1")) == "Resize size (axis 1, size 32)"
     assert readable_dim("unk__7") is None and readable_dim("height") == "height"
+
+
+def test_every_dim_name_the_legacy_exporter_makes_up_reads_as_its_op(tmp_path) -> None:
+    """The legacy exporter names an output's computed dims OP + OUTPUT + _dim_K ("Convy_dim_3",
+    "LayerNormalizationlast_hidden_state_dim_0"), whatever the output is called."""
+    import warnings
+
+    import torch
+
+    from parity.load.onnx_model import load_onnx
+    from parity.signature import readable_dim
+
+    path = tmp_path / "conv.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            torch.nn.Conv2d(3, 4, 3, padding=1), (torch.randn(1, 3, 8, 8),), str(path),
+            dynamo=False, input_names=["x"], output_names=["y"],
+            dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}},
+        )  # fmt: skip
+    signature = load_onnx(path).signature
+    assert signature.outputs[0].shape[2:] == ("Convy_dim_2", "Convy_dim_3")  # the premise
+    assert signature.output_dim_names("y", 4)[2:] == ("Conv size", "Conv size")
+    assert readable_dim("LayerNormalizationlast_hidden_state_dim_0") == "LayerNormalization size"
+    assert readable_dim("Conv_dim_0") == "Conv_dim_0"  # no output name after the op: the user's

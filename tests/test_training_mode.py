@@ -84,6 +84,11 @@ def test_train_mode_is_a_bug_at_every_level_and_layers_name_the_nodes(bert_in_tr
     assert "among the" in where and "1 Dropout" in where and "only moves data" in where
     assert f"at its {first.onnx_op} node" not in where
 
+    from parity.show.grid_figure import verdict_grid
+
+    title = verdict_grid(disabled).layout.title.text
+    assert title.startswith("captured calls × outputs"), title  # an encoder: no generate()
+
     default = run_validation(RunConfig(model=f"hf:{directory}", onnx=onnx_path))
     assert default.verdict == "pass"  # ONNX Runtime's optimiser removed the Dropouts
     assert _train_mode(default) == said
@@ -111,3 +116,48 @@ def test_batch_norm_in_training_mode_is_counted_and_an_eval_export_is_not(tmp_pa
             )
         counts[mode] = load_onnx(path).training
     assert counts == {"TRAINING": (("BatchNormalization", 1),), "EVAL": ()}
+
+    # a BatchNorm in training mode fails at ONNX Runtime's default level too: the words never
+    # say that the optimiser removes it (only its Dropouts go)
+    from parity import validate
+
+    run = validate(net.eval(), str(tmp_path / "TRAINING.onnx"), inputs={"input.1": x})
+    assert run.verdict == "fail"
+    [said] = [f.text for f in run_findings(run) if "training mode" in f.text]
+    assert "BatchNormalization" in said and "Dropout" not in said, said
+    assert "at every level" in said, said
+
+
+def test_a_dropout_fed_by_its_ratio_constants_alone_names_no_unmatched_nodes(tmp_path: Path):
+    """The first divergence at a training Dropout whose only other inputs are its ratio and
+    training_mode Constants: no node "feeds it" (the words never count the Constants)."""
+    import torch
+
+    from parity import validate
+    from parity.layers.birth_words import birth_sentence
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(16, 32)
+            self.drop = torch.nn.Dropout(0.3)
+            self.b = torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.b(self.drop(self.a(x)))
+
+    torch.manual_seed(0)
+    net = Net().train()
+    path = tmp_path / "drop.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net, (torch.randn(2, 16),), str(path), dynamo=False, input_names=["x"],
+            training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+        )  # fmt: skip
+    run = validate(net.eval(), str(path), ort_opt_level="disable", layers=True)
+    first = run.layers.first_divergence
+    assert (first.onnx_op, first.torch_module, first.feeding) == ("Dropout", "drop", ())
+    said = birth_sentence(run.layers)
+    assert said is not None and "the error is born here" in said
+    assert "unmatched node" not in said, said

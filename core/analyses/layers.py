@@ -75,6 +75,10 @@ def _against_torch(run: ValidationRun, context: AnalysisContext) -> ValidationRu
         from parity.layers.localise import not_compared
 
         why = "ONNX Runtime raised on every input set: no intermediate value to compare"
+        works = next((f.dims for f in run.frozen if f.confirmed and f.dims), None)
+        if works:  # the frozen search ran the file where it works: say where to compare
+            sizes = ", ".join(f"{d}={v}" for d, v in works.items())
+            why += f"; the file runs at {sizes}, the size it was frozen at: compare there"
         return run.with_layers({run.candidates[0].index: not_compared(why)})
     module = getattr(side.model, "module", None) if side is not None else None
     # torch as the file means it: its approximations, a dynamic int8 file's weights and rounding

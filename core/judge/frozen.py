@@ -169,7 +169,7 @@ def _find(
     retrace: Retrace | None,
     budget: Budget,
 ) -> tuple[FrozenNode, ...]:
-    found = _sizes(model, dims, failing[0], check, budget)
+    found = _sizes(model, dims, failing[0], passing, check, budget)
     branches = _branches(model, dims, failing[0], passing, check, budget)
     nodes = list(found) + list(branches)
     if retrace is not None and any(n.source is None for n in nodes) and not budget.out_of_time():
@@ -354,6 +354,7 @@ def _sizes(
     model: onnx.ModelProto,
     dims: Sequence[str],
     failing: Mapping[str, int],
+    passing: Sequence[Mapping[str, int]],
     check: Check,
     budget: Budget,
 ) -> list[FrozenNode]:
@@ -364,7 +365,9 @@ def _sizes(
     elements = [(v, int(v) in numbers) for s in found for v in s.values]
     export = None
     tried = 0
-    for sizes in _size_candidates(elements, dims, budget):
+    candidates = _passing_sizes(elements, dims, passing)
+    candidates += [c for c in _size_candidates(elements, dims, budget) if c not in candidates]
+    for sizes in candidates:
         if tried >= MAX_SIZES or not budget.take():
             break
         outcome = budget.run(check, {**failing, **sizes}, None)
@@ -390,6 +393,32 @@ def _sizes(
             plan = _needed(model, _changed(plan, failing), failing, check, budget)
             return [_size_node(s, es, export, full) for s, es in plan]
     return []
+
+
+def _passing_sizes(
+    elements: Sequence[tuple[float, bool]],
+    dims: Sequence[str],
+    passing: Sequence[Mapping[str, int]],
+) -> list[dict[str, int]]:
+    """The sizes of the run's sets where the file works, each cut to the dims that explain a
+    constant there, tried before any size the constants alone suggest: a square 32 x 32
+    export's [32, 32] reads as height x width = 8 x 4 by the constants, and the set that
+    passed at 32 x 32 says which reading the export took."""
+    values = {int(v) for v, _ in elements if v == int(v) and 1 <= v <= MAX_SIZE}
+    out: list[dict[str, int]] = []
+    for p in passing:
+        sizes = {d: p[d] for d in dims if d in p}
+        used = {
+            d
+            for v, tied in _ties_by_value(sizes).items()
+            if v in values
+            for t in tied
+            for d in t.dims
+        }
+        kept = {d: v for d, v in sizes.items() if d in used}
+        if kept and kept not in out:
+            out.append(kept)
+    return out
 
 
 def _without_free_batch(

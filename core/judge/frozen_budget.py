@@ -142,9 +142,10 @@ class FrozenSearch:
 
     @property
     def note(self) -> str:
-        """The one sentence said when nothing is named, or a check was skipped ("" else)."""
+        """The one sentence said when nothing is named after some check, or a check was
+        skipped ("" else: a search with nothing to try says nothing)."""
         parts = []
-        if not self.nodes:
+        if not self.nodes and (self.checks or self.stopped):  # nothing to try: nothing to say
             parts.append(
                 f"No size frozen at export was confirmed: the search ran {self.checks} check"
                 f"{'s' if self.checks != 1 else ''} in {self.seconds:.1f} s"

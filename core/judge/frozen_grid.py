@@ -11,13 +11,19 @@ Named when an initializer read by an elementwise node has a token axis equal to 
 grid (height / p × width / p, p a patch Conv's stride, plus 0 or 1 extra tokens) at every size
 where the file works, and unequal at every size where ONNX Runtime raised.
 
+Where ONNX Runtime raised at every size of the run, no size shows where the file works:
+grid_sizes proposes the square sizes whose grid the tensor holds, the caller runs the file at
+them, and the one where it works is the passing size.
+
 Contract: learned_grids(model, signature, failing, passing, raised) -> tuple[FrozenNode, ...]
 (`failing` / `passing`: each input set's dynamic dims; `raised`: whether each failing set
-raised, in `failing`'s order).
+raised, in `failing`'s order); grid_sizes(model, signature) -> [{height: H, width: W}, ...].
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 import onnx
@@ -67,6 +73,32 @@ def learned_grids(
             )
             break
     return tuple(found)
+
+
+MAX_GRID_SIZES = 2  # sizes a learned grid proposes where the file works at no set of the run
+
+
+def grid_sizes(model: onnx.ModelProto, signature: OnnxSignature) -> list[dict[str, int]]:
+    """Where no set of the run works: the square sizes at which a learned tensor read by an
+    elementwise node would be a patch grid (its token axis g × g + 0 or 1, g × p pixels a
+    side for a patch stride p), at most MAX_GRID_SIZES, largest grids first. The caller runs
+    the file there; where it works, learned_grids names the tensor with that size."""
+    image = _image_dims(signature)
+    if image is None:
+        return []
+    patches = patch_strides(model)
+    readers = _readers(model)
+    found: list[dict[str, int]] = []
+    for tensor in model.graph.initializer:
+        if tensor.name not in readers or len(tensor.dims) < 2:
+            continue
+        for size, p, extra in itertools.product(tensor.dims[:-1], patches, (1, 0)):
+            g = math.isqrt(max(int(size) - extra, 0))
+            sizes = {image[0]: g * p, image[1]: g * p}
+            if g >= 2 and g * g + extra == size and sizes not in found:
+                found.append(sizes)
+    found.sort(key=lambda d: -d[image[0]])
+    return found[:MAX_GRID_SIZES]
 
 
 def _image_dims(signature: OnnxSignature) -> tuple[str, str] | None:

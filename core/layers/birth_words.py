@@ -42,11 +42,9 @@ def birth_sentence(result: LayersResult) -> str | None:
             f"named by the criterion only{_feeding(first)}{_standing_for(first.ops)}."
         )
     nodes = ""
-    if first.feeding:
+    if first.feeding:  # by op; never the re-run's own count (a Dropout's ratio Constants)
         n, ops = feeding_count(first), feeding_words(first)
         nodes = f" (with the {n} unmatched node(s) feeding it: {ops})"
-    elif c.nodes > 1:
-        nodes = f" (with the {c.nodes - 1} unmatched node(s) feeding it)"
     here = (
         f"the error is born among those nodes (a {c.onnx_op} only moves data)"
         if born_before(first)

@@ -7,7 +7,8 @@ constant 0 drops nothing and is not counted) and BatchNormalization
 nodes with `training_mode=1` (they normalise with each batch's own statistics, not the running
 ones). Either is a bug in the file whatever a runtime makes of it: ONNX Runtime's default
 optimiser removes such Dropouts, so a run at its default level can pass, while other
-runtimes, and ONNX Runtime at `--ort-opt-level disable`, compute something else.
+runtimes, and ONNX Runtime at `--ort-opt-level disable`, compute something else; no
+optimiser removes a BatchNormalization that trains (it fails at every level).
 
 Contract: training_nodes(proto) -> tuple[(op, count), ...] (ops in a fixed order; () where no
 node is in training mode or the flag cannot be read from the file);
@@ -53,11 +54,23 @@ def training_words(counts: tuple[tuple[str, int], ...], file: str = "") -> str:
                 "the batch's own statistics, not the running ones)"
             )
     subject = f"{file} was" if file else "The file was"
+    ops = {op for op, _ in counts}
+    if ops == {"Dropout"}:
+        why = (
+            "ONNX Runtime's default optimiser removes such Dropouts, so a run can pass at its "
+            "default level while other runtimes (and --ort-opt-level disable) give other numbers"
+        )
+    elif "Dropout" in ops:
+        why = (
+            "its BatchNormalization gives other numbers at every level, and ONNX Runtime's "
+            "default optimiser removes its Dropouts (other runtimes and --ort-opt-level "
+            "disable keep them)"
+        )
+    else:  # no optimiser removes a BatchNormalization that trains
+        why = "it gives other numbers than the model in eval mode at every level and runtime"
     return (
-        f"{subject} exported in training mode: {'; '.join(what)}. A bug in the export: ONNX "
-        "Runtime's default optimiser removes such Dropouts, so a run can pass at its default "
-        "level while other runtimes (and --ort-opt-level disable) give other numbers; export "
-        "after model.eval(), with training=torch.onnx.TrainingMode.EVAL."
+        f"{subject} exported in training mode: {'; '.join(what)}. A bug in the export: {why}; "
+        "export after model.eval(), with training=torch.onnx.TrainingMode.EVAL."
     )
 
 

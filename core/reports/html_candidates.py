@@ -14,8 +14,8 @@ from parity.show.candidate_views import candidate_cells, verdict_counts
 from parity.show.cause_labels import INTENDED_WORDS, intended_outputs, run_cause
 from parity.show.format import reference_text
 from parity.show.summary import headline
+from parity.text import count_text, number_text
 from parity.text import html_text as _e
-from parity.text import number_text
 
 __all__ = ["candidates_header", "candidate_heading", "candidates_section"]
 
@@ -27,7 +27,8 @@ def candidates_header(run: ValidationRun) -> str:
     parts += [f"{counts['fail']} fail"] * bool(counts["fail"])
     parts += [f"{counts['error']} could not be run"] * bool(counts["error"])
     sets = len(run.input_sets)
-    summary = f"{', '.join(parts)} ({len(run.output_names)} outputs, {sets} input sets)"
+    outputs = count_text(len(run.output_names), "output")
+    summary = f"{', '.join(parts)} ({outputs}, {count_text(sets, 'input set')})"
     look = run_cause(run)  # amber, and named, where every failure is intended
     intended = f" · {_e(look.intended)}" if look.intended else ""
     return (
@@ -40,17 +41,11 @@ def candidates_header(run: ValidationRun) -> str:
 
 def _findings(run: ValidationRun) -> str:
     """ "What we found", as a one-file report has it: each finding about one candidate
-    starts with its label."""
+    starts with its label (parity.show.findings puts it there, for every front)."""
     found = run.findings
     if not found:
         return ""
-    labels = {c.index: c.label for c in run.candidates}
-    items = "".join(
-        f"<li class='finding {_e(f.kind)}'>"
-        + (f"{_e(labels[f.candidate])}: " if f.candidate in labels else "")
-        + f"{_e(f.text)}</li>"
-        for f in found
-    )
+    items = "".join(f"<li class='finding {_e(f.kind)}'>{_e(f.text)}</li>" for f in found)
     return f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
 
 

@@ -284,8 +284,8 @@ def _input_sets_table(run: ValidationRun) -> str:
 
 
 def _grid(run: ValidationRun) -> str:
-    """Input sets x outputs (pass / fail / error per size at a glance), the nodes frozen at
-    export beside it, then the sets' sizes (a static axis is said once, among the findings)."""
+    """Input sets x outputs (pass / fail / error per size at a glance), the sets' sizes, then
+    the nodes frozen at export (a static axis is said once, among the findings)."""
     parts = ["<section><h2>Input sets</h2>"]
     if run.outputs:
         from parity.show.figures import verdict_grid
@@ -295,10 +295,10 @@ def _grid(run: ValidationRun) -> str:
             parts.append(f"<p class='legend'>{_e(INTENDED_WORDS[0].upper())}"
                          f"{_e(INTENDED_WORDS[1:])}; red fails by a bug or by what nothing "
                          "explains.</p>")  # fmt: skip
+    parts.append(_input_sets_table(run))  # under its heading, not under the frozen list's
     if run.frozen:
         items = "".join(f"<li>{_e(f.text)}</li>" for f in run.frozen)
         parts.append(f"<h2 class='findings'>Frozen at export</h2><ul class='frozen'>{items}</ul>")
-    parts.append(_input_sets_table(run))
     parts.append("</section>")
     return "".join(parts)
 

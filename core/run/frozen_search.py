@@ -25,7 +25,7 @@ import onnx
 from parity.errors import OnnxLoadError, ParityError, RunTimeout, first_line
 from parity.judge.compare import compare_outputs
 from parity.judge.frozen import find_frozen
-from parity.judge.frozen_budget import Allowance, Check, Outcome
+from parity.judge.frozen_budget import ROUNDING_REL, Allowance, Check, Outcome
 from parity.judge.frozen_graph import patch_strides, user_frame
 from parity.limits.budget import MemoryBudget, format_size
 from parity.limits.deadline import Deadline
@@ -300,12 +300,29 @@ def with_frozen(
     if not nodes:  # no constant holds it: a learned tensor's shape may (a position grid)
         from parity.judge.frozen_grid import learned_grids
 
+        if not passing and any(raised):
+            passing = _working_grid(model, signature, failing[0], check)
         nodes = learned_grids(model, signature, failing, passing, raised)
         if nodes:
             search = replace(search, nodes=nodes)
     run = named_as_in_file(run, model, [n.node for n in nodes])
     run = run.with_result("frozen", FrozenNodes(tuple(nodes)))
     return _noted(run, search.note) if search.note else run
+
+
+def _working_grid(
+    model: onnx.ModelProto, signature: OnnxSignature, failing: Mapping[str, int], check: Check
+) -> list[dict[str, int]]:
+    """Where ONNX Runtime raised at every set: the first size a learned grid proposes
+    (parity.judge.frozen_grid.grid_sizes) at which the file works, run to be sure; [] else."""
+    from parity.judge.frozen_grid import grid_sizes
+
+    for sizes in grid_sizes(model, signature):
+        dims = {**failing, **sizes}
+        outcome = check(dims, None)
+        if outcome is not None and (outcome.passed or outcome.error <= ROUNDING_REL):
+            return [dims]
+    return []
 
 
 def _noted(run: ValidationRun, text: str, *, done: bool = True) -> ValidationRun:

@@ -3,11 +3,12 @@ the export's size: a 224 × 224 ViT validated at 32 × 32 and 64 × 64 is checke
 runs it (and a frozen 197-token position grid fails at every set, with no set where the file
 works to tell why).
 
-Read from the model, never guessed: timm's `pretrained_cfg` / `default_cfg` `input_size`
-(C, H, W), a Hugging Face `config.image_size`, or an `img_size` / `image_size` attribute of
-the model or one of its modules (timm's PatchEmbed). Only the spatial dims the user did not
-size are set: symbolic dims named like height / width, and the unnamed dynamic axes 2 and 3
-of a 4-D input (NCHW).
+Read from the model, never guessed, in this order: a Hugging Face `config.image_size`, an
+`img_size` / `image_size` attribute of the model or one of its modules (timm's PatchEmbed:
+the size the model was built at), then timm's `pretrained_cfg` / `default_cfg` `input_size`
+(C, H, W) (its checkpoint's: `create_model(..., img_size=32)` keeps 224 there). Only the
+spatial dims the user did not size are set: symbolic dims named like height / width, and
+the unnamed dynamic axes 2 and 3 of a 4-D input (NCHW).
 
 Contract: image_size(model) -> (height, width) | None; with_image_size(signature, dims, size)
 -> the dims to generate with (the user's win).
@@ -27,12 +28,6 @@ MAX_MODULES = 2000  # modules looked through for an img_size attribute
 def image_size(model: Any) -> tuple[int, int] | None:
     """(height, width) the model states (module doc), or None."""
     module = getattr(model, "module", model)
-    for cfg_name in ("pretrained_cfg", "default_cfg"):
-        cfg = getattr(module, cfg_name, None)
-        if isinstance(cfg, Mapping):
-            size = _pair(cfg.get("input_size"), last_two=True)
-            if size is not None:
-                return size
     config = getattr(module, "config", None)
     size = _pair(getattr(config, "image_size", None))
     if size is not None:
@@ -42,6 +37,12 @@ def image_size(model: Any) -> tuple[int, int] | None:
     for m in candidates:
         for name in _ATTRIBUTES:
             size = _pair(getattr(m, name, None))
+            if size is not None:
+                return size
+    for cfg_name in ("pretrained_cfg", "default_cfg"):  # the checkpoint's, not the model built
+        cfg = getattr(module, cfg_name, None)
+        if isinstance(cfg, Mapping):
+            size = _pair(cfg.get("input_size"), last_two=True)
             if size is not None:
                 return size
     return None

@@ -38,6 +38,8 @@ not done, what was not measured).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from parity.labels import set_label
 from parity.results import (
     Finding,
@@ -156,7 +158,19 @@ def _per_candidate(run: ValidationRun, limit: int | None) -> list[Finding]:
                     out += finder.find(one, view.index, limit)
         for e in evidences():  # passing or not: a bug a loose tolerance hides
             out += e.every(one, view.index) if e.every is not None else []
-    return out
+    if len(run.candidates) < 2:
+        return out
+    labels = {v.index: v.label for v in run.candidates}
+    return [_named(f, labels) for f in out]
+
+
+def _named(f: Finding, labels: dict[int, str]) -> Finding:
+    """A finding of one of several files, its text led by that file's label ("#1 b.onnx (CPU,
+    all): out: not rounding ..."): "out: not rounding" alone reads as said of every file."""
+    label = labels.get(f.candidate) if f.candidate is not None else None
+    if label is None or f.text.startswith(f"#{f.candidate} "):
+        return f
+    return replace(f, text=f"{label}: {f.text}")
 
 
 def _candidate_findings(run: ValidationRun, candidate: int, limit: int | None) -> list[Finding]:

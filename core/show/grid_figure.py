@@ -162,4 +162,9 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
 
 
 def _rows_name(run: ValidationRun) -> str:
-    return "generate() steps" if run.is_generation else "input sets"
+    """What the rows are: an encoder's captured forwards are no generate() steps."""
+    if run.generation is None:
+        return "input sets"
+    return (
+        "captured calls" if run.generation.summary.get("kind") == "encoder" else "generate() steps"
+    )

@@ -4,6 +4,8 @@
   whose float32 rounding at that size (~4e-5) exceeds the default atol 1e-5;
 - ``upsample``: ``F.interpolate(y, size=(int(H), int(W)))`` exported at 96 x 64: the legacy
   exporter writes ``Concat(Shape(y)[:2], [96, 64])`` into the Resize's sizes;
+- ``square``: the same, a 1 x 1 conv after it, exported at 32 x 32, the default size:
+  ``[32, 32]`` reads as well as height x width = 8 x 4 as height, width = 32, 32;
 - ``flat``: ``y.reshape(y.shape[0], int(h * w))``: the constant reaches the Reshape through
   Gather / Unsqueeze / Concat with the runtime batch;
 - ``baked``: ``torch.cat([p, torch.zeros(int(b), 4)], 1)``: a batch-sized tensor baked by
@@ -54,6 +56,18 @@ SOURCE = textwrap.dedent(
             H, W = x.shape[2], x.shape[3]
             y = self.conv(x)
             return F.interpolate(y, size=(int(H), int(W)), mode="bilinear", align_corners=False)
+
+
+    class UpConv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+            self.head = nn.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            h, w = int(x.shape[2]), int(x.shape[3])
+            y = F.interpolate(self.down(x), size=(h, w), mode="bilinear", align_corners=False)
+            return self.head(y)
 
 
     class Flat(nn.Module):
@@ -117,6 +131,10 @@ SOURCE = textwrap.dedent(
         return _seeded(Upsample)
 
 
+    def square():
+        return _seeded(UpConv)
+
+
     def flat():
         return _seeded(Flat)
 
@@ -141,6 +159,7 @@ SOURCE = textwrap.dedent(
 SHAPES = {
     "rounded": (1, 116, 64),
     "upsample": (1, 3, 96, 64),
+    "square": (1, 3, 32, 32),
     "flat": (1, 3, 64, 48),
     "baked": (1, 3, 16, 16),
     "fused": (1, 116, 8),
@@ -150,6 +169,7 @@ SHAPES = {
 AXES = {
     "rounded": {0: "batch", 1: "seq"},
     "upsample": {0: "batch", 2: "height", 3: "width"},
+    "square": {0: "batch", 2: "height", 3: "width"},
     "flat": {0: "batch", 2: "height", 3: "width"},
     "baked": {0: "batch", 2: "height", 3: "width"},
     "fused": {0: "batch", 1: "seq"},
