@@ -6,7 +6,9 @@ tolerances just tuned) is gone. Each tab that has a run gets a random token in i
 process under that token (the last MAX_KEPT tabs), and a new session whose URL carries a kept
 token starts with them. The token is random (secrets), so a URL nobody was given opens
 nothing; a run opened from a file at start (`?run=PATH`, `parity dashboard ...`) does not
-replace the kept one on a reload.
+replace the kept one on a reload. The Run form shows the kept run's settings again, as it did
+before the reload (a `?run=` link's run stays read-only until confirmed): Run makes that run
+again, not the form's defaults.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ _LOCK = threading.Lock()
 
 
 @st.cache_resource
-def _kept() -> OrderedDict[str, tuple[ValidationRun, Tolerances]]:
-    """token -> (run, tolerances), oldest first: one store for the process."""
+def _kept() -> OrderedDict[str, tuple[ValidationRun, Tolerances, bool]]:
+    """token -> (run, tolerances, opened by a link and not yet confirmed), oldest first: one
+    store for the process."""
     return OrderedDict()
 
 
@@ -45,10 +48,16 @@ def restore() -> None:
         kept = _kept().get(token)
     if kept is None:
         return
-    run, tolerances = kept
+    run, tolerances, linked = kept
     state.set_run(run)
     state.set_tolerances(tolerances)
     state.put(state.TAB_TOKEN, token)
+    if linked:
+        state.put(state.LINKED_RUN, run)
+    else:
+        from parity.dashboard.run_form import fill_from_run
+
+        fill_from_run(run)
     from parity.launch import RUN_ENV
 
     opened = st.query_params.get("run") or os.environ.get(RUN_ENV)
@@ -69,7 +78,7 @@ def remember() -> None:
         st.query_params[KEEP_PARAM] = token
     with _LOCK:
         kept = _kept()
-        kept[token] = (run, state.tolerances())
+        kept[token] = (run, state.tolerances(), state.get(state.LINKED_RUN) is run)
         kept.move_to_end(token)
         while len(kept) > MAX_KEPT:
             kept.popitem(last=False)

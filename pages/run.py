@@ -416,7 +416,7 @@ def choose_settings(signature) -> dict:
                     )
                 )
     settings["dims"] = dims
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4 = st.columns([1, 1, 2, 1.4])  # a provider name is long: its chip whole
     settings["n_input_sets"] = int(
         state.form_widget(
             c1.number_input,
@@ -688,6 +688,14 @@ def page() -> None:
         why = why_not_run(config, unreadable=unreadable, onnx_path=onnx_path, chosen=chosen)
         if why is None and is_hf and hf_options is None:  # its settings' error is above them
             why = (":", "fix the model's settings above.")
+        shown = state.raw_run()
+        data = shown.data if shown is not None else None
+        if data is not None:  # the form has no data set field: say what Run makes instead
+            st.caption(
+                f"The run on screen was made on your data ({md_text(data.source)}, "
+                f"{data.samples:,} samples); this form has no field for a data set, so Run "
+                "makes a run on generated inputs (or the feeds given above)."
+            )
         b_col, why_col = st.columns([1, 5], vertical_alignment="center")
         if why:
             why_col.caption(f":red[Run is off{why[0]}] {md_text(why[1])}")

@@ -137,10 +137,11 @@ def fill_from_run(run: ValidationRun) -> bool:
 
 
 def kept_settings(model: str | None) -> dict[str, Any]:
-    """The tolerances of the run that filled the form (shown on the Tolerances page), for a
-    Run of the same model (another model starts at the defaults: its outputs have other
-    names). Nothing else: budgets are the server's own, never an opened file's."""
+    """The tolerances the Tolerances page shows (the ones tuned there, else the run's own),
+    for a Run of the same model as the run that filled the form (another model starts at the
+    defaults: its outputs have other names). Nothing else: budgets are the server's own,
+    never an opened file's."""
     base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
     if base is None or base.model != model:
         return {}
-    return {"tolerances": base.tolerances}
+    return {"tolerances": state.tolerances()}

@@ -264,10 +264,15 @@ def set_run(run: ValidationRun) -> None:
 
 
 def _first_bad_candidate(run: ValidationRun) -> int:
-    """Pages open on the first candidate that does not pass (else the first)."""
+    """Pages open on the first candidate that fails by something the file did not mean (red:
+    a bug, an error, a difference nothing explains), else the first that does not pass (amber:
+    its precision's rounding, ...), else the first."""
+    from parity.show.cause_labels import run_cause
+
     views = run.candidates
     bad = [v.index for v in views if v.verdict == "fail"]
-    return bad[0] if bad else views[0].index
+    red = [i for i in bad if not run_cause(run, i).intended] if len(bad) > 1 else bad
+    return (red or bad or [views[0].index])[0]
 
 
 def candidate_index(run: ValidationRun) -> int:

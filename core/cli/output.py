@@ -212,7 +212,10 @@ def findings_text(run: ValidationRun) -> str:
     found = run.findings
     if not found:
         return ""
-    return "\n\nWhat we found:\n" + "\n".join(f"  - {terminal_text(f.text)}" for f in found)
+    from parity.show.candidates_text import finding_line
+
+    lines = (f"  - {terminal_text(finding_line(run, f))}" for f in found)
+    return "\n\nWhat we found:\n" + "\n".join(lines)
 
 
 def fail(args: argparse.Namespace, kind: str, message: str, exc: BaseException) -> int:

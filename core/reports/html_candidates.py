@@ -11,6 +11,7 @@ from collections.abc import Callable
 from parity.labels import status_label, verdict_label
 from parity.results import ValidationRun
 from parity.show.candidate_views import candidate_cells, verdict_counts
+from parity.show.candidates_text import finding_line
 from parity.show.cause_labels import INTENDED_WORDS, intended_outputs, run_cause
 from parity.show.format import reference_text
 from parity.show.summary import headline
@@ -44,12 +45,8 @@ def _findings(run: ValidationRun) -> str:
     found = run.findings
     if not found:
         return ""
-    labels = {c.index: c.label for c in run.candidates}
     items = "".join(
-        f"<li class='finding {_e(f.kind)}'>"
-        + (f"{_e(labels[f.candidate])}: " if f.candidate in labels else "")
-        + f"{_e(f.text)}</li>"
-        for f in found
+        f"<li class='finding {_e(f.kind)}'>{_e(finding_line(run, f))}</li>" for f in found
     )
     return f"<h2 class='findings'>What we found</h2><ul class='findings'>{items}</ul>"
 

@@ -7,13 +7,22 @@ A single-candidate run keeps parity.show.format's per-output table; this is the 
 from __future__ import annotations
 
 from parity.labels import WORST_WORDS, status_label, verdict_label, worst_first
-from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
+from parity.results import CandidateInfo, Finding, OutputComparison, Status, ValidationRun
 from parity.show.cause_labels import intended_outputs, run_cause
 from parity.show.format import format_failure, format_input_sets, run_head
 from parity.text import aligned_table, number_text, terminal_text
 from parity.verdict import Verdict
 
-__all__ = ["candidate_verdict_text", "format_candidates", "overall_verdict_text"]
+__all__ = ["candidate_verdict_text", "finding_line", "format_candidates", "overall_verdict_text"]
+
+
+def finding_line(run: ValidationRun, finding: Finding) -> str:
+    """A finding as the terminal and the HTML report say it: in a run of several candidates,
+    one about a single candidate starts with its label (``#1 bug.onnx (CPU, all): logits:
+    ...``): the same output can be rounding in one file and a bug in the next."""
+    labels = {c.index: c.label for c in run.candidates} if run.is_multi_candidate else {}
+    label = labels.get(finding.candidate) if finding.candidate is not None else None
+    return finding.text if label is None else f"{label}: {finding.text}"
 
 
 def _cell(c: OutputComparison | None, info: CandidateInfo, intended: str = "") -> str:
