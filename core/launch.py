@@ -68,6 +68,7 @@ SERVER_OPTIONS: dict[str, str] = {
     "theme.base": "light",
     "runner.magicEnabled": "false",
     "runner.postScriptGC": "false",
+    "global.disableWidgetStateDuplicationWarning": "true",
 }
 """Streamlit settings of every dashboard (the address, port and serverAddress are flags)."""
 UPLOAD_OPTION = "server.maxUploadSize"

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 __all__ = [
+    "sentence_start",
     "aligned_table",
     "all_text",
     "count_text",
@@ -219,3 +220,13 @@ def plot_text(value: object) -> str:
     reads a subset of HTML there; quotes need no escaping); controls as html_text writes
     them."""
     return html.escape(_UNSAFE_IN_LINES.sub(_escaped, str(value)), quote=False)
+
+
+def sentence_start(text: str) -> str:
+    """`text` as a sentence starts: its first letter upper case, unless its first word is a
+    name (``onnx.checker``, ``node_linear``, ``/c1/Conv``: a dot, an underscore, a slash or a
+    digit in it), which is written as it is named."""
+    first = text.split(" ", 1)[0].rstrip(",:;")
+    if not text or not first.isalpha():
+        return text
+    return text[0].upper() + text[1:]

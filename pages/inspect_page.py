@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from parity.dashboard import state
+from parity.dashboard import routes, state
 from parity.dashboard.candidates import candidate_selector, could_not_run
 from parity.dashboard.frame import run_or_invite
 from parity.dashboard.tables import NUMBER_FORMAT
@@ -23,6 +23,7 @@ from parity.results import Status, ValidationRun
 from parity.show import figures as fg
 from parity.show import reductions as ins
 from parity.show.cause_labels import intended_outputs
+from parity.show.format import sample_name
 from parity.text import shape_text, tolerance_text
 
 KIND_LABELS = {
@@ -176,10 +177,9 @@ def _sample_value(run: ValidationRun):
     if w is None or w.torch is None or w.onnx is None:
         state.clear_sample_target()
         return None
-    st.caption("A sample of your data, opened from the Samples page (its arrays were kept)")
+    st.caption("A sample of your data, one of the worst: the run kept its values")
     inputs = ", ".join(f"{k} {shape_text(a.shape)} {a.dtype}" for k, a in w.inputs.items())
-    named = f"sample {w.sample}" + (f" · {w.id}" if w.id != str(w.sample) else "")
-    st.text(f"{named} · output {output} · inputs: {inputs or 'not kept'}")
+    st.text(f"{sample_name(w.sample, w.id)} · output {output} · inputs: {inputs or 'not kept'}")
     image = next((i for i in map(thumbnail, w.inputs.values()) if i is not None), None)
     if image is not None:
         st.image(image, width=160, clamp=True, caption=f"sample {w.sample}")
@@ -262,6 +262,13 @@ def page() -> None:
 
             st.text(set_noise_line(run.outputs, comp, set_label(run, set_index)))
     if ref is None or onnx is None:
+        if run.data is not None:  # a run on a data set keeps its worst samples, not its batches
+            st.info(
+                "A run on your data keeps the values of each output's worst samples, not of "
+                "every batch: open one from the Samples page to see it element by element."
+            )
+            st.page_link(routes.SAMPLES, label="Go to Samples", icon=":material/photo_library:")
+            return
         st.warning("This run holds no values for this output on both sides; nothing to draw.")
         return
     if ref.shape != onnx.shape:

@@ -6,7 +6,10 @@ tolerances just tuned) is gone. Each tab that has a run gets a random token in i
 process under that token (the last MAX_KEPT tabs), and a new session whose URL carries a kept
 token starts with them. The token is random (secrets), so a URL nobody was given opens
 nothing; a run opened from a file at start (`?run=PATH`, `parity dashboard ...`) does not
-replace the kept one on a reload.
+replace the kept one on a reload. The Run form shows the kept run's settings again, as it did
+before the reload (a `?run=` link's run stays read-only until confirmed): Run makes that run
+again, not the form's defaults (its data set too, from the config this dashboard made it
+with: a run's own record does not give a data set again).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import secrets
 import threading
 from collections import OrderedDict
+from typing import Any
 
 import streamlit as st
 
@@ -28,8 +32,9 @@ _LOCK = threading.Lock()
 
 
 @st.cache_resource
-def _kept() -> OrderedDict[str, tuple[ValidationRun, Tolerances]]:
-    """token -> (run, tolerances), oldest first: one store for the process."""
+def _kept() -> OrderedDict[str, tuple[ValidationRun, Tolerances, bool, Any]]:
+    """token -> (run, tolerances, opened by a link and not yet confirmed, the RunConfig this
+    dashboard made it with or None), oldest first: one store for the process."""
     return OrderedDict()
 
 
@@ -45,10 +50,18 @@ def restore() -> None:
         kept = _kept().get(token)
     if kept is None:
         return
-    run, tolerances = kept
+    run, tolerances, linked, own = kept
     state.set_run(run)
     state.set_tolerances(tolerances)
     state.put(state.TAB_TOKEN, token)
+    if linked:
+        state.put(state.LINKED_RUN, run)
+    else:
+        from parity.dashboard.run_form import fill_from_run
+
+        fill_from_run(run, own)
+        if own is not None:
+            state.set_run_config(run, own)
     from parity.launch import RUN_ENV
 
     opened = st.query_params.get("run") or os.environ.get(RUN_ENV)
@@ -69,7 +82,8 @@ def remember() -> None:
         st.query_params[KEEP_PARAM] = token
     with _LOCK:
         kept = _kept()
-        kept[token] = (run, state.tolerances())
+        linked = state.get(state.LINKED_RUN) is run
+        kept[token] = (run, state.tolerances(), linked, state.run_config_of(run))
         kept.move_to_end(token)
         while len(kept) > MAX_KEPT:
             kept.popitem(last=False)

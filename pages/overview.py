@@ -27,6 +27,7 @@ from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.cause_labels import INTENDED_WORDS
 from parity.show.figures import verdict_grid
+from parity.show.format import sample_name
 from parity.show.rows import comparison_rows
 from parity.show.sentences import failing_outputs
 from parity.show.summary import headline, notes
@@ -97,6 +98,14 @@ def noise_section(run: ValidationRun) -> None:
             st.text(line)
 
 
+def _worst_sample(run: ValidationRun, name: str) -> tuple[int, str] | None:
+    """(number, id) of output `name`'s worst sample whose values the run kept (--data), else
+    None: a data run keeps those, not its batches, so that is what Inspect can draw."""
+    o = run.data.output(name) if run.data is not None else None
+    kept = [w for w in o.worst if w.torch is not None and w.onnx is not None] if o else []
+    return (kept[0].sample, kept[0].id) if kept else None
+
+
 def page() -> None:
     st.title("Overview")
     if state.pop(state.GOTO_INSPECT, False):
@@ -118,7 +127,13 @@ def page() -> None:
     noise_section(run)
 
     worst = worst_failure(run)
-    if worst is not None:
+    sample = _worst_sample(run, worst.name) if worst is not None else None
+    if worst is not None and sample is not None:  # a data run keeps its worst samples' values
+        label = f"Inspect the worst sample: {md_code(worst.name)}, {md_text(sample_name(*sample))}"
+        if st.button(label, type="primary", icon=":material/grid_on:", key=state.INSPECT_WORST):
+            state.set_sample_target(worst.name, sample[0])
+            st.switch_page(routes.INSPECT)
+    elif worst is not None:
         label = f"Inspect the worst failure: {md_code(worst.name)} in set {worst.input_set}"
         said = f"The worst failure: {WORST_WORDS} (every page orders failures so)."
         if st.button(

@@ -14,6 +14,7 @@ import streamlit as st
 from parity.dashboard import routes, state
 from parity.dashboard.access import may_run, trust_code
 from parity.dashboard.findings_view import findings_section
+from parity.dashboard.run_data import choose_data, data_refusal
 from parity.dashboard.run_form import (
     DEMO,
     DEMO_EXPORT,
@@ -27,6 +28,7 @@ from parity.dashboard.run_form import (
     PATH,
     REFERENCE,
     UPLOAD,
+    data_values,
     kept_settings,
     onnx_source_key,
 )
@@ -96,6 +98,7 @@ def run_demo(name: str) -> None:
             onnx_source_key(demo=True, hf=False): DEMO_EXPORT,
             state.RUN_N_SETS: N_SETS_DEFAULT,
             state.RUN_SEED: 0,
+            **data_values(None),
         }
     )
     execute(demo_config(name), label=demo_spec(name))
@@ -394,10 +397,14 @@ def choose_hf_settings():
 
 
 def choose_settings(signature) -> dict:
-    from parity.load.onnx_model import ORT_OPT_LEVELS
     from parity.run.inputs import DEFAULT_INT_RANGE, default_dim_size, is_mask_input
 
     settings: dict = {}
+    data = choose_data()
+    if data is not None:  # its samples are the inputs: no sizes, sets or feeds to set
+        c3, c4 = st.columns([2, 1.4])
+        settings["provider"], settings["ort_opt_level"] = _providers_and_levels(c3, c4)
+        return {**settings, "data": data}
     dims = {}
     sym = signature.symbolic_dims if signature is not None else ()
     if sym:
@@ -416,7 +423,7 @@ def choose_settings(signature) -> dict:
                     )
                 )
     settings["dims"] = dims
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4 = st.columns([1, 1, 2, 1.4])  # a provider name is long: its chip whole
     settings["n_input_sets"] = int(
         state.form_widget(
             c1.number_input,
@@ -429,29 +436,7 @@ def choose_settings(signature) -> dict:
     settings["seed"] = int(
         state.form_widget(c2.number_input, "Seed", *LIMITS["seed"], key=state.RUN_SEED, default=0)
     )
-    providers = state.available_providers()
-    cpu = "CPUExecutionProvider"
-    settings["provider"] = tuple(
-        state.form_widget(
-            c3.multiselect,
-            "Execution providers",
-            providers,
-            key=state.RUN_PROVIDER,
-            default=[cpu if cpu in providers else providers[0]],
-            help="Several: one candidate each, side by side.",
-        )
-    )
-    settings["ort_opt_level"] = tuple(
-        state.form_widget(
-            c4.multiselect,
-            "ORT optimisation levels",
-            ORT_OPT_LEVELS,
-            key=state.RUN_OPT,
-            default=["all"],
-            help="Several: one candidate each (e.g. disable and all: do the fusions change "
-            "the numbers?).",
-        )
-    )
+    settings["provider"], settings["ort_opt_level"] = _providers_and_levels(c3, c4)
     int_inputs = [
         t for t in (signature.inputs if signature is not None else ())
         if t.dtype.startswith(("int", "uint")) and not is_mask_input(t.name)
@@ -490,6 +475,36 @@ def choose_settings(signature) -> dict:
     if settings["input_files"]:  # each file is one input set at its own sizes
         settings.update(dims={}, n_input_sets=1, int_ranges={}, float_range=None)
     return settings
+
+
+def _providers_and_levels(c3, c4) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The execution providers and ORT optimisation levels chosen (one candidate each)."""
+    from parity.load.onnx_model import ORT_OPT_LEVELS
+
+    providers = state.available_providers()
+    cpu = "CPUExecutionProvider"
+    chosen = tuple(
+        state.form_widget(
+            c3.multiselect,
+            "Execution providers",
+            providers,
+            key=state.RUN_PROVIDER,
+            default=[cpu if cpu in providers else providers[0]],
+            help="Several: one candidate each, side by side.",
+        )
+    )
+    levels = tuple(
+        state.form_widget(
+            c4.multiselect,
+            "ORT optimisation levels",
+            ORT_OPT_LEVELS,
+            key=state.RUN_OPT,
+            default=["all"],
+            help="Several: one candidate each (e.g. disable and all: do the fusions change "
+            "the numbers?).",
+        )
+    )
+    return chosen, levels
 
 
 def _float_range(signature) -> tuple[float, float] | None:
@@ -688,6 +703,9 @@ def page() -> None:
         why = why_not_run(config, unreadable=unreadable, onnx_path=onnx_path, chosen=chosen)
         if why is None and is_hf and hf_options is None:  # its settings' error is above them
             why = (":", "fix the model's settings above.")
+        refused = data_refusal(config.data)
+        if why is None and refused is not None:
+            why = (":", refused)
         b_col, why_col = st.columns([1, 5], vertical_alignment="center")
         if why:
             why_col.caption(f":red[Run is off{why[0]}] {md_text(why[1])}")

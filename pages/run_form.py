@@ -25,6 +25,8 @@ LIMITS = {  # (min, max) of the form's number inputs: a run opened from elsewher
     "timeout": (0, 86400),
     "dim": (1, 1 << 20),
     "hf_steps": (1, 64),
+    "batch": (1, 1 << 16),
+    "limit": (0, 1 << 40),
 }
 
 MODEL_SOURCES = (
@@ -59,6 +61,7 @@ def form_values(config) -> dict[str, Any]:
         state.RUN_TIMEOUT: _clamped(round(config.timeout or 0), "timeout"),
         state.RUN_FEEDS_PATHS: "\n".join(config.input_files),
         **{state.RUN_DIM_PREFIX + n: _clamped(size, "dim") for n, size in config.dims.items()},
+        **data_values(config.data),
     }
     for name, (low, high) in config.int_ranges.items():
         values.update(
@@ -96,6 +99,20 @@ def form_values(config) -> dict[str, Any]:
     return values
 
 
+def data_values(data) -> dict[str, Any]:
+    """The data set fields' values that show `data` (a DataOptions, or None: the fields
+    emptied, so a run on generated inputs is not made on the last data set typed)."""
+    if data is None:
+        return {state.RUN_DATA_PATH: ""}
+    return {
+        state.RUN_DATA_PATH: data.path,
+        state.RUN_DATA_LABELS: data.labels or "",
+        state.RUN_DATA_BATCH: _clamped(data.batch_size, "batch"),
+        state.RUN_DATA_LIMIT: _clamped(data.limit or 0, "limit"),
+        state.RUN_DATA_PREPROCESS: data.preprocess or "",
+    }
+
+
 def _clamped(value: int, key: str) -> int:
     low, high = LIMITS[key]
     return min(max(int(value), low), high)
@@ -117,13 +134,15 @@ def _hf_values(options) -> dict[str, Any]:
     }
 
 
-def fill_from_run(run: ValidationRun) -> bool:
+def fill_from_run(run: ValidationRun, own=None) -> bool:
     """Make the Run form show the settings that made `run` (call before the form is drawn on
     this rerun: from a callback, or before the page runs). False when the run does not say
-    them; the form is then left as it was."""
+    them; the form is then left as it was. `own`: the RunConfig this dashboard made `run`
+    with (a reloaded tab's), which also gives its data set: a run's own record does not
+    give that again (a file names it, the user did not type it here)."""
     from parity.run.config_json import config_of_run, reopened
 
-    config = config_of_run(run)
+    config = own if own is not None else config_of_run(run)
     if config is None:
         state.pop(state.FORM_BASE)
         return False
@@ -137,10 +156,11 @@ def fill_from_run(run: ValidationRun) -> bool:
 
 
 def kept_settings(model: str | None) -> dict[str, Any]:
-    """The tolerances of the run that filled the form (shown on the Tolerances page), for a
-    Run of the same model (another model starts at the defaults: its outputs have other
-    names). Nothing else: budgets are the server's own, never an opened file's."""
+    """The tolerances the Tolerances page shows (the ones tuned there, else the run's own),
+    for a Run of the same model as the run that filled the form (another model starts at the
+    defaults: its outputs have other names). Nothing else: budgets are the server's own,
+    never an opened file's."""
     base = state.run_config_of(state.raw_run()) or state.get(state.FORM_BASE)
     if base is None or base.model != model:
         return {}
-    return {"tolerances": base.tolerances}
+    return {"tolerances": state.tolerances()}

@@ -15,6 +15,7 @@ from parity.dashboard.frame import run_or_invite
 from parity.data.figures import per_sample_figure, thumbnail
 from parity.data.result import DataOutput, DataResult, WorstSample
 from parity.data.words import answer_sentence, skipped_sentence
+from parity.show.format import sample_name
 
 MAX_ROWS = 5000
 """Changed samples listed (the JSON report has them all)."""
@@ -61,7 +62,7 @@ def _worst(o: DataOutput) -> None:
     columns = st.columns(min(4, len(samples)))
     for k, w in enumerate(samples):
         with columns[k % len(columns)]:
-            st.text(f"sample {w.sample}\n{w.id}\nerror {w.error:.3g}")
+            st.text(f"{sample_name(w.sample, w.id)}\nerror {w.error:.3g}")
             images = [thumbnail(a) for a in w.inputs.values()]
             image = next((i for i in images if i is not None), None)
             if image is not None:

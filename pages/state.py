@@ -46,7 +46,6 @@ VIEWS = "parity_candidate_views"  # run_memo slot: the stored run as each candid
 
 # --- Run page and its form (run.py, run_form.py, running.py)
 FORM = "parity_run_form"  # the Run form's widget values, kept while other pages are shown
-FORM_SET = "parity_run_form_set"  # form keys set through the Session State API on this rerun
 RUN_CONFIG = "parity_run_config"  # (stored run, the RunConfig that made it): to run it again
 FORM_BASE = "parity_run_form_base"  # the RunConfig of the run that filled the form
 AUTORUN = "parity_autorun"  # the ?demo=NAME (or PARITY_DEMO) this session has run
@@ -85,6 +84,11 @@ RUN_FEEDS_UPLOAD = "feeds_upload"  # widget: uploaded input .npz files
 RUN_FEEDS_PATHS = "feeds_paths"  # widget: input .npz paths, one a line
 RUN_FLOAT_RANGE = "float_range"  # widget: float inputs' range
 RUN_TIMEOUT = "timeout"  # widget: the run's time limit (s)
+RUN_DATA_PATH = "data_path"  # widget: the data set (--data)
+RUN_DATA_LABELS = "data_labels"  # widget: its labels (--labels)
+RUN_DATA_BATCH = "data_batch"  # widget: its batch size (--batch-size)
+RUN_DATA_LIMIT = "data_limit"  # widget: samples to read, 0 = all (--limit)
+RUN_DATA_PREPROCESS = "data_preprocess"  # widget: its preprocess FILE.py:FN (--preprocess)
 RUN_DEMO_PREFIX = "demo_"  # widget prefix: each demo's Run button
 RUN_CUSTOM = "run_custom"  # widget: the Run button
 RUN_OPEN_WRONG_PAIR = "open_wrong_pair"  # widget: "Open this run anyway"
@@ -264,10 +268,15 @@ def set_run(run: ValidationRun) -> None:
 
 
 def _first_bad_candidate(run: ValidationRun) -> int:
-    """Pages open on the first candidate that does not pass (else the first)."""
+    """Pages open on the first candidate that fails by something the file did not mean (red:
+    a bug, an error, a difference nothing explains), else the first that does not pass (amber:
+    its precision's rounding, ...), else the first."""
+    from parity.show.cause_labels import run_cause
+
     views = run.candidates
     bad = [v.index for v in views if v.verdict == "fail"]
-    return bad[0] if bad else views[0].index
+    red = [i for i in bad if not run_cause(run, i).intended] if len(bad) > 1 else bad
+    return (red or bad or [views[0].index])[0]
 
 
 def candidate_index(run: ValidationRun) -> int:
@@ -412,41 +421,40 @@ def form_widget(widget: Callable[..., T], *args, key: str, default: object = Non
     widget's key before it is drawn; a key never seen takes `default`.
 
     The widget's own default (value, default or index) is always its current value, so a
-    widget the browser mounts afresh (a rerun under load, the page's layout shifting) shows
-    what the form holds instead of the call's literal (an empty multiselect left Run off
-    with no reason shown). On the rerun that set the key through the Session State API
-    (seeded here, or `set_form`) the default is left out instead: Streamlit logs "created
-    with a default value but also had its value set via the Session State API" for a widget
-    given both, and sends the value itself on that rerun. Defaults are not part of these
-    widgets' identity (Streamlit's key_as_main_identity), so neither choice makes a new
-    widget. A number_input given no value takes its type from its other numbers: give an
-    integer one an int min_value, max_value or step.
+    widget the browser mounts afresh shows what the form holds instead of the call's
+    literal. It is given even on the rerun that set the key through the Session State API
+    (Streamlit then sends that value, and only logs that both were given: the dashboard
+    turns that log off, `global.disableWidgetStateDuplicationWarning`). Leaving it out on
+    such a rerun, as this did, was decided by bookkeeping a rerun cut short (by st.rerun or
+    a click) left stale: the next rerun mounted the widget with no default and no value, an
+    empty field the browser then sent back (a Run form emptied by a reload, a providers
+    list emptied that left Run off). Defaults are not part of these widgets' identity
+    (Streamlit's key_as_main_identity), so this makes no new widget. A number_input given
+    no value takes its type from its other numbers: give an integer one an int min_value,
+    max_value or step.
     """
     kept = st.session_state.setdefault(FORM, {})
-    set_now = st.session_state.setdefault(FORM_SET, set())
     if key not in st.session_state:
         value = kept.get(key)
         value = default if value is None else value
         if value is not None:
             st.session_state[key] = value
-            set_now.add(key)
     kept.setdefault(key, st.session_state.get(key))
     call = inspect.signature(widget).bind_partial(*args, key=key, **kwargs)
     if key in st.session_state:
-        own_default(call, st.session_state[key], set_through_api=key in set_now)
+        own_default(call, st.session_state[key])
     return widget(*call.args, **call.kwargs)
 
 
-def own_default(call: inspect.BoundArguments, value: Any, *, set_through_api: bool) -> None:
+def own_default(call: inspect.BoundArguments, value: Any) -> None:
     """Make `value` the widget's own default in `call` (its value, default or index
-    argument, whichever its function takes), or leave that argument out."""
+    argument, whichever its function takes), or leave that argument out (a value its
+    options cannot show)."""
     params = call.signature.parameters
     name = next((n for n in ("index", "default", "value") if n in params), None)
     if name is None:
         return
     call.arguments.pop(name, None)
-    if set_through_api:
-        return
     options = list(call.arguments.get("options", ()))
     if name == "index":  # radio, selectbox: the position of the value among the options
         if value not in options:
@@ -463,7 +471,6 @@ def keep_form() -> None:
     for key in list(kept):
         if key in st.session_state:
             kept[key] = st.session_state[key]
-    st.session_state[FORM_SET] = set()  # the next rerun has set nothing yet
 
 
 def set_form(values: dict) -> None:
@@ -471,7 +478,6 @@ def set_form(values: dict) -> None:
     is drawn on this rerun."""
     st.session_state.setdefault(FORM, {}).update(values)
     st.session_state.update(values)
-    st.session_state.setdefault(FORM_SET, set()).update(values)
 
 
 def set_run_config(run: ValidationRun, config) -> None:

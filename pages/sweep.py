@@ -21,7 +21,8 @@ from parity.dashboard.tables import status_style
 from parity.errors import ParityError
 from parity.labels import INTENDED_MARK, status_label
 from parity.results import Status
-from parity.show.cause_labels import INTENDED_WORDS
+from parity.show.cause_labels import HIDDEN_BUG_MARKED, INTENDED_WORDS
+from parity.show.findings import HIDDEN_BY_TOLERANCE
 from parity.sweep.execute import LOG, PairResult
 from parity.sweep.folder import SweepFolder, load_sweep
 from parity.sweep.plan import REPORT
@@ -125,8 +126,12 @@ def _summary(sweep: SweepFolder) -> None:
     )
     meant = sum(bool(sweep.intended(p.name)) for p in sweep.pairs)
     meant_words = f" ({meant} only by what its file was meant to do)" if meant else ""
+    hiding = sum(p.verdict == "pass" and bool(sweep.hidden_bugs(p.name)) for p in sweep.pairs)
+    # one story: a pass whose report found a bug is never only counted a pass
+    hiding_words = f" ({hiding} with {HIDDEN_BY_TOLERANCE})" if hiding else ""
     st.text(
-        f"{len(sweep.pairs)} pair(s): {counts['pass']} pass, {counts['fail']} fail{meant_words}, "
+        f"{len(sweep.pairs)} pair(s): {counts['pass']} pass{hiding_words}, "
+        f"{counts['fail']} fail{meant_words}, "
         f"{counts['error']} error{still}\nfolder {sweep.path}\nmanifest {sweep.manifest}"
     )
 
@@ -157,6 +162,8 @@ def _verdict_text(sweep: SweepFolder, p: PairResult) -> str:
     intended = sweep.intended(p.name)
     if intended:
         return f"{INTENDED_MARK} fail: {intended}"
+    if p.verdict == "pass" and sweep.hidden_bugs(p.name):  # red: a bug its tolerance passes
+        return HIDDEN_BUG_MARKED
     return VERDICT_TEXT.get(p.verdict, p.verdict)
 
 
@@ -232,11 +239,12 @@ def grid_frame(sweep: SweepFolder, pairs: list[PairResult] | None = None) -> pd.
         for name in names:
             cell = cells.get(name)
             if cell is not None:
-                mark = (
-                    status_label(Status.FAIL, "marked", cell.intended)
-                    if cell.intended
-                    else CELL_MARK.get(cell.status, f"✗ {cell.status}")
-                )
+                if cell.intended:
+                    mark = status_label(Status.FAIL, "marked", cell.intended)
+                elif cell.hidden_bug and cell.status == "pass":
+                    mark = HIDDEN_BUG_MARKED
+                else:
+                    mark = CELL_MARK.get(cell.status, f"✗ {cell.status}")
                 row[name] = f"{mark} {number_text(cell.max_abs)}"
             else:
                 row[name] = ""
@@ -256,7 +264,8 @@ def _grid(sweep: SweepFolder, *, only_bad: bool) -> None:
     st.caption(
         "Each cell: the output's worst status over the input sets and its largest max abs "
         f"error: green passes, {INTENDED_WORDS}, red fails by a bug or by what nothing "
-        "explains. Empty: that pair has no such output."
+        f"explains, or reads “{HIDDEN_BUG_MARKED}” (it passes only because its tolerance is "
+        "looser than the default). Empty: that pair has no such output."
         + (f" {left_out} pair(s) without compared outputs are left out." if left_out else "")
     )
     st.dataframe(status_style(frame, None), width="stretch")

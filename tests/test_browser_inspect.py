@@ -129,3 +129,7 @@ def test_a_small_wide_output_fills_the_width_with_one_cross(page) -> None:
     cells = heat.locator(".heatmaplayer image").first.bounding_box()
     assert cells["width"] > 0.5 * figure["width"], (cells, figure)  # a strip, full width
     assert "axis 1 (size 16)" in heat.text_content()
+    # its 2 rows side by side: ticks at whole indices (they read "-0.5, 0, 0.5, 1, 1.5")
+    panels = main.locator(".js-plotly-plot").filter(has_text="ONNX Runtime").first
+    rows = panels.locator(".ytick text").all_text_contents()
+    assert rows and set(rows) <= {"0", "1"}, rows

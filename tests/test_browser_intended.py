@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.browser import ARTIFACTS, open_page, settle, settle_loaded, shot
+from tests.helpers.browser import ARTIFACTS, nav, open_page, settle, settle_loaded, shot
 
 pytestmark = pytest.mark.browser
 
@@ -94,9 +94,19 @@ def test_the_float16_cell_is_amber_and_the_bug_red_on_the_overview(fp16_and_bug,
         bug_badge = _badge_background(page, "FAIL")
         assert fp16_badge != bug_badge, (fp16_badge, bug_badge)
 
-        # "In numbers": short lines, one fact each, the cause in the head
+        # the detail opens on the bug (red), not on the file that fails as meant (amber): the
+        # story the page leads with is the real problem; its findings are its own
         main = page.locator('[data-testid="stMain"]')
         main.get_by_role("heading", name="In numbers").wait_for()
+        text = main.inner_text()
+        assert "a bug in the export" in text and "not a bug" not in text, text
+        selector = main.locator('[data-testid="stSelectbox"]').filter(has_text="Candidate")
+        selector.click()
+        page.get_by_role("option", name=re.compile(r"^#0 fp16\.onnx")).click()
+        settle(page)
+        main.get_by_text(re.compile("pooled fails .*float16 rounding")).first.wait_for()
+
+        # "In numbers": short lines, one fact each, the cause in the head
         text = main.inner_text()
         assert "pooled fails (float16 rounding, what the file was meant to do)" in text
         assert re.search(r"Out of tolerance: [\d,]+ of [\d,]+ elements \([\d.]+%\) at atol", text)
@@ -203,29 +213,83 @@ def test_a_changed_sample_opens_in_inspect(digits_run, chromium, app_url):
         page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
         settle(page)
         text = main.inner_text()
-        assert "opened from the Samples page" in text and "x (1, 8, 8) float32" in text
+        assert "the run kept its values" in text and "x (1, 8, 8) float32" in text
         assert main.locator('[data-testid="stImage"]').count() >= 1  # the digit itself
         shot(page, "samples-inspect")
 
         main.get_by_role("button", name="Back to the outputs").click()
         settle(page)
-        assert "opened from the Samples page" not in main.inner_text()
+        assert "the run kept its values" not in main.inner_text()
+    finally:
+        page.context.close()
+
+
+def test_a_data_runs_worst_failure_opens_a_sample_and_its_histogram_reads_values(
+    digits_run, chromium, app_url, tmp_path
+):
+    """A data run keeps its worst samples' values, not its batches': the Overview's button
+    opened a batch in Inspect ("holds no values ... nothing to draw"); it opens the worst
+    sample, and Inspect on a batch points to the Samples page. The per-sample histogram's
+    log axis read "5 6 7 8 9 0.1 2 3" and put "typical error" far right of its line."""
+    page = open_page(
+        chromium,
+        f"{app_url}/samples?run={urllib.parse.quote(str(digits_run))}",
+        viewport={"width": 1280, "height": 1600},
+        accept_downloads=True,
+    )
+    try:
+        settle_loaded(page)
+        # the HTML report says why a batch has no element-wise view (not "cannot be compared")
+        with page.expect_download() as info:
+            sidebar = page.locator('[data-testid="stSidebar"]')
+            sidebar.get_by_role("button", name="Download HTML report").click()
+        html = tmp_path / "report.html"
+        info.value.save_as(html)
+        report = html.read_text()
+        assert "keeps the values of its worst samples, not of every batch" in report
+        assert "cannot be compared element by element" not in report
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 1")
+        axis = page.locator(".js-plotly-plot").first.evaluate(
+            "g => ({range: g._fullLayout.xaxis.range, text: g._fullLayout.xaxis.ticktext,"
+            " notes: g._fullLayout.annotations.map(a => [a.text, a.x])})"
+        )
+        shown = [float(t) for t in axis["text"]]  # every label a whole value
+        assert shown == sorted(shown) and len(shown) >= 2, axis
+        (note,) = [x for text, x in axis["notes"] if text == "typical error"]
+        low, high = axis["range"]  # log10 units, as the annotation's x
+        assert low <= note <= high, axis
+
+        nav(page, "Inspect")
+        main = page.locator('[data-testid="stMain"]')
+        main.get_by_text(re.compile("open one from the Samples page")).wait_for()
+        assert "nothing to draw" not in main.inner_text()
+
+        nav(page, "Overview")
+        page.get_by_role("button", name=re.compile("Inspect the worst sample")).click()
+        page.get_by_role("heading", name="Inspect an output").wait_for()
+        settle(page)
+        main.get_by_text(re.compile(r"^sample \d+ · output ")).first.wait_for()
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
+        shot(page, "samples-worst-from-overview")
     finally:
         page.context.close()
 
 
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory) -> Path:
-    """`parity sweep` over the float16 file and the buggy copy, one pair each."""
+    """`parity sweep` over the float16 file and the buggy copy, one pair each, and the buggy
+    copy again at a tolerance loose enough to pass it ("loose")."""
     from parity.cli import main
     from tests.helpers.sweep_zoo import write_manifest
 
     zoo = tmp_path_factory.mktemp("intended_sweep")
     _exports(zoo)
+    (zoo / "loose.json").write_text('{"default": {"atol": 10, "rtol": 0}}')
     common = ["--model", "demo:fp16", "--noise-floor", "--input-sets", "1", "--onnx"]
     manifest = write_manifest(
         zoo, [{"name": "fp16", "args": [*common, "fp16.onnx"]},
-              {"name": "bug", "args": [*common, "bug.onnx"]}],
+              {"name": "bug", "args": [*common, "bug.onnx"]},
+              {"name": "loose", "args": [*common, "bug.onnx", "--tolerances", "loose.json"]}],
     )  # fmt: skip
     out = zoo / "out"
     assert main(["sweep", str(manifest), "--out", str(out), "--workers", "2"]) == 1
@@ -248,15 +312,25 @@ def test_the_sweep_names_the_float16_pair_by_its_cause(sweep_dir, chromium, app_
         page.get_by_role("heading", name="Sweep", exact=True).wait_for()
         settle(page)
         said = page.locator('[data-testid="stMain"]').inner_text()
-        assert "2 pair(s): 0 pass, 2 fail (1 only by what its file was meant to do)" in said
+        # a pass whose report found a bug its tolerance hides is red and counted so (it was
+        # a green "✓ pass" beside the same file's red fail)
+        assert (
+            "3 pair(s): 1 pass (1 with a bug the tolerance hides), "
+            "2 fail (1 only by what its file was meant to do)"
+        ) in said, said
         tables = page.locator('[data-testid="stDataFrame"]')
         pairs = _rows(tables.nth(0))
         verdicts = {r[0]: r[1] for r in pairs[1:]}
-        assert verdicts == {"fp16": "≈ fail: float16 rounding", "bug": "✗ fail"}
+        assert verdicts == {
+            "fp16": "≈ fail: float16 rounding",
+            "bug": "✗ fail",
+            "loose": "✗ pass: a bug the tolerance hides",
+        }
         grid = _rows(tables.nth(1))
         by_pair = {r[0]: r[1:] for r in grid[1:]}
         assert all(c.startswith("≈ float16 rounding ") for c in by_pair["fp16"]), by_pair
         assert all(c.startswith("✗ fail ") for c in by_pair["bug"]), by_pair
+        assert any(c.startswith("✗ pass: a bug the tolerance hides") for c in by_pair["loose"])
         shot(page, "intended-sweep")
     finally:
         page.context.close()

@@ -252,3 +252,65 @@ def test_a_finding_of_one_of_several_files_names_its_file(exports: Exports) -> N
     assert "1 fail (1 output, 1 input set)" in page  # never "1 outputs"
     label = html.escape(run.candidates[1].label, quote=True)
     assert f"<li class='finding bug'>{label}: " in page and f"{label}: {label}" not in page
+
+
+def test_by_default_a_bug_a_loosened_tolerance_passes_is_said(exports: Exports) -> None:
+    """Issue 60: no --noise-floor, a --tol that passes the planted bug: the default floor
+    measures the rows that pass only at a loosened tolerance, so the bug is said, and the
+    headline never says "matches" above it."""
+    from parity.show.findings import HIDDEN_BY_TOLERANCE
+    from parity.show.summary import headline
+
+    run = validate(exports.model, exports.bug, input_sets=1, tolerances={"activations": 0.1})
+    assert run.passed
+    (bug,) = [f for f in run.findings if f.kind == "bug"]
+    assert bug.text.startswith(f"activations: {HIDDEN_BY_TOLERANCE}"), run.findings
+    assert headline(run).startswith(
+        "Every output is within the tolerances set, but activations passes only because of its"
+    ), headline(run)
+    clean = validate(exports.model, exports.clean, input_sets=1, tolerances={"activations": 0.1})
+    assert not [f for f in clean.findings if f.kind == "bug"]  # rounding: nothing hidden
+    assert headline(clean).startswith("The export matches")
+
+
+def test_beside_a_float16_file_a_float32_bug_is_said_and_each_finding_names_its_file(
+    tmp_path: Path, capsys
+) -> None:
+    """Two files side by side, a float16 one and a float32 one with a bug: the default floor
+    skipped the whole run for the float16 file, leaving the bug unexplained under "logits:
+    float16 rounding, not a bug"; the terminal's findings did not say which file each was."""
+    from parity.cli import main
+    from parity.load.demos import SHIPPED_DIR
+    from tests.helpers.plant_bug import plant
+
+    fp16 = next(Path(SHIPPED_DIR).glob("fp16-*.onnx"))
+    bug = tmp_path / "bug.onnx"
+    plant(next(Path(SHIPPED_DIR).glob("transformer-*.onnx")), bug, "node_linear_3", "bias", 3e-3)
+    args = ["validate", "--model", "demo:fp16", "--onnx", str(fp16), "--onnx", str(bug)]
+    assert main([*args, "--input-sets", "1"]) == 1
+    found = capsys.readouterr().out.split("What we found:")[1]
+    lines = [line for line in found.splitlines() if line.startswith("  - #")]
+    assert any(line.startswith(f"  - #0 {fp16.name} ") and "float16" in line for line in lines)
+    said = [line for line in lines if line.startswith("  - #1 bug.onnx ")]
+    assert said and all("bug in the export" in line for line in said), found
+    # at a tolerance both pass: the bug is said, and the headline does not say "matches"
+    html = tmp_path / "report.html"
+    assert main([*args, "--input-sets", "1", "--atol", "0.05", "--html", str(html)]) == 0
+    found = capsys.readouterr().out.split("What we found:")[1]
+    assert "  - #1 bug.onnx (CPU, all): last_hidden_state: a bug the tolerance hides" in found
+    assert (
+        "Every one of the 2 ONNX candidates is within the tolerances set, but #1 bug.onnx "
+        "(CPU, all) passes only because of the tolerance: Parity found a bug."
+    ) in html.read_text()
+
+
+def test_a_note_that_starts_with_a_name_keeps_its_case() -> None:
+    """Technical notes start as sentences, but "onnx.checker: ..." read "Onnx.checker"."""
+    from parity.text import sentence_start
+
+    note = "onnx.checker: nodes must be sorted"
+    assert sentence_start(note) == note
+    assert sentence_start("node_linear_3 is fused") == "node_linear_3 is fused"
+    assert sentence_start("the file, as given") == "The file, as given"
+    assert sentence_start("ONNX Runtime ran") == "ONNX Runtime ran"
+    assert sentence_start("") == ""

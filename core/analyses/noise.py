@@ -4,10 +4,13 @@ judged against the reference run again in float64, and at a 16-bit candidate's p
 be measured for any output is said (an analysis asked for is never silently absent).
 
 By default (no --noise-floor, no other analysis, `RunConfig.noise_floor_default`), a run
-whose float32 outputs fail gets the floor after its cases, on its smallest failing input sets
-(at most DEFAULT_SETS, by input elements), where the torch model has at most
-DEFAULT_PARAMETERS parameters and its float64 copy fits --max-memory: a correct export
-failing a tight atol then says "float32 rounding, not a bug" instead of an unexplained FAIL.
+whose float32 outputs fail, or pass only at a tolerance looser than the default, gets the
+floor after its cases, on its smallest such input sets (at most DEFAULT_SETS, by input
+elements), where the torch model has at most DEFAULT_PARAMETERS parameters and its float64
+copy fits --max-memory: a correct export failing a tight atol then says "float32 rounding,
+not a bug" instead of an unexplained FAIL, and a bug a loosened tolerance passes is said
+(parity.show.findings). Only the float32 candidates are measured: a 16-bit or int8 file beside
+them has its own explanation (its floor is --noise-floor's), and leaves theirs unchanged.
 Decided from the model's size and the run's memory budget, never from a wall-clock time: the
 same run explains itself the same way on a fast machine and a slow one. What it measured is
 the run's done note; --no-noise-floor turns it off."""
@@ -107,7 +110,7 @@ def _measured_by_default(
     run: ValidationRun, context: AnalysisContext, name: str, *, for_cause: bool = False
 ) -> ValidationRun:
     """The floor on the smallest failing input sets (module doc); the run unchanged when
-    nothing fails in float32, a candidate is not float32 throughout, the model is over
+    nothing fails in float32, no candidate is float32 throughout, the model is over
     DEFAULT_PARAMETERS (or its size is unknown) or its float64 copy is past --max-memory.
     `for_cause` (the verdict by cause): every set where an output fails, or passes only at a
     tolerance looser than the default, whatever the model's size: what it leaves unmeasured
@@ -115,7 +118,7 @@ def _measured_by_default(
     from parity.load.file_precision import output_precisions
     from parity.run.noise_floor_runs import parameter_count
 
-    failing = sorted({c.input_set for c in run.outputs if _needs_floor(c, for_cause)})
+    failing = sorted({c.input_set for c in run.outputs if _needs_floor(c)})
     cases = {c.input_set.index: c for c in run.cases}
     if not failing or any(cases.get(i) is None or cases[i].reference is None for i in failing):
         return run
@@ -127,8 +130,11 @@ def _measured_by_default(
         precisions = {c.index: output_precisions(c.info.onnx) for c in run.candidates}
     except Exception:  # the file's precision unknown: no floor said by default
         return run
-    if any(p.precision != "float32" for f in precisions.values() for p in f.values()):
-        return run  # a 16-bit or int8 file: its floor is --noise-floor's to measure
+    # a 16-bit or int8 file: its floor is --noise-floor's to measure; the float32 ones beside it
+    wide = {i for i, f in precisions.items() if all(p.precision == "float32" for p in f.values())}
+    failing = sorted({c.input_set for c in run.outputs if c.candidate in wide and _needs_floor(c)})
+    if not failing:
+        return run
     signature = run.signature
     if signature is None:  # no candidate was read: nothing to run in float64
         return run
@@ -149,7 +155,7 @@ def _measured_by_default(
         if arrays is None:
             break
         measured.append(index)
-        rows = _judged(rows, run, case, arrays, how, precisions)
+        rows = _judged(rows, run, case, arrays, how, {i: precisions[i] for i in wide})
     if not measured:
         return run
     run = run.with_rows(rows)
@@ -164,21 +170,20 @@ def _measured_by_default(
         return noted(run, name, text)
     size = f"a model of {parameters:,} parameters" if parameters is not None else "a model"
     text = (
-        f"measured without --noise-floor because outputs failed: torch in float64 on input "
+        f"measured without --noise-floor because outputs failed (or passed only at a loosened "
+        f"tolerance): torch in float64 on input "
         f"set{plural} {sets} ({size}; up to {DEFAULT_PARAMETERS:,} get it by default); "
         "--no-noise-floor turns it off"
     )
     return noted(run, name, text)
 
 
-def _needs_floor(c: OutputComparison, for_cause: bool) -> bool:
-    """A float32 row the floor should explain: it fails; for the verdict by cause, also one
-    that passes only at a tolerance looser than the default (a bug it may hide)."""
+def _needs_floor(c: OutputComparison) -> bool:
+    """A float32 row the floor should explain: it fails, or passes only at a tolerance looser
+    than the default (a bug it may hide: said by default too, not only by cause)."""
     if c.ref_dtype != "float32":
         return False
-    if c.status is Status.FAIL:
-        return True
-    return for_cause and c.passes_only_loosened
+    return c.status is Status.FAIL or c.passes_only_loosened
 
 
 def _elements(case: Any) -> int:
@@ -201,6 +206,8 @@ def _judged(
     position = [c.input_set.index for c in run.cases].index(index)
     new: dict[tuple[int, int, str], OutputComparison] = {}
     for view in run.candidates:
+        if view.index not in precisions:  # not float32 throughout: not measured by default
+            continue
         mine = [r for r in rows if r.candidate == view.index and r.input_set == index]
         if not mine or position >= len(view.onnx_outputs):
             continue

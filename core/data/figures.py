@@ -22,9 +22,15 @@ def per_sample_figure(o: DataOutput) -> Any:
         e = np.asarray(edges)
         centres = np.sqrt(e[:-1] * e[1:])
         fig.add_bar(x=centres, y=list(counts), width=list(np.diff(e)), name="samples")
-        fig.update_xaxes(type="log")
+        ticks = _ticks(float(e[0]), float(e[-1]))
+        # whole values at 1-2-5 (plotly's own minor labels read "5 6 7 8 9 0.1 2 3")
+        fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{v:g}" for v in ticks])
     if o.typical_error and o.task == "classification":
-        fig.add_vline(x=o.typical_error, line_dash="dot", annotation_text="typical error")
+        fig.add_vline(x=o.typical_error, line_dash="dot")
+        fig.add_annotation(  # on a log axis an annotation's x is log10 of the value
+            x=float(np.log10(o.typical_error)) if counts else o.typical_error, y=1,
+            yref="paper", text="typical error", showarrow=False, xanchor="left", yanchor="bottom",
+        )  # fmt: skip
     measure = "1 - cosine" if o.task == "embedding" else "largest |onnx - torch| of the sample"
     fig.update_layout(
         title=f"{o.name}: error per sample ({o.samples} samples)",
@@ -35,6 +41,19 @@ def per_sample_figure(o: DataOutput) -> Any:
         showlegend=False,
     )
     return fig
+
+
+def _ticks(lo: float, hi: float) -> list[float]:
+    """The 1-2-5 values from `lo` to `hi` (positive), at least two: the axis's labels."""
+    if not (0 < lo < hi):
+        return []
+    values = [
+        float(f"{m}e{k}")
+        for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+        for m in (1, 2, 5)
+    ]
+    inside = [v for v in values if lo <= v <= hi]
+    return inside if len(inside) >= 2 else values
 
 
 def thumbnail(array: np.ndarray) -> np.ndarray | None:

@@ -535,11 +535,15 @@ def _failing_output(
         head += f"<p class='where'><b>Where:</b> {_e(where.summary)}</p>"
     arrays = _raw_pair(run, c) if kept else None
     if arrays is None:
-        reason = (
-            "raw outputs not kept"
-            if not kept
-            else "no element-wise view: the two sides cannot be compared element by element"
-        )
+        if not kept:
+            reason = "raw outputs not kept"
+        elif run.data is not None and any(a is None for a in run.arrays(c)):  # batches: not kept
+            reason = (
+                "no element-wise view: a run on your data keeps the values of its worst "
+                "samples, not of every batch (the dashboard's Samples page opens them)"
+            )
+        else:
+            reason = "no element-wise view: the two sides cannot be compared element by element"
         return f"{head}<p class='note'>{_e(reason)}.</p></article>"
     import parity.show.figures as figures
     import parity.show.reductions as views

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from parity.labels import INTENDED_MARK
 from parity.results import FindingKind, ValidationRun
+from parity.show.findings import HIDDEN_BY_TOLERANCE
 from parity.verdict import Verdict
 
 __all__ = [
@@ -39,6 +40,11 @@ INTENDED_WORDS = (
     "quantization, an approximation: no bug found)"
 )
 """The colour's legend, as every caption and report says it."""
+
+
+HIDDEN_BUG_MARKED = f"✗ pass: {HIDDEN_BY_TOLERANCE}"
+"""A cell of an output that passes only at a tolerance looser than the default while a
+finding calls it a bug (the sweep's tables): red, never a green pass."""
 
 
 def intended_label(kind: FindingKind, precision: str = "float32") -> str:

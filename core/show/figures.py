@@ -293,6 +293,12 @@ SQUARE_ASPECT = 3.0
 """Slices at most this far from square keep square cells; longer ones fill the box."""
 
 
+def whole_ticks(n: int) -> dict:
+    """A short index axis (at most 8 cells): ticks at whole indices only (plotly put 0.5
+    steps between 2 rows: "-0.5, 0, 0.5, 1, 1.5")."""
+    return {"tick0": 0, "dtick": 1} if n <= 8 else {}
+
+
 def heatmap_layout(view: SliceView, *, top: int, bottom: int, colorbar: int = 115) -> dict:
     """Axis and size settings that fill the width: square cells (and a figure as tall as
     the slice is, relative to its width) near square, free cells for long slices."""
@@ -306,9 +312,8 @@ def heatmap_layout(view: SliceView, *, top: int, bottom: int, colorbar: int = 11
     nr, nc = view.values.shape
     xaxis: dict = {"range": [-0.5, nc * view.col_factor - 0.5]}
     yaxis: dict = {"range": [nr * view.row_factor - 0.5, -0.5]}  # row 0 at the top
-    for axis, n in ((xaxis, cols), (yaxis, rows)):  # a short axis: ticks at whole indices
-        if n <= 8:
-            axis.update(tick0=0, dtick=1)
+    for axis, n in ((xaxis, cols), (yaxis, rows)):
+        axis.update(whole_ticks(n))
     if square:  # square cells, extra room left empty (never grey bands past the data)
         yaxis.update(scaleanchor="x", constrain="domain")
         xaxis.update(constrain="domain")
@@ -451,6 +456,9 @@ def slice_panels(
     )
     x_title, y_title = (plot_text(t) for t in error_view.axis_titles(names))
     fig.update_yaxes(autorange="reversed")
+    rows, cols = (max(1, n) for n in error_view.slice_shape)
+    fig.update_xaxes(whole_ticks(cols))
+    fig.update_yaxes(whole_ticks(rows))
     fig.update_yaxes(title_text=y_title, row=1, col=1)
     fig.update_xaxes(title_text=x_title)
     return fig

@@ -145,3 +145,9 @@ def _batches_view(run: ValidationRun) -> tuple[ValidationRun, str]:
 def _wrong_pair_line(run: ValidationRun) -> str:
     note = wrong_pair_note(run)
     return "" if note is None else f"\n{terminal_text(note[0].upper() + note[1:])}"
+
+
+def sample_name(sample: int, sample_id: str) -> str:
+    """A data sample as every page names it: ``sample 90``, with its id where that says more
+    than its number (a file's path, a row's key): ``sample 3 · cats/a.png``."""
+    return f"sample {sample}" + (f" · {sample_id}" if sample_id != str(sample) else "")

@@ -14,9 +14,9 @@ from parity.judge.pass_rule import RULE_TEXT
 from parity.results import Finding, FindingKind, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import judge_by_cause
-from parity.show.findings import run_findings
+from parity.show.findings import HIDDEN_BY_TOLERANCE, run_findings
 from parity.show.forgiven import forgiven, forgiven_text
-from parity.text import all_text, count_text, tolerance_text
+from parity.text import all_text, count_text, sentence_start, tolerance_text
 from parity.verdict import Judge, Verdict
 
 
@@ -69,6 +69,14 @@ def headline(run: ValidationRun) -> str:
     if run.judge is Judge.CAUSE:
         return _cause_headline(run, ref)
     if run.verdict is Verdict.PASS:
+        hidden = _hidden_bugs(run)
+        if hidden:  # one story: never "matches" above "a bug the tolerance hides"
+            names = ", ".join(hidden)
+            verb = "passes" if len(hidden) == 1 else "pass"
+            return (
+                f"Every output is within the tolerances set, but {names} {verb} only because "
+                f"of {'its' if len(hidden) == 1 else 'their'} tolerance: Parity found a bug."
+            )
         every = all_text(len(outputs), "output") + (" agrees" if len(outputs) == 1 else " agree")
         return f"The export matches {ref}: {every} within the allowed error on {sets}."
     failing = run.failing
@@ -91,6 +99,16 @@ def headline(run: ValidationRun) -> str:
         how = f"{'differs' if one else 'differ'} beyond the allowed error"
     said = "its output" if one else f"{len(failing)} of {count_text(len(outputs), 'output')}"
     return f"The export does not match {ref}: {said} {how}."
+
+
+def _hidden(run: ValidationRun) -> list[Finding]:
+    """The bug findings of outputs that pass only at a tolerance looser than the default."""
+    return [f for f in run.findings if f.kind is FindingKind.BUG and HIDDEN_BY_TOLERANCE in f.text]
+
+
+def _hidden_bugs(run: ValidationRun) -> list[str]:
+    """The outputs a bug finding says pass only at a tolerance looser than the default."""
+    return sorted({f.output for f in _hidden(run) if f.output})
 
 
 _CAUSE_WORDS = {
@@ -137,6 +155,14 @@ def _candidates_headline(run: ValidationRun, ref: str) -> str:
     bad = sum(v is not Verdict.PASS for v in verdicts)
     errors = sum(v is Verdict.ERROR for v in verdicts)
     if not bad:
+        labels = {c.index: c.label for c in run.candidates}
+        hiding = sorted({labels[f.candidate] for f in _hidden(run) if f.candidate in labels})
+        if hiding:  # one story: never "matches" above "a bug the tolerance hides"
+            verb = "passes" if len(hiding) == 1 else "pass"
+            return (
+                f"Every one of the {n} ONNX candidates is within the tolerances set, but "
+                f"{', '.join(hiding)} {verb} only because of the tolerance: Parity found a bug."
+            )
         return f"Every one of the {n} ONNX candidates matches {ref} within the allowed error."
     could_not = f" ({errors} could not be run)" if errors else ""
     return f"{bad} of {n} ONNX candidates do not match {ref}{could_not}."
@@ -169,7 +195,7 @@ def candidate_notes(run: ValidationRun) -> list[str]:
     candidate's label in a run with several."""
     many = run.is_multi_candidate
     return [
-        f"{info.label}: {note}" if many else f"{note[0].upper()}{note[1:]}"
+        f"{info.label}: {note}" if many else sentence_start(note)
         for info in run.infos
         for note in info.notes
         if note

@@ -32,6 +32,8 @@ class OutputCell:
     max_abs: float | None
     # the cause's label where it fails by what the file meant (the report's `intended`)
     intended: str = ""
+    # it passes only at a tolerance looser than the default, and a finding says it is a bug
+    hidden_bug: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ class SweepFolder:
             return ""
         labels = [cells[n].intended if n in cells else "" for n in pair.failing]
         return ", ".join(sorted(set(labels))) if all(labels) else ""
+
+    def hidden_bugs(self, name: str) -> list[str]:
+        """The outputs of pair `name` that pass only because of their tolerance while its
+        report's findings call them a bug (parity.show.findings.HIDDEN_BY_TOLERANCE)."""
+        return [o for o, cell in self.outputs.get(name, {}).items() if cell.hidden_bug]
 
     def saved_run(self, name: str) -> Path | None:
         pair = next((p for p in self.pairs if p.name == name), None)
@@ -127,6 +134,7 @@ def _cells(report_path: Path) -> dict[str, OutputCell]:
     except FieldError:
         return {}
     intended = _intended(report)
+    hidden = _hidden(report)
     by_name: dict[str, list] = {}
     for row in rows:
         by_name.setdefault(row.name, []).append(row)
@@ -134,8 +142,22 @@ def _cells(report_path: Path) -> dict[str, OutputCell]:
     for name, mine in by_name.items():
         merged = merge(mine)
         label = intended.get(name, "") if merged.status == "fail" else ""
-        cells[name] = OutputCell(str(merged.status), merged.max_abs, label)
+        cells[name] = OutputCell(str(merged.status), merged.max_abs, label, name in hidden)
     return cells
+
+
+def _hidden(report: object) -> set[str]:
+    """Outputs the report's findings call a bug that a loosened tolerance passes."""
+    from parity.show.findings import HIDDEN_BY_TOLERANCE
+
+    entries = report.get("findings") if isinstance(report, dict) else None
+    found = entries if isinstance(entries, list) else []
+    return {
+        e["output"]
+        for e in found
+        if isinstance(e, dict) and e.get("kind") == "bug" and isinstance(e.get("output"), str)
+        and HIDDEN_BY_TOLERANCE in str(e.get("text", ""))
+    }  # fmt: skip
 
 
 def _intended(report: object) -> dict[str, str]:
