@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from parity.data.result import DataOutput
+from parity.text import number_pair_text
 
 
 def per_sample_figure(o: DataOutput) -> Any:
@@ -22,9 +23,8 @@ def per_sample_figure(o: DataOutput) -> Any:
         e = np.asarray(edges)
         centres = np.sqrt(e[:-1] * e[1:])
         fig.add_bar(x=centres, y=list(counts), width=list(np.diff(e)), name="samples")
-        ticks = _ticks(float(e[0]), float(e[-1]))
-        # whole values at 1-2-5 (plotly's own minor labels read "5 6 7 8 9 0.1 2 3")
-        fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{v:g}" for v in ticks])
+        ticks, texts = _ticks(float(e[0]), float(e[-1]))
+        fig.update_xaxes(type="log", tickvals=ticks, ticktext=texts)
     if o.typical_error and o.task == "classification":
         fig.add_vline(x=o.typical_error, line_dash="dot")
         fig.add_annotation(  # on a log axis an annotation's x is log10 of the value
@@ -43,17 +43,23 @@ def per_sample_figure(o: DataOutput) -> Any:
     return fig
 
 
-def _ticks(lo: float, hi: float) -> list[float]:
-    """The 1-2-5 values from `lo` to `hi` (positive), at least two: the axis's labels."""
+def _ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """The axis's labels from `lo` to `hi` (positive): whole values at 1-2-5 (plotly's own
+    minor labels read "5 6 7 8 9 0.1 2 3"); where fewer than two lie inside (every sample's
+    error about the same: a bias moved by 6 makes each 6.0 give or take rounding), the
+    range's two ends, in as many digits as tell them apart."""
     if not (0 < lo < hi):
-        return []
+        return [], []
     values = [
         float(f"{m}e{k}")
         for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
         for m in (1, 2, 5)
     ]
     inside = [v for v in values if lo <= v <= hi]
-    return inside if len(inside) >= 2 else values
+    if len(inside) >= 2:
+        return inside, [f"{v:g}" for v in inside]
+    a, b = number_pair_text(lo, hi)
+    return [lo, hi], [a, b]
 
 
 def thumbnail(array: np.ndarray) -> np.ndarray | None:
