@@ -149,3 +149,11 @@ def wrong_pair_note(run: ValidationRun) -> str | None:
         f"paired with (by name, else by position) in any input set ({names}). Check that "
         "the ONNX file was exported from this model."
     )
+
+
+def set_noun(run: ValidationRun) -> str:
+    """What one of the run's input sets is, in words: a generate() step, a batch of the
+    user's samples (--data), else an input set (count_text / plural_text say several)."""
+    if run.is_generation:
+        return "step"
+    return "batch" if run.data is not None else "input set"

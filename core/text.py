@@ -124,8 +124,13 @@ def times_text(value: float) -> str:
 
 def count_text(n: int, noun: str) -> str:
     """``1 output``, ``2 outputs``, ``0 outputs``: a count with its noun in the right number
-    (nouns that take an -s; ``input set`` -> ``input sets``)."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+    (``input set`` -> ``input sets``, ``batch`` -> ``batches``)."""
+    return f"{n:,} {noun if n == 1 else plural_text(noun)}"
+
+
+def plural_text(noun: str) -> str:
+    """A regular noun's plural: ``output`` -> ``outputs``, ``batch`` -> ``batches``."""
+    return f"{noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{noun}s"
 
 
 def all_text(n: int, noun: str) -> str:
@@ -133,7 +138,7 @@ def all_text(n: int, noun: str) -> str:
     ``all 3 outputs`` (never "all 2 outputs" or "all 1 outputs")."""
     if n == 1:
         return f"the one {noun}"
-    return f"both {noun}s" if n == 2 else f"all {n:,} {noun}s"
+    return f"both {plural_text(noun)}" if n == 2 else f"all {n:,} {plural_text(noun)}"
 
 
 def shape_text(dims: Sequence[int] | None) -> str:

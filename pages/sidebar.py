@@ -7,7 +7,7 @@ import streamlit as st
 from parity.dashboard import state
 from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
-from parity.labels import verdict_label
+from parity.labels import set_noun, verdict_label
 from parity.results import ValidationRun
 from parity.show.cause_labels import CauseLook, run_cause
 from parity.show.colors import VERDICT_BADGE
@@ -61,7 +61,7 @@ def render_sidebar() -> None:
             )
             st.caption(
                 f"model {md_code(shown_path(run.model))}  \n{onnx}  \n"
-                f"{count_text(len(run.input_sets), 'input set')}, "
+                f"{_sets_text(run)}, "
                 f"{count_text(len(run.output_names), 'output')}, "
                 f"{count_text(n_fail, 'failing comparison')}"
             )
@@ -73,6 +73,12 @@ def render_sidebar() -> None:
         if failure is not None:
             st.caption(f":red[Last run failed:] {md_text(failure.message)}")
         open_saved_run_hook()
+
+
+def _sets_text(run: ValidationRun) -> str:
+    """``2 input sets``; a data run's ``597 samples in 10 batches``."""
+    sets = count_text(len(run.input_sets), set_noun(run))
+    return sets if run.data is None else f"{count_text(run.data.samples, 'sample')} in {sets}"
 
 
 def candidate_lines(run: ValidationRun) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from playwright.sync_api import expect
 
 from tests.helpers.browser import RUN_TIMEOUT_MS, nav, open_page, settle, settle_loaded, shot
 
@@ -100,7 +101,10 @@ def test_a_run_on_your_data_from_the_form(case, chromium, app_url) -> None:
         sidebar = page.locator('[data-testid="stSidebar"]')  # the new run is the current one
         sidebar.get_by_text(re.compile(r"digits\.pt2$")).wait_for(timeout=RUN_TIMEOUT_MS)
         settle(page)
-        assert "FAIL" in sidebar.inner_text()
+        said = sidebar.inner_text()
+        assert "FAIL" in said
+        batches = -(-case.samples // 64)
+        assert f"{case.samples} samples in {batches} batches" in said, said  # not "input sets"
         shot(page, "data-form-ran")
         nav(page, "Overview")
         main = page.locator('[data-testid="stMain"]')
@@ -115,8 +119,8 @@ def test_a_run_on_your_data_from_the_form(case, chromium, app_url) -> None:
         page.reload()
         settle_loaded(page)
         box = page.get_by_role("textbox", name=re.compile("^Data set"))
-        assert box.input_value() == str(case.npz)  # Run makes the same run again
+        expect(box).to_have_value(str(case.npz), timeout=20_000)  # Run makes the same run
         labels = page.get_by_role("textbox", name=re.compile("^Labels"))
-        assert labels.input_value() == str(case.labels)
+        expect(labels).to_have_value(str(case.labels), timeout=20_000)
     finally:
         page.context.close()

@@ -6,7 +6,7 @@ A single-candidate run keeps parity.show.format's per-output table; this is the 
 
 from __future__ import annotations
 
-from parity.labels import WORST_WORDS, status_label, verdict_label, worst_first
+from parity.labels import WORST_WORDS, set_noun, status_label, verdict_label, worst_first
 from parity.results import CandidateInfo, OutputComparison, Status, ValidationRun
 from parity.show.cause_labels import intended_outputs, run_cause
 from parity.show.format import format_failure, format_input_sets, run_head
@@ -64,7 +64,7 @@ def candidate_verdict_text(run: ValidationRun, info: CandidateInfo) -> str:
 
 def overall_verdict_text(run: ValidationRun) -> str:
     infos = run.infos
-    unit = "step" if run.is_generation else "input set"
+    unit = set_noun(run)
     n_sets = len(run.input_sets)
     size = (
         f"{len(infos)} candidates × {len(run.output_names)} output(s) × {n_sets} {unit}"

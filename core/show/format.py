@@ -4,7 +4,7 @@ string from a file (names, paths, messages) is one field of text (parity.text.te
 from __future__ import annotations
 
 from parity.judge.where import WhereProfile, where_of
-from parity.labels import status_label, worst_first, wrong_pair_note
+from parity.labels import set_noun, status_label, worst_first, wrong_pair_note
 from parity.results import OutputComparison, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import cause_line
@@ -34,7 +34,7 @@ def format_verdict(run: ValidationRun) -> str:
     """The terminal's last line: the verdict, by tolerance or by cause (parity.show.cause)."""
     if run.judge is Judge.CAUSE and run.verdict is not Verdict.ERROR:
         return cause_line(run)
-    unit = "step" if run.is_generation else "input set"
+    unit = set_noun(run)
     size = f"{_count(len(run.output_names), 'output')} × {_count(len(run.input_sets), unit)}"
     failing = [c for c in run.verdict_rows if not c.status.passed]
     answers = run.answer_criteria  # --min-agreement: judged on the samples' answers

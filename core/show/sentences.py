@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 from parity.judge.ratio import comparison_ratio
 from parity.judge.where import WhereProfile
-from parity.labels import worst_first
+from parity.labels import set_noun, worst_first
 from parity.results import OutputComparison, Status, ValidationRun
 from parity.show.cause_labels import intended_outputs
 from parity.text import (
     number_pair_text,
     number_text,
     percent_text,
+    plural_text,
     shape_text,
     times_text,
     tolerance_text,
@@ -107,7 +108,7 @@ def output_facts(
     elements (12.1%) at atol 1e-05, rtol 0`` / ``Worst: off by 0.481 (reference 0.5, ONNX
     0.019), 48,100 times the allowed error`` / ``Where: all 248 mismatches lie along ...`` /
     ``Other failing sets: the same holds in set 1``."""
-    unit = "steps" if run.is_generation else "input sets"
+    unit = plural_text(set_noun(run))
     mine = [x for x in run.candidate(c.candidate).outputs if x.name == c.name]
     n_sets = len({x.input_set for x in mine})
     n_failing = len({x.input_set for x in mine if not x.status.passed})

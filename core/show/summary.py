@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parity.judge.pass_rule import RULE_TEXT
+from parity.labels import set_noun
 from parity.results import Finding, FindingKind, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import judge_by_cause
@@ -65,7 +66,7 @@ def headline(run: ValidationRun) -> str:
         why = f": {info.error}" if info.error else ""
         return f"Parity could not run the ONNX file{why}."
     outputs = run.output_names
-    sets = count_text(len(run.input_sets), "input set")
+    sets = count_text(len(run.input_sets), set_noun(run))
     if run.judge is Judge.CAUSE:
         return _cause_headline(run, ref)
     if run.verdict is Verdict.PASS:
