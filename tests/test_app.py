@@ -254,7 +254,8 @@ def test_tolerance_slider_rejudges_fp16_to_pass_and_suggest_gives_passing_json()
     assert not at.exception
     assert "FAIL" in _markdown(at)
     table = _table(at, "min atol to pass")
-    assert (table["status"] == "✗ fail").any()
+    # fails atol 1e-5, said as what it is: the file's own float16 rounding (amber), no bug
+    assert (table["status"] == "≈ float16 rounding").all(), table["status"]
     at.select_slider(key="tol_atol").set_value(0.1).run()
     assert not at.exception
     assert "PASS" in _markdown(at)
