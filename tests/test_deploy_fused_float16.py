@@ -30,7 +30,7 @@ from parity.results import FindingKind, ValidationRun
 from parity.run.hf_options import HfOptions
 from parity.verdict import Judge
 from tests.helpers.deploy_matrix import record, right
-from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_models import PROMPTS, randomized
 from tests.helpers.plant_bug import plant, scale_for_error
 
 pytestmark = pytest.mark.slow  # exports and fuses a transformers model
@@ -61,20 +61,6 @@ class Fused:
     pairs: dict[bool, Pair]
 
 
-def _randomized(model):
-    """Every parameter random (LayerNorm weights near 1, biases small and not 0)."""
-    import torch
-
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            small = "bias" in name or "LayerNorm" in name
-            p.copy_(torch.randn_like(p) * (0.1 if small else 0.5))
-            if "LayerNorm.weight" in name:
-                p.add_(1.0)
-    return model.eval()
-
-
 def _run(bert_dir: str, path: Path, **kw) -> ValidationRun:
     config = RunConfig(model=f"hf:{bert_dir}", onnx=str(path), hf=HfOptions(prompts=PROMPTS), **kw)
     return run_validation(config)
@@ -92,7 +78,7 @@ def fused(tmp_path_factory) -> Fused:
         vocab_size=96, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=HEADS,
         intermediate_size=64, max_position_embeddings=64,
     )  # fmt: skip
-    bert_dir = save_text_model(_randomized(transformers.BertModel(config)), root / "bert")
+    bert_dir = save_text_model(randomized(transformers.BertModel(config)), root / "bert")
     raw = optimum_export(bert_dir, root / "raw", "feature-extraction")
     pairs = {}
     for keep_io in (True, False):

@@ -25,7 +25,7 @@ from parity.pipeline import RunConfig, run_validation
 from parity.results import FindingKind, ValidationRun
 from parity.run.hf_options import HfOptions
 from tests.helpers.deploy_matrix import record, right
-from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_models import PROMPTS, randomized
 
 pytestmark = pytest.mark.slow  # exports and optimizes a transformers model
 
@@ -41,21 +41,6 @@ class Deploy:
     o3_bug: Path  # -O3 with layer 1's q/k/v weight wrong
     fp16: Path  # ONNX Runtime's fused BERT converted to float16 (I/O float32)
     fp16_bug: Path  # ... with layer 1's q/k/v weight wrong
-
-
-def _randomized(model):
-    """Every parameter random (biases and LayerNorm weights too: a fresh model's are 0 and 1,
-    which an optimizer may fold away; a moved bias must change the numbers)."""
-    import torch
-
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            small = "bias" in name or "LayerNorm" in name
-            p.copy_(torch.randn_like(p) * (0.1 if small else 0.5))
-            if "LayerNorm.weight" in name:
-                p.add_(1.0)
-    return model.eval()
 
 
 def _planted(src: Path, dst: Path, factor: float = 1.05) -> None:
@@ -87,7 +72,7 @@ def deploy(tmp_path_factory) -> Deploy:
         intermediate_size=64,
         max_position_embeddings=64,
     )
-    bert_dir = save_text_model(_randomized(transformers.BertModel(config)), root / "bert")
+    bert_dir = save_text_model(randomized(transformers.BertModel(config)), root / "bert")
     raw = optimum_export(bert_dir, root / "raw", "feature-extraction")
     optimized = {}
     for level in LEVELS:

@@ -25,7 +25,7 @@ from parity.layers.result import LayersResult, LayerStatus, LayerValue, Outcome
 from parity.pipeline import RunConfig, run_validation
 from parity.results import FindingKind
 from parity.run.hf_options import HfOptions
-from tests.helpers.hf_models import PROMPTS
+from tests.helpers.hf_models import PROMPTS, randomized
 
 pytestmark = pytest.mark.slow  # exports and optimizes transformers models
 
@@ -40,21 +40,6 @@ class Fused:
     bert_fp16: Path  # ... converted to float16 (inputs and outputs kept float32)
     gpt2_dir: str
     gpt2: Path
-
-
-def _randomized(model, weight_std: float = 0.5):
-    """Every parameter random (biases and LayerNorm weights too: a fresh model's are 0 and 1,
-    which the exporter deduplicates and a moved bias would not change)."""
-    import torch
-
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            small = "bias" in name or "LayerNorm" in name
-            p.copy_(torch.randn_like(p) * (0.1 if small else weight_std))
-            if "LayerNorm.weight" in name or name.endswith(("ln_1.weight", "ln_2.weight")):
-                p.add_(1.0)
-    return model.eval()
 
 
 def _optimized(
@@ -86,7 +71,7 @@ def fused(tmp_path_factory) -> Fused:
         intermediate_size=64,
         max_position_embeddings=64,
     )
-    bert_dir = save_text_model(_randomized(transformers.BertModel(config)), root / "bert")
+    bert_dir = save_text_model(randomized(transformers.BertModel(config)), root / "bert")
     raw = optimum_export(bert_dir, root / "bert_raw", "feature-extraction")
     bert = root / "bert_fused.onnx"
     opt = _optimized(raw, bert, "bert")
@@ -99,7 +84,7 @@ def fused(tmp_path_factory) -> Fused:
     gconfig = transformers.GPT2Config(
         vocab_size=96, n_embd=HIDDEN, n_layer=2, n_head=HEADS, n_positions=64, **SPECIAL
     )
-    gpt2_dir = save_model(_randomized(transformers.GPT2LMHeadModel(gconfig)), root / "gpt2")
+    gpt2_dir = save_model(randomized(transformers.GPT2LMHeadModel(gconfig)), root / "gpt2")
     graw = optimum_export(gpt2_dir, root / "gpt2_raw", "text-generation-with-past")
     gpt2 = root / "gpt2_fused.onnx"
     gopt = _optimized(graw, gpt2, "gpt2")

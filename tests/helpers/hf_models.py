@@ -40,6 +40,22 @@ def make_tokenizer(
     )
 
 
+def randomized(model, weight_std: float = 0.5):
+    """Every parameter random, seeded (biases and LayerNorm weights too: a fresh model's are
+    0 and 1, which an exporter or optimizer may fold away and a moved bias would not
+    change); LayerNorm weights near 1, biases small and not 0. In eval mode."""
+    import torch
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            small = "bias" in name or "LayerNorm" in name
+            p.copy_(torch.randn_like(p) * (0.1 if small else weight_std))
+            if "LayerNorm.weight" in name or name.endswith(("ln_1.weight", "ln_2.weight")):
+                p.add_(1.0)
+    return model.eval()
+
+
 def save_model(model, directory: Path) -> str:
     model.save_pretrained(directory)
     make_tokenizer().save_pretrained(directory)
