@@ -152,8 +152,10 @@ def wrong_pair_note(run: ValidationRun) -> str | None:
 
 
 def set_noun(run: ValidationRun) -> str:
-    """What one of the run's input sets is, in words: a generate() step, a batch of the
-    user's samples (--data), else an input set (count_text / plural_text say several)."""
-    if run.is_generation:
-        return "step"
+    """What one of the run's input sets is, in words: a generate() step (an encoder's
+    captured forward call), a batch of the user's samples (--data), else an input set
+    (count_text / plural_text say several)."""
+    if run.generation is not None:
+        encoder = run.generation.summary.get("kind") == "encoder"
+        return "captured call" if encoder else "step"
     return "batch" if run.data is not None else "input set"

@@ -22,7 +22,7 @@ from parity.dashboard.text import md_code, md_text
 from parity.dashboard.uploads import shown_path
 from parity.dashboard.where_views import failing_sentences
 from parity.judge.pass_rule import ALLOWED_TEXT
-from parity.labels import WORST_WORDS, worst_first
+from parity.labels import WORST_WORDS, set_noun, worst_first
 from parity.load.provider_precision import precision_notes
 from parity.results import OutputComparison, ValidationRun
 from parity.show.cause_labels import INTENDED_WORDS
@@ -31,6 +31,7 @@ from parity.show.format import sample_name
 from parity.show.rows import comparison_rows
 from parity.show.sentences import failing_outputs
 from parity.show.summary import headline, notes
+from parity.text import plural_text, sentence_start
 
 
 def comparison_frame(run: ValidationRun) -> pd.DataFrame:
@@ -173,7 +174,7 @@ def page() -> None:
             "excludes (padding) are never attended: they are counted apart, not judged."
         )
         st.code(format_hf_summary(run), language=None)
-    st.subheader("Steps × outputs" if is_llm else "Input sets × outputs")
+    st.subheader(f"{sentence_start(plural_text(set_noun(run)))} × outputs")
     st.caption(
         f"Colour: the worst error ÷ allowed error ({ALLOWED_TEXT}), the same scale in every "
         f"run: greens pass (yellow close to the line), reds fail, {INTENDED_WORDS}, purple "

@@ -88,6 +88,9 @@ def test_train_mode_is_a_bug_at_every_level_and_layers_name_the_nodes(bert_in_tr
 
     title = verdict_grid(disabled).layout.title.text
     assert title.startswith("captured calls × outputs"), title  # an encoder: no generate()
+    from parity.show.format import format_verdict
+
+    assert "× 1 captured call" in format_verdict(disabled), format_verdict(disabled)  # not step
 
     default = run_validation(RunConfig(model=f"hf:{directory}", onnx=onnx_path))
     assert default.verdict == "pass"  # ONNX Runtime's optimiser removed the Dropouts

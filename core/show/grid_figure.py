@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from parity.labels import set_label
+from parity.labels import set_label, set_noun
 from parity.results import OutputComparison, ValidationRun
 from parity.show.cause_labels import intended_outputs
 from parity.show.colors import (
@@ -20,7 +20,7 @@ from parity.show.colors import (
     STRUCTURAL_COLOR,
     cell_look,
 )
-from parity.text import plot_text
+from parity.text import plot_text, plural_text
 
 __all__ = ["GridCell", "judgement_grid", "verdict_grid"]
 
@@ -162,9 +162,7 @@ def verdict_grid(run: ValidationRun) -> go.Figure:
 
 
 def _rows_name(run: ValidationRun) -> str:
-    """What the rows are: an encoder's captured forwards are no generate() steps."""
-    if run.generation is None:
-        return "input sets"
-    return (
-        "captured calls" if run.generation.summary.get("kind") == "encoder" else "generate() steps"
-    )
+    """What the rows are (labels.set_noun): an encoder's captured forwards are no
+    generate() steps."""
+    noun = set_noun(run)
+    return "generate() steps" if noun == "step" else plural_text(noun)
