@@ -29,7 +29,6 @@ from parity.judge.suggest import (
     has_noise,
     ladder,
     pooled_mismatch_curve,
-    suggest_noise_tolerances,
     suggestion_lines,
     with_value,
 )
@@ -144,9 +143,10 @@ def noise_suggestion(judged: ValidationRun, margin: float) -> None:
     input sets before it is applied; none for an output with a bug finding."""
     if not has_noise(judged):
         return
-    k = suggest_noise_tolerances(judged).k  # the fit only: its check runs on click
+    # no k on the button: the fit's k can be raised by the check on fresh input sets (a
+    # button said "2×" above the "5×" it applied)
     st.button(
-        f"Suggest {k:g}× rounding noise", icon=":material/blur_on:", on_click=_suggest,
+        "Suggest from the rounding noise", icon=":material/blur_on:", on_click=_suggest,
         args=(judged, "rounding", margin), key=state.TOL_SUGGEST_NOISE,
         help="Per output: atol = k × torch's own error at the file's precision (against torch "
         f"run again in float64), rtol 0; k the smallest of {MULTIPLES} that passes every "
