@@ -295,3 +295,28 @@ def test_report_numbers_never_wrap_mid_token_in_a_narrow_window(
     finally:
         context.close()
     assert broken == []
+
+
+@pytest.mark.browser
+def test_a_candidates_notes_wrap_inside_the_page(chromium, tmp_path: Path) -> None:
+    """Two float16 files side by side: the candidates table's notes (ONNX Runtime's float32
+    fallback, a long sentence) wrap in their column; the table never widens the page."""
+    from parity.cli import main
+    from parity.load.demos import SHIPPED_DIR
+
+    fp16 = next(Path(SHIPPED_DIR).glob("fp16-*.onnx"))
+    copy = tmp_path / "copy.onnx"
+    copy.write_bytes(fp16.read_bytes())
+    report = tmp_path / "r.html"
+    args = ["validate", "--model", "demo:fp16", "--onnx", str(fp16), "--onnx", str(copy)]
+    main([*args, "--input-sets", "1", "--html", str(report)])
+    assert "float16 nodes in float32" in report.read_text()  # the premise: a long note
+    context = chromium.new_context(viewport={"width": 1100, "height": 800})
+    try:
+        page = context.new_page()
+        page.goto(report.resolve().as_uri())
+        page.locator("table.candidates").wait_for()
+        wide = page.evaluate("document.documentElement.scrollWidth")
+    finally:
+        context.close()
+    assert wide <= 1100, wide

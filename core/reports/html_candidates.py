@@ -96,7 +96,7 @@ def candidates_section(run: ValidationRun, figure_html: Callable[[object, str], 
     )
     return (
         "<section><h2>Candidates</h2>"
-        f"<table class='candidates'>{head}{''.join(rows)}</table>"
+        f"<div class='scroll'><table class='candidates'>{head}{''.join(rows)}</table></div>"
         f"<h3>Outputs × candidates</h3><p>{_e(note)}</p>"
         f"<div class='scroll'><table class='side'>{side_head}{''.join(side_rows)}</table></div>"
         f"{figure_html(candidates_grid(run), 'grid')}</section>"

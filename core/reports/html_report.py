@@ -689,6 +689,8 @@ white-space:nowrap}
 table.outputs{width:100%}table.outputs th{white-space:normal}
 table.outputs td:last-child{white-space:pre-line;min-width:200px;overflow-wrap:anywhere}
 table.kv td{white-space:normal;overflow-wrap:anywhere}
+table.candidates{width:100%}table.candidates td:last-child,table.candidates td.name{
+white-space:normal;min-width:160px;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 th{background:#f6f8fa}table.kv th{width:180px}
 tr.fail td.status{color:var(--fail);font-weight:700}tr.pass td.status{color:var(--pass)}
