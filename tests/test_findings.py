@@ -268,9 +268,23 @@ def test_by_default_a_bug_a_loosened_tolerance_passes_is_said(exports: Exports) 
     assert headline(run).startswith(
         "Every output is within the tolerances set, but activations passes only because of its"
     ), headline(run)
+    # its rows say the same: red "✗ pass: a bug the tolerance hides", never a green pass
+    from parity.show.cause_labels import HIDDEN_BUG_MARKED
+    from parity.show.rows import comparison_rows, output_rows
+
+    rows = [r for r in comparison_rows(run) if r.name == "activations"]
+    assert rows and all(r.cell("status", "marked") == HIDDEN_BUG_MARKED for r in rows)
+    (merged,) = [r for r in output_rows(run) if r.name == "activations"]
+    assert merged.cell("status", "marked") == HIDDEN_BUG_MARKED
+    others = [r for r in comparison_rows(run) if r.name != "activations"]
+    assert all(not r.hidden_bug for r in others)
+    page = render_html_report(run)
+    said = "<td class='name'>activations</td><td class='status'>pass: a bug the tolerance hides"
+    assert "<tr class='fail'><td>0</td>" + said in page
     clean = validate(exports.model, exports.clean, input_sets=1, tolerances={"activations": 0.1})
     assert not [f for f in clean.findings if f.kind == "bug"]  # rounding: nothing hidden
     assert headline(clean).startswith("The export matches")
+    assert not any(r.hidden_bug for r in comparison_rows(clean))
 
 
 def test_beside_a_float16_file_a_float32_bug_is_said_and_each_finding_names_its_file(

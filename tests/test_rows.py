@@ -60,7 +60,8 @@ def test_report_outputs_are_the_rows_as_json_with_the_contract_fields_in_order()
 
     from parity.show.rows import REPORT_KEYS, ComparisonRow
 
-    written = {f.name for f in fields(ComparisonRow)} - {"n_judged", "can_rejudge", "intended"}
+    elsewhere = {"n_judged", "can_rejudge", "intended", "hidden_bug"}  # findings say the last two
+    written = {f.name for f in fields(ComparisonRow)} - elsewhere
     assert set(REPORT_KEYS) == written
     first = outputs[0]
     assert first["status"] == "fail" and first["n_mismatch"] == 1 and first["ref_shape"] == [4]

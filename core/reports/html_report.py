@@ -242,9 +242,10 @@ def _outputs_table(run: ValidationRun) -> str:
 
 
 def _row_class(row: ComparisonRow) -> str:
-    """pass, fail, or intended (a failure the file meant: amber, parity.show.cause_labels)."""
+    """pass, fail, or intended (a failure the file meant: amber, parity.show.cause_labels);
+    a pass a finding calls a bug the tolerance hides is red."""
     if row.status.passed:
-        return "pass"
+        return "fail" if row.hidden_bug else "pass"
     return "intended" if row.intended and row.status is Status.FAIL else "fail"
 
 

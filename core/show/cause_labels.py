@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parity.labels import INTENDED_MARK
-from parity.results import FindingKind, ValidationRun
+from parity.results import Finding, FindingKind, ValidationRun
 from parity.show.findings import HIDDEN_BY_TOLERANCE
 from parity.verdict import Verdict
 
@@ -24,7 +24,10 @@ __all__ = [
     "INTENDED_MARK",
     "INTENDED_TEXT",
     "INTENDED_WORDS",
+    "HIDDEN_BUG_MARKED",
     "CauseLook",
+    "hidden_bug_findings",
+    "hidden_bugs",
     "intended_json",
     "intended_label",
     "intended_outputs",
@@ -44,7 +47,18 @@ INTENDED_WORDS = (
 
 HIDDEN_BUG_MARKED = f"✗ pass: {HIDDEN_BY_TOLERANCE}"
 """A cell of an output that passes only at a tolerance looser than the default while a
-finding calls it a bug (the sweep's tables): red, never a green pass."""
+finding calls it a bug (the sweep's and the run's tables): red, never a green pass."""
+
+
+def hidden_bug_findings(run: ValidationRun) -> list[Finding]:
+    """The bug findings of outputs that pass only at a tolerance looser than the default:
+    the rows, the headline and the sweep read these."""
+    return [f for f in run.findings if f.kind is FindingKind.BUG and HIDDEN_BY_TOLERANCE in f.text]
+
+
+def hidden_bugs(run: ValidationRun) -> set[tuple[int, str]]:
+    """(candidate, output) of each output a bug the tolerance hides (hidden_bug_findings)."""
+    return {(f.candidate or 0, f.output) for f in hidden_bug_findings(run) if f.output}
 
 
 def intended_label(kind: FindingKind, precision: str = "float32") -> str:

@@ -119,9 +119,14 @@ class ComparisonRow:
     # the cause's label where the output fails by what the file was meant to do
     # (parity.show.cause_labels: "float16 rounding"), else ""
     intended: str = ""
+    # it passes only at a tolerance looser than the default while a finding calls it a bug
+    # (parity.show.cause_labels.hidden_bugs): red, never a green pass
+    hidden_bug: bool = False
 
     @classmethod
-    def from_comparison(cls, c: OutputComparison, intended: str = "") -> ComparisonRow:
+    def from_comparison(
+        cls, c: OutputComparison, intended: str = "", hidden_bug: bool = False
+    ) -> ComparisonRow:
         s = c.stats
         return cls(
             input_set=c.input_set,
@@ -155,6 +160,7 @@ class ComparisonRow:
             message=c.message,
             candidate=c.candidate,
             intended=intended,
+            hidden_bug=hidden_bug,
         )
 
     # ------------------------------------------------------------------ derived values
@@ -211,6 +217,10 @@ class ComparisonRow:
             case "output":
                 return self.name
             case "status":
+                if self.hidden_bug and self.status.passed and style != "terminal":
+                    from parity.show.cause_labels import HIDDEN_BUG_MARKED as marked
+
+                    return {"marked": marked, "mark": "✗"}.get(style, marked.removeprefix("✗ "))
                 return status_label(self.status, style, self.intended)
             case "shape":
                 return self.shape_text()
@@ -244,11 +254,14 @@ class ComparisonRow:
 def comparison_rows(run: ValidationRun) -> tuple[ComparisonRow, ...]:
     """One row per comparison, in the run's order (row k is ``run.outputs[k]``), a failure
     named by its cause where it is intended (parity.show.cause_labels)."""
-    from parity.show.cause_labels import intended_outputs
+    from parity.show.cause_labels import hidden_bugs, intended_outputs
 
     intended = intended_outputs(run)
+    hidden = hidden_bugs(run)
     return tuple(
-        ComparisonRow.from_comparison(c, intended.get((c.candidate, c.name), ""))
+        ComparisonRow.from_comparison(
+            c, intended.get((c.candidate, c.name), ""), (c.candidate, c.name) in hidden
+        )
         for c in run.outputs
     )
 
@@ -303,6 +316,7 @@ def merge(rows: Sequence[ComparisonRow]) -> ComparisonRow:
         message=worst.message,
         candidate=worst.candidate,
         intended=worst.intended,
+        hidden_bug=any(r.hidden_bug for r in rows),
     )
 
 

@@ -15,7 +15,7 @@ from parity.labels import set_noun
 from parity.results import Finding, FindingKind, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import judge_by_cause
-from parity.show.findings import HIDDEN_BY_TOLERANCE, run_findings
+from parity.show.findings import run_findings
 from parity.show.forgiven import forgiven, forgiven_text
 from parity.text import all_text, count_text, sentence_start, tolerance_text
 from parity.verdict import Judge, Verdict
@@ -104,7 +104,9 @@ def headline(run: ValidationRun) -> str:
 
 def _hidden(run: ValidationRun) -> list[Finding]:
     """The bug findings of outputs that pass only at a tolerance looser than the default."""
-    return [f for f in run.findings if f.kind is FindingKind.BUG and HIDDEN_BY_TOLERANCE in f.text]
+    from parity.show.cause_labels import hidden_bug_findings
+
+    return hidden_bug_findings(run)
 
 
 def _hidden_bugs(run: ValidationRun) -> list[str]:
