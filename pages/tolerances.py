@@ -8,6 +8,7 @@ drawn from them, so no widget holds a value the rest of the app does not see.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -36,7 +37,7 @@ from parity.results import ValidationRun
 from parity.show.figures import mismatch_curve
 from parity.show.findings import HIDDEN_BY_TOLERANCE
 from parity.show.forgiven import forgiven, forgiven_text
-from parity.show.rows import output_rows
+from parity.show.rows import ComparisonRow, output_rows
 from parity.tolerances import Tolerance, Tolerances
 
 ATOL_LADDER = ladder(-9, 1)
@@ -76,10 +77,9 @@ def _on_edit(key: str, names: list[str]) -> None:
     state.put(state.TOL_EDIT_NONCE, state.get(state.TOL_EDIT_NONCE, 0) + 1)
 
 
-def pass_table(run: ValidationRun) -> pd.DataFrame:
+def pass_table(rows: Sequence[ComparisonRow]) -> pd.DataFrame:
     """Per output over every input set (parity.show.rows.output_rows): its worst status, mismatches,
     the smallest atol that passes in every set."""
-    rows = output_rows(run)
     frame = rows_frame(rows, leave_out=("set", "shape", "dtype", "message"))
     frame["note"] = ["" if r.can_rejudge else NOT_FIXABLE for r in rows]
     return frame
@@ -202,9 +202,10 @@ def controls(raw: ValidationRun) -> None:
         st.dataframe(candidates_frame(judged), hide_index=True, width="stretch")
         judged = candidate_selector(judged, key=state.CANDIDATE_TOLERANCES)
         raw = raw.for_candidate(judged.candidates[0].index)
-    table = pass_table(judged)
+    rows = output_rows(judged)
+    table = pass_table(rows)
     # passing the tolerance, a bug it hides too (its row reads "✗ pass: a bug ...")
-    n_pass = sum(r.status.passed for r in output_rows(judged))
+    n_pass = sum(r.status.passed for r in rows)
     st.markdown(
         verdict_badge(judged, size="## " if not everything.is_multi_candidate else "#### ")
         + (" &nbsp; by cause;" if judged.judge == "cause" else " &nbsp;")

@@ -15,6 +15,7 @@ from parity.labels import set_noun
 from parity.results import Finding, FindingKind, RunKind, Status, ValidationRun
 from parity.run.input_binding import BY_POSITION, binding_text
 from parity.show.cause import judge_by_cause
+from parity.show.cause_labels import hidden_bugs
 from parity.show.findings import run_findings
 from parity.show.forgiven import forgiven, forgiven_text
 from parity.text import all_text, count_text, sentence_start, tolerance_text
@@ -102,16 +103,9 @@ def headline(run: ValidationRun) -> str:
     return f"The export does not match {ref}: {said} {how}."
 
 
-def _hidden(run: ValidationRun) -> list[Finding]:
-    """The bug findings of outputs that pass only at a tolerance looser than the default."""
-    from parity.show.cause_labels import hidden_bug_findings
-
-    return hidden_bug_findings(run)
-
-
 def _hidden_bugs(run: ValidationRun) -> list[str]:
     """The outputs a bug finding says pass only at a tolerance looser than the default."""
-    return sorted({f.output for f in _hidden(run) if f.output})
+    return sorted({name for _, name in hidden_bugs(run)})
 
 
 _CAUSE_WORDS = {
@@ -159,7 +153,7 @@ def _candidates_headline(run: ValidationRun, ref: str) -> str:
     errors = sum(v is Verdict.ERROR for v in verdicts)
     if not bad:
         labels = {c.index: c.label for c in run.candidates}
-        hiding = sorted({labels[f.candidate] for f in _hidden(run) if f.candidate in labels})
+        hiding = sorted({labels[k] for k, _ in hidden_bugs(run) if k in labels})
         if hiding:  # one story: never "matches" above "a bug the tolerance hides"
             verb = "passes" if len(hiding) == 1 else "pass"
             return (
