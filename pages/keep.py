@@ -18,6 +18,7 @@ import os
 import secrets
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -31,10 +32,19 @@ MAX_KEPT = 8  # tabs whose run is kept (each holds its run's arrays)
 _LOCK = threading.Lock()
 
 
+@dataclass(frozen=True)
+class KeptTab:
+    """What a tab gets back on a reload."""
+
+    run: ValidationRun
+    tolerances: Tolerances
+    linked: bool  # opened by a ?run= link and not yet confirmed: the form is left alone
+    config: Any  # the RunConfig this dashboard made the run with, else None
+
+
 @st.cache_resource
-def _kept() -> OrderedDict[str, tuple[ValidationRun, Tolerances, bool, Any]]:
-    """token -> (run, tolerances, opened by a link and not yet confirmed, the RunConfig this
-    dashboard made it with or None), oldest first: one store for the process."""
+def _kept() -> OrderedDict[str, KeptTab]:
+    """token -> its KeptTab, oldest first: one store for the process."""
     return OrderedDict()
 
 
@@ -50,18 +60,17 @@ def restore() -> None:
         kept = _kept().get(token)
     if kept is None:
         return
-    run, tolerances, linked, own = kept
-    state.set_run(run)
-    state.set_tolerances(tolerances)
+    state.set_run(kept.run)
+    state.set_tolerances(kept.tolerances)
     state.put(state.TAB_TOKEN, token)
-    if linked:
-        state.put(state.LINKED_RUN, run)
+    if kept.linked:
+        state.put(state.LINKED_RUN, kept.run)
     else:
         from parity.dashboard.run_form import fill_from_run
 
-        fill_from_run(run, own)
-        if own is not None:
-            state.set_run_config(run, own)
+        fill_from_run(kept.run, kept.config)
+        if kept.config is not None:
+            state.set_run_config(kept.run, kept.config)
     from parity.launch import RUN_ENV
 
     opened = st.query_params.get("run") or os.environ.get(RUN_ENV)
@@ -83,7 +92,7 @@ def remember() -> None:
     with _LOCK:
         kept = _kept()
         linked = state.get(state.LINKED_RUN) is run
-        kept[token] = (run, state.tolerances(), linked, state.run_config_of(run))
+        kept[token] = KeptTab(run, state.tolerances(), linked, state.run_config_of(run))
         kept.move_to_end(token)
         while len(kept) > MAX_KEPT:
             kept.popitem(last=False)

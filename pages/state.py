@@ -424,14 +424,13 @@ def form_widget(widget: Callable[..., T], *args, key: str, default: object = Non
     widget the browser mounts afresh shows what the form holds instead of the call's
     literal. It is given even on the rerun that set the key through the Session State API
     (Streamlit then sends that value, and only logs that both were given: the dashboard
-    turns that log off, `global.disableWidgetStateDuplicationWarning`). Leaving it out on
-    such a rerun, as this did, was decided by bookkeeping a rerun cut short (by st.rerun or
-    a click) left stale: the next rerun mounted the widget with no default and no value, an
-    empty field the browser then sent back (a Run form emptied by a reload, a providers
-    list emptied that left Run off). Defaults are not part of these widgets' identity
-    (Streamlit's key_as_main_identity), so this makes no new widget. A number_input given
-    no value takes its type from its other numbers: give an integer one an int min_value,
-    max_value or step.
+    turns that log off, `global.disableWidgetStateDuplicationWarning`). It was left out on
+    such a rerun before, by bookkeeping that a rerun cut short (by st.rerun or a click)
+    could leave stale, so that the next rerun mounted the widget with neither: the suspected
+    cause (not reproduced) of an emptied providers list that left Run off. Defaults are
+    not part of these widgets' identity (Streamlit's key_as_main_identity), so this makes no
+    new widget. A number_input given no value takes its type from its other numbers: give
+    an integer one an int min_value, max_value or step.
     """
     kept = st.session_state.setdefault(FORM, {})
     if key not in st.session_state:
